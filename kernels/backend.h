@@ -1,0 +1,157 @@
+// The compute backend: device memory, one stream, GEMM and the training ops of a GPT-2 model.
+//
+// Two implementations: kernels/cpu (OpenBLAS + plain loops; the readable reference) and
+// kernels/cuda (cuBLAS + our own kernels). Every op is a forward/backward pair. Pointers passed
+// to ops are device pointers obtained from Allocate(); only the backend dereferences them.
+// Ops are enqueued on the backend's stream in call order; Synchronize() waits for them.
+// Shape letters are fixed across dtrain (kernels/README.md): B batch, T time, C channels,
+// V vocabulary, NH heads, hs = C/NH head size, N = B*T rows, OC output channels.
+//
+// Gradient convention: parameter gradients always accumulate (+=), so micro-batches sum into the
+// same buffers; activation gradients overwrite unless the op says otherwise.
+#ifndef DTRAIN_KERNELS_BACKEND_H_
+#define DTRAIN_KERNELS_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dtrain::kernels {
+
+enum class DeviceKind { kCpu, kCuda };
+
+struct DeviceInfo {
+  DeviceKind kind = DeviceKind::kCpu;
+  std::string name;          // "cpu (2 threads)", "NVIDIA H100 80GB HBM3"
+  int ordinal = 0;           // GPU index for CUDA, 0 for CPU
+  int64_t memory_bytes = 0;  // total device memory; host RAM for CPU
+};
+
+// Inputs to GEMMs on tensor-core devices. Accumulation and outputs stay fp32 in every mode; the
+// CPU backend always computes in fp32 and ignores this.
+enum class MatmulPrecision { kFp32, kTf32, kBf16 };
+
+// Hyper-parameters of one AdamW step (PyTorch's torch.optim.AdamW semantics, decoupled decay).
+struct AdamWParams {
+  float lr = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  int step = 1;             // 1-based step count, for bias correction
+  float grad_scale = 1.0f;  // gradients are multiplied by this first (global-norm clipping)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const DeviceInfo& info() const = 0;
+
+  // ---- Memory and stream -------------------------------------------------------------------
+  // Returns zero-filled device memory of `bytes` (0 bytes gives a valid unique pointer).
+  virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
+  virtual void Free(void* ptr) = 0;
+  virtual absl::Status CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status CopyOnDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status Zero(void* dst, size_t bytes) = 0;
+  // Waits until every op enqueued so far has finished; reports asynchronous errors.
+  virtual absl::Status Synchronize() = 0;
+
+  // ---- GEMM --------------------------------------------------------------------------------
+  // Row-major: c (m,n) = alpha * op(a) (m,k) @ op(b) (k,n) + beta * c, where op(x) is x or x^T.
+  // lda/ldb/ldc are row strides of a, b, c as stored.
+  virtual absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                            const float* a, int lda, const float* b, int ldb, float beta,
+                            float* c, int ldc) = 0;
+
+  // ---- Embedding: token + position --------------------------------------------------------
+  // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) int32 in [0,V); wte (V,C); wpe (>=T,C).
+  virtual absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                                        const float* wpe, int B, int T, int C) = 0;
+  // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t].
+  virtual absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+                                         const int32_t* tokens, int B, int T, int C) = 0;
+
+  // ---- LayerNorm (eps 1e-5) -----------------------------------------------------------------
+  // out (N,C) = (inp - mean) * rstd * weight + bias; saves mean (N) and rstd (N).
+  virtual absl::Status LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                                        const float* weight, const float* bias, int N,
+                                        int C) = 0;
+  // dinp (N,C) += ..., dweight (C) += ..., dbias (C) += ...
+  virtual absl::Status LayerNormBackward(float* dinp, float* dweight, float* dbias,
+                                         const float* dout, const float* inp,
+                                         const float* weight, const float* mean,
+                                         const float* rstd, int N, int C) = 0;
+
+  // ---- Matmul with bias, weight stored (in, out) as Hugging Face's Conv1D -------------------
+  // out (N,OC) = inp (N,C) @ weight (C,OC) + bias (OC); bias may be null.
+  virtual absl::Status MatmulForward(float* out, const float* inp, const float* weight,
+                                     const float* bias, int N, int C, int OC) = 0;
+  // Input gradient (the "B" of zero-bubble schedules): dinp (N,C) = dout (N,OC) @ weight^T,
+  // added into dinp when `accumulate`.
+  virtual absl::Status MatmulBackwardInput(float* dinp, const float* dout, const float* weight,
+                                           int N, int C, int OC, bool accumulate) = 0;
+  // Weight gradient (the "W"): dweight (C,OC) += inp^T @ dout; dbias (OC) += sum_n dout (null
+  // dbias skips it).
+  virtual absl::Status MatmulBackwardWeight(float* dweight, float* dbias, const float* dout,
+                                            const float* inp, int N, int C, int OC) = 0;
+
+  // ---- GELU, tanh approximation ------------------------------------------------------------
+  virtual absl::Status GeluForward(float* out, const float* inp, int64_t n) = 0;
+  // dinp = gelu'(inp) * dout.
+  virtual absl::Status GeluBackward(float* dinp, const float* inp, const float* dout,
+                                    int64_t n) = 0;
+
+  // ---- Causal multi-head self-attention ----------------------------------------------------
+  // qkv (B,T,3C) holds [q | k | v], head h in columns [h*hs, (h+1)*hs) of each part.
+  // att (B,NH,T,T): softmax(q k^T / sqrt(hs)) with the causal mask (zeros above the diagonal).
+  // out (B,T,C) = att @ v, heads concatenated.
+  virtual absl::Status AttentionForward(float* out, float* att, const float* qkv, int B, int T,
+                                        int C, int NH) = 0;
+  // dqkv (B,T,3C) overwritten; scratch (B,NH,T,T) is workspace.
+  virtual absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dout,
+                                         const float* qkv, const float* att, int B, int T, int C,
+                                         int NH) = 0;
+
+  // ---- Residual add ------------------------------------------------------------------------
+  // out = a + b (n elements).
+  virtual absl::Status ResidualForward(float* out, const float* a, const float* b,
+                                       int64_t n) = 0;
+  // da += dout; db += dout.
+  virtual absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t n) = 0;
+
+  // ---- Fused softmax + cross-entropy -------------------------------------------------------
+  // probs (N,V) = softmax(logits (N,V)); losses (N) = -log probs[n, targets[n]].
+  virtual absl::Status CrossEntropyForward(float* losses, float* probs, const float* logits,
+                                           const int32_t* targets, int N, int V) = 0;
+  // dlogits (N,V) = (probs - onehot(targets)) * dloss (the same dloss for every row, e.g. 1/N).
+  virtual absl::Status CrossEntropyBackward(float* dlogits, const float* probs,
+                                            const int32_t* targets, float dloss, int N,
+                                            int V) = 0;
+
+  // ---- Optimizer ---------------------------------------------------------------------------
+  // One AdamW step on n elements: params, m, v updated in place; grads read (times grad_scale).
+  virtual absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v,
+                                   int64_t n, const AdamWParams& p) = 0;
+  // Sum of squares of x (n), accumulated in double; used for global-norm clipping.
+  virtual absl::StatusOr<double> SquaredNorm(const float* x, int64_t n) = 0;
+  // x *= s.
+  virtual absl::Status Scale(float* x, float s, int64_t n) = 0;
+};
+
+// "cpu", "cuda", "cuda:N" or "auto" (CUDA GPU 0 when this build has CUDA and a GPU is present,
+// else the CPU). `cpu_threads` sets the CPU backend's thread count (0 = all cores).
+// Errors name the problem: unknown device string, CUDA not built in, no GPU found.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view device,
+                                                       int cpu_threads = 0);
+
+}  // namespace dtrain::kernels
+
+#endif  // DTRAIN_KERNELS_BACKEND_H_

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian package dtrain needs to build, test and benchmark. Idempotent: packages
+# already present are skipped, so both Quick start commands can call it on every run.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap bazel-rules-java  # Bazel 4.2.3 and the rules_java it needs, both local
+  g++ pkg-config
+  libabsl-dev                # Abseil 20220623 (Status, flags, strings, synchronization)
+  libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc
+  libopenblas-dev            # CPU GEMM; also makes PyTorch use OpenBLAS instead of reference BLAS
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libsqlite3-dev libcivetweb-dev
+  python3-torch python3-numpy  # numerical oracle and speed peer (run with /usr/bin/python3)
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
