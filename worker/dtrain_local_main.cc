@@ -1,0 +1,140 @@
+// dtrain-local: trains a GPT-2 model in one process on one device. For experiments and as the
+// reference every distributed layout is checked against.
+//
+//   dtrain-local --data=shakespeare.txt --steps=200 --batch=8 --seq=128 --save=model.safetensors
+//
+// Prints a progress line per step to stderr; --log_json writes one JSON object per step.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "kernels/backend.h"
+#include "worker/local_trainer.h"
+
+ABSL_FLAG(int, vocab_size, 256, "vocabulary size V (256 for byte-level text)");
+ABSL_FLAG(int, context, 128, "maximum sequence length (rows of wpe)");
+ABSL_FLAG(int, n_layer, 4, "transformer blocks L");
+ABSL_FLAG(int, n_head, 4, "attention heads NH");
+ABSL_FLAG(int, n_embd, 256, "model width C");
+ABSL_FLAG(std::string, init, "", "GPT-2 safetensors to start from (default: GPT-2 init)");
+ABSL_FLAG(std::string, data, "", "llm.c .bin token file, or any other file as bytes");
+ABSL_FLAG(int64_t, steps, 10, "training steps");
+ABSL_FLAG(int, batch, 8, "sequences per step B");
+ABSL_FLAG(int, seq, 128, "tokens per sequence T (<= context)");
+ABSL_FLAG(double, lr, 0.0, "constant learning rate; when unset, warmup + cosine from max_lr");
+ABSL_FLAG(double, max_lr, 6e-4, "peak learning rate of the schedule");
+ABSL_FLAG(double, min_lr_ratio, 0.1, "final learning rate as a fraction of max_lr");
+ABSL_FLAG(int, warmup_steps, 0, "linear warmup steps");
+ABSL_FLAG(double, weight_decay, 0.1, "AdamW decoupled weight decay (matrices and embeddings)");
+ABSL_FLAG(double, beta1, 0.9, "AdamW beta1");
+ABSL_FLAG(double, beta2, 0.95, "AdamW beta2");
+ABSL_FLAG(double, eps, 1e-8, "AdamW epsilon");
+ABSL_FLAG(double, grad_clip, 1.0, "max global gradient norm (0 disables)");
+ABSL_FLAG(uint64_t, seed, 1337, "seed of the GPT-2 init");
+ABSL_FLAG(std::string, device, "auto", "cpu, cuda, cuda:N or auto");
+ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
+ABSL_FLAG(std::string, save, "", "write the final weights here (GPT-2 safetensors)");
+ABSL_FLAG(std::string, dump_grads, "", "write the first step's gradients here (safetensors)");
+ABSL_FLAG(std::string, checkpoint_dir, "", "write training state (weights + AdamW) here");
+ABSL_FLAG(int64_t, checkpoint_every, 0, "also checkpoint every N steps");
+ABSL_FLAG(std::string, resume, "", "continue from this checkpoint dir (or one step_N dir)");
+ABSL_FLAG(std::string, log_json, "", "one JSON line per step to this file, or - for stdout");
+
+namespace dtrain {
+namespace {
+
+LocalTrainingOptions OptionsFromFlags() {
+  LocalTrainingOptions o;
+  o.model.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  o.model.context = absl::GetFlag(FLAGS_context);
+  o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
+  o.model.n_head = absl::GetFlag(FLAGS_n_head);
+  o.model.n_embd = absl::GetFlag(FLAGS_n_embd);
+  o.optimizer.lr = absl::GetFlag(FLAGS_lr);
+  o.optimizer.max_lr = absl::GetFlag(FLAGS_max_lr);
+  o.optimizer.min_lr_ratio = absl::GetFlag(FLAGS_min_lr_ratio);
+  o.optimizer.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  o.optimizer.beta1 = absl::GetFlag(FLAGS_beta1);
+  o.optimizer.beta2 = absl::GetFlag(FLAGS_beta2);
+  o.optimizer.eps = absl::GetFlag(FLAGS_eps);
+  o.optimizer.grad_clip = absl::GetFlag(FLAGS_grad_clip);
+  o.data_path = absl::GetFlag(FLAGS_data);
+  o.init_path = absl::GetFlag(FLAGS_init);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.batch = absl::GetFlag(FLAGS_batch);
+  o.seq = absl::GetFlag(FLAGS_seq);
+  o.resume_from = absl::GetFlag(FLAGS_resume);
+  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  o.save_path = absl::GetFlag(FLAGS_save);
+  o.dump_grads_path = absl::GetFlag(FLAGS_dump_grads);
+  return o;
+}
+
+absl::Status Main() {
+  const LocalTrainingOptions options = OptionsFromFlags();
+  if (options.steps > 0 && options.data_path.empty()) {
+    return absl::InvalidArgumentError("--data is required to train (--steps > 0)");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
+                   kernels::CreateBackend(absl::GetFlag(FLAGS_device),
+                                          absl::GetFlag(FLAGS_threads)));
+  ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(backend.get(), options));
+  std::fprintf(stderr, "dtrain-local: %s, %lld parameters, device %s\n",
+               options.model.DebugString().c_str(),
+               static_cast<long long>(options.model.num_parameters()),
+               backend->info().name.c_str());
+  if (trainer->start_step() > 0) {
+    std::fprintf(stderr, "dtrain-local: resumed at step %lld from %s\n",
+                 static_cast<long long>(trainer->start_step()), options.resume_from.c_str());
+  }
+  FILE* json = nullptr;
+  const std::string json_path = absl::GetFlag(FLAGS_log_json);
+  if (json_path == "-") {
+    json = stdout;
+  } else if (!json_path.empty()) {
+    json = std::fopen(json_path.c_str(), "w");
+    if (json == nullptr) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot open --log_json=", json_path));
+    }
+  }
+  absl::Status status = trainer->Run([&](const StepMetrics& m) {
+    std::fprintf(stderr, "step %5lld/%lld  loss %.6f  grad_norm %.4f  lr %.3e  %.0f tok/s\n",
+                 static_cast<long long>(m.step), static_cast<long long>(m.total_steps), m.loss,
+                 m.grad_norm, m.lr, m.tokens_per_s);
+    if (json != nullptr) {
+      std::fprintf(json,
+                   "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                   "\"tokens_per_s\": %.1f}\n",
+                   static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, m.tokens_per_s);
+      std::fflush(json);
+    }
+  });
+  if (json != nullptr && json != stdout) std::fclose(json);
+  RETURN_IF_ERROR(status);
+  if (!options.save_path.empty()) {
+    std::fprintf(stderr, "dtrain-local: weights saved to %s\n", options.save_path.c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace dtrain
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Trains a GPT-2 model in one process. See README.md.");
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = dtrain::Main();
+  if (!status.ok()) {
+    std::fprintf(stderr, "dtrain-local: error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,103 @@
+#include "worker/local_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/model/checkpoint.h"
+#include "worker/model/init.h"
+
+namespace dtrain {
+
+absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
+    kernels::Backend* backend, const LocalTrainingOptions& options) {
+  if (options.steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("steps=", options.steps, " must be >= 0"));
+  }
+  if (options.batch <= 0 || options.seq <= 0 || options.seq > options.model.context) {
+    return absl::InvalidArgumentError(absl::StrCat("batch=", options.batch, " seq=", options.seq,
+                                                   ": need batch > 0 and 0 < seq <= context=",
+                                                   options.model.context));
+  }
+  std::unique_ptr<LocalTrainer> t(new LocalTrainer());
+  t->backend_ = backend;
+  t->options_ = options;
+  ASSIGN_OR_RETURN(t->model_, model::GptStage::Create(backend, options.model,
+                                                      {0, options.model.n_layer, true, true},
+                                                      model::TensorParallelSpec{}));
+  ASSIGN_OR_RETURN(model::AdamW opt,
+                   model::AdamW::Create(backend, t->model_->layout(), options.optimizer));
+  t->optimizer_ = std::make_unique<model::AdamW>(std::move(opt));
+  if (options.steps > 0 || !options.data_path.empty()) {
+    ASSIGN_OR_RETURN(model::TokenDataset data,
+                     model::TokenDataset::Open(options.data_path, options.model.vocab_size));
+    RETURN_IF_ERROR(data.BatchesPerEpoch(options.batch, options.seq).status());
+    t->data_ = std::make_unique<model::TokenDataset>(std::move(data));
+  }
+  if (!options.resume_from.empty()) {
+    ASSIGN_OR_RETURN(t->start_step_,
+                     model::LoadTrainingState(options.resume_from, *t->model_, *t->optimizer_));
+  } else if (!options.init_path.empty()) {
+    RETURN_IF_ERROR(model::LoadWeights(options.init_path, *t->model_));
+  } else {
+    RETURN_IF_ERROR(model::InitializeGpt2(*t->model_, options.seed));
+  }
+  ASSIGN_OR_RETURN(t->acts_, t->model_->NewActivations(options.batch, options.seq));
+  return t;
+}
+
+absl::StatusOr<StepMetrics> LocalTrainer::TrainStep(int64_t step) {
+  const int B = options_.batch, T = options_.seq;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int32_t> inputs(int64_t{B} * T), targets(int64_t{B} * T);
+  RETURN_IF_ERROR(data_->GetBatch(step - 1, B, T, absl::MakeSpan(inputs),
+                                  absl::MakeSpan(targets)));
+  model::GptStage& m = *model_;
+  RETURN_IF_ERROR(m.ZeroGrads());
+  RETURN_IF_ERROR(m.Forward(*acts_, {inputs, targets, nullptr}));
+  RETURN_IF_ERROR(m.Backward(*acts_, nullptr, 1.0f / (B * T)));
+  StepMetrics metrics;
+  metrics.step = step;
+  metrics.total_steps = options_.steps;
+  ASSIGN_OR_RETURN(metrics.loss, acts_->MeanLoss());
+  ASSIGN_OR_RETURN(double sq, backend_->SquaredNorm(m.grads(), m.layout().total_size()));
+  metrics.grad_norm = std::sqrt(sq);
+  if (!std::isfinite(metrics.loss) || !std::isfinite(metrics.grad_norm)) {
+    return absl::DataLossError(absl::StrCat("step ", step, ": loss ", metrics.loss,
+                                            " grad norm ", metrics.grad_norm,
+                                            " is not finite; stopping before the update"));
+  }
+  if (step == start_step_ + 1 && !options_.dump_grads_path.empty()) {
+    RETURN_IF_ERROR(model::SaveTensors(options_.dump_grads_path, m, m.grads(),
+                                       {{"step", absl::StrCat(step)}, {"kind", "gradients"}}));
+  }
+  metrics.lr = model::LearningRate(options_.optimizer, step - 1, options_.steps);
+  const float scale = model::ClipScale(metrics.grad_norm, options_.optimizer.grad_clip);
+  RETURN_IF_ERROR(optimizer_->Step(m.params(), m.grads(), metrics.lr, scale));
+  RETURN_IF_ERROR(backend_->Synchronize());
+  metrics.step_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  metrics.tokens_per_s = B * T / metrics.step_seconds;
+  return metrics;
+}
+
+absl::Status LocalTrainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
+  for (int64_t step = start_step_ + 1; step <= options_.steps; ++step) {
+    ASSIGN_OR_RETURN(StepMetrics metrics, TrainStep(step));
+    if (on_step) on_step(metrics);
+    const bool last = step == options_.steps;
+    if (!options_.checkpoint_dir.empty() &&
+        (last || (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0))) {
+      RETURN_IF_ERROR(model::SaveTrainingState(options_.checkpoint_dir, *model_, *optimizer_));
+    }
+  }
+  if (!options_.save_path.empty()) {
+    RETURN_IF_ERROR(model::SaveTensors(options_.save_path, *model_, model_->params(),
+                                       {{"step", absl::StrCat(optimizer_->step())}}));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dtrain

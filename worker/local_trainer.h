@@ -1,0 +1,78 @@
+// LocalTrainer: trains a whole GPT-2 model in one process on one device — dtrain-local's
+// engine, and the single-worker reference every parallel layout must reproduce.
+//
+// Step s (1-based) trains on batch k = s-1 of the dataset (llm.c order, docs/DATA_FORMATS.md):
+// forward, mean cross-entropy, backward, global-norm clipping, AdamW at LearningRate(s-1).
+#ifndef DTRAIN_WORKER_LOCAL_TRAINER_H_
+#define DTRAIN_WORKER_LOCAL_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "worker/model/config.h"
+#include "worker/model/gpt_stage.h"
+#include "worker/model/optimizer.h"
+#include "worker/model/token_dataset.h"
+
+namespace dtrain {
+
+struct LocalTrainingOptions {
+  model::GptConfig model;
+  model::OptimizerConfig optimizer;
+  std::string data_path;
+  std::string init_path;       // GPT-2 safetensors to start from; empty: InitializeGpt2(seed)
+  uint64_t seed = 1337;
+  int64_t steps = 10;          // total steps of the run (the LR schedule spans them)
+  int batch = 8;               // B
+  int seq = 128;               // T
+  std::string resume_from;     // checkpoint dir (or step dir) to continue from
+  std::string checkpoint_dir;  // training state written here
+  int64_t checkpoint_every = 0;  // also every N steps; the final step is always saved
+  std::string save_path;       // final weights as GPT-2 safetensors
+  std::string dump_grads_path;  // gradients of the first step run, before clipping
+};
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based
+  int64_t total_steps = 0;
+  double loss = 0.0;
+  double grad_norm = 0.0;  // before clipping
+  float lr = 0.0f;
+  double tokens_per_s = 0.0;
+  double step_seconds = 0.0;
+};
+
+class LocalTrainer {
+ public:
+  // Validates everything up front (config, optimizer, data length, init file) so a bad flag
+  // fails before any work, with a message naming the field or file.
+  static absl::StatusOr<std::unique_ptr<LocalTrainer>> Create(kernels::Backend* backend,
+                                                              const LocalTrainingOptions& options);
+
+  // Runs the remaining steps, calling `on_step` after each.
+  absl::Status Run(const std::function<void(const StepMetrics&)>& on_step);
+
+  int64_t start_step() const { return start_step_; }
+  model::GptStage& model() { return *model_; }
+
+ private:
+  LocalTrainer() = default;
+  absl::StatusOr<StepMetrics> TrainStep(int64_t step);
+
+  kernels::Backend* backend_ = nullptr;
+  LocalTrainingOptions options_;
+  std::unique_ptr<model::GptStage> model_;
+  std::unique_ptr<model::StageActivations> acts_;
+  std::unique_ptr<model::AdamW> optimizer_;
+  std::unique_ptr<model::TokenDataset> data_;
+  int64_t start_step_ = 0;  // steps already done (non-zero after resume)
+};
+
+}  // namespace dtrain
+
+#endif  // DTRAIN_WORKER_LOCAL_TRAINER_H_
