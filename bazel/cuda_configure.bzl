@@ -12,7 +12,8 @@ def _cuda_configure_impl(rctx):
     available = nvcc.exists and rctx.os.environ.get("DTRAIN_DISABLE_CUDA", "") != "1"
     rctx.file("defs.bzl", "CUDA_AVAILABLE = %s\nCUDA_PATH = %r\n" % (available, cuda_path))
     if not available:
-        print("dtrain: no CUDA toolkit at %s (nvcc not found): building the CPU backend only." % cuda_path)
+        why = "DTRAIN_DISABLE_CUDA=1" if nvcc.exists else "no nvcc at %s/bin" % cuda_path
+        print("dtrain: building the CPU backend only (%s)." % why)
         rctx.file("BUILD", "")
         return
     rctx.symlink(cuda_path + "/include", "include")

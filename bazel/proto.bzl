@@ -25,7 +25,8 @@ def cc_grpc_proto_library(name, srcs, deps = [], **kwargs):
         ] + ["$(location %s)" % s for s in srcs]),
         message = "protoc " + " ".join(srcs),
     )
-    native.filegroup(name = name + "_srcs", srcs = srcs)
+    # Transitive .proto files, so imports of imports resolve in the sandbox.
+    native.filegroup(name = name + "_srcs", srcs = srcs + [d + "_srcs" for d in deps])
     native.cc_library(
         name = name,
         srcs = [o for o in outs if o.endswith(".cc")],

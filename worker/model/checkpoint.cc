@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "worker/model/file_io.h"
 #include "worker/model/safetensors.h"
 
 namespace dtrain::model {
@@ -69,18 +70,9 @@ absl::Status MakeDir(const std::string& dir) {
 }
 
 absl::Status WriteTextAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text << "\n";
-    out.flush();
-    if (!out) return absl::DataLossError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::DataLossError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Create(path));
+  RETURN_IF_ERROR(writer.Append(text + "\n"));
+  return writer.Commit();
 }
 
 absl::StatusOr<int64_t> StepOf(const SafetensorsFile& file) {

@@ -1,0 +1,133 @@
+#include "worker/model/file_io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace dtrain {
+namespace model {
+namespace {
+
+absl::Status ErrnoError(int err, absl::string_view what, const std::string& path) {
+  return absl::ErrnoToStatus(err, absl::StrCat(what, " ", path));
+}
+
+// The directory holding `path`, for the fsync that makes a rename durable.
+std::string DirectoryOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "cannot open", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return ErrnoError(err, "cannot stat", path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = read(fd, &bytes[done], bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return ErrnoError(err, "cannot read", path);
+    }
+    if (n == 0) break;  // the file shrank while we read it
+    done += static_cast<size_t>(n);
+  }
+  close(fd);
+  bytes.resize(done);
+  return bytes;
+}
+
+absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& path) {
+  std::string temp_path = absl::StrCat(path, ".tmp.", getpid());
+  int fd = open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(errno, "cannot create", temp_path);
+  return AtomicFileWriter(path, std::move(temp_path), fd);
+}
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
+    : path_(std::move(other.path_)), temp_path_(std::move(other.temp_path_)), fd_(other.fd_) {
+  other.fd_ = -1;
+}
+
+AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept {
+  if (this != &other) {
+    Abandon();
+    path_ = std::move(other.path_);
+    temp_path_ = std::move(other.temp_path_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+AtomicFileWriter::~AtomicFileWriter() { Abandon(); }
+
+void AtomicFileWriter::Abandon() {
+  if (fd_ < 0) return;
+  close(fd_);
+  unlink(temp_path_.c_str());
+  fd_ = -1;
+}
+
+absl::Status AtomicFileWriter::Append(absl::string_view bytes) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": writer is closed"));
+  while (!bytes.empty()) {
+    ssize_t n = write(fd_, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError(errno, "cannot write", temp_path_);
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFileWriter::Commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": writer is closed"));
+  if (fsync(fd_) != 0) {
+    absl::Status s = ErrnoError(errno, "cannot fsync", temp_path_);
+    Abandon();
+    return s;
+  }
+  int fd = fd_;
+  fd_ = -1;
+  if (close(fd) != 0) {
+    absl::Status s = ErrnoError(errno, "cannot close", temp_path_);
+    unlink(temp_path_.c_str());
+    return s;
+  }
+  if (rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    absl::Status s = ErrnoError(errno, absl::StrCat("cannot rename ", temp_path_, " to"), path_);
+    unlink(temp_path_.c_str());
+    return s;
+  }
+  // The new contents are in place; fsync the directory so the rename survives a power loss.
+  std::string dir = DirectoryOf(path_);
+  int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return ErrnoError(errno, "cannot open directory", dir);
+  int rc = fsync(dir_fd);
+  int err = errno;
+  close(dir_fd);
+  if (rc != 0) return ErrnoError(err, "cannot fsync directory", dir);
+  return absl::OkStatus();
+}
+
+}  // namespace model
+}  // namespace dtrain

@@ -1,0 +1,60 @@
+// Whole-file reads and crash-safe whole-file writes, shared by the model file formats.
+//
+//   ASSIGN_OR_RETURN(std::string bytes, ReadFileToString("model.safetensors"));
+//
+//   ASSIGN_OR_RETURN(AtomicFileWriter w, AtomicFileWriter::Create("ckpt.safetensors"));
+//   RETURN_IF_ERROR(w.Append(header));
+//   RETURN_IF_ERROR(w.Commit());   // fsync, rename over the target, fsync the directory
+//
+// Errors are absl::Status with the errno mapped to a code (ENOENT -> NotFound, EACCES ->
+// PermissionDenied, ...) and a message naming the path.
+#ifndef DTRAIN_WORKER_MODEL_FILE_IO_H_
+#define DTRAIN_WORKER_MODEL_FILE_IO_H_
+
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dtrain {
+namespace model {
+
+// Reads the whole of `path` (a regular file) into a string.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Writes a file so that `path` holds either its old contents or the complete new ones, never a
+// half-written file: data goes to "<path>.tmp.<pid>", Commit() fsyncs it, renames it over `path`
+// and fsyncs the directory. A writer destroyed without a successful Commit() removes its temp file.
+// Move-only.
+class AtomicFileWriter {
+ public:
+  static absl::StatusOr<AtomicFileWriter> Create(const std::string& path);
+
+  AtomicFileWriter(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter& operator=(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();
+
+  absl::Status Append(absl::string_view bytes);
+  absl::Status Commit();
+
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return temp_path_; }
+
+ private:
+  AtomicFileWriter(std::string path, std::string temp_path, int fd)
+      : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {}
+  void Abandon();  // closes and unlinks the temp file, if still open
+
+  std::string path_;
+  std::string temp_path_;
+  int fd_ = -1;  // -1 once committed or abandoned
+};
+
+}  // namespace model
+}  // namespace dtrain
+
+#endif  // DTRAIN_WORKER_MODEL_FILE_IO_H_
