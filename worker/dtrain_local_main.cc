@@ -116,6 +116,7 @@ absl::Status Main() {
                    static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, m.tokens_per_s);
       std::fflush(json);
     }
+    return absl::OkStatus();
   });
   if (json != nullptr && json != stdout) std::fclose(json);
   RETURN_IF_ERROR(status);

@@ -83,15 +83,17 @@ absl::StatusOr<StepMetrics> LocalTrainer::TrainStep(int64_t step) {
   return metrics;
 }
 
-absl::Status LocalTrainer::Run(const std::function<void(const StepMetrics&)>& on_step) {
+absl::Status LocalTrainer::Run(
+    const std::function<absl::Status(const StepMetrics&)>& on_step) {
   for (int64_t step = start_step_ + 1; step <= options_.steps; ++step) {
     ASSIGN_OR_RETURN(StepMetrics metrics, TrainStep(step));
-    if (on_step) on_step(metrics);
+    const absl::Status callback = on_step ? on_step(metrics) : absl::OkStatus();
     const bool last = step == options_.steps;
     if (!options_.checkpoint_dir.empty() &&
         (last || (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0))) {
       RETURN_IF_ERROR(model::SaveTrainingState(options_.checkpoint_dir, *model_, *optimizer_));
     }
+    RETURN_IF_ERROR(callback);
   }
   if (!options_.save_path.empty()) {
     RETURN_IF_ERROR(model::SaveTensors(options_.save_path, *model_, model_->params(),

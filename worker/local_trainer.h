@@ -54,8 +54,10 @@ class LocalTrainer {
   static absl::StatusOr<std::unique_ptr<LocalTrainer>> Create(kernels::Backend* backend,
                                                               const LocalTrainingOptions& options);
 
-  // Runs the remaining steps, calling `on_step` after each.
-  absl::Status Run(const std::function<void(const StepMetrics&)>& on_step);
+  // Runs the remaining steps, calling `on_step` after each. A non-OK status from `on_step`
+  // (e.g. Cancelled when the job was cancelled) stops the run after that step's checkpoint
+  // and is returned.
+  absl::Status Run(const std::function<absl::Status(const StepMetrics&)>& on_step);
 
   int64_t start_step() const { return start_step_; }
   model::GptStage& model() { return *model_; }

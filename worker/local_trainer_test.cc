@@ -46,7 +46,10 @@ absl::StatusOr<std::vector<StepMetrics>> Train(const LocalTrainingOptions& o) {
   auto trainer = LocalTrainer::Create(backend.get(), o);
   if (!trainer.ok()) return trainer.status();
   std::vector<StepMetrics> steps;
-  absl::Status s = (*trainer)->Run([&](const StepMetrics& m) { steps.push_back(m); });
+  absl::Status s = (*trainer)->Run([&](const StepMetrics& m) {
+    steps.push_back(m);
+    return absl::OkStatus();
+  });
   if (!s.ok()) return s;
   return steps;
 }
@@ -171,6 +174,18 @@ TEST(LocalTrainer, Bf16InitLoadsAndTrains) {
   auto result = Train(t);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_NEAR(result->front().loss, std::log(256.0), 0.1);
+}
+
+TEST(LocalTrainer, AnErrorFromTheStepCallbackStopsTheRun) {
+  auto backend = Cpu();
+  auto trainer = LocalTrainer::Create(backend.get(), Tiny(WriteText("stop.txt", 3000))).value();
+  int calls = 0;
+  absl::Status s = trainer->Run([&](const StepMetrics& m) {
+    ++calls;
+    return m.step == 2 ? absl::CancelledError("job cancelled") : absl::OkStatus();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(calls, 2);
 }
 
 TEST(LocalTrainer, NonsenseConfigListsEveryProblem) {
