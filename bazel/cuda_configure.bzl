@@ -22,7 +22,7 @@ package(default_visibility = ["//visibility:public"])
 
 cc_library(
     name = "cuda_runtime",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp"]),
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/nv/**"]),
     includes = ["include"],
     linkopts = [
         "-L{p}/lib64",

@@ -1,0 +1,39 @@
+// The CUDA implementation of kernels/backend.h: one GPU, one stream, one cuBLAS handle bound to
+// it. Ops are the launchers of the .cuh files in this folder, enqueued on the stream in call
+// order; only CopyToHost, SquaredNorm and Synchronize wait for the GPU.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<Backend> gpu, CreateCudaBackend(0, MatmulPrecision::kTf32));
+//
+// Memory: Allocate is stream-ordered (cudaMallocAsync + cudaMemsetAsync on the backend's stream,
+// where the GPU supports memory pools; cudaMalloc + cudaMemset otherwise), so a buffer may be
+// used by ops right away and is freed after the ops enqueued before Free. CopyToDevice from
+// pageable memory returns once the source has been staged, so the host buffer may be reused at
+// once; from pinned memory the copy is asynchronous and the buffer must outlive the next
+// Synchronize.
+//
+// Every call makes the backend's GPU current on the calling thread (cudaSetDevice), so several
+// backends on different GPUs may be driven from one thread. One backend is not thread-safe.
+#ifndef DTRAIN_KERNELS_CUDA_CUDA_BACKEND_H_
+#define DTRAIN_KERNELS_CUDA_CUDA_BACKEND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+
+namespace dtrain::kernels {
+
+// Number of CUDA GPUs visible to this process; 0 when there is no driver, no GPU, or any other
+// error. Never aborts.
+int CudaDeviceCount();
+
+// A backend on GPU `ordinal`, running GEMMs in `precision` (see MatmulPrecision).
+// Errors: FailedPrecondition "no CUDA GPU found: cudaGetDeviceCount returned ..." when there is
+// no usable GPU; InvalidArgument when ordinal is outside [0, count), naming the count; Internal
+// or ResourceExhausted when creating the stream, the cuBLAS handle or scratch memory fails.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    int ordinal, MatmulPrecision precision = MatmulPrecision::kFp32);
+
+}  // namespace dtrain::kernels
+
+#endif  // DTRAIN_KERNELS_CUDA_CUDA_BACKEND_H_
