@@ -105,7 +105,7 @@ absl::Status Main() {
       return absl::PermissionDeniedError(absl::StrCat("cannot open --log_json=", json_path));
     }
   }
-  absl::Status status = trainer->Run([&](const StepMetrics& m) {
+  absl::Status status = trainer->Run([&](const TrainStepMetrics& m) {
     std::fprintf(stderr, "step %5lld/%lld  loss %.6f  grad_norm %.4f  lr %.3e  %.0f tok/s\n",
                  static_cast<long long>(m.step), static_cast<long long>(m.total_steps), m.loss,
                  m.grad_norm, m.lr, m.tokens_per_s);

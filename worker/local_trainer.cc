@@ -48,7 +48,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
   return t;
 }
 
-absl::StatusOr<StepMetrics> LocalTrainer::TrainStep(int64_t step) {
+absl::StatusOr<TrainStepMetrics> LocalTrainer::TrainStep(int64_t step) {
   const int B = options_.batch, T = options_.seq;
   const auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> inputs(int64_t{B} * T), targets(int64_t{B} * T);
@@ -58,7 +58,7 @@ absl::StatusOr<StepMetrics> LocalTrainer::TrainStep(int64_t step) {
   RETURN_IF_ERROR(m.ZeroGrads());
   RETURN_IF_ERROR(m.Forward(*acts_, {inputs, targets, nullptr}));
   RETURN_IF_ERROR(m.Backward(*acts_, nullptr, 1.0f / (B * T)));
-  StepMetrics metrics;
+  TrainStepMetrics metrics;
   metrics.step = step;
   metrics.total_steps = options_.steps;
   ASSIGN_OR_RETURN(metrics.loss, acts_->MeanLoss());
@@ -84,9 +84,9 @@ absl::StatusOr<StepMetrics> LocalTrainer::TrainStep(int64_t step) {
 }
 
 absl::Status LocalTrainer::Run(
-    const std::function<absl::Status(const StepMetrics&)>& on_step) {
+    const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
   for (int64_t step = start_step_ + 1; step <= options_.steps; ++step) {
-    ASSIGN_OR_RETURN(StepMetrics metrics, TrainStep(step));
+    ASSIGN_OR_RETURN(TrainStepMetrics metrics, TrainStep(step));
     const absl::Status callback = on_step ? on_step(metrics) : absl::OkStatus();
     const bool last = step == options_.steps;
     if (!options_.checkpoint_dir.empty() &&

@@ -37,7 +37,7 @@ struct LocalTrainingOptions {
   std::string dump_grads_path;  // gradients of the first step run, before clipping
 };
 
-struct StepMetrics {
+struct TrainStepMetrics {
   int64_t step = 0;  // 1-based
   int64_t total_steps = 0;
   double loss = 0.0;
@@ -57,14 +57,14 @@ class LocalTrainer {
   // Runs the remaining steps, calling `on_step` after each. A non-OK status from `on_step`
   // (e.g. Cancelled when the job was cancelled) stops the run after that step's checkpoint
   // and is returned.
-  absl::Status Run(const std::function<absl::Status(const StepMetrics&)>& on_step);
+  absl::Status Run(const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
 
   int64_t start_step() const { return start_step_; }
   model::GptStage& model() { return *model_; }
 
  private:
   LocalTrainer() = default;
-  absl::StatusOr<StepMetrics> TrainStep(int64_t step);
+  absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step);
 
   kernels::Backend* backend_ = nullptr;
   LocalTrainingOptions options_;

@@ -41,12 +41,12 @@ LocalTrainingOptions Tiny(const std::string& data) {
 
 std::unique_ptr<kernels::Backend> Cpu() { return kernels::CreateBackend("cpu", 1).value(); }
 
-absl::StatusOr<std::vector<StepMetrics>> Train(const LocalTrainingOptions& o) {
+absl::StatusOr<std::vector<TrainStepMetrics>> Train(const LocalTrainingOptions& o) {
   auto backend = Cpu();
   auto trainer = LocalTrainer::Create(backend.get(), o);
   if (!trainer.ok()) return trainer.status();
-  std::vector<StepMetrics> steps;
-  absl::Status s = (*trainer)->Run([&](const StepMetrics& m) {
+  std::vector<TrainStepMetrics> steps;
+  absl::Status s = (*trainer)->Run([&](const TrainStepMetrics& m) {
     steps.push_back(m);
     return absl::OkStatus();
   });
@@ -180,7 +180,7 @@ TEST(LocalTrainer, AnErrorFromTheStepCallbackStopsTheRun) {
   auto backend = Cpu();
   auto trainer = LocalTrainer::Create(backend.get(), Tiny(WriteText("stop.txt", 3000))).value();
   int calls = 0;
-  absl::Status s = trainer->Run([&](const StepMetrics& m) {
+  absl::Status s = trainer->Run([&](const TrainStepMetrics& m) {
     ++calls;
     return m.step == 2 ? absl::CancelledError("job cancelled") : absl::OkStatus();
   });

@@ -1,0 +1,95 @@
+// dtrain-coordinator: the coordinator daemon. See coordinator/README.md.
+//
+//   dtrain-coordinator --listen=0.0.0.0:7070 --db=/var/lib/dtrain/coordinator.db --lease=10s
+//
+// Exit status 0 after SIGTERM or SIGINT (in-flight calls finished, watches ended, database
+// closed); 1 when it cannot start (database unusable, address in use), with the reason on stderr.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_store.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "address:port the gRPC service listens on");
+ABSL_FLAG(std::string, db, "dtrain-coordinator.db",
+          "SQLite file holding jobs, their history and metrics (created when missing)");
+ABSL_FLAG(absl::Duration, lease, absl::Seconds(10),
+          "a worker that sends no heartbeat for this long is marked lost and its job fails");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
+          "how often workers are told to heartbeat; must be well below --lease");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
+          "on SIGTERM, how long in-flight calls may take before they are cancelled");
+
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void OnSignal(int signal) { g_signal = signal; }
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "dtrain-coordinator: error: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "dtrain-coordinator --listen=HOST:PORT --db=FILE [--lease=10s] [--heartbeat_interval=1s]");
+  absl::ParseCommandLine(argc, argv);
+  // Before anything slow, so a signal during startup still ends in a clean shutdown.
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  using dtrain::coordinator::CoordinatorService;
+  using dtrain::coordinator::JobManager;
+  using dtrain::coordinator::JobStore;
+
+  const absl::Duration lease = absl::GetFlag(FLAGS_lease);
+  const absl::Duration interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  if (lease <= absl::ZeroDuration() || interval <= absl::ZeroDuration() || interval >= lease) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--heartbeat_interval=", absl::FormatDuration(interval),
+                     " must be positive and below --lease=", absl::FormatDuration(lease))));
+  }
+
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(absl::GetFlag(FLAGS_db));
+  if (!store.ok()) return Fail(store.status());
+  JobManager::Options options;
+  options.lease = lease;
+  options.heartbeat_interval = interval;
+  absl::StatusOr<std::unique_ptr<JobManager>> manager =
+      JobManager::Create(std::move(*store), options);
+  if (!manager.ok()) return Fail(manager.status());
+
+  CoordinatorService service(manager->get());
+  auto server = dtrain::coordinator::StartServer(absl::GetFlag(FLAGS_listen), &service);
+  if (!server.ok()) return Fail(server.status());
+  (*manager)->Start();
+  std::fprintf(stderr, "dtrain-coordinator: listening on %s (port %d), db %s, lease %s\n",
+               absl::GetFlag(FLAGS_listen).c_str(), server->port, absl::GetFlag(FLAGS_db).c_str(),
+               absl::FormatDuration(lease).c_str());
+
+  // The handler only sets a flag; poll it (no work happens on this thread otherwise).
+  while (g_signal == 0) absl::SleepFor(absl::Milliseconds(100));
+
+  std::fprintf(stderr, "dtrain-coordinator: signal %d: shutting down\n",
+               static_cast<int>(g_signal));
+  service.Shutdown();  // end watches so Shutdown below does not wait for them
+  server->server->Shutdown(absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_shutdown_grace)));
+  server->server->Wait();
+  (*manager)->Stop();
+  manager->reset();  // closes the database
+  std::fprintf(stderr, "dtrain-coordinator: stopped\n");
+  return 0;
+}

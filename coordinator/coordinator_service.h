@@ -1,0 +1,77 @@
+// The Coordinator gRPC service (proto/coordinator.proto) on gRPC's callback API.
+//
+// Unary calls run JobManager's method inline and finish at once: none of them waits on a worker
+// or another call (work for workers travels in heartbeat responses), so no gRPC thread blocks.
+// WatchJob is a ServerWriteReactor that writes one update at a time, reading what is new from
+// the store, and when nothing is new parks on the job's JobNotifier entry instead of a thread;
+// it finishes after the job's final state, when the client cancels (or its deadline passes), or
+// with UNAVAILABLE at Shutdown().
+//
+//   CoordinatorService service(manager.get());
+//   ASSIGN_OR_RETURN(RunningServer server, StartServer("0.0.0.0:7070", &service));
+//   ...
+//   service.Shutdown();                              // ends the watches
+//   server.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+#ifndef DTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
+#define DTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/job_manager.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace dtrain::coordinator {
+
+class CoordinatorService final : public Coordinator::CallbackService {
+ public:
+  explicit CoordinatorService(JobManager* manager) : manager_(manager) {}
+
+  // Ends every open WatchJob with UNAVAILABLE and refuses new ones, so a server shutdown does
+  // not wait for watchers. Call before grpc::Server::Shutdown.
+  void Shutdown();
+
+  grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
+                                           const RegisterWorkerRequest* request,
+                                           RegisterWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const HeartbeatRequest* request,
+                                      HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* ReportProgress(grpc::CallbackServerContext* context,
+                                           const ReportProgressRequest* request,
+                                           ReportProgressResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const SubmitJobRequest* request,
+                                      SubmitJobResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const GetJobRequest* request, Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const ListJobsRequest* request,
+                                     ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const CancelJobRequest* request, Job* response) override;
+  grpc::ServerWriteReactor<JobUpdate>* WatchJob(grpc::CallbackServerContext* context,
+                                                const WatchJobRequest* request) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
+                                        const ListWorkersRequest* request,
+                                        ListWorkersResponse* response) override;
+
+ private:
+  JobManager* const manager_;
+};
+
+struct RunningServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;  // the bound port (useful with "host:0")
+};
+
+// Builds and starts a server for `service` on `listen` ("0.0.0.0:7070", "127.0.0.1:0"), with
+// SO_REUSEPORT off so a second coordinator on the same port fails instead of sharing it.
+// Unavailable "cannot listen on ..." when the address is in use or invalid.
+absl::StatusOr<RunningServer> StartServer(const std::string& listen, grpc::Service* service);
+
+}  // namespace dtrain::coordinator
+
+#endif  // DTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_

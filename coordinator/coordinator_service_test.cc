@@ -1,0 +1,454 @@
+// The service over real gRPC on 127.0.0.1:0, with the test playing the workers and the user.
+#include "coordinator/coordinator_service.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "coordinator/grpc_status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const absl::Duration kLease = absl::Milliseconds(300);
+
+constexpr const char* kSpec = R"({
+  "name": "tiny", "dataset": "/data/tiny.bin", "steps": 3, "batch_size": 4,
+  "model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}})";
+
+std::string TempDb(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, "-", getpid(), ".db");
+  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
+  return path;
+}
+
+// Every call gets a deadline.
+std::unique_ptr<grpc::ClientContext> Ctx(absl::Duration timeout = absl::Seconds(5)) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return context;
+}
+
+// Polls `done` every 10ms for at most `timeout`.
+template <typename F>
+bool WaitFor(F done, absl::Duration timeout = absl::Seconds(5)) {
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return done();
+}
+
+// A coordinator (store, manager, service, server) in this process.
+class Coordinator {
+ public:
+  explicit Coordinator(const std::string& db) : db_(db) { Start(); }
+  ~Coordinator() { Stop(); }
+
+  void Start() {
+    auto store = JobStore::Open(db_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobManager::Options options;
+    options.lease = kLease;
+    options.heartbeat_interval = absl::Milliseconds(50);
+    options.log = [](absl::string_view) {};
+    auto manager = JobManager::Create(std::move(*store), options);
+    ASSERT_TRUE(manager.ok()) << manager.status();
+    manager_ = std::move(*manager);
+    service_ = std::make_unique<CoordinatorService>(manager_.get());
+    auto server = StartServer("127.0.0.1:0", service_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    manager_->Start();
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_.port),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = dtrain::Coordinator::NewStub(channel_);
+  }
+
+  void Stop() {
+    if (server_.server == nullptr) return;
+    service_->Shutdown();
+    server_.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    server_.server->Wait();
+    server_.server.reset();
+    manager_->Stop();
+    manager_.reset();
+  }
+
+  dtrain::Coordinator::Stub& stub() { return *stub_; }
+  int port() const { return server_.port; }
+
+  absl::StatusOr<Job> Submit(const std::string& json) {
+    SubmitJobRequest request;
+    request.set_spec_json(json);
+    SubmitJobResponse response;
+    grpc::Status status = stub_->SubmitJob(Ctx().get(), request, &response);
+    if (!status.ok()) return FromGrpcStatus(status);
+    return response.job();
+  }
+  absl::StatusOr<Job> Get(const std::string& id) {
+    GetJobRequest request;
+    request.set_job_id(id);
+    Job job;
+    grpc::Status status = stub_->GetJob(Ctx().get(), request, &job);
+    if (!status.ok()) return FromGrpcStatus(status);
+    return job;
+  }
+  JobState StateOf(const std::string& id) {
+    absl::StatusOr<Job> job = Get(id);
+    return job.ok() ? job->state() : JOB_STATE_UNSPECIFIED;
+  }
+
+ private:
+  std::string db_;
+  std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<CoordinatorService> service_;
+  RunningServer server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<dtrain::Coordinator::Stub> stub_;
+};
+
+// A worker driven by the test.
+class FakeWorker {
+ public:
+  FakeWorker(dtrain::Coordinator::Stub* stub, std::string id)
+      : stub_(stub), id_(std::move(id)), session_(id_ + "-session") {}
+
+  grpc::Status Register(const std::string& running = "") {
+    RegisterWorkerRequest request;
+    request.set_worker_id(id_);
+    request.set_session_id(session_);
+    request.set_address(id_ + ":7071");
+    request.set_host_label("host-a");
+    request.mutable_device()->set_kind("cpu");
+    request.set_running_job_id(running);
+    RegisterWorkerResponse response;
+    return stub_->RegisterWorker(Ctx().get(), request, &response);
+  }
+  HeartbeatResponse Beat() {
+    HeartbeatRequest request;
+    request.set_worker_id(id_);
+    request.set_session_id(session_);
+    request.set_running_job_id(running_);
+    HeartbeatResponse response;
+    grpc::Status status = stub_->Heartbeat(Ctx().get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    if (response.has_assignment()) running_ = response.assignment().job_id();
+    for (const std::string& id : response.cancel_job_ids()) {
+      if (id == running_) running_.clear();
+    }
+    return response;
+  }
+  // Heartbeats until an assignment arrives (bounded), then reports it running.
+  std::string TakeAssignment() {
+    std::string job;
+    WaitFor([&] {
+      HeartbeatResponse r = Beat();
+      if (r.has_assignment()) job = r.assignment().job_id();
+      return !job.empty();
+    });
+    Beat();
+    return job;
+  }
+  grpc::Status Report(const ReportProgressRequest& partial, ReportProgressResponse* response) {
+    ReportProgressRequest request = partial;
+    request.set_worker_id(id_);
+    request.set_session_id(session_);
+    request.set_job_id(running_);
+    return stub_->ReportProgress(Ctx().get(), request, response);
+  }
+  grpc::Status Step(int64_t step, double loss) {
+    ReportProgressRequest r;
+    r.mutable_step()->set_step(step);
+    r.mutable_step()->set_loss(loss);
+    r.mutable_step()->set_tokens_per_s(1000);
+    ReportProgressResponse response;
+    return Report(r, &response);
+  }
+  grpc::Status Finish(bool ok, const std::string& text) {
+    ReportProgressRequest r;
+    r.mutable_outcome()->set_succeeded(ok);
+    (ok ? r.mutable_outcome()->mutable_output() : r.mutable_outcome()->mutable_error())
+        ->assign(text);
+    ReportProgressResponse response;
+    grpc::Status status = Report(r, &response);
+    running_.clear();
+    return status;
+  }
+  const std::string& running() const { return running_; }
+
+ private:
+  dtrain::Coordinator::Stub* stub_;
+  std::string id_, session_, running_;
+};
+
+// Reads a whole WatchJob stream on a thread.
+class Watcher {
+ public:
+  Watcher(dtrain::Coordinator::Stub* stub, const std::string& job_id, int64_t after_step = 0,
+          absl::Duration timeout = absl::Seconds(20)) {
+    context_ = Ctx(timeout);
+    WatchJobRequest request;
+    request.set_job_id(job_id);
+    request.set_after_step(after_step);
+    thread_ = std::thread([this, stub, request] {
+      auto reader = stub->WatchJob(context_.get(), request);
+      JobUpdate update;
+      while (reader->Read(&update)) updates_.push_back(update);
+      status_ = reader->Finish();
+    });
+  }
+  // Waits for the stream to end; its status.
+  grpc::Status Join() {
+    thread_.join();
+    return status_;
+  }
+  void Cancel() { context_->TryCancel(); }
+  // "QUEUED", "step 1", "event ...", one string per update.
+  std::vector<std::string> Summary() const {
+    std::vector<std::string> out;
+    for (const JobUpdate& u : updates_) {
+      if (u.has_state_change()) out.push_back(JobState_Name(u.state_change().state()));
+      if (u.has_step()) out.push_back(absl::StrCat("step ", u.step().step()));
+      if (u.update_case() == JobUpdate::kEvent) out.push_back("event");
+    }
+    return out;
+  }
+  const std::vector<JobUpdate>& updates() const { return updates_; }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::thread thread_;
+  std::vector<JobUpdate> updates_;
+  grpc::Status status_;
+};
+
+// Drops event updates, which depend on placement details.
+std::vector<std::string> WithoutEvents(std::vector<std::string> s) {
+  s.erase(std::remove(s.begin(), s.end(), "event"), s.end());
+  return s;
+}
+
+TEST(CoordinatorService, BadSpecIsInvalidArgumentListingEveryProblem) {
+  Coordinator c(TempDb("svc-bad"));
+  absl::StatusOr<Job> job = c.Submit(R"({"steps": -1, "batch_size": 3, "parallel": {"dp": 2},
+      "model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 4, "n_embd": 30}})");
+  ASSERT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(),
+              AllOf(HasSubstr("model.n_head=4 does not divide n_embd=30"),
+                    HasSubstr("steps=-1 must be positive"), HasSubstr("dataset is required"),
+                    HasSubstr("batch_size=3 is not divisible by parallel.dp=2")));
+  job = c.Submit(R"({"steps": 1, "optimiser": {}})");
+  ASSERT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr("unknown field \"optimiser\""));
+  EXPECT_EQ(c.Submit("{\"steps\": ").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CoordinatorService, JobRunsToSuccessAndTheWatchSeesEverything) {
+  Coordinator c(TempDb("svc-happy"));
+  absl::StatusOr<Job> job = c.Submit(kSpec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), QUEUED);
+  EXPECT_EQ(job->reason(), "waiting for 1 idle worker; 0 idle, 0 busy, 0 lost");
+
+  Watcher watch(&c.stub(), job->id());
+  FakeWorker w1(&c.stub(), "w1");
+  ASSERT_TRUE(w1.Register().ok());
+  ASSERT_EQ(w1.TakeAssignment(), job->id());
+  ASSERT_TRUE(WaitFor([&] { return c.StateOf(job->id()) == RUNNING; }));
+  for (int step = 1; step <= 3; ++step) ASSERT_TRUE(w1.Step(step, 5.0 - step).ok());
+  ASSERT_TRUE(w1.Finish(true, "/runs/model.safetensors").ok());
+
+  grpc::Status status = watch.Join();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(WithoutEvents(watch.Summary()), ElementsAre("QUEUED", "PLACING", "RUNNING", "step 1",
+                                                          "step 2", "step 3", "SUCCEEDED"));
+  ASSERT_FALSE(watch.updates().empty());
+  const JobUpdate& last = watch.updates().back();
+  EXPECT_EQ(last.job().state(), SUCCEEDED);
+  EXPECT_EQ(last.job().output(), "/runs/model.safetensors");
+  EXPECT_EQ(last.job().latest().step(), 3);
+  EXPECT_EQ(last.job().placement().ranks_size(), 1);  // state changes carry the placement
+  for (const JobUpdate& u : watch.updates()) {
+    if (u.has_step()) {
+      EXPECT_EQ(u.job().placement().ranks_size(), 0);  // steps do not
+    }
+  }
+
+  // A late watcher gets the replay (from step 2 on) and the end at once.
+  Watcher replay(&c.stub(), job->id(), /*after_step=*/2);
+  EXPECT_TRUE(replay.Join().ok());
+  EXPECT_THAT(WithoutEvents(replay.Summary()),
+              ElementsAre("QUEUED", "PLACING", "RUNNING", "step 3", "SUCCEEDED"));
+
+  ListJobsResponse list;
+  ASSERT_TRUE(c.stub().ListJobs(Ctx().get(), ListJobsRequest(), &list).ok());
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).state(), SUCCEEDED);
+}
+
+TEST(CoordinatorService, CancelStopsTheWorkerAndEndsTheWatch) {
+  Coordinator c(TempDb("svc-cancel"));
+  FakeWorker w1(&c.stub(), "w1");
+  ASSERT_TRUE(w1.Register().ok());
+  absl::StatusOr<Job> job = c.Submit(kSpec);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(w1.TakeAssignment(), job->id());
+  Watcher watch(&c.stub(), job->id());
+  CancelJobRequest cancel;
+  cancel.set_job_id(job->id());
+  cancel.set_reason("testing");
+  Job cancelled;
+  ASSERT_TRUE(c.stub().CancelJob(Ctx().get(), cancel, &cancelled).ok());
+  EXPECT_EQ(cancelled.state(), CANCELLED);
+  EXPECT_TRUE(watch.Join().ok());
+  EXPECT_EQ(watch.Summary().back(), "CANCELLED");
+  // The worker hears it in its next heartbeat.
+  EXPECT_THAT(w1.Beat().cancel_job_ids(), ElementsAre(job->id()));
+  EXPECT_EQ(w1.running(), "");
+  // Cancelling again is a precondition failure.
+  grpc::Status again = c.stub().CancelJob(Ctx().get(), cancel, &cancelled);
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST(CoordinatorService, LeaseExpiryFailsTheJobNamingTheWorker) {
+  Coordinator c(TempDb("svc-lease"));
+  FakeWorker w1(&c.stub(), "w1");
+  ASSERT_TRUE(w1.Register().ok());
+  absl::StatusOr<Job> job = c.Submit(kSpec);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(w1.TakeAssignment(), job->id());
+  ASSERT_TRUE(WaitFor([&] { return c.StateOf(job->id()) == RUNNING; }));
+  Watcher watch(&c.stub(), job->id());
+  // The worker goes silent.
+  ASSERT_TRUE(WaitFor([&] { return c.StateOf(job->id()) == FAILED; }, absl::Seconds(3)));
+  absl::StatusOr<Job> failed = c.Get(job->id());
+  ASSERT_TRUE(failed.ok());
+  EXPECT_THAT(failed->reason(), HasSubstr("worker w1 lost: no heartbeat for 0."));
+  EXPECT_TRUE(watch.Join().ok());
+  EXPECT_EQ(watch.Summary().back(), "FAILED");
+  ListWorkersResponse workers;
+  ASSERT_TRUE(c.stub().ListWorkers(Ctx().get(), ListWorkersRequest(), &workers).ok());
+  ASSERT_EQ(workers.workers_size(), 1);
+  EXPECT_EQ(workers.workers(0).state(), LOST);
+}
+
+TEST(CoordinatorService, DuplicateWorkerIdIsAlreadyExists) {
+  Coordinator c(TempDb("svc-dup"));
+  FakeWorker first(&c.stub(), "w1");
+  ASSERT_TRUE(first.Register().ok());
+  RegisterWorkerRequest request;
+  request.set_worker_id("w1");
+  request.set_session_id("another-process");
+  RegisterWorkerResponse response;
+  grpc::Status status = c.stub().RegisterWorker(Ctx().get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(status.error_message(), HasSubstr("w1"));
+  // Once the first one's lease runs out, the id is free.
+  absl::SleepFor(kLease + absl::Milliseconds(100));
+  EXPECT_TRUE(c.stub().RegisterWorker(Ctx().get(), request, &response).ok());
+  EXPECT_EQ(response.lease_ms(), 300);
+  EXPECT_EQ(response.heartbeat_interval_ms(), 50);
+}
+
+TEST(CoordinatorService, UnknownJobsAreNotFound) {
+  Coordinator c(TempDb("svc-notfound"));
+  EXPECT_EQ(c.Get("job-000042").status().code(), absl::StatusCode::kNotFound);
+  Watcher watch(&c.stub(), "job-000042");
+  EXPECT_EQ(watch.Join().error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(CoordinatorService, WatchEndsAtTheClientsDeadline) {
+  Coordinator c(TempDb("svc-deadline"));
+  absl::StatusOr<Job> job = c.Submit(kSpec);
+  ASSERT_TRUE(job.ok());
+  Watcher watch(&c.stub(), job->id(), 0, absl::Milliseconds(300));
+  EXPECT_EQ(watch.Join().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(watch.Summary().front(), "QUEUED");
+  Watcher cancelled(&c.stub(), job->id());
+  absl::SleepFor(absl::Milliseconds(100));
+  cancelled.Cancel();
+  EXPECT_EQ(cancelled.Join().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(c.StateOf(job->id()), QUEUED);  // the service is unharmed
+}
+
+TEST(CoordinatorService, ShutdownEndsOpenWatches) {
+  Coordinator c(TempDb("svc-shutdown"));
+  absl::StatusOr<Job> job = c.Submit(kSpec);
+  ASSERT_TRUE(job.ok());
+  Watcher watch(&c.stub(), job->id());
+  absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time start = absl::Now();
+  c.Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(watch.Join().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(CoordinatorService, RestartKeepsHistoryAndQueuedJobs) {
+  const std::string db = TempDb("svc-restart");
+  std::string done_id, queued_id;
+  {
+    Coordinator c(db);
+    FakeWorker w1(&c.stub(), "w1");
+    ASSERT_TRUE(w1.Register().ok());
+    absl::StatusOr<Job> done = c.Submit(kSpec);
+    ASSERT_TRUE(done.ok());
+    done_id = done->id();
+    ASSERT_EQ(w1.TakeAssignment(), done_id);
+    ASSERT_TRUE(w1.Step(1, 4.0).ok());
+    ASSERT_TRUE(w1.Finish(true, "/out").ok());
+    absl::StatusOr<Job> queued = c.Submit(
+        absl::StrCat(R"({"parallel": {"dp": 4}, "dataset": "/d", "steps": 1, "batch_size": 4,)",
+                     R"("model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2,)",
+                     R"("n_embd": 32}})"));
+    ASSERT_TRUE(queued.ok());
+    queued_id = queued->id();
+  }
+  Coordinator c(db);  // same database, new process state
+  absl::StatusOr<Job> done = c.Get(done_id);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->state(), SUCCEEDED);
+  EXPECT_EQ(done->history_size(), 4);
+  EXPECT_EQ(done->latest().step(), 1);
+  absl::StatusOr<Job> queued = c.Get(queued_id);
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(queued->state(), QUEUED);
+  EXPECT_THAT(queued->reason(), HasSubstr("waiting for 4 idle workers"));
+  Watcher replay(&c.stub(), done_id);
+  EXPECT_TRUE(replay.Join().ok());
+  EXPECT_THAT(WithoutEvents(replay.Summary()),
+              ElementsAre("QUEUED", "PLACING", "RUNNING", "step 1", "SUCCEEDED"));
+}
+
+TEST(CoordinatorService, SecondServerOnTheSamePortFails) {
+  Coordinator c(TempDb("svc-port"));
+  auto store = JobStore::Open(TempDb("svc-port-2"));
+  ASSERT_TRUE(store.ok());
+  auto manager = JobManager::Create(std::move(*store), JobManager::Options());
+  ASSERT_TRUE(manager.ok());
+  CoordinatorService service(manager->get());
+  auto server = StartServer(absl::StrCat("127.0.0.1:", c.port()), &service);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(server.status().message(), HasSubstr("cannot listen on 127.0.0.1:"));
+}
+
+}  // namespace
+}  // namespace dtrain::coordinator

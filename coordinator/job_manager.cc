@@ -1,0 +1,577 @@
+#include "coordinator/job_manager.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "coordinator/job_spec.h"
+#include "coordinator/placement.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+// ListJobs answers at most this many (each job carries its spec and placement).
+constexpr int kMaxListedJobs = 1000;
+
+// "job-000042" -> 42; -1 for anything else.
+int64_t JobNumber(absl::string_view id) {
+  int64_t n = -1;
+  if (!absl::ConsumePrefix(&id, "job-") || !absl::SimpleAtoi(id, &n)) return -1;
+  return n;
+}
+
+std::string RankName(const RankAssignment& r) {
+  return absl::StrCat("dp", r.dp_rank(), " pp", r.pp_rank(), " tp", r.tp_rank());
+}
+
+std::string Seconds(absl::Duration d) { return absl::StrFormat("%.1fs", absl::ToDoubleSeconds(d)); }
+
+// "w1, w2, w3" or "w1, ..., w8 and 504 more".
+std::string WorkerList(const std::vector<std::string>& ids) {
+  constexpr size_t kShown = 8;
+  if (ids.size() <= kShown) return absl::StrJoin(ids, ", ");
+  return absl::StrCat(absl::StrJoin(ids.begin(), ids.begin() + kShown, ", "), " and ",
+                      ids.size() - kShown, " more");
+}
+
+std::string Plural(int64_t n, absl::string_view word) {
+  return absl::StrCat(n, " ", word, n == 1 ? "" : "s");
+}
+
+void LogToStderr(absl::string_view line) {
+  const std::string time =
+      absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::Now(), absl::LocalTimeZone());
+  std::fprintf(stderr, "%s dtrain-coordinator: %.*s\n", time.c_str(), static_cast<int>(line.size()),
+               line.data());
+}
+
+JobManager::Options Normalized(JobManager::Options o) {
+  if (!o.clock) o.clock = [] { return absl::Now(); };
+  if (!o.log) o.log = LogToStderr;
+  if (o.tick <= absl::ZeroDuration()) {
+    o.tick = std::clamp(o.lease / 8, absl::Milliseconds(10), absl::Milliseconds(200));
+  }
+  return o;
+}
+
+}  // namespace
+
+// Holds mu_ and, on release, wakes the watchers of the jobs changed meanwhile, so watcher
+// callbacks (store reads, stream writes) never run under mu_.
+class JobManager::JobsLock {
+ public:
+  explicit JobsLock(JobManager* m) ABSL_EXCLUSIVE_LOCK_FUNCTION(m->mu_) : m_(m) { m_->mu_.Lock(); }
+  ~JobsLock() ABSL_UNLOCK_FUNCTION() {
+    std::vector<std::string> notify, forget;
+    notify.swap(m_->to_notify_);
+    forget.swap(m_->to_forget_);
+    m_->mu_.Unlock();
+    for (const std::string& id : notify) m_->notifier_.Notify(id);
+    for (const std::string& id : forget) m_->notifier_.Forget(id);
+  }
+
+ private:
+  JobManager* m_;
+};
+
+JobManager::JobManager(std::unique_ptr<JobStore> store, Options options)
+    : options_(Normalized(std::move(options))),
+      store_(std::move(store)),
+      registry_(options_.lease) {}
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<JobStore> store,
+                                                               Options options) {
+  std::unique_ptr<JobManager> manager(new JobManager(std::move(store), std::move(options)));
+  RETURN_IF_ERROR(manager->Recover());
+  return manager;
+}
+
+JobManager::~JobManager() { Stop(); }
+
+absl::Status JobManager::Recover() {
+  ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->JobsInStates({QUEUED, PLACING, RUNNING}));
+  JobsLock lock(this);
+  const absl::Time now = Now();
+  int queued = 0, resumed = 0;
+  for (Job& stored : jobs) {
+    ActiveJob job;
+    job.id = stored.id();
+    job.spec = stored.spec();
+    job.state = stored.state();
+    job.reason = stored.reason();
+    job.last_step = stored.latest().step();
+    if (job.state == QUEUED) {
+      ++queued;
+    } else {
+      ++resumed;
+      auto assignment = std::make_shared<JobAssignment>();
+      assignment->set_job_id(job.id);
+      *assignment->mutable_spec() = job.spec;
+      *assignment->mutable_placement() = stored.placement();
+      SetRanks(job, std::move(assignment));
+      std::vector<std::string> workers;
+      for (const Rank& r : job.ranks) workers.push_back(r.worker_id);
+      job.awaiting.insert(workers.begin(), workers.end());
+      job.recover_deadline = now + options_.lease;
+      if (job.ranks.empty()) {
+        job.pending_end = {FAILED, "coordinator restarted and found no placement for the job"};
+      }
+      Event(job.id, absl::StrCat("coordinator restarted; waiting up to ", Seconds(options_.lease),
+                                 " for ", WorkerList(workers), " to re-register"));
+    }
+    jobs_.emplace(JobNumber(job.id), std::move(job));
+  }
+  Log(absl::StrCat("store ", store_->path(), ": ", queued, " queued and ", resumed,
+                   " placed or running jobs to resume"));
+  return absl::OkStatus();
+}
+
+void JobManager::Start() {
+  if (scheduler_.joinable()) return;
+  scheduler_ = std::thread([this] { SchedulerLoop(); });
+}
+
+void JobManager::Stop() {
+  {
+    absl::MutexLock lock(&wake_mu_);
+    stop_ = true;
+  }
+  if (scheduler_.joinable()) scheduler_.join();
+}
+
+void JobManager::Wake() {
+  absl::MutexLock lock(&wake_mu_);
+  wake_ = true;
+}
+
+void JobManager::SchedulerLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&wake_mu_);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake_mu_) { return wake_ || stop_; };
+      wake_mu_.AwaitWithTimeout(absl::Condition(&woken), options_.tick);
+      if (stop_) return;
+      wake_ = false;
+    }
+    RunSchedulerPass();
+  }
+}
+
+JobManager::ActiveJob* JobManager::FindActive(absl::string_view job_id) {
+  auto it = jobs_.find(JobNumber(job_id));
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+void JobManager::SetRanks(ActiveJob& job, std::shared_ptr<const JobAssignment> assignment) {
+  const Placement& placement = assignment->placement();
+  job.ranks.clear();
+  job.rank_of.clear();
+  for (int i = 0; i < placement.ranks_size(); ++i) {
+    job.ranks.push_back(Rank{placement.ranks(i).worker_id()});
+    job.rank_of[placement.ranks(i).worker_id()] = i;
+  }
+  const int pp = std::max(1, job.spec.parallel().pp());
+  const int tp = std::max(1, job.spec.parallel().tp());
+  job.reporting_rank = (pp - 1) * tp;  // dp=0, last stage, tp=0
+  job.assignment = std::move(assignment);
+}
+
+void JobManager::Event(const std::string& job_id, const std::string& text) {
+  absl::Status status = store_->AppendEvent(job_id, text, NowMs()).status();
+  if (!status.ok()) Log(absl::StrCat(job_id, ": cannot record event: ", status.ToString()));
+  to_notify_.push_back(job_id);
+}
+
+absl::Status JobManager::Transition(ActiveJob& job, JobState state, const std::string& reason,
+                                    const Placement* placement) {
+  RETURN_IF_ERROR(store_->UpdateState(job.id, state, reason, NowMs(), placement));
+  Log(absl::StrCat(job.id, ": ", JobState_Name(job.state), " -> ", JobState_Name(state), ": ",
+                   reason));
+  job.state = state;
+  job.reason = reason;
+  to_notify_.push_back(job.id);
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::EndJob(const std::string& job_id, JobState state,
+                                const std::string& reason) {
+  auto it = jobs_.find(JobNumber(job_id));
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no active job ", job_id));
+  ActiveJob& job = it->second;
+  const std::string* output = state == SUCCEEDED ? &job.output : nullptr;
+  absl::Status status = store_->UpdateState(job_id, state, reason, NowMs(), nullptr, output);
+  // FailedPrecondition: the store already has it final; memory catches up below.
+  if (!status.ok() && status.code() != absl::StatusCode::kFailedPrecondition) {
+    job.pending_end = {state, reason};
+    Log(absl::StrCat(job_id, ": cannot record ", JobState_Name(state),
+                     " (will retry): ", status.ToString()));
+    return status;
+  }
+  Log(absl::StrCat(job_id, ": ", JobState_Name(job.state), " -> ", JobState_Name(state), ": ",
+                   reason));
+  std::vector<std::string> workers;
+  for (const Rank& r : job.ranks) workers.push_back(r.worker_id);
+  registry_.CancelJob(job_id, workers);
+  to_notify_.push_back(job_id);
+  to_forget_.push_back(job_id);
+  jobs_.erase(it);
+  Wake();  // its workers may be free for queued jobs
+  return absl::OkStatus();
+}
+
+void JobManager::HandleFault(const WorkerFault& fault) {
+  std::string reason;
+  switch (fault.kind) {
+    case WorkerFault::kLost:
+      reason = absl::StrCat("worker ", fault.worker_id, " lost: no heartbeat for ",
+                            Seconds(fault.silent));
+      Log(fault.job_id.empty() ? reason : absl::StrCat(reason, " (it held ", fault.job_id, ")"));
+      break;
+    case WorkerFault::kDropped:
+      reason = absl::StrCat("worker ", fault.worker_id,
+                            " stopped running the job without reporting an outcome");
+      break;
+    case WorkerFault::kNotAccepted:
+      reason = absl::StrCat("worker ", fault.worker_id, " did not accept its assignment within ",
+                            Seconds(options_.lease));
+      break;
+  }
+  if (fault.job_id.empty() || FindActive(fault.job_id) == nullptr) return;
+  EndJob(fault.job_id, FAILED, reason).IgnoreError();  // logged; retried when it failed
+}
+
+void JobManager::SweepLocked(absl::Time now) {
+  for (const WorkerFault& fault : registry_.Sweep(now)) HandleFault(fault);
+  std::vector<std::pair<std::string, std::pair<JobState, std::string>>> to_end;
+  for (auto& [n, job] : jobs_) {
+    if (job.pending_end.has_value()) {
+      to_end.push_back({job.id, *job.pending_end});
+    } else if (!job.awaiting.empty() && now > job.recover_deadline) {
+      std::vector<std::string> missing(job.awaiting.begin(), job.awaiting.end());
+      std::sort(missing.begin(), missing.end());
+      to_end.push_back(
+          {job.id,
+           {FAILED,
+            absl::StrCat("coordinator restarted and ", missing.size() == 1 ? "worker " : "workers ",
+                         WorkerList(missing), " did not return within the lease (",
+                         Seconds(options_.lease), ")")}});
+    }
+  }
+  for (const auto& [id, end] : to_end) EndJob(id, end.first, end.second).IgnoreError();
+}
+
+std::string JobManager::WaitingReason(int64_t needed, const WorkerCounts& counts) const {
+  return absl::StrCat("waiting for ", Plural(needed, "idle worker"), "; ", counts.idle, " idle, ",
+                      counts.busy, " busy, ", counts.lost, " lost");
+}
+
+void JobManager::RunSchedulerPass() {
+  JobsLock lock(this);
+  SweepLocked(Now());
+  std::vector<ActiveJob*> queued;
+  for (auto& [n, job] : jobs_) {
+    if (job.state == QUEUED && !job.pending_end.has_value()) queued.push_back(&job);
+  }
+  if (queued.empty()) return;
+  WorkerCounts counts = registry_.Counts();
+  int64_t smallest = WorkersNeeded(queued.front()->spec);
+  for (const ActiveJob* job : queued) smallest = std::min(smallest, WorkersNeeded(job->spec));
+  // Copy the idle workers only when some queued job can fit.
+  std::vector<WorkerInfo> idle;
+  if (counts.idle >= smallest) idle = registry_.IdleWorkers();
+  // Submission order; a job that does not fit does not hold back smaller ones behind it.
+  for (ActiveJob* job : queued) {
+    const int64_t needed = WorkersNeeded(job->spec);
+    if (static_cast<int64_t>(idle.size()) >= needed) {
+      absl::Status status = Place(*job, &idle, &counts);
+      if (status.ok()) continue;
+      if (status.code() == absl::StatusCode::kInvalidArgument) {
+        EndJob(job->id, FAILED, absl::StrCat("cannot place the job: ", status.message()))
+            .IgnoreError();
+        continue;
+      }
+      Log(absl::StrCat(job->id, ": placement deferred: ", status.ToString()));
+    }
+    const std::string reason = WaitingReason(needed, counts);
+    if (reason != job->reason) {
+      absl::Status status = Transition(*job, QUEUED, reason);
+      if (!status.ok()) Log(absl::StrCat(job->id, ": ", status.ToString()));
+    }
+  }
+}
+
+absl::Status JobManager::Place(ActiveJob& job, std::vector<WorkerInfo>* idle,
+                               WorkerCounts* counts) {
+  ASSIGN_OR_RETURN(PlacementResult placed, PlaceJob(job.spec, *idle));
+  auto assignment = std::make_shared<JobAssignment>();
+  assignment->set_job_id(job.id);
+  *assignment->mutable_spec() = job.spec;
+  *assignment->mutable_placement() = placed.placement;
+  RETURN_IF_ERROR(registry_.Assign(assignment, Now()));
+
+  std::vector<std::string> workers;
+  for (const RankAssignment& r : placed.placement.ranks()) workers.push_back(r.worker_id());
+  const std::string reason =
+      absl::StrCat("placed on ", Plural(workers.size(), "worker"), " (", WorkerList(workers),
+                   "); waiting for ", workers.size() == 1 ? "it" : "them", " to start");
+  absl::Status status = Transition(job, PLACING, reason, &placed.placement);
+  if (!status.ok()) {
+    registry_.CancelJob(job.id, workers);  // undelivered: frees them at once
+    return status;
+  }
+  SetRanks(job, std::move(assignment));
+
+  std::vector<std::string> stages;
+  const Placement& p = placed.placement;
+  for (int s = 0; s < p.stage_costs_size(); ++s) {
+    const RankAssignment& r = p.ranks(s * job.spec.parallel().tp());
+    stages.push_back(absl::StrFormat("pp%d layers [%d, %d) cost %.2f", s, r.first_layer(),
+                                     r.first_layer() + r.num_layers(), p.stage_costs(s)));
+  }
+  Event(job.id, absl::StrCat("stages: ", absl::StrJoin(stages, "; ")));
+  if (placed.split_tp_groups > 0) {
+    Event(job.id, absl::StrCat(Plural(placed.split_tp_groups, "tensor-parallel group"),
+                               " span more than one host"));
+  }
+  const absl::flat_hash_set<std::string> used(workers.begin(), workers.end());
+  idle->erase(std::remove_if(idle->begin(), idle->end(),
+                             [&](const WorkerInfo& w) { return used.contains(w.worker_id()); }),
+              idle->end());
+  counts->idle -= static_cast<int>(workers.size());
+  counts->busy += static_cast<int>(workers.size());
+  return absl::OkStatus();
+}
+
+void JobManager::MarkAcked(ActiveJob& job, const std::string& worker_id) {
+  auto it = job.rank_of.find(worker_id);
+  if (it == job.rank_of.end()) return;
+  job.ranks[it->second].acked = true;
+  if (job.state != PLACING) return;
+  for (const Rank& r : job.ranks) {
+    if (!r.acked) return;
+  }
+  const std::string reason = job.ranks.size() == 1
+                                 ? absl::StrCat("worker ", job.ranks[0].worker_id, " running")
+                                 : absl::StrCat("all ", job.ranks.size(), " workers running");
+  absl::Status status = Transition(job, RUNNING, reason);
+  if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
+}
+
+// --- RPCs ---
+
+absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
+    const RegisterWorkerRequest& request) {
+  const std::string& worker_id = request.worker_id();
+  JobsLock lock(this);
+  const absl::Time now = Now();
+  SweepLocked(now);  // an expired old session's job fails before the id is reused
+
+  std::string attach;
+  std::optional<Delivery> resend;
+  std::string resend_job, abandoned_job;
+  if (!request.running_job_id().empty()) {
+    ActiveJob* job = FindActive(request.running_job_id());
+    if (job != nullptr && job->state != QUEUED && job->rank_of.contains(worker_id)) {
+      attach = job->id;
+    } else {
+      Log(absl::StrCat("worker ", worker_id, " registers running ", request.running_job_id(),
+                       ", which is not its job; it will be told to stop"));
+    }
+  } else {
+    for (auto& [n, job] : jobs_) {
+      if (!job.awaiting.contains(worker_id)) continue;
+      if (job.state == PLACING) {
+        resend = Delivery{job.assignment, job.rank_of.at(worker_id)};
+        resend_job = job.id;
+      } else {
+        abandoned_job = job.id;
+      }
+      break;
+    }
+  }
+  ASSIGN_OR_RETURN(WorkerRegistry::RegisterResult result,
+                   registry_.Register(request, now, attach, resend ? &*resend : nullptr));
+  if (result.replaced.has_value()) HandleFault(*result.replaced);
+  Log(absl::StrCat("worker ", worker_id, result.new_session ? " registered" : " re-registered",
+                   " (session ", request.session_id(), ", ", request.address(), ", host \"",
+                   request.host_label(), "\", ", request.device().kind(), " ",
+                   request.device().name(), ")", attach.empty() ? "" : " running " + attach));
+
+  auto returned = [&](ActiveJob& job, const std::string& what) {
+    if (job.awaiting.erase(worker_id) == 0) return;
+    Event(job.id, absl::StrCat("worker ", worker_id, " ", what, " after the coordinator restart"));
+    if (job.awaiting.empty()) job.recover_deadline = absl::InfiniteFuture();
+  };
+  if (ActiveJob* job = attach.empty() ? nullptr : FindActive(attach)) {
+    returned(*job, absl::StrCat("re-attached at step ", request.running_step()));
+    MarkAcked(*job, worker_id);
+  }
+  if (ActiveJob* job = resend_job.empty() ? nullptr : FindActive(resend_job)) {
+    returned(*job, "came back without the job; assignment sent again");
+  }
+  if (!abandoned_job.empty()) {
+    EndJob(abandoned_job, FAILED,
+           absl::StrCat("coordinator restarted and worker ", worker_id, " re-registered without ",
+                        abandoned_job))
+        .IgnoreError();
+  }
+  Wake();
+  RegisterWorkerResponse response;
+  response.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
+  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  return response;
+}
+
+absl::StatusOr<HeartbeatResponse> JobManager::Heartbeat(const HeartbeatRequest& request) {
+  ASSIGN_OR_RETURN(WorkerRegistry::HeartbeatResult result, registry_.Heartbeat(request, Now()));
+  if (!result.acked_job.empty()) {
+    JobsLock lock(this);
+    if (ActiveJob* job = FindActive(result.acked_job)) MarkAcked(*job, request.worker_id());
+  }
+  if (result.released) Wake();
+  return std::move(result.response);
+}
+
+absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
+    const ReportProgressRequest& request) {
+  if (request.worker_id().empty() || request.job_id().empty()) {
+    return absl::InvalidArgumentError("worker_id and job_id must not be empty");
+  }
+  ReportProgressResponse response;
+  JobsLock lock(this);
+  const absl::Time now = Now();
+  ActiveJob* job = FindActive(request.job_id());
+  if (job == nullptr) {
+    // Unknown: NotFound. Ended (cancelled, or failed by another rank): stop.
+    RETURN_IF_ERROR(store_->GetJob(request.job_id(), /*with_history=*/false).status());
+    response.set_cancelled(true);
+    return response;
+  }
+  auto rank_it = job->rank_of.find(request.worker_id());
+  if (rank_it == job->rank_of.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job->id, " has no rank on worker ", request.worker_id()));
+  }
+  const int rank = rank_it->second;
+  ASSIGN_OR_RETURN(bool first,
+                   registry_.Report(request.worker_id(), request.session_id(), job->id, now));
+  if (first) MarkAcked(*job, request.worker_id());
+  const RankAssignment& where = job->assignment->placement().ranks(rank);
+  const std::string who = absl::StrCat("worker ", request.worker_id(), " (", RankName(where), ")");
+
+  switch (request.report_case()) {
+    case ReportProgressRequest::kStep: {
+      if (rank != job->reporting_rank) break;  // one rank speaks for the job
+      StepMetrics step = request.step();
+      if (step.time_unix_ms() == 0) step.set_time_unix_ms(absl::ToUnixMillis(now));
+      RETURN_IF_ERROR(store_->AppendMetrics(job->id, step));
+      job->last_step = std::max(job->last_step, step.step());
+      to_notify_.push_back(job->id);
+      break;
+    }
+    case ReportProgressRequest::kEvent:
+      RETURN_IF_ERROR(store_
+                          ->AppendEvent(job->id, absl::StrCat(who, ": ", request.event()),
+                                        absl::ToUnixMillis(now))
+                          .status());
+      to_notify_.push_back(job->id);
+      break;
+    case ReportProgressRequest::kOutcome: {
+      const JobOutcome& outcome = request.outcome();
+      registry_.Release(request.worker_id(), job->id);
+      Wake();
+      if (!outcome.succeeded()) {
+        RETURN_IF_ERROR(EndJob(
+            job->id, FAILED,
+            absl::StrCat(
+                who, " failed: ", outcome.error().empty() ? "no error message" : outcome.error())));
+        break;
+      }
+      job->ranks[rank].succeeded = true;
+      if (!outcome.output().empty() && (rank == job->reporting_rank || job->output.empty())) {
+        job->output = outcome.output();
+      }
+      for (const Rank& r : job->ranks) {
+        if (!r.succeeded) return response;
+      }
+      std::string reason = absl::StrCat("finished ", Plural(job->last_step, "step"));
+      if (!job->output.empty()) absl::StrAppend(&reason, "; weights at ", job->output);
+      RETURN_IF_ERROR(EndJob(job->id, SUCCEEDED, reason));
+      break;
+    }
+    case ReportProgressRequest::REPORT_NOT_SET:
+      return absl::InvalidArgumentError("report carries none of step, event, outcome");
+  }
+  return response;
+}
+
+absl::StatusOr<Job> JobManager::SubmitJob(const SubmitJobRequest& request) {
+  const bool has_json = !request.spec_json().empty();
+  if (has_json == request.has_spec()) {
+    return absl::InvalidArgumentError("set exactly one of spec_json and spec");
+  }
+  JobSpec parsed;
+  if (has_json) {
+    ASSIGN_OR_RETURN(parsed, ParseJobSpecJson(request.spec_json()));
+  } else {
+    parsed = request.spec();
+  }
+  ASSIGN_OR_RETURN(JobSpec spec, ValidateAndDefault(std::move(parsed)));
+  const int64_t needed = WorkersNeeded(spec);
+  JobsLock lock(this);
+  const WorkerCounts counts = registry_.Counts();
+  const std::string reason =
+      counts.idle >= needed ? "queued; placing it now" : WaitingReason(needed, counts);
+  ASSIGN_OR_RETURN(Job job, store_->CreateJob(spec, reason, NowMs()));
+  ActiveJob active;
+  active.id = job.id();
+  active.spec = spec;
+  active.state = QUEUED;
+  active.reason = reason;
+  jobs_.emplace(JobNumber(job.id()), std::move(active));
+  Log(absl::StrCat(job.id(), ": submitted \"", spec.name(), "\" needing ", Plural(needed, "worker"),
+                   ": ", reason));
+  Wake();
+  return job;
+}
+
+absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  return store_->GetJob(job_id, /*with_history=*/true);
+}
+
+absl::StatusOr<ListJobsResponse> JobManager::ListJobs(int limit) {
+  ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->ListJobs(std::min(limit, kMaxListedJobs)));
+  ListJobsResponse response;
+  for (Job& job : jobs) *response.add_jobs() = std::move(job);
+  return response;
+}
+
+absl::StatusOr<Job> JobManager::CancelJob(const std::string& job_id, const std::string& reason) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  JobsLock lock(this);
+  if (FindActive(job_id) == nullptr) {
+    ASSIGN_OR_RETURN(Job job, store_->GetJob(job_id, /*with_history=*/false));
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, " already ended ", JobState_Name(job.state()), ": ", job.reason()));
+  }
+  RETURN_IF_ERROR(
+      EndJob(job_id, CANCELLED,
+             reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason)));
+  return store_->GetJob(job_id, /*with_history=*/true);
+}
+
+ListWorkersResponse JobManager::ListWorkers() {
+  ListWorkersResponse response;
+  for (WorkerInfo& w : registry_.List()) *response.add_workers() = std::move(w);
+  return response;
+}
+
+}  // namespace dtrain::coordinator

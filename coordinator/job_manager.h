@@ -1,0 +1,164 @@
+// JobManager: the coordinator's logic behind its RPCs, independent of gRPC. It owns the job
+// store, the worker registry and the watchers' notifier, and runs the scheduler.
+//
+// Job life cycle (every transition is committed to the store with a reason before it is acted
+// on, and wakes the job's watchers):
+//   QUEUED   -> PLACING    enough live idle workers: PlaceJob, assignments queued for heartbeats
+//            (while waiting the reason says so: "waiting for 4 idle workers; 1 idle, 2 busy,
+//            0 lost")
+//   PLACING  -> RUNNING    every assigned worker reported the job (heartbeat running_job_id or a
+//                          progress report)
+//   RUNNING  -> SUCCEEDED  every rank reported a successful outcome
+//   any      -> FAILED     a rank's error outcome ("worker w2 (dp0 pp1 tp0) failed: ..."), a lost
+//                          worker ("worker w3 lost: no heartbeat for 5.0s"), an assignment not
+//                          accepted or a job dropped within a lease, or a coordinator restart
+//                          the job's workers did not come back from within a lease
+//   any      -> CANCELLED  CancelJob
+// When a job ends, its other workers are told to stop in their heartbeat responses.
+//
+// Restart: jobs QUEUED in the store stay queued. PLACING and RUNNING jobs wait one lease for
+// their workers to re-register with running_job_id (they are re-attached and the job goes on);
+// a PLACING job's worker that comes back without it gets its assignment again.
+//
+// Locking: mu_ guards the active jobs and is taken before the registry's and the store's own
+// mutexes, never after. Heartbeat takes only the registry's mutex, except on the rare
+// heartbeat that acknowledges an assignment.
+#ifndef DTRAIN_COORDINATOR_JOB_MANAGER_H_
+#define DTRAIN_COORDINATOR_JOB_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/job_notifier.h"
+#include "coordinator/job_store.h"
+#include "coordinator/worker_registry.h"
+#include "proto/coordinator.pb.h"
+
+namespace dtrain::coordinator {
+
+class JobManager {
+ public:
+  struct Options {
+    absl::Duration lease = absl::Seconds(10);              // --lease
+    absl::Duration heartbeat_interval = absl::Seconds(1);  // told to workers
+    // Longest time between scheduler passes (it also runs when woken by a submit, a register,
+    // a freed worker). Zero: lease / 8, clamped to [10ms, 200ms].
+    absl::Duration tick = absl::ZeroDuration();
+    std::function<absl::Time()> clock;           // default absl::Now
+    std::function<void(absl::string_view)> log;  // default: a timestamped line on stderr
+  };
+
+  // Loads the active jobs of `store` (see Restart above). Does not start the scheduler thread.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(std::unique_ptr<JobStore> store,
+                                                            Options options);
+  ~JobManager();  // Stop()s
+
+  // Starts the scheduler thread; Stop() ends it (bounded: one pass). Both idempotent.
+  void Start();
+  void Stop();
+  // One scheduler pass now: sweep leases, recovery deadlines, place queued jobs. Tests with a
+  // fake clock call this instead of Start().
+  void RunSchedulerPass();
+
+  // --- the RPCs (proto/coordinator.proto documents each) ---
+  absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& request);
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
+  absl::StatusOr<ReportProgressResponse> ReportProgress(const ReportProgressRequest& request);
+  absl::StatusOr<Job> SubmitJob(const SubmitJobRequest& request);
+  absl::StatusOr<Job> GetJob(const std::string& job_id);
+  absl::StatusOr<ListJobsResponse> ListJobs(int limit);  // newest first; 0: 100; at most 1000
+  absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
+  ListWorkersResponse ListWorkers();
+
+  // Watchers read the store and wait on the notifier (see JobNotifier).
+  JobStore& store() { return *store_; }
+  JobNotifier& notifier() { return notifier_; }
+  const Options& options() const { return options_; }
+
+ private:
+  struct Rank {
+    std::string worker_id;
+    bool acked = false;
+    bool succeeded = false;
+  };
+  struct ActiveJob {
+    std::string id;
+    JobSpec spec;
+    JobState state = QUEUED;
+    std::string reason;
+    std::shared_ptr<const JobAssignment> assignment;  // from PLACING on: id, spec, placement
+    std::vector<Rank> ranks;                          // placement order (dp, pp, tp)
+    absl::flat_hash_map<std::string, int> rank_of;    // worker id -> index in ranks
+    int reporting_rank = 0;                           // dp=0, tp=0, last pipeline stage
+    int64_t last_step = 0;
+    std::string output;
+    // After a coordinator restart: workers not back yet, and until when they may come.
+    absl::flat_hash_set<std::string> awaiting;
+    absl::Time recover_deadline = absl::InfiniteFuture();
+    // A final state the store refused (disk full...); retried every pass.
+    std::optional<std::pair<JobState, std::string>> pending_end;
+  };
+
+  class JobsLock;  // mu_, plus the notifications it defers until unlock
+
+  JobManager(std::unique_ptr<JobStore> store, Options options);
+  absl::Status Recover();
+  static void SetRanks(ActiveJob& job, std::shared_ptr<const JobAssignment> assignment);
+
+  absl::Time Now() const { return options_.clock(); }
+  void Log(absl::string_view line) const { options_.log(line); }
+  void Wake();
+  void SchedulerLoop();
+
+  ActiveJob* FindActive(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits a non-final state change, updates memory, logs, notifies.
+  absl::Status Transition(ActiveJob& job, JobState state, const std::string& reason,
+                          const Placement* placement = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits a final state (with the job's output for SUCCEEDED), stops the job's workers and
+  // forgets it. When the store fails the job keeps its state in memory and the pass retries.
+  absl::Status EndJob(const std::string& job_id, JobState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleFault(const WorkerFault& fault) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker reported its job; PLACING -> RUNNING once every rank has.
+  void MarkAcked(ActiveJob& job, const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Places a queued job on `idle` workers (removing those it takes) and moves it to PLACING.
+  absl::Status Place(ActiveJob& job, std::vector<WorkerInfo>* idle, WorkerCounts* counts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string WaitingReason(int64_t needed, const WorkerCounts& counts) const;
+  void Event(const std::string& job_id, const std::string& text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t NowMs() const { return absl::ToUnixMillis(Now()); }
+
+  const Options options_;
+  const std::unique_ptr<JobStore> store_;
+  WorkerRegistry registry_;
+  JobNotifier notifier_;
+
+  absl::Mutex mu_;
+  std::map<int64_t, ActiveJob> jobs_ ABSL_GUARDED_BY(mu_);   // active, by submission number
+  std::vector<std::string> to_notify_ ABSL_GUARDED_BY(mu_);  // watchers to wake on unlock
+  std::vector<std::string> to_forget_ ABSL_GUARDED_BY(mu_);  // ended jobs
+
+  absl::Mutex wake_mu_;
+  bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(wake_mu_) = false;
+  std::thread scheduler_;
+};
+
+}  // namespace dtrain::coordinator
+
+#endif  // DTRAIN_COORDINATOR_JOB_MANAGER_H_

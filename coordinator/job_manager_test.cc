@@ -1,0 +1,469 @@
+#include "coordinator/job_manager.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+const absl::Duration kLease = absl::Seconds(5);
+
+constexpr const char* kSpec = R"({
+  "name": "tiny", "dataset": "/data/tiny.bin", "steps": 3, "batch_size": 4,
+  "model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}})";
+
+std::string TempDb(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, "-", getpid(), ".db");
+  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
+  return path;
+}
+
+// A JobManager on a fresh (or given) database with a clock the test moves by hand.
+class Harness {
+ public:
+  explicit Harness(const std::string& db) : db_(db) { Open(); }
+
+  void Open() {
+    manager_.reset();
+    auto store = JobStore::Open(db_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobManager::Options options;
+    options.lease = kLease;
+    options.clock = [this] {
+      absl::MutexLock lock(&mu_);
+      return now_;
+    };
+    options.log = [this](absl::string_view line) {
+      absl::MutexLock lock(&mu_);
+      log_.emplace_back(line);
+    };
+    auto manager = JobManager::Create(std::move(*store), options);
+    ASSERT_TRUE(manager.ok()) << manager.status();
+    manager_ = std::move(*manager);
+  }
+
+  JobManager& m() { return *manager_; }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+  std::string Log() {
+    absl::MutexLock lock(&mu_);
+    return absl::StrJoin(log_, "\n");
+  }
+
+  absl::StatusOr<Job> Submit(const std::string& json = kSpec) {
+    SubmitJobRequest r;
+    r.set_spec_json(json);
+    return m().SubmitJob(r);
+  }
+  absl::Status Register(const std::string& id, const std::string& session,
+                        const std::string& running = "") {
+    RegisterWorkerRequest r;
+    r.set_worker_id(id);
+    r.set_session_id(session);
+    r.set_address(id + ":7071");
+    r.set_host_label("host");
+    r.set_running_job_id(running);
+    return m().RegisterWorker(r).status();
+  }
+  HeartbeatResponse Beat(const std::string& id, const std::string& session,
+                         const std::string& running = "") {
+    HeartbeatRequest r;
+    r.set_worker_id(id);
+    r.set_session_id(session);
+    r.set_running_job_id(running);
+    absl::StatusOr<HeartbeatResponse> response = m().Heartbeat(r);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? *response : HeartbeatResponse();
+  }
+  absl::StatusOr<ReportProgressResponse> Step(const std::string& id, const std::string& session,
+                                              const std::string& job, int64_t step, double loss) {
+    ReportProgressRequest r;
+    r.set_worker_id(id);
+    r.set_session_id(session);
+    r.set_job_id(job);
+    r.mutable_step()->set_step(step);
+    r.mutable_step()->set_loss(loss);
+    return m().ReportProgress(r);
+  }
+  absl::StatusOr<ReportProgressResponse> Outcome(const std::string& id, const std::string& session,
+                                                 const std::string& job, bool ok,
+                                                 const std::string& text) {
+    ReportProgressRequest r;
+    r.set_worker_id(id);
+    r.set_session_id(session);
+    r.set_job_id(job);
+    r.mutable_outcome()->set_succeeded(ok);
+    (ok ? r.mutable_outcome()->mutable_output() : r.mutable_outcome()->mutable_error())
+        ->assign(text);
+    return m().ReportProgress(r);
+  }
+  Job Get(const std::string& id) {
+    absl::StatusOr<Job> job = m().GetJob(id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : Job();
+  }
+  // Registers a worker and takes it through assignment to running `job`.
+  void StartOn(const std::string& worker, const std::string& job) {
+    m().RunSchedulerPass();
+    HeartbeatResponse hb = Beat(worker, "s-" + worker);
+    ASSERT_TRUE(hb.has_assignment()) << worker;
+    ASSERT_EQ(hb.assignment().job_id(), job);
+    Beat(worker, "s-" + worker, job);
+  }
+
+ private:
+  std::string db_;
+  absl::Mutex mu_;
+  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1700000000);
+  std::vector<std::string> log_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<JobManager> manager_;
+};
+
+std::vector<JobState> States(const Job& job) {
+  std::vector<JobState> states;
+  for (const StateChange& c : job.history()) states.push_back(c.state());
+  return states;
+}
+
+TEST(JobManager, BadSpecListsEveryProblem) {
+  Harness h(TempDb("bad-spec"));
+  absl::StatusOr<Job> job = h.Submit(R"({"steps": 0, "parallel": {"tp": 3},
+      "model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 4, "n_embd": 32}})");
+  ASSERT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(),
+              AllOf(HasSubstr("steps=0 must be positive"), HasSubstr("dataset is required"),
+                    HasSubstr("batch_size=0 must be positive"),
+                    HasSubstr("parallel.tp=3 does not divide model.n_head=4")));
+  EXPECT_EQ(h.Submit("{nope").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.Submit(R"({"stepz": 1})").status().code(), absl::StatusCode::kInvalidArgument);
+  SubmitJobRequest neither;
+  EXPECT_EQ(h.m().SubmitJob(neither).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JobManager, JobRunsFromQueuedToSucceeded) {
+  Harness h(TempDb("happy"));
+  absl::StatusOr<Job> job = h.Submit();
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->id(), "job-000001");
+  EXPECT_EQ(job->state(), QUEUED);
+  EXPECT_EQ(job->reason(), "waiting for 1 idle worker; 0 idle, 0 busy, 0 lost");
+  EXPECT_EQ(job->spec().parallel().schedule(), "1f1b");  // stored defaulted
+
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").state(), PLACING);
+  HeartbeatResponse hb = h.Beat("w1", "s-w1");
+  ASSERT_TRUE(hb.has_assignment());
+  EXPECT_EQ(hb.assignment().rank().worker_id(), "w1");
+  EXPECT_EQ(hb.assignment().rank().num_layers(), 2);
+  EXPECT_EQ(hb.assignment().spec().seed(), 1337u);
+  h.Beat("w1", "s-w1", "job-000001");
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+
+  for (int step = 1; step <= 3; ++step) {
+    absl::StatusOr<ReportProgressResponse> r = h.Step("w1", "s-w1", "job-000001", step, 5.0 - step);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->cancelled());
+  }
+  ASSERT_TRUE(
+      h.Outcome("w1", "s-w1", "job-000001", true, "/runs/job-000001/model.safetensors").ok());
+  Job done = h.Get("job-000001");
+  EXPECT_EQ(done.state(), SUCCEEDED);
+  EXPECT_EQ(done.reason(), "finished 3 steps; weights at /runs/job-000001/model.safetensors");
+  EXPECT_EQ(done.output(), "/runs/job-000001/model.safetensors");
+  EXPECT_EQ(done.latest().step(), 3);
+  EXPECT_THAT(States(done), ElementsAre(QUEUED, PLACING, RUNNING, SUCCEEDED));
+  EXPECT_EQ(h.m().store().MetricsAfter("job-000001", 0)->size(), 3u);
+  EXPECT_EQ(h.m().ListWorkers().workers(0).state(), IDLE);
+}
+
+TEST(JobManager, JobWaitsForEnoughWorkersAndSaysSo) {
+  Harness h(TempDb("waits"));
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  absl::StatusOr<Job> job = h.Submit(absl::StrCat(
+      R"({"parallel": {"dp": 2}, "name": "two", "dataset": "/d", "steps": 1, "batch_size": 2,)",
+      R"("model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}})"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->reason(), "waiting for 2 idle workers; 1 idle, 0 busy, 0 lost");
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").state(), QUEUED);
+  ASSERT_TRUE(h.Register("w2", "s-w2").ok());
+  h.m().RunSchedulerPass();
+  Job placed = h.Get("job-000001");
+  EXPECT_EQ(placed.state(), PLACING);
+  EXPECT_EQ(placed.placement().ranks_size(), 2);
+  // Both must start before the job runs; steps from the dp=1 rank are not recorded.
+  HeartbeatResponse a = h.Beat("w1", "s-w1");
+  HeartbeatResponse b = h.Beat("w2", "s-w2");
+  ASSERT_TRUE(a.has_assignment() && b.has_assignment());
+  h.Beat("w1", "s-w1", "job-000001");
+  EXPECT_EQ(h.Get("job-000001").state(), PLACING);
+  h.Beat("w2", "s-w2", "job-000001");
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+  ASSERT_TRUE(h.Step("w2", "s-w2", "job-000001", 1, 9.0).ok());  // dp=1: ignored
+  EXPECT_THAT(*h.m().store().MetricsAfter("job-000001", 0), IsEmpty());
+  ASSERT_TRUE(h.Step("w1", "s-w1", "job-000001", 1, 4.0).ok());
+  EXPECT_EQ(h.m().store().MetricsAfter("job-000001", 0)->size(), 1u);
+  // One rank done is not the job done.
+  ASSERT_TRUE(h.Outcome("w1", "s-w1", "job-000001", true, "/out").ok());
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+  ASSERT_TRUE(h.Outcome("w2", "s-w2", "job-000001", true, "").ok());
+  EXPECT_EQ(h.Get("job-000001").state(), SUCCEEDED);
+}
+
+TEST(JobManager, ARankErrorFailsTheJobAndStopsTheOthers) {
+  Harness h(TempDb("rank-error"));
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Register("w2", "s-w2").ok());
+  ASSERT_TRUE(
+      h.Submit(
+           absl::StrCat(R"({"parallel": {"pp": 2}, "dataset": "/d", "steps": 1, "batch_size": 2,)",
+                        R"("model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2,)",
+                        R"("n_embd": 32}})"))
+          .ok());
+  h.m().RunSchedulerPass();
+  h.Beat("w1", "s-w1");
+  h.Beat("w2", "s-w2");
+  h.Beat("w1", "s-w1", "job-000001");
+  h.Beat("w2", "s-w2", "job-000001");
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  ASSERT_TRUE(h.Outcome("w2", "s-w2", "job-000001", false, "cannot read /d: no such file").ok());
+  Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), FAILED);
+  EXPECT_EQ(job.reason(), "worker w2 (dp0 pp1 tp0) failed: cannot read /d: no such file");
+  EXPECT_THAT(h.Beat("w1", "s-w1", "job-000001").cancel_job_ids(), ElementsAre("job-000001"));
+  absl::StatusOr<ReportProgressResponse> late = h.Step("w1", "s-w1", "job-000001", 2, 1.0);
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->cancelled());
+}
+
+TEST(JobManager, LostWorkerFailsItsJobNamingTheWorker) {
+  Harness h(TempDb("lost"));
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  h.StartOn("w1", "job-000001");
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  h.Advance(kLease + absl::Milliseconds(500));
+  h.m().RunSchedulerPass();
+  Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), FAILED);
+  EXPECT_EQ(job.reason(), "worker w1 lost: no heartbeat for 5.5s");
+  EXPECT_EQ(h.m().ListWorkers().workers(0).state(), LOST);
+  EXPECT_THAT(h.Log(), HasSubstr("worker w1 lost"));
+  // It comes back: told to register again, then to stop the failed job.
+  EXPECT_TRUE(h.Beat("w1", "s-w1", "job-000001").register_again());
+  ASSERT_TRUE(h.Register("w1", "s-w1", "job-000001").ok());
+  EXPECT_THAT(h.Beat("w1", "s-w1", "job-000001").cancel_job_ids(), ElementsAre("job-000001"));
+}
+
+TEST(JobManager, DuplicateWorkerIdIsRejected) {
+  Harness h(TempDb("dup"));
+  ASSERT_TRUE(h.Register("w1", "s1").ok());
+  absl::Status dup = h.Register("w1", "s2");
+  EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(dup.message(), HasSubstr("w1"));
+}
+
+TEST(JobManager, CancelQueuedAndRunningJobs) {
+  Harness h(TempDb("cancel"));
+  ASSERT_TRUE(h.Submit().ok());
+  absl::StatusOr<Job> cancelled = h.m().CancelJob("job-000001", "");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), CANCELLED);
+  EXPECT_EQ(cancelled->reason(), "cancelled by user");
+  absl::StatusOr<Job> again = h.m().CancelJob("job-000001", "");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(again.status().message(), HasSubstr("already ended CANCELLED"));
+  EXPECT_EQ(h.m().CancelJob("job-000077", "").status().code(), absl::StatusCode::kNotFound);
+
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  h.StartOn("w1", "job-000002");
+  ASSERT_TRUE(h.m().CancelJob("job-000002", "wrong learning rate").ok());
+  EXPECT_EQ(h.Get("job-000002").reason(), "cancelled: wrong learning rate");
+  EXPECT_THAT(h.Beat("w1", "s-w1", "job-000002").cancel_job_ids(), ElementsAre("job-000002"));
+  absl::StatusOr<ReportProgressResponse> r = h.Step("w1", "s-w1", "job-000002", 1, 1.0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->cancelled());
+  // The worker stops; it is idle again and takes the next job.
+  h.Beat("w1", "s-w1");
+  ASSERT_TRUE(h.Submit().ok());
+  h.StartOn("w1", "job-000003");
+  EXPECT_EQ(h.Get("job-000003").state(), RUNNING);
+}
+
+TEST(JobManager, ReportsAreChecked) {
+  Harness h(TempDb("reports"));
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Register("w2", "s-w2").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  h.StartOn("w1", "job-000001");
+  EXPECT_EQ(h.Step("w1", "s-w1", "job-000404", 1, 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(h.Step("w2", "s-w2", "job-000001", 1, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(h.Step("w1", "wrong-session", "job-000001", 1, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ReportProgressRequest empty;
+  empty.set_worker_id("w1");
+  empty.set_session_id("s-w1");
+  empty.set_job_id("job-000001");
+  EXPECT_EQ(h.m().ReportProgress(empty).status().code(), absl::StatusCode::kInvalidArgument);
+  ReportProgressRequest event = empty;
+  event.set_event("loaded 1000 tokens");
+  ASSERT_TRUE(h.m().ReportProgress(event).ok());
+  EXPECT_EQ(h.m().store().EventsFor("job-000001")->back().text,
+            "worker w1 (dp0 pp0 tp0): loaded 1000 tokens");
+}
+
+TEST(JobManager, UnacceptedAssignmentFailsAfterTheLease) {
+  Harness h(TempDb("unaccepted"));
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  h.m().RunSchedulerPass();
+  ASSERT_TRUE(h.Beat("w1", "s-w1").has_assignment());
+  for (int i = 0; i < 6; ++i) {
+    h.Advance(absl::Seconds(1));
+    h.Beat("w1", "s-w1");
+    h.m().RunSchedulerPass();
+  }
+  Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), FAILED);
+  EXPECT_EQ(job.reason(), "worker w1 did not accept its assignment within 5.0s");
+}
+
+TEST(JobManager, RestartKeepsQueuedJobsAndHistory) {
+  const std::string db = TempDb("restart-queued");
+  Harness h(db);
+  ASSERT_TRUE(h.Submit().ok());
+  ASSERT_TRUE(h.Submit().ok());
+  ASSERT_TRUE(h.m().CancelJob("job-000002", "").ok());
+  h.Open();  // coordinator restart
+  Job queued = h.Get("job-000001");
+  EXPECT_EQ(queued.state(), QUEUED);
+  EXPECT_EQ(h.Get("job-000002").state(), CANCELLED);
+  EXPECT_EQ(h.Get("job-000002").history_size(), 2);
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  h.StartOn("w1", "job-000001");
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+  // Ids continue after the restart.
+  EXPECT_EQ(h.Submit()->id(), "job-000003");
+}
+
+TEST(JobManager, RestartReattachesRunningWorkers) {
+  const std::string db = TempDb("restart-running");
+  Harness h(db);
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  h.StartOn("w1", "job-000001");
+  ASSERT_TRUE(h.Step("w1", "s-w1", "job-000001", 1, 4.0).ok());
+  h.Open();  // the coordinator restarts; the worker keeps running
+  EXPECT_TRUE(h.Beat("w1", "s-w1", "job-000001").register_again());
+  ASSERT_TRUE(h.Register("w1", "s-w1", "job-000001").ok());
+  EXPECT_THAT(h.Beat("w1", "s-w1", "job-000001").cancel_job_ids(), IsEmpty());
+  for (int i = 0; i < 4; ++i) {  // past the recovery deadline, heartbeating
+    h.Advance(absl::Seconds(2));
+    h.Beat("w1", "s-w1", "job-000001");
+    h.m().RunSchedulerPass();
+  }
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+  ASSERT_TRUE(h.Step("w1", "s-w1", "job-000001", 2, 3.0).ok());
+  ASSERT_TRUE(h.Outcome("w1", "s-w1", "job-000001", true, "/out").ok());
+  Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), SUCCEEDED);
+  EXPECT_EQ(h.m().store().MetricsAfter("job-000001", 0)->size(), 2u);
+  std::vector<std::string> events;
+  absl::StatusOr<std::vector<JobEvent>> stored = h.m().store().EventsFor("job-000001");
+  ASSERT_TRUE(stored.ok());
+  for (const JobEvent& e : *stored) events.push_back(e.text);
+  EXPECT_THAT(absl::StrJoin(events, "\n"), HasSubstr("worker w1 re-attached at step 0"));
+}
+
+TEST(JobManager, RestartFailsJobsWhoseWorkersDoNotReturn) {
+  const std::string db = TempDb("restart-gone");
+  Harness h(db);
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  h.StartOn("w1", "job-000001");
+  h.Open();
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+  h.Advance(kLease + absl::Milliseconds(1));
+  h.m().RunSchedulerPass();
+  Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), FAILED);
+  EXPECT_EQ(job.reason(),
+            "coordinator restarted and worker w1 did not return within the lease (5.0s)");
+}
+
+TEST(JobManager, RestartResendsAPlacingJobsAssignment) {
+  const std::string db = TempDb("restart-placing");
+  Harness h(db);
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  h.m().RunSchedulerPass();
+  ASSERT_EQ(h.Get("job-000001").state(), PLACING);
+  h.Open();  // restart before the worker heard of the job
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  HeartbeatResponse hb = h.Beat("w1", "s-w1");
+  ASSERT_TRUE(hb.has_assignment());
+  h.Beat("w1", "s-w1", "job-000001");
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+}
+
+TEST(JobManager, Places512RanksOver1000WorkersQuickly) {
+  Harness h(TempDb("big"));
+  for (int i = 0; i < 1000; ++i) {
+    RegisterWorkerRequest r;
+    r.set_worker_id(absl::StrFormat("w%04d", i));
+    r.set_session_id("s");
+    r.set_host_label(absl::StrFormat("host%03d", i / 8));
+    ASSERT_TRUE(h.m().RegisterWorker(r).ok());
+  }
+  absl::StatusOr<Job> job = h.Submit(absl::StrCat(
+      R"({"parallel": {"dp": 8, "pp": 16, "tp": 4}, "dataset": "/d", "steps": 1,)",
+      R"("batch_size": 8, "model": {"vocab_size": 50257, "context": 1024, "n_layer": 48,)",
+      R"("n_head": 16, "n_embd": 1024}})"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const absl::Time start = absl::Now();
+  h.m().RunSchedulerPass();
+  const absl::Duration took = absl::Now() - start;
+  std::printf(
+      "scheduler pass placing 512 ranks over 1000 workers (with the SQLite commit): "
+      "%.3f ms\n",
+      absl::ToDoubleMilliseconds(took));
+  Job placed = h.Get(job->id());
+  EXPECT_EQ(placed.state(), PLACING);
+  EXPECT_EQ(placed.placement().ranks_size(), 512);
+  EXPECT_EQ(h.m().ListWorkers().workers_size(), 1000);
+  // Heartbeats deliver each rank its own assignment.
+  HeartbeatRequest beat;
+  beat.set_worker_id(placed.placement().ranks(511).worker_id());
+  beat.set_session_id("s");
+  absl::StatusOr<HeartbeatResponse> hb = h.m().Heartbeat(beat);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->assignment().rank().dp_rank(), 7);
+  EXPECT_EQ(hb->assignment().placement().ranks_size(), 512);
+}
+
+}  // namespace
+}  // namespace dtrain::coordinator

@@ -1,0 +1,476 @@
+#include "coordinator/job_store.h"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  spec BLOB NOT NULL,
+  state INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  submitted_ms INTEGER NOT NULL,
+  placement BLOB,
+  latest BLOB,
+  output TEXT NOT NULL DEFAULT '');
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
+CREATE TABLE IF NOT EXISTS state_changes (
+  job_id TEXT NOT NULL, seq INTEGER NOT NULL, state INTEGER NOT NULL, reason TEXT NOT NULL,
+  time_ms INTEGER NOT NULL, PRIMARY KEY (job_id, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS metrics (
+  job_id TEXT NOT NULL, step INTEGER NOT NULL, loss REAL, grad_norm REAL, lr REAL,
+  tokens_per_s REAL, time_ms INTEGER NOT NULL, PRIMARY KEY (job_id, step)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+  job_id TEXT NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL, time_ms INTEGER NOT NULL,
+  PRIMARY KEY (job_id, seq)) WITHOUT ROWID;
+)sql";
+
+constexpr const char* kJobColumns =
+    "id, spec, state, reason, submitted_ms, placement, latest, output";
+
+absl::Status SqliteError(int code, absl::string_view path, absl::string_view what,
+                         absl::string_view message) {
+  const std::string text = absl::StrCat("coordinator db ", path, ": ", what, ": ", message);
+  switch (code & 0xff) {
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+      return absl::DataLossError(text);
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(text);
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::UnavailableError(text);
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+    case SQLITE_AUTH:
+      return absl::FailedPreconditionError(text);
+    default:
+      return absl::InternalError(text);
+  }
+}
+
+// A prepared statement, finalized on destruction. Errors carry the database path.
+class Statement {
+ public:
+  Statement(sqlite3* db, const std::string& path, const char* sql) : db_(db), path_(path) {
+    code_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  absl::Status status() const {
+    if (code_ == SQLITE_OK) return absl::OkStatus();
+    return SqliteError(code_, path_, "cannot read it", sqlite3_errmsg(db_));
+  }
+  Statement& Bind(int i, int64_t v) { return Check(sqlite3_bind_int64(stmt_, i, v)); }
+  Statement& Bind(int i, double v) { return Check(sqlite3_bind_double(stmt_, i, v)); }
+  Statement& Bind(int i, absl::string_view v) {
+    return Check(
+        sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  Statement& BindBlob(int i, const std::string& v) {
+    return Check(
+        sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  // True while a row is available; false when done.
+  absl::StatusOr<bool> Step() {
+    if (code_ != SQLITE_OK) return status();
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return SqliteError(rc, path_, sqlite3_sql(stmt_), sqlite3_errmsg(db_));
+  }
+  absl::Status Run() { return Step().status(); }
+
+  int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
+  double Double(int col) { return sqlite3_column_double(stmt_, col); }
+  std::string Text(int col) {
+    const unsigned char* p = sqlite3_column_text(stmt_, col);
+    return p == nullptr
+               ? ""
+               : std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, col));
+  }
+  std::string Blob(int col) {
+    const void* p = sqlite3_column_blob(stmt_, col);
+    return p == nullptr
+               ? ""
+               : std::string(static_cast<const char*>(p), sqlite3_column_bytes(stmt_, col));
+  }
+
+ private:
+  Statement& Check(int rc) {
+    if (code_ == SQLITE_OK && rc != SQLITE_OK) code_ = rc;
+    return *this;
+  }
+  sqlite3* db_;
+  const std::string& path_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int code_ = SQLITE_OK;
+};
+
+absl::Status ParseInto(const std::string& bytes, google::protobuf::MessageLite* message,
+                       absl::string_view job_id, absl::string_view column) {
+  if (message->ParseFromString(bytes)) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(job_id, ": stored ", column, " does not parse"));
+}
+
+// Reads a row selected with kJobColumns.
+absl::StatusOr<Job> ReadJob(Statement& s) {
+  Job job;
+  job.set_id(s.Text(0));
+  RETURN_IF_ERROR(ParseInto(s.Blob(1), job.mutable_spec(), job.id(), "spec"));
+  job.set_state(static_cast<JobState>(s.Int(2)));
+  job.set_reason(s.Text(3));
+  job.set_submitted_unix_ms(s.Int(4));
+  RETURN_IF_ERROR(ParseInto(s.Blob(5), job.mutable_placement(), job.id(), "placement"));
+  RETURN_IF_ERROR(ParseInto(s.Blob(6), job.mutable_latest(), job.id(), "latest"));
+  job.set_output(s.Text(7));
+  return job;
+}
+
+}  // namespace
+
+bool IsFinal(JobState state) { return state == SUCCEEDED || state == FAILED || state == CANCELLED; }
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status status = SqliteError(rc, path, "cannot open",
+                                      db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    sqlite3_close(db);
+    return status;
+  }
+  std::unique_ptr<JobStore> store(new JobStore(path, db));
+  absl::MutexLock lock(&store->mu_);
+  // Another process (an operator's sqlite3 shell) may hold a lock briefly.
+  sqlite3_busy_timeout(db, 5000);
+  {
+    Statement s(db, path, "PRAGMA journal_mode=WAL");
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row || s.Text(0) != "wal") {
+      return absl::FailedPreconditionError(
+          absl::StrCat("coordinator db ", path, ": cannot switch to WAL journal mode"));
+    }
+  }
+  RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
+  {
+    Statement s(db, path, "PRAGMA quick_check(1)");
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row || s.Text(0) != "ok") {
+      return absl::DataLossError(absl::StrCat(
+          "coordinator db ", path, ": damaged (quick_check: ", row ? s.Text(0) : "no answer", ")"));
+    }
+  }
+  {
+    // Refuse to add tables to some other program's database.
+    Statement s(db, path,
+                "SELECT (SELECT COUNT(*) FROM sqlite_master WHERE type='table'), "
+                "(SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='meta')");
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (row && s.Int(0) > 0 && s.Int(1) == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "coordinator db ", path, ": an SQLite database, but not a dtrain coordinator's"));
+    }
+  }
+  RETURN_IF_ERROR(store->Transaction([&]() -> absl::Status {
+    RETURN_IF_ERROR(store->Exec(kSchema));
+    Statement insert(db, path, "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)");
+    RETURN_IF_ERROR(insert.Bind(1, int64_t{kSchemaVersion}).Run());
+    Statement version(db, path, "SELECT value FROM meta WHERE key = 'schema_version'");
+    ASSIGN_OR_RETURN(bool row, version.Step());
+    if (!row || version.Int(0) != kSchemaVersion) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("coordinator db ", path, ": schema version ", row ? version.Int(0) : 0,
+                       ", this coordinator reads version ", kSchemaVersion));
+    }
+    return absl::OkStatus();
+  }));
+  return store;
+}
+
+JobStore::~JobStore() {
+  absl::MutexLock lock(&mu_);
+  sqlite3_close(db_);  // checkpoints the WAL into the main file when it is the last connection
+}
+
+absl::Status JobStore::Exec(const char* sql) {
+  char* message = nullptr;
+  const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &message);
+  if (rc == SQLITE_OK) return absl::OkStatus();
+  absl::Status status =
+      SqliteError(rc, path_, sql, message != nullptr ? message : sqlite3_errstr(rc));
+  sqlite3_free(message);
+  return status;
+}
+
+absl::Status JobStore::Error(absl::string_view what) {
+  return SqliteError(sqlite3_errcode(db_), path_, what, sqlite3_errmsg(db_));
+}
+
+template <typename F>
+absl::Status JobStore::Transaction(F body) {
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  absl::Status status = body();
+  if (status.ok()) status = Exec("COMMIT");
+  if (!status.ok()) Exec("ROLLBACK").IgnoreError();
+  return status;
+}
+
+absl::Status JobStore::CheckJobExists(absl::string_view job_id) {
+  Statement s(db_, path_, "SELECT 1 FROM jobs WHERE id = ?");
+  ASSIGN_OR_RETURN(bool row, s.Bind(1, job_id).Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Job> JobStore::CreateJob(const JobSpec& spec, absl::string_view reason,
+                                        int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  std::string id;
+  RETURN_IF_ERROR(Transaction([&]() -> absl::Status {
+    Statement insert(db_, path_,
+                     "INSERT INTO jobs (id, spec, state, reason, submitted_ms) "
+                     "VALUES ('', ?, ?, ?, ?)");
+    RETURN_IF_ERROR(insert.BindBlob(1, spec.SerializeAsString())
+                        .Bind(2, int64_t{QUEUED})
+                        .Bind(3, reason)
+                        .Bind(4, now_ms)
+                        .Run());
+    id = absl::StrFormat("job-%06d", sqlite3_last_insert_rowid(db_));
+    Statement name(db_, path_, "UPDATE jobs SET id = ? WHERE seq = ?");
+    RETURN_IF_ERROR(name.Bind(1, id).Bind(2, int64_t{sqlite3_last_insert_rowid(db_)}).Run());
+    Statement history(db_, path_, "INSERT INTO state_changes VALUES (?, 1, ?, ?, ?)");
+    return history.Bind(1, id).Bind(2, int64_t{QUEUED}).Bind(3, reason).Bind(4, now_ms).Run();
+  }));
+  Job job;
+  job.set_id(id);
+  *job.mutable_spec() = spec;
+  job.set_state(QUEUED);
+  job.set_reason(std::string(reason));
+  job.set_submitted_unix_ms(now_ms);
+  StateChange* change = job.add_history();
+  change->set_state(QUEUED);
+  change->set_reason(std::string(reason));
+  change->set_time_unix_ms(now_ms);
+  return job;
+}
+
+absl::Status JobStore::UpdateState(absl::string_view job_id, JobState state,
+                                   absl::string_view reason, int64_t now_ms,
+                                   const Placement* placement, const std::string* output) {
+  absl::MutexLock lock(&mu_);
+  return Transaction([&]() -> absl::Status {
+    Statement current(db_, path_, "SELECT state FROM jobs WHERE id = ?");
+    ASSIGN_OR_RETURN(bool row, current.Bind(1, job_id).Step());
+    if (!row) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    const auto from = static_cast<JobState>(current.Int(0));
+    if (IsFinal(from)) {
+      return absl::FailedPreconditionError(absl::StrCat(job_id, " already ended ",
+                                                        JobState_Name(from), "; cannot move it to ",
+                                                        JobState_Name(state)));
+    }
+    Statement update(db_, path_, "UPDATE jobs SET state = ?, reason = ? WHERE id = ?");
+    RETURN_IF_ERROR(update.Bind(1, int64_t{state}).Bind(2, reason).Bind(3, job_id).Run());
+    Statement history(db_, path_,
+                      "INSERT INTO state_changes SELECT ?, IFNULL(MAX(seq), 0) + 1, ?, ?, ? "
+                      "FROM state_changes WHERE job_id = ?");
+    RETURN_IF_ERROR(history.Bind(1, job_id)
+                        .Bind(2, int64_t{state})
+                        .Bind(3, reason)
+                        .Bind(4, now_ms)
+                        .Bind(5, job_id)
+                        .Run());
+    if (placement != nullptr) {
+      Statement s(db_, path_, "UPDATE jobs SET placement = ? WHERE id = ?");
+      RETURN_IF_ERROR(s.BindBlob(1, placement->SerializeAsString()).Bind(2, job_id).Run());
+    }
+    if (output != nullptr) {
+      Statement s(db_, path_, "UPDATE jobs SET output = ? WHERE id = ?");
+      RETURN_IF_ERROR(s.Bind(1, *output).Bind(2, job_id).Run());
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status JobStore::SetPlacement(absl::string_view job_id, const Placement& placement) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckJobExists(job_id));
+  Statement s(db_, path_, "UPDATE jobs SET placement = ? WHERE id = ?");
+  return s.BindBlob(1, placement.SerializeAsString()).Bind(2, job_id).Run();
+}
+
+absl::Status JobStore::SetOutput(absl::string_view job_id, absl::string_view output) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckJobExists(job_id));
+  Statement s(db_, path_, "UPDATE jobs SET output = ? WHERE id = ?");
+  return s.Bind(1, output).Bind(2, job_id).Run();
+}
+
+absl::Status JobStore::AppendMetrics(absl::string_view job_id, const StepMetrics& step) {
+  absl::MutexLock lock(&mu_);
+  return Transaction([&]() -> absl::Status {
+    Statement latest(db_, path_, "UPDATE jobs SET latest = ? WHERE id = ?");
+    RETURN_IF_ERROR(latest.BindBlob(1, step.SerializeAsString()).Bind(2, job_id).Run());
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    Statement insert(db_, path_, "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)");
+    return insert.Bind(1, job_id)
+        .Bind(2, step.step())
+        .Bind(3, step.loss())
+        .Bind(4, step.grad_norm())
+        .Bind(5, step.learning_rate())
+        .Bind(6, step.tokens_per_s())
+        .Bind(7, step.time_unix_ms())
+        .Run();
+  });
+}
+
+absl::StatusOr<int64_t> JobStore::AppendEvent(absl::string_view job_id, absl::string_view text,
+                                              int64_t now_ms) {
+  absl::MutexLock lock(&mu_);
+  int64_t seq = 0;
+  RETURN_IF_ERROR(Transaction([&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckJobExists(job_id));
+    Statement insert(db_, path_,
+                     "INSERT INTO events SELECT ?, IFNULL(MAX(seq), 0) + 1, ?, ? "
+                     "FROM events WHERE job_id = ? RETURNING seq");
+    ASSIGN_OR_RETURN(bool row,
+                     insert.Bind(1, job_id).Bind(2, text).Bind(3, now_ms).Bind(4, job_id).Step());
+    if (row) seq = insert.Int(0);
+    return insert.Run();  // finish the statement before COMMIT
+  }));
+  return seq;
+}
+
+absl::StatusOr<Job> JobStore::GetJob(absl::string_view job_id, bool with_history) {
+  absl::MutexLock lock(&mu_);
+  const std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?");
+  Statement s(db_, path_, sql.c_str());
+  ASSIGN_OR_RETURN(bool row, s.Bind(1, job_id).Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  ASSIGN_OR_RETURN(Job job, ReadJob(s));
+  if (with_history) {
+    Statement h(db_, path_,
+                "SELECT state, reason, time_ms FROM state_changes WHERE job_id = ? ORDER BY seq");
+    h.Bind(1, job_id);
+    while (true) {
+      ASSIGN_OR_RETURN(bool more, h.Step());
+      if (!more) break;
+      StateChange* change = job.add_history();
+      change->set_state(static_cast<JobState>(h.Int(0)));
+      change->set_reason(h.Text(1));
+      change->set_time_unix_ms(h.Int(2));
+    }
+  }
+  return job;
+}
+
+absl::StatusOr<std::vector<Job>> JobStore::ListJobs(int limit) {
+  if (limit <= 0) limit = 100;
+  absl::MutexLock lock(&mu_);
+  const std::string sql =
+      absl::StrCat("SELECT ", kJobColumns, " FROM jobs ORDER BY seq DESC LIMIT ?");
+  Statement s(db_, path_, sql.c_str());
+  s.Bind(1, int64_t{limit});
+  std::vector<Job> jobs;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(Job job, ReadJob(s));
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+absl::StatusOr<std::vector<Job>> JobStore::JobsInStates(absl::Span<const JobState> states) {
+  std::vector<std::string> numbers;
+  for (JobState state : states) numbers.push_back(absl::StrCat(static_cast<int>(state)));
+  const std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE state IN (",
+                                       absl::StrJoin(numbers, ","), ") ORDER BY seq");
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, path_, sql.c_str());
+  std::vector<Job> jobs;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(Job job, ReadJob(s));
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+absl::StatusOr<std::vector<StepMetrics>> JobStore::MetricsAfter(absl::string_view job_id,
+                                                                int64_t after_step, int limit) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, path_,
+              "SELECT step, loss, grad_norm, lr, tokens_per_s, time_ms FROM metrics "
+              "WHERE job_id = ? AND step > ? ORDER BY step LIMIT ?");
+  s.Bind(1, job_id).Bind(2, after_step).Bind(3, int64_t{limit});
+  std::vector<StepMetrics> steps;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    StepMetrics& m = steps.emplace_back();
+    m.set_step(s.Int(0));
+    m.set_loss(s.Double(1));
+    m.set_grad_norm(s.Double(2));
+    m.set_learning_rate(s.Double(3));
+    m.set_tokens_per_s(s.Double(4));
+    m.set_time_unix_ms(s.Int(5));
+  }
+  return steps;
+}
+
+absl::StatusOr<std::vector<HistoryEntry>> JobStore::HistoryAfter(absl::string_view job_id,
+                                                                 int64_t after_seq) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, path_,
+              "SELECT seq, state, reason, time_ms FROM state_changes "
+              "WHERE job_id = ? AND seq > ? ORDER BY seq");
+  s.Bind(1, job_id).Bind(2, after_seq);
+  std::vector<HistoryEntry> entries;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    HistoryEntry& e = entries.emplace_back();
+    e.seq = s.Int(0);
+    e.change.set_state(static_cast<JobState>(s.Int(1)));
+    e.change.set_reason(s.Text(2));
+    e.change.set_time_unix_ms(s.Int(3));
+  }
+  return entries;
+}
+
+absl::StatusOr<std::vector<JobEvent>> JobStore::EventsAfter(absl::string_view job_id,
+                                                            int64_t after_seq, int limit) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, path_,
+              "SELECT seq, text, time_ms FROM events WHERE job_id = ? AND seq > ? "
+              "ORDER BY seq LIMIT ?");
+  s.Bind(1, job_id).Bind(2, after_seq).Bind(3, int64_t{limit});
+  std::vector<JobEvent> events;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    events.push_back(JobEvent{s.Int(0), s.Text(1), s.Int(2)});
+  }
+  return events;
+}
+
+}  // namespace dtrain::coordinator

@@ -1,0 +1,258 @@
+#include "coordinator/job_store.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A fresh database path under the test's temporary directory.
+std::string TempDb(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, "-", getpid(), ".db");
+  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
+  return path;
+}
+
+JobSpec Spec(const std::string& name) {
+  JobSpec spec;
+  spec.set_name(name);
+  spec.set_dataset("/d.bin");
+  spec.set_steps(10);
+  return spec;
+}
+
+StepMetrics Step(int64_t step, double loss) {
+  StepMetrics m;
+  m.set_step(step);
+  m.set_loss(loss);
+  m.set_grad_norm(1.5);
+  m.set_learning_rate(1e-3);
+  m.set_tokens_per_s(1000);
+  m.set_time_unix_ms(step * 10);
+  return m;
+}
+
+TEST(JobStore, CreateAssignsIncreasingIds) {
+  auto store = JobStore::Open(TempDb("ids"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<Job> a = (*store)->CreateJob(Spec("a"), "queued", 100);
+  absl::StatusOr<Job> b = (*store)->CreateJob(Spec("b"), "queued", 200);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->id(), "job-000001");
+  EXPECT_EQ(b->id(), "job-000002");
+  EXPECT_EQ(a->state(), QUEUED);
+  ASSERT_EQ(a->history_size(), 1);
+  EXPECT_EQ(a->history(0).reason(), "queued");
+}
+
+TEST(JobStore, UpdateStateAppendsHistoryAndKeepsFinalStatesFinal) {
+  auto store = JobStore::Open(TempDb("history"));
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  ASSERT_TRUE(s.CreateJob(Spec("a"), "queued", 1).ok());
+  Placement placement;
+  placement.add_ranks()->set_worker_id("w1");
+  ASSERT_TRUE(s.UpdateState("job-000001", PLACING, "placed on w1", 2, &placement).ok());
+  ASSERT_TRUE(s.UpdateState("job-000001", RUNNING, "all 1 workers running", 3).ok());
+  const std::string output = "/out/model.safetensors";
+  ASSERT_TRUE(s.UpdateState("job-000001", SUCCEEDED, "done", 4, nullptr, &output).ok());
+
+  absl::Status again = s.UpdateState("job-000001", FAILED, "late", 5);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(again.message(), HasSubstr("already ended SUCCEEDED"));
+  EXPECT_EQ(s.UpdateState("job-999999", RUNNING, "x", 5).code(), absl::StatusCode::kNotFound);
+
+  absl::StatusOr<Job> job = s.GetJob("job-000001");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), SUCCEEDED);
+  EXPECT_EQ(job->reason(), "done");
+  EXPECT_EQ(job->output(), output);
+  EXPECT_EQ(job->placement().ranks(0).worker_id(), "w1");
+  ASSERT_EQ(job->history_size(), 4);
+  EXPECT_EQ(job->history(1).state(), PLACING);
+  EXPECT_EQ(job->history(3).time_unix_ms(), 4);
+
+  absl::StatusOr<std::vector<HistoryEntry>> after = s.HistoryAfter("job-000001", 2);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 2u);
+  EXPECT_EQ((*after)[0].seq, 3);
+  EXPECT_EQ((*after)[0].change.state(), RUNNING);
+}
+
+TEST(JobStore, MetricsAndEvents) {
+  auto store = JobStore::Open(TempDb("metrics"));
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  ASSERT_TRUE(s.CreateJob(Spec("a"), "queued", 1).ok());
+  for (int i = 1; i <= 5; ++i) ASSERT_TRUE(s.AppendMetrics("job-000001", Step(i, 10 - i)).ok());
+  ASSERT_TRUE(s.AppendMetrics("job-000001", Step(5, 4.5)).ok());  // reported again: replaced
+  EXPECT_EQ(s.AppendMetrics("job-000404", Step(1, 1)).code(), absl::StatusCode::kNotFound);
+
+  absl::StatusOr<std::vector<StepMetrics>> steps = s.MetricsAfter("job-000001", 2);
+  ASSERT_TRUE(steps.ok());
+  ASSERT_EQ(steps->size(), 3u);
+  EXPECT_EQ((*steps)[0].step(), 3);
+  EXPECT_DOUBLE_EQ((*steps)[0].loss(), 7);
+  EXPECT_DOUBLE_EQ((*steps)[2].loss(), 4.5);
+  EXPECT_EQ(s.MetricsAfter("job-000001", 0, 2)->size(), 2u);
+  EXPECT_EQ(s.GetJob("job-000001")->latest().step(), 5);
+
+  EXPECT_EQ(*s.AppendEvent("job-000001", "loaded data", 7), 1);
+  EXPECT_EQ(*s.AppendEvent("job-000001", "checkpoint at step 5", 8), 2);
+  EXPECT_EQ(s.AppendEvent("job-000404", "x", 1).status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<std::vector<JobEvent>> events = s.EventsFor("job-000001");
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[1].text, "checkpoint at step 5");
+  EXPECT_EQ(s.EventsAfter("job-000001", 1)->size(), 1u);
+}
+
+TEST(JobStore, ListsNewestFirstAndFindsJobsByState) {
+  auto store = JobStore::Open(TempDb("list"));
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(s.CreateJob(Spec(absl::StrCat(i)), "q", i).ok());
+  ASSERT_TRUE(s.UpdateState("job-000002", PLACING, "p", 10).ok());
+  ASSERT_TRUE(s.UpdateState("job-000003", CANCELLED, "c", 10).ok());
+
+  absl::StatusOr<std::vector<Job>> jobs = s.ListJobs(3);
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 3u);
+  EXPECT_EQ((*jobs)[0].id(), "job-000005");
+  EXPECT_EQ((*jobs)[0].history_size(), 0);
+  EXPECT_EQ(s.ListJobs(0)->size(), 5u);
+
+  absl::StatusOr<std::vector<Job>> active = s.JobsInStates({QUEUED, PLACING, RUNNING});
+  ASSERT_TRUE(active.ok());
+  std::vector<std::string> ids;
+  for (const Job& j : *active) ids.push_back(j.id());
+  EXPECT_THAT(ids, ::testing::ElementsAre("job-000001", "job-000002", "job-000004", "job-000005"));
+  EXPECT_EQ(s.GetJob("job-000404").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(JobStore, EverythingSurvivesReopen) {
+  const std::string path = TempDb("reopen");
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->CreateJob(Spec("a"), "queued", 1).ok());
+    ASSERT_TRUE((*store)->CreateJob(Spec("b"), "queued", 2).ok());
+    ASSERT_TRUE((*store)->UpdateState("job-000002", RUNNING, "r", 3).ok());
+    ASSERT_TRUE((*store)->AppendMetrics("job-000002", Step(1, 5)).ok());
+    ASSERT_TRUE((*store)->AppendEvent("job-000002", "hello", 4).ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  JobStore& s = **store;
+  absl::StatusOr<Job> a = s.GetJob("job-000001");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->state(), QUEUED);
+  EXPECT_EQ(a->spec().name(), "a");
+  absl::StatusOr<Job> b = s.GetJob("job-000002");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->state(), RUNNING);
+  EXPECT_EQ(b->history_size(), 2);
+  EXPECT_EQ(s.MetricsAfter("job-000002", 0)->size(), 1u);
+  EXPECT_EQ(s.EventsFor("job-000002")->size(), 1u);
+  // The id counter continues.
+  EXPECT_EQ(s.CreateJob(Spec("c"), "queued", 5)->id(), "job-000003");
+}
+
+TEST(JobStore, GarbageFileIsAClearErrorNamingThePath) {
+  const std::string path = TempDb("garbage");
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 200; ++i) out << "this is not an sqlite database, it is a text file\n";
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(store.status().message(), HasSubstr(path));
+  EXPECT_THAT(store.status().message(), HasSubstr("not a database"));
+}
+
+TEST(JobStore, UnopenablePathIsAClearError) {
+  const std::string path = "/nonexistent-dir-dtrain/sub/coordinator.db";
+  auto store = JobStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), HasSubstr(path));
+}
+
+TEST(JobStore, RefusesAnotherProgramsDatabase) {
+  const std::string path = TempDb("foreign");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE users (name TEXT)", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto store = JobStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), HasSubstr("not a dtrain coordinator's"));
+}
+
+TEST(JobStore, TruncatedDatabaseIsDataLossNotACrash) {
+  const std::string path = TempDb("truncated");
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->CreateJob(Spec("a"), "queued", 1).ok());
+    for (int i = 1; i <= 400; ++i) {
+      ASSERT_TRUE((*store)->AppendMetrics("job-000001", Step(i, 1)).ok());
+    }
+  }
+  ASSERT_EQ(truncate(path.c_str(), 8192), 0);
+  auto store = JobStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
+  EXPECT_THAT(store.status().message(), HasSubstr(path));
+}
+
+TEST(JobStore, ConcurrentReadersSeeConsistentJobs) {
+  auto store = JobStore::Open(TempDb("concurrent"));
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  ASSERT_TRUE(s.CreateJob(Spec("a"), "queued", 1).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0}, reads{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 4; ++r) {
+    readers.emplace_back([&] {
+      while (!stop.load()) {
+        absl::StatusOr<Job> job = s.GetJob("job-000001");
+        // The latest step and the metrics rows are written in one transaction.
+        absl::StatusOr<std::vector<StepMetrics>> steps = s.MetricsAfter("job-000001", 0, 100000);
+        if (!job.ok() || !steps.ok()) ++bad;
+        if (job.ok() && steps.ok() && static_cast<int64_t>(steps->size()) < job->latest().step()) {
+          ++bad;
+        }
+        ++reads;
+      }
+    });
+  }
+  for (int i = 1; i <= 50; ++i) ASSERT_TRUE(s.AppendMetrics("job-000001", Step(i, 1)).ok());
+  stop = true;
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(s.MetricsAfter("job-000001", 0, 1000)->size(), 50u);
+}
+
+}  // namespace
+}  // namespace dtrain::coordinator

@@ -1,0 +1,307 @@
+#include "coordinator/placement.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "coordinator/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<WorkerInfo> Workers(int n, int per_host) {
+  std::vector<WorkerInfo> workers;
+  for (int i = 0; i < n; ++i) {
+    WorkerInfo& w = workers.emplace_back();
+    w.set_worker_id(absl::StrFormat("w%04d", i));
+    w.set_address(absl::StrFormat("10.0.%d.%d:7071", i / per_host, i % per_host));
+    w.set_host_label(absl::StrFormat("host%03d", i / per_host));
+  }
+  return workers;
+}
+
+JobSpec Spec(int n_layer, int dp, int pp, int tp, int vocab = 256, int n_embd = 64) {
+  JobSpec spec;
+  spec.mutable_model()->set_vocab_size(vocab);
+  spec.mutable_model()->set_context(64);
+  spec.mutable_model()->set_n_layer(n_layer);
+  spec.mutable_model()->set_n_head(8);
+  spec.mutable_model()->set_n_embd(n_embd);
+  spec.set_dataset("/d.bin");
+  spec.set_steps(1);
+  spec.set_batch_size(dp);
+  spec.mutable_parallel()->set_dp(dp);
+  spec.mutable_parallel()->set_pp(pp);
+  spec.mutable_parallel()->set_tp(tp);
+  absl::StatusOr<JobSpec> valid = ValidateAndDefault(spec);
+  EXPECT_TRUE(valid.ok()) << valid.status();
+  return valid.ok() ? *valid : spec;
+}
+
+std::string HostOf(const std::vector<WorkerInfo>& workers, const std::string& id) {
+  for (const WorkerInfo& w : workers) {
+    if (w.worker_id() == id) return w.host_label();
+  }
+  return "?";
+}
+
+// --- layer partition ---
+
+TEST(PartitionLayers, EqualBlocksSplitEvenly) {
+  absl::StatusOr<LayerPartition> p = PartitionLayers(12, 4, {0, 0});
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(p->num_layers, ElementsAre(3, 3, 3, 3));
+  EXPECT_THAT(p->costs, ElementsAre(3, 3, 3, 3));
+}
+
+TEST(PartitionLayers, RemainderGoesToTheFirstStages) {
+  absl::StatusOr<LayerPartition> p = PartitionLayers(10, 4, {0, 0});
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(p->num_layers, ElementsAre(3, 3, 2, 2));
+}
+
+TEST(PartitionLayers, HeadCostMovesLayersOffTheLastStage) {
+  // 8 blocks and a head worth 2: 5 | 3+2, both cost 5.
+  absl::StatusOr<LayerPartition> p = PartitionLayers(8, 2, {0, 2});
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(p->num_layers, ElementsAre(5, 3));
+  EXPECT_THAT(p->costs, ElementsAre(5, 5));
+}
+
+TEST(PartitionLayers, EmbeddingCostMovesLayersOffTheFirstStage) {
+  // 9 blocks, embedding worth 3, 3 stages: 2+3 | 4 | 3 would be max 5; best is max 4:
+  // 1+3 | 4 | 4.
+  absl::StatusOr<LayerPartition> p = PartitionLayers(9, 3, {3, 0});
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(p->num_layers, ElementsAre(1, 4, 4));
+  EXPECT_DOUBLE_EQ(*std::max_element(p->costs.begin(), p->costs.end()), 4);
+}
+
+TEST(PartitionLayers, HeadHeavierThanAStageStillGetsOneLayer) {
+  // GPT-2 small: the head is worth 4.46 blocks; the last stage keeps one layer (cost 5.46)
+  // and the other 11 layers spread evenly over the first three.
+  JobSpec spec = Spec(12, 1, 4, 1, 50257, 768);
+  spec.set_seq_len(1024);
+  StageCostModel cost = CostModelFor(spec.model(), 1024);
+  EXPECT_NEAR(cost.head, 50257.0 / (12 * 768 + 2 * 1024), 1e-9);
+  EXPECT_NEAR(cost.embed, 0, 1e-3);
+  absl::StatusOr<LayerPartition> p = PartitionLayers(12, 4, cost);
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(p->num_layers, ElementsAre(3, 4, 4, 1));
+  EXPECT_NEAR(p->costs[3], 1 + cost.head, 1e-9);
+}
+
+TEST(PartitionLayers, OneChunkHoldsEverything) {
+  absl::StatusOr<LayerPartition> p = PartitionLayers(7, 1, {0.5, 0.25});
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(p->num_layers, ElementsAre(7));
+  EXPECT_THAT(p->costs, ElementsAre(7.75));
+}
+
+TEST(PartitionLayers, OneLayerPerChunk) {
+  absl::StatusOr<LayerPartition> p = PartitionLayers(5, 5, {0.1, 3});
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(p->num_layers, ElementsAre(1, 1, 1, 1, 1));
+}
+
+TEST(PartitionLayers, MinimisesTheLargestStageAgainstBruteForce) {
+  // Every split of n layers into k chunks, for small n and k, against the closed form.
+  for (double head : {0.0, 0.3, 1.0, 2.5, 7.0}) {
+    for (int n = 1; n <= 9; ++n) {
+      for (int k = 1; k <= n; ++k) {
+        StageCostModel cost{0.05, head};
+        absl::StatusOr<LayerPartition> p = PartitionLayers(n, k, cost);
+        ASSERT_TRUE(p.ok());
+        ASSERT_EQ(std::accumulate(p->num_layers.begin(), p->num_layers.end(), 0), n);
+        const double got = *std::max_element(p->costs.begin(), p->costs.end());
+        // Brute force over compositions of n into k positive parts.
+        double best = 1e9;
+        std::vector<int> parts(k, 1);
+        std::function<void(int, int)> rec = [&](int i, int left) {
+          if (i == k - 1) {
+            parts[i] = left;
+            double worst = 0;
+            for (int j = 0; j < k; ++j) {
+              worst = std::max(worst,
+                               parts[j] + (j == 0 ? cost.embed : 0) + (j == k - 1 ? cost.head : 0));
+            }
+            best = std::min(best, worst);
+            return;
+          }
+          for (int take = 1; take <= left - (k - 1 - i); ++take) {
+            parts[i] = take;
+            rec(i + 1, left - take);
+          }
+        };
+        rec(0, n);
+        EXPECT_NEAR(got, best, 1e-9) << "n=" << n << " k=" << k << " head=" << head;
+      }
+    }
+  }
+}
+
+TEST(PartitionLayers, MoreChunksThanLayersIsInvalid) {
+  EXPECT_EQ(PartitionLayers(3, 4, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PartitionLayers(3, 0, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// --- rank placement ---
+
+TEST(PlaceJob, SingleRankTakesTheFirstWorker) {
+  std::vector<WorkerInfo> workers = Workers(3, 1);
+  absl::StatusOr<PlacementResult> r = PlaceJob(Spec(4, 1, 1, 1), workers);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->placement.ranks_size(), 1);
+  EXPECT_EQ(r->placement.ranks(0).worker_id(), "w0000");
+  EXPECT_EQ(r->placement.ranks(0).worker_address(), "10.0.0.0:7071");
+  EXPECT_EQ(r->placement.ranks(0).first_layer(), 0);
+  EXPECT_EQ(r->placement.ranks(0).num_layers(), 4);
+  EXPECT_EQ(r->placement.stage_costs_size(), 1);
+}
+
+TEST(PlaceJob, RanksAreOrderedDpPpTpWithStageLayers) {
+  std::vector<WorkerInfo> workers = Workers(8, 8);
+  absl::StatusOr<PlacementResult> r = PlaceJob(Spec(8, 2, 2, 2), workers);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const Placement& p = r->placement;
+  ASSERT_EQ(p.ranks_size(), 8);
+  std::set<std::string> used;
+  for (int i = 0; i < 8; ++i) {
+    const RankAssignment& rank = p.ranks(i);
+    EXPECT_EQ(rank.dp_rank(), i / 4);
+    EXPECT_EQ(rank.pp_rank(), (i / 2) % 2);
+    EXPECT_EQ(rank.tp_rank(), i % 2);
+    EXPECT_EQ(rank.first_layer(), rank.pp_rank() == 0 ? 0 : 4);
+    EXPECT_EQ(rank.num_layers(), 4);
+    EXPECT_TRUE(rank.chunks().empty());
+    used.insert(rank.worker_id());
+  }
+  EXPECT_EQ(used.size(), 8u);
+  EXPECT_EQ(p.stage_costs_size(), 2);
+}
+
+TEST(PlaceJob, KeepsEachTensorParallelGroupOnOneHost) {
+  // 3 hosts of 4 workers; tp=4 groups must each land on one host.
+  std::vector<WorkerInfo> workers = Workers(12, 4);
+  absl::StatusOr<PlacementResult> r = PlaceJob(Spec(4, 1, 2, 4), workers);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->split_tp_groups, 0);
+  for (int g = 0; g < 2; ++g) {
+    const std::string host = HostOf(workers, r->placement.ranks(g * 4).worker_id());
+    for (int t = 1; t < 4; ++t) {
+      EXPECT_EQ(HostOf(workers, r->placement.ranks(g * 4 + t).worker_id()), host);
+    }
+  }
+}
+
+TEST(PlaceJob, PrefersWholeHostsOverFragments) {
+  // host A has 3 idle, host B 2, host C 2: tp=2 x 2 groups fit whole on hosts; none split.
+  std::vector<WorkerInfo> workers;
+  for (const auto& [id, host] : std::vector<std::pair<std::string, std::string>>{
+           {"a1", "A"}, {"a2", "A"}, {"a3", "A"}, {"b1", "B"}, {"b2", "B"}, {"c1", "C"}}) {
+    WorkerInfo& w = workers.emplace_back();
+    w.set_worker_id(id);
+    w.set_host_label(host);
+  }
+  absl::StatusOr<PlacementResult> r = PlaceJob(Spec(4, 2, 1, 2), workers);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->split_tp_groups, 0);
+  EXPECT_EQ(r->placement.ranks(0).worker_id(), "a1");
+  EXPECT_EQ(r->placement.ranks(1).worker_id(), "a2");
+  EXPECT_EQ(r->placement.ranks(2).worker_id(), "b1");
+  EXPECT_EQ(r->placement.ranks(3).worker_id(), "b2");
+}
+
+TEST(PlaceJob, FallsBackAcrossHostsWhenNoHostHasRoom) {
+  // 4 hosts of 1 worker each, tp=2: the groups must span hosts, and say so.
+  std::vector<WorkerInfo> workers = Workers(4, 1);
+  absl::StatusOr<PlacementResult> r = PlaceJob(Spec(4, 1, 2, 2), workers);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->split_tp_groups, 2);
+  EXPECT_EQ(r->placement.ranks_size(), 4);
+}
+
+TEST(PlaceJob, IsDeterministicWhateverTheInputOrder) {
+  std::vector<WorkerInfo> workers = Workers(40, 4);
+  absl::StatusOr<PlacementResult> first = PlaceJob(Spec(8, 2, 2, 2), workers);
+  ASSERT_TRUE(first.ok());
+  std::reverse(workers.begin(), workers.end());
+  std::rotate(workers.begin(), workers.begin() + 7, workers.end());
+  absl::StatusOr<PlacementResult> second = PlaceJob(Spec(8, 2, 2, 2), workers);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(first->placement.SerializeAsString(), second->placement.SerializeAsString());
+}
+
+TEST(PlaceJob, TooFewWorkersSaysHowMany) {
+  std::vector<WorkerInfo> workers = Workers(3, 1);
+  absl::StatusOr<PlacementResult> r = PlaceJob(Spec(8, 2, 2, 2), workers);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(), HasSubstr("needs 8 workers, 3 idle"));
+  EXPECT_EQ(PlaceJob(Spec(4, 1, 1, 1), {}).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(PlaceJob, DuplicateWorkerIdsAreRejected) {
+  std::vector<WorkerInfo> workers = Workers(3, 1);
+  workers[2].set_worker_id("w0000");
+  EXPECT_EQ(PlaceJob(Spec(4, 1, 1, 1), workers).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlaceJob, InterleavedRanksGetTheirChunks) {
+  JobSpec spec = Spec(8, 1, 2, 1);
+  spec.mutable_parallel()->set_schedule("interleaved");
+  spec.mutable_parallel()->set_virtual_stages(2);
+  std::vector<WorkerInfo> workers = Workers(2, 2);
+  absl::StatusOr<PlacementResult> r = PlaceJob(spec, workers);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // 4 chunks of 2 layers: rank pp=0 holds chunks 0 and 2, pp=1 holds 1 and 3.
+  const RankAssignment& r0 = r->placement.ranks(0);
+  const RankAssignment& r1 = r->placement.ranks(1);
+  ASSERT_EQ(r0.chunks_size(), 2);
+  EXPECT_EQ(r0.chunks(0).first_layer(), 0);
+  EXPECT_EQ(r0.chunks(1).first_layer(), 4);
+  EXPECT_EQ(r1.chunks(0).first_layer(), 2);
+  EXPECT_EQ(r1.chunks(1).first_layer(), 6);
+  EXPECT_EQ(r0.first_layer(), 0);
+  EXPECT_EQ(r0.num_layers(), 2);
+  EXPECT_EQ(r->placement.stage_costs_size(), 2);
+}
+
+TEST(PlaceJob, Places512RanksOver1000WorkersQuickly) {
+  // 8 workers per host; dp=8, pp=16, tp=4 = 512 ranks.
+  std::vector<WorkerInfo> workers = Workers(1000, 8);
+  JobSpec spec = Spec(32, 8, 16, 4);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<PlacementResult> r = PlaceJob(spec, workers);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::printf("PlaceJob: 512 ranks over 1000 workers in %.3f ms\n",
+              absl::ToDoubleMilliseconds(took));
+  ASSERT_EQ(r->placement.ranks_size(), 512);
+  EXPECT_EQ(r->split_tp_groups, 0);
+  std::set<std::string> used;
+  for (const RankAssignment& rank : r->placement.ranks()) used.insert(rank.worker_id());
+  EXPECT_EQ(used.size(), 512u);
+  for (int g = 0; g < 128; ++g) {
+    const std::string host = HostOf(workers, r->placement.ranks(g * 4).worker_id());
+    for (int t = 1; t < 4; ++t) {
+      EXPECT_EQ(HostOf(workers, r->placement.ranks(g * 4 + t).worker_id()), host);
+    }
+  }
+  EXPECT_LT(took, absl::Milliseconds(100));
+}
+
+}  // namespace
+}  // namespace dtrain::coordinator

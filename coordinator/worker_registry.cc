@@ -1,0 +1,288 @@
+#include "coordinator/worker_registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+constexpr size_t kMaxIdLength = 256;
+
+void AddCancel(HeartbeatResponse* response, const std::string& job_id) {
+  for (const std::string& id : response->cancel_job_ids()) {
+    if (id == job_id) return;
+  }
+  response->add_cancel_job_ids(job_id);
+}
+
+}  // namespace
+
+JobAssignment Delivery::ToProto() const {
+  JobAssignment assignment = *job;
+  *assignment.mutable_rank() = job->placement().ranks(rank_index);
+  return assignment;
+}
+
+void WorkerRegistry::SetJob(Record& r, const std::string& job_id) {
+  r.info.set_job_id(job_id);
+  r.info.set_state(job_id.empty() ? IDLE : BUSY);
+  r.acked = false;
+  r.cancel_requested = false;
+  r.pending.reset();
+  r.delivered_at = absl::InfinitePast();
+  r.dropped_since.reset();
+}
+
+absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
+    const RegisterWorkerRequest& request, absl::Time now, const std::string& attach_job,
+    const Delivery* assign) {
+  if (request.worker_id().empty() || request.session_id().empty()) {
+    return absl::InvalidArgumentError("worker_id and session_id must not be empty");
+  }
+  if (request.worker_id().size() > kMaxIdLength || request.session_id().size() > kMaxIdLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker_id and session_id must be at most ", kMaxIdLength, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  RegisterResult result;
+  auto it = workers_.find(request.worker_id());
+  const bool live = it != workers_.end() && !it->second.lost && now <= it->second.deadline;
+  if (live && it->second.session_id != request.session_id()) {
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "worker id \"%s\" is held by another live session (last heartbeat %.1fs ago, lease "
+        "%.1fs); is a second worker running with this --worker_id?",
+        request.worker_id(),
+        absl::ToDoubleSeconds(now - absl::FromUnixMillis(it->second.info.last_heartbeat_unix_ms())),
+        absl::ToDoubleSeconds(lease_)));
+  }
+  if (it == workers_.end()) {
+    it = workers_.emplace(request.worker_id(), Record{}).first;
+  }
+  Record& r = it->second;
+  result.new_session = !live || r.session_id != request.session_id();
+  if (result.new_session) {
+    if (!r.lost && !r.info.job_id().empty()) {
+      // Expired but not swept yet: the old session's rank is gone.
+      result.replaced = WorkerFault{WorkerFault::kLost, request.worker_id(), r.info.job_id(),
+                                    now - absl::FromUnixMillis(r.info.last_heartbeat_unix_ms())};
+    }
+    SetJob(r, "");
+    r.finished_job.clear();
+    r.session_id = request.session_id();
+    r.info.set_registered_unix_ms(absl::ToUnixMillis(now));
+  }
+  r.lost = false;
+  r.deadline = now + lease_;
+  r.info.set_worker_id(request.worker_id());
+  r.info.set_address(request.address());
+  r.info.set_host_label(request.host_label());
+  *r.info.mutable_device() = request.device();
+  r.info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
+  if (!attach_job.empty() && (r.info.job_id().empty() || r.info.job_id() == attach_job)) {
+    SetJob(r, attach_job);
+    r.acked = true;
+  } else if (assign != nullptr && r.info.job_id().empty()) {
+    SetJob(r, assign->job_id());
+    r.pending = *assign;
+  }
+  if (r.info.job_id().empty()) r.info.set_state(IDLE);
+  return result;
+}
+
+absl::StatusOr<WorkerRegistry::HeartbeatResult> WorkerRegistry::Heartbeat(
+    const HeartbeatRequest& request, absl::Time now) {
+  if (request.worker_id().empty()) return absl::InvalidArgumentError("worker_id is empty");
+  HeartbeatResult result;
+  std::optional<Delivery> delivery;
+  {
+    absl::MutexLock lock(&mu_);
+    HeartbeatLocked(request, now, &result, &delivery);
+  }
+  // Copying the placement (O(ranks)) happens outside the lock.
+  if (delivery.has_value()) *result.response.mutable_assignment() = delivery->ToProto();
+  return result;
+}
+
+void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time now,
+                                     HeartbeatResult* result, std::optional<Delivery>* delivery) {
+  HeartbeatResponse& response = result->response;
+  auto it = workers_.find(request.worker_id());
+  if (it == workers_.end() || it->second.lost || it->second.session_id != request.session_id() ||
+      now > it->second.deadline) {
+    // Unknown session, or its lease ran out (Sweep will mark it lost): register again.
+    response.set_register_again(true);
+    return;
+  }
+  Record& r = it->second;
+  r.deadline = now + lease_;
+  r.info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
+
+  const std::string& running = request.running_job_id();
+  const std::string assigned = r.info.job_id();
+  if (!running.empty() && running != assigned && running != r.finished_job) {
+    AddCancel(&response, running);  // a job this worker should not be running
+  }
+  if (assigned.empty()) return;
+  if (r.cancel_requested) {
+    if (running != assigned) {
+      SetJob(r, "");  // it stopped: idle again
+      result->released = true;
+    } else {
+      AddCancel(&response, assigned);
+    }
+  } else if (running == assigned) {
+    r.dropped_since.reset();
+    if (!r.acked) {
+      r.acked = true;
+      result->acked_job = assigned;
+    }
+  } else if (r.acked) {
+    if (!r.dropped_since.has_value()) r.dropped_since = now;
+  } else if (r.pending.has_value()) {
+    *delivery = std::move(r.pending);
+    r.pending.reset();
+    r.delivered_at = now;
+  }
+}
+
+absl::StatusOr<bool> WorkerRegistry::Report(const std::string& worker_id,
+                                            const std::string& session_id,
+                                            const std::string& job_id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.lost || it->second.session_id != session_id ||
+      now > it->second.deadline) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " session ", session_id,
+                                                      " is not registered; register again"));
+  }
+  Record& r = it->second;
+  if (r.info.job_id() != job_id || r.cancel_requested) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, " is no longer assigned to worker ", worker_id));
+  }
+  r.deadline = now + lease_;
+  r.dropped_since.reset();
+  r.pending.reset();  // it runs the job, so it has the assignment
+  if (r.acked) return false;
+  r.acked = true;
+  return true;
+}
+
+absl::Status WorkerRegistry::Assign(std::shared_ptr<const JobAssignment> job, absl::Time now) {
+  const Placement& placement = job->placement();
+  absl::MutexLock lock(&mu_);
+  for (const RankAssignment& rank : placement.ranks()) {
+    const std::string& worker_id = rank.worker_id();
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end() || it->second.lost || now > it->second.deadline ||
+        !it->second.info.job_id().empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", worker_id, " is no longer live and idle"));
+    }
+  }
+  for (int i = 0; i < placement.ranks_size(); ++i) {
+    Record& r = workers_.at(placement.ranks(i).worker_id());
+    SetJob(r, job->job_id());
+    r.pending = Delivery{job, i};
+  }
+  return absl::OkStatus();
+}
+
+void WorkerRegistry::CancelJob(const std::string& job_id, absl::Span<const std::string> workers) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& worker_id : workers) {
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end() || it->second.info.job_id() != job_id) continue;
+    Record& r = it->second;
+    if (r.pending.has_value()) {
+      SetJob(r, "");  // never delivered: nothing to stop
+    } else {
+      r.cancel_requested = true;
+    }
+  }
+}
+
+void WorkerRegistry::Release(const std::string& worker_id, const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.info.job_id() != job_id) return;
+  SetJob(it->second, "");
+  it->second.finished_job = job_id;
+}
+
+std::vector<WorkerFault> WorkerRegistry::Sweep(absl::Time now) {
+  std::vector<WorkerFault> faults;
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, r] : workers_) {
+    if (r.lost) continue;
+    if (now > r.deadline) {
+      faults.push_back(WorkerFault{WorkerFault::kLost, id, r.info.job_id(),
+                                   now - absl::FromUnixMillis(r.info.last_heartbeat_unix_ms())});
+      SetJob(r, "");
+      r.lost = true;
+      r.info.set_state(LOST);
+      continue;
+    }
+    if (r.info.job_id().empty() || r.cancel_requested) continue;
+    if (r.acked && r.dropped_since.has_value() && now - *r.dropped_since > lease_) {
+      faults.push_back(WorkerFault{WorkerFault::kDropped, id, r.info.job_id(), {}});
+      SetJob(r, "");
+    } else if (!r.acked && !r.pending.has_value() && now - r.delivered_at > lease_) {
+      faults.push_back(WorkerFault{WorkerFault::kNotAccepted, id, r.info.job_id(), {}});
+      r.cancel_requested = true;  // in case it starts late
+    }
+  }
+  std::sort(faults.begin(), faults.end(),
+            [](const WorkerFault& a, const WorkerFault& b) { return a.worker_id < b.worker_id; });
+  return faults;
+}
+
+std::vector<WorkerInfo> WorkerRegistry::IdleWorkers() const {
+  std::vector<WorkerInfo> idle;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, r] : workers_) {
+      if (!r.lost && r.info.job_id().empty()) idle.push_back(r.info);
+    }
+  }
+  std::sort(idle.begin(), idle.end(),
+            [](const WorkerInfo& a, const WorkerInfo& b) { return a.worker_id() < b.worker_id(); });
+  return idle;
+}
+
+WorkerCounts WorkerRegistry::Counts() const {
+  WorkerCounts counts;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, r] : workers_) {
+    if (r.lost) {
+      ++counts.lost;
+    } else if (r.info.job_id().empty()) {
+      ++counts.idle;
+    } else {
+      ++counts.busy;
+    }
+  }
+  return counts;
+}
+
+std::vector<WorkerInfo> WorkerRegistry::List() const {
+  std::vector<WorkerInfo> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, r] : workers_) all.push_back(r.info);
+  }
+  std::sort(all.begin(), all.end(),
+            [](const WorkerInfo& a, const WorkerInfo& b) { return a.worker_id() < b.worker_id(); });
+  return all;
+}
+
+std::string WorkerRegistry::JobOf(const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.lost) return "";
+  return it->second.info.job_id();
+}
+
+}  // namespace dtrain::coordinator

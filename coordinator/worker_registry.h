@@ -1,0 +1,147 @@
+// WorkerRegistry: the workers the coordinator knows, their sessions, leases and jobs, and the
+// work waiting to be delivered to them in heartbeat responses.
+//
+// A worker is identified by its operator-chosen worker_id; each process start brings a new
+// session_id. A session holds the id while its lease lasts (renewed by every heartbeat and
+// progress report). A worker is
+//   IDLE  live, no job;
+//   BUSY  live, with a job: assigned (assignment queued or delivered, not yet acknowledged),
+//         running (acknowledged: it reported running_job_id), or being cancelled (until it
+//         reports that it no longer runs the job);
+//   LOST  its lease ran out (Sweep); kept for listings until it registers again.
+//
+// Heartbeat is O(1) under one short hold of the registry mutex; every scan over all workers
+// (Sweep, IdleWorkers, Counts, List) runs on the scheduler's thread, not on heartbeats.
+// Time is a parameter (absl::Time now), so lease tests take no wall time.
+#ifndef DTRAIN_COORDINATOR_WORKER_REGISTRY_H_
+#define DTRAIN_COORDINATOR_WORKER_REGISTRY_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/coordinator.pb.h"
+
+namespace dtrain::coordinator {
+
+// Something wrong with a worker's part in a job, found by Sweep.
+struct WorkerFault {
+  enum Kind {
+    kLost,         // no heartbeat for the lease; the worker is now LOST
+    kDropped,      // it acknowledged the job, then reported not running it for a whole lease
+                   // without an outcome
+    kNotAccepted,  // it got the assignment but did not acknowledge it within the lease
+  };
+  Kind kind = kLost;
+  std::string worker_id;
+  std::string job_id;     // the job it held; empty for a lost idle worker
+  absl::Duration silent;  // kLost: time since its last heartbeat
+};
+
+// Work queued for a worker: rank `rank_index` of a placed job. The JobAssignment (job id, spec,
+// placement; rank unset) is shared by every rank of the job and copied only on delivery.
+struct Delivery {
+  std::shared_ptr<const JobAssignment> job;
+  int rank_index = 0;
+  std::string job_id() const { return job->job_id(); }
+  // The message a worker receives: the shared part plus its own rank.
+  JobAssignment ToProto() const;
+};
+
+struct WorkerCounts {
+  int idle = 0, busy = 0, lost = 0;
+};
+
+class WorkerRegistry {
+ public:
+  explicit WorkerRegistry(absl::Duration lease) : lease_(lease) {}
+
+  absl::Duration lease() const { return lease_; }
+
+  struct RegisterResult {
+    bool new_session = false;  // false: the same session registered again (a retry)
+    // The id's previous session had expired while holding a job (its rank is lost); only when
+    // the caller has not swept first.
+    std::optional<WorkerFault> replaced;
+  };
+  // Registers `request`'s session. InvalidArgument for an empty worker_id or session_id;
+  // AlreadyExists when another session holds the id and its lease has not run out. The same
+  // session registering again keeps its job. With `attach_job` the worker is marked running
+  // that job (it re-registered after a coordinator restart); with `assign` the assignment is
+  // queued for its next heartbeat. The caller decides both from the job table.
+  absl::StatusOr<RegisterResult> Register(const RegisterWorkerRequest& request, absl::Time now,
+                                          const std::string& attach_job = "",
+                                          const Delivery* assign = nullptr);
+
+  struct HeartbeatResult {
+    HeartbeatResponse response;
+    std::string acked_job;  // set when this heartbeat first reported the assigned job running
+    bool released = false;  // the worker became idle (it stopped a cancelled job)
+  };
+  // Renews the lease and answers with queued work: the assignment (once), cancels for jobs the
+  // worker should not run. register_again for an unknown or expired session. InvalidArgument
+  // for an empty worker_id.
+  absl::StatusOr<HeartbeatResult> Heartbeat(const HeartbeatRequest& request, absl::Time now);
+
+  // A progress report from (worker, session) about `job_id`: renews the lease and counts as the
+  // acknowledgement (returns true when it is the first). FailedPrecondition when the session is
+  // not the worker's live one or the worker no longer holds the job.
+  absl::StatusOr<bool> Report(const std::string& worker_id, const std::string& session_id,
+                              const std::string& job_id, absl::Time now);
+
+  // Reserves the worker of every rank of `job`'s placement, all or none: FailedPrecondition
+  // (nothing changed) unless each is live and idle. Deliveries happen in heartbeat responses.
+  absl::Status Assign(std::shared_ptr<const JobAssignment> job, absl::Time now);
+  // Stops `job_id` on `workers`: an undelivered assignment is dropped (the worker is idle at
+  // once); otherwise the worker is told to cancel in its heartbeats and stays BUSY until it
+  // reports that it no longer runs the job.
+  void CancelJob(const std::string& job_id, absl::Span<const std::string> workers);
+  // The worker finished `job_id` (its outcome arrived): it is idle again.
+  void Release(const std::string& worker_id, const std::string& job_id);
+
+  // Marks workers whose lease ran out LOST and finds stuck assignments; O(workers).
+  std::vector<WorkerFault> Sweep(absl::Time now);
+
+  // Live idle workers, sorted by worker_id; O(workers).
+  std::vector<WorkerInfo> IdleWorkers() const;
+  WorkerCounts Counts() const;
+  // Every known worker, sorted by worker_id.
+  std::vector<WorkerInfo> List() const;
+  // The job the worker holds ("" when idle, lost or unknown).
+  std::string JobOf(const std::string& worker_id) const;
+
+ private:
+  struct Record {
+    WorkerInfo info;  // state, job_id and times kept current
+    std::string session_id;
+    absl::Time deadline;  // lease end
+    bool lost = false;
+    // The job, when BUSY (also info.job_id).
+    bool acked = false;
+    bool cancel_requested = false;
+    std::optional<Delivery> pending;  // assignment not yet delivered
+    absl::Time delivered_at = absl::InfinitePast();
+    std::optional<absl::Time> dropped_since;
+    std::string finished_job;  // last job it finished; no cancels for it while it winds down
+  };
+  static void SetJob(Record& r, const std::string& job_id);
+  void HeartbeatLocked(const HeartbeatRequest& request, absl::Time now, HeartbeatResult* result,
+                       std::optional<Delivery>* delivery) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const absl::Duration lease_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Record> workers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dtrain::coordinator
+
+#endif  // DTRAIN_COORDINATOR_WORKER_REGISTRY_H_

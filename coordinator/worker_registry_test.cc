@@ -1,0 +1,268 @@
+#include "coordinator/worker_registry.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+const absl::Duration kLease = absl::Seconds(5);
+
+RegisterWorkerRequest Reg(const std::string& id, const std::string& session,
+                          const std::string& host = "h1") {
+  RegisterWorkerRequest r;
+  r.set_worker_id(id);
+  r.set_session_id(session);
+  r.set_address(id + ":7071");
+  r.set_host_label(host);
+  return r;
+}
+
+HeartbeatRequest Beat(const std::string& id, const std::string& session,
+                      const std::string& running = "") {
+  HeartbeatRequest r;
+  r.set_worker_id(id);
+  r.set_session_id(session);
+  r.set_running_job_id(running);
+  return r;
+}
+
+// A one-job placement over `workers`, one rank each.
+std::shared_ptr<const JobAssignment> Job(const std::string& job_id,
+                                         const std::vector<std::string>& workers) {
+  auto job = std::make_shared<JobAssignment>();
+  job->set_job_id(job_id);
+  for (size_t i = 0; i < workers.size(); ++i) {
+    RankAssignment* rank = job->mutable_placement()->add_ranks();
+    rank->set_pp_rank(static_cast<int>(i));
+    rank->set_worker_id(workers[i]);
+  }
+  return job;
+}
+
+TEST(WorkerRegistry, RegisterThenHeartbeatKeepsTheWorkerIdle) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  absl::StatusOr<WorkerRegistry::HeartbeatResult> hb = reg.Heartbeat(Beat("w1", "s1"), kT0);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_FALSE(hb->response.register_again());
+  EXPECT_FALSE(hb->response.has_assignment());
+  ASSERT_EQ(reg.IdleWorkers().size(), 1u);
+  EXPECT_EQ(reg.IdleWorkers()[0].address(), "w1:7071");
+  EXPECT_EQ(reg.Counts().idle, 1);
+}
+
+TEST(WorkerRegistry, EmptyIdsAreInvalid) {
+  WorkerRegistry reg(kLease);
+  EXPECT_EQ(reg.Register(Reg("", "s1"), kT0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg.Register(Reg("w1", ""), kT0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg.Heartbeat(Beat("", "s1"), kT0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WorkerRegistry, DuplicateIdWithALiveSessionIsAlreadyExists) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  absl::StatusOr<WorkerRegistry::RegisterResult> dup =
+      reg.Register(Reg("w1", "s2"), kT0 + absl::Seconds(1));
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(dup.status().message(), HasSubstr("\"w1\" is held by another live session"));
+  // The same session again is a retry, not a duplicate.
+  absl::StatusOr<WorkerRegistry::RegisterResult> again = reg.Register(Reg("w1", "s1"), kT0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->new_session);
+}
+
+TEST(WorkerRegistry, NewSessionMayTakeTheIdOnceTheLeaseRanOut) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  absl::StatusOr<WorkerRegistry::RegisterResult> r =
+      reg.Register(Reg("w1", "s2"), kT0 + kLease + absl::Milliseconds(1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->new_session);
+  EXPECT_FALSE(r->replaced.has_value());  // it held no job
+  // The old session is now unknown.
+  EXPECT_TRUE(reg.Heartbeat(Beat("w1", "s1"), kT0 + kLease)->response.register_again());
+}
+
+TEST(WorkerRegistry, UnknownSessionIsToldToRegisterAgain) {
+  WorkerRegistry reg(kLease);
+  EXPECT_TRUE(reg.Heartbeat(Beat("w9", "s1"), kT0)->response.register_again());
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  EXPECT_TRUE(reg.Heartbeat(Beat("w1", "other"), kT0)->response.register_again());
+}
+
+TEST(WorkerRegistry, HeartbeatsRenewTheLease) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  for (int i = 1; i <= 20; ++i) {
+    ASSERT_FALSE(
+        reg.Heartbeat(Beat("w1", "s1"), kT0 + absl::Seconds(i))->response.register_again());
+    EXPECT_THAT(reg.Sweep(kT0 + absl::Seconds(i)), IsEmpty());
+  }
+}
+
+TEST(WorkerRegistry, SilentWorkerIsLostWithItsJob) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  EXPECT_THAT(reg.Sweep(kT0 + kLease), IsEmpty());  // exactly the lease: still live
+  reg.Heartbeat(Beat("w2", "s2"), kT0 + kLease).IgnoreError();
+  std::vector<WorkerFault> faults = reg.Sweep(kT0 + kLease + absl::Milliseconds(1));
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults[0].kind, WorkerFault::kLost);
+  EXPECT_EQ(faults[0].worker_id, "w1");
+  EXPECT_EQ(faults[0].job_id, "job-000001");
+  EXPECT_EQ(faults[0].silent, kLease + absl::Milliseconds(1));
+  WorkerCounts counts = reg.Counts();
+  EXPECT_EQ(counts.lost, 1);
+  EXPECT_EQ(counts.idle, 1);
+  EXPECT_EQ(reg.List()[0].state(), LOST);
+  EXPECT_THAT(reg.Sweep(kT0 + absl::Seconds(60)), ::testing::SizeIs(1));  // w2 now; w1 once
+  // A lost worker comes back with a new registration.
+  ASSERT_TRUE(reg.Register(Reg("w1", "s3"), kT0 + absl::Seconds(61)).ok());
+  EXPECT_EQ(reg.List()[0].state(), IDLE);
+}
+
+TEST(WorkerRegistry, AssignmentIsDeliveredOnceAndAcknowledged) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1", "w2"}), kT0).ok());
+  EXPECT_THAT(reg.IdleWorkers(), IsEmpty());
+
+  auto hb = reg.Heartbeat(Beat("w2", "s2"), kT0);
+  ASSERT_TRUE(hb->response.has_assignment());
+  EXPECT_EQ(hb->response.assignment().job_id(), "job-000001");
+  EXPECT_EQ(hb->response.assignment().rank().worker_id(), "w2");
+  EXPECT_EQ(hb->response.assignment().rank().pp_rank(), 1);
+  EXPECT_EQ(hb->response.assignment().placement().ranks_size(), 2);
+  EXPECT_FALSE(reg.Heartbeat(Beat("w2", "s2"), kT0)->response.has_assignment());
+
+  hb = reg.Heartbeat(Beat("w2", "s2", "job-000001"), kT0);
+  EXPECT_EQ(hb->acked_job, "job-000001");
+  hb = reg.Heartbeat(Beat("w2", "s2", "job-000001"), kT0);
+  EXPECT_EQ(hb->acked_job, "");  // only the first time
+  EXPECT_EQ(reg.JobOf("w2"), "job-000001");
+}
+
+TEST(WorkerRegistry, AssignIsAllOrNothing) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w2"}), kT0).ok());
+  EXPECT_EQ(reg.Assign(Job("job-000002", {"w1", "w2"}), kT0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reg.JobOf("w1"), "");
+  EXPECT_EQ(reg.Assign(Job("job-000003", {"w9"}), kT0).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(WorkerRegistry, CancelIsRepeatedUntilTheWorkerStops) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  reg.Heartbeat(Beat("w1", "s1"), kT0).IgnoreError();                // delivered
+  reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0).IgnoreError();  // running
+  const std::string workers[] = {"w1"};
+  reg.CancelJob("job-000001", workers);
+  auto hb = reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0);
+  EXPECT_THAT(hb->response.cancel_job_ids(), ElementsAre("job-000001"));
+  EXPECT_EQ(reg.Counts().busy, 1);  // still stopping
+  hb = reg.Heartbeat(Beat("w1", "s1"), kT0);
+  EXPECT_TRUE(hb->released);
+  EXPECT_THAT(hb->response.cancel_job_ids(), IsEmpty());
+  EXPECT_EQ(reg.Counts().idle, 1);
+}
+
+TEST(WorkerRegistry, CancelBeforeDeliveryFreesTheWorkerAtOnce) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  const std::string workers[] = {"w1"};
+  reg.CancelJob("job-000001", workers);
+  EXPECT_EQ(reg.Counts().idle, 1);
+  EXPECT_FALSE(reg.Heartbeat(Beat("w1", "s1"), kT0)->response.has_assignment());
+}
+
+TEST(WorkerRegistry, AJobTheWorkerShouldNotRunIsCancelled) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  auto hb = reg.Heartbeat(Beat("w1", "s1", "job-000007"), kT0);
+  EXPECT_THAT(hb->response.cancel_job_ids(), ElementsAre("job-000007"));
+}
+
+TEST(WorkerRegistry, AFinishedJobStillReportedIsNotCancelled) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  reg.Heartbeat(Beat("w1", "s1"), kT0).IgnoreError();
+  reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0).IgnoreError();
+  reg.Release("w1", "job-000001");
+  EXPECT_EQ(reg.Counts().idle, 1);
+  EXPECT_THAT(reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0)->response.cancel_job_ids(),
+              IsEmpty());
+}
+
+TEST(WorkerRegistry, ReAttachesAWorkerThatRegistersWithItsJob) {
+  WorkerRegistry reg(kLease);
+  RegisterWorkerRequest r = Reg("w1", "s1");
+  r.set_running_job_id("job-000003");
+  ASSERT_TRUE(reg.Register(r, kT0, "job-000003").ok());
+  EXPECT_EQ(reg.JobOf("w1"), "job-000003");
+  // Already acknowledged: reporting the job is not a new acknowledgement, and nothing is
+  // cancelled.
+  auto hb = reg.Heartbeat(Beat("w1", "s1", "job-000003"), kT0);
+  EXPECT_EQ(hb->acked_job, "");
+  EXPECT_THAT(hb->response.cancel_job_ids(), IsEmpty());
+}
+
+TEST(WorkerRegistry, ReportAcknowledgesAndChecksTheJob) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  EXPECT_EQ(*reg.Report("w1", "s1", "job-000001", kT0), true);
+  EXPECT_EQ(*reg.Report("w1", "s1", "job-000001", kT0), false);
+  EXPECT_EQ(reg.Report("w1", "s1", "job-000002", kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reg.Report("w1", "bad", "job-000001", kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(WorkerRegistry, StuckAssignmentsAreFaults) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000002", {"w2"}), kT0).ok());
+  // w1 takes its assignment but never reports running it.
+  reg.Heartbeat(Beat("w1", "s1"), kT0).IgnoreError();
+  // w2 runs its job, then drops it without an outcome.
+  reg.Heartbeat(Beat("w2", "s2"), kT0).IgnoreError();
+  reg.Heartbeat(Beat("w2", "s2", "job-000002"), kT0).IgnoreError();
+  reg.Heartbeat(Beat("w2", "s2"), kT0 + absl::Seconds(1)).IgnoreError();
+  reg.Heartbeat(Beat("w1", "s1"), kT0 + absl::Seconds(4)).IgnoreError();
+  reg.Heartbeat(Beat("w2", "s2"), kT0 + absl::Seconds(4)).IgnoreError();
+  EXPECT_THAT(reg.Sweep(kT0 + absl::Seconds(4)), IsEmpty());
+  const absl::Time later = kT0 + absl::Seconds(7);
+  reg.Heartbeat(Beat("w1", "s1"), later).IgnoreError();
+  reg.Heartbeat(Beat("w2", "s2"), later).IgnoreError();
+  std::vector<WorkerFault> faults = reg.Sweep(later);
+  ASSERT_EQ(faults.size(), 2u);
+  EXPECT_EQ(faults[0].kind, WorkerFault::kNotAccepted);
+  EXPECT_EQ(faults[0].job_id, "job-000001");
+  EXPECT_EQ(faults[1].kind, WorkerFault::kDropped);
+  EXPECT_EQ(faults[1].job_id, "job-000002");
+}
+
+}  // namespace
+}  // namespace dtrain::coordinator

@@ -1,0 +1,226 @@
+// Test helpers for the worker daemon: an in-process Coordinator service that records what a
+// worker sends (FakeCoordinator), a tiny job, and accessors for the reports. Test-only.
+#ifndef DTRAIN_WORKER_DAEMON_FAKE_COORDINATOR_H_
+#define DTRAIN_WORKER_DAEMON_FAKE_COORDINATOR_H_
+
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace dtrain::worker {
+
+inline constexpr absl::Duration kWait = absl::Seconds(30);
+
+inline std::string TempPath(const std::string& name) {
+  std::string dir = ::testing::TempDir();
+  if (dir.empty() || dir.back() != '/') dir += '/';
+  return dir + name;
+}
+
+inline std::string WriteText(const std::string& name, int bytes) {
+  const std::string path = TempPath(name);
+  std::ofstream out(path);
+  const std::string words = "the quick brown fox jumps over the lazy dog; ";
+  for (int i = 0; i < bytes; ++i) out << words[(i * 7 + i / 13) % words.size()];
+  return path;
+}
+
+inline JobAssignment TinyJob(const std::string& job_id, const std::string& dataset, int64_t steps) {
+  JobAssignment a;
+  a.set_job_id(job_id);
+  JobSpec* spec = a.mutable_spec();
+  spec->set_name("tiny");
+  ModelConfig* m = spec->mutable_model();
+  m->set_vocab_size(256);
+  m->set_context(16);
+  m->set_n_layer(2);
+  m->set_n_head(2);
+  m->set_n_embd(16);
+  spec->set_dataset(dataset);
+  spec->set_steps(steps);
+  spec->set_batch_size(2);
+  spec->set_seq_len(16);
+  spec->mutable_optimizer()->set_lr(1e-2f);
+  a.mutable_rank()->set_worker_id("w1");
+  return a;
+}
+
+// The coordinator's worker-facing half, recording what it is sent. A session it has not
+// registered (after a "restart": a fresh FakeCoordinator) gets register_again / NOT_FOUND.
+class FakeCoordinator final : public Coordinator::Service {
+ public:
+  grpc::Status RegisterWorker(grpc::ServerContext*, const RegisterWorkerRequest* request,
+                              RegisterWorkerResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    registrations_.push_back(*request);
+    sessions_.insert(request->session_id());
+    response->set_heartbeat_interval_ms(20);
+    response->set_lease_ms(1000);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
+                         HeartbeatResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    heartbeats_.push_back(*request);
+    if (sessions_.count(request->session_id()) == 0) {
+      response->set_register_again(true);
+      return grpc::Status::OK;
+    }
+    if (!assignments_.empty()) {
+      *response->mutable_assignment() = assignments_.front();
+      assignments_.erase(assignments_.begin());
+    }
+    for (const std::string& id : cancel_) {
+      response->add_cancel_job_ids(id);
+      if (cancel_sent_at_ < 0) cancel_sent_at_ = heartbeats_.size();
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReportProgress(grpc::ServerContext*, const ReportProgressRequest* request,
+                              ReportProgressResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    if (sessions_.count(request->session_id()) == 0) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown session");
+    }
+    if (request->job_id() == reject_job_) {
+      ++rejected_;
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job is not assigned to you");
+    }
+    reports_.push_back(*request);
+    if (heartbeats_at_first_report_ < 0) heartbeats_at_first_report_ = heartbeats_.size();
+    response->set_cancelled(request->job_id() == cancel_in_reports_);
+    return grpc::Status::OK;
+  }
+
+  void Assign(const JobAssignment& a) {
+    absl::MutexLock lock(&mu_);
+    assignments_.push_back(a);
+  }
+  void Cancel(const std::string& job_id) {
+    absl::MutexLock lock(&mu_);
+    cancel_.push_back(job_id);
+  }
+
+  // Answers the job's reports with cancelled = true.
+  void CancelInReports(const std::string& job_id) {
+    absl::MutexLock lock(&mu_);
+    cancel_in_reports_ = job_id;
+  }
+  // Refuses the job's reports with FAILED_PRECONDITION (a coordinator that lost the job).
+  void RejectReportsOf(const std::string& job_id) {
+    absl::MutexLock lock(&mu_);
+    reject_job_ = job_id;
+  }
+  // As if the worker's lease had expired: its session is unknown from now on.
+  void ForgetSessions() {
+    absl::MutexLock lock(&mu_);
+    sessions_.clear();
+  }
+
+  // Waits until `done` (evaluated under the lock) holds; false on timeout.
+  bool WaitUntil(const std::function<bool(FakeCoordinator&)>& done) {
+    absl::MutexLock lock(&mu_);
+    auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done(*this); };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), kWait);
+  }
+
+  // Accessors for WaitUntil predicates (called under the lock) and for checks afterwards.
+  std::vector<RegisterWorkerRequest> registrations() const {
+    absl::MutexLock lock(&mu_);
+    return registrations_;
+  }
+  std::vector<HeartbeatRequest> heartbeats() const {
+    absl::MutexLock lock(&mu_);
+    return heartbeats_;
+  }
+  std::vector<ReportProgressRequest> reports() const {
+    absl::MutexLock lock(&mu_);
+    return reports_;
+  }
+
+  // Unlocked views for predicates passed to WaitUntil.
+  const std::vector<RegisterWorkerRequest>& registrations_locked() const { return registrations_; }
+  const std::vector<HeartbeatRequest>& heartbeats_locked() const { return heartbeats_; }
+  const std::vector<ReportProgressRequest>& reports_locked() const { return reports_; }
+  int64_t cancel_sent_at_locked() const { return cancel_sent_at_; }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<RegisterWorkerRequest> registrations_ ABSL_GUARDED_BY(mu_);
+  std::vector<HeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
+  std::vector<ReportProgressRequest> reports_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> sessions_ ABSL_GUARDED_BY(mu_);
+  std::vector<JobAssignment> assignments_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> cancel_ ABSL_GUARDED_BY(mu_);
+  int64_t cancel_sent_at_ ABSL_GUARDED_BY(mu_) = -1;  // heartbeat count when first sent
+  std::string cancel_in_reports_ ABSL_GUARDED_BY(mu_);
+  std::string reject_job_ ABSL_GUARDED_BY(mu_);
+  int rejected_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t heartbeats_at_first_report_ ABSL_GUARDED_BY(mu_) = -1;
+
+ public:
+  int rejected_locked() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return rejected_; }
+  // A heartbeat arrived after the first report was answered: the worker has acted on the answer.
+  bool first_report_processed_locked() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return heartbeats_at_first_report_ >= 0 &&
+           static_cast<int64_t>(heartbeats_.size()) > heartbeats_at_first_report_;
+  }
+};
+
+inline std::unique_ptr<grpc::Server> StartServer(FakeCoordinator* service, int* port) {
+  grpc::ServerBuilder builder;
+  int selected = 0;
+  builder.AddListeningPort(absl::StrCat("127.0.0.1:", *port), grpc::InsecureServerCredentials(),
+                           &selected);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  *port = selected;
+  return server;
+}
+
+inline bool HasOutcome(const FakeCoordinator& f) {
+  for (const auto& r : f.reports_locked()) {
+    if (r.has_outcome()) return true;
+  }
+  return false;
+}
+
+inline JobOutcome OutcomeOf(const std::vector<ReportProgressRequest>& reports) {
+  for (const auto& r : reports) {
+    if (r.has_outcome()) return r.outcome();
+  }
+  return JobOutcome();
+}
+
+inline std::vector<int64_t> StepsOf(const std::vector<ReportProgressRequest>& reports) {
+  std::vector<int64_t> steps;
+  for (const auto& r : reports) {
+    if (r.has_step()) steps.push_back(r.step().step());
+  }
+  return steps;
+}
+
+inline std::vector<int64_t> Range(int64_t first, int64_t last) {
+  std::vector<int64_t> v;
+  for (int64_t i = first; i <= last; ++i) v.push_back(i);
+  return v;
+}
+
+
+}  // namespace dtrain::worker
+
+#endif  // DTRAIN_WORKER_DAEMON_FAKE_COORDINATOR_H_

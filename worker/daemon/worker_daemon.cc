@@ -1,0 +1,479 @@
+#include "worker/daemon/worker_daemon.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+
+namespace dtrain::worker {
+namespace {
+
+std::string NewSessionId() {
+  std::random_device rd;
+  const uint64_t id = (uint64_t{rd()} << 32) ^ rd();
+  return absl::StrFormat("%016x", id);
+}
+
+DeviceInfo DeviceToProto(const kernels::DeviceInfo& d) {
+  DeviceInfo p;
+  p.set_kind(d.kind == kernels::DeviceKind::kCuda ? "cuda" : "cpu");
+  p.set_name(d.name);
+  p.set_memory_bytes(d.memory_bytes);
+  p.set_ordinal(d.ordinal);
+  return p;
+}
+
+// Reports of the running job refused this many times in a row, with a successful registration
+// before each retry, mean the coordinator no longer assigns it here.
+constexpr int kRefusalsBeforeDisowning = 3;
+
+// Failures worth retrying as they are: the coordinator is down, slow or restarting.
+bool IsTransient(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void LogLine(const std::string& worker_id, const std::string& message) {
+  absl::FPrintF(stderr, "%s dtrain-worker[%s]: %s\n",
+                absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::Now(), absl::LocalTimeZone()),
+                worker_id, message);
+}
+
+WorkerDaemon::WorkerDaemon(WorkerOptions options, CoordinatorClient* client,
+                           kernels::Backend* backend)
+    : options_(std::move(options)), client_(client), backend_(backend),
+      session_id_(NewSessionId()) {}
+
+WorkerDaemon::~WorkerDaemon() {
+  Stop("worker daemon shut down");
+  std::thread thread;
+  {
+    absl::MutexLock lock(&mu_);
+    if (job_ != nullptr) thread = std::move(job_->thread);
+  }
+  if (thread.joinable()) thread.join();
+}
+
+void WorkerDaemon::Stop(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  stopping_ = true;
+  stop_reason_ = reason;
+  drain_deadline_ = absl::Now() + options_.shutdown_grace;
+  wake_ = true;
+  std::string what = absl::StrCat("stopping: ", reason);
+  if (job_ != nullptr && !job_->finished) {
+    job_->runner->Cancel(reason);
+    absl::StrAppend(&what, "; job ", job_->id, " stops at its next step boundary");
+  }
+  LogLine(options_.worker_id, what);
+}
+
+bool WorkerDaemon::CanExitLocked() const {
+  if (!stopping_ || (job_ != nullptr && !job_->finished)) return false;
+  return reports_.empty() || absl::Now() >= drain_deadline_;
+}
+
+void WorkerDaemon::WaitFor(absl::Duration d, bool wake_on_reports) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this, wake_on_reports]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return (wake_on_reports && wake_) || CanExitLocked();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), std::max(d, absl::ZeroDuration()));
+  if (wake_on_reports) wake_ = false;
+}
+
+absl::Status WorkerDaemon::Run() {
+  LogLine(options_.worker_id,
+          absl::StrCat("starting: coordinator ", client_->target(), ", device ",
+                       backend_->info().name, ", session ", session_id_, ", data root ",
+                       options_.data_root));
+  Backoff backoff(absl::Milliseconds(100), options_.max_backoff);
+  absl::Time next_heartbeat = absl::InfinitePast();
+  // Registration errors are logged when their code changes and every 30th attempt, not per
+  // attempt (gRPC's message text varies from one connection attempt to the next).
+  absl::StatusCode last_code = absl::StatusCode::kOk;
+  int failures = 0;
+  while (true) {
+    ReapJob();
+    bool registered;
+    {
+      absl::MutexLock lock(&mu_);
+      ExpireOutcomesLocked();
+      if (CanExitLocked()) break;
+      registered = registered_;
+    }
+    if (!registered) {
+      absl::Status s = Register();
+      if (!s.ok()) {
+        {
+          absl::MutexLock lock(&mu_);
+          if (absl::IsInvalidArgument(s) && epoch_ == 0 && job_ == nullptr) return s;
+        }
+        if (s.code() != last_code || ++failures % 30 == 0) {
+          LogLine(options_.worker_id, absl::StrCat("cannot register: ", s.message(),
+                                                   "; retrying (backoff up to ",
+                                                   absl::FormatDuration(options_.max_backoff),
+                                                   ")"));
+          last_code = s.code();
+        }
+        WaitFor(backoff.Next(), /*wake_on_reports=*/false);
+        continue;
+      }
+      backoff.Reset();
+      last_code = absl::StatusCode::kOk;
+      failures = 0;
+      next_heartbeat = absl::Now();  // heartbeat at once: it may carry work
+    }
+    if (absl::Now() >= next_heartbeat) {
+      bool started_job = false;
+      absl::Status s = Heartbeat(&started_job);
+      absl::Duration interval;
+      {
+        absl::MutexLock lock(&mu_);
+        interval = heartbeat_interval_;
+        if (!s.ok()) registered_ = false;
+        registered = registered_;
+      }
+      next_heartbeat = absl::Now() + interval;
+      if (!s.ok()) {
+        LogLine(options_.worker_id, absl::StrCat(s.message(), "; registering again"));
+        WaitFor(backoff.Next(), /*wake_on_reports=*/false);
+        continue;
+      }
+      if (!registered) continue;  // register_again
+      if (started_job) {
+        // Acknowledge the assignment (running_job_id) before sending any report of the job.
+        next_heartbeat = absl::Now();
+        continue;
+      }
+    }
+    SendReports(next_heartbeat);
+    WaitFor(next_heartbeat - absl::Now(), /*wake_on_reports=*/true);
+  }
+  // Stopping, and the job (if any) has finished.
+  ReapJob();
+  absl::MutexLock lock(&mu_);
+  if (!reports_.empty()) {
+    LogLine(options_.worker_id, absl::StrCat("exiting with ", reports_.size(),
+                                             " undelivered reports (coordinator unreachable)"));
+  }
+  LogLine(options_.worker_id, "stopped");
+  return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::Register() {
+  RegisterWorkerRequest request;
+  request.set_worker_id(options_.worker_id);
+  request.set_session_id(session_id_);
+  request.set_address(options_.advertise_address);
+  request.set_host_label(options_.host_label);
+  *request.mutable_device() = DeviceToProto(backend_->info());
+  {
+    absl::MutexLock lock(&mu_);
+    if (job_ != nullptr) {
+      request.set_running_job_id(job_->id);
+      request.set_running_step(job_->runner->last_step());
+    }
+  }
+  absl::StatusOr<RegisterWorkerResponse> response = client_->RegisterWorker(request);
+  if (!response.ok()) return response.status();
+  absl::MutexLock lock(&mu_);
+  registered_ = true;
+  ++epoch_;
+  const int64_t ms = response->heartbeat_interval_ms() > 0 ? response->heartbeat_interval_ms()
+                                                           : 1000;
+  heartbeat_interval_ = absl::Milliseconds(std::clamp<int64_t>(ms, 10, 60000));
+  reports_retry_at_ = absl::InfinitePast();
+  std::string line = absl::StrCat(
+      epoch_ == 1 ? "registered" : "registered again", " with coordinator ", client_->target(),
+      " (session ", session_id_, ", device ", request.device().name(), ", heartbeat every ",
+      absl::FormatDuration(heartbeat_interval_), ", lease ", response->lease_ms(), " ms)");
+  if (!request.running_job_id().empty()) {
+    absl::StrAppend(&line, "; running job ", request.running_job_id(), " at step ",
+                    request.running_step());
+  }
+  if (!reports_.empty()) absl::StrAppend(&line, "; ", reports_.size(), " reports to deliver");
+  LogLine(options_.worker_id, line);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::Heartbeat(bool* started_job) {
+  HeartbeatRequest request;
+  request.set_worker_id(options_.worker_id);
+  request.set_session_id(session_id_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (job_ != nullptr) {
+      request.set_running_job_id(job_->id);
+      request.set_running_step(job_->runner->last_step());
+    }
+  }
+  absl::StatusOr<HeartbeatResponse> response = client_->Heartbeat(request);
+  if (!response.ok()) return response.status();
+  absl::MutexLock lock(&mu_);
+  if (response->register_again()) {
+    LogLine(options_.worker_id, "the coordinator does not know this session; registering again");
+    registered_ = false;
+    return absl::OkStatus();
+  }
+  for (const std::string& id : response->cancel_job_ids()) {
+    CancelByCoordinatorLocked(id, "cancelled by the coordinator");
+  }
+  if (!response->assignment().job_id().empty()) {
+    const std::string before = job_ != nullptr ? job_->id : "";
+    StartJobLocked(response->assignment());
+    *started_job = job_ != nullptr && job_->id != before;
+  }
+  return absl::OkStatus();
+}
+
+void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
+  const std::string& id = assignment.job_id();
+  if (job_ != nullptr && job_->id == id) return;  // the same assignment again
+  if (stopping_ || job_ != nullptr) {
+    const std::string why =
+        stopping_ ? absl::StrCat("worker ", options_.worker_id, " is shutting down (",
+                                 stop_reason_, ")")
+                  : absl::StrCat("worker ", options_.worker_id, " is still running job ",
+                                 job_->id);
+    LogLine(options_.worker_id, absl::StrCat("refusing job ", id, ": ", why));
+    JobOutcome outcome;
+    outcome.set_error(why);
+    EnqueueOutcomeLocked(id, outcome);
+    return;
+  }
+  const JobSpec& spec = assignment.spec();
+  LogLine(options_.worker_id,
+          absl::StrFormat("assigned job %s (%s): %d steps, dataset %s, layout dp=%d pp=%d tp=%d",
+                          id, spec.name(), spec.steps(), spec.dataset(),
+                          std::max(1, spec.parallel().dp()), std::max(1, spec.parallel().pp()),
+                          std::max(1, spec.parallel().tp())));
+  auto job = std::make_unique<ActiveJob>();
+  job->id = id;
+  job->total_steps = spec.steps();
+  JobRunnerOptions runner_options;
+  runner_options.worker_id = options_.worker_id;
+  runner_options.data_root = options_.data_root;
+  runner_options.after_step = options_.after_step;
+  ActiveJob* raw = job.get();
+  JobRunner::Callbacks callbacks;
+  callbacks.step = [this, raw](const StepMetrics& m) {
+    absl::MutexLock lock(&mu_);
+    if (options_.log_every > 0 && (m.step() == 1 || m.step() % options_.log_every == 0)) {
+      LogLine(options_.worker_id,
+              absl::StrFormat("job %s step %d/%d loss %.4f grad_norm %.4f lr %.3e %.0f tok/s",
+                              raw->id, m.step(), raw->total_steps, m.loss(), m.grad_norm(),
+                              m.learning_rate(), m.tokens_per_s()));
+    }
+    if (raw->cancelled_by_coordinator) return;
+    ReportProgressRequest r;
+    r.set_job_id(raw->id);
+    *r.mutable_step() = m;
+    EnqueueLocked(std::move(r));
+  };
+  callbacks.event = [this, raw](const std::string& event) {
+    absl::MutexLock lock(&mu_);
+    LogLine(options_.worker_id, absl::StrCat("job ", raw->id, ": ", event));
+    if (raw->cancelled_by_coordinator) return;
+    ReportProgressRequest r;
+    r.set_job_id(raw->id);
+    r.set_event(event);
+    EnqueueLocked(std::move(r));
+  };
+  job->runner = std::make_unique<JobRunner>(assignment, backend_, std::move(runner_options),
+                                            std::move(callbacks));
+  job_ = std::move(job);
+  job_->thread = std::thread([this, raw] { RunJob(raw); });
+}
+
+void WorkerDaemon::RunJob(ActiveJob* job) {
+  const JobOutcome outcome = job->runner->Run();
+  absl::MutexLock lock(&mu_);
+  job->finished = true;
+  wake_ = true;
+  if (stopping_) drain_deadline_ = std::max(drain_deadline_, absl::Now() + options_.shutdown_grace);
+  if (job->cancelled_by_coordinator) {
+    LogLine(options_.worker_id, absl::StrCat("job ", job->id, " stopped: ", outcome.error()));
+    return;
+  }
+  LogLine(options_.worker_id,
+          outcome.succeeded()
+              ? absl::StrCat("job ", job->id, " succeeded: weights at ", outcome.output())
+              : absl::StrCat("job ", job->id, " failed: ", outcome.error()));
+  EnqueueOutcomeLocked(job->id, outcome);
+}
+
+void WorkerDaemon::ReapJob() {
+  std::thread thread;
+  {
+    absl::MutexLock lock(&mu_);
+    if (job_ == nullptr || !job_->finished) return;
+    thread = std::move(job_->thread);
+  }
+  if (thread.joinable()) thread.join();
+  absl::MutexLock lock(&mu_);
+  for (const PendingReport& r : reports_) {
+    if (r.request.job_id() == job_->id) return;  // still running for the coordinator
+  }
+  LogLine(options_.worker_id, absl::StrCat("job ", job_->id, " done; idle"));
+  job_.reset();
+}
+
+void WorkerDaemon::CancelByCoordinatorLocked(const std::string& job_id, const std::string& why) {
+  if (job_ == nullptr || job_->id != job_id) {
+    DropReportsLocked(job_id);  // e.g. the outcome of a job we refused
+    return;
+  }
+  if (job_->cancelled_by_coordinator) return;
+  job_->cancelled_by_coordinator = true;
+  if (!job_->finished) {
+    job_->runner->Cancel(why);
+    LogLine(options_.worker_id,
+            absl::StrCat("job ", job_id, " ", why, "; stopping at the next step boundary"));
+  } else {
+    DropReportsLocked(job_id);
+  }
+}
+
+void WorkerDaemon::EnqueueLocked(ReportProgressRequest request) {
+  if (!request.has_outcome() && static_cast<int64_t>(reports_.size()) >=
+                                    std::max<int64_t>(1, options_.max_buffered_reports)) {
+    // Full: drop the oldest step or event. Outcomes are never dropped here.
+    auto oldest = std::find_if(reports_.begin(), reports_.end(), [](const PendingReport& r) {
+      return !r.request.has_outcome();
+    });
+    if (oldest != reports_.end()) {
+      reports_.erase(oldest);
+      if (dropped_reports_++ % 1000 == 0) {
+        LogLine(options_.worker_id,
+                absl::StrCat("report buffer full (", options_.max_buffered_reports,
+                             "): dropping the oldest; ", dropped_reports_, " dropped so far"));
+      }
+    }
+  }
+  PendingReport r;
+  r.seq = next_seq_++;
+  r.request = std::move(request);
+  r.created = absl::Now();
+  reports_.push_back(std::move(r));
+  wake_ = true;
+}
+
+void WorkerDaemon::EnqueueOutcomeLocked(const std::string& job_id, const JobOutcome& outcome) {
+  ReportProgressRequest r;
+  r.set_job_id(job_id);
+  *r.mutable_outcome() = outcome;
+  EnqueueLocked(std::move(r));
+}
+
+void WorkerDaemon::DropReportsLocked(const std::string& job_id) {
+  reports_.erase(std::remove_if(reports_.begin(), reports_.end(),
+                                [&](const PendingReport& r) {
+                                  return r.request.job_id() == job_id;
+                                }),
+                 reports_.end());
+  wake_ = true;
+}
+
+void WorkerDaemon::ExpireOutcomesLocked() {
+  const absl::Time now = absl::Now();
+  for (auto it = reports_.begin(); it != reports_.end();) {
+    if (it->request.has_outcome() && now - it->created > options_.outcome_retry_for) {
+      LogLine(options_.worker_id,
+              absl::StrCat("giving up delivering the outcome of job ", it->request.job_id(),
+                           " after ", absl::FormatDuration(options_.outcome_retry_for)));
+      it = reports_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void WorkerDaemon::SendReports(absl::Time until) {
+  while (true) {
+    ReportProgressRequest request;
+    uint64_t seq;
+    int64_t epoch;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      if (!registered_ || reports_.empty() || now >= until || now < reports_retry_at_) return;
+      request = reports_.front().request;
+      seq = reports_.front().seq;
+      epoch = epoch_;
+    }
+    request.set_worker_id(options_.worker_id);
+    request.set_session_id(session_id_);
+    absl::StatusOr<ReportProgressResponse> response = client_->ReportProgress(request);
+
+    absl::MutexLock lock(&mu_);
+    auto pop = [&] {
+      if (!reports_.empty() && reports_.front().seq == seq) reports_.pop_front();
+    };
+    if (response.ok()) {
+      pop();
+      if (job_ != nullptr && job_->id == request.job_id()) {
+        job_->refusals = 0;
+        job_->refused_in_epoch = -1;
+      }
+      if (response->cancelled()) {
+        CancelByCoordinatorLocked(request.job_id(), "cancelled by the coordinator");
+      }
+      continue;
+    }
+    const absl::Status& s = response.status();
+    if (IsTransient(s)) {
+      // Kept; the next heartbeat finds out whether the coordinator is gone.
+      reports_retry_at_ = until;
+      return;
+    }
+    if (absl::IsInvalidArgument(s) || absl::IsOutOfRange(s)) {
+      LogLine(options_.worker_id, absl::StrCat("dropping a report the coordinator refuses: ",
+                                               s.message()));
+      pop();
+      continue;
+    }
+    // NOT_FOUND / FAILED_PRECONDITION / ...: this session or this job is unknown to it.
+    const bool ours = job_ != nullptr && job_->id == request.job_id() &&
+                      !job_->cancelled_by_coordinator;
+    if (!ours) {
+      DropReportsLocked(request.job_id());
+      continue;
+    }
+    // Counted once per registration epoch, so that a session lost again (another restart)
+    // soon after registering again does not quickly add up to "not ours".
+    if (job_->refused_in_epoch == epoch) return;  // wait for the registration under way
+    job_->refused_in_epoch = epoch;
+    if (++job_->refusals < kRefusalsBeforeDisowning) {
+      LogLine(options_.worker_id,
+              absl::StrCat("coordinator refused a report of job ", job_->id, " (", s.message(),
+                           "); registering again to re-attach it"));
+      if (epoch == epoch_) registered_ = false;
+      return;
+    }
+    LogLine(options_.worker_id,
+            absl::StrCat("coordinator refused job ", job_->id, " from this worker ",
+                         job_->refusals, " times, registering again in between (", s.message(),
+                         "); stopping it and dropping its reports"));
+    CancelByCoordinatorLocked(job_->id, "no longer assigned to this worker by the coordinator");
+    DropReportsLocked(request.job_id());
+  }
+}
+
+}  // namespace dtrain::worker

@@ -1,0 +1,138 @@
+// WorkerDaemon: the life of a dtrain worker against the coordinator (proto/coordinator.proto).
+//
+// Two threads. The control thread (Run) registers, heartbeats every heartbeat_interval_ms,
+// starts assignments, stops cancelled jobs and delivers progress reports; the training thread
+// runs one JobRunner at a time and only queues reports, so a slow or absent coordinator never
+// stalls training.
+//
+//   register ──ok──> heartbeat loop ──register_again / heartbeat error──> register again
+//      ^  └─error: wait Backoff (100 ms doubling to max_backoff, 2 s)          │
+//      └──────────────────────────────────────────────────────────────────────┘
+//
+// Registration carries the running job (running_job_id / running_step) so a restarted
+// coordinator re-attaches a job that kept training while it was down. A job counts as running
+// until its outcome is delivered.
+//
+// Reports (one per step, events, the outcome) go out in order. While the coordinator cannot be
+// reached they are kept: steps and events up to `max_buffered_reports` (the oldest are dropped
+// beyond that, with a log line), the outcome until delivered or `outcome_retry_for` has passed.
+// A report the coordinator refuses (NOT_FOUND / FAILED_PRECONDITION) makes the worker register
+// again (its session may be unknown after a restart). Refused in 3 registrations in a row with
+// no report accepted in between, the job is no longer this worker's: it is stopped and its
+// reports dropped. (The coordinator normally says so itself, with cancel_job_ids.)
+//
+// Cancellation (HeartbeatResponse.cancel_job_ids, ReportProgressResponse.cancelled) stops the
+// job at its next step boundary; no outcome is sent for it (the coordinator already decided).
+// Stop() (SIGTERM) stops it the same way, reports the outcome as failed "<reason> after step N",
+// waits up to `shutdown_grace` for the reports to be delivered, and makes Run() return OK.
+#ifndef DTRAIN_WORKER_DAEMON_WORKER_DAEMON_H_
+#define DTRAIN_WORKER_DAEMON_WORKER_DAEMON_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kernels/backend.h"
+#include "proto/coordinator.pb.h"
+#include "worker/daemon/coordinator_client.h"
+#include "worker/daemon/job_runner.h"
+
+namespace dtrain::worker {
+
+struct WorkerOptions {
+  std::string worker_id;          // required
+  std::string advertise_address;  // host:port of the peer service (next issue)
+  std::string host_label;
+  std::string data_root = "./dtrain-data";
+  int log_every = 10;  // log a progress line every N steps (0: never)
+  int64_t max_buffered_reports = 10000;
+  absl::Duration outcome_retry_for = absl::Minutes(5);
+  absl::Duration max_backoff = absl::Seconds(2);
+  absl::Duration shutdown_grace = absl::Seconds(10);
+  std::function<void(int64_t step)> after_step;  // test seam, see JobRunnerOptions
+};
+
+class WorkerDaemon {
+ public:
+  // `client` and `backend` must outlive the daemon; `backend` is the worker's one device.
+  WorkerDaemon(WorkerOptions options, CoordinatorClient* client, kernels::Backend* backend);
+  ~WorkerDaemon();  // stops and joins a running job
+
+  // Runs until Stop(). OK after a clean stop; InvalidArgument when the coordinator rejects the
+  // first registration as malformed (e.g. an empty worker id). Call once.
+  absl::Status Run();
+
+  // Thread-safe; `reason` ("worker stopped by SIGTERM") becomes the running job's error.
+  void Stop(const std::string& reason);
+
+  const std::string& session_id() const { return session_id_; }
+
+ private:
+  struct ActiveJob {
+    std::string id;
+    int64_t total_steps = 0;
+    std::unique_ptr<JobRunner> runner;
+    std::thread thread;
+    // Guarded by WorkerDaemon::mu_:
+    bool finished = false;
+    bool cancelled_by_coordinator = false;  // or disowned: no outcome is sent
+    // Refused reports since the last accepted one, counted once per registration epoch.
+    int refusals = 0;
+    int64_t refused_in_epoch = -1;
+  };
+  struct PendingReport {
+    uint64_t seq = 0;
+    ReportProgressRequest request;  // job_id and report; worker and session set when sent
+    absl::Time created;
+  };
+
+  absl::Status Register();
+  absl::Status Heartbeat(bool* started_job);
+  void SendReports(absl::Time until);
+  void ReapJob();
+  void RunJob(ActiveJob* job);
+
+  void StartJobLocked(const JobAssignment& assignment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CancelByCoordinatorLocked(const std::string& job_id, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnqueueLocked(ReportProgressRequest request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnqueueOutcomeLocked(const std::string& job_id, const JobOutcome& outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropReportsLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireOutcomesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool CanExitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WaitFor(absl::Duration d, bool wake_on_reports);
+
+  const WorkerOptions options_;
+  CoordinatorClient* const client_;
+  kernels::Backend* const backend_;
+  const std::string session_id_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string stop_reason_ ABSL_GUARDED_BY(mu_);
+  absl::Time drain_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;  // reports queued, job finished, or stop
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // successful registrations so far
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  absl::Time reports_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::unique_ptr<ActiveJob> job_ ABSL_GUARDED_BY(mu_);
+  std::deque<PendingReport> reports_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dropped_reports_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// One stderr line: "2026-01-02 03:04:05.678 dtrain-worker[w1]: message".
+void LogLine(const std::string& worker_id, const std::string& message);
+
+}  // namespace dtrain::worker
+
+#endif  // DTRAIN_WORKER_DAEMON_WORKER_DAEMON_H_

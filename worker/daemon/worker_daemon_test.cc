@@ -1,0 +1,321 @@
+// WorkerDaemon against an in-test coordinator over real gRPC on 127.0.0.1: registration,
+// assignments, step reports, cancellation, a coordinator restart, bad jobs, SIGTERM.
+#include "worker/daemon/worker_daemon.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "worker/daemon/fake_coordinator.h"
+
+namespace dtrain::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A worker daemon on its own thread, talking to a FakeCoordinator on a free port.
+class WorkerDaemonTest : public ::testing::Test {
+ protected:
+  void StartWorker(std::function<void(int64_t)> after_step = nullptr) {
+    server_ = StartServer(&fake_, &port_);
+    ASSERT_NE(server_, nullptr);
+    backend_ = kernels::CreateBackend("cpu", 1).value();
+    client_ = std::make_unique<CoordinatorClient>(absl::StrCat("127.0.0.1:", port_),
+                                                  absl::Seconds(2), absl::Milliseconds(200));
+    WorkerOptions options;
+    options.worker_id = "w1";
+    options.advertise_address = "127.0.0.1:7071";
+    options.host_label = "test-host";
+    options.data_root = TempPath(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    options.max_backoff = absl::Milliseconds(200);
+    options.shutdown_grace = absl::Seconds(2);
+    options.after_step = std::move(after_step);
+    daemon_ = std::make_unique<WorkerDaemon>(options, client_.get(), backend_.get());
+    thread_ = std::thread([this] { run_status_ = daemon_->Run(); });
+  }
+
+  void TearDown() override {
+    if (daemon_ != nullptr) {
+      daemon_->Stop("test finished");
+      thread_.join();
+    }
+    if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+  }
+
+  // Gates between a test and the training thread's after_step hook. Members, so they outlive
+  // the hook (TearDown stops the daemon before the fixture is destroyed).
+  absl::Notification reached_, release_, finished_;
+  FakeCoordinator fake_;
+  FakeCoordinator restarted_;  // the same coordinator after a restart: it knows no session
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<CoordinatorClient> client_;
+  std::unique_ptr<WorkerDaemon> daemon_;
+  std::thread thread_;
+  absl::Status run_status_;
+};
+
+TEST_F(WorkerDaemonTest, RegistrationCarriesIdentityAndDeviceInfo) {
+  StartWorker();
+  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return f.heartbeats_locked().size() >= 3; }));
+  const RegisterWorkerRequest r = fake_.registrations().at(0);
+  EXPECT_EQ(r.worker_id(), "w1");
+  EXPECT_EQ(r.session_id(), daemon_->session_id());
+  EXPECT_EQ(r.session_id().size(), 16u);
+  EXPECT_EQ(r.address(), "127.0.0.1:7071");
+  EXPECT_EQ(r.host_label(), "test-host");
+  EXPECT_EQ(r.device().kind(), "cpu");
+  EXPECT_EQ(r.device().name(), backend_->info().name);
+  EXPECT_GT(r.device().memory_bytes(), 0);
+  EXPECT_EQ(r.running_job_id(), "");
+  const HeartbeatRequest h = fake_.heartbeats().back();
+  EXPECT_EQ(h.worker_id(), "w1");
+  EXPECT_EQ(h.session_id(), daemon_->session_id());
+  EXPECT_EQ(h.running_job_id(), "");
+  EXPECT_EQ(fake_.registrations().size(), 1u);
+}
+
+TEST_F(WorkerDaemonTest, AssignmentReportsStepsInOrderThenSuccessWithTheWeights) {
+  const std::string data = WriteText("success.txt", 2000);
+  fake_.Assign(TinyJob("job-000001", data, 8));
+  StartWorker();
+  ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
+  const std::vector<ReportProgressRequest> reports = fake_.reports();
+  EXPECT_EQ(StepsOf(reports), Range(1, 8));
+  for (const auto& r : reports) {
+    EXPECT_EQ(r.worker_id(), "w1");
+    EXPECT_EQ(r.session_id(), daemon_->session_id());
+    EXPECT_EQ(r.job_id(), "job-000001");
+    if (r.has_step()) {
+      EXPECT_GT(r.step().loss(), 0);
+      EXPECT_GT(r.step().grad_norm(), 0);
+      EXPECT_FLOAT_EQ(r.step().learning_rate(), 1e-2f);
+      EXPECT_GT(r.step().tokens_per_s(), 0);
+      EXPECT_GT(r.step().time_unix_ms(), 0);
+    }
+  }
+  EXPECT_TRUE(reports.back().has_outcome());  // the outcome comes last
+  const JobOutcome outcome = OutcomeOf(reports);
+  ASSERT_TRUE(outcome.succeeded()) << outcome.error();
+  EXPECT_EQ(outcome.output(), TempPath("AssignmentReportsStepsInOrderThenSuccessWithTheWeights") +
+                                  "/jobs/job-000001/model.safetensors");
+  struct stat st;
+  ASSERT_EQ(stat(outcome.output().c_str(), &st), 0);
+  EXPECT_GT(st.st_size, 1000);
+  EXPECT_EQ(reports.front().event(), "loaded dataset " + data + " (2000 tokens)");
+
+  // The job was acknowledged in heartbeats, and the worker is idle again afterwards.
+  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) {
+    return !f.heartbeats_locked().empty() && f.heartbeats_locked().back().running_job_id().empty();
+  }));
+  bool acknowledged = false;
+  for (const auto& h : fake_.heartbeats()) acknowledged |= h.running_job_id() == "job-000001";
+  EXPECT_TRUE(acknowledged);
+}
+
+TEST_F(WorkerDaemonTest, CancelInAHeartbeatStopsTheJobWithinAStep) {
+  const std::string data = WriteText("cancel.txt", 2000);
+  fake_.Assign(TinyJob("job-000002", data, 100000));
+  StartWorker([this](int64_t step) {
+    if (step != 3) return;
+    fake_.Cancel("job-000002");
+    // The heartbeat after the one carrying the cancel: by then the daemon has acted on it.
+    fake_.WaitUntil([](FakeCoordinator& f) {
+      return f.cancel_sent_at_locked() >= 0 &&
+             static_cast<int64_t>(f.heartbeats_locked().size()) > f.cancel_sent_at_locked();
+    });
+  });
+  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) {
+    return f.cancel_sent_at_locked() >= 0 &&
+           f.heartbeats_locked().back().running_job_id().empty();
+  }));
+  const std::vector<ReportProgressRequest> reports = fake_.reports();
+  EXPECT_EQ(StepsOf(reports), Range(1, 3));
+  EXPECT_FALSE(HasOutcome(fake_)) << "the coordinator decided the end; no outcome is sent";
+}
+
+TEST_F(WorkerDaemonTest, CoordinatorRestartReattachesTheJobAndDeliversBufferedSteps) {
+  const std::string data = WriteText("restart.txt", 2000);
+  fake_.Assign(TinyJob("job-000003", data, 12));
+  absl::Notification& at_step_4 = reached_;
+  absl::Notification& coordinator_down = release_;
+  absl::Notification& finished = finished_;
+  StartWorker([&](int64_t step) {
+    if (step == 4) {
+      at_step_4.Notify();
+      coordinator_down.WaitForNotification();
+    }
+    if (step == 12) finished.Notify();
+  });
+  ASSERT_TRUE(at_step_4.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return StepsOf(f.reports_locked()).size() >= 3; }));
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  server_.reset();
+  coordinator_down.Notify();
+  ASSERT_TRUE(finished.WaitForNotificationWithTimeout(kWait));
+  absl::SleepFor(absl::Milliseconds(300));  // the outcome is queued; heartbeats keep failing
+
+  FakeCoordinator& restarted = restarted_;
+  int port = port_;
+  server_ = StartServer(&restarted, &port);
+  ASSERT_EQ(port, port_);
+  ASSERT_TRUE(restarted.WaitUntil(HasOutcome));
+
+  bool reattached = false;
+  for (const auto& r : restarted.registrations()) {
+    if (r.running_job_id() == "job-000003") {
+      reattached = true;
+      EXPECT_EQ(r.running_step(), 12);
+      EXPECT_EQ(r.session_id(), daemon_->session_id());
+    }
+  }
+  EXPECT_TRUE(reattached);
+  std::vector<int64_t> before = StepsOf(fake_.reports());
+  std::vector<int64_t> after = StepsOf(restarted.reports());
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(after.back(), 12);
+  EXPECT_TRUE(std::is_sorted(after.begin(), after.end()));
+  std::set<int64_t> all(before.begin(), before.end());
+  all.insert(after.begin(), after.end());
+  EXPECT_EQ(std::vector<int64_t>(all.begin(), all.end()), Range(1, 12));
+  EXPECT_TRUE(OutcomeOf(restarted.reports()).succeeded());
+}
+
+TEST_F(WorkerDaemonTest, MissingDatasetFailsWithTheOutcomeNamingThePath) {
+  const std::string missing = TempPath("does/not/exist.bin");
+  fake_.Assign(TinyJob("job-000004", missing, 5));
+  StartWorker();
+  ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
+  const JobOutcome outcome = OutcomeOf(fake_.reports());
+  EXPECT_FALSE(outcome.succeeded());
+  EXPECT_THAT(outcome.error(), HasSubstr("dataset " + missing));
+  EXPECT_TRUE(StepsOf(fake_.reports()).empty());
+}
+
+TEST_F(WorkerDaemonTest, MultiWorkerLayoutFailsAsUnsupported) {
+  JobAssignment a = TinyJob("job-000005", WriteText("layout.txt", 2000), 5);
+  a.mutable_spec()->mutable_parallel()->set_dp(2);
+  a.mutable_spec()->mutable_parallel()->set_pp(2);
+  fake_.Assign(a);
+  StartWorker();
+  ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
+  const JobOutcome outcome = OutcomeOf(fake_.reports());
+  EXPECT_FALSE(outcome.succeeded());
+  EXPECT_THAT(outcome.error(), HasSubstr("layouts with more than one worker (dp*pp*tp=4) are not "
+                                         "supported by this worker version"));
+}
+
+TEST_F(WorkerDaemonTest, StopReportsTheJobFailedAndRunReturnsOk) {
+  fake_.Assign(TinyJob("job-000006", WriteText("stop.txt", 2000), 100000));
+  StartWorker([this](int64_t step) {
+    if (step == 2) daemon_->Stop("worker stopped by SIGTERM");
+  });
+  thread_.join();
+  EXPECT_TRUE(run_status_.ok()) << run_status_;
+  const JobOutcome outcome = OutcomeOf(fake_.reports());
+  EXPECT_FALSE(outcome.succeeded());
+  EXPECT_EQ(outcome.error(), "worker stopped by SIGTERM after step 2");
+  EXPECT_EQ(StepsOf(fake_.reports()), Range(1, 2));
+  daemon_.reset();
+}
+
+TEST_F(WorkerDaemonTest, SecondAssignmentWhileBusyIsRefused) {
+  fake_.Assign(TinyJob("job-000007", WriteText("busy.txt", 2000), 100000));
+  absl::Notification& release = release_;
+  StartWorker([&](int64_t step) {
+    if (step == 1) release.WaitForNotificationWithTimeout(kWait);
+  });
+  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) {
+    return !f.heartbeats_locked().empty() &&
+           f.heartbeats_locked().back().running_job_id() == "job-000007";
+  }));
+  fake_.Assign(TinyJob("job-000008", "x.txt", 5));
+  ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
+  release.Notify();
+  const std::vector<ReportProgressRequest> reports = fake_.reports();
+  const JobOutcome outcome = OutcomeOf(reports);
+  EXPECT_THAT(outcome.error(), HasSubstr("worker w1 is still running job job-000007"));
+  for (const auto& r : reports) {
+    if (r.has_outcome()) {
+      EXPECT_EQ(r.job_id(), "job-000008");
+    }
+  }
+}
+
+TEST_F(WorkerDaemonTest, CancelInAProgressResponseStopsTheJob) {
+  fake_.Assign(TinyJob("job-000009", WriteText("cancel_report.txt", 2000), 100000));
+  fake_.CancelInReports("job-000009");
+  StartWorker([this](int64_t step) {
+    if (step == 1) fake_.WaitUntil([](FakeCoordinator& f) { return f.first_report_processed_locked(); });
+  });
+  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) {
+    return f.first_report_processed_locked() &&
+           f.heartbeats_locked().back().running_job_id().empty();
+  }));
+  // The first report is answered cancelled while step 1 is being finished: the job stops there.
+  EXPECT_LE(StepsOf(fake_.reports()).size(), 1u);
+  EXPECT_FALSE(HasOutcome(fake_));
+}
+
+TEST_F(WorkerDaemonTest, RegisterAgainKeepsTheRunningJob) {
+  fake_.Assign(TinyJob("job-000010", WriteText("again.txt", 2000), 6));
+  // The session is forgotten twice (a lease expiry, a coordinator restart): each time the
+  // worker's next report or heartbeat is refused and it registers again with the job.
+  StartWorker([this](int64_t step) {
+    if (step != 2 && step != 4) return;
+    fake_.ForgetSessions();
+    const size_t want = step == 2 ? 2 : 3;
+    fake_.WaitUntil([want](FakeCoordinator& f) { return f.registrations_locked().size() >= want; });
+  });
+  ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
+  const std::vector<RegisterWorkerRequest> registrations = fake_.registrations();
+  ASSERT_EQ(registrations.size(), 3u);
+  EXPECT_EQ(registrations[1].running_job_id(), "job-000010");
+  EXPECT_EQ(registrations[1].running_step(), 2);
+  EXPECT_EQ(registrations[2].running_job_id(), "job-000010");
+  EXPECT_EQ(registrations[2].running_step(), 4);
+  EXPECT_EQ(registrations[2].session_id(), daemon_->session_id());
+  EXPECT_EQ(StepsOf(fake_.reports()), Range(1, 6));
+  EXPECT_TRUE(OutcomeOf(fake_.reports()).succeeded());
+}
+
+TEST_F(WorkerDaemonTest, AJobTheCoordinatorKeepsRefusingIsStopped) {
+  fake_.Assign(TinyJob("job-000011", WriteText("refused.txt", 2000), 100000));
+  fake_.RejectReportsOf("job-000011");
+  StartWorker();
+  // Refused: register again to re-attach, twice. Refused a third time: the job is not ours.
+  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) {
+    return f.registrations_locked().size() >= 3 && f.rejected_locked() >= 3 &&
+           f.heartbeats_locked().back().running_job_id().empty();
+  }));
+  const std::vector<RegisterWorkerRequest> registrations = fake_.registrations();
+  ASSERT_EQ(registrations.size(), 3u);
+  EXPECT_EQ(registrations[1].running_job_id(), "job-000011");
+  EXPECT_EQ(registrations[2].running_job_id(), "job-000011");
+  EXPECT_TRUE(fake_.reports().empty());
+}
+
+TEST(Backoff, DoublesUpToTheCapWithJitter) {
+  Backoff b(absl::Milliseconds(100), absl::Milliseconds(1000));
+  const int64_t expected[] = {100, 200, 400, 800, 1000, 1000};
+  for (int64_t ms : expected) {
+    const absl::Duration d = b.Next();
+    EXPECT_LE(d, absl::Milliseconds(ms));
+    EXPECT_GE(d, absl::Milliseconds(ms * 8 / 10));
+  }
+  b.Reset();
+  EXPECT_LE(b.Next(), absl::Milliseconds(100));
+}
+
+}  // namespace
+}  // namespace dtrain::worker

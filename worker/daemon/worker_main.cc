@@ -1,0 +1,136 @@
+// dtrain-worker: the worker daemon. Drives one device for the coordinator: registers,
+// heartbeats, trains the jobs it is assigned and reports their progress (worker_daemon.h).
+//
+//   dtrain-worker --worker_id=gpu0 --device=cuda:0 --coordinator=10.0.0.1:7070
+//   dtrain-worker --worker_id=cpu0 --device=cpu --threads=8 --data_root=/var/lib/dtrain
+//
+// One worker per GPU. The worker's --device decides the hardware a job runs on; a job whose
+// spec asks for another kind of device fails with a message naming both.
+// SIGTERM / SIGINT: the running job stops at its next step boundary and is reported failed
+// ("worker stopped by SIGTERM after step N"), pending reports get up to 10 s to be delivered,
+// then the process exits 0 (a second signal while stopping changes nothing). Exit 1 on bad
+// flags or a device that cannot be opened.
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/status_macros.h"
+#include "kernels/backend.h"
+#include "worker/daemon/coordinator_client.h"
+#include "worker/daemon/job_runner.h"
+#include "worker/daemon/worker_daemon.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator address host:port");
+ABSL_FLAG(std::string, worker_id, "", "stable name of this worker (required), e.g. gpu0");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host:port peers use to reach this worker (default <hostname>:7071; the peer "
+          "service comes with multi-worker training)");
+ABSL_FLAG(std::string, host_label, "", "workers with the same label share a host (default: "
+          "the hostname)");
+ABSL_FLAG(std::string, device, "auto", "cpu, cuda, cuda:N or auto; decides the hardware");
+ABSL_FLAG(int, threads, 0, "CPU threads for --device=cpu (0 = all cores)");
+ABSL_FLAG(std::string, data_root, "./dtrain-data",
+          "directory for job outputs: <data_root>/jobs/<job id>/model.safetensors");
+ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every coordinator RPC");
+ABSL_FLAG(int, log_every, 10, "log a progress line every N steps (0: never)");
+
+// Written by the signal handler, read by the signal thread (see Main).
+static int g_signal_pipe[2] = {-1, -1};
+
+static void OnStopSignal(int sig) {
+  const int saved = errno;
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  (void)!write(g_signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+namespace dtrain::worker {
+namespace {
+
+std::string Hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+absl::Status Main(int signal_fd) {
+  WorkerOptions options;
+  options.worker_id = absl::GetFlag(FLAGS_worker_id);
+  if (options.worker_id.empty()) {
+    return absl::InvalidArgumentError("--worker_id is required (a stable name, e.g. gpu0)");
+  }
+  const absl::Duration rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
+  if (rpc_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rpc_timeout=", absl::FormatDuration(rpc_timeout), " must be positive"));
+  }
+  options.host_label = absl::GetFlag(FLAGS_host_label);
+  if (options.host_label.empty()) options.host_label = Hostname();
+  options.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  if (options.advertise_address.empty()) options.advertise_address = Hostname() + ":7071";
+  options.data_root = absl::GetFlag(FLAGS_data_root);
+  options.log_every = absl::GetFlag(FLAGS_log_every);
+  RETURN_IF_ERROR(Annotate(MakeDirs(options.data_root), "--data_root"));
+
+  ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
+                   kernels::CreateBackend(absl::GetFlag(FLAGS_device),
+                                          absl::GetFlag(FLAGS_threads)));
+  CoordinatorClient client(absl::GetFlag(FLAGS_coordinator), rpc_timeout, options.max_backoff);
+  WorkerDaemon daemon(options, &client, backend.get());
+
+  // The handler only writes the signal number to a pipe (async-signal-safe, and fine on
+  // whichever thread it lands: OpenBLAS starts threads before main); this thread reads it.
+  // A 0 byte from main ends it once the daemon has returned.
+  std::thread signal_thread([&daemon, signal_fd] {
+    while (true) {
+      unsigned char sig = 0;
+      const ssize_t n = read(signal_fd, &sig, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n != 1 || sig == 0) return;
+      daemon.Stop(absl::StrCat("worker stopped by ", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
+    }
+  });
+  absl::Status status = daemon.Run();
+  const unsigned char end = 0;
+  (void)!write(g_signal_pipe[1], &end, 1);
+  signal_thread.join();
+  return status;
+}
+
+}  // namespace
+}  // namespace dtrain::worker
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "The dtrain worker daemon: trains the jobs the coordinator assigns on one device.\n"
+      "  dtrain-worker --worker_id=gpu0 --device=cuda:0 --coordinator=host:7070");
+  absl::ParseCommandLine(argc, argv);
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
+    std::perror("dtrain-worker: error: pipe2");
+    return 1;
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+
+  absl::Status status = dtrain::worker::Main(g_signal_pipe[0]);
+  if (!status.ok()) {
+    std::fprintf(stderr, "dtrain-worker: error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

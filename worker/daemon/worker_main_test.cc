@@ -1,0 +1,102 @@
+// dtrain-worker as a process: flags, and SIGTERM in the middle of a job (the job stops at a
+// step boundary, its outcome says why, the process exits 0).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/daemon/fake_coordinator.h"
+
+extern char** environ;
+
+namespace dtrain::worker {
+namespace {
+
+using ::testing::StartsWith;
+
+std::string WorkerBinary() {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"),
+                      "/worker/dtrain-worker");
+}
+
+// Starts dtrain-worker with `args`; stderr goes to `log`.
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> all = {WorkerBinary()};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+// The exit code, or -1 if it did not exit within `timeout` (then it is killed).
+int WaitExit(pid_t pid, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+TEST(DtrainWorker, WorkerIdIsRequired) {
+  pid_t pid = Spawn({"--coordinator=127.0.0.1:1"}, TempPath("no_id.log"));
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, kWait), 1);
+}
+
+TEST(DtrainWorker, UnknownFlagIsAnError) {
+  pid_t pid = Spawn({"--worker_id=w", "--no_such_flag=1"}, TempPath("bad_flag.log"));
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, kWait), 1);
+}
+
+TEST(DtrainWorker, SigtermStopsTheJobAtAStepBoundaryAndExitsZero) {
+  FakeCoordinator fake;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = StartServer(&fake, &port);
+  ASSERT_NE(server, nullptr);
+  fake.Assign(TinyJob("job-000042", WriteText("sigterm.txt", 2000), 1000000));
+  pid_t pid = Spawn({"--worker_id=proc1", absl::StrCat("--coordinator=127.0.0.1:", port),
+                     "--device=cpu", "--threads=1", "--data_root=" + TempPath("proc_root"),
+                     "--rpc_timeout=2s", "--log_every=0"},
+                    TempPath("sigterm.log"));
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(fake.WaitUntil([](FakeCoordinator& f) { return StepsOf(f.reports_locked()).size() >= 3; }));
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  EXPECT_EQ(WaitExit(pid, kWait), 0);
+  const std::vector<ReportProgressRequest> reports = fake.reports();
+  ASSERT_FALSE(reports.empty());
+  ASSERT_TRUE(reports.back().has_outcome());
+  const JobOutcome outcome = reports.back().outcome();
+  EXPECT_FALSE(outcome.succeeded());
+  EXPECT_THAT(outcome.error(), StartsWith("worker stopped by SIGTERM after step "));
+  const std::vector<int64_t> steps = StepsOf(reports);
+  EXPECT_EQ(steps, Range(1, steps.back()));
+  EXPECT_EQ(outcome.error(), absl::StrCat("worker stopped by SIGTERM after step ", steps.back()));
+  EXPECT_EQ(fake.registrations().at(0).worker_id(), "proc1");
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+}  // namespace
+}  // namespace dtrain::worker
