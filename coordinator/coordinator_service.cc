@@ -7,7 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace dtrain::coordinator {
 namespace {

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "coordinator/grpc_status.h"
+#include "common/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

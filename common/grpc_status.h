@@ -1,14 +1,14 @@
 // The one conversion between absl::Status (used everywhere inside) and grpc::Status (on the
-// wire), at the service edge. Codes map one to one; the message is kept.
-#ifndef DTRAIN_COORDINATOR_GRPC_STATUS_H_
-#define DTRAIN_COORDINATOR_GRPC_STATUS_H_
+// wire), at each service edge. Codes map one to one; the message is kept.
+#ifndef DTRAIN_COMMON_GRPC_STATUS_H_
+#define DTRAIN_COMMON_GRPC_STATUS_H_
 
 #include <string>
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
 
-namespace dtrain::coordinator {
+namespace dtrain {
 
 inline grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -20,6 +20,6 @@ inline absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-}  // namespace dtrain::coordinator
+}  // namespace dtrain
 
-#endif  // DTRAIN_COORDINATOR_GRPC_STATUS_H_
+#endif  // DTRAIN_COMMON_GRPC_STATUS_H_

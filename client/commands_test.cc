@@ -1,0 +1,430 @@
+// The CLI's commands and CoordinatorStub against a fake Coordinator service on a loopback port:
+// arguments, output, exit codes, and watch reconnecting after a broken stream.
+#include "client/commands.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace dtrain {
+namespace client {
+namespace {
+
+using ::testing::HasSubstr;
+
+Job MakeJob(const std::string& id, JobState state) {
+  Job job;
+  job.set_id(id);
+  job.set_state(state);
+  job.mutable_spec()->set_name("tiny");
+  job.mutable_spec()->set_steps(3);
+  job.mutable_spec()->set_batch_size(2);
+  job.mutable_spec()->mutable_model()->set_context(8);
+  return job;
+}
+
+JobUpdate StateUpdate(const Job& job, JobState state, int64_t time_ms) {
+  JobUpdate u;
+  *u.mutable_job() = job;
+  u.mutable_job()->set_state(state);
+  u.mutable_state_change()->set_state(state);
+  u.mutable_state_change()->set_time_unix_ms(time_ms);
+  return u;
+}
+
+JobUpdate StepUpdate(const Job& job, int64_t step, double loss) {
+  JobUpdate u;
+  *u.mutable_job() = job;
+  u.mutable_job()->set_state(RUNNING);
+  StepMetrics* m = u.mutable_step();
+  m->set_step(step);
+  m->set_loss(loss);
+  m->set_tokens_per_s(100);
+  m->set_time_unix_ms(1000 * step);
+  *u.mutable_job()->mutable_latest() = *m;
+  return u;
+}
+
+// job-000001: a job that trains 3 steps and SUCCEEDS; job-000002: already ended (cancel fails);
+// job-000009: its first watch stream breaks after step 2 (UNAVAILABLE), the second finishes it.
+class FakeCoordinator final : public Coordinator::Service {
+ public:
+  grpc::Status SubmitJob(grpc::ServerContext*, const SubmitJobRequest* request,
+                         SubmitJobResponse* response) override {
+    if (absl::StrContains(request->spec_json(), "bad")) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "invalid job spec (2 problems):\nparallel.tp: 3 does not divide "
+                          "model.n_head 4\nfoo: unknown field");
+    }
+    *response->mutable_job() = MakeJob("job-000001", QUEUED);
+    response->mutable_job()->set_reason("waiting for 1 idle worker");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetJob(grpc::ServerContext*, const GetJobRequest* request, Job* job) override {
+    if (request->job_id() != "job-000001") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + request->job_id());
+    }
+    *job = MakeJob("job-000001", RUNNING);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListJobs(grpc::ServerContext*, const ListJobsRequest* request,
+                        ListJobsResponse* response) override {
+    *response->add_jobs() = MakeJob("job-000002", SUCCEEDED);
+    *response->add_jobs() = MakeJob("job-000001", RUNNING);
+    last_limit = request->limit();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CancelJob(grpc::ServerContext*, const CancelJobRequest* request,
+                         Job* job) override {
+    if (request->job_id() == "job-000002") {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job-000002 already ended");
+    }
+    *job = MakeJob(request->job_id(), CANCELLED);
+    job->set_reason(request->reason());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListWorkers(grpc::ServerContext*, const ListWorkersRequest*,
+                           ListWorkersResponse* response) override {
+    WorkerInfo* w = response->add_workers();
+    w->set_worker_id("w1");
+    w->set_state(IDLE);
+    w->mutable_device()->set_kind("cpu");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WatchJob(grpc::ServerContext*, const WatchJobRequest* request,
+                        grpc::ServerWriter<JobUpdate>* writer) override {
+    {
+      absl::MutexLock lock(&mu);
+      watch_after_steps.push_back(request->after_step());
+    }
+    const std::string& id = request->job_id();
+    if (id == "job-000010") {  // one step, then the coordinator goes away for good
+      writer->Write(StepUpdate(MakeJob(id, RUNNING), 1, 4.0));
+      if (on_gone) on_gone();
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down");
+    }
+    if (id != "job-000001" && id != "job-000009") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + id);
+    }
+    const Job job = MakeJob(id, RUNNING);
+    writer->Write(StateUpdate(job, QUEUED, 1));
+    writer->Write(StateUpdate(job, RUNNING, 2));
+    JobUpdate event;
+    *event.mutable_job() = job;
+    event.set_event("loaded dataset");
+    writer->Write(event);  // events are replayed on every stream, as the history is
+    const bool break_now = id == "job-000009" && watch_calls++ == 0;
+    for (int64_t step = request->after_step() + 1; step <= 3; ++step) {
+      writer->Write(StepUpdate(job, step, 5.0 - step));
+      if (break_now && step == 2) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down");
+      }
+    }
+    Job done = MakeJob(id, SUCCEEDED);
+    *done.mutable_latest() = StepUpdate(job, 3, 2.0).step();
+    done.set_output("/tmp/jobs/" + id + "/model.safetensors");
+    JobUpdate last = StateUpdate(done, SUCCEEDED, 3);
+    writer->Write(last);
+    return grpc::Status::OK;
+  }
+
+  absl::Mutex mu;
+  std::vector<int64_t> watch_after_steps ABSL_GUARDED_BY(mu);
+  std::atomic<int> watch_calls{0};
+  std::atomic<int> last_limit{-1};
+  std::function<void()> on_gone;
+};
+
+class CommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&fake_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    address_ = "127.0.0.1:" + std::to_string(port);
+  }
+  void TearDown() override {
+    if (stopper_.joinable()) stopper_.join();
+    server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  }
+
+  // Runs `dtrain args...` against the fake; fills out_/err_ and returns the exit code.
+  int Run(std::vector<std::string> args, bool tty = false) {
+    args.push_back("--coordinator=" + address_);
+    absl::StatusOr<Invocation> inv = ParseArguments(args, nullptr);
+    EXPECT_TRUE(inv.ok()) << inv.status();
+    if (!inv.ok()) return -1;
+    StubOptions options;
+    options.timeout = inv->timeout;
+    options.reconnect_for = inv->reconnect_for;
+    auto stub = CoordinatorStub::Connect(inv->coordinator, options);
+    out_.str("");
+    err_.str("");
+    Output output{out_, err_, tty};
+    return RunInvocation(*inv, *stub, output);
+  }
+
+  FakeCoordinator fake_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread stopper_;
+  std::string address_;
+  std::ostringstream out_, err_;
+};
+
+TEST(ParseArguments, GlobalFlagsAnywhere) {
+  absl::StatusOr<Invocation> inv =
+      ParseArguments({"--json", "status", "job-000001", "--timeout", "3s"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->command, "status");
+  EXPECT_EQ(inv->args, std::vector<std::string>{"job-000001"});
+  EXPECT_TRUE(inv->json);
+  EXPECT_EQ(inv->timeout, absl::Seconds(3));
+  EXPECT_EQ(inv->coordinator, kDefaultCoordinator);
+}
+
+TEST(ParseArguments, CoordinatorFlagBeatsEnvironmentBeatsDefault) {
+  EXPECT_EQ(ParseArguments({"list"}, "h:1")->coordinator, "h:1");
+  EXPECT_EQ(ParseArguments({"list", "--coordinator=h:2"}, "h:1")->coordinator, "h:2");
+  EXPECT_EQ(ParseArguments({"list"}, nullptr)->coordinator, "127.0.0.1:7070");
+}
+
+TEST(ParseArguments, FlagsDoNotLeakBetweenCalls) {
+  ASSERT_TRUE(ParseArguments({"list", "--json", "--limit=3"}, nullptr).ok());
+  absl::StatusOr<Invocation> inv = ParseArguments({"list"}, nullptr);
+  EXPECT_FALSE(inv->json);
+  EXPECT_EQ(inv->limit, 0);
+}
+
+TEST(ParseArguments, BoolFlagsNegate) {
+  EXPECT_FALSE(ParseArguments({"list", "--json", "--nojson"}, nullptr)->json);
+  EXPECT_TRUE(ParseArguments({"submit", "a.json", "--watch=true"}, nullptr)->watch);
+}
+
+TEST(ParseArguments, UsageErrorsNameTheirCause) {
+  auto message = [](std::vector<std::string> args) {
+    absl::StatusOr<Invocation> inv = ParseArguments(args, nullptr);
+    EXPECT_EQ(inv.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(inv.status().message());
+  };
+  EXPECT_THAT(message({}), HasSubstr("no command"));
+  EXPECT_THAT(message({"frobnicate"}), HasSubstr("unknown command 'frobnicate'"));
+  EXPECT_THAT(message({"list", "--bogus"}), HasSubstr("unknown flag --bogus"));
+  EXPECT_THAT(message({"list", "--timeout=soon"}), HasSubstr("--timeout"));
+  EXPECT_THAT(message({"list", "--timeout=0s"}), HasSubstr("--timeout must be positive"));
+  EXPECT_THAT(message({"list", "--timeout"}), HasSubstr("--timeout needs a value"));
+  EXPECT_THAT(message({"status"}), HasSubstr("needs a job id"));
+  EXPECT_THAT(message({"submit"}), HasSubstr("needs a job spec file"));
+  EXPECT_THAT(message({"status", "a", "b"}), HasSubstr("unexpected argument 'b'"));
+  EXPECT_THAT(message({"list", "--watch"}), HasSubstr("--watch applies to 'submit' only"));
+  EXPECT_THAT(message({"status", "x", "--reason=r"}), HasSubstr("applies to 'cancel' only"));
+}
+
+TEST(ParseArguments, DoubleDashEndsFlags) {
+  absl::StatusOr<Invocation> inv = ParseArguments({"status", "--", "--odd-id"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->args, std::vector<std::string>{"--odd-id"});
+}
+
+TEST(ParseArguments, HelpNeedsNoCoordinator) {
+  EXPECT_TRUE(ParseArguments({"--help"}, nullptr)->help);
+  EXPECT_TRUE(ParseArguments({"help"}, nullptr)->help);
+  EXPECT_TRUE(ParseArguments({"watch", "--help"}, nullptr)->help);
+}
+
+TEST(ExitCodeFor, MapsStatusCodes) {
+  EXPECT_EQ(ExitCodeFor(absl::OkStatus()), 0);
+  EXPECT_EQ(ExitCodeFor(absl::InvalidArgumentError("")), 2);
+  EXPECT_EQ(ExitCodeFor(absl::UnavailableError("")), 3);
+  EXPECT_EQ(ExitCodeFor(absl::DeadlineExceededError("")), 3);
+  EXPECT_EQ(ExitCodeFor(absl::NotFoundError("")), 4);
+  EXPECT_EQ(ExitCodeFor(absl::FailedPreconditionError("")), 6);
+  EXPECT_EQ(ExitCodeForJob(SUCCEEDED), 0);
+  EXPECT_EQ(ExitCodeForJob(FAILED), 1);
+  EXPECT_EQ(ExitCodeForJob(CANCELLED), 5);
+}
+
+TEST_F(CommandsTest, StatusPrintsTheJob) {
+  EXPECT_EQ(Run({"status", "job-000001"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("state:     RUNNING"));
+}
+
+TEST_F(CommandsTest, StatusJsonIsOneObject) {
+  EXPECT_EQ(Run({"status", "job-000001", "--json"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("\"id\":\"job-000001\""));
+  EXPECT_THAT(out_.str(), HasSubstr("\"state\":\"RUNNING\""));
+}
+
+TEST_F(CommandsTest, UnknownJobExits4) {
+  EXPECT_EQ(Run({"status", "job-999999"}), 4);
+  EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
+  EXPECT_THAT(err_.str(), HasSubstr("job-999999"));
+  EXPECT_EQ(Run({"watch", "job-999999"}), 4);
+}
+
+TEST_F(CommandsTest, ListPassesLimitAndPrintsATable) {
+  EXPECT_EQ(Run({"list", "--limit=5"}), 0);
+  EXPECT_EQ(fake_.last_limit, 5);
+  EXPECT_THAT(out_.str(), HasSubstr("job-000002  SUCCEEDED"));
+  EXPECT_THAT(out_.str(), HasSubstr("job-000001  RUNNING"));
+}
+
+TEST_F(CommandsTest, WorkersTable) {
+  EXPECT_EQ(Run({"workers"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("ID  STATE  DEVICE"));
+  EXPECT_THAT(out_.str(), HasSubstr("w1  IDLE   cpu"));
+}
+
+TEST_F(CommandsTest, SubmitUnreadableFileExits2) {
+  EXPECT_EQ(Run({"submit", "/nonexistent/job.json"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("cannot read /nonexistent/job.json"));
+}
+
+TEST_F(CommandsTest, SubmitRejectedListsEveryProblem) {
+  const std::string path = ::testing::TempDir() + "/bad.json";
+  std::ofstream(path) << "{\"bad\": 1}";
+  EXPECT_EQ(Run({"submit", path}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("rejected " + path + ":\n"
+                                    "  parallel.tp: 3 does not divide model.n_head 4\n"
+                                    "  foo: unknown field\n"));
+}
+
+TEST_F(CommandsTest, SubmitPrintsTheQueuedJob) {
+  const std::string path = ::testing::TempDir() + "/good.json";
+  std::ofstream(path) << "{\"steps\": 3}";
+  EXPECT_EQ(Run({"submit", path}), 0);
+  EXPECT_EQ(out_.str(), "submitted job-000001 (tiny): QUEUED: waiting for 1 idle worker\n");
+}
+
+TEST_F(CommandsTest, SubmitWatchFollowsToSuccess) {
+  const std::string path = ::testing::TempDir() + "/good.json";
+  std::ofstream(path) << "{\"steps\": 3}";
+  EXPECT_EQ(Run({"submit", path, "--watch"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("job-000001 RUNNING step 3/3 loss 2.0000 100 tok/s"));
+  EXPECT_THAT(out_.str(), HasSubstr("job-000001 SUCCEEDED: 3/3 steps, loss 4.0000 -> 2.0000, "
+                                    "output /tmp/jobs/job-000001/model.safetensors\n"));
+}
+
+TEST_F(CommandsTest, WatchPipedPrintsOneLinePerStep) {
+  EXPECT_EQ(Run({"watch", "job-000001"}), 0);
+  EXPECT_EQ(out_.str(),
+            "job-000001 QUEUED\n"
+            "job-000001 RUNNING\n"
+            "job-000001 event: loaded dataset\n"
+            "job-000001 RUNNING step 1/3 loss 4.0000 100 tok/s ETA 0:00\n"
+            "job-000001 RUNNING step 2/3 loss 3.0000 100 tok/s ETA 0:01\n"
+            "job-000001 RUNNING step 3/3 loss 2.0000 100 tok/s ETA 0:00\n"
+            "job-000001 SUCCEEDED\n"
+            "job-000001 SUCCEEDED: 3/3 steps, loss 4.0000 -> 2.0000, output "
+            "/tmp/jobs/job-000001/model.safetensors\n");
+}
+
+TEST_F(CommandsTest, WatchOnATerminalRedrawsInPlace) {
+  EXPECT_EQ(Run({"watch", "job-000001"}, /*tty=*/true), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("\rjob-000001 RUNNING step 1/3 loss 4.0000 100 tok/s ETA "
+                                    "0:00\x1b[K\rjob-000001 RUNNING step 2/3"));
+  EXPECT_THAT(out_.str(), HasSubstr("\x1b[K\njob-000001 SUCCEEDED\n"));
+}
+
+TEST_F(CommandsTest, WatchJsonIsOneUpdatePerLine) {
+  EXPECT_EQ(Run({"watch", "job-000001", "--json"}), 0);
+  const std::string out = out_.str();
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 7) << out;  // 2 states, event, 3 steps, end
+  EXPECT_THAT(out, HasSubstr("\"step\":{\"step\":\"1\""));
+}
+
+TEST_F(CommandsTest, WatchReconnectsAfterTheLastStepSeen) {
+  EXPECT_EQ(Run({"watch", "job-000009", "--reconnect_for=10s"}), 0);
+  {
+    absl::MutexLock lock(&fake_.mu);
+    EXPECT_EQ(fake_.watch_after_steps, (std::vector<int64_t>{0, 2}));
+  }
+  // Each state change and each step once, although the second stream replayed the history.
+  const std::string out = out_.str();
+  EXPECT_EQ(out,
+            "job-000009 QUEUED\n"
+            "job-000009 RUNNING\n"
+            "job-000009 event: loaded dataset\n"
+            "job-000009 RUNNING step 1/3 loss 4.0000 100 tok/s ETA 0:00\n"
+            "job-000009 RUNNING step 2/3 loss 3.0000 100 tok/s ETA 0:01\n"
+            "job-000009 RUNNING step 3/3 loss 2.0000 100 tok/s ETA 0:00\n"
+            "job-000009 SUCCEEDED\n"
+            "job-000009 SUCCEEDED: 3/3 steps, loss 4.0000 -> 2.0000, output "
+            "/tmp/jobs/job-000009/model.safetensors\n");
+  EXPECT_THAT(err_.str(), HasSubstr("reconnecting"));
+}
+
+TEST_F(CommandsTest, WatchGivesUpAfterReconnectFor) {
+  fake_.on_gone = [this] {
+    stopper_ = std::thread([this] { server_->Shutdown(absl::ToChronoTime(absl::Now())); });
+  };
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(Run({"watch", "job-000010", "--reconnect_for=1s", "--timeout=1s"}), 3);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(6));
+  EXPECT_THAT(out_.str(), HasSubstr("job-000010 RUNNING step 1/3"));
+  EXPECT_THAT(err_.str(), HasSubstr("reconnecting for up to 1s"));
+  EXPECT_THAT(err_.str(), HasSubstr("lost the coordinator at " + address_ + " for 1s"));
+}
+
+TEST_F(CommandsTest, CancelAndCancelOfAnEndedJob) {
+  EXPECT_EQ(Run({"cancel", "job-000001", "--reason=not needed"}), 0);
+  EXPECT_EQ(out_.str(), "job-000001 CANCELLED: not needed\n");
+  EXPECT_EQ(Run({"cancel", "job-000002"}), 6);
+  EXPECT_THAT(err_.str(), HasSubstr("FAILED_PRECONDITION"));
+}
+
+TEST(CommandsUnreachable, NothingListeningExits3Quickly) {
+  // A port that was just free: bind, read the port, close.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  close(fd);
+
+  for (const std::string command : {"list", "workers", "watch"}) {
+    std::vector<std::string> args = {command, "--coordinator=127.0.0.1:" + std::to_string(port)};
+    if (command == "watch") args.push_back("job-000001");
+    absl::StatusOr<Invocation> inv = ParseArguments(args, nullptr);
+    ASSERT_TRUE(inv.ok());
+    auto stub = CoordinatorStub::Connect(inv->coordinator, StubOptions{});
+    std::ostringstream out, err;
+    Output output{out, err, false};
+    const absl::Time start = absl::Now();
+    EXPECT_EQ(RunInvocation(*inv, *stub, output), 3) << command;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(3)) << command;
+    EXPECT_THAT(err.str(), HasSubstr("cannot reach the coordinator at 127.0.0.1:")) << command;
+  }
+}
+
+}  // namespace
+}  // namespace client
+}  // namespace dtrain

@@ -1,0 +1,89 @@
+// The CLI's side of the Coordinator service: one method per RPC the CLI uses, each with a
+// deadline (--timeout), errors as absl::Status with the gRPC code kept, and WatchJob with
+// reconnection across coordinator restarts.
+//
+//   auto stub = CoordinatorStub::Connect("127.0.0.1:7070", {});
+//   absl::StatusOr<Job> job = stub->GetJob("job-000003");   // NOT_FOUND, UNAVAILABLE, ...
+//
+// Unary calls fail fast (UNAVAILABLE within milliseconds) when nothing listens at the address;
+// they never wait for the coordinator to come up.
+#ifndef DTRAIN_CLIENT_COORDINATOR_STUB_H_
+#define DTRAIN_CLIENT_COORDINATOR_STUB_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace dtrain {
+namespace client {
+
+struct StubOptions {
+  absl::Duration timeout = absl::Seconds(10);  // deadline of every unary call and of each
+                                               // stream's first update
+  absl::Duration reconnect_for = absl::Seconds(60);  // WatchJob: give up after this long
+                                                     // without the coordinator
+  absl::Duration stream_renew = absl::Minutes(10);  // WatchJob: each stream's deadline; the
+                                                    // stream is reopened (no gap) when it ends
+  absl::Duration keepalive = absl::Seconds(20);     // HTTP/2 pings on an open watch stream
+};
+
+// Callbacks of WatchJob; each may be empty.
+struct WatchCallbacks {
+  std::function<void(const JobUpdate&)> on_update;
+  // A new stream was opened (the first, a renewal or a reconnect). Each stream replays the job's
+  // history and events from the start (and its steps after the last one seen), so a caller that
+  // prints them skips what it already printed.
+  std::function<void()> on_stream_start;
+  // The stream broke (`why`); WatchJob is reconnecting, from the last step it saw.
+  std::function<void(const absl::Status& why)> on_reconnecting;
+  // A stream is open again after on_reconnecting.
+  std::function<void()> on_reconnected;
+};
+
+class CoordinatorStub {
+ public:
+  // Never fails: the channel connects lazily, on the first call.
+  static std::unique_ptr<CoordinatorStub> Connect(const std::string& address,
+                                                  const StubOptions& options);
+
+  const std::string& address() const { return address_; }
+
+  absl::StatusOr<Job> SubmitJob(const std::string& spec_json);
+  absl::StatusOr<Job> GetJob(const std::string& job_id);
+  absl::StatusOr<ListJobsResponse> ListJobs(int limit);
+  absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
+  absl::StatusOr<ListWorkersResponse> ListWorkers();
+
+  // Follows a job until it ends: calls on_update for every update, replaying metrics after
+  // `after_step` first. Returns OK once an update carries a final state (SUCCEEDED, FAILED,
+  // CANCELLED). When the stream breaks (coordinator restart, network), reopens it with after_step
+  // = the last step seen, for up to options.reconnect_for; a failure before the first update is
+  // returned at once (UNAVAILABLE when nothing listens, NOT_FOUND for an unknown job).
+  absl::Status WatchJob(const std::string& job_id, int64_t after_step,
+                        const WatchCallbacks& callbacks);
+
+ private:
+  CoordinatorStub(std::string address, const StubOptions& options,
+                  std::shared_ptr<grpc::Channel> channel);
+  // A context whose deadline is now + options_.timeout.
+  std::unique_ptr<grpc::ClientContext> UnaryContext() const;
+
+  std::string address_;
+  StubOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Coordinator::Stub> stub_;
+};
+
+// gRPC status -> absl::Status with the same code and message, the RPC named: "GetJob: ...".
+absl::Status FromGrpc(const grpc::Status& status, const char* rpc);
+
+}  // namespace client
+}  // namespace dtrain
+
+#endif  // DTRAIN_CLIENT_COORDINATOR_STUB_H_

@@ -1,0 +1,105 @@
+// Text formatting for the dtrain CLI: progress lines, ETAs, tables. Pure functions of their
+// arguments (the current time is a parameter), so they are unit-tested without a coordinator.
+//
+//   ProgressLine(job, eta)  -> "job-000003 RUNNING step 40/200 loss 2.9312 4,120 tok/s ETA 0:42"
+//   FormatEta(42.0)         -> "0:42"
+//   FormatThousands(4120)   -> "4,120"
+#ifndef DTRAIN_CLIENT_FORMAT_H_
+#define DTRAIN_CLIENT_FORMAT_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job.pb.h"
+
+namespace dtrain {
+namespace client {
+
+// "QUEUED", "RUNNING", ...; "UNKNOWN(7)" for values this build does not know.
+std::string JobStateName(JobState state);
+std::string WorkerStateName(WorkerState state);
+// SUCCEEDED, FAILED or CANCELLED.
+bool IsFinalState(JobState state);
+
+// 4120 -> "4,120"; -1234567 -> "-1,234,567".
+std::string FormatThousands(int64_t value);
+
+// Seconds -> "m:ss" under an hour, "h:mm:ss" above; "--:--" for unknown (negative, NaN, inf).
+// Rounded to the nearest second: 41.6 -> "0:42".
+std::string FormatEta(double seconds);
+
+// How long ago, short: "0.4s", "12s", "3m05s", "2h10m", "3d"; "never" for a zero time.
+std::string FormatAge(absl::Time then, absl::Time now);
+
+// A loss with 4 decimals: "2.9312".
+std::string FormatLoss(double loss);
+
+// Tokens one training step processes: batch_size * seq_len (seq_len 0 means model.context).
+int64_t TokensPerStep(const JobSpec& spec);
+
+// Estimates seconds per step from the time stamps of the last steps reported (a sliding window),
+// falling back to tokens/s when fewer than two steps are known. Replayed steps keep their
+// original time stamps, so a watcher that reconnects estimates the same rate.
+class StepRate {
+ public:
+  explicit StepRate(int window = 10) : window_(window) {}
+  void Add(const StepMetrics& step);
+  // Seconds per step; nullopt when nothing is known yet.
+  std::optional<double> SecondsPerStep(const JobSpec& spec) const;
+  // Seconds until `spec.steps`; nullopt when unknown.
+  std::optional<double> EtaSeconds(const JobSpec& spec) const;
+
+ private:
+  struct Sample {
+    int64_t step;
+    int64_t time_unix_ms;
+  };
+  int window_;
+  std::deque<Sample> samples_;
+  double last_tokens_per_s_ = 0;
+};
+
+// The live line of `dtrain watch`:
+//   RUNNING with a step: "job-000003 RUNNING step 40/200 loss 2.9312 4,120 tok/s ETA 0:42"
+//   otherwise:           "job-000003 QUEUED: waiting for 2 idle workers (1 idle)"
+std::string ProgressLine(const Job& job, std::optional<double> eta_seconds);
+
+// A state change of a watched job: "job-000003 PLACING: 2 ranks on w1, w2".
+std::string StateChangeLine(const std::string& job_id, const StateChange& change);
+
+// The last line of `dtrain watch`:
+//   "job-000003 SUCCEEDED: 60/60 steps, loss 5.5452 -> 2.4567, output /x/model.safetensors"
+//   "job-000003 FAILED at step 23/60: worker w2 lost (no heartbeat for 3s); loss 5.5452 -> 3.2"
+// `first_loss` is the loss of the first step the watcher saw, when it saw one.
+std::string SummaryLine(const Job& job, std::optional<double> first_loss);
+
+// Columns padded to their widest cell, separated by two spaces; no trailing spaces.
+std::string FormatTable(const std::vector<std::string>& header,
+                        const std::vector<std::vector<std::string>>& rows);
+
+// `dtrain workers`: ID STATE DEVICE HOST JOB HEARTBEAT.
+std::string WorkersTable(const ListWorkersResponse& workers, absl::Time now);
+// `dtrain list`: ID STATE NAME STEP LOSS LAYOUT SUBMITTED REASON.
+std::string JobsTable(const ListJobsResponse& jobs, absl::Time now);
+// `dtrain status ID`: one "key: value" line per property, then the placement and history.
+std::string JobDetail(const Job& job, absl::Time now);
+
+// "dp=2 pp=1 tp=2 (4 workers)"; the defaults (0 means 1) applied.
+std::string LayoutString(const ParallelLayout& layout);
+
+// The problems in an INVALID_ARGUMENT message, one per element: the coordinator lists them
+// separated by newlines or "; " after an optional "invalid job spec:" style prefix.
+std::vector<std::string> SplitProblems(const std::string& message);
+
+// A message as one line of JSON (proto field names, defaults included, enums by name).
+std::string ToJsonLine(const google::protobuf::Message& message);
+
+}  // namespace client
+}  // namespace dtrain
+
+#endif  // DTRAIN_CLIENT_FORMAT_H_

@@ -1,0 +1,245 @@
+#include "client/format.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain {
+namespace client {
+namespace {
+
+StepMetrics Step(int64_t step, double loss, double tokens_per_s, int64_t time_ms) {
+  StepMetrics m;
+  m.set_step(step);
+  m.set_loss(loss);
+  m.set_tokens_per_s(tokens_per_s);
+  m.set_time_unix_ms(time_ms);
+  return m;
+}
+
+Job RunningJob() {
+  Job job;
+  job.set_id("job-000003");
+  job.set_state(RUNNING);
+  job.mutable_spec()->set_steps(200);
+  job.mutable_spec()->set_batch_size(8);
+  job.mutable_spec()->mutable_model()->set_context(128);
+  *job.mutable_latest() = Step(40, 2.93124, 4120.4, 0);
+  return job;
+}
+
+TEST(FormatThousands, GroupsDigitsInThrees) {
+  EXPECT_EQ(FormatThousands(0), "0");
+  EXPECT_EQ(FormatThousands(999), "999");
+  EXPECT_EQ(FormatThousands(4120), "4,120");
+  EXPECT_EQ(FormatThousands(1234567), "1,234,567");
+  EXPECT_EQ(FormatThousands(-1234567), "-1,234,567");
+  EXPECT_EQ(FormatThousands(std::numeric_limits<int64_t>::min()), "-9,223,372,036,854,775,808");
+}
+
+TEST(FormatEta, MinutesSecondsUnderAnHourHoursAbove) {
+  EXPECT_EQ(FormatEta(0), "0:00");
+  EXPECT_EQ(FormatEta(41.6), "0:42");
+  EXPECT_EQ(FormatEta(605), "10:05");
+  EXPECT_EQ(FormatEta(3723), "1:02:03");
+}
+
+TEST(FormatEta, UnknownIsDashes) {
+  EXPECT_EQ(FormatEta(-1), "--:--");
+  EXPECT_EQ(FormatEta(std::nan("")), "--:--");
+  EXPECT_EQ(FormatEta(std::numeric_limits<double>::infinity()), "--:--");
+}
+
+TEST(FormatAge, ShortUnits) {
+  const absl::Time now = absl::FromUnixSeconds(1000000);
+  EXPECT_EQ(FormatAge(now - absl::Milliseconds(400), now), "0.4s");
+  EXPECT_EQ(FormatAge(now - absl::Seconds(12), now), "12s");
+  EXPECT_EQ(FormatAge(now - absl::Seconds(185), now), "3m05s");
+  EXPECT_EQ(FormatAge(now - absl::Minutes(130), now), "2h10m");
+  EXPECT_EQ(FormatAge(now - absl::Hours(75), now), "3d");
+  EXPECT_EQ(FormatAge(absl::UnixEpoch(), now), "never");
+  // A clock slightly ahead of ours is not a negative age.
+  EXPECT_EQ(FormatAge(now + absl::Seconds(1), now), "0.0s");
+}
+
+TEST(ProgressLine, RunningShowsStepLossRateEta) {
+  EXPECT_EQ(ProgressLine(RunningJob(), 42.0),
+            "job-000003 RUNNING step 40/200 loss 2.9312 4,120 tok/s ETA 0:42");
+}
+
+TEST(ProgressLine, UnknownEtaIsDashes) {
+  EXPECT_EQ(ProgressLine(RunningJob(), std::nullopt),
+            "job-000003 RUNNING step 40/200 loss 2.9312 4,120 tok/s ETA --:--");
+}
+
+TEST(ProgressLine, NotRunningShowsStateAndReason) {
+  Job job;
+  job.set_id("job-000004");
+  job.set_state(QUEUED);
+  job.set_reason("waiting for 2 idle workers (1 idle)");
+  EXPECT_EQ(ProgressLine(job, std::nullopt),
+            "job-000004 QUEUED: waiting for 2 idle workers (1 idle)");
+  job.clear_reason();
+  EXPECT_EQ(ProgressLine(job, std::nullopt), "job-000004 QUEUED");
+}
+
+TEST(StepRate, UsesStepTimestamps) {
+  JobSpec spec;
+  spec.set_steps(100);
+  StepRate rate;
+  EXPECT_FALSE(rate.EtaSeconds(spec).has_value());
+  rate.Add(Step(10, 3.0, 0, 100000));
+  rate.Add(Step(20, 2.9, 0, 105000));  // 0.5 s per step
+  ASSERT_TRUE(rate.SecondsPerStep(spec).has_value());
+  EXPECT_DOUBLE_EQ(*rate.SecondsPerStep(spec), 0.5);
+  EXPECT_DOUBLE_EQ(*rate.EtaSeconds(spec), 40.0);  // 80 steps left
+}
+
+TEST(StepRate, FallsBackToTokensPerSecond) {
+  JobSpec spec;
+  spec.set_steps(10);
+  spec.set_batch_size(4);
+  spec.mutable_model()->set_context(100);  // seq_len 0 means context: 400 tokens a step
+  StepRate rate;
+  rate.Add(Step(2, 3.0, 800, 5000));
+  EXPECT_DOUBLE_EQ(*rate.SecondsPerStep(spec), 0.5);
+  EXPECT_DOUBLE_EQ(*rate.EtaSeconds(spec), 4.0);
+}
+
+TEST(StepRate, ReplayedStepsAreIgnoredAndWindowSlides) {
+  JobSpec spec;
+  spec.set_steps(100);
+  StepRate rate(/*window=*/3);
+  rate.Add(Step(1, 3.0, 0, 0 + 1));
+  rate.Add(Step(2, 3.0, 0, 10001));  // a slow first step drops out of the window
+  rate.Add(Step(3, 3.0, 0, 11001));
+  rate.Add(Step(4, 3.0, 0, 12001));
+  rate.Add(Step(3, 3.0, 0, 11001));  // replayed after a reconnect
+  EXPECT_DOUBLE_EQ(*rate.SecondsPerStep(spec), 1.0);
+}
+
+TEST(SummaryLine, SucceededShowsLossFallAndOutput) {
+  Job job = RunningJob();
+  job.set_state(SUCCEEDED);
+  job.mutable_latest()->set_step(200);
+  job.mutable_latest()->set_loss(1.5);
+  job.set_output("/runs/jobs/job-000003/model.safetensors");
+  EXPECT_EQ(SummaryLine(job, 5.54521),
+            "job-000003 SUCCEEDED: 200/200 steps, loss 5.5452 -> 1.5000, output "
+            "/runs/jobs/job-000003/model.safetensors");
+}
+
+TEST(SummaryLine, FailedShowsStepAndReason) {
+  Job job = RunningJob();
+  job.set_state(FAILED);
+  job.set_reason("worker w2 lost: no heartbeat for 3s");
+  EXPECT_EQ(SummaryLine(job, 5.5),
+            "job-000003 FAILED at step 40/200: worker w2 lost: no heartbeat for 3s; loss 5.5000 "
+            "-> 2.9312");
+}
+
+TEST(SummaryLine, CancelledBeforeAnyStep) {
+  Job job;
+  job.set_id("job-000007");
+  job.set_state(CANCELLED);
+  job.set_reason("cancelled by user");
+  EXPECT_EQ(SummaryLine(job, std::nullopt), "job-000007 CANCELLED: cancelled by user");
+}
+
+TEST(FormatTable, PadsColumnsWithoutTrailingSpaces) {
+  EXPECT_EQ(FormatTable({"ID", "STATE"}, {{"w1", "IDLE"}, {"worker-22", "BUSY"}}),
+            "ID         STATE\n"
+            "w1         IDLE\n"
+            "worker-22  BUSY\n");
+}
+
+TEST(FormatTable, EmptyRowsGiveTheHeader) {
+  EXPECT_EQ(FormatTable({"ID", "STATE"}, {}), "ID  STATE\n");
+}
+
+TEST(WorkersTable, ShowsEveryColumn) {
+  ListWorkersResponse r;
+  WorkerInfo* w = r.add_workers();
+  w->set_worker_id("w1");
+  w->set_state(BUSY);
+  w->mutable_device()->set_kind("cpu");
+  w->mutable_device()->set_name("cpu (2 threads)");
+  w->set_host_label("hostA");
+  w->set_job_id("job-000001");
+  const absl::Time now = absl::FromUnixSeconds(2000000);
+  w->set_last_heartbeat_unix_ms(absl::ToUnixMillis(now - absl::Milliseconds(500)));
+  WorkerInfo* lost = r.add_workers();
+  lost->set_worker_id("w2");
+  lost->set_state(LOST);
+  lost->mutable_device()->set_kind("cuda");
+  lost->set_last_heartbeat_unix_ms(absl::ToUnixMillis(now - absl::Seconds(30)));
+  EXPECT_EQ(WorkersTable(r, now),
+            "ID  STATE  DEVICE           HOST   JOB         HEARTBEAT\n"
+            "w1  BUSY   cpu (2 threads)  hostA  job-000001  0.5s\n"
+            "w2  LOST   cuda             -      -           30s\n");
+}
+
+TEST(JobsTable, ShowsStepLossLayout) {
+  ListJobsResponse r;
+  Job* job = r.add_jobs();
+  *job = RunningJob();
+  job->mutable_spec()->set_name("tiny");
+  job->mutable_spec()->mutable_parallel()->set_pp(2);
+  const absl::Time now = absl::FromUnixSeconds(2000000);
+  job->set_submitted_unix_ms(absl::ToUnixMillis(now - absl::Seconds(65)));
+  EXPECT_EQ(JobsTable(r, now),
+            "ID          STATE    NAME  STEP    LOSS    LAYOUT          SUBMITTED  REASON\n"
+            "job-000003  RUNNING  tiny  40/200  2.9312  dp=1 pp=2 tp=1  1m05s ago  -\n");
+}
+
+TEST(JobDetail, ListsPlacementAndHistory) {
+  Job job = RunningJob();
+  RankAssignment* r = job.mutable_placement()->add_ranks();
+  r->set_worker_id("w1");
+  r->set_worker_address("127.0.0.1:7101");
+  r->set_first_layer(0);
+  r->set_num_layers(2);
+  StateChange* c = job.add_history();
+  c->set_state(QUEUED);
+  const std::string detail = JobDetail(job, absl::Now());
+  EXPECT_NE(detail.find("state:     RUNNING"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("step:      40/200, loss 2.9312, 4,120 tok/s"), std::string::npos)
+      << detail;
+  EXPECT_NE(detail.find("dp0 pp0 tp0  layers 0-1  w1 (127.0.0.1:7101)"), std::string::npos)
+      << detail;
+  EXPECT_NE(detail.find("QUEUED"), std::string::npos) << detail;
+}
+
+TEST(SplitProblems, NewlineSeparatedWithHeader) {
+  EXPECT_EQ(SplitProblems("invalid job spec (2 problems):\n  - model.n_head: must divide "
+                          "n_embd\n  - parallel.tp: 3 does not divide n_head 4\n"),
+            (std::vector<std::string>{"model.n_head: must divide n_embd",
+                                      "parallel.tp: 3 does not divide n_head 4"}));
+}
+
+TEST(SplitProblems, SemicolonSeparated) {
+  EXPECT_EQ(SplitProblems("steps: must be > 0; batch_size: must be > 0"),
+            (std::vector<std::string>{"steps: must be > 0", "batch_size: must be > 0"}));
+}
+
+TEST(SplitProblems, OneProblem) {
+  EXPECT_EQ(SplitProblems("spec_json: unknown field \"foo\""),
+            (std::vector<std::string>{"spec_json: unknown field \"foo\""}));
+}
+
+TEST(ToJsonLine, ProtoFieldNamesDefaultsAndEnumNames) {
+  Job job;
+  job.set_id("job-000001");
+  job.set_state(QUEUED);
+  const std::string json = ToJsonLine(job);
+  EXPECT_NE(json.find("\"id\":\"job-000001\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"state\":\"QUEUED\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"submitted_unix_ms\":\"0\""), std::string::npos) << json;
+  EXPECT_EQ(json.find('\n'), std::string::npos) << json;
+}
+
+}  // namespace
+}  // namespace client
+}  // namespace dtrain

@@ -1,0 +1,289 @@
+"""Integration-test harness: runs the real dtrain binaries on loopback ports.
+
+    with Cluster(binaries) as c:
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.wait_workers({"w1": "IDLE"})
+        rc, out, err = c.cli("submit", spec, "--watch")
+
+Every child gets its own log file (under $TEST_UNDECLARED_OUTPUTS_DIR when Bazel runs the test,
+so the logs survive in outputs.zip), dies with the driver (PR_SET_PDEATHSIG) and is killed when
+the Cluster closes. Every wait is bounded and fails with a message saying what it waited for,
+followed by the tail of every log. Python standard library only.
+"""
+
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    # Runs in the child between fork and exec: SIGKILL it when the driver dies, however it dies.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def free_port():
+    """A loopback port that was free a moment ago (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TestFailure(Exception):
+    pass
+
+
+def demo_corpus(path):
+    """Writes the demo corpus (tools/make_demo_data.sh's recipe) to `path`."""
+    names = ["GPL-3", "LGPL-2.1", "Apache-2.0", "MPL-2.0", "GFDL-1.3", "Artistic", "CC0-1.0"]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as out:
+        for name in names:
+            with open(os.path.join("/usr/share/common-licenses", name), "rb") as f:
+                out.write(f.read())
+    return path
+
+
+class Process:
+    def __init__(self, name, argv, log_path, cwd):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.log = open(log_path, "ab")
+        self.log.write(("=== %s: %s (cwd %s)\n" % (name, " ".join(argv), cwd)).encode())
+        self.log.flush()
+        self.popen = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, cwd=cwd,
+                                      preexec_fn=_die_with_parent)
+
+    @property
+    def pid(self):
+        return self.popen.pid
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def signal(self, sig):
+        if self.alive():
+            self.popen.send_signal(sig)
+
+    def wait(self, timeout):
+        """Exit status, or None if still running after `timeout` seconds."""
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout=10):
+        """SIGTERM, then SIGKILL after `timeout` seconds; returns the exit status."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            if self.wait(timeout) is None:
+                self.popen.kill()
+                self.popen.wait()
+        self.log.close()
+        return self.popen.returncode
+
+    def log_text(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+
+class Cluster:
+    """A coordinator, workers and the CLI, all on 127.0.0.1, in one temporary folder."""
+
+    def __init__(self, binaries, name):
+        self.bin = binaries  # {"coordinator": path, "worker": path, "cli": path}
+        self.tmp = tempfile.mkdtemp(prefix="dtrain-%s-" % name)
+        outputs = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+        self.logs = os.path.join(outputs, name) if outputs else os.path.join(self.tmp, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+        self.workdir = os.path.join(self.tmp, "work")  # the workers' cwd: data/demo.txt lives here
+        os.makedirs(self.workdir)
+        self.port = free_port()
+        self.address = "127.0.0.1:%d" % self.port
+        self.db = os.path.join(self.tmp, "coordinator.db")
+        self.coordinator = None
+        self.workers = {}
+        self.processes = []
+        self.lease_s = 3.0
+        self.heartbeat_s = 0.5
+        self._starts = 0
+
+    # --- lifecycle ---
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None:
+            self.dump_logs()
+        self.close()
+        return False
+
+    def close(self):
+        for p in reversed(self.processes):
+            p.stop(timeout=5)
+        self.processes = []
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def dump_logs(self, lines=60):
+        for p in self.processes:
+            try:
+                text = p.log_text().splitlines()
+            except OSError:
+                continue
+            sys.stderr.write("\n----- last %d lines of %s (%s) -----\n" % (lines, p.name, p.log_path))
+            sys.stderr.write("\n".join(text[-lines:]) + "\n")
+        sys.stderr.flush()
+
+    def _spawn(self, name, argv, cwd=None):
+        self._starts += 1
+        log = os.path.join(self.logs, "%02d-%s.log" % (self._starts, name))
+        p = Process(name, argv, log, cwd or self.tmp)
+        self.processes.append(p)
+        return p
+
+    def start_coordinator(self, wait=True):
+        argv = [self.bin["coordinator"], "--listen=%s" % self.address, "--db=%s" % self.db,
+                "--lease=%gs" % self.lease_s, "--heartbeat_interval=%dms" % (self.heartbeat_s * 1000)]
+        self.coordinator = self._spawn("coordinator", argv)
+        if wait:
+            self.wait_until(lambda: self.cli("workers", timeout=5)[0] == 0, 30,
+                            "the coordinator answering at %s" % self.address,
+                            process=self.coordinator)
+        return self.coordinator
+
+    def start_worker(self, worker_id, extra=()):
+        argv = [self.bin["worker"], "--coordinator=%s" % self.address,
+                "--worker_id=%s" % worker_id, "--device=cpu", "--threads=1",
+                "--host_label=testhost", "--advertise_address=127.0.0.1:%d" % free_port(),
+                "--data_root=%s" % os.path.join(self.tmp, "data-" + worker_id)] + list(extra)
+        p = self._spawn("worker-" + worker_id, argv, cwd=self.workdir)
+        self.workers[worker_id] = p
+        return p
+
+    def write_corpus(self):
+        """data/demo.txt in the workers' cwd, where deploy/examples/tiny.json points."""
+        return demo_corpus(os.path.join(self.workdir, "data", "demo.txt"))
+
+    def write_spec(self, name, spec):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(spec if isinstance(spec, str) else json.dumps(spec, indent=2))
+        return path
+
+    # --- the CLI ---
+
+    def cli(self, *args, timeout=60, coordinator=None, check=False):
+        """Runs dtrain; returns (exit code, stdout, stderr)."""
+        argv = [self.bin["cli"], "--coordinator=%s" % (coordinator or self.address)] + list(args)
+        try:
+            r = subprocess.run(argv, capture_output=True, timeout=timeout, cwd=self.tmp,
+                               stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        except subprocess.TimeoutExpired:
+            raise TestFailure("`%s` did not finish within %ss" % (" ".join(argv), timeout))
+        out, err = r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+        if check and r.returncode != 0:
+            raise TestFailure("`%s` exited %d\nstdout:\n%s\nstderr:\n%s"
+                              % (" ".join(argv), r.returncode, out, err))
+        return r.returncode, out, err
+
+    def cli_json(self, *args, timeout=60):
+        rc, out, err = self.cli("--json", *args, timeout=timeout)
+        if rc != 0:
+            raise TestFailure("`dtrain --json %s` exited %d: %s" % (" ".join(args), rc, err))
+        try:
+            return json.loads(out)
+        except ValueError as e:
+            raise TestFailure("`dtrain --json %s` printed no JSON (%s):\n%s"
+                              % (" ".join(args), e, out))
+
+    def job(self, job_id):
+        return self.cli_json("status", job_id)
+
+    def workers_by_id(self):
+        return {w["worker_id"]: w for w in self.cli_json("workers").get("workers", [])}
+
+    def submit(self, spec_path):
+        job = self.cli_json("submit", spec_path)
+        if not job.get("id"):
+            raise TestFailure("submit returned no job id: %r" % job)
+        return job["id"]
+
+    # --- waiting ---
+
+    def wait_until(self, predicate, timeout, what, process=None, interval=0.2):
+        """Polls `predicate` until it returns a truthy value; fails after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        last_error = None
+        while time.monotonic() < deadline:
+            if process is not None and not process.alive():
+                raise TestFailure("%s exited (status %s) while waiting for %s"
+                                  % (process.name, process.popen.returncode, what))
+            try:
+                value = predicate()
+                if value:
+                    return value
+            except TestFailure as e:
+                last_error = e
+            time.sleep(interval)
+        raise TestFailure("timed out after %ss waiting for %s%s"
+                          % (timeout, what, "; last error: %s" % last_error if last_error else ""))
+
+    def wait_workers(self, states, timeout=30):
+        """Waits until each worker id in `states` is in its state ("IDLE", "BUSY", "LOST")."""
+        def ok():
+            ws = self.workers_by_id()
+            return all(ws.get(w, {}).get("state") == s for w, s in states.items())
+        return self.wait_until(ok, timeout, "workers %s" % states)
+
+    def wait_job(self, job_id, predicate, timeout, what):
+        def check():
+            job = self.job(job_id)
+            return job if predicate(job) else None
+        return self.wait_until(check, timeout, "%s: %s" % (job_id, what))
+
+    def wait_state(self, job_id, states, timeout):
+        if isinstance(states, str):
+            states = (states,)
+        return self.wait_job(job_id, lambda j: j.get("state") in states, timeout,
+                             "state in %s" % (states,))
+
+    def wait_step(self, job_id, step, timeout):
+        return self.wait_job(job_id, lambda j: latest_step(j) >= step, timeout,
+                             "step >= %d" % step)
+
+
+def latest_step(job):
+    return int(job.get("latest", {}).get("step", 0) or 0)
+
+
+def expect(condition, message):
+    if not condition:
+        raise TestFailure(message)
+
+
+@contextlib.contextmanager
+def hung_listener():
+    """A loopback port that accepts TCP connections and never answers (a hung coordinator)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    try:
+        yield "127.0.0.1:%d" % s.getsockname()[1]
+    finally:
+        s.close()

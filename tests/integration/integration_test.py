@@ -1,0 +1,463 @@
+"""dtrain end to end: the real coordinator, workers and CLI on loopback ports.
+
+    python3 integration_test.py --case=happy_path --coordinator=BIN --worker=BIN --cli=BIN \
+        --examples=DIR
+
+One case per Bazel test (tests/integration/BUILD); `--case=all` runs every case in turn.
+Each case states what it checks in its docstring. The CLI's exit codes are the contract of
+client/README.md: 0 ok/SUCCEEDED, 1 FAILED, 2 bad input, 3 unreachable, 4 not found,
+5 CANCELLED, 6 other.
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from harness import (Cluster, TestFailure, expect, free_port, hung_listener, latest_step)
+
+# "job-000003 RUNNING step 40/200 loss 2.9312 4,120 tok/s ETA 0:42"
+STEP_LINE = re.compile(r"^(job-\d+) RUNNING step (\d+)/(\d+) loss ([0-9.]+) ")
+SUMMARY = re.compile(r"loss ([0-9.]+) -> ([0-9.]+)")
+OUTPUT = re.compile(r"output (\S+)")
+
+# A job that trains for a while (minutes) on one CPU thread, so that it is still running when a
+# test kills or cancels something: a small model, many steps.
+def long_spec(steps=100000, **overrides):
+    spec = {
+        "name": "long",
+        "model": {"vocab_size": 256, "context": 64, "n_layer": 2, "n_head": 4, "n_embd": 128},
+        "dataset": "data/demo.txt",
+        "steps": steps,
+        "batch_size": 8,
+        "seq_len": 64,
+        "optimizer": {"max_lr": 0.002, "warmup_steps": 5},
+    }
+    spec.update(overrides)
+    return spec
+
+
+def tiny_spec(args):
+    with open(os.path.join(args.examples, "tiny.json")) as f:
+        return json.load(f)
+
+
+def step_lines(text):
+    """[(step, loss)] from the watch output's progress lines."""
+    steps = []
+    for line in text.splitlines():
+        m = STEP_LINE.match(line)
+        if m:
+            steps.append((int(m.group(2)), float(m.group(4))))
+    return steps
+
+
+def states_of(job):
+    return [h.get("state") for h in job.get("history", [])]
+
+
+# --- cases ---
+
+
+def case_happy_path(args):
+    """submit --watch of deploy/examples/tiny.json: SUCCEEDED, one line per step, the loss falls,
+    the output file exists; status/list/workers/watch --json all parse; unknown id -> 4."""
+    with Cluster(args.binaries, "happy_path") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.wait_workers({"w1": "IDLE"})
+
+        spec_path = os.path.join(args.examples, "tiny.json")
+        total = tiny_spec(args)["steps"]
+        t0 = time.monotonic()
+        rc, out, err = c.cli("submit", spec_path, "--watch", timeout=900)
+        elapsed = time.monotonic() - t0
+        expect(rc == 0, "submit --watch exited %d (want 0)\nstdout:\n%s\nstderr:\n%s" % (rc, out, err))
+        first_line = out.splitlines()[0]
+        m = re.match(r"submitted (job-\d+)", first_line)
+        expect(m, "first line should name the job: %r" % first_line)
+        job_id = m.group(1)
+
+        steps = step_lines(out)
+        expect([s for s, _ in steps] == list(range(1, total + 1)),
+               "want one progress line per step 1..%d, got steps %s" % (total, [s for s, _ in steps]))
+        summary = out.splitlines()[-1]
+        expect(summary.startswith(job_id + " SUCCEEDED"), "summary line: %r" % summary)
+        loss = SUMMARY.search(summary)
+        expect(loss, "summary has no 'loss A -> B': %r" % summary)
+        first, last = float(loss.group(1)), float(loss.group(2))
+        expect(last < first - 1.0, "loss should fall by > 1 nat: %s -> %s" % (first, last))
+        output = OUTPUT.search(summary)
+        expect(output, "summary names no output: %r" % summary)
+        path = output.group(1)
+        if not os.path.isabs(path):
+            path = os.path.join(c.workdir, path)
+        expect(os.path.getsize(path) > 0, "output %s missing or empty" % path)
+        print("happy_path: %d steps in %.1fs, loss %.4f -> %.4f, output %s"
+              % (total, elapsed, first, last, path))
+
+        job = c.job(job_id)
+        expect(job["state"] == "SUCCEEDED", "status: %s" % job["state"])
+        expect(latest_step(job) == total, "status latest step %d" % latest_step(job))
+        expect(job["output"] == output.group(1), "status output %r" % job["output"])
+        hist = states_of(job)
+        for s in ("QUEUED", "RUNNING", "SUCCEEDED"):
+            expect(s in hist, "history lacks %s: %s" % (s, hist))
+
+        jobs = c.cli_json("list")["jobs"]
+        expect(any(j["id"] == job_id and j["state"] == "SUCCEEDED" for j in jobs),
+               "list --json lacks %s SUCCEEDED: %s" % (job_id, jobs))
+        workers = c.workers_by_id()
+        expect(workers["w1"]["state"] == "IDLE", "w1 after the job: %s" % workers["w1"])
+
+        # watch of an ended job replays it: JSON lines, every step, exit 0.
+        rc, out, err = c.cli("--json", "watch", job_id, timeout=60)
+        expect(rc == 0, "watch --json of a finished job exited %d: %s" % (rc, err))
+        updates = [json.loads(l) for l in out.splitlines() if l.strip()]
+        replayed = [int(u["step"]["step"]) for u in updates if "step" in u]
+        expect(replayed == list(range(1, total + 1)), "watch --json replayed steps %s" % replayed)
+        expect(updates[-1]["job"]["state"] == "SUCCEEDED", "last update %s" % updates[-1])
+
+        rc, out, err = c.cli("status", "job-999999")
+        expect(rc == 4, "status of an unknown job exited %d (want 4): %s" % (rc, err))
+        expect("job-999999" in err, "NOT_FOUND message should name the id: %r" % err)
+        rc, out, err = c.cli("watch", "job-999999")
+        expect(rc == 4, "watch of an unknown job exited %d (want 4): %s" % (rc, err))
+        rc, out, err = c.cli("workers")
+        expect(rc == 0 and "w1" in out and "IDLE" in out, "workers table:\n%s" % out)
+        expect(c.coordinator.alive(), "the coordinator died")
+
+
+def restart_case(args, sig, name):
+    """A coordinator stopped with `sig` and started again on the same --db and port keeps every
+    job: a queued job stays QUEUED, the running one keeps training on its worker, re-attaches
+    and SUCCEEDS, a `watch` across the restart reconnects and misses no step, and the history
+    of both survives a second restart."""
+    with Cluster(args.binaries, name) as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.wait_workers({"w1": "IDLE"})
+        steps = 600
+        running_id = c.submit(c.write_spec("running.json", long_spec(steps=steps, name="running")))
+        # dp=2 needs two workers; there is one: it queues.
+        queued_id = c.submit(c.write_spec("queued.json", long_spec(
+            steps=10, name="queued", parallel={"dp": 2})))
+        c.wait_step(running_id, 5, 120)
+        queued = c.wait_state(queued_id, "QUEUED", 10)
+
+        watch_out = open(os.path.join(c.logs, "watch.out"), "w+")
+        watch_err = open(os.path.join(c.logs, "watch.err"), "w+")
+        watcher = subprocess.Popen(
+            [c.bin["cli"], "--coordinator=" + c.address, "watch", running_id,
+             "--reconnect_for=90s"], stdout=watch_out, stderr=watch_err)
+        try:
+            time.sleep(1)
+            before = c.job(running_id)
+            step_before = latest_step(before)
+            c.coordinator.signal(sig)
+            status = c.coordinator.wait(15)
+            expect(status is not None, "the coordinator did not exit within 15s of %s" % name)
+            print("%s: coordinator exited with %s at step %d" % (name, status, step_before))
+            time.sleep(2)  # the worker keeps training meanwhile
+            c.start_coordinator()
+
+            after_q = c.job(queued_id)
+            expect(after_q["state"] == "QUEUED", "queued job after restart: %s" % after_q["state"])
+            expect(after_q["spec"] == queued["spec"], "queued job's spec changed over the restart")
+            after = c.job(running_id)
+            expect(states_of(after)[:len(states_of(before))] == states_of(before),
+                   "history before %s, after %s" % (states_of(before), states_of(after)))
+            expect(after["state"] == "RUNNING",
+                   "running job after restart: %s: %s" % (after["state"], after.get("reason")))
+            expect(latest_step(after) < steps - 50,
+                   "the job should still be running when the coordinator is back (step %d/%d)"
+                   % (latest_step(after), steps))
+
+            done = c.wait_state(running_id, ("SUCCEEDED", "FAILED", "CANCELLED"), 600)
+            expect(done["state"] == "SUCCEEDED",
+                   "the running job should survive the restart: %s: %s"
+                   % (done["state"], done.get("reason")))
+            expect(latest_step(done) == steps, "latest step %d" % latest_step(done))
+
+            try:
+                rc = watcher.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                raise TestFailure("the watcher did not end within 60s of the job")
+            watch_out.seek(0)
+            watch_err.seek(0)
+            out, err = watch_out.read(), watch_err.read()
+            expect(rc == 0, "watch across the restart exited %d\nstdout tail:\n%s\nstderr:\n%s"
+                   % (rc, "\n".join(out.splitlines()[-5:]), err))
+            seen = [s for s, _ in step_lines(out)]
+            expect(seen == list(range(1, steps + 1)),
+                   "watch across the restart should print every step once; missing %s, repeated %s"
+                   % (sorted(set(range(1, steps + 1)) - set(seen)),
+                      sorted(s for s in set(seen) if seen.count(s) > 1)))
+            expect("reconnect" in err, "the watcher should say it reconnected: %r" % err)
+        finally:
+            if watcher.poll() is None:
+                watcher.kill()
+                watcher.wait()
+
+        # Everything committed survives another restart.
+        c.coordinator.signal(sig)
+        expect(c.coordinator.wait(15) is not None, "the coordinator did not exit")
+        c.start_coordinator()
+        job = c.job(running_id)
+        expect(job["state"] == "SUCCEEDED" and job["output"] == done["output"],
+               "finished job after the 2nd restart: %s %r" % (job["state"], job.get("output")))
+        expect(c.job(queued_id)["state"] == "QUEUED", "queued job after the 2nd restart")
+        rc, out, err = c.cli("cancel", queued_id)
+        expect(rc == 0, "cancel of the queued job exited %d: %s" % (rc, err))
+        expect(c.job(queued_id)["state"] == "CANCELLED", "queued job not cancelled")
+
+
+def case_restart_term(args):
+    restart_case(args, signal.SIGTERM, "restart_term")
+
+
+def case_restart_kill(args):
+    restart_case(args, signal.SIGKILL, "restart_kill")
+
+
+def case_worker_lost(args):
+    """kill -9 of the worker running a job: the job FAILS within the lease (+ slack) with the
+    worker named in the reason, the worker is LOST, and a new process with the same id can
+    register again."""
+    with Cluster(args.binaries, "worker_lost") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.start_worker("w2")
+        c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
+        job_id = c.submit(c.write_spec("long.json", long_spec()))
+        job = c.wait_step(job_id, 2, 120)
+        victim = job["placement"]["ranks"][0]["worker_id"]
+        other = "w2" if victim == "w1" else "w1"
+        t0 = time.monotonic()
+        c.workers[victim].signal(signal.SIGKILL)
+        slack = 5.0
+        failed = c.wait_state(job_id, ("FAILED", "SUCCEEDED", "CANCELLED"),
+                              c.lease_s + slack + 30)
+        elapsed = time.monotonic() - t0
+        expect(failed["state"] == "FAILED", "job after kill -9: %s" % failed["state"])
+        expect(victim in failed.get("reason", ""),
+               "the reason should name %s: %r" % (victim, failed.get("reason")))
+        expect(elapsed <= c.lease_s + slack,
+               "detected after %.1fs; lease %.1fs + slack %.1fs" % (elapsed, c.lease_s, slack))
+        print("worker_lost: FAILED %.1fs after kill -9 (lease %.1fs): %s"
+              % (elapsed, c.lease_s, failed["reason"]))
+        workers = c.workers_by_id()
+        expect(workers[victim]["state"] == "LOST", "%s: %s" % (victim, workers[victim]))
+        expect(workers[other]["state"] == "IDLE", "%s: %s" % (other, workers[other]))
+        rc, out, err = c.cli("watch", job_id, timeout=30)
+        expect(rc == 1, "watch of a FAILED job exited %d (want 1)" % rc)
+        expect(victim in out.splitlines()[-1], "watch summary should name %s: %r" % (victim, out))
+        c.start_worker(victim)
+        c.wait_workers({victim: "IDLE"}, timeout=30)
+        expect(c.coordinator.alive(), "the coordinator died")
+
+
+def case_cancel(args):
+    """cancel of a running job: exit 0, the job CANCELLED, its watcher exits 5, training stops
+    and the worker is IDLE again; cancelling again is refused (exit 6)."""
+    with Cluster(args.binaries, "cancel") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.wait_workers({"w1": "IDLE"})
+        job_id = c.submit(c.write_spec("long.json", long_spec()))
+        watcher = subprocess.Popen([c.bin["cli"], "--coordinator=" + c.address, "watch", job_id],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            c.wait_step(job_id, 3, 120)
+            c.wait_workers({"w1": "BUSY"}, timeout=10)
+            rc, out, err = c.cli("cancel", job_id, "--reason=not needed any more")
+            expect(rc == 0, "cancel exited %d: %s" % (rc, err))
+            expect("CANCELLED" in out, "cancel output: %r" % out)
+            try:
+                out, err = watcher.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                raise TestFailure("the watcher did not end within 30s of the cancel")
+            expect(watcher.returncode == 5, "watch of a cancelled job exited %d (want 5)"
+                   % watcher.returncode)
+            expect(b"CANCELLED" in out.splitlines()[-1], "watch summary: %r" % out[-300:])
+        finally:
+            if watcher.poll() is None:
+                watcher.kill()
+                watcher.wait()
+        job = c.job(job_id)
+        expect(job["state"] == "CANCELLED", "state %s" % job["state"])
+        expect("not needed any more" in json.dumps(job), "the reason is not recorded: %s"
+               % job.get("reason"))
+        c.wait_workers({"w1": "IDLE"}, timeout=15)
+        step = latest_step(c.job(job_id))
+        time.sleep(2)
+        expect(latest_step(c.job(job_id)) == step, "the job kept reporting steps after the cancel")
+        rc, out, err = c.cli("cancel", job_id)
+        expect(rc == 6, "cancel of an ended job exited %d (want 6): %s" % (rc, err))
+        # The worker takes the next job.
+        next_id = c.submit(c.write_spec("short.json", long_spec(steps=3, name="after-cancel")))
+        rc, out, err = c.cli("watch", next_id, timeout=300)
+        expect(rc == 0, "the next job on the same worker: exit %d\n%s" % (rc, out[-500:]))
+
+
+def case_bad_input(args):
+    """Each bad input gets a clear error naming its cause and no daemon crashes: malformed JSON,
+    unknown fields, an impossible layout, several problems at once, an unreadable file (exit 2);
+    a missing dataset (job FAILED naming the path, exit 1); a duplicate worker id (the second
+    worker is refused with ALREADY_EXISTS, the first keeps working)."""
+    with Cluster(args.binaries, "bad_input") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.wait_workers({"w1": "IDLE"})
+        tiny = tiny_spec(args)
+
+        def rejected(name, text, must_name):
+            rc, out, err = c.cli("submit", c.write_spec(name, text))
+            expect(rc == 2, "%s: exit %d (want 2)\nstdout:%s\nstderr:%s" % (name, rc, out, err))
+            for word in must_name:
+                expect(word in err, "%s: the error should name %r:\n%s" % (name, word, err))
+            print("%s -> exit 2:\n%s" % (name, err.rstrip()))
+            return err
+
+        rejected("malformed.json", '{"name": "x", "steps": 10,', ["malformed.json", "JSON"])
+        rejected("unknown_field.json", dict(tiny, colour="blue"), ["colour"])
+        nested = dict(tiny, parallel={"dp": 1, "tpp": 2})
+        rejected("unknown_nested.json", nested, ["tpp"])
+        rejected("tp3.json", dict(tiny, parallel={"tp": 3}), ["parallel.tp"])
+        err = rejected("several.json", dict(tiny, steps=0, parallel={"tp": 3}),
+                       ["parallel.tp", "steps"])
+        problem_lines = [l for l in err.splitlines() if l.startswith("  ")]
+        expect(len(problem_lines) >= 2, "one problem per line, got:\n%s" % err)
+        rc, out, err = c.cli("submit", os.path.join(c.tmp, "no-such-spec.json"))
+        expect(rc == 2 and "no-such-spec.json" in err, "unreadable file: exit %d: %s" % (rc, err))
+        rc, out, err = c.cli("submit", c.tmp)  # a directory
+        expect(rc == 2, "a directory as the spec: exit %d: %s" % (rc, err))
+        rc, out, err = c.cli("list", "--frobnicate")
+        expect(rc == 2 and "--frobnicate" in err, "unknown flag: exit %d: %s" % (rc, err))
+        rc, out, err = c.cli("sumbit", "x.json")
+        expect(rc == 2 and "sumbit" in err, "unknown command: exit %d: %s" % (rc, err))
+
+        missing = "/nonexistent/dtrain-test/corpus.txt"
+        spec = c.write_spec("missing_dataset.json", dict(tiny, dataset=missing, steps=5))
+        rc, out, err = c.cli("submit", spec, "--watch", timeout=120)
+        expect(rc == 1, "missing dataset: exit %d (want 1)\n%s\n%s" % (rc, out, err))
+        summary = out.splitlines()[-1]
+        expect("FAILED" in summary and missing in summary, "summary: %r" % summary)
+        job_id = re.match(r"(job-\d+)", summary).group(1)
+        expect(missing in c.job(job_id)["reason"], "reason: %r" % c.job(job_id)["reason"])
+        c.wait_workers({"w1": "IDLE"}, timeout=15)
+
+        first = c.workers["w1"]
+        dup = c.start_worker("w1", extra=["--data_root=%s" % os.path.join(c.tmp, "dup")])
+        c.workers["w1"] = first
+        # The coordinator answers ALREADY_EXISTS; the worker logs it (and retries, to take over
+        # once the other process is gone) or exits non-zero.
+        refusal = re.compile(r"ALREADY_EXISTS|held by another live session|already")
+        def refused():
+            return (not dup.alive() and dup.popen.returncode != 0) or refusal.search(dup.log_text())
+        c.wait_until(refused, 30, "the duplicate w1 to exit non-zero or log the refusal")
+        print("duplicate worker: alive=%s status=%s; log:\n%s"
+              % (dup.alive(), dup.popen.returncode, "\n".join(dup.log_text().splitlines()[-2:])))
+        expect(refusal.search(dup.log_text()),
+               "the duplicate's log should say why it was refused:\n%s" % dup.log_text())
+        time.sleep(c.lease_s)
+        expect(c.workers_by_id()["w1"]["state"] == "IDLE", "the first w1 should stay IDLE")
+        # The first w1 still runs jobs.
+        rc, out, err = c.cli("submit", c.write_spec("ok.json", long_spec(steps=3)), "--watch",
+                             timeout=300)
+        expect(rc == 0, "a job after the duplicate: exit %d\n%s\n%s" % (rc, out[-500:], err))
+        expect(c.coordinator.alive(), "the coordinator died")
+        for wid, p in c.workers.items():
+            expect(p.alive(), "worker %s died" % wid)
+
+
+def case_unreachable(args):
+    """A CLI pointed at nothing exits 3 at once with a clear message; a coordinator that accepts
+    connections but never answers: exit 3 after --timeout; $DTRAIN_COORDINATOR is honoured."""
+    cli = args.binaries["cli"]
+    port = free_port()
+    nothing = "127.0.0.1:%d" % port
+    spec = os.path.join(args.examples, "tiny.json")
+    for argv in (["list"], ["workers"], ["status", "job-000001"], ["watch", "job-000001"],
+                 ["cancel", "job-000001"], ["submit", spec], ["submit", spec, "--watch"]):
+        t0 = time.monotonic()
+        r = subprocess.run([cli, "--coordinator=" + nothing] + argv, capture_output=True,
+                           timeout=30)
+        elapsed = time.monotonic() - t0
+        err = r.stderr.decode()
+        expect(r.returncode == 3, "%s against nothing: exit %d (want 3): %s"
+               % (argv, r.returncode, err))
+        expect(elapsed < 3, "%s against nothing took %.1fs" % (argv, elapsed))
+        expect("cannot reach the coordinator at " + nothing in err, "message: %r" % err)
+    print("against nothing: %s" % err.strip())
+
+    env = dict(os.environ, DTRAIN_COORDINATOR=nothing)
+    r = subprocess.run([cli, "list"], capture_output=True, timeout=30, env=env)
+    expect(r.returncode == 3 and nothing in r.stderr.decode(),
+           "$DTRAIN_COORDINATOR not used: %d %r" % (r.returncode, r.stderr))
+
+    with hung_listener() as address:
+        for argv in (["list"], ["watch", "job-000001"]):
+            t0 = time.monotonic()
+            r = subprocess.run([cli, "--coordinator=" + address, "--timeout=1s"] + argv,
+                               capture_output=True, timeout=30)
+            elapsed = time.monotonic() - t0
+            expect(r.returncode == 3, "%s against a hung listener: exit %d: %r"
+                   % (argv, r.returncode, r.stderr))
+            expect(elapsed < 5, "%s against a hung listener took %.1fs (--timeout=1s)"
+                   % (argv, elapsed))
+        print("against a hung listener: %s" % r.stderr.decode().strip())
+
+    r = subprocess.run([cli, "help"], capture_output=True, timeout=30)
+    expect(r.returncode == 0 and b"exit status" in r.stdout, "help: %d" % r.returncode)
+
+
+CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def _on_sigterm(signum, frame):
+    raise TestFailure("terminated by SIGTERM (Bazel's test timeout?)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--case", required=True, choices=sorted(CASES) + ["all"])
+    parser.add_argument("--coordinator", required=True)
+    parser.add_argument("--worker", required=True)
+    parser.add_argument("--cli", required=True)
+    parser.add_argument("--examples", required=True, help="folder of tiny.json")
+    args = parser.parse_args()
+    args.binaries = {"coordinator": os.path.abspath(args.coordinator),
+                     "worker": os.path.abspath(args.worker), "cli": os.path.abspath(args.cli)}
+    args.examples = os.path.abspath(args.examples)
+    # Bazel ends a test that runs too long with SIGTERM: turn it into an exception so every
+    # Cluster's cleanup runs (children also die with us through PR_SET_PDEATHSIG).
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    names = sorted(CASES) if args.case == "all" else [args.case]
+    failed = []
+    for name in names:
+        t0 = time.monotonic()
+        print("=== %s" % name, flush=True)
+        try:
+            CASES[name](args)
+            print("--- PASS %s (%.1fs)" % (name, time.monotonic() - t0), flush=True)
+        except TestFailure as e:
+            print("--- FAIL %s (%.1fs): %s" % (name, time.monotonic() - t0, e), flush=True)
+            failed.append(name)
+    if failed:
+        print("FAILED: %s" % ", ".join(failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

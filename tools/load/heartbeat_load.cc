@@ -1,0 +1,611 @@
+// heartbeat_load: load test of the coordinator. Registers N simulated workers over real gRPC,
+// heartbeats each of them once per --interval (phases spread evenly over the interval), measures
+// the heartbeat latency (p50/p90/p99/max) over --duration, then submits jobs of the given layouts
+// and measures how long the coordinator takes to place each (submit -> PLACING).
+//
+//   heartbeat_load --coordinator_binary=bazel-bin/coordinator/dtrain-coordinator --workers=1000
+//   heartbeat_load --coordinator=127.0.0.1:7070 --workers=100 --layouts=6x4x4
+//
+// The simulated workers behave as real ones towards the coordinator: one connection each (unless
+// --shared_channel), 8 per host label, they acknowledge an assignment by reporting the job in
+// their next heartbeat and drop it when told to cancel; they never train. Each job is cancelled
+// once measured. A layout needing more workers than there are is reported as not placeable
+// (with the coordinator's QUEUED reason). Ends with one "RESULT key=value ..." line per layout
+// for tools/bench_coordinator.sh. Exit 1 when the coordinator cannot be started or reached.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "tools/load/latency_stats.h"
+
+ABSL_FLAG(std::string, coordinator, "",
+          "host:port of a running coordinator; empty: start --coordinator_binary");
+ABSL_FLAG(std::string, coordinator_binary, "",
+          "dtrain-coordinator to start on a free loopback port with a fresh database");
+ABSL_FLAG(absl::Duration, lease, absl::Seconds(10), "--lease of a coordinator this tool starts");
+ABSL_FLAG(int, workers, 100, "simulated workers");
+ABSL_FLAG(int, workers_per_host, 8, "simulated workers per host label");
+ABSL_FLAG(absl::Duration, interval, absl::Seconds(1), "heartbeat interval of each worker");
+ABSL_FLAG(absl::Duration, warmup, absl::Seconds(3), "heartbeats before the measurement window");
+ABSL_FLAG(absl::Duration, duration, absl::Seconds(20), "heartbeat measurement window");
+ABSL_FLAG(std::vector<std::string>, layouts, std::vector<std::string>({"32x4x4"}),
+          "jobs to place one after another, DPxPPxTP each (32x4x4 = 512 ranks)");
+ABSL_FLAG(bool, shared_channel, false,
+          "all workers on one connection (default: one connection each, as real workers)");
+ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every call");
+
+namespace dtrain::load {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+std::chrono::system_clock::time_point Deadline(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
+
+absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
+  return Annotate(FromGrpcStatus(s), what);
+}
+
+// utime + stime of a process in seconds; 0 when unreadable.
+double ProcessCpuSeconds(pid_t pid) {
+  std::FILE* f = std::fopen(absl::StrCat("/proc/", pid, "/stat").c_str(), "r");
+  if (f == nullptr) return 0;
+  char buf[4096];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // Fields after the command name (which may hold spaces) start after the last ')'.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return 0;
+  std::vector<std::string> fields = absl::StrSplit(p + 2, ' ');
+  // state is field 3 of the whole line, so utime (14) and stime (15) are at 11 and 12 here.
+  unsigned long long utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) ||
+      !absl::SimpleAtoi(fields[12], &stime)) {
+    return 0;
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// A coordinator child process on a free loopback port, with its own database and log in a
+// temporary folder; SIGTERM on destruction.
+class CoordinatorProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoordinatorProcess>> Start(const std::string& binary,
+                                                                   absl::Duration lease) {
+    char dir_template[] = "/tmp/dtrain-load-XXXXXX";
+    if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+    const std::string dir = dir_template;
+    // The kernel's pick of a free port; the coordinator binds it a moment later.
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return absl::InternalError("cannot find a free loopback port");
+    }
+    close(fd);
+    auto p = std::unique_ptr<CoordinatorProcess>(new CoordinatorProcess);
+    p->address_ = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+    p->log_ = dir + "/coordinator.log";
+    std::vector<std::string> args = {
+        binary, "--listen=" + p->address_, "--db=" + dir + "/coordinator.db",
+        "--lease=" + absl::FormatDuration(lease),
+        "--heartbeat_interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_interval))};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    p->pid_ = fork();
+    if (p->pid_ < 0) return absl::InternalError("fork failed");
+    if (p->pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);  // the coordinator goes when this tool goes
+      const int log = open(p->log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (log >= 0) {
+        dup2(log, STDOUT_FILENO);
+        dup2(log, STDERR_FILENO);
+      }
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    return p;
+  }
+
+  ~CoordinatorProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  const std::string& address() const { return address_; }
+  const std::string& log() const { return log_; }
+
+  // CPU seconds (user + system) the coordinator has used so far, from /proc/<pid>/stat.
+  double CpuSeconds() const { return ProcessCpuSeconds(pid_); }
+
+ private:
+  CoordinatorProcess() = default;
+  pid_t pid_ = -1;
+  std::string address_;
+  std::string log_;
+};
+
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& address, int index) {
+  grpc::ChannelArguments args;
+  // A private subchannel pool gives each simulated worker its own TCP connection.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt("dtrain.load.worker", index);  // distinct args: no channel sharing either
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+struct SimWorker {
+  int index = 0;
+  std::string id, session, host;
+  std::unique_ptr<Coordinator::Stub> stub;
+  std::atomic<bool> in_flight{false};
+  std::atomic<bool> must_register{false};
+  absl::Mutex mu;
+  std::string running_job ABSL_GUARDED_BY(mu);
+};
+
+struct Counters {
+  std::atomic<int64_t> sent{0}, ok{0}, errors{0}, skipped{0}, assignments{0}, cancels{0},
+      register_again{0};
+};
+
+class Fleet {
+ public:
+  Fleet(const std::string& address, int n, int per_host, absl::Duration interval)
+      : address_(address), interval_(interval) {
+    std::shared_ptr<grpc::Channel> shared;
+    if (absl::GetFlag(FLAGS_shared_channel)) shared = NewChannel(address, -1);
+    for (int i = 0; i < n; ++i) {
+      auto w = std::make_unique<SimWorker>();
+      w->index = i;
+      w->id = absl::StrFormat("sim-%05d", i);
+      w->session = absl::StrFormat("load-%d-%05d", getpid(), i);
+      w->host = absl::StrFormat("simhost-%04d", i / per_host);
+      w->stub = Coordinator::NewStub(shared != nullptr ? shared : NewChannel(address, i));
+      workers_.push_back(std::move(w));
+    }
+  }
+
+  ~Fleet() { StopHeartbeats(); }
+
+  absl::Status Register(SimWorker& w) {
+    RegisterWorkerRequest req;
+    req.set_worker_id(w.id);
+    req.set_session_id(w.session);
+    req.set_address(absl::StrCat("127.0.0.1:", 20000 + w.index));
+    req.set_host_label(w.host);
+    req.mutable_device()->set_kind("cpu");
+    req.mutable_device()->set_name("simulated");
+    {
+      absl::MutexLock lock(&w.mu);
+      req.set_running_job_id(w.running_job);
+    }
+    RegisterWorkerResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline(absl::GetFlag(FLAGS_rpc_timeout)));
+    ctx.set_wait_for_ready(true);
+    return FromGrpc(w.stub->RegisterWorker(&ctx, req, &resp), "RegisterWorker " + w.id);
+  }
+
+  absl::Status RegisterAll() {
+    for (auto& w : workers_) RETURN_IF_ERROR(Register(*w));
+    return absl::OkStatus();
+  }
+
+  void StartHeartbeats() {
+    scheduler_ = std::thread([this] { Schedule(); });
+    reregister_ = std::thread([this] { Reregister(); });
+  }
+
+  void StopHeartbeats() {
+    if (stop_.exchange(true)) return;
+    if (scheduler_.joinable()) scheduler_.join();
+    if (reregister_.joinable()) reregister_.join();
+    // Let in-flight heartbeats finish before their workers go away.
+    for (int i = 0; i < 500 && InFlight() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  }
+
+  int InFlight() const {
+    int n = 0;
+    for (const auto& w : workers_) n += w->in_flight ? 1 : 0;
+    return n;
+  }
+
+  int Running(const std::string& job_id) {
+    int n = 0;
+    for (auto& w : workers_) {
+      absl::MutexLock lock(&w->mu);
+      n += w->running_job == job_id ? 1 : 0;
+    }
+    return n;
+  }
+
+  int size() const { return static_cast<int>(workers_.size()); }
+  // Heartbeats without an assignment in their response; those with one are in assign_latency().
+  LatencyStats& latency() { return latency_; }
+  LatencyStats& assign_latency() { return assign_latency_; }
+  Counters& counters() { return counters_; }
+
+ private:
+  // Fires worker i's k-th heartbeat at start + k*interval + i*interval/N.
+  void Schedule() {
+    const int n = size();
+    const auto start = Clock::now();
+    const auto interval = absl::ToChronoNanoseconds(interval_);
+    int64_t round = 0;
+    int i = 0;
+    while (!stop_) {
+      const auto due = start + round * interval + interval * i / n;
+      const auto now = Clock::now();
+      if (due > now) {
+        std::this_thread::sleep_until(std::min(due, now + std::chrono::milliseconds(5)));
+        continue;
+      }
+      Fire(*workers_[i]);
+      if (++i == n) {
+        i = 0;
+        ++round;
+      }
+    }
+  }
+
+  struct Call {
+    grpc::ClientContext ctx;
+    HeartbeatRequest req;
+    HeartbeatResponse resp;
+    Clock::time_point start;
+  };
+
+  void Fire(SimWorker& w) {
+    if (w.must_register) return;
+    if (w.in_flight.exchange(true)) {
+      ++counters_.skipped;  // the previous heartbeat has not returned within an interval
+      return;
+    }
+    auto* call = new Call;
+    call->req.set_worker_id(w.id);
+    call->req.set_session_id(w.session);
+    {
+      absl::MutexLock lock(&w.mu);
+      call->req.set_running_job_id(w.running_job);
+    }
+    call->ctx.set_deadline(Deadline(absl::GetFlag(FLAGS_rpc_timeout)));
+    call->start = Clock::now();
+    ++counters_.sent;
+    w.stub->async()->Heartbeat(&call->ctx, &call->req, &call->resp,
+                               [this, call, &w](grpc::Status status) {
+                                 OnHeartbeat(w, *call, status);
+                                 delete call;
+                               });
+  }
+
+  void OnHeartbeat(SimWorker& w, const Call& call, const grpc::Status& status) {
+    const double ms = MillisSince(call.start);
+    if (!status.ok()) {
+      ++counters_.errors;
+      w.in_flight = false;
+      return;
+    }
+    ++counters_.ok;
+    const HeartbeatResponse& r = call.resp;
+    (r.has_assignment() ? assign_latency_ : latency_).Add(ms);
+    {
+      absl::MutexLock lock(&w.mu);
+      if (r.has_assignment()) {
+        ++counters_.assignments;
+        w.running_job = r.assignment().job_id();
+      }
+      for (const std::string& id : r.cancel_job_ids()) {
+        ++counters_.cancels;
+        if (w.running_job == id) w.running_job.clear();
+      }
+    }
+    if (r.register_again()) {
+      ++counters_.register_again;
+      w.must_register = true;
+    }
+    w.in_flight = false;
+  }
+
+  // Workers the coordinator asked to register again (it lost their session) do so here, off the
+  // gRPC callback threads.
+  void Reregister() {
+    while (!stop_) {
+      for (auto& w : workers_) {
+        if (w->must_register && !w->in_flight) {
+          if (Register(*w).ok()) w->must_register = false;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+
+  const std::string address_;
+  const absl::Duration interval_;
+  std::vector<std::unique_ptr<SimWorker>> workers_;
+  LatencyStats latency_, assign_latency_;
+  Counters counters_;
+  std::atomic<bool> stop_{false};
+  std::thread scheduler_, reregister_;
+};
+
+struct Layout {
+  int dp = 1, pp = 1, tp = 1;
+  int ranks() const { return dp * pp * tp; }
+  std::string name() const { return absl::StrCat(dp, "x", pp, "x", tp); }
+};
+
+absl::StatusOr<Layout> ParseLayout(const std::string& text) {
+  std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  Layout l;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &l.dp) ||
+      !absl::SimpleAtoi(parts[1], &l.pp) || !absl::SimpleAtoi(parts[2], &l.tp) || l.dp < 1 ||
+      l.pp < 1 || l.tp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--layouts: '", text, "' is not DPxPPxTP"));
+  }
+  return l;
+}
+
+// A job the coordinator accepts for `layout`: n_head and n_layer divisible by tp and pp, a batch
+// divisible by dp. It never trains (the workers are simulated), so the dataset is not read.
+std::string SpecJson(const Layout& l) {
+  const int n_head = 4 * l.tp;
+  return absl::StrFormat(
+      R"({"name": "load %s", "model": {"vocab_size": 256, "context": 64, "n_layer": %d, )"
+      R"("n_head": %d, "n_embd": %d}, "dataset": "/dev/null", "steps": 1000, )"
+      R"("batch_size": %d, "parallel": {"dp": %d, "pp": %d, "tp": %d}, "device": "cpu"})",
+      l.name(), 2 * l.pp, n_head, 16 * n_head, 4 * l.dp, l.dp, l.pp, l.tp);
+}
+
+struct PlaceResult {
+  bool placed = false;
+  std::string reason;         // when not placed: the coordinator's QUEUED reason
+  double submit_ms = 0;       // SubmitJob round trip
+  double placing_ms = -1;     // submit sent -> PLACING seen by a watcher
+  double placing_coord_ms = -1;  // PLACING time - submitted time, both on the coordinator's clock
+  double running_ms = -1;     // submit sent -> RUNNING (every rank acknowledged by heartbeat)
+  Summary heartbeats;         // heartbeat latency while placing, without an assignment
+  Summary assigning;          // heartbeats whose response carried an assignment
+};
+
+absl::StatusOr<PlaceResult> Place(Coordinator::Stub& stub, Fleet& fleet, const Layout& layout) {
+  PlaceResult r;
+  fleet.latency().Reset();
+  fleet.assign_latency().Reset();
+  SubmitJobRequest submit;
+  submit.set_spec_json(SpecJson(layout));
+  SubmitJobResponse submitted;
+  const auto t0 = Clock::now();
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline(absl::GetFlag(FLAGS_rpc_timeout)));
+    RETURN_IF_ERROR(FromGrpc(stub.SubmitJob(&ctx, submit, &submitted), "SubmitJob"));
+  }
+  r.submit_ms = MillisSince(t0);
+  const Job& job = submitted.job();
+
+  grpc::ClientContext watch_ctx;
+  watch_ctx.set_deadline(Deadline(absl::Seconds(60)));
+  WatchJobRequest watch;
+  watch.set_job_id(job.id());
+  auto reader = stub.WatchJob(&watch_ctx, watch);
+  JobUpdate u;
+  while (reader->Read(&u)) {
+    if (!u.has_state_change()) continue;
+    const StateChange& c = u.state_change();
+    if (c.state() == QUEUED && layout.ranks() > fleet.size()) {
+      r.reason = c.reason();
+      break;  // cannot be placed with this many workers
+    }
+    if (c.state() == PLACING && r.placing_ms < 0) {
+      r.placing_ms = MillisSince(t0);
+      r.placing_coord_ms = static_cast<double>(c.time_unix_ms() - job.submitted_unix_ms());
+      r.placed = true;
+    }
+    if (c.state() == RUNNING) {
+      r.running_ms = MillisSince(t0);
+      break;
+    }
+    if (c.state() == FAILED || c.state() == CANCELLED || c.state() == SUCCEEDED) {
+      r.reason = absl::StrCat(JobState_Name(c.state()), ": ", c.reason());
+      break;
+    }
+  }
+  watch_ctx.TryCancel();
+  reader->Finish();
+  r.heartbeats = fleet.latency().Summarize();
+  r.assigning = fleet.assign_latency().Summarize();
+
+  CancelJobRequest cancel;
+  cancel.set_job_id(job.id());
+  cancel.set_reason("heartbeat_load: measured");
+  Job cancelled;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(absl::GetFlag(FLAGS_rpc_timeout)));
+  RETURN_IF_ERROR(FromGrpc(stub.CancelJob(&ctx, cancel, &cancelled), "CancelJob"));
+  // The workers hear of the cancel in their next heartbeats.
+  for (int i = 0; i < 100 && fleet.Running(job.id()) > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return r;
+}
+
+std::string Fmt(double ms) { return ms < 0 ? "-" : absl::StrFormat("%.2f", ms); }
+
+absl::Status Main() {
+  const int n = absl::GetFlag(FLAGS_workers);
+  const absl::Duration interval = absl::GetFlag(FLAGS_interval);
+  if (n < 1) return absl::InvalidArgumentError("--workers must be >= 1");
+  std::vector<Layout> layouts;
+  for (const std::string& text : absl::GetFlag(FLAGS_layouts)) {
+    ASSIGN_OR_RETURN(Layout l, ParseLayout(text));
+    layouts.push_back(l);
+  }
+
+  std::unique_ptr<CoordinatorProcess> child;
+  std::string address = absl::GetFlag(FLAGS_coordinator);
+  if (address.empty()) {
+    if (absl::GetFlag(FLAGS_coordinator_binary).empty()) {
+      return absl::InvalidArgumentError("give --coordinator or --coordinator_binary");
+    }
+    ASSIGN_OR_RETURN(child, CoordinatorProcess::Start(absl::GetFlag(FLAGS_coordinator_binary),
+                                                      absl::GetFlag(FLAGS_lease)));
+    address = child->address();
+    std::printf("started a coordinator on %s (log %s)\n", address.c_str(), child->log().c_str());
+  }
+  auto control = Coordinator::NewStub(grpc::CreateChannel(address,
+                                                          grpc::InsecureChannelCredentials()));
+  {  // Wait for it to answer.
+    absl::Status s;
+    for (int i = 0; i < 100; ++i) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline(absl::Seconds(1)));
+      ListWorkersResponse resp;
+      s = FromGrpc(control->ListWorkers(&ctx, ListWorkersRequest(), &resp), "ListWorkers");
+      if (s.ok()) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    RETURN_IF_ERROR(Annotate(s, absl::StrCat("coordinator at ", address)));
+  }
+
+  std::printf("%d simulated workers (%s), %d per host, heartbeat every %s, against %s\n", n,
+              absl::GetFlag(FLAGS_shared_channel) ? "one shared connection"
+                                                  : "one connection each",
+              absl::GetFlag(FLAGS_workers_per_host), absl::FormatDuration(interval).c_str(),
+              address.c_str());
+  Fleet fleet(address, n, absl::GetFlag(FLAGS_workers_per_host), interval);
+  const auto reg_start = Clock::now();
+  RETURN_IF_ERROR(fleet.RegisterAll());
+  const double register_ms = MillisSince(reg_start);
+  std::printf("registered %d workers in %.0f ms (%.2f ms each, one after another)\n", n,
+              register_ms, register_ms / n);
+  fleet.StartHeartbeats();
+  absl::SleepFor(absl::GetFlag(FLAGS_warmup));
+  fleet.latency().Reset();
+  const double coordinator_cpu0 = child != nullptr ? child->CpuSeconds() : 0;
+  const double own_cpu0 = ProcessCpuSeconds(getpid());
+  const int64_t sent0 = fleet.counters().sent, errors0 = fleet.counters().errors,
+                skipped0 = fleet.counters().skipped;
+  absl::SleepFor(absl::GetFlag(FLAGS_duration));
+  const Summary hb = fleet.latency().Summarize();
+  const double window_s = absl::ToDoubleSeconds(absl::GetFlag(FLAGS_duration));
+  const double coordinator_cpu =
+      child != nullptr ? (child->CpuSeconds() - coordinator_cpu0) / window_s * 100 : -1;
+  const double own_cpu = (ProcessCpuSeconds(getpid()) - own_cpu0) / window_s * 100;
+  const int64_t sent = fleet.counters().sent - sent0, errors = fleet.counters().errors - errors0,
+                skipped = fleet.counters().skipped - skipped0;
+  std::printf("heartbeats over %s: %lld sent (%.0f/s), %lld errors, %lld skipped; latency ms: "
+              "p50 %.2f  p90 %.2f  p99 %.2f  max %.2f  mean %.2f\n",
+              absl::FormatDuration(absl::GetFlag(FLAGS_duration)).c_str(),
+              static_cast<long long>(sent),
+              sent / absl::ToDoubleSeconds(absl::GetFlag(FLAGS_duration)),
+              static_cast<long long>(errors), static_cast<long long>(skipped), hb.p50, hb.p90,
+              hb.p99, hb.max, hb.mean);
+  std::printf("CPU meanwhile: coordinator %s%% of a core, this tool %.0f%% (of %ld cores)\n",
+              coordinator_cpu < 0 ? "?" : absl::StrFormat("%.0f", coordinator_cpu).c_str(),
+              own_cpu, sysconf(_SC_NPROCESSORS_ONLN));
+
+  double list_ms = 0;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline(absl::GetFlag(FLAGS_rpc_timeout)));
+    ListWorkersResponse resp;
+    const auto t = Clock::now();
+    RETURN_IF_ERROR(FromGrpc(control->ListWorkers(&ctx, ListWorkersRequest(), &resp),
+                             "ListWorkers"));
+    list_ms = MillisSince(t);
+    std::printf("ListWorkers: %d workers in %.2f ms\n", resp.workers_size(), list_ms);
+  }
+
+  std::vector<std::string> results;
+  for (const Layout& layout : layouts) {
+    ASSIGN_OR_RETURN(PlaceResult p, Place(*control, fleet, layout));
+    if (p.placed) {
+      std::printf("job %s (%d ranks): submit %.2f ms; PLACING after %.2f ms (coordinator "
+                  "clock: %.0f ms); RUNNING after %s ms\n"
+                  "  meanwhile: %lld heartbeats carrying the assignment, latency ms p50 %.2f "
+                  "p99 %.2f max %.2f; %lld others, p50 %.2f p99 %.2f max %.2f\n",
+                  layout.name().c_str(), layout.ranks(), p.submit_ms, p.placing_ms,
+                  p.placing_coord_ms, Fmt(p.running_ms).c_str(),
+                  static_cast<long long>(p.assigning.count), p.assigning.p50, p.assigning.p99,
+                  p.assigning.max, static_cast<long long>(p.heartbeats.count), p.heartbeats.p50,
+                  p.heartbeats.p99, p.heartbeats.max);
+    } else {
+      std::printf("job %s (%d ranks): not placed: %s (submit %.2f ms)\n", layout.name().c_str(),
+                  layout.ranks(), p.reason.c_str(), p.submit_ms);
+    }
+    results.push_back(absl::StrFormat(
+        "RESULT workers=%d hb_count=%d hb_errors=%d hb_skipped=%d hb_p50_ms=%.2f "
+        "hb_p90_ms=%.2f hb_p99_ms=%.2f hb_max_ms=%.2f register_ms=%.0f list_workers_ms=%.2f "
+        "layout=%s ranks=%d placed=%d submit_ms=%.2f placing_ms=%s placing_coord_ms=%s "
+        "running_ms=%s place_hb_p99_ms=%.2f place_assign_p99_ms=%.2f coordinator_cpu_pct=%.0f "
+        "tool_cpu_pct=%.0f",
+        n, hb.count, errors, skipped, hb.p50, hb.p90, hb.p99, hb.max, register_ms, list_ms,
+        layout.name(), layout.ranks(), p.placed ? 1 : 0, p.submit_ms, Fmt(p.placing_ms),
+        Fmt(p.placing_coord_ms), Fmt(p.running_ms), p.heartbeats.p99, p.assigning.p99, coordinator_cpu, own_cpu));
+  }
+  fleet.StopHeartbeats();
+  for (const std::string& line : results) std::printf("%s\n", line.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace dtrain::load
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Load test of the coordinator: N simulated workers heartbeating over gRPC, then job "
+      "placement.\n  heartbeat_load --coordinator_binary=bazel-bin/coordinator/"
+      "dtrain-coordinator --workers=1000");
+  absl::ParseCommandLine(argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  absl::Status status = dtrain::load::Main();
+  std::fflush(stdout);
+  if (!status.ok()) {
+    std::fprintf(stderr, "heartbeat_load: error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
