@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/preconditions.h"
+#include "kernels/common/arg_check.h"
 
 namespace dtrain::kernels::cpu {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "common/status_macros.h"
 #include "kernels/common/elementwise.h"
-#include "kernels/cpu/preconditions.h"
+#include "kernels/common/arg_check.h"
 
 namespace dtrain::kernels::cpu {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/status_macros.h"
-#include "kernels/cpu/preconditions.h"
+#include "kernels/common/arg_check.h"
 
 namespace dtrain::kernels::cpu {
 

@@ -6,7 +6,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/partition.h"
-#include "kernels/cpu/preconditions.h"
+#include "kernels/common/arg_check.h"
 
 namespace dtrain::kernels::cpu {
 namespace {

@@ -1,7 +1,7 @@
 #include "kernels/cpu/residual.h"
 
 #include "common/status_macros.h"
-#include "kernels/cpu/preconditions.h"
+#include "kernels/common/arg_check.h"
 
 namespace dtrain::kernels::cpu {
 

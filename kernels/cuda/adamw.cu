@@ -5,7 +5,7 @@
 
 #include "common/status_macros.h"
 #include "kernels/common/elementwise.h"
-#include "kernels/cuda/arg_check.h"
+#include "kernels/common/arg_check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/reduce.cuh"
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "common/status_macros.h"
-#include "kernels/cuda/arg_check.h"
+#include "kernels/common/arg_check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/reduce.cuh"
 

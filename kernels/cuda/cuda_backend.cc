@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/adamw.cuh"
-#include "kernels/cuda/arg_check.h"
+#include "kernels/common/arg_check.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -282,7 +282,7 @@ void CudaBackend::Free(void* ptr) {
 
 absl::Status CudaBackend::CopyToDevice(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
-  cuda::ArgCheck check("CopyToDevice");
+  ArgCheck check("CopyToDevice");
   RETURN_IF_ERROR(check.NotNull("dst", dst).NotNull("host_src", host_src).status());
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -291,7 +291,7 @@ absl::Status CudaBackend::CopyToDevice(void* dst, const void* host_src, size_t b
 
 absl::Status CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
-  cuda::ArgCheck check("CopyToHost");
+  ArgCheck check("CopyToHost");
   RETURN_IF_ERROR(check.NotNull("host_dst", host_dst).NotNull("src", src).status());
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
@@ -301,7 +301,7 @@ absl::Status CudaBackend::CopyToHost(void* host_dst, const void* src, size_t byt
 
 absl::Status CudaBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
-  cuda::ArgCheck check("CopyOnDevice");
+  ArgCheck check("CopyOnDevice");
   RETURN_IF_ERROR(check.NotNull("dst", dst).NotNull("src", src).status());
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
@@ -310,7 +310,7 @@ absl::Status CudaBackend::CopyOnDevice(void* dst, const void* src, size_t bytes)
 
 absl::Status CudaBackend::Zero(void* dst, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
-  cuda::ArgCheck check("Zero");
+  ArgCheck check("Zero");
   RETURN_IF_ERROR(check.NotNull("dst", dst).status());
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, 0, bytes, stream_));

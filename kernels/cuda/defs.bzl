@@ -26,12 +26,10 @@ def cuda_backend_targets():
     # Host-compiled code (cuda_backend.cc) and nvcc-compiled code (.cu) share these headers.
     native.cc_library(
         name = "cuda_check",
-        hdrs = [
-            "arg_check.h",
-            "cuda_check.h",
-        ],
+        hdrs = ["cuda_check.h"],
         deps = [
             "//bazel/system:absl",
+            "//kernels:arg_check",
             "@local_cuda//:cuda_runtime",
         ],
     )
@@ -40,13 +38,13 @@ def cuda_backend_targets():
         name = "cuda_kernels",
         srcs = [op + ".cu" for op in _OPS],
         hdrs = [op + ".cuh" for op in _OPS] + [
-            "arg_check.h",
             "cuda_check.h",
             "reduce.cuh",
         ],
         nvcc_deps = [
             "//common:status_macros.h",
             "//kernels:backend.h",
+            "//kernels:common/arg_check.h",
             "//kernels:common/elementwise.h",
         ],
         deps = [

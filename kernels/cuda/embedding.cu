@@ -1,6 +1,6 @@
 #include "kernels/cuda/embedding.cuh"
 
-#include "kernels/cuda/arg_check.h"
+#include "kernels/common/arg_check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/reduce.cuh"
 

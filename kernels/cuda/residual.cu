@@ -1,6 +1,6 @@
 #include "kernels/cuda/residual.cuh"
 
-#include "kernels/cuda/arg_check.h"
+#include "kernels/common/arg_check.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace dtrain::kernels::cuda {

@@ -1,13 +1,14 @@
-// Argument checks of the CUDA launchers: same API and messages as kernels/cpu/preconditions.h, so
-// both backends reject the same calls with the same InvalidArgument text.
+// Argument checks shared by the CPU ops and the CUDA launchers, so both backends reject the same
+// calls with the same text. Each op validates its arguments before touching memory and returns
+// InvalidArgument naming the op and the argument:
 //
 //   ArgCheck check("LayerNormForward");
 //   check.NotNull("out", out).Positive("C", C).NonNegative("N", N);
 //   RETURN_IF_ERROR(check.status());
 //
 // The first failed check wins; later ones are skipped.
-#ifndef DTRAIN_KERNELS_CUDA_ARG_CHECK_H_
-#define DTRAIN_KERNELS_CUDA_ARG_CHECK_H_
+#ifndef DTRAIN_KERNELS_COMMON_ARG_CHECK_H_
+#define DTRAIN_KERNELS_COMMON_ARG_CHECK_H_
 
 #include <cstdint>
 
@@ -15,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
-namespace dtrain::kernels::cuda {
+namespace dtrain::kernels {
 
 class ArgCheck {
  public:
@@ -42,11 +43,17 @@ class ArgCheck {
     if (ok() && !condition) Fail(message);
     return *this;
   }
-  // A launch of CeilDiv(items, block) blocks must fit grid.x.
+  // A launch of `blocks` blocks must fit a CUDA grid's x dimension.
   ArgCheck& GridFits(int64_t blocks) {
     if (ok() && blocks > 2147483647) {
       Fail(absl::StrCat("needs ", blocks, " blocks, more than a CUDA grid holds"));
     }
+    return *this;
+  }
+  // A failure found by the caller (e.g. a bad value inside an array).
+  ArgCheck& Fail(absl::string_view message) {
+    // Update (not assignment): nvcc warns on the discarded Status& that operator= returns.
+    if (ok()) status_.Update(absl::InvalidArgumentError(absl::StrCat(op_, ": ", message)));
     return *this;
   }
 
@@ -54,15 +61,10 @@ class ArgCheck {
   absl::Status status() const { return status_; }
 
  private:
-  void Fail(absl::string_view message) {
-    // Update (not assignment): nvcc warns on the discarded Status& that operator= returns.
-    status_.Update(absl::InvalidArgumentError(absl::StrCat(op_, ": ", message)));
-  }
-
   absl::string_view op_;
   absl::Status status_;
 };
 
-}  // namespace dtrain::kernels::cuda
+}  // namespace dtrain::kernels
 
-#endif  // DTRAIN_KERNELS_CUDA_ARG_CHECK_H_
+#endif  // DTRAIN_KERNELS_COMMON_ARG_CHECK_H_
