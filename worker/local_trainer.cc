@@ -16,7 +16,10 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
   if (options.steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("steps=", options.steps, " must be >= 0"));
   }
-  if (options.batch <= 0 || options.seq <= 0 || options.seq > options.model.context) {
+  // B and T matter only when training: `--steps=0 --save` just writes the initial weights.
+  const bool training = options.steps > 0;
+  if (training &&
+      (options.batch <= 0 || options.seq <= 0 || options.seq > options.model.context)) {
     return absl::InvalidArgumentError(absl::StrCat("batch=", options.batch, " seq=", options.seq,
                                                    ": need batch > 0 and 0 < seq <= context=",
                                                    options.model.context));
@@ -30,7 +33,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
   ASSIGN_OR_RETURN(model::AdamW opt,
                    model::AdamW::Create(backend, t->model_->layout(), options.optimizer));
   t->optimizer_ = std::make_unique<model::AdamW>(std::move(opt));
-  if (options.steps > 0 || !options.data_path.empty()) {
+  if (training) {
     ASSIGN_OR_RETURN(model::TokenDataset data,
                      model::TokenDataset::Open(options.data_path, options.model.vocab_size));
     RETURN_IF_ERROR(data.BatchesPerEpoch(options.batch, options.seq).status());
@@ -44,7 +47,9 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
   } else {
     RETURN_IF_ERROR(model::InitializeGpt2(*t->model_, options.seed));
   }
-  ASSIGN_OR_RETURN(t->acts_, t->model_->NewActivations(options.batch, options.seq));
+  if (training) {
+    ASSIGN_OR_RETURN(t->acts_, t->model_->NewActivations(options.batch, options.seq));
+  }
   return t;
 }
 
