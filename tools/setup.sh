@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev libcivetweb-dev
   python3-torch python3-numpy  # numerical oracle and speed peer (run with /usr/bin/python3)
+  iperf3                     # loopback TCP baseline for tools/bench_allreduce.py
 )
 
 missing=()

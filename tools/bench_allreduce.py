@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Collectives: dtrain's ring all-reduce over gRPC vs torch.distributed's gloo backend, and
+dtrain's pipeline stream vs iperf3, on loopback, in one run.
+
+    /usr/bin/python3 tools/bench_allreduce.py [--ranks 2,4] [--sizes_mib 1,2,4,8,16,32,64]
+        [--rounds 3] [--seconds 2] [--p2p_sizes_mib 1,16,64] [--benchmark PATH]
+
+All-reduce: for each rank count, `--rounds` rounds; a round runs dtrain
+(//worker/comm:allreduce_benchmark, one process per rank over gRPC on 127.0.0.1) and gloo
+(torch.distributed, one /usr/bin/python3 process per rank, torch.set_num_threads(1)) on every
+size, which one first alternating between rounds so slow spells of background load hit both.
+Both sum float32 tensors of the same sizes, time the same way (warm-up, then as many iterations
+as fill --seconds, iteration count fixed by rank 0, mean time per all-reduce on rank 0) and
+report algbw = bytes / time and busbw = algbw * 2(n-1)/n (nccl-tests). The table gives the
+median over rounds, and the ratio of medians. As a second opinion that background load barely
+moves, CPU-seconds per all-reduce summed over all ranks' processes (all their threads).
+
+Point-to-point: rank 0 streams activations to rank 1 (two sends in flight) for each
+--p2p_sizes_mib, against iperf3 (one TCP stream, loopback) over the same rounds.
+
+Prints tables and one JSON line (prefix "BENCH_JSON "). Builds the benchmark with
+`bazel build -c opt` unless --benchmark is given; needs iperf3 (tools/setup.sh installs it).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TORCH_PYTHON = "/usr/bin/python3"  # Debian's python, which has python3-torch
+
+GLOO_WORKER = r'''
+import json, resource, sys, time
+import torch, torch.distributed as dist
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+rank, n, port, seconds = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], float(sys.argv[5])
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
+for mib in sys.argv[4].split(","):
+    nbytes = int(float(mib) * (1 << 20)) // 4 * 4
+    x = torch.zeros(nbytes // 4)
+    dist.barrier()
+    t0 = time.time()
+    for _ in range(2):
+        dist.all_reduce(x)
+    per = (time.time() - t0) / 2
+    iters = torch.tensor([max(5, min(1000, int(seconds / max(per, 1e-6))))])
+    dist.broadcast(iters, 0)  # every rank runs rank 0's count
+    iters = int(iters.item())
+    dist.barrier()
+    c0, t0 = cpu(), time.time()
+    for _ in range(iters):
+        dist.all_reduce(x)
+    t = (time.time() - t0) / iters
+    c = (cpu() - c0) / iters
+    alg = nbytes / t / 1e9
+    print(json.dumps({"impl": "gloo", "rank": rank, "ranks": n, "bytes": nbytes, "iters": iters,
+                      "time_us": t * 1e6, "cpu_us": c * 1e6, "algbw_gbs": alg,
+                      "busbw_gbs": alg * 2 * (n - 1) / n}), flush=True)
+dist.destroy_process_group()
+'''
+
+
+def free_ports(k):
+    socks, ports = [], []
+    for _ in range(k):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def run_ranks(cmds, what, timeout):
+    """Starts one process per command; returns their JSON lines."""
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for c in cmds]
+    records = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            if p.returncode != 0:
+                raise SystemExit(f"bench_allreduce: {what} exited {p.returncode}:\n{err[-3000:]}")
+            records += [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return records
+
+
+def run_dtrain(binary, n, sizes, seconds, mode="allreduce"):
+    peers = ",".join(f"127.0.0.1:{p}" for p in free_ports(n))
+    cmds = [[binary, f"--rank={r}", f"--peers={peers}", f"--mode={mode}",
+             f"--sizes_mib={sizes}", f"--seconds={seconds}"] for r in range(n)]
+    return run_ranks(cmds, f"dtrain {mode} ({n} ranks)", timeout=600)
+
+
+def run_gloo(script, n, sizes, seconds):
+    port = free_ports(1)[0]
+    cmds = [[TORCH_PYTHON, script, str(r), str(n), str(port), sizes, str(seconds)]
+            for r in range(n)]
+    return run_ranks(cmds, f"gloo ({n} ranks)", timeout=600)
+
+
+def run_iperf(seconds):
+    """One TCP stream over loopback; returns GB/s received and CPU % (both ends)."""
+    for attempt in range(20):
+        port = free_ports(1)[0]
+        server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.3)  # no probe connection: the one-off server (-1) would take it as its client
+        try:
+            out = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t",
+                                  str(seconds), "-J"], capture_output=True, text=True,
+                                 timeout=seconds + 60)
+            end = json.loads(out.stdout).get("end", {})
+            if "sum_received" in end:
+                cpu = end["cpu_utilization_percent"]
+                return {"gbs": end["sum_received"]["bits_per_second"] / 8e9,
+                        "cpu_pct": cpu["host_total"] + cpu["remote_total"]}
+        finally:
+            server.kill()
+            server.wait()
+    raise SystemExit("bench_allreduce: iperf3 did not run")
+
+
+def build(output_base):
+    startup = [f"--output_base={output_base}"] if output_base else []
+    cmd = ["bazel"] + startup + ["build", "-c", "opt", "--repo_env=DTRAIN_DISABLE_CUDA=1",
+                                 "//worker/comm:allreduce_benchmark"]
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    bin_dir = subprocess.run(["bazel"] + startup + ["info", "-c", "opt", "bazel-bin"], cwd=ROOT,
+                             check=True, capture_output=True, text=True).stdout.strip()
+    return os.path.join(bin_dir, "worker/comm/allreduce_benchmark")
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--sizes_mib", default="1,2,4,8,16,32,64")
+    ap.add_argument("--p2p_sizes_mib", default="1,16,64")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=2.0, help="timed seconds per size and run")
+    ap.add_argument("--benchmark", help="allreduce_benchmark binary (default: build it)")
+    ap.add_argument("--bazel_output_base", help="bazel --output_base for the build")
+    ap.add_argument("--skip_p2p", action="store_true")
+    args = ap.parse_args()
+    if not os.path.exists(TORCH_PYTHON):
+        raise SystemExit("bench_allreduce: needs /usr/bin/python3 with python3-torch")
+    if not args.skip_p2p and shutil.which("iperf3") is None:
+        raise SystemExit("bench_allreduce: needs iperf3 (tools/setup.sh installs it)")
+    binary = args.benchmark or build(args.bazel_output_base)
+    sizes = [int(float(s) * (1 << 20)) // 4 * 4 for s in args.sizes_mib.split(",")]
+
+    tmp = tempfile.mkdtemp(prefix="bench_allreduce_")
+    gloo_script = os.path.join(tmp, "gloo_worker.py")
+    with open(gloo_script, "w") as f:
+        f.write(GLOO_WORKER)
+    load0 = os.getloadavg()[0]
+
+    # results[(impl, n, bytes)] = {"time_us": [...], "busbw": [...], "cpu_us": [...]}
+    results = {}
+    for n in [int(x) for x in args.ranks.split(",")]:
+        for rnd in range(args.rounds):
+            order = ["dtrain", "gloo"] if rnd % 2 == 0 else ["gloo", "dtrain"]
+            for impl in order:
+                if impl == "dtrain":
+                    recs = run_dtrain(binary, n, args.sizes_mib, args.seconds)
+                else:
+                    recs = run_gloo(gloo_script, n, args.sizes_mib, args.seconds)
+                for b in sizes:
+                    mine = [r for r in recs if r["bytes"] == b]
+                    r0 = [r for r in mine if r["rank"] == 0][0]
+                    slot = results.setdefault((impl, n, b), {"time_us": [], "busbw": [],
+                                                             "cpu_us": []})
+                    slot["time_us"].append(r0["time_us"])
+                    slot["busbw"].append(r0["busbw_gbs"])
+                    slot["cpu_us"].append(sum(r["cpu_us"] for r in mine))
+                print(f"  ranks={n} round {rnd + 1}/{args.rounds} {impl}: " +
+                      " ".join(f"{b >> 20}MiB {results[(impl, n, b)]['busbw'][-1]:.3f}"
+                               for b in sizes), file=sys.stderr, flush=True)
+
+    p2p = {}
+    iperf = []
+    if not args.skip_p2p:
+        p2p_sizes = [int(float(s) * (1 << 20)) // 4 * 4 for s in args.p2p_sizes_mib.split(",")]
+        for rnd in range(args.rounds):
+            recs = run_dtrain(binary, 2, args.p2p_sizes_mib, args.seconds, mode="p2p")
+            for b in p2p_sizes:
+                recv = [r for r in recs if r["bytes"] == b and r["rank"] == 1][0]
+                cpu = sum(r["cpu_us"] for r in recs if r["bytes"] == b)
+                slot = p2p.setdefault(b, {"gbs": [], "cpu_us": []})
+                slot["gbs"].append(recv["gbs"])
+                slot["cpu_us"].append(cpu)
+            iperf.append(run_iperf(max(2, int(args.seconds * 2))))
+            print(f"  p2p round {rnd + 1}/{args.rounds}: " +
+                  " ".join(f"{b >> 20}MiB {p2p[b]['gbs'][-1]:.3f}" for b in p2p_sizes) +
+                  f" iperf3 {iperf[-1]['gbs']:.3f} GB/s", file=sys.stderr, flush=True)
+    load1 = os.getloadavg()[0]
+
+    print(f"\nAll-reduce (sum, float32), loopback, median of {args.rounds} rounds; "
+          f"load average {load0:.1f} -> {load1:.1f}")
+    print("| ranks | size | dtrain time (ms) | dtrain algbw | dtrain busbw | gloo time (ms) | "
+          "gloo algbw | gloo busbw | busbw dtrain/gloo | CPU-s per all-reduce dtrain / gloo |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    summary = {"allreduce": [], "p2p": []}
+    for n in [int(x) for x in args.ranks.split(",")]:
+        for b in sizes:
+            d, g = results[("dtrain", n, b)], results[("gloo", n, b)]
+            dt, gt = med(d["time_us"]), med(g["time_us"])
+            dbus, gbus = med(d["busbw"]), med(g["busbw"])
+            factor = 2 * (n - 1) / n
+            print(f"| {n} | {b / (1 << 20):g} MiB | {dt / 1e3:.2f} | {dbus / factor:.3f} | "
+                  f"{dbus:.3f} | {gt / 1e3:.2f} | {gbus / factor:.3f} | {gbus:.3f} | "
+                  f"{dbus / gbus:.2f} | {med(d['cpu_us']) / 1e6:.3f} / "
+                  f"{med(g['cpu_us']) / 1e6:.3f} |")
+            summary["allreduce"].append({"ranks": n, "bytes": b, "dtrain_time_us": dt,
+                                         "dtrain_busbw_gbs": dbus, "gloo_time_us": gt,
+                                         "gloo_busbw_gbs": gbus, "ratio": dbus / gbus,
+                                         "dtrain_cpu_us": med(d["cpu_us"]),
+                                         "gloo_cpu_us": med(g["cpu_us"])})
+    if p2p:
+        ip = med([x["gbs"] for x in iperf])
+        print(f"\nPoint-to-point activation stream (2 ranks, two sends in flight) vs iperf3 "
+              f"(one TCP stream, {ip:.3f} GB/s, CPU {med([x['cpu_pct'] for x in iperf]):.0f}% "
+              f"of a core, both ends)")
+        print("| size | dtrain GB/s | of iperf3 | CPU-s per GB, both ends |")
+        print("|---|---|---|---|")
+        for b, slot in p2p.items():
+            g = med(slot["gbs"])
+            cpu_per_gb = med(slot["cpu_us"]) / 1e6 / (b / 1e9)
+            print(f"| {b / (1 << 20):g} MiB | {g:.3f} | {100 * g / ip:.0f}% | {cpu_per_gb:.2f} |")
+            summary["p2p"].append({"bytes": b, "gbs": g, "iperf3_gbs": ip, "ratio": g / ip,
+                                   "cpu_s_per_gb": cpu_per_gb})
+    summary["load"] = [load0, load1]
+    print("BENCH_JSON " + json.dumps(summary))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+// allreduce_benchmark: one rank of a dtrain collective benchmark over gRPC. Start one process
+// per rank (tools/bench_allreduce.py does), all with the same --peers:
+//
+//   allreduce_benchmark --rank=0 --peers=127.0.0.1:7100,127.0.0.1:7101 --mode=allreduce
+//
+// Modes:
+//   allreduce  ring all-reduce (sum) of each --sizes_mib; every rank prints one JSON line per
+//              size: {"impl":"dtrain","rank":r,"ranks":n,"bytes":B,"iters":k,"time_us":t,
+//              "cpu_us":c,"algbw_gbs":..,"busbw_gbs":..}: time and process CPU (all threads)
+//              per all-reduce, algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests'
+//              definitions, docs/PERFORMANCE.md). The timed loop all-reduces zeros; a last,
+//              checked all-reduce of rank+1 must give n(n+1)/2 everywhere.
+//   p2p        rank 0 streams activations of each size to rank 1 (two sends in flight, as a
+//              pipeline stage would); both print {"impl":"dtrain-p2p","rank":r,"bytes":B,
+//              "gbs":..,...}: bytes per second, the receiver's being the result.
+//   loop       all-reduces --loop_floats floats until an error, printing "iteration k" after
+//              each; exits 1 with the error (the fault test kills one such rank).
+// With --listen=127.0.0.1:0 the process prints "port N" first (its own --peers entry is then
+// ignored by the others only if they learn N; the fault test does).
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "worker/comm/collectives/allreduce_ring.h"
+#include "worker/comm/collectives/barrier.h"
+#include "worker/comm/collectives/broadcast.h"
+#include "worker/comm/grpc/grpc_transport.h"
+#include "worker/comm/p2p.h"
+
+ABSL_FLAG(int, rank, 0, "this process's rank");
+ABSL_FLAG(std::string, peers, "", "host:port of every rank, comma-separated, in rank order");
+ABSL_FLAG(std::string, listen, "", "listen address (default: the port of this rank's peer entry)");
+ABSL_FLAG(std::string, mode, "allreduce", "allreduce, p2p or loop");
+ABSL_FLAG(std::string, sizes_mib, "1,2,4,8,16,32,64", "message sizes in MiB, comma-separated");
+ABSL_FLAG(double, seconds, 2.0, "time per size: iterations are chosen to fill about this");
+ABSL_FLAG(int, min_iters, 5, "at least this many timed iterations per size");
+ABSL_FLAG(int, warmup, 2, "untimed iterations per size");
+ABSL_FLAG(int64_t, chunk_kib, 1024, "largest collective chunk (KiB)");
+ABSL_FLAG(int64_t, frame_kib, 1024, "largest gRPC frame payload (KiB)");
+ABSL_FLAG(int64_t, loop_floats, 1 << 18, "loop mode: floats per all-reduce");
+ABSL_FLAG(std::string, grpc_args, "", "extra integer gRPC channel arguments: name=value,...");
+ABSL_FLAG(double, timeout_s, 60, "deadline of every collective and connection (seconds)");
+
+namespace dtrain::comm {
+namespace {
+
+absl::StatusOr<std::vector<int64_t>> ParseSizes() {
+  std::vector<int64_t> bytes;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
+    double mib;
+    if (!absl::SimpleAtod(s, &mib) || mib <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--sizes_mib: bad size '", s, "'"));
+    }
+    bytes.push_back(static_cast<int64_t>(mib * (1 << 20)) / 4 * 4);
+  }
+  return bytes;
+}
+
+// CPU seconds (user + system, all threads) this process has used.
+double CpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Iterations that fill about --seconds, from the time of the warm-up iterations.
+int ItersFor(absl::Duration per_iter) {
+  const double target = absl::GetFlag(FLAGS_seconds);
+  int iters = static_cast<int>(target / std::max(1e-6, absl::ToDoubleSeconds(per_iter)));
+  return std::max(absl::GetFlag(FLAGS_min_iters), std::min(iters, 1000));
+}
+
+absl::Status RunAllReduce(GrpcTransport& t, Group& group, Group& control) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> sizes, ParseSizes());
+  const int n = group.size();
+  for (int64_t bytes : sizes) {
+    std::vector<float> data(bytes / 4, 0.0f);
+    const int warmup = std::max(1, absl::GetFlag(FLAGS_warmup));
+    RETURN_IF_ERROR(Barrier(control));
+    absl::Time t0 = absl::Now();
+    for (int i = 0; i < warmup; ++i) {
+      RETURN_IF_ERROR(AllReduce(group, absl::MakeSpan(data), ReduceOp::kSum));
+    }
+    // Every rank must run the same number of iterations: rank 0 decides, and tells the others.
+    std::vector<float> iters_f = {static_cast<float>(ItersFor((absl::Now() - t0) / warmup))};
+    RETURN_IF_ERROR(Broadcast(control, absl::MakeSpan(iters_f), 0));
+    const int iters = static_cast<int>(iters_f[0]);
+    RETURN_IF_ERROR(Barrier(control));
+    const double cpu0 = CpuSeconds();
+    t0 = absl::Now();
+    for (int i = 0; i < iters; ++i) {
+      RETURN_IF_ERROR(AllReduce(group, absl::MakeSpan(data), ReduceOp::kSum));
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - t0) / iters;
+    const double cpu = (CpuSeconds() - cpu0) / iters;
+    // A checked all-reduce: rank r contributes r + 1.
+    std::fill(data.begin(), data.end(), static_cast<float>(t.rank() + 1));
+    RETURN_IF_ERROR(AllReduce(group, absl::MakeSpan(data), ReduceOp::kSum));
+    int64_t wrong = 0;
+    for (float x : data) wrong += x != n * (n + 1) / 2.0f;
+    if (wrong != 0) {
+      return absl::InternalError(absl::StrCat(wrong, " wrong elements after all-reduce of ",
+                                              bytes, " bytes"));
+    }
+    // Every rank reports its time and CPU per all-reduce; rank 0's time is the result.
+    const double algbw = bytes / seconds / 1e9;
+    printf("{\"impl\":\"dtrain\",\"rank\":%d,\"ranks\":%d,\"bytes\":%lld,\"iters\":%d,"
+           "\"time_us\":%.1f,\"cpu_us\":%.1f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f}\n",
+           t.rank(), n, static_cast<long long>(bytes), iters, seconds * 1e6, cpu * 1e6, algbw,
+           algbw * 2.0 * (n - 1) / n);
+    fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunP2p(GrpcTransport& t, Group& control) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> sizes, ParseSizes());
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  PipelineNeighbours neighbours;
+  if (t.rank() == 0) neighbours.next = 1;
+  if (t.rank() == 1) neighbours.prev = 0;
+  StageLinks links(&t, neighbours, timeout);
+  for (int64_t bytes : sizes) {
+    const std::vector<int64_t> shape = {bytes / 4};
+    std::vector<float> buffers[2] = {std::vector<float>(bytes / 4, 1.0f),
+                                     std::vector<float>(bytes / 4, 2.0f)};
+    // Count from the time of one message, as the all-reduce does.
+    std::vector<float> iters_f = {0};
+    if (t.rank() < 2) {
+      RETURN_IF_ERROR(Barrier(control));
+      const absl::Time t0 = absl::Now();
+      if (t.rank() == 0) {
+        ASSIGN_OR_RETURN(SendHandle h, links.SendActivation({-1, 0}, shape, buffers[0]));
+        RETURN_IF_ERROR(links.Wait(h));
+      } else {
+        RETURN_IF_ERROR(links.RecvActivation({-1, 0}, shape, absl::MakeSpan(buffers[0])));
+      }
+      iters_f[0] = static_cast<float>(ItersFor(absl::Now() - t0));
+    }
+    RETURN_IF_ERROR(Broadcast(control, absl::MakeSpan(iters_f), 0));
+    const int iters = static_cast<int>(iters_f[0]);
+    RETURN_IF_ERROR(Barrier(control));
+    const double cpu0 = CpuSeconds();
+    const absl::Time t0 = absl::Now();
+    if (t.rank() == 0) {
+      SendHandle in_flight[2];
+      for (int i = 0; i < iters; ++i) {
+        RETURN_IF_ERROR(links.Wait(in_flight[i % 2]));  // the buffer is free again
+        ASSIGN_OR_RETURN(in_flight[i % 2], links.SendActivation({i, 0}, shape, buffers[i % 2]));
+      }
+      for (SendHandle& h : in_flight) RETURN_IF_ERROR(links.Wait(h));
+    } else if (t.rank() == 1) {
+      for (int i = 0; i < iters; ++i) {
+        RETURN_IF_ERROR(links.RecvActivation({i, 0}, shape, absl::MakeSpan(buffers[0])));
+      }
+    }
+    if (t.rank() < 2) {
+      // Both ends report; the receiver's time is the result (it ends when the last byte is in).
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+      printf("{\"impl\":\"dtrain-p2p\",\"rank\":%d,\"bytes\":%lld,\"iters\":%d,"
+             "\"time_us\":%.1f,\"cpu_us\":%.1f,\"gbs\":%.4f}\n",
+             t.rank(), static_cast<long long>(bytes), iters, seconds / iters * 1e6,
+             (CpuSeconds() - cpu0) / iters * 1e6,
+             static_cast<double>(bytes) * iters / seconds / 1e9);
+      fflush(stdout);
+    }
+  }
+  return Barrier(control);
+}
+
+absl::Status RunLoop(Group& group) {
+  std::vector<float> data(absl::GetFlag(FLAGS_loop_floats), 1.0f);
+  for (int64_t i = 0;; ++i) {
+    RETURN_IF_ERROR(AllReduce(group, absl::MakeSpan(data), ReduceOp::kMax));
+    printf("iteration %lld\n", static_cast<long long>(i));
+    fflush(stdout);
+  }
+}
+
+absl::Status Run() {
+  GrpcTransportOptions options;
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.peer_addresses = absl::StrSplit(absl::GetFlag(FLAGS_peers), ',');
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.job_id = "allreduce-benchmark";
+  options.frame_bytes = absl::GetFlag(FLAGS_frame_kib) << 10;
+  for (absl::string_view arg : absl::StrSplit(absl::GetFlag(FLAGS_grpc_args), ',',
+                                              absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
+    int value;
+    if (!absl::SimpleAtoi(kv.second, &value)) {
+      return absl::InvalidArgumentError(absl::StrCat("--grpc_args: bad entry '", arg, "'"));
+    }
+    options.channel_args.emplace_back(kv.first, value);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<GrpcTransport> t, GrpcTransport::Start(options));
+  if (!options.listen_address.empty()) {
+    printf("port %d\n", t->port());
+    fflush(stdout);
+  }
+  const int n = t->size();
+  CollectiveOptions collective;
+  collective.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  collective.chunk_bytes = absl::GetFlag(FLAGS_chunk_kib) << 10;
+  std::vector<int> ranks(n);
+  for (int r = 0; r < n; ++r) ranks[r] = r;
+  ASSIGN_OR_RETURN(Group group, Group::Create(t.get(), ranks, 1, collective));
+  ASSIGN_OR_RETURN(Group control, Group::Create(t.get(), ranks, 2, collective));
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  absl::Status status;
+  if (mode == "allreduce") {
+    status = RunAllReduce(*t, group, control);
+  } else if (mode == "p2p") {
+    status = n < 2 ? absl::InvalidArgumentError("p2p needs 2 ranks") : RunP2p(*t, control);
+  } else if (mode == "loop") {
+    status = RunLoop(group);
+  } else {
+    status = absl::InvalidArgumentError(absl::StrCat("--mode=", mode));
+  }
+  // Leave together, so no rank's shutdown looks like a crash to another.
+  if (status.ok()) status = Barrier(control);
+  return status;
+}
+
+}  // namespace
+}  // namespace dtrain::comm
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil checks every Mutex acquisition for lock-order cycles (a debug aid).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  absl::Status status = dtrain::comm::Run();
+  if (!status.ok()) {
+    fprintf(stderr, "allreduce_benchmark: rank %d: %s\n", absl::GetFlag(FLAGS_rank),
+            status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

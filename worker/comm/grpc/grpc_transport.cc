@@ -1,0 +1,357 @@
+#include "worker/comm/grpc/grpc_transport.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/comm/grpc/frame_codec.h"
+#include "worker/comm/grpc/outgoing_stream.h"
+#include "worker/comm/grpc/peer_service.h"
+#include "worker/comm/inbox.h"
+
+namespace dtrain::comm {
+namespace {
+
+constexpr int64_t kMaxFrameBytes = (4 << 20) - (64 << 10);
+// How long a send that gave up waits for gRPC to let go of its buffer.
+constexpr absl::Duration kReleaseGrace = absl::Seconds(10);
+
+grpc::ChannelArguments ChannelArgs(const GrpcTransportOptions& o) {
+  grpc::ChannelArguments args;
+  const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(o.keepalive));
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per peer pair
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);  // retries would buffer (copy) messages
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  for (const auto& [name, value] : o.channel_args) args.SetInt(name, value);
+  return args;
+}
+
+// A send in flight: waits for GrpcSendState, cancels the stream when the deadline passes.
+class GrpcSendOp : public SendOp {
+ public:
+  GrpcSendOp(std::shared_ptr<GrpcSendState> state, OutgoingStream* stream, std::string what,
+             absl::Time deadline)
+      : state_(std::move(state)), stream_(stream), what_(std::move(what)), deadline_(deadline) {}
+  ~GrpcSendOp() override {
+    if (!waited_) Wait(deadline_).IgnoreError();
+  }
+
+  absl::Status Wait(absl::Time deadline) override {
+    waited_ = true;
+    GrpcSendState& s = *state_;
+    auto done = [&s]() ABSL_SHARED_LOCKS_REQUIRED(s.mu) { return s.Done(); };
+    {
+      absl::MutexLock lock(&s.mu);
+      if (s.mu.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+        return s.status.ok() ? s.status : Annotate(s.status, what_);
+      }
+    }
+    // The peer takes nothing (stuck, or the network is): give up on it, which also makes gRPC
+    // let go of our buffer.
+    stream_->Cancel();
+    absl::MutexLock lock(&s.mu);
+    if (!s.mu.AwaitWithTimeout(absl::Condition(&done), kReleaseGrace)) {
+      return absl::InternalError(
+          absl::StrCat(what_, ": gRPC still holds the buffer after cancelling the stream"));
+    }
+    return absl::DeadlineExceededError(
+        absl::StrCat(what_, ": not written by the deadline; the stream to the peer was cancelled"));
+  }
+
+ private:
+  std::shared_ptr<GrpcSendState> state_;
+  OutgoingStream* stream_;
+  const std::string what_;
+  const absl::Time deadline_;
+  bool waited_ = false;
+};
+
+void TuneMalloc() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    // Per-thread arenas free a whole 64 MiB heap as soon as it empties, whatever the trim
+    // threshold, so buffers allocated on gRPC's threads kept being unmapped and refaulted.
+    mallopt(M_ARENA_MAX, 1);
+  });
+}
+
+}  // namespace
+
+struct GrpcTransport::Peer {
+  std::unique_ptr<Inbox> inbox;
+  absl::Mutex mu;  // held while connecting
+  std::string address ABSL_GUARDED_BY(mu);
+  std::unique_ptr<OutgoingStream> stream ABSL_GUARDED_BY(mu);
+  bool incoming = false;  // a stream from this peer was accepted (guarded by transport mu_)
+};
+
+class GrpcTransport::Handler : public HelloHandler {
+ public:
+  explicit Handler(GrpcTransport* t) : t_(t) {}
+
+  absl::StatusOr<Inbox*> Accept(const PeerFrameHeader& hello) override {
+    const GrpcTransportOptions& o = t_->options_;
+    if (hello.job_id() != o.job_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "HELLO for job '", hello.job_id(), "', rank ", o.rank, " runs job '", o.job_id, "'"));
+    }
+    if (hello.dst_rank() != o.rank) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("HELLO for rank ", hello.dst_rank(), " reached rank ", o.rank));
+    }
+    const int src = hello.src_rank();
+    if (src < 0 || src >= o.size || src == o.rank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("HELLO from rank ", src, ", not a peer in ", o.size, " ranks"));
+    }
+    absl::MutexLock lock(&t_->mu_);
+    if (t_->shut_down_) return absl::UnavailableError("the transport is shutting down");
+    Peer& peer = *t_->peers_[src];
+    if (peer.incoming) {
+      return absl::AlreadyExistsError(absl::StrCat("rank ", src, " already has a stream"));
+    }
+    peer.incoming = true;
+    return peer.inbox.get();
+  }
+
+ private:
+  GrpcTransport* t_;
+};
+
+GrpcTransport::GrpcTransport(GrpcTransportOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Start(GrpcTransportOptions o) {
+  if (o.size == 0) o.size = static_cast<int>(o.peer_addresses.size());
+  if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", o.rank, " of ", o.size, " ranks: need 0 <= rank < size"));
+  }
+  if (!o.peer_addresses.empty() && static_cast<int>(o.peer_addresses.size()) != o.size) {
+    return absl::InvalidArgumentError(absl::StrCat(o.peer_addresses.size(),
+                                                   " peer addresses for ", o.size, " ranks"));
+  }
+  if (o.frame_bytes < 1 || o.frame_bytes > kMaxFrameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("frame_bytes ", o.frame_bytes,
+                                                   " outside [1, ", kMaxFrameBytes, "]"));
+  }
+  if (o.listen_address.empty()) {
+    if (o.peer_addresses.empty()) {
+      return absl::InvalidArgumentError("neither a listen address nor this rank's address");
+    }
+    const std::string& own = o.peer_addresses[o.rank];
+    o.listen_address = absl::StartsWith(own, "unix:")
+                           ? own
+                           : absl::StrCat("[::]", own.substr(own.rfind(':')));
+  }
+  if (o.tune_malloc) TuneMalloc();
+  std::unique_ptr<GrpcTransport> t(new GrpcTransport(std::move(o)));
+  const GrpcTransportOptions& opt = t->options_;
+  for (int r = 0; r < opt.size; ++r) {
+    auto peer = std::make_unique<Peer>();
+    peer->inbox = std::make_unique<Inbox>(absl::StrCat("rank ", r));
+    t->peers_.push_back(std::move(peer));
+  }
+  if (!opt.peer_addresses.empty()) RETURN_IF_ERROR(t->SetPeerAddresses(opt.peer_addresses));
+
+  t->handler_ = std::make_unique<Handler>(t.get());
+  t->service_ = std::make_unique<PeerServiceImpl>(t->handler_.get());
+  grpc::ServerBuilder builder;
+  const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(opt.keepalive));
+  builder.AddListeningPort(opt.listen_address, grpc::InsecureServerCredentials(), &t->port_);
+  builder.RegisterService(t->service_.get());
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             keepalive_ms / 2);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  for (const auto& [name, value] : opt.channel_args) builder.AddChannelArgument(name, value);
+  t->server_ = builder.BuildAndStart();
+  if (t->server_ == nullptr || t->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", opt.rank, ": cannot listen on ", opt.listen_address));
+  }
+  return t;
+}
+
+GrpcTransport::~GrpcTransport() { Shutdown(absl::Seconds(5)); }
+
+absl::Status GrpcTransport::SetPeerAddresses(std::vector<std::string> addresses) {
+  if (static_cast<int>(addresses.size()) != options_.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(addresses.size(), " peer addresses for ", options_.size, " ranks"));
+  }
+  for (int r = 0; r < options_.size; ++r) {
+    absl::MutexLock lock(&peers_[r]->mu);
+    peers_[r]->address = addresses[r];
+    peers_[r]->inbox->set_peer_name(absl::StrCat("rank ", r, " (", addresses[r], ")"));
+  }
+  return absl::OkStatus();
+}
+
+std::string GrpcTransport::PeerName(int peer) const {
+  if (peer < 0 || peer >= options_.size) return absl::StrCat("rank ", peer);
+  return peers_[peer]->inbox->peer_name();
+}
+
+absl::Status GrpcTransport::CheckPeer(int peer, absl::string_view what) const {
+  if (peer < 0 || peer >= options_.size || peer == options_.rank) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", peer, " is not a peer of rank ",
+                                                   options_.rank, " in ", options_.size,
+                                                   " ranks"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<OutgoingStream*> GrpcTransport::StreamTo(int peer, absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::CancelledError("the transport was shut down");
+  }
+  Peer& p = *peers_[peer];
+  absl::MutexLock lock(&p.mu);
+  if (p.stream != nullptr) {
+    absl::Status failure = p.stream->status();
+    if (!failure.ok()) return failure;
+    return p.stream.get();
+  }
+  if (p.address.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("no address for rank ", peer));
+  }
+  auto channel = grpc::CreateCustomChannel(p.address, grpc::InsecureChannelCredentials(),
+                                           ChannelArgs(options_));
+  Inbox* inbox = p.inbox.get();
+  p.stream = std::make_unique<OutgoingStream>(
+      std::move(channel),
+      // A peer we cannot send to is gone for receiving too.
+      [inbox](const absl::Status& s) { inbox->Fail(s); });
+  PeerFrameHeader hello;
+  hello.set_type(HELLO);
+  hello.set_src_rank(options_.rank);
+  hello.set_dst_rank(peer);
+  hello.set_job_id(options_.job_id);
+  // A failed stream stays in place: it remembers the failure, and must outlive gRPC's OnDone.
+  RETURN_IF_ERROR(p.stream->Start(hello, deadline));
+  return p.stream.get();
+}
+
+absl::Status GrpcTransport::Connect(absl::Span<const int> peers, absl::Time deadline) {
+  for (int peer : peers) {
+    RETURN_IF_ERROR(CheckPeer(peer, "connecting"));
+    absl::Status s = StreamTo(peer, deadline).status();
+    if (!s.ok()) return Annotate(s, absl::StrCat("connecting to ", PeerName(peer)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SendHandle> GrpcTransport::StartSend(int peer, const MessageKey& key,
+                                                    const TensorMeta& meta,
+                                                    absl::Span<const std::byte> data,
+                                                    absl::Time deadline) {
+  const std::string what = absl::StrCat("sending ", key.ToString(), " to ", PeerName(peer));
+  RETURN_IF_ERROR(CheckPeer(peer, what));
+  const int64_t total = data.size();
+  if (total != meta.num_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", total, " bytes for ",
+                                                   meta.ToString()));
+  }
+  absl::StatusOr<OutgoingStream*> stream = StreamTo(peer, deadline);
+  if (!stream.ok()) return Annotate(stream.status(), what);
+
+  const int64_t frame_bytes = options_.frame_bytes;
+  const int64_t frames = std::max<int64_t>(1, (total + frame_bytes - 1) / frame_bytes);
+  auto state = std::make_shared<GrpcSendState>();
+  {
+    absl::MutexLock lock(&state->mu);
+    state->unwritten = static_cast<int>(frames);
+  }
+  std::vector<grpc::ByteBuffer> buffers;
+  buffers.reserve(frames);
+  for (int64_t offset = 0, i = 0; i < frames; ++i, offset += frame_bytes) {
+    const int64_t len = std::min(frame_bytes, total - offset);
+    PeerFrameHeader header = DataHeader(key, offset, total, offset == 0 ? &meta : nullptr);
+    buffers.push_back(EncodeFrame(
+        header, len > 0 ? PayloadSlice(data.subspan(offset, len), state) : grpc::Slice()));
+  }
+  absl::Status queued = (*stream)->Enqueue(std::move(buffers), state);
+  if (!queued.ok()) return Annotate(queued, what);
+  return SendHandle(std::make_unique<GrpcSendOp>(std::move(state), *stream, what, deadline));
+}
+
+absl::Status GrpcTransport::Recv(int peer, const MessageKey& key, const TensorMeta& expected,
+                                 PieceSink sink, absl::Time deadline,
+                                 const RecvOptions& options) {
+  RETURN_IF_ERROR(CheckPeer(peer, absl::StrCat("receiving ", key.ToString())));
+  std::function<absl::Status()> watch;
+  if (!options.watch.empty()) {
+    watch = [this, peers = options.watch]() { return WatchPeers(*this, peers); };
+  }
+  return peers_[peer]->inbox->Receive(key, expected, sink, deadline, options.order, watch);
+}
+
+absl::Status GrpcTransport::Post(int peer, const MessageKey& key, std::string payload) {
+  const std::string what = absl::StrCat("posting ", key.ToString(), " to ", PeerName(peer));
+  RETURN_IF_ERROR(CheckPeer(peer, what));
+  OutgoingStream* stream;
+  {
+    Peer& p = *peers_[peer];
+    absl::MutexLock lock(&p.mu);
+    if (p.stream == nullptr) return absl::UnavailableError(absl::StrCat(what, ": no stream"));
+    stream = p.stream.get();
+  }
+  const TensorMeta meta = TensorMeta::Bytes(payload.size());
+  std::vector<grpc::ByteBuffer> frame;
+  frame.push_back(EncodeFrame(DataHeader(key, 0, payload.size(), &meta),
+                              payload.empty() ? grpc::Slice() : grpc::Slice(payload)));
+  return Annotate(stream->Enqueue(std::move(frame), nullptr), what);
+}
+
+absl::Status GrpcTransport::PeerStatus(int peer) const {
+  if (peer < 0 || peer >= options_.size || peer == options_.rank) return absl::OkStatus();
+  // Both a broken incoming stream and a broken outgoing one fail the peer's inbox.
+  absl::Status failure = peers_[peer]->inbox->failure();
+  if (failure.ok()) return failure;
+  return absl::Status(failure.code(), absl::StrCat(PeerName(peer), ": ", failure.message()));
+}
+
+void GrpcTransport::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  const absl::Time deadline = absl::Now() + grace;
+  for (auto& peer : peers_) {
+    peer->inbox->Fail(absl::CancelledError(
+        absl::StrCat("rank ", options_.rank, "'s transport was shut down")));
+  }
+  for (auto& peer : peers_) {
+    absl::MutexLock lock(&peer->mu);
+    if (peer->stream == nullptr) continue;
+    if (grace == absl::ZeroDuration()) peer->stream->Cancel();
+    // gRPC never reported the end of the call: leak the reactor rather than free it under gRPC.
+    if (!peer->stream->Close(deadline)) peer->stream.release();
+  }
+  if (server_ != nullptr) {
+    // Incoming streams end now: nothing more will be received, and their peers should learn
+    // at once that this rank is gone.
+    server_->Shutdown(absl::ToChronoTime(absl::Now()));
+    server_->Wait();
+  }
+}
+
+}  // namespace dtrain::comm

@@ -1,0 +1,118 @@
+// GrpcTransport: the Transport of worker/comm/transport.h over gRPC. Every rank serves
+// PeerService (proto/peer.proto); for each peer it sends to, it opens one bidirectional
+// Connect stream (HELLO, HELLO_ACK, then DATA frames) and keeps it. Messages are cut into
+// frames of at most `frame_bytes` (below gRPC's 4 MiB limit); payloads are never copied on the
+// way out (each frame's payload is a slice over the caller's buffer) and are read in place on
+// the way in (the inbox holds the received slices until a receive consumes them).
+//
+//   GrpcTransportOptions options;
+//   options.rank = 1;
+//   options.peer_addresses = {"10.0.0.1:7000", "10.0.0.2:7000"};
+//   options.job_id = "job-42";
+//   ASSIGN_OR_RETURN(auto transport, GrpcTransport::Start(options));
+//   RETURN_IF_ERROR(transport->Connect({0}, absl::Now() + absl::Seconds(30)));
+//
+// Failure: a broken stream (peer died, network failed, keepalive timed out) fails pending and
+// later sends to that peer and receives from it with Unavailable naming the peer rank and
+// address; a send that misses its deadline cancels the stream to that peer. Streams are not
+// reopened: the step fails and the job restarts.
+//
+// Tests on one machine listen on port 0 and exchange ports afterwards:
+//   options.listen_address = "127.0.0.1:0"; ... ; transport->SetPeerAddresses(addresses);
+#ifndef DTRAIN_WORKER_COMM_GRPC_GRPC_TRANSPORT_H_
+#define DTRAIN_WORKER_COMM_GRPC_GRPC_TRANSPORT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/comm/transport.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace dtrain::comm {
+
+struct GrpcTransportOptions {
+  int rank = 0;
+  // Every rank's PeerService address, indexed by rank. May be left empty and given later
+  // (SetPeerAddresses) when `size` is set.
+  std::vector<std::string> peer_addresses;
+  int size = 0;  // defaults to peer_addresses.size()
+  // Where to listen; default "[::]:<port of peer_addresses[rank]>". Port 0 picks one (port()).
+  std::string listen_address;
+  // Both ends of a stream must name the same job.
+  std::string job_id;
+  // Largest payload per frame; at most 4 MiB - 64 KiB.
+  int64_t frame_bytes = 1 << 20;
+  // Keepalive pings on idle connections, so a peer whose host vanished without closing its
+  // connections is noticed (and its stream failed) after about twice this.
+  absl::Duration keepalive = absl::Seconds(10);
+  // Process-wide, once: raise glibc malloc's mmap and trim thresholds (to 32 MiB and 512 MiB)
+  // and use one arena, so the multi-MiB buffers gRPC reads into are reused instead of being
+  // unmapped after every message and faulted in again (page clearing then costs as much CPU
+  // as the data copies). Call before starting other threads that allocate.
+  bool tune_malloc = true;
+  // Extra integer gRPC channel arguments, for the server and every channel (tuning, e.g.
+  // {"grpc.http2.max_frame_size", 1 << 20}); they override the transport's own.
+  std::vector<std::pair<std::string, int>> channel_args;
+};
+
+class OutgoingStream;
+class PeerServiceImpl;
+
+class GrpcTransport final : public Transport {
+ public:
+  // Starts the server. InvalidArgument for bad options, Unavailable if it cannot listen.
+  static absl::StatusOr<std::unique_ptr<GrpcTransport>> Start(GrpcTransportOptions options);
+  ~GrpcTransport() override;  // Shutdown(absl::Seconds(5))
+
+  int port() const { return port_; }
+  // Before the first send: every rank's address (size() entries).
+  absl::Status SetPeerAddresses(std::vector<std::string> addresses);
+  // Opens the streams to `peers` now rather than at the first send. Unavailable naming the
+  // first peer that did not answer by `deadline`.
+  absl::Status Connect(absl::Span<const int> peers, absl::Time deadline);
+  // Closes the streams (after their queued frames, waiting at most `grace`), stops the server
+  // and fails pending receives with Cancelled. Zero grace: abrupt, as a crash looks to peers.
+  void Shutdown(absl::Duration grace);
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.size; }
+  std::string PeerName(int peer) const override;
+  absl::StatusOr<SendHandle> StartSend(int peer, const MessageKey& key, const TensorMeta& meta,
+                                       absl::Span<const std::byte> data,
+                                       absl::Time deadline) override;
+  absl::Status Recv(int peer, const MessageKey& key, const TensorMeta& expected, PieceSink sink,
+                    absl::Time deadline, const RecvOptions& options) override;
+  absl::Status PeerStatus(int peer) const override;
+  absl::Status Post(int peer, const MessageKey& key, std::string payload) override;
+
+ private:
+  class Handler;
+  struct Peer;
+  explicit GrpcTransport(GrpcTransportOptions options);
+  absl::Status CheckPeer(int peer, absl::string_view what) const;
+  // The stream to `peer`, opening it if needed.
+  absl::StatusOr<OutgoingStream*> StreamTo(int peer, absl::Time deadline);
+
+  GrpcTransportOptions options_;
+  int port_ = 0;
+  std::unique_ptr<Handler> handler_;
+  std::unique_ptr<PeerServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<std::unique_ptr<Peer>> peers_;  // indexed by rank
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace dtrain::comm
+
+#endif  // DTRAIN_WORKER_COMM_GRPC_GRPC_TRANSPORT_H_

@@ -1,0 +1,102 @@
+#include "worker/comm/grpc/peer_service.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "worker/comm/grpc/frame_codec.h"
+
+namespace dtrain::comm {
+namespace {
+
+// Keeps a received frame's slices (and so its payload) alive while it waits in an inbox.
+class SliceOwner : public FrameOwner {
+ public:
+  explicit SliceOwner(std::vector<grpc::Slice> slices) : slices_(std::move(slices)) {}
+
+ private:
+  std::vector<grpc::Slice> slices_;
+};
+
+class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  IncomingStream(HelloHandler* handler, grpc::CallbackServerContext* context)
+      : handler_(handler), context_(context) {
+    StartRead(&buffer_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (inbox_ != nullptr) {
+        inbox_->Fail(absl::UnavailableError(
+            context_->IsCancelled()
+                ? "its stream to this rank broke (the peer died or the network failed)"
+                : "it closed its stream to this rank"));
+      }
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::Status status = Handle();
+    if (!status.ok()) {
+      if (inbox_ != nullptr) inbox_->Fail(status);
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    StartRead(&buffer_);
+  }
+
+  void OnWriteDone(bool /*ok*/) override {}
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Handle() {
+    absl::StatusOr<DecodedFrame> frame = DecodeFrame(buffer_);
+    if (!frame.ok()) return frame.status();
+    const PeerFrameHeader& h = frame->header;
+    if (inbox_ == nullptr) {
+      if (h.type() != HELLO) {
+        return absl::FailedPreconditionError("the first frame of a stream must be a HELLO");
+      }
+      absl::StatusOr<Inbox*> inbox = handler_->Accept(h);
+      if (!inbox.ok()) return inbox.status();
+      inbox_ = *inbox;
+      PeerFrameHeader ack;
+      ack.set_type(HELLO_ACK);
+      ack_ = EncodeFrame(ack, grpc::Slice());
+      StartWrite(&ack_);
+      return absl::OkStatus();
+    }
+    if (h.type() != DATA) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected frame type ", h.type()));
+    }
+    Frame f;
+    f.key = KeyFromHeader(h);
+    f.offset = h.offset();
+    f.total_bytes = h.total_bytes();
+    if (h.offset() == 0) {
+      absl::StatusOr<TensorMeta> meta = MetaFromHeader(h);
+      if (!meta.ok()) return meta.status();
+      f.meta = *std::move(meta);
+    }
+    f.pieces = frame->payload;  // views into the slices the owner keeps
+    f.owner = std::make_unique<SliceOwner>(std::move(frame->slices));
+    inbox_->Deliver(std::move(f));
+    return absl::OkStatus();
+  }
+
+  HelloHandler* handler_;
+  grpc::CallbackServerContext* context_;
+  grpc::ByteBuffer buffer_;
+  grpc::ByteBuffer ack_;
+  Inbox* inbox_ = nullptr;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PeerServiceImpl::Connect(
+    grpc::CallbackServerContext* context) {
+  return new IncomingStream(handler_, context);
+}
+
+}  // namespace dtrain::comm

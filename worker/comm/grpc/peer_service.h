@@ -1,0 +1,39 @@
+// The server side of PeerService: one reactor per incoming Connect stream. The first frame
+// must be a HELLO, which the handler accepts (answering HELLO_ACK) or refuses (the stream ends
+// with its status); every DATA frame after it goes, without copying, into the sender's inbox,
+// and the next read starts at once, so the peer's frames keep flowing while receivers consume
+// earlier ones. When the stream ends, the inbox fails with Unavailable naming the peer.
+#ifndef DTRAIN_WORKER_COMM_GRPC_PEER_SERVICE_H_
+#define DTRAIN_WORKER_COMM_GRPC_PEER_SERVICE_H_
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/support/server_callback.h"
+#include "proto/peer.grpc.pb.h"
+#include "worker/comm/inbox.h"
+
+namespace dtrain::comm {
+
+class HelloHandler {
+ public:
+  virtual ~HelloHandler() = default;
+  // The inbox for the sender of `hello`, or why it is refused (FailedPrecondition: another
+  // job or rank; AlreadyExists: that peer already has a stream).
+  virtual absl::StatusOr<Inbox*> Accept(const PeerFrameHeader& hello) = 0;
+};
+
+class PeerServiceImpl final
+    : public PeerService::WithRawCallbackMethod_Connect<PeerService::Service> {
+ public:
+  explicit PeerServiceImpl(HelloHandler* handler) : handler_(handler) {}
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Connect(
+      grpc::CallbackServerContext* context) override;
+
+ private:
+  HelloHandler* handler_;
+};
+
+}  // namespace dtrain::comm
+
+#endif  // DTRAIN_WORKER_COMM_GRPC_PEER_SERVICE_H_

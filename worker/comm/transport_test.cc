@@ -1,0 +1,218 @@
+// The Transport contract (transport.h), over both implementations: matching by key, shapes
+// checked, frames and pieces reassembled, deadlines kept, peers named in errors.
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "worker/comm/testing/cluster.h"
+#include "worker/comm/transport.h"
+
+namespace dtrain::comm {
+namespace {
+
+using testing::Cluster;
+using testing::TransportKind;
+
+bool Contains(const absl::Status& s, absl::string_view text) {
+  return s.message().find(text) != absl::string_view::npos;
+}
+
+class TransportTest : public ::testing::TestWithParam<TransportKind> {
+ protected:
+  void SetUp() override { cluster_ = Cluster::Create(GetParam(), 2); }
+  Transport& t(int r) { return *cluster_->transport(r); }
+  static absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_P(TransportTest, LargeMessageArrivesIntactAcrossFramesAndPieces) {
+  std::vector<float> sent(300007);
+  std::iota(sent.begin(), sent.end(), 0.5f);
+  std::vector<float> got(sent.size(), -1);
+  const MessageKey key = MessageKey::Activation(3, 1, 0);
+  const TensorMeta meta = TensorMeta::F32({300007});
+  auto h = t(0).StartSend(1, key, meta, AsBytes(sent), Soon());
+  ASSERT_TRUE(h.ok()) << h.status();
+  absl::Status s = RecvInto(t(1), 0, key, meta, AsWritableBytes(absl::MakeSpan(got)), Soon());
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got, sent);
+  EXPECT_TRUE((*h)->Wait(Soon()).ok());
+}
+
+TEST_P(TransportTest, ZeroByteMessageIsDelivered) {
+  const MessageKey key = MessageKey::Collective(1, 0, 0);
+  auto h = t(0).StartSend(1, key, TensorMeta::F32(0), {}, Soon());
+  ASSERT_TRUE(h.ok()) << h.status();
+  absl::Status s = RecvInto(t(1), 0, key, TensorMeta::F32(0), {}, Soon());
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE((*h)->Wait(Soon()).ok());
+}
+
+TEST_P(TransportTest, MessagesMatchByKeyNotByArrivalOrder) {
+  std::vector<float> a = {1, 2, 3}, b = {4, 5};
+  auto ha = t(0).StartSend(1, MessageKey::Activation(1, 0), TensorMeta::F32(3), AsBytes(a), Soon());
+  auto hb = t(0).StartSend(1, MessageKey::Gradient(1, 0), TensorMeta::F32(2), AsBytes(b), Soon());
+  ASSERT_TRUE(ha.ok() && hb.ok());
+  std::vector<float> gb(2), ga(3);
+  ASSERT_TRUE(RecvInto(t(1), 0, MessageKey::Gradient(1, 0), TensorMeta::F32(2),
+                       AsWritableBytes(absl::MakeSpan(gb)), Soon()).ok());
+  ASSERT_TRUE(RecvInto(t(1), 0, MessageKey::Activation(1, 0), TensorMeta::F32(3),
+                       AsWritableBytes(absl::MakeSpan(ga)), Soon()).ok());
+  EXPECT_EQ(ga, a);
+  EXPECT_EQ(gb, b);
+  EXPECT_TRUE((*ha)->Wait(Soon()).ok());
+  EXPECT_TRUE((*hb)->Wait(Soon()).ok());
+}
+
+TEST_P(TransportTest, WrongShapeIsInvalidArgumentNamingPeerKeyAndShapes) {
+  std::vector<float> x(2 * 3 * 4, 1.0f);
+  auto h = t(0).StartSend(1, MessageKey::Activation(7, 2), TensorMeta::F32({2, 3, 4}), AsBytes(x),
+                          Soon());
+  ASSERT_TRUE(h.ok());
+  std::vector<float> out(2 * 3 * 4);
+  absl::Status s = RecvInto(t(1), 0, MessageKey::Activation(7, 2), TensorMeta::F32({2, 4, 3}),
+                            AsWritableBytes(absl::MakeSpan(out)), Soon());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "activation step=7 mb=2 vs=0")) << s;
+  EXPECT_TRUE(Contains(s, "rank 0")) << s;
+  EXPECT_TRUE(Contains(s, "got f32[2,3,4]")) << s;
+  EXPECT_TRUE(Contains(s, "expected f32[2,4,3]")) << s;
+}
+
+TEST_P(TransportTest, WrongKeyTimesOutListingWhatThePeerSent) {
+  std::vector<float> x(4, 1.0f);
+  auto h = t(0).StartSend(1, MessageKey::Activation(1, 0), TensorMeta::F32(4), AsBytes(x), Soon());
+  ASSERT_TRUE(h.ok());
+  std::vector<float> out(4);
+  const absl::Time start = absl::Now();
+  absl::Status s = RecvInto(t(1), 0, MessageKey::Activation(2, 0), TensorMeta::F32(4),
+                            AsWritableBytes(absl::MakeSpan(out)), start + absl::Milliseconds(300));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_TRUE(Contains(s, "activation step=2 mb=0")) << s;
+  EXPECT_TRUE(Contains(s, "queued from that peer instead: activation step=1 mb=0 vs=0 f32[4]"))
+      << s;
+  // The message is still there for the right receive.
+  EXPECT_TRUE(RecvInto(t(1), 0, MessageKey::Activation(1, 0), TensorMeta::F32(4),
+                       AsWritableBytes(absl::MakeSpan(out)), Soon()).ok());
+}
+
+TEST_P(TransportTest, OutOfOrderCollectiveIsInvalidArgumentAtOnce) {
+  std::vector<float> x(4, 1.0f);
+  auto h = t(0).StartSend(1, MessageKey::Collective(5, 8, 0), TensorMeta::F32(4), AsBytes(x),
+                          Soon());
+  ASSERT_TRUE(h.ok());
+  absl::SleepFor(absl::Milliseconds(100));  // let it arrive
+  std::vector<float> out(4);
+  const absl::Time start = absl::Now();
+  absl::Status s = RecvInto(t(1), 0, MessageKey::Collective(5, 7, 0), TensorMeta::F32(4),
+                            AsWritableBytes(absl::MakeSpan(out)), Soon(),
+                            RecvOptions{RecvOrder::kInOrder, {}});
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "sent collective group=5 seq=8 part=0 first")) << s;
+}
+
+TEST_P(TransportTest, RecvWithNothingSentFailsAtTheDeadlineNamingThePeer) {
+  std::vector<float> out(4);
+  const absl::Time start = absl::Now();
+  absl::Status s = RecvInto(t(1), 0, MessageKey::Gradient(1, 0), TensorMeta::F32(4),
+                            AsWritableBytes(absl::MakeSpan(out)), start + absl::Milliseconds(200));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(190));
+  EXPECT_LT(took, absl::Seconds(2));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_TRUE(Contains(s, "from rank 0")) << s;
+  EXPECT_TRUE(Contains(s, "nothing else queued")) << s;
+}
+
+TEST_P(TransportTest, BadPeerAndSizeAreInvalidArgument) {
+  std::vector<float> x(4);
+  EXPECT_EQ(t(0).StartSend(2, MessageKey(), TensorMeta::F32(4), AsBytes(x), Soon()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t(0).StartSend(0, MessageKey(), TensorMeta::F32(4), AsBytes(x), Soon()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t(0).StartSend(1, MessageKey(), TensorMeta::F32(5), AsBytes(x), Soon()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(TransportTest, KilledPeerFailsReceivesWithUnavailableNamingIt) {
+  // Make sure rank 0 has a stream to rank 1 (over gRPC the receiver learns of a death through it).
+  std::vector<float> x(4, 1.0f);
+  auto h = t(0).StartSend(1, MessageKey::Activation(0, 0), TensorMeta::F32(4), AsBytes(x), Soon());
+  ASSERT_TRUE(h.ok()) << h.status();
+  std::vector<float> out(4);
+  ASSERT_TRUE(RecvInto(t(1), 0, MessageKey::Activation(0, 0), TensorMeta::F32(4),
+                       AsWritableBytes(absl::MakeSpan(out)), Soon()).ok());
+  ASSERT_TRUE((*h)->Wait(Soon()).ok());
+  cluster_->Kill(0);
+  const absl::Time start = absl::Now();
+  absl::Status s = RecvInto(t(1), 0, MessageKey::Activation(1, 0), TensorMeta::F32(4),
+                            AsWritableBytes(absl::MakeSpan(out)), start + absl::Seconds(10));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(Contains(s, "rank 0")) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, TransportTest,
+                         ::testing::Values(TransportKind::kInproc, TransportKind::kInprocPieces,
+                                           TransportKind::kGrpc),
+                         [](const ::testing::TestParamInfo<TransportKind>& info) {
+                           return testing::KindName(info.param);
+                         });
+
+// In-process sends are zero-copy: the send completes only when the receiver has consumed it,
+// and a send nobody receives is withdrawn at its deadline.
+TEST(InprocTransport, UnreceivedSendIsWithdrawnAtItsDeadline) {
+  InprocHub hub(2);
+  std::vector<float> x(4, 1.0f);
+  auto h = hub.transport(0)->StartSend(1, MessageKey::Activation(0, 0), TensorMeta::F32(4),
+                                       AsBytes(x), absl::Now());
+  ASSERT_TRUE(h.ok());
+  absl::Status s = (*h)->Wait(absl::Now() + absl::Milliseconds(50));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  std::vector<float> out(4);
+  s = RecvInto(*hub.transport(1), 0, MessageKey::Activation(0, 0), TensorMeta::F32(4),
+               AsWritableBytes(absl::MakeSpan(out)), absl::Now() + absl::Milliseconds(50));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+}
+
+TEST(GrpcTransport, HelloForAnotherJobIsRefused) {
+  GrpcTransportOptions a;
+  a.rank = 0;
+  a.size = 2;
+  a.listen_address = "127.0.0.1:0";
+  a.job_id = "job-a";
+  GrpcTransportOptions b = a;
+  b.rank = 1;
+  b.job_id = "job-b";
+  auto ta = GrpcTransport::Start(a);
+  auto tb = GrpcTransport::Start(b);
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  std::vector<std::string> addresses = {absl::StrCat("127.0.0.1:", (*ta)->port()),
+                                        absl::StrCat("127.0.0.1:", (*tb)->port())};
+  ASSERT_TRUE((*ta)->SetPeerAddresses(addresses).ok());
+  absl::Status s = (*ta)->Connect({1}, absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(Contains(s, "job-b")) << s;
+}
+
+TEST(GrpcTransport, UnreachablePeerFailsWithinTheDeadlineNamingIt) {
+  GrpcTransportOptions a;
+  a.rank = 0;
+  a.peer_addresses = {"127.0.0.1:0", "127.0.0.1:1"};  // nothing listens on port 1
+  a.listen_address = "127.0.0.1:0";
+  auto t = GrpcTransport::Start(a);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const absl::Time start = absl::Now();
+  absl::Status s = (*t)->Connect({1}, start + absl::Milliseconds(500));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(Contains(s, "rank 1 (127.0.0.1:1)")) << s;
+}
+
+}  // namespace
+}  // namespace dtrain::comm
