@@ -16,6 +16,7 @@
 #include "common/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "coordinator/test_util.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -26,17 +27,7 @@ using ::testing::HasSubstr;
 
 const absl::Duration kLease = absl::Milliseconds(300);
 
-constexpr const char* kSpec = R"({
-  "name": "tiny", "dataset": "/data/tiny.bin", "steps": 3, "batch_size": 4,
-  "model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}})";
-
-std::string TempDb(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path =
-      absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, "-", getpid(), ".db");
-  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
-  return path;
-}
+constexpr const char* kSpec = kTinySpec;
 
 // Every call gets a deadline.
 std::unique_ptr<grpc::ClientContext> Ctx(absl::Duration timeout = absl::Seconds(5)) {

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "coordinator/test_util.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -24,17 +25,7 @@ using ::testing::IsEmpty;
 
 const absl::Duration kLease = absl::Seconds(5);
 
-constexpr const char* kSpec = R"({
-  "name": "tiny", "dataset": "/data/tiny.bin", "steps": 3, "batch_size": 4,
-  "model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}})";
-
-std::string TempDb(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path =
-      absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, "-", getpid(), ".db");
-  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
-  return path;
-}
+constexpr const char* kSpec = kTinySpec;
 
 // A JobManager on a fresh (or given) database with a clock the test moves by hand.
 class Harness {

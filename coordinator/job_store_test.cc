@@ -13,20 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "coordinator/test_util.h"
 
 namespace dtrain::coordinator {
 namespace {
 
 using ::testing::HasSubstr;
-
-// A fresh database path under the test's temporary directory.
-std::string TempDb(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path =
-      absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, "-", getpid(), ".db");
-  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
-  return path;
-}
 
 JobSpec Spec(const std::string& name) {
   JobSpec spec;

@@ -1,0 +1,31 @@
+// Helpers shared by the coordinator's tests.
+#ifndef DTRAIN_COORDINATOR_TEST_UTIL_H_
+#define DTRAIN_COORDINATOR_TEST_UTIL_H_
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace dtrain::coordinator {
+
+// A valid one-worker job spec: 2 layers, 3 steps.
+inline constexpr const char* kTinySpec = R"({
+  "name": "tiny", "dataset": "/data/tiny.bin", "steps": 3, "batch_size": 4,
+  "model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}})";
+
+// A fresh SQLite path under TEST_TMPDIR (any leftover database and WAL files removed).
+inline std::string TempDb(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, "-", getpid(), ".db");
+  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
+  return path;
+}
+
+}  // namespace dtrain::coordinator
+
+#endif  // DTRAIN_COORDINATOR_TEST_UTIL_H_
