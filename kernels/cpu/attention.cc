@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/common/arg_check.h"
+#include "kernels/cpu/softmax_row.h"
 
 namespace dtrain::kernels::cpu {
 namespace {
@@ -18,22 +19,6 @@ absl::Status CheckSizes(ArgCheck& check, int B, int T, int C, int NH, int num_th
   check.That(C % NH == 0, absl::StrCat("C = ", C, " must be a multiple of NH = ", NH));
   check.Positive("num_threads", num_threads);
   return check.status();
-}
-
-// In place on row[0..len): row = softmax(row).
-void SoftmaxRow(float* row, int len) {
-  float max = row[0];
-#pragma omp simd reduction(max : max)
-  for (int u = 1; u < len; ++u) max = std::fmax(max, row[u]);
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int u = 0; u < len; ++u) {
-    row[u] = std::exp(row[u] - max);
-    sum += row[u];
-  }
-  const float inv_sum = 1.0f / sum;
-#pragma omp simd
-  for (int u = 0; u < len; ++u) row[u] *= inv_sum;
 }
 
 }  // namespace
@@ -59,7 +44,8 @@ absl::Status AttentionForward(float* out, float* att, const float* qkv, int B, i
       SerialSgemm(false, true, T, T, hs, scale, q, ld_qkv, k, ld_qkv, 0.0f, a, T);
       for (int t = 0; t < T; ++t) {
         float* row = a + int64_t{t} * T;
-        SoftmaxRow(row, t + 1);
+        float sum;
+        SoftmaxRow(row, row, t + 1, &sum);
         for (int u = t + 1; u < T; ++u) row[u] = 0.0f;
       }
       // out[b, :, h*hs:(h+1)*hs] (T,hs), row stride C = a @ v.

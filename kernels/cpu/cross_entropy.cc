@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/common/arg_check.h"
+#include "kernels/cpu/softmax_row.h"
 
 namespace dtrain::kernels::cpu {
 namespace {
@@ -37,18 +38,8 @@ absl::Status CrossEntropyForward(float* losses, float* probs, const float* logit
   for (int n = 0; n < N; ++n) {
     const float* x = logits + int64_t{n} * V;
     float* p = probs + int64_t{n} * V;
-    float max = x[0];
-#pragma omp simd reduction(max : max)
-    for (int i = 1; i < V; ++i) max = std::fmax(max, x[i]);
     float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < V; ++i) {
-      p[i] = std::exp(x[i] - max);
-      sum += p[i];
-    }
-    const float inv_sum = 1.0f / sum;
-#pragma omp simd
-    for (int i = 0; i < V; ++i) p[i] *= inv_sum;
+    const float max = SoftmaxRow(x, p, V, &sum);
     // -log softmax(x)[target] = log(sum) - (x[target] - max): exact even where the probability
     // underflows to zero.
     losses[n] = std::log(sum) - (x[targets[n]] - max);
