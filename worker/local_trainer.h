@@ -45,6 +45,12 @@ struct TrainStepMetrics {
   float lr = 0.0f;
   double tokens_per_s = 0.0;
   double step_seconds = 0.0;
+  // Where this worker's step time went (multi-worker runs; one worker: all compute). Compute:
+  // kernels; communication: waiting on collectives and on sends/receives that had data to
+  // move; bubble: pipeline idle time, waiting for a neighbour's activation or gradient.
+  double compute_seconds = 0.0;
+  double communication_seconds = 0.0;
+  double bubble_seconds = 0.0;
 };
 
 class LocalTrainer {

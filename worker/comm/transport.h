@@ -132,6 +132,9 @@ class SendOp {
  public:
   virtual ~SendOp() = default;
   virtual absl::Status Wait(absl::Time deadline) = 0;
+  // True once Wait would return at once (the bytes are no longer needed, or the send failed):
+  // lets a caller reuse finished buffers without blocking on the others.
+  virtual bool Done() = 0;
 };
 using SendHandle = std::unique_ptr<SendOp>;
 

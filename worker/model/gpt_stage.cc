@@ -313,22 +313,39 @@ absl::Status GptStage::BlockBackwardInput(int l, StageActivations& acts, const f
                                a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
 
-absl::Status GptStage::BackwardWeight(StageActivations& acts) {
+absl::Status GptStage::BackwardWeight(StageActivations& acts, const GradReadyFn& ready) {
   if (!acts.backward_input_done_) {
     return absl::FailedPreconditionError("BackwardWeight before BackwardInput");
   }
   const int B = acts.B_, T = acts.T_, N = B * T, C = config_.n_embd, V = config_.vocab_size;
   Backend* be = backend_;
+  // Layout order (parameter_layout.cc): [wte, wpe] blocks... [ln_f, wte copy]. `done_from` is
+  // where the finished suffix of the buffer starts.
+  int64_t done_from = layout_.total_size();
+  auto report = [&](int64_t begin) -> absl::Status {
+    if (!ready || begin >= done_from) return absl::OkStatus();
+    RETURN_IF_ERROR(be->Synchronize());  // the range's gradients are in memory
+    const int64_t end = done_from;
+    done_from = begin;
+    return ready(begin, end);
+  };
   if (stage_.has_head) {
     // dwte (V,C) += dlogits^T (V,N) @ lnf (N,C).
     RETURN_IF_ERROR(be->Gemm(true, false, V, C, N, 1.0f, acts.logits.data(), V, acts.lnf.data(),
                              C, 1.0f, G(wte_), C));
+    // ln_f's gradients came from BackwardInput; a stage with the embedding keeps wte in front,
+    // unfinished until the embedding's backward.
+    RETURN_IF_ERROR(report(lnf_w_));
   }
-  for (int l = stage_.num_layers - 1; l >= 0; --l) RETURN_IF_ERROR(BlockBackwardWeight(l, acts));
+  for (int l = stage_.num_layers - 1; l >= 0; --l) {
+    RETURN_IF_ERROR(BlockBackwardWeight(l, acts));
+    RETURN_IF_ERROR(report(layers_[l].ln1_w));
+  }
   if (stage_.has_embedding) {
     RETURN_IF_ERROR(be->EmbeddingBackward(G(wte_), G(wpe_), acts.dres_.front().data(),
                                           acts.tokens_.data(), B, T, C));
   }
+  RETURN_IF_ERROR(report(0));
   acts.backward_input_done_ = false;
   acts.forward_done_ = false;
   return absl::OkStatus();

@@ -70,8 +70,13 @@ class GptStage {
   // last stage, which starts from the loss; `loss_scale` is d(loss)/d(per-token loss), e.g.
   // 1/(B*T) for a mean over one micro-batch). Leaves acts.input_grad() for the previous stage.
   absl::Status BackwardInput(StageActivations& acts, const float* doutput, float loss_scale);
-  // Parameter gradients (+=) from what BackwardInput saved.
-  absl::Status BackwardWeight(StageActivations& acts);
+  // Parameter gradients (+=) from what BackwardInput saved. `ready`, when set, is called with
+  // each range [begin, end) of the parameter buffer as soon as this call has finished adding
+  // to it: the head's end of the buffer (ln_f, the tied head copy) first, then each block from
+  // the last, then the embedding. The ranges tile the buffer in reverse order; data-parallel
+  // gradient buckets start reducing from it while the earlier blocks still compute.
+  using GradReadyFn = std::function<absl::Status(int64_t begin, int64_t end)>;
+  absl::Status BackwardWeight(StageActivations& acts, const GradReadyFn& ready = {});
   absl::Status Backward(StageActivations& acts, const float* doutput, float loss_scale);
 
  private:

@@ -55,13 +55,27 @@ absl::Status Validate(const OptimizerConfig& c) {
 
 absl::StatusOr<AdamW> AdamW::Create(kernels::Backend* backend, const ParameterLayout& layout,
                                     const OptimizerConfig& config) {
+  return CreateForRange(backend, layout, config, 0, layout.total_size());
+}
+
+absl::StatusOr<AdamW> AdamW::CreateForRange(kernels::Backend* backend,
+                                            const ParameterLayout& layout,
+                                            const OptimizerConfig& config, int64_t begin,
+                                            int64_t end) {
   RETURN_IF_ERROR(Validate(config));
+  if (begin < 0 || begin > end || end > layout.total_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer range [", begin, ", ", end,
+                                                   ") is outside the ", layout.total_size(),
+                                                   " parameters"));
+  }
   AdamW opt;
   opt.backend_ = backend;
   opt.layout_ = &layout;
   opt.config_ = config;
-  ASSIGN_OR_RETURN(opt.m_, kernels::DeviceBuffer<float>::Create(backend, layout.total_size()));
-  ASSIGN_OR_RETURN(opt.v_, kernels::DeviceBuffer<float>::Create(backend, layout.total_size()));
+  opt.begin_ = begin;
+  opt.end_ = end;
+  ASSIGN_OR_RETURN(opt.m_, kernels::DeviceBuffer<float>::Create(backend, end - begin));
+  ASSIGN_OR_RETURN(opt.v_, kernels::DeviceBuffer<float>::Create(backend, end - begin));
   return opt;
 }
 
@@ -75,10 +89,13 @@ absl::Status AdamW::Step(float* params, const float* grads, float lr, float grad
   p.step = static_cast<int>(step_);
   p.grad_scale = grad_scale;
   for (const ParameterTensor& t : layout_->tensors()) {
+    // The part of tensor t inside [begin_, end_).
+    const int64_t lo = std::max(t.offset, begin_);
+    const int64_t hi = std::min(t.offset + t.local_size(), end_);
+    if (lo >= hi) continue;
     p.weight_decay = t.weight_decay ? config_.weight_decay : 0.0f;
-    RETURN_IF_ERROR(backend_->AdamWUpdate(params + t.offset, grads + t.offset,
-                                          m_.data() + t.offset, v_.data() + t.offset,
-                                          t.local_size(), p));
+    RETURN_IF_ERROR(backend_->AdamWUpdate(params + lo, grads + lo, m_.data() + (lo - begin_),
+                                          v_.data() + (lo - begin_), hi - lo, p));
   }
   return absl::OkStatus();
 }

@@ -41,14 +41,25 @@ class AdamW {
  public:
   static absl::StatusOr<AdamW> Create(kernels::Backend* backend, const ParameterLayout& layout,
                                       const OptimizerConfig& config);
+  // An optimizer for the elements [begin, end) of the layout's buffer only (a ZeRO-1 shard):
+  // it holds end - begin moments and Step touches only that range. InvalidArgument unless
+  // 0 <= begin <= end <= layout.total_size().
+  static absl::StatusOr<AdamW> CreateForRange(kernels::Backend* backend,
+                                              const ParameterLayout& layout,
+                                              const OptimizerConfig& config, int64_t begin,
+                                              int64_t end);
 
-  // One update of every tensor in the layout: params -= AdamW(grads * grad_scale), decay only
-  // where the layout says so. Increments step().
+  // One update of every tensor (part) in the range: params -= AdamW(grads * grad_scale), decay
+  // only where the layout says so. `params` and `grads` are the whole buffers, laid out like
+  // the layout. Increments step().
   absl::Status Step(float* params, const float* grads, float lr, float grad_scale);
+
+  int64_t range_begin() const { return begin_; }
+  int64_t range_end() const { return end_; }
 
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
-  // First and second moments, laid out like the parameters.
+  // First and second moments of the range: element i is parameter range_begin() + i.
   kernels::DeviceBuffer<float>& exp_avg() { return m_; }
   kernels::DeviceBuffer<float>& exp_avg_sq() { return v_; }
 
@@ -57,6 +68,7 @@ class AdamW {
   const ParameterLayout* layout_ = nullptr;
   OptimizerConfig config_;
   kernels::DeviceBuffer<float> m_, v_;
+  int64_t begin_ = 0, end_ = 0;
   int64_t step_ = 0;
 };
 

@@ -48,6 +48,11 @@ class GrpcSendOp : public SendOp {
     if (!waited_) Wait(deadline_).IgnoreError();
   }
 
+  bool Done() override {
+    absl::MutexLock lock(&state_->mu);
+    return state_->Done();
+  }
+
   absl::Status Wait(absl::Time deadline) override {
     waited_ = true;
     GrpcSendState& s = *state_;

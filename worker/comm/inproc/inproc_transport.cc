@@ -34,6 +34,11 @@ class InprocSendOp : public SendOp {
 
   const std::shared_ptr<Pending>& pending() const { return pending_; }
 
+  bool Done() override {
+    absl::MutexLock lock(&pending_->mu);
+    return pending_->frames == 0;
+  }
+
   absl::Status Wait(absl::Time deadline) override {
     waited_ = true;
     Pending& p = *pending_;

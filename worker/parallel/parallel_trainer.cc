@@ -1,0 +1,401 @@
+#include "worker/parallel/parallel_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "worker/comm/collectives/all_gather.h"
+#include "worker/comm/collectives/allreduce_ring.h"
+#include "worker/comm/collectives/barrier.h"
+#include "worker/comm/collectives/group.h"
+#include "worker/comm/collectives/reduce_scatter.h"
+#include "worker/comm/groups.h"
+#include "worker/comm/p2p.h"
+#include "worker/model/checkpoint.h"
+#include "worker/model/init.h"
+#include "worker/model/token_dataset.h"
+#include "worker/parallel/gradient_sync.h"
+#include "worker/parallel/sharded_checkpoint.h"
+#include "worker/parallel/stage_executor.h"
+
+namespace dtrain::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Group id of "every rank of the job" (groups.cc uses kinds 1-3 in the top byte).
+constexpr int32_t kWorldGroupId = 4 << 24;
+
+// Layers of model chunk k when n_layer is cut evenly into K chunks (the first n_layer % K get
+// one more).
+ChunkRange EvenChunk(int n_layer, int K, int k) {
+  const int base = n_layer / K, extra = n_layer % K;
+  return {k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
+}
+
+// A float sum exact enough for losses and squared norms: each value travels as hi + lo floats.
+absl::Status AllReducePrecise(comm::Group& group, std::vector<double>& values) {
+  std::vector<float> parts;
+  for (double v : values) {
+    const float hi = static_cast<float>(v);
+    parts.push_back(hi);
+    parts.push_back(static_cast<float>(v - hi));
+  }
+  RETURN_IF_ERROR(comm::AllReduce(group, absl::MakeSpan(parts), comm::ReduceOp::kSum));
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<double>(parts[2 * i]) + parts[2 * i + 1];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct ParallelTrainer::Chunk {
+  std::unique_ptr<model::GptStage> stage;
+  std::unique_ptr<model::AdamW> optimizer;
+};
+
+// Everything a step needs besides the chunks: groups, links, the executor and the sync thread.
+class ParallelTrainer::StepRunner {
+ public:
+  comm::RankCoord coord;
+  std::optional<comm::Group> tp, dp, tied, world;
+  std::unique_ptr<comm::StageLinks> links;
+  std::unique_ptr<StageExecutor> executor;
+  std::unique_ptr<GradientSync> sync;
+  std::unique_ptr<model::TokenDataset> data;
+  pipeline::ScheduleSpec schedule;
+  std::vector<pipeline::Action> actions;
+  int micro_batch_rows = 0;
+  double tp_seconds = 0;  // time inside tp all-reduces (part of the layers' compute calls)
+};
+
+ParallelTrainer::~ParallelTrainer() = default;
+
+int ParallelTrainer::num_chunks() const { return static_cast<int>(chunks_.size()); }
+model::GptStage& ParallelTrainer::chunk(int i) { return *chunks_[i].stage; }
+model::AdamW& ParallelTrainer::optimizer(int i) { return *chunks_[i].optimizer; }
+
+absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
+    kernels::Backend* backend, comm::Transport* transport, ParallelTrainingOptions options) {
+  const LocalTrainingOptions& run = options.run;
+  ASSIGN_OR_RETURN(comm::ParallelLayout layout,
+                   comm::ParallelLayout::Create(options.dp, options.pp, options.tp));
+  if (transport->size() != layout.size() || transport->rank() != options.rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the transport has rank ", transport->rank(), " of ", transport->size(),
+        " but the trainer was given rank ", options.rank, " of ", layout.ToString()));
+  }
+  if (backend->info().kind != kernels::DeviceKind::kCpu) {
+    return absl::UnimplementedError(
+        "multi-worker jobs run on CPU workers in this version: activations and gradients go "
+        "to the transport from host memory, and device<->host staging for GPU ranks is not "
+        "implemented");
+  }
+  std::vector<std::string> problems;
+  const int B = run.batch, T = run.seq;
+  if (run.steps < 0) problems.push_back(absl::StrCat("steps=", run.steps, " must be >= 0"));
+  if (B <= 0 || T <= 0 || T > run.model.context) {
+    problems.push_back(absl::StrCat("batch=", B, " seq=", T,
+                                    ": need batch > 0 and 0 < seq <= context=", run.model.context));
+  } else if (B % options.dp != 0) {
+    problems.push_back(absl::StrCat("batch=", B, " is not divisible by dp=", options.dp));
+  }
+  const int per_replica = options.dp > 0 ? B / options.dp : 0;
+  if (options.micro_batch_size == 0) options.micro_batch_size = per_replica;
+  if (options.micro_batch_size <= 0 ||
+      (per_replica > 0 && per_replica % options.micro_batch_size != 0)) {
+    problems.push_back(absl::StrCat("micro_batch_size=", options.micro_batch_size,
+                                    " must divide the per-replica batch ", per_replica));
+  }
+  if (!run.save_path.empty() && run.checkpoint_dir.empty()) {
+    problems.push_back("save_path needs checkpoint_dir: the final weights are exported from "
+                       "the checkpoint's shards");
+  }
+  const int v = options.virtual_stages, K = options.pp * v;
+  if (v < 1) problems.push_back(absl::StrCat("virtual_stages=", v, " must be >= 1"));
+  if (!options.chunks.empty() && static_cast<int>(options.chunks.size()) != v) {
+    problems.push_back(absl::StrCat(options.chunks.size(), " chunks given for virtual_stages=", v));
+  }
+  if (K > run.model.n_layer) {
+    problems.push_back(absl::StrCat("pp*virtual_stages=", K, " exceeds n_layer=",
+                                    run.model.n_layer, ": every chunk needs a layer"));
+  }
+  if (!problems.empty()) return absl::InvalidArgumentError(absl::StrJoin(problems, "; "));
+
+  std::unique_ptr<ParallelTrainer> t(new ParallelTrainer());
+  t->backend_ = backend;
+  t->transport_ = transport;
+  t->options_ = options;
+  t->runner_ = std::make_unique<StepRunner>();
+  StepRunner& r = *t->runner_;
+  ASSIGN_OR_RETURN(r.coord, layout.CoordOf(options.rank));
+  r.micro_batch_rows = options.micro_batch_size;
+  r.schedule = {options.schedule, options.pp, per_replica / options.micro_batch_size, v};
+  RETURN_IF_ERROR(pipeline::ValidateSchedule(r.schedule));
+  ASSIGN_OR_RETURN(r.actions, pipeline::StageActions(r.schedule, r.coord.pp));
+
+  // Groups. Each is used by one thread: tp and world by the training thread, dp and tied by
+  // the gradient sync thread (or, with ZeRO-1, dp by the training thread after the sync).
+  comm::CollectiveOptions copts;
+  copts.timeout = options.comm_timeout;
+  ASSIGN_OR_RETURN(comm::GroupSpec tp_spec, comm::TensorParallelGroup(layout, options.rank));
+  ASSIGN_OR_RETURN(comm::GroupSpec dp_spec, comm::DataParallelGroup(layout, options.rank));
+  ASSIGN_OR_RETURN(std::optional<comm::GroupSpec> tied_spec,
+                   comm::TiedEmbeddingGroup(layout, options.rank));
+  ASSIGN_OR_RETURN(r.tp, comm::Group::Create(transport, tp_spec.ranks, tp_spec.id, copts));
+  ASSIGN_OR_RETURN(r.dp, comm::Group::Create(transport, dp_spec.ranks, dp_spec.id, copts));
+  std::vector<int> all(layout.size());
+  for (int i = 0; i < layout.size(); ++i) all[i] = i;
+  ASSIGN_OR_RETURN(r.world, comm::Group::Create(transport, all, kWorldGroupId, copts));
+  if (options.pp > 1 && tied_spec.has_value()) {
+    ASSIGN_OR_RETURN(r.tied, comm::Group::Create(transport, tied_spec->ranks, tied_spec->id, copts));
+  }
+  ASSIGN_OR_RETURN(comm::PipelineNeighbours neighbours,
+                   comm::PipelineNeighboursOf(layout, options.rank, v > 1));
+  r.links = std::make_unique<comm::StageLinks>(transport, neighbours, options.comm_timeout);
+
+  // Chunks: virtual stage j holds model chunk j * pp + pp_rank.
+  model::AllReduceSumFn tp_hook;
+  if (options.tp > 1) {
+    auto sum = comm::AllReduceSumFunction(&*r.tp);
+    StepRunner* runner = &r;
+    tp_hook = [sum, runner](float* data, int64_t n) {
+      const auto start = Clock::now();
+      absl::Status s = sum(data, n);
+      runner->tp_seconds += Since(start);
+      return s;
+    };
+  }
+  std::vector<SyncChunk> sync_chunks;
+  for (int j = 0; j < v; ++j) {
+    const int k = j * options.pp + r.coord.pp;
+    const ChunkRange range = options.chunks.empty() ? EvenChunk(run.model.n_layer, K, k)
+                                                    : options.chunks[j];
+    const model::StageSpec spec{range.first_layer, range.num_layers, k == 0, k == K - 1};
+    Chunk chunk;
+    ASSIGN_OR_RETURN(chunk.stage,
+                     model::GptStage::Create(backend, run.model, spec,
+                                             {r.coord.tp, options.tp}, tp_hook));
+    const int64_t total = chunk.stage->layout().total_size();
+    const comm::Segment shard = options.zero1 ? comm::RingSegment(total, r.dp->size(), r.dp->index())
+                                              : comm::Segment{0, total};
+    ASSIGN_OR_RETURN(model::AdamW opt,
+                     model::AdamW::CreateForRange(backend, chunk.stage->layout(), run.optimizer,
+                                                  shard.begin, shard.begin + shard.size));
+    chunk.optimizer = std::make_unique<model::AdamW>(std::move(opt));
+    SyncChunk sc{chunk.stage->grads(), total, std::nullopt};
+    if (r.tied.has_value() && (spec.has_embedding || spec.has_head)) {
+      const model::ParameterTensor* wte = chunk.stage->layout().Find("wte.weight");
+      sc.tied_range = {{wte->offset, wte->offset + wte->local_size()}};
+    }
+    sync_chunks.push_back(sc);
+    t->chunks_.push_back(std::move(chunk));
+  }
+  std::vector<model::GptStage*> stages;
+  for (Chunk& c : t->chunks_) stages.push_back(c.stage.get());
+  r.executor = std::make_unique<StageExecutor>(stages, options.pp, r.coord.pp, r.links.get(),
+                                               r.micro_batch_rows, T, 1.0f / (float(B) * T));
+  const bool dp_buckets = options.dp > 1 && !options.zero1;
+  r.sync = std::make_unique<GradientSync>(std::move(sync_chunks), dp_buckets ? &*r.dp : nullptr,
+                                          r.tied.has_value() ? &*r.tied : nullptr,
+                                          std::max<int64_t>(1, options.bucket_bytes / 4));
+
+  // Data: the first stage needs tokens, the last stage targets.
+  const bool needs_data = r.coord.pp == 0 || r.coord.pp == options.pp - 1;
+  if (run.steps > 0 && needs_data) {
+    ASSIGN_OR_RETURN(model::TokenDataset data,
+                     model::TokenDataset::Open(run.data_path, run.model.vocab_size));
+    RETURN_IF_ERROR(data.BatchesPerEpoch(B, T).status());
+    r.data = std::make_unique<model::TokenDataset>(std::move(data));
+  }
+
+  // Initial state: a checkpoint of this layout, a GPT-2 file, or the seeded init (the same
+  // values as one worker's, whatever the layout).
+  std::vector<model::AdamW*> optimizers;
+  for (Chunk& c : t->chunks_) optimizers.push_back(c.optimizer.get());
+  if (!run.resume_from.empty()) {
+    ASSIGN_OR_RETURN(t->start_step_,
+                     LoadShard(run.resume_from, t->Identity(), stages, optimizers));
+  } else {
+    for (Chunk& c : t->chunks_) {
+      if (!run.init_path.empty()) {
+        RETURN_IF_ERROR(model::LoadWeights(run.init_path, *c.stage));
+      } else {
+        RETURN_IF_ERROR(model::InitializeGpt2(*c.stage, run.seed));
+      }
+    }
+  }
+  return t;
+}
+
+ShardIdentity ParallelTrainer::Identity() const {
+  ShardIdentity id;
+  id.dp_rank = runner_->coord.dp;
+  id.pp_rank = runner_->coord.pp;
+  id.tp_rank = runner_->coord.tp;
+  id.dp = options_.dp;
+  id.pp = options_.pp;
+  id.tp = options_.tp;
+  id.virtual_stages = options_.virtual_stages;
+  id.zero1 = options_.zero1;
+  return id;
+}
+
+absl::StatusOr<double> ParallelTrainer::OwnedSquaredNorm() {
+  // Each gradient element is counted once over the job: tensors replicated over tp on tp rank 0
+  // only; the tied head's wte copy not at all (the first stage counts wte); without ZeRO-1 on
+  // dp rank 0 only (replicas hold the same reduced gradients), with it each rank its shard.
+  const StepRunner& r = *runner_;
+  if (!options_.zero1 && r.coord.dp != 0) return 0.0;
+  double sq = 0;
+  for (Chunk& c : chunks_) {
+    const int64_t lo = c.optimizer->range_begin(), hi = c.optimizer->range_end();
+    for (const model::ParameterTensor& t : c.stage->layout().tensors()) {
+      if (t.shard == model::ShardKind::kReplicated && r.coord.tp != 0) continue;
+      if (t.name == "wte.weight" && !c.stage->stage().has_embedding) continue;
+      const int64_t begin = std::max(lo, t.offset);
+      const int64_t end = std::min(hi, t.offset + t.local_size());
+      if (begin >= end) continue;
+      ASSIGN_OR_RETURN(double part, backend_->SquaredNorm(c.stage->grads() + begin, end - begin));
+      sq += part;
+    }
+  }
+  return sq;
+}
+
+absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
+  StepRunner& r = *runner_;
+  const LocalTrainingOptions& run = options_.run;
+  const int B = run.batch, T = run.seq, b = r.micro_batch_rows;
+  const auto start = Clock::now();
+  r.tp_seconds = 0;
+  std::vector<int32_t> inputs, targets;
+  if (r.data != nullptr) {
+    inputs.resize(int64_t{B} * T);
+    targets.resize(int64_t{B} * T);
+    RETURN_IF_ERROR(r.data->GetBatch(step - 1, B, T, absl::MakeSpan(inputs),
+                                     absl::MakeSpan(targets)));
+  }
+  // Replica d trains rows [d*B/dp, (d+1)*B/dp); micro-batch mb the b rows from d*B/dp + mb*b.
+  const int64_t replica_row = int64_t{r.coord.dp} * (B / options_.dp);
+  auto micro_batch = [&](int mb) -> MicroBatch {
+    if (inputs.empty()) return {};
+    const int64_t offset = (replica_row + int64_t{mb} * b) * T;
+    return {absl::MakeConstSpan(inputs).subspan(offset, int64_t{b} * T),
+            absl::MakeConstSpan(targets).subspan(offset, int64_t{b} * T)};
+  };
+  for (Chunk& c : chunks_) RETURN_IF_ERROR(c.stage->ZeroGrads());
+  r.sync->StartStep();
+  auto weights_final = [&](int j) -> model::GptStage::GradReadyFn {
+    return [&r, j](int64_t begin, int64_t) {
+      r.sync->MarkReady(j, begin);
+      return absl::OkStatus();
+    };
+  };
+  StepTimes times;
+  RETURN_IF_ERROR(r.executor->RunStep(step, r.actions, micro_batch, weights_final, &times));
+  last_trace_ = r.executor->trace();
+  stats_.peak_live_activations = r.executor->peak_live();
+
+  const auto comm_start = Clock::now();
+  RETURN_IF_ERROR(r.sync->Finish());
+  stats_.dp_reduce_seconds = r.sync->reduce_seconds();
+  stats_.dp_overlap_seconds = r.sync->overlap_seconds();
+  if (options_.zero1 && options_.dp > 1) {
+    for (Chunk& c : chunks_) {
+      RETURN_IF_ERROR(comm::ReduceScatter(
+          *r.dp, absl::MakeSpan(c.stage->grads(), c.stage->layout().total_size()),
+          comm::ReduceOp::kSum));
+    }
+  }
+  // Global loss and gradient norm: one all-reduce over the job.
+  std::vector<double> sums(2, 0.0);
+  ASSIGN_OR_RETURN(sums[0], OwnedSquaredNorm());
+  if (!r.executor->losses().empty() && r.coord.tp == 0) {
+    for (double loss : r.executor->losses()) sums[1] += loss;
+    sums[1] /= static_cast<double>(r.schedule.micro_batches) * options_.dp;
+  }
+  RETURN_IF_ERROR(AllReducePrecise(*r.world, sums));
+
+  TrainStepMetrics metrics;
+  metrics.step = step;
+  metrics.total_steps = run.steps;
+  metrics.loss = sums[1];
+  metrics.grad_norm = std::sqrt(sums[0]);
+  if (!std::isfinite(metrics.loss) || !std::isfinite(metrics.grad_norm)) {
+    return absl::DataLossError(absl::StrCat("step ", step, ": loss ", metrics.loss,
+                                            " grad norm ", metrics.grad_norm,
+                                            " is not finite; stopping before the update"));
+  }
+  metrics.lr = model::LearningRate(run.optimizer, step - 1, run.steps);
+  const float scale = model::ClipScale(metrics.grad_norm, run.optimizer.grad_clip);
+  for (Chunk& c : chunks_) {
+    RETURN_IF_ERROR(c.optimizer->Step(c.stage->params(), c.stage->grads(), metrics.lr, scale));
+  }
+  if (options_.zero1 && options_.dp > 1) {
+    for (Chunk& c : chunks_) {
+      RETURN_IF_ERROR(comm::AllGather(
+          *r.dp, absl::MakeSpan(c.stage->params(), c.stage->layout().total_size())));
+    }
+  }
+  RETURN_IF_ERROR(backend_->Synchronize());
+  metrics.step_seconds = Since(start);
+  metrics.tokens_per_s = double{B} * T / metrics.step_seconds;
+  metrics.compute_seconds = std::max(0.0, times.compute - r.tp_seconds);
+  metrics.bubble_seconds = times.wait;
+  metrics.communication_seconds = r.tp_seconds + times.send + Since(comm_start);
+  return metrics;
+}
+
+absl::Status ParallelTrainer::SaveCheckpoint(int64_t step) {
+  std::vector<model::GptStage*> stages;
+  std::vector<model::AdamW*> optimizers;
+  for (Chunk& c : chunks_) {
+    stages.push_back(c.stage.get());
+    optimizers.push_back(c.optimizer.get());
+  }
+  RETURN_IF_ERROR(SaveShard(options_.run.checkpoint_dir, step, Identity(), stages, optimizers));
+  // The manifest names every shard, so it is written once all of them are.
+  RETURN_IF_ERROR(comm::Barrier(*runner_->world));
+  if (options_.rank == 0) {
+    RETURN_IF_ERROR(WriteManifest(options_.run.checkpoint_dir, step, Identity(), options_.run.model));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParallelTrainer::Run(
+    const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
+  const LocalTrainingOptions& run = options_.run;
+  int64_t saved = -1;
+  for (int64_t step = start_step_ + 1; step <= run.steps; ++step) {
+    ASSIGN_OR_RETURN(TrainStepMetrics metrics, TrainStep(step));
+    const absl::Status callback = on_step ? on_step(metrics) : absl::OkStatus();
+    const bool last = step == run.steps;
+    if (!run.checkpoint_dir.empty() &&
+        (last || (run.checkpoint_every > 0 && step % run.checkpoint_every == 0))) {
+      RETURN_IF_ERROR(SaveCheckpoint(step));
+      saved = step;
+    }
+    RETURN_IF_ERROR(callback);
+  }
+  if (!run.save_path.empty()) {
+    if (saved < 0) {  // resumed at the end, or steps == 0
+      RETURN_IF_ERROR(SaveCheckpoint(start_step_));
+    }
+    if (options_.rank == 0) {
+      RETURN_IF_ERROR(ExportSafetensors(run.checkpoint_dir, run.save_path));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dtrain::parallel

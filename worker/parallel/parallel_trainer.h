@@ -1,0 +1,114 @@
+// ParallelTrainer: one rank of a 3D-parallel (dp x pp x tp) training job. It holds this rank's
+// chunks of the model (one GptStage per virtual stage, each a Megatron tp shard), runs the
+// pipeline schedule's actions for every step over a Transport (activations and gradients to
+// the pipeline neighbours, tp all-reduces inside the layers), sums the tied embedding's
+// gradient between the first and last stage, all-reduces gradients over the data-parallel
+// group in buckets that start while backward still runs (or reduce-scatters them for ZeRO-1),
+// clips by the global gradient norm and steps AdamW.
+//
+// Every layout trains to the numbers of LocalTrainer (one worker): step s trains on batch
+// s-1 of the dataset (B = options.run.batch sequences); data-parallel replica d takes rows
+// [d*B/dp, (d+1)*B/dp) and cuts them into micro-batches of micro_batch_size rows; the loss is
+// the mean over all B*T tokens, so each micro-batch's backward is scaled by 1/(B*T).
+//
+// All ranks of a job call Create and Run with the same options except `rank`; every rank
+// returns the same metrics for each step (loss and gradient norm are global).
+#ifndef DTRAIN_WORKER_PARALLEL_PARALLEL_TRAINER_H_
+#define DTRAIN_WORKER_PARALLEL_PARALLEL_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/backend.h"
+#include "worker/comm/transport.h"
+#include "worker/local_trainer.h"
+#include "worker/model/gpt_stage.h"
+#include "worker/model/optimizer.h"
+#include "worker/parallel/sharded_checkpoint.h"
+#include "worker/pipeline/schedule.h"
+
+namespace dtrain::parallel {
+
+struct ChunkRange {
+  int first_layer = 0;
+  int num_layers = 0;
+};
+
+struct ParallelTrainingOptions {
+  // model, optimizer, data_path, init_path, seed, steps, batch (the whole batch B over all
+  // replicas), seq, resume_from, checkpoint_dir, checkpoint_every, save_path (final weights
+  // as one GPT-2 safetensors, exported from the shards by rank 0). dump_grads_path unused.
+  LocalTrainingOptions run;
+  int micro_batch_size = 0;  // 0: B / dp (one micro-batch per replica)
+  int dp = 1, pp = 1, tp = 1;
+  int rank = 0;  // rank = (dp_rank * pp + pp_rank) * tp + tp_rank
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
+  int virtual_stages = 1;
+  // This rank's layers, one range per virtual stage in order (chunk j of pipeline rank p is
+  // model chunk j * pp + p). Empty: split n_layer evenly (what tests use).
+  std::vector<ChunkRange> chunks;
+  int64_t bucket_bytes = 25 << 20;  // data-parallel gradient bucket size
+  bool zero1 = false;               // shard AdamW state over the data-parallel group
+  absl::Duration comm_timeout = absl::Seconds(60);  // every send, receive and collective
+};
+
+// Statistics of the run so far, for tests and metrics.
+struct ParallelRunStats {
+  // Most micro-batch activations held at once (a chunk's forward done, its backward not yet),
+  // summed over this rank's chunks.
+  int peak_live_activations = 0;
+  // Seconds the data-parallel gradient reduction ran while backward was still computing,
+  // and in total (last step).
+  double dp_overlap_seconds = 0.0;
+  double dp_reduce_seconds = 0.0;
+};
+
+class ParallelTrainer {
+ public:
+  // Validates the layout, schedule and batch arithmetic up front; errors name the field
+  // ("batch=8 is not divisible by dp=3"). `transport` (size dp*pp*tp, this rank) must outlive
+  // the trainer.
+  static absl::StatusOr<std::unique_ptr<ParallelTrainer>> Create(
+      kernels::Backend* backend, comm::Transport* transport, ParallelTrainingOptions options);
+  ~ParallelTrainer();
+
+  // Runs the remaining steps, calling `on_step` after each (on every rank). A non-OK status
+  // from `on_step` stops the run after that step's checkpoint and is returned.
+  absl::Status Run(const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
+
+  int64_t start_step() const { return start_step_; }
+  int num_chunks() const;
+  // Virtual stage i's model chunk and its optimizer (covering its ZeRO-1 shard only).
+  model::GptStage& chunk(int i);
+  model::AdamW& optimizer(int i);
+  // The actions this rank ran in the last step, in order.
+  const std::vector<pipeline::Action>& last_trace() const { return last_trace_; }
+  const ParallelRunStats& stats() const { return stats_; }
+
+ private:
+  struct Chunk;
+  class StepRunner;
+  ParallelTrainer() = default;
+  absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step);
+  absl::StatusOr<double> OwnedSquaredNorm();
+  absl::Status SaveCheckpoint(int64_t step);
+  ShardIdentity Identity() const;
+
+  kernels::Backend* backend_ = nullptr;
+  comm::Transport* transport_ = nullptr;
+  ParallelTrainingOptions options_;
+  std::vector<Chunk> chunks_;
+  int64_t start_step_ = 0;
+  std::vector<pipeline::Action> last_trace_;
+  ParallelRunStats stats_;
+  std::unique_ptr<StepRunner> runner_;
+};
+
+}  // namespace dtrain::parallel
+
+#endif  // DTRAIN_WORKER_PARALLEL_PARALLEL_TRAINER_H_

@@ -1,0 +1,147 @@
+// Pipeline bubble, measured: a 4-stage job (ranks as threads over the in-process transport,
+// one CPU thread each) trains a few steps under each schedule; each stage's idle fraction is
+// 1 - compute / step time, next to the theory and to the simulator's prediction for equal
+// F, B and W costs. Numbers and the command are in docs/PERFORMANCE.md.
+//
+//   bazel run -c opt //worker/parallel:pipeline_bubble_benchmark -- --micro_batches=8
+//
+// On a machine with fewer cores than stages the stages share cores, so a stage computes faster
+// while others idle; the measured fractions are then only indicative.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "kernels/backend.h"
+#include "worker/comm/inproc/inproc_transport.h"
+#include "worker/parallel/parallel_trainer.h"
+#include "worker/pipeline/simulate.h"
+
+ABSL_FLAG(int, stages, 4, "pipeline stages (ranks)");
+ABSL_FLAG(int, micro_batches, 8, "micro-batches per step");
+ABSL_FLAG(int, steps, 4, "steps per schedule; the first is warm-up and not counted");
+ABSL_FLAG(int, n_embd, 256, "model width");
+ABSL_FLAG(int, seq, 128, "tokens per sequence");
+ABSL_FLAG(int, layers_per_stage, 2, "transformer blocks per stage");
+
+namespace dtrain::parallel {
+namespace {
+
+using pipeline::ScheduleKind;
+
+std::string WriteData() {
+  const std::string path = "/tmp/dtrain_bubble_benchmark.txt";
+  std::ofstream out(path);
+  const std::string words = "the quick brown fox jumps over the lazy dog; ";
+  for (int i = 0; i < 400000; ++i) out << words[(i * 7 + i / 13) % words.size()];
+  return path;
+}
+
+struct Measured {
+  std::vector<double> idle;  // per stage
+  double step_seconds = 0;
+};
+
+absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) {
+  const int p = absl::GetFlag(FLAGS_stages), m = absl::GetFlag(FLAGS_micro_batches);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  comm::InprocHub hub(p);
+  std::vector<std::vector<TrainStepMetrics>> metrics(p);
+  std::vector<absl::Status> status(p);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) {
+    threads.emplace_back([&, r] {
+      auto backend = kernels::CreateBackend("cpu", 1);
+      if (!backend.ok()) {
+        status[r] = backend.status();
+        return;
+      }
+      ParallelTrainingOptions o;
+      o.run.model = {256, absl::GetFlag(FLAGS_seq), p * absl::GetFlag(FLAGS_layers_per_stage),
+                     absl::GetFlag(FLAGS_n_embd) / 32, absl::GetFlag(FLAGS_n_embd)};
+      o.run.data_path = data;
+      o.run.steps = steps;
+      o.run.batch = m;
+      o.run.seq = absl::GetFlag(FLAGS_seq);
+      o.pp = p;
+      o.rank = r;
+      o.schedule = kind;
+      o.virtual_stages = v;
+      o.micro_batch_size = 1;
+      auto trainer = ParallelTrainer::Create(backend->get(), hub.transport(r), o);
+      if (!trainer.ok()) {
+        status[r] = trainer.status();
+        return;
+      }
+      status[r] = (*trainer)->Run([&](const TrainStepMetrics& s) {
+        metrics[r].push_back(s);
+        return absl::OkStatus();
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  Measured out;
+  for (int r = 0; r < p; ++r) {
+    if (!status[r].ok()) return status[r];
+    double compute = 0, total = 0;
+    for (size_t s = 1; s < metrics[r].size(); ++s) {
+      compute += metrics[r][s].compute_seconds;
+      total += metrics[r][s].step_seconds;
+    }
+    out.idle.push_back(1.0 - compute / total);
+    out.step_seconds = total / (metrics[r].size() - 1);
+  }
+  return out;
+}
+
+int Main() {
+  const int p = absl::GetFlag(FLAGS_stages), m = absl::GetFlag(FLAGS_micro_batches);
+  const std::string data = WriteData();
+  std::printf("pipeline bubble: %d stages, %d micro-batches, %u hardware threads\n", p, m,
+              std::thread::hardware_concurrency());
+  std::printf("%-12s %-28s %9s %9s %9s %9s\n", "schedule", "measured idle per stage", "mean",
+              "simulated", "theory", "step s");
+  const double one_f_one_b = double(p - 1) / (m + p - 1);
+  struct Row {
+    ScheduleKind kind;
+    int v;
+    double theory;
+  } rows[] = {{ScheduleKind::kGpipe, 1, one_f_one_b},
+              {ScheduleKind::kOneFOneB, 1, one_f_one_b},
+              {ScheduleKind::kInterleaved, 2, (p - 1) / 2.0 / (m + (p - 1) / 2.0)},
+              {ScheduleKind::kZeroBubbleH1, 1, one_f_one_b / 3}};
+  for (const Row& row : rows) {
+    absl::StatusOr<Measured> measured = Run(row.kind, row.v, data);
+    if (!measured.ok()) {
+      std::fprintf(stderr, "%s: %s\n", pipeline::ScheduleName(row.kind).c_str(),
+                   measured.status().ToString().c_str());
+      return 1;
+    }
+    auto sim = pipeline::SimulateSchedule({row.kind, p, m, row.v},
+                                          std::vector<pipeline::StageCosts>(p, {1, 1, 1}), 0);
+    std::string per_stage;
+    double mean = 0;
+    for (double f : measured->idle) {
+      per_stage += absl::StrFormat("%.2f ", f);
+      mean += f / p;
+    }
+    std::printf("%-12s %-28s %9.3f %9.3f %9.3f %9.3f\n", pipeline::ScheduleName(row.kind).c_str(),
+                per_stage.c_str(), mean, sim.ok() ? sim->bubble_fraction : -1.0, row.theory,
+                measured->step_seconds);
+  }
+  std::printf("theory: 1F1B and GPipe (p-1)/(m+p-1); interleaved (p-1)/v / (m + (p-1)/v); "
+              "ZB-H1 about a third of 1F1B\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return dtrain::parallel::Main();
+}

@@ -1,0 +1,201 @@
+#include "worker/parallel/stage_executor.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace dtrain::parallel {
+namespace {
+
+using pipeline::Action;
+using pipeline::ActionType;
+
+double Since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Prefixes an error with the action it happened in: "F3.1 of step 7: ...".
+absl::Status InAction(const absl::Status& s, const Action& a, int64_t step) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(pipeline::ActionToString(a), " of step ", step,
+                                             ": ", s.message()));
+}
+
+}  // namespace
+
+StageExecutor::StageExecutor(std::vector<model::GptStage*> chunks, int pp, int pp_rank,
+                             comm::StageLinks* links, int micro_batch_rows, int seq,
+                             float loss_scale)
+    : chunks_(std::move(chunks)),
+      pp_(pp),
+      pp_rank_(pp_rank),
+      num_model_chunks_(pp * static_cast<int>(chunks_.size())),
+      links_(links),
+      b_(micro_batch_rows),
+      T_(seq),
+      loss_scale_(loss_scale),
+      free_(chunks_.size()),
+      draining_(chunks_.size()) {
+  recv_.resize(static_cast<size_t>(b_) * T_ * chunks_.front()->config().n_embd);
+}
+
+absl::Status StageExecutor::RunStep(
+    int64_t step, absl::Span<const Action> actions, const std::function<MicroBatch(int)>& data,
+    const std::function<model::GptStage::GradReadyFn(int)>& weights_final, StepTimes* times) {
+  trace_.clear();
+  losses_.clear();
+  // W (or fused backward) count per chunk, to know which one is the chunk's last of the step.
+  std::vector<int> weights_left(chunks_.size(), 0);
+  for (const Action& a : actions) {
+    if (a.type == ActionType::kBackward || a.type == ActionType::kBackwardWeight) {
+      ++weights_left[a.chunk];
+    }
+  }
+  for (const Action& a : actions) {
+    absl::Status s;
+    switch (a.type) {
+      case ActionType::kForward:
+        s = Forward(step, a, data(a.micro_batch), times);
+        break;
+      case ActionType::kBackwardInput:
+        s = BackwardInput(step, a, times);
+        break;
+      case ActionType::kBackwardWeight:
+      case ActionType::kBackward: {
+        if (a.type == ActionType::kBackward) s = BackwardInput(step, a, times);
+        if (!s.ok()) break;
+        const bool last = --weights_left[a.chunk] == 0;
+        s = BackwardWeight(a, last ? weights_final(a.chunk) : model::GptStage::GradReadyFn(),
+                           times);
+        if (s.ok()) Retire(a.chunk, a.micro_batch);
+        break;
+      }
+    }
+    RETURN_IF_ERROR(InAction(s, a, step));
+    trace_.push_back(a);
+  }
+  RETURN_IF_ERROR(DrainAll(times));
+  if (!in_flight_.empty()) {
+    const auto& [key, unused] = *in_flight_.begin();
+    return absl::InternalError(absl::StrCat("step ", step, ": the schedule left micro-batch ",
+                                            key.second, " of chunk ", key.first,
+                                            " without its weight backward"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::Forward(int64_t step, const Action& a, const MicroBatch& mb,
+                                    StepTimes* times) {
+  model::GptStage& stage = *chunks_[a.chunk];
+  const int k = ModelChunk(a.chunk);
+  const int64_t C = stage.config().n_embd;
+  const std::vector<int64_t> shape = {b_, T_, C};
+  auto [it, inserted] = in_flight_.try_emplace({a.chunk, a.micro_batch});
+  if (!inserted) return absl::InternalError("forward of a micro-batch already in flight");
+  InFlight& f = it->second;
+  ASSIGN_OR_RETURN(f.acts, Acquire(a.chunk));
+  peak_live_ = std::max(peak_live_, static_cast<int>(in_flight_.size()));
+
+  model::StageInput input;
+  if (k == 0) input.tokens = mb.tokens;
+  if (k == num_model_chunks_ - 1) input.targets = mb.targets;
+  if (k > 0) {
+    const auto wait = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(links_->RecvActivation({step, a.micro_batch, k}, shape, absl::MakeSpan(recv_)));
+    times->wait += Since(wait);
+    input.activation = recv_.data();
+  }
+  const auto compute = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(stage.Forward(*f.acts, input));
+  if (k == num_model_chunks_ - 1) {
+    ASSIGN_OR_RETURN(double loss, f.acts->MeanLoss());
+    if (static_cast<int>(losses_.size()) <= a.micro_batch) losses_.resize(a.micro_batch + 1);
+    losses_[a.micro_batch] = loss;
+  }
+  times->compute += Since(compute);
+  if (k < num_model_chunks_ - 1) {
+    ASSIGN_OR_RETURN(f.activation_sent,
+                     links_->SendActivation({step, a.micro_batch, k + 1}, shape,
+                                            absl::MakeConstSpan(f.acts->output(), recv_.size())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::BackwardInput(int64_t step, const Action& a, StepTimes* times) {
+  auto it = in_flight_.find({a.chunk, a.micro_batch});
+  if (it == in_flight_.end()) return absl::InternalError("backward before forward");
+  InFlight& f = it->second;
+  model::GptStage& stage = *chunks_[a.chunk];
+  const int k = ModelChunk(a.chunk);
+  const std::vector<int64_t> shape = {b_, T_, stage.config().n_embd};
+  const float* doutput = nullptr;
+  if (k < num_model_chunks_ - 1) {
+    const auto wait = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(links_->RecvGradient({step, a.micro_batch, k}, shape, absl::MakeSpan(recv_)));
+    times->wait += Since(wait);
+    doutput = recv_.data();
+  }
+  const auto compute = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(stage.BackwardInput(*f.acts, doutput, loss_scale_));
+  times->compute += Since(compute);
+  if (k > 0) {
+    ASSIGN_OR_RETURN(f.gradient_sent,
+                     links_->SendGradient({step, a.micro_batch, k - 1}, shape,
+                                          absl::MakeConstSpan(f.acts->input_grad(), recv_.size())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::BackwardWeight(const Action& a,
+                                           const model::GptStage::GradReadyFn& ready,
+                                           StepTimes* times) {
+  auto it = in_flight_.find({a.chunk, a.micro_batch});
+  if (it == in_flight_.end()) return absl::InternalError("weight backward before forward");
+  const auto compute = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(chunks_[a.chunk]->BackwardWeight(*it->second.acts, ready));
+  times->compute += Since(compute);
+  return absl::OkStatus();
+}
+
+void StageExecutor::Retire(int chunk, int mb) {
+  auto it = in_flight_.find({chunk, mb});
+  draining_[chunk].push_back(std::move(it->second));
+  in_flight_.erase(it);
+}
+
+absl::StatusOr<std::unique_ptr<model::StageActivations>> StageExecutor::Acquire(int chunk) {
+  auto& draining = draining_[chunk];
+  for (auto it = draining.begin(); it != draining.end(); ++it) {
+    const bool done = (it->activation_sent == nullptr || it->activation_sent->Done()) &&
+                      (it->gradient_sent == nullptr || it->gradient_sent->Done());
+    if (done) {
+      std::unique_ptr<model::StageActivations> acts = std::move(it->acts);
+      draining.erase(it);  // the finished handles return at once
+      return acts;
+    }
+  }
+  if (!free_[chunk].empty()) {
+    std::unique_ptr<model::StageActivations> acts = std::move(free_[chunk].back());
+    free_[chunk].pop_back();
+    return acts;
+  }
+  return chunks_[chunk]->NewActivations(b_, T_);
+}
+
+absl::Status StageExecutor::DrainAll(StepTimes* times) {
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t c = 0; c < draining_.size(); ++c) {
+    for (InFlight& f : draining_[c]) {
+      if (f.activation_sent != nullptr) RETURN_IF_ERROR(links_->Wait(f.activation_sent));
+      if (f.gradient_sent != nullptr) RETURN_IF_ERROR(links_->Wait(f.gradient_sent));
+      free_[c].push_back(std::move(f.acts));
+    }
+    draining_[c].clear();
+  }
+  times->send += Since(start);
+  return absl::OkStatus();
+}
+
+}  // namespace dtrain::parallel

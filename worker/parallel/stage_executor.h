@@ -1,0 +1,108 @@
+// StageExecutor: runs one pipeline stage's schedule for one training step — the actions of
+// worker/pipeline/schedule.h on this rank's chunks, with activations and gradients streamed to
+// and from the neighbouring stages (comm::StageLinks).
+//
+// A chunk is one GptStage; model chunk k = chunk * pp + pp_rank of K = pp * v. F of
+// (micro-batch, chunk) receives its input from model chunk k-1 (unless k == 0, which embeds the
+// tokens), runs Forward and sends the output to chunk k+1 (unless k == K-1, which computes the
+// loss). B receives the output gradient from chunk k+1 (k == K-1 starts from the loss), runs
+// BackwardInput and sends the input gradient to chunk k-1. W runs BackwardWeight. Messages are
+// keyed (step, micro-batch, receiving model chunk).
+//
+// Memory: each (micro-batch, chunk) in flight holds one StageActivations from its F until its
+// W; they come from a per-chunk pool, so what is allocated is about the peak the schedule
+// needs (GPipe: m; 1F1B: p - s on stage s). A finished micro-batch's buffers are reused only
+// once its sends have left (sends are zero-copy), so a slow receiver can add a few.
+//
+// Host memory: tensors go to the transport as host pointers, so this runs on the CPU backend
+// (device == host). GPU ranks would need device<->host staging here (not implemented).
+#ifndef DTRAIN_WORKER_PARALLEL_STAGE_EXECUTOR_H_
+#define DTRAIN_WORKER_PARALLEL_STAGE_EXECUTOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "worker/comm/p2p.h"
+#include "worker/model/gpt_stage.h"
+#include "worker/pipeline/schedule.h"
+
+namespace dtrain::parallel {
+
+struct MicroBatch {
+  absl::Span<const int32_t> tokens;   // (b,T): needed by model chunk 0
+  absl::Span<const int32_t> targets;  // (b,T): needed by model chunk K-1
+};
+
+// Where one step's time went on this rank (seconds).
+struct StepTimes {
+  double compute = 0;  // Forward / BackwardInput / BackwardWeight, minus tp all-reduces
+  double wait = 0;     // blocked receiving from a neighbour stage: the pipeline bubble
+  double send = 0;     // waiting for sends to complete
+};
+
+class StageExecutor {
+ public:
+  // `chunks[j]` is virtual stage j of this rank, holding model chunk j * pp + pp_rank.
+  // `loss_scale` is d(step loss)/d(token loss): 1 / (B * T) over the whole batch.
+  StageExecutor(std::vector<model::GptStage*> chunks, int pp, int pp_rank,
+                comm::StageLinks* links, int micro_batch_rows, int seq, float loss_scale);
+
+  // Runs `actions` (this stage's schedule) for `step`. `data(mb)` gives micro-batch mb's
+  // tokens/targets. `weights_final(j)` is called when chunk j's last W of the step starts, and
+  // returns the GradReadyFn that BackwardWeight reports its finished ranges to.
+  absl::Status RunStep(int64_t step, absl::Span<const pipeline::Action> actions,
+                       const std::function<MicroBatch(int mb)>& data,
+                       const std::function<model::GptStage::GradReadyFn(int chunk)>& weights_final,
+                       StepTimes* times);
+
+  // Per micro-batch mean losses of the last step, when this rank holds model chunk K-1.
+  const std::vector<double>& losses() const { return losses_; }
+  const std::vector<pipeline::Action>& trace() const { return trace_; }
+  // Most (micro-batch, chunk) activations held at once, over all steps run.
+  int peak_live() const { return peak_live_; }
+
+ private:
+  struct InFlight {
+    std::unique_ptr<model::StageActivations> acts;
+    comm::SendHandle activation_sent;  // to model chunk k+1
+    comm::SendHandle gradient_sent;    // to model chunk k-1
+  };
+  int ModelChunk(int j) const { return j * pp_ + pp_rank_; }
+  absl::Status Forward(int64_t step, const pipeline::Action& a, const MicroBatch& mb,
+                       StepTimes* times);
+  absl::Status BackwardInput(int64_t step, const pipeline::Action& a, StepTimes* times);
+  absl::Status BackwardWeight(const pipeline::Action& a, const model::GptStage::GradReadyFn& ready,
+                              StepTimes* times);
+  // The micro-batch is done on this chunk; its buffers are reused once its sends have left.
+  void Retire(int chunk, int mb);
+  // A StageActivations for `chunk`: a free one, one whose sends have finished, or a new one.
+  absl::StatusOr<std::unique_ptr<model::StageActivations>> Acquire(int chunk);
+  // Waits for every retired micro-batch's sends (end of step: every receiver has run all of
+  // its actions' receives by then or will, without waiting for this rank).
+  absl::Status DrainAll(StepTimes* times);
+
+  std::vector<model::GptStage*> chunks_;
+  int pp_, pp_rank_, num_model_chunks_;
+  comm::StageLinks* links_;
+  int b_, T_;
+  float loss_scale_;
+  std::vector<float> recv_;  // (b,T,C) staging for received tensors
+  std::vector<std::vector<std::unique_ptr<model::StageActivations>>> free_;  // per chunk
+  std::map<std::pair<int, int>, InFlight> in_flight_;                       // (chunk, mb)
+  // Retired micro-batches whose sends may still read their buffers, per chunk. Not waited for
+  // at retirement: with interleaving the receiver may first need something this rank sends
+  // later, so blocking here could deadlock.
+  std::vector<std::vector<InFlight>> draining_;
+  std::vector<double> losses_;
+  std::vector<pipeline::Action> trace_;
+  int peak_live_ = 0;
+};
+
+}  // namespace dtrain::parallel
+
+#endif  // DTRAIN_WORKER_PARALLEL_STAGE_EXECUTOR_H_
