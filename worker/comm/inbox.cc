@@ -84,6 +84,17 @@ void Inbox::FeedUnlocked(Waiter& w, Frame frame) {
 
 void Inbox::Deliver(Frame frame) {
   absl::MutexLock lock(&mu_);
+  if (frame.key.kind == MessageKind::kAbort) {
+    std::string why;
+    for (const auto& piece : frame.pieces) {
+      why.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+    }
+    if (failure_.ok()) {
+      failure_ = absl::AbortedError(absl::StrCat(peer_name_, " gave up: ", why));
+    }
+    arrived_.SignalAll();
+    return;
+  }
   for (Waiter* w : waiters_) {
     if (w->key != frame.key || w->busy || w->done) continue;
     // Only the very next frame of the waiting receive, with nothing of its key queued before.

@@ -40,6 +40,8 @@ std::string MessageKey::ToString() const {
                           " step=", step, " mb=", micro_batch, " vs=", virtual_stage);
     case MessageKind::kCollective:
       return absl::StrCat("collective group=", group, " seq=", seq, " part=", part);
+    case MessageKind::kAbort:
+      return "abort";
   }
   return absl::StrCat("message of unknown kind ", static_cast<int>(kind));
 }
@@ -111,6 +113,15 @@ absl::Status RecvInto(Transport& transport, int peer, const MessageKey& key,
         if (!piece.empty()) std::memcpy(dst + offset, piece.data(), piece.size());
       },
       deadline, options);
+}
+
+void AbortJob(Transport& transport, const absl::Status& why) {
+  MessageKey key;
+  key.kind = MessageKind::kAbort;
+  const std::string text = absl::StrCat("rank ", transport.rank(), ": ", why.ToString());
+  for (int peer = 0; peer < transport.size(); ++peer) {
+    if (peer != transport.rank()) transport.Post(peer, key, text).IgnoreError();
+  }
 }
 
 }  // namespace dtrain::comm

@@ -57,6 +57,9 @@ enum class MessageKind : int32_t {
   kActivation = 1,  // forward: a stage's output to the next stage
   kGradient = 2,    // backward: the gradient of a stage's input to the previous stage
   kCollective = 3,  // one chunk of a collective operation
+  // The sender's run failed and it will send nothing more (payload: its error, as bytes): every
+  // receive from it fails at once with Aborted carrying that error (AbortJob).
+  kAbort = 4,
 };
 
 // Names a message. Activations and gradients fill step, micro_batch and virtual_stage (the
@@ -169,6 +172,11 @@ class Transport {
   // receives from it get (Unavailable naming it).
   virtual absl::Status PeerStatus(int peer) const = 0;
 };
+
+// Tells every other rank that this rank's run failed with `why` and will send nothing more
+// (a kAbort message each, best effort): their receives from this rank fail at once with
+// Aborted carrying `why`, instead of waiting for their deadlines.
+void AbortJob(Transport& transport, const absl::Status& why);
 
 // Blocking helpers: a send that waits for completion; a receive into a buffer of exactly
 // expected.num_bytes() bytes.

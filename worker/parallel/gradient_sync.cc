@@ -34,6 +34,7 @@ void GradientSync::StartStep() {
   error_ = absl::OkStatus();
   finish_called_ = absl::InfiniteFuture();
   busy_ = overlapped_ = 0;
+  queued_ = 0;
 }
 
 void GradientSync::MarkReady(int c, int64_t begin) {
@@ -51,6 +52,7 @@ void GradientSync::QueueReady(int c) {
       !chunk.tied_range.has_value() || s.frontier <= chunk.tied_range->first;
   if (chunk.tied_range.has_value() && tied_ != nullptr && wte_final && !s.tied_queued) {
     queue_.push_back({c, chunk.tied_range->first, chunk.tied_range->second, true});
+    ++queued_;
     s.tied_queued = true;
   }
   while (s.next_end > 0) {
@@ -60,7 +62,10 @@ void GradientSync::QueueReady(int c) {
                               begin < chunk.tied_range->second &&
                               s.next_end > chunk.tied_range->first;
     if (overlaps_wte && !wte_final) break;
-    if (dp_ != nullptr) queue_.push_back({c, begin, s.next_end, false});
+    if (dp_ != nullptr) {
+      queue_.push_back({c, begin, s.next_end, false});
+      ++queued_;
+    }
     s.next_end = begin;
   }
 }
@@ -68,6 +73,7 @@ void GradientSync::QueueReady(int c) {
 absl::Status GradientSync::Finish() {
   absl::MutexLock lock(&mu_);
   finish_called_ = absl::Now();
+  queued_early_ = queued_;
   for (size_t c = 0; c < chunks_.size(); ++c) {
     state_[c].frontier = 0;
     QueueReady(static_cast<int>(c));

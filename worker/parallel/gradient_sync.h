@@ -56,6 +56,8 @@ class GradientSync {
   // Seconds the sync thread spent reducing during the last step, and how much of it before
   // Finish was called (overlapped with backward).
   double reduce_seconds() const { return reduce_seconds_; }
+  // Reductions queued before Finish in the last step: the ones that could overlap backward.
+  int queued_early() const { return queued_early_; }
   double overlap_seconds() const { return overlap_seconds_; }
 
  private:
@@ -87,6 +89,8 @@ class GradientSync {
   absl::Time finish_called_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   double busy_ ABSL_GUARDED_BY(mu_) = 0, overlapped_ ABSL_GUARDED_BY(mu_) = 0;
   double reduce_seconds_ = 0, overlap_seconds_ = 0;
+  int queued_ ABSL_GUARDED_BY(mu_) = 0;
+  int queued_early_ = 0;
   std::thread thread_;
 };
 

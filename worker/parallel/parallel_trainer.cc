@@ -310,6 +310,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   RETURN_IF_ERROR(r.sync->Finish());
   stats_.dp_reduce_seconds = r.sync->reduce_seconds();
   stats_.dp_overlap_seconds = r.sync->overlap_seconds();
+  stats_.reductions_started_in_backward = r.sync->queued_early();
   if (options_.zero1 && options_.dp > 1) {
     for (Chunk& c : chunks_) {
       RETURN_IF_ERROR(comm::ReduceScatter(
@@ -373,6 +374,15 @@ absl::Status ParallelTrainer::SaveCheckpoint(int64_t step) {
 }
 
 absl::Status ParallelTrainer::Run(
+    const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
+  absl::Status status = RunSteps(on_step);
+  // The other ranks may be waiting for this one: tell them at once rather than at their
+  // deadlines (a rank that is cancelled, or whose peer vanished, ends the same way).
+  if (!status.ok()) comm::AbortJob(*transport_, status);
+  return status;
+}
+
+absl::Status ParallelTrainer::RunSteps(
     const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
   const LocalTrainingOptions& run = options_.run;
   int64_t saved = -1;

@@ -66,6 +66,8 @@ struct ParallelRunStats {
   // and in total (last step).
   double dp_overlap_seconds = 0.0;
   double dp_reduce_seconds = 0.0;
+  // Gradient reductions (dp buckets, tied embedding) started before backward ended (last step).
+  int reductions_started_in_backward = 0;
 };
 
 class ParallelTrainer {
@@ -97,6 +99,7 @@ class ParallelTrainer {
   absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step);
   absl::StatusOr<double> OwnedSquaredNorm();
   absl::Status SaveCheckpoint(int64_t step);
+  absl::Status RunSteps(const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
   ShardIdentity Identity() const;
 
   kernels::Backend* backend_ = nullptr;

@@ -224,6 +224,77 @@ std::vector<Case> Matrix() {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, EquivalenceTest, ::testing::ValuesIn(Matrix()), Name);
 
+// With dp = 2 and small buckets, gradient buckets start reducing while backward still runs:
+// the ready ranges of each block queue their buckets before the step's backward has ended.
+TEST(ParallelTrainer, DataParallelBucketsStartDuringBackward) {
+  comm::InprocHub hub(2);
+  std::vector<ParallelRunStats> stats(2);
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto backend = kernels::CreateBackend("cpu", 1).value();
+      ParallelTrainingOptions o;
+      o.run = Base();
+      o.run.steps = 2;
+      o.dp = 2;
+      o.rank = r;
+      o.bucket_bytes = 4096;
+      auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
+      status[r] = t.status();
+      if (!t.ok()) return;
+      status[r] = (*t)->Run(nullptr);
+      stats[r] = (*t)->stats();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(status[r].ok()) << status[r];
+    // 4 blocks of 12.6k floats in 4 KiB buckets: dozens; all but the embedding's go early.
+    EXPECT_GT(stats[r].reductions_started_in_backward, 10) << "rank " << r;
+    EXPECT_GT(stats[r].dp_reduce_seconds, 0) << "rank " << r;
+  }
+}
+
+// A rank that dies mid-run fails the others within the deadline, naming it; nobody hangs.
+TEST(ParallelTrainer, APeerThatDiesFailsTheOthersNamingIt) {
+  comm::InprocHub hub(4);
+  std::vector<absl::Status> status(4);
+  std::vector<std::thread> threads;
+  const auto start = absl::Now();
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      auto backend = kernels::CreateBackend("cpu", 1).value();
+      ParallelTrainingOptions o;
+      o.run = Base();
+      o.run.steps = 50;
+      o.dp = 2;
+      o.pp = 2;
+      o.rank = r;
+      o.comm_timeout = absl::Seconds(20);
+      auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
+      status[r] = t.status();
+      if (!t.ok()) return;
+      status[r] = (*t)->Run([&](const TrainStepMetrics& m) {
+        if (r == 3 && m.step == 3) {
+          hub.Kill(3);
+          return absl::AbortedError("rank 3 killed by the test");
+        }
+        return absl::OkStatus();
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15)) << "survivors waited for a deadline";
+  // Rank 2 (its pipeline neighbour) and rank 1 (its data-parallel peer) talk to rank 3; rank
+  // 0 hears of it from rank 2's abort, which carries rank 2's error.
+  for (int r : {0, 1, 2}) {
+    EXPECT_FALSE(status[r].ok()) << "rank " << r;
+    EXPECT_NE(status[r].message().find("rank 3 is gone"), std::string::npos)
+        << "rank " << r << ": " << status[r];
+  }
+}
+
 TEST(ParallelTrainer, BadLayoutArithmeticIsNamed) {
   comm::InprocHub hub(3);
   auto backend = kernels::CreateBackend("cpu", 1).value();
