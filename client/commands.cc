@@ -15,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "client/format.h"
+#include "client/plan.h"
+#include "coordinator/job_spec.h"
 
 // The CLI's flags. Defined with absl so they parse and print like every dtrain binary's, but
 // ParseArguments (not absl::ParseCommandLine) reads the command line: exit codes stay ours.
@@ -27,6 +29,8 @@ ABSL_FLAG(absl::Duration, reconnect_for, absl::Seconds(60),
 ABSL_FLAG(bool, watch, false, "submit: follow the job to its end");
 ABSL_FLAG(int, limit, 0, "list: at most this many jobs (0: the coordinator's default, 100)");
 ABSL_FLAG(std::string, reason, "", "cancel: why, recorded in the job's history");
+ABSL_FLAG(int, workers, 0, "plan: hypothetical workers (0: dp*pp*tp)");
+ABSL_FLAG(int, hosts, 1, "plan: hosts the hypothetical workers are spread over");
 
 namespace dtrain {
 namespace client {
@@ -39,9 +43,9 @@ struct FlagRule {
 
 const std::map<std::string, FlagRule>& FlagRules() {
   static const auto* rules = new std::map<std::string, FlagRule>{
-      {"coordinator", {false, ""}}, {"json", {true, ""}},   {"timeout", {false, ""}},
-      {"reconnect_for", {false, ""}}, {"watch", {true, "submit"}}, {"limit", {false, "list"}},
-      {"reason", {false, "cancel"}},
+      {"coordinator", {false, ""}},   {"json", {true, ""}},         {"timeout", {false, ""}},
+      {"reconnect_for", {false, ""}}, {"watch", {true, "submit"}},  {"limit", {false, "list"}},
+      {"reason", {false, "cancel"}},  {"workers", {false, "plan"}}, {"hosts", {false, "plan"}},
   };
   return *rules;
 }
@@ -49,8 +53,8 @@ const std::map<std::string, FlagRule>& FlagRules() {
 // Positional arguments of each command: {min, max}.
 const std::map<std::string, std::pair<int, int>>& Commands() {
   static const auto* commands = new std::map<std::string, std::pair<int, int>>{
-      {"submit", {1, 1}}, {"status", {1, 1}}, {"list", {0, 0}},   {"watch", {1, 1}},
-      {"cancel", {1, 1}}, {"workers", {0, 0}}, {"help", {0, 1}},
+      {"submit", {1, 1}}, {"plan", {1, 1}},   {"status", {1, 1}},  {"list", {0, 0}},
+      {"watch", {1, 1}},  {"cancel", {1, 1}}, {"workers", {0, 0}}, {"help", {0, 1}},
   };
   return *commands;
 }
@@ -63,6 +67,8 @@ void ResetFlags() {
   absl::SetFlag(&FLAGS_watch, false);
   absl::SetFlag(&FLAGS_limit, 0);
   absl::SetFlag(&FLAGS_reason, "");
+  absl::SetFlag(&FLAGS_workers, 0);
+  absl::SetFlag(&FLAGS_hosts, 1);
 }
 
 // Prints a failed call and returns its exit code.
@@ -171,20 +177,23 @@ class Watcher {
   bool progress_open_ = false;
 };
 
+// The text of a spec file; nullopt after printing why it cannot be read.
+std::optional<std::string> ReadSpecFile(const std::string& path, Output& output) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream contents;
+  if (file) contents << file.rdbuf();
+  if (!file || file.bad()) {
+    output.err << "dtrain: cannot read " << path << ": " << std::strerror(errno) << "\n";
+    return std::nullopt;
+  }
+  return contents.str();
+}
+
 int Submit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   const std::string& path = inv.args[0];
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    output.err << "dtrain: cannot read " << path << ": " << std::strerror(errno) << "\n";
-    return kExitUsage;
-  }
-  std::stringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) {
-    output.err << "dtrain: cannot read " << path << ": " << std::strerror(errno) << "\n";
-    return kExitUsage;
-  }
-  absl::StatusOr<Job> job = stub.SubmitJob(contents.str());
+  const std::optional<std::string> contents = ReadSpecFile(path, output);
+  if (!contents.has_value()) return kExitUsage;
+  absl::StatusOr<Job> job = stub.SubmitJob(*contents);
   if (!job.ok()) {
     if (job.status().code() == absl::StatusCode::kInvalidArgument) {
       output.err << "dtrain: the coordinator rejected " << path << ":\n";
@@ -207,6 +216,36 @@ int Submit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   output.out.flush();
   if (!inv.watch) return kExitOk;
   return Watcher(inv, output).Run(stub, job->id());
+}
+
+// `plan`: the coordinator's own validation and placement, then the schedule simulated; no call.
+int PlanJob(const Invocation& inv, Output& output) {
+  const std::string& path = inv.args[0];
+  const std::optional<std::string> contents = ReadSpecFile(path, output);
+  if (!contents.has_value()) return kExitUsage;
+  absl::StatusOr<JobSpec> spec = coordinator::ParseJobSpecJson(*contents);
+  if (spec.ok()) spec = coordinator::ValidateAndDefault(*std::move(spec));
+  if (!spec.ok()) {
+    output.err << "dtrain: " << path << " is not a valid job spec:\n";
+    absl::string_view message = spec.status().message();
+    absl::ConsumePrefix(&message, "invalid job spec: ");
+    for (const std::string& problem : SplitProblems(std::string(message))) {
+      output.err << "  " << problem << "\n";
+    }
+    return kExitUsage;
+  }
+  PlanOptions options;
+  options.workers = inv.workers;
+  options.hosts = inv.hosts;
+  absl::StatusOr<Plan> plan = MakePlan(*spec, options);
+  if (!plan.ok()) {
+    // Whatever the code (a schedule the layout cannot run, too few workers, a deadlock), the
+    // input is what must change.
+    output.err << "dtrain: " << path << " cannot run: " << plan.status().message() << "\n";
+    return kExitUsage;
+  }
+  output.out << (inv.json ? PlanJson(*plan, path) + "\n" : PlanText(*plan, path));
+  return kExitOk;
 }
 
 int ShowStatus(const Invocation& inv, CoordinatorStub& stub, Output& output) {
@@ -326,7 +365,8 @@ absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
   const auto [min_args, max_args] = command->second;
   if (static_cast<int>(inv.args.size()) < min_args) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "'", inv.command, "' needs ", inv.command == "submit" ? "a job spec file" : "a job id"));
+        "'", inv.command, "' needs ",
+        inv.command == "submit" || inv.command == "plan" ? "a job spec file" : "a job id"));
   }
   if (static_cast<int>(inv.args.size()) > max_args) {
     return absl::InvalidArgumentError(
@@ -349,6 +389,8 @@ absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
   inv.watch = absl::GetFlag(FLAGS_watch);
   inv.limit = absl::GetFlag(FLAGS_limit);
   inv.reason = absl::GetFlag(FLAGS_reason);
+  inv.workers = absl::GetFlag(FLAGS_workers);
+  inv.hosts = absl::GetFlag(FLAGS_hosts);
   if (inv.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--timeout must be positive");
   }
@@ -356,6 +398,8 @@ absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
     return absl::InvalidArgumentError("--reconnect_for must not be negative");
   }
   if (inv.limit < 0) return absl::InvalidArgumentError("--limit must not be negative");
+  if (inv.workers < 0) return absl::InvalidArgumentError("--workers must not be negative");
+  if (inv.hosts < 1) return absl::InvalidArgumentError("--hosts must be at least 1");
   return inv;
 }
 
@@ -367,6 +411,10 @@ usage: dtrain [flags] COMMAND [ARGS]
 commands:
   submit JOB.json [--watch]      queue a job (the coordinator validates the spec and lists
                                  every problem); --watch then follows it like `watch`
+  plan JOB.json [--workers=N] [--hosts=H]
+                                 without a coordinator: validate the spec, place it on N
+                                 hypothetical workers (default dp*pp*tp) over H hosts, simulate
+                                 one step of its pipeline schedule (timeline, bubble, memory)
   status JOB_ID                  state, progress, placement and history of a job
   list [--limit=N]               jobs, newest first
   watch JOB_ID                   a live progress line until the job ends, then a summary
@@ -384,7 +432,8 @@ flags (anywhere on the line):
 exit status:
   0  success; for watch and submit --watch: the job SUCCEEDED
   1  the job FAILED
-  2  usage or bad input: bad flag, unreadable file, spec rejected (INVALID_ARGUMENT)
+  2  usage or bad input: bad flag, unreadable file, spec rejected (INVALID_ARGUMENT);
+     plan: a spec or schedule that cannot run
   3  the coordinator is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED)
   4  not found (unknown job id)
   5  the job was CANCELLED
@@ -425,6 +474,7 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
     return kExitOk;
   }
   if (inv.command == "submit") return Submit(inv, stub, output);
+  if (inv.command == "plan") return PlanJob(inv, output);
   if (inv.command == "status") return ShowStatus(inv, stub, output);
   if (inv.command == "list") return List(inv, stub, output);
   if (inv.command == "watch") return Watcher(inv, output).Run(stub, inv.args[0]);

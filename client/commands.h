@@ -42,7 +42,7 @@ inline constexpr char kCoordinatorEnv[] = "DTRAIN_COORDINATOR";
 
 // One parsed command line.
 struct Invocation {
-  std::string command;            // submit, status, list, watch, cancel, workers, help
+  std::string command;            // submit, plan, status, list, watch, cancel, workers, help
   std::vector<std::string> args;  // its positional arguments
   bool help = false;              // --help, or the help command
   // Global flags.
@@ -54,6 +54,8 @@ struct Invocation {
   bool watch = false;   // submit --watch
   int limit = 0;        // list --limit
   std::string reason;   // cancel --reason
+  int workers = 0;      // plan --workers (0: dp*pp*tp)
+  int hosts = 1;        // plan --hosts (>= 1)
 };
 
 // Parses the arguments after argv[0]. Flags (--name=value, --name value, --bool, --nobool;
@@ -75,7 +77,8 @@ struct Output {
   bool tty = false;
 };
 
-// Runs the command against the coordinator; returns the exit code.
+// Runs the command against the coordinator (`plan` and `help` never call it); returns the exit
+// code.
 int RunInvocation(const Invocation& invocation, CoordinatorStub& stub, Output& output);
 
 // The exit code for a failed call: 2 INVALID_ARGUMENT, 3 UNAVAILABLE / DEADLINE_EXCEEDED,

@@ -2,8 +2,12 @@
 //
 //   dtrain-coordinator --listen=0.0.0.0:7070 --db=/var/lib/dtrain/coordinator.db --lease=10s
 //
+// Prometheus metrics (coordinator/README.md lists them) on --metrics_listen: GET /metrics and
+// GET /healthz.
+//
 // Exit status 0 after SIGTERM or SIGINT (in-flight calls finished, watches ended, database
-// closed); 1 when it cannot start (database unusable, address in use), with the reason on stderr.
+// closed); 1 when it cannot start (database unusable, address in use, an explicit
+// --metrics_listen that cannot be bound), with the reason on stderr.
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -17,6 +21,9 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/metrics/http_exporter.h"
+#include "common/metrics/registry.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_store.h"
@@ -28,6 +35,12 @@ ABSL_FLAG(absl::Duration, lease, absl::Seconds(10),
           "a worker that sends no heartbeat for this long is marked lost and its job fails");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers are told to heartbeat; must be well below --lease");
+// The default is best-effort: when its port is taken (a second coordinator on this machine)
+// the coordinator starts without metrics and says so; any other address must work.
+constexpr char kDefaultMetricsListen[] = "0.0.0.0:9464";
+ABSL_FLAG(std::string, metrics_listen, kDefaultMetricsListen,
+          "HOST:PORT (numeric IPv4 HOST) or :PORT serving Prometheus metrics on /metrics and "
+          "/healthz; empty: no metrics endpoint");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "on SIGTERM, how long in-flight calls may take before they are cancelled");
 
@@ -46,11 +59,13 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "dtrain-coordinator --listen=HOST:PORT --db=FILE [--lease=10s] [--heartbeat_interval=1s]");
+      "dtrain-coordinator --listen=HOST:PORT --db=FILE [--lease=10s] [--heartbeat_interval=1s] "
+      "[--metrics_listen=0.0.0.0:9464]");
   absl::ParseCommandLine(argc, argv);
   // Before anything slow, so a signal during startup still ends in a clean shutdown.
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  using dtrain::coordinator::CoordinatorMetrics;
   using dtrain::coordinator::CoordinatorService;
   using dtrain::coordinator::JobManager;
   using dtrain::coordinator::JobStore;
@@ -63,22 +78,50 @@ int main(int argc, char** argv) {
                      " must be positive and below --lease=", absl::FormatDuration(lease))));
   }
 
+  // Declared before the manager and the servers, so destroyed after them.
+  dtrain::metrics::Registry registry;
+  absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics =
+      CoordinatorMetrics::Create(&registry);
+  if (!metrics.ok()) return Fail(metrics.status());
+
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(absl::GetFlag(FLAGS_db));
   if (!store.ok()) return Fail(store.status());
   JobManager::Options options;
   options.lease = lease;
   options.heartbeat_interval = interval;
+  options.metrics = metrics->get();
   absl::StatusOr<std::unique_ptr<JobManager>> manager =
       JobManager::Create(std::move(*store), options);
   if (!manager.ok()) return Fail(manager.status());
 
+  std::unique_ptr<dtrain::metrics::MetricsServer> metrics_server;
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics_listen.empty()) {
+    auto started = dtrain::metrics::MetricsServer::Start(metrics_listen, &registry);
+    if (started.ok()) {
+      metrics_server = std::move(*started);
+    } else if (metrics_listen == kDefaultMetricsListen) {
+      std::fprintf(stderr,
+                   "dtrain-coordinator: warning: %s; running without metrics "
+                   "(choose another --metrics_listen, or --metrics_listen= to silence this)\n",
+                   std::string(started.status().message()).c_str());
+    } else {
+      return Fail(started.status());
+    }
+  }
+
   CoordinatorService service(manager->get());
-  auto server = dtrain::coordinator::StartServer(absl::GetFlag(FLAGS_listen), &service);
+  auto server = dtrain::coordinator::StartServer(absl::GetFlag(FLAGS_listen), &service,
+                                                 (*metrics)->NewRpcInterceptorFactory());
   if (!server.ok()) return Fail(server.status());
   (*manager)->Start();
-  std::fprintf(stderr, "dtrain-coordinator: listening on %s (port %d), db %s, lease %s\n",
-               absl::GetFlag(FLAGS_listen).c_str(), server->port, absl::GetFlag(FLAGS_db).c_str(),
-               absl::FormatDuration(lease).c_str());
+  const std::string metrics_where =
+      metrics_server != nullptr
+          ? absl::StrCat("metrics on ", metrics_listen, " (port ", metrics_server->port(), ")")
+          : "no metrics";
+  std::fprintf(stderr, "dtrain-coordinator: listening on %s (port %d), %s, db %s, lease %s\n",
+               absl::GetFlag(FLAGS_listen).c_str(), server->port, metrics_where.c_str(),
+               absl::GetFlag(FLAGS_db).c_str(), absl::FormatDuration(lease).c_str());
 
   // The handler only sets a flag; poll it (no work happens on this thread otherwise).
   while (g_signal == 0) absl::SleepFor(absl::Milliseconds(100));
@@ -88,6 +131,7 @@ int main(int argc, char** argv) {
   service.Shutdown();  // end watches so Shutdown below does not wait for them
   server->server->Shutdown(absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_shutdown_grace)));
   server->server->Wait();
+  metrics_server.reset();
   (*manager)->Stop();
   manager->reset();  // closes the database
   std::fprintf(stderr, "dtrain-coordinator: stopped\n");

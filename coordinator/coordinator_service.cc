@@ -3,6 +3,7 @@
 #include <deque>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -260,8 +261,15 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerCo
   return Reply(context, absl::StatusOr<ListWorkersResponse>(manager_->ListWorkers()), response);
 }
 
-absl::StatusOr<RunningServer> StartServer(const std::string& listen, grpc::Service* service) {
+absl::StatusOr<RunningServer> StartServer(
+    const std::string& listen, grpc::Service* service,
+    std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> interceptor) {
   grpc::ServerBuilder builder;
+  if (interceptor != nullptr) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(std::move(interceptor));
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
   RunningServer running;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &running.port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -90,10 +90,26 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<J
                                                                Options options) {
   std::unique_ptr<JobManager> manager(new JobManager(std::move(store), std::move(options)));
   RETURN_IF_ERROR(manager->Recover());
+  if (CoordinatorMetrics* metrics = manager->options_.metrics) {
+    metrics->SetStateSource([m = manager.get()] { return m->StateCounts(); });
+  }
   return manager;
 }
 
-JobManager::~JobManager() { Stop(); }
+absl::StatusOr<CoordinatorMetrics::StateCounts> JobManager::StateCounts() {
+  CoordinatorMetrics::StateCounts counts;
+  const WorkerCounts workers = registry_.Counts();
+  counts.idle = workers.idle;
+  counts.busy = workers.busy;
+  counts.lost = workers.lost;
+  ASSIGN_OR_RETURN(counts.jobs, store_->CountByState());
+  return counts;
+}
+
+JobManager::~JobManager() {
+  if (options_.metrics != nullptr) options_.metrics->SetStateSource(nullptr);
+  Stop();
+}
 
 absl::Status JobManager::Recover() {
   ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->JobsInStates({QUEUED, PLACING, RUNNING}));
@@ -104,6 +120,7 @@ absl::Status JobManager::Recover() {
     ActiveJob job;
     job.id = stored.id();
     job.spec = stored.spec();
+    job.submitted = absl::FromUnixMillis(stored.submitted_unix_ms());
     job.state = stored.state();
     job.reason = stored.reason();
     job.last_step = stored.latest().step();
@@ -309,7 +326,10 @@ void JobManager::RunSchedulerPass() {
 
 absl::Status JobManager::Place(ActiveJob& job, std::vector<WorkerInfo>* idle,
                                WorkerCounts* counts) {
-  ASSIGN_OR_RETURN(PlacementResult placed, PlaceJob(job.spec, *idle));
+  const absl::Time start = absl::Now();  // the real clock: this times computation
+  absl::StatusOr<PlacementResult> computed = PlaceJob(job.spec, *idle);
+  if (options_.metrics != nullptr) options_.metrics->PlacementComputed(absl::Now() - start);
+  ASSIGN_OR_RETURN(PlacementResult placed, std::move(computed));
   auto assignment = std::make_shared<JobAssignment>();
   assignment->set_job_id(job.id);
   *assignment->mutable_spec() = job.spec;
@@ -326,6 +346,7 @@ absl::Status JobManager::Place(ActiveJob& job, std::vector<WorkerInfo>* idle,
     registry_.CancelJob(job.id, workers);  // undelivered: frees them at once
     return status;
   }
+  if (options_.metrics != nullptr) options_.metrics->JobPlaced(Now() - job.submitted);
   SetRanks(job, std::move(assignment));
 
   std::vector<std::string> stages;
@@ -533,11 +554,13 @@ absl::StatusOr<Job> JobManager::SubmitJob(const SubmitJobRequest& request) {
   ActiveJob active;
   active.id = job.id();
   active.spec = spec;
+  active.submitted = absl::FromUnixMillis(job.submitted_unix_ms());
   active.state = QUEUED;
   active.reason = reason;
   jobs_.emplace(JobNumber(job.id()), std::move(active));
   Log(absl::StrCat(job.id(), ": submitted \"", spec.name(), "\" needing ", Plural(needed, "worker"),
                    ": ", reason));
+  if (options_.metrics != nullptr) options_.metrics->JobSubmitted();
   Wake();
   return job;
 }

@@ -43,6 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_store.h"
 #include "coordinator/worker_registry.h"
@@ -60,6 +61,9 @@ class JobManager {
     absl::Duration tick = absl::ZeroDuration();
     std::function<absl::Time()> clock;           // default absl::Now
     std::function<void(absl::string_view)> log;  // default: a timestamped line on stderr
+    // Optional: job events are reported to it and it reads the worker and job counts at each
+    // scrape. Must outlive the manager.
+    CoordinatorMetrics* metrics = nullptr;
   };
 
   // Loads the active jobs of `store` (see Restart above). Does not start the scheduler thread.
@@ -98,6 +102,7 @@ class JobManager {
   struct ActiveJob {
     std::string id;
     JobSpec spec;
+    absl::Time submitted;
     JobState state = QUEUED;
     std::string reason;
     std::shared_ptr<const JobAssignment> assignment;  // from PLACING on: id, spec, placement
@@ -117,6 +122,8 @@ class JobManager {
 
   JobManager(std::unique_ptr<JobStore> store, Options options);
   absl::Status Recover();
+  // Workers by state (registry) and jobs by state (store), for the metrics at scrape time.
+  absl::StatusOr<CoordinatorMetrics::StateCounts> StateCounts();
   static void SetRanks(ActiveJob& job, std::shared_ptr<const JobAssignment> assignment);
 
   absl::Time Now() const { return options_.clock(); }

@@ -1,6 +1,7 @@
 #include "coordinator/job_notifier.h"
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -89,15 +90,21 @@ TEST(JobNotifier, ConcurrentWaitersAndNotifiersLoseNoWakeup) {
         if (!fired.load() && !n.Cancel(token)) {
           while (!fired.load()) std::this_thread::yield();  // it is running right now
         }
-        ++woken;
+        if (fired.load()) ++woken;
       }
     });
   }
-  for (int i = 0; i < 2000; ++i) n.Notify("job-1");
+  // Notify until the waiters have been woken many times (a lost wakeup would leave a waiter
+  // parked for good and the count stuck); bounded so a bug fails instead of hanging.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (woken.load() < 200 && std::chrono::steady_clock::now() < deadline) {
+    n.Notify("job-1");
+    std::this_thread::yield();
+  }
   stop = true;
   n.Shutdown();
   for (std::thread& t : threads) t.join();
-  EXPECT_GT(woken.load(), 0);
+  EXPECT_GE(woken.load(), 200);
 }
 
 }  // namespace

@@ -415,6 +415,18 @@ absl::StatusOr<std::vector<Job>> JobStore::JobsInStates(absl::Span<const JobStat
   return jobs;
 }
 
+absl::StatusOr<std::map<JobState, int64_t>> JobStore::CountByState() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, path_, "SELECT state, COUNT(*) FROM jobs GROUP BY state");
+  std::map<JobState, int64_t> counts;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    counts[static_cast<JobState>(s.Int(0))] = s.Int(1);
+  }
+  return counts;
+}
+
 absl::StatusOr<std::vector<StepMetrics>> JobStore::MetricsAfter(absl::string_view job_id,
                                                                 int64_t after_step, int limit) {
   absl::MutexLock lock(&mu_);

@@ -20,6 +20,7 @@
 #define DTRAIN_COORDINATOR_JOB_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,6 +90,8 @@ class JobStore {
   absl::StatusOr<std::vector<Job>> ListJobs(int limit);
   // Jobs in any of `states`, oldest first, without history (startup recovery, scheduling).
   absl::StatusOr<std::vector<Job>> JobsInStates(absl::Span<const JobState> states);
+  // How many jobs are in each state (states without jobs are absent); one indexed query.
+  absl::StatusOr<std::map<JobState, int64_t>> CountByState();
 
   // Steps with step > after_step in step order, at most `limit`.
   absl::StatusOr<std::vector<StepMetrics>> MetricsAfter(absl::string_view job_id,

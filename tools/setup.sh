@@ -14,6 +14,7 @@ PACKAGES=(
   libsqlite3-dev libcivetweb-dev
   python3-torch python3-numpy  # numerical oracle and speed peer (run with /usr/bin/python3)
   iperf3                     # loopback TCP baseline for tools/bench_allreduce.py
+  prometheus                 # promtool, which checks our /metrics output in tests
 )
 
 missing=()

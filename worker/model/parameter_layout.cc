@@ -151,4 +151,42 @@ absl::Status ExtractShard(const ParameterTensor& t, const TensorParallelSpec& tp
   return absl::InternalError("unknown shard kind");
 }
 
+absl::Status InsertShard(const ParameterTensor& t, const TensorParallelSpec& tp,
+                         absl::Span<const float> local, absl::Span<float> global) {
+  if (static_cast<int64_t>(global.size()) != t.global_size() ||
+      static_cast<int64_t>(local.size()) != t.local_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("InsertShard(", t.name, "): sizes ",
+                                                   global.size(), "/", local.size()));
+  }
+  switch (t.shard) {
+    case ShardKind::kReplicated:
+      std::memcpy(global.data(), local.data(), local.size() * sizeof(float));
+      return absl::OkStatus();
+    case ShardKind::kRows: {
+      const int64_t rows = t.local_shape.front();
+      const int64_t row_size = t.local_size() / rows;
+      std::memcpy(global.data() + tp.rank * rows * row_size, local.data(),
+                  local.size() * sizeof(float));
+      return absl::OkStatus();
+    }
+    case ShardKind::kColumns: {
+      // The same walk as ExtractShard, copying the other way.
+      const int64_t global_cols = t.global_shape.back();
+      const int64_t rows = t.global_size() / global_cols;
+      const int64_t block = global_cols / t.parts;
+      const int64_t w = block / tp.size;
+      const float* in = local.data();
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int p = 0; p < t.parts; ++p) {
+          std::memcpy(global.data() + r * global_cols + p * block + tp.rank * w, in,
+                      w * sizeof(float));
+          in += w;
+        }
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::InternalError("unknown shard kind");
+}
+
 }  // namespace dtrain::model

@@ -75,6 +75,11 @@ class ParameterLayout {
 absl::Status ExtractShard(const ParameterTensor& t, const TensorParallelSpec& tp,
                           absl::Span<const float> global, absl::Span<float> local);
 
+// The inverse: copies this rank's shard `local` into its place in the whole tensor `global`
+// (a replicated tensor is copied whole). Calling it for every tp rank rebuilds the tensor.
+absl::Status InsertShard(const ParameterTensor& t, const TensorParallelSpec& tp,
+                         absl::Span<const float> local, absl::Span<float> global);
+
 }  // namespace dtrain::model
 
 #endif  // DTRAIN_WORKER_MODEL_PARAMETER_LAYOUT_H_

@@ -182,17 +182,21 @@ TEST_P(EquivalenceTest, TrainsToTheSingleWorkerNumbers) {
     const int stage = (r / c.tp) % c.pp;
     EXPECT_TRUE(pipeline::CheckTrace(spec, stage, res.trace).ok())
         << "rank " << r << ": " << pipeline::CheckTrace(spec, stage, res.trace);
-    // Peak live activations: GPipe holds all m; 1F1B and ZB-H1 at most p - s on stage s.
+    // Peak live activations: GPipe holds all m; 1F1B p - s on stage s.
     const int v = c.v;
     if (c.schedule == ScheduleKind::kGpipe) EXPECT_EQ(res.peak_live, m) << "rank " << r;
     if (c.schedule == ScheduleKind::kOneFOneB) {
       EXPECT_EQ(res.peak_live, std::min(m, c.pp - stage)) << "rank " << r;
     }
+    // ZB-H1 keeps a micro-batch from its F to its deferred W: min(p, m) on every stage (the
+    // 1F1B first-stage peak); what B frees is not counted here (schedule.cc).
     if (c.schedule == ScheduleKind::kZeroBubbleH1) {
-      EXPECT_LE(res.peak_live, std::min(m, c.pp - stage))
+      EXPECT_LE(res.peak_live, std::min(m, c.pp))
           << "rank " << r << ": " << pipeline::TraceToString(res.trace);
     }
-    if (c.schedule == ScheduleKind::kInterleaved) EXPECT_LE(res.peak_live, m * v);
+    if (c.schedule == ScheduleKind::kInterleaved) {
+      EXPECT_LE(res.peak_live, m * v);
+    }
   }
 }
 

@@ -1,0 +1,360 @@
+#include "client/plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/format.h"
+#include "google/protobuf/struct.pb.h"
+
+namespace dtrain {
+namespace client {
+namespace {
+
+using pipeline::Action;
+using pipeline::ActionType;
+
+// The pipeline rank s of replica 0, tp rank 0: the layers every rank of stage s holds.
+const RankAssignment& StageRank(const Plan& plan, int s) {
+  const Placement& placement = plan.placed.placement;
+  for (const RankAssignment& r : placement.ranks()) {
+    if (r.dp_rank() == 0 && r.tp_rank() == 0 && r.pp_rank() == s) return r;
+  }
+  return placement.ranks(0);  // unreachable for a placement of pp stages
+}
+
+// Layers of chunk j of a rank (its whole range unless interleaved).
+LayerRange ChunkLayers(const RankAssignment& r, int j) {
+  if (r.chunks_size() > 0) return r.chunks(j);
+  LayerRange range;
+  range.set_first_layer(r.first_layer());
+  range.set_num_layers(r.num_layers());
+  return range;
+}
+
+std::string RangeString(const LayerRange& r) {
+  if (r.num_layers() == 1) return absl::StrCat(r.first_layer());
+  return absl::StrCat(r.first_layer(), "-", r.first_layer() + r.num_layers() - 1);
+}
+
+std::string LayersString(const RankAssignment& r) {
+  std::vector<std::string> parts;
+  const int chunks = std::max(1, r.chunks_size());
+  for (int j = 0; j < chunks; ++j) parts.push_back(RangeString(ChunkLayers(r, j)));
+  return absl::StrJoin(parts, ",");
+}
+
+std::string Percent(double fraction) { return absl::StrFormat("%.1f%%", 100 * fraction); }
+
+std::string Bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+  return u == 0 ? absl::StrFormat("%.0f B", bytes) : absl::StrFormat("%.1f %s", bytes, units[u]);
+}
+
+char Letter(ActionType t) {
+  switch (t) {
+    case ActionType::kForward:
+      return 'F';
+    case ActionType::kBackward:
+      return 'B';
+    case ActionType::kBackwardInput:
+      return 'b';
+    case ActionType::kBackwardWeight:
+      return 'w';
+  }
+  return '?';
+}
+
+std::string WorkerHost(const Plan& plan, const std::string& id) {
+  for (const WorkerInfo& w : plan.workers) {
+    if (w.worker_id() == id) return w.host_label();
+  }
+  return "-";
+}
+
+}  // namespace
+
+int64_t ActivationBytesPerLayer(const JobSpec& spec) {
+  const int64_t b = spec.micro_batch_size(), T = spec.seq_len();
+  const int64_t C = spec.model().n_embd(), NH = spec.model().n_head();
+  return 4 * b * T * (18 * C + 2 * NH * T + 4);
+}
+
+absl::StatusOr<Plan> MakePlan(const JobSpec& spec, const PlanOptions& options) {
+  return MakePlanWithActions(spec, options, {});
+}
+
+absl::StatusOr<Plan> MakePlanWithActions(const JobSpec& spec, const PlanOptions& options,
+                                         const std::vector<std::vector<Action>>& actions) {
+  Plan plan;
+  plan.spec = spec;
+  const ParallelLayout& layout = spec.parallel();
+  const int64_t needed = int64_t{layout.dp()} * layout.pp() * layout.tp();
+  if (options.workers < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--workers=", options.workers, " is negative"));
+  }
+  const int64_t n = options.workers > 0 ? options.workers : needed;
+  if (options.hosts < 1 || options.hosts > n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--hosts=", options.hosts, " must be between 1 and the workers (", n, ")"));
+  }
+  // Workers in blocks of ceil(n / hosts) per host: w0..w3 on h0, w4..w7 on h1, ...
+  const int64_t per_host = (n + options.hosts - 1) / options.hosts;
+  for (int64_t i = 0; i < n; ++i) {
+    WorkerInfo w;
+    w.set_worker_id(absl::StrCat("w", i));
+    w.set_host_label(absl::StrCat("h", i / per_host));
+    w.set_state(IDLE);
+    plan.workers.push_back(w);
+  }
+  absl::StatusOr<coordinator::PlacementResult> placed = coordinator::PlaceJob(spec, plan.workers);
+  if (!placed.ok()) return placed.status();
+  plan.placed = *std::move(placed);
+
+  absl::StatusOr<pipeline::ScheduleKind> kind = pipeline::ParseScheduleKind(layout.schedule());
+  if (!kind.ok()) return kind.status();
+  plan.schedule.kind = *kind;
+  plan.schedule.stages = layout.pp();
+  plan.schedule.micro_batches =
+      spec.micro_batch_size() > 0 ? spec.batch_size() / layout.dp() / spec.micro_batch_size() : 0;
+  plan.schedule.virtual_stages = layout.virtual_stages();
+  if (absl::Status valid = pipeline::ValidateSchedule(plan.schedule); !valid.ok()) return valid;
+  const int p = plan.schedule.stages, m = plan.schedule.micro_batches;
+  const int v = plan.schedule.virtual_stages;
+
+  for (int s = 0; s < p; ++s) {
+    const double c = plan.placed.placement.stage_costs(s) / v;
+    plan.costs.push_back({c, c, c});
+  }
+  std::vector<std::vector<Action>> lists = actions;
+  for (int s = 0; actions.empty() && s < p; ++s) {
+    absl::StatusOr<std::vector<Action>> a = pipeline::StageActions(plan.schedule, s);
+    if (!a.ok()) return a.status();
+    lists.push_back(*std::move(a));
+  }
+  absl::StatusOr<pipeline::SimResult> sim =
+      pipeline::SimulateActions(lists, m, v, plan.costs, /*latency=*/0);
+  if (!sim.ok()) return sim.status();
+  plan.sim = *std::move(sim);
+  plan.one_f_one_b_bubble = (p - 1.0) / (m + p - 1.0);
+  // The baseline on these (possibly unequal) stages: whole stages, fused backward.
+  std::vector<pipeline::StageCosts> whole;
+  for (const pipeline::StageCosts& c : plan.costs) {
+    whole.push_back({c.forward * v, c.backward_input * v, c.backward_weight * v});
+  }
+  absl::StatusOr<pipeline::SimResult> baseline =
+      pipeline::SimulateSchedule({pipeline::ScheduleKind::kOneFOneB, p, m, 1}, whole, 0);
+  if (!baseline.ok()) return baseline.status();
+  plan.one_f_one_b_simulated = baseline->bubble_fraction;
+  plan.activation_bytes_per_layer = ActivationBytesPerLayer(spec);
+
+  // Layers live per stage: a chunk's layers from its F to the end of its backward.
+  for (int s = 0; s < p; ++s) {
+    const RankAssignment& rank = StageRank(plan, s);
+    int live = 0, peak = 0;
+    for (const pipeline::TimedAction& t : plan.sim.stages[s].timeline) {
+      const int layers = ChunkLayers(rank, t.action.chunk).num_layers();
+      if (t.action.type == ActionType::kForward) live += layers;
+      if (t.action.type == ActionType::kBackward || t.action.type == ActionType::kBackwardWeight) {
+        live -= layers;
+      }
+      peak = std::max(peak, live);
+    }
+    plan.peak_live_layers.push_back(peak);
+  }
+  return plan;
+}
+
+std::vector<std::string> TimelineRows(const pipeline::SimResult& sim, int virtual_stages,
+                                      int width) {
+  std::vector<std::string> rows;
+  const double scale = sim.makespan > 0 ? width / sim.makespan : 0;
+  for (const pipeline::StageResult& stage : sim.stages) {
+    std::string row(width, '.');
+    for (const pipeline::TimedAction& t : stage.timeline) {
+      const int c0 = static_cast<int>(std::lround(t.start * scale));
+      const int c1 = std::min(width, static_cast<int>(std::lround(t.end * scale)));
+      if (c1 <= c0) continue;  // shorter than half a column
+      const std::string letter(1, Letter(t.action.type));
+      std::string text = absl::StrCat(letter, t.action.micro_batch);
+      if (virtual_stages > 1) absl::StrAppend(&text, ".", t.action.chunk);
+      if (static_cast<int>(text.size()) > c1 - c0) {
+        text = absl::StrCat(letter, t.action.micro_batch);
+        if (static_cast<int>(text.size()) > c1 - c0) text = letter;
+      }
+      for (int c = c0; c < c1; ++c) {
+        row[c] = c - c0 < static_cast<int>(text.size()) ? text[c - c0] : '-';
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string PlanText(const Plan& plan, const std::string& path) {
+  const JobSpec& spec = plan.spec;
+  const ParallelLayout& layout = spec.parallel();
+  const pipeline::ScheduleSpec& sched = plan.schedule;
+  const int p = sched.stages, v = sched.virtual_stages;
+  std::string out;
+  absl::StrAppend(&out, "plan for ", path, spec.name().empty() ? "" : " (" + spec.name() + ")",
+                  "\n");
+  absl::StrAppend(&out, "layout: ", LayoutString(layout), " (", plan.placed.placement.ranks_size(),
+                  " ranks), schedule ", layout.schedule());
+  if (v > 1) absl::StrAppend(&out, " with ", v, " virtual stages");
+  absl::StrAppend(&out, ", ", sched.micro_batches, " micro-batches of ", spec.micro_batch_size(),
+                  " sequences per replica per step\n");
+  std::vector<std::string> hosts;
+  for (const WorkerInfo& w : plan.workers) {
+    if (hosts.empty() || hosts.back() != w.host_label()) hosts.push_back(w.host_label());
+  }
+  absl::StrAppend(&out, "workers: ", plan.workers.size(), " hypothetical (w0..w",
+                  plan.workers.size() - 1, ") on ", hosts.size(),
+                  hosts.size() == 1 ? " host" : " hosts");
+  if (hosts.size() > 1) {
+    absl::StrAppend(&out,
+                    "; tensor-parallel groups split across hosts: ", plan.placed.split_tp_groups);
+  }
+  absl::StrAppend(&out, "\n\nranks:\n");
+
+  std::vector<std::vector<std::string>> rows;
+  for (int i = 0; i < plan.placed.placement.ranks_size(); ++i) {
+    const RankAssignment& r = plan.placed.placement.ranks(i);
+    rows.push_back({absl::StrCat(i), absl::StrCat(r.dp_rank()), absl::StrCat(r.pp_rank()),
+                    absl::StrCat(r.tp_rank()), r.worker_id(), WorkerHost(plan, r.worker_id()),
+                    LayersString(r)});
+  }
+  absl::StrAppend(&out, FormatTable({"RANK", "DP", "PP", "TP", "WORKER", "HOST", "LAYERS"}, rows));
+
+  absl::StrAppend(&out, "\nstages (cost: transformer-block forwards per micro-batch):\n");
+  rows.clear();
+  for (int s = 0; s < p; ++s) {
+    rows.push_back({absl::StrCat(s), LayersString(StageRank(plan, s)),
+                    absl::StrFormat("%.2f", plan.placed.placement.stage_costs(s))});
+  }
+  absl::StrAppend(&out, FormatTable({"STAGE", "LAYERS", "COST"}, rows));
+
+  const int width = 100;
+  absl::StrAppend(&out, "\nschedule ", layout.schedule(),
+                  ", one step, 1 column = ", absl::StrFormat("%.3g", plan.sim.makespan / width),
+                  " cost units:\n", "(F forward = cost, ",
+                  sched.kind == pipeline::ScheduleKind::kZeroBubbleH1
+                      ? "b input gradient = cost, w weight gradient = cost"
+                      : "B backward = 2 * cost",
+                  v > 1 ? "; digits: micro-batch.chunk" : "; digits: micro-batch", "; '.' idle)\n");
+  const std::vector<std::string> timeline = TimelineRows(plan.sim, v, width);
+  const std::string last_label = absl::StrCat("stage ", p - 1);
+  for (int s = 0; s < p; ++s) {
+    absl::StrAppend(&out, absl::StrFormat("%-*s |", last_label.size(), absl::StrCat("stage ", s)),
+                    timeline[s], "|\n");
+  }
+
+  absl::StrAppend(&out, "\n");
+  rows.clear();
+  for (int s = 0; s < p; ++s) {
+    const pipeline::StageResult& st = plan.sim.stages[s];
+    rows.push_back(
+        {absl::StrCat(s), absl::StrFormat("%.2f", st.busy), Percent(st.bubble_fraction),
+         absl::StrCat(st.peak_live), absl::StrCat(plan.peak_live_layers[s]),
+         Bytes(static_cast<double>(plan.peak_live_layers[s]) * plan.activation_bytes_per_layer)});
+  }
+  absl::StrAppend(
+      &out, FormatTable({"STAGE", "BUSY", "BUBBLE", "PEAK LIVE", "PEAK LAYERS", "PEAK ACTIVATIONS"},
+                        rows));
+  absl::StrAppend(&out, "(live: micro-batch", v > 1 ? "-chunks" : "es",
+                  " between the end of their F and the end of their backward",
+                  sched.kind == pipeline::ScheduleKind::kZeroBubbleH1 ? " (w)" : "", ")\n");
+  absl::StrAppend(&out, "bubble: ", Percent(plan.sim.bubble_fraction),
+                  " simulated overall (one step: ", absl::StrFormat("%.2f", plan.sim.makespan),
+                  " cost units)\n1F1B: theory (p-1)/(m+p-1) = ", p - 1, "/",
+                  sched.micro_batches + p - 1, " = ", Percent(plan.one_f_one_b_bubble));
+  if (sched.kind != pipeline::ScheduleKind::kOneFOneB) {
+    absl::StrAppend(&out, "; simulated on these stages ", Percent(plan.one_f_one_b_simulated));
+  }
+  absl::StrAppend(&out, "\n");
+  absl::StrAppend(&out, "activations: 4*b*T*(18*C + 2*NH*T + 4) bytes per layer per micro-batch = ",
+                  Bytes(plan.activation_bytes_per_layer), "\n  (fp32; b=", spec.micro_batch_size(),
+                  " T=", spec.seq_len(), " C=", spec.model().n_embd(),
+                  " NH=", spec.model().n_head(),
+                  "; PEAK ACTIVATIONS = that * PEAK LAYERS; logits and tp sharding left out)\n");
+  return out;
+}
+
+std::string PlanJson(const Plan& plan, const std::string& path) {
+  using google::protobuf::ListValue;
+  using google::protobuf::Struct;
+  using google::protobuf::Value;
+  auto num = [](Struct& s, const std::string& key, double x) {
+    (*s.mutable_fields())[key].set_number_value(x);
+  };
+  auto str = [](Struct& s, const std::string& key, const std::string& x) {
+    (*s.mutable_fields())[key].set_string_value(x);
+  };
+  auto list = [](Struct& s, const std::string& key) {
+    return (*s.mutable_fields())[key].mutable_list_value();
+  };
+  auto add = [](ListValue* l) { return l->add_values()->mutable_struct_value(); };
+
+  const ParallelLayout& layout = plan.spec.parallel();
+  Struct root;
+  str(root, "file", path);
+  str(root, "name", plan.spec.name());
+  Struct& lay = *(*root.mutable_fields())["layout"].mutable_struct_value();
+  num(lay, "dp", layout.dp());
+  num(lay, "pp", layout.pp());
+  num(lay, "tp", layout.tp());
+  str(lay, "schedule", layout.schedule());
+  num(lay, "virtual_stages", plan.schedule.virtual_stages);
+  num(lay, "micro_batches", plan.schedule.micro_batches);
+  num(lay, "micro_batch_size", plan.spec.micro_batch_size());
+  num(root, "workers", plan.workers.size());
+  num(root, "split_tp_groups", plan.placed.split_tp_groups);
+
+  ListValue* ranks = list(root, "ranks");
+  for (int i = 0; i < plan.placed.placement.ranks_size(); ++i) {
+    const RankAssignment& r = plan.placed.placement.ranks(i);
+    Struct& rank = *add(ranks);
+    num(rank, "rank", i);
+    num(rank, "dp", r.dp_rank());
+    num(rank, "pp", r.pp_rank());
+    num(rank, "tp", r.tp_rank());
+    str(rank, "worker", r.worker_id());
+    str(rank, "host", WorkerHost(plan, r.worker_id()));
+    str(rank, "layers", LayersString(r));
+  }
+  ListValue* stages = list(root, "stages");
+  for (int s = 0; s < plan.schedule.stages; ++s) {
+    const pipeline::StageResult& st = plan.sim.stages[s];
+    Struct& stage = *add(stages);
+    num(stage, "stage", s);
+    str(stage, "layers", LayersString(StageRank(plan, s)));
+    num(stage, "cost", plan.placed.placement.stage_costs(s));
+    num(stage, "busy", st.busy);
+    num(stage, "bubble_fraction", st.bubble_fraction);
+    num(stage, "peak_live_micro_batches", st.peak_live);
+    num(stage, "peak_awaiting_input_grad", st.peak_awaiting_input_grad);
+    num(stage, "peak_live_layers", plan.peak_live_layers[s]);
+    num(stage, "peak_activation_bytes",
+        static_cast<double>(plan.peak_live_layers[s]) * plan.activation_bytes_per_layer);
+    ListValue* timeline = list(stage, "timeline");
+    for (const pipeline::TimedAction& t : st.timeline) {
+      Struct& a = *add(timeline);
+      str(a, "action", pipeline::ActionToString(t.action));
+      num(a, "start", t.start);
+      num(a, "end", t.end);
+    }
+  }
+  num(root, "makespan", plan.sim.makespan);
+  num(root, "bubble_fraction", plan.sim.bubble_fraction);
+  num(root, "one_f_one_b_bubble", plan.one_f_one_b_bubble);
+  num(root, "one_f_one_b_simulated", plan.one_f_one_b_simulated);
+  num(root, "activation_bytes_per_layer", plan.activation_bytes_per_layer);
+  return ToJsonLine(root);
+}
+
+}  // namespace client
+}  // namespace dtrain

@@ -1,0 +1,220 @@
+// `dtrain plan` as a specification: the report's key lines for 1F1B, ZB-H1 and interleaved
+// layouts, hosts in the rank table, --json, and exit 2 with the reason for every job that
+// cannot run (a bad spec, a schedule the layout cannot run, too few workers, a deadlock).
+#include "client/plan.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/commands.h"
+#include "coordinator/job_spec.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+
+namespace dtrain {
+namespace client {
+namespace {
+
+using pipeline::Action;
+using pipeline::ActionType;
+using ::testing::HasSubstr;
+
+// 8 layers of width 64, 16 sequences of 32 tokens per step in micro-batches of 2.
+std::string SpecJson(const std::string& parallel, int micro_batch_size = 2) {
+  return absl::StrCat(
+      R"({"name": "plan-test", "model": {"vocab_size": 256, "context": 32, "n_layer": 8,)",
+      R"( "n_head": 4, "n_embd": 64}, "dataset": "data/demo.txt", "steps": 10,)",
+      R"( "batch_size": 16, "micro_batch_size": )", micro_batch_size, R"(, "parallel": )", parallel,
+      "}");
+}
+
+std::string WriteSpec(const std::string& name, const std::string& json) {
+  const std::string path = absl::StrCat(testing::TempDir(), name);
+  std::ofstream(path) << json;
+  return path;
+}
+
+struct CliRun {
+  int code;
+  std::string out, err;
+};
+
+CliRun Dtrain(const std::vector<std::string>& args) {
+  absl::StatusOr<Invocation> inv = ParseArguments(args, nullptr);
+  if (!inv.ok()) return {kExitUsage, "", std::string(inv.status().message())};
+  std::unique_ptr<CoordinatorStub> stub = CoordinatorStub::Connect("127.0.0.1:1", {});
+  std::ostringstream out, err;
+  Output output{out, err, false};
+  const int code = RunInvocation(*inv, *stub, output);
+  return {code, out.str(), err.str()};
+}
+
+JobSpec Validated(const std::string& json) {
+  absl::StatusOr<JobSpec> spec = coordinator::ParseJobSpecJson(json);
+  if (spec.ok()) spec = coordinator::ValidateAndDefault(*spec);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : JobSpec{};
+}
+
+TEST(Plan, OneFOneBReportHasLayoutRanksStagesTimelineAndBubble) {
+  const std::string path = WriteSpec("1f1b.json", SpecJson(R"({"pp": 4})"));
+  const CliRun r = Dtrain({"plan", path});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("layout: dp=1 pp=4 tp=1 (4 ranks), schedule 1f1b, 8 micro-batches "
+                               "of 2 sequences per replica per step"));
+  EXPECT_THAT(r.out, HasSubstr("workers: 4 hypothetical (w0..w3) on 1 host\n"));
+  EXPECT_THAT(r.out, HasSubstr("RANK  DP  PP  TP  WORKER  HOST  LAYERS\n"
+                               "0     0   0   0   w0      h0    0-1\n"));
+  EXPECT_THAT(r.out, HasSubstr("STAGE  LAYERS  COST\n0      0-1     2.00\n"));
+  EXPECT_THAT(r.out, HasSubstr("stage 0 |F0-"));
+  EXPECT_THAT(r.out, HasSubstr("stage 3 |...."));  // the last stage waits for three forwards
+  EXPECT_THAT(r.out, HasSubstr("\n1F1B: theory (p-1)/(m+p-1) = 3/11 = 27.3%\n"));
+  EXPECT_THAT(r.out, HasSubstr("STAGE  BUSY   BUBBLE  PEAK LIVE  PEAK LAYERS  PEAK ACTIVATIONS\n"));
+  // 4*2*32*(18*64 + 2*4*32 + 4) = 361,472 bytes per layer; stage 0 holds 4 micro-batches of
+  // 2 layers: 2,891,776 bytes.
+  EXPECT_THAT(r.out, HasSubstr("bytes per layer per micro-batch = 353.0 KiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("0      48.01  34.6%   4          8            2.8 MiB\n"));
+}
+
+TEST(Plan, SimulatedBubblesMatchTheScheduleOnEqualStages) {
+  // With the head's cost the stages differ; compare the schedules on the same spec.
+  auto bubble = [](const std::string& parallel) {
+    absl::StatusOr<Plan> plan = MakePlan(Validated(SpecJson(parallel)), {});
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? plan->sim.bubble_fraction : 1.0;
+  };
+  const double one = bubble(R"({"pp": 4, "schedule": "1f1b"})");
+  EXPECT_DOUBLE_EQ(bubble(R"({"pp": 4, "schedule": "gpipe"})"), one);
+  EXPECT_LT(bubble(R"({"pp": 4, "schedule": "zb-h1"})"), 0.6 * one);
+  EXPECT_LT(bubble(R"({"pp": 2, "schedule": "interleaved", "virtual_stages": 2})"),
+            bubble(R"({"pp": 2, "schedule": "1f1b"})"));
+}
+
+TEST(Plan, ZeroBubbleAndInterleavedTimelinesUseTheirLetters) {
+  CliRun r = Dtrain({"plan", WriteSpec("zb.json", SpecJson(R"({"pp": 2, "schedule": "zb-h1"})"))});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("b input gradient = cost, w weight gradient = cost"));
+  EXPECT_THAT(r.out, HasSubstr("bubble: 7.2% simulated overall (one step: 107.39 cost units)\n"
+                               "1F1B: theory (p-1)/(m+p-1) = 1/9 = 11.1%; simulated on these "
+                               "stages 13.6%\n"));
+  EXPECT_THAT(r.out, HasSubstr("stage 1 |....F0--b0--F1--b1--w0--F2--b2--w1"));
+
+  r = Dtrain({"plan", WriteSpec("il.json", SpecJson(R"({"pp": 2, "schedule": "interleaved",)"
+                                                    R"( "virtual_stages": 2})"))});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("with 2 virtual stages"));
+  EXPECT_THAT(r.out, HasSubstr("0     0   0   0   w0      h0    0-1,4-5\n"));
+  EXPECT_THAT(r.out, HasSubstr("digits: micro-batch.chunk"));
+  EXPECT_THAT(r.out, HasSubstr("stage 1 |..F0F1F0B0.1F1B1.1"));  // chunks when they fit
+}
+
+TEST(Plan, HostsSpreadTheWorkersAndKeepTensorGroupsTogether) {
+  const std::string path = WriteSpec("hosts.json", SpecJson(R"({"dp": 2, "pp": 2, "tp": 2})", 4));
+  const CliRun r = Dtrain({"plan", path, "--hosts=2"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("workers: 8 hypothetical (w0..w7) on 2 hosts; tensor-parallel "
+                               "groups split across hosts: 0"));
+  EXPECT_THAT(r.out, HasSubstr("1     0   0   1   w1      h0"));
+  EXPECT_THAT(r.out, HasSubstr("7     1   1   1   w7      h1"));
+  // 3 hosts of 3, 3 and 2 workers: after a pair from each, one pair has to span two hosts.
+  EXPECT_THAT(Dtrain({"plan", path, "--hosts", "3"}).out,
+              HasSubstr("on 3 hosts; tensor-parallel groups split across hosts: 1"));
+  EXPECT_THAT(Dtrain({"plan", path, "--hosts", "4"}).out,
+              HasSubstr("on 4 hosts; tensor-parallel groups split across hosts: 0"));
+}
+
+TEST(Plan, JsonIsOneObjectWithEveryStage) {
+  const std::string path = WriteSpec("json.json", SpecJson(R"({"pp": 4, "schedule": "zb-h1"})"));
+  const CliRun r = Dtrain({"plan", "--json", path});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  google::protobuf::Struct root;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &root).ok()) << r.out;
+  const auto& f = root.fields();
+  EXPECT_EQ(f.at("layout").struct_value().fields().at("micro_batches").number_value(), 8);
+  EXPECT_EQ(f.at("ranks").list_value().values_size(), 4);
+  const auto& stages = f.at("stages").list_value();
+  ASSERT_EQ(stages.values_size(), 4);
+  const auto& stage0 = stages.values(0).struct_value().fields();
+  EXPECT_EQ(stage0.at("timeline").list_value().values_size(), 24);  // 8 x F, B, W
+  EXPECT_EQ(stage0.at("timeline")
+                .list_value()
+                .values(0)
+                .struct_value()
+                .fields()
+                .at("action")
+                .string_value(),
+            "F0");
+  EXPECT_NEAR(f.at("one_f_one_b_bubble").number_value(), 3.0 / 11, 1e-12);
+  EXPECT_LT(f.at("bubble_fraction").number_value(), f.at("one_f_one_b_bubble").number_value());
+  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1);  // one line
+}
+
+TEST(Plan, RejectsABadSpecLikeSubmit) {
+  const CliRun r = Dtrain({"plan", WriteSpec("bad.json", SpecJson(R"({"tp": 3, "pp": 9})"))});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("is not a valid job spec:\n"));
+  EXPECT_THAT(r.err, HasSubstr("  parallel.tp=3 does not divide model.n_head=4\n"));
+  EXPECT_THAT(r.err, HasSubstr("  parallel.pp=9 exceeds model.n_layer=8"));
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(Dtrain({"plan", WriteSpec("typo.json", R"({"modle": {}})")}).code, kExitUsage);
+  const CliRun missing = Dtrain({"plan", "/nonexistent/job.json"});
+  EXPECT_EQ(missing.code, kExitUsage);
+  EXPECT_THAT(missing.err, HasSubstr("cannot read /nonexistent/job.json"));
+}
+
+TEST(Plan, RejectsAScheduleTheLayoutCannotRun) {
+  // 16 / 4 = 4 micro-batches on 3 stages: interleaving needs a multiple of 3.
+  const CliRun r =
+      Dtrain({"plan", WriteSpec("il3.json", SpecJson(R"({"pp": 3, "schedule":)"
+                                                     R"( "interleaved", "virtual_stages": 2})",
+                                                     4))});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("cannot run: invalid interleaved schedule: interleaved needs "
+                               "micro_batches (4) to be a multiple of stages (3)"));
+  const CliRun few =
+      Dtrain({"plan", WriteSpec("few.json", SpecJson(R"({"pp": 4})")), "--workers=3"});
+  EXPECT_EQ(few.code, kExitUsage);
+  EXPECT_THAT(few.err, HasSubstr("cannot run: needs 4 workers, 3 idle"));
+}
+
+TEST(Plan, RejectsADeadlock) {
+  const Action f0{ActionType::kForward, 0, 0}, b0{ActionType::kBackward, 0, 0};
+  const JobSpec spec = Validated(SpecJson(R"({"pp": 2})", 16));  // one micro-batch
+  // Stage 1 runs its backward before its forward: it waits for itself.
+  const absl::StatusOr<Plan> plan = MakePlanWithActions(spec, {}, {{f0, b0}, {b0, f0}});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("deadlock: stage 0 waits at BW0 for the input gradient of micro-batch 0 "
+                        "from stage 1; stage 1 waits at BW0 for its own F0, which comes later"));
+}
+
+TEST(Plan, FlagsBelongToPlan) {
+  EXPECT_THAT(Dtrain({"submit", "x.json", "--workers=4"}).err,
+              HasSubstr("flag --workers applies to 'plan' only"));
+  EXPECT_THAT(Dtrain({"plan"}).err, HasSubstr("'plan' needs a job spec file"));
+  EXPECT_THAT(Dtrain({"plan", "x.json", "--hosts=0"}).err, HasSubstr("--hosts must be at least 1"));
+  EXPECT_THAT(Dtrain({"help"}).out, HasSubstr("plan JOB.json [--workers=N] [--hosts=H]"));
+}
+
+TEST(TimelineRows, LetterMicroBatchDashesAndDotsForIdle) {
+  pipeline::SimResult sim;
+  sim.makespan = 10;
+  sim.stages.resize(2);
+  sim.stages[0].timeline = {{{ActionType::kForward, 0, 0}, 0, 2},
+                            {{ActionType::kBackward, 0, 0}, 4, 10}};
+  sim.stages[1].timeline = {{{ActionType::kForward, 12, 1}, 2, 3},
+                            {{ActionType::kBackwardInput, 3, 1}, 3, 4},
+                            {{ActionType::kBackwardWeight, 3, 1}, 8, 10}};
+  EXPECT_EQ(TimelineRows(sim, 1, 10), (std::vector<std::string>{"F0..B0----", "..Fb....w3"}));
+  // Too narrow for "F12.1" or "F12": the letter alone; "b3" without its chunk.
+  EXPECT_EQ(TimelineRows(sim, 2, 20)[1], "....F-b3........w3.1");
+}
+
+}  // namespace
+}  // namespace client
+}  // namespace dtrain

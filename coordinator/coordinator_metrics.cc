@@ -1,0 +1,181 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "common/status_macros.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+// RPCs: 100us (GetJob on a warm store) to minutes (WatchJob streams; longer ones land in +Inf).
+std::vector<double> RpcBuckets() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+          0.25,   0.5,     1,      2.5,   5,      10,    30,   60,    300,  3600};
+}
+// Queue wait: immediate placement (a scheduler tick) to a day.
+std::vector<double> QueueWaitBuckets() {
+  return {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 14400, 86400};
+}
+// Placement is pure computation: microseconds for a few workers, more for thousands.
+std::vector<double> PlacementBuckets() {
+  return {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+          0.005,   0.01,     0.025,   0.05,   0.1,     0.25,   0.5,   1};
+}
+
+constexpr JobState kJobStates[] = {QUEUED, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED};
+
+// Times one call from its start (the factory creates it when the call arrives) to the status
+// being sent; a call torn down without a status (server shutdown) counts as CANCELLED.
+class RpcInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  RpcInterceptor(CoordinatorMetrics* metrics, absl::string_view method)
+      : metrics_(metrics), method_(method), start_(std::chrono::steady_clock::now()) {}
+  ~RpcInterceptor() override {
+    if (!recorded_) Record(grpc::StatusCode::CANCELLED);
+  }
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS) &&
+        !recorded_) {
+      Record(methods->GetSendStatus().error_code());
+    }
+    methods->Proceed();
+  }
+
+ private:
+  void Record(grpc::StatusCode code) {
+    recorded_ = true;
+    metrics_->RpcFinished(method_, code,
+                          absl::FromChrono(std::chrono::steady_clock::now() - start_));
+  }
+
+  CoordinatorMetrics* const metrics_;
+  const std::string method_;
+  const std::chrono::steady_clock::time_point start_;
+  bool recorded_ = false;
+};
+
+class RpcInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit RpcInterceptorFactory(CoordinatorMetrics* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    // "/dtrain.Coordinator/SubmitJob" -> "SubmitJob"
+    absl::string_view method = info->method() != nullptr ? info->method() : "";
+    const size_t slash = method.rfind('/');
+    if (slash != absl::string_view::npos) method.remove_prefix(slash + 1);
+    return new RpcInterceptor(metrics_, method);
+  }
+
+ private:
+  CoordinatorMetrics* const metrics_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
+    metrics::Registry* registry) {
+  std::unique_ptr<CoordinatorMetrics> m(new CoordinatorMetrics(registry));
+  ASSIGN_OR_RETURN(m->workers_,
+                   registry->AddGauge("dtrain_coordinator_workers",
+                                      "Workers known to the coordinator, by state (idle, busy, "
+                                      "lost); computed at scrape time.",
+                                      {"state"}));
+  ASSIGN_OR_RETURN(m->jobs_,
+                   registry->AddGauge("dtrain_coordinator_jobs",
+                                      "Jobs in the coordinator's database, by state; computed "
+                                      "at scrape time.",
+                                      {"state"}));
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Counter> * submitted,
+      registry->AddCounter("dtrain_coordinator_jobs_submitted_total",
+                           "Jobs accepted by SubmitJob since the coordinator started."));
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Histogram> * queue_wait,
+      registry->AddHistogram("dtrain_coordinator_job_queue_wait_seconds",
+                             "Time from a job's submission to its placement (QUEUED to PLACING).",
+                             {}, QueueWaitBuckets()));
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Histogram> * placement,
+      registry->AddHistogram("dtrain_coordinator_placement_seconds",
+                             "Time spent computing one job's placement.", {}, PlacementBuckets()));
+  ASSIGN_OR_RETURN(m->rpcs_, registry->AddCounter("dtrain_coordinator_rpcs_total",
+                                                  "Coordinator RPCs finished, by method and gRPC "
+                                                  "status code.",
+                                                  {"method", "code"}));
+  ASSIGN_OR_RETURN(m->rpc_duration_,
+                   registry->AddHistogram("dtrain_coordinator_rpc_duration_seconds",
+                                          "Time from an RPC's arrival to its status being sent "
+                                          "(WatchJob: the whole stream), by method.",
+                                          {"method"}, RpcBuckets()));
+  m->submitted_ = &submitted->Add({});
+  m->queue_wait_ = &queue_wait->Add({});
+  m->placement_ = &placement->Add({});
+  // Every state from the first scrape on, at 0 until a source says otherwise.
+  for (const char* state : {"idle", "busy", "lost"}) m->workers_->Add({{"state", state}});
+  for (JobState state : kJobStates) {
+    m->jobs_->Add({{"state", absl::AsciiStrToLower(JobState_Name(state))}});
+  }
+  m->hook_ = registry->AddCollectHook([p = m.get()] { p->Collect(); });
+  return m;
+}
+
+CoordinatorMetrics::~CoordinatorMetrics() { registry_->RemoveCollectHook(hook_); }
+
+void CoordinatorMetrics::SetStateSource(std::function<absl::StatusOr<StateCounts>()> source) {
+  absl::MutexLock lock(&source_mu_);
+  source_ = std::move(source);
+}
+
+void CoordinatorMetrics::Collect() {
+  absl::MutexLock lock(&source_mu_);
+  if (!source_) return;
+  absl::StatusOr<StateCounts> counts = source_();
+  if (!counts.ok()) return;
+  workers_->Add({{"state", "idle"}}).Set(counts->idle);
+  workers_->Add({{"state", "busy"}}).Set(counts->busy);
+  workers_->Add({{"state", "lost"}}).Set(counts->lost);
+  for (JobState state : kJobStates) {
+    auto it = counts->jobs.find(state);
+    jobs_->Add({{"state", absl::AsciiStrToLower(JobState_Name(state))}})
+        .Set(it == counts->jobs.end() ? 0 : it->second);
+  }
+}
+
+void CoordinatorMetrics::JobSubmitted() { submitted_->Increment(); }
+
+void CoordinatorMetrics::JobPlaced(absl::Duration queue_wait) { queue_wait_->Observe(queue_wait); }
+
+void CoordinatorMetrics::PlacementComputed(absl::Duration elapsed) { placement_->Observe(elapsed); }
+
+void CoordinatorMetrics::RpcFinished(absl::string_view method, grpc::StatusCode code,
+                                     absl::Duration elapsed) {
+  metrics::Histogram* duration;
+  metrics::Counter* calls;
+  {
+    absl::MutexLock lock(&methods_mu_);
+    MethodMetrics& m = methods_[method];
+    if (m.duration == nullptr) m.duration = &rpc_duration_->Add({{"method", std::string(method)}});
+    metrics::Counter*& c = m.calls[code];
+    if (c == nullptr) {
+      c = &rpcs_->Add({{"method", std::string(method)},
+                       {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(code))}});
+    }
+    duration = m.duration;
+    calls = c;
+  }
+  calls->Increment();
+  duration->Observe(elapsed);
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+CoordinatorMetrics::NewRpcInterceptorFactory() {
+  return std::make_unique<RpcInterceptorFactory>(this);
+}
+
+}  // namespace dtrain::coordinator

@@ -1,0 +1,94 @@
+// CoordinatorMetrics: every Prometheus metric of dtrain-coordinator, in one place (the table is
+// in coordinator/README.md). JobManager reports job events to it, a gRPC server interceptor
+// reports every RPC, and the worker and job gauges are computed at scrape time from a source
+// JobManager installs (the registry's counts and one indexed store query), so nothing has to
+// keep them in step.
+//
+//   metrics::Registry registry;
+//   ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorMetrics> m, CoordinatorMetrics::Create(&registry));
+//   options.metrics = m.get();                              // JobManager::Options
+//   StartServer(listen, &service, m->NewRpcInterceptorFactory());
+//   MetricsServer::Start("0.0.0.0:9464", &registry);
+// Destroy in reverse: the gRPC server and the JobManager before `m`, `m` before `registry`.
+#ifndef DTRAIN_COORDINATOR_COORDINATOR_METRICS_H_
+#define DTRAIN_COORDINATOR_COORDINATOR_METRICS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/metrics/registry.h"
+#include "grpcpp/support/server_interceptor.h"
+#include "grpcpp/support/status.h"
+#include "proto/job.pb.h"
+
+namespace dtrain::coordinator {
+
+class CoordinatorMetrics {
+ public:
+  // Adds the coordinator's families to `registry`, which must outlive this object.
+  static absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> Create(metrics::Registry* registry);
+  ~CoordinatorMetrics();  // removes its collect hook
+  CoordinatorMetrics(const CoordinatorMetrics&) = delete;
+  CoordinatorMetrics& operator=(const CoordinatorMetrics&) = delete;
+
+  // What dtrain_coordinator_workers and dtrain_coordinator_jobs show.
+  struct StateCounts {
+    int64_t idle = 0, busy = 0, lost = 0;  // workers
+    std::map<JobState, int64_t> jobs;      // absent states are 0
+  };
+  // Called once per scrape; on an error (or with no source) the gauges keep their last values.
+  // Waits for a scrape in progress, so once SetStateSource(nullptr) returns the old source is
+  // never called again. JobManager sets it in Create and clears it when destroyed.
+  void SetStateSource(std::function<absl::StatusOr<StateCounts>()> source);
+
+  // Job events (lock-free).
+  void JobSubmitted();
+  void JobPlaced(absl::Duration queue_wait);  // submitted -> PLACING
+  void PlacementComputed(absl::Duration elapsed);
+  // One finished RPC: `method` as in the proto ("SubmitJob").
+  void RpcFinished(absl::string_view method, grpc::StatusCode code, absl::Duration elapsed);
+
+  // For grpc::ServerBuilder: calls RpcFinished for every call of the server, when its status is
+  // sent (unary calls when they reply; WatchJob when its stream ends, for any reason). The
+  // server must be destroyed before this object.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewRpcInterceptorFactory();
+
+ private:
+  explicit CoordinatorMetrics(metrics::Registry* registry) : registry_(registry) {}
+  void Collect();  // the collect hook
+
+  // Children of one method, created at its first call (codes at their first use).
+  struct MethodMetrics {
+    metrics::Histogram* duration = nullptr;
+    std::map<grpc::StatusCode, metrics::Counter*> calls;
+  };
+
+  metrics::Registry* const registry_;
+  metrics::Registry::HookId hook_ = 0;
+  metrics::Family<metrics::Gauge>* workers_ = nullptr;
+  metrics::Family<metrics::Gauge>* jobs_ = nullptr;
+  metrics::Counter* submitted_ = nullptr;
+  metrics::Histogram* queue_wait_ = nullptr;
+  metrics::Histogram* placement_ = nullptr;
+  metrics::Family<metrics::Counter>* rpcs_ = nullptr;
+  metrics::Family<metrics::Histogram>* rpc_duration_ = nullptr;
+
+  absl::Mutex source_mu_;
+  std::function<absl::StatusOr<StateCounts>()> source_ ABSL_GUARDED_BY(source_mu_);
+
+  absl::Mutex methods_mu_;
+  absl::flat_hash_map<std::string, MethodMetrics> methods_ ABSL_GUARDED_BY(methods_mu_);
+};
+
+}  // namespace dtrain::coordinator
+
+#endif  // DTRAIN_COORDINATOR_COORDINATOR_METRICS_H_

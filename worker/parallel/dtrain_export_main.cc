@@ -1,0 +1,53 @@
+// dtrain-export: one GPT-2 safetensors file from a sharded (multi-worker) checkpoint.
+//
+//   dtrain-export CHECKPOINT_DIR_OR_STEP_DIR OUT.safetensors
+//
+// CHECKPOINT_DIR uses the step its `latest` names; a step directory must be complete (hold a
+// manifest.json). The output is what a one-worker run saves: Hugging Face GPT-2 names,
+// matrices (in, out), F32, metadata {"step": N}. Exit status: 0 done, 1 error, 2 usage.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "worker/parallel/sharded_checkpoint.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: dtrain-export CHECKPOINT_DIR_OR_STEP_DIR OUT.safetensors\n"
+    "  Writes the whole model of a sharded checkpoint as one GPT-2 safetensors file.\n"
+    "  CHECKPOINT_DIR: the step named by CHECKPOINT_DIR/latest; or a step directory\n"
+    "  (CHECKPOINT_DIR/step_00000042) holding a manifest.json.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] == '-' || argv[i][0] == '\0') {
+      std::fprintf(stderr, "dtrain-export: error: bad argument \"%s\" (no flags are accepted)\n%s",
+                   argv[i], kUsage);
+      return 2;
+    }
+  }
+  if (argc != 3) {
+    std::fprintf(stderr, "dtrain-export: error: expected 2 arguments, got %d\n%s", argc - 1,
+                 kUsage);
+    return 2;
+  }
+  const std::string in = argv[1], out = argv[2];
+  absl::StatusOr<dtrain::parallel::Manifest> manifest = dtrain::parallel::ReadManifest(in);
+  absl::Status status = manifest.status();
+  if (status.ok()) status = dtrain::parallel::ExportSafetensors(in, out);
+  if (!status.ok()) {
+    std::fprintf(stderr, "dtrain-export: error: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  std::printf("dtrain-export: wrote %s (step %lld, %lld parameters)\n", out.c_str(),
+              static_cast<long long>(manifest->step),
+              static_cast<long long>(manifest->config.num_parameters()));
+  return 0;
+}

@@ -1,0 +1,119 @@
+// The on-disk description of a sharded checkpoint (docs/DATA_FORMATS.md, "Sharded checkpoints").
+//
+// A multi-worker job saves step N as one directory of per-rank safetensors files plus
+// manifest.json, which rank 0 writes last:
+//
+//   DIR/step_00000042/model-pp1-tp0-c0.safetensors          parameters of one chunk (dp 0 only)
+//   DIR/step_00000042/optimizer-dp1-pp1-tp0-c0.safetensors  AdamW moments of one chunk's range
+//   DIR/step_00000042/manifest.json                         what makes the step complete
+//   DIR/latest                                              "step_00000042", moved last
+//
+// The manifest names every file with its coordinates, size and FNV-1a-64 checksum, so a reader
+// never trusts a half-written step (no manifest) or a damaged file (size or checksum differs).
+// This header holds the data types, the file names, the checksum, the manifest's JSON and the
+// verified read of a listed file; the save/load/export logic is in sharded_checkpoint.h.
+#ifndef DTRAIN_WORKER_PARALLEL_MANIFEST_H_
+#define DTRAIN_WORKER_PARALLEL_MANIFEST_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "worker/model/config.h"
+#include "worker/model/parameter_layout.h"
+#include "worker/model/safetensors.h"
+
+namespace dtrain::parallel {
+
+inline constexpr char kManifestFileName[] = "manifest.json";
+inline constexpr char kLatestFileName[] = "latest";
+inline constexpr char kManifestFormat[] = "dtrain-sharded-checkpoint";
+inline constexpr int kManifestVersion = 1;
+
+// The parallel layout a checkpoint was written under; resuming needs the same one.
+struct CheckpointLayout {
+  int dp = 1, pp = 1, tp = 1;
+  int virtual_stages = 1;
+  bool zero1 = false;
+};
+
+enum class ShardFileKind { kModel, kOptimizer };
+
+// One file of a step. The same fields are stored in the file's own safetensors metadata (as
+// strings) and in its manifest entry (plus size and checksum), so each file is self-describing
+// and the manifest alone tells what a step holds.
+struct ShardFile {
+  ShardFileKind kind = ShardFileKind::kModel;
+  int dp_rank = 0;  // 0 for model files (replicas are identical) and non-ZeRO optimizer files
+  int pp_rank = 0;
+  int tp_rank = 0;
+  int chunk = 0;           // virtual stage on this pipeline rank (model chunk chunk * pp + pp_rank)
+  model::StageSpec stage;  // the chunk's layers and ends
+  // Optimizer files: the moments cover elements [range_begin, range_end) of the chunk's
+  // parameter buffer (ParameterLayout offsets), stored flat; buffer_size is the whole buffer.
+  int64_t range_begin = 0, range_end = 0, buffer_size = 0;
+  int64_t adam_step = 0;
+  // Manifest only: the file's size in bytes and FNV-1a-64 of all its bytes.
+  int64_t bytes = 0;
+  uint64_t fnv1a64 = 0;
+
+  // "model-pp1-tp0-c0.safetensors", "optimizer-dp1-pp1-tp0-c0.safetensors".
+  std::string FileName() const;
+};
+
+struct Manifest {
+  int64_t step = 0;
+  model::GptConfig config;
+  CheckpointLayout layout;
+  std::vector<ShardFile> files;
+
+  // The entry for a file, or null.
+  const ShardFile* Find(ShardFileKind kind, int dp_rank, int pp_rank, int tp_rank,
+                        int chunk) const;
+};
+
+// "step_00000042".
+std::string StepDirName(int64_t step);
+
+// FNV-1a, 64 bits (offset basis 0xcbf29ce484222325, prime 0x100000001b3), over every byte.
+// Chosen over CRC32C because it needs no table or CPU extension and is three lines in any
+// language (docs/DATA_FORMATS.md has a Python version).
+uint64_t Fnv1a64(absl::string_view bytes);
+
+// The manifest as JSON (pretty-printed, fields in a fixed order) and back. Parse errors are
+// DataLoss naming `path` and the field.
+std::string ManifestToJson(const Manifest& manifest);
+absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string& path);
+
+// A shard file's safetensors metadata ("format", "step", the coordinates, the chunk's stage
+// and, for optimizer files, the range and the AdamW step) and back. ParseShardMetadata checks
+// the format and that every field is present and well formed (DataLoss naming `path`).
+std::map<std::string, std::string> ShardMetadata(const ShardFile& file, int64_t step);
+absl::StatusOr<ShardFile> ParseShardMetadata(const std::map<std::string, std::string>& metadata,
+                                             int64_t* step, const std::string& path);
+
+// The "__metadata__" object of a safetensors file held in `bytes`, without reading its
+// tensors (DataLoss naming `path` when the header is malformed).
+absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsMetadata(
+    absl::string_view bytes, const std::string& path);
+
+// Opens the file of manifest entry `entry` in `step_dir` after checking its size and checksum
+// against the entry. Every failure is DataLoss naming the file: the manifest says what must be
+// there. (The file is read twice, once to checksum and once to parse; the second read comes
+// from the page cache and costs less than the checksum.)
+absl::StatusOr<model::SafetensorsFile> OpenVerified(const std::string& step_dir,
+                                                    const ShardFile& entry);
+
+// file.ReadFloat32, with errors as DataLoss: a verified shard without the tensor its layout
+// needs is damaged (or written by another program).
+absl::Status ReadShardTensor(const model::SafetensorsFile& file, const std::string& name,
+                             const std::vector<int64_t>& shape, absl::Span<float> out);
+
+}  // namespace dtrain::parallel
+
+#endif  // DTRAIN_WORKER_PARALLEL_MANIFEST_H_

@@ -1,0 +1,498 @@
+// Sharded checkpoints against the one-worker format: every layout's export is byte for byte
+// the file model::SaveTensors writes for the whole model, resume restores parameters, moments
+// and steps exactly, and damaged, incomplete or mismatched checkpoints are refused by name.
+#include "worker/parallel/sharded_checkpoint.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "worker/model/checkpoint.h"
+#include "worker/model/file_io.h"
+#include "worker/model/init.h"
+#include "worker/parallel/manifest.h"
+
+namespace dtrain::parallel {
+namespace {
+
+using model::AdamW;
+using model::GptStage;
+using ::testing::HasSubstr;
+
+constexpr model::GptConfig kTiny{/*vocab_size=*/64, /*context=*/16, /*n_layer=*/4,
+                                 /*n_head=*/4, /*n_embd=*/32};
+constexpr uint64_t kSeed = 7;
+
+struct JobLayout {
+  int dp = 1, pp = 1, tp = 1, v = 1;
+  bool zero1 = false;
+  std::string Name() const {
+    return absl::StrCat("dp", dp, "_pp", pp, "_tp", tp, "_v", v, zero1 ? "_zero1" : "");
+  }
+};
+
+void PrintTo(const JobLayout& l, std::ostream* os) { *os << l.Name(); }
+
+// comm::RingSegment's cut: `count` into n near-equal parts, the first count % n one larger.
+std::pair<int64_t, int64_t> Segment(int64_t count, int n, int i) {
+  const int64_t base = count / n, extra = count % n;
+  const int64_t begin = i * base + std::min<int64_t>(i, extra);
+  return {begin, begin + base + (i < extra ? 1 : 0)};
+}
+
+std::vector<float> Host(kernels::Backend* be, const float* p, int64_t n) {
+  std::vector<float> h(n);
+  if (n > 0) {
+    EXPECT_TRUE(be->CopyToHost(h.data(), p, n * sizeof(float)).ok());
+  }
+  return h;
+}
+
+std::string ReadAll(const std::string& path) {
+  absl::StatusOr<std::string> s = model::ReadFileToString(path);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : "";
+}
+
+void WriteAll(const std::string& path, const std::string& bytes) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+  std::fclose(f);
+}
+
+// A fresh directory under TEST_TMPDIR.
+std::string TempDir(const std::string& name) {
+  static int counter = 0;
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "_", counter++);
+  EXPECT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
+  return dir;
+}
+
+// One rank of a job: its identity, chunks and optimizers, built as the trainer builds them.
+struct Rank {
+  ShardIdentity id;
+  std::vector<std::unique_ptr<GptStage>> stages;
+  std::vector<std::unique_ptr<AdamW>> opts;
+  std::vector<GptStage*> chunks() const {
+    std::vector<GptStage*> v;
+    for (const auto& s : stages) v.push_back(s.get());
+    return v;
+  }
+  std::vector<AdamW*> optimizers() const {
+    std::vector<AdamW*> v;
+    for (const auto& o : opts) v.push_back(o.get());
+    return v;
+  }
+};
+
+// Every rank of `layout`. Chunk j of pipeline rank p is model chunk j * pp + p; the layers are
+// split evenly, or by `layers` (one count per model chunk) when given. With `fill`, the
+// parameters are GPT-2's init and the moments and AdamW step distinct nonzero values that
+// depend on `salt`; without, everything is zero.
+std::vector<Rank> BuildJob(kernels::Backend* be, const model::GptConfig& config,
+                           const JobLayout& l, bool fill, float salt = 0.0f,
+                           std::vector<int> layers = {}) {
+  const int chunks = l.pp * l.v;
+  if (layers.empty()) layers.assign(chunks, config.n_layer / chunks);
+  std::vector<Rank> ranks;
+  for (int d = 0; d < l.dp; ++d) {
+    for (int p = 0; p < l.pp; ++p) {
+      for (int t = 0; t < l.tp; ++t) {
+        Rank r;
+        r.id = {d, p, t, l.dp, l.pp, l.tp, l.v, l.zero1};
+        for (int j = 0; j < l.v; ++j) {
+          const int m = j * l.pp + p;
+          int first = 0;
+          for (int k = 0; k < m; ++k) first += layers[k];
+          const model::StageSpec spec{first, layers[m], m == 0, m == chunks - 1};
+          auto stage = GptStage::Create(be, config, spec, {t, l.tp},
+                                        [](float*, int64_t) { return absl::OkStatus(); });
+          EXPECT_TRUE(stage.ok()) << stage.status();
+          const int64_t total = (*stage)->layout().total_size();
+          const auto [begin, end] =
+              l.zero1 ? Segment(total, l.dp, d) : std::pair<int64_t, int64_t>{0, total};
+          auto opt = AdamW::CreateForRange(be, (*stage)->layout(), {}, begin, end);
+          EXPECT_TRUE(opt.ok()) << opt.status();
+          if (fill) {
+            EXPECT_TRUE(model::InitializeGpt2(**stage, kSeed).ok());
+            if (!spec.has_embedding && spec.has_head) {
+              // The head's tied copy of wte: the trainer keeps it equal to the embedding's; here
+              // it differs, so that the tests see which copy export takes (the embedding's)
+              // and that resume restores each copy.
+              const model::ParameterTensor* wte = (*stage)->layout().Find("wte.weight");
+              std::vector<float> copy(wte->local_size(), 0.5f + salt);
+              EXPECT_TRUE(be->CopyToDevice((*stage)->params() + wte->offset, copy.data(),
+                                           copy.size() * sizeof(float))
+                              .ok());
+            }
+            std::vector<float> m1(end - begin), m2(end - begin);
+            for (int64_t i = 0; i < end - begin; ++i) {
+              m1[i] = 1e-3f * (begin + i + 1) + 0.25f * m + 0.125f * t + salt;
+              m2[i] = 1e-4f * (begin + i + 1) + 0.5f * m + 0.0625f * t + salt;
+            }
+            EXPECT_TRUE(opt->exp_avg().CopyFrom(m1).ok());
+            EXPECT_TRUE(opt->exp_avg_sq().CopyFrom(m2).ok());
+            opt->set_step(100 + static_cast<int64_t>(salt) + m);
+          }
+          r.stages.push_back(std::move(stage).value());
+          r.opts.push_back(std::make_unique<AdamW>(std::move(opt).value()));
+        }
+        ranks.push_back(std::move(r));
+      }
+    }
+  }
+  return ranks;
+}
+
+absl::Status SaveShards(const std::string& dir, int64_t step, const std::vector<Rank>& ranks) {
+  for (const Rank& r : ranks) {
+    absl::Status s = SaveShard(dir, step, r.id, r.chunks(), r.optimizers());
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SaveJob(const std::string& dir, int64_t step, const std::vector<Rank>& ranks,
+                     const model::GptConfig& config = kTiny) {
+  absl::Status s = SaveShards(dir, step, ranks);
+  if (!s.ok()) return s;
+  return WriteManifest(dir, step, ranks[0].id, config);
+}
+
+void ExpectSameState(kernels::Backend* be, const std::vector<Rank>& want,
+                     const std::vector<Rank>& got) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t r = 0; r < want.size(); ++r) {
+    for (size_t j = 0; j < want[r].stages.size(); ++j) {
+      SCOPED_TRACE(absl::StrCat("rank ", r, " chunk ", j));
+      GptStage& a = *want[r].stages[j];
+      GptStage& b = *got[r].stages[j];
+      const int64_t n = a.layout().total_size();
+      EXPECT_EQ(Host(be, a.params(), n), Host(be, b.params(), n));
+      AdamW& oa = *want[r].opts[j];
+      AdamW& ob = *got[r].opts[j];
+      const int64_t k = oa.range_end() - oa.range_begin();
+      EXPECT_EQ(Host(be, oa.exp_avg().data(), k), Host(be, ob.exp_avg().data(), k));
+      EXPECT_EQ(Host(be, oa.exp_avg_sq().data(), k), Host(be, ob.exp_avg_sq().data(), k));
+      EXPECT_EQ(oa.step(), ob.step());
+    }
+  }
+}
+
+class ShardedCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto backend = kernels::CreateBackend("cpu", 1);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    be_ = std::move(backend).value();
+  }
+
+  // The one-worker reference: the whole model, initialized and saved by model::SaveTensors.
+  std::string Reference(int64_t step) {
+    auto whole = GptStage::Create(be_.get(), kTiny, {0, kTiny.n_layer, true, true}, {});
+    EXPECT_TRUE(whole.ok()) << whole.status();
+    EXPECT_TRUE(model::InitializeGpt2(**whole, kSeed).ok());
+    const std::string path = TempDir("reference") + "/model.safetensors";
+    EXPECT_TRUE(model::SaveTensors(path, **whole, (*whole)->params(),
+                                   {{"step", absl::StrCat(step)}})
+                    .ok());
+    return ReadAll(path);
+  }
+
+  std::unique_ptr<kernels::Backend> be_;
+};
+
+class LayoutTest : public ShardedCheckpointTest,
+                   public ::testing::WithParamInterface<JobLayout> {};
+
+TEST_P(LayoutTest, ExportMatchesOneWorkerAndResumeRoundTrips) {
+  const JobLayout l = GetParam();
+  const std::string dir = TempDir(l.Name());
+  std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, /*fill=*/true);
+  ASSERT_TRUE(SaveJob(dir, 12, job).ok());
+  EXPECT_EQ(ReadAll(dir + "/latest"), "step_00000012\n");
+
+  absl::StatusOr<Manifest> manifest = ReadManifest(dir);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  const int model_files = l.pp * l.tp * l.v;
+  const int optimizer_files = (l.zero1 ? l.dp : 1) * l.pp * l.tp * l.v;
+  ASSERT_EQ(manifest->files.size(), model_files + optimizer_files);
+  for (const ShardFile& f : manifest->files) {
+    const std::string bytes = ReadAll(dir + "/step_00000012/" + f.FileName());
+    EXPECT_EQ(f.bytes, static_cast<int64_t>(bytes.size())) << f.FileName();
+    EXPECT_EQ(f.fnv1a64, Fnv1a64(bytes)) << f.FileName();
+  }
+
+  // Export, from DIR and from the step directory: exactly the one-worker file.
+  const std::string reference = Reference(12);
+  for (const std::string& from : {dir, dir + "/step_00000012"}) {
+    const std::string out = dir + "/export.safetensors";
+    absl::Status s = ExportSafetensors(from, out);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(ReadAll(out) == reference) << "export of " << from << " differs";
+  }
+
+  // Resume into zeroed chunks: everything back, bit for bit.
+  std::vector<Rank> resumed = BuildJob(be_.get(), kTiny, l, /*fill=*/false);
+  for (Rank& r : resumed) {
+    absl::StatusOr<int64_t> step = LoadShard(dir, r.id, r.chunks(), r.optimizers());
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(*step, 12);
+  }
+  ExpectSameState(be_.get(), job, resumed);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, LayoutTest,
+    ::testing::Values(JobLayout{1, 2, 2, 1, false},   // pp=2, tp=2
+                      JobLayout{1, 2, 1, 2, false},   // pp=2, two interleaved chunks each
+                      JobLayout{1, 1, 1, 2, false},   // one rank, two chunks (wte twice)
+                      JobLayout{2, 1, 1, 1, true},    // dp=2, ZeRO-1
+                      JobLayout{2, 1, 2, 1, false},   // dp=2 without ZeRO, tp=2
+                      JobLayout{2, 2, 2, 1, true}),   // all three, ZeRO-1
+    [](const ::testing::TestParamInfo<JobLayout>& info) { return info.param.Name(); });
+
+TEST_F(ShardedCheckpointTest, LoadsWeightsWithoutOptimizers) {
+  const std::string dir = TempDir("weights_only");
+  const JobLayout l{1, 2, 2, 1, false};
+  std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, true);
+  ASSERT_TRUE(SaveJob(dir, 3, job).ok());
+  std::vector<Rank> fresh = BuildJob(be_.get(), kTiny, l, false);
+  for (size_t r = 0; r < job.size(); ++r) {
+    ASSERT_TRUE(LoadShard(dir, fresh[r].id, fresh[r].chunks(), {}).ok());
+    const int64_t n = job[r].stages[0]->layout().total_size();
+    EXPECT_EQ(Host(be_.get(), job[r].stages[0]->params(), n),
+              Host(be_.get(), fresh[r].stages[0]->params(), n));
+  }
+}
+
+TEST_F(ShardedCheckpointTest, ResumeWithAnotherLayoutOrModelNamesWhatDiffers) {
+  const std::string dir = TempDir("mismatch");
+  ASSERT_TRUE(SaveJob(dir, 5, BuildJob(be_.get(), kTiny, {1, 2, 1, 1, false}, true)).ok());
+  auto refused = [&](const model::GptConfig& config, const JobLayout& l,
+                     std::vector<int> layers = {}) {
+    std::vector<Rank> job = BuildJob(be_.get(), config, l, false, 0, layers);
+    absl::StatusOr<int64_t> step =
+        LoadShard(dir, job[0].id, job[0].chunks(), job[0].optimizers());
+    EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
+    return std::string(step.status().message());
+  };
+  EXPECT_THAT(refused(kTiny, {1, 4, 1, 1, false}),
+              HasSubstr("checkpoint has pp=2 but the job has pp=4"));
+  EXPECT_THAT(refused(kTiny, {1, 2, 2, 1, false}),
+              HasSubstr("checkpoint has tp=1 but the job has tp=2"));
+  EXPECT_THAT(refused(kTiny, {2, 2, 1, 1, false}),
+              HasSubstr("checkpoint has dp=1 but the job has dp=2"));
+  EXPECT_THAT(refused(kTiny, {1, 2, 1, 1, true}),
+              HasSubstr("checkpoint has zero1=false but the job has zero1=true"));
+  EXPECT_THAT(refused(kTiny, {1, 1, 1, 2, false}),
+              HasSubstr("checkpoint has pp=2 but the job has pp=1"));
+  model::GptConfig wider = kTiny;
+  wider.n_embd = 64;
+  EXPECT_THAT(refused(wider, {1, 2, 1, 1, false}),
+              HasSubstr("checkpoint has n_embd=32 but the job has n_embd=64"));
+  // Same sizes, other layer split.
+  EXPECT_THAT(refused(kTiny, {1, 2, 1, 1, false}, {1, 3}),
+              HasSubstr("chunk 0 of pp_rank 0: checkpoint has layers [0, 2) + embedding but "
+                        "the job has layers [0, 1) + embedding"));
+}
+
+TEST_F(ShardedCheckpointTest, CorruptedOrTruncatedShardIsDataLossNamingTheFile) {
+  const std::string dir = TempDir("corrupt");
+  const JobLayout l{2, 2, 2, 1, true};
+  std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, true);
+  ASSERT_TRUE(SaveJob(dir, 9, job).ok());
+  // Rank (dp 0, pp 1, tp 1) reads model-pp1-tp1-c0; flip one byte in its data.
+  const std::string model_file = dir + "/step_00000009/model-pp1-tp1-c0.safetensors";
+  std::string bytes = ReadAll(model_file);
+  bytes[bytes.size() / 2] ^= 0x01;
+  WriteAll(model_file, bytes);
+  std::vector<Rank> fresh = BuildJob(be_.get(), kTiny, l, false);
+  const Rank& reader = fresh[3];
+  ASSERT_EQ(reader.id.pp_rank, 1);
+  ASSERT_EQ(reader.id.tp_rank, 1);
+  absl::StatusOr<int64_t> step = LoadShard(dir, reader.id, reader.chunks(), reader.optimizers());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kDataLoss) << step.status();
+  EXPECT_THAT(step.status().message(), HasSubstr("model-pp1-tp1-c0.safetensors"));
+  EXPECT_THAT(step.status().message(), HasSubstr("checksum"));
+  // Ranks that do not read it still resume.
+  EXPECT_TRUE(LoadShard(dir, fresh[0].id, fresh[0].chunks(), fresh[0].optimizers()).ok());
+  absl::Status exported = ExportSafetensors(dir, dir + "/out.safetensors");
+  EXPECT_EQ(exported.code(), absl::StatusCode::kDataLoss) << exported;
+  EXPECT_THAT(exported.message(), HasSubstr("model-pp1-tp1-c0.safetensors"));
+
+  // A truncated optimizer shard of dp rank 1.
+  const std::string opt_file = dir + "/step_00000009/optimizer-dp1-pp0-tp0-c0.safetensors";
+  const std::string opt_bytes = ReadAll(opt_file);
+  WriteAll(opt_file, opt_bytes.substr(0, opt_bytes.size() - 4));
+  const Rank& dp1 = fresh[4];
+  ASSERT_EQ(dp1.id.dp_rank, 1);
+  step = LoadShard(dir, dp1.id, dp1.chunks(), dp1.optimizers());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kDataLoss) << step.status();
+  EXPECT_THAT(step.status().message(), HasSubstr("optimizer-dp1-pp0-tp0-c0.safetensors"));
+  EXPECT_THAT(step.status().message(), HasSubstr("truncated"));
+}
+
+TEST_F(ShardedCheckpointTest, StepWithoutManifestIsNeverLoadedOrExported) {
+  const std::string dir = TempDir("incomplete");
+  const JobLayout l{1, 2, 1, 1, false};
+  std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, true);
+  // One rank saved, the other did not: the manifest cannot be written.
+  ASSERT_TRUE(SaveShard(dir, 4, job[0].id, job[0].chunks(), job[0].optimizers()).ok());
+  absl::Status manifest = WriteManifest(dir, 4, job[0].id, kTiny);
+  EXPECT_EQ(manifest.code(), absl::StatusCode::kFailedPrecondition) << manifest;
+  EXPECT_THAT(manifest.message(), HasSubstr("model-pp1-tp0-c0.safetensors is missing"));
+  // Every rank saved, but no manifest: incomplete.
+  ASSERT_TRUE(SaveShards(dir, 4, job).ok());
+  for (const std::string& path : {dir + "/step_00000004", dir}) {
+    absl::StatusOr<int64_t> step = LoadShard(path, job[0].id, job[0].chunks(), job[0].optimizers());
+    EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
+    EXPECT_THAT(step.status().message(), HasSubstr("no manifest.json"));
+    absl::Status exported = ExportSafetensors(path, dir + "/out.safetensors");
+    EXPECT_EQ(exported.code(), absl::StatusCode::kFailedPrecondition) << exported;
+  }
+  absl::StatusOr<int64_t> missing =
+      LoadShard(dir + "/nope", job[0].id, job[0].chunks(), job[0].optimizers());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ShardedCheckpointTest, LatestNamesTheNewestCompleteStepAndOlderStepsStayIntact) {
+  const std::string dir = TempDir("latest");
+  const JobLayout l{2, 2, 1, 1, true};
+  std::vector<Rank> at2 = BuildJob(be_.get(), kTiny, l, true, /*salt=*/2);
+  std::vector<Rank> at4 = BuildJob(be_.get(), kTiny, l, true, /*salt=*/4);
+  ASSERT_TRUE(SaveJob(dir, 2, at2).ok());
+  ASSERT_TRUE(SaveJob(dir, 4, at4).ok());
+  // Step 6 is saved by every rank, but the job died before the manifest.
+  ASSERT_TRUE(SaveShards(dir, 6, BuildJob(be_.get(), kTiny, l, true, 6)).ok());
+  EXPECT_EQ(ReadAll(dir + "/latest"), "step_00000004\n");
+
+  std::vector<Rank> from_latest = BuildJob(be_.get(), kTiny, l, false);
+  std::vector<Rank> from_2 = BuildJob(be_.get(), kTiny, l, false);
+  for (size_t r = 0; r < from_latest.size(); ++r) {
+    Rank& a = from_latest[r];
+    Rank& b = from_2[r];
+    EXPECT_EQ(LoadShard(dir, a.id, a.chunks(), a.optimizers()).value_or(-1), 4);
+    EXPECT_EQ(LoadShard(dir + "/step_00000002", b.id, b.chunks(), b.optimizers()).value_or(-1), 2);
+  }
+  ExpectSameState(be_.get(), at4, from_latest);
+  ExpectSameState(be_.get(), at2, from_2);
+  EXPECT_TRUE(ExportSafetensors(dir + "/step_00000002", dir + "/two.safetensors").ok());
+  EXPECT_TRUE(ReadAll(dir + "/two.safetensors") == Reference(2));
+}
+
+TEST_F(ShardedCheckpointTest, SavingACompleteStepAgainUnsealsItUntilTheNewManifest) {
+  const std::string dir = TempDir("resave");
+  const JobLayout l{1, 2, 1, 1, false};
+  std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, true);
+  ASSERT_TRUE(SaveJob(dir, 3, job).ok());
+  ASSERT_TRUE(SaveShard(dir, 3, job[1].id, job[1].chunks(), job[1].optimizers()).ok());
+  EXPECT_EQ(ReadManifest(dir).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(SaveJob(dir, 3, job).ok());
+  EXPECT_TRUE(ReadManifest(dir).ok());
+}
+
+TEST_F(ShardedCheckpointTest, RefusesArgumentsThatDisagreeWithTheIdentity) {
+  const std::string dir = TempDir("bad_args");
+  std::vector<Rank> job = BuildJob(be_.get(), kTiny, {1, 1, 1, 2, false}, true);
+  ShardIdentity id = job[0].id;
+  std::vector<GptStage*> one_chunk = {job[0].stages[0].get()};
+  std::vector<AdamW*> one_opt = {job[0].opts[0].get()};
+  EXPECT_EQ(SaveShard(dir, 1, id, one_chunk, one_opt).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SaveShard(dir, 1, id, job[0].chunks(), one_opt).code(),
+            absl::StatusCode::kInvalidArgument);
+  id.tp = 2;  // the chunks are tp size 1
+  EXPECT_EQ(SaveShard(dir, 1, id, job[0].chunks(), job[0].optimizers()).code(),
+            absl::StatusCode::kInvalidArgument);
+  id = job[0].id;
+  id.pp_rank = 1;  // outside pp=1
+  EXPECT_EQ(SaveShard(dir, 1, id, job[0].chunks(), job[0].optimizers()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ManifestTest, JsonRoundTripsAndChecksumIsFnv1a64) {
+  EXPECT_EQ(Fnv1a64(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(Fnv1a64("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(Fnv1a64("foobar"), 0x85944171f73967e8ull);
+  Manifest m;
+  m.step = 42;
+  m.config = kTiny;
+  m.layout = {2, 2, 2, 1, true};
+  ShardFile f;
+  f.kind = ShardFileKind::kOptimizer;
+  f.dp_rank = 1;
+  f.pp_rank = 1;
+  f.tp_rank = 0;
+  f.stage = {2, 2, false, true};
+  f.range_begin = 10;
+  f.range_end = 20;
+  f.buffer_size = 40;
+  f.adam_step = 42;
+  f.bytes = 1234;
+  f.fnv1a64 = 0xfedcba9876543210ull;
+  m.files.push_back(f);
+  absl::StatusOr<Manifest> back = ParseManifest(ManifestToJson(m), "manifest.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(ManifestToJson(*back), ManifestToJson(m));
+  EXPECT_EQ(back->files[0].FileName(), "optimizer-dp1-pp1-tp0-c0.safetensors");
+  EXPECT_EQ(back->files[0].fnv1a64, 0xfedcba9876543210ull);
+
+  absl::StatusOr<Manifest> bad = ParseManifest("{\"format\": 3}", "dir/manifest.json");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(bad.status().message(), HasSubstr("dir/manifest.json"));
+}
+
+// The dtrain-export binary: usage errors, export, and a clear error for a bad checkpoint.
+std::pair<int, std::string> RunTool(const std::string& args) {
+  const std::string tool =
+      absl::StrCat(std::getenv("TEST_SRCDIR"), "/dtrain/worker/parallel/dtrain-export");
+  FILE* pipe = popen(absl::StrCat(tool, " ", args, " 2>&1").c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST_F(ShardedCheckpointTest, ExportTool) {
+  const std::string dir = TempDir("tool");
+  ASSERT_TRUE(SaveJob(dir, 8, BuildJob(be_.get(), kTiny, {1, 2, 2, 1, false}, true)).ok());
+
+  auto [code, out] = RunTool("");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("usage: dtrain-export CHECKPOINT_DIR_OR_STEP_DIR OUT.safetensors"));
+  std::tie(code, out) = RunTool(dir);
+  EXPECT_EQ(code, 2);
+  std::tie(code, out) = RunTool("--out=x " + dir);
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("bad argument \"--out=x\""));
+
+  std::tie(code, out) = RunTool(dir + " " + dir + "/whole.safetensors");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("wrote " + dir + "/whole.safetensors (step 8"));
+  EXPECT_TRUE(ReadAll(dir + "/whole.safetensors") == Reference(8));
+
+  std::tie(code, out) = RunTool(dir + "/missing " + dir + "/x.safetensors");
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("dtrain-export: error: NOT_FOUND: checkpoint " + dir +
+                             "/missing does not exist"));
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
