@@ -57,6 +57,9 @@ class Backend {
   // Returns zero-filled device memory of `bytes` (0 bytes gives a valid unique pointer).
   virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
   virtual void Free(void* ptr) = 0;
+  // Device memory in use now, in bytes: what this backend holds (CPU), or the whole device's
+  // used memory as the driver reports it (CUDA: total - free, other processes included).
+  virtual absl::StatusOr<int64_t> MemoryInUse() = 0;
   virtual absl::Status CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
   virtual absl::Status CopyOnDevice(void* dst, const void* src, size_t bytes) = 0;

@@ -7,7 +7,9 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
@@ -55,9 +57,29 @@ class CpuBackend : public Backend {
           absl::StrCat("Allocate: out of host memory allocating ", bytes, " bytes"));
     }
     std::memset(ptr, 0, bytes);
+    {
+      absl::MutexLock lock(&mu_);
+      sizes_[ptr] = rounded;
+      in_use_ += static_cast<int64_t>(rounded);
+    }
     return ptr;
   }
-  void Free(void* ptr) override { std::free(ptr); }
+  void Free(void* ptr) override {
+    if (ptr == nullptr) return;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = sizes_.find(ptr);
+      if (it != sizes_.end()) {
+        in_use_ -= static_cast<int64_t>(it->second);
+        sizes_.erase(it);
+      }
+    }
+    std::free(ptr);
+  }
+  absl::StatusOr<int64_t> MemoryInUse() override {
+    absl::MutexLock lock(&mu_);
+    return in_use_;
+  }
   absl::Status CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
     return Copy("CopyToDevice", dst, host_src, bytes);
   }
@@ -161,6 +183,9 @@ class CpuBackend : public Backend {
 
   const int threads_;
   DeviceInfo info_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<void*, size_t> sizes_ ABSL_GUARDED_BY(mu_);  // live allocations
+  int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace

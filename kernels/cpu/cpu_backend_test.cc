@@ -46,6 +46,18 @@ TEST(CpuBackend, AllocationsAre64ByteAligned) {
   }
 }
 
+TEST(CpuBackend, MemoryInUseCountsLiveAllocations) {
+  std::unique_ptr<Backend> backend = std::move(CreateCpuBackend(1)).value();
+  EXPECT_EQ(backend->MemoryInUse().value(), 0);
+  void* a = backend->Allocate(1000).value();  // rounded up to 64-byte multiples
+  void* b = backend->Allocate(64).value();
+  EXPECT_EQ(backend->MemoryInUse().value(), 1024 + 64);
+  backend->Free(a);
+  EXPECT_EQ(backend->MemoryInUse().value(), 64);
+  backend->Free(b);
+  EXPECT_EQ(backend->MemoryInUse().value(), 0);
+}
+
 TEST(CpuBackend, CopiesRejectNullPointers) {
   std::unique_ptr<Backend> backend = std::move(CreateCpuBackend(1)).value();
   float x = 0;

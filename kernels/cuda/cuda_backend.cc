@@ -41,6 +41,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<void*> Allocate(size_t bytes) override;
   void Free(void* ptr) override;
+  absl::StatusOr<int64_t> MemoryInUse() override;
   absl::Status CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
   absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) override;
   absl::Status CopyOnDevice(void* dst, const void* src, size_t bytes) override;
@@ -231,6 +232,12 @@ absl::StatusOr<void*> CudaBackend::RawAllocate(size_t bytes) {
     CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, size));
   }
   return ptr;
+}
+
+absl::StatusOr<int64_t> CudaBackend::MemoryInUse() {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<int64_t>(total_bytes - free_bytes);
 }
 
 void CudaBackend::RawFree(void* ptr) {

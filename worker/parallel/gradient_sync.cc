@@ -9,11 +9,13 @@
 namespace dtrain::parallel {
 
 GradientSync::GradientSync(std::vector<SyncChunk> chunks, comm::Group* dp, comm::Group* tied,
-                           int64_t bucket_floats)
+                           int64_t bucket_floats,
+                           std::function<void(int64_t bytes, double seconds)> on_reduced)
     : chunks_(std::move(chunks)),
       dp_(dp),
       tied_(tied),
       bucket_floats_(std::max<int64_t>(1, bucket_floats)),
+      on_reduced_(std::move(on_reduced)),
       state_(chunks_.size()) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -105,6 +107,10 @@ void GradientSync::Loop() {
     const absl::Time start = absl::Now();
     absl::Status s = skip ? absl::OkStatus() : RunTask(task);
     const absl::Time end = absl::Now();
+    if (!skip && s.ok() && on_reduced_) {
+      on_reduced_((task.end - task.begin) * int64_t{sizeof(float)},
+                  absl::ToDoubleSeconds(end - start));
+    }
     mu_.Lock();
     --running_;
     busy_ += absl::ToDoubleSeconds(end - start);

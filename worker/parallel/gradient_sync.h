@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -41,8 +42,10 @@ class GradientSync {
  public:
   // `dp` (data-parallel all-reduce; null: none) and `tied` (null: this rank holds no tied
   // copy, or pp == 1) must outlive this object.
+  // `on_reduced(bytes, seconds)`, if set, is called on the sync thread after each all-reduce.
   GradientSync(std::vector<SyncChunk> chunks, comm::Group* dp, comm::Group* tied,
-               int64_t bucket_floats);
+               int64_t bucket_floats,
+               std::function<void(int64_t bytes, double seconds)> on_reduced = {});
   ~GradientSync();
 
   // Starts a step: nothing of any chunk is final yet.
@@ -79,6 +82,7 @@ class GradientSync {
   comm::Group* const dp_;
   comm::Group* const tied_;
   const int64_t bucket_floats_;
+  const std::function<void(int64_t, double)> on_reduced_;
   std::vector<ChunkState> state_;  // training thread only
 
   absl::Mutex mu_;

@@ -168,10 +168,13 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   if (options.tp > 1) {
     auto sum = comm::AllReduceSumFunction(&*r.tp);
     StepRunner* runner = &r;
-    tp_hook = [sum, runner](float* data, int64_t n) {
+    auto observe = options.on_collective;
+    tp_hook = [sum, runner, observe](float* data, int64_t n) {
       const auto start = Clock::now();
       absl::Status s = sum(data, n);
-      runner->tp_seconds += Since(start);
+      const double seconds = Since(start);
+      runner->tp_seconds += seconds;
+      if (observe) observe("all_reduce", n * int64_t{sizeof(float)}, seconds);
       return s;
     };
   }
@@ -207,7 +210,11 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   const bool dp_buckets = options.dp > 1 && !options.zero1;
   r.sync = std::make_unique<GradientSync>(std::move(sync_chunks), dp_buckets ? &*r.dp : nullptr,
                                           r.tied.has_value() ? &*r.tied : nullptr,
-                                          std::max<int64_t>(1, options.bucket_bytes / 4));
+                                          std::max<int64_t>(1, options.bucket_bytes / 4),
+                                          [observe = options.on_collective](int64_t bytes,
+                                                                            double seconds) {
+                                            if (observe) observe("all_reduce", bytes, seconds);
+                                          });
 
   // Data: the first stage needs tokens, the last stage targets.
   const bool needs_data = r.coord.pp == 0 || r.coord.pp == options.pp - 1;
@@ -248,6 +255,16 @@ ShardIdentity ParallelTrainer::Identity() const {
   id.virtual_stages = options_.virtual_stages;
   id.zero1 = options_.zero1;
   return id;
+}
+
+absl::Status ParallelTrainer::Timed(const char* op, int64_t floats,
+                                    const std::function<absl::Status()>& collective) {
+  const auto start = Clock::now();
+  absl::Status s = collective();
+  if (s.ok() && options_.on_collective) {
+    options_.on_collective(op, floats * int64_t{sizeof(float)}, Since(start));
+  }
+  return s;
 }
 
 absl::StatusOr<double> ParallelTrainer::OwnedSquaredNorm() {
@@ -313,9 +330,11 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   stats_.reductions_started_in_backward = r.sync->queued_early();
   if (options_.zero1 && options_.dp > 1) {
     for (Chunk& c : chunks_) {
-      RETURN_IF_ERROR(comm::ReduceScatter(
-          *r.dp, absl::MakeSpan(c.stage->grads(), c.stage->layout().total_size()),
-          comm::ReduceOp::kSum));
+      const int64_t n = c.stage->layout().total_size();
+      RETURN_IF_ERROR(Timed("reduce_scatter", n, [&] {
+        return comm::ReduceScatter(*r.dp, absl::MakeSpan(c.stage->grads(), n),
+                                   comm::ReduceOp::kSum);
+      }));
     }
   }
   // Global loss and gradient norm: one all-reduce over the job.
@@ -325,7 +344,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
     for (double loss : r.executor->losses()) sums[1] += loss;
     sums[1] /= static_cast<double>(r.schedule.micro_batches) * options_.dp;
   }
-  RETURN_IF_ERROR(AllReducePrecise(*r.world, sums));
+  RETURN_IF_ERROR(Timed("all_reduce", 4, [&] { return AllReducePrecise(*r.world, sums); }));
 
   TrainStepMetrics metrics;
   metrics.step = step;
@@ -344,8 +363,10 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   }
   if (options_.zero1 && options_.dp > 1) {
     for (Chunk& c : chunks_) {
-      RETURN_IF_ERROR(comm::AllGather(
-          *r.dp, absl::MakeSpan(c.stage->params(), c.stage->layout().total_size())));
+      const int64_t n = c.stage->layout().total_size();
+      RETURN_IF_ERROR(Timed("all_gather", n, [&] {
+        return comm::AllGather(*r.dp, absl::MakeSpan(c.stage->params(), n));
+      }));
     }
   }
   RETURN_IF_ERROR(backend_->Synchronize());
@@ -364,12 +385,14 @@ absl::Status ParallelTrainer::SaveCheckpoint(int64_t step) {
     stages.push_back(c.stage.get());
     optimizers.push_back(c.optimizer.get());
   }
+  const auto start = Clock::now();
   RETURN_IF_ERROR(SaveShard(options_.run.checkpoint_dir, step, Identity(), stages, optimizers));
   // The manifest names every shard, so it is written once all of them are.
-  RETURN_IF_ERROR(comm::Barrier(*runner_->world));
+  RETURN_IF_ERROR(Timed("barrier", 0, [&] { return comm::Barrier(*runner_->world); }));
   if (options_.rank == 0) {
     RETURN_IF_ERROR(WriteManifest(options_.run.checkpoint_dir, step, Identity(), options_.run.model));
   }
+  if (options_.on_checkpoint) options_.on_checkpoint(step, Since(start));
   return absl::OkStatus();
 }
 

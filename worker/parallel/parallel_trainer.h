@@ -55,6 +55,12 @@ struct ParallelTrainingOptions {
   int64_t bucket_bytes = 25 << 20;  // data-parallel gradient bucket size
   bool zero1 = false;               // shard AdamW state over the data-parallel group
   absl::Duration comm_timeout = absl::Seconds(60);  // every send, receive and collective
+  // Called after every collective this rank runs (op: "all_reduce", "reduce_scatter",
+  // "all_gather", "barrier"; payload bytes; wall seconds), from the training thread or the
+  // gradient sync thread: must be thread-safe. For metrics; may be empty.
+  std::function<void(const char* op, int64_t bytes, double seconds)> on_collective;
+  // Called after each checkpoint this rank wrote (its shard, and the manifest on rank 0).
+  std::function<void(int64_t step, double seconds)> on_checkpoint;
 };
 
 // Statistics of the run so far, for tests and metrics.
@@ -98,6 +104,8 @@ class ParallelTrainer {
   ParallelTrainer() = default;
   absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step);
   absl::StatusOr<double> OwnedSquaredNorm();
+  // Runs a collective of `floats` floats, reporting it to options_.on_collective.
+  absl::Status Timed(const char* op, int64_t floats, const std::function<absl::Status()>& collective);
   absl::Status SaveCheckpoint(int64_t step);
   absl::Status RunSteps(const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
   ShardIdentity Identity() const;
