@@ -17,6 +17,7 @@
 #include "client/format.h"
 #include "client/plan.h"
 #include "coordinator/job_spec.h"
+#include "worker/parallel/sharded_checkpoint.h"
 
 // The CLI's flags. Defined with absl so they parse and print like every dtrain binary's, but
 // ParseArguments (not absl::ParseCommandLine) reads the command line: exit codes stay ours.
@@ -55,6 +56,7 @@ const std::map<std::string, std::pair<int, int>>& Commands() {
   static const auto* commands = new std::map<std::string, std::pair<int, int>>{
       {"submit", {1, 1}}, {"plan", {1, 1}},   {"status", {1, 1}},  {"list", {0, 0}},
       {"watch", {1, 1}},  {"cancel", {1, 1}}, {"workers", {0, 0}}, {"help", {0, 1}},
+      {"export", {2, 2}},
   };
   return *commands;
 }
@@ -218,6 +220,26 @@ int Submit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   return Watcher(inv, output).Run(stub, job->id());
 }
 
+// `export`: the shards of a complete checkpoint step (its manifest) into one safetensors file.
+int Export(const Invocation& inv, Output& output) {
+  const absl::Status s = parallel::ExportSafetensors(inv.args[0], inv.args[1]);
+  if (!s.ok()) {
+    output.err << "dtrain: export failed: " << s.message() << "\n";
+    switch (s.code()) {
+      case absl::StatusCode::kNotFound:
+        return kExitNotFound;
+      case absl::StatusCode::kInvalidArgument:
+      case absl::StatusCode::kFailedPrecondition:
+      case absl::StatusCode::kDataLoss:
+        return kExitUsage;  // not a complete, intact checkpoint
+      default:
+        return kExitOtherError;
+    }
+  }
+  output.out << "exported " << inv.args[0] << " to " << inv.args[1] << "\n";
+  return kExitOk;
+}
+
 // `plan`: the coordinator's own validation and placement, then the schedule simulated; no call.
 int PlanJob(const Invocation& inv, Output& output) {
   const std::string& path = inv.args[0];
@@ -366,7 +388,9 @@ absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
   if (static_cast<int>(inv.args.size()) < min_args) {
     return absl::InvalidArgumentError(absl::StrCat(
         "'", inv.command, "' needs ",
-        inv.command == "submit" || inv.command == "plan" ? "a job spec file" : "a job id"));
+        inv.command == "submit" || inv.command == "plan" ? "a job spec file"
+        : inv.command == "export" ? "a checkpoint directory and an output file"
+                                  : "a job id"));
   }
   if (static_cast<int>(inv.args.size()) > max_args) {
     return absl::InvalidArgumentError(
@@ -420,6 +444,10 @@ commands:
   watch JOB_ID                   a live progress line until the job ends, then a summary
   cancel JOB_ID [--reason=TEXT]  stop a queued or running job
   workers                        registered workers, their jobs and heartbeats
+  export CHECKPOINT OUT.safetensors
+                                 without a coordinator: assemble a multi-worker job's sharded
+                                 checkpoint (its directory, using `latest`, or one step_N
+                                 directory) into one GPT-2 safetensors file
   help                           this text
 
 flags (anywhere on the line):
@@ -480,6 +508,7 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   if (inv.command == "watch") return Watcher(inv, output).Run(stub, inv.args[0]);
   if (inv.command == "cancel") return Cancel(inv, stub, output);
   if (inv.command == "workers") return Workers(inv, stub, output);
+  if (inv.command == "export") return Export(inv, output);
   output.err << "dtrain: unknown command '" << inv.command << "'\n";
   return kExitUsage;
 }

@@ -239,6 +239,8 @@ TEST(ParseArguments, UsageErrorsNameTheirCause) {
   EXPECT_THAT(message({"list", "--timeout"}), HasSubstr("--timeout needs a value"));
   EXPECT_THAT(message({"status"}), HasSubstr("needs a job id"));
   EXPECT_THAT(message({"submit"}), HasSubstr("needs a job spec file"));
+  EXPECT_THAT(message({"export", "ckpt"}),
+              HasSubstr("needs a checkpoint directory and an output file"));
   EXPECT_THAT(message({"status", "a", "b"}), HasSubstr("unexpected argument 'b'"));
   EXPECT_THAT(message({"list", "--watch"}), HasSubstr("--watch applies to 'submit' only"));
   EXPECT_THAT(message({"status", "x", "--reason=r"}), HasSubstr("applies to 'cancel' only"));
@@ -266,6 +268,14 @@ TEST(ExitCodeFor, MapsStatusCodes) {
   EXPECT_EQ(ExitCodeForJob(SUCCEEDED), 0);
   EXPECT_EQ(ExitCodeForJob(FAILED), 1);
   EXPECT_EQ(ExitCodeForJob(CANCELLED), 5);
+}
+
+// The happy path of export (shards of every layout to one file) is in
+// worker/parallel/sharded_checkpoint_test.cc and the multi-worker integration test.
+TEST_F(CommandsTest, ExportOfAMissingCheckpointExits4NamingIt) {
+  const std::string missing = ::testing::TempDir() + "/no-such-checkpoint";
+  EXPECT_EQ(Run({"export", missing, ::testing::TempDir() + "/out.safetensors"}), 4);
+  EXPECT_THAT(err_.str(), HasSubstr("no-such-checkpoint"));
 }
 
 TEST_F(CommandsTest, StatusPrintsTheJob) {
