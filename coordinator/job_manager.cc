@@ -45,6 +45,27 @@ std::string Plural(int64_t n, absl::string_view word) {
   return absl::StrCat(n, " ", word, n == 1 ? "" : "s");
 }
 
+// "; worker w5 (dp1 pp1 tp0) sent no heartbeat for the last 5.1s (hung?)" for the workers of
+// `placement` other than `reporter` whose last heartbeat is older than `quiet`. A rank that
+// hangs (stopped, swapping, a stuck device) makes its peers fail at their communication
+// deadline, each naming the peer it was waiting on, which may itself be waiting on the hung
+// one; the hung worker's heartbeats stop too, so the job's reason names it.
+std::string QuietWorkers(const std::vector<WorkerInfo>& workers, const Placement& placement,
+                         const std::string& reporter, absl::Time now, absl::Duration quiet) {
+  absl::flat_hash_map<std::string, int64_t> last_heartbeat;
+  for (const WorkerInfo& w : workers) last_heartbeat[w.worker_id()] = w.last_heartbeat_unix_ms();
+  std::string out;
+  for (const RankAssignment& r : placement.ranks()) {
+    auto it = last_heartbeat.find(r.worker_id());
+    if (r.worker_id() == reporter || it == last_heartbeat.end()) continue;
+    const absl::Duration silent = now - absl::FromUnixMillis(it->second);
+    if (silent < quiet) continue;
+    absl::StrAppend(&out, "; worker ", r.worker_id(), " (", RankName(r),
+                    ") sent no heartbeat for the last ", Seconds(silent), " (hung?)");
+  }
+  return out;
+}
+
 void LogToStderr(absl::string_view line) {
   const std::string time =
       absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::Now(), absl::LocalTimeZone());
@@ -509,10 +530,15 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
       registry_.Release(request.worker_id(), job->id);
       Wake();
       if (!outcome.succeeded()) {
-        RETURN_IF_ERROR(EndJob(
-            job->id, FAILED,
-            absl::StrCat(
-                who, " failed: ", outcome.error().empty() ? "no error message" : outcome.error())));
+        std::string reason = absl::StrCat(
+            who, " failed: ", outcome.error().empty() ? "no error message" : outcome.error());
+        if (job->ranks.size() > 1) {  // rare: one scan of the registry
+          absl::StrAppend(&reason, QuietWorkers(registry_.List(), job->assignment->placement(),
+                                                request.worker_id(), now,
+                                                std::max(3 * options_.heartbeat_interval,
+                                                         absl::Seconds(1))));
+        }
+        RETURN_IF_ERROR(EndJob(job->id, FAILED, reason));
         break;
       }
       job->ranks[rank].succeeded = true;

@@ -9,7 +9,9 @@
 //   PLACING  -> RUNNING    every assigned worker reported the job (heartbeat running_job_id or a
 //                          progress report)
 //   RUNNING  -> SUCCEEDED  every rank reported a successful outcome
-//   any      -> FAILED     a rank's error outcome ("worker w2 (dp0 pp1 tp0) failed: ..."), a lost
+//   any      -> FAILED     a rank's error outcome ("worker w2 (dp0 pp1 tp0) failed: ...", plus
+//                          the job's workers whose heartbeats stopped 3 intervals ago: a hung
+//                          rank, which its peers cannot tell from one waiting on it), a lost
 //                          worker ("worker w3 lost: no heartbeat for 5.0s"), an assignment not
 //                          accepted or a job dropped within a lease, or a coordinator restart
 //                          the job's workers did not come back from within a lease

@@ -222,6 +222,28 @@ TEST(JobManager, JobWaitsForEnoughWorkersAndSaysSo) {
   EXPECT_EQ(h.Get("job-000001").state(), SUCCEEDED);
 }
 
+TEST(JobManager, ARankErrorNamesTheWorkersWhoseHeartbeatsStopped) {
+  Harness h(TempDb("rank-error-quiet"));
+  for (const char* w : {"w1", "w2", "w3"}) ASSERT_TRUE(h.Register(w, std::string("s-") + w).ok());
+  ASSERT_TRUE(
+      h.Submit(
+           absl::StrCat(R"({"parallel": {"pp": 3}, "dataset": "/d", "steps": 1, "batch_size": 2,)",
+                        R"("model": {"vocab_size": 256, "context": 32, "n_layer": 3, "n_head": 2,)",
+                        R"("n_embd": 32}})"))
+          .ok());
+  h.m().RunSchedulerPass();
+  for (const char* w : {"w1", "w2", "w3"}) h.Beat(w, std::string("s-") + w);
+  for (const char* w : {"w1", "w2", "w3"}) h.Beat(w, std::string("s-") + w, "job-000001");
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  h.Advance(absl::Milliseconds(3500));  // w2 hangs; w1 and w3 keep heartbeating
+  h.Beat("w1", "s-w1", "job-000001");
+  h.Beat("w3", "s-w3", "job-000001");
+  ASSERT_TRUE(h.Outcome("w3", "s-w3", "job-000001", false, "receive from rank 0 timed out").ok());
+  EXPECT_EQ(h.Get("job-000001").reason(),
+            "worker w3 (dp0 pp2 tp0) failed: receive from rank 0 timed out; worker w2 (dp0 pp1 "
+            "tp0) sent no heartbeat for the last 3.5s (hung?)");
+}
+
 TEST(JobManager, ARankErrorFailsTheJobAndStopsTheOthers) {
   Harness h(TempDb("rank-error"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());

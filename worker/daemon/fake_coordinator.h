@@ -65,6 +65,7 @@ class FakeCoordinator final : public Coordinator::Service {
                               RegisterWorkerResponse* response) override {
     absl::MutexLock lock(&mu_);
     registrations_.push_back(*request);
+    if (!refuse_registrations_.ok()) return refuse_registrations_;
     sessions_.insert(request->session_id());
     response->set_heartbeat_interval_ms(20);
     response->set_lease_ms(1000);
@@ -125,6 +126,11 @@ class FakeCoordinator final : public Coordinator::Service {
     absl::MutexLock lock(&mu_);
     reject_job_ = job_id;
   }
+  // Answers every registration with `status` (e.g. ALREADY_EXISTS); OK: accept again.
+  void RefuseRegistrations(grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    refuse_registrations_ = std::move(status);
+  }
   // As if the worker's lease had expired: its session is unknown from now on.
   void ForgetSessions() {
     absl::MutexLock lock(&mu_);
@@ -169,6 +175,7 @@ class FakeCoordinator final : public Coordinator::Service {
   int64_t cancel_sent_at_ ABSL_GUARDED_BY(mu_) = -1;  // heartbeat count when first sent
   std::string cancel_in_reports_ ABSL_GUARDED_BY(mu_);
   std::string reject_job_ ABSL_GUARDED_BY(mu_);
+  grpc::Status refuse_registrations_ ABSL_GUARDED_BY(mu_);
   int rejected_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t heartbeats_at_first_report_ ABSL_GUARDED_BY(mu_) = -1;
 

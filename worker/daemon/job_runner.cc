@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/model/config_proto.h"
+#include "worker/pipeline/schedule.h"
 
 namespace dtrain::worker {
 namespace {
@@ -53,17 +54,6 @@ absl::Status RequireFile(const std::string& what, const std::string& path,
 }
 
 }  // namespace
-
-absl::Status CheckSingleWorkerLayout(const ParallelLayout& layout) {
-  const int64_t dp = std::max(1, layout.dp()), pp = std::max(1, layout.pp()),
-                tp = std::max(1, layout.tp());
-  if (dp * pp * tp == 1) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrFormat(
-      "layouts with more than one worker (dp*pp*tp=%d) are not supported by this worker "
-      "version (dp=%d pp=%d tp=%d); it trains dp=pp=tp=1 only, multi-worker training comes "
-      "with the peer service",
-      dp * pp * tp, dp, pp, tp));
-}
 
 absl::Status CheckDevice(const std::string& spec_device, const kernels::DeviceInfo& worker) {
   const std::string kind = worker.kind == kernels::DeviceKind::kCuda ? "cuda" : "cpu";
@@ -168,13 +158,27 @@ JobRunner::JobRunner(JobAssignment assignment, kernels::Backend* backend,
     : assignment_(std::move(assignment)),
       backend_(backend),
       options_(std::move(options)),
-      callbacks_(std::move(callbacks)) {}
+      callbacks_(std::move(callbacks)) {
+  const ParallelLayout& layout = assignment_.spec().parallel();
+  if (WorkersNeeded(layout) > 1) {
+    absl::StatusOr<int> rank = FindRank(assignment_, options_.worker_id);
+    rank_ = rank.ok() ? *rank : -1;  // Train() reports the error
+    reports_steps_ = rank_ == ReportingRank(layout);
+  }
+}
 
 void JobRunner::Cancel(const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  if (cancel_) return;  // the first reason wins
-  cancel_ = true;
-  cancel_reason_ = reason;
+  std::shared_ptr<ParallelJob> parallel;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancel_) return;  // the first reason wins
+    cancel_ = true;
+    cancel_reason_ = reason;
+    parallel = parallel_;
+  }
+  // The other ranks get the same cancel from the coordinator, each at its own time: waiting
+  // for a step boundary would leave them waiting on this rank until their deadline.
+  if (parallel != nullptr) parallel->Abort();
 }
 
 bool JobRunner::cancel_requested() const {
@@ -208,16 +212,28 @@ JobOutcome JobRunner::Run() {
 
 absl::StatusOr<std::string> JobRunner::Train() {
   const JobSpec& spec = assignment_.spec();
-  RETURN_IF_ERROR(CheckSingleWorkerLayout(spec.parallel()));
+  const bool several = WorkersNeeded(spec.parallel()) > 1;
+  if (several) {
+    ASSIGN_OR_RETURN(rank_, FindRank(assignment_, options_.worker_id));
+  }
   RETURN_IF_ERROR(CheckDevice(spec.device(), backend_->info()));
   ASSIGN_OR_RETURN(plan_, PlanFromSpec(job_id(), spec, options_.data_root));
+  if (several && plan_.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a job on ", WorkersNeeded(spec.parallel()),
+        " workers needs checkpoint.dir in its spec: a directory every worker of the job can "
+        "write (any local path when they share a machine, shared storage in a cluster); each "
+        "rank writes its shard of the training state there and rank 0 exports the final "
+        "weights from the shards to <checkpoint.dir>/model.safetensors"));
+  }
   RETURN_IF_ERROR(RequireFile("dataset", plan_.data_path, options_.worker_id));
   if (!plan_.init_path.empty()) {
     RETURN_IF_ERROR(RequireFile("init_checkpoint", plan_.init_path, options_.worker_id));
   }
   if (!plan_.checkpoint_dir.empty()) RETURN_IF_ERROR(MakeDirs(plan_.checkpoint_dir));
-  RETURN_IF_ERROR(MakeDirs(DirName(plan_.save_path)));
+  if (rank_ == 0) RETURN_IF_ERROR(MakeDirs(DirName(plan_.save_path)));
   if (cancel_requested()) return absl::CancelledError("cancelled before the first step");
+  if (several) return TrainParallel(rank_);
 
   absl::StatusOr<std::unique_ptr<LocalTrainer>> run = LocalTrainer::Create(backend_, plan_);
   if (!run.ok()) return Annotate(run.status(), "cannot start training");
@@ -248,11 +264,74 @@ absl::StatusOr<std::string> JobRunner::Train() {
   return plan_.save_path;
 }
 
+absl::StatusOr<std::string> JobRunner::TrainParallel(int rank) {
+  const JobSpec& spec = assignment_.spec();
+  ASSIGN_OR_RETURN(parallel::ParallelTrainingOptions options,
+                   ParallelPlan(assignment_, rank, plan_, options_.comm_timeout));
+  ParallelJobOptions job_options;
+  job_options.listen_address = options_.peer_listen_address;
+  job_options.connect_timeout = options_.connect_timeout;
+  auto job = std::make_shared<ParallelJob>(assignment_, rank, job_options);
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancel_) return absl::CancelledError("cancelled before the first step");
+    parallel_ = job;
+  }
+  std::vector<std::string> layers;
+  for (const parallel::ChunkRange& c : options.chunks) {
+    layers.push_back(absl::StrFormat("[%d, %d)", c.first_layer, c.first_layer + c.num_layers));
+  }
+  const absl::Time start = absl::Now();
+  absl::Status status = job->Connect();
+  if (status.ok()) {
+    // The coordinator prefixes events with the worker and its (dp, pp, tp).
+    callbacks_.event(absl::StrFormat(
+        "rank %d of %d, layers %s: connected to %d peers in %.2fs", rank, job->size(),
+        layers.empty() ? "(even split)" : absl::StrJoin(layers, " "), job->size() - 1,
+        absl::ToDoubleSeconds(absl::Now() - start)));
+    if (rank == 0) {
+      callbacks_.event(absl::StrCat("loaded dataset ", plan_.data_path, " (",
+                                    DatasetTokens(plan_.data_path), " tokens)"));
+      callbacks_.event(absl::StrFormat(
+          "training %s (%d parameters) on %d workers (dp=%d pp=%d tp=%d, schedule %s): %d steps "
+          "of %d x %d tokens, micro-batches of %d",
+          plan_.model.DebugString(), plan_.model.num_parameters(), job->size(), options.dp,
+          options.pp, options.tp, pipeline::ScheduleName(options.schedule), plan_.steps,
+          plan_.batch, plan_.seq,
+          spec.micro_batch_size() > 0 ? spec.micro_batch_size() : plan_.batch / options.dp));
+    }
+    status = job->Train(backend_, std::move(options),
+                        [this](const TrainStepMetrics& r) { return OnStep(r); });
+  } else if (!cancel_requested()) {
+    status = Annotate(status, "cannot connect to the job's peers");
+  }
+  const int64_t last = last_step();
+  if (cancel_requested()) {
+    // Whatever the trainer saw (a peer gone, the transport shut down): the job was stopped.
+    job->Close(absl::ZeroDuration());
+    return absl::CancelledError(status.ok() ? "cancelled" : status.message());
+  }
+  if (!status.ok()) {
+    // The transport stays up until this runner is destroyed, after the failure is reported
+    // (parallel_job.h): peers waiting on this rank learn of the failure from the coordinator.
+    if (last == 0) return status;
+    return Annotate(status, absl::StrCat("training failed after step ", last));
+  }
+  job->Close(absl::Seconds(5));
+  if (rank != 0) return std::string();
+  if (!plan_.checkpoint_dir.empty() && last > 0) {
+    callbacks_.event(absl::StrFormat("checkpoint written to %s/step_%08d at step %d",
+                                     plan_.checkpoint_dir, last, last));
+  }
+  callbacks_.event(absl::StrCat("weights written to ", plan_.save_path));
+  return plan_.save_path;
+}
+
 absl::Status JobRunner::OnStep(const TrainStepMetrics& r) {
   // LocalTrainer writes a step's checkpoint after this callback returns, so the checkpoint of
   // the previous step is announced now.
   const int64_t prev = r.step - 1;
-  if (!plan_.checkpoint_dir.empty() && prev > 0 && plan_.checkpoint_every > 0 &&
+  if (rank_ == 0 && !plan_.checkpoint_dir.empty() && prev > 0 && plan_.checkpoint_every > 0 &&
       prev % plan_.checkpoint_every == 0) {
     callbacks_.event(absl::StrFormat("checkpoint written to %s/step_%08d at step %d",
                                      plan_.checkpoint_dir, prev, prev));
@@ -268,7 +347,7 @@ absl::Status JobRunner::OnStep(const TrainStepMetrics& r) {
   m.set_learning_rate(r.lr);
   m.set_tokens_per_s(r.tokens_per_s);
   m.set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
-  callbacks_.step(m);
+  callbacks_.step(m, reports_steps_);
   if (options_.after_step) options_.after_step(r.step);
   absl::MutexLock lock(&mu_);
   if (cancel_) return absl::CancelledError(cancel_reason_);

@@ -55,26 +55,6 @@ kernels::DeviceInfo Device(kernels::DeviceKind kind) {
   return d;
 }
 
-TEST(CheckSingleWorkerLayout, ZerosAndOnesAreOneWorker) {
-  EXPECT_TRUE(CheckSingleWorkerLayout(ParallelLayout()).ok());
-  ParallelLayout ones;
-  ones.set_dp(1);
-  ones.set_pp(1);
-  ones.set_tp(1);
-  EXPECT_TRUE(CheckSingleWorkerLayout(ones).ok());
-}
-
-TEST(CheckSingleWorkerLayout, MoreThanOneWorkerIsUnsupported) {
-  ParallelLayout layout;
-  layout.set_dp(2);
-  layout.set_pp(2);
-  absl::Status s = CheckSingleWorkerLayout(layout);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(s.message(), HasSubstr("layouts with more than one worker (dp*pp*tp=4) are not "
-                                     "supported by this worker version"));
-  EXPECT_THAT(s.message(), HasSubstr("dp=2 pp=2 tp=1"));
-}
-
 TEST(CheckDevice, AutoAndEmptyRunAnywhere) {
   EXPECT_TRUE(CheckDevice("", Device(kernels::DeviceKind::kCpu)).ok());
   EXPECT_TRUE(CheckDevice("auto", Device(kernels::DeviceKind::kCuda)).ok());
@@ -189,7 +169,10 @@ JobOutcome RunJob(const JobSpec& spec, const std::string& job_id, Recorded& rec,
   JobRunner* self = nullptr;
   if (after_step) options.after_step = [&](int64_t step) { after_step(*self, step); };
   JobRunner::Callbacks cb;
-  cb.step = [&](const StepMetrics& m) { rec.steps.push_back(m.step()); };
+  cb.step = [&](const StepMetrics& m, bool report) {
+    EXPECT_TRUE(report);  // one worker reports every step
+    rec.steps.push_back(m.step());
+  };
   cb.event = [&](const std::string& e) { rec.events.push_back(e); };
   JobRunner runner(a, backend.get(), options, cb);
   self = &runner;
@@ -249,15 +232,14 @@ TEST(JobRunner, DatasetShorterThanOneBatchFails) {
   EXPECT_THAT(o.error(), HasSubstr("short.txt"));
 }
 
-TEST(JobRunner, MultiWorkerLayoutFailsAtOnce) {
+TEST(JobRunner, MultiWorkerJobWithoutPlacementFailsAtOnce) {
   JobSpec spec = TinySpec(WriteText("layout.txt", 2000));
   spec.mutable_parallel()->set_tp(2);
   spec.mutable_parallel()->set_pp(2);
   Recorded rec;
-  JobOutcome o = RunJob(spec, "job-000005", rec);
+  JobOutcome o = RunJob(spec, "job-000005", rec);  // no placement either
   EXPECT_FALSE(o.succeeded());
-  EXPECT_THAT(o.error(), HasSubstr("layouts with more than one worker (dp*pp*tp=4) are not "
-                                   "supported by this worker version"));
+  EXPECT_THAT(o.error(), HasSubstr("lists 0 ranks, not 4"));
   EXPECT_TRUE(rec.steps.empty());
 }
 

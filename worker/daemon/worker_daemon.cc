@@ -109,6 +109,7 @@ absl::Status WorkerDaemon::Run() {
   // attempt (gRPC's message text varies from one connection attempt to the next).
   absl::StatusCode last_code = absl::StatusCode::kOk;
   int failures = 0;
+  absl::Time id_conflict_since = absl::InfiniteFuture();
   while (true) {
     ReapJob();
     bool registered;
@@ -123,7 +124,27 @@ absl::Status WorkerDaemon::Run() {
       if (!s.ok()) {
         {
           absl::MutexLock lock(&mu_);
-          if (absl::IsInvalidArgument(s) && epoch_ == 0 && job_ == nullptr) return s;
+          const bool first = epoch_ == 0 && job_ == nullptr;
+          if (absl::IsInvalidArgument(s) && first) return s;
+          if (absl::IsAlreadyExists(s) && first) {
+            // Another process with this --worker_id, or the session of a previous process of
+            // this worker that died and whose lease has not run out yet.
+            const absl::Time now = absl::Now();
+            if (id_conflict_since == absl::InfiniteFuture()) {
+              id_conflict_since = now;
+              LogLine(options_.worker_id,
+                      absl::StrCat("cannot register: ", s.message(), "; retrying for up to ",
+                                   absl::FormatDuration(options_.id_conflict_wait),
+                                   " in case it is a previous process of this worker that died"));
+              last_code = s.code();
+            }
+            if (now - id_conflict_since >= options_.id_conflict_wait) {
+              return absl::AlreadyExistsError(absl::StrCat(
+                  s.message(), " The id was still held after ",
+                  absl::FormatDuration(options_.id_conflict_wait),
+                  ": every worker process needs its own --worker_id."));
+            }
+          }
         }
         if (s.code() != last_code || ++failures % 30 == 0) {
           LogLine(options_.worker_id, absl::StrCat("cannot register: ", s.message(),
@@ -270,10 +291,13 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   JobRunnerOptions runner_options;
   runner_options.worker_id = options_.worker_id;
   runner_options.data_root = options_.data_root;
+  runner_options.peer_listen_address = options_.peer_listen_address;
+  runner_options.connect_timeout = options_.connect_timeout;
+  runner_options.comm_timeout = options_.comm_timeout;
   runner_options.after_step = options_.after_step;
   ActiveJob* raw = job.get();
   JobRunner::Callbacks callbacks;
-  callbacks.step = [this, raw](const StepMetrics& m) {
+  callbacks.step = [this, raw](const StepMetrics& m, bool report) {
     absl::MutexLock lock(&mu_);
     if (options_.log_every > 0 && (m.step() == 1 || m.step() % options_.log_every == 0)) {
       LogLine(options_.worker_id,
@@ -281,7 +305,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
                               raw->id, m.step(), raw->total_steps, m.loss(), m.grad_norm(),
                               m.learning_rate(), m.tokens_per_s()));
     }
-    if (raw->cancelled_by_coordinator) return;
+    if (!report || raw->cancelled_by_coordinator) return;
     ReportProgressRequest r;
     r.set_job_id(raw->id);
     *r.mutable_step() = m;
@@ -314,7 +338,9 @@ void WorkerDaemon::RunJob(ActiveJob* job) {
   }
   LogLine(options_.worker_id,
           outcome.succeeded()
-              ? absl::StrCat("job ", job->id, " succeeded: weights at ", outcome.output())
+              ? (outcome.output().empty()
+                     ? absl::StrCat("job ", job->id, " succeeded (rank 0 writes the weights)")
+                     : absl::StrCat("job ", job->id, " succeeded: weights at ", outcome.output()))
               : absl::StrCat("job ", job->id, " failed: ", outcome.error()));
   EnqueueOutcomeLocked(job->id, outcome);
 }

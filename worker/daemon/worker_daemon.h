@@ -22,7 +22,8 @@
 // reports dropped. (The coordinator normally says so itself, with cancel_job_ids.)
 //
 // Cancellation (HeartbeatResponse.cancel_job_ids, ReportProgressResponse.cancelled) stops the
-// job at its next step boundary; no outcome is sent for it (the coordinator already decided).
+// job at its next step boundary (a rank of a multi-worker job: at once); no outcome is sent for
+// it (the coordinator already decided).
 // Stop() (SIGTERM) stops it the same way, reports the outcome as failed "<reason> after step N",
 // waits up to `shutdown_grace` for the reports to be delivered, and makes Run() return OK.
 #ifndef DTRAIN_WORKER_DAEMON_WORKER_DAEMON_H_
@@ -48,9 +49,18 @@ namespace dtrain::worker {
 
 struct WorkerOptions {
   std::string worker_id;          // required
-  std::string advertise_address;  // host:port of the peer service (next issue)
+  std::string advertise_address;  // host:port of the peer service, as peers reach it
   std::string host_label;
   std::string data_root = "./dtrain-data";
+  // Multi-worker jobs: see JobRunnerOptions.
+  std::string peer_listen_address;
+  absl::Duration connect_timeout = absl::Seconds(60);
+  absl::Duration comm_timeout = absl::Seconds(60);
+  // How long the first registration retries while the coordinator says another live session
+  // holds this worker id (ALREADY_EXISTS) before Run gives up: long enough for the lease of a
+  // previous process of this worker that died to run out; a second live process with the same
+  // --worker_id (a configuration error) never lets go.
+  absl::Duration id_conflict_wait = absl::Seconds(15);
   int log_every = 10;  // log a progress line every N steps (0: never)
   int64_t max_buffered_reports = 10000;
   absl::Duration outcome_retry_for = absl::Minutes(5);
@@ -66,7 +76,8 @@ class WorkerDaemon {
   ~WorkerDaemon();  // stops and joins a running job
 
   // Runs until Stop(). OK after a clean stop; InvalidArgument when the coordinator rejects the
-  // first registration as malformed (e.g. an empty worker id). Call once.
+  // first registration as malformed (e.g. an empty worker id); AlreadyExists when another live
+  // session holds the worker id for longer than id_conflict_wait. Call once.
   absl::Status Run();
 
   // Thread-safe; `reason` ("worker stopped by SIGTERM") becomes the running job's error.

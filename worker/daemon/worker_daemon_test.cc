@@ -39,6 +39,7 @@ class WorkerDaemonTest : public ::testing::Test {
     options.max_backoff = absl::Milliseconds(200);
     options.shutdown_grace = absl::Seconds(2);
     options.after_step = std::move(after_step);
+    options.id_conflict_wait = id_conflict_wait_;
     daemon_ = std::make_unique<WorkerDaemon>(options, client_.get(), backend_.get());
     thread_ = std::thread([this] { run_status_ = daemon_->Run(); });
   }
@@ -63,6 +64,7 @@ class WorkerDaemonTest : public ::testing::Test {
   std::unique_ptr<WorkerDaemon> daemon_;
   std::thread thread_;
   absl::Status run_status_;
+  absl::Duration id_conflict_wait_ = absl::Seconds(15);
 };
 
 TEST_F(WorkerDaemonTest, RegistrationCarriesIdentityAndDeviceInfo) {
@@ -202,7 +204,7 @@ TEST_F(WorkerDaemonTest, MissingDatasetFailsWithTheOutcomeNamingThePath) {
   EXPECT_TRUE(StepsOf(fake_.reports()).empty());
 }
 
-TEST_F(WorkerDaemonTest, MultiWorkerLayoutFailsAsUnsupported) {
+TEST_F(WorkerDaemonTest, MultiWorkerJobWithABadPlacementFailsNamingIt) {
   JobAssignment a = TinyJob("job-000005", WriteText("layout.txt", 2000), 5);
   a.mutable_spec()->mutable_parallel()->set_dp(2);
   a.mutable_spec()->mutable_parallel()->set_pp(2);
@@ -211,8 +213,35 @@ TEST_F(WorkerDaemonTest, MultiWorkerLayoutFailsAsUnsupported) {
   ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
   const JobOutcome outcome = OutcomeOf(fake_.reports());
   EXPECT_FALSE(outcome.succeeded());
-  EXPECT_THAT(outcome.error(), HasSubstr("layouts with more than one worker (dp*pp*tp=4) are not "
-                                         "supported by this worker version"));
+  EXPECT_THAT(outcome.error(), HasSubstr("the assignment of job job-000005 (dp=2 pp=2 tp=1) "
+                                         "lists 0 ranks, not 4"));
+}
+
+TEST_F(WorkerDaemonTest, AWorkerIdHeldByAnotherLiveSessionEndsRunAfterTheWait) {
+  fake_.RefuseRegistrations(grpc::Status(
+      grpc::StatusCode::ALREADY_EXISTS,
+      "worker id \"w1\" is held by another live session (last heartbeat 0.2s ago, lease 3.0s); "
+      "is a second worker running with this --worker_id?"));
+  id_conflict_wait_ = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  StartWorker();
+  thread_.join();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  EXPECT_EQ(run_status_.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(run_status_.message(), HasSubstr("held by another live session"));
+  EXPECT_THAT(run_status_.message(), HasSubstr("every worker process needs its own --worker_id"));
+  EXPECT_GE(fake_.registrations().size(), 2u);  // retried meanwhile
+  daemon_.reset();
+}
+
+TEST_F(WorkerDaemonTest, AWorkerIdFreedWithinTheWaitRegisters) {
+  fake_.RefuseRegistrations(grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "held"));
+  id_conflict_wait_ = absl::Seconds(20);
+  StartWorker();
+  ASSERT_TRUE(fake_.WaitUntil(
+      [](FakeCoordinator& f) { return f.registrations_locked().size() >= 2; }));
+  fake_.RefuseRegistrations(grpc::Status::OK);  // the dead process's lease ran out
+  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return !f.heartbeats_locked().empty(); }));
 }
 
 TEST_F(WorkerDaemonTest, StopReportsTheJobFailedAndRunReturnsOk) {

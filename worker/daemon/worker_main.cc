@@ -9,21 +9,26 @@
 // SIGTERM / SIGINT: the running job stops at its next step boundary and is reported failed
 // ("worker stopped by SIGTERM after step N"), pending reports get up to 10 s to be delivered,
 // then the process exits 0 (a second signal while stopping changes nothing). Exit 1 on bad
-// flags or a device that cannot be opened.
+// flags, a device that cannot be opened, or a --worker_id another live worker holds (after
+// --id_conflict_wait).
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "kernels/backend.h"
@@ -34,8 +39,20 @@
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator address host:port");
 ABSL_FLAG(std::string, worker_id, "", "stable name of this worker (required), e.g. gpu0");
 ABSL_FLAG(std::string, advertise_address, "",
-          "host:port peers use to reach this worker (default <hostname>:7071; the peer "
-          "service comes with multi-worker training)");
+          "host:port other workers use to reach this worker's peer service in multi-worker "
+          "jobs (default <hostname>:7071); it listens on that port");
+ABSL_FLAG(std::string, peer_listen, "",
+          "where the peer service listens during a multi-worker job (default: every interface, "
+          "on the port of --advertise_address, e.g. [::]:7071)");
+ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(60),
+          "multi-worker jobs: how long to wait for every peer of a new job to answer");
+ABSL_FLAG(absl::Duration, comm_timeout, absl::Seconds(60),
+          "multi-worker jobs: deadline of every send, receive and collective; a peer that "
+          "hangs fails the job after this");
+ABSL_FLAG(absl::Duration, id_conflict_wait, absl::Seconds(15),
+          "how long to retry registering while another live process holds --worker_id "
+          "(a previous process of this worker that died, until its lease runs out) before "
+          "exiting 1");
 ABSL_FLAG(std::string, host_label, "", "workers with the same label share a host (default: "
           "the hostname)");
 ABSL_FLAG(std::string, device, "auto", "cpu, cuda, cuda:N or auto; decides the hardware");
@@ -71,14 +88,32 @@ absl::Status Main(int signal_fd) {
     return absl::InvalidArgumentError("--worker_id is required (a stable name, e.g. gpu0)");
   }
   const absl::Duration rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
-  if (rpc_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rpc_timeout=", absl::FormatDuration(rpc_timeout), " must be positive"));
+  for (const auto& [name, value] :
+       {std::pair<const char*, absl::Duration>{"rpc_timeout", rpc_timeout},
+        {"connect_timeout", absl::GetFlag(FLAGS_connect_timeout)},
+        {"comm_timeout", absl::GetFlag(FLAGS_comm_timeout)}}) {
+    if (value <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, "=", absl::FormatDuration(value), " must be positive"));
+    }
   }
+  options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  options.comm_timeout = absl::GetFlag(FLAGS_comm_timeout);
+  options.id_conflict_wait = std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_id_conflict_wait));
+  options.peer_listen_address = absl::GetFlag(FLAGS_peer_listen);
   options.host_label = absl::GetFlag(FLAGS_host_label);
   if (options.host_label.empty()) options.host_label = Hostname();
   options.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   if (options.advertise_address.empty()) options.advertise_address = Hostname() + ":7071";
+  const size_t colon = options.advertise_address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(options.advertise_address.substr(colon + 1), &port) || port <= 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--advertise_address=", options.advertise_address,
+        " must be host:port with a port in [1, 65535] (peers connect to it)"));
+  }
   options.data_root = absl::GetFlag(FLAGS_data_root);
   options.log_every = absl::GetFlag(FLAGS_log_every);
   RETURN_IF_ERROR(Annotate(MakeDirs(options.data_root), "--data_root"));
@@ -116,6 +151,9 @@ int main(int argc, char** argv) {
       "The dtrain worker daemon: trains the jobs the coordinator assigns on one device.\n"
       "  dtrain-worker --worker_id=gpu0 --device=cuda:0 --coordinator=host:7070");
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil checks lock order on every mutex operation; the peer transport takes many
+  // locks per frame (worker/comm/README.md).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
     std::perror("dtrain-worker: error: pipe2");
     return 1;

@@ -1,5 +1,6 @@
-// dtrain-worker as a process: flags, and SIGTERM in the middle of a job (the job stops at a
-// step boundary, its outcome says why, the process exits 0).
+// dtrain-worker as a process: flags, a worker id another live worker holds (exit 1), and
+// SIGTERM in the middle of a job (the job stops at a step boundary, its outcome says why, the
+// process exits 0).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -7,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,7 @@ extern char** environ;
 namespace dtrain::worker {
 namespace {
 
+using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 std::string WorkerBinary() {
@@ -69,6 +73,44 @@ TEST(DtrainWorker, UnknownFlagIsAnError) {
   pid_t pid = Spawn({"--worker_id=w", "--no_such_flag=1"}, TempPath("bad_flag.log"));
   ASSERT_GT(pid, 0);
   EXPECT_EQ(WaitExit(pid, kWait), 1);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(DtrainWorker, AdvertiseAddressNeedsAPort) {
+  const std::string log = TempPath("bad_address.log");
+  pid_t pid = Spawn({"--worker_id=w", "--coordinator=127.0.0.1:1", "--device=cpu",
+                     "--advertise_address=10.0.0.1", "--data_root=" + TempPath("bad_address")},
+                    log);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, kWait), 1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("--advertise_address=10.0.0.1 must be host:port"));
+}
+
+TEST(DtrainWorker, AWorkerIdAnotherLiveWorkerHoldsExitsOne) {
+  FakeCoordinator fake;
+  fake.RefuseRegistrations(grpc::Status(
+      grpc::StatusCode::ALREADY_EXISTS,
+      "worker id \"dup\" is held by another live session (last heartbeat 0.1s ago, lease "
+      "10.0s); is a second worker running with this --worker_id?"));
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = StartServer(&fake, &port);
+  ASSERT_NE(server, nullptr);
+  const std::string log = TempPath("duplicate.log");
+  pid_t pid = Spawn({"--worker_id=dup", absl::StrCat("--coordinator=127.0.0.1:", port),
+                     "--device=cpu", "--threads=1", "--data_root=" + TempPath("dup_root"),
+                     "--id_conflict_wait=300ms"},
+                    log);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, kWait), 1);
+  const std::string text = ReadFile(log);
+  EXPECT_THAT(text, HasSubstr("dtrain-worker: error: RegisterWorker to coordinator"));
+  EXPECT_THAT(text, HasSubstr("worker id \"dup\" is held by another live session"));
+  EXPECT_THAT(text, HasSubstr("every worker process needs its own --worker_id"));
+  server->Shutdown(std::chrono::system_clock::now());
 }
 
 TEST(DtrainWorker, SigtermStopsTheJobAtAStepBoundaryAndExitsZero) {

@@ -371,7 +371,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   }
   RETURN_IF_ERROR(backend_->Synchronize());
   metrics.step_seconds = Since(start);
-  metrics.tokens_per_s = double{B} * T / metrics.step_seconds;
+  metrics.tokens_per_s = static_cast<double>(B) * T / metrics.step_seconds;
   metrics.compute_seconds = std::max(0.0, times.compute - r.tp_seconds);
   metrics.bubble_seconds = times.wait;
   metrics.communication_seconds = r.tp_seconds + times.send + Since(comm_start);

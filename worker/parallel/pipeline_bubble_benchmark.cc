@@ -42,8 +42,10 @@ std::string WriteData() {
 }
 
 struct Measured {
-  std::vector<double> idle;  // per stage
+  std::vector<double> idle;  // per stage: 1 - compute / step time
+  double wait_fraction = 0;  // mean over stages: waiting for a neighbour / step time
   double step_seconds = 0;
+  double compute_seconds = 0;  // mean over stages, per step
 };
 
 absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) {
@@ -87,13 +89,17 @@ absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) 
   Measured out;
   for (int r = 0; r < p; ++r) {
     if (!status[r].ok()) return status[r];
-    double compute = 0, total = 0;
+    double compute = 0, total = 0, wait = 0;
     for (size_t s = 1; s < metrics[r].size(); ++s) {
       compute += metrics[r][s].compute_seconds;
       total += metrics[r][s].step_seconds;
+      wait += metrics[r][s].bubble_seconds;
     }
+    const double n = metrics[r].size() - 1;
     out.idle.push_back(1.0 - compute / total);
-    out.step_seconds = total / (metrics[r].size() - 1);
+    out.wait_fraction += wait / total / p;
+    out.compute_seconds += compute / n / p;
+    out.step_seconds = total / n;
   }
   return out;
 }
@@ -103,8 +109,8 @@ int Main() {
   const std::string data = WriteData();
   std::printf("pipeline bubble: %d stages, %d micro-batches, %u hardware threads\n", p, m,
               std::thread::hardware_concurrency());
-  std::printf("%-12s %-28s %9s %9s %9s %9s\n", "schedule", "measured idle per stage", "mean",
-              "simulated", "theory", "step s");
+  std::printf("%-12s %-24s %6s %6s %9s %7s %7s %9s\n", "schedule", "idle per stage", "mean",
+              "wait", "simulated", "theory", "step s", "compute s");
   const double one_f_one_b = double(p - 1) / (m + p - 1);
   struct Row {
     ScheduleKind kind;
@@ -129,11 +135,14 @@ int Main() {
       per_stage += absl::StrFormat("%.2f ", f);
       mean += f / p;
     }
-    std::printf("%-12s %-28s %9.3f %9.3f %9.3f %9.3f\n", pipeline::ScheduleName(row.kind).c_str(),
-                per_stage.c_str(), mean, sim.ok() ? sim->bubble_fraction : -1.0, row.theory,
-                measured->step_seconds);
+    std::printf("%-12s %-24s %6.3f %6.3f %9.3f %7.3f %7.3f %9.3f\n",
+                pipeline::ScheduleName(row.kind).c_str(), per_stage.c_str(), mean,
+                measured->wait_fraction, sim.ok() ? sim->bubble_fraction : -1.0, row.theory,
+                measured->step_seconds, measured->compute_seconds);
   }
-  std::printf("theory: 1F1B and GPipe (p-1)/(m+p-1); interleaved (p-1)/v / (m + (p-1)/v); "
+  std::printf("idle: 1 - compute / step time; wait: time blocked on a neighbour's activation or "
+              "gradient / step time; simulated: equal F, B, W costs\n"
+              "theory: 1F1B and GPipe (p-1)/(m+p-1); interleaved (p-1)/v / (m + (p-1)/v); "
               "ZB-H1 about a third of 1F1B\n");
   return 0;
 }

@@ -1,0 +1,308 @@
+#include "worker/daemon/parallel_job.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/comm/grpc/grpc_transport.h"
+#include "worker/pipeline/schedule.h"
+
+namespace dtrain::worker {
+namespace {
+
+constexpr int64_t kDefaultBucketBytes = 25 << 20;
+
+std::string Coordinates(const RankAssignment& r) {
+  return absl::StrCat("dp", r.dp_rank(), " pp", r.pp_rank(), " tp", r.tp_rank());
+}
+
+// A channel used only to learn whether `address` accepts connections; reconnects as often as
+// the transport's own channels.
+std::shared_ptr<grpc::Channel> ProbeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+int WorkersNeeded(const ParallelLayout& layout) {
+  return std::max(1, layout.dp()) * std::max(1, layout.pp()) * std::max(1, layout.tp());
+}
+
+int RankIndex(const ParallelLayout& layout, const RankAssignment& rank) {
+  const int pp = std::max(1, layout.pp()), tp = std::max(1, layout.tp());
+  return (rank.dp_rank() * pp + rank.pp_rank()) * tp + rank.tp_rank();
+}
+
+int ReportingRank(const ParallelLayout& layout) {
+  return (std::max(1, layout.pp()) - 1) * std::max(1, layout.tp());
+}
+
+std::string DescribeRank(const Placement& placement, int rank) {
+  if (rank < 0 || rank >= placement.ranks_size()) return absl::StrCat("rank ", rank);
+  const RankAssignment& r = placement.ranks(rank);
+  return absl::StrCat("rank ", rank, " (worker ", r.worker_id(), " at ", r.worker_address(), ", ",
+                      Coordinates(r), ")");
+}
+
+absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string& worker_id) {
+  const ParallelLayout& layout = assignment.spec().parallel();
+  const int n = WorkersNeeded(layout);
+  const Placement& placement = assignment.placement();
+  const std::string what = absl::StrFormat("job %s (dp=%d pp=%d tp=%d)", assignment.job_id(),
+                                           std::max(1, layout.dp()), std::max(1, layout.pp()),
+                                           std::max(1, layout.tp()));
+  if (placement.ranks_size() != n) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the assignment of ", what, " lists ", placement.ranks_size(), " ranks, not ", n));
+  }
+  absl::flat_hash_map<std::string, int> by_address;
+  int mine = -1;
+  for (int i = 0; i < n; ++i) {
+    const RankAssignment& r = placement.ranks(i);
+    if (RankIndex(layout, r) != i || r.dp_rank() < 0 || r.pp_rank() < 0 || r.tp_rank() < 0 ||
+        r.pp_rank() >= std::max(1, layout.pp()) || r.tp_rank() >= std::max(1, layout.tp())) {
+      return absl::FailedPreconditionError(absl::StrCat("placement entry ", i, " of ", what,
+                                                        " is ", Coordinates(r),
+                                                        ", out of (dp, pp, tp) order"));
+    }
+    if (r.worker_id().empty() || r.worker_address().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", i, " of ", what, " has no worker id or no address (worker \"", r.worker_id(),
+          "\", address \"", r.worker_address(), "\")"));
+    }
+    auto [it, inserted] = by_address.emplace(r.worker_address(), i);
+    if (!inserted) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ranks ", it->second, " (worker ", placement.ranks(it->second).worker_id(), ") and ", i,
+          " (worker ", r.worker_id(), ") of ", what, " have the same peer address ",
+          r.worker_address(), ": every worker needs its own --advertise_address"));
+    }
+    if (r.worker_id() == worker_id) {
+      if (mine >= 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("worker ", worker_id, " holds ranks ", mine, " and ", i, " of ", what));
+      }
+      mine = i;
+    }
+  }
+  if (mine < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the placement of ", what, " gives no rank to worker ", worker_id));
+  }
+  if (assignment.has_rank() && RankIndex(layout, assignment.rank()) != mine) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", worker_id, " is assigned ", Coordinates(assignment.rank()), " of ", what,
+        " but the placement puts it at ", Coordinates(placement.ranks(mine))));
+  }
+  return mine;
+}
+
+absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignment& assignment,
+                                                               int rank, LocalTrainingOptions run,
+                                                               absl::Duration comm_timeout) {
+  const JobSpec& spec = assignment.spec();
+  const ParallelLayout& layout = spec.parallel();
+  parallel::ParallelTrainingOptions o;
+  o.run = std::move(run);
+  o.dp = std::max(1, layout.dp());
+  o.pp = std::max(1, layout.pp());
+  o.tp = std::max(1, layout.tp());
+  o.rank = rank;
+  o.micro_batch_size = spec.micro_batch_size();
+  absl::StatusOr<pipeline::ScheduleKind> schedule =
+      pipeline::ParseScheduleKind(layout.schedule().empty() ? "1f1b" : layout.schedule());
+  if (!schedule.ok()) return Annotate(schedule.status(), "parallel.schedule");
+  o.schedule = *schedule;
+  o.virtual_stages = std::max(1, layout.virtual_stages());
+  if (rank < 0 || rank >= assignment.placement().ranks_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not in the placement"));
+  }
+  const RankAssignment& r = assignment.placement().ranks(rank);
+  if (r.chunks_size() > 0) {
+    for (const LayerRange& c : r.chunks()) o.chunks.push_back({c.first_layer(), c.num_layers()});
+  } else if (r.num_layers() > 0) {
+    o.chunks.push_back({r.first_layer(), r.num_layers()});
+  }
+  o.bucket_bytes = layout.bucket_bytes() > 0 ? layout.bucket_bytes() : kDefaultBucketBytes;
+  o.zero1 = layout.zero1();
+  o.comm_timeout = comm_timeout;
+  return o;
+}
+
+ParallelJob::ParallelJob(const JobAssignment& assignment, int rank, ParallelJobOptions options)
+    : job_id_(assignment.job_id()),
+      placement_(assignment.placement()),
+      rank_(rank),
+      size_(assignment.placement().ranks_size()),
+      options_(std::move(options)) {}
+
+ParallelJob::~ParallelJob() {
+  Close(absl::ZeroDuration());
+  std::thread abort_thread;
+  {
+    absl::MutexLock lock(&mu_);
+    abort_thread = std::move(abort_thread_);
+  }
+  if (abort_thread.joinable()) abort_thread.join();
+  trainer_.reset();
+  absl::MutexLock lock(&mu_);
+  transport_.reset();
+}
+
+std::shared_ptr<comm::GrpcTransport> ParallelJob::transport() const {
+  absl::MutexLock lock(&mu_);
+  return transport_;
+}
+
+bool ParallelJob::aborted() const {
+  absl::MutexLock lock(&mu_);
+  return aborted_;
+}
+
+void ParallelJob::Abort() {
+  absl::MutexLock lock(&mu_);
+  if (aborted_) return;
+  aborted_ = true;
+  if (transport_ == nullptr || closed_) return;
+  closed_ = true;
+  // Shutdown waits for gRPC (server shutdown, streams closing): not on the caller's thread,
+  // which may hold the daemon's lock.
+  abort_thread_ = std::thread([t = transport_] { t->Shutdown(absl::ZeroDuration()); });
+}
+
+void ParallelJob::Close(absl::Duration grace) {
+  std::shared_ptr<comm::GrpcTransport> t;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_ || transport_ == nullptr) return;
+    closed_ = true;
+    t = transport_;
+  }
+  t->Shutdown(grace);
+}
+
+absl::Status ParallelJob::Connect() {
+  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  std::vector<std::string> addresses;
+  for (const RankAssignment& r : placement_.ranks()) addresses.push_back(r.worker_address());
+  comm::GrpcTransportOptions o;
+  o.rank = rank_;
+  o.size = size_;
+  o.peer_addresses = addresses;
+  o.listen_address = options_.listen_address;
+  o.job_id = job_id_;
+  // Another process listening on this port is an error, not a port to share.
+  o.channel_args.push_back({GRPC_ARG_ALLOW_REUSEPORT, 0});
+  absl::StatusOr<std::unique_ptr<comm::GrpcTransport>> started = comm::GrpcTransport::Start(o);
+  if (!started.ok()) {
+    return Annotate(started.status(),
+                    absl::StrCat("cannot start the peer service of ", DescribeRank(placement_, rank_),
+                                 " (is another process using the port of --advertise_address or "
+                                 "--peer_listen?)"));
+  }
+  std::shared_ptr<comm::GrpcTransport> t = std::move(*started);
+  bool aborted;
+  {
+    absl::MutexLock lock(&mu_);
+    transport_ = t;
+    aborted = aborted_;
+    if (aborted) closed_ = true;
+  }
+  if (aborted) {
+    t->Shutdown(absl::ZeroDuration());
+    return absl::CancelledError("aborted while starting the peer service");
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    RETURN_IF_ERROR(ConnectTo(peer, deadline));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParallelJob::ConnectTo(int peer, absl::Time deadline) {
+  const absl::Time start = absl::Now();
+  std::shared_ptr<grpc::Channel> probe = ProbeChannel(placement_.ranks(peer).worker_address());
+  while (true) {
+    if (aborted()) return absl::CancelledError("aborted while connecting to the peers");
+    const grpc_connectivity_state state = probe->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) break;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "peer ", DescribeRank(placement_, peer), " did not accept connections within ",
+          absl::StrFormat("%.1fs", absl::ToDoubleSeconds(now - start)),
+          " (its worker did not start the job, or the address is unreachable from here)"));
+    }
+    probe->WaitForStateChange(state,
+                              absl::ToChronoTime(std::min(deadline, now + options_.connect_poll)));
+  }
+  probe.reset();
+  std::shared_ptr<comm::GrpcTransport> t = transport();
+  const int peers[] = {peer};
+  absl::Status s = t->Connect(peers, deadline);
+  if (!s.ok() && aborted()) return absl::CancelledError("aborted while connecting to the peers");
+  return Explain(s);
+}
+
+absl::Status ParallelJob::Train(kernels::Backend* backend,
+                                parallel::ParallelTrainingOptions options,
+                                const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
+  std::shared_ptr<comm::GrpcTransport> t = transport();
+  if (t == nullptr) return absl::FailedPreconditionError("Train before Connect");
+  absl::StatusOr<std::unique_ptr<parallel::ParallelTrainer>> trainer =
+      parallel::ParallelTrainer::Create(backend, t.get(), std::move(options));
+  if (!trainer.ok()) return Explain(Annotate(trainer.status(), "cannot start training"));
+  trainer_ = std::move(*trainer);
+  absl::Status s = trainer_->Run(on_step);
+  if (!s.ok()) {
+    // The trainer stays until the destructor, after the transport is closed: its gradient
+    // sync thread may still wait on a peer, and joining it now could take a comm deadline.
+    return Explain(s);
+  }
+  trainer_.reset();
+  return s;
+}
+
+absl::Status ParallelJob::Explain(const absl::Status& s) const {
+  if (s.ok()) return s;
+  std::shared_ptr<comm::GrpcTransport> t = transport();
+  std::string message(s.message());
+  if (t != nullptr) {
+    std::vector<std::pair<std::string, std::string>> names;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) names.push_back({t->PeerName(r), DescribeRank(placement_, r)});
+    }
+    message = absl::StrReplaceAll(message, names);
+  }
+  bool names_a_worker = false;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    if (absl::StrContains(message, absl::StrCat("worker ", placement_.ranks(r).worker_id(), " "))) {
+      names_a_worker = true;
+    }
+  }
+  if (!names_a_worker && t != nullptr) {
+    std::vector<std::string> lost;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && !t->PeerStatus(r).ok()) lost.push_back(DescribeRank(placement_, r));
+    }
+    if (!lost.empty()) absl::StrAppend(&message, "; lost peers: ", absl::StrJoin(lost, ", "));
+  }
+  return absl::Status(s.code(), message);
+}
+
+}  // namespace dtrain::worker

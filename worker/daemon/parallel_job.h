@@ -1,0 +1,148 @@
+// ParallelJob: this worker's rank of a multi-worker job (dp * pp * tp > 1), as JobRunner runs
+// it: a comm::GrpcTransport for the job, streams to every peer, and a
+// parallel::ParallelTrainer over them.
+//
+//   ASSIGN_OR_RETURN(int rank, FindRank(assignment, worker_id));
+//   ASSIGN_OR_RETURN(parallel::ParallelTrainingOptions o,
+//                    ParallelPlan(assignment, rank, single_worker_plan, comm_timeout));
+//   ParallelJob job(assignment, rank, {listen_address, connect_timeout});
+//   RETURN_IF_ERROR(job.Connect());           // every peer answered, or the deadline passed
+//   absl::Status s = job.Train(backend, o, on_step);
+//   job.Close(s.ok() ? absl::Seconds(5) : absl::ZeroDuration());
+//
+// Addresses: rank r listens on its own RankAssignment.worker_address (the address its worker
+// registered with: --advertise_address), on every interface unless --peer_listen says
+// otherwise, and reaches rank q at placement.ranks(q).worker_address. The transport lives for
+// the job only (HELLOs carry the job id; a worker runs one job at a time).
+//
+// Connecting: peers get their assignments in their own heartbeats, so they start up to a
+// heartbeat interval apart (more after a coordinator restart). Connect waits for each peer's
+// peer service to accept connections, polling every 100 ms (so Abort is honoured at once),
+// then opens the job's stream to it; all within `connect_timeout`. A peer that never comes is
+// Unavailable naming its rank, worker and address.
+//
+// Failures: every error Train and Connect return has the transport's peer names
+// ("rank 3 (127.0.0.1:7074)") expanded with the worker ("rank 3 (worker w4 at 127.0.0.1:7074,
+// dp1 pp0 tp1)"), and when it names no peer but some peer's stream broke, those peers are
+// appended ("; lost peers: ..."), so the coordinator's FAILED reason says which worker vanished.
+//
+// Abort (cancel, SIGTERM) shuts the transport down at once, from any thread, without waiting:
+// a rank blocked on a peer returns Cancelled instead of waiting for its deadline, and its peers
+// see it gone. After a failure JobRunner keeps the transport up until the failure is reported
+// (the JobRunner is destroyed): a rank that failed because a peer vanished must not look, to
+// its other peers, like the cause of the failure before its report names the real one.
+#ifndef DTRAIN_WORKER_DAEMON_PARALLEL_JOB_H_
+#define DTRAIN_WORKER_DAEMON_PARALLEL_JOB_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kernels/backend.h"
+#include "proto/coordinator.pb.h"
+#include "worker/local_trainer.h"
+#include "worker/parallel/parallel_trainer.h"
+
+namespace dtrain::comm {
+class GrpcTransport;
+}  // namespace dtrain::comm
+
+namespace dtrain::worker {
+
+// dp * pp * tp of a layout (0 counts as 1).
+int WorkersNeeded(const ParallelLayout& layout);
+
+// The index of (dp_rank, pp_rank, tp_rank) in a placement: (dp_rank * pp + pp_rank) * tp +
+// tp_rank.
+int RankIndex(const ParallelLayout& layout, const RankAssignment& rank);
+
+// The rank whose step metrics the coordinator records (coordinator/job_manager.h): dp 0, the
+// last pipeline stage, tp 0. Every rank computes the same global loss and gradient norm; only
+// this one sends its steps, so the coordinator gets one report per step, not dp*pp*tp.
+int ReportingRank(const ParallelLayout& layout);
+
+// "rank 3 (worker w4 at 127.0.0.1:7074, dp1 pp0 tp1)".
+std::string DescribeRank(const Placement& placement, int rank);
+
+// Checks the placement of a multi-worker assignment (dp*pp*tp entries in (dp, pp, tp) order,
+// each with a worker id and address, and this worker's rank among them) and returns this
+// worker's rank index. FailedPrecondition naming what is wrong.
+absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string& worker_id);
+
+// The options of rank `rank` from the single-worker plan of the spec (PlanFromSpec: model,
+// optimizer, data, seed, steps, the whole batch, checkpoint dir and interval, save path) and
+// the layout: micro_batch_size, schedule, virtual stages, this rank's layer chunks
+// (RankAssignment.chunks when set, else first_layer/num_layers), bucket_bytes, zero1.
+// InvalidArgument for an unknown schedule.
+absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignment& assignment,
+                                                               int rank, LocalTrainingOptions run,
+                                                               absl::Duration comm_timeout);
+
+struct ParallelJobOptions {
+  // Where this rank's peer service listens; empty: every interface, on the port of its
+  // placement address ("[::]:7071").
+  std::string listen_address;
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // How often Connect checks whether a peer accepts connections (and whether it was aborted).
+  absl::Duration connect_poll = absl::Milliseconds(100);
+};
+
+class ParallelJob {
+ public:
+  ParallelJob(const JobAssignment& assignment, int rank, ParallelJobOptions options);
+  ~ParallelJob();  // Close(zero), joins the abort thread
+
+  // Starts this rank's transport and opens a stream to every other rank (see the top).
+  // Cancelled after Abort().
+  absl::Status Connect();
+
+  // Creates the trainer and runs it to the end (ParallelTrainer::Run). Errors are explained
+  // (see the top). Call after Connect succeeded. After an error the trainer is kept until the
+  // destructor has closed the transport (its threads may be waiting on peers).
+  absl::Status Train(kernels::Backend* backend, parallel::ParallelTrainingOptions options,
+                     const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
+
+  // Thread-safe, idempotent, returns at once: shuts the transport down on a thread of its own.
+  void Abort();
+  bool aborted() const;
+
+  // Closes the transport: queued frames get up to `grace` (zero: abrupt). Idempotent.
+  void Close(absl::Duration grace);
+
+  // `s` with peers named by worker (see the top). Call before Close: the transport tells which
+  // peers broke.
+  absl::Status Explain(const absl::Status& s) const;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  std::shared_ptr<comm::GrpcTransport> transport() const;
+  // Waits until `peer`'s address accepts connections, polling (and checking Abort); then the
+  // transport's Connect for it.
+  absl::Status ConnectTo(int peer, absl::Time deadline);
+
+  const std::string job_id_;
+  const Placement placement_;
+  const int rank_;
+  const int size_;
+  const ParallelJobOptions options_;
+
+  mutable absl::Mutex mu_;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<comm::GrpcTransport> transport_ ABSL_GUARDED_BY(mu_);
+  std::thread abort_thread_ ABSL_GUARDED_BY(mu_);
+  // The trainer, destroyed before the transport (it sends and receives through it).
+  std::unique_ptr<parallel::ParallelTrainer> trainer_;
+};
+
+}  // namespace dtrain::worker
+
+#endif  // DTRAIN_WORKER_DAEMON_PARALLEL_JOB_H_

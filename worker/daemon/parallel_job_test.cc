@@ -1,0 +1,362 @@
+// Multi-worker jobs on the worker side: the placement checks, the trainer options of a rank,
+// and JobRunners of one job as threads of this process, each with its own gRPC peer service on
+// 127.0.0.1: they train to one worker's numbers, only the reporting rank's steps are reported,
+// a cancelled rank stops at once and its peers fail naming its worker, and a peer that never
+// starts fails the job at the connect deadline naming it.
+#include "worker/daemon/parallel_job.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "worker/daemon/job_runner.h"
+
+namespace dtrain::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+std::string WriteText(const std::string& name, int bytes) {
+  const std::string path = TempPath(name);
+  std::ofstream out(path);
+  const std::string words = "the quick brown fox jumps over the lazy dog; ";
+  for (int i = 0; i < bytes; ++i) out << words[(i * 7 + i / 13) % words.size()];
+  return path;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// A loopback port that was free a moment ago.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+JobSpec Spec(const std::string& dataset, int steps) {
+  JobSpec spec;
+  spec.set_name("tiny");
+  ModelConfig* m = spec.mutable_model();
+  m->set_vocab_size(256);
+  m->set_context(16);
+  m->set_n_layer(2);
+  m->set_n_head(2);
+  m->set_n_embd(16);
+  spec.set_dataset(dataset);
+  spec.set_steps(steps);
+  spec.set_batch_size(4);
+  spec.set_seq_len(16);
+  spec.mutable_optimizer()->set_max_lr(1e-2f);
+  spec.mutable_optimizer()->set_warmup_steps(2);
+  return spec;
+}
+
+// The coordinator's assignment of every rank: workers w0, w1, ... on free loopback ports, the
+// layers split evenly over the pipeline stages.
+std::vector<JobAssignment> Assignments(const std::string& job_id, JobSpec spec, int dp, int pp,
+                                       int tp) {
+  spec.mutable_parallel()->set_dp(dp);
+  spec.mutable_parallel()->set_pp(pp);
+  spec.mutable_parallel()->set_tp(tp);
+  Placement placement;
+  const int n_layer = spec.model().n_layer();
+  for (int d = 0; d < dp; ++d) {
+    for (int p = 0; p < pp; ++p) {
+      for (int t = 0; t < tp; ++t) {
+        RankAssignment* r = placement.add_ranks();
+        r->set_dp_rank(d);
+        r->set_pp_rank(p);
+        r->set_tp_rank(t);
+        r->set_worker_id(absl::StrCat("w", placement.ranks_size() - 1));
+        r->set_worker_address(absl::StrCat("127.0.0.1:", FreePort()));
+        r->set_first_layer(p * n_layer / pp);
+        r->set_num_layers((p + 1) * n_layer / pp - p * n_layer / pp);
+      }
+    }
+  }
+  std::vector<JobAssignment> out;
+  for (const RankAssignment& r : placement.ranks()) {
+    JobAssignment a;
+    a.set_job_id(job_id);
+    *a.mutable_spec() = spec;
+    *a.mutable_rank() = r;
+    *a.mutable_placement() = placement;
+    out.push_back(a);
+  }
+  return out;
+}
+
+struct RankRun {
+  JobOutcome outcome;
+  std::vector<StepMetrics> steps;
+  std::vector<bool> reported;
+  std::vector<std::string> events;
+  absl::Duration took;
+};
+
+// Runs `ranks` (a subset of the job's assignments) as JobRunners on threads. `after_step(rank,
+// runner, step)` runs on each rank's training thread after every step.
+std::vector<RankRun> RunRanks(
+    const std::vector<JobAssignment>& ranks, const std::string& data_root,
+    std::function<void(int, JobRunner&, int64_t)> after_step = nullptr,
+    absl::Duration connect_timeout = absl::Seconds(30)) {
+  std::vector<RankRun> runs(ranks.size());
+  std::vector<std::unique_ptr<JobRunner>> runners(ranks.size());
+  std::vector<std::unique_ptr<kernels::Backend>> backends;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    backends.push_back(kernels::CreateBackend("cpu", 1).value());
+    JobRunnerOptions options;
+    options.worker_id = ranks[i].rank().worker_id();
+    options.data_root = absl::StrCat(data_root, "/", options.worker_id);
+    options.connect_timeout = connect_timeout;
+    options.comm_timeout = absl::Seconds(30);
+    if (after_step) {
+      options.after_step = [&, i](int64_t step) { after_step(i, *runners[i], step); };
+    }
+    JobRunner::Callbacks cb;
+    RankRun* run = &runs[i];
+    cb.step = [run](const StepMetrics& m, bool report) {
+      run->steps.push_back(m);
+      run->reported.push_back(report);
+    };
+    cb.event = [run](const std::string& e) { run->events.push_back(e); };
+    runners[i] = std::make_unique<JobRunner>(ranks[i], backends[i].get(), options, cb);
+  }
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      const absl::Time start = absl::Now();
+      runs[i].outcome = runners[i]->Run();
+      runs[i].took = absl::Now() - start;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  runners.clear();  // shuts the transports down
+  return runs;
+}
+
+std::vector<double> SingleWorkerLosses(const JobSpec& spec) {
+  JobAssignment a;
+  a.set_job_id("job-ref");
+  *a.mutable_spec() = spec;
+  a.mutable_rank()->set_worker_id("w-ref");
+  std::vector<RankRun> runs = RunRanks({a}, TempPath("ref"));
+  EXPECT_TRUE(runs[0].outcome.succeeded()) << runs[0].outcome.error();
+  std::vector<double> losses;
+  for (const StepMetrics& m : runs[0].steps) losses.push_back(m.loss());
+  return losses;
+}
+
+TEST(FindRank, FindsThisWorkerAndChecksThePlacement) {
+  std::vector<JobAssignment> a = Assignments("job-1", Spec("/d", 1), 2, 2, 1);
+  EXPECT_EQ(FindRank(a[2], "w2").value(), 2);
+  EXPECT_EQ(ReportingRank(a[0].spec().parallel()), 1);  // dp 0, last stage, tp 0
+
+  absl::StatusOr<int> r = FindRank(a[2], "w9");
+  EXPECT_THAT(r.status().message(), HasSubstr("gives no rank to worker w9"));
+
+  JobAssignment missing = a[0];
+  missing.mutable_placement()->mutable_ranks()->RemoveLast();
+  EXPECT_THAT(FindRank(missing, "w0").status().message(), HasSubstr("lists 3 ranks, not 4"));
+
+  JobAssignment same = a[0];
+  same.mutable_placement()->mutable_ranks(3)->set_worker_address(
+      same.placement().ranks(1).worker_address());
+  EXPECT_THAT(FindRank(same, "w0").status().message(),
+              HasSubstr("ranks 1 (worker w1) and 3 (worker w3) of job job-1 (dp=2 pp=2 tp=1) "
+                        "have the same peer address"));
+
+  JobAssignment swapped = a[0];
+  swapped.mutable_placement()->mutable_ranks()->SwapElements(0, 1);
+  EXPECT_THAT(FindRank(swapped, "w0").status().message(), HasSubstr("out of (dp, pp, tp) order"));
+
+  JobAssignment other = a[0];
+  *other.mutable_rank() = a[1].rank();
+  EXPECT_THAT(FindRank(other, "w0").status().message(),
+              HasSubstr("is assigned dp0 pp1 tp0 of job job-1"));
+}
+
+TEST(ParallelPlan, FromTheSpecAndThePlacement) {
+  JobSpec spec = Spec("/d", 7);
+  spec.set_micro_batch_size(1);
+  spec.mutable_parallel()->set_schedule("interleaved");
+  spec.mutable_parallel()->set_virtual_stages(2);
+  spec.mutable_parallel()->set_zero1(true);
+  spec.mutable_model()->set_n_layer(4);
+  std::vector<JobAssignment> a = Assignments("job-1", spec, 1, 2, 1);
+  LayerRange* c = a[1].mutable_placement()->mutable_ranks(1)->add_chunks();
+  c->set_first_layer(1);
+  c->set_num_layers(1);
+  c = a[1].mutable_placement()->mutable_ranks(1)->add_chunks();
+  c->set_first_layer(3);
+  c->set_num_layers(1);
+  LocalTrainingOptions run;
+  run.batch = 4;
+  absl::StatusOr<parallel::ParallelTrainingOptions> o =
+      ParallelPlan(a[1], 1, run, absl::Seconds(7));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->run.batch, 4);
+  EXPECT_EQ(o->rank, 1);
+  EXPECT_EQ(o->dp, 1);
+  EXPECT_EQ(o->pp, 2);
+  EXPECT_EQ(o->tp, 1);
+  EXPECT_EQ(o->micro_batch_size, 1);
+  EXPECT_EQ(o->schedule, pipeline::ScheduleKind::kInterleaved);
+  EXPECT_EQ(o->virtual_stages, 2);
+  ASSERT_EQ(o->chunks.size(), 2u);
+  EXPECT_EQ(o->chunks[1].first_layer, 3);
+  EXPECT_EQ(o->chunks[1].num_layers, 1);
+  EXPECT_EQ(o->bucket_bytes, 25 << 20);
+  EXPECT_TRUE(o->zero1);
+  EXPECT_EQ(o->comm_timeout, absl::Seconds(7));
+
+  // Without chunks: the stage's own layers.
+  o = ParallelPlan(a[0], 0, run, absl::Seconds(7));
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_EQ(o->chunks.size(), 1u);
+  EXPECT_EQ(o->chunks[0].first_layer, 0);
+  EXPECT_EQ(o->chunks[0].num_layers, 2);
+
+  a[0].mutable_spec()->mutable_parallel()->set_schedule("zigzag");
+  EXPECT_THAT(ParallelPlan(a[0], 0, run, absl::Seconds(7)).status().message(),
+              HasSubstr("parallel.schedule"));
+}
+
+TEST(ParallelJobRunner, MultiWorkerJobNeedsACheckpointDir) {
+  std::vector<JobAssignment> a =
+      Assignments("job-2", Spec(WriteText("nockpt.txt", 4000), 3), 1, 2, 1);
+  std::vector<RankRun> runs = RunRanks(a, TempPath("nockpt"));
+  for (const RankRun& r : runs) {
+    EXPECT_FALSE(r.outcome.succeeded());
+    EXPECT_THAT(r.outcome.error(), HasSubstr("a job on 2 workers needs checkpoint.dir"));
+  }
+}
+
+// (dp, pp, tp) layouts of the tiny model against one worker.
+class Layouts : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(Layouts, TrainToOneWorkersNumbersAndOnlyOneRankReports) {
+  const auto [dp, pp, tp] = GetParam();
+  JobSpec spec = Spec(WriteText("layouts.txt", 8000), 4);
+  const std::vector<double> reference = SingleWorkerLosses(spec);
+  ASSERT_EQ(reference.size(), 4u);
+
+  const std::string dir = TempPath(absl::StrCat("layout", dp, pp, tp));
+  spec.set_micro_batch_size(1);
+  spec.mutable_checkpoint()->set_dir(dir + "/ckpt");
+  std::vector<JobAssignment> a = Assignments(absl::StrCat("job-", dp, pp, tp), spec, dp, pp, tp);
+  std::vector<RankRun> runs = RunRanks(a, dir);
+  const int reporting = ReportingRank(a[0].spec().parallel());
+  for (size_t r = 0; r < runs.size(); ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(runs[r].outcome.succeeded()) << runs[r].outcome.error();
+    ASSERT_EQ(runs[r].steps.size(), reference.size());
+    for (size_t s = 0; s < reference.size(); ++s) {
+      EXPECT_NEAR(runs[r].steps[s].loss(), reference[s], 1e-5 * std::abs(reference[s]))
+          << "step " << s + 1;
+      EXPECT_EQ(runs[r].reported[s], static_cast<int>(r) == reporting);
+    }
+    if (r == 0) {
+      EXPECT_EQ(runs[r].outcome.output(), dir + "/ckpt/model.safetensors");
+      EXPECT_TRUE(Exists(runs[r].outcome.output()));
+      EXPECT_EQ(runs[r].events.back(), "weights written to " + runs[r].outcome.output());
+    } else {
+      EXPECT_EQ(runs[r].outcome.output(), "");
+    }
+    ASSERT_FALSE(runs[r].events.empty());
+    EXPECT_THAT(runs[r].events.front(),
+                HasSubstr(absl::StrCat("of ", runs.size(), ", layers ")));
+    EXPECT_THAT(runs[r].events.front(),
+                HasSubstr(absl::StrCat("connected to ", runs.size() - 1, " peers")));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ParallelJobRunner, Layouts,
+                         ::testing::Values(std::make_tuple(1, 2, 1), std::make_tuple(2, 1, 2)));
+
+TEST(ParallelJobRunner, ACancelledRankStopsAtOnceAndItsPeerFailsNamingIt) {
+  JobSpec spec = Spec(WriteText("cancel.txt", 8000), 100000);
+  spec.mutable_checkpoint()->set_dir(TempPath("cancel/ckpt"));
+  std::vector<JobAssignment> a = Assignments("job-3", spec, 1, 2, 1);
+  std::vector<RankRun> runs = RunRanks(a, TempPath("cancel"), [](int rank, JobRunner& r,
+                                                                 int64_t step) {
+    if (rank == 0 && step == 2) r.Cancel("cancelled by the coordinator");
+  });
+  EXPECT_FALSE(runs[0].outcome.succeeded());
+  EXPECT_THAT(runs[0].outcome.error(), HasSubstr("cancelled by the coordinator after step"));
+  // Rank 1 was not cancelled (in a real job the coordinator cancels it too): its peer stopped
+  // (it may have said why before its transport went down).
+  EXPECT_FALSE(runs[1].outcome.succeeded());
+  EXPECT_THAT(runs[1].outcome.error(), HasSubstr("training failed after step "));
+  EXPECT_THAT(runs[1].outcome.error(), HasSubstr("rank 0 (worker w0 at 127.0.0.1:"));
+  std::printf("rank 1 of a job whose rank 0 was cancelled: %s\n", runs[1].outcome.error().c_str());
+  for (const RankRun& r : runs) EXPECT_LT(r.took, absl::Seconds(20)) << r.outcome.error();
+}
+
+TEST(ParallelJobRunner, CancelWhileWaitingForAPeerStopsAtOnce) {
+  JobSpec spec = Spec(WriteText("cancelwait.txt", 8000), 5);
+  spec.mutable_checkpoint()->set_dir(TempPath("cancelwait/ckpt"));
+  std::vector<JobAssignment> a = Assignments("job-4", spec, 1, 2, 1);
+  auto backend = kernels::CreateBackend("cpu", 1).value();
+  JobRunnerOptions options;
+  options.worker_id = "w0";
+  options.data_root = TempPath("cancelwait");
+  options.connect_timeout = absl::Seconds(60);
+  JobRunner::Callbacks cb;
+  cb.step = [](const StepMetrics&, bool) {};
+  cb.event = [](const std::string&) {};
+  JobRunner runner(a[0], backend.get(), options, cb);
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    runner.Cancel("cancelled by the coordinator");
+  });
+  const absl::Time start = absl::Now();
+  JobOutcome o = runner.Run();
+  canceller.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(o.error(), "cancelled by the coordinator before the first step");
+}
+
+TEST(ParallelJobRunner, APeerThatNeverStartsFailsAtTheConnectDeadlineNamingIt) {
+  JobSpec spec = Spec(WriteText("nopeer.txt", 8000), 5);
+  spec.mutable_checkpoint()->set_dir(TempPath("nopeer/ckpt"));
+  std::vector<JobAssignment> a = Assignments("job-5", spec, 1, 2, 1);
+  std::vector<RankRun> runs = RunRanks({a[0]}, TempPath("nopeer"), nullptr, absl::Seconds(1));
+  EXPECT_FALSE(runs[0].outcome.succeeded());
+  EXPECT_THAT(runs[0].outcome.error(),
+              HasSubstr(absl::StrCat("cannot connect to the job's peers: peer rank 1 (worker w1 at ",
+                                     a[1].rank().worker_address(), ", dp0 pp1 tp0) did not "
+                                     "accept connections within")));
+  EXPECT_LT(runs[0].took, absl::Seconds(5));
+  std::printf("a peer that never starts: %s\n", runs[0].outcome.error().c_str());
+}
+
+}  // namespace
+}  // namespace dtrain::worker
