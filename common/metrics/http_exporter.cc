@@ -2,10 +2,13 @@
 
 #include <arpa/inet.h>
 #include <civetweb.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -15,6 +18,20 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/metrics/text_format.h"
+
+// Debian's civetweb gives each of its threads a fixed 100 KiB stack (built with
+// USE_STACK_SIZE=102400). glibc carves a process's static TLS out of every thread's stack, and a
+// worker linked with cuBLAS and OpenBLAS has about 170 KiB of it, so civetweb's pthread_create
+// fails with EINVAL ("Cannot create first worker thread"). The executable's definition of
+// pthread_attr_setstacksize interposes libc's for every shared library (civetweb included); it
+// raises requests below 1 MiB to 1 MiB, which fits any TLS we link, and forwards the rest.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) noexcept {
+  using SetStackSize = int (*)(pthread_attr_t*, size_t);
+  static const SetStackSize libc_set_stack_size =
+      reinterpret_cast<SetStackSize>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  constexpr size_t kMinStack = size_t{1} << 20;
+  return libc_set_stack_size(attr, std::max(size, kMinStack));
+}
 
 namespace dtrain::metrics {
 namespace {

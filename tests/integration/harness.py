@@ -117,6 +117,7 @@ class Cluster:
         self.address = "127.0.0.1:%d" % self.port
         self.db = os.path.join(self.tmp, "coordinator.db")
         self.coordinator = None
+        self.metrics_ports = {}  # process name ("coordinator", "worker-w1") -> /metrics port
         self.workers = {}
         self.processes = []
         self.lease_s = 3.0
@@ -158,8 +159,11 @@ class Cluster:
         return p
 
     def start_coordinator(self, wait=True):
+        # Metrics on a port of our own, never the default (which other services may hold).
+        self.metrics_ports["coordinator"] = free_port()
         argv = [self.bin["coordinator"], "--listen=%s" % self.address, "--db=%s" % self.db,
-                "--lease=%gs" % self.lease_s, "--heartbeat_interval=%dms" % (self.heartbeat_s * 1000)]
+                "--lease=%gs" % self.lease_s, "--heartbeat_interval=%dms" % (self.heartbeat_s * 1000),
+                "--metrics_listen=127.0.0.1:%d" % self.metrics_ports["coordinator"]]
         self.coordinator = self._spawn("coordinator", argv)
         if wait:
             self.wait_until(lambda: self.cli("workers", timeout=5)[0] == 0, 30,
@@ -168,7 +172,9 @@ class Cluster:
         return self.coordinator
 
     def start_worker(self, worker_id, extra=()):
+        self.metrics_ports["worker-" + worker_id] = free_port()
         argv = [self.bin["worker"], "--coordinator=%s" % self.address,
+                "--metrics_listen=127.0.0.1:%d" % self.metrics_ports["worker-" + worker_id],
                 "--worker_id=%s" % worker_id, "--device=cpu", "--threads=1",
                 "--host_label=testhost", "--advertise_address=127.0.0.1:%d" % free_port(),
                 "--data_root=%s" % os.path.join(self.tmp, "data-" + worker_id)] + list(extra)

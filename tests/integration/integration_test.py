@@ -13,10 +13,13 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 
 from harness import (Cluster, TestFailure, expect, free_port, hung_listener, latest_step)
 
@@ -671,6 +674,87 @@ def case_unreachable(args):
 
     r = subprocess.run([cli, "help"], capture_output=True, timeout=30)
     expect(r.returncode == 0 and b"exit status" in r.stdout, "help: %d" % r.returncode)
+
+
+def prometheus_config(path, targets, interval="1s"):
+    """A scrape config for Debian's Prometheus: every target under job "dtrain"."""
+    with open(path, "w") as f:
+        f.write("global:\n  scrape_interval: %s\n  evaluation_interval: %s\n"
+                "scrape_configs:\n  - job_name: dtrain\n    static_configs:\n"
+                "      - targets: [%s]\n"
+                % (interval, interval, ", ".join('"%s"' % t for t in targets)))
+    return path
+
+
+def prometheus_query(port, query):
+    """The result vector of an instant query against Prometheus' HTTP API."""
+    url = "http://127.0.0.1:%d/api/v1/query?%s" % (port, urllib.parse.urlencode({"query": query}))
+    with urllib.request.urlopen(url, timeout=5) as r:
+        body = json.loads(r.read().decode())
+    if body.get("status") != "success":
+        raise TestFailure("Prometheus query %r failed: %r" % (query, body))
+    return body["data"]["result"]
+
+
+def case_prometheus(args):
+    """A real Prometheus server (Debian's) scrapes the coordinator and four workers running a
+    pp=2 x tp=2 job on loopback. Its HTTP API shows, for every rank of the job, the step
+    counter and the bytes counters growing between two queries, the coordinator's workers by
+    state, and every target up."""
+    if shutil.which("prometheus") is None:
+        raise TestFailure("prometheus is not installed (tools/setup.sh installs Debian's)")
+    with Cluster(args.binaries, "prometheus") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        ids = ["w1", "w2", "w3", "w4"]
+        for w in ids:
+            c.start_worker(w, extra=["--comm_timeout=30s"])
+        c.wait_workers({w: "IDLE" for w in ids})
+        targets = ["127.0.0.1:%d" % p for p in c.metrics_ports.values()]
+        prom_port = free_port()
+        config = prometheus_config(os.path.join(c.tmp, "prometheus.yml"), targets)
+        c._spawn("prometheus", ["prometheus", "--config.file=%s" % config,
+                                "--storage.tsdb.path=%s" % os.path.join(c.tmp, "tsdb"),
+                                "--web.listen-address=127.0.0.1:%d" % prom_port])
+
+        def all_up():
+            try:
+                up = prometheus_query(prom_port, "up")
+            except (OSError, ValueError):
+                return False
+            return len(up) == len(targets) and all(r["value"][1] == "1" for r in up)
+        c.wait_until(all_up, 60, "Prometheus scraping all %d targets" % len(targets))
+
+        spec = tiny_parallel_spec(os.path.join(c.tmp, "ckpt"), steps=5000, name="prometheus",
+                                  parallel={"dp": 1, "pp": 2, "tp": 2}, micro_batch_size=2)
+        job_id = c.submit(c.write_spec("prom.json", spec))
+        c.wait_step(job_id, 5, 120)
+
+        def per_rank(query):
+            try:
+                return {r["metric"].get("rank"): float(r["value"][1])
+                        for r in prometheus_query(prom_port, query)}
+            except (OSError, ValueError):
+                return {}
+        steps_q = 'dtrain_worker_steps_total{job_id="%s"}' % job_id
+        bytes_q = 'sum by (rank) (dtrain_worker_sent_bytes_total{job_id="%s"})' % job_id
+        c.wait_until(lambda: len(per_rank(steps_q)) == 4 and len(per_rank(bytes_q)) == 4, 60,
+                     "step and bytes series of all four ranks in Prometheus")
+        steps1, bytes1 = per_rank(steps_q), per_rank(bytes_q)
+        c.wait_until(lambda: all(per_rank(steps_q).get(r, 0) > steps1[r] for r in steps1) and
+                     all(per_rank(bytes_q).get(r, 0) > bytes1[r] for r in bytes1), 60,
+                     "every rank's steps and bytes counters growing")
+        steps2, bytes2 = per_rank(steps_q), per_rank(bytes_q)
+        expect(sorted(steps2) == ["0", "1", "2", "3"], "ranks in Prometheus: %s" % sorted(steps2))
+        busy = prometheus_query(prom_port, 'dtrain_coordinator_workers{state="busy"}')
+        expect(busy and float(busy[0]["value"][1]) == 4, "coordinator busy workers: %r" % busy)
+        kinds = {r["metric"]["kind"] for r in
+                 prometheus_query(prom_port, 'dtrain_worker_sent_bytes_total{job_id="%s"}' % job_id)}
+        expect({"activation", "gradient", "collective"} <= kinds, "bytes kinds %s" % kinds)
+        print("steps per rank %s -> %s; bytes sent per rank %s -> %s"
+              % (steps1, steps2, bytes1, bytes2))
+        c.cli("cancel", job_id, check=True)
+        c.wait_state(job_id, ("CANCELLED",), 60)
 
 
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}

@@ -235,6 +235,7 @@ absl::StatusOr<std::string> JobRunner::Train() {
   if (cancel_requested()) return absl::CancelledError("cancelled before the first step");
   if (several) return TrainParallel(rank_);
 
+  if (options_.metrics != nullptr) options_.metrics->StartJob({assignment_.job_id(), 0, 0, 0, 0});
   absl::StatusOr<std::unique_ptr<LocalTrainer>> run = LocalTrainer::Create(backend_, plan_);
   if (!run.ok()) return Annotate(run.status(), "cannot start training");
   callbacks_.event(absl::StrCat("loaded dataset ", plan_.data_path, " (",
@@ -271,6 +272,17 @@ absl::StatusOr<std::string> JobRunner::TrainParallel(int rank) {
   ParallelJobOptions job_options;
   job_options.listen_address = options_.peer_listen_address;
   job_options.connect_timeout = options_.connect_timeout;
+  if (WorkerMetrics* metrics = options_.metrics; metrics != nullptr) {
+    const RankAssignment& me = assignment_.placement().ranks(rank);
+    metrics->StartJob({assignment_.job_id(), rank, me.dp_rank(), me.pp_rank(), me.tp_rank()});
+    job_options.observer = metrics;
+    options.on_collective = [metrics](const char* op, int64_t bytes, double seconds) {
+      metrics->OnCollective(op, bytes, seconds);
+    };
+    options.on_checkpoint = [metrics](int64_t, double seconds) {
+      metrics->OnCheckpoint(seconds);
+    };
+  }
   auto job = std::make_shared<ParallelJob>(assignment_, rank, job_options);
   {
     absl::MutexLock lock(&mu_);
@@ -340,6 +352,7 @@ absl::Status JobRunner::OnStep(const TrainStepMetrics& r) {
     absl::MutexLock lock(&mu_);
     last_step_ = r.step;
   }
+  if (options_.metrics != nullptr) options_.metrics->OnStep(r);
   StepMetrics m;
   m.set_step(r.step);
   m.set_loss(r.loss);

@@ -52,6 +52,7 @@
 #include "kernels/backend.h"
 #include "proto/coordinator.pb.h"
 #include "worker/daemon/parallel_job.h"
+#include "worker/daemon/worker_metrics.h"
 #include "worker/local_trainer.h"
 
 namespace dtrain::worker {
@@ -65,6 +66,8 @@ struct JobRunnerOptions {
   std::string peer_listen_address;
   absl::Duration connect_timeout = absl::Seconds(60);
   absl::Duration comm_timeout = absl::Seconds(60);
+  // The worker's Prometheus metrics (worker_metrics.h); null: none. Must outlive the runner.
+  WorkerMetrics* metrics = nullptr;
   // Test seam: called on the training thread after each step's metrics are reported and
   // before the cancel flag is checked.
   std::function<void(int64_t step)> after_step;

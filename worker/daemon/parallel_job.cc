@@ -263,8 +263,13 @@ absl::Status ParallelJob::Train(kernels::Backend* backend,
                                 const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
   std::shared_ptr<comm::GrpcTransport> t = transport();
   if (t == nullptr) return absl::FailedPreconditionError("Train before Connect");
+  comm::Transport* transport = t.get();
+  if (options_.observer != nullptr) {
+    observed_ = std::make_unique<comm::ObservedTransport>(t.get(), options_.observer);
+    transport = observed_.get();
+  }
   absl::StatusOr<std::unique_ptr<parallel::ParallelTrainer>> trainer =
-      parallel::ParallelTrainer::Create(backend, t.get(), std::move(options));
+      parallel::ParallelTrainer::Create(backend, transport, std::move(options));
   if (!trainer.ok()) return Explain(Annotate(trainer.status(), "cannot start training"));
   trainer_ = std::move(*trainer);
   absl::Status s = trainer_->Run(on_step);

@@ -46,6 +46,7 @@
 #include "absl/time/time.h"
 #include "kernels/backend.h"
 #include "proto/coordinator.pb.h"
+#include "worker/comm/observed_transport.h"
 #include "worker/local_trainer.h"
 #include "worker/parallel/parallel_trainer.h"
 
@@ -91,6 +92,9 @@ struct ParallelJobOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
   // How often Connect checks whether a peer accepts connections (and whether it was aborted).
   absl::Duration connect_poll = absl::Milliseconds(100);
+  // Told the payload bytes of every message to and from each peer (the worker's metrics);
+  // null: none. Must outlive the job.
+  comm::TransportObserver* observer = nullptr;
 };
 
 class ParallelJob {
@@ -139,6 +143,8 @@ class ParallelJob {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<comm::GrpcTransport> transport_ ABSL_GUARDED_BY(mu_);
   std::thread abort_thread_ ABSL_GUARDED_BY(mu_);
+  // The transport as the trainer sees it when an observer counts its bytes.
+  std::unique_ptr<comm::ObservedTransport> observed_;
   // The trainer, destroyed before the transport (it sends and receives through it).
   std::unique_ptr<parallel::ParallelTrainer> trainer_;
 };

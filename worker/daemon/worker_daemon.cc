@@ -295,6 +295,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   runner_options.connect_timeout = options_.connect_timeout;
   runner_options.comm_timeout = options_.comm_timeout;
   runner_options.after_step = options_.after_step;
+  runner_options.metrics = options_.metrics;
   ActiveJob* raw = job.get();
   JobRunner::Callbacks callbacks;
   callbacks.step = [this, raw](const StepMetrics& m, bool report) {

@@ -67,6 +67,7 @@ struct WorkerOptions {
   absl::Duration max_backoff = absl::Seconds(2);
   absl::Duration shutdown_grace = absl::Seconds(10);
   std::function<void(int64_t step)> after_step;  // test seam, see JobRunnerOptions
+  WorkerMetrics* metrics = nullptr;               // see JobRunnerOptions
 };
 
 class WorkerDaemon {

@@ -30,11 +30,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics/http_exporter.h"
+#include "common/metrics/registry.h"
 #include "common/status_macros.h"
 #include "kernels/backend.h"
 #include "worker/daemon/coordinator_client.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/worker_daemon.h"
+#include "worker/daemon/worker_metrics.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator address host:port");
 ABSL_FLAG(std::string, worker_id, "", "stable name of this worker (required), e.g. gpu0");
@@ -61,6 +64,13 @@ ABSL_FLAG(std::string, data_root, "./dtrain-data",
           "directory for job outputs: <data_root>/jobs/<job id>/model.safetensors");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every coordinator RPC");
 ABSL_FLAG(int, log_every, 10, "log a progress line every N steps (0: never)");
+// The default port is taken when several workers share a host: each then needs its own; a
+// worker that cannot bind the default runs without metrics and says so, while any other
+// address must work.
+constexpr char kDefaultMetricsListen[] = "0.0.0.0:9465";
+ABSL_FLAG(std::string, metrics_listen, kDefaultMetricsListen,
+          "HOST:PORT (numeric IPv4 HOST) or :PORT serving Prometheus metrics on /metrics and "
+          "/healthz; empty: no metrics endpoint");
 
 // Written by the signal handler, read by the signal thread (see Main).
 static int g_signal_pipe[2] = {-1, -1};
@@ -121,6 +131,28 @@ absl::Status Main(int signal_fd) {
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
                    kernels::CreateBackend(absl::GetFlag(FLAGS_device),
                                           absl::GetFlag(FLAGS_threads)));
+  metrics::Registry registry;
+  ASSIGN_OR_RETURN(std::unique_ptr<WorkerMetrics> worker_metrics,
+                   WorkerMetrics::Create(&registry, options.worker_id, backend.get()));
+  options.metrics = worker_metrics.get();
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
+        metrics::MetricsServer::Start(metrics_listen, &registry);
+    if (started.ok()) {
+      metrics_server = *std::move(started);
+      std::fprintf(stderr, "dtrain-worker: metrics on %s (port %d)\n", metrics_listen.c_str(),
+                   metrics_server->port());
+    } else if (metrics_listen == kDefaultMetricsListen) {
+      std::fprintf(stderr,
+                   "dtrain-worker: warning: %s; running without metrics (choose another "
+                   "--metrics_listen, or --metrics_listen= to silence this)\n",
+                   started.status().ToString().c_str());
+    } else {
+      return Annotate(started.status(), "--metrics_listen");
+    }
+  }
   CoordinatorClient client(absl::GetFlag(FLAGS_coordinator), rpc_timeout, options.max_backoff);
   WorkerDaemon daemon(options, &client, backend.get());
 

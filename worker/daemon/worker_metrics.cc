@@ -21,7 +21,8 @@ const char* KindName(comm::MessageKind kind) {
   return "other";
 }
 
-const std::vector<std::string> kJob = {"job", "rank", "dp", "pp", "tp"};
+// "job_id", not "job": Prometheus sets `job` on every series to the scrape job's name.
+const std::vector<std::string> kJob = {"job_id", "rank", "dp", "pp", "tp"};
 
 std::vector<std::string> With(std::vector<std::string> names, std::vector<std::string> more) {
   names.insert(names.end(), more.begin(), more.end());
@@ -108,7 +109,7 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
 WorkerMetrics::~WorkerMetrics() { registry_->RemoveCollectHook(hook_); }
 
 metrics::Labels WorkerMetrics::JobLabels() const {
-  return {{"job", job_.job},
+  return {{"job_id", job_.job},
           {"rank", absl::StrCat(job_.rank)},
           {"dp", absl::StrCat(job_.dp)},
           {"pp", absl::StrCat(job_.pp)},

@@ -1,6 +1,7 @@
 // WorkerMetrics: what a worker exports at /metrics (common/metrics), fed by the job it runs.
 //
-// Job series carry the labels job, rank, dp, pp, tp (the rank's coordinates), so a dashboard
+// Job series carry the labels job_id, rank, dp, pp, tp (the rank's coordinates; `job` is
+// Prometheus' own label, the scrape job), so a dashboard
 // can line up the ranks of one job and spot a straggler. They stay after the job ends (its
 // final values remain scrapeable) and are removed when the worker starts its next job.
 //

@@ -34,7 +34,7 @@ TEST(WorkerMetrics, ExportsStepsBytesAndCollectivesPerRank) {
   m->OnCollective("all_reduce", 2 << 20, 0.01);
   m->OnCheckpoint(0.5);
   const std::string text = registry.SerializeText();
-  const std::string job = R"({job="job-000007",rank="5",dp="1",pp="0",tp="1")";
+  const std::string job = R"({job_id="job-000007",rank="5",dp="1",pp="0",tp="1")";
   EXPECT_THAT(text, HasSubstr(R"m(dtrain_worker_info{worker_id="w3",device="cpu (1 thread)"} 1)m"));
   EXPECT_THAT(text, HasSubstr("dtrain_worker_step" + job + "} 12"));
   EXPECT_THAT(text, HasSubstr("dtrain_worker_loss" + job + "} 2.5"));
@@ -53,7 +53,7 @@ TEST(WorkerMetrics, ExportsStepsBytesAndCollectivesPerRank) {
   m->StartJob({"job-000008", 0, 0, 0, 0});
   const std::string next = registry.SerializeText();
   EXPECT_THAT(next, Not(HasSubstr("job-000007")));
-  EXPECT_THAT(next, HasSubstr(R"(dtrain_worker_steps_total{job="job-000008",rank="0")"));
+  EXPECT_THAT(next, HasSubstr(R"(dtrain_worker_steps_total{job_id="job-000008",rank="0")"));
 }
 
 TEST(WorkerMetrics, SizeClasses) {
