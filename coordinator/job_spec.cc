@@ -207,6 +207,10 @@ absl::StatusOr<JobSpec> ValidateAndDefault(JobSpec spec) {
 
   // --- data and steps ---
   if (spec.dataset().empty()) problems.push_back("dataset is required (a path on the workers)");
+  if (!spec.resume_from().empty() && !spec.init_checkpoint().empty()) {
+    problems.push_back("resume_from and init_checkpoint exclude each other: a resumed run takes "
+                       "its weights from the checkpoint it continues");
+  }
   if (spec.steps() <= 0)
     problems.push_back(absl::StrCat("steps=", spec.steps(), " must be positive"));
   if (spec.batch_size() <= 0) {

@@ -142,6 +142,8 @@ TEST(ValidateAndDefault, ReportsEveryProblemAtOnceWithFieldNames) {
   in.mutable_parallel()->set_tp(3);
   in.mutable_parallel()->set_schedule("zigzag");
   in.mutable_checkpoint()->set_interval_steps(-1);
+  in.set_init_checkpoint("gpt2.safetensors");
+  in.set_resume_from("ckpt/step_00000005");
   absl::StatusOr<JobSpec> spec = ValidateAndDefault(in);
   ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(spec.status().message(),
@@ -154,7 +156,8 @@ TEST(ValidateAndDefault, ReportsEveryProblemAtOnceWithFieldNames) {
                     HasSubstr("parallel.pp=5 exceeds model.n_layer=4"),
                     HasSubstr("parallel.schedule=\"zigzag\" is not one of"),
                     HasSubstr("device=\"tpu\" is not one of cpu, cuda, auto"),
-                    HasSubstr("checkpoint.interval_steps=-1 must be >= 0")));
+                    HasSubstr("checkpoint.interval_steps=-1 must be >= 0"),
+                    HasSubstr("resume_from and init_checkpoint exclude each other")));
 }
 
 TEST(ValidateAndDefault, MissingModelIsNamed) {

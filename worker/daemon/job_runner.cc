@@ -122,6 +122,7 @@ absl::StatusOr<LocalTrainingOptions> PlanFromSpec(const std::string& job_id, con
 
   plan.data_path = spec.dataset();
   plan.init_path = spec.init_checkpoint();
+  plan.resume_from = spec.resume_from();
   plan.seed = spec.seed() == 0 ? 1337 : spec.seed();
   plan.steps = spec.steps();
   plan.batch = spec.batch_size();
