@@ -1,0 +1,331 @@
+"""Static checks of deploy/: every YAML and JSON file parses, and the pieces agree.
+
+- docker-compose.yml: four workers with distinct --worker_id, each advertising its own service
+  name, pointing at coordinator:7070, serving metrics on the port Prometheus scrapes, sharing
+  the checkpoints volume and mounting the data; healthchecks; Grafana only under its profile;
+  `docker-compose config` accepts it (with the GPU override too) when docker-compose is present.
+- prometheus.yml scrapes exactly the compose services, on the metrics ports of their flags.
+- Grafana: the provisioned datasource is the one the dashboards default to; panels have unique
+  ids and every target uses the dashboard's datasource variable.
+- k8s/*.yaml: every document has apiVersion, kind and metadata.name; the StatefulSet's
+  serviceName is a headless Service; ports line up; workers request one GPU.
+- systemd units: `systemd-analyze verify` (when present), on copies whose ExecStart points to a
+  stub, since the binaries are not installed here.
+- deploy/jobs/*.json: container paths, and `dtrain plan` accepts each.
+Runs with Debian's python3 and PyYAML, from Bazel's runfiles (cwd) or the workspace.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import yaml
+
+ARGS = None
+DEPLOY = None
+
+
+def load_yaml_all(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def flags(command):
+    """--name=value flags of a compose command list."""
+    out = {}
+    for arg in command:
+        m = re.match(r"--([a-z_]+)=(.*)", str(arg))
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+class ComposeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        (cls.compose,) = load_yaml_all(os.path.join(DEPLOY, "docker-compose.yml"))
+        (cls.gpu,) = load_yaml_all(os.path.join(DEPLOY, "docker-compose.gpu.yml"))
+        cls.services = cls.compose["services"]
+        cls.workers = {n: s for n, s in cls.services.items() if n.startswith("worker")}
+
+    def test_services(self):
+        self.assertEqual(
+            set(self.services),
+            {"coordinator", "worker1", "worker2", "worker3", "worker4", "cli", "prometheus",
+             "grafana"})
+        self.assertEqual(self.services["grafana"].get("profiles"), ["grafana"])
+        self.assertEqual(self.services["cli"].get("profiles"), ["cli"])
+        for name in ("coordinator", "prometheus"):
+            self.assertNotIn("profiles", self.services[name])
+
+    def test_coordinator(self):
+        c = self.services["coordinator"]
+        f = flags(c["command"])
+        self.assertEqual(c["command"][0], "dtrain-coordinator")
+        self.assertEqual(f["listen"], "0.0.0.0:7070")
+        self.assertEqual(f["metrics_listen"], "0.0.0.0:9464")
+        db_dir = os.path.dirname(f["db"])
+        self.assertTrue(any(v.endswith(":" + db_dir) for v in c["volumes"]), c["volumes"])
+        self.assertEqual(c["healthcheck"]["test"], ["CMD", "dtrain-healthcheck", "9464"])
+        self.assertEqual(c["build"]["dockerfile"], "deploy/docker/Dockerfile")
+
+    def test_workers(self):
+        self.assertEqual(len(self.workers), 4)
+        ids = set()
+        for name, w in self.workers.items():
+            f = flags(w["command"])
+            self.assertEqual(w["command"][0], "dtrain-worker")
+            ids.add(f["worker_id"])
+            self.assertEqual(f["advertise_address"], f"{name}:7071", name)
+            self.assertEqual(f["coordinator"], "coordinator:7070", name)
+            self.assertEqual(f["metrics_listen"], "0.0.0.0:9465", name)
+            self.assertEqual(w["healthcheck"]["test"], ["CMD", "dtrain-healthcheck", "9465"])
+            self.assertEqual(w["depends_on"]["coordinator"]["condition"], "service_healthy")
+            mounts = {v.split(":")[-2] if v.endswith(":ro") else v.split(":")[-1]: v
+                      for v in w["volumes"]}
+            self.assertIn("/var/lib/dtrain/checkpoints", mounts, name)
+            self.assertTrue(mounts["/var/lib/dtrain/checkpoints"].startswith("checkpoints:"))
+            self.assertIn("/var/lib/dtrain/data", mounts, name)
+            self.assertTrue(f["data_root"].startswith("/var/lib/dtrain/checkpoints/"), name)
+            self.assertEqual(w["image"], self.services["coordinator"]["image"])
+        self.assertEqual(len(ids), 4, "worker ids must be distinct")
+
+    def test_gpu_override(self):
+        for name, w in self.gpu["services"].items():
+            if not name.startswith("worker"):
+                continue
+            f = flags(w["command"])
+            base = flags(self.workers[name]["command"])
+            self.assertEqual(f["worker_id"], base["worker_id"])
+            self.assertEqual(f["advertise_address"], base["advertise_address"])
+            self.assertTrue(f["device"].startswith("cuda"))
+            devices = w["deploy"]["resources"]["reservations"]["devices"]
+            self.assertEqual(devices[0]["capabilities"], ["gpu"])
+        ids = [w["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"][0]
+               for n, w in self.gpu["services"].items() if n.startswith("worker")]
+        self.assertEqual(sorted(ids), ["0", "1", "2", "3"])
+        self.assertEqual(self.gpu["services"]["coordinator"]["build"]["dockerfile"],
+                         "deploy/docker/Dockerfile.cuda")
+
+    def test_prometheus_scrapes_the_compose_services(self):
+        (prom,) = load_yaml_all(os.path.join(DEPLOY, "prometheus", "prometheus.yml"))
+        jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
+        targets = lambda j: sorted(t for sc in jobs[j]["static_configs"] for t in sc["targets"])
+        self.assertEqual(targets("dtrain-coordinator"), ["coordinator:9464"])
+        self.assertEqual(
+            targets("dtrain-worker"),
+            sorted(f"{n}:{flags(w['command'])['metrics_listen'].rsplit(':', 1)[1]}"
+                   for n, w in self.workers.items()))
+        self.assertEqual(prom["rule_files"], ["alerts.yml"])
+
+    def test_docker_compose_config(self):
+        exe = shutil.which("docker-compose")
+        if exe is None:
+            self.skipTest("no docker-compose")
+        env = dict(os.environ, DTRAIN_DATA_DIR="/tmp")
+        for files in (["docker-compose.yml"], ["docker-compose.yml", "docker-compose.gpu.yml"]):
+            args = [exe, "--ansi", "never"]
+            for f in files:
+                args += ["-f", os.path.join(DEPLOY, f)]
+            r = subprocess.run(args + ["config", "-q"], capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 0, f"docker-compose config {files}: {r.stderr}")
+
+
+class GrafanaTest(unittest.TestCase):
+    def test_provisioning(self):
+        (ds,) = load_yaml_all(os.path.join(DEPLOY, "grafana", "provisioning", "datasources",
+                                           "prometheus.yml"))
+        (source,) = ds["datasources"]
+        self.assertEqual(source["type"], "prometheus")
+        self.assertEqual(source["url"], "http://prometheus:9090")
+        (dp,) = load_yaml_all(os.path.join(DEPLOY, "grafana", "provisioning", "dashboards",
+                                           "dtrain.yml"))
+        (compose,) = load_yaml_all(os.path.join(DEPLOY, "docker-compose.yml"))
+        mounts = compose["services"]["grafana"]["volumes"]
+        path = dp["providers"][0]["options"]["path"]
+        self.assertIn(f"./grafana/dashboards:{path}:ro", mounts)
+        self.assertIn("./grafana/provisioning:/etc/grafana/provisioning:ro", mounts)
+
+    def test_dashboards(self):
+        (ds,) = load_yaml_all(os.path.join(DEPLOY, "grafana", "provisioning", "datasources",
+                                           "prometheus.yml"))
+        uid = ds["datasources"][0]["uid"]
+        boards = sorted(glob.glob(os.path.join(DEPLOY, "grafana", "dashboards", "*.json")))
+        self.assertEqual([os.path.basename(b) for b in boards], ["cluster.json", "job.json"])
+        uids = set()
+        for path in boards:
+            with open(path) as f:
+                board = json.load(f)
+            name = os.path.basename(path)
+            uids.add(board["uid"])
+            variables = {v["name"]: v for v in board["templating"]["list"]}
+            self.assertEqual(variables["datasource"]["type"], "datasource")
+            self.assertEqual(variables["datasource"]["current"]["value"], uid)
+            ids = [p["id"] for p in board["panels"]]
+            self.assertEqual(len(ids), len(set(ids)), f"{name}: duplicate panel ids")
+            for p in board["panels"]:
+                if p["type"] == "row":
+                    continue
+                self.assertTrue(p.get("targets"), f"{name}: {p['title']} has no query")
+                self.assertEqual(p["datasource"]["uid"], "${datasource}", p["title"])
+                for t in p["targets"]:
+                    self.assertEqual(t["datasource"]["uid"], "${datasource}", p["title"])
+                g = p["gridPos"]
+                self.assertLessEqual(g["x"] + g["w"], 24, p["title"])
+            if name == "job.json":
+                self.assertIn("job_id", variables)
+                for p in board["panels"]:
+                    for t in p.get("targets", []):
+                        if "dtrain_worker_" in t["expr"] and "device_memory" not in t["expr"]:
+                            self.assertIn('job_id="$job_id"', t["expr"], p["title"])
+        self.assertEqual(len(uids), 2)
+
+
+class KubernetesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.docs = []
+        for path in sorted(glob.glob(os.path.join(DEPLOY, "k8s", "*.yaml"))):
+            for d in load_yaml_all(path):
+                cls.docs.append((os.path.basename(path), d))
+        cls.by_kind = {}
+        for f, d in cls.docs:
+            cls.by_kind.setdefault(d["kind"], {})[d.get("metadata", {}).get("name", f)] = d
+
+    def test_documents(self):
+        self.assertGreaterEqual(len(self.docs), 10)
+        for f, d in self.docs:
+            self.assertIn("apiVersion", d, f)
+            self.assertIn("kind", d, f)
+            if d["kind"] != "Kustomization":
+                self.assertIn("name", d["metadata"], f)
+        (kust,) = [d for f, d in self.docs if d["kind"] == "Kustomization"]
+        files = {os.path.basename(p) for p in glob.glob(os.path.join(DEPLOY, "k8s", "*.yaml"))}
+        self.assertEqual(set(kust["resources"]) | {"kustomization.yaml"}, files)
+
+    def test_workers(self):
+        sts = self.by_kind["StatefulSet"]["dtrain-worker"]
+        svc = self.by_kind["Service"][sts["spec"]["serviceName"]]
+        self.assertEqual(svc["spec"]["clusterIP"], "None")
+        pod = sts["spec"]["template"]
+        self.assertEqual(svc["spec"]["selector"], sts["spec"]["selector"]["matchLabels"])
+        (c,) = pod["spec"]["containers"]
+        f = flags(c["args"])
+        self.assertEqual(f["worker_id"], "$(POD_NAME)")
+        self.assertEqual(
+            f["advertise_address"],
+            f"$(POD_NAME).{svc['metadata']['name']}.$(POD_NAMESPACE).svc.cluster.local:7071")
+        env = {e["name"] for e in c["env"]}
+        self.assertTrue({"POD_NAME", "POD_NAMESPACE"} <= env)
+        self.assertEqual(c["resources"]["limits"]["nvidia.com/gpu"], 1)
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        self.assertEqual(ports, {"peer": 7071, "metrics": 9465})
+        self.assertEqual(f["metrics_listen"], "0.0.0.0:9465")
+        self.assertEqual(pod["metadata"]["annotations"]["prometheus.io/port"], "9465")
+        # $(VAR) must name a variable of the container (env or the ConfigMap).
+        config = self.by_kind["ConfigMap"]["dtrain-flags"]["data"]
+        for arg in c["args"]:
+            for var in re.findall(r"\$\(([A-Z_]+)\)", arg):
+                self.assertTrue(var in env or var in config, f"{arg}: {var} undefined")
+        mounts = {m["mountPath"] for m in c["volumeMounts"]}
+        self.assertIn("/var/lib/dtrain/checkpoints", mounts)
+        claim = [v for v in pod["spec"]["volumes"] if v["name"] == "checkpoints"][0]
+        pvc = self.by_kind["PersistentVolumeClaim"][claim["persistentVolumeClaim"]["claimName"]]
+        self.assertEqual(pvc["spec"]["accessModes"], ["ReadWriteMany"])
+
+    def test_coordinator(self):
+        dep = self.by_kind["Deployment"]["dtrain-coordinator"]
+        svc = self.by_kind["Service"]["dtrain-coordinator"]
+        self.assertEqual(dep["spec"]["replicas"], 1)
+        self.assertEqual(dep["spec"]["strategy"]["type"], "Recreate")
+        ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+        self.assertEqual(ports, {"grpc": 7070, "metrics": 9464})
+        (c,) = dep["spec"]["template"]["spec"]["containers"]
+        f = flags(c["args"])
+        self.assertEqual(f["listen"], "0.0.0.0:7070")
+        self.assertEqual(f["metrics_listen"], "0.0.0.0:9464")
+        config = self.by_kind["ConfigMap"]["dtrain-flags"]["data"]
+        self.assertEqual(config["DTRAIN_COORDINATOR"],
+                         "dtrain-coordinator.dtrain.svc.cluster.local:7070")
+
+    def test_service_monitors(self):
+        sm = self.by_kind["ServiceMonitor"]
+        for name, m in sm.items():
+            svc = self.by_kind["Service"][name]
+            self.assertEqual(m["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
+                             svc["metadata"]["labels"]["app.kubernetes.io/name"])
+            self.assertIn(m["spec"]["endpoints"][0]["port"],
+                          [p["name"] for p in svc["spec"]["ports"]])
+
+
+class SystemdTest(unittest.TestCase):
+    def test_verify(self):
+        exe = shutil.which("systemd-analyze")
+        if exe is None:
+            self.skipTest("no systemd-analyze")
+        tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        stub = os.path.join(tmp, "stub")
+        with open(stub, "w") as f:
+            f.write("#!/bin/sh\n")
+        os.chmod(stub, 0o755)
+        units = []
+        for name, as_name in (("dtrain-coordinator.service", "dtrain-coordinator.service"),
+                              ("dtrain-worker@.service", "dtrain-worker@gpu0.service")):
+            with open(os.path.join(DEPLOY, "systemd", name)) as f:
+                text = f.read()
+            self.assertIn("Restart=on-failure", text)
+            self.assertIn("EnvironmentFile=", text)
+            text = re.sub(r"/usr/local/bin/dtrain-(coordinator|worker)", stub, text)
+            units.append(os.path.join(tmp, as_name))
+            with open(units[-1], "w") as f:
+                f.write(text)
+        r = subprocess.run([exe, "verify"] + units, capture_output=True, text=True)
+        out = (r.stdout + r.stderr).strip()
+        self.assertEqual((r.returncode, out), (0, ""), out)
+
+    def test_env_files(self):
+        for path in glob.glob(os.path.join(DEPLOY, "systemd", "*.env")):
+            with open(path) as f:
+                for line in f:
+                    line = line.strip()
+                    if line and not line.startswith("#"):
+                        self.assertRegex(line, r"^[A-Z_]+=\S", path)
+
+
+class JobSpecsTest(unittest.TestCase):
+    def test_specs(self):
+        specs = sorted(glob.glob(os.path.join(DEPLOY, "jobs", "*.json")))
+        self.assertIn("smoke-pp2-tp2.json", [os.path.basename(s) for s in specs])
+        for path in specs:
+            with open(path) as f:
+                spec = json.load(f)
+            self.assertTrue(spec["dataset"].startswith("/var/lib/dtrain/data/"), path)
+            par = spec.get("parallel", {})
+            if par.get("dp", 1) * par.get("pp", 1) * par.get("tp", 1) > 1:
+                self.assertTrue(
+                    spec["checkpoint"]["dir"].startswith("/var/lib/dtrain/checkpoints/"), path)
+            if ARGS.cli:
+                r = subprocess.run([ARGS.cli, "plan", path, "--hosts=1"], capture_output=True,
+                                   text=True)
+                self.assertEqual(r.returncode, 0, f"dtrain plan {path}: {r.stdout}{r.stderr}")
+
+
+def main():
+    global ARGS, DEPLOY
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--deploy", default="deploy", help="the deploy/ folder")
+    parser.add_argument("--cli", default="", help="the dtrain CLI, for `dtrain plan`")
+    ARGS, rest = parser.parse_known_args()
+    DEPLOY = os.path.abspath(ARGS.deploy)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
