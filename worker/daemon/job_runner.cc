@@ -194,6 +194,7 @@ int64_t JobRunner::last_step() const {
 
 JobOutcome JobRunner::Run() {
   absl::StatusOr<std::string> output = Train();
+  if (options_.metrics != nullptr) options_.metrics->EndJob();
   JobOutcome outcome;
   if (output.ok()) {
     outcome.set_succeeded(true);

@@ -51,6 +51,10 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
                                           "Device memory in use (CPU: what the backend holds; "
                                           "CUDA: the device's used memory).",
                                           {"device"}));
+  ASSIGN_OR_RETURN(m->running_, r.AddGauge("dtrain_worker_job_running",
+                                           "1 while this worker runs the job as this rank, 0 "
+                                           "after it ended.",
+                                           kJob));
   ASSIGN_OR_RETURN(m->step_seconds_,
                    r.AddHistogram("dtrain_worker_step_duration_seconds",
                                   "Wall time of one training step on this rank.", kJob,
@@ -138,12 +142,18 @@ void WorkerMetrics::StartJob(const RankLabels& labels) {
   job_ = labels;
   has_job_ = true;
   // Create the job's series now, so they are exported (at 0) from the job's first scrape.
+  Child(running_).Set(1);
   Child(steps_);
   Child(step_);
   Child(compute_);
   Child(communication_);
   Child(bubble_);
   Child(step_seconds_);
+}
+
+void WorkerMetrics::EndJob() {
+  absl::MutexLock lock(&mu_);
+  if (has_job_) Child(running_).Set(0);
 }
 
 void WorkerMetrics::OnStep(const TrainStepMetrics& s) {

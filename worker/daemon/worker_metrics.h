@@ -6,6 +6,7 @@
 // final values remain scrapeable) and are removed when the worker starts its next job.
 //
 //   dtrain_worker_info{worker_id,device}                       1
+//   dtrain_worker_job_running                                  1 from StartJob to EndJob, then 0
 //   dtrain_worker_device_memory_used_bytes{device}             per scrape, Backend::MemoryInUse
 //   dtrain_worker_step_duration_seconds                        histogram
 //   dtrain_worker_steps_total, dtrain_worker_step               counter, last step
@@ -53,6 +54,8 @@ class WorkerMetrics final : public comm::TransportObserver {
 
   // The rank this worker runs from now on; drops the previous job's series.
   void StartJob(const RankLabels& labels);
+  // The job ended (any outcome): its series stay, with dtrain_worker_job_running at 0.
+  void EndJob();
   void OnStep(const TrainStepMetrics& step);
   void OnCollective(const char* op, int64_t bytes, double seconds);
   void OnCheckpoint(double seconds);
@@ -78,6 +81,7 @@ class WorkerMetrics final : public comm::TransportObserver {
   metrics::Registry::HookId hook_ = 0;
   metrics::Family<metrics::Gauge>* info_ = nullptr;
   metrics::Family<metrics::Gauge>* memory_ = nullptr;
+  metrics::Family<metrics::Gauge>* running_ = nullptr;
   metrics::Family<metrics::Histogram>* step_seconds_ = nullptr;
   metrics::Family<metrics::Counter>* steps_ = nullptr;
   metrics::Family<metrics::Gauge>* step_ = nullptr;

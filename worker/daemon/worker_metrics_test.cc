@@ -49,6 +49,10 @@ TEST(WorkerMetrics, ExportsStepsBytesAndCollectivesPerRank) {
   absl::Status promtool = metrics::testing::PromtoolCheckMetrics(text);
   EXPECT_TRUE(promtool.ok()) << promtool << "\n" << text;
 
+  EXPECT_THAT(text, HasSubstr("dtrain_worker_job_running" + job + "} 1"));
+  m->EndJob();
+  EXPECT_THAT(registry.SerializeText(), HasSubstr("dtrain_worker_job_running" + job + "} 0"));
+
   // The next job replaces the previous job's series.
   m->StartJob({"job-000008", 0, 0, 0, 0});
   const std::string next = registry.SerializeText();
