@@ -322,6 +322,9 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   RETURN_IF_ERROR(r.executor->RunStep(step, r.actions, micro_batch, weights_final, &times));
   last_trace_ = r.executor->trace();
   stats_.peak_live_activations = r.executor->peak_live();
+  stats_.forward_seconds = times.forward;
+  stats_.backward_input_seconds = times.backward_input;
+  stats_.backward_weight_seconds = times.backward_weight;
 
   const auto comm_start = Clock::now();
   RETURN_IF_ERROR(r.sync->Finish());

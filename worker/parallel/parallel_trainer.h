@@ -74,6 +74,9 @@ struct ParallelRunStats {
   double dp_reduce_seconds = 0.0;
   // Gradient reductions (dp buckets, tied embedding) started before backward ended (last step).
   int reductions_started_in_backward = 0;
+  // Compute seconds of the last step by action kind, summed over its micro-batches and chunks
+  // (tp all-reduces inside the layers included): what one F, B or W costs on this stage.
+  double forward_seconds = 0, backward_input_seconds = 0, backward_weight_seconds = 0;
 };
 
 class ParallelTrainer {

@@ -46,6 +46,8 @@ struct Measured {
   double wait_fraction = 0;  // mean over stages: waiting for a neighbour / step time
   double step_seconds = 0;
   double compute_seconds = 0;  // mean over stages, per step
+  // Per stage: the last step's cost of one F, B and W (per micro-batch and chunk).
+  std::vector<pipeline::StageCosts> costs;
 };
 
 absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) {
@@ -53,6 +55,7 @@ absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) 
   const int steps = absl::GetFlag(FLAGS_steps);
   comm::InprocHub hub(p);
   std::vector<std::vector<TrainStepMetrics>> metrics(p);
+  std::vector<ParallelRunStats> stats(p);
   std::vector<absl::Status> status(p);
   std::vector<std::thread> threads;
   for (int r = 0; r < p; ++r) {
@@ -83,6 +86,7 @@ absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) 
         metrics[r].push_back(s);
         return absl::OkStatus();
       });
+      stats[r] = (*trainer)->stats();
     });
   }
   for (auto& t : threads) t.join();
@@ -100,6 +104,10 @@ absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) 
     out.wait_fraction += wait / total / p;
     out.compute_seconds += compute / n / p;
     out.step_seconds = total / n;
+    const double actions = double{m} * v;  // per stage and step: m micro-batches x v chunks
+    out.costs.push_back({stats[r].forward_seconds / actions,
+                         stats[r].backward_input_seconds / actions,
+                         stats[r].backward_weight_seconds / actions});
   }
   return out;
 }
@@ -109,8 +117,9 @@ int Main() {
   const std::string data = WriteData();
   std::printf("pipeline bubble: %d stages, %d micro-batches, %u hardware threads\n", p, m,
               std::thread::hardware_concurrency());
-  std::printf("%-12s %-24s %6s %6s %9s %7s %7s %9s\n", "schedule", "idle per stage", "mean",
-              "wait", "simulated", "theory", "step s", "compute s");
+  std::printf("%-12s %-24s %6s %6s %9s %9s %7s %7s %9s %s\n", "schedule", "idle per stage",
+              "mean", "wait", "simulated", "sim meas.", "theory", "step s", "compute s",
+              "F:B:W ms (stage 0)");
   const double one_f_one_b = double(p - 1) / (m + p - 1);
   struct Row {
     ScheduleKind kind;
@@ -135,13 +144,19 @@ int Main() {
       per_stage += absl::StrFormat("%.2f ", f);
       mean += f / p;
     }
-    std::printf("%-12s %-24s %6.3f %6.3f %9.3f %7.3f %7.3f %9.3f\n",
+    // The same schedule simulated with the costs this run measured on each stage.
+    auto sim_measured = pipeline::SimulateSchedule({row.kind, p, m, row.v}, measured->costs, 0);
+    const pipeline::StageCosts& c0 = measured->costs.front();
+    std::printf("%-12s %-24s %6.3f %6.3f %9.3f %9.3f %7.3f %7.3f %9.3f %.1f:%.1f:%.1f\n",
                 pipeline::ScheduleName(row.kind).c_str(), per_stage.c_str(), mean,
-                measured->wait_fraction, sim.ok() ? sim->bubble_fraction : -1.0, row.theory,
-                measured->step_seconds, measured->compute_seconds);
+                measured->wait_fraction, sim.ok() ? sim->bubble_fraction : -1.0,
+                sim_measured.ok() ? sim_measured->bubble_fraction : -1.0, row.theory,
+                measured->step_seconds, measured->compute_seconds, c0.forward * 1e3,
+                c0.backward_input * 1e3, c0.backward_weight * 1e3);
   }
   std::printf("idle: 1 - compute / step time; wait: time blocked on a neighbour's activation or "
-              "gradient / step time; simulated: equal F, B, W costs\n"
+              "gradient / step time; simulated: equal F, B, W costs; sim meas.: simulated with "
+              "the F, B, W costs measured on each stage in this run\n"
               "theory: 1F1B and GPipe (p-1)/(m+p-1); interleaved (p-1)/v / (m + (p-1)/v); "
               "ZB-H1 about a third of 1F1B\n");
   return 0;

@@ -114,7 +114,9 @@ absl::Status StageExecutor::Forward(int64_t step, const Action& a, const MicroBa
     if (static_cast<int>(losses_.size()) <= a.micro_batch) losses_.resize(a.micro_batch + 1);
     losses_[a.micro_batch] = loss;
   }
-  times->compute += Since(compute);
+  const double forward = Since(compute);
+  times->compute += forward;
+  times->forward += forward;
   if (k < num_model_chunks_ - 1) {
     ASSIGN_OR_RETURN(f.activation_sent,
                      links_->SendActivation({step, a.micro_batch, k + 1}, shape,
@@ -139,7 +141,9 @@ absl::Status StageExecutor::BackwardInput(int64_t step, const Action& a, StepTim
   }
   const auto compute = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(stage.BackwardInput(*f.acts, doutput, loss_scale_));
-  times->compute += Since(compute);
+  const double backward_input = Since(compute);
+  times->compute += backward_input;
+  times->backward_input += backward_input;
   if (k > 0) {
     ASSIGN_OR_RETURN(f.gradient_sent,
                      links_->SendGradient({step, a.micro_batch, k - 1}, shape,
@@ -155,7 +159,9 @@ absl::Status StageExecutor::BackwardWeight(const Action& a,
   if (it == in_flight_.end()) return absl::InternalError("weight backward before forward");
   const auto compute = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(chunks_[a.chunk]->BackwardWeight(*it->second.acts, ready));
-  times->compute += Since(compute);
+  const double backward_weight = Since(compute);
+  times->compute += backward_weight;
+  times->backward_weight += backward_weight;
   return absl::OkStatus();
 }
 

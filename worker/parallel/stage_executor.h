@@ -43,6 +43,8 @@ struct StepTimes {
   double compute = 0;  // Forward / BackwardInput / BackwardWeight, minus tp all-reduces
   double wait = 0;     // blocked receiving from a neighbour stage: the pipeline bubble
   double send = 0;     // waiting for sends to complete
+  // The compute split by action kind (B and W of a fused backward counted apart).
+  double forward = 0, backward_input = 0, backward_weight = 0;
 };
 
 class StageExecutor {
