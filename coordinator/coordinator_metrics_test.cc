@@ -25,22 +25,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::unique_ptr<grpc::ClientContext> Ctx(absl::Duration timeout = absl::Seconds(5)) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  return context;
-}
-
-template <typename F>
-bool WaitFor(F done, absl::Duration timeout = absl::Seconds(5)) {
-  const absl::Time end = absl::Now() + timeout;
-  while (absl::Now() < end) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return done();
-}
-
 // The value of the sample whose series is exactly `series` ("name{a=\"x\"}"); NaN when absent.
 double Sample(const std::string& text, const std::string& series) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {

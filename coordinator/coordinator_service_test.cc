@@ -29,24 +29,6 @@ const absl::Duration kLease = absl::Milliseconds(300);
 
 constexpr const char* kSpec = kTinySpec;
 
-// Every call gets a deadline.
-std::unique_ptr<grpc::ClientContext> Ctx(absl::Duration timeout = absl::Seconds(5)) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  return context;
-}
-
-// Polls `done` every 10ms for at most `timeout`.
-template <typename F>
-bool WaitFor(F done, absl::Duration timeout = absl::Seconds(5)) {
-  const absl::Time end = absl::Now() + timeout;
-  while (absl::Now() < end) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return done();
-}
-
 // A coordinator (store, manager, service, server) in this process.
 class Coordinator {
  public:

@@ -6,9 +6,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
+#include <grpcpp/client_context.h>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace dtrain::coordinator {
 
@@ -24,6 +29,24 @@ inline std::string TempDb(const std::string& name) {
       absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, "-", getpid(), ".db");
   for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
   return path;
+}
+
+// A client context with a deadline: every call in a test gets one.
+inline std::unique_ptr<grpc::ClientContext> Ctx(absl::Duration timeout = absl::Seconds(5)) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return context;
+}
+
+// Polls `done` every 10ms for at most `timeout`; its last answer.
+template <typename F>
+bool WaitFor(F done, absl::Duration timeout = absl::Seconds(5)) {
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return done();
 }
 
 }  // namespace dtrain::coordinator

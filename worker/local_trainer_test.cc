@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/model/safetensors.h"
+#include "worker/testing/text_corpus.h"
 
 namespace dtrain {
 namespace {
@@ -20,11 +21,7 @@ std::string TempPath(const std::string& name) {
 }
 
 std::string WriteText(const std::string& name, int bytes) {
-  const std::string path = TempPath(name);
-  std::ofstream out(path);
-  const std::string words = "the quick brown fox jumps over the lazy dog; ";
-  for (int i = 0; i < bytes; ++i) out << words[(i * 7 + i / 13) % words.size()];
-  return path;
+  return dtrain::testing::WriteTextCorpus(TempPath(name), bytes);
 }
 
 LocalTrainingOptions Tiny(const std::string& data) {

@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/testing/text_corpus.h"
 
 namespace dtrain::worker {
 namespace {
@@ -19,11 +20,7 @@ using ::testing::HasSubstr;
 std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
 std::string WriteText(const std::string& name, int bytes) {
-  const std::string path = TempPath(name);
-  std::ofstream out(path);
-  const std::string words = "the quick brown fox jumps over the lazy dog; ";
-  for (int i = 0; i < bytes; ++i) out << words[(i * 7 + i / 13) % words.size()];
-  return path;
+  return dtrain::testing::WriteTextCorpus(TempPath(name), bytes);
 }
 
 bool Exists(const std::string& path) {

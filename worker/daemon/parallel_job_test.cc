@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "worker/daemon/job_runner.h"
+#include "worker/testing/text_corpus.h"
 
 namespace dtrain::worker {
 namespace {
@@ -34,11 +35,7 @@ using ::testing::HasSubstr;
 std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
 std::string WriteText(const std::string& name, int bytes) {
-  const std::string path = TempPath(name);
-  std::ofstream out(path);
-  const std::string words = "the quick brown fox jumps over the lazy dog; ";
-  for (int i = 0; i < bytes; ++i) out << words[(i * 7 + i / 13) % words.size()];
-  return path;
+  return dtrain::testing::WriteTextCorpus(TempPath(name), bytes);
 }
 
 bool Exists(const std::string& path) {

@@ -112,37 +112,37 @@ const ParameterTensor* ParameterLayout::Find(absl::string_view name) const {
   return nullptr;
 }
 
-absl::Status ExtractShard(const ParameterTensor& t, const TensorParallelSpec& tp,
-                          absl::Span<const float> global, absl::Span<float> local) {
-  if (static_cast<int64_t>(global.size()) != t.global_size() ||
-      static_cast<int64_t>(local.size()) != t.local_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("ExtractShard(", t.name, "): sizes ",
-                                                   global.size(), "/", local.size()));
+namespace {
+
+// Calls copy(global_offset, local_offset, n) for each contiguous run of floats that rank
+// tp.rank holds of `t`, in local order. Columns: row r of the global tensor is `parts` blocks
+// of `block` columns, and this rank holds columns [rank*w, (rank+1)*w) of each block,
+// w = block / tp.size. Rows: one run. Replicated: the whole tensor.
+template <typename Copy>
+absl::Status ForEachShardRun(absl::string_view op, const ParameterTensor& t,
+                             const TensorParallelSpec& tp, int64_t global_size,
+                             int64_t local_size, Copy copy) {
+  if (global_size != t.global_size() || local_size != t.local_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, "(", t.name, "): sizes ", global_size, "/", local_size));
   }
   switch (t.shard) {
     case ShardKind::kReplicated:
-      std::memcpy(local.data(), global.data(), global.size() * sizeof(float));
+      copy(0, 0, local_size);
       return absl::OkStatus();
-    case ShardKind::kRows: {
-      const int64_t rows = t.local_shape.front();
-      const int64_t row_size = t.local_size() / rows;
-      std::memcpy(local.data(), global.data() + tp.rank * rows * row_size,
-                  local.size() * sizeof(float));
+    case ShardKind::kRows:
+      copy(tp.rank * local_size, 0, local_size);
       return absl::OkStatus();
-    }
     case ShardKind::kColumns: {
-      // Row r of the global tensor is `parts` blocks of `block` columns; this rank takes
-      // columns [rank*w, (rank+1)*w) of each block, w = block / tp.
       const int64_t global_cols = t.global_shape.back();
       const int64_t rows = t.global_size() / global_cols;
       const int64_t block = global_cols / t.parts;
       const int64_t w = block / tp.size;
-      float* out = local.data();
+      int64_t local_offset = 0;
       for (int64_t r = 0; r < rows; ++r) {
         for (int p = 0; p < t.parts; ++p) {
-          const float* src = global.data() + r * global_cols + p * block + tp.rank * w;
-          std::memcpy(out, src, w * sizeof(float));
-          out += w;
+          copy(r * global_cols + p * block + tp.rank * w, local_offset, w);
+          local_offset += w;
         }
       }
       return absl::OkStatus();
@@ -151,42 +151,22 @@ absl::Status ExtractShard(const ParameterTensor& t, const TensorParallelSpec& tp
   return absl::InternalError("unknown shard kind");
 }
 
+}  // namespace
+
+absl::Status ExtractShard(const ParameterTensor& t, const TensorParallelSpec& tp,
+                          absl::Span<const float> global, absl::Span<float> local) {
+  return ForEachShardRun("ExtractShard", t, tp, global.size(), local.size(),
+                         [&](int64_t g, int64_t l, int64_t n) {
+                           std::memcpy(local.data() + l, global.data() + g, n * sizeof(float));
+                         });
+}
+
 absl::Status InsertShard(const ParameterTensor& t, const TensorParallelSpec& tp,
                          absl::Span<const float> local, absl::Span<float> global) {
-  if (static_cast<int64_t>(global.size()) != t.global_size() ||
-      static_cast<int64_t>(local.size()) != t.local_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("InsertShard(", t.name, "): sizes ",
-                                                   global.size(), "/", local.size()));
-  }
-  switch (t.shard) {
-    case ShardKind::kReplicated:
-      std::memcpy(global.data(), local.data(), local.size() * sizeof(float));
-      return absl::OkStatus();
-    case ShardKind::kRows: {
-      const int64_t rows = t.local_shape.front();
-      const int64_t row_size = t.local_size() / rows;
-      std::memcpy(global.data() + tp.rank * rows * row_size, local.data(),
-                  local.size() * sizeof(float));
-      return absl::OkStatus();
-    }
-    case ShardKind::kColumns: {
-      // The same walk as ExtractShard, copying the other way.
-      const int64_t global_cols = t.global_shape.back();
-      const int64_t rows = t.global_size() / global_cols;
-      const int64_t block = global_cols / t.parts;
-      const int64_t w = block / tp.size;
-      const float* in = local.data();
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int p = 0; p < t.parts; ++p) {
-          std::memcpy(global.data() + r * global_cols + p * block + tp.rank * w, in,
-                      w * sizeof(float));
-          in += w;
-        }
-      }
-      return absl::OkStatus();
-    }
-  }
-  return absl::InternalError("unknown shard kind");
+  return ForEachShardRun("InsertShard", t, tp, global.size(), local.size(),
+                         [&](int64_t g, int64_t l, int64_t n) {
+                           std::memcpy(global.data() + g, local.data() + l, n * sizeof(float));
+                         });
 }
 
 }  // namespace dtrain::model

@@ -18,6 +18,7 @@
 #include "worker/comm/inproc/inproc_transport.h"
 #include "worker/local_trainer.h"
 #include "worker/model/parameter_layout.h"
+#include "worker/testing/text_corpus.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -30,11 +31,7 @@ using pipeline::ScheduleKind;
 constexpr double kWeightTolerance = 5e-4;
 
 std::string WriteText(const std::string& name, int bytes) {
-  const std::string path = ::testing::TempDir() + "/" + name;
-  std::ofstream out(path);
-  const std::string words = "the quick brown fox jumps over the lazy dog; ";
-  for (int i = 0; i < bytes; ++i) out << words[(i * 7 + i / 13) % words.size()];
-  return path;
+  return dtrain::testing::WriteTextCorpus(::testing::TempDir() + "/" + name, bytes);
 }
 
 LocalTrainingOptions Base() {
@@ -103,9 +100,8 @@ struct RankResult {
   double max_weight_error = 0;  // relative to the tensor's max |value|
 };
 
-RankResult RunRank(const Case& c, comm::Transport* transport, int rank) {
-  RankResult out;
-  auto backend = kernels::CreateBackend("cpu", 1).value();
+// Rank `rank`'s options for case `c`: micro-batches of one row.
+ParallelTrainingOptions OptionsFor(const Case& c, int rank) {
   ParallelTrainingOptions o;
   o.run = Base();
   o.dp = c.dp;
@@ -116,8 +112,15 @@ RankResult RunRank(const Case& c, comm::Transport* transport, int rank) {
   o.virtual_stages = c.v;
   o.micro_batch_size = 1;
   o.zero1 = c.zero1;
-  o.bucket_bytes = 4096;  // many buckets, so overlap and bucket edges are exercised
   o.comm_timeout = absl::Seconds(30);
+  return o;
+}
+
+RankResult RunRank(const Case& c, comm::Transport* transport, int rank) {
+  RankResult out;
+  auto backend = kernels::CreateBackend("cpu", 1).value();
+  ParallelTrainingOptions o = OptionsFor(c, rank);
+  o.bucket_bytes = 4096;  // many buckets, so overlap and bucket edges are exercised
   auto trainer = ParallelTrainer::Create(backend.get(), transport, o);
   if (!trainer.ok()) {
     out.status = trainer.status();
@@ -309,16 +312,7 @@ std::vector<std::vector<TrainStepMetrics>> RunLayout(
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       auto backend = kernels::CreateBackend("cpu", 1).value();
-      ParallelTrainingOptions o;
-      o.run = Base();
-      o.dp = c.dp;
-      o.pp = c.pp;
-      o.tp = c.tp;
-      o.rank = r;
-      o.schedule = c.schedule;
-      o.virtual_stages = c.v;
-      o.zero1 = c.zero1;
-      o.micro_batch_size = 1;
+      ParallelTrainingOptions o = OptionsFor(c, r);
       adjust(o);
       auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
       ASSERT_TRUE(t.ok()) << t.status();

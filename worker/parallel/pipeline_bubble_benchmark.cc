@@ -8,7 +8,6 @@
 // On a machine with fewer cores than stages the stages share cores, so a stage computes faster
 // while others idle; the measured fractions are then only indicative.
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "worker/comm/inproc/inproc_transport.h"
 #include "worker/parallel/parallel_trainer.h"
 #include "worker/pipeline/simulate.h"
+#include "worker/testing/text_corpus.h"
 
 ABSL_FLAG(int, stages, 4, "pipeline stages (ranks)");
 ABSL_FLAG(int, micro_batches, 8, "micro-batches per step");
@@ -33,13 +33,6 @@ namespace {
 
 using pipeline::ScheduleKind;
 
-std::string WriteData() {
-  const std::string path = "/tmp/dtrain_bubble_benchmark.txt";
-  std::ofstream out(path);
-  const std::string words = "the quick brown fox jumps over the lazy dog; ";
-  for (int i = 0; i < 400000; ++i) out << words[(i * 7 + i / 13) % words.size()];
-  return path;
-}
 
 struct Measured {
   std::vector<double> idle;  // per stage: 1 - compute / step time
@@ -114,7 +107,8 @@ absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) 
 
 int Main() {
   const int p = absl::GetFlag(FLAGS_stages), m = absl::GetFlag(FLAGS_micro_batches);
-  const std::string data = WriteData();
+  const std::string data =
+      testing::WriteTextCorpus("/tmp/dtrain_bubble_benchmark.txt", 400000);
   std::printf("pipeline bubble: %d stages, %d micro-batches, %u hardware threads\n", p, m,
               std::thread::hardware_concurrency());
   std::printf("%-12s %-24s %6s %6s %9s %9s %7s %7s %9s %s\n", "schedule", "idle per stage",
