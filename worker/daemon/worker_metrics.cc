@@ -134,6 +134,7 @@ void WorkerMetrics::DropJobSeries() {
   created_.clear();
   sent_cache_.clear();
   received_cache_.clear();
+  collective_cache_.clear();
 }
 
 void WorkerMetrics::StartJob(const RankLabels& labels) {
@@ -175,7 +176,10 @@ void WorkerMetrics::OnStep(const TrainStepMetrics& s) {
 void WorkerMetrics::OnCollective(const char* op, int64_t bytes, double seconds) {
   absl::MutexLock lock(&mu_);
   if (!has_job_) return;
-  Child(collective_, {{"op", op}, {"size_class", SizeClass(bytes)}}).Observe(seconds);
+  const char* size_class = SizeClass(bytes);
+  metrics::Histogram*& h = collective_cache_[{op, size_class}];
+  if (h == nullptr) h = &Child(collective_, {{"op", op}, {"size_class", size_class}});
+  h->Observe(seconds);
 }
 
 void WorkerMetrics::OnCheckpoint(double seconds) {

@@ -106,6 +106,10 @@ class WorkerMetrics final : public comm::TransportObserver {
       ABSL_GUARDED_BY(mu_);
   std::map<std::pair<int, int>, metrics::Counter*> sent_cache_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<int, int>, metrics::Counter*> received_cache_ ABSL_GUARDED_BY(mu_);
+  // Collectives run many times a step (tp all-reduces in every layer): children by
+  // (op, size class), so the hot path is one small map lookup.
+  std::map<std::pair<std::string, const char*>, metrics::Histogram*> collective_cache_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dtrain::worker
