@@ -245,8 +245,7 @@ int PlanJob(const Invocation& inv, Output& output) {
   const std::string& path = inv.args[0];
   const std::optional<std::string> contents = ReadSpecFile(path, output);
   if (!contents.has_value()) return kExitUsage;
-  absl::StatusOr<JobSpec> spec = coordinator::ParseJobSpecJson(*contents);
-  if (spec.ok()) spec = coordinator::ValidateAndDefault(*std::move(spec));
+  absl::StatusOr<JobSpec> spec = coordinator::ParseAndValidateJobSpecJson(*contents);
   if (!spec.ok()) {
     output.err << "dtrain: " << path << " is not a valid job spec:\n";
     absl::string_view message = spec.status().message();

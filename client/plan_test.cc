@@ -29,6 +29,7 @@ std::string SpecJson(const std::string& parallel, int micro_batch_size = 2) {
   return absl::StrCat(
       R"({"name": "plan-test", "model": {"vocab_size": 256, "context": 32, "n_layer": 8,)",
       R"( "n_head": 4, "n_embd": 64}, "dataset": "data/demo.txt", "steps": 10,)",
+      R"( "checkpoint": {"dir": "runs/plan-test"},)",
       R"( "batch_size": 16, "micro_batch_size": )", micro_batch_size, R"(, "parallel": )", parallel,
       "}");
 }

@@ -387,10 +387,11 @@ TEST(CoordinatorService, RestartKeepsHistoryAndQueuedJobs) {
     ASSERT_EQ(w1.TakeAssignment(), done_id);
     ASSERT_TRUE(w1.Step(1, 4.0).ok());
     ASSERT_TRUE(w1.Finish(true, "/out").ok());
-    absl::StatusOr<Job> queued = c.Submit(
-        absl::StrCat(R"({"parallel": {"dp": 4}, "dataset": "/d", "steps": 1, "batch_size": 4,)",
-                     R"("model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2,)",
-                     R"("n_embd": 32}})"));
+    absl::StatusOr<Job> queued = c.Submit(absl::StrCat(
+        R"({"parallel": {"dp": 4}, )"
+        R"("checkpoint": {"dir": "/c"}, "dataset": "/d", "steps": 1, "batch_size": 4,)",
+        R"("model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2,)",
+        R"("n_embd": 32}})"));
     ASSERT_TRUE(queued.ok());
     queued_id = queued->id();
   }

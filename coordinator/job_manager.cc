@@ -429,8 +429,9 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
   } else {
     for (auto& [n, job] : jobs_) {
       if (!job.awaiting.contains(worker_id)) continue;
-      if (job.state == PLACING) {
-        resend = Delivery{job.assignment, job.rank_of.at(worker_id)};
+      auto rank = job.rank_of.find(worker_id);
+      if (job.state == PLACING && rank != job.rank_of.end()) {
+        resend = Delivery{job.assignment, rank->second};
         resend_job = job.id;
       } else {
         abandoned_job = job.id;
@@ -564,13 +565,8 @@ absl::StatusOr<Job> JobManager::SubmitJob(const SubmitJobRequest& request) {
   if (has_json == request.has_spec()) {
     return absl::InvalidArgumentError("set exactly one of spec_json and spec");
   }
-  JobSpec parsed;
-  if (has_json) {
-    ASSIGN_OR_RETURN(parsed, ParseJobSpecJson(request.spec_json()));
-  } else {
-    parsed = request.spec();
-  }
-  ASSIGN_OR_RETURN(JobSpec spec, ValidateAndDefault(std::move(parsed)));
+  ASSIGN_OR_RETURN(JobSpec spec, has_json ? ParseAndValidateJobSpecJson(request.spec_json())
+                                          : ValidateAndDefault(request.spec()));
   const int64_t needed = WorkersNeeded(spec);
   JobsLock lock(this);
   const WorkerCounts counts = registry_.Counts();

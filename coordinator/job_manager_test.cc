@@ -192,7 +192,8 @@ TEST(JobManager, JobWaitsForEnoughWorkersAndSaysSo) {
   Harness h(TempDb("waits"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());
   absl::StatusOr<Job> job = h.Submit(absl::StrCat(
-      R"({"parallel": {"dp": 2}, "name": "two", "dataset": "/d", "steps": 1, "batch_size": 2,)",
+      R"({"parallel": {"dp": 2}, "name": "two", )"
+      R"("checkpoint": {"dir": "/c"}, "dataset": "/d", "steps": 1, "batch_size": 2,)",
       R"("model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}})"));
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->reason(), "waiting for 2 idle workers; 1 idle, 0 busy, 0 lost");
@@ -226,10 +227,11 @@ TEST(JobManager, ARankErrorNamesTheWorkersWhoseHeartbeatsStopped) {
   Harness h(TempDb("rank-error-quiet"));
   for (const char* w : {"w1", "w2", "w3"}) ASSERT_TRUE(h.Register(w, std::string("s-") + w).ok());
   ASSERT_TRUE(
-      h.Submit(
-           absl::StrCat(R"({"parallel": {"pp": 3}, "dataset": "/d", "steps": 1, "batch_size": 2,)",
-                        R"("model": {"vocab_size": 256, "context": 32, "n_layer": 3, "n_head": 2,)",
-                        R"("n_embd": 32}})"))
+      h.Submit(absl::StrCat(
+                   R"({"parallel": {"pp": 3}, )"
+                   R"("checkpoint": {"dir": "/c"}, "dataset": "/d", "steps": 1, "batch_size": 2,)",
+                   R"("model": {"vocab_size": 256, "context": 32, "n_layer": 3, "n_head": 2,)",
+                   R"("n_embd": 32}})"))
           .ok());
   h.m().RunSchedulerPass();
   for (const char* w : {"w1", "w2", "w3"}) h.Beat(w, std::string("s-") + w);
@@ -249,10 +251,11 @@ TEST(JobManager, ARankErrorFailsTheJobAndStopsTheOthers) {
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());
   ASSERT_TRUE(h.Register("w2", "s-w2").ok());
   ASSERT_TRUE(
-      h.Submit(
-           absl::StrCat(R"({"parallel": {"pp": 2}, "dataset": "/d", "steps": 1, "batch_size": 2,)",
-                        R"("model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2,)",
-                        R"("n_embd": 32}})"))
+      h.Submit(absl::StrCat(
+                   R"({"parallel": {"pp": 2}, )"
+                   R"("checkpoint": {"dir": "/c"}, "dataset": "/d", "steps": 1, "batch_size": 2,)",
+                   R"("model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2,)",
+                   R"("n_embd": 32}})"))
           .ok());
   h.m().RunSchedulerPass();
   h.Beat("w1", "s-w1");
@@ -453,7 +456,8 @@ TEST(JobManager, Places512RanksOver1000WorkersQuickly) {
     ASSERT_TRUE(h.m().RegisterWorker(r).ok());
   }
   absl::StatusOr<Job> job = h.Submit(absl::StrCat(
-      R"({"parallel": {"dp": 8, "pp": 16, "tp": 4}, "dataset": "/d", "steps": 1,)",
+      R"({"parallel": {"dp": 8, "pp": 16, "tp": 4}, )"
+      R"("checkpoint": {"dir": "/c"}, "dataset": "/d", "steps": 1,)",
       R"("batch_size": 8, "model": {"vocab_size": 50257, "context": 1024, "n_layer": 48,)",
       R"("n_head": 16, "n_embd": 1024}})"));
   ASSERT_TRUE(job.ok()) << job.status();

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -147,7 +148,13 @@ bool IsOneOf(absl::string_view value, std::initializer_list<absl::string_view> o
 
 }  // namespace
 
-absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
+namespace {
+
+// Reads `json` into `spec`, ignoring unknown fields, which it lists in `problems` with their
+// paths. Errors only for what stops reading altogether: malformed JSON, or a value of the wrong
+// type ("steps": "ten"; protobuf names the first one only).
+absl::Status ReadJobSpec(absl::string_view json, JobSpec* spec,
+                         std::vector<std::string>* problems) {
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   const google::protobuf::StringPiece text(json.data(), json.size());
@@ -159,18 +166,27 @@ absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
     return absl::InvalidArgumentError(
         absl::StrCat("job spec is not a JSON object: ", std::string(status.message())));
   }
+  FindUnknownFields(object, *JobSpec::descriptor(), "", problems);
+  // Pass 2: types and values, past the unknown fields already reported.
+  options.ignore_unknown_fields = true;
+  status = google::protobuf::util::JsonStringToMessage(text, spec, options);
+  if (!status.ok()) {
+    problems->push_back(std::string(status.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: ", absl::StrJoin(*problems, "; ")));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
+  JobSpec spec;
   std::vector<std::string> problems;
-  FindUnknownFields(object, *JobSpec::descriptor(), "", &problems);
+  RETURN_IF_ERROR(ReadJobSpec(json, &spec, &problems));
   if (!problems.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid job spec: ", absl::StrJoin(problems, "; ")));
-  }
-  // Pass 2: types and values ("steps": "ten").
-  JobSpec spec;
-  status = google::protobuf::util::JsonStringToMessage(text, &spec, options);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid job spec: ", std::string(status.message())));
   }
   return spec;
 }
@@ -180,8 +196,12 @@ int64_t WorkersNeeded(const JobSpec& spec) {
   return factor(spec.parallel().dp()) * factor(spec.parallel().pp()) * factor(spec.parallel().tp());
 }
 
-absl::StatusOr<JobSpec> ValidateAndDefault(JobSpec spec) {
-  std::vector<std::string> problems;
+namespace {
+
+// ValidateAndDefault's checks: appends every problem to `problems`, fills in the defaults.
+void CheckAndDefault(JobSpec* spec_ptr, std::vector<std::string>* problems_ptr) {
+  JobSpec& spec = *spec_ptr;
+  std::vector<std::string>& problems = *problems_ptr;
   auto nonnegative = [&](absl::string_view name, int64_t value) {
     if (value < 0) problems.push_back(absl::StrCat(name, "=", value, " must be >= 0"));
   };
@@ -298,8 +318,35 @@ absl::StatusOr<JobSpec> ValidateAndDefault(JobSpec spec) {
         absl::StrCat("device=\"", spec.device(), "\" is not one of cpu, cuda, auto"));
   }
   nonnegative("checkpoint.interval_steps", spec.checkpoint().interval_steps());
+  if (layout_positive && WorkersNeeded(spec) > 1 && spec.checkpoint().dir().empty()) {
+    // A one-worker job saves under the worker's --data_root; ranks of a spread job write shards
+    // that rank 0 exports, so they need one directory they all see.
+    problems.push_back(absl::StrCat(
+        "checkpoint.dir is required for a job on ", WorkersNeeded(spec),
+        " workers: a directory every worker of the job can write (shared storage in a cluster); "
+        "each rank writes its shard there and rank 0 exports the final weights to "
+        "<checkpoint.dir>/model.safetensors"));
+  }
   if (spec.seed() == 0) spec.set_seed(kDefaultSeed);
+}
 
+}  // namespace
+
+absl::StatusOr<JobSpec> ValidateAndDefault(JobSpec spec) {
+  std::vector<std::string> problems;
+  CheckAndDefault(&spec, &problems);
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: ", absl::StrJoin(problems, "; ")));
+  }
+  return spec;
+}
+
+absl::StatusOr<JobSpec> ParseAndValidateJobSpecJson(absl::string_view json) {
+  JobSpec spec;
+  std::vector<std::string> problems;
+  RETURN_IF_ERROR(ReadJobSpec(json, &spec, &problems));
+  CheckAndDefault(&spec, &problems);
   if (!problems.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid job spec: ", absl::StrJoin(problems, "; ")));

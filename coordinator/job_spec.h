@@ -37,8 +37,14 @@ absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json);
 // Checked: the model (model::Validate), the optimizer (model::Validate), steps, batch sizes
 // against dp and micro_batch_size, seq_len <= context, tp | n_head, pp <= n_layer, the schedule
 // (interleaved: virtual_stages >= 2, pp >= 2, pp * virtual_stages <= n_layer), dataset, device,
-// checkpoint.interval_steps and the total worker count (at most kMaxWorkersPerJob).
+// checkpoint.interval_steps, checkpoint.dir (required on more than one worker) and the total
+// worker count (at most kMaxWorkersPerJob).
 absl::StatusOr<JobSpec> ValidateAndDefault(JobSpec spec);
+
+// ParseJobSpecJson then ValidateAndDefault, with one error listing the unknown fields and every
+// other problem of the spec together (only malformed JSON or a value of the wrong type stops the
+// checks early). What SubmitJob and `dtrain plan` use.
+absl::StatusOr<JobSpec> ParseAndValidateJobSpecJson(absl::string_view json);
 
 // Workers a validated spec needs: dp * pp * tp.
 int64_t WorkersNeeded(const JobSpec& spec);

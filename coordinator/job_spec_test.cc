@@ -17,7 +17,8 @@ constexpr const char* kTinySpec = R"({
   "model": {"vocab_size": 256, "context": 64, "n_layer": 4, "n_head": 4, "n_embd": 64},
   "dataset": "/data/tiny.bin",
   "steps": 10,
-  "batch_size": 8
+  "batch_size": 8,
+  "checkpoint": {"dir": "/ckpt/tiny"}
 })";
 
 JobSpec Parsed(const std::string& json) {
@@ -157,7 +158,41 @@ TEST(ValidateAndDefault, ReportsEveryProblemAtOnceWithFieldNames) {
                     HasSubstr("parallel.schedule=\"zigzag\" is not one of"),
                     HasSubstr("device=\"tpu\" is not one of cpu, cuda, auto"),
                     HasSubstr("checkpoint.interval_steps=-1 must be >= 0"),
+                    HasSubstr("checkpoint.dir is required for a job on 60 workers"),
                     HasSubstr("resume_from and init_checkpoint exclude each other")));
+}
+
+TEST(ParseAndValidateJobSpecJson, ReportsUnknownFieldsAndEveryOtherProblemTogether) {
+  absl::StatusOr<JobSpec> spec = ParseAndValidateJobSpecJson(R"({
+    "name": "typos", "colour": "red",
+    "model": {"vocab_size": 256, "context": 64, "n_layer": 4, "n_head": 4, "n_embd": 64},
+    "dataset": "/d.bin", "steps": 0, "batch_size": 8, "parallel": {"tpp": 2, "tp": 3},
+    "checkpoint": {"dir": "/ckpt"}})");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(),
+              AllOf(HasSubstr("unknown field \"colour\""),
+                    HasSubstr("unknown field \"parallel.tpp\" (did you mean \"tp\"?)"),
+                    HasSubstr("steps=0 must be positive"),
+                    HasSubstr("parallel.tp=3 does not divide model.n_head=4")));
+
+  spec = ParseAndValidateJobSpecJson(R"({"colour": "red", "steps": "ten"})");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), AllOf(HasSubstr("colour"), HasSubstr("steps")));
+
+  spec = ParseAndValidateJobSpecJson(kTinySpec);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().schedule(), "1f1b") << "defaults are filled in";
+}
+
+TEST(ValidateAndDefault, JobsOnSeveralWorkersNeedACheckpointDir) {
+  JobSpec in = Parsed(kTinySpec);
+  in.clear_checkpoint();
+  EXPECT_TRUE(ValidateAndDefault(in).ok()) << "one worker saves under its --data_root";
+  in.mutable_parallel()->set_pp(2);
+  absl::StatusOr<JobSpec> spec = ValidateAndDefault(in);
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr("checkpoint.dir is required for a job on 2 workers"));
 }
 
 TEST(ValidateAndDefault, MissingModelIsNamed) {

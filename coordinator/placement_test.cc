@@ -40,6 +40,7 @@ JobSpec Spec(int n_layer, int dp, int pp, int tp, int vocab = 256, int n_embd = 
   spec.mutable_model()->set_n_head(8);
   spec.mutable_model()->set_n_embd(n_embd);
   spec.set_dataset("/d.bin");
+  spec.mutable_checkpoint()->set_dir("/ckpt");
   spec.set_steps(1);
   spec.set_batch_size(dp);
   spec.mutable_parallel()->set_dp(dp);

@@ -32,9 +32,16 @@ struct DeviceInfo {
   int64_t memory_bytes = 0;  // total device memory; host RAM for CPU
 };
 
-// Inputs to GEMMs on tensor-core devices. Accumulation and outputs stay fp32 in every mode; the
-// CPU backend always computes in fp32 and ignores this.
+// Inputs to GEMMs on tensor-core devices. Accumulation and outputs stay fp32 in every mode. Only
+// the CUDA backend has kTf32 and kBf16; the CPU backend computes in fp32, and CreateBackend
+// refuses the others for it.
 enum class MatmulPrecision { kFp32, kTf32, kBf16 };
+
+// "fp32", "tf32" or "bf16" (the --matmul_precision flag of dtrain-local and dtrain-worker);
+// InvalidArgument naming the value otherwise.
+absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(absl::string_view name);
+// The inverse: "fp32", "tf32" or "bf16".
+absl::string_view MatmulPrecisionName(MatmulPrecision precision);
 
 // Hyper-parameters of one AdamW step (PyTorch's torch.optim.AdamW semantics, decoupled decay).
 struct AdamWParams {
@@ -150,10 +157,12 @@ class Backend {
 };
 
 // "cpu", "cuda", "cuda:N" or "auto" (CUDA GPU 0 when this build has CUDA and a GPU is present,
-// else the CPU). `cpu_threads` sets the CPU backend's thread count (0 = all cores).
-// Errors name the problem: unknown device string, CUDA not built in, no GPU found.
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view device,
-                                                       int cpu_threads = 0);
+// else the CPU). `cpu_threads` sets the CPU backend's thread count (0 = all cores); `precision`
+// the CUDA backend's GEMM inputs. Errors name the problem: unknown device string, CUDA not built
+// in, no GPU found, kTf32 or kBf16 for the CPU backend (also when "auto" finds no GPU).
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+    absl::string_view device, int cpu_threads = 0,
+    MatmulPrecision precision = MatmulPrecision::kFp32);
 
 }  // namespace dtrain::kernels
 

@@ -13,11 +13,12 @@
 namespace dtrain::kernels {
 namespace {
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(int ordinal) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(int ordinal, MatmulPrecision precision) {
 #ifdef DTRAIN_WITH_CUDA
-  return CreateCudaBackend(ordinal);
+  return CreateCudaBackend(ordinal, precision);
 #else
   (void)ordinal;
+  (void)precision;
   return absl::FailedPreconditionError(
       "--device=cuda: this dtrain build has no CUDA backend (no CUDA toolkit at build time); "
       "use --device=cpu or rebuild where /usr/local/cuda exists");
@@ -32,23 +33,63 @@ bool CudaDevicePresent() {
 #endif
 }
 
+// Why "auto" gave the CPU, for errors about it.
+#ifdef DTRAIN_WITH_CUDA
+constexpr char kAutoChoseTheCpu[] = " (--device=auto found no CUDA GPU)";
+#else
+constexpr char kAutoChoseTheCpu[] = " (--device=auto: this dtrain build has no CUDA backend)";
+#endif
+
+// The CPU backend computes every GEMM in fp32: asking it for less is an error rather than a
+// setting silently ignored. `why` says how the CPU was chosen, when not by name.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpu(int cpu_threads, MatmulPrecision precision,
+                                                   absl::string_view why = "") {
+  if (precision != MatmulPrecision::kFp32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--matmul_precision=", MatmulPrecisionName(precision),
+                     " needs a CUDA device; the CPU backend computes in fp32", why));
+  }
+  return CreateCpuBackend(cpu_threads);
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view device,
-                                                       int cpu_threads) {
-  if (device == "cpu") return CreateCpuBackend(cpu_threads);
-  if (device == "auto") {
-    if (CudaDevicePresent()) return CreateCuda(0);
-    return CreateCpuBackend(cpu_threads);
+absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(absl::string_view name) {
+  for (MatmulPrecision p : {MatmulPrecision::kFp32, MatmulPrecision::kTf32,
+                            MatmulPrecision::kBf16}) {
+    if (name == MatmulPrecisionName(p)) return p;
   }
-  if (device == "cuda") return CreateCuda(0);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown matmul precision \"", name, "\": expected fp32, tf32 or bf16"));
+}
+
+absl::string_view MatmulPrecisionName(MatmulPrecision precision) {
+  switch (precision) {
+    case MatmulPrecision::kTf32:
+      return "tf32";
+    case MatmulPrecision::kBf16:
+      return "bf16";
+    case MatmulPrecision::kFp32:
+      break;
+  }
+  return "fp32";
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view device, int cpu_threads,
+                                                       MatmulPrecision precision) {
+  if (device == "cpu") return CreateCpu(cpu_threads, precision);
+  if (device == "auto") {
+    if (CudaDevicePresent()) return CreateCuda(0, precision);
+    return CreateCpu(cpu_threads, precision, kAutoChoseTheCpu);
+  }
+  if (device == "cuda") return CreateCuda(0, precision);
   if (absl::StartsWith(device, "cuda:")) {
     int ordinal = -1;
     if (!absl::SimpleAtoi(device.substr(5), &ordinal) || ordinal < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("device \"", device, "\": expected cuda:N with N a GPU index >= 0"));
     }
-    return CreateCuda(ordinal);
+    return CreateCuda(ordinal, precision);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown device \"", device, "\": expected cpu, cuda, cuda:N or auto"));

@@ -1,3 +1,4 @@
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
@@ -35,6 +36,70 @@ TEST(CreateBackend, CudaWithoutAGpuFailsClearlyAndAutoPicksTheCpu) {
   EXPECT_THAT(cuda.status().message(), ::testing::AnyOf(HasSubstr("no CUDA GPU"),
                                                         HasSubstr("no CUDA backend")));
   EXPECT_EQ((*automatic)->info().kind, DeviceKind::kCpu);
+}
+
+TEST(ParseMatmulPrecision, NamesRoundTrip) {
+  for (MatmulPrecision p : {MatmulPrecision::kFp32, MatmulPrecision::kTf32,
+                            MatmulPrecision::kBf16}) {
+    absl::StatusOr<MatmulPrecision> parsed = ParseMatmulPrecision(MatmulPrecisionName(p));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, p);
+  }
+  EXPECT_EQ(MatmulPrecisionName(MatmulPrecision::kFp32), "fp32");
+  EXPECT_EQ(MatmulPrecisionName(MatmulPrecision::kTf32), "tf32");
+  EXPECT_EQ(MatmulPrecisionName(MatmulPrecision::kBf16), "bf16");
+}
+
+TEST(ParseMatmulPrecision, UnknownValueIsNamed) {
+  for (const char* bad : {"fp16", "", "TF32", "bf16 ", "float32"}) {
+    absl::StatusOr<MatmulPrecision> parsed = ParseMatmulPrecision(bad);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(absl::StrCat("\"", bad, "\"")));
+    EXPECT_THAT(parsed.status().message(), HasSubstr("fp32, tf32 or bf16"));
+  }
+}
+
+TEST(CreateBackend, CpuAcceptsFp32) {
+  auto b = CreateBackend("cpu", 1, MatmulPrecision::kFp32);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)->info().kind, DeviceKind::kCpu);
+}
+
+// The CPU backend computes in fp32: reduced precisions are refused, not silently ignored.
+TEST(CreateBackend, CpuRejectsReducedPrecision) {
+  for (MatmulPrecision p : {MatmulPrecision::kTf32, MatmulPrecision::kBf16}) {
+    auto b = CreateBackend("cpu", 1, p);
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << b.status();
+    EXPECT_THAT(b.status().message(),
+                HasSubstr(absl::StrCat("--matmul_precision=", MatmulPrecisionName(p),
+                                       " needs a CUDA device; the CPU backend computes in fp32")));
+  }
+}
+
+// "auto" without a GPU gives the CPU, which then refuses tf32 and says why it got the CPU.
+TEST(CreateBackend, AutoWithoutAGpuRejectsReducedPrecision) {
+  auto b = CreateBackend("auto", 1, MatmulPrecision::kTf32);
+  if (b.ok()) {
+    EXPECT_EQ((*b)->info().kind, DeviceKind::kCuda);
+    GTEST_SKIP() << "a GPU is present: " << (*b)->info().name;
+  }
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << b.status();
+  EXPECT_THAT(b.status().message(), HasSubstr("--matmul_precision=tf32 needs a CUDA device"));
+  EXPECT_THAT(b.status().message(), HasSubstr("--device=auto"));
+}
+
+// Reduced precisions reach the CUDA backend: without a GPU the error is about the GPU.
+TEST(CreateBackend, CudaWithReducedPrecisionFailsOnlyForWantOfAGpu) {
+  for (MatmulPrecision p : {MatmulPrecision::kTf32, MatmulPrecision::kBf16}) {
+    auto b = CreateBackend("cuda", 0, p);
+    if (b.ok()) {
+      EXPECT_EQ((*b)->info().kind, DeviceKind::kCuda);
+      continue;
+    }
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
+    EXPECT_THAT(b.status().message(), ::testing::AnyOf(HasSubstr("no CUDA GPU"),
+                                                       HasSubstr("no CUDA backend")));
+  }
 }
 
 }  // namespace

@@ -38,6 +38,8 @@ ABSL_FLAG(double, grad_clip, 1.0, "max global gradient norm (0 disables)");
 ABSL_FLAG(uint64_t, seed, 1337, "seed of the GPT-2 init");
 ABSL_FLAG(std::string, device, "auto", "cpu, cuda, cuda:N or auto");
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
+ABSL_FLAG(std::string, matmul_precision, "fp32",
+          "GEMM inputs: fp32, tf32 or bf16 (tf32 and bf16 need a CUDA device; fp32 accumulation)");
 ABSL_FLAG(std::string, save, "", "write the final weights here (GPT-2 safetensors)");
 ABSL_FLAG(std::string, dump_grads, "", "write the first step's gradients here (safetensors)");
 ABSL_FLAG(std::string, checkpoint_dir, "", "write training state (weights + AdamW) here");
@@ -83,14 +85,18 @@ absl::Status Main() {
   if (options.steps > 0 && options.data_path.empty()) {
     return absl::InvalidArgumentError("--data is required to train (--steps > 0)");
   }
+  absl::StatusOr<kernels::MatmulPrecision> precision =
+      kernels::ParseMatmulPrecision(absl::GetFlag(FLAGS_matmul_precision));
+  RETURN_IF_ERROR(Annotate(precision.status(), "--matmul_precision"));
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
                    kernels::CreateBackend(absl::GetFlag(FLAGS_device),
-                                          absl::GetFlag(FLAGS_threads)));
+                                          absl::GetFlag(FLAGS_threads), *precision));
   ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(backend.get(), options));
-  std::fprintf(stderr, "dtrain-local: %s, %lld parameters, device %s\n",
+  std::fprintf(stderr, "dtrain-local: %s, %lld parameters, device %s, matmul %s\n",
                options.model.DebugString().c_str(),
                static_cast<long long>(options.model.num_parameters()),
-               backend->info().name.c_str());
+               backend->info().name.c_str(),
+               std::string(kernels::MatmulPrecisionName(*precision)).c_str());
   if (trainer->start_step() > 0) {
     std::fprintf(stderr, "dtrain-local: resumed at step %lld from %s\n",
                  static_cast<long long>(trainer->start_step()), options.resume_from.c_str());

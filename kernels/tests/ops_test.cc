@@ -2,6 +2,10 @@
 // *_test.cc files beside it) runs on each device below. A device this build or machine lacks is
 // skipped with the reason (e.g. "cuda": no CUDA toolkit at build time, or no GPU).
 //
+// The CUDA backend's TF32 and bf16 GEMMs (--matmul_precision) are not instances here: these
+// tests hold every op to fp32 tolerances. matmul_precision_test.cc instantiates "cuda_tf32" and
+// "cuda_bf16" for GEMM and matmul, with tolerances for their rounding.
+//
 // This file: instantiation, memory and stream, and argument checking shared by every op.
 #include <cstdint>
 #include <limits>

@@ -6,17 +6,18 @@
 
 namespace dtrain::kernels::testing {
 
-::testing::AssertionResult AllNear(const std::vector<float>& got, const Vec& want,
-                                   Tolerance tol) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure()
-           << "got " << got.size() << " elements, want " << want.size();
+::testing::AssertionResult WithinBound(const std::vector<float>& got, const Vec& want,
+                                       const Vec& magnitude, Tolerance tol) {
+  if (got.size() != want.size() || want.size() != magnitude.size()) {
+    return ::testing::AssertionFailure() << "got " << got.size() << " elements, want "
+                                         << want.size() << " (magnitudes " << magnitude.size()
+                                         << ")";
   }
   int64_t bad = 0, worst = -1;
   double worst_excess = 0.0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double err = std::abs(double{got[i]} - want[i]);
-    const double allowed = tol.atol + tol.rtol * std::abs(want[i]);
+    const double allowed = tol.atol + tol.rtol * magnitude[i];
     if (!(err <= allowed)) {  // also catches NaN
       ++bad;
       const double excess = std::isnan(err) ? std::numeric_limits<double>::infinity()
@@ -30,8 +31,18 @@ namespace dtrain::kernels::testing {
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
          << bad << " of " << got.size() << " elements differ beyond atol " << tol.atol
-         << " + rtol " << tol.rtol << "; worst at [" << worst << "]: got " << got[worst]
-         << ", want " << want[worst];
+         << " + rtol " << tol.rtol << " * magnitude; worst at [" << worst << "]: got "
+         << got[worst] << ", want " << want[worst] << ", magnitude " << magnitude[worst];
+}
+
+::testing::AssertionResult AllNear(const std::vector<float>& got, const Vec& want,
+                                   Tolerance tol) {
+  return WithinBound(got, want, Abs(want), tol);
+}
+
+Vec Abs(Vec v) {
+  for (double& x : v) x = std::abs(x);
+  return v;
 }
 
 std::vector<float> RandomFloats(int64_t n, uint32_t seed, float scale) {
@@ -98,7 +109,7 @@ DirectionalCheck DirectionalDerivative(const std::function<Vec(const Vec&)>& f, 
 
 void Ops::SetUp() {
   absl::StatusOr<std::unique_ptr<Backend>> backend =
-      CreateBackend(GetParam().device, GetParam().cpu_threads);
+      CreateBackend(GetParam().device, GetParam().cpu_threads, GetParam().precision);
   if (!backend.ok()) {
     GTEST_SKIP() << "device \"" << GetParam().device << "\" unavailable: " << backend.status();
   }

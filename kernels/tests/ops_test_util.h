@@ -1,6 +1,8 @@
 // The backend-generic op test fixture: TEST_P(Ops, ...) runs once per device ("cpu", "cpu with 3
 // threads" for uneven work splits, and "cuda" when this build and machine have one), against the
-// double-precision reference (reference.h) and finite differences of it.
+// double-precision reference (reference.h) and finite differences of it. Fixtures derived from
+// Ops may instantiate other parameters (matmul_precision_test.cc: the CUDA backend's TF32 and
+// bf16 GEMMs).
 #ifndef DTRAIN_KERNELS_TESTS_OPS_TEST_UTIL_H_
 #define DTRAIN_KERNELS_TESTS_OPS_TEST_UTIL_H_
 
@@ -23,6 +25,7 @@ struct DeviceParam {
   std::string test_name;  // gtest's name for the instance
   std::string device;     // CreateBackend's device string
   int cpu_threads = 0;
+  MatmulPrecision precision = MatmulPrecision::kFp32;  // CreateBackend's GEMM precision
 };
 
 // gtest prints the instance by name rather than as bytes.
@@ -41,6 +44,12 @@ constexpr Tolerance kForwardTol = {1e-5, 1e-4};
 constexpr Tolerance kGradientTol = {1e-4, 1e-3};
 
 ::testing::AssertionResult AllNear(const std::vector<float>& got, const Vec& want, Tolerance tol);
+// |got - want| <= atol + rtol * magnitude, element-wise: for results that may cancel to near zero,
+// bounded by the size of what was summed (matmul_precision_test.cc).
+::testing::AssertionResult WithinBound(const std::vector<float>& got, const Vec& want,
+                                       const Vec& magnitude, Tolerance tol);
+// |v|, element-wise.
+Vec Abs(Vec v);
 
 // Deterministic random inputs; seed-dependent so tensors of one test differ.
 std::vector<float> RandomFloats(int64_t n, uint32_t seed, float scale = 1.0f);

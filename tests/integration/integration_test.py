@@ -150,7 +150,8 @@ def restart_case(args, sig, name):
         running_id = c.submit(c.write_spec("running.json", long_spec(steps=steps, name="running")))
         # dp=2 needs two workers; there is one: it queues.
         queued_id = c.submit(c.write_spec("queued.json", long_spec(
-            steps=10, name="queued", parallel={"dp": 2})))
+            steps=10, name="queued", parallel={"dp": 2},
+            checkpoint={"dir": os.path.join(c.tmp, "ckpt-queued")})))
         c.wait_step(running_id, 5, 120)
         queued = c.wait_state(queued_id, "QUEUED", 10)
 
@@ -167,6 +168,12 @@ def restart_case(args, sig, name):
             status = c.coordinator.wait(15)
             expect(status is not None, "the coordinator did not exit within 15s of %s" % name)
             print("%s: coordinator exited with %s at step %d" % (name, status, step_before))
+            if sig == signal.SIGTERM:
+                with open(c.coordinator.log_path) as f:
+                    log = f.read()
+                expect(status == 0 and "dtrain-coordinator: stopped" in log,
+                       "SIGTERM should stop the coordinator cleanly (exit 0, \"stopped\"); "
+                       "exit %s, log tail:\n%s" % (status, "\n".join(log.splitlines()[-5:])))
             time.sleep(2)  # the worker keeps training meanwhile
             c.start_coordinator()
 
@@ -197,7 +204,8 @@ def restart_case(args, sig, name):
             out, err = watch_out.read(), watch_err.read()
             expect(rc == 0, "watch across the restart exited %d\nstdout tail:\n%s\nstderr:\n%s"
                    % (rc, "\n".join(out.splitlines()[-5:]), err))
-            seen = [s for s, _ in step_lines(out)]
+            live_steps = step_lines(out)
+            seen = [s for s, _ in live_steps]
             expect(seen == list(range(1, steps + 1)),
                    "watch across the restart should print every step once; missing %s, repeated %s"
                    % (sorted(set(range(1, steps + 1)) - set(seen)),
@@ -216,6 +224,13 @@ def restart_case(args, sig, name):
         expect(job["state"] == "SUCCEEDED" and job["output"] == done["output"],
                "finished job after the 2nd restart: %s %r" % (job["state"], job.get("output")))
         expect(c.job(queued_id)["state"] == "QUEUED", "queued job after the 2nd restart")
+        # The per-step metrics too: a fresh watch of the finished job replays every step with
+        # the loss the live watch saw.
+        rc, out, err = c.cli("watch", running_id, timeout=60)
+        expect(rc == 0, "watch of the finished job exited %d: %s" % (rc, err))
+        expect(step_lines(out) == live_steps,
+               "steps replayed after two restarts differ from those watched live: %d vs %d lines"
+               % (len(step_lines(out)), len(live_steps)))
         rc, out, err = c.cli("cancel", queued_id)
         expect(rc == 0, "cancel of the queued job exited %d: %s" % (rc, err))
         expect(c.job(queued_id)["state"] == "CANCELLED", "queued job not cancelled")
@@ -340,6 +355,10 @@ def case_bad_input(args):
                        ["parallel.tp", "steps"])
         problem_lines = [l for l in err.splitlines() if l.startswith("  ")]
         expect(len(problem_lines) >= 2, "one problem per line, got:\n%s" % err)
+        # An unknown field does not hide the spec's other problems.
+        rejected("typo_and_layout.json", dict(tiny, colour="blue", parallel={"tp": 3}),
+                 ["colour", "parallel.tp"])
+        rejected("no_checkpoint_dir.json", dict(tiny, parallel={"pp": 2}), ["checkpoint.dir"])
         rc, out, err = c.cli("submit", os.path.join(c.tmp, "no-such-spec.json"))
         expect(rc == 2 and "no-such-spec.json" in err, "unreadable file: exit %d: %s" % (rc, err))
         rc, out, err = c.cli("submit", c.tmp)  # a directory

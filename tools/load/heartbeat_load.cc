@@ -395,7 +395,8 @@ std::string SpecJson(const Layout& l) {
   return absl::StrFormat(
       R"({"name": "load %s", "model": {"vocab_size": 256, "context": 64, "n_layer": %d, )"
       R"("n_head": %d, "n_embd": %d}, "dataset": "/dev/null", "steps": 1000, )"
-      R"("batch_size": %d, "parallel": {"dp": %d, "pp": %d, "tp": %d}, "device": "cpu"})",
+      R"("batch_size": %d, "parallel": {"dp": %d, "pp": %d, "tp": %d}, "device": "cpu", )"
+      R"("checkpoint": {"dir": "/tmp/dtrain-load"}})",
       l.name(), 2 * l.pp, n_head, 16 * n_head, 4 * l.dp, l.dp, l.pp, l.tp);
 }
 

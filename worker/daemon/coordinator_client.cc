@@ -7,10 +7,6 @@
 
 namespace dtrain::worker {
 
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
-
 CoordinatorClient::CoordinatorClient(const std::string& target, absl::Duration rpc_timeout,
                                      absl::Duration max_reconnect_backoff)
     : target_(target), rpc_timeout_(rpc_timeout) {

@@ -50,9 +50,6 @@ class CoordinatorClient {
   std::unique_ptr<Coordinator::Stub> stub_;
 };
 
-// The absl::Status of a gRPC status (same code and message).
-absl::Status FromGrpcStatus(const grpc::Status& status);
-
 class Backoff {
  public:
   explicit Backoff(absl::Duration initial = absl::Milliseconds(100),

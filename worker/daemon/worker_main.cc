@@ -60,6 +60,8 @@ ABSL_FLAG(std::string, host_label, "", "workers with the same label share a host
           "the hostname)");
 ABSL_FLAG(std::string, device, "auto", "cpu, cuda, cuda:N or auto; decides the hardware");
 ABSL_FLAG(int, threads, 0, "CPU threads for --device=cpu (0 = all cores)");
+ABSL_FLAG(std::string, matmul_precision, "fp32",
+          "GEMM inputs: fp32, tf32 or bf16 (tf32 and bf16 need a CUDA device; fp32 accumulation)");
 ABSL_FLAG(std::string, data_root, "./dtrain-data",
           "directory for job outputs: <data_root>/jobs/<job id>/model.safetensors");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every coordinator RPC");
@@ -124,13 +126,16 @@ absl::Status Main(int signal_fd) {
         "--advertise_address=", options.advertise_address,
         " must be host:port with a port in [1, 65535] (peers connect to it)"));
   }
+  absl::StatusOr<kernels::MatmulPrecision> precision =
+      kernels::ParseMatmulPrecision(absl::GetFlag(FLAGS_matmul_precision));
+  RETURN_IF_ERROR(Annotate(precision.status(), "--matmul_precision"));
   options.data_root = absl::GetFlag(FLAGS_data_root);
   options.log_every = absl::GetFlag(FLAGS_log_every);
   RETURN_IF_ERROR(Annotate(MakeDirs(options.data_root), "--data_root"));
 
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
                    kernels::CreateBackend(absl::GetFlag(FLAGS_device),
-                                          absl::GetFlag(FLAGS_threads)));
+                                          absl::GetFlag(FLAGS_threads), *precision));
   metrics::Registry registry;
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerMetrics> worker_metrics,
                    WorkerMetrics::Create(&registry, options.worker_id, backend.get()));
