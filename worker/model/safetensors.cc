@@ -66,6 +66,16 @@ absl::StatusOr<TensorInfo> ParseTensorEntry(const std::string& path, const std::
   if (dtype == nullptr) return Invalid(path, where, "missing \"dtype\"");
   if (dtype->kind() != JsonValue::Kind::kString) return Invalid(path, where, "\"dtype\" is not a string");
   if (!ParseDType(dtype->text(), &info.dtype)) {
+    // The safetensors format's other dtypes: a valid file that dtrain cannot read, said so.
+    static constexpr absl::string_view kOtherFormatDTypes[] = {
+        "F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL", "F8_E4M3", "F8_E5M2"};
+    for (absl::string_view other : kOtherFormatDTypes) {
+      if (dtype->text() == other) {
+        return Invalid(path, where, "dtype ", other,
+                       " is not supported: dtrain reads F32, BF16 and F16 tensors (convert the "
+                       "file, e.g. with torch: tensor.float())");
+      }
+    }
     return Invalid(path, where, "unknown dtype \"", dtype->text(), "\" (accepted: F32, BF16, F16)");
   }
 

@@ -1,0 +1,116 @@
+"""dtrain-local as a user runs it: each bad input exits 1 with one error line naming the file or
+flag and the problem, and writes nothing it was asked to save; a good run exits 0.
+
+Usage (Bazel passes the binary): python3 dtrain_local_cli_test.py DTRAIN_LOCAL
+The library-level tests (local_trainer_test, safetensors_test, token_dataset_test) check every
+message in detail; this checks that the binary reports them instead of crashing.
+"""
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+TINY = ["--vocab_size=256", "--context=16", "--n_layer=1", "--n_head=2", "--n_embd=16",
+        "--device=cpu", "--threads=1", "--batch=2", "--seq=8"]
+failures = []
+
+
+def run(binary, args):
+    p = subprocess.run([binary] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    return p.returncode, p.stderr
+
+
+def expect_error(binary, name, args, parts, save_path=None):
+    rc, err = run(binary, args)
+    missing = [part for part in parts if part not in err]
+    if rc != 1 or missing or "Segmentation" in err or "terminate called" in err:
+        failures.append(f"{name}: exit {rc}, missing {missing} in stderr:\n{err[-800:]}")
+    elif save_path is not None and os.path.exists(save_path):
+        failures.append(f"{name}: failed but wrote {save_path}")
+    else:
+        print(f"ok   {name}: exit 1: {err.strip().splitlines()[-1]}")
+
+
+def write_tokens(path, tokens, magic=20240520, version=1, count=None):
+    """llm.c's token file: 256 int32 header (magic, version, token count), then uint16 tokens."""
+    header = [0] * 256
+    header[0], header[1] = magic, version
+    header[2] = len(tokens) if count is None else count
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def main():
+    binary = os.path.abspath(sys.argv[1])
+    tmp = tempfile.mkdtemp(prefix="dtrain_local_cli_")
+    text = os.path.join(tmp, "text.txt")
+    with open(text, "w") as f:
+        f.write("the quick brown fox jumps over the lazy dog. " * 20)
+    save = os.path.join(tmp, "out.safetensors")
+
+    # A good run first, so the failures below are the inputs' and not the setup's.
+    rc, err = run(binary, TINY + [f"--data={text}", "--steps=2", f"--save={save}"])
+    if rc != 0 or not os.path.exists(save):
+        failures.append(f"good run: exit {rc}:\n{err[-800:]}")
+    else:
+        print("ok   good run: exit 0, weights saved")
+        os.remove(save)
+
+    expect_error(binary, "unknown flag", TINY + ["--stepz=3"], ["stepz"])
+    expect_error(binary, "heads not dividing width",
+                 TINY + ["--n_head=3", f"--data={text}", "--steps=1"], ["n_head=3", "n_embd=16"])
+    expect_error(binary, "missing data file",
+                 TINY + [f"--data={tmp}/nope.bin", "--steps=1", f"--save={save}"],
+                 [f"{tmp}/nope.bin"], save)
+    expect_error(binary, "no --data", TINY + ["--steps=1"], ["--data is required"])
+    short = os.path.join(tmp, "short.txt")
+    with open(short, "w") as f:
+        f.write("too short")
+    expect_error(binary, "data shorter than one batch",
+                 TINY + [f"--data={short}", "--steps=1", f"--save={save}"], [short], save)
+    big_token = os.path.join(tmp, "big_token.bin")
+    write_tokens(big_token, [1, 2, 3] * 20 + [300] + [4] * 20)
+    expect_error(binary, "token id >= vocab",
+                 TINY + [f"--data={big_token}", "--steps=4", f"--save={save}"],
+                 [big_token, "300"], save)
+    bad_magic = os.path.join(tmp, "bad_magic.bin")
+    write_tokens(bad_magic, [1] * 100, magic=1234)
+    expect_error(binary, "token file with a bad magic",
+                 TINY + [f"--data={bad_magic}", "--steps=1"], [bad_magic, "magic"])
+
+    # Truncated and mis-shaped --init files, made from a real save.
+    init = os.path.join(tmp, "init.safetensors")
+    rc, err = run(binary, TINY + ["--steps=0", f"--save={init}"])
+    if rc != 0:
+        failures.append(f"--steps=0 --save: exit {rc}:\n{err[-800:]}")
+    else:
+        with open(init, "rb") as f:
+            blob = f.read()
+        truncated = os.path.join(tmp, "truncated.safetensors")
+        with open(truncated, "wb") as f:
+            f.write(blob[: len(blob) // 2])
+        expect_error(binary, "truncated --init",
+                     TINY + [f"--init={truncated}", f"--data={text}", "--steps=1"], [truncated])
+        expect_error(binary, "--init of another model's shape",
+                     TINY + ["--n_embd=32", f"--init={init}", f"--data={text}", "--steps=1"],
+                     [init, "wte.weight"])
+    expect_error(binary, "bf16 on the CPU",
+                 TINY + ["--matmul_precision=bf16", f"--data={text}", "--steps=1"],
+                 ["--matmul_precision=bf16 needs a CUDA device"])
+    expect_error(binary, "unknown precision",
+                 TINY + ["--matmul_precision=fp8", f"--data={text}", "--steps=1"],
+                 ["--matmul_precision", "\"fp8\""])
+    expect_error(binary, "unknown device", TINY + ["--device=tpu", "--steps=0"], ["\"tpu\""])
+
+    if failures:
+        print("\n".join("FAIL " + f for f in failures))
+        print(f"dtrain_local_cli_test: {len(failures)} failed")
+        sys.exit(1)
+    print("dtrain_local_cli_test: all passed")
+
+
+if __name__ == "__main__":
+    main()
