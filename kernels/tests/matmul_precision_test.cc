@@ -59,6 +59,20 @@ struct GemmCase {
   float alpha, beta;
 };
 
+// The reference C = alpha op(A) op(B) + beta C from `c`, and the same on absolute values: the
+// magnitude of the summed terms that the rounding bound scales with.
+struct Bounded {
+  Vec want, magnitude;
+};
+Bounded ReferenceGemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const Vec& a,
+                      int lda, const Vec& b, int ldb, double beta, const Vec& c, int ldc) {
+  Bounded r{c, Abs(c)};
+  reference::Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, r.want, ldc);
+  reference::Gemm(trans_a, trans_b, m, n, k, std::abs(alpha), Abs(a), lda, Abs(b), ldb,
+                  std::abs(beta), r.magnitude, ldc);
+  return r;
+}
+
 void ExpectGemmWithinBound(MatmulPrecisionOps& test, const GemmCase& g) {
   SCOPED_TRACE(absl::StrCat("trans_a=", g.trans_a, " trans_b=", g.trans_b, " m=", g.m, " n=", g.n,
                             " k=", g.k, " pad=", g.pad, " alpha=", g.alpha, " beta=", g.beta));
@@ -73,13 +87,10 @@ void ExpectGemmWithinBound(MatmulPrecisionOps& test, const GemmCase& g) {
                                              da.data(), lda, db.data(), ldb, g.beta,
                                              dc.data(), ldc);
   ASSERT_TRUE(status.ok()) << status;
-  Vec want = ToDouble(c), magnitude = Abs(ToDouble(c));
-  reference::Gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, ToDouble(a), lda, ToDouble(b),
-                  ldb, g.beta, want, ldc);
-  reference::Gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, std::abs(g.alpha), Abs(ToDouble(a)), lda,
-                  Abs(ToDouble(b)), ldb, std::abs(g.beta), magnitude, ldc);
-  EXPECT_TRUE(
-      WithinBound(test.Download(dc), want, magnitude, GemmTolerance(test.GetParam().precision)));
+  const Bounded r = ReferenceGemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, ToDouble(a), lda,
+                                  ToDouble(b), ldb, g.beta, ToDouble(c), ldc);
+  EXPECT_TRUE(WithinBound(test.Download(dc), r.want, r.magnitude,
+                          GemmTolerance(test.GetParam().precision)));
 }
 
 TEST_P(MatmulPrecisionOps, GemmAllTransposesWithinTheRoundingBound) {
@@ -154,11 +165,11 @@ TEST_P(MatmulPrecisionOps, MatmulBackwardWithinTheRoundingBound) {
     DeviceBuffer<float> dinp = Garbage(int64_t{s.N} * s.C);
     DeviceBuffer<float> dweight = Upload(dweight0), dbias = Upload(dbias0);
 
-    Vec want_dinp(int64_t{s.N} * s.C, 0.0), mag_dinp(int64_t{s.N} * s.C, 0.0);
-    reference::Gemm(false, true, s.N, s.C, s.OC, 1.0, ToDouble(dout), s.OC, ToDouble(weight),
-                    s.OC, 0.0, want_dinp, s.C);
-    reference::Gemm(false, true, s.N, s.C, s.OC, 1.0, Abs(ToDouble(dout)), s.OC,
-                    Abs(ToDouble(weight)), s.OC, 0.0, mag_dinp, s.C);
+    const Bounded r_dinp = ReferenceGemm(false, true, s.N, s.C, s.OC, 1.0, ToDouble(dout), s.OC,
+                                         ToDouble(weight), s.OC, 0.0,
+                                         Vec(int64_t{s.N} * s.C, 0.0), s.C);
+    const Vec& want_dinp = r_dinp.want;
+    const Vec& mag_dinp = r_dinp.magnitude;
     ASSERT_TRUE(backend()
                     ->MatmulBackwardInput(dinp.data(), d_dout.data(), d_weight.data(), s.N, s.C,
                                           s.OC, /*accumulate=*/false)
@@ -171,11 +182,8 @@ TEST_P(MatmulPrecisionOps, MatmulBackwardWithinTheRoundingBound) {
     EXPECT_TRUE(WithinBound(Download(dinp), Plus(want_dinp, want_dinp), Plus(mag_dinp, mag_dinp),
                             tol));
 
-    Vec want_dweight = ToDouble(dweight0), mag_dweight = Abs(ToDouble(dweight0));
-    reference::Gemm(true, false, s.C, s.OC, s.N, 1.0, ToDouble(inp), s.C, ToDouble(dout), s.OC,
-                    1.0, want_dweight, s.OC);
-    reference::Gemm(true, false, s.C, s.OC, s.N, 1.0, Abs(ToDouble(inp)), s.C,
-                    Abs(ToDouble(dout)), s.OC, 1.0, mag_dweight, s.OC);
+    const Bounded r_dweight = ReferenceGemm(true, false, s.C, s.OC, s.N, 1.0, ToDouble(inp), s.C,
+                                            ToDouble(dout), s.OC, 1.0, ToDouble(dweight0), s.OC);
     Vec want_dbias = ToDouble(dbias0), mag_dbias = Abs(ToDouble(dbias0));
     for (int n = 0; n < s.N; ++n) {
       for (int o = 0; o < s.OC; ++o) {
@@ -187,7 +195,7 @@ TEST_P(MatmulPrecisionOps, MatmulBackwardWithinTheRoundingBound) {
                     ->MatmulBackwardWeight(dweight.data(), dbias.data(), d_dout.data(),
                                            d_inp.data(), s.N, s.C, s.OC)
                     .ok());
-    EXPECT_TRUE(WithinBound(Download(dweight), want_dweight, mag_dweight, tol));
+    EXPECT_TRUE(WithinBound(Download(dweight), r_dweight.want, r_dweight.magnitude, tol));
     EXPECT_TRUE(WithinBound(Download(dbias), want_dbias, mag_dbias,
                             GemmTolerance(MatmulPrecision::kFp32)));
   }
