@@ -21,6 +21,14 @@
 
 namespace dtrain {
 
+// A checkpoint step this process finished writing (both trainers report through it).
+struct CheckpointWritten {
+  int64_t step = 0;
+  std::string dir;      // the step directory, absolute
+  bool sealed = false;  // this process sealed the step: it is complete and `latest` names it
+  double seconds = 0;   // time this process spent writing it
+};
+
 struct LocalTrainingOptions {
   model::GptConfig model;
   model::OptimizerConfig optimizer;
@@ -35,6 +43,8 @@ struct LocalTrainingOptions {
   int64_t checkpoint_every = 0;  // also every N steps; the final step is always saved
   std::string save_path;       // final weights as GPT-2 safetensors
   std::string dump_grads_path;  // gradients of the first step run, before clipping
+  // Called after each checkpoint step is written and sealed (not for a step only loaded).
+  std::function<void(const CheckpointWritten&)> on_checkpoint;
 };
 
 struct TrainStepMetrics {

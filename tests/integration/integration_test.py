@@ -776,7 +776,15 @@ def case_prometheus(args):
         c.wait_state(job_id, ("CANCELLED",), 60)
 
 
-CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
+# Cases live here and in the modules beside this file, one module per theme.
+import cli_cases  # noqa: E402  `dtrain` CLI behaviour through the binary
+import safety_cases  # noqa: E402  no job loses or mixes another's files; truthful failures
+
+CASES = {}
+for _module in (sys.modules[__name__], cli_cases, safety_cases):
+    for _name, _fn in vars(_module).items():
+        if _name.startswith("case_") and callable(_fn):
+            CASES[_name[len("case_"):]] = _fn
 
 
 def _on_sigterm(signum, frame):

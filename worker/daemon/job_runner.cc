@@ -281,8 +281,8 @@ absl::StatusOr<std::string> JobRunner::TrainParallel(int rank) {
     options.on_collective = [metrics](const char* op, int64_t bytes, double seconds) {
       metrics->OnCollective(op, bytes, seconds);
     };
-    options.on_checkpoint = [metrics](int64_t, double seconds) {
-      metrics->OnCheckpoint(seconds);
+    options.on_checkpoint = [metrics](const CheckpointWritten& c) {
+      metrics->OnCheckpoint(c.seconds);
     };
   }
   auto job = std::make_shared<ParallelJob>(assignment_, rank, job_options);

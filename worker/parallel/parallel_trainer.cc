@@ -395,7 +395,9 @@ absl::Status ParallelTrainer::SaveCheckpoint(int64_t step) {
   if (options_.rank == 0) {
     RETURN_IF_ERROR(WriteManifest(options_.run.checkpoint_dir, step, Identity(), options_.run.model));
   }
-  if (options_.on_checkpoint) options_.on_checkpoint(step, Since(start));
+  if (options_.on_checkpoint) {
+    options_.on_checkpoint({step, "", /*sealed=*/false, Since(start)});
+  }
   return absl::OkStatus();
 }
 

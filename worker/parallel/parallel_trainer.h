@@ -59,8 +59,9 @@ struct ParallelTrainingOptions {
   // "all_gather", "barrier"; payload bytes; wall seconds), from the training thread or the
   // gradient sync thread: must be thread-safe. For metrics; may be empty.
   std::function<void(const char* op, int64_t bytes, double seconds)> on_collective;
-  // Called after each checkpoint this rank wrote (its shard, and the manifest on rank 0).
-  std::function<void(int64_t step, double seconds)> on_checkpoint;
+  // Called after each checkpoint this rank wrote (its shard; on rank 0 also the manifest and
+  // `latest`, and then sealed is true). Never for a step only loaded.
+  std::function<void(const CheckpointWritten&)> on_checkpoint;
 };
 
 // Statistics of the run so far, for tests and metrics.

@@ -1,0 +1,85 @@
+#include "common/job_paths.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir() {
+  std::string templ = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
+                      "/job_paths_XXXXXX";
+  return mkdtemp(templ.data());
+}
+
+TEST(JobDirectory, UnderCheckpointDirOrDataRoot) {
+  EXPECT_EQ(JobDirectory("/ckpt", "job-000003", "/data"), "/ckpt/job-000003");
+  EXPECT_EQ(JobDirectory("/ckpt/", "job-000003", "/data"), "/ckpt/job-000003");
+  EXPECT_EQ(JobDirectory("", "job-000003", "/data/"), "/data/jobs/job-000003");
+  EXPECT_EQ(JobDirectory("runs/c", "job-000003", "/data"), "runs/c/job-000003");
+}
+
+TEST(IsJobId, OnlyJobDashDigits) {
+  EXPECT_TRUE(IsJobId("job-000012"));
+  EXPECT_TRUE(IsJobId("job-1"));
+  EXPECT_FALSE(IsJobId("job-"));
+  EXPECT_FALSE(IsJobId("job-12/.."));
+  EXPECT_FALSE(IsJobId("runs/job-000012"));
+  EXPECT_FALSE(IsJobId("12"));
+}
+
+TEST(AbsolutePath, LexicallyNormalized) {
+  EXPECT_EQ(AbsolutePath(""), "");
+  EXPECT_EQ(AbsolutePath("/a/./b//c/../d/"), "/a/b/d");
+  EXPECT_EQ(AbsolutePath("/.."), "/");
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  EXPECT_EQ(AbsolutePath("x/y"), std::string(cwd) + "/x/y");
+}
+
+TEST(ClaimJobDirectory, SameUidAgainIsOk) {
+  const std::string dir = TempDir() + "/ckpt/job-000001";
+  ASSERT_TRUE(ClaimJobDirectory(dir, "job-000001", "aaaa").ok());
+  EXPECT_TRUE(ClaimJobDirectory(dir, "job-000001", "aaaa").ok());
+  std::ifstream in(dir + "/job.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("\"job_uid\": \"aaaa\""));
+}
+
+TEST(ClaimJobDirectory, AnotherUidIsRefusedNamingBoth) {
+  const std::string dir = TempDir() + "/job-000001";
+  ASSERT_TRUE(ClaimJobDirectory(dir, "job-000001", "aaaa").ok());
+  const absl::Status s = ClaimJobDirectory(dir, "job-000001", "bbbb");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr(dir));
+  EXPECT_THAT(s.message(), HasSubstr("uid aaaa"));
+  EXPECT_THAT(s.message(), HasSubstr("uid bbbb"));
+}
+
+TEST(ClaimJobDirectory, UnclaimedCheckpointsAreRefused) {
+  const std::string dir = TempDir() + "/job-000002";
+  ASSERT_TRUE(MakeDirectories(dir + "/step_00000010").ok());
+  const absl::Status s = ClaimJobDirectory(dir, "job-000002", "cccc");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("already holds checkpoints"));
+}
+
+TEST(MakeDirectories, FileInTheWayIsNamed) {
+  const std::string base = TempDir();
+  std::ofstream(base + "/file") << "x";
+  const absl::Status s = MakeDirectories(base + "/file/sub");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr(base + "/file"));
+}
+
+}  // namespace
+}  // namespace dtrain
