@@ -1,8 +1,11 @@
 #include "client/commands.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -10,12 +13,18 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "client/format.h"
 #include "client/plan.h"
+#include "common/job_paths.h"
+#include "common/status_macros.h"
 #include "coordinator/job_spec.h"
 #include "worker/parallel/sharded_checkpoint.h"
 
@@ -27,11 +36,19 @@ ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line"
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of every call");
 ABSL_FLAG(absl::Duration, reconnect_for, absl::Seconds(60),
           "watch: how long to keep reconnecting when the coordinator goes away");
-ABSL_FLAG(bool, watch, false, "submit: follow the job to its end");
+ABSL_FLAG(bool, watch, false, "submit, resubmit: follow the job to its end");
+ABSL_FLAG(bool, quiet, false, "watch: state changes and the final summary only");
+ABSL_FLAG(int, every, 1, "watch: a step line every N steps");
 ABSL_FLAG(int, limit, 0, "list: at most this many jobs (0: the coordinator's default, 100)");
+ABSL_FLAG(std::string, state, "", "list: only jobs in these states (RUNNING,QUEUED)");
 ABSL_FLAG(std::string, reason, "", "cancel: why, recorded in the job's history");
 ABSL_FLAG(int, workers, 0, "plan: hypothetical workers (0: dp*pp*tp)");
 ABSL_FLAG(int, hosts, 1, "plan: hosts the hypothetical workers are spread over");
+ABSL_FLAG(bool, resume, false, "resubmit: continue from the job's last sealed step");
+ABSL_FLAG(int64_t, steps, 0, "resubmit: train to this step instead (0: the job's own)");
+ABSL_FLAG(int, rank, -1, "logs: only this rank's lines");
+ABSL_FLAG(bool, follow, false, "logs: keep printing new lines until the job ends");
+ABSL_FLAG(std::string, forget, "", "workers: remove this LOST worker from the registry");
 
 namespace dtrain {
 namespace client {
@@ -39,24 +56,42 @@ namespace {
 
 struct FlagRule {
   bool is_bool;
-  std::string only_for;  // the command it belongs to; empty: global
+  std::vector<std::string> only_for;  // the commands it belongs to; empty: global
 };
 
 const std::map<std::string, FlagRule>& FlagRules() {
+  const std::vector<std::string> watching = {"watch", "submit", "resubmit"};
   static const auto* rules = new std::map<std::string, FlagRule>{
-      {"coordinator", {false, ""}},   {"json", {true, ""}},         {"timeout", {false, ""}},
-      {"reconnect_for", {false, ""}}, {"watch", {true, "submit"}},  {"limit", {false, "list"}},
-      {"reason", {false, "cancel"}},  {"workers", {false, "plan"}}, {"hosts", {false, "plan"}},
+      {"coordinator", {false, {}}},
+      {"json", {true, {}}},
+      {"timeout", {false, {}}},
+      {"reconnect_for", {false, {}}},
+      {"watch", {true, {"submit", "resubmit"}}},
+      {"quiet", {true, watching}},
+      {"every", {false, watching}},
+      {"limit", {false, {"list"}}},
+      {"state", {false, {"list"}}},
+      {"reason", {false, {"cancel"}}},
+      {"workers", {false, {"plan"}}},
+      {"hosts", {false, {"plan"}}},
+      {"resume", {true, {"resubmit"}}},
+      {"steps", {false, {"resubmit"}}},
+      {"rank", {false, {"logs"}}},
+      {"follow", {true, {"logs"}}},
+      {"forget", {false, {"workers"}}},
   };
   return *rules;
 }
 
+constexpr int kManyArgs = 1000;
+
 // Positional arguments of each command: {min, max}.
 const std::map<std::string, std::pair<int, int>>& Commands() {
   static const auto* commands = new std::map<std::string, std::pair<int, int>>{
-      {"submit", {1, 1}}, {"plan", {1, 1}},   {"status", {1, 1}},  {"list", {0, 0}},
-      {"watch", {1, 1}},  {"cancel", {1, 1}}, {"workers", {0, 0}}, {"help", {0, 1}},
-      {"export", {2, 2}},
+      {"submit", {1, 1}},      {"resubmit", {1, 1}}, {"plan", {1, 1}},
+      {"status", {1, kManyArgs}}, {"list", {0, 0}},  {"watch", {1, 1}},
+      {"cancel", {1, kManyArgs}}, {"logs", {1, 1}},  {"checkpoints", {1, 1}},
+      {"workers", {0, 0}},     {"help", {0, 1}},     {"export", {2, 2}},
   };
   return *commands;
 }
@@ -67,10 +102,35 @@ void ResetFlags() {
   absl::SetFlag(&FLAGS_timeout, absl::Seconds(10));
   absl::SetFlag(&FLAGS_reconnect_for, absl::Seconds(60));
   absl::SetFlag(&FLAGS_watch, false);
+  absl::SetFlag(&FLAGS_quiet, false);
+  absl::SetFlag(&FLAGS_every, 1);
   absl::SetFlag(&FLAGS_limit, 0);
+  absl::SetFlag(&FLAGS_state, "");
   absl::SetFlag(&FLAGS_reason, "");
   absl::SetFlag(&FLAGS_workers, 0);
   absl::SetFlag(&FLAGS_hosts, 1);
+  absl::SetFlag(&FLAGS_resume, false);
+  absl::SetFlag(&FLAGS_steps, 0);
+  absl::SetFlag(&FLAGS_rank, -1);
+  absl::SetFlag(&FLAGS_follow, false);
+  absl::SetFlag(&FLAGS_forget, "");
+}
+
+// "RUNNING,queued" -> {RUNNING, QUEUED}; INVALID_ARGUMENT naming the unknown state.
+absl::StatusOr<std::vector<JobState>> ParseStates(absl::string_view text) {
+  std::vector<JobState> states;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    JobState state;
+    const std::string name = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(part));
+    if (!JobState_Parse(name, &state) || state == JOB_STATE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad value for --state: '", part,
+          "' is not a job state (QUEUED, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED)"));
+    }
+    states.push_back(state);
+  }
+  if (states.empty()) return absl::InvalidArgumentError("--state needs at least one state");
+  return states;
 }
 
 // Prints a failed call and returns its exit code.
@@ -88,12 +148,49 @@ int Fail(const absl::Status& status, const Invocation& inv, Output& output) {
   return code;
 }
 
+// A NOT_FOUND about a job, with where to look: "...; the newest is job-000012 (dtrain list)".
+absl::Status WithNewestJobHint(CoordinatorStub& stub, const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kNotFound) return status;
+  absl::StatusOr<ListJobsResponse> newest = stub.ListJobs(1);
+  if (!newest.ok()) return status;
+  const std::string hint = newest->jobs_size() == 0
+                               ? "there are no jobs yet"
+                               : absl::StrCat("the newest is ", newest->jobs(0).id(),
+                                              " (dtrain list)");
+  return absl::NotFoundError(absl::StrCat(status.message(), "; ", hint));
+}
+
+// The job id `arg` names: an id or a number (JobIdFromArgument), else the one job of that name.
+// NOT_FOUND (with the newest id) for no such job; INVALID_ARGUMENT listing them when several
+// jobs have the name.
+absl::StatusOr<std::string> ResolveJobId(CoordinatorStub& stub, const std::string& arg) {
+  if (std::optional<std::string> id = JobIdFromArgument(arg)) return *id;
+  ASSIGN_OR_RETURN(ListJobsResponse jobs, stub.ListJobs(/*limit=*/1000));
+  std::vector<std::string> matches;
+  for (const Job& job : jobs.jobs()) {
+    if (job.spec().name() == arg) {
+      matches.push_back(absl::StrCat(job.id(), " (", JobStateName(job.state()), ")"));
+    }
+  }
+  if (matches.size() == 1) return matches[0].substr(0, matches[0].find(' '));
+  if (matches.empty()) {
+    return WithNewestJobHint(
+        stub, absl::NotFoundError(absl::StrCat("no job with the id or name '", arg, "'")));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("'", arg, "' names ", matches.size(),
+                                                 " jobs: ", absl::StrJoin(matches, ", "),
+                                                 "; give one of their ids"));
+}
+
 // Follows a job to its end, printing progress; returns the exit code for its final state.
+// Text mode prints each state change once and the final state only in the summary; --quiet
+// leaves out steps and events, --every=N prints every Nth step (and the last).
 class Watcher {
  public:
   Watcher(const Invocation& inv, Output& output) : inv_(inv), output_(output) {}
 
   int Run(CoordinatorStub& stub, const std::string& job_id) {
+    if (output_.on_watch) output_.on_watch(job_id);
     WatchCallbacks callbacks;
     callbacks.on_update = [this](const JobUpdate& u) { OnUpdate(u); };
     callbacks.on_stream_start = [this] { events_in_stream_ = 0; };
@@ -109,7 +206,7 @@ class Watcher {
     };
     const absl::Status status = stub.WatchJob(job_id, /*after_step=*/0, callbacks);
     EndProgressLine();
-    if (!status.ok()) return Fail(status, inv_, output_);
+    if (!status.ok()) return Fail(WithNewestJobHint(stub, status), inv_, output_);
     if (!inv_.json) output_.out << SummaryLine(job_, first_loss_) << "\n";
     output_.out.flush();
     return ExitCodeForJob(job_.state());
@@ -135,8 +232,14 @@ class Watcher {
       return;
     }
     if (u.has_state_change()) {
-      PrintLine(StateChangeLine(job_.id(), u.state_change()));
+      // The summary line says the final state; printing it here too would double it.
+      if (!IsFinalState(u.state_change().state())) {
+        PrintLine(StateChangeLine(job_.id(), u.state_change()));
+      }
     } else if (u.has_step()) {
+      if (inv_.quiet) return;
+      const int64_t step = u.step().step();
+      if (step % inv_.every != 0 && step != job_.spec().steps()) return;
       Job shown = job_;
       *shown.mutable_latest() = u.step();
       shown.set_state(RUNNING);  // steps are reported while running, also when replayed
@@ -148,7 +251,7 @@ class Watcher {
         output_.out << line << "\n";
       }
       output_.out.flush();
-    } else if (u.update_case() == JobUpdate::kEvent) {
+    } else if (u.update_case() == JobUpdate::kEvent && !inv_.quiet) {
       PrintLine(absl::StrCat(job_.id(), " event: ", u.event()));
     }
   }
@@ -179,64 +282,120 @@ class Watcher {
   bool progress_open_ = false;
 };
 
-// The text of a spec file; nullopt after printing why it cannot be read.
+// The text of a spec file (`-`: standard input); nullopt after printing why it cannot be used:
+// missing or unreadable, a directory, or empty.
 std::optional<std::string> ReadSpecFile(const std::string& path, Output& output) {
-  std::ifstream file(path, std::ios::binary);
   std::stringstream contents;
-  if (file) contents << file.rdbuf();
-  if (!file || file.bad()) {
-    output.err << "dtrain: cannot read " << path << ": " << std::strerror(errno) << "\n";
+  if (path == "-") {
+    if (output.in != nullptr) contents << output.in->rdbuf();
+  } else {
+    struct stat info;
+    if (stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+      output.err << "dtrain: " << path << " is a directory, not a job spec file\n";
+      return std::nullopt;
+    }
+    std::ifstream file(path, std::ios::binary);
+    if (file) contents << file.rdbuf();
+    if (!file || file.bad()) {
+      output.err << "dtrain: cannot read " << path << ": " << std::strerror(errno) << "\n";
+      return std::nullopt;
+    }
+  }
+  std::string text = contents.str();
+  if (absl::StripAsciiWhitespace(text).empty()) {
+    output.err << "dtrain: " << (path == "-" ? "standard input" : path)
+               << ": file is empty (a job spec is a JSON object; see deploy/examples/)\n";
     return std::nullopt;
   }
-  return contents.str();
+  return text;
 }
 
-int Submit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
-  const std::string& path = inv.args[0];
-  const std::optional<std::string> contents = ReadSpecFile(path, output);
-  if (!contents.has_value()) return kExitUsage;
-  absl::StatusOr<Job> job = stub.SubmitJob(*contents);
-  if (!job.ok()) {
-    if (job.status().code() == absl::StatusCode::kInvalidArgument) {
-      output.err << "dtrain: the coordinator rejected " << path << ":\n";
-      absl::string_view message = job.status().message();
+// Submits `request`; prints the new job (and the coordinator's warnings on stderr), then
+// follows it with --watch. `what` names the input in a rejection ("job.json").
+int SubmitAndMaybeWatch(const SubmitJobRequest& request, const std::string& what,
+                        const std::string& note, const Invocation& inv, CoordinatorStub& stub,
+                        Output& output) {
+  absl::StatusOr<SubmitJobResponse> response = stub.SubmitJob(request);
+  if (!response.ok()) {
+    if (response.status().code() == absl::StatusCode::kInvalidArgument) {
+      output.err << "dtrain: the coordinator rejected " << what << ":\n";
+      absl::string_view message = response.status().message();
       absl::ConsumePrefix(&message, "SubmitJob: ");
       for (const std::string& problem : SplitProblems(std::string(message))) {
         output.err << "  " << problem << "\n";
       }
       return kExitUsage;
     }
-    return Fail(job.status(), inv, output);
+    return Fail(response.status(), inv, output);
+  }
+  const Job& job = response->job();
+  for (const std::string& warning : response->warnings()) {
+    output.err << "warning: " << warning << "\n";
   }
   if (inv.json) {
-    output.out << ToJsonLine(*job) << "\n";
+    output.out << ToJsonLine(job) << "\n";
   } else {
-    output.out << "submitted " << job->id()
-               << (job->spec().name().empty() ? "" : absl::StrCat(" (", job->spec().name(), ")"))
-               << ": " << ProgressLine(*job, std::nullopt).substr(job->id().size() + 1) << "\n";
+    output.out << "submitted " << job.id()
+               << (job.spec().name().empty() ? "" : absl::StrCat(" (", job.spec().name(), ")"))
+               << note << ": " << ProgressLine(job, std::nullopt).substr(job.id().size() + 1)
+               << "\n";
   }
   output.out.flush();
   if (!inv.watch) return kExitOk;
-  return Watcher(inv, output).Run(stub, job->id());
+  return Watcher(inv, output).Run(stub, job.id());
+}
+
+int Submit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  const std::string& path = inv.args[0];
+  const std::optional<std::string> contents = ReadSpecFile(path, output);
+  if (!contents.has_value()) return kExitUsage;
+  SubmitJobRequest request;
+  request.set_spec_json(*contents);
+  return SubmitAndMaybeWatch(request, path == "-" ? "the spec on standard input" : path, "", inv,
+                             stub, output);
+}
+
+// `resubmit`: the job's spec (as the coordinator validated it) submitted again; --resume
+// continues from the job's last sealed step, --steps trains to another step.
+int Resubmit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  absl::StatusOr<Job> job = stub.GetJob(*id);
+  if (!job.ok()) return Fail(WithNewestJobHint(stub, job.status()), inv, output);
+  SubmitJobRequest request;
+  JobSpec& spec = *request.mutable_spec();
+  spec = job->spec();
+  if (inv.steps > 0) spec.set_steps(inv.steps);
+  if (inv.resume) spec.set_resume_from(*id);
+  std::string note = absl::StrCat(", a copy of ", *id);
+  if (inv.resume) absl::StrAppend(&note, " resuming from its last sealed step");
+  if (inv.steps > 0) absl::StrAppend(&note, " with steps ", inv.steps);
+  return SubmitAndMaybeWatch(request, absl::StrCat("the spec of ", *id), note, inv, stub, output);
 }
 
 // `export`: the shards of a complete checkpoint step (its manifest) into one safetensors file.
 int Export(const Invocation& inv, Output& output) {
-  const absl::Status s = parallel::ExportSafetensors(inv.args[0], inv.args[1]);
-  if (!s.ok()) {
+  // Exit codes (client/README.md): 4 no such checkpoint, 2 not a complete or intact one (or
+  // not a checkpoint), 6 the checkpoint is fine but OUT cannot be written.
+  const absl::Status readable = parallel::ReadManifest(inv.args[0]).status();
+  absl::StatusOr<model::CheckpointStep> exported =
+      readable.ok() ? parallel::ExportSafetensors(inv.args[0], inv.args[1]) : readable;
+  if (!exported.ok()) {
+    const absl::Status& s = exported.status();
     output.err << "dtrain: export failed: " << s.message() << "\n";
+    if (!readable.ok()) {
+      return s.code() == absl::StatusCode::kNotFound ? kExitNotFound : kExitUsage;
+    }
     switch (s.code()) {
-      case absl::StatusCode::kNotFound:
-        return kExitNotFound;
       case absl::StatusCode::kInvalidArgument:
       case absl::StatusCode::kFailedPrecondition:
       case absl::StatusCode::kDataLoss:
-        return kExitUsage;  // not a complete, intact checkpoint
+        return kExitUsage;  // a shard missing or damaged
       default:
-        return kExitOtherError;
+        return kExitOtherError;  // writing OUT
     }
   }
-  output.out << "exported " << inv.args[0] << " to " << inv.args[1] << "\n";
+  output.out << parallel::ExportSummary(*exported, inv.args[1]) << "\n";
   return kExitOk;
 }
 
@@ -269,34 +428,95 @@ int PlanJob(const Invocation& inv, Output& output) {
   return kExitOk;
 }
 
+// Runs `each` for every job id argument, resolved; returns the first failure's exit code (every
+// argument is still tried).
+int ForEachJob(const Invocation& inv, CoordinatorStub& stub, Output& output,
+               const std::function<int(const std::string& job_id)>& each) {
+  int exit_code = kExitOk;
+  for (const std::string& arg : inv.args) {
+    absl::StatusOr<std::string> id = ResolveJobId(stub, arg);
+    const int code = id.ok() ? each(*id) : Fail(id.status(), inv, output);
+    if (exit_code == kExitOk) exit_code = code;
+  }
+  return exit_code;
+}
+
 int ShowStatus(const Invocation& inv, CoordinatorStub& stub, Output& output) {
-  absl::StatusOr<Job> job = stub.GetJob(inv.args[0]);
-  if (!job.ok()) return Fail(job.status(), inv, output);
-  output.out << (inv.json ? ToJsonLine(*job) + "\n" : JobDetail(*job, absl::Now()));
-  return kExitOk;
+  bool first = true;
+  return ForEachJob(inv, stub, output, [&](const std::string& id) {
+    absl::StatusOr<Job> job = stub.GetJob(id);
+    if (!job.ok()) return Fail(WithNewestJobHint(stub, job.status()), inv, output);
+    if (!first && !inv.json) output.out << "\n";
+    first = false;
+    output.out << (inv.json ? ToJsonLine(*job) + "\n" : JobDetail(*job, absl::Now()));
+    return static_cast<int>(kExitOk);
+  });
 }
 
 int List(const Invocation& inv, CoordinatorStub& stub, Output& output) {
-  absl::StatusOr<ListJobsResponse> jobs = stub.ListJobs(inv.limit);
+  absl::StatusOr<ListJobsResponse> jobs = stub.ListJobs(inv.limit, inv.states);
   if (!jobs.ok()) return Fail(jobs.status(), inv, output);
   if (inv.json) {
     output.out << ToJsonLine(*jobs) << "\n";
   } else if (jobs->jobs_size() == 0) {
-    output.out << "no jobs\n";
+    output.out << (inv.states.empty() ? "no jobs\n" : "no jobs in those states\n");
   } else {
     output.out << JobsTable(*jobs, absl::Now());
   }
   return kExitOk;
 }
 
+int Watch(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  return Watcher(inv, output).Run(stub, *id);
+}
+
+// Cancelling a job that already ended is not an error: there is nothing left to stop.
 int Cancel(const Invocation& inv, CoordinatorStub& stub, Output& output) {
-  absl::StatusOr<Job> job = stub.CancelJob(inv.args[0], inv.reason);
-  if (!job.ok()) return Fail(job.status(), inv, output);
-  output.out << (inv.json ? ToJsonLine(*job) : ProgressLine(*job, std::nullopt)) << "\n";
+  return ForEachJob(inv, stub, output, [&](const std::string& id) {
+    absl::StatusOr<Job> job = stub.CancelJob(id, inv.reason);
+    if (job.status().code() == absl::StatusCode::kFailedPrecondition &&
+        absl::StrContains(job.status().message(), "already ended")) {
+      absl::string_view message = job.status().message();
+      absl::ConsumePrefix(&message, "CancelJob: ");
+      output.err << "dtrain: note: " << message << "; nothing to cancel\n";
+      job = stub.GetJob(id);
+    }
+    if (!job.ok()) return Fail(WithNewestJobHint(stub, job.status()), inv, output);
+    output.out << (inv.json ? ToJsonLine(*job) : ProgressLine(*job, std::nullopt)) << "\n";
+    return static_cast<int>(kExitOk);
+  });
+}
+
+int Logs(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  const absl::Status status = stub.JobLogs(*id, inv.rank, inv.follow, [&](const LogEntry& e) {
+    output.out << (inv.json ? ToJsonLine(e) : LogEntryLine(e)) << "\n";
+    output.out.flush();
+  });
+  if (!status.ok()) return Fail(WithNewestJobHint(stub, status), inv, output);
+  return kExitOk;
+}
+
+int Checkpoints(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  absl::StatusOr<ListCheckpointsResponse> response = stub.ListCheckpoints(*id);
+  if (!response.ok()) return Fail(WithNewestJobHint(stub, response.status()), inv, output);
+  output.out << (inv.json ? ToJsonLine(*response) + "\n"
+                          : CheckpointsText(*id, *response, absl::Now()));
   return kExitOk;
 }
 
 int Workers(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  if (!inv.forget.empty()) {
+    const absl::Status status = stub.ForgetWorker(inv.forget);
+    if (!status.ok()) return Fail(status, inv, output);
+    output.out << "forgot worker " << inv.forget << "\n";
+    return kExitOk;
+  }
   absl::StatusOr<ListWorkersResponse> workers = stub.ListWorkers();
   if (!workers.ok()) return Fail(workers.status(), inv, output);
   if (inv.json) {
@@ -310,6 +530,16 @@ int Workers(const Invocation& inv, CoordinatorStub& stub, Output& output) {
 }
 
 }  // namespace
+
+std::optional<std::string> JobIdFromArgument(const std::string& arg) {
+  if (IsJobId(arg)) return arg;
+  int64_t number = 0;
+  if (!arg.empty() && std::all_of(arg.begin(), arg.end(), absl::ascii_isdigit) &&
+      absl::SimpleAtoi(arg, &number) && number > 0) {
+    return absl::StrFormat("job-%06d", number);  // the coordinator's numbering (job_store.cc)
+  }
+  return std::nullopt;
+}
 
 absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
                                           const char* env_coordinator) {
@@ -387,19 +617,21 @@ absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
   if (static_cast<int>(inv.args.size()) < min_args) {
     return absl::InvalidArgumentError(absl::StrCat(
         "'", inv.command, "' needs ",
-        inv.command == "submit" || inv.command == "plan" ? "a job spec file"
+        inv.command == "submit" || inv.command == "plan"
+            ? "a job spec file (or - for standard input)"
         : inv.command == "export" ? "a checkpoint directory and an output file"
-                                  : "a job id"));
+                                  : "a job id (job-000012, 12 or a job name)"));
   }
   if (static_cast<int>(inv.args.size()) > max_args) {
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", inv.args[max_args], "' for '", inv.command, "'"));
   }
   for (const std::string& name : set_flags) {
-    const std::string& only_for = FlagRules().at(name).only_for;
-    if (!only_for.empty() && only_for != inv.command) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("flag --", name, " applies to '", only_for, "' only"));
+    const std::vector<std::string>& only_for = FlagRules().at(name).only_for;
+    if (!only_for.empty() &&
+        std::find(only_for.begin(), only_for.end(), inv.command) == only_for.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " applies to '",
+                                                     absl::StrJoin(only_for, "', '"), "' only"));
     }
   }
 
@@ -410,10 +642,20 @@ absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
   inv.timeout = absl::GetFlag(FLAGS_timeout);
   inv.reconnect_for = absl::GetFlag(FLAGS_reconnect_for);
   inv.watch = absl::GetFlag(FLAGS_watch);
+  inv.quiet = absl::GetFlag(FLAGS_quiet);
+  inv.every = absl::GetFlag(FLAGS_every);
   inv.limit = absl::GetFlag(FLAGS_limit);
   inv.reason = absl::GetFlag(FLAGS_reason);
   inv.workers = absl::GetFlag(FLAGS_workers);
   inv.hosts = absl::GetFlag(FLAGS_hosts);
+  inv.resume = absl::GetFlag(FLAGS_resume);
+  inv.steps = absl::GetFlag(FLAGS_steps);
+  inv.follow = absl::GetFlag(FLAGS_follow);
+  inv.forget = absl::GetFlag(FLAGS_forget);
+  if (set_flags.count("rank") > 0) inv.rank = absl::GetFlag(FLAGS_rank);
+  if (set_flags.count("state") > 0) {
+    ASSIGN_OR_RETURN(inv.states, ParseStates(absl::GetFlag(FLAGS_state)));
+  }
   if (inv.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--timeout must be positive");
   }
@@ -423,6 +665,14 @@ absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
   if (inv.limit < 0) return absl::InvalidArgumentError("--limit must not be negative");
   if (inv.workers < 0) return absl::InvalidArgumentError("--workers must not be negative");
   if (inv.hosts < 1) return absl::InvalidArgumentError("--hosts must be at least 1");
+  if (inv.every < 1) return absl::InvalidArgumentError("--every must be at least 1");
+  if (inv.steps < 0) return absl::InvalidArgumentError("--steps must not be negative");
+  if (inv.rank.has_value() && *inv.rank < 0) {
+    return absl::InvalidArgumentError("--rank must not be negative");
+  }
+  if (set_flags.count("forget") > 0 && inv.forget.empty()) {
+    return absl::InvalidArgumentError("--forget needs a worker id");
+  }
   return inv;
 }
 
@@ -431,18 +681,33 @@ std::string Usage() {
 
 usage: dtrain [flags] COMMAND [ARGS]
 
+JOB is a job id (job-000012), its number (12) or a job name that only one job has.
+
 commands:
   submit JOB.json [--watch]      queue a job (the coordinator validates the spec and lists
-                                 every problem); --watch then follows it like `watch`
+                                 every problem); JOB.json may be - (standard input); --watch
+                                 then follows it like `watch`
+  resubmit JOB [--resume] [--steps=N] [--watch]
+                                 submit JOB's spec again; --resume continues from its last
+                                 sealed checkpoint step, --steps trains to step N instead
   plan JOB.json [--workers=N] [--hosts=H]
                                  without a coordinator: validate the spec, place it on N
                                  hypothetical workers (default dp*pp*tp) over H hosts, simulate
                                  one step of its pipeline schedule (timeline, bubble, memory)
-  status JOB_ID                  state, progress, placement and history of a job
-  list [--limit=N]               jobs, newest first
-  watch JOB_ID                   a live progress line until the job ends, then a summary
-  cancel JOB_ID [--reason=TEXT]  stop a queued or running job
-  workers                        registered workers, their jobs and heartbeats
+  status JOB...                  state, times, progress, checkpoints, output, placement and
+                                 history of one or more jobs
+  list [--state=S1,S2] [--limit=N]
+                                 jobs, newest first; only those in the states given
+  watch JOB [--quiet] [--every=N]
+                                 a live progress line until the job ends, then a summary;
+                                 --quiet: state changes and the summary only; --every=N: every
+                                 Nth step; Ctrl-C stops watching, not the job (exit 130)
+  cancel JOB... [--reason=TEXT]  stop queued or running jobs (one that already ended: a note)
+  logs JOB [--rank=N] [--follow] the job's events and its ranks' warnings and errors;
+                                 --rank: one rank's lines; --follow: until the job ends
+  checkpoints JOB                where the job's checkpoints are and its sealed steps
+  workers [--forget=ID]          registered workers, their jobs and heartbeats; --forget
+                                 removes a LOST worker
   export CHECKPOINT OUT.safetensors
                                  without a coordinator: assemble a multi-worker job's sharded
                                  checkpoint (its directory, using `latest`, or one step_N
@@ -452,19 +717,21 @@ commands:
 flags (anywhere on the line):
   --coordinator=HOST:PORT  the coordinator (default $DTRAIN_COORDINATOR, else 127.0.0.1:7070)
   --json                   machine-readable output, one JSON object per line (protobuf's JSON
-                           mapping with proto field names; watch: one JobUpdate per line)
+                           mapping with proto field names; watch: one JobUpdate per line;
+                           logs: one LogEntry per line)
   --timeout=10s            deadline of every call
   --reconnect_for=60s      watch: how long to keep reconnecting when the coordinator goes away
 
 exit status:
   0  success; for watch and submit --watch: the job SUCCEEDED
   1  the job FAILED
-  2  usage or bad input: bad flag, unreadable file, spec rejected (INVALID_ARGUMENT);
-     plan: a spec or schedule that cannot run
+  2  usage or bad input: bad flag, unreadable or empty file, spec rejected (INVALID_ARGUMENT),
+     a job name that several jobs have; plan: a spec or schedule that cannot run
   3  the coordinator is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED)
-  4  not found (unknown job id)
+  4  not found (unknown job id or name, unknown worker)
   5  the job was CANCELLED
-  6  any other error from the coordinator (e.g. cancelling a job that already ended)
+  6  any other error from the coordinator (e.g. forgetting a worker that is not LOST)
+  130  Ctrl-C while watching: the job keeps running
 )";
 }
 
@@ -501,11 +768,14 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
     return kExitOk;
   }
   if (inv.command == "submit") return Submit(inv, stub, output);
+  if (inv.command == "resubmit") return Resubmit(inv, stub, output);
   if (inv.command == "plan") return PlanJob(inv, output);
   if (inv.command == "status") return ShowStatus(inv, stub, output);
   if (inv.command == "list") return List(inv, stub, output);
-  if (inv.command == "watch") return Watcher(inv, output).Run(stub, inv.args[0]);
+  if (inv.command == "watch") return Watch(inv, stub, output);
   if (inv.command == "cancel") return Cancel(inv, stub, output);
+  if (inv.command == "logs") return Logs(inv, stub, output);
+  if (inv.command == "checkpoints") return Checkpoints(inv, stub, output);
   if (inv.command == "workers") return Workers(inv, stub, output);
   if (inv.command == "export") return Export(inv, output);
   output.err << "dtrain: unknown command '" << inv.command << "'\n";

@@ -12,9 +12,14 @@
 //   4 not found: NOT_FOUND (unknown job id)
 //   5 the job was CANCELLED
 //   6 any other error from the coordinator (FAILED_PRECONDITION, INTERNAL, ...)
+//   130 interrupted (Ctrl-C) while watching: the job keeps running
 #ifndef DTRAIN_CLIENT_COMMANDS_H_
 #define DTRAIN_CLIENT_COMMANDS_H_
 
+#include <cstdint>
+#include <functional>
+#include <istream>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -35,6 +40,7 @@ enum ExitCode : int {
   kExitNotFound = 4,
   kExitJobCancelled = 5,
   kExitOtherError = 6,
+  kExitInterrupted = 130,  // 128 + SIGINT, as a shell reports it
 };
 
 inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
@@ -42,8 +48,9 @@ inline constexpr char kCoordinatorEnv[] = "DTRAIN_COORDINATOR";
 
 // One parsed command line.
 struct Invocation {
-  std::string command;            // submit, plan, status, list, watch, cancel, workers, help
-  std::vector<std::string> args;  // its positional arguments
+  std::string command;            // submit, resubmit, plan, status, list, watch, cancel, logs,
+                                  // checkpoints, workers, export, help
+  std::vector<std::string> args;  // its positional arguments (status and cancel: several ids)
   bool help = false;              // --help, or the help command
   // Global flags.
   std::string coordinator;        // --coordinator, else $DTRAIN_COORDINATOR, else the default
@@ -51,11 +58,19 @@ struct Invocation {
   absl::Duration timeout = absl::Seconds(10);        // --timeout
   absl::Duration reconnect_for = absl::Seconds(60);  // --reconnect_for
   // Command flags.
-  bool watch = false;   // submit --watch
+  bool watch = false;   // submit/resubmit --watch
+  bool quiet = false;   // watch, submit/resubmit --watch: state changes and the summary only
+  int every = 1;        // watch, submit/resubmit --watch: a step line every N steps (>= 1)
   int limit = 0;        // list --limit
+  std::vector<JobState> states;  // list --state=RUNNING,QUEUED (empty: every state)
   std::string reason;   // cancel --reason
   int workers = 0;      // plan --workers (0: dp*pp*tp)
   int hosts = 1;        // plan --hosts (>= 1)
+  bool resume = false;  // resubmit --resume: resume_from = the job
+  int64_t steps = 0;    // resubmit --steps (0: the job's own)
+  std::optional<int> rank;  // logs --rank (unset: every rank and the coordinator)
+  bool follow = false;  // logs --follow
+  std::string forget;   // workers --forget=ID
 };
 
 // Parses the arguments after argv[0]. Flags (--name=value, --name value, --bool, --nobool;
@@ -69,12 +84,20 @@ absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
 // The usage text (`dtrain help`).
 std::string Usage();
 
-// Where commands write: results to `out`, diagnostics to `err`. `tty` selects the in-place
-// progress line of watch (\r redraws) over one line per update.
+// The job id an argument names without asking the coordinator: "job-000012" as is, "12" ->
+// "job-000012"; nullopt for anything else (a job name, resolved through ListJobs).
+std::optional<std::string> JobIdFromArgument(const std::string& arg);
+
+// Where commands write: results to `out`, diagnostics to `err`; `submit -` reads `in`. `tty`
+// selects the in-place progress line of watch (\r redraws) over one line per update.
+// `on_watch`, when set, is called with the job id when a watch starts following it (main arms
+// its Ctrl-C note there).
 struct Output {
   std::ostream& out;
   std::ostream& err;
   bool tty = false;
+  std::istream* in = nullptr;
+  std::function<void(const std::string& job_id)> on_watch;
 };
 
 // Runs the command against the coordinator (`plan` and `help` never call it); returns the exit

@@ -28,6 +28,7 @@ namespace client {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 Job MakeJob(const std::string& id, JobState state) {
   Job job;
@@ -73,12 +74,23 @@ class FakeCoordinator final : public Coordinator::Service {
                           "invalid job spec (2 problems):\nparallel.tp: 3 does not divide "
                           "model.n_head 4\nfoo: unknown field");
     }
+    {
+      absl::MutexLock lock(&mu);
+      last_submit = *request;
+    }
     *response->mutable_job() = MakeJob("job-000001", QUEUED);
     response->mutable_job()->set_reason("waiting for 1 idle worker");
+    if (absl::StrContains(request->spec_json(), "big")) {
+      response->add_warnings("it needs 8 workers; 1 is registered");
+    }
     return grpc::Status::OK;
   }
 
   grpc::Status GetJob(grpc::ServerContext*, const GetJobRequest* request, Job* job) override {
+    if (request->job_id() == "job-000002") {
+      *job = MakeJob("job-000002", SUCCEEDED);
+      return grpc::Status::OK;
+    }
     if (request->job_id() != "job-000001") {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + request->job_id());
     }
@@ -88,16 +100,26 @@ class FakeCoordinator final : public Coordinator::Service {
 
   grpc::Status ListJobs(grpc::ServerContext*, const ListJobsRequest* request,
                         ListJobsResponse* response) override {
+    *response->add_jobs() = MakeJob("job-000003", FAILED);
+    response->mutable_jobs(0)->mutable_spec()->set_name("twice");
     *response->add_jobs() = MakeJob("job-000002", SUCCEEDED);
+    response->mutable_jobs(1)->mutable_spec()->set_name("twice");
     *response->add_jobs() = MakeJob("job-000001", RUNNING);
+    if (request->limit() == 1) response->mutable_jobs()->DeleteSubrange(1, 2);
     last_limit = request->limit();
+    absl::MutexLock lock(&mu);
+    last_states.assign(request->states().begin(), request->states().end());
     return grpc::Status::OK;
   }
 
   grpc::Status CancelJob(grpc::ServerContext*, const CancelJobRequest* request,
                          Job* job) override {
     if (request->job_id() == "job-000002") {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job-000002 already ended");
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "job-000002 already ended SUCCEEDED: 3/3 steps");
+    }
+    if (request->job_id() != "job-000001") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + request->job_id());
     }
     *job = MakeJob(request->job_id(), CANCELLED);
     job->set_reason(request->reason());
@@ -150,7 +172,52 @@ class FakeCoordinator final : public Coordinator::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ForgetWorker(grpc::ServerContext*, const ForgetWorkerRequest* request,
+                            ForgetWorkerResponse*) override {
+    if (request->worker_id() == "w1") {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "w1 is IDLE, not LOST");
+    }
+    if (request->worker_id() != "w3") return grpc::Status(grpc::StatusCode::NOT_FOUND, "no w");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListCheckpoints(grpc::ServerContext*, const ListCheckpointsRequest* request,
+                               ListCheckpointsResponse* response) override {
+    if (request->job_id() != "job-000001") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + request->job_id());
+    }
+    response->mutable_status()->set_dir("/ckpt/job-000001");
+    response->mutable_status()->set_host("hostA");
+    response->mutable_status()->set_interval_steps(10);
+    CheckpointInfo* info = response->add_checkpoints();
+    info->set_step(10);
+    info->set_path("/ckpt/job-000001/step_00000010");
+    return grpc::Status::OK;
+  }
+
+  // Two lines: the coordinator's (rank -1) and rank 1's error; with a rank, only that rank's.
+  grpc::Status JobLogs(grpc::ServerContext*, const JobLogsRequest* request,
+                       grpc::ServerWriter<LogEntry>* writer) override {
+    if (request->job_id() != "job-000001") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + request->job_id());
+    }
+    LogEntry entry;
+    entry.set_seq(1);
+    entry.set_rank(-1);
+    entry.set_text("placed on w1, w2");
+    if (!request->has_rank()) writer->Write(entry);
+    entry.set_seq(2);
+    entry.set_rank(1);
+    entry.set_worker_id("w2");
+    entry.set_severity(LOG_ERROR);
+    entry.set_text("worker stopped by SIGTERM after step 20");
+    if (!request->has_rank() || request->rank() == 1) writer->Write(entry);
+    return grpc::Status::OK;
+  }
+
   absl::Mutex mu;
+  SubmitJobRequest last_submit ABSL_GUARDED_BY(mu);
+  std::vector<int> last_states ABSL_GUARDED_BY(mu);
   std::vector<int64_t> watch_after_steps ABSL_GUARDED_BY(mu);
   std::atomic<int> watch_calls{0};
   std::atomic<int> last_limit{-1};
@@ -174,7 +241,7 @@ class CommandsTest : public ::testing::Test {
   }
 
   // Runs `dtrain args...` against the fake; fills out_/err_ and returns the exit code.
-  int Run(std::vector<std::string> args, bool tty = false) {
+  int Run(std::vector<std::string> args, bool tty = false, std::istream* in = nullptr) {
     args.push_back("--coordinator=" + address_);
     absl::StatusOr<Invocation> inv = ParseArguments(args, nullptr);
     EXPECT_TRUE(inv.ok()) << inv.status();
@@ -185,7 +252,7 @@ class CommandsTest : public ::testing::Test {
     auto stub = CoordinatorStub::Connect(inv->coordinator, options);
     out_.str("");
     err_.str("");
-    Output output{out_, err_, tty};
+    Output output{out_, err_, tty, in, on_watch_};
     return RunInvocation(*inv, *stub, output);
   }
 
@@ -194,6 +261,7 @@ class CommandsTest : public ::testing::Test {
   std::thread stopper_;
   std::string address_;
   std::ostringstream out_, err_;
+  std::function<void(const std::string&)> on_watch_;
 };
 
 TEST(ParseArguments, GlobalFlagsAnywhere) {
@@ -241,8 +309,13 @@ TEST(ParseArguments, UsageErrorsNameTheirCause) {
   EXPECT_THAT(message({"submit"}), HasSubstr("needs a job spec file"));
   EXPECT_THAT(message({"export", "ckpt"}),
               HasSubstr("needs a checkpoint directory and an output file"));
-  EXPECT_THAT(message({"status", "a", "b"}), HasSubstr("unexpected argument 'b'"));
-  EXPECT_THAT(message({"list", "--watch"}), HasSubstr("--watch applies to 'submit' only"));
+  EXPECT_THAT(message({"watch", "a", "b"}), HasSubstr("unexpected argument 'b'"));
+  EXPECT_THAT(message({"list", "--watch"}),
+              HasSubstr("--watch applies to 'submit', 'resubmit' only"));
+  EXPECT_THAT(message({"list", "--state=RUNING"}), HasSubstr("'RUNING' is not a job state"));
+  EXPECT_THAT(message({"watch", "x", "--every=0"}), HasSubstr("--every must be at least 1"));
+  EXPECT_THAT(message({"logs", "x", "--rank=-2"}), HasSubstr("--rank must not be negative"));
+  EXPECT_THAT(message({"status", "x", "--rank=1"}), HasSubstr("applies to 'logs' only"));
   EXPECT_THAT(message({"status", "x", "--reason=r"}), HasSubstr("applies to 'cancel' only"));
 }
 
@@ -348,7 +421,6 @@ TEST_F(CommandsTest, WatchPipedPrintsOneLinePerStep) {
             "job-000001 RUNNING step 1/3 loss 4.0000 100 tok/s ETA 0:00\n"
             "job-000001 RUNNING step 2/3 loss 3.0000 100 tok/s ETA 0:01\n"
             "job-000001 RUNNING step 3/3 loss 2.0000 100 tok/s ETA 0:00\n"
-            "job-000001 SUCCEEDED\n"
             "job-000001 SUCCEEDED: 3/3 steps, loss 4.0000 -> 2.0000, output "
             "/tmp/jobs/job-000001/model.safetensors\n");
 }
@@ -357,7 +429,7 @@ TEST_F(CommandsTest, WatchOnATerminalRedrawsInPlace) {
   EXPECT_EQ(Run({"watch", "job-000001"}, /*tty=*/true), 0);
   EXPECT_THAT(out_.str(), HasSubstr("\rjob-000001 RUNNING step 1/3 loss 4.0000 100 tok/s ETA "
                                     "0:00\x1b[K\rjob-000001 RUNNING step 2/3"));
-  EXPECT_THAT(out_.str(), HasSubstr("\x1b[K\njob-000001 SUCCEEDED\n"));
+  EXPECT_THAT(out_.str(), HasSubstr("\x1b[K\njob-000001 SUCCEEDED: 3/3 steps"));
 }
 
 TEST_F(CommandsTest, WatchJsonIsOneUpdatePerLine) {
@@ -382,7 +454,6 @@ TEST_F(CommandsTest, WatchReconnectsAfterTheLastStepSeen) {
             "job-000009 RUNNING step 1/3 loss 4.0000 100 tok/s ETA 0:00\n"
             "job-000009 RUNNING step 2/3 loss 3.0000 100 tok/s ETA 0:01\n"
             "job-000009 RUNNING step 3/3 loss 2.0000 100 tok/s ETA 0:00\n"
-            "job-000009 SUCCEEDED\n"
             "job-000009 SUCCEEDED: 3/3 steps, loss 4.0000 -> 2.0000, output "
             "/tmp/jobs/job-000009/model.safetensors\n");
   EXPECT_THAT(err_.str(), HasSubstr("reconnecting"));
@@ -400,11 +471,141 @@ TEST_F(CommandsTest, WatchGivesUpAfterReconnectFor) {
   EXPECT_THAT(err_.str(), HasSubstr("lost the coordinator at " + address_ + " for 1s"));
 }
 
-TEST_F(CommandsTest, CancelAndCancelOfAnEndedJob) {
+TEST_F(CommandsTest, CancelOfAnEndedJobExits0WithANote) {
   EXPECT_EQ(Run({"cancel", "job-000001", "--reason=not needed"}), 0);
   EXPECT_EQ(out_.str(), "job-000001 CANCELLED: not needed\n");
-  EXPECT_EQ(Run({"cancel", "job-000002"}), 6);
-  EXPECT_THAT(err_.str(), HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_EQ(Run({"cancel", "job-000002"}), 0);
+  EXPECT_EQ(err_.str(),
+            "dtrain: note: job-000002 already ended SUCCEEDED: 3/3 steps; nothing to cancel\n");
+  EXPECT_EQ(out_.str(), "job-000002 SUCCEEDED\n");
+}
+
+TEST_F(CommandsTest, CancelTakesSeveralIdsAndTriesEvery) {
+  EXPECT_EQ(Run({"cancel", "job-000007", "1"}), 4);  // the first failure's code
+  EXPECT_THAT(err_.str(), HasSubstr("no job job-000007"));
+  EXPECT_EQ(out_.str(), "job-000001 CANCELLED\n");
+}
+
+TEST(JobIdFromArgument, IdsAndNumbersButNotNames) {
+  EXPECT_EQ(JobIdFromArgument("job-000012"), "job-000012");
+  EXPECT_EQ(JobIdFromArgument("12"), "job-000012");
+  EXPECT_EQ(JobIdFromArgument("1234567"), "job-1234567");
+  EXPECT_EQ(JobIdFromArgument("0"), std::nullopt);
+  EXPECT_EQ(JobIdFromArgument("tiny"), std::nullopt);
+  EXPECT_EQ(JobIdFromArgument("12b"), std::nullopt);
+  EXPECT_EQ(JobIdFromArgument(""), std::nullopt);
+}
+
+TEST_F(CommandsTest, StatusTakesSeveralIdsNumbersAndNames) {
+  EXPECT_EQ(Run({"status", "1", "job-000002"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("id:        job-000001\n"));
+  EXPECT_THAT(out_.str(), HasSubstr("\n\nid:        job-000002\n"));
+  EXPECT_EQ(Run({"status", "tiny", "--json"}), 0);  // only job-000001 is named tiny
+  EXPECT_THAT(out_.str(), HasSubstr("\"id\":\"job-000001\""));
+}
+
+TEST_F(CommandsTest, AmbiguousNameListsTheMatchesAndExits2) {
+  EXPECT_EQ(Run({"status", "twice"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("'twice' names 2 jobs: job-000003 (FAILED), "
+                                    "job-000002 (SUCCEEDED); give one of their ids"));
+}
+
+TEST_F(CommandsTest, NotFoundNamesTheNewestJob) {
+  EXPECT_EQ(Run({"status", "13"}), 4);
+  EXPECT_THAT(err_.str(), HasSubstr("no job job-000013; the newest is job-000003 (dtrain list)"));
+  EXPECT_EQ(Run({"watch", "nosuchname"}), 4);
+  EXPECT_THAT(err_.str(), HasSubstr("no job with the id or name 'nosuchname'; the newest is "
+                                    "job-000003"));
+}
+
+TEST_F(CommandsTest, ListPassesStates) {
+  EXPECT_EQ(Run({"list", "--state=running,QUEUED"}), 0);
+  absl::MutexLock lock(&fake_.mu);
+  EXPECT_EQ(fake_.last_states, (std::vector<int>{RUNNING, QUEUED}));
+}
+
+TEST_F(CommandsTest, SubmitDashReadsStandardInputAndPrintsWarnings) {
+  std::istringstream in("{\"steps\": 3, \"name\": \"big\"}");
+  EXPECT_EQ(Run({"submit", "-"}, false, &in), 0);
+  EXPECT_EQ(err_.str(), "warning: it needs 8 workers; 1 is registered\n");
+  absl::MutexLock lock(&fake_.mu);
+  EXPECT_EQ(fake_.last_submit.spec_json(), "{\"steps\": 3, \"name\": \"big\"}");
+}
+
+TEST_F(CommandsTest, SubmitEmptyFileOrDirectoryExits2SayingSo) {
+  const std::string path = ::testing::TempDir() + "/empty.json";
+  std::ofstream(path) << "  \n";
+  EXPECT_EQ(Run({"submit", path}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr(path + ": file is empty"));
+  EXPECT_EQ(Run({"submit", ::testing::TempDir()}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr(" is a directory, not a job spec file"));
+  std::istringstream in("");
+  EXPECT_EQ(Run({"submit", "-"}, false, &in), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("standard input: file is empty"));
+}
+
+TEST_F(CommandsTest, WatchQuietPrintsStateChangesAndTheSummaryOnly) {
+  EXPECT_EQ(Run({"watch", "job-000001", "--quiet"}), 0);
+  EXPECT_EQ(out_.str(),
+            "job-000001 QUEUED\n"
+            "job-000001 RUNNING\n"
+            "job-000001 SUCCEEDED: 3/3 steps, loss 4.0000 -> 2.0000, output "
+            "/tmp/jobs/job-000001/model.safetensors\n");
+}
+
+TEST_F(CommandsTest, WatchEveryPrintsEveryNthStepAndTheLast) {
+  EXPECT_EQ(Run({"watch", "job-000001", "--every=2"}), 0);
+  EXPECT_THAT(out_.str(), Not(HasSubstr("step 1/3")));
+  EXPECT_THAT(out_.str(), HasSubstr("step 2/3"));
+  EXPECT_THAT(out_.str(), HasSubstr("step 3/3"));
+}
+
+TEST_F(CommandsTest, WatchCallsOnWatchWithTheJobId) {
+  std::string watched;
+  on_watch_ = [&](const std::string& id) { watched = id; };
+  EXPECT_EQ(Run({"watch", "1"}), 0);
+  EXPECT_EQ(watched, "job-000001");
+}
+
+TEST_F(CommandsTest, ResubmitSendsTheSpecWithResumeAndSteps) {
+  EXPECT_EQ(Run({"resubmit", "1", "--resume", "--steps=30"}), 0);
+  EXPECT_EQ(out_.str(), "submitted job-000001 (tiny), a copy of job-000001 resuming from its "
+                        "last sealed step with steps 30: QUEUED: waiting for 1 idle worker\n");
+  absl::MutexLock lock(&fake_.mu);
+  EXPECT_TRUE(fake_.last_submit.spec_json().empty());
+  EXPECT_EQ(fake_.last_submit.spec().resume_from(), "job-000001");
+  EXPECT_EQ(fake_.last_submit.spec().steps(), 30);
+  EXPECT_EQ(fake_.last_submit.spec().batch_size(), 2);  // the rest of the job's spec
+}
+
+TEST_F(CommandsTest, ResubmitOfAnUnknownJobExits4) {
+  EXPECT_EQ(Run({"resubmit", "job-000042"}), 4);
+  EXPECT_THAT(err_.str(), HasSubstr("no job job-000042"));
+}
+
+TEST_F(CommandsTest, LogsPrintsEveryLineOrOneRanks) {
+  EXPECT_EQ(Run({"logs", "1"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr(" coordinator INFO placed on w1, w2\n"));
+  EXPECT_THAT(out_.str(), HasSubstr(" rank 1 (w2) ERROR worker stopped by SIGTERM after step 20\n"));
+  EXPECT_EQ(Run({"logs", "1", "--rank=1"}), 0);
+  EXPECT_THAT(out_.str(), Not(HasSubstr("coordinator")));
+  EXPECT_THAT(out_.str(), HasSubstr("rank 1 (w2) ERROR"));
+  EXPECT_EQ(Run({"logs", "job-000005"}), 4);
+}
+
+TEST_F(CommandsTest, CheckpointsListsTheSealedSteps) {
+  EXPECT_EQ(Run({"checkpoints", "1"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("job-000001 checkpoints: /ckpt/job-000001 on hostA, every 10 "
+                                    "steps\nSTEP  SEALED  PATH\n10    -       "
+                                    "/ckpt/job-000001/step_00000010\n"));
+}
+
+TEST_F(CommandsTest, WorkersForget) {
+  EXPECT_EQ(Run({"workers", "--forget=w3"}), 0);
+  EXPECT_EQ(out_.str(), "forgot worker w3\n");
+  EXPECT_EQ(Run({"workers", "--forget=w1"}), 6);
+  EXPECT_THAT(err_.str(), HasSubstr("w1 is IDLE, not LOST"));
+  EXPECT_EQ(Run({"workers", "--forget=w9"}), 4);
 }
 
 TEST(CommandsUnreachable, NothingListeningExits3Quickly) {

@@ -72,13 +72,11 @@ std::unique_ptr<grpc::ClientContext> CoordinatorStub::UnaryContext() const {
   return context;
 }
 
-absl::StatusOr<Job> CoordinatorStub::SubmitJob(const std::string& spec_json) {
-  SubmitJobRequest request;
-  request.set_spec_json(spec_json);
+absl::StatusOr<SubmitJobResponse> CoordinatorStub::SubmitJob(const SubmitJobRequest& request) {
   SubmitJobResponse response;
   auto context = UnaryContext();
   RETURN_IF_ERROR(FromGrpc(stub_->SubmitJob(context.get(), request, &response), "SubmitJob"));
-  return response.job();
+  return response;
 }
 
 absl::StatusOr<Job> CoordinatorStub::GetJob(const std::string& job_id) {
@@ -90,9 +88,11 @@ absl::StatusOr<Job> CoordinatorStub::GetJob(const std::string& job_id) {
   return job;
 }
 
-absl::StatusOr<ListJobsResponse> CoordinatorStub::ListJobs(int limit) {
+absl::StatusOr<ListJobsResponse> CoordinatorStub::ListJobs(int limit,
+                                                          const std::vector<JobState>& states) {
   ListJobsRequest request;
   request.set_limit(limit);
+  for (JobState state : states) request.add_states(state);
   ListJobsResponse response;
   auto context = UnaryContext();
   RETURN_IF_ERROR(FromGrpc(stub_->ListJobs(context.get(), request, &response), "ListJobs"));
@@ -117,6 +117,51 @@ absl::StatusOr<ListWorkersResponse> CoordinatorStub::ListWorkers() {
   RETURN_IF_ERROR(
       FromGrpc(stub_->ListWorkers(context.get(), request, &response), "ListWorkers"));
   return response;
+}
+
+absl::Status CoordinatorStub::ForgetWorker(const std::string& worker_id) {
+  ForgetWorkerRequest request;
+  request.set_worker_id(worker_id);
+  ForgetWorkerResponse response;
+  auto context = UnaryContext();
+  return FromGrpc(stub_->ForgetWorker(context.get(), request, &response), "ForgetWorker");
+}
+
+absl::StatusOr<ListCheckpointsResponse> CoordinatorStub::ListCheckpoints(
+    const std::string& job_id) {
+  ListCheckpointsRequest request;
+  request.set_job_id(job_id);
+  ListCheckpointsResponse response;
+  auto context = UnaryContext();
+  RETURN_IF_ERROR(
+      FromGrpc(stub_->ListCheckpoints(context.get(), request, &response), "ListCheckpoints"));
+  return response;
+}
+
+absl::Status CoordinatorStub::JobLogs(const std::string& job_id, std::optional<int> rank,
+                                      bool follow,
+                                      const std::function<void(const LogEntry&)>& on_entry) {
+  int64_t after_seq = 0;
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + (follow ? options_.stream_renew : options_.timeout)));
+    JobLogsRequest request;
+    request.set_job_id(job_id);
+    if (rank.has_value()) request.set_rank(*rank);
+    request.set_after_seq(after_seq);
+    request.set_follow(follow);
+    std::unique_ptr<grpc::ClientReader<LogEntry>> reader = stub_->JobLogs(&context, request);
+    LogEntry entry;
+    while (reader->Read(&entry)) {
+      after_seq = std::max(after_seq, entry.seq());
+      if (on_entry) on_entry(entry);
+    }
+    const absl::Status status = FromGrpc(reader->Finish(), "JobLogs");
+    // A follow stream that reached its own deadline is renewed from the last line seen.
+    if (follow && status.code() == absl::StatusCode::kDeadlineExceeded) continue;
+    return status;
+  }
 }
 
 absl::Status CoordinatorStub::WatchJob(const std::string& job_id, int64_t after_step,

@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -54,11 +56,22 @@ class CoordinatorStub {
 
   const std::string& address() const { return address_; }
 
-  absl::StatusOr<Job> SubmitJob(const std::string& spec_json);
+  // The request carries the spec as JSON text (submit) or as a message (resubmit).
+  absl::StatusOr<SubmitJobResponse> SubmitJob(const SubmitJobRequest& request);
   absl::StatusOr<Job> GetJob(const std::string& job_id);
-  absl::StatusOr<ListJobsResponse> ListJobs(int limit);
+  // Newest first; `states` empty: every state.
+  absl::StatusOr<ListJobsResponse> ListJobs(int limit, const std::vector<JobState>& states = {});
   absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
   absl::StatusOr<ListWorkersResponse> ListWorkers();
+  absl::Status ForgetWorker(const std::string& worker_id);
+  absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
+
+  // Calls on_entry for each of the job's log lines (JobLogsRequest: `rank` unset for all). Without
+  // `follow` the stream has the --timeout deadline; with it the stream stays open until the job
+  // ends, renewed (from the last line seen) every options.stream_renew; a broken stream is an
+  // error (UNAVAILABLE), not retried.
+  absl::Status JobLogs(const std::string& job_id, std::optional<int> rank, bool follow,
+                       const std::function<void(const LogEntry&)>& on_entry);
 
   // Follows a job until it ends: calls on_update for every update, replaying metrics after
   // `after_step` first. Returns OK once an update carries a final state (SUCCEEDED, FAILED,

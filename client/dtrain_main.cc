@@ -3,15 +3,53 @@
 //
 //   dtrain submit deploy/examples/tiny.json --watch
 //   dtrain --coordinator=10.0.0.5:7070 workers
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "client/commands.h"
 #include "client/coordinator_stub.h"
+#include "client/format.h"
+#include "absl/strings/str_cat.h"
+
+namespace {
+
+// What Ctrl-C prints while a watch runs; written by the handler, so prepared beforehand.
+char interrupt_note[1024];
+size_t interrupt_note_size = 0;
+
+void OnInterrupt(int) {
+  // Only async-signal-safe calls here: write(2) and _exit(2).
+  if (interrupt_note_size > 0) {
+    ssize_t ignored = write(STDERR_FILENO, interrupt_note, interrupt_note_size);
+    (void)ignored;
+  }
+  _exit(dtrain::client::kExitInterrupted);
+}
+
+// Ctrl-C while watching `job_id` stops the watch, not the job, and says how to stop the job.
+void ArmInterruptNote(const std::string& job_id, const std::string& coordinator, bool tty) {
+  using namespace dtrain::client;
+  const std::string note =
+      absl::StrCat(tty ? "\n" : "", "dtrain: ",
+                   KeepsRunningNote(job_id, coordinator == kDefaultCoordinator ? "" : coordinator),
+                   "\n");
+  interrupt_note_size = std::min(note.size(), sizeof(interrupt_note));
+  std::memcpy(interrupt_note, note.data(), interrupt_note_size);
+  struct sigaction action;
+  std::memset(&action, 0, sizeof(action));
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace dtrain::client;
@@ -26,6 +64,10 @@ int main(int argc, char** argv) {
   options.timeout = inv->timeout;
   options.reconnect_for = inv->reconnect_for;
   std::unique_ptr<CoordinatorStub> stub = CoordinatorStub::Connect(inv->coordinator, options);
-  Output output{std::cout, std::cerr, isatty(STDOUT_FILENO) == 1};
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  Output output{std::cout, std::cerr, tty, &std::cin};
+  output.on_watch = [&](const std::string& job_id) {
+    ArmInterruptNote(job_id, inv->coordinator, tty);
+  };
   return RunInvocation(*inv, *stub, output);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -69,15 +70,53 @@ std::string FormatEta(double seconds) {
   return absl::StrFormat("%d:%02d", m, s);
 }
 
-std::string FormatAge(absl::Time then, absl::Time now) {
-  if (then == absl::UnixEpoch() || then == absl::InfinitePast()) return "never";
-  const double s = std::max(0.0, absl::ToDoubleSeconds(now - then));
+std::string FormatSpan(absl::Duration span) {
+  const double s = std::max(0.0, absl::ToDoubleSeconds(span));
   if (s < 10) return absl::StrFormat("%.1fs", s);
   const int64_t t = static_cast<int64_t>(s);
   if (t < 60) return absl::StrFormat("%ds", t);
   if (t < 3600) return absl::StrFormat("%dm%02ds", t / 60, t % 60);
   if (t < 86400) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
   return absl::StrFormat("%dd", t / 86400);
+}
+
+std::string FormatAge(absl::Time then, absl::Time now) {
+  if (then == absl::UnixEpoch() || then == absl::InfinitePast()) return "never";
+  return FormatSpan(now - then);
+}
+
+std::string FormatClock(absl::Time when, absl::Time now) {
+  if (when == absl::UnixEpoch() || when == absl::InfinitePast()) return "-";
+  const absl::TimeZone zone = absl::LocalTimeZone();
+  if (absl::FormatTime("%Y-%m-%d", when, zone) == absl::FormatTime("%Y-%m-%d", now, zone)) {
+    return absl::FormatTime("%H:%M:%S", when, zone);
+  }
+  return absl::FormatTime("%Y-%m-%d %H:%M", when, zone);
+}
+
+absl::Time FromUnixMs(int64_t unix_ms) { return absl::FromUnixMillis(unix_ms); }
+
+std::string JobDuration(const Job& job, absl::Time now) {
+  if (job.started_unix_ms() <= 0) return "-";
+  const absl::Time end = job.ended_unix_ms() > 0 ? FromUnixMs(job.ended_unix_ms()) : now;
+  return FormatSpan(end - FromUnixMs(job.started_unix_ms()));
+}
+
+std::string StateText(JobState state, const std::string& reason) {
+  const std::string name = JobStateName(state);
+  absl::string_view rest = reason;
+  // "queued; placing it now" after QUEUED says "queued" twice: drop the word and its separator.
+  if (absl::StartsWithIgnoreCase(rest, name)) {
+    rest.remove_prefix(name.size());
+    if (rest.empty() || !absl::ascii_isalnum(rest[0])) {
+      rest = absl::StripLeadingAsciiWhitespace(absl::StripPrefix(
+          absl::StripPrefix(absl::StripLeadingAsciiWhitespace(rest), ";"), ":"));
+    } else {
+      rest = reason;  // "queuedness": another word
+    }
+  }
+  if (rest.empty()) return name;
+  return absl::StrCat(name, ": ", rest);
 }
 
 std::string FormatLoss(double loss) { return absl::StrFormat("%.4f", loss); }
@@ -125,13 +164,11 @@ std::string ProgressLine(const Job& job, std::optional<double> eta_seconds) {
                         FormatThousands(static_cast<int64_t>(std::llround(m.tokens_per_s()))),
                         " tok/s ETA ", FormatEta(eta_seconds.value_or(-1)));
   }
-  if (job.reason().empty()) return absl::StrCat(job.id(), " ", state);
-  return absl::StrCat(job.id(), " ", state, ": ", job.reason());
+  return absl::StrCat(job.id(), " ", StateText(job.state(), job.reason()));
 }
 
 std::string StateChangeLine(const std::string& job_id, const StateChange& change) {
-  if (change.reason().empty()) return absl::StrCat(job_id, " ", JobStateName(change.state()));
-  return absl::StrCat(job_id, " ", JobStateName(change.state()), ": ", change.reason());
+  return absl::StrCat(job_id, " ", StateText(change.state(), change.reason()));
 }
 
 std::string SummaryLine(const Job& job, std::optional<double> first_loss) {
@@ -155,7 +192,9 @@ std::string SummaryLine(const Job& job, std::optional<double> first_loss) {
       parts.push_back(absl::StrCat("loss ", FormatLoss(job.latest().loss())));
     }
   }
-  if (!job.output().empty()) parts.push_back(absl::StrCat("output ", job.output()));
+  if (!job.output().empty()) {
+    parts.push_back(absl::StrCat("output ", PathOnHost(job.output(), job.output_host())));
+  }
   if (!parts.empty()) {
     absl::StrAppend(&line, job.state() == SUCCEEDED ? ": " : "; ", absl::StrJoin(parts, ", "));
   }
@@ -187,6 +226,11 @@ std::string FormatTable(const std::vector<std::string>& header,
   return out;
 }
 
+std::string PathOnHost(const std::string& path, const std::string& host) {
+  if (host.empty()) return path;
+  return absl::StrCat(path, " on ", host);
+}
+
 std::string WorkersTable(const ListWorkersResponse& workers, absl::Time now) {
   std::vector<std::vector<std::string>> rows;
   for (const WorkerInfo& w : workers.workers()) {
@@ -207,10 +251,13 @@ std::string JobsTable(const ListJobsResponse& jobs, absl::Time now) {
                     job.spec().name().empty() ? "-" : Truncate(job.spec().name(), 24),
                     StepOf(job), has_step ? FormatLoss(job.latest().loss()) : "-",
                     LayoutString(job.spec().parallel()),
-                    FormatAge(absl::FromUnixMillis(job.submitted_unix_ms()), now) + " ago",
-                    job.reason().empty() ? "-" : Truncate(job.reason(), 60)});
+                    FormatAge(FromUnixMs(job.submitted_unix_ms()), now) + " ago",
+                    FormatClock(FromUnixMs(job.started_unix_ms()), now),
+                    FormatClock(FromUnixMs(job.ended_unix_ms()), now), JobDuration(job, now),
+                    job.reason().empty() ? "-" : job.reason()});
   }
-  return FormatTable({"ID", "STATE", "NAME", "STEP", "LOSS", "LAYOUT", "SUBMITTED", "REASON"},
+  return FormatTable({"ID", "STATE", "NAME", "STEP", "LOSS", "LAYOUT", "SUBMITTED", "STARTED",
+                      "ENDED", "DURATION", "REASON"},
                      rows);
 }
 
@@ -219,20 +266,62 @@ std::string LayoutString(const ParallelLayout& layout) {
   return absl::StrCat("dp=", dp, " pp=", pp, " tp=", tp);
 }
 
+namespace {
+
+// The "checkpoint:" and "sealed:" lines of JobDetail; none for a job that keeps no checkpoints.
+void CheckpointLines(const Job& job, absl::Time now,
+                     const std::function<void(absl::string_view, const std::string&)>& line) {
+  const CheckpointStatus& c = job.checkpoint();
+  const int64_t interval = job.spec().checkpoint().interval_steps();
+  if (c.dir().empty() && job.spec().checkpoint().dir().empty()) return;
+  const std::string every =
+      interval > 0 ? absl::StrCat("every ", interval, " steps") : "at the end only";
+  if (c.dir().empty()) {
+    line("checkpoint", absl::StrCat(job.spec().checkpoint().dir(), "/", job.id(),
+                                    " (not created yet), ", every));
+    return;
+  }
+  line("checkpoint", absl::StrCat(PathOnHost(c.dir(), c.host()), ", ", every));
+  const int64_t latest = job.has_latest() ? job.latest().step() : 0;
+  if (c.last_sealed_step() <= 0) {
+    line("sealed", latest > 0 ? absl::StrCat("none yet; a resume would redo all ", latest,
+                                             " steps")
+                              : "none yet");
+    return;
+  }
+  const int64_t redo = std::max<int64_t>(0, latest - c.last_sealed_step());
+  line("sealed", absl::StrCat("step ", c.last_sealed_step(),
+                              c.sealed_unix_ms() > 0
+                                  ? absl::StrCat(" at ", FormatClock(FromUnixMs(c.sealed_unix_ms()),
+                                                                     now))
+                                  : "",
+                              "; a resume would redo ", redo, redo == 1 ? " step" : " steps",
+                              " after it"));
+}
+
+}  // namespace
+
 std::string JobDetail(const Job& job, absl::Time now) {
   const JobSpec& spec = job.spec();
   const ParallelLayout& layout = spec.parallel();
   const int workers = Or1(layout.dp()) * Or1(layout.pp()) * Or1(layout.tp());
   std::string out;
-  auto line = [&](absl::string_view key, const std::string& value) {
+  const auto line = [&](absl::string_view key, const std::string& value) {
     absl::StrAppend(&out, absl::StrFormat("%-10s %s\n", absl::StrCat(key, ":"), value));
   };
   line("id", job.id());
   if (!spec.name().empty()) line("name", spec.name());
-  line("state", job.reason().empty()
-                    ? JobStateName(job.state())
-                    : absl::StrCat(JobStateName(job.state()), ": ", job.reason()));
-  line("submitted", FormatAge(absl::FromUnixMillis(job.submitted_unix_ms()), now) + " ago");
+  line("state", StateText(job.state(), job.reason()));
+  const absl::Time submitted = FromUnixMs(job.submitted_unix_ms());
+  line("submitted", absl::StrCat(FormatClock(submitted, now), " (",
+                                 FormatAge(submitted, now), " ago)"));
+  if (job.started_unix_ms() > 0) {
+    line("started", FormatClock(FromUnixMs(job.started_unix_ms()), now));
+  }
+  if (job.ended_unix_ms() > 0) line("ended", FormatClock(FromUnixMs(job.ended_unix_ms()), now));
+  if (job.started_unix_ms() > 0) {
+    line("duration", absl::StrCat(JobDuration(job, now), job.ended_unix_ms() > 0 ? "" : " so far"));
+  }
   const ModelConfig& m = spec.model();
   line("model", absl::StrCat("vocab ", m.vocab_size(), ", context ", m.context(), ", ",
                              m.n_layer(), " layers, ", m.n_head(), " heads, width ",
@@ -249,7 +338,12 @@ std::string JobDetail(const Job& job, absl::Time now) {
   } else {
     line("step", absl::StrCat("-/", spec.steps()));
   }
-  if (!job.output().empty()) line("output", job.output());
+  if (job.resumed_from_step() > 0) {
+    line("resumed", absl::StrCat("from step ", job.resumed_from_step(),
+                                 spec.resume_from().empty() ? "" : " of " + spec.resume_from()));
+  }
+  CheckpointLines(job, now, line);
+  if (!job.output().empty()) line("output", PathOnHost(job.output(), job.output_host()));
   if (job.placement().ranks_size() > 0) {
     absl::StrAppend(&out, "placement:\n");
     for (const RankAssignment& r : job.placement().ranks()) {
@@ -270,6 +364,59 @@ std::string JobDetail(const Job& job, absl::Time now) {
     }
   }
   return out;
+}
+
+std::string CheckpointsText(const std::string& job_id, const ListCheckpointsResponse& response,
+                            absl::Time now) {
+  const CheckpointStatus& c = response.status();
+  std::string out = absl::StrCat(job_id, " checkpoints: ");
+  if (c.dir().empty()) {
+    absl::StrAppend(&out, "no location reported yet (the job has not started)\n");
+  } else {
+    absl::StrAppend(&out, PathOnHost(c.dir(), c.host()), ", ",
+                    c.interval_steps() > 0 ? absl::StrCat("every ", c.interval_steps(), " steps")
+                                           : "at the end only",
+                    "\n");
+  }
+  if (response.checkpoints_size() == 0) {
+    absl::StrAppend(&out, "no sealed step yet\n");
+    return out;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const CheckpointInfo& info : response.checkpoints()) {
+    rows.push_back({absl::StrCat(info.step()), FormatClock(FromUnixMs(info.time_unix_ms()), now),
+                    info.path()});
+  }
+  absl::StrAppend(&out, FormatTable({"STEP", "SEALED", "PATH"}, rows));
+  return out;
+}
+
+std::string LogEntryLine(const LogEntry& entry) {
+  const std::string when = absl::FormatTime("%Y-%m-%d %H:%M:%E3S",
+                                            FromUnixMs(entry.time_unix_ms()), absl::LocalTimeZone());
+  std::string source =
+      entry.rank() < 0 ? "coordinator" : absl::StrCat("rank ", entry.rank());
+  if (entry.rank() >= 0 && !entry.worker_id().empty()) {
+    absl::StrAppend(&source, " (", entry.worker_id(), ")");
+  }
+  std::string level;
+  switch (entry.severity()) {
+    case LOG_WARNING:
+      level = "WARNING";
+      break;
+    case LOG_ERROR:
+      level = "ERROR";
+      break;
+    default:
+      level = "INFO";
+  }
+  return absl::StrCat(when, " ", source, " ", level, " ", entry.text());
+}
+
+std::string KeepsRunningNote(const std::string& job_id, const std::string& coordinator) {
+  return absl::StrCat(job_id, " keeps running; stop it with: dtrain ",
+                      coordinator.empty() ? "" : absl::StrCat("--coordinator=", coordinator, " "),
+                      "cancel ", job_id);
 }
 
 std::vector<std::string> SplitProblems(const std::string& message) {

@@ -33,8 +33,25 @@ std::string FormatThousands(int64_t value);
 // Rounded to the nearest second: 41.6 -> "0:42".
 std::string FormatEta(double seconds);
 
-// How long ago, short: "0.4s", "12s", "3m05s", "2h10m", "3d"; "never" for a zero time.
+// A length of time, short: "0.4s", "12s", "3m05s", "2h10m", "3d" (negative counts as 0).
+std::string FormatSpan(absl::Duration span);
+
+// How long ago, short (FormatSpan of now - then); "never" for a zero time.
 std::string FormatAge(absl::Time then, absl::Time now);
+
+// A point in time in the local zone: "14:03:27" on the day of `now`, else "2024-05-01 14:03";
+// "-" for a zero time.
+std::string FormatClock(absl::Time when, absl::Time now);
+
+// A time from the coordinator (ms since the Unix epoch; 0 = never) as an absl::Time.
+absl::Time FromUnixMs(int64_t unix_ms);
+
+// How long the job ran: ended - started, or now - started while it runs; "-" before it starts.
+std::string JobDuration(const Job& job, absl::Time now);
+
+// A state and why, without saying the state twice: (QUEUED, "queued; placing it now") ->
+// "QUEUED: placing it now"; (RUNNING, "") -> "RUNNING".
+std::string StateText(JobState state, const std::string& reason);
 
 // A loss with 4 decimals: "2.9312".
 std::string FormatLoss(double loss);
@@ -82,12 +99,32 @@ std::string SummaryLine(const Job& job, std::optional<double> first_loss);
 std::string FormatTable(const std::vector<std::string>& header,
                         const std::vector<std::vector<std::string>>& rows);
 
+// "/srv/ckpt/job-000003 on hostA"; the path alone when the host is unknown.
+std::string PathOnHost(const std::string& path, const std::string& host);
+
 // `dtrain workers`: ID STATE DEVICE HOST JOB HEARTBEAT.
 std::string WorkersTable(const ListWorkersResponse& workers, absl::Time now);
-// `dtrain list`: ID STATE NAME STEP LOSS LAYOUT SUBMITTED REASON.
+// `dtrain list`: ID STATE NAME STEP LOSS LAYOUT SUBMITTED STARTED ENDED DURATION REASON; the
+// reason (which may hold a path) is never cut.
 std::string JobsTable(const ListJobsResponse& jobs, absl::Time now);
-// `dtrain status ID`: one "key: value" line per property, then the placement and history.
+// `dtrain status ID`: one "key: value" line per property (times, checkpoint location and what a
+// resume would redo, output with its host), then the placement and history.
 std::string JobDetail(const Job& job, absl::Time now);
+
+// `dtrain checkpoints ID`: where the job's checkpoints are, then one row per sealed step:
+//   job-000003 checkpoints: /srv/ckpt/job-000003 on hostA, every 10 steps
+//   STEP  SEALED    PATH
+//   10    14:03:27  /srv/ckpt/job-000003/step_00000010
+std::string CheckpointsText(const std::string& job_id, const ListCheckpointsResponse& response,
+                            absl::Time now);
+
+// One line of `dtrain logs`: "2024-05-01 14:03:27.120 rank 1 (w2) ERROR text", or
+// "... coordinator INFO text" for the coordinator's own lines (rank -1).
+std::string LogEntryLine(const LogEntry& entry);
+
+// What Ctrl-C on a watch prints: "job-000012 keeps running; stop it with: dtrain cancel
+// job-000012" (with --coordinator=ADDRESS when `coordinator` is not the default one, empty).
+std::string KeepsRunningNote(const std::string& job_id, const std::string& coordinator);
 
 // "dp=2 pp=1 tp=2 (4 workers)"; the defaults (0 means 1) applied.
 std::string LayoutString(const ParallelLayout& layout);

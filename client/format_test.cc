@@ -189,9 +189,111 @@ TEST(JobsTable, ShowsStepLossLayout) {
   job->mutable_spec()->mutable_parallel()->set_pp(2);
   const absl::Time now = absl::FromUnixSeconds(2000000);
   job->set_submitted_unix_ms(absl::ToUnixMillis(now - absl::Seconds(65)));
-  EXPECT_EQ(JobsTable(r, now),
-            "ID          STATE    NAME  STEP    LOSS    LAYOUT          SUBMITTED  REASON\n"
-            "job-000003  RUNNING  tiny  40/200  2.9312  dp=1 pp=2 tp=1  1m05s ago  -\n");
+  job->set_started_unix_ms(absl::ToUnixMillis(now - absl::Seconds(62)));
+  EXPECT_EQ(JobsTable(r, now).substr(0, 79),
+            "ID          STATE    NAME  STEP    LOSS    LAYOUT          SUBMITTED  STARTED  ");
+  EXPECT_NE(JobsTable(r, now).find("1m05s ago  "), std::string::npos);
+  EXPECT_NE(JobsTable(r, now).find("  -      1m02s     -\n"), std::string::npos)
+      << JobsTable(r, now);
+}
+
+TEST(JobsTable, NeverCutsTheReason) {
+  ListJobsResponse r;
+  Job* job = r.add_jobs();
+  *job = RunningJob();
+  const std::string reason = "worker w4 stopped by SIGTERM; output " + std::string(100, 'x') +
+                             "/model.safetensors";
+  job->set_reason(reason);
+  EXPECT_NE(JobsTable(r, absl::Now()).find(reason + "\n"), std::string::npos);
+}
+
+TEST(StateText, DropsTheStateRepeatedInTheReason) {
+  EXPECT_EQ(StateText(QUEUED, "queued; placing it now"), "QUEUED: placing it now");
+  EXPECT_EQ(StateText(QUEUED, "queued"), "QUEUED");
+  EXPECT_EQ(StateText(QUEUED, "queuedness"), "QUEUED: queuedness");
+  EXPECT_EQ(StateText(RUNNING, ""), "RUNNING");
+  EXPECT_EQ(StateText(FAILED, "worker w2 lost"), "FAILED: worker w2 lost");
+}
+
+TEST(FormatSpan, ShortUnits) {
+  EXPECT_EQ(FormatSpan(absl::Seconds(-3)), "0.0s");
+  EXPECT_EQ(FormatSpan(absl::Seconds(185)), "3m05s");
+}
+
+TEST(JobDuration, EndedMinusStartedOrSoFar) {
+  Job job;
+  const absl::Time now = absl::FromUnixSeconds(5000);
+  EXPECT_EQ(JobDuration(job, now), "-");
+  job.set_started_unix_ms(absl::ToUnixMillis(now - absl::Seconds(100)));
+  EXPECT_EQ(JobDuration(job, now), "1m40s");
+  job.set_ended_unix_ms(absl::ToUnixMillis(now - absl::Seconds(40)));
+  EXPECT_EQ(JobDuration(job, now), "1m00s");
+}
+
+TEST(JobDetail, ShowsTimesCheckpointRedoAndOutputHost) {
+  Job job = RunningJob();
+  const absl::Time now = absl::FromUnixSeconds(2000000);
+  job.set_submitted_unix_ms(absl::ToUnixMillis(now - absl::Seconds(70)));
+  job.set_started_unix_ms(absl::ToUnixMillis(now - absl::Seconds(65)));
+  job.mutable_spec()->mutable_checkpoint()->set_dir("ckpt");
+  job.mutable_spec()->mutable_checkpoint()->set_interval_steps(10);
+  job.mutable_checkpoint()->set_dir("/srv/ckpt/job-000003");
+  job.mutable_checkpoint()->set_host("hostA");
+  job.mutable_checkpoint()->set_last_sealed_step(30);
+  job.set_resumed_from_step(20);
+  job.mutable_spec()->set_resume_from("job-000001");
+  job.set_output("/srv/ckpt/job-000003/model.safetensors");
+  job.set_output_host("hostA");
+  const std::string detail = JobDetail(job, now);
+  EXPECT_NE(detail.find("duration:  1m05s so far\n"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("started:   "), std::string::npos) << detail;
+  EXPECT_EQ(detail.find("ended:"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("resumed:   from step 20 of job-000001\n"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("checkpoint: /srv/ckpt/job-000003 on hostA, every 10 steps\n"),
+            std::string::npos)
+      << detail;
+  EXPECT_NE(detail.find("sealed:    step 30; a resume would redo 10 steps after it\n"),
+            std::string::npos)
+      << detail;
+  EXPECT_NE(detail.find("output:    /srv/ckpt/job-000003/model.safetensors on hostA\n"),
+            std::string::npos)
+      << detail;
+}
+
+TEST(JobDetail, CheckpointNotCreatedYetAndNoneWithoutADir) {
+  Job job = RunningJob();
+  EXPECT_EQ(JobDetail(job, absl::Now()).find("checkpoint:"), std::string::npos);
+  job.mutable_spec()->mutable_checkpoint()->set_dir("/ckpt");
+  EXPECT_NE(JobDetail(job, absl::Now())
+                .find("checkpoint: /ckpt/job-000003 (not created yet), at the end only\n"),
+            std::string::npos);
+}
+
+TEST(CheckpointsText, NoLocationAndNoSealedStep) {
+  ListCheckpointsResponse r;
+  EXPECT_EQ(CheckpointsText("job-000004", r, absl::Now()),
+            "job-000004 checkpoints: no location reported yet (the job has not started)\n"
+            "no sealed step yet\n");
+}
+
+TEST(LogEntryLine, RankWorkerLevelText) {
+  LogEntry e;
+  e.set_rank(2);
+  e.set_worker_id("w3");
+  e.set_severity(LOG_WARNING);
+  e.set_text("slow peer");
+  const std::string line = LogEntryLine(e);
+  EXPECT_NE(line.find(" rank 2 (w3) WARNING slow peer"), std::string::npos) << line;
+  e.set_rank(-1);
+  e.set_severity(LOG_INFO);
+  EXPECT_NE(LogEntryLine(e).find(" coordinator INFO slow peer"), std::string::npos);
+}
+
+TEST(KeepsRunningNote, SaysHowToCancel) {
+  EXPECT_EQ(KeepsRunningNote("job-000012", ""),
+            "job-000012 keeps running; stop it with: dtrain cancel job-000012");
+  EXPECT_EQ(KeepsRunningNote("job-000012", "h:1"),
+            "job-000012 keeps running; stop it with: dtrain --coordinator=h:1 cancel job-000012");
 }
 
 TEST(JobDetail, ListsPlacementAndHistory) {
