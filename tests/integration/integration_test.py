@@ -783,7 +783,7 @@ import safety_cases  # noqa: E402  no job loses or mixes another's files; truthf
 
 CASES = {}
 for _module in (sys.modules[__name__], cli_cases, safety_cases):
-    for _name, _fn in vars(_module).items():
+    for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn
 
