@@ -544,6 +544,23 @@ TEST_F(CommandsTest, SubmitEmptyFileOrDirectoryExits2SayingSo) {
   EXPECT_THAT(err_.str(), HasSubstr("standard input: file is empty"));
 }
 
+// plan reads the spec with the coordinator's own parser, so this is submit's wording too.
+TEST_F(CommandsTest, MalformedSpecNamesLineAndColumn) {
+  const std::string path = ::testing::TempDir() + "/malformed.json";
+  std::ofstream(path) << "{\n  \"name\": \"x\",\n  \"steps\": 10\n  \"batch_size\": 4\n}\n";
+  EXPECT_EQ(Run({"plan", path}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("job spec is not valid JSON: line 4, column 3: expected ',' "
+                                    "or '}' after a field's value, found '\"'"));
+  std::ofstream(path) << "{\"name\": \"x\", \"steps\": 10,";
+  EXPECT_EQ(Run({"plan", path}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("line 1, column 27: expected a field name in double quotes, "
+                                    "found the end of the file"));
+  std::ofstream(path) << "{\"name\": tiny}";
+  EXPECT_EQ(Run({"plan", path}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("line 1, column 10: expected a value (a string needs double "
+                                    "quotes), found 't'"));
+}
+
 TEST_F(CommandsTest, WatchQuietPrintsStateChangesAndTheSummaryOnly) {
   EXPECT_EQ(Run({"watch", "job-000001", "--quiet"}), 0);
   EXPECT_EQ(out_.str(),

@@ -150,6 +150,133 @@ bool IsOneOf(absl::string_view value, std::initializer_list<absl::string_view> o
 
 namespace {
 
+// Finds the first syntax error of a JSON text, for a message a user can act on ("line 7,
+// column 12: expected ',' or '}' after a field's value, found '\"'") instead of protobuf's
+// parser wording. Columns count bytes from 1. Only syntax: what the values mean is protobuf's.
+class JsonSyntaxChecker {
+ public:
+  explicit JsonSyntaxChecker(absl::string_view text) : text_(text) {}
+
+  // "" when `text` is one well-formed JSON value (with only whitespace around it).
+  std::string FirstError() {
+    if (!Value()) return error_;
+    SkipSpace();
+    if (pos_ < text_.size()) Fail("text after the end of the JSON object");
+    return error_;
+  }
+
+ private:
+  bool Value() {
+    SkipSpace();
+    if (pos_ >= text_.size()) return Fail("expected a value");
+    const char c = text_[pos_];
+    if (c == '{') return Container('}');
+    if (c == '[') return Container(']');
+    if (c == '"') return String();
+    if (c == '-' || absl::ascii_isdigit(static_cast<unsigned char>(c))) return Number();
+    for (absl::string_view word : {"true", "false", "null"}) {
+      if (absl::StartsWith(text_.substr(pos_), word)) {
+        pos_ += word.size();
+        return true;
+      }
+    }
+    return Fail("expected a value (a string needs double quotes)");
+  }
+
+  // An object ({"key": value, ...}) or an array ([value, ...]) at pos_.
+  bool Container(char close) {
+    const bool object = close == '}';
+    ++pos_;
+    SkipSpace();
+    if (At(close)) return ++pos_, true;
+    while (true) {
+      if (object) {
+        SkipSpace();
+        if (!At('"')) return Fail("expected a field name in double quotes");
+        if (!String()) return false;
+        SkipSpace();
+        if (!At(':')) return Fail("expected ':' after the field name");
+        ++pos_;
+      }
+      if (!Value()) return false;
+      SkipSpace();
+      if (At(',')) {
+        ++pos_;
+        continue;
+      }
+      if (At(close)) return ++pos_, true;
+      return Fail(object ? "expected ',' or '}' after a field's value"
+                         : "expected ',' or ']' after an array element");
+    }
+  }
+
+  bool String() {
+    ++pos_;  // the opening quote
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (c == '"') return ++pos_, true;
+      if (c == '\n') return Fail("a string must end on the line it starts (missing '\"'?)");
+      if (c == '\\') {
+        ++pos_;
+        if (pos_ >= text_.size() || !absl::StrContains("\"\\/bfnrtu", text_[pos_])) {
+          return Fail("bad escape in a string");
+        }
+      }
+      ++pos_;
+    }
+    return Fail("a string is not closed (missing '\"')");
+  }
+
+  bool Number() {
+    const size_t start = pos_;
+    if (At('-')) ++pos_;
+    const auto digits = [&] {
+      const size_t from = pos_;
+      while (pos_ < text_.size() && absl::ascii_isdigit(static_cast<unsigned char>(text_[pos_]))) {
+        ++pos_;
+      }
+      return pos_ > from;
+    };
+    bool ok = digits();
+    if (ok && At('.')) ++pos_, ok = digits();
+    if (ok && (At('e') || At('E'))) {
+      ++pos_;
+      if (At('+') || At('-')) ++pos_;
+      ok = digits();
+    }
+    if (!ok) {
+      pos_ = start;
+      return Fail("bad number");
+    }
+    return true;
+  }
+
+  bool At(char c) const { return pos_ < text_.size() && text_[pos_] == c; }
+
+  void SkipSpace() {
+    while (pos_ < text_.size() && absl::ascii_isspace(static_cast<unsigned char>(text_[pos_]))) {
+      ++pos_;
+    }
+  }
+
+  // Records "line L, column C: what, found X" for pos_; returns false.
+  bool Fail(absl::string_view what) {
+    const absl::string_view before = text_.substr(0, pos_);
+    const size_t line_start = before.rfind('\n');
+    const size_t column = line_start == absl::string_view::npos ? pos_ + 1 : pos_ - line_start;
+    const std::string found = pos_ >= text_.size()
+                                  ? "the end of the file"
+                                  : absl::StrCat("'", text_.substr(pos_, 1), "'");
+    error_ = absl::StrCat("line ", std::count(before.begin(), before.end(), '\n') + 1,
+                          ", column ", column, ": ", what, ", found ", found);
+    return false;
+  }
+
+  absl::string_view text_;
+  size_t pos_ = 0;
+  std::string error_;
+};
+
 // Reads `json` into `spec`, ignoring unknown fields, which it lists in `problems` with their
 // paths. Errors only for what stops reading altogether: malformed JSON, or a value of the wrong
 // type ("steps": "ten"; protobuf names the first one only).
@@ -163,6 +290,10 @@ absl::Status ReadJobSpec(absl::string_view json, JobSpec* spec,
   google::protobuf::Struct object;
   auto status = google::protobuf::util::JsonStringToMessage(text, &object, options);
   if (!status.ok()) {
+    const std::string syntax = JsonSyntaxChecker(json).FirstError();
+    if (!syntax.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("job spec is not valid JSON: ", syntax));
+    }
     return absl::InvalidArgumentError(
         absl::StrCat("job spec is not a JSON object: ", std::string(status.message())));
   }
