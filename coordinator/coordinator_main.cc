@@ -8,6 +8,8 @@
 // Exit status 0 after SIGTERM or SIGINT (in-flight calls finished, watches ended, database
 // closed); 1 when it cannot start (database unusable, address in use, an explicit
 // --metrics_listen that cannot be bound), with the reason on stderr.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -16,6 +18,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -58,6 +62,13 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --help lists this file's flags (absl's default looks for a file named after the binary).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "coordinator/coordinator_main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "dtrain-coordinator --listen=HOST:PORT --db=FILE [--lease=10s] [--heartbeat_interval=1s] "
       "[--metrics_listen=0.0.0.0:9464]");
@@ -84,7 +95,11 @@ int main(int argc, char** argv) {
       CoordinatorMetrics::Create(&registry);
   if (!metrics.ok()) return Fail(metrics.status());
 
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(absl::GetFlag(FLAGS_db));
+  char host[256] = "unknown";
+  gethostname(host, sizeof(host) - 1);
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(
+      absl::GetFlag(FLAGS_db), absl::StrCat("pid ", getpid(), " on host ", host, ", listening on ",
+                                            absl::GetFlag(FLAGS_listen)));
   if (!store.ok()) return Fail(store.status());
   JobManager::Options options;
   options.lease = lease;

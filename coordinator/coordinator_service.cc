@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_service.h"
 
 #include <deque>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -23,16 +25,21 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, absl::Stat
   return reactor;
 }
 
-// Streams a job's updates: first what the store already holds (state history, steps after
-// after_step, events), then new ones as the notifier announces them, one write at a time. The
-// final state is sent last, after every step and event before it, and ends the stream.
+// Streams what the store holds about one job, then what is added, one write at a time: `fill`
+// appends to the queue whatever is new since its last call (it keeps its own cursors) and sets
+// *ended once the last message is queued; when nothing is new the reactor parks on the job's
+// JobNotifier entry (no thread) until something changes. Finishes OK after the last message,
+// CANCELLED when the client goes away, UNAVAILABLE at Shutdown().
 //
 // Lifetime: gRPC holds one reference until OnDone; a parked notifier callback holds another, so
 // a callback racing OnDone never touches a deleted reactor.
-class WatchReactor : public grpc::ServerWriteReactor<JobUpdate> {
+template <typename T>
+class FollowReactor : public grpc::ServerWriteReactor<T> {
  public:
-  WatchReactor(JobManager* manager, const WatchJobRequest& request)
-      : manager_(manager), job_id_(request.job_id()), after_step_(request.after_step()) {
+  using Fill = std::function<absl::Status(std::deque<T>* queue, bool* ended)>;
+
+  FollowReactor(JobManager* manager, std::string job_id, Fill fill)
+      : manager_(manager), job_id_(std::move(job_id)), fill_(std::move(fill)) {
     Pump();
   }
 
@@ -44,13 +51,11 @@ class WatchReactor : public grpc::ServerWriteReactor<JobUpdate> {
     if (ok) {
       Pump();
     } else {
-      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away"));
+      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away"));
     }
   }
 
-  void OnCancel() override {
-    FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
-  }
+  void OnCancel() override { FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
 
   void OnDone() override {
     {
@@ -81,17 +86,17 @@ class WatchReactor : public grpc::ServerWriteReactor<JobUpdate> {
           writing_ = write = true;
           break;
         }
-        if (final_queued_) {
+        if (ended_) {
           finish = grpc::Status::OK;
           break;
         }
         const uint64_t version = manager_->notifier().Version(job_id_);
-        absl::Status status = Fill();
+        absl::Status status = fill_(&queue_, &ended_);
         if (!status.ok()) {
           finish = ToGrpcStatus(status);
           break;
         }
-        if (!queue_.empty()) continue;
+        if (!queue_.empty() || ended_) continue;
         ++refs_;
         if (manager_->notifier().WaitOnce(
                 job_id_, version, [this] { OnNotified(); }, &token_)) {
@@ -106,8 +111,8 @@ class WatchReactor : public grpc::ServerWriteReactor<JobUpdate> {
       }
     }
     // Outside the lock: gRPC may run reactions inline.
-    if (write) StartWrite(&current_);
-    if (finish.has_value()) Finish(*finish);
+    if (write) this->StartWrite(&current_);
+    if (finish.has_value()) this->Finish(*finish);
   }
 
   void OnNotified() {
@@ -119,59 +124,13 @@ class WatchReactor : public grpc::ServerWriteReactor<JobUpdate> {
     Unref();
   }
 
-  // Queues everything new in the store; the final state only once nothing else is left.
-  absl::Status Fill() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    JobStore& store = manager_->store();
-    absl::StatusOr<Job> summary = store.GetJob(job_id_, /*with_history=*/false);
-    if (!summary.ok()) return summary.status();
-    // The placement (dp*pp*tp ranks) rides only on state changes; steps and events, the bulk
-    // of a stream, carry the summary without it.
-    Job light = *summary;
-    light.clear_placement();
-    auto add = [&](bool with_placement = false) -> JobUpdate& {
-      JobUpdate& u = queue_.emplace_back();
-      *u.mutable_job() = with_placement ? *summary : light;
-      return u;
-    };
-    absl::StatusOr<std::vector<HistoryEntry>> history = store.HistoryAfter(job_id_, history_seq_);
-    if (!history.ok()) return history.status();
-    for (HistoryEntry& e : *history) {
-      history_seq_ = e.seq;
-      if (IsFinal(e.change.state())) {
-        final_ = std::move(e.change);
-      } else {
-        *add(/*with_placement=*/true).mutable_state_change() = std::move(e.change);
-      }
-    }
-    constexpr int kBatch = 256;
-    absl::StatusOr<std::vector<StepMetrics>> steps =
-        store.MetricsAfter(job_id_, after_step_, kBatch);
-    if (!steps.ok()) return steps.status();
-    for (StepMetrics& m : *steps) {
-      after_step_ = m.step();
-      *add().mutable_step() = std::move(m);
-    }
-    absl::StatusOr<std::vector<JobEvent>> events = store.EventsAfter(job_id_, event_seq_, kBatch);
-    if (!events.ok()) return events.status();
-    for (JobEvent& e : *events) {
-      event_seq_ = e.seq;
-      add().set_event(std::move(e.text));
-    }
-    if (queue_.empty() && final_.has_value()) {
-      *add(/*with_placement=*/true).mutable_state_change() = std::move(*final_);
-      final_.reset();
-      final_queued_ = true;
-    }
-    return absl::OkStatus();
-  }
-
   void FinishOnce(const grpc::Status& status) {
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
       finished_ = true;
     }
-    Finish(status);
+    this->Finish(status);
   }
 
   void Unref() {
@@ -185,20 +144,106 @@ class WatchReactor : public grpc::ServerWriteReactor<JobUpdate> {
 
   JobManager* const manager_;
   const std::string job_id_;
+  const Fill fill_;  // called under mu_
   absl::Mutex mu_;
   int refs_ ABSL_GUARDED_BY(mu_) = 1;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool waiting_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
   JobNotifier::Token token_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<T> queue_ ABSL_GUARDED_BY(mu_);
+  T current_;  // the message being written; untouched until OnWriteDone
+};
+
+// WatchJob's content: the state history, steps after after_step and events; the final state is
+// queued last, after every step and event before it, and ends the stream.
+class WatchFill {
+ public:
+  WatchFill(JobManager* manager, const WatchJobRequest& request)
+      : manager_(manager), job_id_(request.job_id()), after_step_(request.after_step()) {}
+
+  absl::Status operator()(std::deque<JobUpdate>* queue, bool* ended) {
+    JobStore& store = manager_->store();
+    ASSIGN_OR_RETURN(Job summary, store.GetJob(job_id_, /*with_history=*/false));
+    // The placement (dp*pp*tp ranks) rides only on state changes; steps and events, the bulk
+    // of a stream, carry the summary without it.
+    Job light = summary;
+    light.clear_placement();
+    auto add = [&](bool with_placement = false) -> JobUpdate& {
+      JobUpdate& u = queue->emplace_back();
+      *u.mutable_job() = with_placement ? summary : light;
+      return u;
+    };
+    ASSIGN_OR_RETURN(std::vector<HistoryEntry> history, store.HistoryAfter(job_id_, history_seq_));
+    for (HistoryEntry& e : history) {
+      history_seq_ = e.seq;
+      if (IsFinal(e.change.state())) {
+        final_ = std::move(e.change);
+      } else {
+        *add(/*with_placement=*/true).mutable_state_change() = std::move(e.change);
+      }
+    }
+    constexpr int kBatch = 256;
+    ASSIGN_OR_RETURN(std::vector<StepMetrics> steps,
+                     store.MetricsAfter(job_id_, after_step_, kBatch));
+    for (StepMetrics& m : steps) {
+      after_step_ = m.step();
+      *add().mutable_step() = std::move(m);
+    }
+    ASSIGN_OR_RETURN(std::vector<JobEvent> events, store.EventsAfter(job_id_, event_seq_, kBatch));
+    for (JobEvent& e : events) {
+      event_seq_ = e.seq;
+      add().set_event(std::move(e.text));
+    }
+    if (queue->empty() && final_.has_value()) {
+      *add(/*with_placement=*/true).mutable_state_change() = std::move(*final_);
+      final_.reset();
+      *ended = true;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  JobManager* const manager_;
+  const std::string job_id_;
   // Cursors: what has been queued so far.
-  int64_t after_step_ ABSL_GUARDED_BY(mu_);
-  int64_t history_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t event_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<StateChange> final_ ABSL_GUARDED_BY(mu_);
-  bool final_queued_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<JobUpdate> queue_ ABSL_GUARDED_BY(mu_);
-  JobUpdate current_;  // the message being written; untouched until OnWriteDone
+  int64_t after_step_;
+  int64_t history_seq_ = 0;
+  int64_t event_seq_ = 0;
+  std::optional<StateChange> final_;
+};
+
+// JobLogs's content: log lines after after_seq (one rank's, when asked); with follow, until the
+// job has ended and every line before its end is sent.
+class LogsFill {
+ public:
+  LogsFill(JobManager* manager, const JobLogsRequest& request)
+      : manager_(manager),
+        job_id_(request.job_id()),
+        rank_(request.has_rank() ? std::optional<int>(request.rank()) : std::nullopt),
+        follow_(request.follow()),
+        after_seq_(request.after_seq()) {}
+
+  absl::Status operator()(std::deque<LogEntry>* queue, bool* ended) {
+    JobStore& store = manager_->store();
+    // The state first: a line recorded before the job ended is read below.
+    ASSIGN_OR_RETURN(Job job, store.GetJob(job_id_, /*with_history=*/false));
+    ASSIGN_OR_RETURN(std::vector<LogEntry> lines, store.LogsAfter(job_id_, after_seq_, rank_, 256));
+    for (LogEntry& line : lines) {
+      after_seq_ = line.seq();
+      queue->push_back(std::move(line));
+    }
+    if (lines.empty() && (!follow_ || IsFinal(job.state()))) *ended = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  JobManager* const manager_;
+  const std::string job_id_;
+  const std::optional<int> rank_;
+  const bool follow_;
+  int64_t after_seq_;
 };
 
 }  // namespace
@@ -226,11 +271,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportProgress(grpc::CallbackServe
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* context,
                                                         const SubmitJobRequest* request,
                                                         SubmitJobResponse* response) {
-  absl::StatusOr<Job> job = manager_->SubmitJob(*request);
-  if (!job.ok()) return Reply<SubmitJobResponse>(context, job.status(), response);
-  SubmitJobResponse result;
-  *result.mutable_job() = *std::move(job);
-  return Reply(context, absl::StatusOr<SubmitJobResponse>(std::move(result)), response);
+  return Reply(context, manager_->SubmitJob(*request), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,
@@ -241,7 +282,9 @@ grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,
                                                        const ListJobsRequest* request,
                                                        ListJobsResponse* response) {
-  return Reply(context, manager_->ListJobs(request->limit()), response);
+  std::vector<JobState> states;
+  for (int state : request->states()) states.push_back(static_cast<JobState>(state));
+  return Reply(context, manager_->ListJobs(request->limit(), states), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* context,
@@ -252,7 +295,35 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
 
 grpc::ServerWriteReactor<JobUpdate>* CoordinatorService::WatchJob(
     grpc::CallbackServerContext* /*context*/, const WatchJobRequest* request) {
-  return new WatchReactor(manager_, *request);
+  return new FollowReactor<JobUpdate>(manager_, request->job_id(), WatchFill(manager_, *request));
+}
+
+grpc::ServerWriteReactor<LogEntry>* CoordinatorService::JobLogs(
+    grpc::CallbackServerContext* /*context*/, const JobLogsRequest* request) {
+  return new FollowReactor<LogEntry>(manager_, request->job_id(), LogsFill(manager_, *request));
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::DeregisterWorker(
+    grpc::CallbackServerContext* context, const DeregisterWorkerRequest* request,
+    DeregisterWorkerResponse* response) {
+  absl::Status status = manager_->DeregisterWorker(*request);
+  if (!status.ok()) return Reply<DeregisterWorkerResponse>(context, status, response);
+  return Reply(context, absl::StatusOr<DeregisterWorkerResponse>(DeregisterWorkerResponse()),
+               response);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ForgetWorker(grpc::CallbackServerContext* context,
+                                                           const ForgetWorkerRequest* request,
+                                                           ForgetWorkerResponse* response) {
+  absl::Status status = manager_->ForgetWorker(request->worker_id());
+  if (!status.ok()) return Reply<ForgetWorkerResponse>(context, status, response);
+  return Reply(context, absl::StatusOr<ForgetWorkerResponse>(ForgetWorkerResponse()), response);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(
+    grpc::CallbackServerContext* context, const ListCheckpointsRequest* request,
+    ListCheckpointsResponse* response) {
+  return Reply(context, manager_->ListCheckpoints(request->job_id()), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,

@@ -2,7 +2,7 @@
 //
 // Unary calls run JobManager's method inline and finish at once: none of them waits on a worker
 // or another call (work for workers travels in heartbeat responses), so no gRPC thread blocks.
-// WatchJob is a ServerWriteReactor that writes one update at a time, reading what is new from
+// WatchJob and JobLogs are ServerWriteReactors that write one message at a time, reading what is new from
 // the store, and when nothing is new parks on the job's JobNotifier entry instead of a thread;
 // it finishes after the job's final state, when the client cancels (or its deadline passes), or
 // with UNAVAILABLE at Shutdown().
@@ -57,6 +57,17 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
                                         const ListWorkersRequest* request,
                                         ListWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* DeregisterWorker(grpc::CallbackServerContext* context,
+                                             const DeregisterWorkerRequest* request,
+                                             DeregisterWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* ForgetWorker(grpc::CallbackServerContext* context,
+                                         const ForgetWorkerRequest* request,
+                                         ForgetWorkerResponse* response) override;
+  grpc::ServerWriteReactor<LogEntry>* JobLogs(grpc::CallbackServerContext* context,
+                                              const JobLogsRequest* request) override;
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* context,
+                                            const ListCheckpointsRequest* request,
+                                            ListCheckpointsResponse* response) override;
 
  private:
   JobManager* const manager_;

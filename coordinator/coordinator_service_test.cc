@@ -314,7 +314,7 @@ TEST(CoordinatorService, LeaseExpiryFailsTheJobNamingTheWorker) {
   ASSERT_TRUE(WaitFor([&] { return c.StateOf(job->id()) == FAILED; }, absl::Seconds(3)));
   absl::StatusOr<Job> failed = c.Get(job->id());
   ASSERT_TRUE(failed.ok());
-  EXPECT_THAT(failed->reason(), HasSubstr("worker w1 lost: no heartbeat for 0."));
+  EXPECT_THAT(failed->reason(), HasSubstr("worker w1 (dp0 pp0 tp0) lost: no heartbeat for 0."));
   EXPECT_TRUE(watch.Join().ok());
   EXPECT_EQ(watch.Summary().back(), "FAILED");
   ListWorkersResponse workers;

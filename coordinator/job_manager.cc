@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <random>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "coordinator/job_spec.h"
 #include "coordinator/placement.h"
@@ -27,10 +30,6 @@ int64_t JobNumber(absl::string_view id) {
   return n;
 }
 
-std::string RankName(const RankAssignment& r) {
-  return absl::StrCat("dp", r.dp_rank(), " pp", r.pp_rank(), " tp", r.tp_rank());
-}
-
 std::string Seconds(absl::Duration d) { return absl::StrFormat("%.1fs", absl::ToDoubleSeconds(d)); }
 
 // "w1, w2, w3" or "w1, ..., w8 and 504 more".
@@ -45,25 +44,17 @@ std::string Plural(int64_t n, absl::string_view word) {
   return absl::StrCat(n, " ", word, n == 1 ? "" : "s");
 }
 
-// "; worker w5 (dp1 pp1 tp0) sent no heartbeat for the last 5.1s (hung?)" for the workers of
-// `placement` other than `reporter` whose last heartbeat is older than `quiet`. A rank that
-// hangs (stopped, swapping, a stuck device) makes its peers fail at their communication
-// deadline, each naming the peer it was waiting on, which may itself be waiting on the hung
-// one; the hung worker's heartbeats stop too, so the job's reason names it.
-std::string QuietWorkers(const std::vector<WorkerInfo>& workers, const Placement& placement,
-                         const std::string& reporter, absl::Time now, absl::Duration quiet) {
-  absl::flat_hash_map<std::string, int64_t> last_heartbeat;
-  for (const WorkerInfo& w : workers) last_heartbeat[w.worker_id()] = w.last_heartbeat_unix_ms();
-  std::string out;
-  for (const RankAssignment& r : placement.ranks()) {
-    auto it = last_heartbeat.find(r.worker_id());
-    if (r.worker_id() == reporter || it == last_heartbeat.end()) continue;
-    const absl::Duration silent = now - absl::FromUnixMillis(it->second);
-    if (silent < quiet) continue;
-    absl::StrAppend(&out, "; worker ", r.worker_id(), " (", RankName(r),
-                    ") sent no heartbeat for the last ", Seconds(silent), " (hung?)");
-  }
-  return out;
+// A random 128-bit id in hex: Job.uid, unique across databases.
+std::string NewUid() {
+  std::random_device rd;
+  return absl::StrFormat("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+}
+
+// Whether a worker with a device of `kind` ("cpu", "cuda") can run a job asking for `device`.
+bool DeviceFits(absl::string_view device, absl::string_view kind) {
+  if (device == "cuda" || absl::StartsWith(device, "cuda:")) return kind == "cuda";
+  if (device == "cpu") return kind == "cpu";
+  return true;  // "auto", ""
 }
 
 void LogToStderr(absl::string_view line) {
@@ -78,6 +69,10 @@ JobManager::Options Normalized(JobManager::Options o) {
   if (!o.log) o.log = LogToStderr;
   if (o.tick <= absl::ZeroDuration()) {
     o.tick = std::clamp(o.lease / 8, absl::Milliseconds(10), absl::Milliseconds(200));
+  }
+  if (o.failure_window <= absl::ZeroDuration()) {
+    o.failure_window = std::clamp(2 * o.heartbeat_interval, absl::Milliseconds(200),
+                                  std::max(absl::Milliseconds(200), o.lease / 2));
   }
   return o;
 }
@@ -145,12 +140,14 @@ absl::Status JobManager::Recover() {
     job.state = stored.state();
     job.reason = stored.reason();
     job.last_step = stored.latest().step();
+    job.uid = stored.uid();
     if (job.state == QUEUED) {
       ++queued;
     } else {
       ++resumed;
       auto assignment = std::make_shared<JobAssignment>();
       assignment->set_job_id(job.id);
+      assignment->set_job_uid(job.uid);
       *assignment->mutable_spec() = job.spec;
       *assignment->mutable_placement() = stored.placement();
       SetRanks(job, std::move(assignment));
@@ -221,8 +218,9 @@ void JobManager::SetRanks(ActiveJob& job, std::shared_ptr<const JobAssignment> a
   job.assignment = std::move(assignment);
 }
 
-void JobManager::Event(const std::string& job_id, const std::string& text) {
-  absl::Status status = store_->AppendEvent(job_id, text, NowMs()).status();
+void JobManager::Event(const std::string& job_id, const std::string& text,
+                       const LineSource& source) {
+  absl::Status status = store_->AppendEvent(job_id, text, NowMs(), source).status();
   if (!status.ok()) Log(absl::StrCat(job_id, ": cannot record event: ", status.ToString()));
   to_notify_.push_back(job_id);
 }
@@ -281,16 +279,66 @@ void JobManager::HandleFault(const WorkerFault& fault) {
                             Seconds(options_.lease));
       break;
   }
-  if (fault.job_id.empty() || FindActive(fault.job_id) == nullptr) return;
+  ActiveJob* job = fault.job_id.empty() ? nullptr : FindActive(fault.job_id);
+  if (job == nullptr) return;
+  if (fault.kind == WorkerFault::kLost && job->rank_of.contains(fault.worker_id)) {
+    RankFailure failure;
+    failure.cause = RankFailure::kLost;
+    failure.rank = job->rank_of.at(fault.worker_id);
+    failure.worker_id = fault.worker_id;
+    failure.error = absl::StrCat("no heartbeat for ", Seconds(fault.silent));
+    AddFailure(*job, std::move(failure));
+    return;
+  }
   EndJob(fault.job_id, FAILED, reason).IgnoreError();  // logged; retried when it failed
+}
+
+void JobManager::AddFailure(ActiveJob& job, RankFailure failure) {
+  const bool conclusive = failure.cause != RankFailure::kPeer;
+  if (failure.rank >= 0 && !failure.error.empty()) {
+    Event(job.id, absl::StrCat("worker ", failure.worker_id, ": ", failure.error),
+          {failure.rank, failure.worker_id, LOG_ERROR});
+  }
+  job.failures.push_back(std::move(failure));
+  absl::flat_hash_set<std::string> failed;
+  for (const RankFailure& f : job.failures) failed.insert(f.worker_id);
+  const bool all_failed = failed.size() >= job.ranks.size();
+  if (conclusive || all_failed || job.ranks.size() <= 1) {
+    FailWithRootCause(job);
+    return;
+  }
+  if (job.decide_failure_at == absl::InfiniteFuture()) {
+    job.decide_failure_at = Now() + options_.failure_window;
+    Log(absl::StrCat(job.id, ": ", job.failures.back().worker_id,
+                     " failed because of a peer; waiting up to ", Seconds(options_.failure_window),
+                     " for the root cause"));
+  }
+}
+
+void JobManager::FailWithRootCause(ActiveJob& job) {
+  absl::flat_hash_map<std::string, absl::Duration> heartbeat_age;
+  if (job.ranks.size() > 1) {  // rare: one scan of the registry
+    const absl::Time now = Now();
+    for (const WorkerInfo& w : registry_.List()) {
+      if (job.rank_of.contains(w.worker_id())) {
+        heartbeat_age[w.worker_id()] = now - absl::FromUnixMillis(w.last_heartbeat_unix_ms());
+      }
+    }
+  }
+  const Placement empty;
+  const Placement& placement = job.assignment != nullptr ? job.assignment->placement() : empty;
+  EndJob(job.id, FAILED, RootCauseReason(placement, job.failures, heartbeat_age)).IgnoreError();
 }
 
 void JobManager::SweepLocked(absl::Time now) {
   for (const WorkerFault& fault : registry_.Sweep(now)) HandleFault(fault);
   std::vector<std::pair<std::string, std::pair<JobState, std::string>>> to_end;
+  std::vector<std::string> to_fail;
   for (auto& [n, job] : jobs_) {
     if (job.pending_end.has_value()) {
       to_end.push_back({job.id, *job.pending_end});
+    } else if (now >= job.decide_failure_at) {
+      to_fail.push_back(job.id);
     } else if (!job.awaiting.empty() && now > job.recover_deadline) {
       std::vector<std::string> missing(job.awaiting.begin(), job.awaiting.end());
       std::sort(missing.begin(), missing.end());
@@ -303,11 +351,28 @@ void JobManager::SweepLocked(absl::Time now) {
     }
   }
   for (const auto& [id, end] : to_end) EndJob(id, end.first, end.second).IgnoreError();
+  for (const std::string& id : to_fail) {
+    if (ActiveJob* job = FindActive(id)) FailWithRootCause(*job);
+  }
 }
 
-std::string JobManager::WaitingReason(int64_t needed, const WorkerCounts& counts) const {
-  return absl::StrCat("waiting for ", Plural(needed, "idle worker"), "; ", counts.idle, " idle, ",
-                      counts.busy, " busy, ", counts.lost, " lost");
+std::string JobManager::WaitingReason(const JobSpec& spec, const WorkerCounts& counts) {
+  const int64_t needed = WorkersNeeded(spec);
+  const std::string& device = spec.device();
+  if (DeviceFits(device, "cpu") && DeviceFits(device, "cuda")) {
+    return absl::StrCat("waiting for ", Plural(needed, "idle worker"), "; ", counts.idle,
+                        " idle, ", counts.busy, " busy, ", counts.lost, " lost");
+  }
+  // A job for one kind of device: count that kind (a scan; only for such jobs).
+  const std::string kind = DeviceFits(device, "cuda") ? "cuda" : "cpu";
+  WorkerCounts fit;
+  for (const WorkerInfo& w : registry_.List()) {
+    if (w.device().kind() != kind) continue;
+    (w.state() == IDLE ? fit.idle : w.state() == BUSY ? fit.busy : fit.lost)++;
+  }
+  return absl::StrCat("waiting for ", Plural(needed, absl::StrCat("idle ", kind, " worker")), "; ",
+                      kind, " workers: ", fit.idle, " idle, ", fit.busy, " busy, ", fit.lost,
+                      " lost (", counts.idle + counts.busy, " live workers in all)");
 }
 
 void JobManager::RunSchedulerPass() {
@@ -327,8 +392,12 @@ void JobManager::RunSchedulerPass() {
   // Submission order; a job that does not fit does not hold back smaller ones behind it.
   for (ActiveJob* job : queued) {
     const int64_t needed = WorkersNeeded(job->spec);
-    if (static_cast<int64_t>(idle.size()) >= needed) {
-      absl::Status status = Place(*job, &idle, &counts);
+    std::vector<WorkerInfo> candidates;
+    for (const WorkerInfo& w : idle) {
+      if (DeviceFits(job->spec.device(), w.device().kind())) candidates.push_back(w);
+    }
+    if (static_cast<int64_t>(candidates.size()) >= needed) {
+      absl::Status status = Place(*job, candidates, &idle, &counts);
       if (status.ok()) continue;
       if (status.code() == absl::StatusCode::kInvalidArgument) {
         EndJob(job->id, FAILED, absl::StrCat("cannot place the job: ", status.message()))
@@ -337,7 +406,7 @@ void JobManager::RunSchedulerPass() {
       }
       Log(absl::StrCat(job->id, ": placement deferred: ", status.ToString()));
     }
-    const std::string reason = WaitingReason(needed, counts);
+    const std::string reason = WaitingReason(job->spec, counts);
     if (reason != job->reason) {
       absl::Status status = Transition(*job, QUEUED, reason);
       if (!status.ok()) Log(absl::StrCat(job->id, ": ", status.ToString()));
@@ -345,14 +414,15 @@ void JobManager::RunSchedulerPass() {
   }
 }
 
-absl::Status JobManager::Place(ActiveJob& job, std::vector<WorkerInfo>* idle,
-                               WorkerCounts* counts) {
+absl::Status JobManager::Place(ActiveJob& job, const std::vector<WorkerInfo>& candidates,
+                               std::vector<WorkerInfo>* idle, WorkerCounts* counts) {
   const absl::Time start = absl::Now();  // the real clock: this times computation
-  absl::StatusOr<PlacementResult> computed = PlaceJob(job.spec, *idle);
+  absl::StatusOr<PlacementResult> computed = PlaceJob(job.spec, candidates);
   if (options_.metrics != nullptr) options_.metrics->PlacementComputed(absl::Now() - start);
   ASSIGN_OR_RETURN(PlacementResult placed, std::move(computed));
   auto assignment = std::make_shared<JobAssignment>();
   assignment->set_job_id(job.id);
+  assignment->set_job_uid(job.uid);
   *assignment->mutable_spec() = job.spec;
   *assignment->mutable_placement() = placed.placement;
   RETURN_IF_ERROR(registry_.Assign(assignment, Now()));
@@ -507,7 +577,9 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
                    registry_.Report(request.worker_id(), request.session_id(), job->id, now));
   if (first) MarkAcked(*job, request.worker_id());
   const RankAssignment& where = job->assignment->placement().ranks(rank);
-  const std::string who = absl::StrCat("worker ", request.worker_id(), " (", RankName(where), ")");
+  const std::string who =
+      absl::StrCat("worker ", request.worker_id(), " (", RankLabel(where), ")");
+  const LineSource source{rank, request.worker_id(), LOG_INFO};
 
   switch (request.report_case()) {
     case ReportProgressRequest::kStep: {
@@ -522,29 +594,57 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
     case ReportProgressRequest::kEvent:
       RETURN_IF_ERROR(store_
                           ->AppendEvent(job->id, absl::StrCat(who, ": ", request.event()),
-                                        absl::ToUnixMillis(now))
+                                        absl::ToUnixMillis(now), source)
                           .status());
       to_notify_.push_back(job->id);
       break;
+    case ReportProgressRequest::kLog: {
+      LineSource line = source;
+      line.severity = request.log().severity();
+      RETURN_IF_ERROR(store_
+                          ->AppendEvent(job->id, absl::StrCat(who, ": ", request.log().text()),
+                                        absl::ToUnixMillis(now), line)
+                          .status());
+      to_notify_.push_back(job->id);
+      break;
+    }
+    case ReportProgressRequest::kCheckpoint: {
+      CheckpointInfo sealed;
+      sealed.set_step(request.checkpoint().step());
+      sealed.set_path(request.checkpoint().path());
+      sealed.set_time_unix_ms(absl::ToUnixMillis(now));
+      RETURN_IF_ERROR(store_->AddCheckpoint(job->id, sealed));
+      to_notify_.push_back(job->id);
+      break;
+    }
+    case ReportProgressRequest::kLocation: {
+      const JobLocation& at = request.location();
+      RETURN_IF_ERROR(store_->SetLocation(job->id, at.dir(), at.host(),
+                                          job->spec.checkpoint().interval_steps(),
+                                          at.resumed_from_step()));
+      break;
+    }
     case ReportProgressRequest::kOutcome: {
       const JobOutcome& outcome = request.outcome();
       registry_.Release(request.worker_id(), job->id);
       Wake();
       if (!outcome.succeeded()) {
-        std::string reason = absl::StrCat(
-            who, " failed: ", outcome.error().empty() ? "no error message" : outcome.error());
-        if (job->ranks.size() > 1) {  // rare: one scan of the registry
-          absl::StrAppend(&reason, QuietWorkers(registry_.List(), job->assignment->placement(),
-                                                request.worker_id(), now,
-                                                std::max(3 * options_.heartbeat_interval,
-                                                         absl::Seconds(1))));
-        }
-        RETURN_IF_ERROR(EndJob(job->id, FAILED, reason));
+        RankFailure failure;
+        failure.cause = CauseOf(outcome.kind());
+        failure.rank = rank;
+        failure.worker_id = request.worker_id();
+        failure.error = outcome.error().empty() ? "no error message" : outcome.error();
+        failure.suspects.assign(outcome.suspect_workers().begin(),
+                                outcome.suspect_workers().end());
+        AddFailure(*job, std::move(failure));
         break;
       }
       job->ranks[rank].succeeded = true;
       if (!outcome.output().empty() && (rank == job->reporting_rank || job->output.empty())) {
         job->output = outcome.output();
+        if (!outcome.output_host().empty()) {
+          RETURN_IF_ERROR(store_->SetOutputHost(job->id, outcome.output_host()));
+        }
       }
       for (const Rank& r : job->ranks) {
         if (!r.succeeded) return response;
@@ -560,21 +660,78 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
   return response;
 }
 
-absl::StatusOr<Job> JobManager::SubmitJob(const SubmitJobRequest& request) {
+absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::string>* notes) {
+  const std::string from = spec->resume_from();
+  if (!IsJobId(from)) return absl::OkStatus();  // a path on the workers: they check it
+  absl::StatusOr<Job> source = store_->GetJob(from, /*with_history=*/false);
+  if (absl::IsNotFound(source.status())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: resume_from=\"", from, "\": there is no such job"));
+  }
+  RETURN_IF_ERROR(source.status());
+  ASSIGN_OR_RETURN(std::vector<CheckpointInfo> sealed, store_->Checkpoints(from));
+  if (sealed.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid job spec: resume_from=\"", from, "\": ", from,
+        " has no sealed checkpoint to resume from (",
+        source->spec().checkpoint().dir().empty()
+            ? "its spec has no checkpoint.dir"
+            : absl::StrCat("none was sealed in ", source->checkpoint().dir().empty()
+                                                      ? source->spec().checkpoint().dir()
+                                                      : source->checkpoint().dir()),
+        ")"));
+  }
+  const CheckpointInfo& latest = sealed.back();
+  if (spec->steps() <= latest.step()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid job spec: steps=", spec->steps(), " is not beyond step ", latest.step(), " of ",
+        from, "'s latest sealed checkpoint (", latest.path(),
+        "): there is nothing to train; set steps above ", latest.step()));
+  }
+  spec->set_resume_from(latest.path());
+  notes->push_back(absl::StrCat("resume_from ", from, " is its latest sealed checkpoint: step ",
+                                latest.step(), " at ", latest.path(),
+                                source->checkpoint().host().empty()
+                                    ? ""
+                                    : absl::StrCat(" on ", source->checkpoint().host())));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& request) {
   const bool has_json = !request.spec_json().empty();
   if (has_json == request.has_spec()) {
     return absl::InvalidArgumentError("set exactly one of spec_json and spec");
   }
   ASSIGN_OR_RETURN(JobSpec spec, has_json ? ParseAndValidateJobSpecJson(request.spec_json())
                                           : ValidateAndDefault(request.spec()));
+  std::vector<std::string> notes;
+  RETURN_IF_ERROR(ResolveResumeFrom(&spec, &notes));
   const int64_t needed = WorkersNeeded(spec);
+  SubmitJobResponse response;
   JobsLock lock(this);
   const WorkerCounts counts = registry_.Counts();
+  // Live workers that could ever run it (its device kind), to warn when there are too few.
+  int64_t able = 0;
+  for (const WorkerInfo& w : registry_.List()) {
+    if (w.state() != LOST && DeviceFits(spec.device(), w.device().kind())) ++able;
+  }
+  if (able < needed) {
+    const bool any_device = DeviceFits(spec.device(), "cpu") && DeviceFits(spec.device(), "cuda");
+    const std::string worker =
+        any_device ? "worker"
+                   : absl::StrCat(DeviceFits(spec.device(), "cuda") ? "cuda" : "cpu", " worker");
+    response.add_warnings(absl::StrCat("the job needs ", Plural(needed, worker), " and ",
+                                       Plural(able, worker), able == 1 ? " is" : " are",
+                                       " registered: it stays QUEUED until enough register"));
+  }
   const std::string reason =
-      counts.idle >= needed ? "queued; placing it now" : WaitingReason(needed, counts);
-  ASSIGN_OR_RETURN(Job job, store_->CreateJob(spec, reason, NowMs()));
+      counts.idle >= needed ? "queued; placing it now" : WaitingReason(spec, counts);
+  ASSIGN_OR_RETURN(Job job, store_->CreateJob(spec, reason, NowMs(), NewUid()));
+  for (const std::string& note : notes) Event(job.id(), note);
+  for (const std::string& warning : response.warnings()) Event(job.id(), warning);
   ActiveJob active;
   active.id = job.id();
+  active.uid = job.uid();
   active.spec = spec;
   active.submitted = absl::FromUnixMillis(job.submitted_unix_ms());
   active.state = QUEUED;
@@ -584,7 +741,8 @@ absl::StatusOr<Job> JobManager::SubmitJob(const SubmitJobRequest& request) {
                    ": ", reason));
   if (options_.metrics != nullptr) options_.metrics->JobSubmitted();
   Wake();
-  return job;
+  *response.mutable_job() = std::move(job);
+  return response;
 }
 
 absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {
@@ -592,8 +750,10 @@ absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {
   return store_->GetJob(job_id, /*with_history=*/true);
 }
 
-absl::StatusOr<ListJobsResponse> JobManager::ListJobs(int limit) {
-  ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->ListJobs(std::min(limit, kMaxListedJobs)));
+absl::StatusOr<ListJobsResponse> JobManager::ListJobs(int limit,
+                                                      absl::Span<const JobState> states) {
+  ASSIGN_OR_RETURN(std::vector<Job> jobs,
+                   store_->ListJobs(std::min(limit, kMaxListedJobs), states));
   ListJobsResponse response;
   for (Job& job : jobs) *response.add_jobs() = std::move(job);
   return response;
@@ -616,6 +776,51 @@ absl::StatusOr<Job> JobManager::CancelJob(const std::string& job_id, const std::
 ListWorkersResponse JobManager::ListWorkers() {
   ListWorkersResponse response;
   for (WorkerInfo& w : registry_.List()) *response.add_workers() = std::move(w);
+  return response;
+}
+
+absl::Status JobManager::DeregisterWorker(const DeregisterWorkerRequest& request) {
+  if (request.worker_id().empty()) return absl::InvalidArgumentError("worker_id is empty");
+  JobsLock lock(this);
+  absl::StatusOr<std::string> held =
+      registry_.Deregister(request.worker_id(), request.session_id());
+  if (absl::IsNotFound(held.status())) return absl::OkStatus();  // already gone: nothing to do
+  RETURN_IF_ERROR(held.status());
+  const std::string why = request.reason().empty() ? "worker stopped" : request.reason();
+  Log(absl::StrCat("worker ", request.worker_id(), " deregistered: ", why));
+  Wake();
+  std::string job_id = *held;
+  if (job_id.empty()) job_id = request.running_job_id();
+  ActiveJob* job = job_id.empty() ? nullptr : FindActive(job_id);
+  if (job == nullptr || !job->rank_of.contains(request.worker_id())) return absl::OkStatus();
+  RankFailure failure;
+  failure.cause = RankFailure::kStopped;
+  failure.rank = job->rank_of.at(request.worker_id());
+  failure.worker_id = request.worker_id();
+  failure.error = request.running_step() > 0
+                      ? absl::StrCat(why, " after step ", request.running_step())
+                      : absl::StrCat(why, " before its first step");
+  AddFailure(*job, std::move(failure));
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::ForgetWorker(const std::string& worker_id) {
+  if (worker_id.empty()) return absl::InvalidArgumentError("worker_id is empty");
+  RETURN_IF_ERROR(registry_.Forget(worker_id));
+  Log(absl::StrCat("worker ", worker_id, " forgotten"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ListCheckpointsResponse> JobManager::ListCheckpoints(const std::string& job_id) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  ASSIGN_OR_RETURN(Job job, store_->GetJob(job_id, /*with_history=*/false));
+  ASSIGN_OR_RETURN(std::vector<CheckpointInfo> sealed, store_->Checkpoints(job_id));
+  ListCheckpointsResponse response;
+  *response.mutable_status() = job.checkpoint();
+  if (response.status().interval_steps() == 0) {
+    response.mutable_status()->set_interval_steps(job.spec().checkpoint().interval_steps());
+  }
+  for (CheckpointInfo& c : sealed) *response.add_checkpoints() = std::move(c);
   return response;
 }
 

@@ -9,12 +9,12 @@
 //   PLACING  -> RUNNING    every assigned worker reported the job (heartbeat running_job_id or a
 //                          progress report)
 //   RUNNING  -> SUCCEEDED  every rank reported a successful outcome
-//   any      -> FAILED     a rank's error outcome ("worker w2 (dp0 pp1 tp0) failed: ...", plus
-//                          the job's workers whose heartbeats stopped 3 intervals ago: a hung
-//                          rank, which its peers cannot tell from one waiting on it), a lost
-//                          worker ("worker w3 lost: no heartbeat for 5.0s"), an assignment not
+//   any      -> FAILED     a rank's error outcome, a worker stopped (DeregisterWorker) or lost
+//                          ("worker w3 lost: no heartbeat for 5.0s"), an assignment not
 //                          accepted or a job dropped within a lease, or a coordinator restart
-//                          the job's workers did not come back from within a lease
+//                          the job's workers did not come back from within a lease. A rank that
+//                          failed because of a peer waits up to Options::failure_window for the
+//                          root cause to report; the reason names it first (failure_report.h).
 //   any      -> CANCELLED  CancelJob
 // When a job ends, its other workers are told to stop in their heartbeat responses.
 //
@@ -46,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/failure_report.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_store.h"
 #include "coordinator/worker_registry.h"
@@ -66,6 +67,10 @@ class JobManager {
     // Optional: job events are reported to it and it reads the worker and job counts at each
     // scrape. Must outlive the manager.
     CoordinatorMetrics* metrics = nullptr;
+    // How long a multi-rank job's failure waits for the report of its root cause after the first
+    // rank failed because of a peer (failure_report.h). Zero: 2 heartbeat intervals, clamped
+    // to [0.2s, lease / 2].
+    absl::Duration failure_window = absl::ZeroDuration();
   };
 
   // Loads the active jobs of `store` (see Restart above). Does not start the scheduler thread.
@@ -84,11 +89,15 @@ class JobManager {
   absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& request);
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
   absl::StatusOr<ReportProgressResponse> ReportProgress(const ReportProgressRequest& request);
-  absl::StatusOr<Job> SubmitJob(const SubmitJobRequest& request);
+  absl::StatusOr<SubmitJobResponse> SubmitJob(const SubmitJobRequest& request);
   absl::StatusOr<Job> GetJob(const std::string& job_id);
-  absl::StatusOr<ListJobsResponse> ListJobs(int limit);  // newest first; 0: 100; at most 1000
+  // Newest first; 0: 100; at most 1000; only `states` when not empty.
+  absl::StatusOr<ListJobsResponse> ListJobs(int limit, absl::Span<const JobState> states = {});
   absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
   ListWorkersResponse ListWorkers();
+  absl::Status DeregisterWorker(const DeregisterWorkerRequest& request);
+  absl::Status ForgetWorker(const std::string& worker_id);
+  absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
 
   // Watchers read the store and wait on the notifier (see JobNotifier).
   JobStore& store() { return *store_; }
@@ -118,6 +127,10 @@ class JobManager {
     absl::Time recover_deadline = absl::InfiniteFuture();
     // A final state the store refused (disk full...); retried every pass.
     std::optional<std::pair<JobState, std::string>> pending_end;
+    std::string uid;  // Job.uid
+    // Failures heard so far (failure_report.h) and when to stop waiting for the root cause.
+    std::vector<RankFailure> failures;
+    absl::Time decide_failure_at = absl::InfiniteFuture();
   };
 
   class JobsLock;  // mu_, plus the notifications it defers until unlock
@@ -142,14 +155,24 @@ class JobManager {
   absl::Status EndJob(const std::string& job_id, JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleFault(const WorkerFault& fault) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a rank's failure; ends the job now when the root cause is known (or it has one
+  // rank, or every rank has failed), else within the failure window.
+  void AddFailure(ActiveJob& job, RankFailure failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the job FAILED naming the root cause of its failures.
+  void FailWithRootCause(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // resume_from = a job id -> that job's latest sealed step (absolute), noted in `notes`.
+  absl::Status ResolveResumeFrom(JobSpec* spec, std::vector<std::string>* notes);
   void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker reported its job; PLACING -> RUNNING once every rank has.
   void MarkAcked(ActiveJob& job, const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places a queued job on `idle` workers (removing those it takes) and moves it to PLACING.
-  absl::Status Place(ActiveJob& job, std::vector<WorkerInfo>* idle, WorkerCounts* counts)
+  // `candidates`: the idle workers that can run it (its device kind).
+  absl::Status Place(ActiveJob& job, const std::vector<WorkerInfo>& candidates,
+                     std::vector<WorkerInfo>* idle, WorkerCounts* counts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string WaitingReason(int64_t needed, const WorkerCounts& counts) const;
-  void Event(const std::string& job_id, const std::string& text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string WaitingReason(const JobSpec& spec, const WorkerCounts& counts);
+  void Event(const std::string& job_id, const std::string& text,
+             const LineSource& source = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t NowMs() const { return absl::ToUnixMillis(Now()); }
 
   const Options options_;

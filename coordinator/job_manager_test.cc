@@ -64,7 +64,9 @@ class Harness {
   absl::StatusOr<Job> Submit(const std::string& json = kSpec) {
     SubmitJobRequest r;
     r.set_spec_json(json);
-    return m().SubmitJob(r);
+    absl::StatusOr<SubmitJobResponse> response = m().SubmitJob(r);
+    if (!response.ok()) return response.status();
+    return response->job();
   }
   absl::Status Register(const std::string& id, const std::string& session,
                         const std::string& running = "") {
@@ -107,6 +109,28 @@ class Harness {
     (ok ? r.mutable_outcome()->mutable_output() : r.mutable_outcome()->mutable_error())
         ->assign(text);
     return m().ReportProgress(r);
+  }
+  // A rank's failure with its kind and the peers it blames.
+  absl::StatusOr<ReportProgressResponse> Failure(const std::string& id, const std::string& job,
+                                                 FailureKind kind, const std::string& error,
+                                                 std::vector<std::string> suspects = {}) {
+    ReportProgressRequest r;
+    r.set_worker_id(id);
+    r.set_session_id("s-" + id);
+    r.set_job_id(job);
+    r.mutable_outcome()->set_error(error);
+    r.mutable_outcome()->set_kind(kind);
+    for (const std::string& s : suspects) r.mutable_outcome()->add_suspect_workers(s);
+    return m().ReportProgress(r);
+  }
+  // Registers w1..wN (sessions s-w1...), submits `spec` and runs it to RUNNING on them.
+  void RunOn(int n, const std::string& spec) {
+    for (int i = 1; i <= n; ++i) ASSERT_TRUE(Register(absl::StrCat("w", i), absl::StrCat("s-w", i)).ok());
+    ASSERT_TRUE(Submit(spec).ok());
+    m().RunSchedulerPass();
+    for (int i = 1; i <= n; ++i) Beat(absl::StrCat("w", i), absl::StrCat("s-w", i));
+    for (int i = 1; i <= n; ++i) Beat(absl::StrCat("w", i), absl::StrCat("s-w", i), "job-000001");
+    ASSERT_EQ(Get("job-000001").state(), RUNNING);
   }
   Job Get(const std::string& id) {
     absl::StatusOr<Job> job = m().GetJob(id);
@@ -223,27 +247,123 @@ TEST(JobManager, JobWaitsForEnoughWorkersAndSaysSo) {
   EXPECT_EQ(h.Get("job-000001").state(), SUCCEEDED);
 }
 
-TEST(JobManager, ARankErrorNamesTheWorkersWhoseHeartbeatsStopped) {
+constexpr char kPp3Spec[] =
+    R"({"parallel": {"pp": 3}, "checkpoint": {"dir": "/c"}, "dataset": "/d", "steps": 1, )"
+    R"("batch_size": 2, "model": {"vocab_size": 256, "context": 32, "n_layer": 3, "n_head": 2, )"
+    R"("n_embd": 32}})";
+
+TEST(JobManager, APeerFailureWaitsForTheRootCauseThenNamesTheSilentSuspect) {
   Harness h(TempDb("rank-error-quiet"));
-  for (const char* w : {"w1", "w2", "w3"}) ASSERT_TRUE(h.Register(w, std::string("s-") + w).ok());
-  ASSERT_TRUE(
-      h.Submit(absl::StrCat(
-                   R"({"parallel": {"pp": 3}, )"
-                   R"("checkpoint": {"dir": "/c"}, "dataset": "/d", "steps": 1, "batch_size": 2,)",
-                   R"("model": {"vocab_size": 256, "context": 32, "n_layer": 3, "n_head": 2,)",
-                   R"("n_embd": 32}})"))
-          .ok());
-  h.m().RunSchedulerPass();
-  for (const char* w : {"w1", "w2", "w3"}) h.Beat(w, std::string("s-") + w);
-  for (const char* w : {"w1", "w2", "w3"}) h.Beat(w, std::string("s-") + w, "job-000001");
-  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
-  h.Advance(absl::Milliseconds(3500));  // w2 hangs; w1 and w3 keep heartbeating
+  h.RunOn(3, kPp3Spec);
+  h.Advance(absl::Milliseconds(2000));  // w2 hangs; w1 and w3 keep heartbeating
   h.Beat("w1", "s-w1", "job-000001");
   h.Beat("w3", "s-w3", "job-000001");
-  ASSERT_TRUE(h.Outcome("w3", "s-w3", "job-000001", false, "receive from rank 0 timed out").ok());
-  EXPECT_EQ(h.Get("job-000001").reason(),
-            "worker w3 (dp0 pp2 tp0) failed: receive from rank 0 timed out; worker w2 (dp0 pp1 "
-            "tp0) sent no heartbeat for the last 3.5s (hung?)");
+  ASSERT_TRUE(h.Failure("w3", "job-000001", FAILURE_PEER, "receive from rank 1 timed out", {"w2"})
+                  .ok());
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);  // within the failure window
+  h.Advance(absl::Milliseconds(2600));  // past the window (2.5s here), within the lease (5s)
+  h.m().RunSchedulerPass();
+  const Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), FAILED);
+  EXPECT_EQ(job.reason(),
+            "worker w2 (dp0 pp1 tp0) stopped answering: its peer w3 lost their connection to it "
+            "and it reported no error (process killed, host down, or hung?); its last heartbeat "
+            "was 4.6s ago\n  then worker w3 (dp0 pp2 tp0) failed: receive from rank 1 timed out");
+}
+
+TEST(JobManager, AStoppedWorkerIsTheCauseEvenWhenItsPeersReportFirst) {
+  Harness h(TempDb("stopped-first"));
+  h.RunOn(3, kPp3Spec);
+  ASSERT_TRUE(h.Failure("w1", "job-000001", FAILURE_PEER, "stream to rank 1 broke", {"w2"}).ok());
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  DeregisterWorkerRequest bye;
+  bye.set_worker_id("w2");
+  bye.set_session_id("s-w2");
+  bye.set_reason("worker stopped by SIGTERM");
+  bye.set_running_job_id("job-000001");
+  bye.set_running_step(20);
+  ASSERT_TRUE(h.m().DeregisterWorker(bye).ok());
+  const Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), FAILED);  // at once: the cause is known
+  EXPECT_EQ(job.reason(),
+            "worker w2 (dp0 pp1 tp0) stopped: worker stopped by SIGTERM after step 20\n"
+            "  then worker w1 (dp0 pp0 tp0) failed: stream to rank 1 broke");
+  // Gone from the registry: not IDLE, nothing placed on it, no LOST later.
+  const ListWorkersResponse workers = h.m().ListWorkers();
+  for (const WorkerInfo& w : workers.workers()) EXPECT_NE(w.worker_id(), "w2");
+  // Its log has the error line of each rank that reported one.
+  absl::StatusOr<std::vector<LogEntry>> lines =
+      h.m().store().LogsAfter("job-000001", 0, /*rank=*/1);
+  ASSERT_TRUE(lines.ok());
+  ASSERT_FALSE(lines->empty());
+  EXPECT_EQ(lines->back().severity(), LOG_ERROR);
+  EXPECT_THAT(lines->back().text(), HasSubstr("stopped by SIGTERM after step 20"));
+}
+
+TEST(JobManager, ForgetRemovesOnlyLostWorkers) {
+  Harness h(TempDb("forget"));
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  EXPECT_EQ(h.m().ForgetWorker("w1").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(h.m().ForgetWorker("nobody").code(), absl::StatusCode::kNotFound);
+  h.Advance(kLease + absl::Milliseconds(1));
+  h.m().RunSchedulerPass();
+  ASSERT_EQ(h.m().ListWorkers().workers(0).state(), LOST);
+  EXPECT_TRUE(h.m().ForgetWorker("w1").ok());
+  EXPECT_EQ(h.m().ListWorkers().workers_size(), 0);
+}
+
+TEST(JobManager, ACudaJobIsNeverPlacedOnCpuWorkersAndSaysWhatItWaitsFor) {
+  Harness h(TempDb("cuda-on-cpu"));
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());  // a cpu worker
+  SubmitJobRequest r;
+  r.set_spec_json(R"({"device": "cuda", "dataset": "/d", "steps": 1, "batch_size": 2, )"
+                  R"("model": {"vocab_size": 256, "context": 32, "n_layer": 1, "n_head": 2, )"
+                  R"("n_embd": 32}})");
+  absl::StatusOr<SubmitJobResponse> submitted = h.m().SubmitJob(r);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_THAT(submitted->warnings(),
+              ElementsAre("the job needs 1 cuda worker and 0 cuda workers are registered: it "
+                          "stays QUEUED until enough register"));
+  h.m().RunSchedulerPass();
+  const Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), QUEUED);
+  EXPECT_THAT(job.reason(), HasSubstr("waiting for 1 idle cuda worker; cuda workers: 0 idle"));
+}
+
+TEST(JobManager, ResumeFromAJobIdIsItsLatestSealedCheckpoint) {
+  Harness h(TempDb("resume-job-id"));
+  h.RunOn(1, kSpec);
+  ReportProgressRequest r;
+  r.set_worker_id("w1");
+  r.set_session_id("s-w1");
+  r.set_job_id("job-000001");
+  for (int step : {10, 20}) {
+    r.mutable_checkpoint()->set_step(step);
+    r.mutable_checkpoint()->set_path(absl::StrCat("/ckpt/job-000001/step_000000", step));
+    ASSERT_TRUE(h.m().ReportProgress(r).ok());
+  }
+  auto resume = [&](int steps) {
+    const std::string json = absl::StrCat(
+        R"({"dataset": "/d", "batch_size": 4, "resume_from": "job-000001", "steps": )", steps,
+        R"(, "model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2, )"
+        R"("n_embd": 32}})");
+    SubmitJobRequest req;
+    req.set_spec_json(json);
+    return h.m().SubmitJob(req);
+  };
+  absl::StatusOr<SubmitJobResponse> low = resume(20);
+  EXPECT_EQ(low.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(low.status().message(), HasSubstr("steps=20 is not beyond step 20 of job-000001"));
+  absl::StatusOr<SubmitJobResponse> ok = resume(30);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->job().spec().resume_from(), "/ckpt/job-000001/step_00000020");
+  EXPECT_EQ(resume(30).ok(), true);
+  absl::StatusOr<ListCheckpointsResponse> listed = h.m().ListCheckpoints("job-000001");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->checkpoints_size(), 2);
+  EXPECT_EQ(listed->status().last_sealed_step(), 20);
+  EXPECT_THAT(h.m().ListJobs(0, {RUNNING})->jobs(), testing::SizeIs(1));
+  EXPECT_THAT(h.m().ListJobs(0, {QUEUED})->jobs(), testing::SizeIs(2));
 }
 
 TEST(JobManager, ARankErrorFailsTheJobAndStopsTheOthers) {
@@ -283,7 +403,7 @@ TEST(JobManager, LostWorkerFailsItsJobNamingTheWorker) {
   h.m().RunSchedulerPass();
   Job job = h.Get("job-000001");
   EXPECT_EQ(job.state(), FAILED);
-  EXPECT_EQ(job.reason(), "worker w1 lost: no heartbeat for 5.5s");
+  EXPECT_EQ(job.reason(), "worker w1 (dp0 pp0 tp0) lost: no heartbeat for 5.5s");
   EXPECT_EQ(h.m().ListWorkers().workers(0).state(), LOST);
   EXPECT_THAT(h.Log(), HasSubstr("worker w1 lost"));
   // It comes back: told to register again, then to stop the failed job.

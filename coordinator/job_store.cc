@@ -1,6 +1,12 @@
 #include "coordinator/job_store.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <utility>
 
@@ -12,7 +18,7 @@
 namespace dtrain::coordinator {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -25,7 +31,13 @@ CREATE TABLE IF NOT EXISTS jobs (
   submitted_ms INTEGER NOT NULL,
   placement BLOB,
   latest BLOB,
-  output TEXT NOT NULL DEFAULT '');
+  output TEXT NOT NULL DEFAULT '',
+  uid TEXT NOT NULL DEFAULT '',
+  started_ms INTEGER NOT NULL DEFAULT 0,
+  ended_ms INTEGER NOT NULL DEFAULT 0,
+  output_host TEXT NOT NULL DEFAULT '',
+  checkpoint BLOB,
+  resumed_from_step INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 CREATE TABLE IF NOT EXISTS state_changes (
   job_id TEXT NOT NULL, seq INTEGER NOT NULL, state INTEGER NOT NULL, reason TEXT NOT NULL,
@@ -35,11 +47,34 @@ CREATE TABLE IF NOT EXISTS metrics (
   tokens_per_s REAL, time_ms INTEGER NOT NULL, PRIMARY KEY (job_id, step)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
   job_id TEXT NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL, time_ms INTEGER NOT NULL,
+  rank INTEGER NOT NULL DEFAULT -1, worker_id TEXT NOT NULL DEFAULT '',
+  severity INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (job_id, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints (
+  job_id TEXT NOT NULL, step INTEGER NOT NULL, path TEXT NOT NULL, time_ms INTEGER NOT NULL,
+  PRIMARY KEY (job_id, step)) WITHOUT ROWID;
+)sql";
+
+// Version 1 -> 2: job times, uid, output host, checkpoint status; log columns on events.
+constexpr const char* kMigrateFrom1 = R"sql(
+ALTER TABLE jobs ADD COLUMN uid TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN started_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN ended_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN output_host TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN checkpoint BLOB;
+ALTER TABLE jobs ADD COLUMN resumed_from_step INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE events ADD COLUMN rank INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE events ADD COLUMN worker_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN severity INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS checkpoints (
+  job_id TEXT NOT NULL, step INTEGER NOT NULL, path TEXT NOT NULL, time_ms INTEGER NOT NULL,
+  PRIMARY KEY (job_id, step)) WITHOUT ROWID;
+UPDATE meta SET value = 2 WHERE key = 'schema_version';
 )sql";
 
 constexpr const char* kJobColumns =
-    "id, spec, state, reason, submitted_ms, placement, latest, output";
+    "id, spec, state, reason, submitted_ms, placement, latest, output, uid, started_ms, ended_ms, "
+    "output_host, checkpoint, resumed_from_step";
 
 absl::Status SqliteError(int code, absl::string_view path, absl::string_view what,
                          absl::string_view message) {
@@ -140,6 +175,12 @@ absl::StatusOr<Job> ReadJob(Statement& s) {
   RETURN_IF_ERROR(ParseInto(s.Blob(5), job.mutable_placement(), job.id(), "placement"));
   RETURN_IF_ERROR(ParseInto(s.Blob(6), job.mutable_latest(), job.id(), "latest"));
   job.set_output(s.Text(7));
+  job.set_uid(s.Text(8));
+  job.set_started_unix_ms(s.Int(9));
+  job.set_ended_unix_ms(s.Int(10));
+  job.set_output_host(s.Text(11));
+  RETURN_IF_ERROR(ParseInto(s.Blob(12), job.mutable_checkpoint(), job.id(), "checkpoint"));
+  job.set_resumed_from_step(s.Int(13));
   return job;
 }
 
@@ -147,7 +188,44 @@ absl::StatusOr<Job> ReadJob(Statement& s) {
 
 bool IsFinal(JobState state) { return state == SUCCEEDED || state == FAILED || state == CANCELLED; }
 
-absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+namespace {
+
+// Takes the exclusive lock on `<path>.lock` and writes `owner` into it; returns its fd.
+absl::StatusOr<int> LockDatabase(const std::string& path, const std::string& owner) {
+  const std::string lock_path = path + ".lock";
+  const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat("coordinator db ", path, ": cannot open ",
+                                                      lock_path, ": ", std::strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[512] = {0};
+    const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+    close(fd);
+    if (err != EWOULDBLOCK) {
+      return absl::FailedPreconditionError(absl::StrCat("coordinator db ", path, ": cannot lock ",
+                                                        lock_path, ": ", std::strerror(err)));
+    }
+    std::string who(holder, n > 0 ? n : 0);
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "coordinator db ", path, " is in use by another coordinator (",
+        who.empty() ? "its pid is not recorded" : who,
+        "): two coordinators on one database would each schedule its jobs; stop that one "
+        "first, or give this one another --db"));
+  }
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, owner.data(), owner.size(), 0) < 0) {
+    // The lock holds all the same; only the description for a second coordinator is missing.
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path,
+                                                         const std::string& owner) {
+  ASSIGN_OR_RETURN(const int lock_fd, LockDatabase(path, owner));
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -155,9 +233,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     absl::Status status = SqliteError(rc, path, "cannot open",
                                       db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
     sqlite3_close(db);
+    close(lock_fd);
     return status;
   }
-  std::unique_ptr<JobStore> store(new JobStore(path, db));
+  std::unique_ptr<JobStore> store(new JobStore(path, db, lock_fd));
   absl::MutexLock lock(&store->mu_);
   // Another process (an operator's sqlite3 shell) may hold a lock briefly.
   sqlite3_busy_timeout(db, 5000);
@@ -190,6 +269,17 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     }
   }
   RETURN_IF_ERROR(store->Transaction([&]() -> absl::Status {
+    {
+      // A version-1 database gains its new columns before kSchema (which would skip the
+      // existing tables) runs.
+      Statement old(db, path,
+                    "SELECT value FROM meta WHERE key = 'schema_version' AND EXISTS "
+                    "(SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta')");
+      if (old.status().ok()) {
+        ASSIGN_OR_RETURN(bool row, old.Step());
+        if (row && old.Int(0) == 1) RETURN_IF_ERROR(store->Exec(kMigrateFrom1));
+      }
+    }
     RETURN_IF_ERROR(store->Exec(kSchema));
     Statement insert(db, path, "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)");
     RETURN_IF_ERROR(insert.Bind(1, int64_t{kSchemaVersion}).Run());
@@ -208,6 +298,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
 JobStore::~JobStore() {
   absl::MutexLock lock(&mu_);
   sqlite3_close(db_);  // checkpoints the WAL into the main file when it is the last connection
+  close(lock_fd_);    // releases the lock
 }
 
 absl::Status JobStore::Exec(const char* sql) {
@@ -241,17 +332,18 @@ absl::Status JobStore::CheckJobExists(absl::string_view job_id) {
 }
 
 absl::StatusOr<Job> JobStore::CreateJob(const JobSpec& spec, absl::string_view reason,
-                                        int64_t now_ms) {
+                                        int64_t now_ms, absl::string_view uid) {
   absl::MutexLock lock(&mu_);
   std::string id;
   RETURN_IF_ERROR(Transaction([&]() -> absl::Status {
     Statement insert(db_, path_,
-                     "INSERT INTO jobs (id, spec, state, reason, submitted_ms) "
-                     "VALUES ('', ?, ?, ?, ?)");
+                     "INSERT INTO jobs (id, spec, state, reason, submitted_ms, uid) "
+                     "VALUES ('', ?, ?, ?, ?, ?)");
     RETURN_IF_ERROR(insert.BindBlob(1, spec.SerializeAsString())
                         .Bind(2, int64_t{QUEUED})
                         .Bind(3, reason)
                         .Bind(4, now_ms)
+                        .Bind(5, uid)
                         .Run());
     id = absl::StrFormat("job-%06d", sqlite3_last_insert_rowid(db_));
     Statement name(db_, path_, "UPDATE jobs SET id = ? WHERE seq = ?");
@@ -265,6 +357,7 @@ absl::StatusOr<Job> JobStore::CreateJob(const JobSpec& spec, absl::string_view r
   job.set_state(QUEUED);
   job.set_reason(std::string(reason));
   job.set_submitted_unix_ms(now_ms);
+  job.set_uid(std::string(uid));
   StateChange* change = job.add_history();
   change->set_state(QUEUED);
   change->set_reason(std::string(reason));
@@ -286,8 +379,19 @@ absl::Status JobStore::UpdateState(absl::string_view job_id, JobState state,
                                                         JobState_Name(from), "; cannot move it to ",
                                                         JobState_Name(state)));
     }
-    Statement update(db_, path_, "UPDATE jobs SET state = ?, reason = ? WHERE id = ?");
-    RETURN_IF_ERROR(update.Bind(1, int64_t{state}).Bind(2, reason).Bind(3, job_id).Run());
+    // started_ms: the first RUNNING; ended_ms: the final state.
+    Statement update(db_, path_,
+                     "UPDATE jobs SET state = ?, reason = ?, "
+                     "started_ms = CASE WHEN ? AND started_ms = 0 THEN ? ELSE started_ms END, "
+                     "ended_ms = CASE WHEN ? THEN ? ELSE ended_ms END WHERE id = ?");
+    RETURN_IF_ERROR(update.Bind(1, int64_t{state})
+                        .Bind(2, reason)
+                        .Bind(3, int64_t{state == RUNNING})
+                        .Bind(4, now_ms)
+                        .Bind(5, int64_t{IsFinal(state)})
+                        .Bind(6, now_ms)
+                        .Bind(7, job_id)
+                        .Run());
     Statement history(db_, path_,
                       "INSERT INTO state_changes SELECT ?, IFNULL(MAX(seq), 0) + 1, ?, ?, ? "
                       "FROM state_changes WHERE job_id = ?");
@@ -307,6 +411,79 @@ absl::Status JobStore::UpdateState(absl::string_view job_id, JobState state,
     }
     return absl::OkStatus();
   });
+}
+
+absl::Status JobStore::SetOutputHost(absl::string_view job_id, absl::string_view host) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckJobExists(job_id));
+  Statement s(db_, path_, "UPDATE jobs SET output_host = ? WHERE id = ?");
+  return s.Bind(1, host).Bind(2, job_id).Run();
+}
+
+absl::StatusOr<CheckpointStatus> JobStore::CheckpointStatusLocked(absl::string_view job_id) {
+  Statement s(db_, path_, "SELECT checkpoint FROM jobs WHERE id = ?");
+  ASSIGN_OR_RETURN(bool row, s.Bind(1, job_id).Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  CheckpointStatus status;
+  RETURN_IF_ERROR(ParseInto(s.Blob(0), &status, job_id, "checkpoint"));
+  return status;
+}
+
+absl::Status JobStore::WriteCheckpointStatusLocked(absl::string_view job_id,
+                                                   const CheckpointStatus& status) {
+  Statement s(db_, path_, "UPDATE jobs SET checkpoint = ? WHERE id = ?");
+  return s.BindBlob(1, status.SerializeAsString()).Bind(2, job_id).Run();
+}
+
+absl::Status JobStore::SetLocation(absl::string_view job_id, const std::string& dir,
+                                   const std::string& host, int64_t interval_steps,
+                                   int64_t resumed_from_step) {
+  absl::MutexLock lock(&mu_);
+  return Transaction([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(CheckpointStatus status, CheckpointStatusLocked(job_id));
+    status.set_dir(dir);
+    status.set_host(host);
+    status.set_interval_steps(interval_steps);
+    RETURN_IF_ERROR(WriteCheckpointStatusLocked(job_id, status));
+    Statement s(db_, path_, "UPDATE jobs SET resumed_from_step = ? WHERE id = ?");
+    return s.Bind(1, resumed_from_step).Bind(2, job_id).Run();
+  });
+}
+
+absl::Status JobStore::AddCheckpoint(absl::string_view job_id, const CheckpointInfo& sealed) {
+  absl::MutexLock lock(&mu_);
+  return Transaction([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(CheckpointStatus status, CheckpointStatusLocked(job_id));
+    if (sealed.step() > status.last_sealed_step()) {
+      status.set_last_sealed_step(sealed.step());
+      status.set_sealed_unix_ms(sealed.time_unix_ms());
+      RETURN_IF_ERROR(WriteCheckpointStatusLocked(job_id, status));
+    }
+    Statement s(db_, path_, "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)");
+    return s.Bind(1, job_id)
+        .Bind(2, sealed.step())
+        .Bind(3, sealed.path())
+        .Bind(4, sealed.time_unix_ms())
+        .Run();
+  });
+}
+
+absl::StatusOr<std::vector<CheckpointInfo>> JobStore::Checkpoints(absl::string_view job_id) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckJobExists(job_id));
+  Statement s(db_, path_,
+              "SELECT step, path, time_ms FROM checkpoints WHERE job_id = ? ORDER BY step");
+  s.Bind(1, job_id);
+  std::vector<CheckpointInfo> checkpoints;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    CheckpointInfo& c = checkpoints.emplace_back();
+    c.set_step(s.Int(0));
+    c.set_path(s.Text(1));
+    c.set_time_unix_ms(s.Int(2));
+  }
+  return checkpoints;
 }
 
 absl::Status JobStore::SetPlacement(absl::string_view job_id, const Placement& placement) {
@@ -342,20 +519,61 @@ absl::Status JobStore::AppendMetrics(absl::string_view job_id, const StepMetrics
 }
 
 absl::StatusOr<int64_t> JobStore::AppendEvent(absl::string_view job_id, absl::string_view text,
-                                              int64_t now_ms) {
+                                              int64_t now_ms, const LineSource& source) {
   absl::MutexLock lock(&mu_);
   int64_t seq = 0;
   RETURN_IF_ERROR(Transaction([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckJobExists(job_id));
     Statement insert(db_, path_,
-                     "INSERT INTO events SELECT ?, IFNULL(MAX(seq), 0) + 1, ?, ? "
+                     "INSERT INTO events SELECT ?, IFNULL(MAX(seq), 0) + 1, ?, ?, ?, ?, ? "
                      "FROM events WHERE job_id = ? RETURNING seq");
-    ASSIGN_OR_RETURN(bool row,
-                     insert.Bind(1, job_id).Bind(2, text).Bind(3, now_ms).Bind(4, job_id).Step());
+    ASSIGN_OR_RETURN(bool row, insert.Bind(1, job_id)
+                                   .Bind(2, text)
+                                   .Bind(3, now_ms)
+                                   .Bind(4, int64_t{source.rank})
+                                   .Bind(5, source.worker_id)
+                                   .Bind(6, int64_t{source.severity})
+                                   .Bind(7, job_id)
+                                   .Step());
     if (row) seq = insert.Int(0);
-    return insert.Run();  // finish the statement before COMMIT
+    RETURN_IF_ERROR(insert.Run());  // finish the statement before COMMIT
+    if (source.rank < 0) return absl::OkStatus();
+    // The ranks' lines are bounded per job: drop the oldest beyond kMaxRankLinesPerJob.
+    Statement trim(db_, path_,
+                   "DELETE FROM events WHERE job_id = ? AND rank >= 0 AND seq <= ("
+                   "SELECT seq FROM events WHERE job_id = ? AND rank >= 0 "
+                   "ORDER BY seq DESC LIMIT 1 OFFSET ?)");
+    return trim.Bind(1, job_id).Bind(2, job_id).Bind(3, int64_t{kMaxRankLinesPerJob}).Run();
   }));
   return seq;
+}
+
+absl::StatusOr<std::vector<LogEntry>> JobStore::LogsAfter(absl::string_view job_id,
+                                                          int64_t after_seq,
+                                                          std::optional<int> rank, int limit) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckJobExists(job_id));
+  Statement s(db_, path_,
+              "SELECT seq, time_ms, rank, worker_id, severity, text FROM events "
+              "WHERE job_id = ? AND seq > ? AND (? OR rank = ?) ORDER BY seq LIMIT ?");
+  s.Bind(1, job_id)
+      .Bind(2, after_seq)
+      .Bind(3, int64_t{!rank.has_value()})
+      .Bind(4, int64_t{rank.value_or(-1)})
+      .Bind(5, int64_t{limit});
+  std::vector<LogEntry> lines;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    LogEntry& e = lines.emplace_back();
+    e.set_seq(s.Int(0));
+    e.set_time_unix_ms(s.Int(1));
+    e.set_rank(static_cast<int32_t>(s.Int(2)));
+    e.set_worker_id(s.Text(3));
+    e.set_severity(static_cast<LogSeverity>(s.Int(4)));
+    e.set_text(s.Text(5));
+  }
+  return lines;
 }
 
 absl::StatusOr<Job> JobStore::GetJob(absl::string_view job_id, bool with_history) {
@@ -381,11 +599,18 @@ absl::StatusOr<Job> JobStore::GetJob(absl::string_view job_id, bool with_history
   return job;
 }
 
-absl::StatusOr<std::vector<Job>> JobStore::ListJobs(int limit) {
+absl::StatusOr<std::vector<Job>> JobStore::ListJobs(int limit,
+                                                   absl::Span<const JobState> states) {
   if (limit <= 0) limit = 100;
+  std::string where;
+  if (!states.empty()) {
+    std::vector<std::string> numbers;
+    for (JobState state : states) numbers.push_back(absl::StrCat(static_cast<int>(state)));
+    where = absl::StrCat(" WHERE state IN (", absl::StrJoin(numbers, ","), ")");
+  }
   absl::MutexLock lock(&mu_);
   const std::string sql =
-      absl::StrCat("SELECT ", kJobColumns, " FROM jobs ORDER BY seq DESC LIMIT ?");
+      absl::StrCat("SELECT ", kJobColumns, " FROM jobs", where, " ORDER BY seq DESC LIMIT ?");
   Statement s(db_, path_, sql.c_str());
   s.Bind(1, int64_t{limit});
   std::vector<Job> jobs;
@@ -473,14 +698,15 @@ absl::StatusOr<std::vector<JobEvent>> JobStore::EventsAfter(absl::string_view jo
                                                             int64_t after_seq, int limit) {
   absl::MutexLock lock(&mu_);
   Statement s(db_, path_,
-              "SELECT seq, text, time_ms FROM events WHERE job_id = ? AND seq > ? "
-              "ORDER BY seq LIMIT ?");
+              "SELECT seq, text, time_ms, rank, worker_id, severity FROM events "
+              "WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?");
   s.Bind(1, job_id).Bind(2, after_seq).Bind(3, int64_t{limit});
   std::vector<JobEvent> events;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    events.push_back(JobEvent{s.Int(0), s.Text(1), s.Int(2)});
+    events.push_back(JobEvent{s.Int(0), s.Text(1), s.Int(2), static_cast<int>(s.Int(3)),
+                              s.Text(4), static_cast<LogSeverity>(s.Int(5))});
   }
   return events;
 }

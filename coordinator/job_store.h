@@ -1,13 +1,19 @@
 // JobStore: the coordinator's durable state in one SQLite file (Debian's libsqlite3).
 //
-// Tables (schema version 1):
+// Tables (schema version 2; a version-1 file is migrated in place when opened):
 //   meta          (key, value)                      schema_version
-//   jobs          (seq, id, spec, state, reason, submitted_ms, placement, latest, output)
+//   jobs          (seq, id, spec, state, reason, submitted_ms, placement, latest, output, uid,
+//                  started_ms, ended_ms, output_host, checkpoint, resumed_from_step)
 //   state_changes (job_id, seq, state, reason, time_ms)        PRIMARY KEY (job_id, seq)
 //   metrics       (job_id, step, loss, grad_norm, lr, tokens_per_s, time_ms)
 //                                                               PRIMARY KEY (job_id, step)
-//   events        (job_id, seq, text, time_ms)                 PRIMARY KEY (job_id, seq)
-// spec, placement and latest are serialized protos (JobSpec, Placement, StepMetrics).
+//   events        (job_id, seq, text, time_ms, rank, worker_id, severity)
+//                                                               PRIMARY KEY (job_id, seq)
+//                 the job's log: the coordinator's lines (rank -1) and its ranks' (rank >= 0;
+//                 at most kMaxRankLinesPerJob kept, the oldest dropped)
+//   checkpoints   (job_id, step, path, time_ms)                PRIMARY KEY (job_id, step)
+// spec, placement, latest and checkpoint are serialized protos (JobSpec, Placement,
+// StepMetrics, CheckpointStatus).
 //
 // Durability: WAL journal with synchronous=FULL, so every call that returns OK has been fsynced
 // and survives a coordinator crash, an OS crash or a power cut ("nothing committed is lost").
@@ -22,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,12 +44,25 @@ struct sqlite3;
 
 namespace dtrain::coordinator {
 
+// Who wrote a line of a job's log.
+struct LineSource {
+  int rank = -1;          // -1: the coordinator
+  std::string worker_id;  // the rank's worker
+  LogSeverity severity = LOG_INFO;
+};
+
 // An event line of a job, numbered from 1 per job.
 struct JobEvent {
   int64_t seq = 0;
   std::string text;
   int64_t time_unix_ms = 0;
+  int rank = -1;
+  std::string worker_id;
+  LogSeverity severity = LOG_INFO;
 };
+
+// Lines from a job's ranks kept per job (the coordinator's own are all kept).
+inline constexpr int kMaxRankLinesPerJob = 2000;
 
 // A state change with its position in the job's history (from 1).
 struct HistoryEntry {
@@ -54,10 +74,15 @@ bool IsFinal(JobState state);  // SUCCEEDED, FAILED or CANCELLED
 
 class JobStore {
  public:
-  // Opens or creates the database at `path`. Errors name the path: FailedPrecondition when the
-  // file cannot be opened or created, or is another program's database or a newer schema;
+  // Opens or creates the database at `path`, holding an exclusive lock on `<path>.lock` (flock:
+  // released when the store closes or the process dies, kill -9 included) in which `owner`
+  // ("pid 4242 on host a, listening on 0.0.0.0:7070") is written, so a second coordinator on the
+  // same file refuses to start: FailedPrecondition "coordinator db X is in use by another
+  // coordinator (pid 4242 on host a, ...)". Other errors name the path: FailedPrecondition when
+  // the file cannot be opened or created, or is another program's database or a newer schema;
   // DataLoss when it is not an SQLite database or fails SQLite's quick_check.
-  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path,
+                                                        const std::string& owner = "");
   ~JobStore();
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
@@ -66,28 +91,44 @@ class JobStore {
 
   // Stores a new QUEUED job with its first history entry. Ids are "job-000001", "job-000002", ...
   // from SQLite's AUTOINCREMENT counter, so they grow across restarts and are never reused.
-  absl::StatusOr<Job> CreateJob(const JobSpec& spec, absl::string_view reason, int64_t now_ms);
+  absl::StatusOr<Job> CreateJob(const JobSpec& spec, absl::string_view reason, int64_t now_ms,
+                                absl::string_view uid = "");
 
   // Sets the job's state and reason and appends the change to its history, in one transaction
-  // with the optional placement and output. NotFound for an unknown job; FailedPrecondition when
-  // the job is already in a final state (final states never change).
+  // with the optional placement and output; the first RUNNING sets started_unix_ms and a final
+  // state ended_unix_ms. NotFound for an unknown job; FailedPrecondition when the job is already
+  // in a final state (final states never change).
   absl::Status UpdateState(absl::string_view job_id, JobState state, absl::string_view reason,
                            int64_t now_ms, const Placement* placement = nullptr,
                            const std::string* output = nullptr);
   absl::Status SetPlacement(absl::string_view job_id, const Placement& placement);
   absl::Status SetOutput(absl::string_view job_id, absl::string_view output);
+  absl::Status SetOutputHost(absl::string_view job_id, absl::string_view host);
+  // The job's directory as its rank 0 resolved it (Job.checkpoint.dir/host/interval_steps) and
+  // the step it resumed from (Job.resumed_from_step).
+  absl::Status SetLocation(absl::string_view job_id, const std::string& dir,
+                           const std::string& host, int64_t interval_steps,
+                           int64_t resumed_from_step);
+  // Records a sealed checkpoint step; Job.checkpoint.last_sealed_step follows the highest.
+  absl::Status AddCheckpoint(absl::string_view job_id, const CheckpointInfo& sealed);
+  // Sealed steps, oldest first. NotFound for an unknown job.
+  absl::StatusOr<std::vector<CheckpointInfo>> Checkpoints(absl::string_view job_id);
 
   // Records a step (a step reported again replaces the earlier row) and makes it the job's
   // `latest`. NotFound for an unknown job.
   absl::Status AppendMetrics(absl::string_view job_id, const StepMetrics& step);
-  // Appends an event line; returns its seq. NotFound for an unknown job.
+  // Appends a line to the job's log (an event); returns its seq. NotFound for an unknown job.
   absl::StatusOr<int64_t> AppendEvent(absl::string_view job_id, absl::string_view text,
-                                      int64_t now_ms);
+                                      int64_t now_ms, const LineSource& source = {});
+  // Log lines with seq > after_seq in order, at most `limit`; with `rank`, only that rank's.
+  // NotFound for an unknown job.
+  absl::StatusOr<std::vector<LogEntry>> LogsAfter(absl::string_view job_id, int64_t after_seq,
+                                                  std::optional<int> rank, int limit = 1000);
 
   // NotFound for an unknown job. History is filled only when asked for.
   absl::StatusOr<Job> GetJob(absl::string_view job_id, bool with_history = true);
-  // Newest first, without history; limit <= 0 means 100.
-  absl::StatusOr<std::vector<Job>> ListJobs(int limit);
+  // Newest first, without history; limit <= 0 means 100; only `states` when not empty.
+  absl::StatusOr<std::vector<Job>> ListJobs(int limit, absl::Span<const JobState> states = {});
   // Jobs in any of `states`, oldest first, without history (startup recovery, scheduling).
   absl::StatusOr<std::vector<Job>> JobsInStates(absl::Span<const JobState> states);
   // How many jobs are in each state (states without jobs are absent); one indexed query.
@@ -107,11 +148,16 @@ class JobStore {
   }
 
  private:
-  JobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  JobStore(std::string path, sqlite3* db, int lock_fd)
+      : path_(std::move(path)), db_(db), lock_fd_(lock_fd) {}
 
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Error(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckJobExists(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<CheckpointStatus> CheckpointStatusLocked(absl::string_view job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteCheckpointStatusLocked(absl::string_view job_id, const CheckpointStatus& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT, rolling back when it fails.
   template <typename F>
   absl::Status Transaction(F body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -119,6 +165,7 @@ class JobStore {
   const std::string path_;
   absl::Mutex mu_;
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
+  const int lock_fd_;  // holds the flock on <path>.lock
 };
 
 }  // namespace dtrain::coordinator

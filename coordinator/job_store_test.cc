@@ -246,5 +246,116 @@ TEST(JobStore, ConcurrentReadersSeeConsistentJobs) {
   EXPECT_EQ(s.MetricsAfter("job-000001", 0, 1000)->size(), 50u);
 }
 
+TEST(JobStore, ASecondOpenOfTheSameFileIsRefusedNamingTheHolder) {
+  const std::string path = TempDb("locked");
+  auto first = JobStore::Open(path, "pid 4242 on host a, listening on 0.0.0.0:7070");
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = JobStore::Open(path, "pid 1 on host b");
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("is in use by another coordinator (pid 4242 "
+                                                   "on host a, listening on 0.0.0.0:7070)"));
+  first->reset();  // closing releases the lock
+  EXPECT_TRUE(JobStore::Open(path).ok());
+}
+
+TEST(JobStore, AVersionOneDatabaseIsMigratedKeepingItsJobs) {
+  const std::string path = TempDb("v1");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, R"sql(
+CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO meta VALUES ('schema_version', 1);
+CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+  spec BLOB NOT NULL, state INTEGER NOT NULL, reason TEXT NOT NULL,
+  submitted_ms INTEGER NOT NULL, placement BLOB, latest BLOB, output TEXT NOT NULL DEFAULT '');
+INSERT INTO jobs (id, spec, state, reason, submitted_ms) VALUES ('job-000001', '', 4, 'done', 7);
+CREATE TABLE state_changes (job_id TEXT NOT NULL, seq INTEGER NOT NULL, state INTEGER NOT NULL,
+  reason TEXT NOT NULL, time_ms INTEGER NOT NULL, PRIMARY KEY (job_id, seq)) WITHOUT ROWID;
+CREATE TABLE metrics (job_id TEXT NOT NULL, step INTEGER NOT NULL, loss REAL, grad_norm REAL,
+  lr REAL, tokens_per_s REAL, time_ms INTEGER NOT NULL, PRIMARY KEY (job_id, step)) WITHOUT ROWID;
+CREATE TABLE events (job_id TEXT NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL,
+  time_ms INTEGER NOT NULL, PRIMARY KEY (job_id, seq)) WITHOUT ROWID;
+INSERT INTO events VALUES ('job-000001', 1, 'an old event', 8);
+)sql", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<Job> job = (*store)->GetJob("job-000001");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->reason(), "done");
+  EXPECT_EQ(job->started_unix_ms(), 0);
+  absl::StatusOr<std::vector<LogEntry>> lines = (*store)->LogsAfter("job-000001", 0, std::nullopt);
+  ASSERT_TRUE(lines.ok());
+  ASSERT_EQ(lines->size(), 1u);
+  EXPECT_EQ((*lines)[0].rank(), -1);
+  EXPECT_EQ((*lines)[0].text(), "an old event");
+}
+
+TEST(JobStore, StartAndEndTimesFollowTheStates) {
+  auto store = JobStore::Open(TempDb("times"));
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->CreateJob(JobSpec(), "queued", 100, "uid-1").ok());
+  ASSERT_TRUE((*store)->UpdateState("job-000001", RUNNING, "go", 200).ok());
+  ASSERT_TRUE((*store)->UpdateState("job-000001", RUNNING, "again", 300).ok());
+  ASSERT_TRUE((*store)->UpdateState("job-000001", FAILED, "x", 400).ok());
+  absl::StatusOr<Job> job = (*store)->GetJob("job-000001");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->uid(), "uid-1");
+  EXPECT_EQ(job->started_unix_ms(), 200);
+  EXPECT_EQ(job->ended_unix_ms(), 400);
+}
+
+TEST(JobStore, RankLinesAreBoundedPerJobOldestDropped) {
+  auto store = JobStore::Open(TempDb("log-cap"));
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->CreateJob(JobSpec(), "queued", 1).ok());
+  ASSERT_TRUE((*store)->AppendEvent("job-000001", "coordinator line", 1).ok());
+  for (int i = 0; i < kMaxRankLinesPerJob + 5; ++i) {
+    ASSERT_TRUE(
+        (*store)->AppendEvent("job-000001", absl::StrCat("line ", i), 2, {1, "w2", LOG_WARNING})
+            .ok());
+  }
+  absl::StatusOr<std::vector<LogEntry>> rank1 =
+      (*store)->LogsAfter("job-000001", 0, 1, kMaxRankLinesPerJob * 2);
+  ASSERT_TRUE(rank1.ok());
+  ASSERT_EQ(rank1->size(), static_cast<size_t>(kMaxRankLinesPerJob));
+  EXPECT_EQ(rank1->front().text(), "line 5");
+  EXPECT_EQ(rank1->back().text(), absl::StrCat("line ", kMaxRankLinesPerJob + 4));
+  EXPECT_EQ(rank1->back().worker_id(), "w2");
+  EXPECT_EQ(rank1->back().severity(), LOG_WARNING);
+  // The coordinator's own line is kept.
+  absl::StatusOr<std::vector<LogEntry>> coordinator = (*store)->LogsAfter("job-000001", 0, -1);
+  ASSERT_TRUE(coordinator.ok());
+  ASSERT_EQ(coordinator->size(), 1u);
+  EXPECT_EQ(coordinator->front().text(), "coordinator line");
+}
+
+TEST(JobStore, SealedCheckpointsAreListedAndTheLastIsRecorded) {
+  auto store = JobStore::Open(TempDb("checkpoints"));
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->CreateJob(JobSpec(), "queued", 1).ok());
+  ASSERT_TRUE((*store)->SetLocation("job-000001", "/c/job-000001", "h1", 10, 0).ok());
+  for (int step : {10, 20}) {
+    CheckpointInfo c;
+    c.set_step(step);
+    c.set_path(absl::StrCat("/c/job-000001/step_", step));
+    c.set_time_unix_ms(step);
+    ASSERT_TRUE((*store)->AddCheckpoint("job-000001", c).ok());
+  }
+  absl::StatusOr<Job> job = (*store)->GetJob("job-000001");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->checkpoint().dir(), "/c/job-000001");
+  EXPECT_EQ(job->checkpoint().host(), "h1");
+  EXPECT_EQ(job->checkpoint().interval_steps(), 10);
+  EXPECT_EQ(job->checkpoint().last_sealed_step(), 20);
+  absl::StatusOr<std::vector<CheckpointInfo>> all = (*store)->Checkpoints("job-000001");
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].step(), 10);
+  EXPECT_EQ((*store)->Checkpoints("job-000009").status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace dtrain::coordinator

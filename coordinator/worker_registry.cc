@@ -212,6 +212,33 @@ void WorkerRegistry::Release(const std::string& worker_id, const std::string& jo
   it->second.finished_job = job_id;
 }
 
+absl::StatusOr<std::string> WorkerRegistry::Deregister(const std::string& worker_id,
+                                                       const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.lost || it->second.session_id != session_id) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", worker_id, " has no live session ", session_id));
+  }
+  std::string job = it->second.info.job_id();
+  workers_.erase(it);
+  return job;
+}
+
+absl::Status WorkerRegistry::Forget(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("no worker ", worker_id));
+  if (!it->second.lost) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", worker_id, " is ", WorkerState_Name(it->second.info.state()),
+        ", not LOST: only lost workers can be forgotten (stop a live worker with SIGTERM: it "
+        "deregisters itself)"));
+  }
+  workers_.erase(it);
+  return absl::OkStatus();
+}
+
 std::vector<WorkerFault> WorkerRegistry::Sweep(absl::Time now) {
   std::vector<WorkerFault> faults;
   absl::MutexLock lock(&mu_);

@@ -108,6 +108,13 @@ class WorkerRegistry {
   // The worker finished `job_id` (its outcome arrived): it is idle again.
   void Release(const std::string& worker_id, const std::string& job_id);
 
+  // Removes the live session (worker_id, session_id): a worker leaving on purpose. Returns the
+  // job it held ("" when none); NotFound when that session is not the worker's live one.
+  absl::StatusOr<std::string> Deregister(const std::string& worker_id,
+                                         const std::string& session_id);
+  // Removes a LOST worker. NotFound for an unknown id; FailedPrecondition for a live one.
+  absl::Status Forget(const std::string& worker_id);
+
   // Marks workers whose lease ran out LOST and finds stuck assignments; O(workers).
   std::vector<WorkerFault> Sweep(absl::Time now);
 

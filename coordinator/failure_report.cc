@@ -1,0 +1,107 @@
+#include "coordinator/failure_report.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+// "worker w4 (dp0 pp1 tp1)", or "worker w4" when it holds no rank of the placement.
+std::string Who(const Placement& placement, const std::string& worker_id) {
+  for (const RankAssignment& r : placement.ranks()) {
+    if (r.worker_id() == worker_id) return absl::StrCat("worker ", worker_id, " (", RankLabel(r), ")");
+  }
+  return absl::StrCat("worker ", worker_id);
+}
+
+std::string Describe(const Placement& placement, const RankFailure& f) {
+  const std::string who = Who(placement, f.worker_id);
+  switch (f.cause) {
+    case RankFailure::kStopped:
+      return absl::StrCat(who, " stopped: ", f.error);
+    case RankFailure::kLost:
+      return absl::StrCat(who, " lost: ", f.error);
+    case RankFailure::kLocal:
+    case RankFailure::kPeer:
+      return absl::StrCat(who, " failed: ", f.error.empty() ? "no error message" : f.error);
+  }
+  return who;
+}
+
+}  // namespace
+
+RankFailure::Cause CauseOf(FailureKind kind) {
+  switch (kind) {
+    case FAILURE_STOPPED:
+      return RankFailure::kStopped;
+    case FAILURE_PEER:
+      return RankFailure::kPeer;
+    default:
+      return RankFailure::kLocal;
+  }
+}
+
+std::string RankLabel(const RankAssignment& r) {
+  return absl::StrCat("dp", r.dp_rank(), " pp", r.pp_rank(), " tp", r.tp_rank());
+}
+
+std::string RootCauseReason(const Placement& placement, const std::vector<RankFailure>& failures,
+                            const absl::flat_hash_map<std::string, absl::Duration>& heartbeat_age) {
+  if (failures.empty()) return "failed (no report)";
+  // 1-3: the first failure of the lowest cause, when that cause is not "a peer".
+  const auto first_root = std::min_element(
+      failures.begin(), failures.end(),
+      [](const RankFailure& a, const RankFailure& b) { return a.cause < b.cause; });
+  std::string root;
+  const RankFailure* root_failure = nullptr;
+  if (first_root->cause != RankFailure::kPeer) {
+    root = Describe(placement, *first_root);
+    root_failure = &*first_root;
+  } else {
+    // 4: the most blamed worker among those that reported nothing themselves.
+    absl::flat_hash_set<std::string> reported;
+    for (const RankFailure& f : failures) reported.insert(f.worker_id);
+    std::map<std::string, int> votes;  // ordered: ties go to the smaller id, deterministically
+    std::map<std::string, std::vector<std::string>> blamed_by;
+    for (const RankFailure& f : failures) {
+      for (const std::string& s : f.suspects) {
+        if (reported.contains(s)) continue;
+        ++votes[s];
+        blamed_by[s].push_back(f.worker_id);
+      }
+    }
+    const auto best = std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) {
+      return a.second < b.second;
+    });
+    if (best != votes.end()) {
+      const std::string& silent = best->first;
+      root = absl::StrCat(Who(placement, silent), " stopped answering: ",
+                          blamed_by[silent].size() == 1 ? "its peer " : "its peers ",
+                          absl::StrJoin(blamed_by[silent], ", "),
+                          " lost their connection to it and it reported no error (process killed, "
+                          "host down, or hung?)");
+      auto age = heartbeat_age.find(silent);
+      if (age != heartbeat_age.end()) {
+        absl::StrAppend(&root, absl::StrFormat("; its last heartbeat was %.1fs ago",
+                                               absl::ToDoubleSeconds(age->second)));
+      }
+    } else {
+      root = Describe(placement, failures.front());  // 5
+      root_failure = &failures.front();
+    }
+  }
+  // The transport detail: the first report that is not the root.
+  for (const RankFailure& f : failures) {
+    if (&f == root_failure) continue;
+    absl::StrAppend(&root, "\n  then ", Describe(placement, f));
+    break;
+  }
+  return root;
+}
+
+}  // namespace dtrain::coordinator

@@ -1,0 +1,58 @@
+// Failure attribution: which worker of a failed job to name first.
+//
+// When one rank of a multi-rank job stops, its peers fail too, each with a transport error
+// about the peer it was waiting on ("receiving collective group=16777217 seq=641 ... stream
+// broke"), and their reports often reach the coordinator before the real cause does (or the
+// real cause never reports: kill -9, SIGSTOP). The job manager collects every rank's failure for
+// a short window (or until every rank has reported) and then names, in this order:
+//   1. a worker that was stopped (SIGTERM/SIGINT, DeregisterWorker): a planned shutdown;
+//   2. a worker whose lease expired (lost);
+//   3. a rank that failed on its own (bad data, device, disk: FAILURE_LOCAL);
+//   4. a worker its peers blame (JobOutcome.suspect_workers) that reported nothing itself:
+//      killed or hung, with how long its heartbeats have been silent;
+//   5. otherwise the first report.
+// The reason is the root cause on its first line and the first other rank's transport detail
+// on a second line, so people read the cause and scripts still find the detail:
+//   worker w4 (dp0 pp1 tp1) stopped: worker stopped by SIGTERM after step 20
+//     then worker w3 (dp0 pp1 tp0) failed: receiving collective group=... stream broke
+#ifndef DTRAIN_COORDINATOR_FAILURE_REPORT_H_
+#define DTRAIN_COORDINATOR_FAILURE_REPORT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+
+namespace dtrain::coordinator {
+
+// One rank's failure as the coordinator heard it, in arrival order.
+struct RankFailure {
+  enum Cause {  // ordered: a lower cause is named first
+    kStopped = 0,  // the worker was stopped on purpose
+    kLost = 1,     // its lease expired
+    kLocal = 2,    // it failed on its own
+    kPeer = 3,     // it failed because of a peer (suspects)
+  };
+  Cause cause = kLocal;
+  int rank = -1;           // index in the placement; -1 when the worker holds no rank
+  std::string worker_id;
+  std::string error;       // the worker's words (or the coordinator's, for kLost)
+  std::vector<std::string> suspects;  // kPeer: the workers it blames
+};
+
+// The cause of a JobOutcome's kind.
+RankFailure::Cause CauseOf(FailureKind kind);
+
+// "dp0 pp1 tp1".
+std::string RankLabel(const RankAssignment& rank);
+
+// The FAILED reason for `failures` (non-empty) of a job placed as `placement`. heartbeat_age:
+// time since each worker's last heartbeat (for silent suspects; missing: unknown).
+std::string RootCauseReason(const Placement& placement, const std::vector<RankFailure>& failures,
+                            const absl::flat_hash_map<std::string, absl::Duration>& heartbeat_age);
+
+}  // namespace dtrain::coordinator
+
+#endif  // DTRAIN_COORDINATOR_FAILURE_REPORT_H_
