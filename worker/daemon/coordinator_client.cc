@@ -23,13 +23,13 @@ CoordinatorClient::CoordinatorClient(const std::string& target, absl::Duration r
       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
 }
 
-void CoordinatorClient::SetDeadline(grpc::ClientContext& context) const {
+void CoordinatorClient::SetDeadline(grpc::ClientContext& context, absl::Duration timeout) const {
   // Wait for a connection up to the deadline instead of failing fast: a synchronous client
   // drives its channel's connection attempts only while a call is waiting (otherwise a backup
   // poller notices them every 5 s), so fail-fast calls would see a restarted coordinator late.
   context.set_wait_for_ready(true);
   context.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(rpc_timeout_));
+                       absl::ToChronoMilliseconds(std::min(timeout, rpc_timeout_)));
 }
 
 absl::Status CoordinatorClient::ToStatus(const grpc::Status& status, absl::string_view rpc) const {
@@ -42,7 +42,7 @@ absl::Status CoordinatorClient::ToStatus(const grpc::Status& status, absl::strin
 absl::StatusOr<RegisterWorkerResponse> CoordinatorClient::RegisterWorker(
     const RegisterWorkerRequest& request) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  SetDeadline(context, rpc_timeout_);
   RegisterWorkerResponse response;
   absl::Status s = ToStatus(stub_->RegisterWorker(&context, request, &response), "RegisterWorker");
   if (!s.ok()) return s;
@@ -51,7 +51,7 @@ absl::StatusOr<RegisterWorkerResponse> CoordinatorClient::RegisterWorker(
 
 absl::StatusOr<HeartbeatResponse> CoordinatorClient::Heartbeat(const HeartbeatRequest& request) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  SetDeadline(context, rpc_timeout_);
   HeartbeatResponse response;
   absl::Status s = ToStatus(stub_->Heartbeat(&context, request, &response), "Heartbeat");
   if (!s.ok()) return s;
@@ -61,9 +61,20 @@ absl::StatusOr<HeartbeatResponse> CoordinatorClient::Heartbeat(const HeartbeatRe
 absl::StatusOr<ReportProgressResponse> CoordinatorClient::ReportProgress(
     const ReportProgressRequest& request) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  SetDeadline(context, rpc_timeout_);
   ReportProgressResponse response;
   absl::Status s = ToStatus(stub_->ReportProgress(&context, request, &response), "ReportProgress");
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<DeregisterWorkerResponse> CoordinatorClient::DeregisterWorker(
+    const DeregisterWorkerRequest& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  DeregisterWorkerResponse response;
+  absl::Status s =
+      ToStatus(stub_->DeregisterWorker(&context, request, &response), "DeregisterWorker");
   if (!s.ok()) return s;
   return response;
 }

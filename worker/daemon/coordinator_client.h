@@ -38,11 +38,15 @@ class CoordinatorClient {
   absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& request);
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
   absl::StatusOr<ReportProgressResponse> ReportProgress(const ReportProgressRequest& request);
+  // A worker leaving on purpose (SIGTERM). Its own `timeout` (short: the worker is stopping),
+  // capped at rpc_timeout.
+  absl::StatusOr<DeregisterWorkerResponse> DeregisterWorker(const DeregisterWorkerRequest& request,
+                                                            absl::Duration timeout);
 
   const std::string& target() const { return target_; }
 
  private:
-  void SetDeadline(grpc::ClientContext& context) const;
+  void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) const;
   absl::Status ToStatus(const grpc::Status& status, absl::string_view rpc) const;
 
   std::string target_;

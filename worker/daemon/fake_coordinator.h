@@ -40,6 +40,7 @@ inline std::string WriteText(const std::string& name, int bytes) {
 inline JobAssignment TinyJob(const std::string& job_id, const std::string& dataset, int64_t steps) {
   JobAssignment a;
   a.set_job_id(job_id);
+  a.set_job_uid(absl::StrCat("uid-", job_id));
   JobSpec* spec = a.mutable_spec();
   spec->set_name("tiny");
   ModelConfig* m = spec->mutable_model();
@@ -58,7 +59,9 @@ inline JobAssignment TinyJob(const std::string& job_id, const std::string& datas
 }
 
 // The coordinator's worker-facing half, recording what it is sent. A session it has not
-// registered (after a "restart": a fresh FakeCoordinator) gets register_again / NOT_FOUND.
+// registered (after a "restart": a fresh FakeCoordinator) gets register_again / NOT_FOUND. A
+// deregistered session gets register_again in heartbeats but may still report its job (its
+// outcome), as the real coordinator allows.
 class FakeCoordinator final : public Coordinator::Service {
  public:
   grpc::Status RegisterWorker(grpc::ServerContext*, const RegisterWorkerRequest* request,
@@ -76,7 +79,8 @@ class FakeCoordinator final : public Coordinator::Service {
                          HeartbeatResponse* response) override {
     absl::MutexLock lock(&mu_);
     heartbeats_.push_back(*request);
-    if (sessions_.count(request->session_id()) == 0) {
+    if (sessions_.count(request->session_id()) == 0 ||
+        deregistered_sessions_.count(request->session_id()) > 0) {
       response->set_register_again(true);
       return grpc::Status::OK;
     }
@@ -106,6 +110,23 @@ class FakeCoordinator final : public Coordinator::Service {
     response->set_cancelled(request->job_id() == cancel_in_reports_);
     return grpc::Status::OK;
   }
+
+  grpc::Status DeregisterWorker(grpc::ServerContext*, const DeregisterWorkerRequest* request,
+                                DeregisterWorkerResponse*) override {
+    absl::MutexLock lock(&mu_);
+    deregistrations_.push_back({*request, reports_.size(), registrations_.size(),
+                                heartbeats_.size()});
+    deregistered_sessions_.insert(request->session_id());
+    return grpc::Status::OK;
+  }
+
+  // A DeregisterWorker call and how many reports, registrations and heartbeats came before it.
+  struct Deregistration {
+    DeregisterWorkerRequest request;
+    size_t reports_before = 0;
+    size_t registrations_before = 0;
+    size_t heartbeats_before = 0;
+  };
 
   void Assign(const JobAssignment& a) {
     absl::MutexLock lock(&mu_);
@@ -157,6 +178,10 @@ class FakeCoordinator final : public Coordinator::Service {
     absl::MutexLock lock(&mu_);
     return reports_;
   }
+  std::vector<Deregistration> deregistrations() const {
+    absl::MutexLock lock(&mu_);
+    return deregistrations_;
+  }
 
   // Unlocked views for predicates passed to WaitUntil.
   const std::vector<RegisterWorkerRequest>& registrations_locked() const { return registrations_; }
@@ -170,6 +195,8 @@ class FakeCoordinator final : public Coordinator::Service {
   std::vector<HeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
   std::vector<ReportProgressRequest> reports_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> sessions_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> deregistered_sessions_ ABSL_GUARDED_BY(mu_);
+  std::vector<Deregistration> deregistrations_ ABSL_GUARDED_BY(mu_);
   std::vector<JobAssignment> assignments_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> cancel_ ABSL_GUARDED_BY(mu_);
   int64_t cancel_sent_at_ ABSL_GUARDED_BY(mu_) = -1;  // heartbeat count when first sent

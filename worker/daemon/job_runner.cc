@@ -13,19 +13,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "worker/model/config_proto.h"
 #include "worker/pipeline/schedule.h"
 
 namespace dtrain::worker {
 namespace {
-
-std::string DirName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
 
 // Tokens in a dataset LocalTrainer has already validated: an llm.c .bin holds uint16 tokens
 // after a 1024-byte header; any other file is one token per byte.
@@ -36,19 +30,30 @@ int64_t DatasetTokens(const std::string& path) {
   return st.st_size;
 }
 
-absl::Status RequireFile(const std::string& what, const std::string& path,
+// `path` as the spec gave it, with where a relative one was resolved from.
+std::string DescribePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  return absl::StrCat(path, " (relative, resolved from ", AbsolutePath("."),
+                      ", the worker's working directory)");
+}
+
+enum class Want { kFile, kAny };
+
+// OK when the spec's `path` (field `what`) exists on this worker (and is a file for kFile).
+absl::Status RequirePath(const std::string& what, const std::string& path, Want want,
                          const std::string& worker_id) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     const int err = errno;
     return absl::Status(err == ENOENT ? absl::StatusCode::kNotFound
                                       : absl::StatusCode::kFailedPrecondition,
-                        absl::StrCat(what, " ", path, " cannot be read on worker ", worker_id,
-                                     ": ", std::strerror(err)));
+                        absl::StrCat(what, " ", DescribePath(path), " cannot be read on worker ",
+                                     worker_id, ": ", std::strerror(err)));
   }
-  if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " ", path, " is a directory, not a file (worker ", worker_id, ")"));
+  if (want == Want::kFile && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", DescribePath(path),
+                                                   " is a directory, not a file (worker ",
+                                                   worker_id, ")"));
   }
   return absl::OkStatus();
 }
@@ -76,8 +81,16 @@ absl::Status CheckDevice(const std::string& spec_device, const kernels::DeviceIn
       kind, "\", or use a worker started with --device=", want == "cuda" ? "cuda:N" : "cpu"));
 }
 
-absl::StatusOr<LocalTrainingOptions> PlanFromSpec(const std::string& job_id, const JobSpec& spec,
-                                          const std::string& data_root) {
+absl::StatusOr<std::string> JobDir(const std::string& job_id, const JobSpec& spec,
+                                   const std::string& data_root) {
+  if (!IsJobId(job_id)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job id \"", job_id, "\" is not a job id (job-NNNNNN): it cannot name the job's directory"));
+  }
+  return AbsolutePath(JobDirectory(spec.checkpoint().dir(), job_id, data_root));
+}
+
+absl::StatusOr<LocalTrainingOptions> PlanFromSpec(const JobSpec& spec, const std::string& job_dir) {
   std::vector<std::string> errors;
   LocalTrainingOptions plan;
   absl::StatusOr<model::GptConfig> config = model::GptConfigFromProto(spec.model());
@@ -114,44 +127,20 @@ absl::StatusOr<LocalTrainingOptions> PlanFromSpec(const std::string& job_id, con
     errors.push_back(absl::StrCat("checkpoint.interval_steps=", spec.checkpoint().interval_steps(),
                                   " must be >= 0"));
   }
-  if (spec.checkpoint().dir().empty() &&
-      (job_id.empty() || job_id == "." || job_id == ".." || absl::StrContains(job_id, '/'))) {
-    errors.push_back(absl::StrCat("job id \"", job_id, "\" cannot name a directory"));
-  }
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
 
-  plan.data_path = spec.dataset();
-  plan.init_path = spec.init_checkpoint();
-  plan.resume_from = spec.resume_from();
+  plan.data_path = AbsolutePath(spec.dataset());
+  plan.init_path = AbsolutePath(spec.init_checkpoint());
+  plan.resume_from = AbsolutePath(spec.resume_from());
   plan.seed = spec.seed() == 0 ? 1337 : spec.seed();
   plan.steps = spec.steps();
   plan.batch = spec.batch_size();
   if (!spec.checkpoint().dir().empty()) {
-    plan.checkpoint_dir = spec.checkpoint().dir();
+    plan.checkpoint_dir = job_dir;
     plan.checkpoint_every = spec.checkpoint().interval_steps();
-    plan.save_path = plan.checkpoint_dir + "/model.safetensors";
-  } else {
-    plan.save_path = absl::StrCat(data_root, "/jobs/", job_id, "/model.safetensors");
   }
+  plan.save_path = absl::StrCat(job_dir, "/", kFinalWeightsFileName);
   return plan;
-}
-
-absl::Status MakeDirs(const std::string& dir) {
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = dir.find('/', pos + 1);
-    const std::string prefix = dir.substr(0, pos);
-    if (prefix.empty()) continue;
-    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      const int err = errno;
-      return absl::ErrnoToStatus(err, absl::StrCat("cannot create directory ", prefix));
-    }
-  }
-  struct stat st;
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(dir, " exists and is not a directory"));
-  }
-  return absl::OkStatus();
 }
 
 JobRunner::JobRunner(JobAssignment assignment, kernels::Backend* backend,
@@ -199,16 +188,20 @@ JobOutcome JobRunner::Run() {
   if (output.ok()) {
     outcome.set_succeeded(true);
     outcome.set_output(*output);
+    if (!output->empty()) outcome.set_output_host(options_.host_label);
     return outcome;
   }
   absl::MutexLock lock(&mu_);
   if (cancel_ && absl::IsCancelled(output.status())) {
+    outcome.set_kind(FAILURE_STOPPED);
     outcome.set_error(last_step_ == 0
                           ? absl::StrCat(cancel_reason_, " before the first step")
                           : absl::StrCat(cancel_reason_, " after step ", last_step_));
-  } else {
-    outcome.set_error(std::string(output.status().message()));
+    return outcome;
   }
+  outcome.set_error(std::string(output.status().message()));
+  outcome.set_kind(suspect_workers_.empty() ? FAILURE_LOCAL : FAILURE_PEER);
+  for (const std::string& w : suspect_workers_) outcome.add_suspect_workers(w);
   return outcome;
 }
 
@@ -219,27 +212,37 @@ absl::StatusOr<std::string> JobRunner::Train() {
     ASSIGN_OR_RETURN(rank_, FindRank(assignment_, options_.worker_id));
   }
   RETURN_IF_ERROR(CheckDevice(spec.device(), backend_->info()));
-  ASSIGN_OR_RETURN(plan_, PlanFromSpec(job_id(), spec, options_.data_root));
+  ASSIGN_OR_RETURN(job_dir_, JobDir(job_id(), spec, options_.data_root));
+  ASSIGN_OR_RETURN(plan_, PlanFromSpec(spec, job_dir_));
   if (several && plan_.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a job on ", WorkersNeeded(spec.parallel()),
         " workers needs checkpoint.dir in its spec: a directory every worker of the job can "
         "write (any local path when they share a machine, shared storage in a cluster); each "
-        "rank writes its shard of the training state there and rank 0 exports the final "
-        "weights from the shards to <checkpoint.dir>/model.safetensors"));
+        "rank writes its shard of the training state in the job's directory there and rank 0 "
+        "exports the final weights from the shards to <checkpoint.dir>/<job id>/",
+        kFinalWeightsFileName));
   }
-  RETURN_IF_ERROR(RequireFile("dataset", plan_.data_path, options_.worker_id));
-  if (!plan_.init_path.empty()) {
-    RETURN_IF_ERROR(RequireFile("init_checkpoint", plan_.init_path, options_.worker_id));
+  RETURN_IF_ERROR(RequirePath("dataset", spec.dataset(), Want::kFile, options_.worker_id));
+  if (!spec.init_checkpoint().empty()) {
+    RETURN_IF_ERROR(
+        RequirePath("init_checkpoint", spec.init_checkpoint(), Want::kFile, options_.worker_id));
   }
-  if (!plan_.checkpoint_dir.empty()) RETURN_IF_ERROR(MakeDirs(plan_.checkpoint_dir));
-  if (rank_ == 0) RETURN_IF_ERROR(MakeDirs(DirName(plan_.save_path)));
+  if (!spec.resume_from().empty()) {
+    RETURN_IF_ERROR(
+        RequirePath("resume_from", spec.resume_from(), Want::kAny, options_.worker_id));
+  }
+  // Before any peer is connected or anything trained: the other ranks write only after they
+  // connected to this one.
+  if (rank_ == 0) RETURN_IF_ERROR(ClaimJobDirectory(job_dir_, job_id(), assignment_.job_uid()));
   if (cancel_requested()) return absl::CancelledError("cancelled before the first step");
+  plan_.on_checkpoint = [this](const CheckpointWritten& c) { OnCheckpoint(c); };
   if (several) return TrainParallel(rank_);
 
   if (options_.metrics != nullptr) options_.metrics->StartJob({assignment_.job_id(), 0, 0, 0, 0});
   absl::StatusOr<std::unique_ptr<LocalTrainer>> run = LocalTrainer::Create(backend_, plan_);
   if (!run.ok()) return Annotate(run.status(), "cannot start training");
+  OnStarted((*run)->start_step(), (*run)->resumed_from());
   callbacks_.event(absl::StrCat("loaded dataset ", plan_.data_path, " (",
                                 DatasetTokens(plan_.data_path), " tokens)"));
   callbacks_.event(absl::StrFormat(
@@ -247,21 +250,9 @@ absl::StatusOr<std::string> JobRunner::Train() {
       plan_.model.num_parameters(), backend_->info().name, plan_.steps, plan_.batch, plan_.seq));
 
   absl::Status status = (*run)->Run([this](const TrainStepMetrics& r) { return OnStep(r); });
-  const int64_t last = last_step();
-  const bool checkpointed = !plan_.checkpoint_dir.empty() && last > 0 &&
-                            (last == plan_.steps ||
-                             (plan_.checkpoint_every > 0 && last % plan_.checkpoint_every == 0));
-  if (absl::IsCancelled(status) && cancel_requested()) {
-    if (checkpointed) {
-      callbacks_.event(absl::StrFormat("checkpoint written to %s/step_%08d at step %d",
-                                       plan_.checkpoint_dir, last, last));
-    }
-    return status;
-  }
-  if (!status.ok()) return Annotate(status, absl::StrCat("training failed after step ", last));
-  if (checkpointed) {
-    callbacks_.event(absl::StrFormat("checkpoint written to %s/step_%08d at step %d",
-                                     plan_.checkpoint_dir, last, last));
+  if (absl::IsCancelled(status) && cancel_requested()) return status;
+  if (!status.ok()) {
+    return Annotate(status, absl::StrCat("training failed after step ", last_step()));
   }
   callbacks_.event(absl::StrCat("weights written to ", plan_.save_path));
   return plan_.save_path;
@@ -271,6 +262,7 @@ absl::StatusOr<std::string> JobRunner::TrainParallel(int rank) {
   const JobSpec& spec = assignment_.spec();
   ASSIGN_OR_RETURN(parallel::ParallelTrainingOptions options,
                    ParallelPlan(assignment_, rank, plan_, options_.comm_timeout));
+  options.on_checkpoint = plan_.on_checkpoint;  // the parallel trainer's own hook
   ParallelJobOptions job_options;
   job_options.listen_address = options_.peer_listen_address;
   job_options.connect_timeout = options_.connect_timeout;
@@ -280,9 +272,6 @@ absl::StatusOr<std::string> JobRunner::TrainParallel(int rank) {
     job_options.observer = metrics;
     options.on_collective = [metrics](const char* op, int64_t bytes, double seconds) {
       metrics->OnCollective(op, bytes, seconds);
-    };
-    options.on_checkpoint = [metrics](const CheckpointWritten& c) {
-      metrics->OnCheckpoint(c.seconds);
     };
   }
   auto job = std::make_shared<ParallelJob>(assignment_, rank, job_options);
@@ -314,8 +303,10 @@ absl::StatusOr<std::string> JobRunner::TrainParallel(int rank) {
           plan_.batch, plan_.seq,
           spec.micro_batch_size() > 0 ? spec.micro_batch_size() : plan_.batch / options.dp));
     }
-    status = job->Train(backend_, std::move(options),
-                        [this](const TrainStepMetrics& r) { return OnStep(r); });
+    status = job->Train(
+        backend_, std::move(options),
+        [this](int64_t start_step, const std::string& from) { OnStarted(start_step, from); },
+        [this](const TrainStepMetrics& r) { return OnStep(r); });
   } else if (!cancel_requested()) {
     status = Annotate(status, "cannot connect to the job's peers");
   }
@@ -326,30 +317,47 @@ absl::StatusOr<std::string> JobRunner::TrainParallel(int rank) {
     return absl::CancelledError(status.ok() ? "cancelled" : status.message());
   }
   if (!status.ok()) {
-    // The transport stays up until this runner is destroyed, after the failure is reported
-    // (parallel_job.h): peers waiting on this rank learn of the failure from the coordinator.
+    // Blamed while the transport still knows which peers failed. The transport stays up until
+    // this runner is destroyed, after the failure is reported (parallel_job.h): peers waiting
+    // on this rank learn of the failure from the coordinator.
+    for (int peer : job->SuspectPeers(status)) {
+      suspect_workers_.push_back(assignment_.placement().ranks(peer).worker_id());
+    }
     if (last == 0) return status;
     return Annotate(status, absl::StrCat("training failed after step ", last));
   }
   job->Close(absl::Seconds(5));
   if (rank != 0) return std::string();
-  if (!plan_.checkpoint_dir.empty() && last > 0) {
-    callbacks_.event(absl::StrFormat("checkpoint written to %s/step_%08d at step %d",
-                                     plan_.checkpoint_dir, last, last));
-  }
   callbacks_.event(absl::StrCat("weights written to ", plan_.save_path));
   return plan_.save_path;
 }
 
-absl::Status JobRunner::OnStep(const TrainStepMetrics& r) {
-  // LocalTrainer writes a step's checkpoint after this callback returns, so the checkpoint of
-  // the previous step is announced now.
-  const int64_t prev = r.step - 1;
-  if (rank_ == 0 && !plan_.checkpoint_dir.empty() && prev > 0 && plan_.checkpoint_every > 0 &&
-      prev % plan_.checkpoint_every == 0) {
-    callbacks_.event(absl::StrFormat("checkpoint written to %s/step_%08d at step %d",
-                                     plan_.checkpoint_dir, prev, prev));
+void JobRunner::OnStarted(int64_t start_step, const std::string& resumed_from) {
+  if (rank_ != 0) return;
+  JobLocation location;
+  location.set_dir(job_dir_);
+  location.set_host(options_.host_label);
+  location.set_resumed_from_step(start_step);
+  location.set_resumed_from(resumed_from);
+  if (callbacks_.location) callbacks_.location(location);
+  if (start_step > 0) {
+    callbacks_.event(absl::StrCat("resumed from ", resumed_from, " at step ", start_step));
   }
+}
+
+void JobRunner::OnCheckpoint(const CheckpointWritten& c) {
+  if (options_.metrics != nullptr) options_.metrics->OnCheckpoint(c.seconds);
+  if (!c.sealed) return;
+  callbacks_.event(absl::StrCat("checkpoint sealed at step ", c.step, ": ", c.dir));
+  if (callbacks_.checkpoint) {
+    CheckpointSealed sealed;
+    sealed.set_step(c.step);
+    sealed.set_path(c.dir);
+    callbacks_.checkpoint(sealed);
+  }
+}
+
+absl::Status JobRunner::OnStep(const TrainStepMetrics& r) {
   {
     absl::MutexLock lock(&mu_);
     last_step_ = r.step;

@@ -6,24 +6,41 @@
 // parallel::ParallelTrainer; every rank computes the same global loss.
 //
 // From the JobSpec (proto/job.proto), already validated and defaulted by the coordinator:
-//   model, dataset, init_checkpoint, steps, batch_size (B, the whole batch over all replicas),
-//   seq_len (T; 0 means model.context), seed (0 means 1337), optimizer (lr > 0: constant rate,
-//   else warmup + cosine from max_lr; the coordinator sets every optional field, and one left
-//   unset takes model::OptimizerConfig's default while an explicit 0 stays 0),
+//   model, dataset, init_checkpoint, resume_from, steps, batch_size (B, the whole batch over all
+//   replicas), seq_len (T; 0 means model.context), seed (0 means 1337), optimizer (lr > 0:
+//   constant rate, else warmup + cosine from max_lr; the coordinator sets every optional field,
+//   and one left unset takes model::OptimizerConfig's default while an explicit 0 stays 0),
 //   checkpoint.dir / interval_steps; for several workers also micro_batch_size, parallel.*
 //   and the placement (ParallelPlan). One worker ignores micro_batch_size: it trains the whole
 //   batch at once (the same mean gradient as accumulating micro-batches).
-// Output: the final weights go to <checkpoint.dir>/model.safetensors, or, when the spec has no
-// checkpoint dir, to <data_root>/jobs/<job_id>/model.safetensors. Training state (weights +
-// AdamW moments) goes to <checkpoint.dir>/step_NNNNNNNN/ every interval_steps and at the end.
-// Every file is written to a temporary name and renamed (worker/model/checkpoint.h).
-// Several workers: checkpoint.dir is required (the job fails at once without it, naming it):
-// every rank writes its shard of the training state to <checkpoint.dir>/step_NNNNNNNN/, rank 0
-// seals each step with a manifest and at the end exports the final weights from the shards to
-// <checkpoint.dir>/model.safetensors (one GPT-2 file), which it reports as the output; the
-// other ranks succeed with no output. The directory must be one filesystem every worker of the
-// job writes and rank 0 reads: any local path when they share a machine, shared storage (NFS,
-// a shared volume) in a cluster.
+//
+// Where it writes: only in the job's own directory (common/job_paths.h JobDirectory, made
+// absolute once at the start): <checkpoint.dir>/<job id>/, or <data_root>/jobs/<job id>/ when
+// the spec has no checkpoint dir (then only the final weights are written). Rank 0 (or the
+// single worker) claims it with the assignment's job_uid (ClaimJobDirectory) before it connects
+// to peers or trains; a directory claimed by another job fails the job with that message, and
+// the other ranks write their shards only after connecting, so nothing is written before the
+// claim. Final weights: <job dir>/model.safetensors (the outcome's absolute `output`, with this
+// worker's host label). Training state: <job dir>/step_NNNNNNNN/ every interval_steps and at
+// the end, `latest` moved last. Several workers: checkpoint.dir is required (the job fails at
+// once without it, naming it): every rank writes its shard of each step there, rank 0 seals it
+// with a manifest and at the end exports the final weights from the shards; the other ranks
+// succeed with no output. It must be one filesystem every worker of the job writes and rank 0
+// reads: any local path when they share a machine, shared storage in a cluster.
+// Relative dataset / init_checkpoint / resume_from paths are resolved from the worker's working
+// directory; errors say so ("dataset data/demo.txt (relative, resolved from /srv/w1, the
+// worker's working directory) cannot be read on worker w1: No such file or directory").
+//
+// What rank 0 tells the coordinator besides steps: Callbacks::location once before the first
+// step (the job directory, host, and the step it resumed from), Callbacks::checkpoint and an
+// event "checkpoint sealed at step N: <step dir>" for every step it sealed (never for a step
+// only loaded), and "resumed from <step dir> at step N" when it resumed.
+//
+// How it ended (JobOutcome.kind): FAILURE_STOPPED after Cancel (SIGTERM, or the coordinator's
+// cancel, whose outcome the daemon does not send); FAILURE_PEER when a multi-worker rank failed
+// waiting on peers (a stream broke, a deadline passed waiting on one, a peer aborted the job),
+// with those peers' worker ids in suspect_workers (ParallelJob::SuspectPeers); FAILURE_LOCAL
+// otherwise (data, device, disk, a bug).
 //
 // Reporting: single-worker jobs report every step; with several workers only the rank the
 // coordinator records steps from (ReportingRank: dp 0, last stage, tp 0) calls
@@ -43,6 +60,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -59,6 +77,7 @@ namespace dtrain::worker {
 
 struct JobRunnerOptions {
   std::string worker_id;
+  std::string host_label;  // this worker's host: JobLocation.host and JobOutcome.output_host
   std::string data_root = "./dtrain-data";
   // Multi-worker jobs (ParallelJobOptions): where the job's peer service listens (empty: every
   // interface, on the port of this worker's placement address), how long to wait for every
@@ -79,13 +98,18 @@ class JobRunner {
     // After every step, in order. `report`: this rank's steps are the job's (see the top).
     std::function<void(const StepMetrics&, bool report)> step;
     std::function<void(const std::string&)> event;  // "loaded dataset ...", "checkpoint ..."
+    // Rank 0 only; may be empty. Where the job writes, once before its first step.
+    std::function<void(const JobLocation&)> location;
+    // Rank 0 only; may be empty. After every step it sealed (a complete checkpoint).
+    std::function<void(const CheckpointSealed&)> checkpoint;
   };
 
   JobRunner(JobAssignment assignment, kernels::Backend* backend, JobRunnerOptions options,
             Callbacks callbacks);
 
-  // Trains the job to its end. The outcome: succeeded with the output path; or the error,
-  // naming the file/field/step at fault; or, after Cancel(reason), "<reason> at step N".
+  // Trains the job to its end. The outcome: succeeded with the absolute output path and host;
+  // or the error naming the file/field/step at fault, with its kind (see the top); or, after
+  // Cancel(reason), "<reason> after step N" (FAILURE_STOPPED).
   JobOutcome Run();
 
   void Cancel(const std::string& reason);
@@ -97,14 +121,20 @@ class JobRunner {
   absl::StatusOr<std::string> Train();  // returns the output path
   absl::StatusOr<std::string> TrainParallel(int rank);
   absl::Status OnStep(const TrainStepMetrics& result);
+  void OnCheckpoint(const CheckpointWritten& written);
+  // Rank 0: the location report and the "resumed from" event, once the trainer has loaded.
+  void OnStarted(int64_t start_step, const std::string& resumed_from);
 
   const JobAssignment assignment_;
   kernels::Backend* const backend_;
   const JobRunnerOptions options_;
   const Callbacks callbacks_;
   LocalTrainingOptions plan_;  // set by Train() before the first step
+  std::string job_dir_;        // absolute; set by Train() first
   int rank_ = 0;               // this worker's rank of the job (0 for one worker)
   bool reports_steps_ = true;  // see Callbacks::step
+  // Set by TrainParallel on a failure owed to peers (training thread only).
+  std::vector<std::string> suspect_workers_;
 
   mutable absl::Mutex mu_;
   bool cancel_ ABSL_GUARDED_BY(mu_) = false;
@@ -117,12 +147,16 @@ class JobRunner {
 // FailedPrecondition naming both.
 absl::Status CheckDevice(const std::string& spec_device, const kernels::DeviceInfo& worker);
 
-// The LocalTrainingOptions of a spec (see the top of this file); InvalidArgument naming every bad field.
-absl::StatusOr<LocalTrainingOptions> PlanFromSpec(const std::string& job_id, const JobSpec& spec,
-                                          const std::string& data_root);
+// The job's own directory on this worker, absolute (common/job_paths.h JobDirectory from the
+// spec's checkpoint.dir and `data_root`). InvalidArgument when `job_id` is not a job id.
+absl::StatusOr<std::string> JobDir(const std::string& job_id, const JobSpec& spec,
+                                   const std::string& data_root);
 
-// Creates `dir` and its missing parents (mkdir -p).
-absl::Status MakeDirs(const std::string& dir);
+// The LocalTrainingOptions of a spec for a job whose directory is `job_dir` (JobDir): training
+// state there when the spec names checkpoint.dir, final weights at <job_dir>/model.safetensors,
+// dataset / init_checkpoint / resume_from made absolute (see the top of this file).
+// InvalidArgument naming every bad field.
+absl::StatusOr<LocalTrainingOptions> PlanFromSpec(const JobSpec& spec, const std::string& job_dir);
 
 }  // namespace dtrain::worker
 

@@ -4,9 +4,12 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "common/job_paths.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/testing/text_corpus.h"
@@ -16,8 +19,12 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
-std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+// Absolute and normalized, as the runner reports paths.
+std::string TempPath(const std::string& name) {
+  return AbsolutePath(::testing::TempDir() + "/" + name);
+}
 
 std::string WriteText(const std::string& name, int bytes) {
   return dtrain::testing::WriteTextCorpus(TempPath(name), bytes);
@@ -72,11 +79,29 @@ TEST(CheckDevice, CudaJobOnCpuWorkerNamesBoth) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(PlanFromSpec, DefaultsAndOutputUnderDataRoot) {
+TEST(JobDir, UnderCheckpointDirOrDataRootAndAbsolute) {
+  JobSpec spec = TinySpec("data.txt");
+  EXPECT_EQ(JobDir("job-000007", spec, "/srv/dtrain").value(), "/srv/dtrain/jobs/job-000007");
+  spec.mutable_checkpoint()->set_dir("/ckpt/run1/");
+  EXPECT_EQ(JobDir("job-000007", spec, "/srv/dtrain").value(), "/ckpt/run1/job-000007");
+  spec.mutable_checkpoint()->set_dir("ckpt");
+  EXPECT_EQ(JobDir("job-000007", spec, "/srv/dtrain").value(),
+            AbsolutePath(".") + "/ckpt/job-000007");
+}
+
+TEST(JobDir, RefusesWhatIsNotAJobId) {
+  for (const char* id : {"", "..", "job-1/../../etc", "job-"}) {
+    absl::StatusOr<std::string> dir = JobDir(id, TinySpec("data.txt"), "/srv/dtrain");
+    EXPECT_EQ(dir.status().code(), absl::StatusCode::kInvalidArgument) << id;
+    EXPECT_THAT(dir.status().message(), HasSubstr("is not a job id")) << id;
+  }
+}
+
+TEST(PlanFromSpec, DefaultsAndOutputInTheJobDirectory) {
   JobSpec spec = TinySpec("data.txt");
   spec.set_seq_len(0);
   spec.set_seed(0);
-  auto plan = PlanFromSpec("job-000007", spec, "/srv/dtrain");
+  auto plan = PlanFromSpec(spec, "/srv/dtrain/jobs/job-000007");
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->seq, 16);  // model.context
   EXPECT_EQ(plan->seed, 1337u);
@@ -92,6 +117,7 @@ TEST(PlanFromSpec, DefaultsAndOutputUnderDataRoot) {
   EXPECT_FLOAT_EQ(plan->optimizer.max_lr, 6e-4f);
   EXPECT_EQ(plan->checkpoint_dir, "");
   EXPECT_EQ(plan->save_path, "/srv/dtrain/jobs/job-000007/model.safetensors");
+  EXPECT_EQ(plan->data_path, AbsolutePath("data.txt"));  // resolved once, at the start
 }
 
 TEST(PlanFromSpec, ExplicitOptimizerZerosAreKept) {
@@ -103,7 +129,7 @@ TEST(PlanFromSpec, ExplicitOptimizerZerosAreKept) {
   o->set_weight_decay(0);
   o->set_grad_clip(0);
   o->set_warmup_steps(4);
-  auto plan = PlanFromSpec("job-000007", spec, "/srv/dtrain");
+  auto plan = PlanFromSpec(spec, "/srv/dtrain/jobs/job-000007");
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_FLOAT_EQ(plan->optimizer.lr, 0.0f);  // the schedule
   EXPECT_FLOAT_EQ(plan->optimizer.max_lr, 3e-3f);
@@ -113,15 +139,15 @@ TEST(PlanFromSpec, ExplicitOptimizerZerosAreKept) {
   EXPECT_EQ(plan->optimizer.warmup_steps, 4);
 }
 
-TEST(PlanFromSpec, CheckpointDirHoldsTheFinalWeights) {
+TEST(PlanFromSpec, TheJobDirectoryHoldsTrainingStateAndFinalWeights) {
   JobSpec spec = TinySpec("data.txt");
   spec.mutable_checkpoint()->set_dir("/ckpt/run1");
   spec.mutable_checkpoint()->set_interval_steps(2);
-  auto plan = PlanFromSpec("job-000007", spec, "/srv/dtrain");
+  auto plan = PlanFromSpec(spec, "/ckpt/run1/job-000007");
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->checkpoint_dir, "/ckpt/run1");
+  EXPECT_EQ(plan->checkpoint_dir, "/ckpt/run1/job-000007");
   EXPECT_EQ(plan->checkpoint_every, 2);
-  EXPECT_EQ(plan->save_path, "/ckpt/run1/model.safetensors");
+  EXPECT_EQ(plan->save_path, "/ckpt/run1/job-000007/model.safetensors");
 }
 
 TEST(PlanFromSpec, ReportsEveryBadFieldAtOnce) {
@@ -130,7 +156,7 @@ TEST(PlanFromSpec, ReportsEveryBadFieldAtOnce) {
   spec.set_steps(0);
   spec.set_batch_size(0);
   spec.mutable_optimizer()->set_lr(-1);
-  absl::Status s = PlanFromSpec("job-1", spec, "/d").status();
+  absl::Status s = PlanFromSpec(spec, "/d/jobs/job-000001").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("model: "));
   EXPECT_THAT(s.message(), HasSubstr("n_head=3"));
@@ -140,28 +166,24 @@ TEST(PlanFromSpec, ReportsEveryBadFieldAtOnce) {
   EXPECT_THAT(s.message(), HasSubstr("optimizer: "));
 }
 
-TEST(MakeDirs, CreatesParentsAndAcceptsExisting) {
-  const std::string dir = TempPath("mk/a/b/c");
-  ASSERT_TRUE(MakeDirs(dir).ok());
-  EXPECT_TRUE(Exists(dir));
-  EXPECT_TRUE(MakeDirs(dir).ok());
-  const std::string file = WriteText("mk_file", 3);
-  EXPECT_FALSE(MakeDirs(file + "/sub").ok());
-}
-
 struct Recorded {
   std::vector<int64_t> steps;
   std::vector<std::string> events;
+  std::vector<JobLocation> locations;
+  std::vector<CheckpointSealed> sealed;
 };
 
 JobOutcome RunJob(const JobSpec& spec, const std::string& job_id, Recorded& rec,
-                  std::function<void(JobRunner&, int64_t)> after_step = nullptr) {
+                  std::function<void(JobRunner&, int64_t)> after_step = nullptr,
+                  const std::string& job_uid = "") {
   auto backend = kernels::CreateBackend("cpu", 1).value();
   JobAssignment a;
   a.set_job_id(job_id);
+  a.set_job_uid(job_uid.empty() ? "uid-" + job_id : job_uid);
   *a.mutable_spec() = spec;
   JobRunnerOptions options;
   options.worker_id = "w-test";
+  options.host_label = "host-a";
   options.data_root = TempPath("root");
   JobRunner* self = nullptr;
   if (after_step) options.after_step = [&](int64_t step) { after_step(*self, step); };
@@ -171,44 +193,137 @@ JobOutcome RunJob(const JobSpec& spec, const std::string& job_id, Recorded& rec,
     rec.steps.push_back(m.step());
   };
   cb.event = [&](const std::string& e) { rec.events.push_back(e); };
+  cb.location = [&](const JobLocation& l) { rec.locations.push_back(l); };
+  cb.checkpoint = [&](const CheckpointSealed& c) { rec.sealed.push_back(c); };
   JobRunner runner(a, backend.get(), options, cb);
   self = &runner;
   return runner.Run();
 }
 
-TEST(JobRunner, TrainsAndWritesWeightsUnderDataRoot) {
+std::vector<int64_t> SealedSteps(const Recorded& rec) {
+  std::vector<int64_t> steps;
+  for (const CheckpointSealed& c : rec.sealed) steps.push_back(c.step());
+  return steps;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(JobRunner, TrainsAndWritesWeightsInItsDirectoryUnderDataRoot) {
   const std::string data = WriteText("run.txt", 2000);
   Recorded rec;
   JobOutcome o = RunJob(TinySpec(data), "job-000001", rec);
   ASSERT_TRUE(o.succeeded()) << o.error();
-  EXPECT_EQ(o.output(), TempPath("root") + "/jobs/job-000001/model.safetensors");
+  const std::string dir = TempPath("root/jobs/job-000001");
+  EXPECT_EQ(o.output(), dir + "/model.safetensors");
+  EXPECT_EQ(o.output_host(), "host-a");
   EXPECT_TRUE(Exists(o.output()));
+  EXPECT_THAT(ReadFile(dir + "/job.json"), HasSubstr("\"job_uid\": \"uid-job-000001\""));
   EXPECT_THAT(rec.steps, ElementsAre(1, 2, 3, 4, 5));
+  ASSERT_EQ(rec.locations.size(), 1u);
+  EXPECT_EQ(rec.locations[0].dir(), dir);
+  EXPECT_EQ(rec.locations[0].host(), "host-a");
+  EXPECT_EQ(rec.locations[0].resumed_from_step(), 0);
+  EXPECT_EQ(rec.locations[0].resumed_from(), "");
+  EXPECT_TRUE(rec.sealed.empty());  // no checkpoint.dir: only the final weights
   ASSERT_FALSE(rec.events.empty());
   EXPECT_EQ(rec.events.front(), "loaded dataset " + data + " (2000 tokens)");
   EXPECT_EQ(rec.events.back(), "weights written to " + o.output());
 }
 
-TEST(JobRunner, AnnouncesCheckpointsAfterTheyAreWritten) {
+TEST(JobRunner, ReportsEverySealedCheckpointAfterItIsWritten) {
   JobSpec spec = TinySpec(WriteText("ckpt.txt", 2000));
   spec.mutable_checkpoint()->set_dir(TempPath("ckpt_dir/nested"));
   spec.mutable_checkpoint()->set_interval_steps(2);
   Recorded rec;
   JobOutcome o = RunJob(spec, "job-000002", rec);
   ASSERT_TRUE(o.succeeded()) << o.error();
-  EXPECT_EQ(o.output(), TempPath("ckpt_dir/nested/model.safetensors"));
+  const std::string dir = TempPath("ckpt_dir/nested/job-000002");
+  EXPECT_EQ(o.output(), dir + "/model.safetensors");
   EXPECT_TRUE(Exists(o.output()));
-  std::vector<std::string> checkpoints;
+  EXPECT_THAT(SealedSteps(rec), ElementsAre(2, 4, 5));
+  std::vector<std::string> announced;
   for (const std::string& e : rec.events) {
-    if (e.rfind("checkpoint written", 0) == 0) checkpoints.push_back(e);
+    if (absl::StartsWith(e, "checkpoint")) announced.push_back(e);
   }
-  const std::string dir = TempPath("ckpt_dir/nested");
-  EXPECT_THAT(checkpoints, ElementsAre("checkpoint written to " + dir + "/step_00000002 at step 2",
-                                       "checkpoint written to " + dir + "/step_00000004 at step 4",
-                                       "checkpoint written to " + dir + "/step_00000005 at step 5"));
-  for (const char* step : {"/step_00000002", "/step_00000004", "/step_00000005"}) {
-    EXPECT_TRUE(Exists(dir + step + "/model.safetensors")) << step;
+  EXPECT_THAT(announced, ElementsAre("checkpoint sealed at step 2: " + dir + "/step_00000002",
+                                     "checkpoint sealed at step 4: " + dir + "/step_00000004",
+                                     "checkpoint sealed at step 5: " + dir + "/step_00000005"));
+  for (const CheckpointSealed& c : rec.sealed) {
+    EXPECT_EQ(c.path(), dir + "/" + StepDirName(c.step()));
+    EXPECT_TRUE(Exists(c.path() + "/model.safetensors")) << c.path();
   }
+}
+
+TEST(JobRunner, TwoJobsNamingOneCheckpointDirEachWriteOnlyTheirOwnDirectory) {
+  JobSpec spec = TinySpec(WriteText("shared.txt", 2000));
+  spec.mutable_checkpoint()->set_dir(TempPath("shared_ckpt"));
+  Recorded first, second;
+  JobOutcome a = RunJob(spec, "job-000011", first);
+  ASSERT_TRUE(a.succeeded()) << a.error();
+  const std::string a_weights = ReadFile(a.output());
+  spec.set_seed(99);
+  JobOutcome b = RunJob(spec, "job-000012", second);
+  ASSERT_TRUE(b.succeeded()) << b.error();
+  EXPECT_EQ(a.output(), TempPath("shared_ckpt/job-000011/model.safetensors"));
+  EXPECT_EQ(b.output(), TempPath("shared_ckpt/job-000012/model.safetensors"));
+  EXPECT_EQ(ReadFile(a.output()), a_weights) << "the second job changed the first job's output";
+  EXPECT_NE(ReadFile(b.output()), a_weights);
+  EXPECT_FALSE(Exists(TempPath("shared_ckpt/latest")));
+  EXPECT_FALSE(Exists(TempPath("shared_ckpt/model.safetensors")));
+}
+
+TEST(JobRunner, ADirectoryClaimedByAnotherJobUidIsRefusedBeforeTraining) {
+  JobSpec spec = TinySpec(WriteText("claimed.txt", 2000));
+  spec.mutable_checkpoint()->set_dir(TempPath("claimed_ckpt"));
+  const std::string dir = TempPath("claimed_ckpt/job-000013");
+  ASSERT_TRUE(ClaimJobDirectory(dir, "job-000013", "uid-of-another-database").ok());
+  Recorded rec;
+  JobOutcome o = RunJob(spec, "job-000013", rec, nullptr, "uid-mine");
+  EXPECT_FALSE(o.succeeded());
+  EXPECT_EQ(o.kind(), FAILURE_LOCAL);
+  EXPECT_THAT(o.error(), HasSubstr("job directory " + dir + " belongs to job-000013"));
+  EXPECT_TRUE(rec.steps.empty());
+  EXPECT_FALSE(Exists(dir + "/latest"));
+  EXPECT_THAT(ReadFile(dir + "/job.json"), HasSubstr("uid-of-another-database"));
+}
+
+TEST(JobRunner, AResumedJobSaysWhereFromAndSealsOnlyTheStepsItWrote) {
+  JobSpec spec = TinySpec(WriteText("resume.txt", 2000));
+  spec.mutable_checkpoint()->set_dir(TempPath("resume_ckpt"));
+  spec.mutable_checkpoint()->set_interval_steps(2);
+  Recorded first;
+  ASSERT_TRUE(RunJob(spec, "job-000014", first).succeeded());
+  const std::string from = TempPath("resume_ckpt/job-000014/step_00000005");
+  const std::string weights_before = ReadFile(from + "/model.safetensors");
+
+  spec.set_steps(8);
+  spec.set_resume_from(TempPath("resume_ckpt/job-000014"));
+  Recorded rec;
+  JobOutcome o = RunJob(spec, "job-000015", rec);
+  ASSERT_TRUE(o.succeeded()) << o.error();
+  EXPECT_THAT(rec.steps, ElementsAre(6, 7, 8));
+  ASSERT_EQ(rec.locations.size(), 1u);
+  EXPECT_EQ(rec.locations[0].resumed_from_step(), 5);
+  EXPECT_EQ(rec.locations[0].resumed_from(), from);
+  EXPECT_THAT(rec.events, ::testing::Contains("resumed from " + from + " at step 5"));
+  EXPECT_THAT(SealedSteps(rec), ElementsAre(6, 8));  // never the step it only loaded
+  for (const std::string& e : rec.events) EXPECT_THAT(e, Not(HasSubstr("step 5:")));
+  EXPECT_EQ(ReadFile(from + "/model.safetensors"), weights_before);
+  EXPECT_EQ(ReadFile(TempPath("resume_ckpt/job-000014/latest")), "step_00000005\n");
+}
+
+TEST(JobRunner, RelativeDatasetSaysWhereItWasResolvedFrom) {
+  Recorded rec;
+  JobOutcome o = RunJob(TinySpec("data/no_such_demo.txt"), "job-000016", rec);
+  EXPECT_FALSE(o.succeeded());
+  EXPECT_EQ(o.kind(), FAILURE_LOCAL);
+  EXPECT_EQ(o.error(), "dataset data/no_such_demo.txt (relative, resolved from " +
+                           AbsolutePath(".") +
+                           ", the worker's working directory) cannot be read on worker w-test: "
+                           "No such file or directory");
 }
 
 TEST(JobRunner, MissingDatasetFailsNamingThePath) {
@@ -216,8 +331,10 @@ TEST(JobRunner, MissingDatasetFailsNamingThePath) {
   Recorded rec;
   JobOutcome o = RunJob(TinySpec(missing), "job-000003", rec);
   EXPECT_FALSE(o.succeeded());
-  EXPECT_THAT(o.error(), HasSubstr("dataset " + missing));
-  EXPECT_THAT(o.error(), HasSubstr("No such file"));
+  EXPECT_EQ(o.kind(), FAILURE_LOCAL);
+  EXPECT_TRUE(o.suspect_workers().empty());
+  EXPECT_EQ(o.error(), "dataset " + missing + " cannot be read on worker w-test: "
+                       "No such file or directory");
   EXPECT_TRUE(rec.steps.empty());
 }
 
@@ -248,6 +365,7 @@ TEST(JobRunner, CancelStopsAtTheNextStepBoundary) {
     if (step == 2) r.Cancel("worker stopped by SIGTERM");
   });
   EXPECT_FALSE(o.succeeded());
+  EXPECT_EQ(o.kind(), FAILURE_STOPPED);
   EXPECT_EQ(o.error(), "worker stopped by SIGTERM after step 2");
   EXPECT_THAT(rec.steps, ElementsAre(1, 2));
 }

@@ -258,9 +258,10 @@ absl::Status ParallelJob::ConnectTo(int peer, absl::Time deadline) {
   return Explain(s);
 }
 
-absl::Status ParallelJob::Train(kernels::Backend* backend,
-                                parallel::ParallelTrainingOptions options,
-                                const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
+absl::Status ParallelJob::Train(
+    kernels::Backend* backend, parallel::ParallelTrainingOptions options,
+    const std::function<void(int64_t start_step, const std::string& resumed_from)>& on_started,
+    const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
   std::shared_ptr<comm::GrpcTransport> t = transport();
   if (t == nullptr) return absl::FailedPreconditionError("Train before Connect");
   comm::Transport* transport = t.get();
@@ -272,6 +273,7 @@ absl::Status ParallelJob::Train(kernels::Backend* backend,
       parallel::ParallelTrainer::Create(backend, transport, std::move(options));
   if (!trainer.ok()) return Explain(Annotate(trainer.status(), "cannot start training"));
   trainer_ = std::move(*trainer);
+  if (on_started) on_started(trainer_->start_step(), trainer_->resumed_from());
   absl::Status s = trainer_->Run(on_step);
   if (!s.ok()) {
     // The trainer stays until the destructor, after the transport is closed: its gradient
@@ -308,6 +310,23 @@ absl::Status ParallelJob::Explain(const absl::Status& s) const {
     if (!lost.empty()) absl::StrAppend(&message, "; lost peers: ", absl::StrJoin(lost, ", "));
   }
   return absl::Status(s.code(), message);
+}
+
+std::vector<int> ParallelJob::SuspectPeers(const absl::Status& s) const {
+  const bool waited_on_peers = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
+                               absl::IsAborted(s);
+  if (!waited_on_peers) return {};
+  std::shared_ptr<comm::GrpcTransport> t = transport();
+  std::vector<int> suspects;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const bool failed = t != nullptr && !t->PeerStatus(r).ok();
+    // Explain names peers as DescribeRank does: "rank 3 (worker w4 at ...".
+    const bool named = absl::StrContains(
+        s.message(), absl::StrCat("worker ", placement_.ranks(r).worker_id(), " at "));
+    if (failed || named) suspects.push_back(r);
+  }
+  return suspects;
 }
 
 }  // namespace dtrain::worker

@@ -7,7 +7,8 @@
 //                    ParallelPlan(assignment, rank, single_worker_plan, comm_timeout));
 //   ParallelJob job(assignment, rank, {listen_address, connect_timeout});
 //   RETURN_IF_ERROR(job.Connect());           // every peer answered, or the deadline passed
-//   absl::Status s = job.Train(backend, o, on_step);
+//   absl::Status s = job.Train(backend, o, on_started, on_step);
+//   std::vector<int> suspects = job.SuspectPeers(s);  // before Close
 //   job.Close(s.ok() ? absl::Seconds(5) : absl::ZeroDuration());
 //
 // Addresses: rank r listens on its own RankAssignment.worker_address (the address its worker
@@ -26,6 +27,13 @@
 // dp1 pp0 tp1)"), and when it names no peer but some peer's stream broke, those peers are
 // appended ("; lost peers: ..."), so the coordinator's FAILED reason says which worker vanished.
 //
+// Blame: SuspectPeers(s) says which peers an error of Connect or Train is owed to, for the
+// outcome's FAILURE_PEER kind: only for errors of waiting on peers (Unavailable: a stream broke
+// or a peer never came; DeadlineExceeded: nothing arrived in time; Aborted: a peer gave up), the
+// peers whose streams failed or that sent the job's abort (Transport::PeerStatus), and the
+// peers the error itself names (a peer that hangs keeps its stream). Any other error is this
+// rank's own, even when its peers gave up meanwhile (they all fail on a bad batch at once).
+//
 // Abort (cancel, SIGTERM) shuts the transport down at once, from any thread, without waiting:
 // a rank blocked on a peer returns Cancelled instead of waiting for its deadline, and its peers
 // see it gone. After a failure JobRunner keeps the transport up until the failure is reported
@@ -38,6 +46,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -106,11 +115,15 @@ class ParallelJob {
   // Cancelled after Abort().
   absl::Status Connect();
 
-  // Creates the trainer and runs it to the end (ParallelTrainer::Run). Errors are explained
-  // (see the top). Call after Connect succeeded. After an error the trainer is kept until the
-  // destructor has closed the transport (its threads may be waiting on peers).
-  absl::Status Train(kernels::Backend* backend, parallel::ParallelTrainingOptions options,
-                     const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
+  // Creates the trainer, calls `on_started(start_step, resumed_from)` once it has loaded (see
+  // ParallelTrainer::start_step / resumed_from; may be empty), and runs it to the end
+  // (ParallelTrainer::Run). Errors are explained (see the top). Call after Connect succeeded.
+  // After an error the trainer is kept until the destructor has closed the transport (its
+  // threads may be waiting on peers).
+  absl::Status Train(
+      kernels::Backend* backend, parallel::ParallelTrainingOptions options,
+      const std::function<void(int64_t start_step, const std::string& resumed_from)>& on_started,
+      const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
 
   // Thread-safe, idempotent, returns at once: shuts the transport down on a thread of its own.
   void Abort();
@@ -122,6 +135,10 @@ class ParallelJob {
   // `s` with peers named by worker (see the top). Call before Close: the transport tells which
   // peers broke.
   absl::Status Explain(const absl::Status& s) const;
+
+  // The ranks `s` (an error of Connect or Train) is owed to, ascending; empty when it is this
+  // rank's own failure (see the top). Call before Close.
+  std::vector<int> SuspectPeers(const absl::Status& s) const;
 
   int rank() const { return rank_; }
   int size() const { return size_; }

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/job_paths.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
@@ -30,6 +31,7 @@
 namespace dtrain::worker {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
@@ -102,6 +104,7 @@ std::vector<JobAssignment> Assignments(const std::string& job_id, JobSpec spec, 
   for (const RankAssignment& r : placement.ranks()) {
     JobAssignment a;
     a.set_job_id(job_id);
+    a.set_job_uid("uid-" + job_id);
     *a.mutable_spec() = spec;
     *a.mutable_rank() = r;
     *a.mutable_placement() = placement;
@@ -115,6 +118,8 @@ struct RankRun {
   std::vector<StepMetrics> steps;
   std::vector<bool> reported;
   std::vector<std::string> events;
+  std::vector<JobLocation> locations;
+  std::vector<int64_t> sealed;
   absl::Duration took;
 };
 
@@ -144,6 +149,8 @@ std::vector<RankRun> RunRanks(
       run->reported.push_back(report);
     };
     cb.event = [run](const std::string& e) { run->events.push_back(e); };
+    cb.location = [run](const JobLocation& l) { run->locations.push_back(l); };
+    cb.checkpoint = [run](const CheckpointSealed& c) { run->sealed.push_back(c.step()); };
     runners[i] = std::make_unique<JobRunner>(ranks[i], backends[i].get(), options, cb);
   }
   std::vector<std::thread> threads;
@@ -161,7 +168,8 @@ std::vector<RankRun> RunRanks(
 
 std::vector<double> SingleWorkerLosses(const JobSpec& spec) {
   JobAssignment a;
-  a.set_job_id("job-ref");
+  a.set_job_id("job-000100");
+  a.set_job_uid("uid-ref");
   *a.mutable_spec() = spec;
   a.mutable_rank()->set_worker_id("w-ref");
   std::vector<RankRun> runs = RunRanks({a}, TempPath("ref"));
@@ -253,6 +261,7 @@ TEST(ParallelJobRunner, MultiWorkerJobNeedsACheckpointDir) {
   for (const RankRun& r : runs) {
     EXPECT_FALSE(r.outcome.succeeded());
     EXPECT_THAT(r.outcome.error(), HasSubstr("a job on 2 workers needs checkpoint.dir"));
+    EXPECT_EQ(r.outcome.kind(), FAILURE_LOCAL);
   }
 }
 
@@ -280,12 +289,18 @@ TEST_P(Layouts, TrainToOneWorkersNumbersAndOnlyOneRankReports) {
           << "step " << s + 1;
       EXPECT_EQ(runs[r].reported[s], static_cast<int>(r) == reporting);
     }
+    const std::string job_dir = AbsolutePath(dir + "/ckpt/" + a[0].job_id());
     if (r == 0) {
-      EXPECT_EQ(runs[r].outcome.output(), dir + "/ckpt/model.safetensors");
+      EXPECT_EQ(runs[r].outcome.output(), job_dir + "/model.safetensors");
       EXPECT_TRUE(Exists(runs[r].outcome.output()));
       EXPECT_EQ(runs[r].events.back(), "weights written to " + runs[r].outcome.output());
+      ASSERT_EQ(runs[r].locations.size(), 1u);
+      EXPECT_EQ(runs[r].locations[0].dir(), job_dir);
+      EXPECT_THAT(runs[r].sealed, ElementsAre(4));  // the last step; rank 0 seals it
     } else {
       EXPECT_EQ(runs[r].outcome.output(), "");
+      EXPECT_TRUE(runs[r].locations.empty());
+      EXPECT_TRUE(runs[r].sealed.empty());
     }
     ASSERT_FALSE(runs[r].events.empty());
     EXPECT_THAT(runs[r].events.front(),
@@ -308,11 +323,14 @@ TEST(ParallelJobRunner, ACancelledRankStopsAtOnceAndItsPeerFailsNamingIt) {
   });
   EXPECT_FALSE(runs[0].outcome.succeeded());
   EXPECT_THAT(runs[0].outcome.error(), HasSubstr("cancelled by the coordinator after step"));
+  EXPECT_EQ(runs[0].outcome.kind(), FAILURE_STOPPED);
   // Rank 1 was not cancelled (in a real job the coordinator cancels it too): its peer stopped
-  // (it may have said why before its transport went down).
+  // (it may have said why before its transport went down), and it blames that peer.
   EXPECT_FALSE(runs[1].outcome.succeeded());
   EXPECT_THAT(runs[1].outcome.error(), HasSubstr("training failed after step "));
   EXPECT_THAT(runs[1].outcome.error(), HasSubstr("rank 0 (worker w0 at 127.0.0.1:"));
+  EXPECT_EQ(runs[1].outcome.kind(), FAILURE_PEER);
+  EXPECT_THAT(runs[1].outcome.suspect_workers(), ElementsAre("w0"));
   std::printf("rank 1 of a job whose rank 0 was cancelled: %s\n", runs[1].outcome.error().c_str());
   for (const RankRun& r : runs) EXPECT_LT(r.took, absl::Seconds(20)) << r.outcome.error();
 }
@@ -351,6 +369,8 @@ TEST(ParallelJobRunner, APeerThatNeverStartsFailsAtTheConnectDeadlineNamingIt) {
               HasSubstr(absl::StrCat("cannot connect to the job's peers: peer rank 1 (worker w1 at ",
                                      a[1].rank().worker_address(), ", dp0 pp1 tp0) did not "
                                      "accept connections within")));
+  EXPECT_EQ(runs[0].outcome.kind(), FAILURE_PEER);
+  EXPECT_THAT(runs[0].outcome.suspect_workers(), ElementsAre("w1"));
   EXPECT_LT(runs[0].took, absl::Seconds(5));
   std::printf("a peer that never starts: %s\n", runs[0].outcome.error().c_str());
 }

@@ -70,18 +70,49 @@ WorkerDaemon::~WorkerDaemon() {
 }
 
 void WorkerDaemon::Stop(const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return;
-  stopping_ = true;
-  stop_reason_ = reason;
-  drain_deadline_ = absl::Now() + options_.shutdown_grace;
-  wake_ = true;
-  std::string what = absl::StrCat("stopping: ", reason);
-  if (job_ != nullptr && !job_->finished) {
-    job_->runner->Cancel(reason);
-    absl::StrAppend(&what, "; job ", job_->id, " stops at its next step boundary");
+  DeregisterWorkerRequest request;
+  bool leave;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    stop_reason_ = reason;
+    drain_deadline_ = absl::Now() + options_.shutdown_grace;
+    wake_ = true;
+    leave = leaving_ = epoch_ > 0;  // a daemon that never registered has nothing to leave
+    request.set_worker_id(options_.worker_id);
+    request.set_session_id(session_id_);
+    request.set_reason(reason);
+    if (job_ != nullptr && !job_->finished) {
+      request.set_running_job_id(job_->id);
+      request.set_running_step(job_->runner->last_step());
+      WarnLocked(job_->id, absl::StrCat("stopping: ", reason, "; stopping job ", job_->id,
+                                        " (last finished step ", request.running_step(), ")"));
+    } else {
+      LogLine(options_.worker_id, absl::StrCat("stopping: ", reason));
+    }
   }
-  LogLine(options_.worker_id, what);
+  // First the coordinator hears why from this worker, then the job stops (aborting its
+  // transport): its peers' stream errors come after the cause. Not under mu_.
+  if (leave) {
+    absl::StatusOr<DeregisterWorkerResponse> response =
+        client_->DeregisterWorker(request, options_.deregister_timeout);
+    absl::MutexLock lock(&mu_);
+    if (response.ok()) {
+      deregistered_ = true;
+      LogLine(options_.worker_id, absl::StrCat("deregistered from coordinator ",
+                                               client_->target(), " (", reason, ")"));
+    } else {
+      // The outcome still carries the reason: registering again (if need be) delivers it.
+      leaving_ = false;
+      LogLine(options_.worker_id,
+              absl::StrCat("cannot deregister: ", response.status().message(),
+                           "; the running job's outcome will say why it stopped"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (job_ != nullptr && !job_->finished) job_->runner->Cancel(reason);
+  wake_ = true;
 }
 
 bool WorkerDaemon::CanExitLocked() const {
@@ -112,12 +143,23 @@ absl::Status WorkerDaemon::Run() {
   absl::Time id_conflict_since = absl::InfiniteFuture();
   while (true) {
     ReapJob();
-    bool registered;
+    bool registered, leaving;
+    absl::Duration interval;
     {
       absl::MutexLock lock(&mu_);
       ExpireOutcomesLocked();
       if (CanExitLocked()) break;
       registered = registered_;
+      leaving = leaving_;
+      interval = heartbeat_interval_;
+    }
+    if (leaving) {
+      // Deregistered (or deregistering): no registration or heartbeat any more, only the
+      // job's last reports.
+      const absl::Time until = absl::Now() + interval;
+      SendReports(until);
+      WaitFor(until - absl::Now(), /*wake_on_reports=*/true);
+      continue;
     }
     if (!registered) {
       absl::Status s = Register();
@@ -164,7 +206,6 @@ absl::Status WorkerDaemon::Run() {
     if (absl::Now() >= next_heartbeat) {
       bool started_job = false;
       absl::Status s = Heartbeat(&started_job);
-      absl::Duration interval;
       {
         absl::MutexLock lock(&mu_);
         interval = heartbeat_interval_;
@@ -290,6 +331,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   job->total_steps = spec.steps();
   JobRunnerOptions runner_options;
   runner_options.worker_id = options_.worker_id;
+  runner_options.host_label = options_.host_label;
   runner_options.data_root = options_.data_root;
   runner_options.peer_listen_address = options_.peer_listen_address;
   runner_options.connect_timeout = options_.connect_timeout;
@@ -313,18 +355,32 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
     EnqueueLocked(std::move(r));
   };
   callbacks.event = [this, raw](const std::string& event) {
-    absl::MutexLock lock(&mu_);
     LogLine(options_.worker_id, absl::StrCat("job ", raw->id, ": ", event));
-    if (raw->cancelled_by_coordinator) return;
     ReportProgressRequest r;
-    r.set_job_id(raw->id);
     r.set_event(event);
-    EnqueueLocked(std::move(r));
+    Report(raw, std::move(r));
+  };
+  callbacks.location = [this, raw](const JobLocation& location) {
+    ReportProgressRequest r;
+    *r.mutable_location() = location;
+    Report(raw, std::move(r));
+  };
+  callbacks.checkpoint = [this, raw](const CheckpointSealed& sealed) {
+    ReportProgressRequest r;
+    *r.mutable_checkpoint() = sealed;
+    Report(raw, std::move(r));
   };
   job->runner = std::make_unique<JobRunner>(assignment, backend_, std::move(runner_options),
                                             std::move(callbacks));
   job_ = std::move(job);
   job_->thread = std::thread([this, raw] { RunJob(raw); });
+}
+
+void WorkerDaemon::Report(ActiveJob* job, ReportProgressRequest request) {
+  absl::MutexLock lock(&mu_);
+  if (job->cancelled_by_coordinator) return;
+  request.set_job_id(job->id);
+  EnqueueLocked(std::move(request));
 }
 
 void WorkerDaemon::RunJob(ActiveJob* job) {
@@ -386,11 +442,14 @@ void WorkerDaemon::EnqueueLocked(ReportProgressRequest request) {
       return !r.request.has_outcome();
     });
     if (oldest != reports_.end()) {
+      const std::string job_id = oldest->request.job_id();
       reports_.erase(oldest);
       if (dropped_reports_++ % 1000 == 0) {
-        LogLine(options_.worker_id,
-                absl::StrCat("report buffer full (", options_.max_buffered_reports,
-                             "): dropping the oldest; ", dropped_reports_, " dropped so far"));
+        // Queued after this report: the buffer stays within one report of its bound.
+        pending_warning_ = {job_id, absl::StrCat("report buffer full (",
+                                                 options_.max_buffered_reports,
+                                                 "): dropping the oldest; ", dropped_reports_,
+                                                 " dropped so far")};
       }
     }
   }
@@ -400,6 +459,20 @@ void WorkerDaemon::EnqueueLocked(ReportProgressRequest request) {
   r.created = absl::Now();
   reports_.push_back(std::move(r));
   wake_ = true;
+  if (!pending_warning_.first.empty()) {
+    const auto [job_id, text] = std::move(pending_warning_);
+    pending_warning_ = {};
+    WarnLocked(job_id, text);
+  }
+}
+
+void WorkerDaemon::WarnLocked(const std::string& job_id, const std::string& text) {
+  LogLine(options_.worker_id, absl::StrCat("warning: ", text));
+  ReportProgressRequest r;
+  r.set_job_id(job_id);
+  r.mutable_log()->set_severity(LOG_WARNING);
+  r.mutable_log()->set_text(text);
+  EnqueueLocked(std::move(r));
 }
 
 void WorkerDaemon::EnqueueOutcomeLocked(const std::string& job_id, const JobOutcome& outcome) {
@@ -471,12 +544,19 @@ void WorkerDaemon::SendReports(absl::Time until) {
       return;
     }
     if (absl::IsInvalidArgument(s) || absl::IsOutOfRange(s)) {
-      LogLine(options_.worker_id, absl::StrCat("dropping a report the coordinator refuses: ",
-                                               s.message()));
       pop();
+      WarnLocked(request.job_id(),
+                 absl::StrCat("dropping a report the coordinator refuses: ", s.message()));
       continue;
     }
     // NOT_FOUND / FAILED_PRECONDITION / ...: this session or this job is unknown to it.
+    if (deregistered_) {
+      LogLine(options_.worker_id,
+              absl::StrCat("coordinator refuses reports of job ", request.job_id(),
+                           " after this worker deregistered (", s.message(), "); dropping them"));
+      DropReportsLocked(request.job_id());
+      continue;
+    }
     const bool ours = job_ != nullptr && job_->id == request.job_id() &&
                       !job_->cancelled_by_coordinator;
     if (!ours) {
@@ -488,9 +568,8 @@ void WorkerDaemon::SendReports(absl::Time until) {
     if (job_->refused_in_epoch == epoch) return;  // wait for the registration under way
     job_->refused_in_epoch = epoch;
     if (++job_->refusals < kRefusalsBeforeDisowning) {
-      LogLine(options_.worker_id,
-              absl::StrCat("coordinator refused a report of job ", job_->id, " (", s.message(),
-                           "); registering again to re-attach it"));
+      WarnLocked(job_->id, absl::StrCat("coordinator refused a report of job ", job_->id, " (",
+                                        s.message(), "); registering again to re-attach it"));
       if (epoch == epoch_) registered_ = false;
       return;
     }

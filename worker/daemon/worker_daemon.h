@@ -24,8 +24,17 @@
 // Cancellation (HeartbeatResponse.cancel_job_ids, ReportProgressResponse.cancelled) stops the
 // job at its next step boundary (a rank of a multi-worker job: at once); no outcome is sent for
 // it (the coordinator already decided).
-// Stop() (SIGTERM) stops it the same way, reports the outcome as failed "<reason> after step N",
-// waits up to `shutdown_grace` for the reports to be delivered, and makes Run() return OK.
+// Stop() (SIGTERM) first deregisters (DeregisterWorker with the reason and the running job and
+// step, within `deregister_timeout`), so that the coordinator hears the cause from this worker
+// before its peers' stream errors, then stops the job the same way (FAILURE_STOPPED, "<reason>
+// after step N"), waits up to `shutdown_grace` for the reports to be delivered, and makes Run()
+// return OK. Once deregistered it never registers or heartbeats again (reports it still sends;
+// refused ones are dropped). A deregistration that fails (coordinator unreachable) leaves the
+// daemon as before: it registers again if need be to deliver the outcome, which says why.
+//
+// Job-related warnings (the stop notice, reports the coordinator refuses, reports dropped from
+// a full buffer) go to stderr and, as LogLine reports of the job, to the coordinator (dtrain
+// logs). A failure is not sent as a line: the coordinator records the outcome's error itself.
 #ifndef DTRAIN_WORKER_DAEMON_WORKER_DAEMON_H_
 #define DTRAIN_WORKER_DAEMON_WORKER_DAEMON_H_
 
@@ -35,6 +44,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -66,6 +76,7 @@ struct WorkerOptions {
   absl::Duration outcome_retry_for = absl::Minutes(5);
   absl::Duration max_backoff = absl::Seconds(2);
   absl::Duration shutdown_grace = absl::Seconds(10);
+  absl::Duration deregister_timeout = absl::Seconds(2);
   std::function<void(int64_t step)> after_step;  // test seam, see JobRunnerOptions
   WorkerMetrics* metrics = nullptr;               // see JobRunnerOptions
 };
@@ -81,7 +92,8 @@ class WorkerDaemon {
   // session holds the worker id for longer than id_conflict_wait. Call once.
   absl::Status Run();
 
-  // Thread-safe; `reason` ("worker stopped by SIGTERM") becomes the running job's error.
+  // Thread-safe; `reason` ("worker stopped by SIGTERM") is sent with the deregistration and
+  // becomes the running job's error. Blocks up to deregister_timeout (not holding the lock).
   void Stop(const std::string& reason);
 
   const std::string& session_id() const { return session_id_; }
@@ -110,11 +122,17 @@ class WorkerDaemon {
   void SendReports(absl::Time until);
   void ReapJob();
   void RunJob(ActiveJob* job);
+  // Queues a report of `job` (the training thread's events, location, checkpoints), unless the
+  // coordinator has ended the job.
+  void Report(ActiveJob* job, ReportProgressRequest request);
 
   void StartJobLocked(const JobAssignment& assignment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CancelByCoordinatorLocked(const std::string& job_id, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnqueueLocked(ReportProgressRequest request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs `text` as a warning and queues it as a LOG_WARNING line of the job.
+  void WarnLocked(const std::string& job_id, const std::string& text)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnqueueOutcomeLocked(const std::string& job_id, const JobOutcome& outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropReportsLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -129,6 +147,9 @@ class WorkerDaemon {
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // From Stop() on (unless deregistering fails): no registration or heartbeat.
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
+  bool deregistered_ ABSL_GUARDED_BY(mu_) = false;
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   absl::Time drain_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool wake_ ABSL_GUARDED_BY(mu_) = false;  // reports queued, job finished, or stop
@@ -140,6 +161,8 @@ class WorkerDaemon {
   std::deque<PendingReport> reports_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_reports_ ABSL_GUARDED_BY(mu_) = 0;
+  // (job id, text) of a "buffer full" warning to queue after the report that caused it.
+  std::pair<std::string, std::string> pending_warning_ ABSL_GUARDED_BY(mu_);
 };
 
 // One stderr line: "2026-01-02 03:04:05.678 dtrain-worker[w1]: message".

@@ -114,7 +114,14 @@ TEST_F(WorkerDaemonTest, AssignmentReportsStepsInOrderThenSuccessWithTheWeights)
   struct stat st;
   ASSERT_EQ(stat(outcome.output().c_str(), &st), 0);
   EXPECT_GT(st.st_size, 1000);
-  EXPECT_EQ(reports.front().event(), "loaded dataset " + data + " (2000 tokens)");
+  EXPECT_EQ(outcome.output_host(), "test-host");
+  // First where the job writes, then its events.
+  ASSERT_TRUE(reports.front().has_location());
+  EXPECT_EQ(reports.front().location().dir(),
+            TempPath("AssignmentReportsStepsInOrderThenSuccessWithTheWeights") +
+                "/jobs/job-000001");
+  EXPECT_EQ(reports.front().location().host(), "test-host");
+  EXPECT_EQ(reports.at(1).event(), "loaded dataset " + data + " (2000 tokens)");
 
   // The job was acknowledged in heartbeats, and the worker is idle again afterwards.
   ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) {
@@ -244,17 +251,57 @@ TEST_F(WorkerDaemonTest, AWorkerIdFreedWithinTheWaitRegisters) {
   ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return !f.heartbeats_locked().empty(); }));
 }
 
-TEST_F(WorkerDaemonTest, StopReportsTheJobFailedAndRunReturnsOk) {
+TEST_F(WorkerDaemonTest, StopDeregistersWithTheCauseThenReportsTheJobStopped) {
   fake_.Assign(TinyJob("job-000006", WriteText("stop.txt", 2000), 100000));
   StartWorker([this](int64_t step) {
     if (step == 2) daemon_->Stop("worker stopped by SIGTERM");
   });
   thread_.join();
   EXPECT_TRUE(run_status_.ok()) << run_status_;
-  const JobOutcome outcome = OutcomeOf(fake_.reports());
+  const std::vector<ReportProgressRequest> reports = fake_.reports();
+  const JobOutcome outcome = OutcomeOf(reports);
   EXPECT_FALSE(outcome.succeeded());
+  EXPECT_EQ(outcome.kind(), FAILURE_STOPPED);
   EXPECT_EQ(outcome.error(), "worker stopped by SIGTERM after step 2");
-  EXPECT_EQ(StepsOf(fake_.reports()), Range(1, 2));
+  EXPECT_EQ(StepsOf(reports), Range(1, 2));
+
+  // Deregistered once, with the reason and the job, before the outcome went out; never
+  // registered or heartbeat again.
+  const std::vector<FakeCoordinator::Deregistration> gone = fake_.deregistrations();
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].request.worker_id(), "w1");
+  EXPECT_EQ(gone[0].request.session_id(), daemon_->session_id());
+  EXPECT_EQ(gone[0].request.reason(), "worker stopped by SIGTERM");
+  EXPECT_EQ(gone[0].request.running_job_id(), "job-000006");
+  EXPECT_EQ(gone[0].request.running_step(), 2);
+  for (size_t i = 0; i < gone[0].reports_before; ++i) EXPECT_FALSE(reports[i].has_outcome());
+  EXPECT_EQ(fake_.registrations().size(), gone[0].registrations_before);
+  // At most the heartbeat that was in flight when Stop was called.
+  EXPECT_LE(fake_.heartbeats().size(), gone[0].heartbeats_before + 1);
+
+  // The stop notice is a warning line of the job (dtrain logs); the outcome is not repeated.
+  std::vector<dtrain::LogLine> lines;
+  for (const auto& r : reports) {
+    if (r.has_log()) lines.push_back(r.log());
+  }
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].severity(), LOG_WARNING);
+  EXPECT_EQ(lines[0].text(), "stopping: worker stopped by SIGTERM; stopping job job-000006 "
+                             "(last finished step 2)");
+  daemon_.reset();
+}
+
+TEST_F(WorkerDaemonTest, AnIdleWorkerDeregistersOnStop) {
+  StartWorker();
+  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return !f.heartbeats_locked().empty(); }));
+  daemon_->Stop("worker stopped by SIGINT");
+  thread_.join();
+  EXPECT_TRUE(run_status_.ok()) << run_status_;
+  const std::vector<FakeCoordinator::Deregistration> gone = fake_.deregistrations();
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].request.reason(), "worker stopped by SIGINT");
+  EXPECT_EQ(gone[0].request.running_job_id(), "");
+  EXPECT_TRUE(fake_.reports().empty());
   daemon_.reset();
 }
 

@@ -25,11 +25,14 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage_config.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/job_paths.h"
 #include "common/metrics/http_exporter.h"
 #include "common/metrics/registry.h"
 #include "common/status_macros.h"
@@ -63,7 +66,8 @@ ABSL_FLAG(int, threads, 0, "CPU threads for --device=cpu (0 = all cores)");
 ABSL_FLAG(std::string, matmul_precision, "fp32",
           "GEMM inputs: fp32, tf32 or bf16 (tf32 and bf16 need a CUDA device; fp32 accumulation)");
 ABSL_FLAG(std::string, data_root, "./dtrain-data",
-          "directory for job outputs: <data_root>/jobs/<job id>/model.safetensors");
+          "directory of jobs whose spec has no checkpoint.dir: each writes only in "
+          "<data_root>/jobs/<job id>/ (its model.safetensors)");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every coordinator RPC");
 ABSL_FLAG(int, log_every, 10, "log a progress line every N steps (0: never)");
 // The default port is taken when several workers share a host: each then needs its own; a
@@ -131,7 +135,7 @@ absl::Status Main(int signal_fd) {
   RETURN_IF_ERROR(Annotate(precision.status(), "--matmul_precision"));
   options.data_root = absl::GetFlag(FLAGS_data_root);
   options.log_every = absl::GetFlag(FLAGS_log_every);
-  RETURN_IF_ERROR(Annotate(MakeDirs(options.data_root), "--data_root"));
+  RETURN_IF_ERROR(Annotate(MakeDirectories(options.data_root), "--data_root"));
 
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
                    kernels::CreateBackend(absl::GetFlag(FLAGS_device),
@@ -186,7 +190,18 @@ absl::Status Main(int signal_fd) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "The dtrain worker daemon: trains the jobs the coordinator assigns on one device.\n"
-      "  dtrain-worker --worker_id=gpu0 --device=cuda:0 --coordinator=host:7070");
+      "  dtrain-worker --worker_id=gpu0 --device=cuda:0 --coordinator=host:7070\n"
+      "  dtrain-worker --worker_id=cpu0 --device=cpu --threads=8 --data_root=/var/lib/dtrain\n"
+      "SIGTERM / SIGINT: deregisters, stops the running job and reports why; exits 0.\n"
+      "See worker/daemon/README.md.");
+  // --help lists this file's flags (absl's default looks for a file named after the binary,
+  // dtrain-worker.cc, and finds none: "No flags matched").
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "worker/daemon/worker_main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil checks lock order on every mutex operation; the peer transport takes many
   // locks per frame (worker/comm/README.md).

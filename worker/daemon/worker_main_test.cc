@@ -25,6 +25,7 @@ namespace dtrain::worker {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 std::string WorkerBinary() {
@@ -32,7 +33,7 @@ std::string WorkerBinary() {
                       "/worker/dtrain-worker");
 }
 
-// Starts dtrain-worker with `args`; stderr goes to `log`.
+// Starts dtrain-worker with `args`; stdout and stderr go to `log`.
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   std::vector<std::string> all = {WorkerBinary()};
   all.insert(all.end(), args.begin(), args.end());
@@ -42,6 +43,7 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 2, 1);
   pid_t pid = -1;
   const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -78,6 +80,20 @@ TEST(DtrainWorker, UnknownFlagIsAnError) {
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(DtrainWorker, HelpListsTheWorkersOwnFlags) {
+  const std::string log = TempPath("help.log");
+  pid_t pid = Spawn({"--help"}, log);
+  ASSERT_GT(pid, 0);
+  WaitExit(pid, kWait);  // absl's --help exits 1
+  const std::string text = ReadFile(log);
+  EXPECT_THAT(text, HasSubstr("The dtrain worker daemon"));
+  for (const char* flag : {"--worker_id", "--coordinator", "--device", "--data_root",
+                           "--advertise_address", "--comm_timeout", "--metrics_listen"}) {
+    EXPECT_THAT(text, HasSubstr(flag));
+  }
+  EXPECT_THAT(text, Not(HasSubstr("No flags matched")));
 }
 
 TEST(DtrainWorker, AdvertiseAddressNeedsAPort) {
@@ -136,7 +152,14 @@ TEST(DtrainWorker, SigtermStopsTheJobAtAStepBoundaryAndExitsZero) {
   const std::vector<int64_t> steps = StepsOf(reports);
   EXPECT_EQ(steps, Range(1, steps.back()));
   EXPECT_EQ(outcome.error(), absl::StrCat("worker stopped by SIGTERM after step ", steps.back()));
+  EXPECT_EQ(outcome.kind(), FAILURE_STOPPED);
   EXPECT_EQ(fake.registrations().at(0).worker_id(), "proc1");
+  // It left the coordinator first, saying why, and did not come back.
+  const std::vector<FakeCoordinator::Deregistration> gone = fake.deregistrations();
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].request.reason(), "worker stopped by SIGTERM");
+  EXPECT_EQ(gone[0].request.running_job_id(), "job-000042");
+  EXPECT_EQ(fake.registrations().size(), gone[0].registrations_before);
   server->Shutdown(std::chrono::system_clock::now());
 }
 
