@@ -24,6 +24,13 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
                                                    ": need batch > 0 and 0 < seq <= context=",
                                                    options.model.context));
   }
+  // The checkpoint's step before anything else: a resume with nothing to train is refused
+  // before a tensor is loaded or a file written.
+  model::CheckpointStep checkpoint;
+  if (!options.resume_from.empty()) {
+    ASSIGN_OR_RETURN(checkpoint, model::ResolveCheckpoint(options.resume_from));
+    RETURN_IF_ERROR(model::CheckStepsBeyond(options.steps, checkpoint));
+  }
   std::unique_ptr<LocalTrainer> t(new LocalTrainer());
   t->backend_ = backend;
   t->options_ = options;
@@ -41,7 +48,8 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
   }
   if (!options.resume_from.empty()) {
     ASSIGN_OR_RETURN(t->start_step_,
-                     model::LoadTrainingState(options.resume_from, *t->model_, *t->optimizer_));
+                     model::LoadTrainingState(checkpoint.step_dir, *t->model_, *t->optimizer_));
+    t->resumed_from_ = checkpoint.step_dir;
   } else if (!options.init_path.empty()) {
     RETURN_IF_ERROR(model::LoadWeights(options.init_path, *t->model_));
   } else {
@@ -96,7 +104,15 @@ absl::Status LocalTrainer::Run(
     const bool last = step == options_.steps;
     if (!options_.checkpoint_dir.empty() &&
         (last || (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0))) {
-      RETURN_IF_ERROR(model::SaveTrainingState(options_.checkpoint_dir, *model_, *optimizer_));
+      const auto save_start = std::chrono::steady_clock::now();
+      ASSIGN_OR_RETURN(std::string step_dir,
+                       model::SaveTrainingState(options_.checkpoint_dir, *model_, *optimizer_));
+      if (options_.on_checkpoint) {
+        options_.on_checkpoint(
+            {step, std::move(step_dir), /*sealed=*/true,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - save_start)
+                 .count()});
+      }
     }
     RETURN_IF_ERROR(callback);
   }

@@ -38,12 +38,12 @@ struct LocalTrainingOptions {
   int64_t steps = 10;          // total steps of the run (the LR schedule spans them)
   int batch = 8;               // B
   int seq = 128;               // T
-  std::string resume_from;     // checkpoint dir (or step dir) to continue from
-  std::string checkpoint_dir;  // training state written here
+  std::string resume_from;     // a job's checkpoint dir (its `latest`) or a step dir
+  std::string checkpoint_dir;  // training state written here: the job's own directory
   int64_t checkpoint_every = 0;  // also every N steps; the final step is always saved
   std::string save_path;       // final weights as GPT-2 safetensors
   std::string dump_grads_path;  // gradients of the first step run, before clipping
-  // Called after each checkpoint step is written and sealed (not for a step only loaded).
+  // Called after each checkpoint step this process wrote (not for a step only loaded).
   std::function<void(const CheckpointWritten&)> on_checkpoint;
 };
 
@@ -66,7 +66,9 @@ struct TrainStepMetrics {
 class LocalTrainer {
  public:
   // Validates everything up front (config, optimizer, data length, init file) so a bad flag
-  // fails before any work, with a message naming the field or file.
+  // fails before any work, with a message naming the field or file. With resume_from, the
+  // checkpoint's step is read first: `steps` not beyond it is InvalidArgument
+  // (model::CheckStepsBeyond) before any tensor is loaded or file written.
   static absl::StatusOr<std::unique_ptr<LocalTrainer>> Create(kernels::Backend* backend,
                                                               const LocalTrainingOptions& options);
 
@@ -76,6 +78,8 @@ class LocalTrainer {
   absl::Status Run(const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
 
   int64_t start_step() const { return start_step_; }
+  // The absolute step directory this run resumed from; "" when it started fresh.
+  const std::string& resumed_from() const { return resumed_from_; }
   model::GptStage& model() { return *model_; }
 
  private:
@@ -89,6 +93,7 @@ class LocalTrainer {
   std::unique_ptr<model::AdamW> optimizer_;
   std::unique_ptr<model::TokenDataset> data_;
   int64_t start_step_ = 0;  // steps already done (non-zero after resume)
+  std::string resumed_from_;
 };
 
 }  // namespace dtrain

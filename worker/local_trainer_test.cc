@@ -2,13 +2,18 @@
 // and never touch what is already saved.
 #include "worker/local_trainer.h"
 
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/model/safetensors.h"
+#include "worker/testing/file_snapshot.h"
 #include "worker/testing/text_corpus.h"
 
 namespace dtrain {
@@ -16,8 +21,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// TempDir() ends with a slash; the trainers report normalized absolute paths.
 std::string TempPath(const std::string& name) {
-  return ::testing::TempDir() + "/" + name;
+  return absl::StrCat(absl::StripSuffix(::testing::TempDir(), "/"), "/", name);
 }
 
 std::string WriteText(const std::string& name, int bytes) {
@@ -88,12 +94,105 @@ TEST(LocalTrainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
     EXPECT_EQ((*b)[i].lr, (*a)[3 + i].lr);
   }
   EXPECT_EQ(ReadAll(full.save_path), ReadAll(resumed.save_path));
-  // The parent directory resumes from `latest`, which names the final step: nothing left to do.
-  LocalTrainingOptions again = Tiny(data);
-  again.resume_from = full.checkpoint_dir;
-  auto c = Train(again);
-  ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_TRUE(c->empty());
+}
+
+// Tiny(data) run for its 6 steps with a checkpoint every 3 into TempPath(name).
+LocalTrainingOptions CheckpointedRun(const std::string& data, const std::string& name) {
+  LocalTrainingOptions o = Tiny(data);
+  o.checkpoint_dir = TempPath(name);
+  o.checkpoint_every = 3;
+  EXPECT_TRUE(Train(o).ok());
+  return o;
+}
+
+TEST(LocalTrainer, StepsNotBeyondTheCheckpointAreRefusedBeforeAnythingIsTouched) {
+  const std::string data = WriteText("low_steps.txt", 3000);
+  const LocalTrainingOptions o = CheckpointedRun(data, "low_steps_ckpt");
+  const auto before = dtrain::testing::SnapshotFiles(o.checkpoint_dir);
+  for (int64_t steps : {6, 4}) {
+    LocalTrainingOptions again = Tiny(data);
+    again.steps = steps;
+    again.resume_from = o.checkpoint_dir;   // latest: step 6
+    again.checkpoint_dir = o.checkpoint_dir;  // even writing into the same directory
+    again.save_path = TempPath("low_steps.safetensors");
+    auto result = Train(again);
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+    EXPECT_EQ(result.status().message(),
+              absl::StrCat("steps=", steps, " is not beyond step 6 of the checkpoint ",
+                           o.checkpoint_dir, "/step_00000006 (resume_from): there is nothing "
+                           "to train; set steps above 6"));
+  }
+  EXPECT_EQ(dtrain::testing::SnapshotFiles(o.checkpoint_dir), before);
+  EXPECT_EQ(ReadAll(o.checkpoint_dir + "/latest"), "step_00000006\n");
+  EXPECT_FALSE(std::filesystem::exists(TempPath("low_steps.safetensors")));
+}
+
+TEST(LocalTrainer, ASealedStepIsNeverOverwritten) {
+  const std::string data = WriteText("sealed.txt", 3000);
+  const LocalTrainingOptions first = CheckpointedRun(data, "sealed_ckpt");
+  const auto before = dtrain::testing::SnapshotFiles(first.checkpoint_dir);
+  LocalTrainingOptions second = Tiny(data);  // another job into the same directory
+  second.seed = 99;
+  second.checkpoint_dir = first.checkpoint_dir;
+  second.checkpoint_every = 3;
+  auto result = Train(second);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("will not overwrite " + first.checkpoint_dir +
+                        "/step_00000003: it is a sealed checkpoint"));
+  EXPECT_EQ(dtrain::testing::SnapshotFiles(first.checkpoint_dir), before);
+}
+
+TEST(LocalTrainer, ReportsEveryStepItWritesAndNeverOneItOnlyLoaded) {
+  const std::string data = WriteText("reports.txt", 3000);
+  LocalTrainingOptions o = Tiny(data);
+  o.checkpoint_dir = TempPath("reports_ckpt");
+  o.checkpoint_every = 3;
+  std::vector<CheckpointWritten> written;
+  o.on_checkpoint = [&](const CheckpointWritten& c) { written.push_back(c); };
+  ASSERT_TRUE(Train(o).ok());
+  ASSERT_EQ(written.size(), 2u);
+  EXPECT_EQ(written[0].step, 3);
+  EXPECT_EQ(written[0].dir, o.checkpoint_dir + "/step_00000003");
+  EXPECT_TRUE(written[0].sealed);
+  EXPECT_EQ(written[1].step, 6);
+  EXPECT_EQ(written[1].dir, o.checkpoint_dir + "/step_00000006");
+  EXPECT_TRUE(written[1].sealed);
+
+  written.clear();
+  LocalTrainingOptions resumed = Tiny(data);
+  resumed.steps = 7;
+  resumed.resume_from = o.checkpoint_dir + "/step_00000003";
+  resumed.checkpoint_dir = TempPath("reports_resumed");
+  resumed.on_checkpoint = o.on_checkpoint;
+  auto backend = Cpu();
+  auto trainer = LocalTrainer::Create(backend.get(), resumed);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  EXPECT_EQ((*trainer)->start_step(), 3);
+  EXPECT_EQ((*trainer)->resumed_from(), o.checkpoint_dir + "/step_00000003");
+  ASSERT_TRUE((*trainer)->Run(nullptr).ok());
+  ASSERT_EQ(written.size(), 1u);  // step 7 only: step 3 was read, not written
+  EXPECT_EQ(written[0].step, 7);
+  EXPECT_EQ(written[0].dir, resumed.checkpoint_dir + "/step_00000007");
+}
+
+TEST(LocalTrainer, ADirectoryOfJobDirectoriesIsRefusedNamingThem) {
+  const std::string data = WriteText("jobs.txt", 3000);
+  const std::string root = TempPath("jobs_root");
+  for (const char* job : {"job-000002", "job-000001"}) {
+    LocalTrainingOptions o = Tiny(data);
+    o.steps = 2;
+    o.checkpoint_dir = root + "/" + job;
+    ASSERT_TRUE(Train(o).ok());
+  }
+  LocalTrainingOptions r = Tiny(data);
+  r.resume_from = root;
+  auto result = Train(r);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+  EXPECT_THAT(result.status().message(),
+              HasSubstr(root + " holds the directories of jobs job-000001, job-000002"));
+  r.resume_from = root + "/job-000002";
+  EXPECT_TRUE(Train(r).ok());
 }
 
 TEST(LocalTrainer, CorruptCheckpointIsANamedErrorAndLeavesFilesAlone) {

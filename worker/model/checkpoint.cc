@@ -1,17 +1,17 @@
 #include "worker/model/checkpoint.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
+#include <algorithm>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "worker/model/file_io.h"
 #include "worker/model/safetensors.h"
@@ -20,6 +20,39 @@ namespace dtrain::model {
 namespace {
 
 constexpr char kOptimizerFormat[] = "dtrain-adamw-v1";
+constexpr char kModelFileName[] = "model.safetensors";
+constexpr char kOptimizerFileName[] = "optimizer.safetensors";  // written last: seals a step
+constexpr char kManifestFileName[] = "manifest.json";           // seals a sharded step
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The directories directly under `dir` whose names `want` accepts, sorted.
+std::vector<std::string> SubdirectoriesIn(const std::string& dir,
+                                          bool (*want)(absl::string_view name)) {
+  std::vector<std::string> found;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (want(e->d_name) && IsDirectory(absl::StrCat(dir, "/", e->d_name))) {
+        found.push_back(e->d_name);
+      }
+    }
+    closedir(d);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// The step of a step directory: from its name when it is step_<digits>, else from its files
+// (a one-worker step's model.safetensors metadata, a sharded step's manifest).
+absl::StatusOr<int64_t> StepOfDirectory(const std::string& step_dir);
 
 absl::StatusOr<std::vector<float>> DeviceToHost(GptStage& stage, const float* values) {
   std::vector<float> host(stage.layout().total_size());
@@ -61,14 +94,6 @@ absl::Status RequireWholeTensors(const GptStage& stage, absl::string_view what) 
   return absl::OkStatus();
 }
 
-absl::Status MakeDir(const std::string& dir) {
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create directory ", dir, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status WriteTextAtomically(const std::string& path, const std::string& text) {
   ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Create(path));
   RETURN_IF_ERROR(writer.Append(text + "\n"));
@@ -103,14 +128,20 @@ absl::Status SaveTensors(const std::string& path, GptStage& stage, const float* 
   return WriteSafetensors(path, tensors, metadata);
 }
 
-absl::Status SaveTrainingState(const std::string& dir, GptStage& stage, AdamW& optimizer) {
+absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, GptStage& stage,
+                                              AdamW& optimizer) {
   RETURN_IF_ERROR(RequireWholeTensors(stage, "a checkpoint"));
-  const std::string step_name = absl::StrFormat("step_%08d", optimizer.step());
-  const std::string step_dir = absl::StrCat(dir, "/", step_name);
-  RETURN_IF_ERROR(MakeDir(dir));
-  RETURN_IF_ERROR(MakeDir(step_dir));
+  const std::string step_name = StepDirName(optimizer.step());
+  const std::string step_dir = AbsolutePath(absl::StrCat(dir, "/", step_name));
+  if (Exists(absl::StrCat(step_dir, "/", kOptimizerFileName))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "will not overwrite ", step_dir, ": it is a sealed checkpoint (a finished checkpoint is "
+        "never rewritten; it was written by an earlier run into this directory)"));
+  }
+  RETURN_IF_ERROR(MakeDirectories(step_dir));
   const std::map<std::string, std::string> meta = {{"step", absl::StrCat(optimizer.step())}};
-  RETURN_IF_ERROR(SaveTensors(step_dir + "/model.safetensors", stage, stage.params(), meta));
+  RETURN_IF_ERROR(SaveTensors(absl::StrCat(step_dir, "/", kModelFileName), stage, stage.params(),
+                              meta));
 
   ASSIGN_OR_RETURN(std::vector<float> m, DeviceToHost(stage, optimizer.exp_avg().data()));
   ASSIGN_OR_RETURN(std::vector<float> v, DeviceToHost(stage, optimizer.exp_avg_sq().data()));
@@ -121,41 +152,126 @@ absl::Status SaveTrainingState(const std::string& dir, GptStage& stage, AdamW& o
   AppendLayout(stage.layout(), "exp_avg_sq.", v, names, tensors);
   std::map<std::string, std::string> opt_meta = meta;
   opt_meta["format"] = kOptimizerFormat;
-  RETURN_IF_ERROR(WriteSafetensors(step_dir + "/optimizer.safetensors", tensors, opt_meta));
-  return WriteTextAtomically(dir + "/latest", step_name);
+  RETURN_IF_ERROR(
+      WriteSafetensors(absl::StrCat(step_dir, "/", kOptimizerFileName), tensors, opt_meta));
+  RETURN_IF_ERROR(WriteTextAtomically(absl::StrCat(dir, "/", kLatestFileName), step_name));
+  return step_dir;
 }
 
 absl::StatusOr<int64_t> LoadTrainingState(const std::string& path, GptStage& stage,
                                           AdamW& optimizer) {
-  std::string step_dir = path;
-  std::ifstream latest(path + "/latest");
-  if (latest) {
-    std::string name;
-    std::getline(latest, name);
-    name = std::string(absl::StripAsciiWhitespace(name));
-    if (name.empty() || name.find('/') != std::string::npos) {
-      return absl::DataLossError(absl::StrCat(path, "/latest does not name a step directory"));
-    }
-    step_dir = absl::StrCat(path, "/", name);
+  ASSIGN_OR_RETURN(const CheckpointStep checkpoint, ResolveCheckpoint(path));
+  const std::string& step_dir = checkpoint.step_dir;
+  if (!Exists(absl::StrCat(step_dir, "/", kModelFileName)) &&
+      Exists(absl::StrCat(step_dir, "/", kManifestFileName))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        step_dir, " is a sharded (multi-worker) checkpoint: resume it with the same layout, or "
+        "export it (dtrain export) and start a one-worker job from the file with init"));
   }
-  ASSIGN_OR_RETURN(SafetensorsFile model, SafetensorsFile::Open(step_dir + "/model.safetensors"));
+  ASSIGN_OR_RETURN(SafetensorsFile model,
+                   SafetensorsFile::Open(absl::StrCat(step_dir, "/", kModelFileName)));
   ASSIGN_OR_RETURN(SafetensorsFile opt,
-                   SafetensorsFile::Open(step_dir + "/optimizer.safetensors"));
+                   SafetensorsFile::Open(absl::StrCat(step_dir, "/", kOptimizerFileName)));
   ASSIGN_OR_RETURN(int64_t model_step, StepOf(model));
   ASSIGN_OR_RETURN(int64_t opt_step, StepOf(opt));
   auto format = opt.metadata().find("format");
   if (format == opt.metadata().end() || format->second != kOptimizerFormat) {
     return absl::DataLossError(absl::StrCat(opt.path(), ": not a ", kOptimizerFormat, " file"));
   }
-  if (model_step != opt_step) {
+  if (model_step != opt_step || model_step != checkpoint.step) {
     return absl::DataLossError(absl::StrCat(step_dir, ": model is at step ", model_step,
-                                            " but optimizer at step ", opt_step));
+                                            " and optimizer at step ", opt_step,
+                                            "; the directory says step ", checkpoint.step));
   }
   RETURN_IF_ERROR(ReadLayout(model, stage, "", stage.params()));
   RETURN_IF_ERROR(ReadLayout(opt, stage, "exp_avg.", optimizer.exp_avg().data()));
   RETURN_IF_ERROR(ReadLayout(opt, stage, "exp_avg_sq.", optimizer.exp_avg_sq().data()));
   optimizer.set_step(model_step);
   return model_step;
+}
+
+namespace {
+
+absl::StatusOr<int64_t> StepOfDirectory(const std::string& step_dir) {
+  absl::string_view name = step_dir;
+  name = name.substr(name.rfind('/') + 1);
+  int64_t step = 0;
+  if (absl::ConsumePrefix(&name, "step_") && absl::SimpleAtoi(name, &step) && step >= 0) {
+    return step;
+  }
+  const std::string manifest = absl::StrCat(step_dir, "/", kManifestFileName);
+  if (Exists(manifest)) {
+    ASSIGN_OR_RETURN(std::string json, ReadFileToString(manifest));
+    absl::string_view rest = json;
+    const size_t at = rest.find("\"step\":");
+    if (at != absl::string_view::npos) {
+      rest = absl::StripLeadingAsciiWhitespace(rest.substr(at + 7));
+      rest = rest.substr(0, rest.find_first_not_of("0123456789"));
+      if (absl::SimpleAtoi(rest, &step)) return step;
+    }
+    return absl::DataLossError(absl::StrCat(manifest, " has no valid \"step\""));
+  }
+  ASSIGN_OR_RETURN(SafetensorsFile model,
+                   SafetensorsFile::Open(absl::StrCat(step_dir, "/", kModelFileName)));
+  return StepOf(model);
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path) {
+  const std::string dir = AbsolutePath(path);
+  if (!IsDirectory(dir)) {
+    return absl::NotFoundError(absl::StrCat(
+        "checkpoint ", dir, Exists(dir) ? " is not a directory" : " does not exist"));
+  }
+  CheckpointStep out;
+  out.step_dir = dir;
+  const std::string latest = absl::StrCat(dir, "/", kLatestFileName);
+  if (Exists(latest)) {
+    ASSIGN_OR_RETURN(std::string name, ReadFileToString(latest));
+    name = std::string(absl::StripAsciiWhitespace(name));
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      return absl::DataLossError(absl::StrCat(latest, " does not name a step directory"));
+    }
+    out.step_dir = absl::StrCat(dir, "/", name);
+    if (!IsDirectory(out.step_dir)) {
+      return absl::DataLossError(
+          absl::StrCat(latest, " names ", name, ", which is not a directory in ", dir));
+    }
+  } else if (!Exists(absl::StrCat(dir, "/", kModelFileName)) &&
+             !Exists(absl::StrCat(dir, "/", kManifestFileName)) &&
+             !absl::StartsWith(dir.substr(dir.rfind('/') + 1), "step_")) {
+    // Not a step directory (those are accepted as they are: the loaders say what is missing).
+    const std::vector<std::string> jobs = SubdirectoriesIn(dir, IsJobId);
+    if (!jobs.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir, " holds the directories of jobs ", absl::StrJoin(jobs, ", "),
+          " but no checkpoint of its own: name one of them (", dir, "/", jobs.back(),
+          "), or the job id"));
+    }
+    const std::vector<std::string> steps = SubdirectoriesIn(dir, [](absl::string_view name) {
+      return absl::StartsWith(name, "step_");
+    });
+    if (!steps.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir, " has no sealed checkpoint: no ", kLatestFileName, ", and its steps (",
+          absl::StrJoin(steps, ", "), ") were never sealed (a save that did not finish leaves a "
+          "step without ", kManifestFileName, " or ", kOptimizerFileName, ")"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " is not a checkpoint: it has no ", kLatestFileName, ", ",
+                     kModelFileName, " or ", kManifestFileName));
+  }
+  ASSIGN_OR_RETURN(out.step, StepOfDirectory(out.step_dir));
+  return out;
+}
+
+absl::Status CheckStepsBeyond(int64_t steps, const CheckpointStep& checkpoint) {
+  if (steps > checkpoint.step) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "steps=", steps, " is not beyond step ", checkpoint.step, " of the checkpoint ",
+      checkpoint.step_dir, " (resume_from): there is nothing to train; set steps above ",
+      checkpoint.step));
 }
 
 }  // namespace dtrain::model

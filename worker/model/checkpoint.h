@@ -30,13 +30,35 @@ absl::Status LoadWeights(const std::string& path, GptStage& stage);
 absl::Status SaveTensors(const std::string& path, GptStage& stage, const float* values,
                          const std::map<std::string, std::string>& metadata);
 
-// Writes DIR/step_<step>/ and then DIR/latest.
-absl::Status SaveTrainingState(const std::string& dir, GptStage& stage, AdamW& optimizer);
+// Writes DIR/step_<step>/ and then DIR/latest; returns the step directory (absolute).
+// FailedPrecondition naming the step directory when it is already sealed (a finished
+// checkpoint is never rewritten: another job or an earlier run of this one wrote it).
+absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, GptStage& stage,
+                                              AdamW& optimizer);
 
-// Reads a state written by SaveTrainingState. `path` is a step directory or a DIR holding
-// `latest`. Returns the step it was saved at (the optimizer's step is set to it).
+// Reads a state written by SaveTrainingState. `path` as for ResolveCheckpoint. Returns the
+// step it was saved at (the optimizer's step is set to it). Reads only.
 absl::StatusOr<int64_t> LoadTrainingState(const std::string& path, GptStage& stage,
                                           AdamW& optimizer);
+
+// A checkpoint step a resume_from (or export) path names, before anything is loaded.
+struct CheckpointStep {
+  std::string step_dir;  // absolute
+  int64_t step = 0;
+};
+
+// Resolves `path`, of either format (one worker's model.safetensors, or a sharded step's
+// manifest.json): a job directory (its `latest`) or a step directory. The step comes from the
+// step directory's name (step_00000035) or, for a directory named otherwise, from its files.
+// Reads only. NotFound when `path` does not exist; FailedPrecondition when it holds job
+// directories but no `latest` ("... holds the directories of jobs job-000001, job-000002: name
+// one of them, or the job id"), or no checkpoint at all. Errors name the path.
+absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path);
+
+// InvalidArgument when a run of `steps` total steps would not train beyond `checkpoint`:
+// "steps=30 is not beyond step 35 of the checkpoint /abs/step_00000035 (resume_from): there
+// is nothing to train; set steps above 35". Both trainers check it before loading anything.
+absl::Status CheckStepsBeyond(int64_t steps, const CheckpointStep& checkpoint);
 
 }  // namespace dtrain::model
 

@@ -17,7 +17,8 @@ using model::ParameterLayout;
 using model::ParameterTensor;
 using model::StageSpec;
 
-absl::Status ExportSafetensors(const std::string& path, const std::string& out_path) {
+absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
+                                                        const std::string& out_path) {
   std::string step_dir;
   ASSIGN_OR_RETURN(Manifest m, ReadManifest(path, &step_dir));
   const std::string manifest_path = absl::StrCat(step_dir, "/", kManifestFileName);
@@ -82,7 +83,14 @@ absl::Status ExportSafetensors(const std::string& path, const std::string& out_p
     tensors.push_back(
         {g.name, g.global_shape, absl::MakeConstSpan(host.data() + g.offset, g.global_size())});
   }
-  return model::WriteSafetensors(out_path, tensors, {{"step", absl::StrCat(m.step)}});
+  RETURN_IF_ERROR(model::WriteSafetensors(out_path, tensors, {{"step", absl::StrCat(m.step)}}));
+  return model::CheckpointStep{step_dir, m.step};
+}
+
+std::string ExportSummary(const model::CheckpointStep& exported, const std::string& out_path) {
+  const std::string& dir = exported.step_dir;
+  return absl::StrCat("exported step ", exported.step, " of ", dir.substr(0, dir.rfind('/')),
+                      " to ", out_path);
 }
 
 }  // namespace dtrain::parallel

@@ -2,8 +2,8 @@
 //
 //   dtrain-export CHECKPOINT_DIR_OR_STEP_DIR OUT.safetensors
 //
-// CHECKPOINT_DIR uses the step its `latest` names; a step directory must be complete (hold a
-// manifest.json). The output is what a one-worker run saves: Hugging Face GPT-2 names,
+// CHECKPOINT_DIR (a job's directory, <checkpoint.dir>/<job id>) uses the step its `latest`
+// names; a step directory must be complete (hold a manifest.json). Prints the step exported. The output is what a one-worker run saves: Hugging Face GPT-2 names,
 // matrices (in, out), F32, metadata {"step": N}. Exit status: 0 done, 1 error, 2 usage.
 #include <cstdio>
 #include <cstring>
@@ -16,8 +16,9 @@ namespace {
 constexpr char kUsage[] =
     "usage: dtrain-export CHECKPOINT_DIR_OR_STEP_DIR OUT.safetensors\n"
     "  Writes the whole model of a sharded checkpoint as one GPT-2 safetensors file.\n"
-    "  CHECKPOINT_DIR: the step named by CHECKPOINT_DIR/latest; or a step directory\n"
-    "  (CHECKPOINT_DIR/step_00000042) holding a manifest.json.\n";
+    "  CHECKPOINT_DIR: a job's checkpoint directory (CHECKPOINT.DIR/job-000003), the step\n"
+    "  its `latest` names; or a step directory (.../job-000003/step_00000042) holding a\n"
+    "  manifest.json.\n";
 
 }  // namespace
 
@@ -39,15 +40,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string in = argv[1], out = argv[2];
-  absl::StatusOr<dtrain::parallel::Manifest> manifest = dtrain::parallel::ReadManifest(in);
-  absl::Status status = manifest.status();
-  if (status.ok()) status = dtrain::parallel::ExportSafetensors(in, out);
-  if (!status.ok()) {
-    std::fprintf(stderr, "dtrain-export: error: %s\n", status.ToString().c_str());
+  absl::StatusOr<dtrain::model::CheckpointStep> exported =
+      dtrain::parallel::ExportSafetensors(in, out);
+  if (!exported.ok()) {
+    std::fprintf(stderr, "dtrain-export: error: %s\n", exported.status().ToString().c_str());
     return 1;
   }
-  std::printf("dtrain-export: wrote %s (step %lld, %lld parameters)\n", out.c_str(),
-              static_cast<long long>(manifest->step),
-              static_cast<long long>(manifest->config.num_parameters()));
+  std::printf("dtrain-export: %s\n", dtrain::parallel::ExportSummary(*exported, out).c_str());
   return 0;
 }

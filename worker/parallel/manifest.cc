@@ -136,7 +136,6 @@ const ShardFile* Manifest::Find(ShardFileKind kind, int dp_rank, int pp_rank, in
   return nullptr;
 }
 
-std::string StepDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
 
 uint64_t Fnv1a64(absl::string_view bytes) {
   uint64_t h = 0xcbf29ce484222325ull;

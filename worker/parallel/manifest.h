@@ -30,8 +30,8 @@
 
 namespace dtrain::parallel {
 
+// Step directories and `latest` are named by common/job_paths.h (StepDirName, kLatestFileName).
 inline constexpr char kManifestFileName[] = "manifest.json";
-inline constexpr char kLatestFileName[] = "latest";
 inline constexpr char kManifestFormat[] = "dtrain-sharded-checkpoint";
 inline constexpr int kManifestVersion = 1;
 
@@ -76,9 +76,6 @@ struct Manifest {
   const ShardFile* Find(ShardFileKind kind, int dp_rank, int pp_rank, int tp_rank,
                         int chunk) const;
 };
-
-// "step_00000042".
-std::string StepDirName(int64_t step);
 
 // FNV-1a, 64 bits (offset basis 0xcbf29ce484222325, prime 0x100000001b3), over every byte.
 // Chosen over CRC32C because it needs no table or CPU extension and is three lines in any

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "worker/comm/collectives/all_gather.h"
 #include "worker/comm/collectives/allreduce_ring.h"
@@ -130,6 +131,13 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
                                     run.model.n_layer, ": every chunk needs a layer"));
   }
   if (!problems.empty()) return absl::InvalidArgumentError(absl::StrJoin(problems, "; "));
+  // The checkpoint's step before anything else: a resume with nothing to train is refused on
+  // every rank alike, before a shard is loaded or a file written.
+  model::CheckpointStep checkpoint;
+  if (!run.resume_from.empty()) {
+    ASSIGN_OR_RETURN(checkpoint, model::ResolveCheckpoint(run.resume_from));
+    RETURN_IF_ERROR(model::CheckStepsBeyond(run.steps, checkpoint));
+  }
 
   std::unique_ptr<ParallelTrainer> t(new ParallelTrainer());
   t->backend_ = backend;
@@ -231,7 +239,8 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   for (Chunk& c : t->chunks_) optimizers.push_back(c.optimizer.get());
   if (!run.resume_from.empty()) {
     ASSIGN_OR_RETURN(t->start_step_,
-                     LoadShard(run.resume_from, t->Identity(), stages, optimizers));
+                     LoadShard(checkpoint.step_dir, t->Identity(), stages, optimizers));
+    t->resumed_from_ = checkpoint.step_dir;
   } else {
     for (Chunk& c : t->chunks_) {
       if (!run.init_path.empty()) {
@@ -381,7 +390,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   return metrics;
 }
 
-absl::Status ParallelTrainer::SaveCheckpoint(int64_t step) {
+absl::StatusOr<std::string> ParallelTrainer::SaveCheckpoint(int64_t step) {
   std::vector<model::GptStage*> stages;
   std::vector<model::AdamW*> optimizers;
   for (Chunk& c : chunks_) {
@@ -389,16 +398,15 @@ absl::Status ParallelTrainer::SaveCheckpoint(int64_t step) {
     optimizers.push_back(c.optimizer.get());
   }
   const auto start = Clock::now();
-  RETURN_IF_ERROR(SaveShard(options_.run.checkpoint_dir, step, Identity(), stages, optimizers));
+  const std::string& dir = options_.run.checkpoint_dir;
+  RETURN_IF_ERROR(SaveShard(dir, step, Identity(), stages, optimizers));
   // The manifest names every shard, so it is written once all of them are.
   RETURN_IF_ERROR(Timed("barrier", 0, [&] { return comm::Barrier(*runner_->world); }));
-  if (options_.rank == 0) {
-    RETURN_IF_ERROR(WriteManifest(options_.run.checkpoint_dir, step, Identity(), options_.run.model));
-  }
-  if (options_.on_checkpoint) {
-    options_.on_checkpoint({step, "", /*sealed=*/false, Since(start)});
-  }
-  return absl::OkStatus();
+  const bool seals = options_.rank == 0;
+  if (seals) RETURN_IF_ERROR(WriteManifest(dir, step, Identity(), options_.run.model));
+  std::string step_dir = AbsolutePath(absl::StrCat(dir, "/", StepDirName(step)));
+  if (options_.on_checkpoint) options_.on_checkpoint({step, step_dir, seals, Since(start)});
+  return step_dir;
 }
 
 absl::Status ParallelTrainer::Run(
@@ -413,25 +421,25 @@ absl::Status ParallelTrainer::Run(
 absl::Status ParallelTrainer::RunSteps(
     const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
   const LocalTrainingOptions& run = options_.run;
-  int64_t saved = -1;
+  std::string saved;  // the last step directory written
   for (int64_t step = start_step_ + 1; step <= run.steps; ++step) {
     ASSIGN_OR_RETURN(TrainStepMetrics metrics, TrainStep(step));
     const absl::Status callback = on_step ? on_step(metrics) : absl::OkStatus();
     const bool last = step == run.steps;
     if (!run.checkpoint_dir.empty() &&
         (last || (run.checkpoint_every > 0 && step % run.checkpoint_every == 0))) {
-      RETURN_IF_ERROR(SaveCheckpoint(step));
-      saved = step;
+      ASSIGN_OR_RETURN(saved, SaveCheckpoint(step));
     }
     RETURN_IF_ERROR(callback);
   }
   if (!run.save_path.empty()) {
-    if (saved < 0) {  // resumed at the end, or steps == 0
-      RETURN_IF_ERROR(SaveCheckpoint(start_step_));
+    // steps == 0 on a fresh start saves the initial state as step 0. A resume always trains
+    // (Create refuses steps not beyond the checkpoint), so a loaded step is never written.
+    if (saved.empty()) {
+      ASSIGN_OR_RETURN(saved, SaveCheckpoint(start_step_));
     }
-    if (options_.rank == 0) {
-      RETURN_IF_ERROR(ExportSafetensors(run.checkpoint_dir, run.save_path));
-    }
+    // Export the step this run wrote, not whatever `latest` says.
+    if (options_.rank == 0) RETURN_IF_ERROR(ExportSafetensors(saved, run.save_path).status());
   }
   return absl::OkStatus();
 }

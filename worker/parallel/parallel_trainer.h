@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -59,8 +60,9 @@ struct ParallelTrainingOptions {
   // "all_gather", "barrier"; payload bytes; wall seconds), from the training thread or the
   // gradient sync thread: must be thread-safe. For metrics; may be empty.
   std::function<void(const char* op, int64_t bytes, double seconds)> on_collective;
-  // Called after each checkpoint this rank wrote (its shard; on rank 0 also the manifest and
-  // `latest`, and then sealed is true). Never for a step only loaded.
+  // Called after each checkpoint step this rank wrote (its shard files, and on rank 0 also the
+  // manifest and `latest`: sealed is true there only), with the absolute step directory.
+  // Never for a step only loaded.
   std::function<void(const CheckpointWritten&)> on_checkpoint;
 };
 
@@ -84,7 +86,9 @@ class ParallelTrainer {
  public:
   // Validates the layout, schedule and batch arithmetic up front; errors name the field
   // ("batch=8 is not divisible by dp=3"). `transport` (size dp*pp*tp, this rank) must outlive
-  // the trainer.
+  // the trainer. With resume_from, the checkpoint's step is read first: `steps` not beyond it
+  // is InvalidArgument (model::CheckStepsBeyond) on every rank before any shard is loaded, so
+  // no rank writes while another still reads.
   static absl::StatusOr<std::unique_ptr<ParallelTrainer>> Create(
       kernels::Backend* backend, comm::Transport* transport, ParallelTrainingOptions options);
   ~ParallelTrainer();
@@ -94,6 +98,8 @@ class ParallelTrainer {
   absl::Status Run(const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
 
   int64_t start_step() const { return start_step_; }
+  // The absolute step directory this run resumed from; "" when it started fresh.
+  const std::string& resumed_from() const { return resumed_from_; }
   int num_chunks() const;
   // Virtual stage i's model chunk and its optimizer (covering its ZeRO-1 shard only).
   model::GptStage& chunk(int i);
@@ -110,7 +116,8 @@ class ParallelTrainer {
   absl::StatusOr<double> OwnedSquaredNorm();
   // Runs a collective of `floats` floats, reporting it to options_.on_collective.
   absl::Status Timed(const char* op, int64_t floats, const std::function<absl::Status()>& collective);
-  absl::Status SaveCheckpoint(int64_t step);
+  // Writes step `step` (every rank its shard, rank 0 seals it); returns the step directory.
+  absl::StatusOr<std::string> SaveCheckpoint(int64_t step);
   absl::Status RunSteps(const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
   ShardIdentity Identity() const;
 
@@ -119,6 +126,7 @@ class ParallelTrainer {
   ParallelTrainingOptions options_;
   std::vector<Chunk> chunks_;
   int64_t start_step_ = 0;
+  std::string resumed_from_;
   std::vector<pipeline::Action> last_trace_;
   ParallelRunStats stats_;
   std::unique_ptr<StepRunner> runner_;

@@ -7,17 +7,21 @@
 #include "worker/parallel/parallel_trainer.h"
 
 #include <cmath>
-#include <fstream>
+#include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "common/job_paths.h"
 #include "worker/comm/inproc/inproc_transport.h"
 #include "worker/local_trainer.h"
 #include "worker/model/parameter_layout.h"
+#include "worker/testing/file_snapshot.h"
 #include "worker/testing/text_corpus.h"
 
 namespace dtrain::parallel {
@@ -302,9 +306,11 @@ TEST(ParallelTrainer, APeerThatDiesFailsTheOthersNamingIt) {
   }
 }
 
-// Runs `c` with `n` threads; returns each rank's step metrics (rank order).
+// Runs `c` with `n` threads; returns each rank's step metrics (rank order). `after` sees each
+// rank's trainer once its run ended.
 std::vector<std::vector<TrainStepMetrics>> RunLayout(
-    const Case& c, const std::function<void(ParallelTrainingOptions&)>& adjust) {
+    const Case& c, const std::function<void(ParallelTrainingOptions&)>& adjust,
+    const std::function<void(int rank, const ParallelTrainer&)>& after = nullptr) {
   const int n = c.dp * c.pp * c.tp;
   comm::InprocHub hub(n);
   std::vector<std::vector<TrainStepMetrics>> steps(n);
@@ -321,6 +327,7 @@ std::vector<std::vector<TrainStepMetrics>> RunLayout(
         return absl::OkStatus();
       });
       EXPECT_TRUE(s.ok()) << "rank " << r << ": " << s;
+      if (after) after(r, **t);
     });
   }
   for (auto& t : threads) t.join();
@@ -347,6 +354,98 @@ TEST(ParallelTrainer, ResumeFromShardsIsBitIdentical) {
       EXPECT_EQ(resumed[0][i].loss, whole[0][i + 5].loss) << Name({c, 0}) << " step " << i + 6;
       EXPECT_EQ(resumed[0][i].grad_norm, whole[0][i + 5].grad_norm);
     }
+  }
+}
+
+// TempDir() ends with a slash; the trainers report normalized absolute paths.
+std::string TempPath(const std::string& name) {
+  return absl::StrCat(absl::StripSuffix(::testing::TempDir(), "/"), "/", name);
+}
+
+const Case kPipeline2{1, 2, 1, ScheduleKind::kOneFOneB};
+const Case kData2{2, 1, 1, ScheduleKind::kOneFOneB};
+
+// The data loss: a resume with steps at or below the checkpoint's used to re-save the
+// loaded step on one rank (deleting its manifest) while another rank was still loading it.
+TEST(ParallelTrainer, StepsNotBeyondTheCheckpointAreRefusedOnEveryRankAndChangeNothing) {
+  for (const Case& c : {kPipeline2, kData2}) {
+    SCOPED_TRACE(Name({c, 0}));
+    const std::string dir = TempPath("low-steps-" + Name({c, 0}));
+    RunLayout(c, [&](ParallelTrainingOptions& o) {
+      o.run.checkpoint_dir = dir;
+      o.run.checkpoint_every = 5;
+    });
+    const std::map<std::string, std::string> before = dtrain::testing::SnapshotFiles(dir);
+    ASSERT_EQ(before.at(dir + "/latest"), "step_00000010\n");
+    const int n = c.dp * c.pp * c.tp;
+    comm::InprocHub hub(n);
+    for (int64_t steps : {10, 7}) {
+      for (int r = 0; r < n; ++r) {
+        auto backend = kernels::CreateBackend("cpu", 1).value();
+        ParallelTrainingOptions o = OptionsFor(c, r);
+        o.run.steps = steps;
+        o.run.resume_from = dir;
+        o.run.checkpoint_dir = dir;
+        o.run.save_path = dir + "/model.safetensors";
+        auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
+        EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+        EXPECT_EQ(t.status().message(),
+                  absl::StrCat("steps=", steps, " is not beyond step 10 of the checkpoint ", dir,
+                               "/step_00000010 (resume_from): there is nothing to train; set "
+                               "steps above 10"));
+      }
+    }
+    EXPECT_EQ(dtrain::testing::SnapshotFiles(dir), before);
+  }
+}
+
+TEST(ParallelTrainer, ReportsTheStepsItWritesSealedOnRankZeroAndNeverALoadedOne) {
+  for (const Case& c : {kPipeline2, kData2}) {
+    SCOPED_TRACE(Name({c, 0}));
+    const int n = c.dp * c.pp * c.tp;
+    const std::string dir = TempPath("reports-" + Name({c, 0}));
+    std::vector<std::vector<CheckpointWritten>> written(n);
+    auto record = [&](ParallelTrainingOptions& o) {
+      o.on_checkpoint = [&written, r = o.rank](const CheckpointWritten& w) {
+        written[r].push_back(w);
+      };
+    };
+    RunLayout(c, [&](ParallelTrainingOptions& o) {
+      o.run.checkpoint_dir = dir;
+      o.run.checkpoint_every = 5;
+      record(o);
+    });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(written[r].size(), 2u) << "rank " << r;
+      for (int i = 0; i < 2; ++i) {
+        EXPECT_EQ(written[r][i].step, 5 * (i + 1));
+        EXPECT_EQ(written[r][i].dir, absl::StrCat(dir, "/", StepDirName(5 * (i + 1))));
+        EXPECT_EQ(written[r][i].sealed, r == 0) << "rank " << r;
+      }
+    }
+
+    // Resumed from step 5 into its own directory: step 10 is written, step 5 only read.
+    for (auto& w : written) w.clear();
+    const std::string resumed_dir = TempPath("reports-resumed-" + Name({c, 0}));
+    RunLayout(
+        c,
+        [&](ParallelTrainingOptions& o) {
+          o.run.resume_from = dir + "/step_00000005";
+          o.run.checkpoint_dir = resumed_dir;
+          o.run.save_path = resumed_dir + "/model.safetensors";
+          record(o);
+        },
+        [&](int r, const ParallelTrainer& t) {
+          EXPECT_EQ(t.start_step(), 5);
+          EXPECT_EQ(t.resumed_from(), dir + "/step_00000005") << "rank " << r;
+        });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(written[r].size(), 1u) << "rank " << r;
+      EXPECT_EQ(written[r][0].step, 10);
+      EXPECT_EQ(written[r][0].dir, resumed_dir + "/step_00000010");
+    }
+    EXPECT_TRUE(std::filesystem::exists(resumed_dir + "/model.safetensors"));
+    EXPECT_TRUE(std::filesystem::exists(dir + "/step_00000005/manifest.json"));
   }
 }
 

@@ -1,14 +1,11 @@
 #include "worker/parallel/sharded_checkpoint.h"
 
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
+#include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "worker/model/file_io.h"
 #include "worker/model/safetensors.h"
@@ -24,13 +21,6 @@ using model::StageSpec;
 bool Exists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
-}
-
-absl::Status MakeDir(const std::string& dir) {
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot create directory ", dir));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status WriteTextAtomically(const std::string& path, const std::string& text) {
@@ -194,15 +184,15 @@ absl::Status SaveShard(const std::string& dir, int64_t step, const ShardIdentity
                        absl::Span<model::AdamW* const> optimizers) {
   RETURN_IF_ERROR(CheckChunks(id, chunks, optimizers, /*optional_optimizers=*/false));
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat("negative step ", step));
-  const std::string step_dir = absl::StrCat(dir, "/", StepDirName(step));
-  RETURN_IF_ERROR(MakeDir(dir));
-  RETURN_IF_ERROR(MakeDir(step_dir));
-  // Saving a step that is already complete: unseal it first, so that nobody trusts the old
-  // manifest while its files are being replaced. Every rank does this; ENOENT is fine.
-  const std::string manifest_path = absl::StrCat(step_dir, "/", kManifestFileName);
-  if (unlink(manifest_path.c_str()) != 0 && errno != ENOENT) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot remove ", manifest_path));
+  const std::string step_dir = AbsolutePath(absl::StrCat(dir, "/", StepDirName(step)));
+  // A sealed step is never written again: loading a checkpoint must not unseal it, and another
+  // writer's finished step is not ours to replace.
+  if (Exists(absl::StrCat(step_dir, "/", kManifestFileName))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "will not overwrite ", step_dir, ": it is a sealed checkpoint (it has a ",
+        kManifestFileName, "; a finished checkpoint is never rewritten)"));
   }
+  RETURN_IF_ERROR(MakeDirectories(step_dir));
   const bool writes_optimizer = id.zero1 || id.dp_rank == 0;
   for (size_t j = 0; j < chunks.size(); ++j) {
     GptStage& stage = *chunks[j];
@@ -270,19 +260,8 @@ absl::Status WriteManifest(const std::string& dir, int64_t step, const ShardIden
 }
 
 absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step_dir_out) {
-  if (!Exists(path)) {
-    return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));
-  }
-  std::string step_dir = path;
-  const std::string latest = absl::StrCat(path, "/", kLatestFileName);
-  if (Exists(latest)) {
-    ASSIGN_OR_RETURN(std::string name, model::ReadFileToString(latest));
-    name = std::string(absl::StripAsciiWhitespace(name));
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-      return absl::DataLossError(absl::StrCat(latest, " does not name a step directory"));
-    }
-    step_dir = absl::StrCat(path, "/", name);
-  }
+  ASSIGN_OR_RETURN(const model::CheckpointStep checkpoint, model::ResolveCheckpoint(path));
+  const std::string& step_dir = checkpoint.step_dir;
   const std::string manifest_path = absl::StrCat(step_dir, "/", kManifestFileName);
   absl::StatusOr<std::string> json = model::ReadFileToString(manifest_path);
   if (absl::IsNotFound(json.status())) {
@@ -297,6 +276,10 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step
   }
   RETURN_IF_ERROR(json.status());
   ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(*json, manifest_path));
+  if (manifest.step != checkpoint.step) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": holds step ", manifest.step,
+                                            " but its directory is step ", checkpoint.step));
+  }
   const CheckpointLayout& l = manifest.layout;
   if (l.dp < 1 || l.pp < 1 || l.tp < 1 || l.virtual_stages < 1) {
     return absl::DataLossError(absl::StrCat(manifest_path, ": invalid layout"));

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "worker/model/checkpoint.h"
 #include "worker/model/config.h"
 #include "worker/model/gpt_stage.h"
 #include "worker/model/optimizer.h"
@@ -45,10 +46,11 @@ struct ShardIdentity {
 //    moments of the optimizer's range [range_begin, range_end) as flat "exp_avg" and
 //    "exp_avg_sq".
 // Each file carries its coordinates, the chunk's layers, the optimizer range and AdamW step as
-// metadata and is written atomically. If the step directory already holds a manifest (the same
-// step saved again after a resume), the manifest is removed first so that the step reads as
-// incomplete until WriteManifest seals it again.
-// InvalidArgument when `id`, the chunks and the optimizers disagree (counts, tp spec, ranges).
+// metadata and is written atomically. A step directory that already holds a manifest is sealed
+// and is never written again: FailedPrecondition naming it, before any file is touched (every
+// rank checks, so all of them refuse). An unsealed one (a save that did not finish) is
+// overwritten. InvalidArgument when `id`, the chunks and the optimizers disagree (counts, tp
+// spec, ranges).
 absl::Status SaveShard(const std::string& dir, int64_t step, const ShardIdentity& id,
                        absl::Span<model::GptStage* const> chunks,
                        absl::Span<model::AdamW* const> optimizers);
@@ -61,8 +63,10 @@ absl::Status SaveShard(const std::string& dir, int64_t step, const ShardIdentity
 absl::Status WriteManifest(const std::string& dir, int64_t step, const ShardIdentity& id,
                            const model::GptConfig& config);
 
-// Reads the manifest of `path` (DIR, through DIR/latest, or a step directory).
-// NotFound when `path` does not exist; FailedPrecondition when the step has no manifest.
+// Reads the manifest of `path` (a job directory through its `latest`, or a step directory;
+// resolved by model::ResolveCheckpoint, whose errors it returns). NotFound when `path` does not
+// exist; FailedPrecondition when the step has no manifest. `step_dir` gets the absolute step
+// directory. Reads only.
 absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step_dir = nullptr);
 
 // Resume: fills this rank's chunks' parameters and, unless `optimizers` is empty (loading
@@ -81,8 +85,14 @@ absl::StatusOr<int64_t> LoadShard(const std::string& path, const ShardIdentity& 
 // {"step": N}), so LoadWeights, PyTorch and transformers read it. Tensor-parallel shards are
 // put back together (model::InsertShard), pipeline stages merged, and wte is taken from the
 // embedding stage (the last stage's tied copy is identical and dropped). Reads one model file
-// at a time; DataLoss naming the file on a size or checksum mismatch.
-absl::Status ExportSafetensors(const std::string& path, const std::string& out_path);
+// at a time; DataLoss naming the file on a size or checksum mismatch. Returns the step
+// exported and its absolute directory.
+absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
+                                                        const std::string& out_path);
+
+// What both export commands print after ExportSafetensors returned `exported`:
+// "exported step 40 of /abs/ckpt/job-000003 to out.safetensors" (the step's job directory).
+std::string ExportSummary(const model::CheckpointStep& exported, const std::string& out_path);
 
 }  // namespace dtrain::parallel
 

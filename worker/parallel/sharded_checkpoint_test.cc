@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -24,6 +25,7 @@
 #include "worker/model/file_io.h"
 #include "worker/model/init.h"
 #include "worker/parallel/manifest.h"
+#include "worker/testing/file_snapshot.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -241,8 +243,10 @@ TEST_P(LayoutTest, ExportMatchesOneWorkerAndResumeRoundTrips) {
   const std::string reference = Reference(12);
   for (const std::string& from : {dir, dir + "/step_00000012"}) {
     const std::string out = dir + "/export.safetensors";
-    absl::Status s = ExportSafetensors(from, out);
-    ASSERT_TRUE(s.ok()) << s;
+    absl::StatusOr<model::CheckpointStep> s = ExportSafetensors(from, out);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->step, 12);
+    EXPECT_EQ(s->step_dir, dir + "/step_00000012");
     EXPECT_TRUE(ReadAll(out) == reference) << "export of " << from << " differs";
   }
 
@@ -331,7 +335,7 @@ TEST_F(ShardedCheckpointTest, CorruptedOrTruncatedShardIsDataLossNamingTheFile) 
   EXPECT_THAT(step.status().message(), HasSubstr("checksum"));
   // Ranks that do not read it still resume.
   EXPECT_TRUE(LoadShard(dir, fresh[0].id, fresh[0].chunks(), fresh[0].optimizers()).ok());
-  absl::Status exported = ExportSafetensors(dir, dir + "/out.safetensors");
+  absl::Status exported = ExportSafetensors(dir, dir + "/out.safetensors").status();
   EXPECT_EQ(exported.code(), absl::StatusCode::kDataLoss) << exported;
   EXPECT_THAT(exported.message(), HasSubstr("model-pp1-tp1-c0.safetensors"));
 
@@ -361,8 +365,9 @@ TEST_F(ShardedCheckpointTest, StepWithoutManifestIsNeverLoadedOrExported) {
   for (const std::string& path : {dir + "/step_00000004", dir}) {
     absl::StatusOr<int64_t> step = LoadShard(path, job[0].id, job[0].chunks(), job[0].optimizers());
     EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
-    EXPECT_THAT(step.status().message(), HasSubstr("no manifest.json"));
-    absl::Status exported = ExportSafetensors(path, dir + "/out.safetensors");
+    EXPECT_THAT(step.status().message(), HasSubstr(path == dir ? "(step_00000004) were never sealed"
+                                                               : "no manifest.json"));
+    absl::Status exported = ExportSafetensors(path, dir + "/out.safetensors").status();
     EXPECT_EQ(exported.code(), absl::StatusCode::kFailedPrecondition) << exported;
   }
   absl::StatusOr<int64_t> missing =
@@ -395,15 +400,51 @@ TEST_F(ShardedCheckpointTest, LatestNamesTheNewestCompleteStepAndOlderStepsStayI
   EXPECT_TRUE(ReadAll(dir + "/two.safetensors") == Reference(2));
 }
 
-TEST_F(ShardedCheckpointTest, SavingACompleteStepAgainUnsealsItUntilTheNewManifest) {
+TEST_F(ShardedCheckpointTest, ASealedStepIsNeverWrittenAgainByAnyRank) {
   const std::string dir = TempDir("resave");
   const JobLayout l{1, 2, 1, 1, false};
-  std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, true);
-  ASSERT_TRUE(SaveJob(dir, 3, job).ok());
-  ASSERT_TRUE(SaveShard(dir, 3, job[1].id, job[1].chunks(), job[1].optimizers()).ok());
-  EXPECT_EQ(ReadManifest(dir).status().code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(SaveJob(dir, 3, job).ok());
+  ASSERT_TRUE(SaveJob(dir, 3, BuildJob(be_.get(), kTiny, l, true)).ok());
+  const std::map<std::string, std::string> before = dtrain::testing::SnapshotFiles(dir);
+  // Another state for the same step (another job, or a run that loaded step 3 and saves it).
+  std::vector<Rank> other = BuildJob(be_.get(), kTiny, l, true, /*salt=*/5);
+  for (const Rank& r : other) {
+    absl::Status s = SaveShard(dir, 3, r.id, r.chunks(), r.optimizers());
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(s.message(), HasSubstr("will not overwrite " + dir + "/step_00000003: it is a "
+                                       "sealed checkpoint"));
+  }
+  EXPECT_EQ(dtrain::testing::SnapshotFiles(dir), before);
   EXPECT_TRUE(ReadManifest(dir).ok());
+}
+
+TEST_F(ShardedCheckpointTest, AnUnsealedStepIsWrittenAgain) {
+  const std::string dir = TempDir("unsealed");
+  const JobLayout l{1, 2, 1, 1, false};
+  std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, true);
+  ASSERT_TRUE(SaveShards(dir, 3, BuildJob(be_.get(), kTiny, l, true, /*salt=*/5)).ok());
+  ASSERT_TRUE(SaveJob(dir, 3, job).ok());  // a save that did not finish, redone
+  std::vector<Rank> resumed = BuildJob(be_.get(), kTiny, l, false);
+  for (Rank& r : resumed) {
+    EXPECT_EQ(LoadShard(dir, r.id, r.chunks(), r.optimizers()).value_or(-1), 3);
+  }
+  ExpectSameState(be_.get(), job, resumed);
+}
+
+TEST_F(ShardedCheckpointTest, ADirectoryOfJobDirectoriesIsRefusedNamingThem) {
+  const std::string dir = TempDir("jobs");
+  const JobLayout l{1, 2, 1, 1, false};
+  ASSERT_TRUE(SaveJob(dir + "/job-000002", 3, BuildJob(be_.get(), kTiny, l, true)).ok());
+  ASSERT_TRUE(SaveJob(dir + "/job-000001", 2, BuildJob(be_.get(), kTiny, l, true)).ok());
+  absl::Status s = ReadManifest(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr(dir + " holds the directories of jobs job-000001, "
+                                           "job-000002 but no checkpoint of its own: name one "
+                                           "of them"));
+  absl::StatusOr<Manifest> named = ReadManifest(dir + "/job-000002");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->step, 3);
+  EXPECT_EQ(ReadManifest(TempDir("empty")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(ShardedCheckpointTest, RefusesArgumentsThatDisagreeWithTheIdentity) {
@@ -485,7 +526,8 @@ TEST_F(ShardedCheckpointTest, ExportTool) {
 
   std::tie(code, out) = RunTool(dir + " " + dir + "/whole.safetensors");
   EXPECT_EQ(code, 0) << out;
-  EXPECT_THAT(out, HasSubstr("wrote " + dir + "/whole.safetensors (step 8"));
+  EXPECT_THAT(out, HasSubstr("dtrain-export: exported step 8 of " + dir + " to " + dir +
+                             "/whole.safetensors"));
   EXPECT_TRUE(ReadAll(dir + "/whole.safetensors") == Reference(8));
 
   std::tie(code, out) = RunTool(dir + "/missing " + dir + "/x.safetensors");
