@@ -6,9 +6,11 @@
 //
 // One worker per GPU. The worker's --device decides the hardware a job runs on; a job whose
 // spec asks for another kind of device fails with a message naming both.
-// SIGTERM / SIGINT: the running job stops at its next step boundary and is reported failed
-// ("worker stopped by SIGTERM after step N"), pending reports get up to 10 s to be delivered,
-// then the process exits 0 (a second signal while stopping changes nothing). Exit 1 on bad
+// SIGTERM / SIGINT: the worker deregisters from the coordinator with the reason (so nothing is
+// placed on it and its job's failure names it as the cause), then the running job stops at its
+// next step boundary (a multi-worker rank at once) and is reported failed ("worker stopped by
+// SIGTERM after step N"), pending reports get up to 10 s to be delivered, then the process
+// exits 0 (a second signal while stopping changes nothing). Exit 1 on bad
 // flags, a device that cannot be opened, or a --worker_id another live worker holds (after
 // --id_conflict_wait).
 #include <errno.h>
