@@ -116,8 +116,14 @@ class FakeCoordinator final : public Coordinator::Service {
     absl::MutexLock lock(&mu_);
     deregistrations_.push_back({*request, reports_.size(), registrations_.size(),
                                 heartbeats_.size()});
+    if (!refuse_deregistrations_.ok()) return refuse_deregistrations_;
     deregistered_sessions_.insert(request->session_id());
     return grpc::Status::OK;
+  }
+  // Answers every deregistration with `status` (e.g. UNIMPLEMENTED: an older coordinator).
+  void RefuseDeregistrations(grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    refuse_deregistrations_ = std::move(status);
   }
 
   // A DeregisterWorker call and how many reports, registrations and heartbeats came before it.
@@ -203,6 +209,7 @@ class FakeCoordinator final : public Coordinator::Service {
   std::string cancel_in_reports_ ABSL_GUARDED_BY(mu_);
   std::string reject_job_ ABSL_GUARDED_BY(mu_);
   grpc::Status refuse_registrations_ ABSL_GUARDED_BY(mu_);
+  grpc::Status refuse_deregistrations_ ABSL_GUARDED_BY(mu_);
   int rejected_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t heartbeats_at_first_report_ ABSL_GUARDED_BY(mu_) = -1;
 

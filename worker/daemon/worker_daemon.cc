@@ -70,7 +70,6 @@ WorkerDaemon::~WorkerDaemon() {
 }
 
 void WorkerDaemon::Stop(const std::string& reason) {
-  DeregisterWorkerRequest request;
   bool leave;
   {
     absl::MutexLock lock(&mu_);
@@ -79,40 +78,49 @@ void WorkerDaemon::Stop(const std::string& reason) {
     stop_reason_ = reason;
     drain_deadline_ = absl::Now() + options_.shutdown_grace;
     wake_ = true;
-    leave = leaving_ = epoch_ > 0;  // a daemon that never registered has nothing to leave
-    request.set_worker_id(options_.worker_id);
-    request.set_session_id(session_id_);
-    request.set_reason(reason);
+    leave = epoch_ > 0;  // a daemon that never registered has nothing to leave
     if (job_ != nullptr && !job_->finished) {
-      request.set_running_job_id(job_->id);
-      request.set_running_step(job_->runner->last_step());
       WarnLocked(job_->id, absl::StrCat("stopping: ", reason, "; stopping job ", job_->id,
-                                        " (last finished step ", request.running_step(), ")"));
+                                        " (last finished step ", job_->runner->last_step(), ")"));
     } else {
       LogLine(options_.worker_id, absl::StrCat("stopping: ", reason));
     }
   }
   // First the coordinator hears why from this worker, then the job stops (aborting its
-  // transport): its peers' stream errors come after the cause. Not under mu_.
-  if (leave) {
-    absl::StatusOr<DeregisterWorkerResponse> response =
-        client_->DeregisterWorker(request, options_.deregister_timeout);
-    absl::MutexLock lock(&mu_);
-    if (response.ok()) {
-      deregistered_ = true;
-      LogLine(options_.worker_id, absl::StrCat("deregistered from coordinator ",
-                                               client_->target(), " (", reason, ")"));
-    } else {
-      // The outcome still carries the reason: registering again (if need be) delivers it.
-      leaving_ = false;
-      LogLine(options_.worker_id,
-              absl::StrCat("cannot deregister: ", response.status().message(),
-                           "; the running job's outcome will say why it stopped"));
-    }
-  }
+  // transport): its peers' stream errors come after the cause.
+  if (leave) Deregister();
   absl::MutexLock lock(&mu_);
   if (job_ != nullptr && !job_->finished) job_->runner->Cancel(reason);
   wake_ = true;
+}
+
+void WorkerDaemon::Deregister() {
+  DeregisterWorkerRequest request;
+  request.set_worker_id(options_.worker_id);
+  request.set_session_id(session_id_);
+  {
+    absl::MutexLock lock(&mu_);
+    leaving_ = true;
+    request.set_reason(stop_reason_);
+    if (job_ != nullptr && !job_->finished) {
+      request.set_running_job_id(job_->id);
+      request.set_running_step(job_->runner->last_step());
+    }
+  }
+  absl::StatusOr<DeregisterWorkerResponse> response =
+      client_->DeregisterWorker(request, options_.deregister_timeout);
+  absl::MutexLock lock(&mu_);
+  if (response.ok()) {
+    deregistered_ = true;
+    LogLine(options_.worker_id, absl::StrCat("deregistered from coordinator ", client_->target(),
+                                             " (", stop_reason_, ")"));
+  } else {
+    // The outcome still carries the reason: registering again (if need be) delivers it.
+    leaving_ = false;
+    LogLine(options_.worker_id,
+            absl::StrCat("cannot deregister: ", response.status().message(),
+                         "; the running job's outcome will say why it stopped"));
+  }
 }
 
 bool WorkerDaemon::CanExitLocked() const {
@@ -202,6 +210,7 @@ absl::Status WorkerDaemon::Run() {
       last_code = absl::StatusCode::kOk;
       failures = 0;
       next_heartbeat = absl::Now();  // heartbeat at once: it may carry work
+      continue;                      // unless a Stop meanwhile made it leave
     }
     if (absl::Now() >= next_heartbeat) {
       bool started_job = false;
@@ -255,6 +264,15 @@ absl::Status WorkerDaemon::Register() {
   }
   absl::StatusOr<RegisterWorkerResponse> response = client_->RegisterWorker(request);
   if (!response.ok()) return response.status();
+  bool stopping;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping = stopping_;
+  }
+  // Stopped while this registration was on its way (so Stop did not deregister this session,
+  // or did so before the coordinator saw it), or registered again to deliver the outcome after
+  // a failed deregistration: leave now.
+  if (stopping) Deregister();
   absl::MutexLock lock(&mu_);
   registered_ = true;
   ++epoch_;

@@ -122,6 +122,9 @@ class WorkerDaemon {
   void SendReports(absl::Time until);
   void ReapJob();
   void RunJob(ActiveJob* job);
+  // DeregisterWorker with the stop reason and the running job; on success the daemon leaves
+  // for good (see the top). Not under mu_: up to deregister_timeout.
+  void Deregister();
   // Queues a report of `job` (the training thread's events, location, checkpoints), unless the
   // coordinator has ended the job.
   void Report(ActiveJob* job, ReportProgressRequest request);

@@ -291,6 +291,21 @@ TEST_F(WorkerDaemonTest, StopDeregistersWithTheCauseThenReportsTheJobStopped) {
   daemon_.reset();
 }
 
+TEST_F(WorkerDaemonTest, ACoordinatorThatCannotDeregisterStillGetsTheStoppedOutcome) {
+  fake_.RefuseDeregistrations(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "older coordinator"));
+  fake_.Assign(TinyJob("job-000012", WriteText("stop_old.txt", 2000), 100000));
+  StartWorker([this](int64_t step) {
+    if (step == 2) daemon_->Stop("worker stopped by SIGTERM");
+  });
+  thread_.join();
+  EXPECT_TRUE(run_status_.ok()) << run_status_;
+  EXPECT_EQ(fake_.deregistrations().size(), 1u);
+  const JobOutcome outcome = OutcomeOf(fake_.reports());
+  EXPECT_EQ(outcome.kind(), FAILURE_STOPPED);
+  EXPECT_EQ(outcome.error(), "worker stopped by SIGTERM after step 2");
+  daemon_.reset();
+}
+
 TEST_F(WorkerDaemonTest, AnIdleWorkerDeregistersOnStop) {
   StartWorker();
   ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return !f.heartbeats_locked().empty(); }));
