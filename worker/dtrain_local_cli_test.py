@@ -5,6 +5,7 @@ Usage (Bazel passes the binary): python3 dtrain_local_cli_test.py DTRAIN_LOCAL
 The library-level tests (local_trainer_test, safetensors_test, token_dataset_test) check every
 message in detail; this checks that the binary reports them instead of crashing.
 """
+import json
 import os
 import struct
 import subprocess
@@ -41,6 +42,79 @@ def write_tokens(path, tokens, magic=20240520, version=1, count=None):
     with open(path, "wb") as f:
         f.write(struct.pack("<256i", *header))
         f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def losses(path):
+    with open(path) as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+def spec_cases(binary, tmp, text):
+    """--spec JOB.json: the service's spec, names and defaults, in the run's own job directory."""
+    spec = os.path.join(tmp, "job.json")
+    ckpt = os.path.join(tmp, "ckpt")
+    with open(spec, "w") as f:
+        json.dump({"name": "tiny", "model": {"vocab_size": 256, "context": 16, "n_layer": 1,
+                                             "n_head": 2, "n_embd": 16},
+                   "dataset": text, "steps": 4, "batch_size": 2, "seq_len": 8, "device": "cpu",
+                   "parallel": {"dp": 1, "pp": 1, "tp": 2},
+                   "checkpoint": {"dir": ckpt, "interval_steps": 2}}, f)
+    job = os.path.join(ckpt, "job-000000")
+    log = os.path.join(tmp, "spec.jsonl")
+    rc, err = run(binary, [f"--spec={spec}", "--threads=1", f"--log_json={log}"])
+    expected = ["step_00000002", "step_00000004", "latest", "model.safetensors", "job.json"]
+    if rc != 0 or any(not os.path.exists(os.path.join(job, e)) for e in expected):
+        failures.append(f"--spec run: exit {rc}, {job} holds "
+                        f"{os.listdir(job) if os.path.isdir(job) else None}:\n{err[-800:]}")
+    elif "layout dp=1 pp=1 tp=2 runs on this one process" not in err:
+        failures.append(f"--spec run: no note on the layout:\n{err[-800:]}")
+    else:
+        print(f"ok   --spec run: exit 0, {job} holds its checkpoints and weights")
+    # The same run from flags: the service's defaults are dtrain-local's.
+    flags_log = os.path.join(tmp, "flags.jsonl")
+    rc, err = run(binary, TINY[:-2] + ["--n_layer=1", "--batch=2", "--seq=8", f"--data={text}",
+                                       "--steps=4", f"--log_json={flags_log}"])
+    if rc != 0 or losses(flags_log) != losses(log):
+        failures.append(f"--spec and flags: losses {losses(log)} vs {losses(flags_log)}")
+    else:
+        print("ok   --spec and the same flags train to the same losses")
+
+    before = {n: os.path.getmtime(os.path.join(job, n)) for n in os.listdir(job)}
+    expect_error(binary, "--spec again into the same job directory", [f"--spec={spec}"],
+                 [f"job directory {job} already holds latest and model.safetensors",
+                  "pass another --job_id"])
+    expect_error(binary, "--spec with a flag the spec sets",
+                 [f"--spec={spec}", "--n_layer=3", "--batch=4"],
+                 ["--n_layer, --batch cannot be combined with --spec", spec])
+    expect_error(binary, "--spec resumed with steps not beyond the checkpoint",
+                 [f"--spec={spec}", "--job_id=job-000001", f"--resume={job}"],
+                 [f"steps=4 is not beyond step 4 of the checkpoint {job}/step_00000004"])
+    if {n: os.path.getmtime(os.path.join(job, n)) for n in os.listdir(job)} != before:
+        failures.append(f"refused --spec runs changed {job}")
+
+    # resume_from naming a job id, as for the service, with more steps (--steps and --save
+    # override the spec), into the run's own directory.
+    with open(spec) as f:
+        resume_spec = json.load(f)
+    resume_spec["resume_from"] = "job-000000"
+    spec2 = os.path.join(tmp, "resume.json")
+    with open(spec2, "w") as f:
+        json.dump(resume_spec, f)
+    resumed = os.path.join(tmp, "resumed.safetensors")
+    rc, err = run(binary, [f"--spec={spec2}", "--job_id=job-000002", "--steps=6",
+                           "--threads=1", f"--save={resumed}"])
+    if rc != 0 or not os.path.exists(resumed) or \
+            f"resumed from {job}/step_00000004 at step 4" not in err or \
+            not os.path.exists(os.path.join(ckpt, "job-000002", "step_00000006")):
+        failures.append(f"--spec --resume --steps=6: exit {rc}:\n{err[-800:]}")
+    else:
+        print("ok   --spec --resume --steps=6: resumed from step 4 into job-000002")
+    bad = os.path.join(tmp, "bad.json")
+    with open(bad, "w") as f:
+        f.write('{"model": {"n_layer": 1}, "steps": 4}')
+    expect_error(binary, "--spec of an invalid spec", [f"--spec={bad}"], [f"--spec={bad}"])
+    expect_error(binary, "--spec of a missing file", [f"--spec={tmp}/nope.json"],
+                 [f"{tmp}/nope.json"])
 
 
 def main():
@@ -104,6 +178,8 @@ def main():
                  TINY + ["--matmul_precision=fp8", f"--data={text}", "--steps=1"],
                  ["--matmul_precision", "\"fp8\""])
     expect_error(binary, "unknown device", TINY + ["--device=tpu", "--steps=0"], ["\"tpu\""])
+
+    spec_cases(binary, tmp, text)
 
     if failures:
         print("\n".join("FAIL " + f for f in failures))

@@ -3,18 +3,39 @@
 //
 //   dtrain-local --data=shakespeare.txt --steps=200 --batch=8 --seq=128 --save=model.safetensors
 //
+//   dtrain-local --spec=job.json [--save=out.safetensors] [--resume=DIR] [--job_id=job-000000]
+//
 // Prints a progress line per step to stderr; --log_json writes one JSON object per step.
+//
+// --spec runs a service job spec (the file `dtrain submit` takes) in this process: parsed and
+// defaulted by the coordinator's rules (coordinator/job_spec.h) and planned as a worker plans it
+// (worker/daemon/job_runner.h PlanFromSpec), so names and defaults are the service's. The run is
+// job --job_id (default job-000000, an id no coordinator issues) and writes only in its
+// directory, <checkpoint.dir>/<job id>/ (or <--data_root>/jobs/<job id>/), which must not hold
+// an earlier run's files. A layout other than 1x1x1 runs on this one process: every layout
+// trains to one worker's numbers. --save, --resume, --steps, --device and the run flags
+// (--threads, --matmul_precision, --log_json, --dump_grads) override the spec; the other flags
+// the spec sets (model, data, optimizer, batch, seq, seed, init, checkpoints) are refused.
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/job_paths.h"
 #include "common/status_macros.h"
+#include "coordinator/job_spec.h"
 #include "kernels/backend.h"
+#include "worker/daemon/job_runner.h"
 #include "worker/local_trainer.h"
+#include "worker/model/file_io.h"
 
 ABSL_FLAG(int, vocab_size, 256, "vocabulary size V (256 for byte-level text)");
 ABSL_FLAG(int, context, 128, "maximum sequence length (rows of wpe)");
@@ -46,6 +67,12 @@ ABSL_FLAG(std::string, checkpoint_dir, "", "write training state (weights + Adam
 ABSL_FLAG(int64_t, checkpoint_every, 0, "also checkpoint every N steps");
 ABSL_FLAG(std::string, resume, "", "continue from this checkpoint dir (or one step_N dir)");
 ABSL_FLAG(std::string, log_json, "", "one JSON line per step to this file, or - for stdout");
+ABSL_FLAG(std::string, spec, "",
+          "run this job spec (JSON, as for `dtrain submit`) with the service's names and defaults");
+ABSL_FLAG(std::string, job_id, "job-000000",
+          "with --spec: the run's job id, naming its directory <checkpoint.dir>/<job id>/");
+ABSL_FLAG(std::string, data_root, ".",
+          "with --spec: a spec without checkpoint.dir writes to <data_root>/jobs/<job id>/");
 
 namespace dtrain {
 namespace {
@@ -80,8 +107,82 @@ LocalTrainingOptions OptionsFromFlags() {
   return o;
 }
 
+// A flag set to other than its default (abseil keeps "specified on the command line" private).
+bool Given(absl::string_view flag) {
+  const absl::CommandLineFlag* f = absl::FindCommandLineFlag(flag);
+  return f != nullptr && f->CurrentValue() != f->DefaultValue();
+}
+
+// The claim uid of every dtrain-local run: a coordinator's job of the same id never matches it.
+constexpr char kLocalUid[] = "dtrain-local";
+
+// --spec: the options a worker would train the spec with, in the run's own job directory.
+absl::StatusOr<LocalTrainingOptions> OptionsFromSpec(const std::string& path,
+                                                     std::string* device) {
+  std::vector<std::string> refused;
+  for (const char* flag : {"vocab_size", "context", "n_layer", "n_head", "n_embd", "init", "data",
+                           "batch", "seq", "lr", "max_lr", "min_lr_ratio",
+                           "warmup_steps", "weight_decay", "beta1", "beta2", "eps", "grad_clip",
+                           "seed", "checkpoint_dir", "checkpoint_every"}) {
+    if (Given(flag)) refused.push_back(absl::StrCat("--", flag));
+  }
+  if (!refused.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::StrJoin(refused, ", "), " cannot be combined with --spec: the spec sets ",
+        refused.size() == 1 ? "it" : "them", "; edit ", path));
+  }
+  absl::StatusOr<std::string> json = model::ReadFileToString(path);
+  RETURN_IF_ERROR(Annotate(json.status(), "--spec"));
+  absl::StatusOr<JobSpec> spec = coordinator::ParseAndValidateJobSpecJson(*json);
+  RETURN_IF_ERROR(Annotate(spec.status(), absl::StrCat("--spec=", path)));
+  const std::string job_id = absl::GetFlag(FLAGS_job_id);
+  ASSIGN_OR_RETURN(const std::string job_dir,
+                   worker::JobDir(job_id, *spec, absl::GetFlag(FLAGS_data_root)));
+  // resume_from may name a job id, as for the service: that job's directory beside this one.
+  if (IsJobId(spec->resume_from())) {
+    spec->set_resume_from(JobDirectory(spec->checkpoint().dir(), spec->resume_from(),
+                                       absl::GetFlag(FLAGS_data_root)));
+  }
+  if (Given("resume")) spec->set_resume_from(absl::GetFlag(FLAGS_resume));
+  ASSIGN_OR_RETURN(LocalTrainingOptions o, worker::PlanFromSpec(*spec, job_dir));
+  if (Given("steps")) o.steps = absl::GetFlag(FLAGS_steps);  // as `dtrain resubmit --steps`
+  if (Given("save")) o.save_path = AbsolutePath(absl::GetFlag(FLAGS_save));
+  o.dump_grads_path = absl::GetFlag(FLAGS_dump_grads);
+  *device = Given("device") || spec->device().empty() ? absl::GetFlag(FLAGS_device)
+                                                      : spec->device();
+
+  // The job directory is this run's alone: an earlier run's files are never overwritten.
+  std::vector<std::string> earlier;
+  for (const char* name : {kLatestFileName, kFinalWeightsFileName}) {
+    if (access(absl::StrCat(job_dir, "/", name).c_str(), F_OK) == 0) earlier.push_back(name);
+  }
+  if (!earlier.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job directory ", job_dir, " already holds ", absl::StrJoin(earlier, " and "),
+        " of an earlier run of ", job_id, ": pass another --job_id for a new run (to continue "
+        "that one, also --resume=", job_dir, ")"));
+  }
+  RETURN_IF_ERROR(ClaimJobDirectory(job_dir, job_id, kLocalUid));
+  const ParallelLayout& layout = spec->parallel();
+  std::fprintf(stderr, "dtrain-local: %s as %s in %s\n", path.c_str(), job_id.c_str(),
+               job_dir.c_str());
+  if (coordinator::WorkersNeeded(*spec) > 1) {
+    std::fprintf(stderr,
+                 "dtrain-local: the spec's layout dp=%d pp=%d tp=%d runs on this one process: "
+                 "every layout trains to one worker's numbers\n",
+                 layout.dp(), layout.pp(), layout.tp());
+  }
+  return o;
+}
+
 absl::Status Main() {
-  const LocalTrainingOptions options = OptionsFromFlags();
+  std::string device = absl::GetFlag(FLAGS_device);
+  LocalTrainingOptions options;
+  if (absl::GetFlag(FLAGS_spec).empty()) {
+    options = OptionsFromFlags();
+  } else {
+    ASSIGN_OR_RETURN(options, OptionsFromSpec(absl::GetFlag(FLAGS_spec), &device));
+  }
   if (options.steps > 0 && options.data_path.empty()) {
     return absl::InvalidArgumentError("--data is required to train (--steps > 0)");
   }
@@ -89,17 +190,16 @@ absl::Status Main() {
       kernels::ParseMatmulPrecision(absl::GetFlag(FLAGS_matmul_precision));
   RETURN_IF_ERROR(Annotate(precision.status(), "--matmul_precision"));
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
-                   kernels::CreateBackend(absl::GetFlag(FLAGS_device),
-                                          absl::GetFlag(FLAGS_threads), *precision));
+                   kernels::CreateBackend(device, absl::GetFlag(FLAGS_threads), *precision));
   ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(backend.get(), options));
   std::fprintf(stderr, "dtrain-local: %s, %lld parameters, device %s, matmul %s\n",
                options.model.DebugString().c_str(),
                static_cast<long long>(options.model.num_parameters()),
                backend->info().name.c_str(),
                std::string(kernels::MatmulPrecisionName(*precision)).c_str());
-  if (trainer->start_step() > 0) {
-    std::fprintf(stderr, "dtrain-local: resumed at step %lld from %s\n",
-                 static_cast<long long>(trainer->start_step()), options.resume_from.c_str());
+  if (!trainer->resumed_from().empty()) {
+    std::fprintf(stderr, "dtrain-local: resumed from %s at step %lld\n",
+                 trainer->resumed_from().c_str(), static_cast<long long>(trainer->start_step()));
   }
   FILE* json = nullptr;
   const std::string json_path = absl::GetFlag(FLAGS_log_json);
