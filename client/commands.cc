@@ -536,7 +536,7 @@ std::optional<std::string> JobIdFromArgument(const std::string& arg) {
   int64_t number = 0;
   if (!arg.empty() && std::all_of(arg.begin(), arg.end(), absl::ascii_isdigit) &&
       absl::SimpleAtoi(arg, &number) && number > 0) {
-    return absl::StrFormat("job-%06d", number);  // the coordinator's numbering (job_store.cc)
+    return JobIdFor(number);
   }
   return std::nullopt;
 }

@@ -52,6 +52,8 @@ bool HoldsCheckpoints(const std::string& dir) {
 
 }  // namespace
 
+std::string JobIdFor(int64_t number) { return absl::StrFormat("job-%06d", number); }
+
 bool IsJobId(absl::string_view text) {
   if (!absl::ConsumePrefix(&text, "job-") || text.empty()) return false;
   for (char c : text) {

@@ -28,6 +28,9 @@ inline constexpr char kJobClaimFileName[] = "job.json";
 inline constexpr char kLatestFileName[] = "latest";
 inline constexpr char kFinalWeightsFileName[] = "model.safetensors";
 
+// The id of the job numbered `number` (from 1): "job-000012".
+std::string JobIdFor(int64_t number);
+
 // True for "job-" followed by digits only ("job-000012"): a job id, not a path.
 bool IsJobId(absl::string_view text);
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/job_paths.h"
 #include "common/status_macros.h"
 
 namespace dtrain::coordinator {
@@ -345,7 +346,7 @@ absl::StatusOr<Job> JobStore::CreateJob(const JobSpec& spec, absl::string_view r
                         .Bind(4, now_ms)
                         .Bind(5, uid)
                         .Run());
-    id = absl::StrFormat("job-%06d", sqlite3_last_insert_rowid(db_));
+    id = JobIdFor(sqlite3_last_insert_rowid(db_));
     Statement name(db_, path_, "UPDATE jobs SET id = ? WHERE seq = ?");
     RETURN_IF_ERROR(name.Bind(1, id).Bind(2, int64_t{sqlite3_last_insert_rowid(db_)}).Run());
     Statement history(db_, path_, "INSERT INTO state_changes VALUES (?, 1, ?, ?, ?)");
