@@ -56,8 +56,12 @@ void LogLine(const std::string& worker_id, const std::string& message) {
 
 WorkerDaemon::WorkerDaemon(WorkerOptions options, CoordinatorClient* client,
                            kernels::Backend* backend)
-    : options_(std::move(options)), client_(client), backend_(backend),
-      session_id_(NewSessionId()) {}
+    : options_(std::move(options)),
+      client_(client),
+      backend_(backend),
+      session_id_(NewSessionId()),
+      reports_({options_.max_buffered_reports, options_.outcome_retry_for},
+               [id = options_.worker_id](const std::string& line) { LogLine(id, line); }) {}
 
 WorkerDaemon::~WorkerDaemon() {
   Stop("worker daemon shut down");
@@ -155,7 +159,7 @@ absl::Status WorkerDaemon::Run() {
     absl::Duration interval;
     {
       absl::MutexLock lock(&mu_);
-      ExpireOutcomesLocked();
+      reports_.ExpireOutcomes(absl::Now());
       if (CanExitLocked()) break;
       registered = registered_;
       leaving = leaving_;
@@ -335,7 +339,10 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
     LogLine(options_.worker_id, absl::StrCat("refusing job ", id, ": ", why));
     JobOutcome outcome;
     outcome.set_error(why);
-    EnqueueOutcomeLocked(id, outcome);
+    ReportProgressRequest r;
+    r.set_job_id(id);
+    *r.mutable_outcome() = outcome;
+    EnqueueLocked(std::move(r));
     return;
   }
   const JobSpec& spec = assignment.spec();
@@ -417,7 +424,10 @@ void WorkerDaemon::RunJob(ActiveJob* job) {
                      ? absl::StrCat("job ", job->id, " succeeded (rank 0 writes the weights)")
                      : absl::StrCat("job ", job->id, " succeeded: weights at ", outcome.output()))
               : absl::StrCat("job ", job->id, " failed: ", outcome.error()));
-  EnqueueOutcomeLocked(job->id, outcome);
+  ReportProgressRequest r;
+  r.set_job_id(job->id);
+  *r.mutable_outcome() = outcome;
+  EnqueueLocked(std::move(r));
 }
 
 void WorkerDaemon::ReapJob() {
@@ -429,9 +439,7 @@ void WorkerDaemon::ReapJob() {
   }
   if (thread.joinable()) thread.join();
   absl::MutexLock lock(&mu_);
-  for (const PendingReport& r : reports_) {
-    if (r.request.job_id() == job_->id) return;  // still running for the coordinator
-  }
+  if (reports_.HasJob(job_->id)) return;  // still running for the coordinator
   LogLine(options_.worker_id, absl::StrCat("job ", job_->id, " done; idle"));
   job_.reset();
 }
@@ -453,74 +461,18 @@ void WorkerDaemon::CancelByCoordinatorLocked(const std::string& job_id, const st
 }
 
 void WorkerDaemon::EnqueueLocked(ReportProgressRequest request) {
-  if (!request.has_outcome() && static_cast<int64_t>(reports_.size()) >=
-                                    std::max<int64_t>(1, options_.max_buffered_reports)) {
-    // Full: drop the oldest step or event. Outcomes are never dropped here.
-    auto oldest = std::find_if(reports_.begin(), reports_.end(), [](const PendingReport& r) {
-      return !r.request.has_outcome();
-    });
-    if (oldest != reports_.end()) {
-      const std::string job_id = oldest->request.job_id();
-      reports_.erase(oldest);
-      if (dropped_reports_++ % 1000 == 0) {
-        // Queued after this report: the buffer stays within one report of its bound.
-        pending_warning_ = {job_id, absl::StrCat("report buffer full (",
-                                                 options_.max_buffered_reports,
-                                                 "): dropping the oldest; ", dropped_reports_,
-                                                 " dropped so far")};
-      }
-    }
-  }
-  PendingReport r;
-  r.seq = next_seq_++;
-  r.request = std::move(request);
-  r.created = absl::Now();
-  reports_.push_back(std::move(r));
+  reports_.Push(std::move(request));
   wake_ = true;
-  if (!pending_warning_.first.empty()) {
-    const auto [job_id, text] = std::move(pending_warning_);
-    pending_warning_ = {};
-    WarnLocked(job_id, text);
-  }
 }
 
 void WorkerDaemon::WarnLocked(const std::string& job_id, const std::string& text) {
-  LogLine(options_.worker_id, absl::StrCat("warning: ", text));
-  ReportProgressRequest r;
-  r.set_job_id(job_id);
-  r.mutable_log()->set_severity(LOG_WARNING);
-  r.mutable_log()->set_text(text);
-  EnqueueLocked(std::move(r));
-}
-
-void WorkerDaemon::EnqueueOutcomeLocked(const std::string& job_id, const JobOutcome& outcome) {
-  ReportProgressRequest r;
-  r.set_job_id(job_id);
-  *r.mutable_outcome() = outcome;
-  EnqueueLocked(std::move(r));
-}
-
-void WorkerDaemon::DropReportsLocked(const std::string& job_id) {
-  reports_.erase(std::remove_if(reports_.begin(), reports_.end(),
-                                [&](const PendingReport& r) {
-                                  return r.request.job_id() == job_id;
-                                }),
-                 reports_.end());
+  reports_.Warn(job_id, text);
   wake_ = true;
 }
 
-void WorkerDaemon::ExpireOutcomesLocked() {
-  const absl::Time now = absl::Now();
-  for (auto it = reports_.begin(); it != reports_.end();) {
-    if (it->request.has_outcome() && now - it->created > options_.outcome_retry_for) {
-      LogLine(options_.worker_id,
-              absl::StrCat("giving up delivering the outcome of job ", it->request.job_id(),
-                           " after ", absl::FormatDuration(options_.outcome_retry_for)));
-      it = reports_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+void WorkerDaemon::DropReportsLocked(const std::string& job_id) {
+  reports_.DropJob(job_id);
+  wake_ = true;
 }
 
 void WorkerDaemon::SendReports(absl::Time until) {
@@ -532,8 +484,8 @@ void WorkerDaemon::SendReports(absl::Time until) {
       absl::MutexLock lock(&mu_);
       const absl::Time now = absl::Now();
       if (!registered_ || reports_.empty() || now >= until || now < reports_retry_at_) return;
-      request = reports_.front().request;
-      seq = reports_.front().seq;
+      request = reports_.front()->request;
+      seq = reports_.front()->seq;
       epoch = epoch_;
     }
     request.set_worker_id(options_.worker_id);
@@ -541,11 +493,8 @@ void WorkerDaemon::SendReports(absl::Time until) {
     absl::StatusOr<ReportProgressResponse> response = client_->ReportProgress(request);
 
     absl::MutexLock lock(&mu_);
-    auto pop = [&] {
-      if (!reports_.empty() && reports_.front().seq == seq) reports_.pop_front();
-    };
     if (response.ok()) {
-      pop();
+      reports_.PopIf(seq);
       if (job_ != nullptr && job_->id == request.job_id()) {
         job_->refusals = 0;
         job_->refused_in_epoch = -1;
@@ -562,7 +511,7 @@ void WorkerDaemon::SendReports(absl::Time until) {
       return;
     }
     if (absl::IsInvalidArgument(s) || absl::IsOutOfRange(s)) {
-      pop();
+      reports_.PopIf(seq);
       WarnLocked(request.job_id(),
                  absl::StrCat("dropping a report the coordinator refuses: ", s.message()));
       continue;

@@ -13,9 +13,10 @@
 // coordinator re-attaches a job that kept training while it was down. A job counts as running
 // until its outcome is delivered.
 //
-// Reports (one per step, events, the outcome) go out in order. While the coordinator cannot be
-// reached they are kept: steps and events up to `max_buffered_reports` (the oldest are dropped
-// beyond that, with a log line), the outcome until delivered or `outcome_retry_for` has passed.
+// Reports (one per step, events, the outcome) go out in order from a ReportQueue
+// (report_queue.h). While the coordinator cannot be reached they are kept: steps and events up
+// to `max_buffered_reports` (the oldest are dropped beyond that, with a log line), the outcome
+// until delivered or `outcome_retry_for` has passed.
 // A report the coordinator refuses (NOT_FOUND / FAILED_PRECONDITION) makes the worker register
 // again (its session may be unknown after a restart). Refused in 3 registrations in a row with
 // no report accepted in between, the job is no longer this worker's: it is stopped and its
@@ -39,7 +40,6 @@
 #define DTRAIN_WORKER_DAEMON_WORKER_DAEMON_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -54,6 +54,7 @@
 #include "proto/coordinator.pb.h"
 #include "worker/daemon/coordinator_client.h"
 #include "worker/daemon/job_runner.h"
+#include "worker/daemon/report_queue.h"
 
 namespace dtrain::worker {
 
@@ -111,12 +112,6 @@ class WorkerDaemon {
     int refusals = 0;
     int64_t refused_in_epoch = -1;
   };
-  struct PendingReport {
-    uint64_t seq = 0;
-    ReportProgressRequest request;  // job_id and report; worker and session set when sent
-    absl::Time created;
-  };
-
   absl::Status Register();
   absl::Status Heartbeat(bool* started_job);
   void SendReports(absl::Time until);
@@ -132,14 +127,11 @@ class WorkerDaemon {
   void StartJobLocked(const JobAssignment& assignment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CancelByCoordinatorLocked(const std::string& job_id, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The report queue's Push, Warn and DropJob, waking the control thread.
   void EnqueueLocked(ReportProgressRequest request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Logs `text` as a warning and queues it as a LOG_WARNING line of the job.
   void WarnLocked(const std::string& job_id, const std::string& text)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EnqueueOutcomeLocked(const std::string& job_id, const JobOutcome& outcome)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropReportsLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ExpireOutcomesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool CanExitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitFor(absl::Duration d, bool wake_on_reports);
 
@@ -161,11 +153,7 @@ class WorkerDaemon {
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   absl::Time reports_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::unique_ptr<ActiveJob> job_ ABSL_GUARDED_BY(mu_);
-  std::deque<PendingReport> reports_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t dropped_reports_ ABSL_GUARDED_BY(mu_) = 0;
-  // (job id, text) of a "buffer full" warning to queue after the report that caused it.
-  std::pair<std::string, std::string> pending_warning_ ABSL_GUARDED_BY(mu_);
+  ReportQueue reports_ ABSL_GUARDED_BY(mu_);
 };
 
 // One stderr line: "2026-01-02 03:04:05.678 dtrain-worker[w1]: message".

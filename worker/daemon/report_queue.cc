@@ -1,0 +1,87 @@
+#include "worker/daemon/report_queue.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace dtrain::worker {
+
+ReportQueue::ReportQueue(Options options, std::function<void(const std::string&)> log)
+    : options_(options), log_(std::move(log)) {}
+
+void ReportQueue::Log(const std::string& line) const {
+  if (log_) log_(line);
+}
+
+void ReportQueue::Push(ReportProgressRequest request) {
+  if (!request.has_outcome() && size() >= std::max<int64_t>(1, options_.max_reports)) {
+    auto oldest = std::find_if(reports_.begin(), reports_.end(),
+                               [](const Pending& r) { return !r.request.has_outcome(); });
+    if (oldest != reports_.end()) {
+      const std::string job_id = oldest->request.job_id();
+      reports_.erase(oldest);
+      if (dropped_++ % 1000 == 0) {
+        pending_warning_ = {job_id, absl::StrCat("report buffer full (", options_.max_reports,
+                                                 "): dropping the oldest; ", dropped_,
+                                                 " dropped so far")};
+      }
+    }
+  }
+  Pending r;
+  r.seq = next_seq_++;
+  r.request = std::move(request);
+  r.created = absl::Now();
+  reports_.push_back(std::move(r));
+  if (!pending_warning_.first.empty()) {
+    const auto [job_id, text] = std::move(pending_warning_);
+    pending_warning_ = {};
+    Warn(job_id, text);
+  }
+}
+
+void ReportQueue::Warn(const std::string& job_id, const std::string& text) {
+  Log(absl::StrCat("warning: ", text));
+  ReportProgressRequest r;
+  r.set_job_id(job_id);
+  r.mutable_log()->set_severity(LOG_WARNING);
+  r.mutable_log()->set_text(text);
+  Push(std::move(r));
+}
+
+void ReportQueue::PushOutcome(const std::string& job_id, const JobOutcome& outcome) {
+  ReportProgressRequest r;
+  r.set_job_id(job_id);
+  *r.mutable_outcome() = outcome;
+  Push(std::move(r));
+}
+
+void ReportQueue::PopIf(uint64_t seq) {
+  if (!reports_.empty() && reports_.front().seq == seq) reports_.pop_front();
+}
+
+void ReportQueue::DropJob(const std::string& job_id) {
+  reports_.erase(std::remove_if(reports_.begin(), reports_.end(),
+                                [&](const Pending& r) { return r.request.job_id() == job_id; }),
+                 reports_.end());
+}
+
+void ReportQueue::ExpireOutcomes(absl::Time now) {
+  for (auto it = reports_.begin(); it != reports_.end();) {
+    if (it->request.has_outcome() && now - it->created > options_.outcome_retry_for) {
+      Log(absl::StrCat("giving up delivering the outcome of job ", it->request.job_id(),
+                       " after ", absl::FormatDuration(options_.outcome_retry_for)));
+      it = reports_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool ReportQueue::HasJob(const std::string& job_id) const {
+  return std::any_of(reports_.begin(), reports_.end(),
+                     [&](const Pending& r) { return r.request.job_id() == job_id; });
+}
+
+}  // namespace dtrain::worker
