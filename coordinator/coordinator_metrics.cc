@@ -12,16 +12,16 @@ namespace dtrain::coordinator {
 namespace {
 
 // RPCs: 100us (GetJob on a warm store) to minutes (WatchJob streams; longer ones land in +Inf).
-std::vector<double> RpcBuckets() {
+metrics::Buckets RpcBuckets() {
   return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
           0.25,   0.5,     1,      2.5,   5,      10,    30,   60,    300,  3600};
 }
 // Queue wait: immediate placement (a scheduler tick) to a day.
-std::vector<double> QueueWaitBuckets() {
+metrics::Buckets QueueWaitBuckets() {
   return {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 14400, 86400};
 }
 // Placement is pure computation: microseconds for a few workers, more for thousands.
-std::vector<double> PlacementBuckets() {
+metrics::Buckets PlacementBuckets() {
   return {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
           0.005,   0.01,     0.025,   0.05,   0.1,     0.25,   0.5,   1};
 }
@@ -114,8 +114,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
                                           "(WatchJob: the whole stream), by method.",
                                           {"method"}, RpcBuckets()));
   m->submitted_ = &submitted->Add({});
-  m->queue_wait_ = &queue_wait->Add({});
-  m->placement_ = &placement->Add({});
+  m->queue_wait_ = &queue_wait->Add({}, QueueWaitBuckets());
+  m->placement_ = &placement->Add({}, PlacementBuckets());
   // Every state from the first scrape on, at 0 until a source says otherwise.
   for (const char* state : {"idle", "busy", "lost"}) m->workers_->Add({{"state", state}});
   for (JobState state : kJobStates) {
@@ -149,9 +149,13 @@ void CoordinatorMetrics::Collect() {
 
 void CoordinatorMetrics::JobSubmitted() { submitted_->Increment(); }
 
-void CoordinatorMetrics::JobPlaced(absl::Duration queue_wait) { queue_wait_->Observe(queue_wait); }
+void CoordinatorMetrics::JobPlaced(absl::Duration queue_wait) {
+  queue_wait_->Observe(absl::ToDoubleSeconds(queue_wait));
+}
 
-void CoordinatorMetrics::PlacementComputed(absl::Duration elapsed) { placement_->Observe(elapsed); }
+void CoordinatorMetrics::PlacementComputed(absl::Duration elapsed) {
+  placement_->Observe(absl::ToDoubleSeconds(elapsed));
+}
 
 void CoordinatorMetrics::RpcFinished(absl::string_view method, grpc::StatusCode code,
                                      absl::Duration elapsed) {
@@ -160,7 +164,9 @@ void CoordinatorMetrics::RpcFinished(absl::string_view method, grpc::StatusCode 
   {
     absl::MutexLock lock(&methods_mu_);
     MethodMetrics& m = methods_[method];
-    if (m.duration == nullptr) m.duration = &rpc_duration_->Add({{"method", std::string(method)}});
+    if (m.duration == nullptr) {
+      m.duration = &rpc_duration_->Add({{"method", std::string(method)}}, RpcBuckets());
+    }
     metrics::Counter*& c = m.calls[code];
     if (c == nullptr) {
       c = &rpcs_->Add({{"method", std::string(method)},
@@ -170,7 +176,7 @@ void CoordinatorMetrics::RpcFinished(absl::string_view method, grpc::StatusCode 
     calls = c;
   }
   calls->Increment();
-  duration->Observe(elapsed);
+  duration->Observe(absl::ToDoubleSeconds(elapsed));
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>

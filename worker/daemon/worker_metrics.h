@@ -96,6 +96,8 @@ class WorkerMetrics final : public comm::TransportObserver {
   metrics::Family<metrics::Counter>* received_ = nullptr;
   metrics::Family<metrics::Histogram>* collective_ = nullptr;
   metrics::Family<metrics::Histogram>* checkpoint_ = nullptr;
+  // Each histogram family's buckets (prometheus-cpp takes them with every child); set in Create.
+  std::map<const metrics::Family<metrics::Histogram>*, metrics::Buckets> buckets_;
 
   mutable absl::Mutex mu_;
   RankLabels job_ ABSL_GUARDED_BY(mu_);
