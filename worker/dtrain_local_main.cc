@@ -77,8 +77,8 @@ ABSL_FLAG(std::string, data_root, ".",
 namespace dtrain {
 namespace {
 
-LocalTrainingOptions OptionsFromFlags() {
-  LocalTrainingOptions o;
+TrainingRun OptionsFromFlags() {
+  TrainingRun o;
   o.model.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   o.model.context = absl::GetFlag(FLAGS_context);
   o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
@@ -117,8 +117,7 @@ bool Given(absl::string_view flag) {
 constexpr char kLocalUid[] = "dtrain-local";
 
 // --spec: the options a worker would train the spec with, in the run's own job directory.
-absl::StatusOr<LocalTrainingOptions> OptionsFromSpec(const std::string& path,
-                                                     std::string* device) {
+absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string* device) {
   std::vector<std::string> refused;
   for (const char* flag : {"vocab_size", "context", "n_layer", "n_head", "n_embd", "init", "data",
                            "batch", "seq", "lr", "max_lr", "min_lr_ratio",
@@ -144,7 +143,7 @@ absl::StatusOr<LocalTrainingOptions> OptionsFromSpec(const std::string& path,
                                        absl::GetFlag(FLAGS_data_root)));
   }
   if (Given("resume")) spec->set_resume_from(absl::GetFlag(FLAGS_resume));
-  ASSIGN_OR_RETURN(LocalTrainingOptions o, worker::PlanFromSpec(*spec, job_dir));
+  ASSIGN_OR_RETURN(TrainingRun o, worker::PlanFromSpec(*spec, job_dir));
   if (Given("steps")) o.steps = absl::GetFlag(FLAGS_steps);  // as `dtrain resubmit --steps`
   if (Given("save")) o.save_path = AbsolutePath(absl::GetFlag(FLAGS_save));
   o.dump_grads_path = absl::GetFlag(FLAGS_dump_grads);
@@ -177,7 +176,7 @@ absl::StatusOr<LocalTrainingOptions> OptionsFromSpec(const std::string& path,
 
 absl::Status Main() {
   std::string device = absl::GetFlag(FLAGS_device);
-  LocalTrainingOptions options;
+  TrainingRun options;
   if (absl::GetFlag(FLAGS_spec).empty()) {
     options = OptionsFromFlags();
   } else {
@@ -211,7 +210,7 @@ absl::Status Main() {
       return absl::PermissionDeniedError(absl::StrCat("cannot open --log_json=", json_path));
     }
   }
-  absl::Status status = trainer->Run([&](const TrainStepMetrics& m) {
+  absl::Status status = trainer->Run({[&](const TrainStepMetrics& m) {
     std::fprintf(stderr, "step %5lld/%lld  loss %.6f  grad_norm %.4f  lr %.3e  %.0f tok/s\n",
                  static_cast<long long>(m.step), static_cast<long long>(m.total_steps), m.loss,
                  m.grad_norm, m.lr, m.tokens_per_s);
@@ -223,7 +222,7 @@ absl::Status Main() {
       std::fflush(json);
     }
     return absl::OkStatus();
-  });
+  }});
   if (json != nullptr && json != stdout) std::fclose(json);
   RETURN_IF_ERROR(status);
   if (!options.save_path.empty()) {

@@ -11,8 +11,8 @@
 
 namespace dtrain {
 
-absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
-    kernels::Backend* backend, const LocalTrainingOptions& options) {
+absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(kernels::Backend* backend,
+                                                                   const TrainingRun& options) {
   if (options.steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("steps=", options.steps, " must be >= 0"));
   }
@@ -96,26 +96,19 @@ absl::StatusOr<TrainStepMetrics> LocalTrainer::TrainStep(int64_t step) {
   return metrics;
 }
 
-absl::Status LocalTrainer::Run(
-    const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
-  for (int64_t step = start_step_ + 1; step <= options_.steps; ++step) {
-    ASSIGN_OR_RETURN(TrainStepMetrics metrics, TrainStep(step));
-    const absl::Status callback = on_step ? on_step(metrics) : absl::OkStatus();
-    const bool last = step == options_.steps;
-    if (!options_.checkpoint_dir.empty() &&
-        (last || (options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0))) {
-      const auto save_start = std::chrono::steady_clock::now();
-      ASSIGN_OR_RETURN(std::string step_dir,
-                       model::SaveTrainingState(options_.checkpoint_dir, *model_, *optimizer_));
-      if (options_.on_checkpoint) {
-        options_.on_checkpoint(
-            {step, std::move(step_dir), /*sealed=*/true,
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - save_start)
-                 .count()});
-      }
-    }
-    RETURN_IF_ERROR(callback);
-  }
+absl::StatusOr<CheckpointWritten> LocalTrainer::SaveCheckpoint(int64_t step) {
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::string step_dir,
+                   model::SaveTrainingState(options_.checkpoint_dir, *model_, *optimizer_));
+  return CheckpointWritten{
+      step, std::move(step_dir), /*sealed=*/true,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
+
+absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
+  RETURN_IF_ERROR(RunTrainingSteps(
+      options_, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
+      [this](int64_t step) { return SaveCheckpoint(step); }));
   if (!options_.save_path.empty()) {
     RETURN_IF_ERROR(model::SaveTensors(options_.save_path, *model_, model_->params(),
                                        {{"step", absl::StrCat(optimizer_->step())}}));

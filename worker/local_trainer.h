@@ -7,7 +7,6 @@
 #define DTRAIN_WORKER_LOCAL_TRAINER_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -18,50 +17,9 @@
 #include "worker/model/gpt_stage.h"
 #include "worker/model/optimizer.h"
 #include "worker/model/token_dataset.h"
+#include "worker/training_run.h"
 
 namespace dtrain {
-
-// A checkpoint step this process finished writing (both trainers report through it).
-struct CheckpointWritten {
-  int64_t step = 0;
-  std::string dir;      // the step directory, absolute
-  bool sealed = false;  // this process sealed the step: it is complete and `latest` names it
-  double seconds = 0;   // time this process spent writing it
-};
-
-struct LocalTrainingOptions {
-  model::GptConfig model;
-  model::OptimizerConfig optimizer;
-  std::string data_path;
-  std::string init_path;       // GPT-2 safetensors to start from; empty: InitializeGpt2(seed)
-  uint64_t seed = 1337;
-  int64_t steps = 10;          // total steps of the run (the LR schedule spans them)
-  int batch = 8;               // B
-  int seq = 128;               // T
-  std::string resume_from;     // a job's checkpoint dir (its `latest`) or a step dir
-  std::string checkpoint_dir;  // training state written here: the job's own directory
-  int64_t checkpoint_every = 0;  // also every N steps; the final step is always saved
-  std::string save_path;       // final weights as GPT-2 safetensors
-  std::string dump_grads_path;  // gradients of the first step run, before clipping
-  // Called after each checkpoint step this process wrote (not for a step only loaded).
-  std::function<void(const CheckpointWritten&)> on_checkpoint;
-};
-
-struct TrainStepMetrics {
-  int64_t step = 0;  // 1-based
-  int64_t total_steps = 0;
-  double loss = 0.0;
-  double grad_norm = 0.0;  // before clipping
-  float lr = 0.0f;
-  double tokens_per_s = 0.0;
-  double step_seconds = 0.0;
-  // Where this worker's step time went (multi-worker runs; one worker: all compute). Compute:
-  // kernels; communication: waiting on collectives and on sends/receives that had data to
-  // move; bubble: pipeline idle time, waiting for a neighbour's activation or gradient.
-  double compute_seconds = 0.0;
-  double communication_seconds = 0.0;
-  double bubble_seconds = 0.0;
-};
 
 class LocalTrainer {
  public:
@@ -70,12 +28,11 @@ class LocalTrainer {
   // checkpoint's step is read first: `steps` not beyond it is InvalidArgument
   // (model::CheckStepsBeyond) before any tensor is loaded or file written.
   static absl::StatusOr<std::unique_ptr<LocalTrainer>> Create(kernels::Backend* backend,
-                                                              const LocalTrainingOptions& options);
+                                                              const TrainingRun& run);
 
-  // Runs the remaining steps, calling `on_step` after each. A non-OK status from `on_step`
-  // (e.g. Cancelled when the job was cancelled) stops the run after that step's checkpoint
-  // and is returned.
-  absl::Status Run(const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
+  // Runs the remaining steps (RunTrainingSteps), reporting through `callbacks`; then writes
+  // save_path.
+  absl::Status Run(const TrainingCallbacks& callbacks);
 
   int64_t start_step() const { return start_step_; }
   // The absolute step directory this run resumed from; "" when it started fresh.
@@ -85,9 +42,10 @@ class LocalTrainer {
  private:
   LocalTrainer() = default;
   absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step);
+  absl::StatusOr<CheckpointWritten> SaveCheckpoint(int64_t step);
 
   kernels::Backend* backend_ = nullptr;
-  LocalTrainingOptions options_;
+  TrainingRun options_;
   std::unique_ptr<model::GptStage> model_;
   std::unique_ptr<model::StageActivations> acts_;
   std::unique_ptr<model::AdamW> optimizer_;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,8 +31,8 @@ std::string WriteText(const std::string& name, int bytes) {
   return dtrain::testing::WriteTextCorpus(TempPath(name), bytes);
 }
 
-LocalTrainingOptions Tiny(const std::string& data) {
-  LocalTrainingOptions o;
+TrainingRun Tiny(const std::string& data) {
+  TrainingRun o;
   o.model = {256, 16, 2, 2, 16};
   o.data_path = data;
   o.steps = 6;
@@ -44,15 +45,19 @@ LocalTrainingOptions Tiny(const std::string& data) {
 
 std::unique_ptr<kernels::Backend> Cpu() { return kernels::CreateBackend("cpu", 1).value(); }
 
-absl::StatusOr<std::vector<TrainStepMetrics>> Train(const LocalTrainingOptions& o) {
+absl::StatusOr<std::vector<TrainStepMetrics>> Train(
+    const TrainingRun& o, std::function<void(const CheckpointWritten&)> on_checkpoint = nullptr) {
   auto backend = Cpu();
   auto trainer = LocalTrainer::Create(backend.get(), o);
   if (!trainer.ok()) return trainer.status();
   std::vector<TrainStepMetrics> steps;
-  absl::Status s = (*trainer)->Run([&](const TrainStepMetrics& m) {
+  TrainingCallbacks callbacks;
+  callbacks.step = [&](const TrainStepMetrics& m) {
     steps.push_back(m);
     return absl::OkStatus();
-  });
+  };
+  callbacks.checkpoint = std::move(on_checkpoint);
+  absl::Status s = (*trainer)->Run(callbacks);
   if (!s.ok()) return s;
   return steps;
 }
@@ -63,7 +68,7 @@ std::string ReadAll(const std::string& path) {
 }
 
 TEST(LocalTrainer, LossFalls) {
-  LocalTrainingOptions o = Tiny(WriteText("falls.txt", 4000));
+  TrainingRun o = Tiny(WriteText("falls.txt", 4000));
   o.steps = 20;
   auto steps = Train(o);
   ASSERT_TRUE(steps.ok()) << steps.status();
@@ -74,14 +79,14 @@ TEST(LocalTrainer, LossFalls) {
 
 TEST(LocalTrainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
   const std::string data = WriteText("resume.txt", 3000);
-  LocalTrainingOptions full = Tiny(data);
+  TrainingRun full = Tiny(data);
   full.checkpoint_dir = TempPath("resume_ckpt");
   full.checkpoint_every = 3;
   full.save_path = TempPath("resume_full.safetensors");
   auto a = Train(full);
   ASSERT_TRUE(a.ok()) << a.status();
 
-  LocalTrainingOptions resumed = Tiny(data);
+  TrainingRun resumed = Tiny(data);
   resumed.resume_from = full.checkpoint_dir + "/step_00000003";
   resumed.save_path = TempPath("resume_resumed.safetensors");
   auto b = Train(resumed);
@@ -97,8 +102,8 @@ TEST(LocalTrainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
 }
 
 // Tiny(data) run for its 6 steps with a checkpoint every 3 into TempPath(name).
-LocalTrainingOptions CheckpointedRun(const std::string& data, const std::string& name) {
-  LocalTrainingOptions o = Tiny(data);
+TrainingRun CheckpointedRun(const std::string& data, const std::string& name) {
+  TrainingRun o = Tiny(data);
   o.checkpoint_dir = TempPath(name);
   o.checkpoint_every = 3;
   EXPECT_TRUE(Train(o).ok());
@@ -107,10 +112,10 @@ LocalTrainingOptions CheckpointedRun(const std::string& data, const std::string&
 
 TEST(LocalTrainer, StepsNotBeyondTheCheckpointAreRefusedBeforeAnythingIsTouched) {
   const std::string data = WriteText("low_steps.txt", 3000);
-  const LocalTrainingOptions o = CheckpointedRun(data, "low_steps_ckpt");
+  const TrainingRun o = CheckpointedRun(data, "low_steps_ckpt");
   const auto before = dtrain::testing::SnapshotFiles(o.checkpoint_dir);
   for (int64_t steps : {6, 4}) {
-    LocalTrainingOptions again = Tiny(data);
+    TrainingRun again = Tiny(data);
     again.steps = steps;
     again.resume_from = o.checkpoint_dir;   // latest: step 6
     again.checkpoint_dir = o.checkpoint_dir;  // even writing into the same directory
@@ -129,9 +134,9 @@ TEST(LocalTrainer, StepsNotBeyondTheCheckpointAreRefusedBeforeAnythingIsTouched)
 
 TEST(LocalTrainer, ASealedStepIsNeverOverwritten) {
   const std::string data = WriteText("sealed.txt", 3000);
-  const LocalTrainingOptions first = CheckpointedRun(data, "sealed_ckpt");
+  const TrainingRun first = CheckpointedRun(data, "sealed_ckpt");
   const auto before = dtrain::testing::SnapshotFiles(first.checkpoint_dir);
-  LocalTrainingOptions second = Tiny(data);  // another job into the same directory
+  TrainingRun second = Tiny(data);  // another job into the same directory
   second.seed = 99;
   second.checkpoint_dir = first.checkpoint_dir;
   second.checkpoint_every = 3;
@@ -145,12 +150,13 @@ TEST(LocalTrainer, ASealedStepIsNeverOverwritten) {
 
 TEST(LocalTrainer, ReportsEveryStepItWritesAndNeverOneItOnlyLoaded) {
   const std::string data = WriteText("reports.txt", 3000);
-  LocalTrainingOptions o = Tiny(data);
+  TrainingRun o = Tiny(data);
   o.checkpoint_dir = TempPath("reports_ckpt");
   o.checkpoint_every = 3;
   std::vector<CheckpointWritten> written;
-  o.on_checkpoint = [&](const CheckpointWritten& c) { written.push_back(c); };
-  ASSERT_TRUE(Train(o).ok());
+  TrainingCallbacks record;
+  record.checkpoint = [&](const CheckpointWritten& c) { written.push_back(c); };
+  ASSERT_TRUE(Train(o, record.checkpoint).ok());
   ASSERT_EQ(written.size(), 2u);
   EXPECT_EQ(written[0].step, 3);
   EXPECT_EQ(written[0].dir, o.checkpoint_dir + "/step_00000003");
@@ -160,17 +166,16 @@ TEST(LocalTrainer, ReportsEveryStepItWritesAndNeverOneItOnlyLoaded) {
   EXPECT_TRUE(written[1].sealed);
 
   written.clear();
-  LocalTrainingOptions resumed = Tiny(data);
+  TrainingRun resumed = Tiny(data);
   resumed.steps = 7;
   resumed.resume_from = o.checkpoint_dir + "/step_00000003";
   resumed.checkpoint_dir = TempPath("reports_resumed");
-  resumed.on_checkpoint = o.on_checkpoint;
   auto backend = Cpu();
   auto trainer = LocalTrainer::Create(backend.get(), resumed);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   EXPECT_EQ((*trainer)->start_step(), 3);
   EXPECT_EQ((*trainer)->resumed_from(), o.checkpoint_dir + "/step_00000003");
-  ASSERT_TRUE((*trainer)->Run(nullptr).ok());
+  ASSERT_TRUE((*trainer)->Run(record).ok());
   ASSERT_EQ(written.size(), 1u);  // step 7 only: step 3 was read, not written
   EXPECT_EQ(written[0].step, 7);
   EXPECT_EQ(written[0].dir, resumed.checkpoint_dir + "/step_00000007");
@@ -180,12 +185,12 @@ TEST(LocalTrainer, ADirectoryOfJobDirectoriesIsRefusedNamingThem) {
   const std::string data = WriteText("jobs.txt", 3000);
   const std::string root = TempPath("jobs_root");
   for (const char* job : {"job-000002", "job-000001"}) {
-    LocalTrainingOptions o = Tiny(data);
+    TrainingRun o = Tiny(data);
     o.steps = 2;
     o.checkpoint_dir = root + "/" + job;
     ASSERT_TRUE(Train(o).ok());
   }
-  LocalTrainingOptions r = Tiny(data);
+  TrainingRun r = Tiny(data);
   r.resume_from = root;
   auto result = Train(r);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
@@ -197,7 +202,7 @@ TEST(LocalTrainer, ADirectoryOfJobDirectoriesIsRefusedNamingThem) {
 
 TEST(LocalTrainer, CorruptCheckpointIsANamedErrorAndLeavesFilesAlone) {
   const std::string data = WriteText("corrupt.txt", 3000);
-  LocalTrainingOptions o = Tiny(data);
+  TrainingRun o = Tiny(data);
   o.steps = 2;
   o.checkpoint_dir = TempPath("corrupt_ckpt");
   ASSERT_TRUE(Train(o).ok());
@@ -209,7 +214,7 @@ TEST(LocalTrainer, CorruptCheckpointIsANamedErrorAndLeavesFilesAlone) {
     out << bytes.substr(0, bytes.size() / 2);  // truncated
   }
   const std::string model_before = ReadAll(model_path);
-  LocalTrainingOptions r = Tiny(data);
+  TrainingRun r = Tiny(data);
   r.resume_from = o.checkpoint_dir;
   auto result = Train(r);
   ASSERT_FALSE(result.ok());
@@ -232,11 +237,11 @@ TEST(LocalTrainer, MissingDataFileIsNotFound) {
 
 TEST(LocalTrainer, InitWithAWrongShapeNamesTheTensor) {
   const std::string data = WriteText("shape.txt", 3000);
-  LocalTrainingOptions o = Tiny(data);
+  TrainingRun o = Tiny(data);
   o.steps = 0;
   o.save_path = TempPath("shape_init.safetensors");
   ASSERT_TRUE(Train(o).ok());
-  LocalTrainingOptions wider = Tiny(data);
+  TrainingRun wider = Tiny(data);
   wider.model.n_embd = 32;
   wider.init_path = o.save_path;
   auto result = Train(wider);
@@ -246,7 +251,7 @@ TEST(LocalTrainer, InitWithAWrongShapeNamesTheTensor) {
 
 TEST(LocalTrainer, Bf16InitLoadsAndTrains) {
   const std::string data = WriteText("bf16.txt", 3000);
-  LocalTrainingOptions o = Tiny(data);
+  TrainingRun o = Tiny(data);
   o.steps = 0;
   o.save_path = TempPath("fp32_init.safetensors");
   ASSERT_TRUE(Train(o).ok());
@@ -264,7 +269,7 @@ TEST(LocalTrainer, Bf16InitLoadsAndTrains) {
   }
   const std::string bf16 = TempPath("bf16_init.safetensors");
   ASSERT_TRUE(model::WriteSafetensors(bf16, tensors, {}, model::DType::kBF16).ok());
-  LocalTrainingOptions t = Tiny(data);
+  TrainingRun t = Tiny(data);
   t.init_path = bf16;
   t.steps = 2;
   auto result = Train(t);
@@ -276,16 +281,16 @@ TEST(LocalTrainer, AnErrorFromTheStepCallbackStopsTheRun) {
   auto backend = Cpu();
   auto trainer = LocalTrainer::Create(backend.get(), Tiny(WriteText("stop.txt", 3000))).value();
   int calls = 0;
-  absl::Status s = trainer->Run([&](const TrainStepMetrics& m) {
+  absl::Status s = trainer->Run({[&](const TrainStepMetrics& m) {
     ++calls;
     return m.step == 2 ? absl::CancelledError("job cancelled") : absl::OkStatus();
-  });
+  }});
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(calls, 2);
 }
 
 TEST(LocalTrainer, NonsenseConfigListsEveryProblem) {
-  LocalTrainingOptions o = Tiny(WriteText("cfg.txt", 3000));
+  TrainingRun o = Tiny(WriteText("cfg.txt", 3000));
   o.model.n_head = 3;
   o.optimizer.beta1 = 1.5f;
   auto result = Train(o);

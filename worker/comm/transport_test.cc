@@ -214,5 +214,32 @@ TEST(GrpcTransport, UnreachablePeerFailsWithinTheDeadlineNamingIt) {
   EXPECT_TRUE(Contains(s, "rank 1 (127.0.0.1:1)")) << s;
 }
 
+TEST(GrpcTransport, PeerNamesGivenAtStartNameThePeerInItsErrors) {
+  GrpcTransportOptions a;
+  a.rank = 0;
+  a.peer_addresses = {"127.0.0.1:0", "127.0.0.1:1"};  // nothing listens on port 1
+  a.peer_names = {"rank 0 (worker w0 at 127.0.0.1:0, dp0 pp0 tp0)",
+                  "rank 1 (worker w1 at 127.0.0.1:1, dp0 pp1 tp0)"};
+  a.listen_address = "127.0.0.1:0";
+  auto t = GrpcTransport::Start(a);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->PeerName(1), a.peer_names[1]);
+  absl::Status s = (*t)->Connect({1}, absl::Now() + absl::Milliseconds(500));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(Contains(s, "connecting to rank 1 (worker w1 at 127.0.0.1:1, dp0 pp1 tp0)")) << s;
+  EXPECT_TRUE(Contains((*t)->PeerStatus(1), "rank 1 (worker w1 at")) << (*t)->PeerStatus(1);
+}
+
+TEST(GrpcTransport, PeerNamesMustNameEveryRank) {
+  GrpcTransportOptions a;
+  a.rank = 0;
+  a.peer_addresses = {"127.0.0.1:0", "127.0.0.1:1"};
+  a.peer_names = {"rank 0 (worker w0)"};
+  a.listen_address = "127.0.0.1:0";
+  auto t = GrpcTransport::Start(a);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(t.status(), "1 peer names for 2 ranks")) << t.status();
+}
+
 }  // namespace
 }  // namespace dtrain::comm

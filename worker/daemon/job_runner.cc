@@ -90,9 +90,9 @@ absl::StatusOr<std::string> JobDir(const std::string& job_id, const JobSpec& spe
   return AbsolutePath(JobDirectory(spec.checkpoint().dir(), job_id, data_root));
 }
 
-absl::StatusOr<LocalTrainingOptions> PlanFromSpec(const JobSpec& spec, const std::string& job_dir) {
+absl::StatusOr<TrainingRun> PlanFromSpec(const JobSpec& spec, const std::string& job_dir) {
   std::vector<std::string> errors;
-  LocalTrainingOptions plan;
+  TrainingRun plan;
   absl::StatusOr<model::GptConfig> config = model::GptConfigFromProto(spec.model());
   if (config.ok()) {
     plan.model = *config;
@@ -236,33 +236,34 @@ absl::StatusOr<std::string> JobRunner::Train() {
   // connected to this one.
   if (rank_ == 0) RETURN_IF_ERROR(ClaimJobDirectory(job_dir_, job_id(), assignment_.job_uid()));
   if (cancel_requested()) return absl::CancelledError("cancelled before the first step");
-  plan_.on_checkpoint = [this](const CheckpointWritten& c) { OnCheckpoint(c); };
-  if (several) return TrainParallel(rank_);
-
-  if (options_.metrics != nullptr) options_.metrics->StartJob({assignment_.job_id(), 0, 0, 0, 0});
-  absl::StatusOr<std::unique_ptr<LocalTrainer>> run = LocalTrainer::Create(backend_, plan_);
-  if (!run.ok()) return Annotate(run.status(), "cannot start training");
-  OnStarted((*run)->start_step(), (*run)->resumed_from());
-  callbacks_.event(absl::StrCat("loaded dataset ", plan_.data_path, " (",
-                                DatasetTokens(plan_.data_path), " tokens)"));
-  callbacks_.event(absl::StrFormat(
-      "training %s (%d parameters) on %s: %d steps of %d x %d tokens", plan_.model.DebugString(),
-      plan_.model.num_parameters(), backend_->info().name, plan_.steps, plan_.batch, plan_.seq));
-
-  absl::Status status = (*run)->Run([this](const TrainStepMetrics& r) { return OnStep(r); });
-  if (absl::IsCancelled(status) && cancel_requested()) return status;
-  if (!status.ok()) {
-    return Annotate(status, absl::StrCat("training failed after step ", last_step()));
-  }
+  // Both trainers report through the same callbacks.
+  TrainingCallbacks callbacks;
+  callbacks.step = [this](const TrainStepMetrics& m) { return OnStep(m); };
+  callbacks.checkpoint = [this](const CheckpointWritten& c) { OnCheckpoint(c); };
+  RETURN_IF_ERROR(several ? TrainParallel(rank_, callbacks) : TrainLocal(callbacks));
+  if (rank_ != 0) return std::string();  // rank 0 exports the final weights
   callbacks_.event(absl::StrCat("weights written to ", plan_.save_path));
   return plan_.save_path;
 }
 
-absl::StatusOr<std::string> JobRunner::TrainParallel(int rank) {
+absl::Status JobRunner::TrainLocal(const TrainingCallbacks& callbacks) {
+  if (options_.metrics != nullptr) options_.metrics->StartJob({assignment_.job_id(), 0, 0, 0, 0});
+  absl::StatusOr<std::unique_ptr<LocalTrainer>> run = LocalTrainer::Create(backend_, plan_);
+  if (!run.ok()) return Annotate(run.status(), "cannot start training");
+  OnStarted((*run)->start_step(), (*run)->resumed_from());
+  AnnounceTraining(backend_->info().name, "");
+  absl::Status status = (*run)->Run(callbacks);
+  if (absl::IsCancelled(status) && cancel_requested()) return status;
+  if (!status.ok()) {
+    return Annotate(status, absl::StrCat("training failed after step ", last_step()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::TrainParallel(int rank, const TrainingCallbacks& callbacks) {
   const JobSpec& spec = assignment_.spec();
   ASSIGN_OR_RETURN(parallel::ParallelTrainingOptions options,
                    ParallelPlan(assignment_, rank, plan_, options_.comm_timeout));
-  options.on_checkpoint = plan_.on_checkpoint;  // the parallel trainer's own hook
   ParallelJobOptions job_options;
   job_options.listen_address = options_.peer_listen_address;
   job_options.connect_timeout = options_.connect_timeout;
@@ -293,20 +294,17 @@ absl::StatusOr<std::string> JobRunner::TrainParallel(int rank) {
         layers.empty() ? "(even split)" : absl::StrJoin(layers, " "), job->size() - 1,
         absl::ToDoubleSeconds(absl::Now() - start)));
     if (rank == 0) {
-      callbacks_.event(absl::StrCat("loaded dataset ", plan_.data_path, " (",
-                                    DatasetTokens(plan_.data_path), " tokens)"));
-      callbacks_.event(absl::StrFormat(
-          "training %s (%d parameters) on %d workers (dp=%d pp=%d tp=%d, schedule %s): %d steps "
-          "of %d x %d tokens, micro-batches of %d",
-          plan_.model.DebugString(), plan_.model.num_parameters(), job->size(), options.dp,
-          options.pp, options.tp, pipeline::ScheduleName(options.schedule), plan_.steps,
-          plan_.batch, plan_.seq,
-          spec.micro_batch_size() > 0 ? spec.micro_batch_size() : plan_.batch / options.dp));
+      AnnounceTraining(
+          absl::StrFormat("%d workers (dp=%d pp=%d tp=%d, schedule %s)", job->size(), options.dp,
+                          options.pp, options.tp, pipeline::ScheduleName(options.schedule)),
+          absl::StrCat(", micro-batches of ", spec.micro_batch_size() > 0
+                                                  ? spec.micro_batch_size()
+                                                  : plan_.batch / options.dp));
     }
     status = job->Train(
         backend_, std::move(options),
         [this](int64_t start_step, const std::string& from) { OnStarted(start_step, from); },
-        [this](const TrainStepMetrics& r) { return OnStep(r); });
+        callbacks);
   } else if (!cancel_requested()) {
     status = Annotate(status, "cannot connect to the job's peers");
   }
@@ -327,9 +325,15 @@ absl::StatusOr<std::string> JobRunner::TrainParallel(int rank) {
     return Annotate(status, absl::StrCat("training failed after step ", last));
   }
   job->Close(absl::Seconds(5));
-  if (rank != 0) return std::string();
-  callbacks_.event(absl::StrCat("weights written to ", plan_.save_path));
-  return plan_.save_path;
+  return absl::OkStatus();
+}
+
+void JobRunner::AnnounceTraining(const std::string& on, const std::string& detail) {
+  callbacks_.event(absl::StrCat("loaded dataset ", plan_.data_path, " (",
+                                DatasetTokens(plan_.data_path), " tokens)"));
+  callbacks_.event(absl::StrFormat("training %s (%d parameters) on %s: %d steps of %d x %d tokens%s",
+                                   plan_.model.DebugString(), plan_.model.num_parameters(), on,
+                                   plan_.steps, plan_.batch, plan_.seq, detail));
 }
 
 void JobRunner::OnStarted(int64_t start_step, const std::string& resumed_from) {

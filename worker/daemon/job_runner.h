@@ -118,8 +118,12 @@ class JobRunner {
   const std::string& job_id() const { return assignment_.job_id(); }
 
  private:
-  absl::StatusOr<std::string> Train();  // returns the output path
-  absl::StatusOr<std::string> TrainParallel(int rank);
+  absl::StatusOr<std::string> Train();  // returns the output path ("" on ranks other than 0)
+  absl::Status TrainLocal(const TrainingCallbacks& callbacks);
+  absl::Status TrainParallel(int rank, const TrainingCallbacks& callbacks);
+  // The events that open a job (rank 0): the dataset, and "training <model> on <on>: N steps of
+  // B x T tokens<detail>".
+  void AnnounceTraining(const std::string& on, const std::string& detail);
   absl::Status OnStep(const TrainStepMetrics& result);
   void OnCheckpoint(const CheckpointWritten& written);
   // Rank 0: the location report and the "resumed from" event, once the trainer has loaded.
@@ -129,7 +133,7 @@ class JobRunner {
   kernels::Backend* const backend_;
   const JobRunnerOptions options_;
   const Callbacks callbacks_;
-  LocalTrainingOptions plan_;  // set by Train() before the first step
+  TrainingRun plan_;           // set by Train() before the first step
   std::string job_dir_;        // absolute; set by Train() first
   int rank_ = 0;               // this worker's rank of the job (0 for one worker)
   bool reports_steps_ = true;  // see Callbacks::step
@@ -152,11 +156,11 @@ absl::Status CheckDevice(const std::string& spec_device, const kernels::DeviceIn
 absl::StatusOr<std::string> JobDir(const std::string& job_id, const JobSpec& spec,
                                    const std::string& data_root);
 
-// The LocalTrainingOptions of a spec for a job whose directory is `job_dir` (JobDir): training
+// The TrainingRun of a spec for a job whose directory is `job_dir` (JobDir): training
 // state there when the spec names checkpoint.dir, final weights at <job_dir>/model.safetensors,
 // dataset / init_checkpoint / resume_from made absolute (see the top of this file).
 // InvalidArgument naming every bad field.
-absl::StatusOr<LocalTrainingOptions> PlanFromSpec(const JobSpec& spec, const std::string& job_dir);
+absl::StatusOr<TrainingRun> PlanFromSpec(const JobSpec& spec, const std::string& job_dir);
 
 }  // namespace dtrain::worker
 

@@ -8,8 +8,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -112,7 +110,7 @@ absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string&
 }
 
 absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignment& assignment,
-                                                               int rank, LocalTrainingOptions run,
+                                                               int rank, TrainingRun run,
                                                                absl::Duration comm_timeout) {
   const JobSpec& spec = assignment.spec();
   const ParallelLayout& layout = spec.parallel();
@@ -203,6 +201,8 @@ absl::Status ParallelJob::Connect() {
   o.rank = rank_;
   o.size = size_;
   o.peer_addresses = addresses;
+  // Errors of the transport name peers by worker where they are made (SuspectPeers reads them).
+  for (int r = 0; r < size_; ++r) o.peer_names.push_back(DescribeRank(placement_, r));
   o.listen_address = options_.listen_address;
   o.job_id = job_id_;
   // Another process listening on this port is an error, not a port to share.
@@ -255,13 +255,13 @@ absl::Status ParallelJob::ConnectTo(int peer, absl::Time deadline) {
   const int peers[] = {peer};
   absl::Status s = t->Connect(peers, deadline);
   if (!s.ok() && aborted()) return absl::CancelledError("aborted while connecting to the peers");
-  return Explain(s);
+  return s;
 }
 
 absl::Status ParallelJob::Train(
     kernels::Backend* backend, parallel::ParallelTrainingOptions options,
     const std::function<void(int64_t start_step, const std::string& resumed_from)>& on_started,
-    const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
+    const TrainingCallbacks& callbacks) {
   std::shared_ptr<comm::GrpcTransport> t = transport();
   if (t == nullptr) return absl::FailedPreconditionError("Train before Connect");
   comm::Transport* transport = t.get();
@@ -271,45 +271,14 @@ absl::Status ParallelJob::Train(
   }
   absl::StatusOr<std::unique_ptr<parallel::ParallelTrainer>> trainer =
       parallel::ParallelTrainer::Create(backend, transport, std::move(options));
-  if (!trainer.ok()) return Explain(Annotate(trainer.status(), "cannot start training"));
+  if (!trainer.ok()) return Annotate(trainer.status(), "cannot start training");
   trainer_ = std::move(*trainer);
   if (on_started) on_started(trainer_->start_step(), trainer_->resumed_from());
-  absl::Status s = trainer_->Run(on_step);
-  if (!s.ok()) {
-    // The trainer stays until the destructor, after the transport is closed: its gradient
-    // sync thread may still wait on a peer, and joining it now could take a comm deadline.
-    return Explain(s);
-  }
-  trainer_.reset();
+  absl::Status s = trainer_->Run(callbacks);
+  // After an error the trainer stays until the destructor, after the transport is closed: its
+  // gradient sync thread may still wait on a peer, and joining it now could take a deadline.
+  if (s.ok()) trainer_.reset();
   return s;
-}
-
-absl::Status ParallelJob::Explain(const absl::Status& s) const {
-  if (s.ok()) return s;
-  std::shared_ptr<comm::GrpcTransport> t = transport();
-  std::string message(s.message());
-  if (t != nullptr) {
-    std::vector<std::pair<std::string, std::string>> names;
-    for (int r = 0; r < size_; ++r) {
-      if (r != rank_) names.push_back({t->PeerName(r), DescribeRank(placement_, r)});
-    }
-    message = absl::StrReplaceAll(message, names);
-  }
-  bool names_a_worker = false;
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    if (absl::StrContains(message, absl::StrCat("worker ", placement_.ranks(r).worker_id(), " "))) {
-      names_a_worker = true;
-    }
-  }
-  if (!names_a_worker && t != nullptr) {
-    std::vector<std::string> lost;
-    for (int r = 0; r < size_; ++r) {
-      if (r != rank_ && !t->PeerStatus(r).ok()) lost.push_back(DescribeRank(placement_, r));
-    }
-    if (!lost.empty()) absl::StrAppend(&message, "; lost peers: ", absl::StrJoin(lost, ", "));
-  }
-  return absl::Status(s.code(), message);
 }
 
 std::vector<int> ParallelJob::SuspectPeers(const absl::Status& s) const {
@@ -321,7 +290,7 @@ std::vector<int> ParallelJob::SuspectPeers(const absl::Status& s) const {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const bool failed = t != nullptr && !t->PeerStatus(r).ok();
-    // Explain names peers as DescribeRank does: "rank 3 (worker w4 at ...".
+    // The transport names peers as DescribeRank does: "rank 3 (worker w4 at ...".
     const bool named = absl::StrContains(
         s.message(), absl::StrCat("worker ", placement_.ranks(r).worker_id(), " at "));
     if (failed || named) suspects.push_back(r);

@@ -4,10 +4,10 @@
 //
 //   ASSIGN_OR_RETURN(int rank, FindRank(assignment, worker_id));
 //   ASSIGN_OR_RETURN(parallel::ParallelTrainingOptions o,
-//                    ParallelPlan(assignment, rank, single_worker_plan, comm_timeout));
+//                    ParallelPlan(assignment, rank, run, comm_timeout));
 //   ParallelJob job(assignment, rank, {listen_address, connect_timeout});
 //   RETURN_IF_ERROR(job.Connect());           // every peer answered, or the deadline passed
-//   absl::Status s = job.Train(backend, o, on_started, on_step);
+//   absl::Status s = job.Train(backend, o, on_started, callbacks);
 //   std::vector<int> suspects = job.SuspectPeers(s);  // before Close
 //   job.Close(s.ok() ? absl::Seconds(5) : absl::ZeroDuration());
 //
@@ -22,10 +22,10 @@
 // then opens the job's stream to it; all within `connect_timeout`. A peer that never comes is
 // Unavailable naming its rank, worker and address.
 //
-// Failures: every error Train and Connect return has the transport's peer names
-// ("rank 3 (127.0.0.1:7074)") expanded with the worker ("rank 3 (worker w4 at 127.0.0.1:7074,
-// dp1 pp0 tp1)"), and when it names no peer but some peer's stream broke, those peers are
-// appended ("; lost peers: ..."), so the coordinator's FAILED reason says which worker vanished.
+// Failures: the transport is built with every rank's DescribeRank name, so the errors Train and
+// Connect return name peers by worker where they are made ("rank 3 (worker w4 at
+// 127.0.0.1:7074, dp1 pp0 tp1)"), and the coordinator's FAILED reason says which worker
+// vanished.
 //
 // Blame: SuspectPeers(s) says which peers an error of Connect or Train is owed to, for the
 // outcome's FAILURE_PEER kind: only for errors of waiting on peers (Unavailable: a stream broke
@@ -56,7 +56,7 @@
 #include "kernels/backend.h"
 #include "proto/coordinator.pb.h"
 #include "worker/comm/observed_transport.h"
-#include "worker/local_trainer.h"
+#include "worker/training_run.h"
 #include "worker/parallel/parallel_trainer.h"
 
 namespace dtrain::comm {
@@ -85,13 +85,13 @@ std::string DescribeRank(const Placement& placement, int rank);
 // worker's rank index. FailedPrecondition naming what is wrong.
 absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string& worker_id);
 
-// The options of rank `rank` from the single-worker plan of the spec (PlanFromSpec: model,
-// optimizer, data, seed, steps, the whole batch, checkpoint dir and interval, save path) and
-// the layout: micro_batch_size, schedule, virtual stages, this rank's layer chunks
+// The options of rank `rank` from the run of the spec (PlanFromSpec: model, optimizer, data,
+// seed, steps, the whole batch, checkpoint dir and interval, save path) and the layout:
+// micro_batch_size, schedule, virtual stages, this rank's layer chunks
 // (RankAssignment.chunks when set, else first_layer/num_layers), bucket_bytes, zero1.
 // InvalidArgument for an unknown schedule.
 absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignment& assignment,
-                                                               int rank, LocalTrainingOptions run,
+                                                               int rank, TrainingRun run,
                                                                absl::Duration comm_timeout);
 
 struct ParallelJobOptions {
@@ -117,13 +117,14 @@ class ParallelJob {
 
   // Creates the trainer, calls `on_started(start_step, resumed_from)` once it has loaded (see
   // ParallelTrainer::start_step / resumed_from; may be empty), and runs it to the end
-  // (ParallelTrainer::Run). Errors are explained (see the top). Call after Connect succeeded.
+  // (ParallelTrainer::Run), reporting through `callbacks`. Errors name peers (see the top).
+  // Call after Connect succeeded.
   // After an error the trainer is kept until the destructor has closed the transport (its
   // threads may be waiting on peers).
   absl::Status Train(
       kernels::Backend* backend, parallel::ParallelTrainingOptions options,
       const std::function<void(int64_t start_step, const std::string& resumed_from)>& on_started,
-      const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
+      const TrainingCallbacks& callbacks);
 
   // Thread-safe, idempotent, returns at once: shuts the transport down on a thread of its own.
   void Abort();
@@ -131,10 +132,6 @@ class ParallelJob {
 
   // Closes the transport: queued frames get up to `grace` (zero: abrupt). Idempotent.
   void Close(absl::Duration grace);
-
-  // `s` with peers named by worker (see the top). Call before Close: the transport tells which
-  // peers broke.
-  absl::Status Explain(const absl::Status& s) const;
 
   // The ranks `s` (an error of Connect or Train) is owed to, ascending; empty when it is this
   // rank's own failure (see the top). Call before Close.

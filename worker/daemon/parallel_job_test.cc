@@ -222,7 +222,7 @@ TEST(ParallelPlan, FromTheSpecAndThePlacement) {
   c = a[1].mutable_placement()->mutable_ranks(1)->add_chunks();
   c->set_first_layer(3);
   c->set_num_layers(1);
-  LocalTrainingOptions run;
+  TrainingRun run;
   run.batch = 4;
   absl::StatusOr<parallel::ParallelTrainingOptions> o =
       ParallelPlan(a[1], 1, run, absl::Seconds(7));

@@ -87,7 +87,7 @@ model::AdamW& ParallelTrainer::optimizer(int i) { return *chunks_[i].optimizer; 
 
 absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
     kernels::Backend* backend, comm::Transport* transport, ParallelTrainingOptions options) {
-  const LocalTrainingOptions& run = options.run;
+  const TrainingRun& run = options.run;
   ASSIGN_OR_RETURN(comm::ParallelLayout layout,
                    comm::ParallelLayout::Create(options.dp, options.pp, options.tp));
   if (transport->size() != layout.size() || transport->rank() != options.rank) {
@@ -300,7 +300,7 @@ absl::StatusOr<double> ParallelTrainer::OwnedSquaredNorm() {
 
 absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   StepRunner& r = *runner_;
-  const LocalTrainingOptions& run = options_.run;
+  const TrainingRun& run = options_.run;
   const int B = run.batch, T = run.seq, b = r.micro_batch_rows;
   const auto start = Clock::now();
   r.tp_seconds = 0;
@@ -390,7 +390,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   return metrics;
 }
 
-absl::StatusOr<std::string> ParallelTrainer::SaveCheckpoint(int64_t step) {
+absl::StatusOr<CheckpointWritten> ParallelTrainer::SaveCheckpoint(int64_t step) {
   std::vector<model::GptStage*> stages;
   std::vector<model::AdamW*> optimizers;
   for (Chunk& c : chunks_) {
@@ -404,39 +404,34 @@ absl::StatusOr<std::string> ParallelTrainer::SaveCheckpoint(int64_t step) {
   RETURN_IF_ERROR(Timed("barrier", 0, [&] { return comm::Barrier(*runner_->world); }));
   const bool seals = options_.rank == 0;
   if (seals) RETURN_IF_ERROR(WriteManifest(dir, step, Identity(), options_.run.model));
-  std::string step_dir = AbsolutePath(absl::StrCat(dir, "/", StepDirName(step)));
-  if (options_.on_checkpoint) options_.on_checkpoint({step, step_dir, seals, Since(start)});
-  return step_dir;
+  return CheckpointWritten{step, AbsolutePath(absl::StrCat(dir, "/", StepDirName(step))), seals,
+                           Since(start)};
 }
 
-absl::Status ParallelTrainer::Run(
-    const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
-  absl::Status status = RunSteps(on_step);
+absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
+  absl::Status status = RunSteps(callbacks);
   // The other ranks may be waiting for this one: tell them at once rather than at their
   // deadlines (a rank that is cancelled, or whose peer vanished, ends the same way).
   if (!status.ok()) comm::AbortJob(*transport_, status);
   return status;
 }
 
-absl::Status ParallelTrainer::RunSteps(
-    const std::function<absl::Status(const TrainStepMetrics&)>& on_step) {
-  const LocalTrainingOptions& run = options_.run;
+absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
+  const TrainingRun& run = options_.run;
   std::string saved;  // the last step directory written
-  for (int64_t step = start_step_ + 1; step <= run.steps; ++step) {
-    ASSIGN_OR_RETURN(TrainStepMetrics metrics, TrainStep(step));
-    const absl::Status callback = on_step ? on_step(metrics) : absl::OkStatus();
-    const bool last = step == run.steps;
-    if (!run.checkpoint_dir.empty() &&
-        (last || (run.checkpoint_every > 0 && step % run.checkpoint_every == 0))) {
-      ASSIGN_OR_RETURN(saved, SaveCheckpoint(step));
-    }
-    RETURN_IF_ERROR(callback);
-  }
+  auto save = [&](int64_t step) -> absl::StatusOr<CheckpointWritten> {
+    ASSIGN_OR_RETURN(CheckpointWritten written, SaveCheckpoint(step));
+    saved = written.dir;
+    return written;
+  };
+  RETURN_IF_ERROR(RunTrainingSteps(
+      run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); }, save));
   if (!run.save_path.empty()) {
     // steps == 0 on a fresh start saves the initial state as step 0. A resume always trains
     // (Create refuses steps not beyond the checkpoint), so a loaded step is never written.
     if (saved.empty()) {
-      ASSIGN_OR_RETURN(saved, SaveCheckpoint(start_step_));
+      ASSIGN_OR_RETURN(CheckpointWritten initial, save(start_step_));
+      if (callbacks.checkpoint) callbacks.checkpoint(initial);
     }
     // Export the step this run wrote, not whatever `latest` says.
     if (options_.rank == 0) RETURN_IF_ERROR(ExportSafetensors(saved, run.save_path).status());

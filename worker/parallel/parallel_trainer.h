@@ -27,7 +27,7 @@
 #include "absl/time/time.h"
 #include "kernels/backend.h"
 #include "worker/comm/transport.h"
-#include "worker/local_trainer.h"
+#include "worker/training_run.h"
 #include "worker/model/gpt_stage.h"
 #include "worker/model/optimizer.h"
 #include "worker/parallel/sharded_checkpoint.h"
@@ -41,10 +41,10 @@ struct ChunkRange {
 };
 
 struct ParallelTrainingOptions {
-  // model, optimizer, data_path, init_path, seed, steps, batch (the whole batch B over all
-  // replicas), seq, resume_from, checkpoint_dir, checkpoint_every, save_path (final weights
-  // as one GPT-2 safetensors, exported from the shards by rank 0). dump_grads_path unused.
-  LocalTrainingOptions run;
+  // The run, as one worker would train it (save_path: the final weights as one GPT-2
+  // safetensors, exported from the shards by rank 0; dump_grads_path unused). The rest of
+  // these options is this rank's place in the layout.
+  TrainingRun run;
   int micro_batch_size = 0;  // 0: B / dp (one micro-batch per replica)
   int dp = 1, pp = 1, tp = 1;
   int rank = 0;  // rank = (dp_rank * pp + pp_rank) * tp + tp_rank
@@ -60,10 +60,6 @@ struct ParallelTrainingOptions {
   // "all_gather", "barrier"; payload bytes; wall seconds), from the training thread or the
   // gradient sync thread: must be thread-safe. For metrics; may be empty.
   std::function<void(const char* op, int64_t bytes, double seconds)> on_collective;
-  // Called after each checkpoint step this rank wrote (its shard files, and on rank 0 also the
-  // manifest and `latest`: sealed is true there only), with the absolute step directory.
-  // Never for a step only loaded.
-  std::function<void(const CheckpointWritten&)> on_checkpoint;
 };
 
 // Statistics of the run so far, for tests and metrics.
@@ -93,9 +89,10 @@ class ParallelTrainer {
       kernels::Backend* backend, comm::Transport* transport, ParallelTrainingOptions options);
   ~ParallelTrainer();
 
-  // Runs the remaining steps, calling `on_step` after each (on every rank). A non-OK status
-  // from `on_step` stops the run after that step's checkpoint and is returned.
-  absl::Status Run(const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
+  // Runs the remaining steps (RunTrainingSteps), reporting through `callbacks` on every rank:
+  // a checkpoint once this rank wrote its shard files (sealed on rank 0 only, which also wrote
+  // the manifest and `latest`). On an error the other ranks are told at once (AbortJob).
+  absl::Status Run(const TrainingCallbacks& callbacks);
 
   int64_t start_step() const { return start_step_; }
   // The absolute step directory this run resumed from; "" when it started fresh.
@@ -116,9 +113,9 @@ class ParallelTrainer {
   absl::StatusOr<double> OwnedSquaredNorm();
   // Runs a collective of `floats` floats, reporting it to options_.on_collective.
   absl::Status Timed(const char* op, int64_t floats, const std::function<absl::Status()>& collective);
-  // Writes step `step` (every rank its shard, rank 0 seals it); returns the step directory.
-  absl::StatusOr<std::string> SaveCheckpoint(int64_t step);
-  absl::Status RunSteps(const std::function<absl::Status(const TrainStepMetrics&)>& on_step);
+  // Writes step `step` (every rank its shard, rank 0 seals it).
+  absl::StatusOr<CheckpointWritten> SaveCheckpoint(int64_t step);
+  absl::Status RunSteps(const TrainingCallbacks& callbacks);
   ShardIdentity Identity() const;
 
   kernels::Backend* backend_ = nullptr;

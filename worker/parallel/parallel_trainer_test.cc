@@ -38,9 +38,9 @@ std::string WriteText(const std::string& name, int bytes) {
   return dtrain::testing::WriteTextCorpus(::testing::TempDir() + "/" + name, bytes);
 }
 
-LocalTrainingOptions Base() {
+TrainingRun Base() {
   static const std::string data = WriteText("equivalence.txt", 20000);
-  LocalTrainingOptions o;
+  TrainingRun o;
   o.model = {256, 16, 4, 4, 32};
   o.data_path = data;
   o.steps = 10;
@@ -65,11 +65,11 @@ const Reference& SingleWorker() {
     auto backend = kernels::CreateBackend("cpu", 1).value();
     auto trainer = LocalTrainer::Create(backend.get(), Base()).value();
     EXPECT_TRUE(trainer
-                    ->Run([&](const TrainStepMetrics& m) {
+                    ->Run({[&](const TrainStepMetrics& m) {
                       r->losses.push_back(m.loss);
                       r->grad_norms.push_back(m.grad_norm);
                       return absl::OkStatus();
-                    })
+                    }})
                     .ok());
     r->layout = trainer->model().layout();
     const float* p = trainer->model().params();
@@ -130,10 +130,10 @@ RankResult RunRank(const Case& c, comm::Transport* transport, int rank) {
     out.status = trainer.status();
     return out;
   }
-  out.status = (*trainer)->Run([&](const TrainStepMetrics& m) {
+  out.status = (*trainer)->Run({[&](const TrainStepMetrics& m) {
     out.steps.push_back(m);
     return absl::OkStatus();
-  });
+  }});
   out.trace = (*trainer)->last_trace();
   out.peak_live = (*trainer)->stats().peak_live_activations;
   // Compare every tensor this rank holds with the single worker's, shard by shard.
@@ -254,7 +254,7 @@ TEST(ParallelTrainer, DataParallelBucketsStartDuringBackward) {
       auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
       status[r] = t.status();
       if (!t.ok()) return;
-      status[r] = (*t)->Run(nullptr);
+      status[r] = (*t)->Run({});
       stats[r] = (*t)->stats();
     });
   }
@@ -286,13 +286,13 @@ TEST(ParallelTrainer, APeerThatDiesFailsTheOthersNamingIt) {
       auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
       status[r] = t.status();
       if (!t.ok()) return;
-      status[r] = (*t)->Run([&](const TrainStepMetrics& m) {
+      status[r] = (*t)->Run({[&](const TrainStepMetrics& m) {
         if (r == 3 && m.step == 3) {
           hub.Kill(3);
           return absl::AbortedError("rank 3 killed by the test");
         }
         return absl::OkStatus();
-      });
+      }});
     });
   }
   for (auto& t : threads) t.join();
@@ -307,10 +307,11 @@ TEST(ParallelTrainer, APeerThatDiesFailsTheOthersNamingIt) {
 }
 
 // Runs `c` with `n` threads; returns each rank's step metrics (rank order). `after` sees each
-// rank's trainer once its run ended.
+// rank's trainer once its run ended; `on_checkpoint` each rank's checkpoint reports.
 std::vector<std::vector<TrainStepMetrics>> RunLayout(
     const Case& c, const std::function<void(ParallelTrainingOptions&)>& adjust,
-    const std::function<void(int rank, const ParallelTrainer&)>& after = nullptr) {
+    const std::function<void(int rank, const ParallelTrainer&)>& after = nullptr,
+    const std::function<void(int rank, const CheckpointWritten&)>& on_checkpoint = nullptr) {
   const int n = c.dp * c.pp * c.tp;
   comm::InprocHub hub(n);
   std::vector<std::vector<TrainStepMetrics>> steps(n);
@@ -322,10 +323,15 @@ std::vector<std::vector<TrainStepMetrics>> RunLayout(
       adjust(o);
       auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
       ASSERT_TRUE(t.ok()) << t.status();
-      absl::Status s = (*t)->Run([&](const TrainStepMetrics& m) {
+      TrainingCallbacks callbacks;
+      callbacks.step = [&](const TrainStepMetrics& m) {
         steps[r].push_back(m);
         return absl::OkStatus();
-      });
+      };
+      if (on_checkpoint) {
+        callbacks.checkpoint = [&, r](const CheckpointWritten& w) { on_checkpoint(r, w); };
+      }
+      absl::Status s = (*t)->Run(callbacks);
       EXPECT_TRUE(s.ok()) << "rank " << r << ": " << s;
       if (after) after(r, **t);
     });
@@ -405,16 +411,14 @@ TEST(ParallelTrainer, ReportsTheStepsItWritesSealedOnRankZeroAndNeverALoadedOne)
     const int n = c.dp * c.pp * c.tp;
     const std::string dir = TempPath("reports-" + Name({c, 0}));
     std::vector<std::vector<CheckpointWritten>> written(n);
-    auto record = [&](ParallelTrainingOptions& o) {
-      o.on_checkpoint = [&written, r = o.rank](const CheckpointWritten& w) {
-        written[r].push_back(w);
-      };
-    };
-    RunLayout(c, [&](ParallelTrainingOptions& o) {
-      o.run.checkpoint_dir = dir;
-      o.run.checkpoint_every = 5;
-      record(o);
-    });
+    auto record = [&](int r, const CheckpointWritten& w) { written[r].push_back(w); };
+    RunLayout(
+        c,
+        [&](ParallelTrainingOptions& o) {
+          o.run.checkpoint_dir = dir;
+          o.run.checkpoint_every = 5;
+        },
+        nullptr, record);
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(written[r].size(), 2u) << "rank " << r;
       for (int i = 0; i < 2; ++i) {
@@ -433,12 +437,12 @@ TEST(ParallelTrainer, ReportsTheStepsItWritesSealedOnRankZeroAndNeverALoadedOne)
           o.run.resume_from = dir + "/step_00000005";
           o.run.checkpoint_dir = resumed_dir;
           o.run.save_path = resumed_dir + "/model.safetensors";
-          record(o);
         },
         [&](int r, const ParallelTrainer& t) {
           EXPECT_EQ(t.start_step(), 5);
           EXPECT_EQ(t.resumed_from(), dir + "/step_00000005") << "rank " << r;
-        });
+        },
+        record);
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(written[r].size(), 1u) << "rank " << r;
       EXPECT_EQ(written[r][0].step, 10);

@@ -75,10 +75,10 @@ absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) 
         status[r] = trainer.status();
         return;
       }
-      status[r] = (*trainer)->Run([&](const TrainStepMetrics& s) {
+      status[r] = (*trainer)->Run({[&](const TrainStepMetrics& s) {
         metrics[r].push_back(s);
         return absl::OkStatus();
-      });
+      }});
       stats[r] = (*trainer)->stats();
     });
   }

@@ -149,6 +149,10 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Start(GrpcTranspor
     return absl::InvalidArgumentError(absl::StrCat(o.peer_addresses.size(),
                                                    " peer addresses for ", o.size, " ranks"));
   }
+  if (!o.peer_names.empty() && static_cast<int>(o.peer_names.size()) != o.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o.peer_names.size(), " peer names for ", o.size, " ranks"));
+  }
   if (o.frame_bytes < 1 || o.frame_bytes > kMaxFrameBytes) {
     return absl::InvalidArgumentError(absl::StrCat("frame_bytes ", o.frame_bytes,
                                                    " outside [1, ", kMaxFrameBytes, "]"));
@@ -167,7 +171,8 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Start(GrpcTranspor
   const GrpcTransportOptions& opt = t->options_;
   for (int r = 0; r < opt.size; ++r) {
     auto peer = std::make_unique<Peer>();
-    peer->inbox = std::make_unique<Inbox>(absl::StrCat("rank ", r));
+    peer->inbox = std::make_unique<Inbox>(opt.peer_names.empty() ? absl::StrCat("rank ", r)
+                                                                  : opt.peer_names[r]);
     t->peers_.push_back(std::move(peer));
   }
   if (!opt.peer_addresses.empty()) RETURN_IF_ERROR(t->SetPeerAddresses(opt.peer_addresses));
@@ -203,7 +208,9 @@ absl::Status GrpcTransport::SetPeerAddresses(std::vector<std::string> addresses)
   for (int r = 0; r < options_.size; ++r) {
     absl::MutexLock lock(&peers_[r]->mu);
     peers_[r]->address = addresses[r];
-    peers_[r]->inbox->set_peer_name(absl::StrCat("rank ", r, " (", addresses[r], ")"));
+    if (options_.peer_names.empty()) {
+      peers_[r]->inbox->set_peer_name(absl::StrCat("rank ", r, " (", addresses[r], ")"));
+    }
   }
   return absl::OkStatus();
 }

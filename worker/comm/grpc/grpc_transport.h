@@ -13,8 +13,8 @@
 //   RETURN_IF_ERROR(transport->Connect({0}, absl::Now() + absl::Seconds(30)));
 //
 // Failure: a broken stream (peer died, network failed, keepalive timed out) fails pending and
-// later sends to that peer and receives from it with Unavailable naming the peer rank and
-// address; a send that misses its deadline cancels the stream to that peer. Streams are not
+// later sends to that peer and receives from it with Unavailable naming the peer; a send that
+// misses its deadline cancels the stream to that peer. Streams are not
 // reopened: the step fails and the job restarts.
 //
 // Tests on one machine listen on port 0 and exchange ports afterwards:
@@ -46,6 +46,10 @@ struct GrpcTransportOptions {
   // (SetPeerAddresses) when `size` is set.
   std::vector<std::string> peer_addresses;
   int size = 0;  // defaults to peer_addresses.size()
+  // How every error names each rank, indexed by rank (size entries, or none). The worker daemon
+  // passes the placement's worker ids and addresses ("rank 3 (worker w4 at 127.0.0.1:7074, dp1
+  // pp0 tp1)"), so its errors name the worker where they are made. None: "rank 3 (<address>)".
+  std::vector<std::string> peer_names;
   // Where to listen; default "[::]:<port of peer_addresses[rank]>". Port 0 picks one (port()).
   std::string listen_address;
   // Both ends of a stream must name the same job.
@@ -75,7 +79,8 @@ class GrpcTransport final : public Transport {
   ~GrpcTransport() override;  // Shutdown(absl::Seconds(5))
 
   int port() const { return port_; }
-  // Before the first send: every rank's address (size() entries).
+  // Before the first send: every rank's address (size() entries). Without peer_names a rank is
+  // then named "rank 3 (<address>)".
   absl::Status SetPeerAddresses(std::vector<std::string> addresses);
   // Opens the streams to `peers` now rather than at the first send. Unavailable naming the
   // first peer that did not answer by `deadline`.

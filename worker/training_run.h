@@ -1,0 +1,92 @@
+// TrainingRun: one training run as both trainers take it (LocalTrainer on one worker,
+// parallel::ParallelTrainer for one rank of a multi-worker job, which adds only its layout and
+// rank), and the callbacks through which both report steps and checkpoints. The worker daemon
+// (worker/daemon/job_runner.h) and dtrain-local build a TrainingRun once and hand it to either.
+//
+//   TrainingRun run;                       // or worker::PlanFromSpec(spec, job_dir)
+//   run.model = ...; run.data_path = "data/demo.txt"; run.steps = 200;
+//   TrainingCallbacks callbacks;
+//   callbacks.step = [](const TrainStepMetrics& m) { return absl::OkStatus(); };
+//   callbacks.checkpoint = [](const CheckpointWritten& c) { ... };
+//   ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(backend, run));
+//   RETURN_IF_ERROR(trainer->Run(callbacks));
+#ifndef DTRAIN_WORKER_TRAINING_RUN_H_
+#define DTRAIN_WORKER_TRAINING_RUN_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/model/config.h"
+#include "worker/model/optimizer.h"
+
+namespace dtrain {
+
+struct TrainingRun {
+  model::GptConfig model;
+  model::OptimizerConfig optimizer;
+  std::string data_path;
+  std::string init_path;       // GPT-2 safetensors to start from; empty: InitializeGpt2(seed)
+  uint64_t seed = 1337;
+  int64_t steps = 10;          // total steps of the run (the LR schedule spans them)
+  int batch = 8;               // B: the whole batch, over every data-parallel replica
+  int seq = 128;               // T
+  std::string resume_from;     // a job's checkpoint dir (its `latest`) or a step dir
+  std::string checkpoint_dir;  // training state written here: the job's own directory
+  int64_t checkpoint_every = 0;  // also every N steps; the final step is always saved
+  std::string save_path;       // final weights as GPT-2 safetensors
+  std::string dump_grads_path;  // gradients of the first step run, before clipping (one worker)
+
+  // Whether step `step` writes a checkpoint: with a checkpoint_dir, every checkpoint_every
+  // steps and the last step.
+  bool CheckpointsAt(int64_t step) const;
+};
+
+struct TrainStepMetrics {
+  int64_t step = 0;  // 1-based
+  int64_t total_steps = 0;
+  double loss = 0.0;
+  double grad_norm = 0.0;  // before clipping
+  float lr = 0.0f;
+  double tokens_per_s = 0.0;
+  double step_seconds = 0.0;
+  // Where this worker's step time went (multi-worker runs; one worker: all compute). Compute:
+  // kernels; communication: waiting on collectives and on sends/receives that had data to
+  // move; bubble: pipeline idle time, waiting for a neighbour's activation or gradient.
+  double compute_seconds = 0.0;
+  double communication_seconds = 0.0;
+  double bubble_seconds = 0.0;
+};
+
+// A checkpoint step this process finished writing.
+struct CheckpointWritten {
+  int64_t step = 0;
+  std::string dir;      // the step directory, absolute
+  bool sealed = false;  // this process sealed the step: it is complete and `latest` names it
+  double seconds = 0;   // time this process spent writing it
+};
+
+// How a trainer reports; either may be empty. Called on the training thread.
+struct TrainingCallbacks {
+  // After every step (on every rank of a multi-worker job: all compute the same global
+  // metrics). A non-OK status (e.g. Cancelled when the job was cancelled) stops the run after
+  // that step's checkpoint, and the trainer returns it.
+  std::function<absl::Status(const TrainStepMetrics&)> step;
+  // After every checkpoint step this process wrote (never for a step only loaded): one worker
+  // writes and seals it; each rank writes its shard and rank 0 seals it.
+  std::function<void(const CheckpointWritten&)> checkpoint;
+};
+
+// The step loop both trainers run: steps start_step+1 .. run.steps, each trained by
+// `train_step`, reported, and checkpointed by `save` when run.CheckpointsAt(step); a callback's
+// error is returned after that step's checkpoint.
+absl::Status RunTrainingSteps(
+    const TrainingRun& run, int64_t start_step, const TrainingCallbacks& callbacks,
+    const std::function<absl::StatusOr<TrainStepMetrics>(int64_t step)>& train_step,
+    const std::function<absl::StatusOr<CheckpointWritten>(int64_t step)>& save);
+
+}  // namespace dtrain
+
+#endif  // DTRAIN_WORKER_TRAINING_RUN_H_
