@@ -22,9 +22,8 @@
 namespace dtrain {
 namespace {
 
-absl::Status ErrnoError(int err, absl::string_view what) {
-  return absl::ErrnoToStatus(err, absl::StrCat(what, ": ", std::strerror(err)));
-}
+// "<what>: <strerror>" (absl::ErrnoToStatus appends the errno's text), as in common/files.h.
+absl::Status ErrnoError(int err, absl::string_view what) { return absl::ErrnoToStatus(err, what); }
 
 // The value of "key": "value" in the claim file (written by ClaimJobDirectory only).
 std::string ClaimField(absl::string_view text, absl::string_view key) {

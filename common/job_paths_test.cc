@@ -14,6 +14,7 @@ namespace dtrain {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string TempDir() {
   std::string templ = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
@@ -79,6 +80,8 @@ TEST(MakeDirectories, FileInTheWayIsNamed) {
   const absl::Status s = MakeDirectories(base + "/file/sub");
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr(base + "/file"));
+  // The errno's text once, as in common/files.h ("...: Not a directory").
+  EXPECT_THAT(s.message(), Not(HasSubstr("directory: Not a directory")));
 }
 
 }  // namespace

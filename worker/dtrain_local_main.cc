@@ -35,7 +35,7 @@
 #include "kernels/backend.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/local_trainer.h"
-#include "worker/model/file_io.h"
+#include "common/files.h"
 
 ABSL_FLAG(int, vocab_size, 256, "vocabulary size V (256 for byte-level text)");
 ABSL_FLAG(int, context, 128, "maximum sequence length (rows of wpe)");
@@ -130,7 +130,7 @@ absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string
         absl::StrJoin(refused, ", "), " cannot be combined with --spec: the spec sets ",
         refused.size() == 1 ? "it" : "them", "; edit ", path));
   }
-  absl::StatusOr<std::string> json = model::ReadFileToString(path);
+  absl::StatusOr<std::string> json = ReadFileToString(path);
   RETURN_IF_ERROR(Annotate(json.status(), "--spec"));
   absl::StatusOr<JobSpec> spec = coordinator::ParseAndValidateJobSpecJson(*json);
   RETURN_IF_ERROR(Annotate(spec.status(), absl::StrCat("--spec=", path)));

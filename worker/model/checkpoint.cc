@@ -11,9 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/files.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
-#include "worker/model/file_io.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/checkpoint.pb.h"
 #include "worker/model/safetensors.h"
 
 namespace dtrain::model {
@@ -94,12 +96,6 @@ absl::Status RequireWholeTensors(const GptStage& stage, absl::string_view what) 
   return absl::OkStatus();
 }
 
-absl::Status WriteTextAtomically(const std::string& path, const std::string& text) {
-  ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Create(path));
-  RETURN_IF_ERROR(writer.Append(text + "\n"));
-  return writer.Commit();
-}
-
 absl::StatusOr<int64_t> StepOf(const SafetensorsFile& file) {
   auto it = file.metadata().find("step");
   int64_t step = 0;
@@ -131,14 +127,8 @@ absl::Status SaveTensors(const std::string& path, GptStage& stage, const float* 
 absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, GptStage& stage,
                                               AdamW& optimizer) {
   RETURN_IF_ERROR(RequireWholeTensors(stage, "a checkpoint"));
-  const std::string step_name = StepDirName(optimizer.step());
-  const std::string step_dir = AbsolutePath(absl::StrCat(dir, "/", step_name));
-  if (Exists(absl::StrCat(step_dir, "/", kOptimizerFileName))) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "will not overwrite ", step_dir, ": it is a sealed checkpoint (a finished checkpoint is "
-        "never rewritten; it was written by an earlier run into this directory)"));
-  }
-  RETURN_IF_ERROR(MakeDirectories(step_dir));
+  ASSIGN_OR_RETURN(const std::string step_dir,
+                   PrepareStepDirectory(dir, optimizer.step(), kOptimizerFileName));
   const std::map<std::string, std::string> meta = {{"step", absl::StrCat(optimizer.step())}};
   RETURN_IF_ERROR(SaveTensors(absl::StrCat(step_dir, "/", kModelFileName), stage, stage.params(),
                               meta));
@@ -154,8 +144,27 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, GptStage& 
   opt_meta["format"] = kOptimizerFormat;
   RETURN_IF_ERROR(
       WriteSafetensors(absl::StrCat(step_dir, "/", kOptimizerFileName), tensors, opt_meta));
-  RETURN_IF_ERROR(WriteTextAtomically(absl::StrCat(dir, "/", kLatestFileName), step_name));
+  RETURN_IF_ERROR(PointLatestAt(dir, optimizer.step()));
   return step_dir;
+}
+
+absl::StatusOr<std::string> PrepareStepDirectory(const std::string& dir, int64_t step,
+                                                 absl::string_view seal_file) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("negative step ", step));
+  const std::string step_dir = AbsolutePath(absl::StrCat(dir, "/", StepDirName(step)));
+  // A sealed step is never written again: loading a checkpoint must not unseal it, and another
+  // writer's finished step is not ours to replace.
+  if (Exists(absl::StrCat(step_dir, "/", seal_file))) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("will not overwrite ", step_dir, ": it is a sealed checkpoint (it has ",
+                     seal_file, "; a finished checkpoint is never rewritten)"));
+  }
+  RETURN_IF_ERROR(MakeDirectories(step_dir));
+  return step_dir;
+}
+
+absl::Status PointLatestAt(const std::string& dir, int64_t step) {
+  return WriteFileAtomically(absl::StrCat(dir, "/", kLatestFileName), StepDirName(step) + "\n");
 }
 
 absl::StatusOr<int64_t> LoadTrainingState(const std::string& path, GptStage& stage,
@@ -201,15 +210,15 @@ absl::StatusOr<int64_t> StepOfDirectory(const std::string& step_dir) {
   }
   const std::string manifest = absl::StrCat(step_dir, "/", kManifestFileName);
   if (Exists(manifest)) {
+    // Only the step: worker/parallel/manifest.h reads and checks the rest when it loads.
     ASSIGN_OR_RETURN(std::string json, ReadFileToString(manifest));
-    absl::string_view rest = json;
-    const size_t at = rest.find("\"step\":");
-    if (at != absl::string_view::npos) {
-      rest = absl::StripLeadingAsciiWhitespace(rest.substr(at + 7));
-      rest = rest.substr(0, rest.find_first_not_of("0123456789"));
-      if (absl::SimpleAtoi(rest, &step)) return step;
+    CheckpointManifest proto;
+    const auto parsed = google::protobuf::util::JsonStringToMessage(json, &proto);
+    if (!parsed.ok() || proto.step() < 0) {
+      return absl::DataLossError(absl::StrCat(manifest, " has no valid \"step\": ",
+                                              std::string(parsed.message())));
     }
-    return absl::DataLossError(absl::StrCat(manifest, " has no valid \"step\""));
+    return proto.step();
   }
   ASSIGN_OR_RETURN(SafetensorsFile model,
                    SafetensorsFile::Open(absl::StrCat(step_dir, "/", kModelFileName)));

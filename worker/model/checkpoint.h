@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "worker/model/gpt_stage.h"
 #include "worker/model/optimizer.h"
 
@@ -40,6 +41,23 @@ absl::StatusOr<std::string> SaveTrainingState(const std::string& dir, GptStage& 
 // step it was saved at (the optimizer's step is set to it). Reads only.
 absl::StatusOr<int64_t> LoadTrainingState(const std::string& path, GptStage& stage,
                                           AdamW& optimizer);
+
+// The step-directory plumbing both checkpoint formats share (one worker's, and the sharded one
+// in worker/parallel/sharded_checkpoint.h): a step is written into a fresh or unsealed
+// directory, sealed by one file written last (`seal_file`: optimizer.safetensors, or
+// manifest.json), and only then named by `latest`.
+//
+// DIR/step_<step> (absolute: common/job_paths.h's StepDirName), created with its parents.
+// FailedPrecondition "will not overwrite DIR/step_00000040: it is a sealed checkpoint (it has
+// <seal_file>; a finished checkpoint is never rewritten)" when the seal is already there, before
+// anything is touched. An unsealed step (a save that did not finish) is returned to be
+// written again.
+absl::StatusOr<std::string> PrepareStepDirectory(const std::string& dir, int64_t step,
+                                                 absl::string_view seal_file);
+
+// Points DIR/latest at step_<step> ("step_00000040\n"), atomically; call after the step is
+// sealed.
+absl::Status PointLatestAt(const std::string& dir, int64_t step);
 
 // A checkpoint step a resume_from (or export) path names, before anything is loaded.
 struct CheckpointStep {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "worker/model/file_io.h"
+#include "common/files.h"
 #include "worker/model/header_json.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
@@ -139,6 +139,10 @@ int64_t TensorInfo::num_elements() const {
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  return Parse(std::move(bytes), path);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, const std::string& path) {
   const int64_t size = static_cast<int64_t>(bytes.size());
   if (size < 8) {
     return Invalid(path, "file is ", size, " bytes, too short for the 8-byte header length");

@@ -49,6 +49,10 @@ class SafetensorsFile {
  public:
   // Reads and validates the whole file. Errors name the file and the problem.
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
+  // Validates `bytes`, the contents of the file at `path` (named in errors), already read (to
+  // checksum them first, say). The one safetensors header reader: every dtrain reader of
+  // safetensors headers (tensors or only "__metadata__") goes through Open or Parse.
+  static absl::StatusOr<SafetensorsFile> Parse(std::string bytes, const std::string& path);
 
   const std::string& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }  // "__metadata__"

@@ -44,7 +44,7 @@ absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
       return absl::DataLossError(
           absl::StrCat(manifest_path, ": ", f.FileName(), ": ", chunk.status().message()));
     }
-    ASSIGN_OR_RETURN(model::SafetensorsFile file, OpenVerified(step_dir, f));
+    ASSIGN_OR_RETURN(model::SafetensorsFile file, OpenVerified(step_dir, f, m.checksum));
     std::vector<float> local;
     for (const ParameterTensor& t : chunk->tensors()) {
       // The head's tied copy of wte equals the embedding stage's; the model has one wte.

@@ -1,22 +1,18 @@
 #include "worker/parallel/manifest.h"
 
-#include <cmath>
-#include <cstring>
+#include <xxhash.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/files.h"
 #include "common/status_macros.h"
-#include "worker/model/file_io.h"
-#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/checkpoint.pb.h"
+#include "worker/model/config_proto.h"
 
 namespace dtrain::parallel {
 namespace {
-
-using google::protobuf::ListValue;
-using google::protobuf::Struct;
-using google::protobuf::Value;
 
 constexpr char kModelFormat[] = "dtrain-shard-model-v1";
 constexpr char kOptimizerFormat[] = "dtrain-shard-adamw-v1";
@@ -25,92 +21,72 @@ absl::Status Corrupt(const std::string& path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat(path, ": ", what));
 }
 
-// Typed access to a JSON object parsed into google.protobuf.Struct. Struct keeps numbers as
-// doubles, which is exact for the integers a manifest holds (sizes and offsets below 2^53);
-// checksums are hex strings for that reason.
-class Object {
- public:
-  Object(const Struct& s, std::string path, std::string where)
-      : s_(s), path_(std::move(path)), where_(std::move(where)) {}
-
-  absl::StatusOr<const Value*> Get(absl::string_view key, Value::KindCase kind,
-                                   absl::string_view type) const {
-    auto it = s_.fields().find(std::string(key));
-    if (it == s_.fields().end() || it->second.kind_case() != kind) {
-      return Corrupt(path_, absl::StrCat(where_, "\"", key, "\" is missing or not ", type));
-    }
-    return &it->second;
-  }
-  absl::StatusOr<int64_t> Int(absl::string_view key) const {
-    ASSIGN_OR_RETURN(const Value* v, Get(key, Value::kNumberValue, "an integer"));
-    const double d = v->number_value();
-    if (d != std::floor(d) || std::fabs(d) > 9007199254740992.0) {
-      return Corrupt(path_, absl::StrCat(where_, "\"", key, "\" is not an integer"));
-    }
-    return static_cast<int64_t>(d);
-  }
-  absl::StatusOr<bool> Bool(absl::string_view key) const {
-    ASSIGN_OR_RETURN(const Value* v, Get(key, Value::kBoolValue, "a boolean"));
-    return v->bool_value();
-  }
-  absl::StatusOr<std::string> String(absl::string_view key) const {
-    ASSIGN_OR_RETURN(const Value* v, Get(key, Value::kStringValue, "a string"));
-    return v->string_value();
-  }
-  absl::StatusOr<Object> Child(absl::string_view key) const {
-    ASSIGN_OR_RETURN(const Value* v, Get(key, Value::kStructValue, "an object"));
-    return Object(v->struct_value(), path_, absl::StrCat(where_, key, ": "));
-  }
-
- private:
-  const Struct& s_;
-  std::string path_;
-  std::string where_;
-};
-
-absl::StatusOr<Struct> ParseJsonObject(absl::string_view json, const std::string& path) {
-  Struct s;
-  auto status = google::protobuf::util::JsonStringToMessage(std::string(json), &s);
-  if (!status.ok()) {
-    return Corrupt(path, absl::StrCat("not a JSON object: ", std::string(status.message())));
-  }
-  return s;
-}
-
 const char* KindName(ShardFileKind kind) {
   return kind == ShardFileKind::kModel ? "model" : "optimizer";
 }
 
-absl::StatusOr<ShardFile> ParseFileEntry(const Object& o, const std::string& path) {
-  ShardFile f;
-  ASSIGN_OR_RETURN(std::string name, o.String("name"));
-  ASSIGN_OR_RETURN(std::string kind, o.String("kind"));
-  if (kind != "model" && kind != "optimizer") {
-    return Corrupt(path, absl::StrCat(name, ": unknown kind \"", kind, "\""));
-  }
-  f.kind = kind == "model" ? ShardFileKind::kModel : ShardFileKind::kOptimizer;
-  ASSIGN_OR_RETURN(f.dp_rank, o.Int("dp_rank"));
-  ASSIGN_OR_RETURN(f.pp_rank, o.Int("pp_rank"));
-  ASSIGN_OR_RETURN(f.tp_rank, o.Int("tp_rank"));
-  ASSIGN_OR_RETURN(f.chunk, o.Int("chunk"));
-  ASSIGN_OR_RETURN(f.stage.first_layer, o.Int("first_layer"));
-  ASSIGN_OR_RETURN(f.stage.num_layers, o.Int("num_layers"));
-  ASSIGN_OR_RETURN(f.stage.has_embedding, o.Bool("has_embedding"));
-  ASSIGN_OR_RETURN(f.stage.has_head, o.Bool("has_head"));
+ShardFileEntry ToProto(const ShardFile& f, ChecksumKind checksum) {
+  ShardFileEntry e;
+  e.set_name(f.FileName());
+  e.set_kind(KindName(f.kind));
+  e.set_dp_rank(f.dp_rank);
+  e.set_pp_rank(f.pp_rank);
+  e.set_tp_rank(f.tp_rank);
+  e.set_chunk(f.chunk);
+  e.set_first_layer(f.stage.first_layer);
+  e.set_num_layers(f.stage.num_layers);
+  e.set_has_embedding(f.stage.has_embedding);
+  e.set_has_head(f.stage.has_head);
   if (f.kind == ShardFileKind::kOptimizer) {
-    ASSIGN_OR_RETURN(f.range_begin, o.Int("range_begin"));
-    ASSIGN_OR_RETURN(f.range_end, o.Int("range_end"));
-    ASSIGN_OR_RETURN(f.buffer_size, o.Int("buffer_size"));
-    ASSIGN_OR_RETURN(f.adam_step, o.Int("adam_step"));
+    e.set_range_begin(f.range_begin);
+    e.set_range_end(f.range_end);
+    e.set_buffer_size(f.buffer_size);
+    e.set_adam_step(f.adam_step);
   }
-  ASSIGN_OR_RETURN(f.bytes, o.Int("bytes"));
-  ASSIGN_OR_RETURN(std::string hash, o.String("fnv1a64"));
-  if (hash.size() != 16 || !absl::SimpleHexAtoi(hash, &f.fnv1a64)) {
-    return Corrupt(path, absl::StrCat(name, ": \"fnv1a64\" is not 16 hex digits"));
+  e.set_bytes(f.bytes);
+  const std::string hex = absl::StrFormat("%016x", f.checksum);
+  if (checksum == ChecksumKind::kXxh3_64) {
+    e.set_xxh3_64(hex);
+  } else {
+    e.set_fnv1a64(hex);
   }
-  if (name != f.FileName()) {
-    return Corrupt(path,
-                   absl::StrCat("entry \"", name, "\" has the coordinates of ", f.FileName()));
+  return e;
+}
+
+absl::StatusOr<ShardFile> FromProto(const ShardFileEntry& e, ChecksumKind checksum,
+                                    const std::string& path, size_t index) {
+  const std::string where = absl::StrCat("files[", index, "] (", e.name(), "): ");
+  ShardFile f;
+  if (e.kind() != "model" && e.kind() != "optimizer") {
+    return Corrupt(path, absl::StrCat(where, "unknown kind \"", e.kind(), "\""));
+  }
+  f.kind = e.kind() == "model" ? ShardFileKind::kModel : ShardFileKind::kOptimizer;
+  f.dp_rank = e.dp_rank();
+  f.pp_rank = e.pp_rank();
+  f.tp_rank = e.tp_rank();
+  f.chunk = e.chunk();
+  f.stage = {e.first_layer(), e.num_layers(), e.has_embedding(), e.has_head()};
+  if (f.kind == ShardFileKind::kOptimizer) {
+    if (!e.has_range_begin() || !e.has_range_end() || !e.has_buffer_size() ||
+        !e.has_adam_step()) {
+      return Corrupt(path, absl::StrCat(where, "an optimizer entry needs range_begin, "
+                                               "range_end, buffer_size and adam_step"));
+    }
+    f.range_begin = e.range_begin();
+    f.range_end = e.range_end();
+    f.buffer_size = e.buffer_size();
+    f.adam_step = e.adam_step();
+  }
+  f.bytes = e.bytes();
+  const bool xxh3 = checksum == ChecksumKind::kXxh3_64;
+  const std::string& hex = xxh3 ? e.xxh3_64() : e.fnv1a64();
+  if (hex.size() != 16 || !absl::SimpleHexAtoi(hex, &f.checksum)) {
+    return Corrupt(path, absl::StrCat(where, "\"", ChecksumName(checksum),
+                                      "\" is missing or not 16 hex digits"));
+  }
+  if (e.name() != f.FileName()) {
+    return Corrupt(path, absl::StrCat("entry \"", e.name(), "\" has the coordinates of ",
+                                      f.FileName()));
   }
   return f;
 }
@@ -137,7 +113,12 @@ const ShardFile* Manifest::Find(ShardFileKind kind, int dp_rank, int pp_rank, in
 }
 
 
-uint64_t Fnv1a64(absl::string_view bytes) {
+absl::string_view ChecksumName(ChecksumKind kind) {
+  return kind == ChecksumKind::kXxh3_64 ? "xxh3_64" : "fnv1a64";
+}
+
+uint64_t ShardChecksum(absl::string_view bytes, ChecksumKind kind) {
+  if (kind == ChecksumKind::kXxh3_64) return XXH3_64bits(bytes.data(), bytes.size());
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : bytes) {
     h ^= c;
@@ -146,70 +127,65 @@ uint64_t Fnv1a64(absl::string_view bytes) {
   return h;
 }
 
-std::string ManifestToJson(const Manifest& m) {
-  const model::GptConfig& c = m.config;
-  const CheckpointLayout& l = m.layout;
-  std::string out = absl::StrCat(
-      "{\n  \"format\": \"", kManifestFormat, "\",\n  \"version\": ", kManifestVersion,
-      ",\n  \"step\": ", m.step, ",\n  \"checksum\": \"fnv1a64\",\n",
-      "  \"model\": {\"vocab_size\": ", c.vocab_size, ", \"context\": ", c.context,
-      ", \"n_layer\": ", c.n_layer, ", \"n_head\": ", c.n_head, ", \"n_embd\": ", c.n_embd,
-      "},\n  \"layout\": {\"dp\": ", l.dp, ", \"pp\": ", l.pp, ", \"tp\": ", l.tp,
-      ", \"virtual_stages\": ", l.virtual_stages, ", \"zero1\": ", l.zero1 ? "true" : "false",
-      "},\n  \"files\": [");
-  for (size_t i = 0; i < m.files.size(); ++i) {
-    const ShardFile& f = m.files[i];
-    absl::StrAppend(&out, i == 0 ? "\n" : ",\n", "    {\"name\": \"", f.FileName(),
-                    "\", \"kind\": \"", KindName(f.kind), "\", \"dp_rank\": ", f.dp_rank,
-                    ", \"pp_rank\": ", f.pp_rank, ", \"tp_rank\": ", f.tp_rank,
-                    ", \"chunk\": ", f.chunk, ", \"first_layer\": ", f.stage.first_layer,
-                    ", \"num_layers\": ", f.stage.num_layers,
-                    ", \"has_embedding\": ", f.stage.has_embedding ? "true" : "false",
-                    ", \"has_head\": ", f.stage.has_head ? "true" : "false");
-    if (f.kind == ShardFileKind::kOptimizer) {
-      absl::StrAppend(&out, ", \"range_begin\": ", f.range_begin, ", \"range_end\": ",
-                      f.range_end, ", \"buffer_size\": ", f.buffer_size,
-                      ", \"adam_step\": ", f.adam_step);
-    }
-    absl::StrAppend(&out, ", \"bytes\": ", f.bytes, ", \"fnv1a64\": \"",
-                    absl::StrFormat("%016x", f.fnv1a64), "\"}");
+absl::StatusOr<std::string> ManifestToJson(const Manifest& m) {
+  CheckpointManifest proto;
+  proto.set_format(kManifestFormat);
+  proto.set_version(kManifestVersion);
+  proto.set_step(m.step);
+  proto.set_checksum(std::string(ChecksumName(m.checksum)));
+  *proto.mutable_model() = model::GptConfigToProto(m.config);
+  CheckpointLayoutProto& l = *proto.mutable_layout();
+  l.set_dp(m.layout.dp);
+  l.set_pp(m.layout.pp);
+  l.set_tp(m.layout.tp);
+  l.set_virtual_stages(m.layout.virtual_stages);
+  l.set_zero1(m.layout.zero1);
+  for (const ShardFile& f : m.files) *proto.add_files() = ToProto(f, m.checksum);
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;  // zero1: false, dp_rank: 0 are written too
+  options.preserve_proto_field_names = true;     // the keys are the proto's field names
+  std::string json;
+  const auto status = google::protobuf::util::MessageToJsonString(proto, &json, options);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("manifest of step ", m.step, " as JSON: ",
+                                            std::string(status.message())));
   }
-  absl::StrAppend(&out, "\n  ]\n}\n");
-  return out;
+  return json;
 }
 
 absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string& path) {
-  ASSIGN_OR_RETURN(Struct root, ParseJsonObject(json, path));
-  Object o(root, path, "");
-  ASSIGN_OR_RETURN(std::string format, o.String("format"));
-  ASSIGN_OR_RETURN(int64_t version, o.Int("version"));
-  if (format != kManifestFormat || version != kManifestVersion) {
-    return Corrupt(path, absl::StrCat("format \"", format, "\" version ", version, ", expected \"",
-                                      kManifestFormat, "\" version ", kManifestVersion));
+  CheckpointManifest proto;
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(json.data(), json.size()), &proto);
+  if (!status.ok()) {
+    return Corrupt(path, absl::StrCat("not a manifest: ", std::string(status.message())));
   }
-  ASSIGN_OR_RETURN(std::string checksum, o.String("checksum"));
-  if (checksum != "fnv1a64") return Corrupt(path, absl::StrCat("unknown checksum ", checksum));
+  if (proto.format() != kManifestFormat || proto.version() != kManifestVersion) {
+    return Corrupt(path, absl::StrCat("format \"", proto.format(), "\" version ",
+                                      proto.version(), ", expected \"", kManifestFormat,
+                                      "\" version ", kManifestVersion));
+  }
   Manifest m;
-  ASSIGN_OR_RETURN(m.step, o.Int("step"));
-  ASSIGN_OR_RETURN(Object model, o.Child("model"));
-  ASSIGN_OR_RETURN(m.config.vocab_size, model.Int("vocab_size"));
-  ASSIGN_OR_RETURN(m.config.context, model.Int("context"));
-  ASSIGN_OR_RETURN(m.config.n_layer, model.Int("n_layer"));
-  ASSIGN_OR_RETURN(m.config.n_head, model.Int("n_head"));
-  ASSIGN_OR_RETURN(m.config.n_embd, model.Int("n_embd"));
-  ASSIGN_OR_RETURN(Object layout, o.Child("layout"));
-  ASSIGN_OR_RETURN(m.layout.dp, layout.Int("dp"));
-  ASSIGN_OR_RETURN(m.layout.pp, layout.Int("pp"));
-  ASSIGN_OR_RETURN(m.layout.tp, layout.Int("tp"));
-  ASSIGN_OR_RETURN(m.layout.virtual_stages, layout.Int("virtual_stages"));
-  ASSIGN_OR_RETURN(m.layout.zero1, layout.Bool("zero1"));
-  ASSIGN_OR_RETURN(const Value* files, o.Get("files", Value::kListValue, "a list"));
-  for (const Value& entry : files->list_value().values()) {
-    if (entry.kind_case() != Value::kStructValue) {
-      return Corrupt(path, "an entry of \"files\" is not an object");
-    }
-    Object e(entry.struct_value(), path, absl::StrCat("files[", m.files.size(), "]: "));
-    ASSIGN_OR_RETURN(ShardFile f, ParseFileEntry(e, path));
+  if (proto.checksum() == ChecksumName(ChecksumKind::kXxh3_64)) {
+    m.checksum = ChecksumKind::kXxh3_64;
+  } else if (proto.checksum() == ChecksumName(ChecksumKind::kFnv1a64)) {
+    m.checksum = ChecksumKind::kFnv1a64;
+  } else {
+    return Corrupt(path, absl::StrCat("unknown checksum \"", proto.checksum(),
+                                      "\" (known: xxh3_64, fnv1a64)"));
+  }
+  if (!proto.has_model() || !proto.has_layout()) {
+    return Corrupt(path, "\"model\" or \"layout\" is missing");
+  }
+  m.step = proto.step();
+  absl::StatusOr<model::GptConfig> config = model::GptConfigFromProto(proto.model());
+  if (!config.ok()) return Corrupt(path, absl::StrCat("model: ", config.status().message()));
+  m.config = *config;
+  const CheckpointLayoutProto& l = proto.layout();
+  m.layout = {l.dp(), l.pp(), l.tp(), l.virtual_stages(), l.zero1()};
+  for (const ShardFileEntry& e : proto.files()) {
+    ASSIGN_OR_RETURN(ShardFile f, FromProto(e, m.checksum, path, m.files.size()));
     m.files.push_back(std::move(f));
   }
   return m;
@@ -284,48 +260,26 @@ absl::StatusOr<ShardFile> ParseShardMetadata(const std::map<std::string, std::st
   return f;
 }
 
-absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsMetadata(
-    absl::string_view bytes, const std::string& path) {
-  uint64_t header_len = 0;
-  if (bytes.size() < 8) return Corrupt(path, "too short for a safetensors header");
-  std::memcpy(&header_len, bytes.data(), 8);
-  if (header_len > bytes.size() - 8) return Corrupt(path, "safetensors header is truncated");
-  ASSIGN_OR_RETURN(Struct header, ParseJsonObject(bytes.substr(8, header_len), path));
-  std::map<std::string, std::string> meta;
-  auto it = header.fields().find("__metadata__");
-  if (it == header.fields().end()) return meta;
-  if (it->second.kind_case() != Value::kStructValue) {
-    return Corrupt(path, "__metadata__ is not an object");
-  }
-  for (const auto& [key, value] : it->second.struct_value().fields()) {
-    if (value.kind_case() != Value::kStringValue) {
-      return Corrupt(path, absl::StrCat("__metadata__ value of \"", key, "\" is not a string"));
-    }
-    meta[key] = value.string_value();
-  }
-  return meta;
-}
-
 absl::StatusOr<model::SafetensorsFile> OpenVerified(const std::string& step_dir,
-                                                    const ShardFile& entry) {
+                                                    const ShardFile& entry, ChecksumKind kind) {
   const std::string path = absl::StrCat(step_dir, "/", entry.FileName());
-  {
-    absl::StatusOr<std::string> bytes = model::ReadFileToString(path);
-    if (!bytes.ok()) {
-      return absl::DataLossError(absl::StrCat(path, ": listed in the manifest but unreadable: ",
-                                              bytes.status().message()));
-    }
-    if (static_cast<int64_t>(bytes->size()) != entry.bytes) {
-      return absl::DataLossError(absl::StrCat(path, ": ", bytes->size(),
-                                              " bytes, but the manifest says ", entry.bytes,
-                                              " (truncated or rewritten)"));
-    }
-    if (Fnv1a64(*bytes) != entry.fnv1a64) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": checksum mismatch with the manifest (the file is corrupted)"));
-    }
-  }  // The bytes are freed before the file is parsed (one copy in memory at a time).
-  absl::StatusOr<model::SafetensorsFile> file = model::SafetensorsFile::Open(path);
+  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  if (!bytes.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": listed in the manifest but unreadable: ",
+                                            bytes.status().message()));
+  }
+  if (static_cast<int64_t>(bytes->size()) != entry.bytes) {
+    return absl::DataLossError(absl::StrCat(path, ": ", bytes->size(),
+                                            " bytes, but the manifest says ", entry.bytes,
+                                            " (truncated or rewritten)"));
+  }
+  if (ShardChecksum(*bytes, kind) != entry.checksum) {
+    return absl::DataLossError(absl::StrCat(path, ": ", ChecksumName(kind),
+                                            " checksum mismatch with the manifest (the file is "
+                                            "corrupted)"));
+  }
+  absl::StatusOr<model::SafetensorsFile> file =
+      model::SafetensorsFile::Parse(std::move(bytes).value(), path);
   if (!file.ok()) return absl::DataLossError(file.status().message());
   return file;
 }

@@ -8,10 +8,12 @@
 //   DIR/step_00000042/manifest.json                         what makes the step complete
 //   DIR/latest                                              "step_00000042", moved last
 //
-// The manifest names every file with its coordinates, size and FNV-1a-64 checksum, so a reader
+// The manifest names every file with its coordinates, size and XXH3-64 checksum, so a reader
 // never trusts a half-written step (no manifest) or a damaged file (size or checksum differs).
-// This header holds the data types, the file names, the checksum, the manifest's JSON and the
-// verified read of a listed file; the save/load/export logic is in sharded_checkpoint.h.
+// The manifest is the protobuf message dtrain.CheckpointManifest (proto/checkpoint.proto) in
+// protobuf's JSON mapping. This header holds the data types, the file names, the checksum, the
+// manifest's JSON and the verified read of a listed file; the save/load/export logic is in
+// sharded_checkpoint.h.
 #ifndef DTRAIN_WORKER_PARALLEL_MANIFEST_H_
 #define DTRAIN_WORKER_PARALLEL_MANIFEST_H_
 
@@ -44,6 +46,18 @@ struct CheckpointLayout {
 
 enum class ShardFileKind { kModel, kOptimizer };
 
+// How a manifest's file checksums are computed. dtrain writes XXH3; manifests written before
+// issue 11 hold FNV-1a and are still verified with it (the manifest's "checksum" says which).
+enum class ChecksumKind { kXxh3_64, kFnv1a64 };
+
+// "xxh3_64", "fnv1a64": the manifest's "checksum" value and the key of each file's checksum.
+absl::string_view ChecksumName(ChecksumKind kind);
+
+// The checksum of `bytes`: XXH3-64 with seed 0 (libxxhash's XXH3_64bits; Python:
+// xxhash.xxh3_64_intdigest), or FNV-1a-64 (offset basis 0xcbf29ce484222325, prime
+// 0x100000001b3, one byte at a time; about 20 times slower, kept to verify old manifests).
+uint64_t ShardChecksum(absl::string_view bytes, ChecksumKind kind = ChecksumKind::kXxh3_64);
+
 // One file of a step. The same fields are stored in the file's own safetensors metadata (as
 // strings) and in its manifest entry (plus size and checksum), so each file is self-describing
 // and the manifest alone tells what a step holds.
@@ -58,9 +72,10 @@ struct ShardFile {
   // parameter buffer (ParameterLayout offsets), stored flat; buffer_size is the whole buffer.
   int64_t range_begin = 0, range_end = 0, buffer_size = 0;
   int64_t adam_step = 0;
-  // Manifest only: the file's size in bytes and FNV-1a-64 of all its bytes.
+  // Manifest only: the file's size in bytes and the checksum of all its bytes (of the
+  // manifest's ChecksumKind).
   int64_t bytes = 0;
-  uint64_t fnv1a64 = 0;
+  uint64_t checksum = 0;
 
   // "model-pp1-tp0-c0.safetensors", "optimizer-dp1-pp1-tp0-c0.safetensors".
   std::string FileName() const;
@@ -68,6 +83,7 @@ struct ShardFile {
 
 struct Manifest {
   int64_t step = 0;
+  ChecksumKind checksum = ChecksumKind::kXxh3_64;  // of every file's ShardFile::checksum
   model::GptConfig config;
   CheckpointLayout layout;
   std::vector<ShardFile> files;
@@ -77,14 +93,11 @@ struct Manifest {
                         int chunk) const;
 };
 
-// FNV-1a, 64 bits (offset basis 0xcbf29ce484222325, prime 0x100000001b3), over every byte.
-// Chosen over CRC32C because it needs no table or CPU extension and is three lines in any
-// language (docs/DATA_FORMATS.md has a Python version).
-uint64_t Fnv1a64(absl::string_view bytes);
-
-// The manifest as JSON (pretty-printed, fields in a fixed order) and back. Parse errors are
-// DataLoss naming `path` and the field.
-std::string ManifestToJson(const Manifest& manifest);
+// The manifest as JSON (protobuf's JSON mapping of dtrain.CheckpointManifest, pretty-printed)
+// and back. ParseManifest reads the manifests of earlier dtrain versions too (same keys,
+// integers as numbers, FNV-1a checksums). Parse errors are DataLoss naming `path` and the
+// problem (malformed JSON, unknown key, wrong format or version, a missing checksum).
+absl::StatusOr<std::string> ManifestToJson(const Manifest& manifest);
 absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string& path);
 
 // A shard file's safetensors metadata ("format", "step", the coordinates, the chunk's stage
@@ -94,17 +107,11 @@ std::map<std::string, std::string> ShardMetadata(const ShardFile& file, int64_t 
 absl::StatusOr<ShardFile> ParseShardMetadata(const std::map<std::string, std::string>& metadata,
                                              int64_t* step, const std::string& path);
 
-// The "__metadata__" object of a safetensors file held in `bytes`, without reading its
-// tensors (DataLoss naming `path` when the header is malformed).
-absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsMetadata(
-    absl::string_view bytes, const std::string& path);
-
 // Opens the file of manifest entry `entry` in `step_dir` after checking its size and checksum
-// against the entry. Every failure is DataLoss naming the file: the manifest says what must be
-// there. (The file is read twice, once to checksum and once to parse; the second read comes
-// from the page cache and costs less than the checksum.)
+// (of `kind`) against the entry. Every failure is DataLoss naming the file: the manifest says
+// what must be there. The file is read once: checksummed, then parsed from the same bytes.
 absl::StatusOr<model::SafetensorsFile> OpenVerified(const std::string& step_dir,
-                                                    const ShardFile& entry);
+                                                    const ShardFile& entry, ChecksumKind kind);
 
 // file.ReadFloat32, with errors as DataLoss: a verified shard without the tensor its layout
 // needs is damaged (or written by another program).

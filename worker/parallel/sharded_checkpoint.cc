@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
-#include "worker/model/file_io.h"
+#include "common/files.h"
 #include "worker/model/safetensors.h"
 
 namespace dtrain::parallel {
@@ -21,12 +21,6 @@ using model::StageSpec;
 bool Exists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
-}
-
-absl::Status WriteTextAtomically(const std::string& path, const std::string& text) {
-  ASSIGN_OR_RETURN(model::AtomicFileWriter writer, model::AtomicFileWriter::Create(path));
-  RETURN_IF_ERROR(writer.Append(text));
-  return writer.Commit();
 }
 
 std::string StageString(const StageSpec& s) {
@@ -183,16 +177,8 @@ absl::Status SaveShard(const std::string& dir, int64_t step, const ShardIdentity
                        absl::Span<model::GptStage* const> chunks,
                        absl::Span<model::AdamW* const> optimizers) {
   RETURN_IF_ERROR(CheckChunks(id, chunks, optimizers, /*optional_optimizers=*/false));
-  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("negative step ", step));
-  const std::string step_dir = AbsolutePath(absl::StrCat(dir, "/", StepDirName(step)));
-  // A sealed step is never written again: loading a checkpoint must not unseal it, and another
-  // writer's finished step is not ours to replace.
-  if (Exists(absl::StrCat(step_dir, "/", kManifestFileName))) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "will not overwrite ", step_dir, ": it is a sealed checkpoint (it has a ",
-        kManifestFileName, "; a finished checkpoint is never rewritten)"));
-  }
-  RETURN_IF_ERROR(MakeDirectories(step_dir));
+  ASSIGN_OR_RETURN(const std::string step_dir,
+                   model::PrepareStepDirectory(dir, step, kManifestFileName));
   const bool writes_optimizer = id.zero1 || id.dp_rank == 0;
   for (size_t j = 0; j < chunks.size(); ++j) {
     GptStage& stage = *chunks[j];
@@ -235,35 +221,39 @@ absl::Status WriteManifest(const std::string& dir, int64_t step, const ShardIden
   manifest.layout = id.layout();
   for (const ShardFile& want : ExpectedFiles(manifest.layout)) {
     const std::string path = absl::StrCat(step_dir, "/", want.FileName());
-    absl::StatusOr<std::string> bytes = model::ReadFileToString(path);
+    absl::StatusOr<std::string> bytes = ReadFileToString(path);
     if (absl::IsNotFound(bytes.status())) {
       return absl::FailedPreconditionError(
           absl::StrCat(step_dir, " is incomplete: ", want.FileName(),
                        " is missing (did every rank's SaveShard succeed?)"));
     }
     RETURN_IF_ERROR(bytes.status());
-    ASSIGN_OR_RETURN(auto metadata, ReadSafetensorsMetadata(*bytes, path));
+    const int64_t size = static_cast<int64_t>(bytes->size());
+    const uint64_t checksum = ShardChecksum(*bytes, manifest.checksum);
+    absl::StatusOr<model::SafetensorsFile> file =
+        model::SafetensorsFile::Parse(std::move(bytes).value(), path);
+    if (!file.ok()) return absl::DataLossError(file.status().message());
     int64_t file_step = -1;
-    ASSIGN_OR_RETURN(ShardFile got, ParseShardMetadata(metadata, &file_step, path));
+    ASSIGN_OR_RETURN(ShardFile got, ParseShardMetadata(file->metadata(), &file_step, path));
     if (file_step != step || got.FileName() != want.FileName()) {
       return absl::DataLossError(absl::StrCat(path, ": holds step ", file_step, " of ",
                                               got.FileName(), ", expected step ", step));
     }
-    got.bytes = static_cast<int64_t>(bytes->size());
-    got.fnv1a64 = Fnv1a64(*bytes);
+    got.bytes = size;
+    got.checksum = checksum;
     manifest.files.push_back(got);
   }
   // The manifest seals the step; only then may `latest` name it.
-  RETURN_IF_ERROR(WriteTextAtomically(absl::StrCat(step_dir, "/", kManifestFileName),
-                                      ManifestToJson(manifest)));
-  return WriteTextAtomically(absl::StrCat(dir, "/", kLatestFileName), StepDirName(step) + "\n");
+  ASSIGN_OR_RETURN(const std::string json, ManifestToJson(manifest));
+  RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(step_dir, "/", kManifestFileName), json));
+  return model::PointLatestAt(dir, step);
 }
 
 absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step_dir_out) {
   ASSIGN_OR_RETURN(const model::CheckpointStep checkpoint, model::ResolveCheckpoint(path));
   const std::string& step_dir = checkpoint.step_dir;
   const std::string manifest_path = absl::StrCat(step_dir, "/", kManifestFileName);
-  absl::StatusOr<std::string> json = model::ReadFileToString(manifest_path);
+  absl::StatusOr<std::string> json = ReadFileToString(manifest_path);
   if (absl::IsNotFound(json.status())) {
     if (Exists(absl::StrCat(step_dir, "/model.safetensors"))) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -338,7 +328,7 @@ absl::StatusOr<int64_t> LoadShard(const std::string& path, const ShardIdentity& 
   for (size_t j = 0; j < chunks.size(); ++j) {
     GptStage& stage = *chunks[j];
     const ParameterLayout& layout = stage.layout();
-    ASSIGN_OR_RETURN(model::SafetensorsFile file, OpenVerified(step_dir, *model_files[j]));
+    ASSIGN_OR_RETURN(model::SafetensorsFile file, OpenVerified(step_dir, *model_files[j], m.checksum));
     std::vector<float> host(layout.total_size());
     for (const ParameterTensor& t : layout.tensors()) {
       RETURN_IF_ERROR(ReadShardTensor(file, t.name, t.local_shape,
@@ -348,7 +338,7 @@ absl::StatusOr<int64_t> LoadShard(const std::string& path, const ShardIdentity& 
     if (optimizers.empty()) continue;
     model::AdamW& opt = *optimizers[j];
     const int64_t n = opt.range_end() - opt.range_begin();
-    ASSIGN_OR_RETURN(model::SafetensorsFile ofile, OpenVerified(step_dir, *optimizer_files[j]));
+    ASSIGN_OR_RETURN(model::SafetensorsFile ofile, OpenVerified(step_dir, *optimizer_files[j], m.checksum));
     std::vector<float> moments(n);
     RETURN_IF_ERROR(ReadShardTensor(ofile, "exp_avg", {n}, absl::MakeSpan(moments)));
     RETURN_IF_ERROR(ToDevice(stage.backend(), opt.exp_avg().data(), moments));

@@ -18,11 +18,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/files.h"
 #include "kernels/backend.h"
 #include "worker/model/checkpoint.h"
-#include "worker/model/file_io.h"
 #include "worker/model/init.h"
 #include "worker/parallel/manifest.h"
 #include "worker/testing/file_snapshot.h"
@@ -64,7 +65,7 @@ std::vector<float> Host(kernels::Backend* be, const float* p, int64_t n) {
 }
 
 std::string ReadAll(const std::string& path) {
-  absl::StatusOr<std::string> s = model::ReadFileToString(path);
+  absl::StatusOr<std::string> s = ReadFileToString(path);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? *s : "";
 }
@@ -236,7 +237,7 @@ TEST_P(LayoutTest, ExportMatchesOneWorkerAndResumeRoundTrips) {
   for (const ShardFile& f : manifest->files) {
     const std::string bytes = ReadAll(dir + "/step_00000012/" + f.FileName());
     EXPECT_EQ(f.bytes, static_cast<int64_t>(bytes.size())) << f.FileName();
-    EXPECT_EQ(f.fnv1a64, Fnv1a64(bytes)) << f.FileName();
+    EXPECT_EQ(f.checksum, ShardChecksum(bytes)) << f.FileName();
   }
 
   // Export, from DIR and from the step directory: exactly the one-worker file.
@@ -465,12 +466,84 @@ TEST_F(ShardedCheckpointTest, RefusesArgumentsThatDisagreeWithTheIdentity) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(ManifestTest, JsonRoundTripsAndChecksumIsFnv1a64) {
-  EXPECT_EQ(Fnv1a64(""), 0xcbf29ce484222325ull);
-  EXPECT_EQ(Fnv1a64("a"), 0xaf63dc4c8601ec8cull);
-  EXPECT_EQ(Fnv1a64("foobar"), 0x85944171f73967e8ull);
+// `m` as dtrain wrote manifests before issue 11: built as a string, integers as numbers, FNV-1a
+// checksums of the files in `step_dir`.
+std::string OldManifestJson(const Manifest& m, const std::string& step_dir) {
+  const model::GptConfig& c = m.config;
+  const CheckpointLayout& l = m.layout;
+  std::string out = absl::StrCat(
+      "{\n  \"format\": \"dtrain-sharded-checkpoint\",\n  \"version\": 1,\n  \"step\": ", m.step,
+      ",\n  \"checksum\": \"fnv1a64\",\n  \"model\": {\"vocab_size\": ", c.vocab_size,
+      ", \"context\": ", c.context, ", \"n_layer\": ", c.n_layer, ", \"n_head\": ", c.n_head,
+      ", \"n_embd\": ", c.n_embd, "},\n  \"layout\": {\"dp\": ", l.dp, ", \"pp\": ", l.pp,
+      ", \"tp\": ", l.tp, ", \"virtual_stages\": ", l.virtual_stages,
+      ", \"zero1\": ", l.zero1 ? "true" : "false", "},\n  \"files\": [");
+  for (size_t i = 0; i < m.files.size(); ++i) {
+    const ShardFile& f = m.files[i];
+    absl::StrAppend(&out, i == 0 ? "\n" : ",\n", "    {\"name\": \"", f.FileName(),
+                    "\", \"kind\": \"", f.kind == ShardFileKind::kModel ? "model" : "optimizer",
+                    "\", \"dp_rank\": ", f.dp_rank, ", \"pp_rank\": ", f.pp_rank,
+                    ", \"tp_rank\": ", f.tp_rank, ", \"chunk\": ", f.chunk,
+                    ", \"first_layer\": ", f.stage.first_layer,
+                    ", \"num_layers\": ", f.stage.num_layers,
+                    ", \"has_embedding\": ", f.stage.has_embedding ? "true" : "false",
+                    ", \"has_head\": ", f.stage.has_head ? "true" : "false");
+    if (f.kind == ShardFileKind::kOptimizer) {
+      absl::StrAppend(&out, ", \"range_begin\": ", f.range_begin, ", \"range_end\": ",
+                      f.range_end, ", \"buffer_size\": ", f.buffer_size,
+                      ", \"adam_step\": ", f.adam_step);
+    }
+    const std::string bytes = ReadAll(step_dir + "/" + f.FileName());
+    absl::StrAppend(&out, ", \"bytes\": ", f.bytes, ", \"fnv1a64\": \"",
+                    absl::StrFormat("%016x", ShardChecksum(bytes, ChecksumKind::kFnv1a64)),
+                    "\"}");
+  }
+  return out + "\n  ]\n}\n";
+}
+
+TEST_F(ShardedCheckpointTest, ACheckpointOfAnEarlierVersionWithFnvChecksumsLoadsAndIsVerified) {
+  const std::string dir = TempDir("fnv");
+  const JobLayout l{2, 2, 2, 1, true};
+  std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, true);
+  ASSERT_TRUE(SaveJob(dir, 6, job).ok());
+  const std::string step_dir = dir + "/step_00000006";
+  absl::StatusOr<Manifest> m = ReadManifest(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  WriteAll(step_dir + "/manifest.json", OldManifestJson(*m, step_dir));
+
+  std::vector<Rank> resumed = BuildJob(be_.get(), kTiny, l, false);
+  for (Rank& r : resumed) {
+    absl::StatusOr<int64_t> step = LoadShard(dir, r.id, r.chunks(), r.optimizers());
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(*step, 6);
+  }
+  ExpectSameState(be_.get(), job, resumed);
+  EXPECT_TRUE(ExportSafetensors(dir, dir + "/out.safetensors").ok());
+
+  // The FNV-1a checksums are checked, not skipped.
+  const std::string model_file = step_dir + "/model-pp0-tp1-c0.safetensors";
+  std::string bytes = ReadAll(model_file);
+  bytes[bytes.size() - 3] ^= 0x10;
+  WriteAll(model_file, bytes);
+  const absl::Status s = ExportSafetensors(dir, dir + "/out2.safetensors").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("model-pp0-tp1-c0.safetensors: fnv1a64 checksum mismatch"));
+}
+
+TEST(ManifestTest, ChecksumsAreXxh3AndFnv1a) {
+  // XXH3_64bits with seed 0; "" is the reference implementation's published test vector.
+  EXPECT_EQ(ShardChecksum(""), 0x2d06800538d394c2ull);
+  EXPECT_EQ(ShardChecksum("a"), 0xe6c632b61e964e1full);
+  EXPECT_EQ(ShardChecksum("foobar"), 0xd78fda63144c5c84ull);
+  EXPECT_EQ(ShardChecksum("", ChecksumKind::kFnv1a64), 0xcbf29ce484222325ull);
+  EXPECT_EQ(ShardChecksum("a", ChecksumKind::kFnv1a64), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(ShardChecksum("foobar", ChecksumKind::kFnv1a64), 0x85944171f73967e8ull);
+}
+
+Manifest OneFileManifest(ChecksumKind checksum) {
   Manifest m;
   m.step = 42;
+  m.checksum = checksum;
   m.config = kTiny;
   m.layout = {2, 2, 2, 1, true};
   ShardFile f;
@@ -484,17 +557,96 @@ TEST(ManifestTest, JsonRoundTripsAndChecksumIsFnv1a64) {
   f.buffer_size = 40;
   f.adam_step = 42;
   f.bytes = 1234;
-  f.fnv1a64 = 0xfedcba9876543210ull;
+  f.checksum = 0xfedcba9876543210ull;
   m.files.push_back(f);
-  absl::StatusOr<Manifest> back = ParseManifest(ManifestToJson(m), "manifest.json");
-  ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(ManifestToJson(*back), ManifestToJson(m));
-  EXPECT_EQ(back->files[0].FileName(), "optimizer-dp1-pp1-tp0-c0.safetensors");
-  EXPECT_EQ(back->files[0].fnv1a64, 0xfedcba9876543210ull);
+  ShardFile model = f;
+  model.kind = ShardFileKind::kModel;
+  model.dp_rank = 0;
+  m.files.push_back(model);
+  return m;
+}
 
-  absl::StatusOr<Manifest> bad = ParseManifest("{\"format\": 3}", "dir/manifest.json");
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(bad.status().message(), HasSubstr("dir/manifest.json"));
+TEST(ManifestTest, JsonRoundTripsWithTheProtoFieldNames) {
+  for (ChecksumKind kind : {ChecksumKind::kXxh3_64, ChecksumKind::kFnv1a64}) {
+    const Manifest m = OneFileManifest(kind);
+    absl::StatusOr<std::string> json = ManifestToJson(m);
+    ASSERT_TRUE(json.ok()) << json.status();
+    absl::StatusOr<Manifest> back = ParseManifest(*json, "manifest.json");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(ManifestToJson(*back).value(), *json);
+    EXPECT_EQ(back->checksum, kind);
+    EXPECT_EQ(back->files[0].FileName(), "optimizer-dp1-pp1-tp0-c0.safetensors");
+    EXPECT_EQ(back->files[0].checksum, 0xfedcba9876543210ull);
+    EXPECT_EQ(back->files[0].range_end, 20);
+    EXPECT_EQ(back->files[1].FileName(), "model-pp1-tp0-c0.safetensors");
+  }
+  const std::string json = ManifestToJson(OneFileManifest(ChecksumKind::kXxh3_64)).value();
+  EXPECT_THAT(json, HasSubstr("\"format\": \"dtrain-sharded-checkpoint\""));
+  EXPECT_THAT(json, HasSubstr("\"checksum\": \"xxh3_64\""));
+  EXPECT_THAT(json, HasSubstr("\"xxh3_64\": \"fedcba9876543210\""));
+  EXPECT_THAT(json, HasSubstr("\"zero1\": true"));
+  EXPECT_THAT(json, HasSubstr("\"has_embedding\": false"));
+  EXPECT_THAT(json, HasSubstr("\"n_embd\": 32"));
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("fnv1a64")));
+  // The model file's entry has no optimizer range.
+  const std::string model_entry = json.substr(json.find("model-pp1-tp0-c0"));
+  EXPECT_THAT(model_entry, ::testing::Not(HasSubstr("range_begin")));
+}
+
+// A manifest as dtrain wrote it before issue 11 (string building, integers as numbers, FNV-1a).
+TEST(ManifestTest, ReadsTheManifestsOfEarlierVersions) {
+  const std::string old = R"({
+  "format": "dtrain-sharded-checkpoint",
+  "version": 1,
+  "step": 12,
+  "checksum": "fnv1a64",
+  "model": {"vocab_size": 64, "context": 16, "n_layer": 4, "n_head": 4, "n_embd": 32},
+  "layout": {"dp": 1, "pp": 1, "tp": 1, "virtual_stages": 1, "zero1": false},
+  "files": [
+    {"name": "model-pp0-tp0-c0.safetensors", "kind": "model", "dp_rank": 0, "pp_rank": 0, "tp_rank": 0, "chunk": 0, "first_layer": 0, "num_layers": 4, "has_embedding": true, "has_head": true, "bytes": 114144, "fnv1a64": "42a8682de0e31a44"},
+    {"name": "optimizer-dp0-pp0-tp0-c0.safetensors", "kind": "optimizer", "dp_rank": 0, "pp_rank": 0, "tp_rank": 0, "chunk": 0, "first_layer": 0, "num_layers": 4, "has_embedding": true, "has_head": true, "range_begin": 0, "range_end": 27968, "buffer_size": 27968, "adam_step": 104, "bytes": 112304, "fnv1a64": "1ba1709f63cf2ad3"}
+  ]
+}
+)";
+  absl::StatusOr<Manifest> m = ParseManifest(old, "old/manifest.json");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->step, 12);
+  EXPECT_EQ(m->checksum, ChecksumKind::kFnv1a64);
+  EXPECT_EQ(m->config.n_embd, 32);
+  ASSERT_EQ(m->files.size(), 2u);
+  EXPECT_EQ(m->files[0].checksum, 0x42a8682de0e31a44ull);
+  EXPECT_EQ(m->files[0].bytes, 114144);
+  EXPECT_EQ(m->files[1].adam_step, 104);
+}
+
+TEST(ManifestTest, MalformedManifestsAreDataLossNamingThePath) {
+  const auto parse = [](const std::string& json) {
+    return ParseManifest(json, "dir/manifest.json").status();
+  };
+  const std::string good = ManifestToJson(OneFileManifest(ChecksumKind::kXxh3_64)).value();
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string json = good;
+    const size_t at = json.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return json.replace(at, from.size(), to);
+  };
+  for (const auto& [json, problem] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"format\": 3}", "not a manifest"},
+           {"{\"format\": \"dtrain-sharded-checkpoint\", \"extra\": 1}", "extra"},
+           {with("\"version\": 1", "\"version\": 2"), "version 2, expected"},
+           {with("\"checksum\": \"xxh3_64\"", "\"checksum\": \"md5\""),
+            "unknown checksum \"md5\""},
+           {with("\"xxh3_64\": \"fedcba9876543210\"", "\"xxh3_64\": \"fedcba98\""),
+            "\"xxh3_64\" is missing or not 16 hex digits"},
+           {with("\"range_begin\"", "\"range_begin_\""), "range_begin_"},
+           {with("\"kind\": \"optimizer\"", "\"kind\": \"adam\""), "unknown kind \"adam\""},
+           {with("\"n_embd\": 32", "\"n_embd\": 0"), "model: "},
+       }) {
+    const absl::Status s = parse(json);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_THAT(s.message(), HasSubstr("dir/manifest.json")) << s;
+    EXPECT_THAT(s.message(), HasSubstr(problem)) << s;
+  }
 }
 
 // The dtrain-export binary: usage errors, export, and a clear error for a bad checkpoint.

@@ -1,15 +1,19 @@
-// Whole-file reads and crash-safe whole-file writes, shared by the model file formats.
+// Whole-file reads and crash-safe whole-file writes: the one implementation of "temp file,
+// fsync, rename, fsync the directory" that every writer of checkpoints, exports, `latest` and
+// manifests uses.
 //
 //   ASSIGN_OR_RETURN(std::string bytes, ReadFileToString("model.safetensors"));
+//   RETURN_IF_ERROR(WriteFileAtomically("DIR/latest", "step_00000040\n"));
 //
 //   ASSIGN_OR_RETURN(AtomicFileWriter w, AtomicFileWriter::Create("ckpt.safetensors"));
 //   RETURN_IF_ERROR(w.Append(header));
 //   RETURN_IF_ERROR(w.Commit());   // fsync, rename over the target, fsync the directory
 //
-// Errors are absl::Status with the errno mapped to a code (ENOENT -> NotFound, EACCES ->
-// PermissionDenied, ...) and a message naming the path.
-#ifndef DTRAIN_WORKER_MODEL_FILE_IO_H_
-#define DTRAIN_WORKER_MODEL_FILE_IO_H_
+// Errors are absl::Status with the errno mapped to a code by absl::ErrnoToStatus (ENOENT ->
+// NotFound, EACCES -> PermissionDenied, ...) and a message "<what> <path>: <strerror>", the
+// style of MakeDirectories (common/job_paths.h) too.
+#ifndef DTRAIN_COMMON_FILES_H_
+#define DTRAIN_COMMON_FILES_H_
 
 #include <string>
 #include <utility>
@@ -19,15 +23,19 @@
 #include "absl/strings/string_view.h"
 
 namespace dtrain {
-namespace model {
 
-// Reads the whole of `path` (a regular file) into a string.
+// Reads the whole of `path` (a regular file) into a string. InvalidArgument naming the path
+// for a directory or other non-regular file.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Writes `contents` so that `path` holds either its old contents or all the new ones
+// (AtomicFileWriter). On any error `path` is untouched and no temp file is left.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 
 // Writes a file so that `path` holds either its old contents or the complete new ones, never a
 // half-written file: data goes to "<path>.tmp.<pid>", Commit() fsyncs it, renames it over `path`
-// and fsyncs the directory. A writer destroyed without a successful Commit() removes its temp file.
-// Move-only.
+// and fsyncs the directory. A writer destroyed without a successful Commit() removes its temp
+// file. Move-only.
 class AtomicFileWriter {
  public:
   static absl::StatusOr<AtomicFileWriter> Create(const std::string& path);
@@ -54,7 +62,6 @@ class AtomicFileWriter {
   int fd_ = -1;  // -1 once committed or abandoned
 };
 
-}  // namespace model
 }  // namespace dtrain
 
-#endif  // DTRAIN_WORKER_MODEL_FILE_IO_H_
+#endif  // DTRAIN_COMMON_FILES_H_

@@ -1,4 +1,4 @@
-#include "worker/model/file_io.h"
+#include "common/files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace dtrain {
-namespace model {
 namespace {
 
 absl::Status ErrnoError(int err, absl::string_view what, const std::string& path) {
@@ -54,6 +53,13 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   close(fd);
   bytes.resize(done);
   return bytes;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+  absl::StatusOr<AtomicFileWriter> writer = AtomicFileWriter::Create(path);
+  if (!writer.ok()) return writer.status();
+  if (absl::Status s = writer->Append(contents); !s.ok()) return s;
+  return writer->Commit();
 }
 
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& path) {
@@ -129,5 +135,4 @@ absl::Status AtomicFileWriter::Commit() {
   return absl::OkStatus();
 }
 
-}  // namespace model
 }  // namespace dtrain

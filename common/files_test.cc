@@ -1,0 +1,92 @@
+// Whole-file reads and atomic writes: the new contents replace the old whole or not at all, no
+// temp file is left behind, and every error names the path with its errno's code.
+#include "common/files.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir() {
+  static int counter = 0;
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/files_", counter++);
+  EXPECT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
+  return dir;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+TEST(WriteFileAtomically, ReplacesTheWholeFileAndLeavesNoTempFile) {
+  const std::string path = TempDir() + "/latest";
+  ASSERT_TRUE(WriteFileAtomically(path, "step_00000010\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "step_00000020\n").ok());
+  absl::StatusOr<std::string> back = ReadFileToString(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, "step_00000020\n");
+  EXPECT_FALSE(Exists(absl::StrCat(path, ".tmp.", getpid())));
+}
+
+TEST(WriteFileAtomically, EmptyContentsGiveAnEmptyFile) {
+  const std::string path = TempDir() + "/empty";
+  ASSERT_TRUE(WriteFileAtomically(path, "").ok());
+  EXPECT_EQ(ReadFileToString(path).value(), "");
+}
+
+TEST(WriteFileAtomically, MissingDirectoryIsNotFoundNamingTheTempFile) {
+  const std::string path = TempDir() + "/no/such/dir/latest";
+  const absl::Status s = WriteFileAtomically(path, "x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("cannot create ", path, ".tmp.")));
+}
+
+TEST(AtomicFileWriter, AWriterDroppedBeforeCommitLeavesTheOldFile) {
+  const std::string path = TempDir() + "/model.safetensors";
+  ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
+  {
+    absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(path);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(w->Append("half of the new").ok());
+    EXPECT_TRUE(Exists(w->temp_path()));
+  }
+  EXPECT_EQ(ReadFileToString(path).value(), "old");
+  EXPECT_FALSE(Exists(absl::StrCat(path, ".tmp.", getpid())));
+}
+
+TEST(AtomicFileWriter, CommitTwiceIsFailedPrecondition) {
+  const std::string path = TempDir() + "/f";
+  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(path);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->Commit().ok());
+  EXPECT_EQ(w->Commit().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(w->Append("x").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ReadFileToString, MissingFileIsNotFoundNamingThePathOnce) {
+  const std::string path = TempDir() + "/missing";
+  const absl::Status s = ReadFileToString(path).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), absl::StrCat("cannot open ", path, ": No such file or directory"));
+}
+
+TEST(ReadFileToString, DirectoryIsInvalidArgument) {
+  const std::string dir = TempDir();
+  const absl::Status s = ReadFileToString(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(dir + " is not a regular file"));
+}
+
+}  // namespace
+}  // namespace dtrain
