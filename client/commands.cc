@@ -6,13 +6,10 @@
 #include <cstring>
 #include <fstream>
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -25,113 +22,13 @@
 #include "client/plan.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
+#include "common/version.h"
 #include "coordinator/job_spec.h"
 #include "worker/parallel/sharded_checkpoint.h"
-
-// The CLI's flags. Defined with absl so they parse and print like every dtrain binary's, but
-// ParseArguments (not absl::ParseCommandLine) reads the command line: exit codes stay ours.
-ABSL_FLAG(std::string, coordinator, "",
-          "host:port of the coordinator (default $DTRAIN_COORDINATOR, else 127.0.0.1:7070)");
-ABSL_FLAG(bool, json, false, "machine-readable output: one JSON object per line");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of every call");
-ABSL_FLAG(absl::Duration, reconnect_for, absl::Seconds(60),
-          "watch: how long to keep reconnecting when the coordinator goes away");
-ABSL_FLAG(bool, watch, false, "submit, resubmit: follow the job to its end");
-ABSL_FLAG(bool, quiet, false, "watch: state changes and the final summary only");
-ABSL_FLAG(int, every, 1, "watch: a step line every N steps");
-ABSL_FLAG(int, limit, 0, "list: at most this many jobs (0: the coordinator's default, 100)");
-ABSL_FLAG(std::string, state, "", "list: only jobs in these states (RUNNING,QUEUED)");
-ABSL_FLAG(std::string, reason, "", "cancel: why, recorded in the job's history");
-ABSL_FLAG(int, workers, 0, "plan: hypothetical workers (0: dp*pp*tp)");
-ABSL_FLAG(int, hosts, 1, "plan: hosts the hypothetical workers are spread over");
-ABSL_FLAG(bool, resume, false, "resubmit: continue from the job's last sealed step");
-ABSL_FLAG(int64_t, steps, 0, "resubmit: train to this step instead (0: the job's own)");
-ABSL_FLAG(int, rank, -1, "logs: only this rank's lines");
-ABSL_FLAG(bool, follow, false, "logs: keep printing new lines until the job ends");
-ABSL_FLAG(std::string, forget, "", "workers: remove this LOST worker from the registry");
 
 namespace dtrain {
 namespace client {
 namespace {
-
-struct FlagRule {
-  bool is_bool;
-  std::vector<std::string> only_for;  // the commands it belongs to; empty: global
-};
-
-const std::map<std::string, FlagRule>& FlagRules() {
-  const std::vector<std::string> watching = {"watch", "submit", "resubmit"};
-  static const auto* rules = new std::map<std::string, FlagRule>{
-      {"coordinator", {false, {}}},
-      {"json", {true, {}}},
-      {"timeout", {false, {}}},
-      {"reconnect_for", {false, {}}},
-      {"watch", {true, {"submit", "resubmit"}}},
-      {"quiet", {true, watching}},
-      {"every", {false, watching}},
-      {"limit", {false, {"list"}}},
-      {"state", {false, {"list"}}},
-      {"reason", {false, {"cancel"}}},
-      {"workers", {false, {"plan"}}},
-      {"hosts", {false, {"plan"}}},
-      {"resume", {true, {"resubmit"}}},
-      {"steps", {false, {"resubmit"}}},
-      {"rank", {false, {"logs"}}},
-      {"follow", {true, {"logs"}}},
-      {"forget", {false, {"workers"}}},
-  };
-  return *rules;
-}
-
-constexpr int kManyArgs = 1000;
-
-// Positional arguments of each command: {min, max}.
-const std::map<std::string, std::pair<int, int>>& Commands() {
-  static const auto* commands = new std::map<std::string, std::pair<int, int>>{
-      {"submit", {1, 1}},      {"resubmit", {1, 1}}, {"plan", {1, 1}},
-      {"status", {1, kManyArgs}}, {"list", {0, 0}},  {"watch", {1, 1}},
-      {"cancel", {1, kManyArgs}}, {"logs", {1, 1}},  {"checkpoints", {1, 1}},
-      {"workers", {0, 0}},     {"help", {0, 1}},     {"export", {2, 2}},
-  };
-  return *commands;
-}
-
-void ResetFlags() {
-  absl::SetFlag(&FLAGS_coordinator, "");
-  absl::SetFlag(&FLAGS_json, false);
-  absl::SetFlag(&FLAGS_timeout, absl::Seconds(10));
-  absl::SetFlag(&FLAGS_reconnect_for, absl::Seconds(60));
-  absl::SetFlag(&FLAGS_watch, false);
-  absl::SetFlag(&FLAGS_quiet, false);
-  absl::SetFlag(&FLAGS_every, 1);
-  absl::SetFlag(&FLAGS_limit, 0);
-  absl::SetFlag(&FLAGS_state, "");
-  absl::SetFlag(&FLAGS_reason, "");
-  absl::SetFlag(&FLAGS_workers, 0);
-  absl::SetFlag(&FLAGS_hosts, 1);
-  absl::SetFlag(&FLAGS_resume, false);
-  absl::SetFlag(&FLAGS_steps, 0);
-  absl::SetFlag(&FLAGS_rank, -1);
-  absl::SetFlag(&FLAGS_follow, false);
-  absl::SetFlag(&FLAGS_forget, "");
-}
-
-// "RUNNING,queued" -> {RUNNING, QUEUED}; INVALID_ARGUMENT naming the unknown state.
-absl::StatusOr<std::vector<JobState>> ParseStates(absl::string_view text) {
-  std::vector<JobState> states;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    JobState state;
-    const std::string name = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(part));
-    if (!JobState_Parse(name, &state) || state == JOB_STATE_UNSPECIFIED) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bad value for --state: '", part,
-          "' is not a job state (QUEUED, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED)"));
-    }
-    states.push_back(state);
-  }
-  if (states.empty()) return absl::InvalidArgumentError("--state needs at least one state");
-  return states;
-}
 
 // Prints a failed call and returns its exit code.
 int Fail(const absl::Status& status, const Invocation& inv, Output& output) {
@@ -226,8 +123,14 @@ class Watcher {
       if (++events_in_stream_ <= events_printed_) return;
       ++events_printed_;
     }
+    // --quiet and --every choose the lines in both modes.
+    if (inv_.quiet && !u.has_state_change()) return;
+    if (u.has_step() && u.step().step() % inv_.every != 0 &&
+        u.step().step() != job_.spec().steps()) {
+      return;
+    }
     if (inv_.json) {
-      output_.out << ToJsonLine(u) << "\n";
+      output_.out << WatchJsonLine(u) << "\n";
       output_.out.flush();
       return;
     }
@@ -237,9 +140,6 @@ class Watcher {
         PrintLine(StateChangeLine(job_.id(), u.state_change()));
       }
     } else if (u.has_step()) {
-      if (inv_.quiet) return;
-      const int64_t step = u.step().step();
-      if (step % inv_.every != 0 && step != job_.spec().steps()) return;
       Job shown = job_;
       *shown.mutable_latest() = u.step();
       shown.set_state(RUNNING);  // steps are reported while running, also when replayed
@@ -251,7 +151,7 @@ class Watcher {
         output_.out << line << "\n";
       }
       output_.out.flush();
-    } else if (u.update_case() == JobUpdate::kEvent && !inv_.quiet) {
+    } else if (u.update_case() == JobUpdate::kEvent) {
       PrintLine(absl::StrCat(job_.id(), " event: ", u.event()));
     }
   }
@@ -541,200 +441,6 @@ std::optional<std::string> JobIdFromArgument(const std::string& arg) {
   return std::nullopt;
 }
 
-absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
-                                          const char* env_coordinator) {
-  ResetFlags();
-  Invocation inv;
-  std::vector<std::string> positional;
-  std::set<std::string> set_flags;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--") {
-      positional.insert(positional.end(), args.begin() + i + 1, args.end());
-      break;
-    }
-    if (arg.size() < 2 || arg[0] != '-') {
-      positional.push_back(arg);
-      continue;
-    }
-    absl::string_view body = arg;
-    if (!absl::ConsumePrefix(&body, "--")) absl::ConsumePrefix(&body, "-");
-    const size_t eq = body.find('=');
-    std::string name(body.substr(0, eq));
-    std::optional<std::string> value;
-    if (eq != absl::string_view::npos) value = std::string(body.substr(eq + 1));
-    if (name == "help" || name == "h") {
-      inv.help = true;
-      continue;
-    }
-    auto rule = FlagRules().find(name);
-    if (rule == FlagRules().end() && absl::StartsWith(name, "no") && !value.has_value()) {
-      auto negated = FlagRules().find(name.substr(2));
-      if (negated != FlagRules().end() && negated->second.is_bool) {
-        rule = negated;
-        name = name.substr(2);
-        value = "false";
-      }
-    }
-    if (rule == FlagRules().end()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", arg));
-    }
-    if (!value.has_value()) {
-      if (rule->second.is_bool) {
-        value = "true";
-      } else if (i + 1 < args.size()) {
-        value = args[++i];
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
-      }
-    }
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    std::string error;
-    if (flag == nullptr || !flag->ParseFrom(*value, &error)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad value for --", name, ": '", *value, "'",
-                       error.empty() ? "" : absl::StrCat(" (", error, ")")));
-    }
-    set_flags.insert(name);
-  }
-
-  if (positional.empty()) {
-    if (inv.help) {
-      inv.command = "help";
-      return inv;
-    }
-    return absl::InvalidArgumentError("no command given");
-  }
-  inv.command = positional[0];
-  inv.args.assign(positional.begin() + 1, positional.end());
-  auto command = Commands().find(inv.command);
-  if (command == Commands().end()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown command '", inv.command, "'"));
-  }
-  if (inv.command == "help") inv.help = true;
-  if (inv.help) return inv;  // `dtrain watch --help`: the usage, whatever else is missing
-  const auto [min_args, max_args] = command->second;
-  if (static_cast<int>(inv.args.size()) < min_args) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", inv.command, "' needs ",
-        inv.command == "submit" || inv.command == "plan"
-            ? "a job spec file (or - for standard input)"
-        : inv.command == "export" ? "a checkpoint directory and an output file"
-                                  : "a job id (job-000012, 12 or a job name)"));
-  }
-  if (static_cast<int>(inv.args.size()) > max_args) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unexpected argument '", inv.args[max_args], "' for '", inv.command, "'"));
-  }
-  for (const std::string& name : set_flags) {
-    const std::vector<std::string>& only_for = FlagRules().at(name).only_for;
-    if (!only_for.empty() &&
-        std::find(only_for.begin(), only_for.end(), inv.command) == only_for.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " applies to '",
-                                                     absl::StrJoin(only_for, "', '"), "' only"));
-    }
-  }
-
-  inv.coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (inv.coordinator.empty() && env_coordinator != nullptr) inv.coordinator = env_coordinator;
-  if (inv.coordinator.empty()) inv.coordinator = kDefaultCoordinator;
-  inv.json = absl::GetFlag(FLAGS_json);
-  inv.timeout = absl::GetFlag(FLAGS_timeout);
-  inv.reconnect_for = absl::GetFlag(FLAGS_reconnect_for);
-  inv.watch = absl::GetFlag(FLAGS_watch);
-  inv.quiet = absl::GetFlag(FLAGS_quiet);
-  inv.every = absl::GetFlag(FLAGS_every);
-  inv.limit = absl::GetFlag(FLAGS_limit);
-  inv.reason = absl::GetFlag(FLAGS_reason);
-  inv.workers = absl::GetFlag(FLAGS_workers);
-  inv.hosts = absl::GetFlag(FLAGS_hosts);
-  inv.resume = absl::GetFlag(FLAGS_resume);
-  inv.steps = absl::GetFlag(FLAGS_steps);
-  inv.follow = absl::GetFlag(FLAGS_follow);
-  inv.forget = absl::GetFlag(FLAGS_forget);
-  if (set_flags.count("rank") > 0) inv.rank = absl::GetFlag(FLAGS_rank);
-  if (set_flags.count("state") > 0) {
-    ASSIGN_OR_RETURN(inv.states, ParseStates(absl::GetFlag(FLAGS_state)));
-  }
-  if (inv.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--timeout must be positive");
-  }
-  if (inv.reconnect_for < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--reconnect_for must not be negative");
-  }
-  if (inv.limit < 0) return absl::InvalidArgumentError("--limit must not be negative");
-  if (inv.workers < 0) return absl::InvalidArgumentError("--workers must not be negative");
-  if (inv.hosts < 1) return absl::InvalidArgumentError("--hosts must be at least 1");
-  if (inv.every < 1) return absl::InvalidArgumentError("--every must be at least 1");
-  if (inv.steps < 0) return absl::InvalidArgumentError("--steps must not be negative");
-  if (inv.rank.has_value() && *inv.rank < 0) {
-    return absl::InvalidArgumentError("--rank must not be negative");
-  }
-  if (set_flags.count("forget") > 0 && inv.forget.empty()) {
-    return absl::InvalidArgumentError("--forget needs a worker id");
-  }
-  return inv;
-}
-
-std::string Usage() {
-  return R"(dtrain: the command line of the dtrain training service.
-
-usage: dtrain [flags] COMMAND [ARGS]
-
-JOB is a job id (job-000012), its number (12) or a job name that only one job has.
-
-commands:
-  submit JOB.json [--watch]      queue a job (the coordinator validates the spec and lists
-                                 every problem); JOB.json may be - (standard input); --watch
-                                 then follows it like `watch`
-  resubmit JOB [--resume] [--steps=N] [--watch]
-                                 submit JOB's spec again; --resume continues from its last
-                                 sealed checkpoint step, --steps trains to step N instead
-  plan JOB.json [--workers=N] [--hosts=H]
-                                 without a coordinator: validate the spec, place it on N
-                                 hypothetical workers (default dp*pp*tp) over H hosts, simulate
-                                 one step of its pipeline schedule (timeline, bubble, memory)
-  status JOB...                  state, times, progress, checkpoints, output, placement and
-                                 history of one or more jobs
-  list [--state=S1,S2] [--limit=N]
-                                 jobs, newest first; only those in the states given
-  watch JOB [--quiet] [--every=N]
-                                 a live progress line until the job ends, then a summary;
-                                 --quiet: state changes and the summary only; --every=N: every
-                                 Nth step; Ctrl-C stops watching, not the job (exit 130)
-  cancel JOB... [--reason=TEXT]  stop queued or running jobs (one that already ended: a note)
-  logs JOB [--rank=N] [--follow] the job's events and its ranks' warnings and errors;
-                                 --rank: one rank's lines; --follow: until the job ends
-  checkpoints JOB                where the job's checkpoints are and its sealed steps
-  workers [--forget=ID]          registered workers, their jobs and heartbeats; --forget
-                                 removes a LOST worker
-  export CHECKPOINT OUT.safetensors
-                                 without a coordinator: assemble a multi-worker job's sharded
-                                 checkpoint (its directory, using `latest`, or one step_N
-                                 directory) into one GPT-2 safetensors file
-  help                           this text
-
-flags (anywhere on the line):
-  --coordinator=HOST:PORT  the coordinator (default $DTRAIN_COORDINATOR, else 127.0.0.1:7070)
-  --json                   machine-readable output, one JSON object per line (protobuf's JSON
-                           mapping with proto field names; watch: one JobUpdate per line;
-                           logs: one LogEntry per line)
-  --timeout=10s            deadline of every call
-  --reconnect_for=60s      watch: how long to keep reconnecting when the coordinator goes away
-
-exit status:
-  0  success; for watch and submit --watch: the job SUCCEEDED
-  1  the job FAILED
-  2  usage or bad input: bad flag, unreadable or empty file, spec rejected (INVALID_ARGUMENT),
-     a job name that several jobs have; plan: a spec or schedule that cannot run
-  3  the coordinator is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED)
-  4  not found (unknown job id or name, unknown worker)
-  5  the job was CANCELLED
-  6  any other error from the coordinator (e.g. forgetting a worker that is not LOST)
-  130  Ctrl-C while watching: the job keeps running
-)";
-}
-
 int ExitCodeFor(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kOk:
@@ -762,14 +468,25 @@ int ExitCodeForJob(JobState state) {
   }
 }
 
-int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+int RunWithoutCoordinator(const Invocation& inv, Output& output) {
   if (inv.help) {
-    output.out << Usage();
+    output.out << (inv.args.empty() ? Usage() : CommandUsage(inv.args[0]));
     return kExitOk;
   }
+  if (inv.version) {
+    output.out << VersionText("dtrain") << "\n";
+    return kExitOk;
+  }
+  if (inv.command == "plan") return PlanJob(inv, output);
+  if (inv.command == "export") return Export(inv, output);
+  output.err << "dtrain: '" << inv.command << "' needs the coordinator\n";
+  return kExitUsage;
+}
+
+int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  if (!NeedsCoordinator(inv)) return RunWithoutCoordinator(inv, output);
   if (inv.command == "submit") return Submit(inv, stub, output);
   if (inv.command == "resubmit") return Resubmit(inv, stub, output);
-  if (inv.command == "plan") return PlanJob(inv, output);
   if (inv.command == "status") return ShowStatus(inv, stub, output);
   if (inv.command == "list") return List(inv, stub, output);
   if (inv.command == "watch") return Watch(inv, stub, output);
@@ -777,7 +494,6 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   if (inv.command == "logs") return Logs(inv, stub, output);
   if (inv.command == "checkpoints") return Checkpoints(inv, stub, output);
   if (inv.command == "workers") return Workers(inv, stub, output);
-  if (inv.command == "export") return Export(inv, output);
   output.err << "dtrain: unknown command '" << inv.command << "'\n";
   return kExitUsage;
 }

@@ -1,5 +1,6 @@
-// The dtrain CLI's command line and commands. main() parses the arguments, connects a
-// CoordinatorStub and runs the command; everything else lives here so tests can drive it.
+// The dtrain CLI's commands. main() parses the arguments (arguments.h), connects a
+// CoordinatorStub when the command needs one and runs the command; everything else lives here so
+// tests can drive it.
 //
 //   absl::StatusOr<Invocation> inv = ParseArguments({"status", "job-000003", "--json"}, nullptr);
 //   int exit_code = RunInvocation(*inv, *stub, output);
@@ -27,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/arguments.h"
 #include "client/coordinator_stub.h"
 
 namespace dtrain {
@@ -42,47 +44,6 @@ enum ExitCode : int {
   kExitOtherError = 6,
   kExitInterrupted = 130,  // 128 + SIGINT, as a shell reports it
 };
-
-inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
-inline constexpr char kCoordinatorEnv[] = "DTRAIN_COORDINATOR";
-
-// One parsed command line.
-struct Invocation {
-  std::string command;            // submit, resubmit, plan, status, list, watch, cancel, logs,
-                                  // checkpoints, workers, export, help
-  std::vector<std::string> args;  // its positional arguments (status and cancel: several ids)
-  bool help = false;              // --help, or the help command
-  // Global flags.
-  std::string coordinator;        // --coordinator, else $DTRAIN_COORDINATOR, else the default
-  bool json = false;              // --json
-  absl::Duration timeout = absl::Seconds(10);        // --timeout
-  absl::Duration reconnect_for = absl::Seconds(60);  // --reconnect_for
-  // Command flags.
-  bool watch = false;   // submit/resubmit --watch
-  bool quiet = false;   // watch, submit/resubmit --watch: state changes and the summary only
-  int every = 1;        // watch, submit/resubmit --watch: a step line every N steps (>= 1)
-  int limit = 0;        // list --limit
-  std::vector<JobState> states;  // list --state=RUNNING,QUEUED (empty: every state)
-  std::string reason;   // cancel --reason
-  int workers = 0;      // plan --workers (0: dp*pp*tp)
-  int hosts = 1;        // plan --hosts (>= 1)
-  bool resume = false;  // resubmit --resume: resume_from = the job
-  int64_t steps = 0;    // resubmit --steps (0: the job's own)
-  std::optional<int> rank;  // logs --rank (unset: every rank and the coordinator)
-  bool follow = false;  // logs --follow
-  std::string forget;   // workers --forget=ID
-};
-
-// Parses the arguments after argv[0]. Flags (--name=value, --name value, --bool, --nobool;
-// one or two dashes) may appear anywhere; "--" ends them. `env_coordinator` is the value of
-// $DTRAIN_COORDINATOR or null. INVALID_ARGUMENT, naming the flag or argument, for: unknown
-// flags, bad values, a command flag on another command, a missing or extra argument, an unknown
-// command, no command.
-absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
-                                          const char* env_coordinator);
-
-// The usage text (`dtrain help`).
-std::string Usage();
 
 // The job id an argument names without asking the coordinator: "job-000012" as is, "12" ->
 // "job-000012"; nullopt for anything else (a job name, resolved through ListJobs).
@@ -100,9 +61,13 @@ struct Output {
   std::function<void(const std::string& job_id)> on_watch;
 };
 
-// Runs the command against the coordinator (`plan` and `help` never call it); returns the exit
-// code.
+// Runs the command against the coordinator; returns the exit code. Commands that need no
+// coordinator (NeedsCoordinator false: help, version, plan, export) never call it.
 int RunInvocation(const Invocation& invocation, CoordinatorStub& stub, Output& output);
+
+// Runs a command that needs no coordinator (NeedsCoordinator false); main() calls it without
+// building a channel. Exit code 2 for a command that needs one.
+int RunWithoutCoordinator(const Invocation& invocation, Output& output);
 
 // The exit code for a failed call: 2 INVALID_ARGUMENT, 3 UNAVAILABLE / DEADLINE_EXCEEDED,
 // 4 NOT_FOUND, 6 otherwise (0 for OK).

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -311,7 +312,7 @@ TEST(ParseArguments, UsageErrorsNameTheirCause) {
               HasSubstr("needs a checkpoint directory and an output file"));
   EXPECT_THAT(message({"watch", "a", "b"}), HasSubstr("unexpected argument 'b'"));
   EXPECT_THAT(message({"list", "--watch"}),
-              HasSubstr("--watch applies to 'submit', 'resubmit' only"));
+              HasSubstr("--watch applies to 'submit', 'resubmit' only, not 'list'"));
   EXPECT_THAT(message({"list", "--state=RUNING"}), HasSubstr("'RUNING' is not a job state"));
   EXPECT_THAT(message({"watch", "x", "--every=0"}), HasSubstr("--every must be at least 1"));
   EXPECT_THAT(message({"logs", "x", "--rank=-2"}), HasSubstr("--rank must not be negative"));
@@ -432,11 +433,81 @@ TEST_F(CommandsTest, WatchOnATerminalRedrawsInPlace) {
   EXPECT_THAT(out_.str(), HasSubstr("\x1b[K\njob-000001 SUCCEEDED: 3/3 steps"));
 }
 
-TEST_F(CommandsTest, WatchJsonIsOneUpdatePerLine) {
+TEST_F(CommandsTest, WatchJsonIsOneCompactObjectPerStepStateAndEvent) {
   EXPECT_EQ(Run({"watch", "job-000001", "--json"}), 0);
-  const std::string out = out_.str();
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 7) << out;  // 2 states, event, 3 steps, end
-  EXPECT_THAT(out, HasSubstr("\"step\":{\"step\":\"1\""));
+  EXPECT_EQ(out_.str(),
+            "{\"type\":\"state\",\"job\":\"job-000001\",\"state\":\"QUEUED\",\"reason\":\"\","
+            "\"time_unix_ms\":1}\n"
+            "{\"type\":\"state\",\"job\":\"job-000001\",\"state\":\"RUNNING\",\"reason\":\"\","
+            "\"time_unix_ms\":2}\n"
+            "{\"type\":\"event\",\"job\":\"job-000001\",\"text\":\"loaded dataset\"}\n"
+            "{\"type\":\"step\",\"job\":\"job-000001\",\"step\":1,\"loss\":4,\"grad_norm\":0,"
+            "\"lr\":0,\"tokens_per_s\":100,\"time_unix_ms\":1000}\n"
+            "{\"type\":\"step\",\"job\":\"job-000001\",\"step\":2,\"loss\":3,\"grad_norm\":0,"
+            "\"lr\":0,\"tokens_per_s\":100,\"time_unix_ms\":2000}\n"
+            "{\"type\":\"step\",\"job\":\"job-000001\",\"step\":3,\"loss\":2,\"grad_norm\":0,"
+            "\"lr\":0,\"tokens_per_s\":100,\"time_unix_ms\":3000}\n"
+            "{\"type\":\"state\",\"job\":\"job-000001\",\"state\":\"SUCCEEDED\",\"reason\":\"\","
+            "\"time_unix_ms\":3,\"step\":3,"
+            "\"output\":\"/tmp/jobs/job-000001/model.safetensors\"}\n");
+  EXPECT_THAT(out_.str(), Not(HasSubstr("\"spec\"")));
+}
+
+TEST_F(CommandsTest, WatchJsonKeepsQuietAndEvery) {
+  EXPECT_EQ(Run({"watch", "job-000001", "--json", "--quiet"}), 0);
+  EXPECT_THAT(out_.str(), Not(HasSubstr("\"type\":\"step\"")));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("\"type\":\"event\"")));
+  EXPECT_THAT(out_.str(), HasSubstr("\"state\":\"SUCCEEDED\""));
+  EXPECT_EQ(Run({"watch", "job-000001", "--json", "--every=2"}), 0);
+  EXPECT_THAT(out_.str(), Not(HasSubstr("\"step\":1,")));
+  EXPECT_THAT(out_.str(), HasSubstr("\"step\":2,"));
+  EXPECT_THAT(out_.str(), HasSubstr("\"step\":3,"));
+}
+
+TEST_F(CommandsTest, SubmitWatchJsonPrintsTheJobThenCompactLines) {
+  const std::string path = ::testing::TempDir() + "/good-json.json";
+  std::ofstream(path) << "{\"steps\": 3}";
+  EXPECT_EQ(Run({"submit", path, "--watch", "--json"}), 0);
+  const std::vector<std::string> lines = absl::StrSplit(out_.str(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 8u) << out_.str();  // the Job, 3 state changes, an event, 3 steps
+  EXPECT_THAT(lines[0], HasSubstr("\"spec\""));  // submit --json: the whole Job
+  for (size_t i = 1; i < lines.size(); ++i) {
+    EXPECT_THAT(lines[i], Not(HasSubstr("\"spec\""))) << lines[i];
+    EXPECT_THAT(lines[i], HasSubstr("\"type\":")) << lines[i];
+  }
+}
+
+TEST_F(CommandsTest, VersionAndHelpNeedNoCoordinator) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"version"}, {"--version"}, {"help"}, {"help", "watch"}, {"watch", "--help"}}) {
+    absl::StatusOr<Invocation> inv = ParseArguments(args, nullptr);
+    ASSERT_TRUE(inv.ok()) << inv.status();
+    EXPECT_FALSE(NeedsCoordinator(*inv)) << args[0];
+    std::ostringstream out, err;
+    Output output{out, err, false};
+    EXPECT_EQ(RunWithoutCoordinator(*inv, output), 0) << args[0];
+    EXPECT_EQ(err.str(), "") << args[0];
+  }
+  absl::StatusOr<Invocation> inv = ParseArguments({"--version"}, nullptr);
+  std::ostringstream out, err;
+  Output output{out, err, false};
+  RunWithoutCoordinator(*inv, output);
+  EXPECT_THAT(out.str(), HasSubstr("dtrain 0."));
+  EXPECT_THAT(out.str(), HasSubstr("(commit "));
+  inv = ParseArguments({"help", "watch"}, nullptr);
+  out.str("");
+  RunWithoutCoordinator(*inv, output);
+  EXPECT_THAT(out.str(), HasSubstr("usage: dtrain [flags] watch JOB [--quiet] [--every=N]"));
+}
+
+TEST_F(CommandsTest, ACommandThatNeedsTheCoordinatorIsNotRunWithoutIt) {
+  absl::StatusOr<Invocation> inv = ParseArguments({"list"}, nullptr);
+  ASSERT_TRUE(inv.ok());
+  EXPECT_TRUE(NeedsCoordinator(*inv));
+  std::ostringstream out, err;
+  Output output{out, err, false};
+  EXPECT_EQ(RunWithoutCoordinator(*inv, output), 2);
+  EXPECT_THAT(err.str(), HasSubstr("'list' needs the coordinator"));
 }
 
 TEST_F(CommandsTest, WatchReconnectsAfterTheLastStepSeen) {

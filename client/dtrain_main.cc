@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "client/arguments.h"
 #include "client/commands.h"
 #include "client/coordinator_stub.h"
 #include "client/format.h"
@@ -60,12 +61,15 @@ int main(int argc, char** argv) {
               << "Run 'dtrain help' for usage.\n";
     return kExitUsage;
   }
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  Output output{std::cout, std::cerr, tty, &std::cin};
+  // help, version, plan and export build no channel (so no resolver complains about an address
+  // they never use).
+  if (!NeedsCoordinator(*inv)) return RunWithoutCoordinator(*inv, output);
   StubOptions options;
   options.timeout = inv->timeout;
   options.reconnect_for = inv->reconnect_for;
   std::unique_ptr<CoordinatorStub> stub = CoordinatorStub::Connect(inv->coordinator, options);
-  const bool tty = isatty(STDOUT_FILENO) == 1;
-  Output output{std::cout, std::cerr, tty, &std::cin};
   output.on_watch = [&](const std::string& job_id) {
     ArmInterruptNote(job_id, inv->coordinator, tty);
   };

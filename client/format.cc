@@ -1,6 +1,7 @@
 #include "client/format.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
+#include "google/protobuf/wrappers.pb.h"
 
 namespace dtrain {
 namespace client {
@@ -447,6 +449,63 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
   // Printing a valid message cannot fail; an empty object is the fallback.
   if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
   return out;
+}
+
+namespace {
+
+// `text` as a JSON string literal, escaped by protobuf's JSON printer (a StringValue prints as
+// its bare string).
+std::string JsonString(const std::string& text) {
+  google::protobuf::StringValue value;
+  value.set_value(text);
+  std::string out;
+  if (!google::protobuf::util::MessageToJsonString(value, &out).ok()) return "\"\"";
+  return out;
+}
+
+// The shortest text that reads back as `value`, in %g's style (0.0006, not 6e-04); null for NaN
+// and infinities (not JSON).
+std::string JsonNumber(double value) {
+  if (!std::isfinite(value)) return "null";
+  char text[32];
+  const std::to_chars_result end =
+      std::to_chars(text, text + sizeof(text), value, std::chars_format::general);
+  return std::string(text, end.ptr);
+}
+
+}  // namespace
+
+std::string WatchJsonLine(const JobUpdate& update) {
+  const Job& job = update.job();
+  const char* type = update.has_step()           ? "step"
+                     : update.has_state_change() ? "state"
+                     : update.update_case() == JobUpdate::kEvent ? "event"
+                                                                 : "job";
+  std::string line = absl::StrCat("{\"type\":\"", type, "\",\"job\":", JsonString(job.id()));
+  auto field = [&line](absl::string_view name, const std::string& json) {
+    absl::StrAppend(&line, ",\"", name, "\":", json);
+  };
+  if (update.has_step()) {
+    const StepMetrics& m = update.step();
+    field("step", absl::StrCat(m.step()));
+    field("loss", JsonNumber(m.loss()));
+    field("grad_norm", JsonNumber(m.grad_norm()));
+    field("lr", JsonNumber(m.learning_rate()));
+    field("tokens_per_s", JsonNumber(m.tokens_per_s()));
+    field("time_unix_ms", absl::StrCat(m.time_unix_ms()));
+  } else if (update.has_state_change()) {
+    const StateChange& c = update.state_change();
+    field("state", JsonString(JobStateName(c.state())));
+    field("reason", JsonString(c.reason()));
+    field("time_unix_ms", absl::StrCat(c.time_unix_ms()));
+    if (IsFinalState(c.state())) {
+      field("step", absl::StrCat(job.latest().step()));
+      field("output", JsonString(job.output()));
+    }
+  } else if (update.update_case() == JobUpdate::kEvent) {
+    field("text", JsonString(update.event()));
+  }
+  return line + "}";
 }
 
 }  // namespace client

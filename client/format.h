@@ -136,6 +136,17 @@ std::vector<std::string> SplitProblems(const std::string& message);
 // A message as one line of JSON (proto field names, defaults included, enums by name).
 std::string ToJsonLine(const google::protobuf::Message& message);
 
+// One line of `dtrain watch --json`: a compact object per update, without the job (and its spec)
+// that every JobUpdate carries. The schema is a contract for scripts (client/README.md):
+//   {"type":"step","job":"job-000003","step":12,"loss":2.9312,"grad_norm":0.81,"lr":0.0006,
+//    "tokens_per_s":4120.5,"time_unix_ms":1714572207120}
+//   {"type":"state","job":"job-000003","state":"RUNNING","reason":"worker w1 running",
+//    "time_unix_ms":1714572207120}  (a final state adds "step", the last one, and "output")
+//   {"type":"event","job":"job-000003","text":"worker w1 (dp0 pp0 tp0): loaded dataset ..."}
+// Integers are JSON numbers (protobuf's mapping would quote 64-bit ones); a NaN or infinite
+// number is null; an update with nothing in it is {"type":"job","job":"job-000003"}.
+std::string WatchJsonLine(const JobUpdate& update);
+
 }  // namespace client
 }  // namespace dtrain
 

@@ -342,6 +342,52 @@ TEST(ToJsonLine, ProtoFieldNamesDefaultsAndEnumNames) {
   EXPECT_EQ(json.find('\n'), std::string::npos) << json;
 }
 
+TEST(WatchJsonLine, StepIsCompactWithNumbersNotStrings) {
+  JobUpdate u;
+  u.mutable_job()->set_id("job-000003");
+  u.mutable_job()->mutable_spec()->set_name("not printed");
+  StepMetrics* m = u.mutable_step();
+  m->set_step(12);
+  m->set_loss(2.5);
+  m->set_grad_norm(0.125);
+  m->set_learning_rate(0.0006);
+  m->set_tokens_per_s(4120.5);
+  m->set_time_unix_ms(1714572207120);
+  EXPECT_EQ(WatchJsonLine(u),
+            "{\"type\":\"step\",\"job\":\"job-000003\",\"step\":12,\"loss\":2.5,"
+            "\"grad_norm\":0.125,\"lr\":0.0006,\"tokens_per_s\":4120.5,"
+            "\"time_unix_ms\":1714572207120}");
+}
+
+TEST(WatchJsonLine, NonFiniteNumbersAreNull) {
+  JobUpdate u;
+  u.mutable_job()->set_id("job-000003");
+  u.mutable_step()->set_step(1);
+  u.mutable_step()->set_loss(std::nan(""));
+  u.mutable_step()->set_grad_norm(INFINITY);
+  EXPECT_NE(WatchJsonLine(u).find("\"loss\":null,\"grad_norm\":null,"), std::string::npos)
+      << WatchJsonLine(u);
+}
+
+TEST(WatchJsonLine, StateAndEventTextIsEscaped) {
+  JobUpdate u;
+  u.mutable_job()->set_id("job-000003");
+  u.mutable_job()->set_output("/srv/\"x\"/model.safetensors");
+  u.mutable_job()->mutable_latest()->set_step(40);
+  u.mutable_state_change()->set_state(FAILED);
+  u.mutable_state_change()->set_reason("worker w2 lost\nno heartbeat");
+  u.mutable_state_change()->set_time_unix_ms(5);
+  EXPECT_EQ(WatchJsonLine(u),
+            "{\"type\":\"state\",\"job\":\"job-000003\",\"state\":\"FAILED\","
+            "\"reason\":\"worker w2 lost\\nno heartbeat\",\"time_unix_ms\":5,\"step\":40,"
+            "\"output\":\"/srv/\\\"x\\\"/model.safetensors\"}");
+  JobUpdate e;
+  e.mutable_job()->set_id("job-000003");
+  e.set_event("loaded \"data\"");
+  EXPECT_EQ(WatchJsonLine(e),
+            "{\"type\":\"event\",\"job\":\"job-000003\",\"text\":\"loaded \\\"data\\\"\"}");
+}
+
 }  // namespace
 }  // namespace client
 }  // namespace dtrain

@@ -1,0 +1,470 @@
+#include "client/arguments.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/flags/marshalling.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+
+namespace dtrain {
+namespace client {
+namespace {
+
+constexpr int kManyArgs = 1000;
+constexpr char kJobArgument[] = "a job id (job-000012, 12 or a job name)";
+const std::vector<std::string> kWatching = {"watch", "submit", "resubmit"};
+
+// Help layout: descriptions start at this column and lines end before kWidth.
+constexpr size_t kHelpColumn = 33;
+constexpr size_t kWidth = 96;
+
+// "RUNNING,queued" -> {RUNNING, QUEUED}; INVALID_ARGUMENT naming the unknown state.
+absl::StatusOr<std::vector<JobState>> ParseStates(absl::string_view text) {
+  std::vector<JobState> states;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    JobState state;
+    const std::string name = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(part));
+    if (!JobState_Parse(name, &state) || state == JOB_STATE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad value for --state: '", part,
+          "' is not a job state (QUEUED, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED)"));
+    }
+    states.push_back(state);
+  }
+  return states;
+}
+
+// absl's parser for the flag's type, so values read like every dtrain binary's flags ("10s",
+// "true"); INVALID_ARGUMENT naming the flag and the value.
+template <typename T>
+absl::Status ParseTyped(const FlagInfo& flag, absl::string_view text, T* value) {
+  std::string error;
+  if (absl::ParseFlag(text, value, &error)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("bad value for --", flag.name, ": '", text, "'",
+                                                 error.empty() ? "" : " (" + error + ")"));
+}
+
+// Stores `text` as the flag's value in `inv`.
+absl::Status SetValue(const FlagInfo& flag, absl::string_view text, Invocation& inv) {
+  struct Setter {
+    const FlagInfo& flag;
+    absl::string_view text;
+    Invocation& inv;
+    absl::Status operator()(bool Invocation::*m) { return ParseTyped(flag, text, &(inv.*m)); }
+    absl::Status operator()(int Invocation::*m) { return ParseTyped(flag, text, &(inv.*m)); }
+    absl::Status operator()(int64_t Invocation::*m) { return ParseTyped(flag, text, &(inv.*m)); }
+    absl::Status operator()(absl::Duration Invocation::*m) {
+      return ParseTyped(flag, text, &(inv.*m));
+    }
+    absl::Status operator()(std::string Invocation::*m) {
+      inv.*m = std::string(text);
+      return absl::OkStatus();
+    }
+    absl::Status operator()(std::vector<JobState> Invocation::*m) {
+      ASSIGN_OR_RETURN(inv.*m, ParseStates(text));
+      return absl::OkStatus();
+    }
+    absl::Status operator()(std::optional<int> Invocation::*m) {
+      if (text.empty()) {
+        (inv.*m).reset();
+        return absl::OkStatus();
+      }
+      int value = 0;
+      RETURN_IF_ERROR(ParseTyped(flag, text, &value));
+      inv.*m = value;
+      return absl::OkStatus();
+    }
+  };
+  return std::visit(Setter{flag, text, inv}, flag.target);
+}
+
+// The flag's value in `inv` as a number, for its bound; nullopt for flags that are not numbers.
+std::optional<double> NumericValue(const FlagInfo& flag, const Invocation& inv) {
+  if (auto m = std::get_if<int Invocation::*>(&flag.target)) return inv.**m;
+  if (auto m = std::get_if<int64_t Invocation::*>(&flag.target)) return inv.**m;
+  if (auto m = std::get_if<std::optional<int> Invocation::*>(&flag.target)) {
+    if ((inv.**m).has_value()) return *(inv.**m);
+  }
+  if (auto m = std::get_if<absl::Duration Invocation::*>(&flag.target)) {
+    return absl::ToDoubleSeconds(inv.**m);
+  }
+  return std::nullopt;
+}
+
+bool IsEmptyValue(const FlagInfo& flag, const Invocation& inv) {
+  if (auto m = std::get_if<std::string Invocation::*>(&flag.target)) return (inv.**m).empty();
+  if (auto m = std::get_if<std::vector<JobState> Invocation::*>(&flag.target)) {
+    return (inv.**m).empty();
+  }
+  return false;
+}
+
+// OK when the flag's value in `inv` keeps its bound; else INVALID_ARGUMENT saying the rule.
+absl::Status CheckBound(const FlagInfo& flag, const Invocation& inv) {
+  const std::optional<double> number = NumericValue(flag, inv);
+  const char* rule = nullptr;
+  switch (flag.bound) {
+    case FlagBound::kAny:
+      break;
+    case FlagBound::kNotNegative:
+      if (number.has_value() && *number < 0) rule = "must not be negative";
+      break;
+    case FlagBound::kPositive:
+      if (number.has_value() && *number <= 0) rule = "must be positive";
+      break;
+    case FlagBound::kAtLeastOne:
+      if (number.has_value() && *number < 1) rule = "must be at least 1";
+      break;
+    case FlagBound::kNotEmpty:
+      if (IsEmptyValue(flag, inv)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag.name, " needs a value (", flag.value_name, ")"));
+      }
+      break;
+  }
+  if (rule == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--", flag.name, " ", rule));
+}
+
+bool IsBool(const FlagInfo& flag) {
+  return std::holds_alternative<bool Invocation::*>(flag.target);
+}
+
+const FlagInfo* FindFlag(absl::string_view name) {
+  for (const FlagInfo& flag : Flags()) {
+    if (flag.name == name) return &flag;
+  }
+  return nullptr;
+}
+
+bool TakesFlag(const CommandInfo& command, const FlagInfo& flag) {
+  return flag.commands.empty() || std::find(flag.commands.begin(), flag.commands.end(),
+                                            command.name) != flag.commands.end();
+}
+
+// `text` as lines of at most kWidth columns, every line but the first indented by `indent`
+// columns; the first continues a line already `first_column` wide.
+std::string Wrap(absl::string_view text, size_t first_column, size_t indent) {
+  std::string out;
+  size_t column = first_column;
+  bool line_empty = true;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!line_empty && column + 1 + word.size() > kWidth) {
+      absl::StrAppend(&out, "\n", std::string(indent, ' '));
+      column = indent;
+      line_empty = true;
+    }
+    if (!line_empty) {
+      out += ' ';
+      ++column;
+    }
+    absl::StrAppend(&out, word);
+    column += word.size();
+    line_empty = false;
+  }
+  return out;
+}
+
+// "  name  help", the help wrapped at kHelpColumn (on the next line when the name is too wide).
+std::string HelpRow(const std::string& name, const std::string& help) {
+  std::string row = absl::StrCat("  ", name);
+  if (row.size() + 1 > kHelpColumn) {
+    absl::StrAppend(&row, "\n", std::string(kHelpColumn, ' '));
+  } else {
+    row.resize(kHelpColumn, ' ');
+  }
+  absl::StrAppend(&row, Wrap(help, kHelpColumn, kHelpColumn), "\n");
+  return row;
+}
+
+// "--every=N", "--watch".
+std::string FlagSynopsis(const FlagInfo& flag) {
+  return IsBool(flag) ? absl::StrCat("--", flag.name)
+                      : absl::StrCat("--", flag.name, "=", flag.value_name);
+}
+
+// "watch JOB [--quiet] [--every=N]".
+std::string CommandSynopsis(const CommandInfo& command) {
+  std::string synopsis = command.name;
+  if (*command.args != '\0') absl::StrAppend(&synopsis, " ", command.args);
+  for (const FlagInfo& flag : Flags()) {
+    if (!flag.commands.empty() && TakesFlag(command, flag)) {
+      absl::StrAppend(&synopsis, " [", FlagSynopsis(flag), "]");
+    }
+  }
+  return synopsis;
+}
+
+// One flag's help row: its synopsis, help, the commands that take it and its default.
+std::string FlagRow(const FlagInfo& flag, bool name_commands) {
+  std::string help = flag.help;
+  if (name_commands && !flag.commands.empty()) {
+    help = absl::StrCat(absl::StrJoin(flag.commands, ", "), ": ", help);
+  }
+  const std::string shown_default =
+      *flag.default_text != '\0' ? flag.default_text : IsBool(flag) ? "" : flag.default_value;
+  if (!shown_default.empty()) absl::StrAppend(&help, " (default ", shown_default, ")");
+  return HelpRow(FlagSynopsis(flag), help);
+}
+
+std::string GlobalFlagRows() {
+  std::string rows;
+  for (const FlagInfo& flag : Flags()) {
+    if (flag.commands.empty()) rows += FlagRow(flag, false);
+  }
+  return rows;
+}
+
+constexpr char kExitCodes[] = R"(exit status:
+  0  success; for watch and submit --watch: the job SUCCEEDED
+  1  the job FAILED
+  2  usage or bad input: bad flag, unreadable or empty file, spec rejected (INVALID_ARGUMENT),
+     a job name that several jobs have; plan: a spec or schedule that cannot run
+  3  the coordinator is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED)
+  4  not found (unknown job id or name, unknown worker)
+  5  the job was CANCELLED
+  6  any other error from the coordinator (e.g. forgetting a worker that is not LOST)
+  130  Ctrl-C while watching: the job keeps running
+)";
+
+}  // namespace
+
+const std::vector<CommandInfo>& Commands() {
+  static const auto* commands = new std::vector<CommandInfo>{
+      {"submit", "JOB.json", 1, 1, "a job spec file (or - for standard input)", true,
+       "queue a job (the coordinator validates the spec and lists every problem); JOB.json may "
+       "be - (standard input); --watch then follows it like `watch`"},
+      {"resubmit", "JOB", 1, 1, kJobArgument, true,
+       "submit JOB's spec again; --resume continues from its last sealed checkpoint step, "
+       "--steps trains to step N instead"},
+      {"plan", "JOB.json", 1, 1, "a job spec file (or - for standard input)", false,
+       "without a coordinator: validate the spec, place it on N hypothetical workers (default "
+       "dp*pp*tp) over H hosts, simulate one step of its pipeline schedule (timeline, bubble, "
+       "memory)"},
+      {"status", "JOB...", 1, kManyArgs, kJobArgument, true,
+       "state, times, progress, checkpoints, output, placement and history of one or more jobs"},
+      {"list", "", 0, 0, "", true, "jobs, newest first; only those in the states given"},
+      {"watch", "JOB", 1, 1, kJobArgument, true,
+       "a live progress line until the job ends, then a summary; --json: one compact object per "
+       "step, state change and event; Ctrl-C stops watching, not the job (exit 130)"},
+      {"cancel", "JOB...", 1, kManyArgs, kJobArgument, true,
+       "stop queued or running jobs (one that already ended: a note)"},
+      {"logs", "JOB", 1, 1, kJobArgument, true,
+       "the job's events and its ranks' warnings and errors"},
+      {"checkpoints", "JOB", 1, 1, kJobArgument, true,
+       "where the job's checkpoints are and its sealed steps"},
+      {"workers", "", 0, 0, "", true, "registered workers, their jobs and heartbeats"},
+      {"export", "CHECKPOINT OUT.safetensors", 2, 2, "a checkpoint directory and an output file",
+       false,
+       "without a coordinator: assemble a multi-worker job's sharded checkpoint (its directory, "
+       "using `latest`, or one step_N directory) into one GPT-2 safetensors file"},
+      {"version", "", 0, 0, "", false, "the version of dtrain and the commit it was built from"},
+      {"help", "[COMMAND]", 0, 1, "", false, "this text, or one command's arguments and flags"},
+  };
+  return *commands;
+}
+
+const std::vector<FlagInfo>& Flags() {
+  using I = Invocation;
+  static const auto* flags = new std::vector<FlagInfo>{
+      // Flags of every command.
+      {"coordinator", &I::coordinator, "HOST:PORT", "", "$DTRAIN_COORDINATOR, else 127.0.0.1:7070",
+       FlagBound::kAny, {}, "the coordinator"},
+      {"json", &I::json, "", "false", "", FlagBound::kAny, {},
+       "machine-readable output, one JSON object per line (client/README.md)"},
+      {"timeout", &I::timeout, "DURATION", "10s", "", FlagBound::kPositive, {},
+       "deadline of every call; also how long a watch stream may take to answer"},
+      {"reconnect_for", &I::reconnect_for, "DURATION", "60s", "", FlagBound::kNotNegative, {},
+       "watch: how long to keep reconnecting when the coordinator goes away"},
+      {"help", &I::help, "", "false", "", FlagBound::kAny, {},
+       "this text; with a command, that command's help (also -h)"},
+      {"version", &I::version, "", "false", "", FlagBound::kAny, {},
+       "print the version and the commit dtrain was built from"},
+      // Flags of some commands.
+      {"watch", &I::watch, "", "false", "", FlagBound::kAny, {"submit", "resubmit"},
+       "then follow the job to its end, like `watch`"},
+      {"quiet", &I::quiet, "", "false", "", FlagBound::kAny, kWatching,
+       "state changes and the summary only"},
+      {"every", &I::every, "N", "1", "", FlagBound::kAtLeastOne, kWatching,
+       "a step line every N steps (and the last)"},
+      {"state", &I::states, "S1,S2", "", "every state", FlagBound::kNotEmpty, {"list"},
+       "only jobs in these states: QUEUED, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED (any "
+       "case)"},
+      {"limit", &I::limit, "N", "0", "0: the coordinator's, which is 100",
+       FlagBound::kNotNegative, {"list"}, "at most N jobs"},
+      {"reason", &I::reason, "TEXT", "", "'cancelled by user'", FlagBound::kAny, {"cancel"},
+       "why, recorded in the jobs' history"},
+      {"resume", &I::resume, "", "false", "", FlagBound::kAny, {"resubmit"},
+       "continue from the job's last sealed checkpoint step"},
+      {"steps", &I::steps, "N", "0", "0: the job's own", FlagBound::kNotNegative, {"resubmit"},
+       "train to step N instead"},
+      {"rank", &I::rank, "N", "", "every rank and the coordinator", FlagBound::kNotNegative,
+       {"logs"}, "only this rank's lines"},
+      {"follow", &I::follow, "", "false", "", FlagBound::kAny, {"logs"},
+       "keep printing new lines until the job ends"},
+      {"forget", &I::forget, "WORKER_ID", "", "", FlagBound::kNotEmpty, {"workers"},
+       "remove this LOST worker from the registry"},
+      {"workers", &I::workers, "N", "0", "0: dp*pp*tp", FlagBound::kNotNegative, {"plan"},
+       "hypothetical workers w0..wN-1 to place on"},
+      {"hosts", &I::hosts, "H", "1", "", FlagBound::kAtLeastOne, {"plan"},
+       "host labels h0..hH-1, the workers spread over them in blocks of ceil(N/H)"},
+  };
+  return *flags;
+}
+
+const CommandInfo* FindCommand(const std::string& name) {
+  for (const CommandInfo& command : Commands()) {
+    if (command.name == name) return &command;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
+                                          const char* env_coordinator) {
+  Invocation inv;
+  for (const FlagInfo& flag : Flags()) {
+    // A default that does not parse is a bug in the table, not a usage error.
+    const absl::Status status = SetValue(flag, flag.default_value, inv);
+    if (!status.ok()) return absl::InternalError(absl::StrCat("flag table: ", status.message()));
+  }
+  std::vector<std::string> positional;
+  std::set<const FlagInfo*> set_flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      positional.insert(positional.end(), args.begin() + i + 1, args.end());
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') {
+      positional.push_back(arg);
+      continue;
+    }
+    absl::string_view body = arg;
+    if (!absl::ConsumePrefix(&body, "--")) absl::ConsumePrefix(&body, "-");
+    const size_t eq = body.find('=');
+    std::string name(body.substr(0, eq));
+    std::optional<std::string> value;
+    if (eq != absl::string_view::npos) value = std::string(body.substr(eq + 1));
+    if (name == "h") name = "help";
+    const FlagInfo* flag = FindFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no") && !value.has_value()) {
+      flag = FindFlag(name.substr(2));
+      if (flag != nullptr && !IsBool(*flag)) flag = nullptr;
+      if (flag != nullptr) value = "false";
+    }
+    if (flag == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag ", arg));
+    if (!value.has_value()) {
+      if (IsBool(*flag)) {
+        value = "true";
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+      }
+    }
+    RETURN_IF_ERROR(SetValue(*flag, *value, inv));
+    set_flags.insert(flag);
+  }
+
+  if (!positional.empty()) {
+    inv.command = positional[0];
+    inv.args.assign(positional.begin() + 1, positional.end());
+  } else if (inv.help) {
+    inv.command = "help";
+  } else if (inv.version) {
+    inv.command = "version";
+  } else {
+    return absl::InvalidArgumentError("no command given");
+  }
+  const CommandInfo* command = FindCommand(inv.command);
+  if (command == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown command '", inv.command, "'"));
+  }
+  // `dtrain watch --help` is `dtrain help watch`, whatever else the line lacks.
+  if (inv.help && inv.command != "help") {
+    inv.args = {inv.command};
+    inv.command = "help";
+    command = FindCommand(inv.command);
+  }
+  inv.help = inv.command == "help";
+  inv.version = inv.version || inv.command == "version";
+  if (inv.help && inv.args.size() == 1 && FindCommand(inv.args[0]) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown command '", inv.args[0], "' (dtrain help lists them)"));
+  }
+  const int given = static_cast<int>(inv.args.size());
+  if (given < command->min_args) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", inv.command, "' needs ", command->missing));
+  }
+  if (given > command->max_args) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected argument '",
+                                                   inv.args[command->max_args], "' for '",
+                                                   inv.command, "'"));
+  }
+  if (inv.help || inv.version) return inv;
+  for (const FlagInfo* flag : set_flags) {
+    if (!TakesFlag(*command, *flag)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "flag --", flag->name, " applies to '", absl::StrJoin(flag->commands, "', '"),
+          "' only, not '", inv.command, "'"));
+    }
+  }
+  for (const FlagInfo* flag : set_flags) RETURN_IF_ERROR(CheckBound(*flag, inv));
+
+  if (inv.coordinator.empty() && env_coordinator != nullptr) inv.coordinator = env_coordinator;
+  if (inv.coordinator.empty()) inv.coordinator = kDefaultCoordinator;
+  return inv;
+}
+
+bool NeedsCoordinator(const Invocation& invocation) {
+  if (invocation.help || invocation.version) return false;
+  const CommandInfo* command = FindCommand(invocation.command);
+  return command == nullptr || command->needs_coordinator;
+}
+
+std::string Usage() {
+  std::string usage = R"(dtrain: the command line of the dtrain training service.
+
+usage: dtrain [flags] COMMAND [ARGS]
+       dtrain help COMMAND   (one command's arguments and flags)
+
+JOB is a job id (job-000012), its number (12) or a job name that only one job has.
+
+commands:
+)";
+  for (const CommandInfo& command : Commands()) {
+    usage += HelpRow(CommandSynopsis(command), command.help);
+  }
+  absl::StrAppend(&usage, "\nflags of every command (anywhere on the line):\n", GlobalFlagRows(),
+                  "\nflags of some commands:\n");
+  for (const FlagInfo& flag : Flags()) {
+    if (!flag.commands.empty()) usage += FlagRow(flag, /*name_commands=*/true);
+  }
+  absl::StrAppend(&usage, "\n", kExitCodes);
+  return usage;
+}
+
+std::string CommandUsage(const std::string& name) {
+  const CommandInfo* command = FindCommand(name);
+  if (command == nullptr) return Usage();
+  std::string usage = absl::StrCat("usage: dtrain [flags] ", CommandSynopsis(*command), "\n\n",
+                                   Wrap(command->help, 0, 0), "\n");
+  std::string own;
+  for (const FlagInfo& flag : Flags()) {
+    if (!flag.commands.empty() && TakesFlag(*command, flag)) own += FlagRow(flag, false);
+  }
+  if (!own.empty()) absl::StrAppend(&usage, "\nflags of ", command->name, ":\n", own);
+  absl::StrAppend(&usage, "\nflags of every command:\n", GlobalFlagRows(),
+                  "\n'dtrain help' lists every command and the exit codes.\n");
+  return usage;
+}
+
+}  // namespace client
+}  // namespace dtrain

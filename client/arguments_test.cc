@@ -1,0 +1,156 @@
+// The command line as specifications: the tables drive parsing, validation and every help text.
+#include "client/arguments.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain {
+namespace client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string ErrorOf(const std::vector<std::string>& args) {
+  absl::StatusOr<Invocation> inv = ParseArguments(args, nullptr);
+  EXPECT_EQ(inv.status().code(), absl::StatusCode::kInvalidArgument) << args[0];
+  return std::string(inv.status().message());
+}
+
+TEST(Arguments, DefaultsComeFromTheFlagTable) {
+  absl::StatusOr<Invocation> inv = ParseArguments({"list"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->timeout, absl::Seconds(10));
+  EXPECT_EQ(inv->reconnect_for, absl::Seconds(60));
+  EXPECT_EQ(inv->every, 1);
+  EXPECT_EQ(inv->hosts, 1);
+  EXPECT_EQ(inv->limit, 0);
+  EXPECT_FALSE(inv->rank.has_value());
+  EXPECT_TRUE(inv->states.empty());
+  EXPECT_FALSE(inv->json);
+  EXPECT_EQ(inv->coordinator, kDefaultCoordinator);
+}
+
+TEST(Arguments, AnEmptyCoordinatorFlagOrEnvironmentMeansTheDefault) {
+  EXPECT_EQ(ParseArguments({"list"}, "")->coordinator, kDefaultCoordinator);
+  EXPECT_EQ(ParseArguments({"--coordinator=", "list"}, "")->coordinator, kDefaultCoordinator);
+  EXPECT_EQ(ParseArguments({"--coordinator=", "list"}, "h:3")->coordinator, "h:3");
+}
+
+TEST(Arguments, EveryTypeParses) {
+  absl::StatusOr<Invocation> inv =
+      ParseArguments({"logs", "7", "--rank", "2", "--follow", "--timeout=1m"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->rank, 2);
+  EXPECT_TRUE(inv->follow);
+  EXPECT_EQ(inv->timeout, absl::Minutes(1));
+  inv = ParseArguments({"resubmit", "7", "--steps=5000000000", "--noresume"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->steps, 5000000000);
+  EXPECT_FALSE(inv->resume);
+  inv = ParseArguments({"list", "--state=running,QUEUED", "-limit=4"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->states, (std::vector<JobState>{RUNNING, QUEUED}));
+  EXPECT_EQ(inv->limit, 4);
+}
+
+TEST(Arguments, AFlagOfAnotherCommandNamesTheCommandsThatTakeIt) {
+  EXPECT_EQ(ErrorOf({"status", "3", "--every=10"}),
+            "flag --every applies to 'watch', 'submit', 'resubmit' only, not 'status'");
+  EXPECT_EQ(ErrorOf({"plan", "a.json", "--follow"}),
+            "flag --follow applies to 'logs' only, not 'plan'");
+}
+
+TEST(Arguments, BoundsNameTheFlagAndTheRule) {
+  EXPECT_EQ(ErrorOf({"list", "--limit=-1"}), "--limit must not be negative");
+  EXPECT_EQ(ErrorOf({"plan", "a.json", "--workers=-1"}), "--workers must not be negative");
+  EXPECT_EQ(ErrorOf({"plan", "a.json", "--hosts=0"}), "--hosts must be at least 1");
+  EXPECT_EQ(ErrorOf({"resubmit", "3", "--steps=-5"}), "--steps must not be negative");
+  EXPECT_EQ(ErrorOf({"list", "--reconnect_for=-1s"}), "--reconnect_for must not be negative");
+  EXPECT_EQ(ErrorOf({"workers", "--forget="}), "--forget needs a value (WORKER_ID)");
+  EXPECT_EQ(ErrorOf({"list", "--state="}), "--state needs a value (S1,S2)");
+  EXPECT_THAT(ErrorOf({"list", "--json=maybe"}), HasSubstr("bad value for --json: 'maybe'"));
+  EXPECT_THAT(ErrorOf({"watch", "3", "--every=often"}),
+              HasSubstr("bad value for --every: 'often'"));
+}
+
+TEST(Arguments, ValueFlagsDoNotNegate) {
+  EXPECT_EQ(ErrorOf({"watch", "3", "--noevery"}), "unknown flag --noevery");
+}
+
+TEST(Arguments, VersionAndHelpNeedNoCommandAndNoCoordinator) {
+  absl::StatusOr<Invocation> inv = ParseArguments({"--version"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->command, "version");
+  EXPECT_FALSE(NeedsCoordinator(*inv));
+  inv = ParseArguments({"list", "--version"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_TRUE(inv->version);
+  EXPECT_FALSE(NeedsCoordinator(*inv));
+  inv = ParseArguments({"-h"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->command, "help");
+  EXPECT_TRUE(inv->args.empty());
+}
+
+TEST(Arguments, HelpOfOneCommand) {
+  absl::StatusOr<Invocation> inv = ParseArguments({"help", "watch"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->args, std::vector<std::string>{"watch"});
+  inv = ParseArguments({"watch", "--help"}, nullptr);  // no JOB: help needs none
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->command, "help");
+  EXPECT_EQ(inv->args, std::vector<std::string>{"watch"});
+  EXPECT_THAT(ErrorOf({"help", "frobnicate"}), HasSubstr("unknown command 'frobnicate'"));
+}
+
+TEST(Arguments, OnlyCommandsThatCallTheCoordinatorNeedIt) {
+  for (const CommandInfo& command : Commands()) {
+    std::vector<std::string> args = {command.name};
+    for (int i = 0; i < command.min_args; ++i) args.push_back("x");
+    absl::StatusOr<Invocation> inv = ParseArguments(args, nullptr);
+    ASSERT_TRUE(inv.ok()) << command.name << ": " << inv.status();
+    const bool offline = std::string(command.name) == "plan" ||
+                         std::string(command.name) == "export" ||
+                         std::string(command.name) == "help" ||
+                         std::string(command.name) == "version";
+    EXPECT_EQ(NeedsCoordinator(*inv), !offline) << command.name;
+  }
+}
+
+TEST(Arguments, TheHelpListsEveryCommandAndFlagWithItsDefault) {
+  const std::string usage = Usage();
+  for (const CommandInfo& command : Commands()) {
+    EXPECT_THAT(usage, HasSubstr(absl::StrCat("\n  ", command.name))) << command.name;
+  }
+  for (const FlagInfo& flag : Flags()) {
+    EXPECT_THAT(usage, HasSubstr(absl::StrCat("--", flag.name))) << flag.name;
+  }
+  EXPECT_THAT(usage, HasSubstr("--timeout=DURATION"));
+  EXPECT_THAT(usage, HasSubstr("(default 10s)"));
+  EXPECT_THAT(usage, HasSubstr("watch, submit, resubmit: a step line every N steps"));
+  EXPECT_THAT(usage, HasSubstr("exit status:"));
+  for (absl::string_view line : absl::StrSplit(usage, '\n')) {
+    EXPECT_LE(line.size(), 96u) << line;
+  }
+}
+
+TEST(Arguments, ACommandsHelpListsItsOwnFlagsAndTheGlobalOnes) {
+  const std::string watch = CommandUsage("watch");
+  EXPECT_THAT(watch, HasSubstr("usage: dtrain [flags] watch JOB [--quiet] [--every=N]\n"));
+  EXPECT_THAT(watch, HasSubstr("flags of watch:\n  --quiet"));
+  EXPECT_THAT(watch, HasSubstr("--every=N"));
+  EXPECT_THAT(watch, HasSubstr("--coordinator=HOST:PORT"));
+  EXPECT_THAT(watch, Not(HasSubstr("--limit")));
+  EXPECT_THAT(CommandUsage("workers"), HasSubstr("--forget=WORKER_ID"));
+  EXPECT_THAT(CommandUsage("version"), Not(HasSubstr("flags of version")));
+}
+
+}  // namespace
+}  // namespace client
+}  // namespace dtrain
