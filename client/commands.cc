@@ -23,7 +23,7 @@
 #include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "common/version.h"
-#include "coordinator/job_spec.h"
+#include "plan/job_plan.h"
 #include "worker/parallel/sharded_checkpoint.h"
 
 namespace dtrain {
@@ -299,15 +299,16 @@ int Export(const Invocation& inv, Output& output) {
   return kExitOk;
 }
 
-// `plan`: the coordinator's own validation and placement, then the schedule simulated; no call.
+// `plan`: the job's plan (the coordinator's SubmitJob makes the same, so `submit` rejects what
+// this rejects, in the same words) placed on hypothetical workers; no call.
 int PlanJob(const Invocation& inv, Output& output) {
   const std::string& path = inv.args[0];
   const std::optional<std::string> contents = ReadSpecFile(path, output);
   if (!contents.has_value()) return kExitUsage;
-  absl::StatusOr<JobSpec> spec = coordinator::ParseAndValidateJobSpecJson(*contents);
-  if (!spec.ok()) {
+  absl::StatusOr<JobPlan> job = plan::ParseJobPlanJson(*contents);
+  if (!job.ok()) {
     output.err << "dtrain: " << path << " is not a valid job spec:\n";
-    absl::string_view message = spec.status().message();
+    absl::string_view message = job.status().message();
     absl::ConsumePrefix(&message, "invalid job spec: ");
     for (const std::string& problem : SplitProblems(std::string(message))) {
       output.err << "  " << problem << "\n";
@@ -317,10 +318,10 @@ int PlanJob(const Invocation& inv, Output& output) {
   PlanOptions options;
   options.workers = inv.workers;
   options.hosts = inv.hosts;
-  absl::StatusOr<Plan> plan = MakePlan(*spec, options);
+  absl::StatusOr<Plan> plan = MakePlan(*job, options);
   if (!plan.ok()) {
-    // Whatever the code (a schedule the layout cannot run, too few workers, a deadlock), the
-    // input is what must change.
+    // Whatever the code (too few --workers or --hosts for the layout), the input is what must
+    // change.
     output.err << "dtrain: " << path << " cannot run: " << plan.status().message() << "\n";
     return kExitUsage;
   }

@@ -7,7 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/format.h"
-#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "plan/job_plan.h"
 
 namespace dtrain {
 namespace client {
@@ -48,12 +49,7 @@ std::string LayersString(const RankAssignment& r) {
 
 std::string Percent(double fraction) { return absl::StrFormat("%.1f%%", 100 * fraction); }
 
-std::string Bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
-  return u == 0 ? absl::StrFormat("%.0f B", bytes) : absl::StrFormat("%.1f %s", bytes, units[u]);
-}
+std::string Bytes(double bytes) { return plan::FormatBytes(bytes); }
 
 char Letter(ActionType t) {
   switch (t) {
@@ -84,16 +80,16 @@ int64_t ActivationBytesPerLayer(const JobSpec& spec) {
   return 4 * b * T * (18 * C + 2 * NH * T + 4);
 }
 
-absl::StatusOr<Plan> MakePlan(const JobSpec& spec, const PlanOptions& options) {
-  return MakePlanWithActions(spec, options, {});
+absl::StatusOr<Plan> MakePlan(const JobPlan& job, const PlanOptions& options) {
+  return MakePlanWithActions(job, options, {});
 }
 
-absl::StatusOr<Plan> MakePlanWithActions(const JobSpec& spec, const PlanOptions& options,
+absl::StatusOr<Plan> MakePlanWithActions(const JobPlan& job, const PlanOptions& options,
                                          const std::vector<std::vector<Action>>& actions) {
   Plan plan;
-  plan.spec = spec;
-  const ParallelLayout& layout = spec.parallel();
-  const int64_t needed = int64_t{layout.dp()} * layout.pp() * layout.tp();
+  plan.job = job;
+  plan.spec = job.spec();
+  const int64_t needed = job.ranks();
   if (options.workers < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--workers=", options.workers, " is negative"));
   }
@@ -111,33 +107,15 @@ absl::StatusOr<Plan> MakePlanWithActions(const JobSpec& spec, const PlanOptions&
     w.set_state(IDLE);
     plan.workers.push_back(w);
   }
-  absl::StatusOr<coordinator::PlacementResult> placed = coordinator::PlaceJob(spec, plan.workers);
+  absl::StatusOr<coordinator::PlacementResult> placed = coordinator::PlaceJob(job, plan.workers);
   if (!placed.ok()) return placed.status();
   plan.placed = *std::move(placed);
 
-  absl::StatusOr<pipeline::ScheduleKind> kind = pipeline::ParseScheduleKind(layout.schedule());
-  if (!kind.ok()) return kind.status();
-  plan.schedule.kind = *kind;
-  plan.schedule.stages = layout.pp();
-  plan.schedule.micro_batches =
-      spec.micro_batch_size() > 0 ? spec.batch_size() / layout.dp() / spec.micro_batch_size() : 0;
-  plan.schedule.virtual_stages = layout.virtual_stages();
-  if (absl::Status valid = pipeline::ValidateSchedule(plan.schedule); !valid.ok()) return valid;
+  plan.schedule = dtrain::plan::ScheduleOf(job);
   const int p = plan.schedule.stages, m = plan.schedule.micro_batches;
   const int v = plan.schedule.virtual_stages;
-
-  for (int s = 0; s < p; ++s) {
-    const double c = plan.placed.placement.stage_costs(s) / v;
-    plan.costs.push_back({c, c, c});
-  }
-  std::vector<std::vector<Action>> lists = actions;
-  for (int s = 0; actions.empty() && s < p; ++s) {
-    absl::StatusOr<std::vector<Action>> a = pipeline::StageActions(plan.schedule, s);
-    if (!a.ok()) return a.status();
-    lists.push_back(*std::move(a));
-  }
-  absl::StatusOr<pipeline::SimResult> sim =
-      pipeline::SimulateActions(lists, m, v, plan.costs, /*latency=*/0);
+  plan.costs = dtrain::plan::SimulationCosts(job);
+  absl::StatusOr<pipeline::SimResult> sim = dtrain::plan::SimulatePlan(job, actions);
   if (!sim.ok()) return sim.status();
   plan.sim = *std::move(sim);
   plan.one_f_one_b_bubble = (p - 1.0) / (m + p - 1.0);
@@ -150,7 +128,7 @@ absl::StatusOr<Plan> MakePlanWithActions(const JobSpec& spec, const PlanOptions&
       pipeline::SimulateSchedule({pipeline::ScheduleKind::kOneFOneB, p, m, 1}, whole, 0);
   if (!baseline.ok()) return baseline.status();
   plan.one_f_one_b_simulated = baseline->bubble_fraction;
-  plan.activation_bytes_per_layer = ActivationBytesPerLayer(spec);
+  plan.activation_bytes_per_layer = ActivationBytesPerLayer(plan.spec);
 
   // Layers live per stage: a chunk's layers from its F to the end of its backward.
   for (int s = 0; s < p; ++s) {
@@ -226,9 +204,12 @@ std::string PlanText(const Plan& plan, const std::string& path) {
     const RankAssignment& r = plan.placed.placement.ranks(i);
     rows.push_back({absl::StrCat(i), absl::StrCat(r.dp_rank()), absl::StrCat(r.pp_rank()),
                     absl::StrCat(r.tp_rank()), r.worker_id(), WorkerHost(plan, r.worker_id()),
-                    LayersString(r)});
+                    LayersString(r),
+                    Bytes(static_cast<double>(plan.job.stages(r.pp_rank()).memory().total()))});
   }
-  absl::StrAppend(&out, FormatTable({"RANK", "DP", "PP", "TP", "WORKER", "HOST", "LAYERS"}, rows));
+  absl::StrAppend(&out, FormatTable({"RANK", "DP", "PP", "TP", "WORKER", "HOST", "LAYERS",
+                                     "MEMORY"},
+                                    rows));
 
   absl::StrAppend(&out, "\nstages (cost: transformer-block forwards per micro-batch):\n");
   rows.clear();
@@ -276,6 +257,24 @@ std::string PlanText(const Plan& plan, const std::string& path) {
     absl::StrAppend(&out, "; simulated on these stages ", Percent(plan.one_f_one_b_simulated));
   }
   absl::StrAppend(&out, "\n");
+  absl::StrAppend(&out, "\nmemory per rank (fp32; the same for every rank of a stage; the "
+                       "coordinator places no rank on a worker with less device memory):\n");
+  rows.clear();
+  for (const StagePlan& stage : plan.job.stages()) {
+    const RankMemory& m = stage.memory();
+    rows.push_back({absl::StrCat(stage.stage()), Bytes(m.parameters()), Bytes(m.gradients()),
+                    Bytes(m.optimizer()), Bytes(m.activations()), Bytes(m.communication()),
+                    Bytes(m.total())});
+  }
+  absl::StrAppend(&out, FormatTable({"STAGE", "PARAMETERS", "GRADIENTS", "OPTIMIZER",
+                                     "ACTIVATIONS", "COMMUNICATION", "TOTAL"},
+                                    rows));
+  absl::StrAppend(&out, "(optimizer: AdamW m and v", plan.spec.parallel().zero1() ? ", 1/dp each (zero1)" : "",
+                  "; activations at the schedule's peak; communication: pipeline messages",
+                  plan.spec.parallel().dp() > 1 && !plan.spec.parallel().zero1()
+                      ? " and two gradient buckets"
+                      : "",
+                  ")\n");
   absl::StrAppend(&out, "activations: 4*b*T*(18*C + 2*NH*T + 4) bytes per layer per micro-batch = ",
                   Bytes(plan.activation_bytes_per_layer), "\n  (fp32; b=", spec.micro_batch_size(),
                   " T=", spec.seq_len(), " C=", spec.model().n_embd(),
@@ -285,75 +284,55 @@ std::string PlanText(const Plan& plan, const std::string& path) {
 }
 
 std::string PlanJson(const Plan& plan, const std::string& path) {
-  using google::protobuf::ListValue;
-  using google::protobuf::Struct;
-  using google::protobuf::Value;
-  auto num = [](Struct& s, const std::string& key, double x) {
-    (*s.mutable_fields())[key].set_number_value(x);
-  };
-  auto str = [](Struct& s, const std::string& key, const std::string& x) {
-    (*s.mutable_fields())[key].set_string_value(x);
-  };
-  auto list = [](Struct& s, const std::string& key) {
-    return (*s.mutable_fields())[key].mutable_list_value();
-  };
-  auto add = [](ListValue* l) { return l->add_values()->mutable_struct_value(); };
-
-  const ParallelLayout& layout = plan.spec.parallel();
-  Struct root;
-  str(root, "file", path);
-  str(root, "name", plan.spec.name());
-  Struct& lay = *(*root.mutable_fields())["layout"].mutable_struct_value();
-  num(lay, "dp", layout.dp());
-  num(lay, "pp", layout.pp());
-  num(lay, "tp", layout.tp());
-  str(lay, "schedule", layout.schedule());
-  num(lay, "virtual_stages", plan.schedule.virtual_stages);
-  num(lay, "micro_batches", plan.schedule.micro_batches);
-  num(lay, "micro_batch_size", plan.spec.micro_batch_size());
-  num(root, "workers", plan.workers.size());
-  num(root, "split_tp_groups", plan.placed.split_tp_groups);
-
-  ListValue* ranks = list(root, "ranks");
+  PlanReport report;
+  report.set_file(path);
+  report.set_name(plan.spec.name());
+  *report.mutable_plan() = plan.job;
+  report.set_workers(static_cast<int32_t>(plan.workers.size()));
+  report.set_split_tp_groups(plan.placed.split_tp_groups);
   for (int i = 0; i < plan.placed.placement.ranks_size(); ++i) {
     const RankAssignment& r = plan.placed.placement.ranks(i);
-    Struct& rank = *add(ranks);
-    num(rank, "rank", i);
-    num(rank, "dp", r.dp_rank());
-    num(rank, "pp", r.pp_rank());
-    num(rank, "tp", r.tp_rank());
-    str(rank, "worker", r.worker_id());
-    str(rank, "host", WorkerHost(plan, r.worker_id()));
-    str(rank, "layers", LayersString(r));
+    PlannedRank& rank = *report.add_ranks();
+    rank.set_rank(i);
+    rank.set_dp(r.dp_rank());
+    rank.set_pp(r.pp_rank());
+    rank.set_tp(r.tp_rank());
+    rank.set_worker(r.worker_id());
+    rank.set_host(WorkerHost(plan, r.worker_id()));
+    rank.set_layers(LayersString(r));
+    rank.set_memory_bytes(plan.job.stages(r.pp_rank()).memory().total());
   }
-  ListValue* stages = list(root, "stages");
   for (int s = 0; s < plan.schedule.stages; ++s) {
     const pipeline::StageResult& st = plan.sim.stages[s];
-    Struct& stage = *add(stages);
-    num(stage, "stage", s);
-    str(stage, "layers", LayersString(StageRank(plan, s)));
-    num(stage, "cost", plan.placed.placement.stage_costs(s));
-    num(stage, "busy", st.busy);
-    num(stage, "bubble_fraction", st.bubble_fraction);
-    num(stage, "peak_live_micro_batches", st.peak_live);
-    num(stage, "peak_awaiting_input_grad", st.peak_awaiting_input_grad);
-    num(stage, "peak_live_layers", plan.peak_live_layers[s]);
-    num(stage, "peak_activation_bytes",
-        static_cast<double>(plan.peak_live_layers[s]) * plan.activation_bytes_per_layer);
-    ListValue* timeline = list(stage, "timeline");
+    StageTimeline& stage = *report.add_stages();
+    stage.set_stage(s);
+    stage.set_layers(LayersString(StageRank(plan, s)));
+    stage.set_cost(plan.placed.placement.stage_costs(s));
+    stage.set_busy(st.busy);
+    stage.set_bubble_fraction(st.bubble_fraction);
+    stage.set_peak_live_micro_batches(st.peak_live);
+    stage.set_peak_awaiting_input_grad(st.peak_awaiting_input_grad);
+    stage.set_peak_live_layers(plan.peak_live_layers[s]);
+    stage.set_peak_activation_bytes(int64_t{plan.peak_live_layers[s]} *
+                                    plan.activation_bytes_per_layer);
     for (const pipeline::TimedAction& t : st.timeline) {
-      Struct& a = *add(timeline);
-      str(a, "action", pipeline::ActionToString(t.action));
-      num(a, "start", t.start);
-      num(a, "end", t.end);
+      TimedAction& a = *stage.add_timeline();
+      a.set_action(pipeline::ActionToString(t.action));
+      a.set_start(t.start);
+      a.set_end(t.end);
     }
   }
-  num(root, "makespan", plan.sim.makespan);
-  num(root, "bubble_fraction", plan.sim.bubble_fraction);
-  num(root, "one_f_one_b_bubble", plan.one_f_one_b_bubble);
-  num(root, "one_f_one_b_simulated", plan.one_f_one_b_simulated);
-  num(root, "activation_bytes_per_layer", plan.activation_bytes_per_layer);
-  return ToJsonLine(root);
+  report.set_makespan(plan.sim.makespan);
+  report.set_bubble_fraction(plan.sim.bubble_fraction);
+  report.set_one_f_one_b_bubble(plan.one_f_one_b_bubble);
+  report.set_one_f_one_b_simulated(plan.one_f_one_b_simulated);
+  report.set_activation_bytes_per_layer(plan.activation_bytes_per_layer);
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(report, &json, options).ok()) return "{}";
+  return json;
 }
 
 }  // namespace client

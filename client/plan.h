@@ -1,26 +1,27 @@
-// `dtrain plan JOB.json`: what a job would look like on a cluster, without a coordinator. From a
-// validated, defaulted spec it places the ranks on hypothetical workers (coordinator/placement.h,
-// the coordinator's own function), simulates one step of the pipeline schedule with costs
-// proportional to each stage's cost (worker/pipeline/simulate.h) and estimates activation memory.
+// `dtrain plan JOB.json`: what a job would look like on a cluster, without a coordinator. From
+// the job's plan (plan/job_plan.h: the spec validated and defaulted, stage cuts, the schedule
+// simulated, each rank's memory; the coordinator's own function) it places the ranks on
+// hypothetical workers (coordinator/placement.h, the coordinator's own function) and shows the
+// simulated step.
 //
-//   ASSIGN_OR_RETURN(JobSpec spec, coordinator::ValidateAndDefault(parsed));
+//   ASSIGN_OR_RETURN(JobPlan job, plan::ParseJobPlanJson(json));
 //   PlanOptions options;
 //   options.hosts = 2;  // dp*pp*tp workers w0.. on hosts h0, h1
-//   ASSIGN_OR_RETURN(Plan plan, MakePlan(spec, options));
+//   ASSIGN_OR_RETURN(Plan plan, MakePlan(job, options));
 //   std::cout << PlanText(plan, "job.json");
 //
-// Simulation costs, per micro-batch through one chunk of stage s with cost c (placement's
-// stage_costs[s] / v, in transformer-block forwards): F = c, and the backward 2c, split as
-// B = c, W = c for zb-h1 and fused as one B of 2c otherwise. No p2p latency.
+// Simulation costs: plan::SimulationCosts. Memory: plan/memory.h (per rank, every term).
 //
-// Activation estimate (fp32, what one micro-batch keeps per layer for its backward, llm.c's
-// accounting of a GPT-2 block: ln1, qkv, attention output, pre-softmax and softmax scores,
-// projection, residual, ln2, fc, gelu, fc projection, residual, layernorm statistics):
+// Activation estimate of the PEAK ACTIVATIONS column (fp32, what one micro-batch keeps per
+// layer for its backward, llm.c's accounting of a GPT-2 block: ln1, qkv, attention output,
+// pre-softmax and softmax scores, projection, residual, ln2, fc, gelu, fc projection, residual,
+// layernorm statistics):
 //   bytes/layer = 4 * b * T * (18*C + 2*NH*T + 4)
 // with b = micro_batch_size, T = seq_len, C = n_embd, NH = n_head. Not divided by tp; the
 // embedding and the logits (4*b*T*V on the last stage) are left out. A stage's peak is this
 // times the most layers it holds live at once (a chunk counts from its F to its backward's end:
-// W for zb-h1, which overstates zb-h1 since B frees most of it).
+// W for zb-h1, which overstates zb-h1 since B frees most of it). The MEMORY column is the full
+// estimate of plan/memory.h, which the coordinator places by.
 #ifndef DTRAIN_CLIENT_PLAN_H_
 #define DTRAIN_CLIENT_PLAN_H_
 
@@ -32,6 +33,7 @@
 #include "coordinator/placement.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
+#include "proto/plan.pb.h"
 #include "worker/pipeline/schedule.h"
 #include "worker/pipeline/simulate.h"
 
@@ -44,7 +46,8 @@ struct PlanOptions {
 };
 
 struct Plan {
-  JobSpec spec;                         // validated and defaulted
+  JobPlan job;                          // the job's plan
+  JobSpec spec;                         // job.spec(): validated and defaulted
   std::vector<WorkerInfo> workers;      // the hypothetical workers
   coordinator::PlacementResult placed;  // ranks, layers and stage costs
   pipeline::ScheduleSpec schedule;      // p = pp, m = micro-batches per replica, v
@@ -59,16 +62,15 @@ struct Plan {
 // 4 * b * T * (18*C + 2*NH*T + 4) for a validated spec.
 int64_t ActivationBytesPerLayer(const JobSpec& spec);
 
-// The plan of a validated, defaulted spec (coordinator::ValidateAndDefault). Errors: every one
-// means the job cannot run as written: InvalidArgument for bad options or a schedule
-// ValidateSchedule rejects ("invalid interleaved schedule: interleaved needs micro_batches (6)
-// to be a multiple of stages (4)"); ResourceExhausted when --workers is below dp*pp*tp;
-// FailedPrecondition "deadlock: ..." from the simulator.
-absl::StatusOr<Plan> MakePlan(const JobSpec& spec, const PlanOptions& options);
+// The placement and simulation of a job's plan (plan::MakeJobPlan, which already rejected every
+// spec that cannot run). Errors: InvalidArgument for bad options; ResourceExhausted when
+// --workers is below dp*pp*tp; FailedPrecondition "deadlock: ..." from the simulator (only
+// with MakePlanWithActions' lists).
+absl::StatusOr<Plan> MakePlan(const JobPlan& job, const PlanOptions& options);
 
 // MakePlan with the given per-stage action lists instead of the schedule's (tests: a list that
 // deadlocks).
-absl::StatusOr<Plan> MakePlanWithActions(const JobSpec& spec, const PlanOptions& options,
+absl::StatusOr<Plan> MakePlanWithActions(const JobPlan& job, const PlanOptions& options,
                                          const std::vector<std::vector<pipeline::Action>>& actions);
 
 // One row per stage, `width` columns for the makespan: each action is its letter (F forward,
@@ -80,7 +82,8 @@ std::vector<std::string> TimelineRows(const pipeline::SimResult& sim, int virtua
 
 // The report of `dtrain plan`: layout, rank table, stages, timeline, bubbles, memory.
 std::string PlanText(const Plan& plan, const std::string& path);
-// The same as one line of JSON (every timeline included).
+// The same as one line of JSON (every timeline included): the PlanReport message
+// (proto/plan.proto) in protobuf's JSON mapping, every field printed.
 std::string PlanJson(const Plan& plan, const std::string& path);
 
 }  // namespace client

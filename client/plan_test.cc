@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
-#include "coordinator/job_spec.h"
+#include "plan/job_plan.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -55,11 +55,10 @@ CliRun Dtrain(const std::vector<std::string>& args) {
   return {code, out.str(), err.str()};
 }
 
-JobSpec Validated(const std::string& json) {
-  absl::StatusOr<JobSpec> spec = coordinator::ParseJobSpecJson(json);
-  if (spec.ok()) spec = coordinator::ValidateAndDefault(*spec);
+JobPlan Validated(const std::string& json) {
+  absl::StatusOr<JobPlan> spec = plan::ParseJobPlanJson(json);
   EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *spec : JobSpec{};
+  return spec.ok() ? *spec : JobPlan{};
 }
 
 TEST(Plan, OneFOneBReportHasLayoutRanksStagesTimelineAndBubble) {
@@ -69,8 +68,13 @@ TEST(Plan, OneFOneBReportHasLayoutRanksStagesTimelineAndBubble) {
   EXPECT_THAT(r.out, HasSubstr("layout: dp=1 pp=4 tp=1 (4 ranks), schedule 1f1b, 8 micro-batches "
                                "of 2 sequences per replica per step"));
   EXPECT_THAT(r.out, HasSubstr("workers: 4 hypothetical (w0..w3) on 1 host\n"));
-  EXPECT_THAT(r.out, HasSubstr("RANK  DP  PP  TP  WORKER  HOST  LAYERS\n"
-                               "0     0   0   0   w0      h0    0-1\n"));
+  EXPECT_THAT(r.out, HasSubstr("RANK  DP  PP  TP  WORKER  HOST  LAYERS  MEMORY\n"
+                               "0     0   0   0   w0      h0    0-1     6.0 MiB\n"));
+  // Each rank's memory, every term (plan/memory.h): stage 0 keeps 4 micro-batches alive.
+  EXPECT_THAT(r.out, HasSubstr("STAGE  PARAMETERS  GRADIENTS  OPTIMIZER  ACTIVATIONS  "
+                               "COMMUNICATION  TOTAL\n"
+                               "0      462.5 KiB   462.5 KiB  925.0 KiB  4.1 MiB      128.0 KiB"
+                               "      6.0 MiB\n"));
   EXPECT_THAT(r.out, HasSubstr("STAGE  LAYERS  COST\n0      0-1     2.00\n"));
   EXPECT_THAT(r.out, HasSubstr("stage 0 |F0-"));
   EXPECT_THAT(r.out, HasSubstr("stage 3 |...."));  // the last stage waits for three forwards
@@ -109,7 +113,7 @@ TEST(Plan, ZeroBubbleAndInterleavedTimelinesUseTheirLetters) {
                                                     R"( "virtual_stages": 2})"))});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("with 2 virtual stages"));
-  EXPECT_THAT(r.out, HasSubstr("0     0   0   0   w0      h0    0-1,4-5\n"));
+  EXPECT_THAT(r.out, HasSubstr("0     0   0   0   w0      h0    0-1,4-5  9.6 MiB\n"));
   EXPECT_THAT(r.out, HasSubstr("digits: micro-batch.chunk"));
   EXPECT_THAT(r.out, HasSubstr("stage 1 |..F0F1F0B0.1F1B1.1"));  // chunks when they fit
 }
@@ -136,7 +140,12 @@ TEST(Plan, JsonIsOneObjectWithEveryStage) {
   google::protobuf::Struct root;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &root).ok()) << r.out;
   const auto& f = root.fields();
-  EXPECT_EQ(f.at("layout").struct_value().fields().at("micro_batches").number_value(), 8);
+  const auto& job = f.at("plan").struct_value().fields();
+  EXPECT_EQ(job.at("micro_batches").number_value(), 8);
+  EXPECT_EQ(job.at("spec").struct_value().fields().at("parallel").struct_value().fields().at(
+                "schedule").string_value(),
+            "zb-h1");
+  EXPECT_EQ(job.at("stages").list_value().values_size(), 4);
   EXPECT_EQ(f.at("ranks").list_value().values_size(), 4);
   const auto& stages = f.at("stages").list_value();
   ASSERT_EQ(stages.values_size(), 4);
@@ -175,8 +184,9 @@ TEST(Plan, RejectsAScheduleTheLayoutCannotRun) {
                                                      R"( "interleaved", "virtual_stages": 2})",
                                                      4))});
   EXPECT_EQ(r.code, kExitUsage);
-  EXPECT_THAT(r.err, HasSubstr("cannot run: invalid interleaved schedule: interleaved needs "
-                               "micro_batches (4) to be a multiple of stages (3)"));
+  EXPECT_THAT(r.err, HasSubstr("is not a valid job spec:\n  parallel.schedule=\"interleaved\": "
+                               "interleaved needs micro_batches (4) to be a multiple of stages "
+                               "(3)"));
   const CliRun few =
       Dtrain({"plan", WriteSpec("few.json", SpecJson(R"({"pp": 4})")), "--workers=3"});
   EXPECT_EQ(few.code, kExitUsage);
@@ -185,7 +195,7 @@ TEST(Plan, RejectsAScheduleTheLayoutCannotRun) {
 
 TEST(Plan, RejectsADeadlock) {
   const Action f0{ActionType::kForward, 0, 0}, b0{ActionType::kBackward, 0, 0};
-  const JobSpec spec = Validated(SpecJson(R"({"pp": 2})", 16));  // one micro-batch
+  const JobPlan spec = Validated(SpecJson(R"({"pp": 2})", 16));  // one micro-batch
   // Stage 1 runs its backward before its forward: it waits for itself.
   const absl::StatusOr<Plan> plan = MakePlanWithActions(spec, {}, {{f0, b0}, {b0, f0}});
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "plan/ranks.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -14,7 +15,9 @@ namespace {
 // "worker w4 (dp0 pp1 tp1)", or "worker w4" when it holds no rank of the placement.
 std::string Who(const Placement& placement, const std::string& worker_id) {
   for (const RankAssignment& r : placement.ranks()) {
-    if (r.worker_id() == worker_id) return absl::StrCat("worker ", worker_id, " (", RankLabel(r), ")");
+    if (r.worker_id() == worker_id) {
+      return absl::StrCat("worker ", worker_id, " (", plan::RankLabel(r), ")");
+    }
   }
   return absl::StrCat("worker ", worker_id);
 }
@@ -44,10 +47,6 @@ RankFailure::Cause CauseOf(FailureKind kind) {
     default:
       return RankFailure::kLocal;
   }
-}
-
-std::string RankLabel(const RankAssignment& r) {
-  return absl::StrCat("dp", r.dp_rank(), " pp", r.pp_rank(), " tp", r.tp_rank());
 }
 
 std::string RootCauseReason(const Placement& placement, const std::vector<RankFailure>& failures,

@@ -45,9 +45,6 @@ struct RankFailure {
 // The cause of a JobOutcome's kind.
 RankFailure::Cause CauseOf(FailureKind kind);
 
-// "dp0 pp1 tp1".
-std::string RankLabel(const RankAssignment& rank);
-
 // The FAILED reason for `failures` (non-empty) of a job placed as `placement`. heartbeat_age:
 // time since each worker's last heartbeat (for silent suspects; missing: unknown).
 std::string RootCauseReason(const Placement& placement, const std::vector<RankFailure>& failures,

@@ -14,8 +14,9 @@
 #include "absl/time/clock.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
-#include "coordinator/job_spec.h"
 #include "coordinator/placement.h"
+#include "plan/job_plan.h"
+#include "plan/ranks.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -357,7 +358,7 @@ void JobManager::SweepLocked(absl::Time now) {
 }
 
 std::string JobManager::WaitingReason(const JobSpec& spec, const WorkerCounts& counts) {
-  const int64_t needed = WorkersNeeded(spec);
+  const int64_t needed = plan::WorkersNeeded(spec.parallel());
   const std::string& device = spec.device();
   if (DeviceFits(device, "cpu") && DeviceFits(device, "cuda")) {
     return absl::StrCat("waiting for ", Plural(needed, "idle worker"), "; ", counts.idle,
@@ -384,14 +385,16 @@ void JobManager::RunSchedulerPass() {
   }
   if (queued.empty()) return;
   WorkerCounts counts = registry_.Counts();
-  int64_t smallest = WorkersNeeded(queued.front()->spec);
-  for (const ActiveJob* job : queued) smallest = std::min(smallest, WorkersNeeded(job->spec));
+  int64_t smallest = plan::WorkersNeeded(queued.front()->spec.parallel());
+  for (const ActiveJob* job : queued) {
+    smallest = std::min(smallest, plan::WorkersNeeded(job->spec.parallel()));
+  }
   // Copy the idle workers only when some queued job can fit.
   std::vector<WorkerInfo> idle;
   if (counts.idle >= smallest) idle = registry_.IdleWorkers();
   // Submission order; a job that does not fit does not hold back smaller ones behind it.
   for (ActiveJob* job : queued) {
-    const int64_t needed = WorkersNeeded(job->spec);
+    const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
     std::vector<WorkerInfo> candidates;
     for (const WorkerInfo& w : idle) {
       if (DeviceFits(job->spec.device(), w.device().kind())) candidates.push_back(w);
@@ -405,6 +408,15 @@ void JobManager::RunSchedulerPass() {
         continue;
       }
       Log(absl::StrCat(job->id, ": placement deferred: ", status.ToString()));
+      // Enough workers, but some rank fits on none of them: that is what it waits for.
+      if (status.code() == absl::StatusCode::kResourceExhausted) {
+        const std::string reason = absl::StrCat("waiting for memory: ", status.message());
+        if (reason != job->reason) {
+          absl::Status s = Transition(*job, QUEUED, reason);
+          if (!s.ok()) Log(absl::StrCat(job->id, ": ", s.ToString()));
+        }
+        continue;
+      }
     }
     const std::string reason = WaitingReason(job->spec, counts);
     if (reason != job->reason) {
@@ -417,7 +429,10 @@ void JobManager::RunSchedulerPass() {
 absl::Status JobManager::Place(ActiveJob& job, const std::vector<WorkerInfo>& candidates,
                                std::vector<WorkerInfo>* idle, WorkerCounts* counts) {
   const absl::Time start = absl::Now();  // the real clock: this times computation
-  absl::StatusOr<PlacementResult> computed = PlaceJob(job.spec, candidates);
+  // Re-planned from the stored spec (pure and bounded): a spec an older coordinator accepted
+  // that the plan now rejects fails with the plan's words (InvalidArgument).
+  ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(job.spec));
+  absl::StatusOr<PlacementResult> computed = PlaceJob(job_plan, candidates);
   if (options_.metrics != nullptr) options_.metrics->PlacementComputed(absl::Now() - start);
   ASSIGN_OR_RETURN(PlacementResult placed, std::move(computed));
   auto assignment = std::make_shared<JobAssignment>();
@@ -578,7 +593,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
   if (first) MarkAcked(*job, request.worker_id());
   const RankAssignment& where = job->assignment->placement().ranks(rank);
   const std::string who =
-      absl::StrCat("worker ", request.worker_id(), " (", RankLabel(where), ")");
+      absl::StrCat("worker ", request.worker_id(), " (", plan::RankLabel(where), ")");
   const LineSource source{rank, request.worker_id(), LOG_INFO};
 
   switch (request.report_case()) {
@@ -702,11 +717,14 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   if (has_json == request.has_spec()) {
     return absl::InvalidArgumentError("set exactly one of spec_json and spec");
   }
-  ASSIGN_OR_RETURN(JobSpec spec, has_json ? ParseAndValidateJobSpecJson(request.spec_json())
-                                          : ValidateAndDefault(request.spec()));
+  // The job's plan, the one rule for every part (plan/job_plan.h): `dtrain plan` rejects the
+  // same specs with the same words.
+  ASSIGN_OR_RETURN(JobPlan job_plan, has_json ? plan::ParseJobPlanJson(request.spec_json())
+                                              : plan::MakeJobPlan(request.spec()));
+  JobSpec spec = std::move(*job_plan.mutable_spec());
   std::vector<std::string> notes;
   RETURN_IF_ERROR(ResolveResumeFrom(&spec, &notes));
-  const int64_t needed = WorkersNeeded(spec);
+  const int64_t needed = plan::WorkersNeeded(spec.parallel());
   SubmitJobResponse response;
   JobsLock lock(this);
   const WorkerCounts counts = registry_.Counts();

@@ -1,25 +1,21 @@
 #include "coordinator/placement.h"
 
 #include <algorithm>
-#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
+#include "plan/job_plan.h"
+#include "plan/ranks.h"
 
 namespace dtrain::coordinator {
 namespace {
-
-constexpr double kEps = 1e-9;
-
-// Layers a chunk with extra cost `extra` holds at water level t: the most whose cost stays <= t,
-// and at least one.
-int64_t LayersAtLevel(double t, double extra) {
-  return std::max<int64_t>(1, static_cast<int64_t>(std::floor(t - extra + kEps)));
-}
 
 struct HostGroup {
   const std::string* label;
@@ -30,89 +26,88 @@ struct HostGroup {
 
 }  // namespace
 
-StageCostModel CostModelFor(const ModelConfig& model, int seq_len) {
-  const double C = model.n_embd(), T = seq_len, V = model.vocab_size();
-  const double block = 24.0 * C * C + 4.0 * T * C;
-  StageCostModel cost;
-  if (block <= 0) return cost;
-  cost.embed = C / block;
-  cost.head = 2.0 * C * V / block;
-  return cost;
+namespace {
+
+// Workers that can hold a rank: 0 means unknown memory, taken to fit anything.
+bool Fits(const WorkerInfo& w, int64_t need) {
+  return w.device().memory_bytes() == 0 || w.device().memory_bytes() >= need;
 }
 
-absl::StatusOr<LayerPartition> PartitionLayers(int n_layer, int chunks, StageCostModel cost) {
-  if (chunks < 1 || chunks > n_layer) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot split ", n_layer, " layers into ",
-                                                   chunks, " chunks of at least one layer"));
-  }
-  // Extra (non-block) cost of each chunk: the first holds the embedding, the last the head.
-  auto extra = [&](int k) {
-    return (k == 0 ? cost.embed : 0.0) + (k == chunks - 1 ? cost.head : 0.0);
-  };
-  // Layers held by all chunks at water level t. Chunks 1..chunks-2 are identical, so O(1).
-  auto total_at = [&](double t) -> int64_t {
-    if (chunks == 1) return LayersAtLevel(t, extra(0));
-    return LayersAtLevel(t, extra(0)) + LayersAtLevel(t, extra(chunks - 1)) +
-           int64_t{chunks - 2} * LayersAtLevel(t, 0.0);
-  };
-  // The greedy allocation ends at the lowest level t where the chunks hold n_layer layers. Every
-  // such level is (integer layers) + (the extra of some chunk); search each family.
-  double level = n_layer + extra(0);  // always enough: chunk 0 alone holds n_layer
-  for (double x : {extra(0), extra(chunks - 1), 0.0}) {
-    int lo = 1, hi = n_layer;
-    while (lo < hi) {
-      const int mid = lo + (hi - lo) / 2;
-      if (total_at(mid + x) >= n_layer)
-        hi = mid;
-      else
-        lo = mid + 1;
-    }
-    if (total_at(lo + x) >= n_layer) level = std::min(level, lo + x);
-  }
-  LayerPartition out;
-  out.num_layers.resize(chunks);
-  int64_t total = 0;
-  for (int k = 0; k < chunks; ++k) {
-    out.num_layers[k] = static_cast<int>(LayersAtLevel(level, extra(k)));
-    total += out.num_layers[k];
-  }
-  // Chunks that reached exactly `level` got their last layer at this level; the greedy gives
-  // layers to lower indices first, so take the surplus back from the highest.
-  for (int k = chunks - 1; k >= 0 && total > n_layer; --k) {
-    if (out.num_layers[k] > 1 && std::abs(out.num_layers[k] + extra(k) - level) < 1e-6) {
-      --out.num_layers[k];
-      --total;
-    }
-  }
-  for (int k = 0; k < chunks; ++k) out.costs.push_back(out.num_layers[k] + extra(k));
-  return out;
+int64_t Need(const JobPlan& plan, const RankAssignment& r) {
+  return plan.stages(r.pp_rank()).memory().total();
 }
 
-absl::StatusOr<PlacementResult> PlaceJob(const JobSpec& spec,
+int SplitGroups(const Placement& placement, int tp,
+                const absl::flat_hash_map<std::string, const WorkerInfo*>& by_id) {
+  int split = 0;
+  for (int g = 0; g * tp < placement.ranks_size(); ++g) {
+    const std::string& host = by_id.at(placement.ranks(g * tp).worker_id())->host_label();
+    for (int t = 1; t < tp; ++t) {
+      if (by_id.at(placement.ranks(g * tp + t).worker_id())->host_label() != host) {
+        ++split;
+        break;
+      }
+    }
+  }
+  return split;
+}
+
+// The ranks by memory need (largest first) on the workers by memory (largest first, unknown
+// first of all): it fits if any assignment does. ResourceExhausted naming the first rank that
+// does not fit.
+absl::Status PlaceBySize(const JobPlan& plan, const std::vector<const WorkerInfo*>& workers,
+                         Placement* placement) {
+  std::vector<int> ranks(placement->ranks_size());
+  for (size_t i = 0; i < ranks.size(); ++i) ranks[i] = static_cast<int>(i);
+  std::stable_sort(ranks.begin(), ranks.end(), [&](int a, int b) {
+    return Need(plan, placement->ranks(a)) > Need(plan, placement->ranks(b));
+  });
+  std::vector<const WorkerInfo*> by_memory = workers;
+  const auto memory = [](const WorkerInfo* w) {
+    return w->device().memory_bytes() == 0 ? std::numeric_limits<int64_t>::max()
+                                           : w->device().memory_bytes();
+  };
+  std::stable_sort(by_memory.begin(), by_memory.end(),
+                   [&](const WorkerInfo* a, const WorkerInfo* b) { return memory(a) > memory(b); });
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    RankAssignment& r = *placement->mutable_ranks(ranks[k]);
+    const int64_t need = Need(plan, r);
+    if (!Fits(*by_memory[k], need)) {
+      const std::string rank = absl::StrCat("rank ", ranks[k], " (", plan::RankLabel(r), ") needs ",
+                                            plan::FormatBytes(need));
+      if (k == 0) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(rank, "; the largest idle worker has ",
+                         plan::FormatBytes(by_memory[0]->device().memory_bytes()), " (",
+                         by_memory[0]->worker_id(), ")"));
+      }
+      return absl::ResourceExhaustedError(
+          absl::StrCat(rank, "; only ", k, " idle workers have room for the job's ", k + 1,
+                       " largest ranks (the next largest worker has ",
+                       plan::FormatBytes(by_memory[k]->device().memory_bytes()), ")"));
+    }
+    r.set_worker_id(by_memory[k]->worker_id());
+    r.set_worker_address(by_memory[k]->address());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PlacementResult> PlaceJob(const JobPlan& plan,
                                          absl::Span<const WorkerInfo> idle_workers) {
-  const ParallelLayout& layout = spec.parallel();
+  const ParallelLayout& layout = plan.spec().parallel();
   const int dp = layout.dp(), pp = layout.pp(), tp = layout.tp();
   const bool interleaved = layout.schedule() == "interleaved";
-  const int virtual_stages = interleaved ? layout.virtual_stages() : 1;
-  if (dp < 1 || pp < 1 || tp < 1 || virtual_stages < 1) {
+  if (dp < 1 || pp < 1 || tp < 1 || plan.stages_size() != pp) {
     return absl::InvalidArgumentError(absl::StrCat("layout dp=", dp, " pp=", pp, " tp=", tp,
-                                                   " virtual_stages=", virtual_stages,
-                                                   " is not defaulted; validate the spec first"));
+                                                   " with ", plan.stages_size(),
+                                                   " planned stages is not a job plan"));
   }
   const int64_t needed = int64_t{dp} * pp * tp;
   if (static_cast<int64_t>(idle_workers.size()) < needed) {
     return absl::ResourceExhaustedError(
         absl::StrCat("needs ", needed, " workers, ", idle_workers.size(), " idle"));
-  }
-
-  // --- layers ---
-  const int chunks = pp * virtual_stages;
-  const absl::StatusOr<LayerPartition> partition =
-      PartitionLayers(spec.model().n_layer(), chunks, CostModelFor(spec.model(), spec.seq_len()));
-  if (!partition.ok()) return partition.status();
-  std::vector<int> chunk_first(chunks, 0);
-  for (int k = 1; k < chunks; ++k) {
-    chunk_first[k] = chunk_first[k - 1] + partition->num_layers[k - 1];
   }
 
   // --- workers, host by host ---
@@ -122,10 +117,10 @@ absl::StatusOr<PlacementResult> PlaceJob(const JobSpec& spec,
   std::sort(sorted.begin(), sorted.end(), [](const WorkerInfo* a, const WorkerInfo* b) {
     return std::tie(a->host_label(), a->worker_id()) < std::tie(b->host_label(), b->worker_id());
   });
-  absl::flat_hash_set<absl::string_view> ids;
+  absl::flat_hash_map<std::string, const WorkerInfo*> by_id;
   std::vector<HostGroup> hosts;
   for (const WorkerInfo* w : sorted) {
-    if (!ids.insert(w->worker_id()).second) {
+    if (!by_id.emplace(w->worker_id(), w).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("worker \"", w->worker_id(), "\" is listed twice"));
     }
@@ -150,25 +145,21 @@ absl::StatusOr<PlacementResult> PlaceJob(const JobSpec& spec,
     }
   }
   // Pass 2: the rest from leftovers, host order kept so a group spans as few hosts as it can.
-  PlacementResult result;
   std::vector<const WorkerInfo*> leftovers;
   for (const HostGroup& host : hosts) {
     leftovers.insert(leftovers.end(), host.workers.begin() + host.next, host.workers.end());
   }
   for (size_t i = 0; static_cast<int64_t>(groups.size()) < groups_needed; i += tp) {
     groups.emplace_back(leftovers.begin() + i, leftovers.begin() + i + tp);
-    for (const WorkerInfo* w : groups.back()) {
-      if (w->host_label() != groups.back().front()->host_label()) {
-        ++result.split_tp_groups;
-        break;
-      }
-    }
   }
 
   // --- ranks in (dp, pp, tp) order; group g serves (dp = g / pp, pp = g % pp) ---
+  PlacementResult result;
   Placement& placement = result.placement;
+  bool all_fit = true;
   for (int64_t g = 0; g < groups_needed; ++g) {
     const int d = static_cast<int>(g / pp), p = static_cast<int>(g % pp);
+    const StagePlan& stage = plan.stages(p);
     for (int t = 0; t < tp; ++t) {
       const WorkerInfo& w = *groups[g][t];
       RankAssignment* rank = placement.add_ranks();
@@ -177,22 +168,15 @@ absl::StatusOr<PlacementResult> PlaceJob(const JobSpec& spec,
       rank->set_tp_rank(t);
       rank->set_worker_id(w.worker_id());
       rank->set_worker_address(w.address());
-      rank->set_first_layer(chunk_first[p]);
-      rank->set_num_layers(partition->num_layers[p]);
-      if (interleaved) {
-        for (int j = 0; j < virtual_stages; ++j) {
-          LayerRange* range = rank->add_chunks();
-          range->set_first_layer(chunk_first[j * pp + p]);
-          range->set_num_layers(partition->num_layers[j * pp + p]);
-        }
-      }
+      rank->set_first_layer(stage.chunks(0).first_layer());
+      rank->set_num_layers(stage.chunks(0).num_layers());
+      if (interleaved) *rank->mutable_chunks() = stage.chunks();
+      all_fit = all_fit && Fits(w, stage.memory().total());
     }
   }
-  for (int p = 0; p < pp; ++p) {
-    double cost = 0;
-    for (int j = 0; j < virtual_stages; ++j) cost += partition->costs[j * pp + p];
-    placement.add_stage_costs(cost);
-  }
+  for (const StagePlan& stage : plan.stages()) placement.add_stage_costs(stage.cost());
+  if (!all_fit) RETURN_IF_ERROR(PlaceBySize(plan, sorted, &placement));
+  result.split_tp_groups = SplitGroups(placement, tp, by_id);
   return result;
 }
 

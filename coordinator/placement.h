@@ -1,17 +1,9 @@
-// Placement: which worker runs each rank of a job, and which layers each pipeline stage holds.
-// Pure functions of their arguments (no clock, no registry), so they are tested directly.
+// Placement: which worker runs each rank of a job. A pure function of its arguments (no clock,
+// no registry), so it is tested directly; the layers of each rank, the stage costs and each
+// rank's memory come from the job's plan (plan/job_plan.h), the one place they are decided.
 //
 // Vocabulary: a job has dp * pp * tp ranks; a "tp group" is the tp ranks of one (dp, pp) pair,
-// which exchange activations every layer and so want one host; a "chunk" is a contiguous range
-// of layers (a pipeline stage, or one virtual stage of the interleaved schedule).
-//
-// Cost model (relative training FLOPs per token, in units of one transformer block; forward and
-// backward scale alike, so forward FLOPs suffice):
-//   block  F = 24*C^2 + 4*T*C   (qkv 6C^2, attention projection 2C^2, MLP 16C^2, scores + AV 4TC)
-//   head   2*C*V / F = V / (12*C + 2*T)      (the tied lm_head matmul; on the last chunk)
-//   embed  C / F                              (wte gather + wpe add; on the first chunk, ~0)
-// with C = n_embd, T = seq_len, V = vocab_size. GPT-2 small (V=50257, C=768, T=1024): the head
-// costs 4.46 blocks, so with 12 layers and pp=4 the stages get 3, 4, 4, 1 layers.
+// which exchange activations every layer and so want one host.
 #ifndef DTRAIN_COORDINATOR_PLACEMENT_H_
 #define DTRAIN_COORDINATOR_PLACEMENT_H_
 
@@ -21,29 +13,9 @@
 #include "absl/types/span.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
+#include "proto/plan.pb.h"
 
 namespace dtrain::coordinator {
-
-struct StageCostModel {
-  double embed = 0;  // extra cost of the first chunk, in blocks
-  double head = 0;   // extra cost of the last chunk, in blocks
-};
-
-// The cost model above for a (validated) model and sequence length.
-StageCostModel CostModelFor(const ModelConfig& model, int seq_len);
-
-struct LayerPartition {
-  std::vector<int> num_layers;  // per chunk, each >= 1, summing to n_layer
-  std::vector<double> costs;    // per chunk: layers + embed (first) + head (last)
-};
-
-// Splits n_layer blocks into `chunks` contiguous chunks of at least one layer each, minimising
-// the largest chunk cost and, among those, spreading cost as evenly as possible (the greedy
-// "give the next layer to the cheapest chunk, lowest index on ties" allocation, computed in
-// O(chunks + log n_layer)). InvalidArgument unless 1 <= chunks <= n_layer.
-//   PartitionLayers(12, 4, {0, 0})    -> 3, 3, 3, 3
-//   PartitionLayers(8, 2, {0, 2})     -> 5, 3   (costs 5, 5)
-absl::StatusOr<LayerPartition> PartitionLayers(int n_layer, int chunks, StageCostModel cost);
 
 struct PlacementResult {
   Placement placement;
@@ -51,7 +23,7 @@ struct PlacementResult {
   int split_tp_groups = 0;
 };
 
-// Places a validated, defaulted spec (ValidateAndDefault) on `idle_workers`.
+// Places a job's plan (plan::MakeJobPlan) on `idle_workers`.
 //
 // Ranks are listed in (dp, pp, tp) order. Workers are taken host by host: host labels ordered by
 // idle workers (most first, then by label), workers within a host by worker_id. First every host
@@ -59,10 +31,16 @@ struct PlacementResult {
 // are the remaining groups made from leftover workers across hosts (counted in
 // split_tp_groups). The result depends only on the set of workers, not their order.
 //
-// Errors: ResourceExhausted "needs 8 workers, 3 idle" when there are too few; InvalidArgument for
-// a layout the spec validation would have rejected or for duplicate worker ids.
+// Memory: a rank needs its stage's RankMemory.total; a worker has DeviceInfo.memory_bytes (0:
+// unknown, taken to fit). When the placement above puts a rank on a worker too small, the ranks
+// are placed by size instead (the largest rank on the largest worker, and so on; tp groups may
+// then split across hosts), and when even that fails, ResourceExhausted says which rank does
+// not fit: "rank 3 (dp0 pp1 tp1) needs 31.2 GiB; the largest idle worker has 23.4 GiB".
+//
+// Errors: ResourceExhausted "needs 8 workers, 3 idle" when there are too few, or the memory
+// error above; InvalidArgument for a plan without its stages or for duplicate worker ids.
 // Cost: O(W log W + ranks) for W idle workers.
-absl::StatusOr<PlacementResult> PlaceJob(const JobSpec& spec,
+absl::StatusOr<PlacementResult> PlaceJob(const JobPlan& plan,
                                          absl::Span<const WorkerInfo> idle_workers);
 
 }  // namespace dtrain::coordinator

@@ -11,7 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "coordinator/job_spec.h"
+#include "plan/job_plan.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -32,7 +32,7 @@ std::vector<WorkerInfo> Workers(int n, int per_host) {
   return workers;
 }
 
-JobSpec Spec(int n_layer, int dp, int pp, int tp, int vocab = 256, int n_embd = 64) {
+JobSpec RawSpec(int n_layer, int dp, int pp, int tp, int vocab = 256, int n_embd = 64) {
   JobSpec spec;
   spec.mutable_model()->set_vocab_size(vocab);
   spec.mutable_model()->set_context(64);
@@ -46,116 +46,22 @@ JobSpec Spec(int n_layer, int dp, int pp, int tp, int vocab = 256, int n_embd = 
   spec.mutable_parallel()->set_dp(dp);
   spec.mutable_parallel()->set_pp(pp);
   spec.mutable_parallel()->set_tp(tp);
-  absl::StatusOr<JobSpec> valid = ValidateAndDefault(spec);
-  EXPECT_TRUE(valid.ok()) << valid.status();
-  return valid.ok() ? *valid : spec;
+  return spec;
 }
+
+JobPlan Planned(const JobSpec& spec) {
+  absl::StatusOr<JobPlan> plan = plan::MakeJobPlan(spec);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? *plan : JobPlan();
+}
+
+JobPlan Spec(int n_layer, int dp, int pp, int tp) { return Planned(RawSpec(n_layer, dp, pp, tp)); }
 
 std::string HostOf(const std::vector<WorkerInfo>& workers, const std::string& id) {
   for (const WorkerInfo& w : workers) {
     if (w.worker_id() == id) return w.host_label();
   }
   return "?";
-}
-
-// --- layer partition ---
-
-TEST(PartitionLayers, EqualBlocksSplitEvenly) {
-  absl::StatusOr<LayerPartition> p = PartitionLayers(12, 4, {0, 0});
-  ASSERT_TRUE(p.ok());
-  EXPECT_THAT(p->num_layers, ElementsAre(3, 3, 3, 3));
-  EXPECT_THAT(p->costs, ElementsAre(3, 3, 3, 3));
-}
-
-TEST(PartitionLayers, RemainderGoesToTheFirstStages) {
-  absl::StatusOr<LayerPartition> p = PartitionLayers(10, 4, {0, 0});
-  ASSERT_TRUE(p.ok());
-  EXPECT_THAT(p->num_layers, ElementsAre(3, 3, 2, 2));
-}
-
-TEST(PartitionLayers, HeadCostMovesLayersOffTheLastStage) {
-  // 8 blocks and a head worth 2: 5 | 3+2, both cost 5.
-  absl::StatusOr<LayerPartition> p = PartitionLayers(8, 2, {0, 2});
-  ASSERT_TRUE(p.ok());
-  EXPECT_THAT(p->num_layers, ElementsAre(5, 3));
-  EXPECT_THAT(p->costs, ElementsAre(5, 5));
-}
-
-TEST(PartitionLayers, EmbeddingCostMovesLayersOffTheFirstStage) {
-  // 9 blocks, embedding worth 3, 3 stages: 2+3 | 4 | 3 would be max 5; best is max 4:
-  // 1+3 | 4 | 4.
-  absl::StatusOr<LayerPartition> p = PartitionLayers(9, 3, {3, 0});
-  ASSERT_TRUE(p.ok());
-  EXPECT_THAT(p->num_layers, ElementsAre(1, 4, 4));
-  EXPECT_DOUBLE_EQ(*std::max_element(p->costs.begin(), p->costs.end()), 4);
-}
-
-TEST(PartitionLayers, HeadHeavierThanAStageStillGetsOneLayer) {
-  // GPT-2 small: the head is worth 4.46 blocks; the last stage keeps one layer (cost 5.46)
-  // and the other 11 layers spread evenly over the first three.
-  JobSpec spec = Spec(12, 1, 4, 1, 50257, 768);
-  spec.set_seq_len(1024);
-  StageCostModel cost = CostModelFor(spec.model(), 1024);
-  EXPECT_NEAR(cost.head, 50257.0 / (12 * 768 + 2 * 1024), 1e-9);
-  EXPECT_NEAR(cost.embed, 0, 1e-3);
-  absl::StatusOr<LayerPartition> p = PartitionLayers(12, 4, cost);
-  ASSERT_TRUE(p.ok());
-  EXPECT_THAT(p->num_layers, ElementsAre(3, 4, 4, 1));
-  EXPECT_NEAR(p->costs[3], 1 + cost.head, 1e-9);
-}
-
-TEST(PartitionLayers, OneChunkHoldsEverything) {
-  absl::StatusOr<LayerPartition> p = PartitionLayers(7, 1, {0.5, 0.25});
-  ASSERT_TRUE(p.ok());
-  EXPECT_THAT(p->num_layers, ElementsAre(7));
-  EXPECT_THAT(p->costs, ElementsAre(7.75));
-}
-
-TEST(PartitionLayers, OneLayerPerChunk) {
-  absl::StatusOr<LayerPartition> p = PartitionLayers(5, 5, {0.1, 3});
-  ASSERT_TRUE(p.ok());
-  EXPECT_THAT(p->num_layers, ElementsAre(1, 1, 1, 1, 1));
-}
-
-TEST(PartitionLayers, MinimisesTheLargestStageAgainstBruteForce) {
-  // Every split of n layers into k chunks, for small n and k, against the closed form.
-  for (double head : {0.0, 0.3, 1.0, 2.5, 7.0}) {
-    for (int n = 1; n <= 9; ++n) {
-      for (int k = 1; k <= n; ++k) {
-        StageCostModel cost{0.05, head};
-        absl::StatusOr<LayerPartition> p = PartitionLayers(n, k, cost);
-        ASSERT_TRUE(p.ok());
-        ASSERT_EQ(std::accumulate(p->num_layers.begin(), p->num_layers.end(), 0), n);
-        const double got = *std::max_element(p->costs.begin(), p->costs.end());
-        // Brute force over compositions of n into k positive parts.
-        double best = 1e9;
-        std::vector<int> parts(k, 1);
-        std::function<void(int, int)> rec = [&](int i, int left) {
-          if (i == k - 1) {
-            parts[i] = left;
-            double worst = 0;
-            for (int j = 0; j < k; ++j) {
-              worst = std::max(worst,
-                               parts[j] + (j == 0 ? cost.embed : 0) + (j == k - 1 ? cost.head : 0));
-            }
-            best = std::min(best, worst);
-            return;
-          }
-          for (int take = 1; take <= left - (k - 1 - i); ++take) {
-            parts[i] = take;
-            rec(i + 1, left - take);
-          }
-        };
-        rec(0, n);
-        EXPECT_NEAR(got, best, 1e-9) << "n=" << n << " k=" << k << " head=" << head;
-      }
-    }
-  }
-}
-
-TEST(PartitionLayers, MoreChunksThanLayersIsInvalid) {
-  EXPECT_EQ(PartitionLayers(3, 4, {}).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PartitionLayers(3, 0, {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // --- rank placement ---
@@ -261,11 +167,13 @@ TEST(PlaceJob, DuplicateWorkerIdsAreRejected) {
 }
 
 TEST(PlaceJob, InterleavedRanksGetTheirChunks) {
-  JobSpec spec = Spec(8, 1, 2, 1);
+  JobSpec spec = RawSpec(8, 1, 2, 1);
+  spec.set_batch_size(2);  // 2 micro-batches: a multiple of the 2 stages
+  spec.set_micro_batch_size(1);
   spec.mutable_parallel()->set_schedule("interleaved");
   spec.mutable_parallel()->set_virtual_stages(2);
   std::vector<WorkerInfo> workers = Workers(2, 2);
-  absl::StatusOr<PlacementResult> r = PlaceJob(spec, workers);
+  absl::StatusOr<PlacementResult> r = PlaceJob(Planned(spec), workers);
   ASSERT_TRUE(r.ok()) << r.status();
   // 4 chunks of 2 layers: rank pp=0 holds chunks 0 and 2, pp=1 holds 1 and 3.
   const RankAssignment& r0 = r->placement.ranks(0);
@@ -283,7 +191,7 @@ TEST(PlaceJob, InterleavedRanksGetTheirChunks) {
 TEST(PlaceJob, Places512RanksOver1000WorkersQuickly) {
   // 8 workers per host; dp=8, pp=16, tp=4 = 512 ranks.
   std::vector<WorkerInfo> workers = Workers(1000, 8);
-  JobSpec spec = Spec(32, 8, 16, 4);
+  JobPlan spec = Spec(32, 8, 16, 4);
   const absl::Time start = absl::Now();
   absl::StatusOr<PlacementResult> r = PlaceJob(spec, workers);
   const absl::Duration took = absl::Now() - start;
@@ -302,6 +210,46 @@ TEST(PlaceJob, Places512RanksOver1000WorkersQuickly) {
     }
   }
   EXPECT_LT(took, absl::Milliseconds(100));
+}
+
+// --- memory ---
+
+void SetMemory(std::vector<WorkerInfo>& workers, std::vector<int64_t> bytes) {
+  for (size_t i = 0; i < bytes.size(); ++i) workers[i].mutable_device()->set_memory_bytes(bytes[i]);
+}
+
+TEST(PlaceJob, NeverPutsARankOnAWorkerTooSmallForIt) {
+  const JobPlan plan = Spec(4, 1, 2, 1);
+  const int64_t need0 = plan.stages(0).memory().total(), need1 = plan.stages(1).memory().total();
+  ASSERT_GT(need0, 0);
+  ASSERT_GT(need1, 0);
+  // w0000 is too small for either stage, w0001 fits only the smaller, w0002 fits both.
+  std::vector<WorkerInfo> workers = Workers(3, 3);
+  SetMemory(workers, {std::min(need0, need1) - 1, std::min(need0, need1), std::max(need0, need1)});
+  absl::StatusOr<PlacementResult> r = PlaceJob(plan, workers);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const RankAssignment& rank : r->placement.ranks()) {
+    EXPECT_NE(rank.worker_id(), "w0000");
+  }
+  const int bigger = need0 >= need1 ? 0 : 1;
+  EXPECT_EQ(r->placement.ranks(bigger).worker_id(), "w0002");
+}
+
+TEST(PlaceJob, ARankThatFitsNowhereIsResourceExhaustedNamingItsNeed) {
+  const JobPlan plan = Spec(4, 1, 1, 1);
+  std::vector<WorkerInfo> workers = Workers(2, 1);
+  SetMemory(workers, {1024, 2048});
+  absl::StatusOr<PlacementResult> r = PlaceJob(plan, workers);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr(absl::StrCat("rank 0 (dp0 pp0 tp0) needs ",
+                                     plan::FormatBytes(plan.stages(0).memory().total()),
+                                     "; the largest idle worker has 2.0 KiB (w0001)")));
+}
+
+TEST(PlaceJob, UnknownMemoryFitsAnything) {
+  std::vector<WorkerInfo> workers = Workers(1, 1);  // memory_bytes 0: not reported
+  EXPECT_TRUE(PlaceJob(Spec(4, 1, 1, 1), workers).ok());
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 #include "absl/time/clock.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
+#include "plan/job_plan.h"
+#include "plan/ranks.h"
 #include "worker/model/config_proto.h"
 #include "worker/pipeline/schedule.h"
 
@@ -90,49 +92,32 @@ absl::StatusOr<std::string> JobDir(const std::string& job_id, const JobSpec& spe
   return AbsolutePath(JobDirectory(spec.checkpoint().dir(), job_id, data_root));
 }
 
-absl::StatusOr<TrainingRun> PlanFromSpec(const JobSpec& spec, const std::string& job_dir) {
-  std::vector<std::string> errors;
+absl::StatusOr<TrainingRun> PlanFromSpec(const JobSpec& submitted, const std::string& job_dir) {
+  // The job's plan (plan/job_plan.h), the one rule every part applies: what the coordinator
+  // accepted is accepted here, in the same words, and every default is the coordinator's. Only
+  // what is this worker's own follows: paths, the trainer's options.
+  absl::StatusOr<JobPlan> job = dtrain::plan::MakeJobPlan(submitted);
+  if (!job.ok()) return job.status();
+  const JobSpec& spec = job->spec();
   TrainingRun plan;
-  absl::StatusOr<model::GptConfig> config = model::GptConfigFromProto(spec.model());
-  if (config.ok()) {
-    plan.model = *config;
-  } else {
-    errors.push_back(absl::StrCat("model: ", config.status().message()));
-  }
-  if (spec.dataset().empty()) errors.push_back("dataset is empty: the spec must name a file");
-  if (spec.steps() <= 0) errors.push_back(absl::StrCat("steps=", spec.steps(), " must be > 0"));
-  if (spec.batch_size() <= 0) {
-    errors.push_back(absl::StrCat("batch_size=", spec.batch_size(), " must be > 0"));
-  }
-  plan.seq = spec.seq_len() == 0 ? spec.model().context() : spec.seq_len();
-  if (config.ok() && (plan.seq <= 0 || plan.seq > plan.model.context)) {
-    errors.push_back(absl::StrCat("seq_len=", spec.seq_len(), " must be in [1, model.context=",
-                                  plan.model.context, "]"));
-  }
-  const OptimizerConfig& p = spec.optimizer();
+  ASSIGN_OR_RETURN(plan.model, model::GptConfigFromProto(spec.model()));
+  plan.seq = spec.seq_len();
+  const OptimizerConfig& p = spec.optimizer();  // every optional field defaulted
   model::OptimizerConfig& o = plan.optimizer;
   o.lr = p.lr();
   o.warmup_steps = p.warmup_steps();
-  if (p.has_max_lr()) o.max_lr = p.max_lr();
-  if (p.has_min_lr_ratio()) o.min_lr_ratio = p.min_lr_ratio();
-  if (p.has_weight_decay()) o.weight_decay = p.weight_decay();
-  if (p.has_beta1()) o.beta1 = p.beta1();
-  if (p.has_beta2()) o.beta2 = p.beta2();
-  if (p.has_eps()) o.eps = p.eps();
-  if (p.has_grad_clip()) o.grad_clip = p.grad_clip();
-  if (absl::Status s = model::Validate(o); !s.ok()) {
-    errors.push_back(absl::StrCat("optimizer: ", s.message()));
-  }
-  if (spec.checkpoint().interval_steps() < 0) {
-    errors.push_back(absl::StrCat("checkpoint.interval_steps=", spec.checkpoint().interval_steps(),
-                                  " must be >= 0"));
-  }
-  if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+  o.max_lr = p.max_lr();
+  o.min_lr_ratio = p.min_lr_ratio();
+  o.weight_decay = p.weight_decay();
+  o.beta1 = p.beta1();
+  o.beta2 = p.beta2();
+  o.eps = p.eps();
+  o.grad_clip = p.grad_clip();
 
   plan.data_path = AbsolutePath(spec.dataset());
   plan.init_path = AbsolutePath(spec.init_checkpoint());
   plan.resume_from = AbsolutePath(spec.resume_from());
-  plan.seed = spec.seed() == 0 ? 1337 : spec.seed();
+  plan.seed = spec.seed();
   plan.steps = spec.steps();
   plan.batch = spec.batch_size();
   if (!spec.checkpoint().dir().empty()) {
@@ -150,10 +135,10 @@ JobRunner::JobRunner(JobAssignment assignment, kernels::Backend* backend,
       options_(std::move(options)),
       callbacks_(std::move(callbacks)) {
   const ParallelLayout& layout = assignment_.spec().parallel();
-  if (WorkersNeeded(layout) > 1) {
+  if (plan::WorkersNeeded(layout) > 1) {
     absl::StatusOr<int> rank = FindRank(assignment_, options_.worker_id);
     rank_ = rank.ok() ? *rank : -1;  // Train() reports the error
-    reports_steps_ = rank_ == ReportingRank(layout);
+    reports_steps_ = rank_ == plan::ReportingRank(layout);
   }
 }
 
@@ -207,22 +192,13 @@ JobOutcome JobRunner::Run() {
 
 absl::StatusOr<std::string> JobRunner::Train() {
   const JobSpec& spec = assignment_.spec();
-  const bool several = WorkersNeeded(spec.parallel()) > 1;
+  const bool several = plan::WorkersNeeded(spec.parallel()) > 1;
   if (several) {
     ASSIGN_OR_RETURN(rank_, FindRank(assignment_, options_.worker_id));
   }
   RETURN_IF_ERROR(CheckDevice(spec.device(), backend_->info()));
   ASSIGN_OR_RETURN(job_dir_, JobDir(job_id(), spec, options_.data_root));
-  ASSIGN_OR_RETURN(plan_, PlanFromSpec(spec, job_dir_));
-  if (several && plan_.checkpoint_dir.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a job on ", WorkersNeeded(spec.parallel()),
-        " workers needs checkpoint.dir in its spec: a directory every worker of the job can "
-        "write (any local path when they share a machine, shared storage in a cluster); each "
-        "rank writes its shard of the training state in the job's directory there and rank 0 "
-        "exports the final weights from the shards to <checkpoint.dir>/<job id>/",
-        kFinalWeightsFileName));
-  }
+  ASSIGN_OR_RETURN(plan_, PlanFromSpec(spec, job_dir_));  // checkpoint.dir on several workers
   RETURN_IF_ERROR(RequirePath("dataset", spec.dataset(), Want::kFile, options_.worker_id));
   if (!spec.init_checkpoint().empty()) {
     RETURN_IF_ERROR(

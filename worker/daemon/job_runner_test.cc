@@ -157,13 +157,13 @@ TEST(PlanFromSpec, ReportsEveryBadFieldAtOnce) {
   spec.set_batch_size(0);
   spec.mutable_optimizer()->set_lr(-1);
   absl::Status s = PlanFromSpec(spec, "/d/jobs/job-000001").status();
+  // The job plan's words (plan/job_plan.h), as the coordinator and `dtrain plan` say them.
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("model: "));
-  EXPECT_THAT(s.message(), HasSubstr("n_head=3"));
-  EXPECT_THAT(s.message(), HasSubstr("dataset is empty"));
-  EXPECT_THAT(s.message(), HasSubstr("steps=0"));
-  EXPECT_THAT(s.message(), HasSubstr("batch_size=0"));
-  EXPECT_THAT(s.message(), HasSubstr("optimizer: "));
+  EXPECT_THAT(s.message(), HasSubstr("model.n_head=3"));
+  EXPECT_THAT(s.message(), HasSubstr("dataset is required"));
+  EXPECT_THAT(s.message(), HasSubstr("steps=0 must be positive"));
+  EXPECT_THAT(s.message(), HasSubstr("batch_size=0 must be positive"));
+  EXPECT_THAT(s.message(), HasSubstr("optimizer.lr=-1 must be >= 0"));
 }
 
 struct Recorded {

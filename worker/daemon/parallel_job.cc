@@ -19,10 +19,6 @@ namespace {
 
 constexpr int64_t kDefaultBucketBytes = 25 << 20;
 
-std::string Coordinates(const RankAssignment& r) {
-  return absl::StrCat("dp", r.dp_rank(), " pp", r.pp_rank(), " tp", r.tp_rank());
-}
-
 // A channel used only to learn whether `address` accepts connections; reconnects as often as
 // the transport's own channels.
 std::shared_ptr<grpc::Channel> ProbeChannel(const std::string& address) {
@@ -36,29 +32,9 @@ std::shared_ptr<grpc::Channel> ProbeChannel(const std::string& address) {
 
 }  // namespace
 
-int WorkersNeeded(const ParallelLayout& layout) {
-  return std::max(1, layout.dp()) * std::max(1, layout.pp()) * std::max(1, layout.tp());
-}
-
-int RankIndex(const ParallelLayout& layout, const RankAssignment& rank) {
-  const int pp = std::max(1, layout.pp()), tp = std::max(1, layout.tp());
-  return (rank.dp_rank() * pp + rank.pp_rank()) * tp + rank.tp_rank();
-}
-
-int ReportingRank(const ParallelLayout& layout) {
-  return (std::max(1, layout.pp()) - 1) * std::max(1, layout.tp());
-}
-
-std::string DescribeRank(const Placement& placement, int rank) {
-  if (rank < 0 || rank >= placement.ranks_size()) return absl::StrCat("rank ", rank);
-  const RankAssignment& r = placement.ranks(rank);
-  return absl::StrCat("rank ", rank, " (worker ", r.worker_id(), " at ", r.worker_address(), ", ",
-                      Coordinates(r), ")");
-}
-
 absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string& worker_id) {
   const ParallelLayout& layout = assignment.spec().parallel();
-  const int n = WorkersNeeded(layout);
+  const int n = static_cast<int>(plan::WorkersNeeded(layout));
   const Placement& placement = assignment.placement();
   const std::string what = absl::StrFormat("job %s (dp=%d pp=%d tp=%d)", assignment.job_id(),
                                            std::max(1, layout.dp()), std::max(1, layout.pp()),
@@ -71,10 +47,10 @@ absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string&
   int mine = -1;
   for (int i = 0; i < n; ++i) {
     const RankAssignment& r = placement.ranks(i);
-    if (RankIndex(layout, r) != i || r.dp_rank() < 0 || r.pp_rank() < 0 || r.tp_rank() < 0 ||
+    if (plan::RankIndex(layout, r) != i || r.dp_rank() < 0 || r.pp_rank() < 0 || r.tp_rank() < 0 ||
         r.pp_rank() >= std::max(1, layout.pp()) || r.tp_rank() >= std::max(1, layout.tp())) {
       return absl::FailedPreconditionError(absl::StrCat("placement entry ", i, " of ", what,
-                                                        " is ", Coordinates(r),
+                                                        " is ", plan::RankLabel(r),
                                                         ", out of (dp, pp, tp) order"));
     }
     if (r.worker_id().empty() || r.worker_address().empty()) {
@@ -101,10 +77,10 @@ absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string&
     return absl::FailedPreconditionError(
         absl::StrCat("the placement of ", what, " gives no rank to worker ", worker_id));
   }
-  if (assignment.has_rank() && RankIndex(layout, assignment.rank()) != mine) {
+  if (assignment.has_rank() && plan::RankIndex(layout, assignment.rank()) != mine) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", worker_id, " is assigned ", Coordinates(assignment.rank()), " of ", what,
-        " but the placement puts it at ", Coordinates(placement.ranks(mine))));
+        "worker ", worker_id, " is assigned ", plan::RankLabel(assignment.rank()), " of ", what,
+        " but the placement puts it at ", plan::RankLabel(placement.ranks(mine))));
   }
   return mine;
 }
@@ -202,7 +178,7 @@ absl::Status ParallelJob::Connect() {
   o.size = size_;
   o.peer_addresses = addresses;
   // Errors of the transport name peers by worker where they are made (SuspectPeers reads them).
-  for (int r = 0; r < size_; ++r) o.peer_names.push_back(DescribeRank(placement_, r));
+  for (int r = 0; r < size_; ++r) o.peer_names.push_back(plan::DescribeRank(placement_, r));
   o.listen_address = options_.listen_address;
   o.job_id = job_id_;
   // Another process listening on this port is an error, not a port to share.
@@ -210,7 +186,7 @@ absl::Status ParallelJob::Connect() {
   absl::StatusOr<std::unique_ptr<comm::GrpcTransport>> started = comm::GrpcTransport::Start(o);
   if (!started.ok()) {
     return Annotate(started.status(),
-                    absl::StrCat("cannot start the peer service of ", DescribeRank(placement_, rank_),
+                    absl::StrCat("cannot start the peer service of ", plan::DescribeRank(placement_, rank_),
                                  " (is another process using the port of --advertise_address or "
                                  "--peer_listen?)"));
   }
@@ -243,7 +219,7 @@ absl::Status ParallelJob::ConnectTo(int peer, absl::Time deadline) {
     const absl::Time now = absl::Now();
     if (now >= deadline) {
       return absl::UnavailableError(absl::StrCat(
-          "peer ", DescribeRank(placement_, peer), " did not accept connections within ",
+          "peer ", plan::DescribeRank(placement_, peer), " did not accept connections within ",
           absl::StrFormat("%.1fs", absl::ToDoubleSeconds(now - start)),
           " (its worker did not start the job, or the address is unreachable from here)"));
     }

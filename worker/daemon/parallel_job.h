@@ -54,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kernels/backend.h"
+#include "plan/ranks.h"  // WorkersNeeded, RankIndex, ReportingRank, DescribeRank
 #include "proto/coordinator.pb.h"
 #include "worker/comm/observed_transport.h"
 #include "worker/training_run.h"
@@ -64,21 +65,6 @@ class GrpcTransport;
 }  // namespace dtrain::comm
 
 namespace dtrain::worker {
-
-// dp * pp * tp of a layout (0 counts as 1).
-int WorkersNeeded(const ParallelLayout& layout);
-
-// The index of (dp_rank, pp_rank, tp_rank) in a placement: (dp_rank * pp + pp_rank) * tp +
-// tp_rank.
-int RankIndex(const ParallelLayout& layout, const RankAssignment& rank);
-
-// The rank whose step metrics the coordinator records (coordinator/job_manager.h): dp 0, the
-// last pipeline stage, tp 0. Every rank computes the same global loss and gradient norm; only
-// this one sends its steps, so the coordinator gets one report per step, not dp*pp*tp.
-int ReportingRank(const ParallelLayout& layout);
-
-// "rank 3 (worker w4 at 127.0.0.1:7074, dp1 pp0 tp1)".
-std::string DescribeRank(const Placement& placement, int rank);
 
 // Checks the placement of a multi-worker assignment (dp*pp*tp entries in (dp, pp, tp) order,
 // each with a worker id and address, and this worker's rank among them) and returns this

@@ -182,7 +182,7 @@ std::vector<double> SingleWorkerLosses(const JobSpec& spec) {
 TEST(FindRank, FindsThisWorkerAndChecksThePlacement) {
   std::vector<JobAssignment> a = Assignments("job-1", Spec("/d", 1), 2, 2, 1);
   EXPECT_EQ(FindRank(a[2], "w2").value(), 2);
-  EXPECT_EQ(ReportingRank(a[0].spec().parallel()), 1);  // dp 0, last stage, tp 0
+  EXPECT_EQ(plan::ReportingRank(a[0].spec().parallel()), 1);  // dp 0, last stage, tp 0
 
   absl::StatusOr<int> r = FindRank(a[2], "w9");
   EXPECT_THAT(r.status().message(), HasSubstr("gives no rank to worker w9"));
@@ -260,7 +260,7 @@ TEST(ParallelJobRunner, MultiWorkerJobNeedsACheckpointDir) {
   std::vector<RankRun> runs = RunRanks(a, TempPath("nockpt"));
   for (const RankRun& r : runs) {
     EXPECT_FALSE(r.outcome.succeeded());
-    EXPECT_THAT(r.outcome.error(), HasSubstr("a job on 2 workers needs checkpoint.dir"));
+    EXPECT_THAT(r.outcome.error(), HasSubstr("checkpoint.dir is required for a job on 2 workers"));
     EXPECT_EQ(r.outcome.kind(), FAILURE_LOCAL);
   }
 }
@@ -279,7 +279,7 @@ TEST_P(Layouts, TrainToOneWorkersNumbersAndOnlyOneRankReports) {
   spec.mutable_checkpoint()->set_dir(dir + "/ckpt");
   std::vector<JobAssignment> a = Assignments(absl::StrCat("job-", dp, pp, tp), spec, dp, pp, tp);
   std::vector<RankRun> runs = RunRanks(a, dir);
-  const int reporting = ReportingRank(a[0].spec().parallel());
+  const int reporting = plan::ReportingRank(a[0].spec().parallel());
   for (size_t r = 0; r < runs.size(); ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     ASSERT_TRUE(runs[r].outcome.succeeded()) << runs[r].outcome.error();

@@ -1,0 +1,375 @@
+#include "plan/job_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/strip.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "plan/memory.h"
+#include "plan/ranks.h"
+#include "plan/spec_json.h"
+#include "plan/stage_cuts.h"
+
+namespace dtrain::plan {
+namespace {
+
+using pipeline::ActionType;
+
+constexpr int64_t kDefaultBucketBytes = 25 << 20;
+constexpr uint64_t kDefaultSeed = 1337;
+
+using Problems = std::vector<std::string>;
+
+bool IsOneOf(absl::string_view value, std::initializer_list<absl::string_view> options) {
+  return std::find(options.begin(), options.end(), value) != options.end();
+}
+
+// `name`=value must be in [1, cap] (0 allowed when `zero_ok`: a default follows).
+void CheckRange(absl::string_view name, int64_t value, int64_t cap, bool zero_ok,
+                Problems* problems) {
+  if (zero_ok ? value < 0 : value <= 0) {
+    problems->push_back(
+        absl::StrCat(name, "=", value, zero_ok ? " must be >= 0" : " must be positive"));
+  } else if (value > cap) {
+    problems->push_back(absl::StrCat(name, "=", value, " exceeds ", cap));
+  }
+}
+
+void CheckModel(const JobSpec& spec, Problems* problems) {
+  if (!spec.has_model()) {
+    problems->push_back("model is required (vocab_size, context, n_layer, n_head, n_embd)");
+    return;
+  }
+  const ModelConfig& m = spec.model();
+  CheckRange("model.vocab_size", m.vocab_size(), kMaxVocabSize, false, problems);
+  CheckRange("model.context", m.context(), kMaxContext, false, problems);
+  CheckRange("model.n_layer", m.n_layer(), kMaxLayers, false, problems);
+  CheckRange("model.n_head", m.n_head(), kMaxEmbd, false, problems);
+  CheckRange("model.n_embd", m.n_embd(), kMaxEmbd, false, problems);
+  if (m.n_head() > 0 && m.n_embd() > 0 && m.n_embd() % m.n_head() != 0) {
+    problems->push_back(
+        absl::StrCat("model.n_head=", m.n_head(), " does not divide n_embd=", m.n_embd()));
+  }
+}
+
+// Fills every unset optional optimizer field with OptimizerConfig's default.
+void DefaultOptimizer(OptimizerConfig* o) {
+  if (!o->has_max_lr()) o->set_max_lr(6e-4f);
+  if (!o->has_min_lr_ratio()) o->set_min_lr_ratio(0.1f);
+  if (!o->has_weight_decay()) o->set_weight_decay(0.1f);
+  if (!o->has_beta1()) o->set_beta1(0.9f);
+  if (!o->has_beta2()) o->set_beta2(0.95f);
+  if (!o->has_eps()) o->set_eps(1e-8f);
+  if (!o->has_grad_clip()) o->set_grad_clip(1.0f);
+}
+
+void CheckOptimizer(const OptimizerConfig& o, Problems* problems) {
+  auto add = [&](absl::string_view field, auto value, absl::string_view rule) {
+    problems->push_back(absl::StrCat("optimizer.", field, "=", value, " ", rule));
+  };
+  if (!(o.lr() >= 0)) add("lr", o.lr(), "must be >= 0");
+  if (o.lr() == 0 && !(o.max_lr() > 0)) add("max_lr", o.max_lr(), "must be positive");
+  if (!(o.min_lr_ratio() >= 0 && o.min_lr_ratio() <= 1)) {
+    add("min_lr_ratio", o.min_lr_ratio(), "must be in [0, 1]");
+  }
+  if (o.warmup_steps() < 0) add("warmup_steps", o.warmup_steps(), "must be >= 0");
+  if (!(o.weight_decay() >= 0)) add("weight_decay", o.weight_decay(), "must be >= 0");
+  if (!(o.beta1() >= 0 && o.beta1() < 1)) add("beta1", o.beta1(), "must be in [0, 1)");
+  if (!(o.beta2() >= 0 && o.beta2() < 1)) add("beta2", o.beta2(), "must be in [0, 1)");
+  if (!(o.eps() > 0)) add("eps", o.eps(), "must be positive");
+  if (!(o.grad_clip() >= 0)) add("grad_clip", o.grad_clip(), "must be >= 0 (0 disables clipping)");
+}
+
+// The rules and defaults of a spec, every problem appended; returns the micro-batches per
+// replica (0 when the batch rules failed).
+int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
+  CheckModel(spec, problems);
+  const bool model_ok = problems->empty();
+  const ModelConfig& m = spec.model();
+
+  DefaultOptimizer(spec.mutable_optimizer());
+  CheckOptimizer(spec.optimizer(), problems);
+
+  // --- data and steps ---
+  if (spec.dataset().empty()) problems->push_back("dataset is required (a path on the workers)");
+  if (!spec.resume_from().empty() && !spec.init_checkpoint().empty()) {
+    problems->push_back(
+        "resume_from and init_checkpoint exclude each other: a resumed run takes its weights "
+        "from the checkpoint it continues");
+  }
+  CheckRange("steps", spec.steps(), kMaxSteps, false, problems);
+  CheckRange("batch_size", spec.batch_size(), kMaxBatchSize, false, problems);
+  CheckRange("micro_batch_size", spec.micro_batch_size(), kMaxBatchSize, true, problems);
+  CheckRange("seq_len", spec.seq_len(), kMaxContext, true, problems);
+  if (spec.seq_len() == 0) spec.set_seq_len(m.context());
+  if (m.context() > 0 && spec.seq_len() > m.context()) {
+    problems->push_back(
+        absl::StrCat("seq_len=", spec.seq_len(), " exceeds model.context=", m.context()));
+  }
+
+  // --- parallel layout ---
+  ParallelLayout* p = spec.mutable_parallel();
+  CheckRange("parallel.dp", p->dp(), kMaxWorkersPerJob, true, problems);
+  CheckRange("parallel.pp", p->pp(), kMaxWorkersPerJob, true, problems);
+  CheckRange("parallel.tp", p->tp(), kMaxWorkersPerJob, true, problems);
+  CheckRange("parallel.virtual_stages", p->virtual_stages(), kMaxLayers, true, problems);
+  if (p->bucket_bytes() < 0) {
+    problems->push_back(absl::StrCat("parallel.bucket_bytes=", p->bucket_bytes(), " must be >= 0"));
+  }
+  if (p->dp() == 0) p->set_dp(1);
+  if (p->pp() == 0) p->set_pp(1);
+  if (p->tp() == 0) p->set_tp(1);
+  if (p->virtual_stages() == 0) p->set_virtual_stages(1);
+  if (p->bucket_bytes() == 0) p->set_bucket_bytes(kDefaultBucketBytes);
+  if (p->schedule().empty()) p->set_schedule("1f1b");
+  const bool layout_ok = p->dp() > 0 && p->pp() > 0 && p->tp() > 0 && p->virtual_stages() > 0 &&
+                         p->dp() <= kMaxWorkersPerJob && p->pp() <= kMaxWorkersPerJob &&
+                         p->tp() <= kMaxWorkersPerJob && p->virtual_stages() <= kMaxLayers;
+
+  int64_t micro_batches = 0;
+  if (layout_ok && spec.batch_size() > 0 && spec.batch_size() <= kMaxBatchSize &&
+      spec.micro_batch_size() >= 0) {
+    if (spec.batch_size() % p->dp() != 0) {
+      problems->push_back(absl::StrCat("batch_size=", spec.batch_size(),
+                                       " is not divisible by parallel.dp=", p->dp()));
+    } else {
+      const int per_replica = spec.batch_size() / p->dp();
+      if (spec.micro_batch_size() == 0) spec.set_micro_batch_size(per_replica);
+      if (per_replica % spec.micro_batch_size() != 0) {
+        problems->push_back(absl::StrCat(
+            "micro_batch_size=", spec.micro_batch_size(),
+            " does not divide the per-replica batch batch_size/parallel.dp=", per_replica));
+      } else {
+        micro_batches = per_replica / spec.micro_batch_size();
+        if (micro_batches > kMaxMicroBatches) {
+          problems->push_back(absl::StrCat(
+              "micro_batch_size=", spec.micro_batch_size(), " makes ", micro_batches,
+              " micro-batches per replica per step (batch_size/parallel.dp/micro_batch_size); "
+              "at most ",
+              kMaxMicroBatches));
+          micro_batches = 0;
+        }
+      }
+    }
+  }
+  if (spec.micro_batch_size() > 0 && spec.seq_len() > 0 &&
+      int64_t{spec.micro_batch_size()} * spec.seq_len() > kMaxMicroBatchTokens) {
+    problems->push_back(absl::StrCat("micro_batch_size*seq_len=", spec.micro_batch_size(), "*",
+                                     spec.seq_len(), " exceeds ", kMaxMicroBatchTokens,
+                                     " tokens per micro-batch"));
+  }
+  if (p->tp() > 0 && m.n_head() > 0 && m.n_head() % p->tp() != 0) {
+    problems->push_back(
+        absl::StrCat("parallel.tp=", p->tp(), " does not divide model.n_head=", m.n_head()));
+  }
+  if (m.n_layer() > 0 && p->pp() > m.n_layer()) {
+    problems->push_back(absl::StrCat("parallel.pp=", p->pp(), " exceeds model.n_layer=",
+                                     m.n_layer(), " (every stage needs a layer)"));
+  }
+  if (!IsOneOf(p->schedule(), {"gpipe", "1f1b", "interleaved", "zb-h1"})) {
+    problems->push_back(absl::StrCat("parallel.schedule=\"", p->schedule(),
+                                     "\" is not one of gpipe, 1f1b, interleaved, zb-h1"));
+  } else if (p->schedule() == "interleaved") {
+    const size_t before = problems->size();
+    if (p->virtual_stages() < 2) {
+      problems->push_back(absl::StrCat("parallel.virtual_stages=", p->virtual_stages(),
+                                       " must be >= 2 for schedule \"interleaved\""));
+    }
+    if (p->pp() < 2) {
+      problems->push_back(
+          absl::StrCat("parallel.pp=", p->pp(), " must be >= 2 for schedule \"interleaved\""));
+    }
+    if (m.n_layer() > 0 && p->pp() > 0 && p->virtual_stages() > 0 &&
+        int64_t{p->pp()} * p->virtual_stages() > m.n_layer()) {
+      problems->push_back(absl::StrCat("parallel.pp*virtual_stages=", p->pp(), "*",
+                                       p->virtual_stages(), " exceeds model.n_layer=", m.n_layer(),
+                                       " (every chunk needs a layer)"));
+    }
+    // The schedule's own rule (worker/pipeline/schedule.h), in its words, with the fields.
+    if (problems->size() == before && micro_batches > 0 && layout_ok) {
+      const absl::Status valid = pipeline::ValidateSchedule(
+          {pipeline::ScheduleKind::kInterleaved, p->pp(), static_cast<int>(micro_batches),
+           p->virtual_stages()});
+      if (!valid.ok()) {
+        absl::string_view rule = valid.message();
+        absl::ConsumePrefix(&rule, "invalid interleaved schedule: ");
+        problems->push_back(absl::StrCat(
+            "parallel.schedule=\"interleaved\": ", rule,
+            " (micro_batches = batch_size/parallel.dp/micro_batch_size = ", spec.batch_size(), "/",
+            p->dp(), "/", spec.micro_batch_size(), ", stages = parallel.pp)"));
+      }
+    }
+  } else if (p->virtual_stages() > 1) {
+    problems->push_back(absl::StrCat("parallel.virtual_stages=", p->virtual_stages(),
+                                     " needs schedule \"interleaved\", not \"", p->schedule(),
+                                     "\""));
+  }
+  const int64_t workers = layout_ok ? WorkersNeeded(*p) : 0;
+  if (workers > kMaxWorkersPerJob) {
+    problems->push_back(absl::StrCat("parallel.dp*pp*tp=", p->dp(), "*", p->pp(), "*", p->tp(),
+                                     "=", workers, " exceeds ", kMaxWorkersPerJob, " workers"));
+  }
+  if (layout_ok && micro_batches > 0 &&
+      micro_batches * p->pp() * p->virtual_stages() > kMaxScheduleForwards) {
+    problems->push_back(absl::StrCat(
+        "micro-batches*parallel.pp*parallel.virtual_stages=", micro_batches, "*", p->pp(), "*",
+        p->virtual_stages(), " exceeds ", kMaxScheduleForwards,
+        " forwards per step: use a larger micro_batch_size"));
+  }
+
+  // --- device, checkpoints, seed ---
+  if (spec.device().empty()) spec.set_device("auto");
+  if (!IsOneOf(spec.device(), {"cpu", "cuda", "auto"})) {
+    problems->push_back(
+        absl::StrCat("device=\"", spec.device(), "\" is not one of cpu, cuda, auto"));
+  }
+  if (spec.checkpoint().interval_steps() < 0) {
+    problems->push_back(absl::StrCat("checkpoint.interval_steps=",
+                                     spec.checkpoint().interval_steps(), " must be >= 0"));
+  }
+  if (workers > 1 && spec.checkpoint().dir().empty()) {
+    // A one-worker job saves under the worker's --data_root; ranks of a spread job write shards
+    // that rank 0 exports, so they need one directory they all see.
+    problems->push_back(absl::StrCat(
+        "checkpoint.dir is required for a job on ", workers,
+        " workers: a directory every worker of the job can write (shared storage in a cluster); "
+        "each rank writes its shard there and rank 0 exports the final weights to "
+        "<checkpoint.dir>/model.safetensors"));
+  }
+  if (spec.seed() == 0) spec.set_seed(kDefaultSeed);
+  return model_ok ? micro_batches : 0;
+}
+
+// Stage cuts: pp * v chunks; chunk j of stage s is model chunk j * pp + s.
+absl::Status CutStages(JobPlan& plan) {
+  const JobSpec& spec = plan.spec();
+  const int pp = spec.parallel().pp(), v = spec.parallel().virtual_stages();
+  ASSIGN_OR_RETURN(LayerPartition partition,
+                   PartitionLayers(spec.model().n_layer(), pp * v,
+                                   CostModelFor(spec.model(), spec.seq_len())));
+  std::vector<int> first(pp * v, 0);
+  for (int k = 1; k < pp * v; ++k) first[k] = first[k - 1] + partition.num_layers[k - 1];
+  for (int s = 0; s < pp; ++s) {
+    StagePlan* stage = plan.add_stages();
+    stage->set_stage(s);
+    double cost = 0;
+    for (int j = 0; j < v; ++j) {
+      LayerRange* range = stage->add_chunks();
+      range->set_first_layer(first[j * pp + s]);
+      range->set_num_layers(partition.num_layers[j * pp + s]);
+      cost += partition.costs[j * pp + s];
+    }
+    stage->set_cost(cost);
+  }
+  return absl::OkStatus();
+}
+
+// Most micro-batches alive at once in each chunk of a simulated stage: from F to the end of
+// its backward (W for zb-h1), as the executor keeps their activations.
+std::vector<int> PeakLivePerChunk(const pipeline::StageResult& stage, int v) {
+  std::vector<int> live(v, 0), peak(v, 0);
+  for (const pipeline::TimedAction& t : stage.timeline) {
+    const int c = t.action.chunk;
+    if (t.action.type == ActionType::kForward) peak[c] = std::max(peak[c], ++live[c]);
+    if (t.action.type == ActionType::kBackward || t.action.type == ActionType::kBackwardWeight) {
+      --live[c];
+    }
+  }
+  return peak;
+}
+
+}  // namespace
+
+pipeline::ScheduleSpec ScheduleOf(const JobPlan& plan) {
+  const ParallelLayout& layout = plan.spec().parallel();
+  pipeline::ScheduleSpec s;
+  s.kind = pipeline::ParseScheduleKind(layout.schedule()).value_or(pipeline::ScheduleKind::kOneFOneB);
+  s.stages = layout.pp();
+  s.micro_batches = plan.micro_batches();
+  s.virtual_stages = layout.virtual_stages();
+  return s;
+}
+
+std::vector<pipeline::StageCosts> SimulationCosts(const JobPlan& plan) {
+  std::vector<pipeline::StageCosts> costs;
+  const int v = plan.spec().parallel().virtual_stages();
+  for (const StagePlan& s : plan.stages()) {
+    const double c = s.cost() / v;
+    costs.push_back({c, c, c});
+  }
+  return costs;
+}
+
+absl::StatusOr<pipeline::SimResult> SimulatePlan(
+    const JobPlan& plan, const std::vector<std::vector<pipeline::Action>>& actions) {
+  const pipeline::ScheduleSpec schedule = ScheduleOf(plan);
+  std::vector<std::vector<pipeline::Action>> lists = actions;
+  for (int s = 0; actions.empty() && s < schedule.stages; ++s) {
+    ASSIGN_OR_RETURN(std::vector<pipeline::Action> a, pipeline::StageActions(schedule, s));
+    lists.push_back(std::move(a));
+  }
+  return pipeline::SimulateActions(lists, schedule.micro_batches, schedule.virtual_stages,
+                                   SimulationCosts(plan), /*latency=*/0);
+}
+
+const LayerRange& ChunkOf(const JobPlan& plan, int stage, int chunk) {
+  return plan.stages(stage).chunks(chunk);
+}
+
+std::string FormatBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) bytes /= 1024, ++u;
+  return u == 0 ? absl::StrFormat("%.0f B", bytes) : absl::StrFormat("%.1f %s", bytes, units[u]);
+}
+
+namespace {
+
+absl::StatusOr<JobPlan> PlanChecked(JobSpec spec, Problems problems) {
+  const int64_t micro_batches = CheckAndDefault(spec, &problems);
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: ", absl::StrJoin(problems, "; ")));
+  }
+  JobPlan plan;
+  *plan.mutable_spec() = std::move(spec);
+  plan.set_ranks(static_cast<int32_t>(WorkersNeeded(plan.spec().parallel())));
+  plan.set_micro_batches(static_cast<int32_t>(micro_batches));
+  RETURN_IF_ERROR(CutStages(plan));
+  absl::StatusOr<pipeline::SimResult> sim = SimulatePlan(plan);
+  if (!sim.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid job spec: parallel.schedule=\"",
+                                                   plan.spec().parallel().schedule(),
+                                                   "\" cannot run: ", sim.status().message()));
+  }
+  plan.set_bubble_fraction(sim->bubble_fraction);
+  const int v = plan.spec().parallel().virtual_stages();
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    StagePlan& stage = *plan.mutable_stages(s);
+    stage.set_peak_live_micro_batches(sim->stages[s].peak_live);
+    const std::vector<LayerRange> chunks(stage.chunks().begin(), stage.chunks().end());
+    *stage.mutable_memory() =
+        EstimateRankMemory(plan.spec(), s, chunks, PeakLivePerChunk(sim->stages[s], v));
+  }
+  return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<JobPlan> MakeJobPlan(JobSpec spec) { return PlanChecked(std::move(spec), {}); }
+
+absl::StatusOr<JobPlan> ParseJobPlanJson(absl::string_view json) {
+  JobSpec spec;
+  Problems problems;
+  RETURN_IF_ERROR(ReadJobSpecJson(json, &spec, &problems));
+  return PlanChecked(std::move(spec), std::move(problems));
+}
+
+}  // namespace dtrain::plan

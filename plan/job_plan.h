@@ -1,0 +1,81 @@
+// The job plan: ONE pure function from a JobSpec to everything every part of dtrain derives
+// from it (proto/plan.proto JobPlan): the spec with every default filled in, the layout, the
+// micro-batches per replica, the schedule checked and simulated (a deadlock is an error), the
+// stage cuts, and each rank's memory. The coordinator's SubmitJob and placement, `dtrain plan`,
+// `dtrain submit` (through SubmitJob) and the workers use it and nothing else, so what one
+// rejects every other rejects with the same words.
+//
+//   ASSIGN_OR_RETURN(JobPlan plan, ParseJobPlanJson(json));   // or MakeJobPlan(spec)
+//   plan.spec().parallel().schedule();                         // "1f1b" (defaulted)
+//   plan.stages(1).memory().total();                           // bytes per rank of stage 1
+//
+// Defaults: parallel.dp/pp/tp 0 -> 1, parallel.schedule "" -> "1f1b", parallel.virtual_stages
+// 0 -> 1, parallel.bucket_bytes 0 -> 25 MiB, micro_batch_size 0 -> batch_size / dp, seq_len 0
+// -> model.context, device "" -> "auto", seed 0 -> 1337, and each unset optional optimizer
+// field -> max_lr 6e-4, min_lr_ratio 0.1, weight_decay 0.1, beta1 0.9, beta2 0.95, eps 1e-8,
+// grad_clip 1.0 (worker/model/optimizer.h's OptimizerConfig, which the worker fills from them).
+//
+// Errors: one InvalidArgument "invalid job spec: <problem>; <problem>; ..." listing every
+// problem at once, each naming its JSON field:
+//   "steps=0 must be positive; parallel.tp=3 does not divide model.n_head=4"
+// Bounded: every size is capped (the k* constants below) before anything proportional to it
+// is built, so any spec is answered in milliseconds (the schedule simulated is at most
+// kMaxScheduleForwards forwards).
+#ifndef DTRAIN_PLAN_JOB_PLAN_H_
+#define DTRAIN_PLAN_JOB_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/job.pb.h"
+#include "proto/plan.pb.h"
+#include "worker/pipeline/schedule.h"
+#include "worker/pipeline/simulate.h"
+
+namespace dtrain::plan {
+
+// Caps, so a typo cannot queue a job no cluster runs nor keep a planner busy.
+inline constexpr int64_t kMaxWorkersPerJob = 65536;        // parallel.dp*pp*tp
+inline constexpr int64_t kMaxSteps = 1'000'000'000;        // steps
+inline constexpr int64_t kMaxBatchSize = 1 << 20;          // batch_size (sequences per step)
+inline constexpr int64_t kMaxMicroBatches = 4096;          // per replica per step
+inline constexpr int64_t kMaxScheduleForwards = 1 << 18;   // micro-batches * pp * virtual_stages
+inline constexpr int64_t kMaxVocabSize = 1 << 24;          // token ids are int32 / uint16 files
+inline constexpr int64_t kMaxContext = 1 << 20;
+inline constexpr int64_t kMaxLayers = 4096;
+inline constexpr int64_t kMaxEmbd = 1 << 16;
+inline constexpr int64_t kMaxMicroBatchTokens = 1 << 24;  // micro_batch_size * seq_len
+
+// The plan of `spec` (see the top). Idempotent: MakeJobPlan(plan.spec()) gives the same plan.
+absl::StatusOr<JobPlan> MakeJobPlan(JobSpec spec);
+
+// ReadJobSpecJson (spec_json.h) then MakeJobPlan, with one error listing the unknown fields and
+// every other problem together (only malformed JSON or a value of the wrong type stops the
+// checks early). What SubmitJob and `dtrain plan` use.
+absl::StatusOr<JobPlan> ParseJobPlanJson(absl::string_view json);
+
+// The pipeline schedule of a plan (p = pp, m = micro_batches, v).
+pipeline::ScheduleSpec ScheduleOf(const JobPlan& plan);
+
+// The simulator's costs per stage: per micro-batch through one chunk of stage s with cost c
+// (StagePlan.cost / v, in transformer-block forwards): F = c, and the backward 2c, split as
+// B = c, W = c for zb-h1 and fused as one B of 2c otherwise. No p2p latency.
+std::vector<pipeline::StageCosts> SimulationCosts(const JobPlan& plan);
+
+// One step of the plan's schedule simulated (what MakeJobPlan checked); `actions` replaces the
+// schedule's per-stage lists when not empty (tests: a list that deadlocks).
+// FailedPrecondition "deadlock: ..." from the simulator.
+absl::StatusOr<pipeline::SimResult> SimulatePlan(
+    const JobPlan& plan, const std::vector<std::vector<pipeline::Action>>& actions = {});
+
+// The layers of chunk j of stage s.
+const LayerRange& ChunkOf(const JobPlan& plan, int stage, int chunk);
+
+// "31.2 GiB", "353.0 KiB", "12 B".
+std::string FormatBytes(double bytes);
+
+}  // namespace dtrain::plan
+
+#endif  // DTRAIN_PLAN_JOB_PLAN_H_

@@ -1,0 +1,83 @@
+#include "plan/memory.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "plan/ranks.h"
+
+namespace dtrain::plan {
+namespace {
+
+constexpr double kFloatBytes = 4;
+
+// Doubles, so a hostile (but capped) spec cannot overflow; clamped on the way out.
+int64_t Saturate(double bytes) {
+  constexpr double kMax = static_cast<double>(std::numeric_limits<int64_t>::max());
+  return bytes >= kMax ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
+}
+
+}  // namespace
+
+int64_t ChunkParameters(const ModelConfig& model, int tp, int num_layers, bool has_embedding,
+                        bool has_head) {
+  const int64_t C = model.n_embd(), Cl = C / std::max(1, tp), V = model.vocab_size();
+  // Replicated ln_1, ln_2 (2C each) and the two c_proj biases (6C); the sharded qkv and fc
+  // biases (7Cl); the weights C*3Cl + Cl*C + C*4Cl + 4Cl*C.
+  const int64_t per_layer = 6 * C + 7 * Cl + 12 * C * Cl;
+  int64_t n = int64_t{num_layers} * per_layer;
+  if (has_embedding) n += V * C + int64_t{model.context()} * C;
+  if (has_head) n += 2 * C + (has_embedding ? 0 : V * C);
+  return n;
+}
+
+int64_t ChunkActivations(const ModelConfig& model, int tp, int num_layers, bool has_head,
+                         int64_t rows, int64_t seq_len) {
+  const int64_t C = model.n_embd(), Cl = C / std::max(1, tp), V = model.vocab_size();
+  const int64_t NHl = model.n_head() / std::max(1, tp), T = seq_len, N = rows * T;
+  const int64_t att = rows * NHl * T * T;
+  // tokens, targets, input; per layer ln1, res2, ln2, out, dres2 (5NC), the LayerNorm
+  // statistics (4N), qkv, atty, fch, fch_gelu, dfch, dqkv (19 N Cl), att; dres (L+1 of NC).
+  int64_t n = 2 * N + N * C;
+  n += int64_t{num_layers} * (5 * N * C + 4 * N + 19 * N * Cl + att);
+  n += int64_t{num_layers + 1} * N * C;
+  if (has_head) n += 2 * N * C + 3 * N + 2 * N * V;  // lnf, dlnf, stats, losses, logits, probs
+  if (num_layers > 0) n += 2 * N * C + 5 * N * Cl + att;  // proj, dln, dwide, datty, datt
+  return n;
+}
+
+RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<LayerRange>& chunks,
+                              const std::vector<int>& peak_live) {
+  const ParallelLayout& layout = spec.parallel();
+  const int pp = std::max(1, layout.pp()), tp = std::max(1, layout.tp());
+  const int dp = std::max(1, layout.dp());
+  const bool one_worker = WorkersNeeded(layout) == 1;
+  const int64_t rows = one_worker ? spec.batch_size() : spec.micro_batch_size();
+  const double boundary = kFloatBytes * static_cast<double>(rows) * spec.seq_len() *
+                          spec.model().n_embd();
+  const int v = static_cast<int>(chunks.size());
+  double params = 0, acts = 0, comm = 0;
+  for (int j = 0; j < v; ++j) {
+    const bool first = stage == 0 && j == 0, last = stage == pp - 1 && j == v - 1;
+    params += static_cast<double>(
+        ChunkParameters(spec.model(), tp, chunks[j].num_layers(), first, last));
+    const int live = one_worker ? 1 : std::max(1, peak_live[j]);
+    acts += kFloatBytes * live *
+            static_cast<double>(ChunkActivations(spec.model(), tp, chunks[j].num_layers(), last,
+                                                 rows, spec.seq_len()));
+    if (pp > 1) comm += 2 * boundary * live;
+  }
+  if (dp > 1 && !layout.zero1()) comm += 2.0 * layout.bucket_bytes();
+  RankMemory m;
+  m.set_parameters(Saturate(kFloatBytes * params));
+  m.set_gradients(m.parameters());
+  const double moments = 2 * kFloatBytes * params;
+  m.set_optimizer(Saturate(layout.zero1() ? moments / dp : moments));
+  m.set_activations(Saturate(acts));
+  m.set_communication(Saturate(comm));
+  m.set_total(Saturate(2 * kFloatBytes * params + (layout.zero1() ? moments / dp : moments) +
+                       acts + comm));
+  return m;
+}
+
+}  // namespace dtrain::plan

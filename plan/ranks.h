@@ -1,0 +1,37 @@
+// How the ranks of a job are counted, numbered and named: one rule each, used by the
+// coordinator (placement, failure reports), `dtrain plan` and the workers.
+//
+// Ranks are ordered (dp, pp, tp), as Placement lists them (proto/job.proto):
+//   rank = (dp_rank * pp + pp_rank) * tp + tp_rank
+// so a tensor-parallel group is tp consecutive ranks. Layout factors of 0 count as 1 (an
+// undefaulted spec), so these never divide by zero.
+#ifndef DTRAIN_PLAN_RANKS_H_
+#define DTRAIN_PLAN_RANKS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "proto/job.pb.h"
+
+namespace dtrain::plan {
+
+// Workers (ranks) a layout needs: dp * pp * tp.
+int64_t WorkersNeeded(const ParallelLayout& layout);
+
+// The index of (dp_rank, pp_rank, tp_rank): (dp_rank * pp + pp_rank) * tp + tp_rank.
+int RankIndex(const ParallelLayout& layout, const RankAssignment& rank);
+
+// The rank whose step metrics the coordinator records: dp 0, the last pipeline stage, tp 0.
+// Every rank computes the same global loss and gradient norm; only this one sends its steps,
+// so the coordinator gets one report per step, not dp*pp*tp.
+int ReportingRank(const ParallelLayout& layout);
+
+// "dp0 pp1 tp1".
+std::string RankLabel(const RankAssignment& rank);
+
+// "rank 3 (worker w4 at 127.0.0.1:7074, dp1 pp0 tp1)"; "rank 3" outside the placement.
+std::string DescribeRank(const Placement& placement, int rank);
+
+}  // namespace dtrain::plan
+
+#endif  // DTRAIN_PLAN_RANKS_H_
