@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "common/metrics/http_exporter.h"
 #include "common/metrics/registry.h"
+#include "common/version.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_manager.h"
@@ -64,6 +65,7 @@ int Fail(const absl::Status& status) {
 int main(int argc, char** argv) {
   // --help lists this file's flags (absl's default looks for a file named after the binary).
   absl::FlagsUsageConfig usage;
+  usage.version_string = [] { return dtrain::VersionText("dtrain-coordinator") + "\n"; };
   usage.contains_help_flags = [](absl::string_view file) {
     return absl::EndsWith(file, "coordinator/coordinator_main.cc");
   };

@@ -38,6 +38,7 @@
 #include "common/metrics/http_exporter.h"
 #include "common/metrics/registry.h"
 #include "common/status_macros.h"
+#include "common/version.h"
 #include "kernels/backend.h"
 #include "worker/daemon/coordinator_client.h"
 #include "worker/daemon/job_runner.h"
@@ -199,6 +200,7 @@ int main(int argc, char** argv) {
   // --help lists this file's flags (absl's default looks for a file named after the binary,
   // dtrain-worker.cc, and finds none: "No flags matched").
   absl::FlagsUsageConfig usage;
+  usage.version_string = [] { return dtrain::VersionText("dtrain-worker") + "\n"; };
   usage.contains_help_flags = [](absl::string_view file) {
     return absl::EndsWith(file, "worker/daemon/worker_main.cc");
   };

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/version.h"
 #include "worker/parallel/sharded_checkpoint.h"
 
 namespace {
@@ -18,13 +19,18 @@ constexpr char kUsage[] =
     "  Writes the whole model of a sharded checkpoint as one GPT-2 safetensors file.\n"
     "  CHECKPOINT_DIR: a job's checkpoint directory (CHECKPOINT.DIR/job-000003), the step\n"
     "  its `latest` names; or a step directory (.../job-000003/step_00000042) holding a\n"
-    "  manifest.json.\n";
+    "  manifest.json.\n"
+    "dtrain-export --version: the version and the commit it was built from.\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
     std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+    std::printf("%s\n", dtrain::VersionText("dtrain-export").c_str());
     return 0;
   }
   for (int i = 1; i < argc; ++i) {
