@@ -118,13 +118,17 @@ def case_happy_path(args):
         workers = c.workers_by_id()
         expect(workers["w1"]["state"] == "IDLE", "w1 after the job: %s" % workers["w1"])
 
-        # watch of an ended job replays it: JSON lines, every step, exit 0.
+        # watch of an ended job replays it: compact JSON lines (no spec), every step, exit 0.
         rc, out, err = c.cli("--json", "watch", job_id, timeout=60)
         expect(rc == 0, "watch --json of a finished job exited %d: %s" % (rc, err))
         updates = [json.loads(l) for l in out.splitlines() if l.strip()]
-        replayed = [int(u["step"]["step"]) for u in updates if "step" in u]
+        replayed = [u["step"] for u in updates if u["type"] == "step"]
         expect(replayed == list(range(1, total + 1)), "watch --json replayed steps %s" % replayed)
-        expect(updates[-1]["job"]["state"] == "SUCCEEDED", "last update %s" % updates[-1])
+        expect(all(u["job"] == job_id and "spec" not in u for u in updates),
+               "watch --json lines are not compact: %s" % updates[0])
+        last = updates[-1]
+        expect(last["type"] == "state" and last["state"] == "SUCCEEDED"
+               and last["output"] == output.group(1), "last update %s" % last)
 
         rc, out, err = c.cli("status", "job-999999")
         expect(rc == 4, "status of an unknown job exited %d (want 4): %s" % (rc, err))
@@ -432,11 +436,10 @@ def watched_steps(c, job_id):
     updates = [json.loads(l) for l in out.splitlines() if l.strip()]
     steps = {}
     for u in updates:
-        if "step" in u:
-            m = u["step"]
-            step = int(m["step"])
+        if u["type"] == "step":
+            step = u["step"]
             expect(step not in steps, "%s: step %d reported twice" % (job_id, step))
-            steps[step] = (float(m["loss"]), float(m["grad_norm"]))
+            steps[step] = (float(u["loss"]), float(u["grad_norm"]))
     return rc, updates, steps
 
 
@@ -555,7 +558,7 @@ def case_multi_worker(args):
             expect(done["output"] == os.path.join(ckpt, "model.safetensors"),
                    "%s: output %r" % (name, done["output"]))
             worst = compare_weights(ref["output"], done["output"], name)
-            events = [u["event"] for u in updates if "event" in u]
+            events = [u["text"] for u in updates if u["type"] == "event"]
             connected = [e for e in events if "connected to %d peers" % (dp * pp * tp - 1) in e]
             expect(len(connected) == dp * pp * tp, "%s: connected events %s" % (name, connected))
             print("%s: %.1fs on %d workers, worst loss rel diff %.2g, worst weight diff %.2g of "
@@ -780,9 +783,10 @@ def case_prometheus(args):
 # Cases live here and in the modules beside this file, one module per theme.
 import cli_cases  # noqa: E402  `dtrain` CLI behaviour through the binary
 import safety_cases  # noqa: E402  no job loses or mixes another's files; truthful failures
+import plan_cases  # noqa: E402  one job plan: plan and submit reject alike, memory before launch
 
 CASES = {}
-for _module in (sys.modules[__name__], cli_cases, safety_cases):
+for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn
