@@ -84,8 +84,8 @@ if [ "$status" -ne 0 ]; then
 fi
 
 # The first and the last loss, from the job's replayed metrics.
-losses=$(dtrain --json watch "$job" | grep '"step":{"step"' |
-  sed -E 's/.*"step":\{"step":"[0-9]+","loss":([0-9.eE+-]+).*/\1/')
+losses=$(dtrain --json watch "$job" | grep '^{"type":"step"' |
+  sed -E 's/.*"loss":([0-9.eE+-]+).*/\1/')
 first=$(echo "$losses" | head -n 1)
 last=$(echo "$losses" | tail -n 1)
 output=$(dtrain --json status "$job" | sed -E 's/.*"output":"([^"]*)".*/\1/')

@@ -44,6 +44,35 @@ def run_cli_stdin(c, args, stdin_text, timeout=120):
     return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
 
 
+def case_cli_offline(args):
+    """Commands that need no coordinator build no channel: `help`, `help watch`, `version`,
+    `plan` with $DTRAIN_COORDINATOR empty or --coordinator= print nothing on stderr (no gRPC
+    resolver errors) and exit 0; `--version` of every binary names the version and the commit;
+    `status --every=2` names the commands --every belongs to (exit 2)."""
+    with Cluster(args.binaries, "cli_offline") as c:
+        env = dict(os.environ, DTRAIN_COORDINATOR="")
+        spec = os.path.abspath(os.path.join(args.examples, "tiny.json"))
+        for argv in (["help"], ["--coordinator=", "help"], ["help", "watch"], ["watch", "--help"],
+                     ["version"], ["--coordinator=", "plan", spec]):
+            r = subprocess.run([c.bin["cli"]] + argv, capture_output=True, timeout=30, env=env,
+                               cwd=c.tmp)
+            err = r.stderr.decode(errors="replace")
+            expect(r.returncode == 0,
+                   "dtrain %s: exit %d\n%s" % (" ".join(argv), r.returncode, err))
+            expect(err == "", "dtrain %s printed on stderr:\n%s" % (" ".join(argv), err))
+        for name in ("cli", "coordinator", "worker"):
+            r = subprocess.run([c.bin[name], "--version"], capture_output=True, timeout=30)
+            out = r.stdout.decode(errors="replace")
+            expect(r.returncode == 0 and re.match(r"dtrain\S* \d+\.\d+\.\d+ \(commit "
+                                                  r"([0-9a-f]{40}|unknown)\)\n$", out),
+                   "%s --version: exit %d, %r" % (name, r.returncode, out))
+        r = subprocess.run([c.bin["cli"], "status", "1", "--every=2"], capture_output=True,
+                           timeout=30, env=env)
+        err = r.stderr.decode(errors="replace")
+        expect(r.returncode == 2 and "flag --every applies to 'watch', 'submit', 'resubmit' only, "
+               "not 'status'" in err, "status --every=2: exit %d, %r" % (r.returncode, err))
+
+
 def case_cli_watch_and_ids(args):
     """`submit -` reads standard input; `--watch --quiet` prints state changes and one summary
     (no step lines, no "QUEUED: queued", the final state once); `watch --every=2` prints every

@@ -73,14 +73,10 @@ def losses(c, job_id):
     rc, out, err = c.cli("--json", "watch", job_id, timeout=60)
     steps = {}
     for line in out.splitlines():
-        if not line.strip():
-            continue
-        update = json.loads(line)
-        step = update.get("step")
-        if isinstance(step, dict):  # the whole JobUpdate: {"job": ..., "step": {...}}
-            steps[int(step["step"])] = float(step["loss"])
-        elif update.get("type") == "step":  # a compact step line
-            steps[int(update["step"])] = float(update["loss"])
+        if line.strip():
+            update = json.loads(line)
+            if update["type"] == "step":
+                steps[update["step"]] = float(update["loss"])
     return steps
 
 
