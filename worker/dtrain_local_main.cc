@@ -8,7 +8,7 @@
 // Prints a progress line per step to stderr; --log_json writes one JSON object per step.
 //
 // --spec runs a service job spec (the file `dtrain submit` takes) in this process: parsed and
-// defaulted by the coordinator's rules (coordinator/job_spec.h) and planned as a worker plans it
+// defaulted by the coordinator's rules (plan/job_plan.h) and planned as a worker plans it
 // (worker/daemon/job_runner.h PlanFromSpec), so names and defaults are the service's. The run is
 // job --job_id (default job-000000, an id no coordinator issues) and writes only in its
 // directory, <checkpoint.dir>/<job id>/ (or <--data_root>/jobs/<job id>/), which must not hold
@@ -28,12 +28,15 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "common/version.h"
-#include "coordinator/job_spec.h"
+#include "common/version.h"
+#include "plan/job_plan.h"
+#include "plan/ranks.h"
 #include "kernels/backend.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/local_trainer.h"
@@ -134,8 +137,9 @@ absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string
   }
   absl::StatusOr<std::string> json = ReadFileToString(path);
   RETURN_IF_ERROR(Annotate(json.status(), "--spec"));
-  absl::StatusOr<JobSpec> spec = coordinator::ParseAndValidateJobSpecJson(*json);
-  RETURN_IF_ERROR(Annotate(spec.status(), absl::StrCat("--spec=", path)));
+  absl::StatusOr<JobPlan> planned = plan::ParseJobPlanJson(*json);
+  RETURN_IF_ERROR(Annotate(planned.status(), absl::StrCat("--spec=", path)));
+  JobSpec* spec = planned->mutable_spec();
   const std::string job_id = absl::GetFlag(FLAGS_job_id);
   ASSIGN_OR_RETURN(const std::string job_dir,
                    worker::JobDir(job_id, *spec, absl::GetFlag(FLAGS_data_root)));
@@ -167,7 +171,7 @@ absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string
   const ParallelLayout& layout = spec->parallel();
   std::fprintf(stderr, "dtrain-local: %s as %s in %s\n", path.c_str(), job_id.c_str(),
                job_dir.c_str());
-  if (coordinator::WorkersNeeded(*spec) > 1) {
+  if (plan::WorkersNeeded(spec->parallel()) > 1) {
     std::fprintf(stderr,
                  "dtrain-local: the spec's layout dp=%d pp=%d tp=%d runs on this one process: "
                  "every layout trains to one worker's numbers\n",
@@ -237,6 +241,9 @@ absl::Status Main() {
 }  // namespace dtrain
 
 int main(int argc, char** argv) {
+  absl::FlagsUsageConfig usage;
+  usage.version_string = [] { return dtrain::VersionText("dtrain-local") + "\n"; };
+  absl::SetFlagsUsageConfig(usage);
   absl::FlagsUsageConfig usage;
   usage.version_string = [] { return dtrain::VersionText("dtrain-local") + "\n"; };
   absl::SetFlagsUsageConfig(usage);
