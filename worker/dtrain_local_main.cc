@@ -28,12 +28,10 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
-#include "common/version.h"
 #include "common/version.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
@@ -241,9 +239,6 @@ absl::Status Main() {
 }  // namespace dtrain
 
 int main(int argc, char** argv) {
-  absl::FlagsUsageConfig usage;
-  usage.version_string = [] { return dtrain::VersionText("dtrain-local") + "\n"; };
-  absl::SetFlagsUsageConfig(usage);
   absl::FlagsUsageConfig usage;
   usage.version_string = [] { return dtrain::VersionText("dtrain-local") + "\n"; };
   absl::SetFlagsUsageConfig(usage);
