@@ -522,7 +522,7 @@ def case_multi_worker(args):
         rc, _, ref_steps = watched_steps(c, ref_id)
         expect(rc == 0 and sorted(ref_steps) == list(range(1, 11)),
                "reference steps %s (watch exit %d)" % (sorted(ref_steps), rc))
-        expect(ref["output"] == os.path.join(ref_ckpt, "model.safetensors"),
+        expect(ref["output"] == os.path.join(ref_ckpt, ref_id, "model.safetensors"),
                "reference output %r" % ref["output"])
         print("one worker: %.1fs, loss %.6f -> %.6f"
               % (time.monotonic() - t0, ref_steps[1][0], ref_steps[10][0]))
@@ -555,7 +555,7 @@ def case_multi_worker(args):
                 expect(abs(gg - gw) <= 1e-4 * abs(gw), "%s step %d: grad norm %.9f, one worker "
                        "%.9f" % (name, s, gg, gw))
                 worst_loss = max(worst_loss, rel)
-            expect(done["output"] == os.path.join(ckpt, "model.safetensors"),
+            expect(done["output"] == os.path.join(ckpt, job_id, "model.safetensors"),
                    "%s: output %r" % (name, done["output"]))
             worst = compare_weights(ref["output"], done["output"], name)
             events = [u["text"] for u in updates if u["type"] == "event"]
