@@ -440,6 +440,10 @@ TEST(Ranks, NumberingAndNamesAreTheOneRule) {
   r.set_worker_id("w4");
   r.set_worker_address("127.0.0.1:7074");
   EXPECT_EQ(RankIndex(layout, r), 11);
+  for (int rank = 0; rank < 12; ++rank) {
+    EXPECT_EQ(RankIndex(layout, RankCoordinates(layout, rank)), rank);
+  }
+  EXPECT_EQ(RankLabel(RankCoordinates(layout, 11)), "dp1 pp2 tp1");
   EXPECT_EQ(ReportingRank(layout), 4);  // dp 0, last stage, tp 0
   EXPECT_EQ(RankLabel(r), "dp1 pp2 tp1");
   Placement placement;

@@ -15,6 +15,15 @@ int RankIndex(const ParallelLayout& layout, const RankAssignment& rank) {
   return (rank.dp_rank() * pp + rank.pp_rank()) * tp + rank.tp_rank();
 }
 
+RankAssignment RankCoordinates(const ParallelLayout& layout, int rank) {
+  const int pp = std::max(1, layout.pp()), tp = std::max(1, layout.tp());
+  RankAssignment r;
+  r.set_dp_rank(rank / (pp * tp));
+  r.set_pp_rank(rank / tp % pp);
+  r.set_tp_rank(rank % tp);
+  return r;
+}
+
 int ReportingRank(const ParallelLayout& layout) {
   return (std::max(1, layout.pp()) - 1) * std::max(1, layout.tp());
 }

@@ -21,6 +21,10 @@ int64_t WorkersNeeded(const ParallelLayout& layout);
 // The index of (dp_rank, pp_rank, tp_rank): (dp_rank * pp + pp_rank) * tp + tp_rank.
 int RankIndex(const ParallelLayout& layout, const RankAssignment& rank);
 
+// The inverse of RankIndex: rank `rank`'s dp_rank, pp_rank and tp_rank (nothing else set).
+// `rank` must be in [0, WorkersNeeded(layout)).
+RankAssignment RankCoordinates(const ParallelLayout& layout, int rank);
+
 // The rank whose step metrics the coordinator records: dp 0, the last pipeline stage, tp 0.
 // Every rank computes the same global loss and gradient norm; only this one sends its steps,
 // so the coordinator gets one report per step, not dp*pp*tp.

@@ -1,14 +1,16 @@
-// The communication groups of a 3D-parallel layout, derived from (dp, pp, tp) alone: pure
-// functions, the same on every rank, so every member of a group agrees on its ranks, their
-// ring order and its id without talking.
+// The communication groups of a job's layout (dtrain.ParallelLayout, proto/job.proto, as the job
+// plan leaves it), derived from (dp, pp, tp) alone: pure functions, the same on every rank, so
+// every member of a group agrees on its ranks, their ring order and its id without talking.
 //
-// Ranks are ordered (dp, pp, tp) as in the coordinator's placement (proto/job.proto):
+// Ranks are numbered as everywhere in dtrain (plan/ranks.h RankIndex / RankCoordinates):
 //   rank = (dp_rank * pp + pp_rank) * tp + tp_rank
 // so a tensor-parallel group is tp consecutive ranks (one host, usually).
 //
-//   ASSIGN_OR_RETURN(ParallelLayout layout, ParallelLayout::Create(2, 4, 2));
-//   ASSIGN_OR_RETURN(GroupSpec tp, TensorParallelGroup(layout, rank));
+//   ASSIGN_OR_RETURN(GroupSpec tp, TensorParallelGroup(plan.spec().parallel(), rank));
 //   ASSIGN_OR_RETURN(Group group, Group::Create(&transport, tp.ranks, tp.id));
+//
+// Errors: InvalidArgument for a rank outside [0, dp*pp*tp) ("rank 24 outside dp=2 pp=3 tp=4
+// (24 ranks)") or a layout of 2^24 ranks or more (group ids could not tell its groups apart).
 #ifndef DTRAIN_WORKER_COMM_GROUPS_H_
 #define DTRAIN_WORKER_COMM_GROUPS_H_
 
@@ -18,34 +20,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proto/job.pb.h"
 
 namespace dtrain::comm {
-
-struct RankCoord {
-  int dp = 0;
-  int pp = 0;
-  int tp = 0;
-};
-
-class ParallelLayout {
- public:
-  // InvalidArgument naming every factor ("dp=2 pp=0 tp=4: ...") unless each is >= 1.
-  static absl::StatusOr<ParallelLayout> Create(int dp, int pp, int tp);
-
-  int dp() const { return dp_; }
-  int pp() const { return pp_; }
-  int tp() const { return tp_; }
-  int size() const { return dp_ * pp_ * tp_; }
-  std::string ToString() const;  // "dp=2 pp=4 tp=2 (16 ranks)"
-
-  // InvalidArgument for a rank outside [0, size) or a coordinate outside the layout.
-  absl::StatusOr<RankCoord> CoordOf(int rank) const;
-  absl::StatusOr<int> RankOf(const RankCoord& coord) const;
-
- private:
-  ParallelLayout(int dp, int pp, int tp) : dp_(dp), pp_(pp), tp_(tp) {}
-  int dp_, pp_, tp_;
-};
 
 // A group's id (unique among the layout's groups, so messages of different groups never
 // match) and its ranks in ring order.

@@ -1,6 +1,7 @@
 #include "worker/comm/groups.h"
 
 #include <set>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -11,25 +12,37 @@ namespace {
 
 using ::testing::ElementsAre;
 
-ParallelLayout Layout(int dp, int pp, int tp) { return *ParallelLayout::Create(dp, pp, tp); }
-
-TEST(ParallelLayout, BadFactorIsInvalidArgumentNamingEveryFactor) {
-  auto layout = ParallelLayout::Create(2, 0, 4);
-  EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(layout.status().message().find("dp=2 pp=0 tp=4"), absl::string_view::npos)
-      << layout.status();
+ParallelLayout Layout(int dp, int pp, int tp) {
+  ParallelLayout layout;
+  layout.set_dp(dp);
+  layout.set_pp(pp);
+  layout.set_tp(tp);
+  return layout;
 }
 
-TEST(ParallelLayout, RanksAreOrderedDpPpTp) {
-  ParallelLayout l = Layout(2, 3, 4);
-  EXPECT_EQ(l.size(), 24);
-  for (int rank = 0; rank < l.size(); ++rank) {
-    RankCoord c = *l.CoordOf(rank);
-    EXPECT_EQ((c.dp * 3 + c.pp) * 4 + c.tp, rank);
-    EXPECT_EQ(*l.RankOf(c), rank);
-  }
-  EXPECT_EQ(l.CoordOf(24).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(l.RankOf({0, 3, 0}).status().code(), absl::StatusCode::kInvalidArgument);
+int Size(const ParallelLayout& l) { return l.dp() * l.pp() * l.tp(); }
+
+TEST(Groups, RankOutsideTheLayoutIsInvalidArgumentNamingEveryFactor) {
+  absl::StatusOr<GroupSpec> g = TensorParallelGroup(Layout(2, 3, 4), 24);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.status().message(), "rank 24 outside dp=2 pp=3 tp=4 (24 ranks)");
+  EXPECT_EQ(DataParallelGroup(Layout(2, 3, 4), -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Groups, LayoutOfTwoToThe24RanksIsInvalidArgument) {
+  // Group ids keep a group's index in 24 bits.
+  absl::StatusOr<GroupSpec> g = DataParallelGroup(Layout(1 << 12, 1 << 6, 1 << 6), 0);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("more than 2^24 ranks"), std::string::npos) << g.status();
+}
+
+TEST(Groups, UnsetFactorsCountAsOneAsInThePlan) {
+  ParallelLayout pipeline_only;
+  pipeline_only.set_pp(2);  // dp and tp unset
+  EXPECT_THAT(TensorParallelGroup(pipeline_only, 1)->ranks, ElementsAre(1));
+  EXPECT_THAT(DataParallelGroup(pipeline_only, 1)->ranks, ElementsAre(1));
+  EXPECT_EQ(PipelineNeighboursOf(pipeline_only, 0, false)->next, 1);
 }
 
 TEST(Groups, TensorParallelGroupIsConsecutiveRanksOfOneStage) {
@@ -48,7 +61,7 @@ TEST(Groups, EveryRankIsInExactlyOneGroupOfEachKindAndAllMembersAgree) {
   ParallelLayout l = Layout(2, 3, 2);
   for (auto group_of : {&TensorParallelGroup, &DataParallelGroup}) {
     std::set<int32_t> ids;
-    for (int rank = 0; rank < l.size(); ++rank) {
+    for (int rank = 0; rank < Size(l); ++rank) {
       GroupSpec g = *group_of(l, rank);
       ids.insert(g.id);
       int count = 0;
@@ -60,14 +73,14 @@ TEST(Groups, EveryRankIsInExactlyOneGroupOfEachKindAndAllMembersAgree) {
       }
       EXPECT_EQ(count, 1);
     }
-    EXPECT_EQ(ids.size(), static_cast<size_t>(l.size() / (*group_of(l, 0)).ranks.size()));
+    EXPECT_EQ(ids.size(), static_cast<size_t>(Size(l) / (*group_of(l, 0)).ranks.size()));
   }
 }
 
 TEST(Groups, GroupIdsDifferAcrossKinds) {
   ParallelLayout l = Layout(2, 2, 2);
   std::set<int32_t> ids;
-  for (int rank = 0; rank < l.size(); ++rank) {
+  for (int rank = 0; rank < Size(l); ++rank) {
     ids.insert(TensorParallelGroup(l, rank)->id);
     ids.insert(DataParallelGroup(l, rank)->id);
     auto tied = *TiedEmbeddingGroup(l, rank);

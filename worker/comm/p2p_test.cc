@@ -23,6 +23,13 @@ std::vector<float> Tensor(float base) {
   return v;
 }
 
+// A layout of `stages` pipeline stages (dp = tp = 1).
+ParallelLayout Pipeline(int stages) {
+  ParallelLayout layout;
+  layout.set_pp(stages);
+  return layout;
+}
+
 bool Contains(const absl::Status& s, absl::string_view text) {
   return s.message().find(text) != absl::string_view::npos;
 }
@@ -33,7 +40,7 @@ class StageLinksTest : public ::testing::TestWithParam<TransportKind> {};
 // gradients come back the same way. Stage 0 ends with micro-batch mb's gradient 100*mb + 2.
 TEST_P(StageLinksTest, ActivationsFlowForwardAndGradientsBackward) {
   auto cluster = Cluster::Create(GetParam(), 3);
-  ParallelLayout layout = *ParallelLayout::Create(1, 3, 1);
+  ParallelLayout layout = Pipeline(3);
   std::vector<int> wrong(3, 0);
   auto results = cluster->Run([&](int rank) -> absl::Status {
     StageLinks links(cluster->transport(rank), *PipelineNeighboursOf(layout, rank, false),
@@ -91,7 +98,7 @@ TEST_P(StageLinksTest, ActivationsFlowForwardAndGradientsBackward) {
 
 TEST_P(StageLinksTest, WrongShapeIsInvalidArgumentNamingPeerKeyAndShapes) {
   auto cluster = Cluster::Create(GetParam(), 2);
-  ParallelLayout layout = *ParallelLayout::Create(1, 2, 1);
+  ParallelLayout layout = Pipeline(2);
   absl::Status received;
   auto results = cluster->Run([&](int rank) -> absl::Status {
     StageLinks links(cluster->transport(rank), *PipelineNeighboursOf(layout, rank, false),
@@ -116,7 +123,7 @@ TEST_P(StageLinksTest, WrongShapeIsInvalidArgumentNamingPeerKeyAndShapes) {
 TEST_P(StageLinksTest, InterleavedVirtualStagesAreKeptApart) {
   // pp = 2 with two virtual stages: rank 1's last chunk feeds rank 0's second virtual stage.
   auto cluster = Cluster::Create(GetParam(), 2);
-  ParallelLayout layout = *ParallelLayout::Create(1, 2, 1);
+  ParallelLayout layout = Pipeline(2);
   std::vector<int> wrong(2, 0);
   auto results = cluster->Run([&](int rank) -> absl::Status {
     StageLinks links(cluster->transport(rank), *PipelineNeighboursOf(layout, rank, true),
@@ -151,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(Kinds, StageLinksTest,
 
 TEST(StageLinks, EndsOfThePipelineHaveNoNeighbourThere) {
   InprocHub hub(2);
-  ParallelLayout layout = *ParallelLayout::Create(1, 2, 1);
+  ParallelLayout layout = Pipeline(2);
   StageLinks first(hub.transport(0), *PipelineNeighboursOf(layout, 0, false), absl::Seconds(1));
   std::vector<float> x = Tensor(0);
   absl::Status s = first.RecvActivation({0, 0}, kShape, absl::MakeSpan(x));
@@ -163,7 +170,7 @@ TEST(StageLinks, EndsOfThePipelineHaveNoNeighbourThere) {
 
 TEST(StageLinks, TensorSizeMustMatchItsShape) {
   InprocHub hub(2);
-  ParallelLayout layout = *ParallelLayout::Create(1, 2, 1);
+  ParallelLayout layout = Pipeline(2);
   StageLinks first(hub.transport(0), *PipelineNeighboursOf(layout, 0, false), absl::Seconds(1));
   std::vector<float> x(7);
   EXPECT_EQ(first.SendActivation({0, 0}, kShape, x).status().code(),

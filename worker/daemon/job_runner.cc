@@ -18,7 +18,6 @@
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
 #include "worker/model/config_proto.h"
-#include "worker/pipeline/schedule.h"
 
 namespace dtrain::worker {
 namespace {
@@ -198,7 +197,9 @@ absl::StatusOr<std::string> JobRunner::Train() {
   }
   RETURN_IF_ERROR(CheckDevice(spec.device(), backend_->info()));
   ASSIGN_OR_RETURN(job_dir_, JobDir(job_id(), spec, options_.data_root));
-  ASSIGN_OR_RETURN(plan_, PlanFromSpec(spec, job_dir_));  // checkpoint.dir on several workers
+  // The job's plan (plan/job_plan.h): every default and layout value the trainers use.
+  ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(spec));
+  ASSIGN_OR_RETURN(plan_, PlanFromSpec(job_plan.spec(), job_dir_));  // checkpoint.dir on several workers
   RETURN_IF_ERROR(RequirePath("dataset", spec.dataset(), Want::kFile, options_.worker_id));
   if (!spec.init_checkpoint().empty()) {
     RETURN_IF_ERROR(
@@ -216,7 +217,7 @@ absl::StatusOr<std::string> JobRunner::Train() {
   TrainingCallbacks callbacks;
   callbacks.step = [this](const TrainStepMetrics& m) { return OnStep(m); };
   callbacks.checkpoint = [this](const CheckpointWritten& c) { OnCheckpoint(c); };
-  RETURN_IF_ERROR(several ? TrainParallel(rank_, callbacks) : TrainLocal(callbacks));
+  RETURN_IF_ERROR(several ? TrainParallel(job_plan, rank_, callbacks) : TrainLocal(callbacks));
   if (rank_ != 0) return std::string();  // rank 0 exports the final weights
   callbacks_.event(absl::StrCat("weights written to ", plan_.save_path));
   return plan_.save_path;
@@ -236,10 +237,10 @@ absl::Status JobRunner::TrainLocal(const TrainingCallbacks& callbacks) {
   return absl::OkStatus();
 }
 
-absl::Status JobRunner::TrainParallel(int rank, const TrainingCallbacks& callbacks) {
-  const JobSpec& spec = assignment_.spec();
+absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
+                                      const TrainingCallbacks& callbacks) {
   ASSIGN_OR_RETURN(parallel::ParallelTrainingOptions options,
-                   ParallelPlan(assignment_, rank, plan_, options_.comm_timeout));
+                   ParallelPlan(assignment_, job_plan, rank, plan_, options_.comm_timeout));
   ParallelJobOptions job_options;
   job_options.listen_address = options_.peer_listen_address;
   job_options.connect_timeout = options_.connect_timeout;
@@ -270,12 +271,11 @@ absl::Status JobRunner::TrainParallel(int rank, const TrainingCallbacks& callbac
         layers.empty() ? "(even split)" : absl::StrJoin(layers, " "), job->size() - 1,
         absl::ToDoubleSeconds(absl::Now() - start)));
     if (rank == 0) {
-      AnnounceTraining(
-          absl::StrFormat("%d workers (dp=%d pp=%d tp=%d, schedule %s)", job->size(), options.dp,
-                          options.pp, options.tp, pipeline::ScheduleName(options.schedule)),
-          absl::StrCat(", micro-batches of ", spec.micro_batch_size() > 0
-                                                  ? spec.micro_batch_size()
-                                                  : plan_.batch / options.dp));
+      const ParallelLayout& layout = options.layout;
+      AnnounceTraining(absl::StrFormat("%d workers (dp=%d pp=%d tp=%d, schedule %s)",
+                                       job->size(), layout.dp(), layout.pp(), layout.tp(),
+                                       layout.schedule()),
+                       absl::StrCat(", micro-batches of ", options.micro_batch_size));
     }
     status = job->Train(
         backend_, std::move(options),

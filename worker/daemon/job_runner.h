@@ -69,6 +69,7 @@
 #include "absl/time/time.h"
 #include "kernels/backend.h"
 #include "proto/coordinator.pb.h"
+#include "proto/plan.pb.h"
 #include "worker/daemon/parallel_job.h"
 #include "worker/daemon/worker_metrics.h"
 #include "worker/local_trainer.h"
@@ -120,7 +121,7 @@ class JobRunner {
  private:
   absl::StatusOr<std::string> Train();  // returns the output path ("" on ranks other than 0)
   absl::Status TrainLocal(const TrainingCallbacks& callbacks);
-  absl::Status TrainParallel(int rank, const TrainingCallbacks& callbacks);
+  absl::Status TrainParallel(const JobPlan& job_plan, int rank, const TrainingCallbacks& callbacks);
   // The events that open a job (rank 0): the dataset, and "training <model> on <on>: N steps of
   // B x T tokens<detail>".
   void AnnounceTraining(const std::string& on, const std::string& detail);

@@ -12,12 +12,9 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/comm/grpc/grpc_transport.h"
-#include "worker/pipeline/schedule.h"
 
 namespace dtrain::worker {
 namespace {
-
-constexpr int64_t kDefaultBucketBytes = 25 << 20;
 
 // A channel used only to learn whether `address` accepts connections; reconnects as often as
 // the transport's own channels.
@@ -86,33 +83,33 @@ absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string&
 }
 
 absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignment& assignment,
-                                                               int rank, TrainingRun run,
+                                                               const JobPlan& job, int rank,
+                                                               TrainingRun run,
                                                                absl::Duration comm_timeout) {
-  const JobSpec& spec = assignment.spec();
-  const ParallelLayout& layout = spec.parallel();
   parallel::ParallelTrainingOptions o;
   o.run = std::move(run);
-  o.dp = std::max(1, layout.dp());
-  o.pp = std::max(1, layout.pp());
-  o.tp = std::max(1, layout.tp());
+  o.layout = job.spec().parallel();
+  o.micro_batch_size = job.spec().micro_batch_size();
+  absl::Status planned = parallel::CheckPlannedLayout(o.layout, o.micro_batch_size).status();
+  if (!planned.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the plan of job ", assignment.job_id(), " is incomplete: ", planned.message()));
+  }
   o.rank = rank;
-  o.micro_batch_size = spec.micro_batch_size();
-  absl::StatusOr<pipeline::ScheduleKind> schedule =
-      pipeline::ParseScheduleKind(layout.schedule().empty() ? "1f1b" : layout.schedule());
-  if (!schedule.ok()) return Annotate(schedule.status(), "parallel.schedule");
-  o.schedule = *schedule;
-  o.virtual_stages = std::max(1, layout.virtual_stages());
   if (rank < 0 || rank >= assignment.placement().ranks_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not in the placement"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank, " is not in the placement of job ", assignment.job_id()));
   }
   const RankAssignment& r = assignment.placement().ranks(rank);
   if (r.chunks_size() > 0) {
     for (const LayerRange& c : r.chunks()) o.chunks.push_back({c.first_layer(), c.num_layers()});
   } else if (r.num_layers() > 0) {
     o.chunks.push_back({r.first_layer(), r.num_layers()});
+  } else {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the placement of job ", assignment.job_id(), " gives ",
+                     plan::DescribeRank(assignment.placement(), rank), " no layers"));
   }
-  o.bucket_bytes = layout.bucket_bytes() > 0 ? layout.bucket_bytes() : kDefaultBucketBytes;
-  o.zero1 = layout.zero1();
   o.comm_timeout = comm_timeout;
   return o;
 }

@@ -3,8 +3,9 @@
 // parallel::ParallelTrainer over them.
 //
 //   ASSIGN_OR_RETURN(int rank, FindRank(assignment, worker_id));
+//   ASSIGN_OR_RETURN(JobPlan plan, plan::MakeJobPlan(assignment.spec()));
 //   ASSIGN_OR_RETURN(parallel::ParallelTrainingOptions o,
-//                    ParallelPlan(assignment, rank, run, comm_timeout));
+//                    ParallelPlan(assignment, plan, rank, run, comm_timeout));
 //   ParallelJob job(assignment, rank, {listen_address, connect_timeout});
 //   RETURN_IF_ERROR(job.Connect());           // every peer answered, or the deadline passed
 //   absl::Status s = job.Train(backend, o, on_started, callbacks);
@@ -56,6 +57,7 @@
 #include "kernels/backend.h"
 #include "plan/ranks.h"  // WorkersNeeded, RankIndex, ReportingRank, DescribeRank
 #include "proto/coordinator.pb.h"
+#include "proto/plan.pb.h"
 #include "worker/comm/observed_transport.h"
 #include "worker/training_run.h"
 #include "worker/parallel/parallel_trainer.h"
@@ -71,13 +73,16 @@ namespace dtrain::worker {
 // worker's rank index. FailedPrecondition naming what is wrong.
 absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string& worker_id);
 
-// The options of rank `rank` from the run of the spec (PlanFromSpec: model, optimizer, data,
-// seed, steps, the whole batch, checkpoint dir and interval, save path) and the layout:
-// micro_batch_size, schedule, virtual stages, this rank's layer chunks
-// (RankAssignment.chunks when set, else first_layer/num_layers), bucket_bytes, zero1.
-// InvalidArgument for an unknown schedule.
+// The options of rank `rank` of `assignment`: the run (PlanFromSpec: model, optimizer, data,
+// seed, steps, the whole batch, checkpoint dir and interval, save path), the layout and
+// micro_batch_size of the job's plan (`job`: plan::MakeJobPlan of the assignment's spec) as
+// they are, and this rank's layer chunks from the placement (RankAssignment.chunks when set,
+// else first_layer/num_layers). Nothing is defaulted here: FailedPrecondition naming the job
+// when the plan leaves a field unset (parallel::CheckPlannedLayout) or the placement gives the
+// rank no layers.
 absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignment& assignment,
-                                                               int rank, TrainingRun run,
+                                                               const JobPlan& job, int rank,
+                                                               TrainingRun run,
                                                                absl::Duration comm_timeout);
 
 struct ParallelJobOptions {

@@ -25,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "plan/job_plan.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/testing/text_corpus.h"
 
@@ -208,8 +209,9 @@ TEST(FindRank, FindsThisWorkerAndChecksThePlacement) {
               HasSubstr("is assigned dp0 pp1 tp0 of job job-1"));
 }
 
-TEST(ParallelPlan, FromTheSpecAndThePlacement) {
+TEST(ParallelPlan, TheJobPlansLayoutAndThePlacementsLayers) {
   JobSpec spec = Spec("/d", 7);
+  spec.mutable_checkpoint()->set_dir("/ckpt");
   spec.set_micro_batch_size(1);
   spec.mutable_parallel()->set_schedule("interleaved");
   spec.mutable_parallel()->set_virtual_stages(2);
@@ -222,36 +224,60 @@ TEST(ParallelPlan, FromTheSpecAndThePlacement) {
   c = a[1].mutable_placement()->mutable_ranks(1)->add_chunks();
   c->set_first_layer(3);
   c->set_num_layers(1);
+  absl::StatusOr<JobPlan> job = plan::MakeJobPlan(a[1].spec());
+  ASSERT_TRUE(job.ok()) << job.status();
   TrainingRun run;
   run.batch = 4;
   absl::StatusOr<parallel::ParallelTrainingOptions> o =
-      ParallelPlan(a[1], 1, run, absl::Seconds(7));
+      ParallelPlan(a[1], *job, 1, run, absl::Seconds(7));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->run.batch, 4);
   EXPECT_EQ(o->rank, 1);
-  EXPECT_EQ(o->dp, 1);
-  EXPECT_EQ(o->pp, 2);
-  EXPECT_EQ(o->tp, 1);
+  // The plan's layout as it is: its defaults (bucket_bytes) included, none decided here.
+  EXPECT_EQ(o->layout.SerializeAsString(), job->spec().parallel().SerializeAsString());
+  EXPECT_EQ(o->layout.pp(), 2);
+  EXPECT_EQ(o->layout.schedule(), "interleaved");
+  EXPECT_GT(o->layout.bucket_bytes(), 0);
   EXPECT_EQ(o->micro_batch_size, 1);
-  EXPECT_EQ(o->schedule, pipeline::ScheduleKind::kInterleaved);
-  EXPECT_EQ(o->virtual_stages, 2);
   ASSERT_EQ(o->chunks.size(), 2u);
   EXPECT_EQ(o->chunks[1].first_layer, 3);
   EXPECT_EQ(o->chunks[1].num_layers, 1);
-  EXPECT_EQ(o->bucket_bytes, 25 << 20);
-  EXPECT_TRUE(o->zero1);
   EXPECT_EQ(o->comm_timeout, absl::Seconds(7));
 
   // Without chunks: the stage's own layers.
-  o = ParallelPlan(a[0], 0, run, absl::Seconds(7));
+  o = ParallelPlan(a[0], *job, 0, run, absl::Seconds(7));
   ASSERT_TRUE(o.ok()) << o.status();
   ASSERT_EQ(o->chunks.size(), 1u);
   EXPECT_EQ(o->chunks[0].first_layer, 0);
   EXPECT_EQ(o->chunks[0].num_layers, 2);
+}
 
-  a[0].mutable_spec()->mutable_parallel()->set_schedule("zigzag");
-  EXPECT_THAT(ParallelPlan(a[0], 0, run, absl::Seconds(7)).status().message(),
+TEST(ParallelPlan, AnUnsetValueIsAnErrorNotADefault) {
+  JobSpec spec = Spec("/d", 7);
+  spec.mutable_checkpoint()->set_dir("/ckpt");
+  std::vector<JobAssignment> a = Assignments("job-1", spec, 1, 2, 1);
+  absl::StatusOr<JobPlan> job = plan::MakeJobPlan(a[0].spec());
+  ASSERT_TRUE(job.ok()) << job.status();
+  JobPlan unplanned = *job;
+  unplanned.mutable_spec()->mutable_parallel()->clear_bucket_bytes();
+  unplanned.mutable_spec()->mutable_parallel()->clear_schedule();
+  absl::Status s = ParallelPlan(a[0], unplanned, 0, {}, absl::Seconds(7)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("the plan of job job-1 is incomplete: "
+                                     "parallel.bucket_bytes=0 is unset; parallel.schedule is "
+                                     "unset"));
+
+  JobPlan zigzag = *job;
+  zigzag.mutable_spec()->mutable_parallel()->set_schedule("zigzag");
+  EXPECT_THAT(ParallelPlan(a[0], zigzag, 0, {}, absl::Seconds(7)).status().message(),
               HasSubstr("parallel.schedule"));
+
+  JobAssignment no_layers = a[1];
+  no_layers.mutable_placement()->mutable_ranks(1)->set_num_layers(0);
+  s = ParallelPlan(no_layers, *job, 1, {}, absl::Seconds(7)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("gives rank 1 (worker w1 at 127.0.0.1:"));
+  EXPECT_THAT(s.message(), HasSubstr("no layers"));
 }
 
 TEST(ParallelJobRunner, MultiWorkerJobNeedsACheckpointDir) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
+#include "plan/ranks.h"
 #include "worker/comm/collectives/all_gather.h"
 #include "worker/comm/collectives/allreduce_ring.h"
 #include "worker/comm/collectives/barrier.h"
@@ -67,7 +68,7 @@ struct ParallelTrainer::Chunk {
 // Everything a step needs besides the chunks: groups, links, the executor and the sync thread.
 class ParallelTrainer::StepRunner {
  public:
-  comm::RankCoord coord;
+  RankAssignment coord;  // this rank's dp_rank, pp_rank, tp_rank
   std::optional<comm::Group> tp, dp, tied, world;
   std::unique_ptr<comm::StageLinks> links;
   std::unique_ptr<StageExecutor> executor;
@@ -79,6 +80,34 @@ class ParallelTrainer::StepRunner {
   double tp_seconds = 0;  // time inside tp all-reduces (part of the layers' compute calls)
 };
 
+absl::StatusOr<pipeline::ScheduleKind> CheckPlannedLayout(const ParallelLayout& layout,
+                                                          int micro_batch_size) {
+  std::vector<std::string> unset;
+  auto require = [&](absl::string_view field, int64_t value) {
+    if (value <= 0) {
+      unset.push_back(absl::StrCat(field, "=", value, value == 0 ? " is unset" : " must be positive"));
+    }
+  };
+  require("parallel.dp", layout.dp());
+  require("parallel.pp", layout.pp());
+  require("parallel.tp", layout.tp());
+  require("parallel.virtual_stages", layout.virtual_stages());
+  require("parallel.bucket_bytes", layout.bucket_bytes());
+  require("micro_batch_size", micro_batch_size);
+  absl::StatusOr<pipeline::ScheduleKind> schedule = pipeline::ParseScheduleKind(layout.schedule());
+  if (layout.schedule().empty()) {
+    unset.push_back("parallel.schedule is unset");
+  } else if (!schedule.ok()) {
+    unset.push_back(absl::StrCat("parallel.schedule: ", schedule.status().message()));
+  }
+  if (!unset.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::StrJoin(unset, "; "),
+        ": the job plan (plan::MakeJobPlan) sets every field, the trainer assumes none"));
+  }
+  return schedule;
+}
+
 ParallelTrainer::~ParallelTrainer() = default;
 
 int ParallelTrainer::num_chunks() const { return static_cast<int>(chunks_.size()); }
@@ -88,12 +117,16 @@ model::AdamW& ParallelTrainer::optimizer(int i) { return *chunks_[i].optimizer; 
 absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
     kernels::Backend* backend, comm::Transport* transport, ParallelTrainingOptions options) {
   const TrainingRun& run = options.run;
-  ASSIGN_OR_RETURN(comm::ParallelLayout layout,
-                   comm::ParallelLayout::Create(options.dp, options.pp, options.tp));
-  if (transport->size() != layout.size() || transport->rank() != options.rank) {
+  ASSIGN_OR_RETURN(const pipeline::ScheduleKind schedule,
+                   CheckPlannedLayout(options.layout, options.micro_batch_size));
+  const ParallelLayout& layout = options.layout;
+  const int dp = layout.dp(), pp = layout.pp(), tp = layout.tp();
+  const int size = dp * pp * tp;
+  if (transport->size() != size || transport->rank() != options.rank) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the transport has rank ", transport->rank(), " of ", transport->size(),
-        " but the trainer was given rank ", options.rank, " of ", layout.ToString()));
+        " but the trainer was given rank ", options.rank, " of dp=", dp, " pp=", pp, " tp=", tp,
+        " (", size, " ranks)"));
   }
   if (backend->info().kind != kernels::DeviceKind::kCpu) {
     return absl::UnimplementedError(
@@ -107,13 +140,11 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   if (B <= 0 || T <= 0 || T > run.model.context) {
     problems.push_back(absl::StrCat("batch=", B, " seq=", T,
                                     ": need batch > 0 and 0 < seq <= context=", run.model.context));
-  } else if (B % options.dp != 0) {
-    problems.push_back(absl::StrCat("batch=", B, " is not divisible by dp=", options.dp));
+  } else if (B % dp != 0) {
+    problems.push_back(absl::StrCat("batch=", B, " is not divisible by dp=", dp));
   }
-  const int per_replica = options.dp > 0 ? B / options.dp : 0;
-  if (options.micro_batch_size == 0) options.micro_batch_size = per_replica;
-  if (options.micro_batch_size <= 0 ||
-      (per_replica > 0 && per_replica % options.micro_batch_size != 0)) {
+  const int per_replica = B / dp;
+  if (per_replica > 0 && per_replica % options.micro_batch_size != 0) {
     problems.push_back(absl::StrCat("micro_batch_size=", options.micro_batch_size,
                                     " must divide the per-replica batch ", per_replica));
   }
@@ -121,8 +152,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
     problems.push_back("save_path needs checkpoint_dir: the final weights are exported from "
                        "the checkpoint's shards");
   }
-  const int v = options.virtual_stages, K = options.pp * v;
-  if (v < 1) problems.push_back(absl::StrCat("virtual_stages=", v, " must be >= 1"));
+  const int v = layout.virtual_stages(), K = pp * v;
   if (!options.chunks.empty() && static_cast<int>(options.chunks.size()) != v) {
     problems.push_back(absl::StrCat(options.chunks.size(), " chunks given for virtual_stages=", v));
   }
@@ -145,11 +175,11 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   t->options_ = options;
   t->runner_ = std::make_unique<StepRunner>();
   StepRunner& r = *t->runner_;
-  ASSIGN_OR_RETURN(r.coord, layout.CoordOf(options.rank));
+  r.coord = plan::RankCoordinates(layout, options.rank);
   r.micro_batch_rows = options.micro_batch_size;
-  r.schedule = {options.schedule, options.pp, per_replica / options.micro_batch_size, v};
+  r.schedule = {schedule, pp, per_replica / options.micro_batch_size, v};
   RETURN_IF_ERROR(pipeline::ValidateSchedule(r.schedule));
-  ASSIGN_OR_RETURN(r.actions, pipeline::StageActions(r.schedule, r.coord.pp));
+  ASSIGN_OR_RETURN(r.actions, pipeline::StageActions(r.schedule, r.coord.pp_rank()));
 
   // Groups. Each is used by one thread: tp and world by the training thread, dp and tied by
   // the gradient sync thread (or, with ZeRO-1, dp by the training thread after the sync).
@@ -161,10 +191,10 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
                    comm::TiedEmbeddingGroup(layout, options.rank));
   ASSIGN_OR_RETURN(r.tp, comm::Group::Create(transport, tp_spec.ranks, tp_spec.id, copts));
   ASSIGN_OR_RETURN(r.dp, comm::Group::Create(transport, dp_spec.ranks, dp_spec.id, copts));
-  std::vector<int> all(layout.size());
-  for (int i = 0; i < layout.size(); ++i) all[i] = i;
+  std::vector<int> all(size);
+  for (int i = 0; i < size; ++i) all[i] = i;
   ASSIGN_OR_RETURN(r.world, comm::Group::Create(transport, all, kWorldGroupId, copts));
-  if (options.pp > 1 && tied_spec.has_value()) {
+  if (pp > 1 && tied_spec.has_value()) {
     ASSIGN_OR_RETURN(r.tied, comm::Group::Create(transport, tied_spec->ranks, tied_spec->id, copts));
   }
   ASSIGN_OR_RETURN(comm::PipelineNeighbours neighbours,
@@ -173,7 +203,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
 
   // Chunks: virtual stage j holds model chunk j * pp + pp_rank.
   model::AllReduceSumFn tp_hook;
-  if (options.tp > 1) {
+  if (tp > 1) {
     auto sum = comm::AllReduceSumFunction(&*r.tp);
     StepRunner* runner = &r;
     auto observe = options.on_collective;
@@ -188,16 +218,16 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   }
   std::vector<SyncChunk> sync_chunks;
   for (int j = 0; j < v; ++j) {
-    const int k = j * options.pp + r.coord.pp;
+    const int k = j * pp + r.coord.pp_rank();
     const ChunkRange range = options.chunks.empty() ? EvenChunk(run.model.n_layer, K, k)
                                                     : options.chunks[j];
     const model::StageSpec spec{range.first_layer, range.num_layers, k == 0, k == K - 1};
     Chunk chunk;
     ASSIGN_OR_RETURN(chunk.stage,
                      model::GptStage::Create(backend, run.model, spec,
-                                             {r.coord.tp, options.tp}, tp_hook));
+                                             {r.coord.tp_rank(), tp}, tp_hook));
     const int64_t total = chunk.stage->layout().total_size();
-    const comm::Segment shard = options.zero1 ? comm::RingSegment(total, r.dp->size(), r.dp->index())
+    const comm::Segment shard = layout.zero1() ? comm::RingSegment(total, r.dp->size(), r.dp->index())
                                               : comm::Segment{0, total};
     ASSIGN_OR_RETURN(model::AdamW opt,
                      model::AdamW::CreateForRange(backend, chunk.stage->layout(), run.optimizer,
@@ -213,19 +243,19 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   }
   std::vector<model::GptStage*> stages;
   for (Chunk& c : t->chunks_) stages.push_back(c.stage.get());
-  r.executor = std::make_unique<StageExecutor>(stages, options.pp, r.coord.pp, r.links.get(),
+  r.executor = std::make_unique<StageExecutor>(stages, pp, r.coord.pp_rank(), r.links.get(),
                                                r.micro_batch_rows, T, 1.0f / (float(B) * T));
-  const bool dp_buckets = options.dp > 1 && !options.zero1;
+  const bool dp_buckets = dp > 1 && !layout.zero1();
   r.sync = std::make_unique<GradientSync>(std::move(sync_chunks), dp_buckets ? &*r.dp : nullptr,
                                           r.tied.has_value() ? &*r.tied : nullptr,
-                                          std::max<int64_t>(1, options.bucket_bytes / 4),
+                                          std::max<int64_t>(1, layout.bucket_bytes() / 4),
                                           [observe = options.on_collective](int64_t bytes,
                                                                             double seconds) {
                                             if (observe) observe("all_reduce", bytes, seconds);
                                           });
 
   // Data: the first stage needs tokens, the last stage targets.
-  const bool needs_data = r.coord.pp == 0 || r.coord.pp == options.pp - 1;
+  const bool needs_data = r.coord.pp_rank() == 0 || r.coord.pp_rank() == pp - 1;
   if (run.steps > 0 && needs_data) {
     ASSIGN_OR_RETURN(model::TokenDataset data,
                      model::TokenDataset::Open(run.data_path, run.model.vocab_size));
@@ -255,14 +285,14 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
 
 ShardIdentity ParallelTrainer::Identity() const {
   ShardIdentity id;
-  id.dp_rank = runner_->coord.dp;
-  id.pp_rank = runner_->coord.pp;
-  id.tp_rank = runner_->coord.tp;
-  id.dp = options_.dp;
-  id.pp = options_.pp;
-  id.tp = options_.tp;
-  id.virtual_stages = options_.virtual_stages;
-  id.zero1 = options_.zero1;
+  id.dp_rank = runner_->coord.dp_rank();
+  id.pp_rank = runner_->coord.pp_rank();
+  id.tp_rank = runner_->coord.tp_rank();
+  id.dp = options_.layout.dp();
+  id.pp = options_.layout.pp();
+  id.tp = options_.layout.tp();
+  id.virtual_stages = options_.layout.virtual_stages();
+  id.zero1 = options_.layout.zero1();
   return id;
 }
 
@@ -281,12 +311,12 @@ absl::StatusOr<double> ParallelTrainer::OwnedSquaredNorm() {
   // only; the tied head's wte copy not at all (the first stage counts wte); without ZeRO-1 on
   // dp rank 0 only (replicas hold the same reduced gradients), with it each rank its shard.
   const StepRunner& r = *runner_;
-  if (!options_.zero1 && r.coord.dp != 0) return 0.0;
+  if (!options_.layout.zero1() && r.coord.dp_rank() != 0) return 0.0;
   double sq = 0;
   for (Chunk& c : chunks_) {
     const int64_t lo = c.optimizer->range_begin(), hi = c.optimizer->range_end();
     for (const model::ParameterTensor& t : c.stage->layout().tensors()) {
-      if (t.shard == model::ShardKind::kReplicated && r.coord.tp != 0) continue;
+      if (t.shard == model::ShardKind::kReplicated && r.coord.tp_rank() != 0) continue;
       if (t.name == "wte.weight" && !c.stage->stage().has_embedding) continue;
       const int64_t begin = std::max(lo, t.offset);
       const int64_t end = std::min(hi, t.offset + t.local_size());
@@ -312,7 +342,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
                                      absl::MakeSpan(targets)));
   }
   // Replica d trains rows [d*B/dp, (d+1)*B/dp); micro-batch mb the b rows from d*B/dp + mb*b.
-  const int64_t replica_row = int64_t{r.coord.dp} * (B / options_.dp);
+  const int64_t replica_row = int64_t{r.coord.dp_rank()} * (B / options_.layout.dp());
   auto micro_batch = [&](int mb) -> MicroBatch {
     if (inputs.empty()) return {};
     const int64_t offset = (replica_row + int64_t{mb} * b) * T;
@@ -340,7 +370,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   stats_.dp_reduce_seconds = r.sync->reduce_seconds();
   stats_.dp_overlap_seconds = r.sync->overlap_seconds();
   stats_.reductions_started_in_backward = r.sync->queued_early();
-  if (options_.zero1 && options_.dp > 1) {
+  if (options_.layout.zero1() && options_.layout.dp() > 1) {
     for (Chunk& c : chunks_) {
       const int64_t n = c.stage->layout().total_size();
       RETURN_IF_ERROR(Timed("reduce_scatter", n, [&] {
@@ -352,9 +382,9 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   // Global loss and gradient norm: one all-reduce over the job.
   std::vector<double> sums(2, 0.0);
   ASSIGN_OR_RETURN(sums[0], OwnedSquaredNorm());
-  if (!r.executor->losses().empty() && r.coord.tp == 0) {
+  if (!r.executor->losses().empty() && r.coord.tp_rank() == 0) {
     for (double loss : r.executor->losses()) sums[1] += loss;
-    sums[1] /= static_cast<double>(r.schedule.micro_batches) * options_.dp;
+    sums[1] /= static_cast<double>(r.schedule.micro_batches) * options_.layout.dp();
   }
   RETURN_IF_ERROR(Timed("all_reduce", 4, [&] { return AllReducePrecise(*r.world, sums); }));
 
@@ -373,7 +403,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   for (Chunk& c : chunks_) {
     RETURN_IF_ERROR(c.optimizer->Step(c.stage->params(), c.stage->grads(), metrics.lr, scale));
   }
-  if (options_.zero1 && options_.dp > 1) {
+  if (options_.layout.zero1() && options_.layout.dp() > 1) {
     for (Chunk& c : chunks_) {
       const int64_t n = c.stage->layout().total_size();
       RETURN_IF_ERROR(Timed("all_gather", n, [&] {

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/backend.h"
+#include "proto/job.pb.h"
 #include "worker/comm/transport.h"
 #include "worker/training_run.h"
 #include "worker/model/gpt_stage.h"
@@ -45,22 +46,28 @@ struct ParallelTrainingOptions {
   // safetensors, exported from the shards by rank 0; dump_grads_path unused). The rest of
   // these options is this rank's place in the layout.
   TrainingRun run;
-  int micro_batch_size = 0;  // 0: B / dp (one micro-batch per replica)
-  int dp = 1, pp = 1, tp = 1;
-  int rank = 0;  // rank = (dp_rank * pp + pp_rank) * tp + tp_rank
-  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
-  int virtual_stages = 1;
+  // The job's layout as its plan leaves it (plan/job_plan.h MakeJobPlan: dp, pp, tp, schedule,
+  // virtual_stages, bucket_bytes and zero1 all set) and the planned micro_batch_size. The
+  // trainer decides no default: an unset one is InvalidArgument (CheckPlannedLayout).
+  ParallelLayout layout;
+  int micro_batch_size = 0;
+  int rank = 0;  // plan/ranks.h RankIndex: (dp_rank * pp + pp_rank) * tp + tp_rank
   // This rank's layers, one range per virtual stage in order (chunk j of pipeline rank p is
   // model chunk j * pp + p). Empty: split n_layer evenly (what tests use).
   std::vector<ChunkRange> chunks;
-  int64_t bucket_bytes = 25 << 20;  // data-parallel gradient bucket size
-  bool zero1 = false;               // shard AdamW state over the data-parallel group
   absl::Duration comm_timeout = absl::Seconds(60);  // every send, receive and collective
   // Called after every collective this rank runs (op: "all_reduce", "reduce_scatter",
   // "all_gather", "barrier"; payload bytes; wall seconds), from the training thread or the
   // gradient sync thread: must be thread-safe. For metrics; may be empty.
   std::function<void(const char* op, int64_t bytes, double seconds)> on_collective;
 };
+
+// The schedule of `layout` when it and `micro_batch_size` are complete as the job plan leaves
+// them: dp, pp, tp, virtual_stages, micro_batch_size and bucket_bytes positive, a known
+// schedule. InvalidArgument naming every unset field otherwise ("parallel.bucket_bytes=0 is
+// unset; ...: the job plan (plan::MakeJobPlan) sets every field"): no default is decided here.
+absl::StatusOr<pipeline::ScheduleKind> CheckPlannedLayout(const ParallelLayout& layout,
+                                                          int micro_batch_size);
 
 // Statistics of the run so far, for tests and metrics.
 struct ParallelRunStats {

@@ -104,18 +104,28 @@ struct RankResult {
   double max_weight_error = 0;  // relative to the tensor's max |value|
 };
 
+// A layout with every field set, as the job plan leaves it; buckets larger than the model
+// (one bucket) unless a test sets them.
+ParallelLayout Layout(int dp, int pp, int tp, ScheduleKind schedule = ScheduleKind::kOneFOneB,
+                      int v = 1, bool zero1 = false) {
+  ParallelLayout l;
+  l.set_dp(dp);
+  l.set_pp(pp);
+  l.set_tp(tp);
+  l.set_schedule(pipeline::ScheduleName(schedule));
+  l.set_virtual_stages(v);
+  l.set_bucket_bytes(1 << 20);
+  l.set_zero1(zero1);
+  return l;
+}
+
 // Rank `rank`'s options for case `c`: micro-batches of one row.
 ParallelTrainingOptions OptionsFor(const Case& c, int rank) {
   ParallelTrainingOptions o;
   o.run = Base();
-  o.dp = c.dp;
-  o.pp = c.pp;
-  o.tp = c.tp;
+  o.layout = Layout(c.dp, c.pp, c.tp, c.schedule, c.v, c.zero1);
   o.rank = rank;
-  o.schedule = c.schedule;
-  o.virtual_stages = c.v;
   o.micro_batch_size = 1;
-  o.zero1 = c.zero1;
   o.comm_timeout = absl::Seconds(30);
   return o;
 }
@@ -124,7 +134,7 @@ RankResult RunRank(const Case& c, comm::Transport* transport, int rank) {
   RankResult out;
   auto backend = kernels::CreateBackend("cpu", 1).value();
   ParallelTrainingOptions o = OptionsFor(c, rank);
-  o.bucket_bytes = 4096;  // many buckets, so overlap and bucket edges are exercised
+  o.layout.set_bucket_bytes(4096);  // many buckets, so overlap and bucket edges are exercised
   auto trainer = ParallelTrainer::Create(backend.get(), transport, o);
   if (!trainer.ok()) {
     out.status = trainer.status();
@@ -248,9 +258,10 @@ TEST(ParallelTrainer, DataParallelBucketsStartDuringBackward) {
       ParallelTrainingOptions o;
       o.run = Base();
       o.run.steps = 2;
-      o.dp = 2;
+      o.layout = Layout(2, 1, 1);
+      o.layout.set_bucket_bytes(4096);
+      o.micro_batch_size = 4;  // one per replica
       o.rank = r;
-      o.bucket_bytes = 4096;
       auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
       status[r] = t.status();
       if (!t.ok()) return;
@@ -279,8 +290,8 @@ TEST(ParallelTrainer, APeerThatDiesFailsTheOthersNamingIt) {
       ParallelTrainingOptions o;
       o.run = Base();
       o.run.steps = 50;
-      o.dp = 2;
-      o.pp = 2;
+      o.layout = Layout(2, 2, 1);
+      o.micro_batch_size = 4;  // one per replica
       o.rank = r;
       o.comm_timeout = absl::Seconds(20);
       auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
@@ -458,11 +469,38 @@ TEST(ParallelTrainer, BadLayoutArithmeticIsNamed) {
   auto backend = kernels::CreateBackend("cpu", 1).value();
   ParallelTrainingOptions o;
   o.run = Base();
-  o.dp = 3;
+  o.layout = Layout(3, 1, 1);
+  o.micro_batch_size = 1;
   auto t = ParallelTrainer::Create(backend.get(), hub.transport(0), o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(t.status().message().find("batch=8 is not divisible by dp=3"), std::string::npos)
       << t.status();
+}
+
+// The plan decides every default: what it did not set, the trainer names instead of guessing.
+TEST(ParallelTrainer, UnplannedLayoutIsInvalidArgumentNamingEveryUnsetField) {
+  comm::InprocHub hub(2);
+  auto backend = kernels::CreateBackend("cpu", 1).value();
+  ParallelTrainingOptions o;
+  o.run = Base();
+  o.layout.set_dp(2);
+  auto t = ParallelTrainer::Create(backend.get(), hub.transport(0), o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.status().message(),
+            "parallel.pp=0 is unset; parallel.tp=0 is unset; parallel.virtual_stages=0 is unset; "
+            "parallel.bucket_bytes=0 is unset; micro_batch_size=0 is unset; parallel.schedule "
+            "is unset: the job plan (plan::MakeJobPlan) sets every field, the trainer assumes "
+            "none");
+  o.layout = Layout(2, 1, 1);
+  o.layout.set_schedule("zigzag");
+  o.micro_batch_size = 4;
+  EXPECT_EQ(CheckPlannedLayout(o.layout, o.micro_batch_size).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(CheckPlannedLayout(o.layout, o.micro_batch_size).status().message().find(
+                "parallel.schedule: "),
+            std::string::npos);
+  o.layout.set_schedule("zb-h1");
+  EXPECT_EQ(*CheckPlannedLayout(o.layout, o.micro_batch_size), ScheduleKind::kZeroBubbleH1);
 }
 
 }  // namespace

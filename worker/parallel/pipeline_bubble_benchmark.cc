@@ -65,11 +65,14 @@ absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) 
       o.run.steps = steps;
       o.run.batch = m;
       o.run.seq = absl::GetFlag(FLAGS_seq);
-      o.pp = p;
-      o.rank = r;
-      o.schedule = kind;
-      o.virtual_stages = v;
+      o.layout.set_dp(1);
+      o.layout.set_pp(p);
+      o.layout.set_tp(1);
+      o.layout.set_schedule(pipeline::ScheduleName(kind));
+      o.layout.set_virtual_stages(v);
+      o.layout.set_bucket_bytes(1 << 20);  // unused: dp = 1 reduces no gradients
       o.micro_batch_size = 1;
+      o.rank = r;
       auto trainer = ParallelTrainer::Create(backend->get(), hub.transport(r), o);
       if (!trainer.ok()) {
         status[r] = trainer.status();
