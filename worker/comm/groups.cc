@@ -45,7 +45,9 @@ int RankAt(const ParallelLayout& layout, int dp, int pp, int tp) {
 absl::StatusOr<GroupSpec> TensorParallelGroup(const ParallelLayout& layout, int rank) {
   ASSIGN_OR_RETURN(RankAssignment c, CoordinatesOf(layout, rank));
   GroupSpec g{GroupId(kTensorParallel, c.dp_rank() * Pp(layout) + c.pp_rank()), {}};
-  for (int t = 0; t < Tp(layout); ++t) g.ranks.push_back(RankAt(layout, c.dp_rank(), c.pp_rank(), t));
+  for (int t = 0; t < Tp(layout); ++t) {
+    g.ranks.push_back(RankAt(layout, c.dp_rank(), c.pp_rank(), t));
+  }
   return g;
 }
 

@@ -197,9 +197,10 @@ absl::StatusOr<std::string> JobRunner::Train() {
   }
   RETURN_IF_ERROR(CheckDevice(spec.device(), backend_->info()));
   ASSIGN_OR_RETURN(job_dir_, JobDir(job_id(), spec, options_.data_root));
-  // The job's plan (plan/job_plan.h): every default and layout value the trainers use.
+  // The job's plan (plan/job_plan.h): every default and layout value the trainers use (and
+  // checkpoint.dir required on several workers).
   ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(spec));
-  ASSIGN_OR_RETURN(plan_, PlanFromSpec(job_plan.spec(), job_dir_));  // checkpoint.dir on several workers
+  ASSIGN_OR_RETURN(plan_, PlanFromSpec(job_plan.spec(), job_dir_));
   RETURN_IF_ERROR(RequirePath("dataset", spec.dataset(), Want::kFile, options_.worker_id));
   if (!spec.init_checkpoint().empty()) {
     RETURN_IF_ERROR(

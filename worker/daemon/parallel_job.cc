@@ -92,8 +92,8 @@ absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignme
   o.micro_batch_size = job.spec().micro_batch_size();
   absl::Status planned = parallel::CheckPlannedLayout(o.layout, o.micro_batch_size).status();
   if (!planned.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the plan of job ", assignment.job_id(), " is incomplete: ", planned.message()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan of job ", assignment.job_id(), " is incomplete: ", planned.message()));
   }
   o.rank = rank;
   if (rank < 0 || rank >= assignment.placement().ranks_size()) {

@@ -85,7 +85,8 @@ absl::StatusOr<pipeline::ScheduleKind> CheckPlannedLayout(const ParallelLayout& 
   std::vector<std::string> unset;
   auto require = [&](absl::string_view field, int64_t value) {
     if (value <= 0) {
-      unset.push_back(absl::StrCat(field, "=", value, value == 0 ? " is unset" : " must be positive"));
+      unset.push_back(
+          absl::StrCat(field, "=", value, value == 0 ? " is unset" : " must be positive"));
     }
   };
   require("parallel.dp", layout.dp());
@@ -227,8 +228,9 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
                      model::GptStage::Create(backend, run.model, spec,
                                              {r.coord.tp_rank(), tp}, tp_hook));
     const int64_t total = chunk.stage->layout().total_size();
-    const comm::Segment shard = layout.zero1() ? comm::RingSegment(total, r.dp->size(), r.dp->index())
-                                              : comm::Segment{0, total};
+    const comm::Segment shard = layout.zero1()
+                                    ? comm::RingSegment(total, r.dp->size(), r.dp->index())
+                                    : comm::Segment{0, total};
     ASSIGN_OR_RETURN(model::AdamW opt,
                      model::AdamW::CreateForRange(backend, chunk.stage->layout(), run.optimizer,
                                                   shard.begin, shard.begin + shard.size));
