@@ -24,7 +24,8 @@
 #include "common/status_macros.h"
 #include "common/version.h"
 #include "plan/job_plan.h"
-#include "worker/parallel/sharded_checkpoint.h"
+#include "worker/parallel/checkpoint_export.h"
+#include "worker/parallel/manifest.h"
 
 namespace dtrain {
 namespace client {

@@ -1,5 +1,7 @@
-// ExportSafetensors (sharded_checkpoint.h): the whole model of a complete step as one GPT-2
-// safetensors file, identical to what one worker holding the whole model saves.
+// ExportSafetensors: the whole model of a complete step as one GPT-2 safetensors file,
+// identical to what one worker holding the whole model saves.
+#include "worker/parallel/checkpoint_export.h"
+
 #include <map>
 #include <string>
 #include <vector>
@@ -9,7 +11,6 @@
 #include "worker/model/parameter_layout.h"
 #include "worker/model/safetensors.h"
 #include "worker/parallel/manifest.h"
-#include "worker/parallel/sharded_checkpoint.h"
 
 namespace dtrain::parallel {
 

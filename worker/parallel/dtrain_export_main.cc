@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/version.h"
-#include "worker/parallel/sharded_checkpoint.h"
+#include "worker/parallel/checkpoint_export.h"
 
 namespace {
 

@@ -1,5 +1,6 @@
 #include "worker/parallel/manifest.h"
 
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include "absl/strings/numbers.h"
@@ -9,6 +10,7 @@
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/checkpoint.pb.h"
+#include "worker/model/checkpoint_dir.h"
 #include "worker/model/config_proto.h"
 
 namespace dtrain::parallel {
@@ -19,6 +21,11 @@ constexpr char kOptimizerFormat[] = "dtrain-shard-adamw-v1";
 
 absl::Status Corrupt(const std::string& path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat(path, ": ", what));
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
 }
 
 const char* KindName(ShardFileKind kind) {
@@ -289,6 +296,71 @@ absl::Status ReadShardTensor(const model::SafetensorsFile& file, const std::stri
   absl::Status s = file.ReadFloat32(name, shape, out);
   if (!s.ok()) return absl::DataLossError(s.message());
   return absl::OkStatus();
+}
+
+// Every file a complete step of `layout` holds (coordinates only), in manifest order.
+std::vector<ShardFile> ExpectedFiles(const CheckpointLayout& layout) {
+  std::vector<ShardFile> files;
+  for (int kind = 0; kind < 2; ++kind) {
+    const int dps = kind == 1 && layout.zero1 ? layout.dp : 1;
+    for (int d = 0; d < dps; ++d) {
+      for (int p = 0; p < layout.pp; ++p) {
+        for (int t = 0; t < layout.tp; ++t) {
+          for (int j = 0; j < layout.virtual_stages; ++j) {
+            ShardFile f;
+            f.kind = kind == 0 ? ShardFileKind::kModel : ShardFileKind::kOptimizer;
+            f.dp_rank = d;
+            f.pp_rank = p;
+            f.tp_rank = t;
+            f.chunk = j;
+            files.push_back(f);
+          }
+        }
+      }
+    }
+  }
+  return files;
+}
+
+absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step_dir_out) {
+  ASSIGN_OR_RETURN(const model::CheckpointStep checkpoint, model::ResolveCheckpoint(path));
+  const std::string& step_dir = checkpoint.step_dir;
+  const std::string manifest_path = absl::StrCat(step_dir, "/", kManifestFileName);
+  absl::StatusOr<std::string> json = ReadFileToString(manifest_path);
+  if (absl::IsNotFound(json.status())) {
+    if (Exists(absl::StrCat(step_dir, "/", model::kModelFileName))) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          step_dir, " is a one-worker checkpoint (model.safetensors, no ", kManifestFileName,
+          "): its model.safetensors already is the whole model"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        step_dir, " is not a complete sharded checkpoint: it has no ", kManifestFileName,
+        " (its save did not finish)"));
+  }
+  RETURN_IF_ERROR(json.status());
+  ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(*json, manifest_path));
+  if (manifest.step != checkpoint.step) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": holds step ", manifest.step,
+                                            " but its directory is step ", checkpoint.step));
+  }
+  const CheckpointLayout& l = manifest.layout;
+  if (l.dp < 1 || l.pp < 1 || l.tp < 1 || l.virtual_stages < 1) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": invalid layout"));
+  }
+  // Exactly the files the layout implies, each once.
+  const std::vector<ShardFile> expected = ExpectedFiles(l);
+  if (manifest.files.size() != expected.size()) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": lists ", manifest.files.size(),
+                                            " files, the layout needs ", expected.size()));
+  }
+  for (const ShardFile& want : expected) {
+    if (manifest.Find(want.kind, want.dp_rank, want.pp_rank, want.tp_rank, want.chunk) ==
+        nullptr) {
+      return absl::DataLossError(absl::StrCat(manifest_path, ": no entry for ", want.FileName()));
+    }
+  }
+  if (step_dir_out != nullptr) *step_dir_out = step_dir;
+  return manifest;
 }
 
 }  // namespace dtrain::parallel

@@ -12,8 +12,9 @@
 // never trusts a half-written step (no manifest) or a damaged file (size or checksum differs).
 // The manifest is the protobuf message dtrain.CheckpointManifest (proto/checkpoint.proto) in
 // protobuf's JSON mapping. This header holds the data types, the file names, the checksum, the
-// manifest's JSON and the verified read of a listed file; the save/load/export logic is in
-// sharded_checkpoint.h.
+// manifest's JSON, reading a step's manifest and the verified read of a listed file; the
+// save/load logic is in sharded_checkpoint.h, the export in checkpoint_export.h. None of it
+// links the model or the kernels.
 #ifndef DTRAIN_WORKER_PARALLEL_MANIFEST_H_
 #define DTRAIN_WORKER_PARALLEL_MANIFEST_H_
 
@@ -99,6 +100,16 @@ struct Manifest {
 // problem (malformed JSON, unknown key, wrong format or version, a missing checksum).
 absl::StatusOr<std::string> ManifestToJson(const Manifest& manifest);
 absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string& path);
+
+// Every file a complete step of `layout` holds (coordinates only), in manifest order.
+std::vector<ShardFile> ExpectedFiles(const CheckpointLayout& layout);
+
+// Reads the manifest of `path` (a job directory through its `latest`, or a step directory;
+// resolved by model::ResolveCheckpoint, whose errors it returns). NotFound when `path` does not
+// exist; FailedPrecondition when the step has no manifest. `step_dir` gets the absolute step
+// directory. Reads only.
+// Checks that the manifest lists exactly the files of its layout (DataLoss naming it).
+absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step_dir = nullptr);
 
 // A shard file's safetensors metadata ("format", "step", the coordinates, the chunk's stage
 // and, for optimizer files, the range and the AdamW step) and back. ParseShardMetadata checks

@@ -1,7 +1,5 @@
 #include "worker/parallel/sharded_checkpoint.h"
 
-#include <sys/stat.h>
-
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -17,11 +15,6 @@ using model::GptStage;
 using model::ParameterLayout;
 using model::ParameterTensor;
 using model::StageSpec;
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
 
 std::string StageString(const StageSpec& s) {
   return absl::StrCat("layers [", s.first_layer, ", ", s.first_layer + s.num_layers, ")",
@@ -104,30 +97,6 @@ ShardFile OptimizerFile(const ShardIdentity& id, int chunk, const GptStage& stag
   f.buffer_size = stage.layout().total_size();
   f.adam_step = opt.step();
   return f;
-}
-
-// Every file a complete step of `layout` holds (coordinates only), in manifest order.
-std::vector<ShardFile> ExpectedFiles(const CheckpointLayout& layout) {
-  std::vector<ShardFile> files;
-  for (int kind = 0; kind < 2; ++kind) {
-    const int dps = kind == 1 && layout.zero1 ? layout.dp : 1;
-    for (int d = 0; d < dps; ++d) {
-      for (int p = 0; p < layout.pp; ++p) {
-        for (int t = 0; t < layout.tp; ++t) {
-          for (int j = 0; j < layout.virtual_stages; ++j) {
-            ShardFile f;
-            f.kind = kind == 0 ? ShardFileKind::kModel : ShardFileKind::kOptimizer;
-            f.dp_rank = d;
-            f.pp_rank = p;
-            f.tp_rank = t;
-            f.chunk = j;
-            files.push_back(f);
-          }
-        }
-      }
-    }
-  }
-  return files;
 }
 
 absl::StatusOr<std::vector<float>> ToHost(kernels::Backend* backend, const float* device,
@@ -247,47 +216,6 @@ absl::Status WriteManifest(const std::string& dir, int64_t step, const ShardIden
   ASSIGN_OR_RETURN(const std::string json, ManifestToJson(manifest));
   RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(step_dir, "/", kManifestFileName), json));
   return model::PointLatestAt(dir, step);
-}
-
-absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step_dir_out) {
-  ASSIGN_OR_RETURN(const model::CheckpointStep checkpoint, model::ResolveCheckpoint(path));
-  const std::string& step_dir = checkpoint.step_dir;
-  const std::string manifest_path = absl::StrCat(step_dir, "/", kManifestFileName);
-  absl::StatusOr<std::string> json = ReadFileToString(manifest_path);
-  if (absl::IsNotFound(json.status())) {
-    if (Exists(absl::StrCat(step_dir, "/model.safetensors"))) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          step_dir, " is a one-worker checkpoint (model.safetensors, no ", kManifestFileName,
-          "): its model.safetensors already is the whole model"));
-    }
-    return absl::FailedPreconditionError(absl::StrCat(
-        step_dir, " is not a complete sharded checkpoint: it has no ", kManifestFileName,
-        " (its save did not finish)"));
-  }
-  RETURN_IF_ERROR(json.status());
-  ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(*json, manifest_path));
-  if (manifest.step != checkpoint.step) {
-    return absl::DataLossError(absl::StrCat(manifest_path, ": holds step ", manifest.step,
-                                            " but its directory is step ", checkpoint.step));
-  }
-  const CheckpointLayout& l = manifest.layout;
-  if (l.dp < 1 || l.pp < 1 || l.tp < 1 || l.virtual_stages < 1) {
-    return absl::DataLossError(absl::StrCat(manifest_path, ": invalid layout"));
-  }
-  // Exactly the files the layout implies, each once.
-  const std::vector<ShardFile> expected = ExpectedFiles(l);
-  if (manifest.files.size() != expected.size()) {
-    return absl::DataLossError(absl::StrCat(manifest_path, ": lists ", manifest.files.size(),
-                                            " files, the layout needs ", expected.size()));
-  }
-  for (const ShardFile& want : expected) {
-    if (manifest.Find(want.kind, want.dp_rank, want.pp_rank, want.tp_rank, want.chunk) ==
-        nullptr) {
-      return absl::DataLossError(absl::StrCat(manifest_path, ": no entry for ", want.FileName()));
-    }
-  }
-  if (step_dir_out != nullptr) *step_dir_out = step_dir;
-  return manifest;
 }
 
 absl::StatusOr<int64_t> LoadShard(const std::string& path, const ShardIdentity& id,

@@ -10,6 +10,7 @@
 //   if (rank == 0) RETURN_IF_ERROR(WriteManifest(dir, N, id, config));
 //
 // and for resuming, every rank: ASSIGN_OR_RETURN(int64_t step, LoadShard(path, id, chunks, opts)).
+// Reading a manifest (ReadManifest) is in manifest.h, the export in checkpoint_export.h.
 // The directory must be one file system that every rank writes and rank 0 reads (shared or
 // local to a one-machine job): WriteManifest reads every shard file back to checksum it.
 #ifndef DTRAIN_WORKER_PARALLEL_SHARDED_CHECKPOINT_H_
@@ -25,6 +26,7 @@
 #include "worker/model/config.h"
 #include "worker/model/gpt_stage.h"
 #include "worker/model/optimizer.h"
+#include "worker/parallel/checkpoint_export.h"
 #include "worker/parallel/manifest.h"
 
 namespace dtrain::parallel {
@@ -63,12 +65,6 @@ absl::Status SaveShard(const std::string& dir, int64_t step, const ShardIdentity
 absl::Status WriteManifest(const std::string& dir, int64_t step, const ShardIdentity& id,
                            const model::GptConfig& config);
 
-// Reads the manifest of `path` (a job directory through its `latest`, or a step directory;
-// resolved by model::ResolveCheckpoint, whose errors it returns). NotFound when `path` does not
-// exist; FailedPrecondition when the step has no manifest. `step_dir` gets the absolute step
-// directory. Reads only.
-absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step_dir = nullptr);
-
 // Resume: fills this rank's chunks' parameters and, unless `optimizers` is empty (loading
 // weights only), the optimizers' moments and step. `path` as for ReadManifest. Requires the
 // checkpoint's model config and layout to equal this job's (FailedPrecondition naming what
@@ -78,21 +74,6 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step
 absl::StatusOr<int64_t> LoadShard(const std::string& path, const ShardIdentity& id,
                                   absl::Span<model::GptStage* const> chunks,
                                   absl::Span<model::AdamW* const> optimizers);
-
-// Assembles the whole model of a complete step (`path` as for ReadManifest) into one GPT-2
-// safetensors file at `out_path`, byte for byte what model::SaveTensors writes for one worker
-// holding the whole model (same names and order, matrices (in, out), F32, metadata
-// {"step": N}), so LoadWeights, PyTorch and transformers read it. Tensor-parallel shards are
-// put back together (model::InsertShard), pipeline stages merged, and wte is taken from the
-// embedding stage (the last stage's tied copy is identical and dropped). Reads one model file
-// at a time; DataLoss naming the file on a size or checksum mismatch. Returns the step
-// exported and its absolute directory.
-absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
-                                                        const std::string& out_path);
-
-// What both export commands print after ExportSafetensors returned `exported`:
-// "exported step 40 of /abs/ckpt/job-000003 to out.safetensors" (the step's job directory).
-std::string ExportSummary(const model::CheckpointStep& exported, const std::string& out_path);
 
 }  // namespace dtrain::parallel
 

@@ -1,0 +1,164 @@
+#include "worker/model/checkpoint_dir.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/files.h"
+#include "common/job_paths.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/checkpoint.pb.h"
+
+namespace dtrain::model {
+namespace {
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The directories directly under `dir` whose names `want` accepts, sorted.
+std::vector<std::string> SubdirectoriesIn(const std::string& dir,
+                                          bool (*want)(absl::string_view name)) {
+  std::vector<std::string> found;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (want(e->d_name) && IsDirectory(absl::StrCat(dir, "/", e->d_name))) {
+        found.push_back(e->d_name);
+      }
+    }
+    closedir(d);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> StepOf(const SafetensorsFile& file) {
+  auto it = file.metadata().find("step");
+  int64_t step = 0;
+  if (it == file.metadata().end() || !absl::SimpleAtoi(it->second, &step) || step < 0) {
+    return absl::DataLossError(
+        absl::StrCat(file.path(), ": metadata has no valid \"step\"; not a dtrain checkpoint"));
+  }
+  return step;
+}
+
+absl::StatusOr<std::string> PrepareStepDirectory(const std::string& dir, int64_t step,
+                                                 absl::string_view seal_file) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("negative step ", step));
+  const std::string step_dir = AbsolutePath(absl::StrCat(dir, "/", StepDirName(step)));
+  // A sealed step is never written again: loading a checkpoint must not unseal it, and another
+  // writer's finished step is not ours to replace.
+  if (Exists(absl::StrCat(step_dir, "/", seal_file))) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("will not overwrite ", step_dir, ": it is a sealed checkpoint (it has ",
+                     seal_file, "; a finished checkpoint is never rewritten)"));
+  }
+  RETURN_IF_ERROR(MakeDirectories(step_dir));
+  return step_dir;
+}
+
+absl::Status PointLatestAt(const std::string& dir, int64_t step) {
+  return WriteFileAtomically(absl::StrCat(dir, "/", kLatestFileName), StepDirName(step) + "\n");
+}
+
+namespace {
+
+absl::StatusOr<int64_t> StepOfDirectory(const std::string& step_dir) {
+  absl::string_view name = step_dir;
+  name = name.substr(name.rfind('/') + 1);
+  int64_t step = 0;
+  if (absl::ConsumePrefix(&name, "step_") && absl::SimpleAtoi(name, &step) && step >= 0) {
+    return step;
+  }
+  const std::string manifest = absl::StrCat(step_dir, "/", kShardedManifestFileName);
+  if (Exists(manifest)) {
+    // Only the step: worker/parallel/manifest.h reads and checks the rest when it loads.
+    ASSIGN_OR_RETURN(std::string json, ReadFileToString(manifest));
+    CheckpointManifest proto;
+    const auto parsed = google::protobuf::util::JsonStringToMessage(json, &proto);
+    if (!parsed.ok() || proto.step() < 0) {
+      return absl::DataLossError(absl::StrCat(manifest, " has no valid \"step\": ",
+                                              std::string(parsed.message())));
+    }
+    return proto.step();
+  }
+  ASSIGN_OR_RETURN(SafetensorsFile model,
+                   SafetensorsFile::Open(absl::StrCat(step_dir, "/", kModelFileName)));
+  return StepOf(model);
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path) {
+  const std::string dir = AbsolutePath(path);
+  if (!IsDirectory(dir)) {
+    return absl::NotFoundError(absl::StrCat(
+        "checkpoint ", dir, Exists(dir) ? " is not a directory" : " does not exist"));
+  }
+  CheckpointStep out;
+  out.step_dir = dir;
+  const std::string latest = absl::StrCat(dir, "/", kLatestFileName);
+  if (Exists(latest)) {
+    ASSIGN_OR_RETURN(std::string name, ReadFileToString(latest));
+    name = std::string(absl::StripAsciiWhitespace(name));
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      return absl::DataLossError(absl::StrCat(latest, " does not name a step directory"));
+    }
+    out.step_dir = absl::StrCat(dir, "/", name);
+    if (!IsDirectory(out.step_dir)) {
+      return absl::DataLossError(
+          absl::StrCat(latest, " names ", name, ", which is not a directory in ", dir));
+    }
+  } else if (!Exists(absl::StrCat(dir, "/", kModelFileName)) &&
+             !Exists(absl::StrCat(dir, "/", kShardedManifestFileName)) &&
+             !absl::StartsWith(dir.substr(dir.rfind('/') + 1), "step_")) {
+    // Not a step directory (those are accepted as they are: the loaders say what is missing).
+    const std::vector<std::string> jobs = SubdirectoriesIn(dir, IsJobId);
+    if (!jobs.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir, " holds the directories of jobs ", absl::StrJoin(jobs, ", "),
+          " but no checkpoint of its own: name one of them (", dir, "/", jobs.back(),
+          "), or the job id"));
+    }
+    const std::vector<std::string> steps = SubdirectoriesIn(dir, [](absl::string_view name) {
+      return absl::StartsWith(name, "step_");
+    });
+    if (!steps.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir, " has no sealed checkpoint: no ", kLatestFileName, ", and its steps (",
+          absl::StrJoin(steps, ", "), ") were never sealed (a save that did not finish leaves a "
+          "step without ", kShardedManifestFileName, " or ", kOptimizerFileName, ")"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " is not a checkpoint: it has no ", kLatestFileName, ", ",
+                     kModelFileName, " or ", kShardedManifestFileName));
+  }
+  ASSIGN_OR_RETURN(out.step, StepOfDirectory(out.step_dir));
+  return out;
+}
+
+absl::Status CheckStepsBeyond(int64_t steps, const CheckpointStep& checkpoint) {
+  if (steps > checkpoint.step) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "steps=", steps, " is not beyond step ", checkpoint.step, " of the checkpoint ",
+      checkpoint.step_dir, " (resume_from): there is nothing to train; set steps above ",
+      checkpoint.step));
+}
+
+}  // namespace dtrain::model
