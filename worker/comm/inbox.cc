@@ -133,15 +133,6 @@ int Inbox::Retract(const void* tag) {
   return static_cast<int>(dropped.size());
 }
 
-std::vector<MessageKey> Inbox::QueuedKeys() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<MessageKey> keys;
-  for (const Frame& f : frames_) {
-    if (f.offset == 0) keys.push_back(f.key);
-  }
-  return keys;
-}
-
 std::deque<Frame>::iterator Inbox::FindLocked(const MessageKey& key) {
   for (auto it = frames_.begin(); it != frames_.end(); ++it) {
     if (it->key == key) return it;

@@ -80,9 +80,6 @@ class Inbox {
   // Drops the queued frames whose tag is `tag` (a send that gave up); returns how many.
   int Retract(const void* tag);
 
-  // Keys of the messages queued now (first frames only), oldest first; for tests and errors.
-  std::vector<MessageKey> QueuedKeys() const;
-
  private:
   struct Waiter;
   // OK when `frame` is the next one `w` needs, else the error receiving it gives.

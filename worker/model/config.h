@@ -16,7 +16,6 @@ struct GptConfig {
   int n_head = 4;        // NH
   int n_embd = 256;      // C
 
-  int head_size() const { return n_embd / n_head; }
   // Parameters of the whole model (tied head counted once).
   int64_t num_parameters() const;
   std::string DebugString() const;
