@@ -79,11 +79,12 @@ std::string RootCauseReason(const Placement& placement, const std::vector<RankFa
     });
     if (best != votes.end()) {
       const std::string& silent = best->first;
+      const bool one = blamed_by[silent].size() == 1;
       root = absl::StrCat(Who(placement, silent), " stopped answering: ",
-                          blamed_by[silent].size() == 1 ? "its peer " : "its peers ",
-                          absl::StrJoin(blamed_by[silent], ", "),
-                          " lost their connection to it and it reported no error (process killed, "
-                          "host down, or hung?)");
+                          one ? "its peer " : "its peers ", absl::StrJoin(blamed_by[silent], ", "),
+                          one ? " lost its" : " lost their",
+                          " connection to it and it reported no error (process killed, host "
+                          "down, or hung?)");
       auto age = heartbeat_age.find(silent);
       if (age != heartbeat_age.end()) {
         absl::StrAppend(&root, absl::StrFormat("; its last heartbeat was %.1fs ago",

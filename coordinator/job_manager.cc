@@ -213,9 +213,7 @@ void JobManager::SetRanks(ActiveJob& job, std::shared_ptr<const JobAssignment> a
     job.ranks.push_back(Rank{placement.ranks(i).worker_id()});
     job.rank_of[placement.ranks(i).worker_id()] = i;
   }
-  const int pp = std::max(1, job.spec.parallel().pp());
-  const int tp = std::max(1, job.spec.parallel().tp());
-  job.reporting_rank = (pp - 1) * tp;  // dp=0, last stage, tp=0
+  job.reporting_rank = plan::ReportingRank(job.spec.parallel());
   job.assignment = std::move(assignment);
 }
 
@@ -297,7 +295,12 @@ void JobManager::HandleFault(const WorkerFault& fault) {
 void JobManager::AddFailure(ActiveJob& job, RankFailure failure) {
   const bool conclusive = failure.cause != RankFailure::kPeer;
   if (failure.rank >= 0 && !failure.error.empty()) {
-    Event(job.id, absl::StrCat("worker ", failure.worker_id, ": ", failure.error),
+    const std::string who =
+        job.assignment == nullptr
+            ? ""
+            : absl::StrCat(" (",
+                           plan::RankLabel(job.assignment->placement().ranks(failure.rank)), ")");
+    Event(job.id, absl::StrCat("worker ", failure.worker_id, who, ": ", failure.error),
           {failure.rank, failure.worker_id, LOG_ERROR});
   }
   job.failures.push_back(std::move(failure));
@@ -701,7 +704,7 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
     return absl::InvalidArgumentError(absl::StrCat(
         "invalid job spec: steps=", spec->steps(), " is not beyond step ", latest.step(), " of ",
         from, "'s latest sealed checkpoint (", latest.path(),
-        "): there is nothing to train; set steps above ", latest.step()));
+        "): there is nothing to train (set steps above ", latest.step(), ")"));
   }
   spec->set_resume_from(latest.path());
   notes->push_back(absl::StrCat("resume_from ", from, " is its latest sealed checkpoint: step ",

@@ -266,7 +266,7 @@ TEST(JobManager, APeerFailureWaitsForTheRootCauseThenNamesTheSilentSuspect) {
   const Job job = h.Get("job-000001");
   EXPECT_EQ(job.state(), FAILED);
   EXPECT_EQ(job.reason(),
-            "worker w2 (dp0 pp1 tp0) stopped answering: its peer w3 lost their connection to it "
+            "worker w2 (dp0 pp1 tp0) stopped answering: its peer w3 lost its connection to it "
             "and it reported no error (process killed, host down, or hung?); its last heartbeat "
             "was 4.6s ago\n  then worker w3 (dp0 pp2 tp0) failed: receive from rank 1 timed out");
 }

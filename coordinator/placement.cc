@@ -104,7 +104,7 @@ absl::StatusOr<PlacementResult> PlaceJob(const JobPlan& plan,
                                                    " with ", plan.stages_size(),
                                                    " planned stages is not a job plan"));
   }
-  const int64_t needed = int64_t{dp} * pp * tp;
+  const int64_t needed = plan::WorkersNeeded(layout);
   if (static_cast<int64_t>(idle_workers.size()) < needed) {
     return absl::ResourceExhaustedError(
         absl::StrCat("needs ", needed, " workers, ", idle_workers.size(), " idle"));
