@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "proto/checkpoint.pb.h"
 #include "worker/model/config.h"
 #include "worker/model/parameter_layout.h"
 #include "worker/model/safetensors.h"
@@ -80,6 +81,17 @@ struct ShardFile {
 
   // "model-pp1-tp0-c0.safetensors", "optimizer-dp1-pp1-tp0-c0.safetensors".
   std::string FileName() const;
+};
+
+// One file a rank writes for a step, complete in memory: what SnapshotShard
+// (sharded_checkpoint.h) returns and the checkpoint writer (checkpoint_writer.h) writes. `name`
+// is the file's name inside the step directory, `bytes` its whole content (a safetensors file)
+// and `entry` its manifest entry with everything but `bytes` and the checksum, which the writer
+// fills from what it writes.
+struct PendingFile {
+  std::string name;
+  std::string bytes;
+  dtrain::ShardFileEntry entry;
 };
 
 struct Manifest {
