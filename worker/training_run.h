@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,6 +37,9 @@ struct TrainingRun {
   std::string resume_from;     // a job's checkpoint dir (its `latest`) or a step dir
   std::string checkpoint_dir;  // training state written here: the job's own directory
   int64_t checkpoint_every = 0;  // also every N steps; the final step is always saved
+  // Checkpoints are written while training goes on; false: training waits for each (the
+  // synchronous writes of earlier versions, for measurements).
+  bool background_checkpoints = true;
   std::string save_path;       // final weights as GPT-2 safetensors
   std::string dump_grads_path;  // gradients of the first step run, before clipping (one worker)
 
@@ -65,7 +69,10 @@ struct CheckpointWritten {
   int64_t step = 0;
   std::string dir;      // the step directory, absolute
   bool sealed = false;  // this process sealed the step: it is complete and `latest` names it
-  double seconds = 0;   // time this process spent writing it
+  double seconds = 0;   // from handing it to the writer to done (written, and sealed if so)
+  // What training stopped for: taking the snapshot, and waiting for the previous checkpoint
+  // (at most one is in flight). With background writes the rest overlaps training.
+  double blocked_seconds = 0;
 };
 
 // How a trainer reports; either may be empty. Called on the training thread.
@@ -74,9 +81,13 @@ struct TrainingCallbacks {
   // metrics). A non-OK status (e.g. Cancelled when the job was cancelled) stops the run after
   // that step's checkpoint, and the trainer returns it.
   std::function<absl::Status(const TrainStepMetrics&)> step;
-  // After every checkpoint step this process wrote (never for a step only loaded): one worker
-  // writes and seals it; each rank writes its shard and rank 0 seals it.
+  // After every checkpoint step this process finished writing (never for a step only
+  // loaded), at the first step boundary after it finished (or at the end of the run): one
+  // worker writes and seals it; each rank writes its shard and rank 0 seals it, so rank 0's
+  // report (sealed) says the step is complete and `latest` names it.
   std::function<void(const CheckpointWritten&)> checkpoint;
+  // A warning for the job's log, e.g. that resuming skipped a damaged checkpoint step.
+  std::function<void(const std::string&)> warning;
 };
 
 // The step loop both trainers run: steps start_step+1 .. run.steps, each trained by

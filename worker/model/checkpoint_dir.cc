@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -103,9 +104,49 @@ absl::StatusOr<int64_t> StepOfDirectory(const std::string& step_dir) {
   return StepOf(model);
 }
 
+// The sealed steps of job directory `dir` below `below`, newest first: step directories with
+// a seal (a sharded step's manifest.json or one worker's optimizer.safetensors).
+std::vector<std::pair<int64_t, std::string>> SealedStepsBelow(const std::string& dir,
+                                                              int64_t below) {
+  std::vector<std::pair<int64_t, std::string>> sealed;
+  for (const std::string& name : SubdirectoriesIn(dir, [](absl::string_view name) {
+         return absl::StartsWith(name, "step_");
+       })) {
+    absl::StatusOr<int64_t> step = StepOfDirectory(absl::StrCat(dir, "/", name));
+    if (!step.ok() || *step >= below) continue;
+    if (Exists(absl::StrCat(dir, "/", name, "/", kShardedManifestFileName)) ||
+        Exists(absl::StrCat(dir, "/", name, "/", kOptimizerFileName))) {
+      sealed.emplace_back(*step, name);
+    }
+  }
+  std::sort(sealed.rbegin(), sealed.rend());
+  return sealed;
+}
+
+// `latest`'s step `newest` (named `name`, in `dir`) failed `check` with `damage`: the newest
+// intact sealed step before it, with a note saying what was skipped.
+absl::StatusOr<CheckpointStep> FallBack(const std::string& dir, const std::string& name,
+                                        int64_t newest, const std::string& damage,
+                                        const StepCheck& check) {
+  std::vector<std::string> skipped = {absl::StrCat(name, " is damaged (", damage, ")")};
+  for (const auto& [step, step_name] : SealedStepsBelow(dir, newest)) {
+    const std::string step_dir = absl::StrCat(dir, "/", step_name);
+    const absl::Status ok = check(step_dir);
+    if (ok.ok()) {
+      return CheckpointStep{step_dir, step,
+                            absl::StrCat(absl::StrJoin(skipped, ", "), "; resuming from ",
+                                         step_name)};
+    }
+    skipped.push_back(absl::StrCat(step_name, " is damaged (", ok.message(), ")"));
+  }
+  return absl::DataLossError(absl::StrCat("no intact checkpoint in ", dir, ": ",
+                                          absl::StrJoin(skipped, ", ")));
+}
+
 }  // namespace
 
-absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path) {
+absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path,
+                                                 const StepCheck& check) {
   const std::string dir = AbsolutePath(path);
   if (!IsDirectory(dir)) {
     return absl::NotFoundError(absl::StrCat(
@@ -121,6 +162,18 @@ absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path) {
       return absl::DataLossError(absl::StrCat(latest, " does not name a step directory"));
     }
     out.step_dir = absl::StrCat(dir, "/", name);
+    if (check) {
+      // The newest sealed step, verified; an earlier one when it is damaged.
+      int64_t newest = 0;
+      absl::string_view number = name;
+      if (!absl::ConsumePrefix(&number, "step_") || !absl::SimpleAtoi(number, &newest)) {
+        return absl::DataLossError(absl::StrCat(latest, " names ", name, ", not a step"));
+      }
+      if (!IsDirectory(out.step_dir)) return FallBack(dir, name, newest, "missing", check);
+      if (const absl::Status ok = check(out.step_dir); !ok.ok()) {
+        return FallBack(dir, name, newest, std::string(ok.message()), check);
+      }
+    }
     if (!IsDirectory(out.step_dir)) {
       return absl::DataLossError(
           absl::StrCat(latest, " names ", name, ", which is not a directory in ", dir));

@@ -10,6 +10,7 @@
 #define DTRAIN_WORKER_MODEL_CHECKPOINT_DIR_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -44,7 +45,16 @@ absl::Status PointLatestAt(const std::string& dir, int64_t step);
 struct CheckpointStep {
   std::string step_dir;  // absolute
   int64_t step = 0;
+  // Set when the job's newest sealed step was damaged and an earlier one is used instead, for
+  // the job's log: "step_00000040 is damaged (model-pp0-tp0-c0.safetensors: checksum
+  // differs); resuming from step_00000030".
+  std::string note;
 };
+
+// Whether a sealed step directory is intact (every file its seal lists, with its size and
+// checksum): OK, or DataLoss with a short reason ("model-pp0-tp0-c0.safetensors: checksum
+// differs"). worker/parallel/checkpoint_writer.h VerifySealedStep is the one for sharded steps.
+using StepCheck = std::function<absl::Status(const std::string& step_dir)>;
 
 // Resolves `path`, of either format (one worker's model.safetensors, or a sharded step's
 // manifest.json): a job directory (its `latest`) or a step directory. The step comes from the
@@ -52,7 +62,15 @@ struct CheckpointStep {
 // Reads only. NotFound when `path` does not exist; FailedPrecondition when it holds job
 // directories but no `latest` ("... holds the directories of jobs job-000001, job-000002: name
 // one of them, or the job id"), or no checkpoint at all. Errors name the path.
-absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path);
+//
+// With `check`, a job directory's step is verified: when `latest`'s step is damaged (or
+// missing), the sealed steps before it are tried newest first and the first intact one is
+// returned with a `note` naming what was skipped and why. The choice depends only on the
+// files, so every rank of a job resolving the same directory picks the same step. DataLoss
+// naming each step and its damage when no sealed step is intact. A step directory named
+// directly is returned as it is (its loader verifies what it reads).
+absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path,
+                                                 const StepCheck& check = nullptr);
 
 // InvalidArgument when a run of `steps` total steps would not train beyond `checkpoint`:
 // "steps=30 is not beyond step 35 of the checkpoint /abs/step_00000035 (resume_from): there

@@ -1,0 +1,119 @@
+// CheckpointWriter: one rank's background writer of checkpoint steps, so that training goes on
+// while a step's files reach the disk (docs/PERFORMANCE.md, "Background checkpoints").
+//
+// At a checkpoint step the trainer snapshots its state into host memory (SnapshotShard,
+// sharded_checkpoint.h: each file's complete bytes and manifest entry) and hands the files to
+// Submit; training continues at once. On a thread of its own the writer then
+//   1. writes each file as DIR/step_N/<name> (temp file, fsync, rename, fsync the directory:
+//      common/files.h), checksumming the bytes it writes (XXH3, manifest.h ShardChecksum: no
+//      rank, rank 0 included, ever reads a shard back),
+//   2. publishes this rank's entries, durably: DIR/step_N/rank-00003.entries.json
+//      (dtrain.CheckpointRankEntries, with the run token),
+//   3. on rank 0 only: waits, at most options.seal_timeout, until every rank of the run has
+//      published its entries of step N, then seals the step with all of them (options.seal:
+//      SealStep writes manifest.json, then moves `latest`).
+// At most one step is in flight: Submit first waits for the previous one (that wait is
+// reported as part of CheckpointWritten::blocked_seconds). A step that fails to write or seal
+// is an error naming the step, the rank and the file; it never touches an earlier sealed step
+// or `latest`, which move only in step 3.
+//
+//   CheckpointWriter writer({.dir = dir, .rank = r, .world_size = n, .run_token = token,
+//                            .seal = seal_step});
+//   RETURN_IF_ERROR(writer.Submit(step, std::move(files), snapshot_seconds));  // training goes on
+//   ASSIGN_OR_RETURN(auto done, writer.TakeFinished());  // at each step boundary: report them
+//   ASSIGN_OR_RETURN(auto last, writer.Finish());        // at the end of the run
+//
+// The methods are for one (the training) thread; the writer's own thread touches only the step
+// it was handed.
+#ifndef DTRAIN_WORKER_PARALLEL_CHECKPOINT_WRITER_H_
+#define DTRAIN_WORKER_PARALLEL_CHECKPOINT_WRITER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/checkpoint.pb.h"
+#include "worker/parallel/manifest.h"
+#include "worker/training_run.h"
+
+namespace dtrain::parallel {
+
+struct CheckpointWriterOptions {
+  std::string dir;     // the job's checkpoint directory: step_N/ and `latest` inside
+  int rank = 0;        // this rank (plan/ranks.h RankIndex); rank 0 seals
+  int world_size = 1;  // the ranks that write each step
+  // The same on every rank of this run and new for each run (ParallelTrainer agrees on one
+  // when it starts): rank 0 takes only entries with this token.
+  std::string run_token;
+  // Rank 0: how long to wait for the other ranks' entries once its own are written.
+  absl::Duration seal_timeout = absl::Seconds(60);
+  // Rank 0: seals `step` from every rank's entries (manifest, then `latest`).
+  std::function<absl::Status(int64_t step, std::vector<ShardFileEntry> entries)> seal;
+  // false: Submit returns only once the step is written (and sealed, on rank 0): the
+  // synchronous checkpoints of earlier versions, kept to measure against.
+  bool background = true;
+};
+
+// "rank-00003.entries.json": where rank `rank` publishes its entries inside the step directory.
+std::string RankEntriesFileName(int rank);
+
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(CheckpointWriterOptions options);
+  // Waits for this rank's own writes; rank 0 stops waiting for other ranks at once (Abandon).
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Hands over step `step`'s files of this rank (names unique, entries without bytes and
+  // checksum) and returns; `snapshot_seconds` is what taking them cost the caller. Waits first
+  // for the previous step, whose failure it returns (FailedPrecondition for a step not above
+  // the previous one). Foreground (options.background false): returns once the step is done.
+  absl::Status Submit(int64_t step, std::vector<PendingFile> files, double snapshot_seconds);
+
+  // The steps finished since the last call (at most one), without waiting; the error of one
+  // that failed.
+  absl::StatusOr<std::vector<CheckpointWritten>> TakeFinished();
+
+  // Waits for the step in flight, then TakeFinished.
+  absl::StatusOr<std::vector<CheckpointWritten>> Finish();
+
+  // For a run that ends in error: rank 0 waits at most `grace` more for the other ranks'
+  // entries of the step in flight (they may never come), then fails that step (Aborted).
+  void Abandon(absl::Duration grace);
+
+ private:
+  // Steps 1-3 of the header for one step; on the writer's thread.
+  absl::StatusOr<CheckpointWritten> Write(int64_t step, std::vector<PendingFile> files);
+  absl::StatusOr<std::vector<ShardFileEntry>> AwaitEntries(int64_t step,
+                                                           const std::string& step_dir);
+  void Join();  // joins the thread of the step in flight, if any
+
+  const CheckpointWriterOptions options_;
+  std::thread thread_;          // the step in flight (joinable) or none
+  int64_t last_step_ = -1;      // the last step submitted
+  double blocked_seconds_ = 0;  // the step in flight's snapshot and wait for its predecessor
+  absl::Mutex mu_;
+  absl::CondVar changed_;
+  bool done_ ABSL_GUARDED_BY(mu_) = true;  // no step in flight, or its thread finished
+  absl::Time abandon_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  std::vector<CheckpointWritten> finished_ ABSL_GUARDED_BY(mu_);  // not yet taken
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // a step failed: every later call returns it
+};
+
+// Whether the sealed step in `step_dir` is intact: its manifest parses and every file it lists
+// is there with the size and checksum it records. OK, or DataLoss saying what is damaged in
+// short words ("model-pp0-tp0-c0.safetensors: checksum differs"). Reads every file once; the
+// model::StepCheck that resuming applies to a job's newest step (model::ResolveCheckpoint).
+absl::Status VerifySealedStep(const std::string& step_dir);
+
+}  // namespace dtrain::parallel
+
+#endif  // DTRAIN_WORKER_PARALLEL_CHECKPOINT_WRITER_H_

@@ -1,0 +1,355 @@
+// The background checkpoint writer as a specification: every rank's files land durably with
+// the checksums of their bytes, rank 0 seals only once every rank of the run published its
+// entries (never an earlier run's), training is not held up meanwhile, failures name the step,
+// rank and file and leave `latest` alone; and resuming falls back from a damaged newest step.
+#include "worker/parallel/checkpoint_writer.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/files.h"
+#include "common/job_paths.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "worker/model/checkpoint_dir.h"
+
+namespace dtrain::parallel {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = AbsolutePath(absl::StrCat(::testing::TempDir(), name, "-", getpid()));
+  EXPECT_TRUE(MakeDirectories(dir).ok());
+  return dir;
+}
+
+std::string StepDir(const std::string& dir, int64_t step) {
+  return absl::StrCat(dir, "/", StepDirName(step));
+}
+
+std::string Latest(const std::string& dir) {
+  absl::StatusOr<std::string> s = ReadFileToString(absl::StrCat(dir, "/", kLatestFileName));
+  return s.ok() ? *s : "(none)";
+}
+
+// Rank `rank`'s one file of step `step`: "model-r<rank>.safetensors" of a few KiB.
+std::vector<PendingFile> FilesOf(int rank, int64_t step) {
+  PendingFile f;
+  f.name = absl::StrCat("model-r", rank, ".safetensors");
+  f.bytes = std::string(4096 + rank, static_cast<char>('a' + rank + step));
+  f.entry.set_kind("model");
+  f.entry.set_pp_rank(rank);
+  return {f};
+}
+
+// What SealStep does, minus validating a layout: the manifest from every entry, then latest.
+struct Sealer {
+  std::string dir;
+  std::vector<std::vector<ShardFileEntry>> sealed;  // per call
+
+  absl::Status operator()(int64_t step, std::vector<ShardFileEntry> entries) {
+    CheckpointManifest m;
+    m.set_step(step);
+    m.set_checksum("xxh3_64");
+    for (const ShardFileEntry& e : entries) *m.add_files() = e;
+    sealed.push_back(std::move(entries));
+    std::string json;
+    EXPECT_TRUE(google::protobuf::util::MessageToJsonString(m, &json).ok());
+    absl::Status s = WriteFileAtomically(
+        absl::StrCat(StepDir(dir, step), "/", kManifestFileName), json);
+    if (!s.ok()) return s;
+    return model::PointLatestAt(dir, step);
+  }
+};
+
+CheckpointWriterOptions Options(const std::string& dir, int rank, int world, Sealer* sealer) {
+  CheckpointWriterOptions o;
+  o.dir = dir;
+  o.rank = rank;
+  o.world_size = world;
+  o.run_token = "run-1";
+  o.seal_timeout = absl::Seconds(10);
+  if (sealer != nullptr) o.seal = [sealer](int64_t s, auto e) { return (*sealer)(s, e); };
+  return o;
+}
+
+TEST(CheckpointWriter, EveryRankWritesRankZeroSealsWithEveryEntry) {
+  const std::string dir = FreshDir("four_ranks");
+  Sealer sealer{dir};
+  std::vector<std::unique_ptr<CheckpointWriter>> ranks;
+  for (int r = 0; r < 4; ++r) {
+    ranks.push_back(std::make_unique<CheckpointWriter>(Options(dir, r, 4, &sealer)));
+  }
+  // Rank 0 first: its writer waits for the others while "training" goes on.
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(ranks[r]->Submit(10, FilesOf(r, 10), 0.0).ok());
+  std::vector<CheckpointWritten> done;
+  for (int r = 3; r >= 0; --r) {
+    absl::StatusOr<std::vector<CheckpointWritten>> w = ranks[r]->Finish();
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_THAT(*w, SizeIs(1));
+    EXPECT_EQ((*w)[0].step, 10);
+    EXPECT_EQ((*w)[0].dir, StepDir(dir, 10));
+    EXPECT_EQ((*w)[0].sealed, r == 0) << "rank " << r;
+  }
+  ASSERT_THAT(sealer.sealed, SizeIs(1));
+  ASSERT_THAT(sealer.sealed[0], SizeIs(4));  // rank order
+  for (int r = 0; r < 4; ++r) {
+    const ShardFileEntry& e = sealer.sealed[0][r];
+    const std::string bytes = FilesOf(r, 10)[0].bytes;
+    EXPECT_EQ(e.name(), absl::StrCat("model-r", r, ".safetensors"));
+    EXPECT_EQ(e.pp_rank(), r);
+    EXPECT_EQ(e.bytes(), static_cast<int64_t>(bytes.size()));
+    EXPECT_EQ(e.xxh3_64(), absl::StrFormat("%016x", ShardChecksum(bytes)));
+    EXPECT_EQ(*ReadFileToString(absl::StrCat(StepDir(dir, 10), "/", e.name())), bytes);
+  }
+  EXPECT_EQ(Latest(dir), "step_00000010\n");
+  EXPECT_TRUE(VerifySealedStep(StepDir(dir, 10)).ok());
+}
+
+TEST(CheckpointWriter, TrainingGoesOnWhileRankZeroWaitsForTheOthers) {
+  const std::string dir = FreshDir("goes_on");
+  Sealer sealer{dir};
+  CheckpointWriter rank0(Options(dir, 0, 2, &sealer));
+  CheckpointWriter rank1(Options(dir, 1, 2, &sealer));
+  ASSERT_TRUE(rank0.Submit(5, FilesOf(0, 5), 0.0).ok());  // returns at once
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  absl::StatusOr<std::vector<CheckpointWritten>> none = rank0.TakeFinished();
+  ASSERT_TRUE(none.ok());
+  EXPECT_THAT(*none, IsEmpty());  // not sealed: rank 1 has written nothing
+  EXPECT_EQ(Latest(dir), "(none)");
+  ASSERT_TRUE(rank1.Submit(5, FilesOf(1, 5), 0.0).ok());
+  absl::StatusOr<std::vector<CheckpointWritten>> sealed = rank0.Finish();
+  ASSERT_TRUE(sealed.ok()) << sealed.status();
+  ASSERT_THAT(*sealed, SizeIs(1));
+  EXPECT_TRUE((*sealed)[0].sealed);
+  EXPECT_EQ(Latest(dir), "step_00000005\n");
+}
+
+TEST(CheckpointWriter, OneInFlightTheNextWaitsAndCountsTheWait) {
+  const std::string dir = FreshDir("one_in_flight");
+  Sealer sealer{dir};
+  CheckpointWriter rank0(Options(dir, 0, 2, &sealer));
+  CheckpointWriter rank1(Options(dir, 1, 2, &sealer));
+  ASSERT_TRUE(rank0.Submit(1, FilesOf(0, 1), 0.0).ok());
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_TRUE(rank1.Submit(1, FilesOf(1, 1), 0.0).ok());
+  });
+  // Step 2 cannot start before step 1 is sealed, ~200 ms from now.
+  ASSERT_TRUE(rank0.Submit(2, FilesOf(0, 2), 0.25).ok());
+  late.join();
+  ASSERT_TRUE(rank1.Submit(2, FilesOf(1, 2), 0.0).ok());
+  absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_THAT(*done, SizeIs(2));
+  EXPECT_EQ((*done)[0].step, 1);
+  EXPECT_EQ((*done)[1].step, 2);
+  EXPECT_GE((*done)[1].blocked_seconds, 0.25 + 0.1);  // the snapshot plus the wait
+  EXPECT_EQ(Latest(dir), "step_00000002\n");
+  EXPECT_FALSE(rank0.Submit(2, FilesOf(0, 2), 0.0).ok());  // in order only
+}
+
+TEST(CheckpointWriter, ForegroundReturnsOnceSealed) {
+  const std::string dir = FreshDir("foreground");
+  Sealer sealer{dir};
+  CheckpointWriterOptions o = Options(dir, 0, 1, &sealer);
+  o.background = false;
+  CheckpointWriter writer(o);
+  ASSERT_TRUE(writer.Submit(3, FilesOf(0, 3), 0.0).ok());
+  EXPECT_EQ(Latest(dir), "step_00000003\n");
+  absl::StatusOr<std::vector<CheckpointWritten>> done = writer.TakeFinished();
+  ASSERT_TRUE(done.ok());
+  ASSERT_THAT(*done, SizeIs(1));
+  EXPECT_TRUE((*done)[0].sealed);
+}
+
+TEST(CheckpointWriter, AnEarlierRunsEntriesAreNotTakenForThisRuns) {
+  const std::string dir = FreshDir("stale");
+  Sealer sealer{dir};
+  {  // An earlier run's rank 1 wrote step 7, whose rank 0 never sealed it.
+    CheckpointWriterOptions old = Options(dir, 1, 2, nullptr);
+    old.run_token = "run-0";
+    CheckpointWriter rank1(old);
+    ASSERT_TRUE(rank1.Submit(7, FilesOf(1, 6), 0.0).ok());
+    ASSERT_TRUE(rank1.Finish().ok());
+  }
+  CheckpointWriterOptions o = Options(dir, 0, 2, &sealer);
+  o.seal_timeout = absl::Milliseconds(100);
+  CheckpointWriter rank0(o);
+  ASSERT_TRUE(rank0.Submit(7, FilesOf(0, 7), 0.0).ok());
+  absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(done.status().message(), HasSubstr("checkpoint step 7: rank 0 cannot seal"));
+  EXPECT_THAT(done.status().message(), HasSubstr("no entries from rank 1 within 100ms"));
+  EXPECT_THAT(sealer.sealed, IsEmpty());
+}
+
+TEST(CheckpointWriter, SealTimeoutLeavesThePreviousStepLatest) {
+  const std::string dir = FreshDir("timeout");
+  Sealer sealer{dir};
+  CheckpointWriterOptions o = Options(dir, 0, 3, &sealer);
+  o.seal_timeout = absl::Milliseconds(100);
+  CheckpointWriter rank0(o);
+  CheckpointWriter rank1(Options(dir, 1, 3, &sealer));
+  CheckpointWriter rank2(Options(dir, 2, 3, &sealer));
+  ASSERT_TRUE(rank0.Submit(10, FilesOf(0, 10), 0.0).ok());
+  ASSERT_TRUE(rank1.Submit(10, FilesOf(1, 10), 0.0).ok());
+  ASSERT_TRUE(rank2.Submit(10, FilesOf(2, 10), 0.0).ok());
+  ASSERT_TRUE(rank0.Finish().ok());
+  ASSERT_TRUE(rank1.Submit(20, FilesOf(1, 20), 0.0).ok());  // rank 2 never writes step 20
+  ASSERT_TRUE(rank0.Submit(20, FilesOf(0, 20), 0.0).ok());
+  absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(done.status().message(), HasSubstr("no entries from rank 2 within"));
+  EXPECT_EQ(Latest(dir), "step_00000010\n");
+  struct stat st;
+  EXPECT_NE(stat(absl::StrCat(StepDir(dir, 20), "/", kManifestFileName).c_str(), &st), 0);
+  // The failure stays: the next checkpoint is refused with it.
+  EXPECT_EQ(rank0.Submit(30, FilesOf(0, 30), 0.0).code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(CheckpointWriter, AbandonStopsRankZeroWaitingAtOnce) {
+  const std::string dir = FreshDir("abandon");
+  Sealer sealer{dir};
+  CheckpointWriter rank0(Options(dir, 0, 2, &sealer));  // 10 s seal timeout
+  ASSERT_TRUE(rank0.Submit(4, FilesOf(0, 4), 0.0).ok());
+  const auto start = std::chrono::steady_clock::now();
+  rank0.Abandon(absl::ZeroDuration());
+  absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(done.status().message(), HasSubstr("no entries from rank 1 before the run ended"));
+  EXPECT_EQ(Latest(dir), "(none)");
+}
+
+TEST(CheckpointWriter, WriteFailureNamesStepRankAndFile) {
+  const std::string dir = FreshDir("write_failure");
+  Sealer sealer{dir};
+  CheckpointWriter writer(Options(dir, 0, 1, &sealer));
+  ASSERT_TRUE(writer.Submit(1, FilesOf(0, 1), 0.0).ok());
+  ASSERT_TRUE(writer.Finish().ok());
+  // A directory where step 2's file must go: the rename over it fails.
+  ASSERT_TRUE(MakeDirectories(absl::StrCat(StepDir(dir, 2), "/model-r0.safetensors/x")).ok());
+  ASSERT_TRUE(writer.Submit(2, FilesOf(0, 2), 0.0).ok());
+  absl::StatusOr<std::vector<CheckpointWritten>> done = writer.Finish();
+  ASSERT_FALSE(done.ok());
+  EXPECT_THAT(done.status().message(),
+              HasSubstr("checkpoint step 2, rank 0, file model-r0.safetensors: cannot rename"));
+  EXPECT_EQ(Latest(dir), "step_00000001\n");
+  EXPECT_THAT(sealer.sealed, SizeIs(1));
+}
+
+TEST(CheckpointWriter, ASealedStepIsNeverWrittenAgain) {
+  const std::string dir = FreshDir("sealed_again");
+  Sealer sealer{dir};
+  {
+    CheckpointWriter first(Options(dir, 0, 1, &sealer));
+    ASSERT_TRUE(first.Submit(6, FilesOf(0, 6), 0.0).ok());
+    ASSERT_TRUE(first.Finish().ok());
+  }
+  CheckpointWriter second(Options(dir, 0, 1, &sealer));
+  ASSERT_TRUE(second.Submit(6, FilesOf(0, 99), 0.0).ok());
+  absl::StatusOr<std::vector<CheckpointWritten>> done = second.Finish();
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(done.status().message(), HasSubstr("checkpoint step 6, rank 0: will not overwrite"));
+  EXPECT_TRUE(VerifySealedStep(StepDir(dir, 6)).ok());
+}
+
+// Three sealed steps (10, 20, 30) of one rank, `latest` naming 30.
+std::string ThreeSealedSteps(const std::string& name) {
+  const std::string dir = FreshDir(name);
+  Sealer sealer{dir};
+  CheckpointWriter writer(Options(dir, 0, 1, &sealer));
+  for (int64_t step : {10, 20, 30}) {
+    EXPECT_TRUE(writer.Submit(step, FilesOf(0, step), 0.0).ok());
+    EXPECT_TRUE(writer.Finish().ok());
+  }
+  return dir;
+}
+
+void Corrupt(const std::string& path) {
+  std::string bytes = *ReadFileToString(path);
+  bytes[100] ^= 1;
+  ASSERT_TRUE(WriteFileAtomically(path, bytes).ok());
+}
+
+TEST(VerifySealedStep, NamesTheDamage) {
+  const std::string dir = ThreeSealedSteps("verify");
+  Corrupt(absl::StrCat(StepDir(dir, 30), "/model-r0.safetensors"));
+  EXPECT_EQ(VerifySealedStep(StepDir(dir, 30)),
+            absl::DataLossError("model-r0.safetensors: checksum differs"));
+  ASSERT_TRUE(
+      WriteFileAtomically(absl::StrCat(StepDir(dir, 20), "/model-r0.safetensors"), "short").ok());
+  EXPECT_EQ(VerifySealedStep(StepDir(dir, 20)),
+            absl::DataLossError("model-r0.safetensors: 5 bytes, the manifest says 4096"));
+  ASSERT_EQ(unlink(absl::StrCat(StepDir(dir, 10), "/model-r0.safetensors").c_str()), 0);
+  EXPECT_EQ(VerifySealedStep(StepDir(dir, 10)),
+            absl::DataLossError("model-r0.safetensors: missing"));
+}
+
+TEST(ResolveCheckpoint, IntactNewestStepNeedsNoNote) {
+  const std::string dir = ThreeSealedSteps("resolve_intact");
+  absl::StatusOr<model::CheckpointStep> c = model::ResolveCheckpoint(dir, VerifySealedStep);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->step, 30);
+  EXPECT_EQ(c->note, "");
+}
+
+TEST(ResolveCheckpoint, DamagedNewestStepFallsBackToThePreviousAndSaysSo) {
+  const std::string dir = ThreeSealedSteps("resolve_fallback");
+  Corrupt(absl::StrCat(StepDir(dir, 30), "/model-r0.safetensors"));
+  // An unsealed step 40 (a save that did not finish) is never a candidate.
+  ASSERT_TRUE(MakeDirectories(StepDir(dir, 40)).ok());
+  absl::StatusOr<model::CheckpointStep> c = model::ResolveCheckpoint(dir, VerifySealedStep);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->step, 20);
+  EXPECT_EQ(c->step_dir, StepDir(dir, 20));
+  EXPECT_EQ(c->note,
+            "step_00000030 is damaged (model-r0.safetensors: checksum differs); resuming from "
+            "step_00000020");
+  // Without a check (dtrain export, a step named directly) nothing is verified.
+  EXPECT_EQ(model::ResolveCheckpoint(dir)->step, 30);
+  // Nothing was modified: `latest` still names the damaged step, and a second resolve agrees.
+  EXPECT_EQ(Latest(dir), "step_00000030\n");
+  EXPECT_EQ(model::ResolveCheckpoint(dir, VerifySealedStep)->step, 20);
+}
+
+TEST(ResolveCheckpoint, EverySealedStepDamagedIsDataLossNamingEach) {
+  const std::string dir = ThreeSealedSteps("resolve_none");
+  for (int64_t step : {10, 20, 30}) {
+    Corrupt(absl::StrCat(StepDir(dir, step), "/model-r0.safetensors"));
+  }
+  absl::StatusOr<model::CheckpointStep> c = model::ResolveCheckpoint(dir, VerifySealedStep);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("step_00000030 is damaged (model-r0.safetensors: checksum differs), "
+                        "step_00000020 is damaged (model-r0.safetensors: checksum differs), "
+                        "step_00000010 is damaged"));
+}
+
+TEST(ResolveCheckpoint, MissingNewestStepFallsBack) {
+  const std::string dir = ThreeSealedSteps("resolve_missing");
+  ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dir, "/", kLatestFileName),
+                                  "step_00000050\n").ok());
+  absl::StatusOr<model::CheckpointStep> c = model::ResolveCheckpoint(dir, VerifySealedStep);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->step, 30);
+  EXPECT_EQ(c->note, "step_00000050 is damaged (missing); resuming from step_00000030");
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
