@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/init.h"
+#include "worker/parallel/checkpoint_writer.h"
 
 namespace dtrain {
 
@@ -28,7 +29,9 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(kernels::Back
   // before a tensor is loaded or a file written.
   model::CheckpointStep checkpoint;
   if (!options.resume_from.empty()) {
-    ASSIGN_OR_RETURN(checkpoint, model::ResolveCheckpoint(options.resume_from));
+    // The job's newest intact sealed step (an earlier one when the newest is damaged).
+    ASSIGN_OR_RETURN(checkpoint,
+                     model::ResolveCheckpoint(options.resume_from, parallel::VerifySealedStep));
     RETURN_IF_ERROR(model::CheckStepsBeyond(options.steps, checkpoint));
   }
   std::unique_ptr<LocalTrainer> t(new LocalTrainer());
@@ -50,6 +53,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(kernels::Back
     ASSIGN_OR_RETURN(t->start_step_,
                      model::LoadTrainingState(checkpoint.step_dir, *t->model_, *t->optimizer_));
     t->resumed_from_ = checkpoint.step_dir;
+    t->resume_note_ = checkpoint.note;
   } else if (!options.init_path.empty()) {
     RETURN_IF_ERROR(model::LoadWeights(options.init_path, *t->model_));
   } else {
@@ -106,9 +110,20 @@ absl::StatusOr<CheckpointWritten> LocalTrainer::SaveCheckpoint(int64_t step) {
 }
 
 absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
+  if (!resume_note_.empty() && callbacks.warning) callbacks.warning(resume_note_);
+  std::vector<CheckpointWritten> done;
+  CheckpointHooks checkpoints;
+  checkpoints.start = [&](int64_t step) -> absl::Status {
+    ASSIGN_OR_RETURN(CheckpointWritten written, SaveCheckpoint(step));
+    done.push_back(written);
+    return absl::OkStatus();
+  };
+  checkpoints.finished = [&](bool) -> absl::StatusOr<std::vector<CheckpointWritten>> {
+    return std::move(done);
+  };
   RETURN_IF_ERROR(RunTrainingSteps(
       options_, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
-      [this](int64_t step) { return SaveCheckpoint(step); }));
+      checkpoints));
   if (!options_.save_path.empty()) {
     RETURN_IF_ERROR(model::SaveTensors(options_.save_path, *model_, model_->params(),
                                        {{"step", absl::StrCat(optimizer_->step())}}));

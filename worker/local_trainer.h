@@ -37,6 +37,9 @@ class LocalTrainer {
   int64_t start_step() const { return start_step_; }
   // The absolute step directory this run resumed from; "" when it started fresh.
   const std::string& resumed_from() const { return resumed_from_; }
+  // Why that is not the job's newest sealed step (it was damaged: model::CheckpointStep's
+  // note), reported by Run as a warning; "" otherwise.
+  const std::string& resume_note() const { return resume_note_; }
   model::GptStage& model() { return *model_; }
 
  private:
@@ -52,6 +55,7 @@ class LocalTrainer {
   std::unique_ptr<model::TokenDataset> data_;
   int64_t start_step_ = 0;  // steps already done (non-zero after resume)
   std::string resumed_from_;
+  std::string resume_note_;
 };
 
 }  // namespace dtrain

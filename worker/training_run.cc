@@ -12,18 +12,23 @@ bool TrainingRun::CheckpointsAt(int64_t step) const {
 absl::Status RunTrainingSteps(
     const TrainingRun& run, int64_t start_step, const TrainingCallbacks& callbacks,
     const std::function<absl::StatusOr<TrainStepMetrics>(int64_t step)>& train_step,
-    const std::function<absl::StatusOr<CheckpointWritten>(int64_t step)>& save) {
+    const CheckpointHooks& checkpoints) {
+  auto report = [&](bool wait) -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<CheckpointWritten> done, checkpoints.finished(wait));
+    for (const CheckpointWritten& written : done) {
+      if (callbacks.checkpoint) callbacks.checkpoint(written);
+    }
+    return absl::OkStatus();
+  };
   for (int64_t step = start_step + 1; step <= run.steps; ++step) {
     ASSIGN_OR_RETURN(TrainStepMetrics metrics, train_step(step));
     const absl::Status reported = callbacks.step ? callbacks.step(metrics) : absl::OkStatus();
+    if (run.CheckpointsAt(step)) RETURN_IF_ERROR(checkpoints.start(step));
     // A cancelled run still keeps the step it finished.
-    if (run.CheckpointsAt(step)) {
-      ASSIGN_OR_RETURN(CheckpointWritten written, save(step));
-      if (callbacks.checkpoint) callbacks.checkpoint(written);
-    }
+    RETURN_IF_ERROR(report(/*wait=*/!reported.ok()));
     RETURN_IF_ERROR(reported);
   }
-  return absl::OkStatus();
+  return report(/*wait=*/true);
 }
 
 }  // namespace dtrain

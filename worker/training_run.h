@@ -90,13 +90,23 @@ struct TrainingCallbacks {
   std::function<void(const std::string&)> warning;
 };
 
+// How RunTrainingSteps drives a trainer's checkpoints (worker/parallel/checkpoint_writer.h):
+// `start` snapshots the state at a step boundary and hands it to the writer (training goes on
+// while it is written); `finished` returns the steps done since the last call, with `wait`
+// after the one in flight finished.
+struct CheckpointHooks {
+  std::function<absl::Status(int64_t step)> start;
+  std::function<absl::StatusOr<std::vector<CheckpointWritten>>(bool wait)> finished;
+};
+
 // The step loop both trainers run: steps start_step+1 .. run.steps, each trained by
-// `train_step`, reported, and checkpointed by `save` when run.CheckpointsAt(step); a callback's
-// error is returned after that step's checkpoint.
+// `train_step` and reported; checkpointed (checkpoints.start) when run.CheckpointsAt(step);
+// finished checkpoints reported at each step boundary and, waited for, at the end. A step
+// callback's error is returned after that step's checkpoint finished.
 absl::Status RunTrainingSteps(
     const TrainingRun& run, int64_t start_step, const TrainingCallbacks& callbacks,
     const std::function<absl::StatusOr<TrainStepMetrics>(int64_t step)>& train_step,
-    const std::function<absl::StatusOr<CheckpointWritten>(int64_t step)>& save);
+    const CheckpointHooks& checkpoints);
 
 }  // namespace dtrain
 

@@ -218,6 +218,9 @@ absl::StatusOr<std::string> JobRunner::Train() {
   TrainingCallbacks callbacks;
   callbacks.step = [this](const TrainStepMetrics& m) { return OnStep(m); };
   callbacks.checkpoint = [this](const CheckpointWritten& c) { OnCheckpoint(c); };
+  callbacks.warning = [this](const std::string& w) {
+    if (rank_ == 0) callbacks_.event(absl::StrCat("warning: ", w));
+  };
   RETURN_IF_ERROR(several ? TrainParallel(job_plan, rank_, callbacks) : TrainLocal(callbacks));
   if (rank_ != 0) return std::string();  // rank 0 exports the final weights
   callbacks_.event(absl::StrCat("weights written to ", plan_.save_path));

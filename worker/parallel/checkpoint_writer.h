@@ -112,6 +112,7 @@ class CheckpointWriter {
 // is there with the size and checksum it records. OK, or DataLoss saying what is damaged in
 // short words ("model-pp0-tp0-c0.safetensors: checksum differs"). Reads every file once; the
 // model::StepCheck that resuming applies to a job's newest step (model::ResolveCheckpoint).
+// A one-worker step of the format before issue 12 (no manifest) has nothing to verify: OK.
 absl::Status VerifySealedStep(const std::string& step_dir);
 
 }  // namespace dtrain::parallel

@@ -20,6 +20,7 @@
 #include "worker/model/checkpoint.h"
 #include "worker/model/init.h"
 #include "worker/model/token_dataset.h"
+#include "worker/parallel/checkpoint_writer.h"
 #include "worker/parallel/gradient_sync.h"
 #include "worker/parallel/sharded_checkpoint.h"
 #include "worker/parallel/stage_executor.h"
@@ -166,7 +167,8 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   // every rank alike, before a shard is loaded or a file written.
   model::CheckpointStep checkpoint;
   if (!run.resume_from.empty()) {
-    ASSIGN_OR_RETURN(checkpoint, model::ResolveCheckpoint(run.resume_from));
+    // The job's newest intact sealed step (an earlier one when the newest is damaged).
+    ASSIGN_OR_RETURN(checkpoint, model::ResolveCheckpoint(run.resume_from, VerifySealedStep));
     RETURN_IF_ERROR(model::CheckStepsBeyond(run.steps, checkpoint));
   }
 
@@ -273,6 +275,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
     ASSIGN_OR_RETURN(t->start_step_,
                      LoadShard(checkpoint.step_dir, t->Identity(), stages, optimizers));
     t->resumed_from_ = checkpoint.step_dir;
+    t->resume_note_ = checkpoint.note;
   } else {
     for (Chunk& c : t->chunks_) {
       if (!run.init_path.empty()) {
@@ -441,6 +444,7 @@ absl::StatusOr<CheckpointWritten> ParallelTrainer::SaveCheckpoint(int64_t step) 
 }
 
 absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
+  if (!resume_note_.empty() && callbacks.warning) callbacks.warning(resume_note_);
   absl::Status status = RunSteps(callbacks);
   // The other ranks may be waiting for this one: tell them at once rather than at their
   // deadlines (a rank that is cancelled, or whose peer vanished, ends the same way).
@@ -451,13 +455,24 @@ absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
 absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
   const TrainingRun& run = options_.run;
   std::string saved;  // the last step directory written
+  std::vector<CheckpointWritten> done;
   auto save = [&](int64_t step) -> absl::StatusOr<CheckpointWritten> {
     ASSIGN_OR_RETURN(CheckpointWritten written, SaveCheckpoint(step));
     saved = written.dir;
     return written;
   };
+  CheckpointHooks checkpoints;
+  checkpoints.start = [&](int64_t step) -> absl::Status {
+    ASSIGN_OR_RETURN(CheckpointWritten written, save(step));
+    done.push_back(written);
+    return absl::OkStatus();
+  };
+  checkpoints.finished = [&](bool) -> absl::StatusOr<std::vector<CheckpointWritten>> {
+    return std::move(done);
+  };
   RETURN_IF_ERROR(RunTrainingSteps(
-      run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); }, save));
+      run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
+      checkpoints));
   if (!run.save_path.empty()) {
     // steps == 0 on a fresh start saves the initial state as step 0. A resume always trains
     // (Create refuses steps not beyond the checkpoint), so a loaded step is never written.

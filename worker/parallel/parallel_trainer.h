@@ -104,6 +104,9 @@ class ParallelTrainer {
   int64_t start_step() const { return start_step_; }
   // The absolute step directory this run resumed from; "" when it started fresh.
   const std::string& resumed_from() const { return resumed_from_; }
+  // Why that is not the job's newest sealed step (it was damaged: model::CheckpointStep's
+  // note), reported by Run as a warning; "" otherwise.
+  const std::string& resume_note() const { return resume_note_; }
   int num_chunks() const;
   // Virtual stage i's model chunk and its optimizer (covering its ZeRO-1 shard only).
   model::GptStage& chunk(int i);
@@ -131,6 +134,7 @@ class ParallelTrainer {
   std::vector<Chunk> chunks_;
   int64_t start_step_ = 0;
   std::string resumed_from_;
+  std::string resume_note_;
   std::vector<pipeline::Action> last_trace_;
   ParallelRunStats stats_;
   std::unique_ptr<StepRunner> runner_;
