@@ -249,7 +249,11 @@ std::string JobsTable(const ListJobsResponse& jobs, absl::Time now) {
   std::vector<std::vector<std::string>> rows;
   for (const Job& job : jobs.jobs()) {
     const bool has_step = job.has_latest() && job.latest().step() > 0;
-    rows.push_back({job.id(), JobStateName(job.state()),
+    const int recoveries = job.recoveries_size();
+    rows.push_back({job.id(),
+                    recoveries == 0 ? JobStateName(job.state())
+                                    : absl::StrCat(JobStateName(job.state()), " (", recoveries,
+                                                   recoveries == 1 ? " recovery)" : " recoveries)"),
                     job.spec().name().empty() ? "-" : Truncate(job.spec().name(), 24),
                     StepOf(job), has_step ? FormatLoss(job.latest().loss()) : "-",
                     LayoutString(job.spec().parallel()),
@@ -303,6 +307,28 @@ void CheckpointLines(const Job& job, absl::Time now,
 
 }  // namespace
 
+std::string RecoveryText(const Recovery& r) {
+  const std::string cause = r.cause().substr(0, r.cause().find('\n'));
+  std::string text = absl::StrCat(
+      "  ", r.number(), ". ",
+      absl::FormatTime("%H:%M:%S", FromUnixMs(r.started_unix_ms()), absl::LocalTimeZone()),
+      " at step ", r.last_step(), ": ", cause);
+  if (r.workers_size() == 0) return absl::StrCat(text, "\n     (placing it again)");
+  absl::StrAppend(&text, "\n     on ", LayoutString(r.layout()), " (",
+                  absl::StrJoin(r.workers(), ", "), ")");
+  if (r.load_ms() == 0 && !r.done()) return absl::StrCat(text, "; loading");
+  absl::StrAppend(&text, "; resumed from ",
+                  r.resumed_from_step() > 0 ? absl::StrCat("step ", r.resumed_from_step())
+                                            : "the start",
+                  ", ", r.steps_redone(), r.steps_redone() == 1 ? " step" : " steps", " redone");
+  if (!r.done()) return text;
+  const auto s = [](int64_t ms) { return absl::StrFormat("%.1fs", ms / 1000.0); };
+  absl::StrAppend(&text, "\n     detect ", s(r.detect_ms()), ", stop ", s(r.stop_ms()), ", place ",
+                  s(r.place_ms()), ", load ", s(r.load_ms()), ", first step ",
+                  s(r.first_step_ms()));
+  return text;
+}
+
 std::string JobDetail(const Job& job, absl::Time now) {
   const JobSpec& spec = job.spec();
   const ParallelLayout& layout = spec.parallel();
@@ -345,6 +371,13 @@ std::string JobDetail(const Job& job, absl::Time now) {
                                  spec.resume_from().empty() ? "" : " of " + spec.resume_from()));
   }
   CheckpointLines(job, now, line);
+  if (job.recoveries_size() > 0) {
+    absl::StrAppend(&out, "recoveries (fault_tolerance: max_restarts ",
+                    spec.fault_tolerance().max_restarts(), ", ",
+                    spec.fault_tolerance().on_worker_loss(), ", wait_for ",
+                    spec.fault_tolerance().wait_for(), "):\n");
+    for (const Recovery& r : job.recoveries()) absl::StrAppend(&out, RecoveryText(r), "\n");
+  }
   if (!job.output().empty()) line("output", PathOnHost(job.output(), job.output_host()));
   if (job.placement().ranks_size() > 0) {
     absl::StrAppend(&out, "placement:\n");

@@ -102,6 +102,10 @@ std::string FormatTable(const std::vector<std::string>& header,
 // "/srv/ckpt/job-000003 on hostA"; the path alone when the host is unknown.
 std::string PathOnHost(const std::string& path, const std::string& host);
 
+// One recovery of a job (Job.recoveries) for `dtrain status`: cause, new layout and workers,
+// the checkpoint step resumed from, steps redone and the time of each phase.
+std::string RecoveryText(const Recovery& recovery);
+
 // `dtrain workers`: ID STATE DEVICE HOST JOB HEARTBEAT.
 std::string WorkersTable(const ListWorkersResponse& workers, absl::Time now);
 // `dtrain list`: ID STATE NAME STEP LOSS LAYOUT SUBMITTED STARTED ENDED DURATION REASON; the

@@ -26,7 +26,13 @@ metrics::Buckets PlacementBuckets() {
           0.005,   0.01,     0.025,   0.05,   0.1,     0.25,   0.5,   1};
 }
 
-constexpr JobState kJobStates[] = {QUEUED, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED};
+constexpr JobState kJobStates[] = {QUEUED,    PLACING, RUNNING,  SUCCEEDED,
+                                   FAILED,    CANCELLED, RECOVERING};
+
+// A recovery: a few seconds (a spare is idle) to wait_for and beyond (workers to come back).
+metrics::Buckets RecoveryBuckets() {
+  return {0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 120, 300, 600, 1800};
+}
 
 // Times one call from its start (the factory creates it when the call arrives) to the status
 // being sent; a call torn down without a status (server shutdown) counts as CANCELLED.
@@ -104,6 +110,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
       metrics::Family<metrics::Histogram> * placement,
       registry->AddHistogram("dtrain_coordinator_placement_seconds",
                              "Time spent computing one job's placement.", {}, PlacementBuckets()));
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Counter> * recoveries,
+      registry->AddCounter("dtrain_coordinator_job_recoveries_total",
+                           "Jobs that entered RECOVERING after a failure (fault_tolerance) since "
+                           "the coordinator started."));
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Histogram> * recovery,
+      registry->AddHistogram("dtrain_coordinator_job_recovery_seconds",
+                             "Time from a failed worker's last sign of life to the first step "
+                             "of the recovered run (detect + stop + place + load + first step).",
+                             {}, RecoveryBuckets()));
   ASSIGN_OR_RETURN(m->rpcs_, registry->AddCounter("dtrain_coordinator_rpcs_total",
                                                   "Coordinator RPCs finished, by method and gRPC "
                                                   "status code.",
@@ -116,6 +133,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
   m->submitted_ = &submitted->Add({});
   m->queue_wait_ = &queue_wait->Add({}, QueueWaitBuckets());
   m->placement_ = &placement->Add({}, PlacementBuckets());
+  m->recoveries_ = &recoveries->Add({});
+  m->recovery_ = &recovery->Add({}, RecoveryBuckets());
   // Every state from the first scrape on, at 0 until a source says otherwise.
   for (const char* state : {"idle", "busy", "lost"}) m->workers_->Add({{"state", state}});
   for (JobState state : kJobStates) {
@@ -151,6 +170,12 @@ void CoordinatorMetrics::JobSubmitted() { submitted_->Increment(); }
 
 void CoordinatorMetrics::JobPlaced(absl::Duration queue_wait) {
   queue_wait_->Observe(absl::ToDoubleSeconds(queue_wait));
+}
+
+void CoordinatorMetrics::JobRecoveryStarted() { recoveries_->Increment(); }
+
+void CoordinatorMetrics::JobRecovered(absl::Duration took) {
+  recovery_->Observe(absl::ToDoubleSeconds(took));
 }
 
 void CoordinatorMetrics::PlacementComputed(absl::Duration elapsed) {

@@ -54,6 +54,8 @@ class CoordinatorMetrics {
   void JobSubmitted();
   void JobPlaced(absl::Duration queue_wait);  // submitted -> PLACING
   void PlacementComputed(absl::Duration elapsed);
+  void JobRecoveryStarted();             // a job entered RECOVERING
+  void JobRecovered(absl::Duration took);  // its failure -> the recovered run's first step
   // One finished RPC: `method` as in the proto ("SubmitJob").
   void RpcFinished(absl::string_view method, grpc::StatusCode code, absl::Duration elapsed);
 
@@ -79,6 +81,8 @@ class CoordinatorMetrics {
   metrics::Counter* submitted_ = nullptr;
   metrics::Histogram* queue_wait_ = nullptr;
   metrics::Histogram* placement_ = nullptr;
+  metrics::Counter* recoveries_ = nullptr;
+  metrics::Histogram* recovery_ = nullptr;
   metrics::Family<metrics::Counter>* rpcs_ = nullptr;
   metrics::Family<metrics::Histogram>* rpc_duration_ = nullptr;
 

@@ -1,5 +1,6 @@
 #include "coordinator/coordinator_service.h"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -166,6 +167,18 @@ class WatchFill {
   absl::Status operator()(std::deque<JobUpdate>* queue, bool* ended) {
     JobStore& store = manager_->store();
     ASSIGN_OR_RETURN(Job summary, store.GetJob(job_id_, /*with_history=*/false));
+    // A recovery redoes the steps after the checkpoint it resumed from, and their new rows
+    // replace the old ones: send them again. (A watcher reconnecting with after_step has seen
+    // the recoveries before it.)
+    for (int i = recoveries_seen_; i < summary.recoveries_size(); ++i) {
+      const Recovery& r = summary.recoveries(i);
+      if (r.workers_size() == 0 || (r.load_ms() == 0 && !r.done())) break;
+      if (!first_fill_ || after_step_ == 0) {
+        after_step_ = std::min(after_step_, r.resumed_from_step());
+      }
+      recoveries_seen_ = i + 1;
+    }
+    first_fill_ = false;
     // The placement (dp*pp*tp ranks) rides only on state changes; steps and events, the bulk
     // of a stream, carry the summary without it.
     Job light = summary;
@@ -211,6 +224,8 @@ class WatchFill {
   int64_t after_step_;
   int64_t history_seq_ = 0;
   int64_t event_seq_ = 0;
+  int recoveries_seen_ = 0;  // recoveries whose redone steps are accounted for
+  bool first_fill_ = true;
   std::optional<StateChange> final_;
 };
 

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -49,9 +50,31 @@ RankFailure::Cause CauseOf(FailureKind kind) {
   }
 }
 
+bool RestartCanCure(const RankFailure& failure) {
+  if (failure.cause != RankFailure::kLocal) return true;
+  switch (static_cast<absl::StatusCode>(failure.error_code)) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string RootCauseReason(const Placement& placement, const std::vector<RankFailure>& failures,
                             const absl::flat_hash_map<std::string, absl::Duration>& heartbeat_age) {
-  if (failures.empty()) return "failed (no report)";
+  return FindRootCause(placement, failures, heartbeat_age).reason;
+}
+
+RootCause FindRootCause(const Placement& placement, const std::vector<RankFailure>& failures,
+                        const absl::flat_hash_map<std::string, absl::Duration>& heartbeat_age) {
+  RootCause cause;
+  if (failures.empty()) {
+    cause.reason = "failed (no report)";
+    return cause;
+  }
   // 1-3: the first failure of the lowest cause, when that cause is not "a peer".
   const auto first_root = std::min_element(
       failures.begin(), failures.end(),
@@ -61,7 +84,10 @@ std::string RootCauseReason(const Placement& placement, const std::vector<RankFa
   if (first_root->cause != RankFailure::kPeer) {
     root = Describe(placement, *first_root);
     root_failure = &*first_root;
+    cause.worker_id = first_root->worker_id;
+    cause.curable = RestartCanCure(*first_root);
   } else {
+    cause.curable = true;  // a peer's failure: the one blamed died, hung or broke its stream
     // 4: the most blamed worker among those that reported nothing themselves.
     absl::flat_hash_set<std::string> reported;
     for (const RankFailure& f : failures) reported.insert(f.worker_id);
@@ -79,6 +105,7 @@ std::string RootCauseReason(const Placement& placement, const std::vector<RankFa
     });
     if (best != votes.end()) {
       const std::string& silent = best->first;
+      cause.worker_id = silent;
       const bool one = blamed_by[silent].size() == 1;
       root = absl::StrCat(Who(placement, silent), " stopped answering: ",
                           one ? "its peer " : "its peers ", absl::StrJoin(blamed_by[silent], ", "),
@@ -93,6 +120,7 @@ std::string RootCauseReason(const Placement& placement, const std::vector<RankFa
     } else {
       root = Describe(placement, failures.front());  // 5
       root_failure = &failures.front();
+      cause.worker_id = root_failure->worker_id;
     }
   }
   // The transport detail: the first report that is not the root.
@@ -101,7 +129,8 @@ std::string RootCauseReason(const Placement& placement, const std::vector<RankFa
     absl::StrAppend(&root, "\n  then ", Describe(placement, f));
     break;
   }
-  return root;
+  cause.reason = std::move(root);
+  return cause;
 }
 
 }  // namespace dtrain::coordinator

@@ -40,7 +40,25 @@ struct RankFailure {
   std::string worker_id;
   std::string error;       // the worker's words (or the coordinator's, for kLost)
   std::vector<std::string> suspects;  // kPeer: the workers it blames
+  int error_code = 0;  // kLocal: the absl::StatusCode the worker reported (0: unknown)
 };
+
+// Whether restarting the job can cure `failure` (the one rule of FaultTolerance): a worker
+// stopped, lost or blamed by its peers, or a rank's own transient error (unavailable, deadline
+// exceeded, aborted, cancelled) can; bad input (invalid argument, not found, failed
+// precondition: a missing dataset, an invalid spec, a foreign job directory) and everything
+// else a rank reports on its own cannot, and fails the job at once.
+bool RestartCanCure(const RankFailure& failure);
+
+// The root cause of a job's failures (the order above): the reason as RootCauseReason words
+// it, the worker it names ("" when none), and whether a restart can cure it.
+struct RootCause {
+  std::string reason;
+  std::string worker_id;
+  bool curable = false;
+};
+RootCause FindRootCause(const Placement& placement, const std::vector<RankFailure>& failures,
+                        const absl::flat_hash_map<std::string, absl::Duration>& heartbeat_age);
 
 // The cause of a JobOutcome's kind.
 RankFailure::Cause CauseOf(FailureKind kind);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <utility>
 
@@ -15,6 +16,7 @@
 #include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "coordinator/placement.h"
+#include "coordinator/recovery.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
 
@@ -129,7 +131,8 @@ JobManager::~JobManager() {
 }
 
 absl::Status JobManager::Recover() {
-  ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->JobsInStates({QUEUED, PLACING, RUNNING}));
+  ASSIGN_OR_RETURN(std::vector<Job> jobs,
+                   store_->JobsInStates({QUEUED, PLACING, RUNNING, RECOVERING}));
   JobsLock lock(this);
   const absl::Time now = Now();
   int queued = 0, resumed = 0;
@@ -142,20 +145,31 @@ absl::Status JobManager::Recover() {
     job.reason = stored.reason();
     job.last_step = stored.latest().step();
     job.uid = stored.uid();
+    job.recoveries.assign(stored.recoveries().begin(), stored.recoveries().end());
+    job.run_spec = CurrentRunSpec(job.spec, job.recoveries);
     if (job.state == QUEUED) {
       ++queued;
+    } else if (job.state == RECOVERING) {
+      // Its old ranks were told to stop before the restart (those still running it are told
+      // again when they re-register); it is placed when enough workers are idle.
+      ++resumed;
+      job.stopped = true;
+      job.phase_start = now;
+      Event(job.id, "coordinator restarted; the recovery goes on");
     } else {
       ++resumed;
       auto assignment = std::make_shared<JobAssignment>();
       assignment->set_job_id(job.id);
       assignment->set_job_uid(job.uid);
-      *assignment->mutable_spec() = job.spec;
+      assignment->set_attempt(static_cast<int>(job.recoveries.size()));
+      *assignment->mutable_spec() = job.run_spec;
       *assignment->mutable_placement() = stored.placement();
       SetRanks(job, std::move(assignment));
       std::vector<std::string> workers;
       for (const Rank& r : job.ranks) workers.push_back(r.worker_id);
       job.awaiting.insert(workers.begin(), workers.end());
       job.recover_deadline = now + options_.lease;
+      job.phase_start = now;  // an open recovery's phase times restart here
       if (job.ranks.empty()) {
         job.pending_end = {FAILED, "coordinator restarted and found no placement for the job"};
       }
@@ -213,7 +227,7 @@ void JobManager::SetRanks(ActiveJob& job, std::shared_ptr<const JobAssignment> a
     job.ranks.push_back(Rank{placement.ranks(i).worker_id()});
     job.rank_of[placement.ranks(i).worker_id()] = i;
   }
-  job.reporting_rank = plan::ReportingRank(job.spec.parallel());
+  job.reporting_rank = plan::ReportingRank(assignment->spec().parallel());
   job.assignment = std::move(assignment);
 }
 
@@ -279,7 +293,8 @@ void JobManager::HandleFault(const WorkerFault& fault) {
       break;
   }
   ActiveJob* job = fault.job_id.empty() ? nullptr : FindActive(fault.job_id);
-  if (job == nullptr) return;
+  // Not a rank of the job's current run: of a run a recovery already replaced.
+  if (job == nullptr || !job->rank_of.contains(fault.worker_id)) return;
   if (fault.kind == WorkerFault::kLost && job->rank_of.contains(fault.worker_id)) {
     RankFailure failure;
     failure.cause = RankFailure::kLost;
@@ -289,7 +304,7 @@ void JobManager::HandleFault(const WorkerFault& fault) {
     AddFailure(*job, std::move(failure));
     return;
   }
-  EndJob(fault.job_id, FAILED, reason).IgnoreError();  // logged; retried when it failed
+  Fail(*job, reason, fault.worker_id, /*curable=*/true);
 }
 
 void JobManager::AddFailure(ActiveJob& job, RankFailure failure) {
@@ -331,12 +346,183 @@ void JobManager::FailWithRootCause(ActiveJob& job) {
   }
   const Placement empty;
   const Placement& placement = job.assignment != nullptr ? job.assignment->placement() : empty;
-  EndJob(job.id, FAILED, RootCauseReason(placement, job.failures, heartbeat_age)).IgnoreError();
+  const RootCause cause = FindRootCause(placement, job.failures, heartbeat_age);
+  auto silent = heartbeat_age.find(cause.worker_id);
+  Fail(job, cause.reason, cause.worker_id, cause.curable,
+       silent != heartbeat_age.end() ? silent->second : absl::ZeroDuration());
+}
+
+void JobManager::Fail(ActiveJob& job, const std::string& reason, const std::string& worker,
+                      bool curable, absl::Duration silent) {
+  const int max_restarts = job.spec.fault_tolerance().max_restarts();
+  const int used = static_cast<int>(job.recoveries.size());
+  if (!curable || used >= max_restarts) {
+    std::string why = reason;
+    if (used > 0) {
+      why = ReasonNamingEveryFailure(
+          absl::StrCat(curable ? absl::StrCat("failed again after ", Plural(used, "recovery"),
+                                              " (fault_tolerance.max_restarts=", max_restarts,
+                                              "): ")
+                               : "",
+                       reason),
+          job.recoveries);
+    }
+    EndJob(job.id, FAILED, why).IgnoreError();  // logged; retried when it failed
+    return;
+  }
+  Recovery recovery;
+  recovery.set_number(used + 1);
+  recovery.set_cause(reason);
+  recovery.set_failed_worker(worker);
+  recovery.set_started_unix_ms(NowMs());
+  recovery.set_last_step(job.last_step);
+  recovery.set_detect_ms(absl::ToInt64Milliseconds(silent));
+  job.recoveries.push_back(std::move(recovery));
+  // Stop every rank of the run now: the survivors would otherwise wait on the failed one until
+  // their own communication timeout.
+  std::vector<std::string> workers;
+  job.stopping.clear();
+  for (const Rank& r : job.ranks) {
+    workers.push_back(r.worker_id);
+    if (r.worker_id != worker) job.stopping.push_back(r.worker_id);
+  }
+  registry_.CancelJob(job.id, workers);
+  job.ranks.clear();
+  job.rank_of.clear();
+  job.failures.clear();
+  job.decide_failure_at = absl::InfiniteFuture();
+  job.awaiting.clear();
+  job.recover_deadline = absl::InfiniteFuture();
+  job.stopped = false;
+  job.phase_start = Now();
+  SaveRecoveries(job);
+  const std::string first_line = reason.substr(0, reason.find('\n'));
+  absl::Status status = Transition(
+      job, RECOVERING,
+      absl::StrCat("recovering (restart ", used + 1, " of ", max_restarts, "): ", first_line,
+                   job.stopping.empty()
+                       ? ""
+                       : absl::StrCat("; stopping the other ",
+                                      Plural(job.stopping.size(), "rank"))));
+  if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
+  if (options_.metrics != nullptr) options_.metrics->JobRecoveryStarted();
+  if (options_.on_recovering_for_testing) options_.on_recovering_for_testing(job.id);
+  Wake();
+}
+
+Recovery* JobManager::OpenRecovery(ActiveJob& job) {
+  if (job.recoveries.empty() || job.recoveries.back().done()) return nullptr;
+  return &job.recoveries.back();
+}
+
+void JobManager::SaveRecoveries(ActiveJob& job) {
+  absl::Status status = store_->SetRecoveries(job.id, job.recoveries);
+  if (!status.ok()) {
+    Log(absl::StrCat(job.id, ": cannot record its recoveries: ", status.ToString()));
+  }
+  to_notify_.push_back(job.id);
+}
+
+int64_t JobManager::EndPhase(ActiveJob& job) {
+  const absl::Time now = Now();
+  const int64_t ms = absl::ToInt64Milliseconds(now - job.phase_start);
+  job.phase_start = now;
+  return std::max<int64_t>(ms, 0);
+}
+
+void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
+                                 WorkerCounts* counts) {
+  Recovery* r = OpenRecovery(job);
+  if (r == nullptr) return;
+  const std::string label = absl::StrCat("recovery ", r->number());
+  if (!job.stopped) {
+    // Stop phase: every old rank's worker reported the run gone (or is lost), at most a lease.
+    const bool waited_enough = Now() - job.phase_start >= options_.lease;
+    for (const std::string& w : job.stopping) {
+      if (!waited_enough && registry_.JobOf(w) == job.id) return;
+    }
+    r->set_stop_ms(EndPhase(job));
+    job.stopped = true;
+    SaveRecoveries(job);
+    Event(job.id, job.stopping.empty()
+                      ? absl::StrCat(label, ": no other rank to stop")
+                      : absl::StrFormat("%s: the other %s stopped in %.1fs", label,
+                                        Plural(job.stopping.size(), "rank"), r->stop_ms() / 1e3));
+  }
+  // Place phase: the same layout on idle workers, or fewer replicas ("shrink"), or wait.
+  const absl::flat_hash_set<std::string> excluded = WorkersFailedTwice(job.recoveries);
+  std::vector<WorkerInfo> candidates;
+  for (const WorkerInfo& w : *idle) {
+    if (DeviceFits(job.spec.device(), w.device().kind()) && !excluded.contains(w.worker_id())) {
+      candidates.push_back(w);
+    }
+  }
+  JobSpec spec = job.run_spec;
+  int64_t needed = plan::WorkersNeeded(spec.parallel());
+  const int64_t usable = static_cast<int64_t>(candidates.size());
+  std::string shrink_note;
+  if (usable < needed && job.spec.fault_tolerance().on_worker_loss() == "shrink") {
+    absl::StatusOr<JobPlan> smaller = plan::ShrinkPlan(spec, usable);
+    if (smaller.ok()) {
+      shrink_note = absl::StrFormat(
+          "; shrunk from dp=%d to dp=%d (batch_size %d: %d micro-batches per replica)",
+          spec.parallel().dp(), smaller->spec().parallel().dp(), spec.batch_size(),
+          smaller->micro_batches());
+      spec = smaller->spec();
+      needed = plan::WorkersNeeded(spec.parallel());
+    }
+  }
+  if (usable >= needed) {
+    absl::Status status = Place(job, spec, candidates, idle, counts);
+    if (status.ok()) {
+      r = OpenRecovery(job);
+      r->set_place_ms(EndPhase(job));
+      *r->mutable_layout() = spec.parallel();
+      for (const Rank& rank : job.ranks) r->add_workers(rank.worker_id);
+      job.run_spec = spec;
+      SaveRecoveries(job);
+      Event(job.id, absl::StrFormat("%s: placed on %s (dp=%d pp=%d tp=%d)%s; resuming from the "
+                                    "job's latest sealed checkpoint",
+                                    label, WorkerList({r->workers().begin(), r->workers().end()}),
+                                    spec.parallel().dp(), spec.parallel().pp(),
+                                    spec.parallel().tp(), shrink_note));
+      return;
+    }
+    if (status.code() == absl::StatusCode::kInvalidArgument) {
+      Fail(job, absl::StrCat("cannot place the job: ", status.message()), "", false);
+      return;
+    }
+    Log(absl::StrCat(job.id, ": recovery placement deferred: ", status.ToString()));
+  }
+  const absl::Duration wait_for = plan::RecoveryWaitFor(job.spec);
+  std::string waiting = absl::StrCat(
+      "waiting up to ", Seconds(wait_for), " (fault_tolerance.wait_for) for ",
+      Plural(needed, "idle worker"), "; ", usable, " usable idle");
+  if (!excluded.empty()) {
+    std::vector<std::string> names(excluded.begin(), excluded.end());
+    std::sort(names.begin(), names.end());
+    absl::StrAppend(&waiting, " (not ", WorkerList(names), ": failed this job twice)");
+  }
+  if (Now() - job.phase_start >= wait_for) {
+    EndJob(job.id, FAILED,
+           ReasonNamingEveryFailure(
+               absl::StrCat(label, " found no workers: ", waiting), job.recoveries))
+        .IgnoreError();
+    return;
+  }
+  const std::string reason = absl::StrCat("recovering (restart ", r->number(), " of ",
+                                          job.spec.fault_tolerance().max_restarts(), "): ",
+                                          waiting);
+  if (reason != job.reason) {
+    absl::Status status = Transition(job, RECOVERING, reason);
+    if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
+  }
 }
 
 void JobManager::SweepLocked(absl::Time now) {
   for (const WorkerFault& fault : registry_.Sweep(now)) HandleFault(fault);
   std::vector<std::pair<std::string, std::pair<JobState, std::string>>> to_end;
+  std::vector<std::pair<std::string, std::pair<std::string, std::string>>> not_returned;
   std::vector<std::string> to_fail;
   for (auto& [n, job] : jobs_) {
     if (job.pending_end.has_value()) {
@@ -346,15 +532,18 @@ void JobManager::SweepLocked(absl::Time now) {
     } else if (!job.awaiting.empty() && now > job.recover_deadline) {
       std::vector<std::string> missing(job.awaiting.begin(), job.awaiting.end());
       std::sort(missing.begin(), missing.end());
-      to_end.push_back(
+      not_returned.push_back(
           {job.id,
-           {FAILED,
-            absl::StrCat("coordinator restarted and ", missing.size() == 1 ? "worker " : "workers ",
+           {absl::StrCat("coordinator restarted and ", missing.size() == 1 ? "worker " : "workers ",
                          WorkerList(missing), " did not return within the lease (",
-                         Seconds(options_.lease), ")")}});
+                         Seconds(options_.lease), ")"),
+            missing.front()}});
     }
   }
   for (const auto& [id, end] : to_end) EndJob(id, end.first, end.second).IgnoreError();
+  for (const auto& [id, why] : not_returned) {
+    if (ActiveJob* job = FindActive(id)) Fail(*job, why.first, why.second, /*curable=*/true);
+  }
   for (const std::string& id : to_fail) {
     if (ActiveJob* job = FindActive(id)) FailWithRootCause(*job);
   }
@@ -382,19 +571,23 @@ std::string JobManager::WaitingReason(const JobSpec& spec, const WorkerCounts& c
 void JobManager::RunSchedulerPass() {
   JobsLock lock(this);
   SweepLocked(Now());
-  std::vector<ActiveJob*> queued;
+  std::vector<ActiveJob*> queued, recovering;
   for (auto& [n, job] : jobs_) {
-    if (job.state == QUEUED && !job.pending_end.has_value()) queued.push_back(&job);
+    if (job.pending_end.has_value()) continue;
+    if (job.state == QUEUED) queued.push_back(&job);
+    if (job.state == RECOVERING) recovering.push_back(&job);
   }
-  if (queued.empty()) return;
+  if (queued.empty() && recovering.empty()) return;
   WorkerCounts counts = registry_.Counts();
-  int64_t smallest = plan::WorkersNeeded(queued.front()->spec.parallel());
+  int64_t smallest = std::numeric_limits<int64_t>::max();
   for (const ActiveJob* job : queued) {
     smallest = std::min(smallest, plan::WorkersNeeded(job->spec.parallel()));
   }
-  // Copy the idle workers only when some queued job can fit.
+  // Copy the idle workers only when some job can use them. Recovering jobs go first: they
+  // hold checkpoints and their users' time.
   std::vector<WorkerInfo> idle;
-  if (counts.idle >= smallest) idle = registry_.IdleWorkers();
+  if (!recovering.empty() || counts.idle >= smallest) idle = registry_.IdleWorkers();
+  for (ActiveJob* job : recovering) AdvanceRecovery(*job, &idle, &counts);
   // Submission order; a job that does not fit does not hold back smaller ones behind it.
   for (ActiveJob* job : queued) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
@@ -403,7 +596,7 @@ void JobManager::RunSchedulerPass() {
       if (DeviceFits(job->spec.device(), w.device().kind())) candidates.push_back(w);
     }
     if (static_cast<int64_t>(candidates.size()) >= needed) {
-      absl::Status status = Place(*job, candidates, &idle, &counts);
+      absl::Status status = Place(*job, job->spec, candidates, &idle, &counts);
       if (status.ok()) continue;
       if (status.code() == absl::StatusCode::kInvalidArgument) {
         EndJob(job->id, FAILED, absl::StrCat("cannot place the job: ", status.message()))
@@ -429,19 +622,21 @@ void JobManager::RunSchedulerPass() {
   }
 }
 
-absl::Status JobManager::Place(ActiveJob& job, const std::vector<WorkerInfo>& candidates,
+absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
+                               const std::vector<WorkerInfo>& candidates,
                                std::vector<WorkerInfo>* idle, WorkerCounts* counts) {
   const absl::Time start = absl::Now();  // the real clock: this times computation
   // Re-planned from the stored spec (pure and bounded): a spec an older coordinator accepted
   // that the plan now rejects fails with the plan's words (InvalidArgument).
-  ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(job.spec));
+  ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(spec));
   absl::StatusOr<PlacementResult> computed = PlaceJob(job_plan, candidates);
   if (options_.metrics != nullptr) options_.metrics->PlacementComputed(absl::Now() - start);
   ASSIGN_OR_RETURN(PlacementResult placed, std::move(computed));
   auto assignment = std::make_shared<JobAssignment>();
   assignment->set_job_id(job.id);
   assignment->set_job_uid(job.uid);
-  *assignment->mutable_spec() = job.spec;
+  assignment->set_attempt(static_cast<int>(job.recoveries.size()));
+  *assignment->mutable_spec() = spec;
   *assignment->mutable_placement() = placed.placement;
   RETURN_IF_ERROR(registry_.Assign(assignment, Now()));
 
@@ -455,13 +650,16 @@ absl::Status JobManager::Place(ActiveJob& job, const std::vector<WorkerInfo>& ca
     registry_.CancelJob(job.id, workers);  // undelivered: frees them at once
     return status;
   }
-  if (options_.metrics != nullptr) options_.metrics->JobPlaced(Now() - job.submitted);
+  if (options_.metrics != nullptr && job.recoveries.empty()) {
+    options_.metrics->JobPlaced(Now() - job.submitted);
+  }
   SetRanks(job, std::move(assignment));
+  job.run_located = false;
 
   std::vector<std::string> stages;
   const Placement& p = placed.placement;
   for (int s = 0; s < p.stage_costs_size(); ++s) {
-    const RankAssignment& r = p.ranks(s * job.spec.parallel().tp());
+    const RankAssignment& r = p.ranks(s * spec.parallel().tp());
     stages.push_back(absl::StrFormat("pp%d layers [%d, %d) cost %.2f", s, r.first_layer(),
                                      r.first_layer() + r.num_layers(), p.stage_costs(s)));
   }
@@ -508,7 +706,8 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
   std::string resend_job, abandoned_job;
   if (!request.running_job_id().empty()) {
     ActiveJob* job = FindActive(request.running_job_id());
-    if (job != nullptr && job->state != QUEUED && job->rank_of.contains(worker_id)) {
+    if (job != nullptr && job->state != QUEUED && job->state != RECOVERING &&
+        job->rank_of.contains(worker_id)) {
       attach = job->id;
     } else {
       Log(absl::StrCat("worker ", worker_id, " registers running ", request.running_job_id(),
@@ -547,11 +746,11 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
   if (ActiveJob* job = resend_job.empty() ? nullptr : FindActive(resend_job)) {
     returned(*job, "came back without the job; assignment sent again");
   }
-  if (!abandoned_job.empty()) {
-    EndJob(abandoned_job, FAILED,
-           absl::StrCat("coordinator restarted and worker ", worker_id, " re-registered without ",
-                        abandoned_job))
-        .IgnoreError();
+  if (ActiveJob* job = abandoned_job.empty() ? nullptr : FindActive(abandoned_job)) {
+    Fail(*job,
+         absl::StrCat("coordinator restarted and worker ", worker_id, " re-registered without ",
+                      abandoned_job),
+         worker_id, /*curable=*/true);
   }
   Wake();
   RegisterWorkerResponse response;
@@ -606,6 +805,21 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
       if (step.time_unix_ms() == 0) step.set_time_unix_ms(absl::ToUnixMillis(now));
       RETURN_IF_ERROR(store_->AppendMetrics(job->id, step));
       job->last_step = std::max(job->last_step, step.step());
+      if (Recovery* r = OpenRecovery(*job)) {
+        // The first step of the new run: the recovery is done.
+        if (r->load_ms() == 0) r->set_load_ms(EndPhase(*job));
+        r->set_first_step_ms(EndPhase(*job));
+        r->set_done(true);
+        job->last_step = step.step();
+        SaveRecoveries(*job);
+        const int64_t total = r->detect_ms() + r->stop_ms() + r->place_ms() + r->load_ms() +
+                              r->first_step_ms();
+        if (options_.metrics != nullptr) {
+          options_.metrics->JobRecovered(absl::Milliseconds(total));
+        }
+        Event(job->id, absl::StrCat("recovery ", r->number(), " done: training again at step ",
+                                    step.step(), "; ", PhaseSummary(*r)));
+      }
       to_notify_.push_back(job->id);
       break;
     }
@@ -637,9 +851,37 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
     }
     case ReportProgressRequest::kLocation: {
       const JobLocation& at = request.location();
+      Recovery* r = job->recoveries.empty() || job->run_located ? nullptr : &job->recoveries.back();
+      job->run_located = true;
+      int64_t resumed_from_step = at.resumed_from_step();
+      if (!job->recoveries.empty()) {
+        // Job.resumed_from_step stays the first run's (a resume_from of the spec).
+        ASSIGN_OR_RETURN(Job stored, store_->GetJob(job->id, /*with_history=*/false));
+        resumed_from_step = stored.resumed_from_step();
+      }
       RETURN_IF_ERROR(store_->SetLocation(job->id, at.dir(), at.host(),
                                           job->spec.checkpoint().interval_steps(),
-                                          at.resumed_from_step()));
+                                          resumed_from_step));
+      if (r != nullptr && r->workers_size() > 0) {
+        // The new run loaded its checkpoint: the steps after it are trained again.
+        r->set_resumed_from_step(at.resumed_from_step());
+        r->set_steps_redone(std::max<int64_t>(0, r->last_step() - at.resumed_from_step()));
+        if (!r->done()) {
+          r->set_load_ms(EndPhase(*job));
+          job->last_step = at.resumed_from_step();
+        }
+        SaveRecoveries(*job);
+        Event(job->id,
+              absl::StrCat(
+                  "recovery ", r->number(), ": resumed from ",
+                  at.resumed_from_step() > 0
+                      ? absl::StrCat("step ", at.resumed_from_step(), " (", at.resumed_from(), ")")
+                      : "the start (no checkpoint sealed yet)",
+                  r->steps_redone() > 0
+                      ? absl::StrCat("; redoing steps ", at.resumed_from_step() + 1, "-",
+                                     r->last_step())
+                      : ""));
+      }
       break;
     }
     case ReportProgressRequest::kOutcome: {
@@ -652,6 +894,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
         failure.rank = rank;
         failure.worker_id = request.worker_id();
         failure.error = outcome.error().empty() ? "no error message" : outcome.error();
+        failure.error_code = outcome.error_code();
         failure.suspects.assign(outcome.suspect_workers().begin(),
                                 outcome.suspect_workers().end());
         AddFailure(*job, std::move(failure));
@@ -754,6 +997,7 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   active.id = job.id();
   active.uid = job.uid();
   active.spec = spec;
+  active.run_spec = spec;
   active.submitted = absl::FromUnixMillis(job.submitted_unix_ms());
   active.state = QUEUED;
   active.reason = reason;

@@ -16,9 +16,15 @@
 //                          failed because of a peer waits up to Options::failure_window for the
 //                          root cause to report; the reason names it first (failure_report.h).
 //   any      -> CANCELLED  CancelJob
+//   RUNNING, PLACING -> RECOVERING  instead of FAILED when a restart can cure the failure
+//                          (failure_report.h RestartCanCure) and the spec's
+//                          fault_tolerance.max_restarts are not used up; recovery.h has the
+//                          phases. RECOVERING -> PLACING on the new placement, or -> FAILED
+//                          when "wait" found too few workers within wait_for.
 // When a job ends, its other workers are told to stop in their heartbeat responses.
 //
-// Restart: jobs QUEUED in the store stay queued. PLACING and RUNNING jobs wait one lease for
+// Restart: jobs QUEUED in the store stay queued; RECOVERING ones go on recovering (placed when
+// enough workers are idle). PLACING and RUNNING jobs wait one lease for
 // their workers to re-register with running_job_id (they are re-attached and the job goes on);
 // a PLACING job's worker that comes back without it gets its assignment again.
 //
@@ -71,6 +77,8 @@ class JobManager {
     // rank failed because of a peer (failure_report.h). Zero: 2 heartbeat intervals, clamped
     // to [0.2s, lease / 2].
     absl::Duration failure_window = absl::ZeroDuration();
+    // Test-only: called with the job id whenever a job enters RECOVERING.
+    std::function<void(const std::string&)> on_recovering_for_testing;
   };
 
   // Loads the active jobs of `store` (see Restart above). Does not start the scheduler thread.
@@ -131,6 +139,14 @@ class JobManager {
     // Failures heard so far (failure_report.h) and when to stop waiting for the root cause.
     std::vector<RankFailure> failures;
     absl::Time decide_failure_at = absl::InfiniteFuture();
+    // Recoveries (recovery.h), as stored; the last one is in progress while !done().
+    std::vector<Recovery> recoveries;
+    JobSpec run_spec;  // the current run's spec (CurrentRunSpec): its layout may have shrunk
+    // RECOVERING: the previous run's workers still to stop, and when the current phase began.
+    std::vector<std::string> stopping;
+    bool stopped = false;
+    absl::Time phase_start = absl::InfinitePast();
+    bool run_located = false;  // rank 0 of the current run reported its location
   };
 
   class JobsLock;  // mu_, plus the notifications it defers until unlock
@@ -158,8 +174,22 @@ class JobManager {
   // Records a rank's failure; ends the job now when the root cause is known (or it has one
   // rank, or every rank has failed), else within the failure window.
   void AddFailure(ActiveJob& job, RankFailure failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the job FAILED naming the root cause of its failures.
+  // Ends the job FAILED naming the root cause of its failures, or recovers it (Fail).
   void FailWithRootCause(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job failed for `reason`, naming `worker` ("" if none): RECOVERING when `curable` and
+  // restarts are left, else FAILED naming every failure. `silent`: how long the failed worker
+  // had been silent (the detect phase), when known.
+  void Fail(ActiveJob& job, const std::string& reason, const std::string& worker, bool curable,
+            absl::Duration silent = absl::ZeroDuration()) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One scheduler step of a RECOVERING job: wait for the old ranks to stop, then place it on
+  // `idle` (which loses the workers it takes), shrink it, wait, or fail it.
+  void AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle, WorkerCounts* counts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The recovery in progress, or nullptr.
+  static Recovery* OpenRecovery(ActiveJob& job);
+  void SaveRecoveries(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the current phase of the open recovery: its duration (ms) since job.phase_start.
+  int64_t EndPhase(ActiveJob& job);
   // resume_from = a job id -> that job's latest sealed step (absolute), noted in `notes`.
   absl::Status ResolveResumeFrom(JobSpec* spec, std::vector<std::string>* notes);
   void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -167,7 +197,8 @@ class JobManager {
   void MarkAcked(ActiveJob& job, const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places a queued job on `idle` workers (removing those it takes) and moves it to PLACING.
   // `candidates`: the idle workers that can run it (its device kind).
-  absl::Status Place(ActiveJob& job, const std::vector<WorkerInfo>& candidates,
+  // `spec`: the run's spec (job.spec, or a recovery's CurrentRunSpec or shrunk one).
+  absl::Status Place(ActiveJob& job, const JobSpec& spec, const std::vector<WorkerInfo>& candidates,
                      std::vector<WorkerInfo>* idle, WorkerCounts* counts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string WaitingReason(const JobSpec& spec, const WorkerCounts& counts);

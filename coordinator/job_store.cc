@@ -19,7 +19,7 @@
 namespace dtrain::coordinator {
 namespace {
 
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   ended_ms INTEGER NOT NULL DEFAULT 0,
   output_host TEXT NOT NULL DEFAULT '',
   checkpoint BLOB,
-  resumed_from_step INTEGER NOT NULL DEFAULT 0);
+  resumed_from_step INTEGER NOT NULL DEFAULT 0,
+  recoveries BLOB);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 CREATE TABLE IF NOT EXISTS state_changes (
   job_id TEXT NOT NULL, seq INTEGER NOT NULL, state INTEGER NOT NULL, reason TEXT NOT NULL,
@@ -73,9 +74,15 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 UPDATE meta SET value = 2 WHERE key = 'schema_version';
 )sql";
 
+// Version 2 -> 3: the job's recoveries (RecoveryList).
+constexpr const char* kMigrateFrom2 = R"sql(
+ALTER TABLE jobs ADD COLUMN recoveries BLOB;
+UPDATE meta SET value = 3 WHERE key = 'schema_version';
+)sql";
+
 constexpr const char* kJobColumns =
     "id, spec, state, reason, submitted_ms, placement, latest, output, uid, started_ms, ended_ms, "
-    "output_host, checkpoint, resumed_from_step";
+    "output_host, checkpoint, resumed_from_step, recoveries";
 
 absl::Status SqliteError(int code, absl::string_view path, absl::string_view what,
                          absl::string_view message) {
@@ -182,6 +189,9 @@ absl::StatusOr<Job> ReadJob(Statement& s) {
   job.set_output_host(s.Text(11));
   RETURN_IF_ERROR(ParseInto(s.Blob(12), job.mutable_checkpoint(), job.id(), "checkpoint"));
   job.set_resumed_from_step(s.Int(13));
+  RecoveryList recoveries;
+  RETURN_IF_ERROR(ParseInto(s.Blob(14), &recoveries, job.id(), "recoveries"));
+  job.mutable_recoveries()->Swap(recoveries.mutable_recoveries());
   return job;
 }
 
@@ -271,14 +281,16 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   }
   RETURN_IF_ERROR(store->Transaction([&]() -> absl::Status {
     {
-      // A version-1 database gains its new columns before kSchema (which would skip the
+      // A version-1 or -2 database gains its new columns before kSchema (which would skip the
       // existing tables) runs.
       Statement old(db, path,
                     "SELECT value FROM meta WHERE key = 'schema_version' AND EXISTS "
                     "(SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta')");
       if (old.status().ok()) {
         ASSIGN_OR_RETURN(bool row, old.Step());
-        if (row && old.Int(0) == 1) RETURN_IF_ERROR(store->Exec(kMigrateFrom1));
+        const int64_t version = row ? old.Int(0) : 0;
+        if (version == 1) RETURN_IF_ERROR(store->Exec(kMigrateFrom1));
+        if (version == 1 || version == 2) RETURN_IF_ERROR(store->Exec(kMigrateFrom2));
       }
     }
     RETURN_IF_ERROR(store->Exec(kSchema));
@@ -449,6 +461,16 @@ absl::Status JobStore::SetLocation(absl::string_view job_id, const std::string& 
     Statement s(db_, path_, "UPDATE jobs SET resumed_from_step = ? WHERE id = ?");
     return s.Bind(1, resumed_from_step).Bind(2, job_id).Run();
   });
+}
+
+absl::Status JobStore::SetRecoveries(absl::string_view job_id,
+                                     absl::Span<const Recovery> recoveries) {
+  RecoveryList list;
+  for (const Recovery& r : recoveries) *list.add_recoveries() = r;
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckJobExists(job_id));
+  Statement s(db_, path_, "UPDATE jobs SET recoveries = ? WHERE id = ?");
+  return s.BindBlob(1, list.SerializeAsString()).Bind(2, job_id).Run();
 }
 
 absl::Status JobStore::AddCheckpoint(absl::string_view job_id, const CheckpointInfo& sealed) {

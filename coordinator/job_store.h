@@ -1,9 +1,10 @@
 // JobStore: the coordinator's durable state in one SQLite file (Debian's libsqlite3).
 //
-// Tables (schema version 2; a version-1 file is migrated in place when opened):
+// Tables (schema version 3; a version-1 or -2 file is migrated in place when opened):
 //   meta          (key, value)                      schema_version
 //   jobs          (seq, id, spec, state, reason, submitted_ms, placement, latest, output, uid,
-//                  started_ms, ended_ms, output_host, checkpoint, resumed_from_step)
+//                  started_ms, ended_ms, output_host, checkpoint, resumed_from_step,
+//                  recoveries)
 //   state_changes (job_id, seq, state, reason, time_ms)        PRIMARY KEY (job_id, seq)
 //   metrics       (job_id, step, loss, grad_norm, lr, tokens_per_s, time_ms)
 //                                                               PRIMARY KEY (job_id, step)
@@ -12,8 +13,8 @@
 //                 the job's log: the coordinator's lines (rank -1) and its ranks' (rank >= 0;
 //                 at most kMaxRankLinesPerJob kept, the oldest dropped)
 //   checkpoints   (job_id, step, path, time_ms)                PRIMARY KEY (job_id, step)
-// spec, placement, latest and checkpoint are serialized protos (JobSpec, Placement,
-// StepMetrics, CheckpointStatus).
+// spec, placement, latest, checkpoint and recoveries are serialized protos (JobSpec, Placement,
+// StepMetrics, CheckpointStatus, RecoveryList).
 //
 // Durability: WAL journal with synchronous=FULL, so every call that returns OK has been fsynced
 // and survives a coordinator crash, an OS crash or a power cut ("nothing committed is lost").
@@ -109,6 +110,8 @@ class JobStore {
   absl::Status SetLocation(absl::string_view job_id, const std::string& dir,
                            const std::string& host, int64_t interval_steps,
                            int64_t resumed_from_step);
+  // Replaces the job's recoveries (Job.recoveries). NotFound for an unknown job.
+  absl::Status SetRecoveries(absl::string_view job_id, absl::Span<const Recovery> recoveries);
   // Records a sealed checkpoint step; Job.checkpoint.last_sealed_step follows the highest.
   absl::Status AddCheckpoint(absl::string_view job_id, const CheckpointInfo& sealed);
   // Sealed steps, oldest first. NotFound for an unknown job.

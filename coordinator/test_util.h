@@ -17,9 +17,11 @@
 
 namespace dtrain::coordinator {
 
-// A valid one-worker job spec: 2 layers, 3 steps.
+// A valid one-worker job spec: 2 layers, 3 steps; a failure fails it (max_restarts 0: the
+// recoveries have their own tests, recovery_test.cc).
 inline constexpr const char* kTinySpec = R"({
   "name": "tiny", "dataset": "/data/tiny.bin", "steps": 3, "batch_size": 4,
+  "fault_tolerance": {"max_restarts": 0},
   "model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}})";
 
 // A fresh SQLite path under TEST_TMPDIR (any leftover database and WAL files removed).

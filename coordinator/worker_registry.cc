@@ -132,6 +132,11 @@ void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time
     } else {
       AddCancel(&response, assigned);
     }
+  } else if (running == assigned && r.pending.has_value()) {
+    // It runs an earlier run of this job (a recovery placed the job here again before that run
+    // ended, or it came back after a coordinator restart still running it): stop that run; the
+    // new assignment goes out once the worker reports it gone.
+    AddCancel(&response, assigned);
   } else if (running == assigned) {
     r.dropped_since.reset();
     if (!r.acked) {
@@ -162,9 +167,14 @@ absl::StatusOr<bool> WorkerRegistry::Report(const std::string& worker_id,
     return absl::FailedPreconditionError(
         absl::StrCat(job_id, " is no longer assigned to worker ", worker_id));
   }
+  if (r.pending.has_value()) {
+    // Not delivered yet, so not from this assignment: from an earlier run of the job.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a report of an earlier run of ", job_id, " on worker ", worker_id,
+        " (the job was placed on it again)"));
+  }
   r.deadline = now + lease_;
   r.dropped_since.reset();
-  r.pending.reset();  // it runs the job, so it has the assignment
   if (r.acked) return false;
   r.acked = true;
   return true;

@@ -230,12 +230,29 @@ TEST(WorkerRegistry, ReportAcknowledgesAndChecksTheJob) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
   ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  reg.Heartbeat(Beat("w1", "s1"), kT0).IgnoreError();  // delivered
   EXPECT_EQ(*reg.Report("w1", "s1", "job-000001", kT0), true);
   EXPECT_EQ(*reg.Report("w1", "s1", "job-000001", kT0), false);
   EXPECT_EQ(reg.Report("w1", "s1", "job-000002", kT0).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(reg.Report("w1", "bad", "job-000001", kT0).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(WorkerRegistry, AnEarlierRunOfAJobPlacedAgainIsStoppedBeforeTheNewAssignment) {
+  // A recovery placed job-000001 on w1 again while w1 still runs (or reports) its earlier run.
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  EXPECT_EQ(reg.Report("w1", "s1", "job-000001", kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto hb = reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0);
+  EXPECT_THAT(hb->response.cancel_job_ids(), ElementsAre("job-000001"));
+  EXPECT_FALSE(hb->response.has_assignment());
+  EXPECT_EQ(hb->acked_job, "");
+  hb = reg.Heartbeat(Beat("w1", "s1"), kT0);  // the earlier run is gone
+  EXPECT_EQ(hb->response.assignment().job_id(), "job-000001");
+  EXPECT_EQ(reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0)->acked_job, "job-000001");
 }
 
 TEST(WorkerRegistry, StuckAssignmentsAreFaults) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -26,6 +27,10 @@ constexpr int64_t kDefaultBucketBytes = 25 << 20;
 constexpr uint64_t kDefaultSeed = 1337;
 
 using Problems = std::vector<std::string>;
+
+constexpr int kDefaultMaxRestarts = 3;
+constexpr char kDefaultWaitFor[] = "60s";
+constexpr int kMaxRestarts = 1000;
 
 bool IsOneOf(absl::string_view value, std::initializer_list<absl::string_view> options) {
   return std::find(options.begin(), options.end(), value) != options.end();
@@ -89,6 +94,26 @@ void CheckOptimizer(const OptimizerConfig& o, Problems* problems) {
 
 // The rules and defaults of a spec, every problem appended; returns the micro-batches per
 // replica (0 when the batch rules failed).
+void CheckFaultTolerance(FaultTolerance* f, Problems* problems) {
+  if (!f->has_max_restarts()) f->set_max_restarts(kDefaultMaxRestarts);
+  if (f->max_restarts() < 0 || f->max_restarts() > kMaxRestarts) {
+    problems->push_back(absl::StrCat("fault_tolerance.max_restarts=", f->max_restarts(),
+                                     " must be in [0, ", kMaxRestarts, "]"));
+  }
+  if (f->on_worker_loss().empty()) f->set_on_worker_loss("shrink");
+  if (!IsOneOf(f->on_worker_loss(), {"wait", "shrink"})) {
+    problems->push_back(absl::StrCat("fault_tolerance.on_worker_loss=\"", f->on_worker_loss(),
+                                     "\" is not one of wait, shrink"));
+  }
+  if (f->wait_for().empty()) f->set_wait_for(kDefaultWaitFor);
+  absl::Duration wait;
+  if (!absl::ParseDuration(f->wait_for(), &wait) || wait < absl::ZeroDuration() ||
+      wait > absl::Hours(24 * 7)) {
+    problems->push_back(absl::StrCat("fault_tolerance.wait_for=\"", f->wait_for(),
+                                     "\" is not a duration between 0s and 168h (e.g. \"60s\")"));
+  }
+}
+
 int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
   CheckModel(spec, problems);
   const bool model_ok = problems->empty();
@@ -244,6 +269,7 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
         "<checkpoint.dir>/model.safetensors"));
   }
   if (spec.seed() == 0) spec.set_seed(kDefaultSeed);
+  CheckFaultTolerance(spec.mutable_fault_tolerance(), problems);
   return model_ok ? micro_batches : 0;
 }
 
@@ -286,6 +312,36 @@ std::vector<int> PeakLivePerChunk(const pipeline::StageResult& stage, int v) {
 }
 
 }  // namespace
+
+absl::Duration RecoveryWaitFor(const JobSpec& planned) {
+  absl::Duration wait;
+  if (!absl::ParseDuration(planned.fault_tolerance().wait_for(), &wait)) {
+    absl::ParseDuration(kDefaultWaitFor, &wait);
+  }
+  return wait;
+}
+
+absl::StatusOr<JobPlan> ShrinkPlan(const JobSpec& planned, int64_t workers) {
+  const ParallelLayout& p = planned.parallel();
+  const int64_t per_replica = int64_t{p.pp()} * p.tp();
+  std::vector<std::string> tried;
+  for (int dp = p.dp() - 1; dp >= 1; --dp) {
+    if (dp * per_replica > workers) continue;
+    JobSpec smaller = planned;
+    smaller.mutable_parallel()->set_dp(dp);
+    absl::StatusOr<JobPlan> plan = MakeJobPlan(smaller);
+    if (plan.ok()) return plan;
+    tried.push_back(absl::StrCat("dp=", dp, ": ", plan.status().message()));
+  }
+  if (per_replica > workers || p.dp() <= 1) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no smaller layout fits ", workers, workers == 1 ? " worker" : " workers", ": one replica",
+        " needs parallel.pp*tp=", p.pp(), "*", p.tp(), "=", per_replica,
+        p.dp() <= 1 ? " and dp is already 1" : ""));
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("no smaller dp fits: ", absl::StrJoin(tried, "; ")));
+}
 
 pipeline::ScheduleSpec ScheduleOf(const JobPlan& plan) {
   const ParallelLayout& layout = plan.spec().parallel();

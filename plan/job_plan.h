@@ -13,7 +13,9 @@
 // 0 -> 1, parallel.bucket_bytes 0 -> 25 MiB, micro_batch_size 0 -> batch_size / dp, seq_len 0
 // -> model.context, device "" -> "auto", seed 0 -> 1337, and each unset optional optimizer
 // field -> max_lr 6e-4, min_lr_ratio 0.1, weight_decay 0.1, beta1 0.9, beta2 0.95, eps 1e-8,
-// grad_clip 1.0 (worker/model/optimizer.h's OptimizerConfig, which the worker fills from them).
+// grad_clip 1.0 (worker/model/optimizer.h's OptimizerConfig, which the worker fills from them),
+// fault_tolerance.max_restarts unset -> 3 (0 stays 0: fail fast), on_worker_loss "" -> "shrink",
+// wait_for "" -> "60s".
 //
 // Errors: one InvalidArgument "invalid job spec: <problem>; <problem>; ..." listing every
 // problem at once, each naming its JSON field:
@@ -29,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"
 #include "worker/pipeline/schedule.h"
@@ -55,6 +58,16 @@ absl::StatusOr<JobPlan> MakeJobPlan(JobSpec spec);
 // every other problem together (only malformed JSON or a value of the wrong type stops the
 // checks early). What SubmitJob and `dtrain plan` use.
 absl::StatusOr<JobPlan> ParseJobPlanJson(absl::string_view json);
+
+// fault_tolerance.wait_for of a planned spec (MakeJobPlan's output) as a duration.
+absl::Duration RecoveryWaitFor(const JobSpec& planned);
+
+// The recovery rule "shrink" (FaultTolerance): the plan of `planned` (a planned spec) on fewer
+// data-parallel replicas that fits `workers` workers: the largest dp below the spec's with
+// dp*pp*tp <= workers whose plan is valid (same batch_size and micro_batch_size: more
+// micro-batches per replica, so a step trains on the same sequences). ResourceExhausted naming
+// why when none does (dp already 1, one replica needs more workers than there are).
+absl::StatusOr<JobPlan> ShrinkPlan(const JobSpec& planned, int64_t workers);
 
 // The pipeline schedule of a plan (p = pp, m = micro_batches, v).
 pipeline::ScheduleSpec ScheduleOf(const JobPlan& plan);

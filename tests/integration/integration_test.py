@@ -44,6 +44,10 @@ def long_spec(steps=100000, **overrides):
     return spec
 
 
+# Today's behaviour before recoveries: the first failure fails the job.
+FAIL_FAST = {"fault_tolerance": {"max_restarts": 0}}
+
+
 def tiny_spec(args):
     with open(os.path.join(args.examples, "tiny.json")) as f:
         return json.load(f)
@@ -249,16 +253,16 @@ def case_restart_kill(args):
 
 
 def case_worker_lost(args):
-    """kill -9 of the worker running a job: the job FAILS within the lease (+ slack) with the
-    worker named in the reason, the worker is LOST, and a new process with the same id can
-    register again."""
+    """kill -9 of the worker running a job with fault_tolerance.max_restarts 0 (fail fast): the
+    job FAILS within the lease (+ slack) with the worker named in the reason, the worker is LOST,
+    and a new process with the same id can register again. (recovery_cases.py: the recovery.)"""
     with Cluster(args.binaries, "worker_lost") as c:
         c.write_corpus()
         c.start_coordinator()
         c.start_worker("w1")
         c.start_worker("w2")
         c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
-        job_id = c.submit(c.write_spec("long.json", long_spec()))
+        job_id = c.submit(c.write_spec("long.json", long_spec(**FAIL_FAST)))
         job = c.wait_step(job_id, 2, 120)
         victim = job["placement"]["ranks"][0]["worker_id"]
         other = "w2" if victim == "w1" else "w1"
@@ -570,7 +574,8 @@ def case_multi_worker(args):
 
 
 def case_multi_worker_faults(args):
-    """Running (2,2,1) jobs: cancel -> CANCELLED (not FAILED) and every worker IDLE within
+    """Running (2,2,1) jobs with fault_tolerance.max_restarts 0 (fail fast; recovery_cases.py
+    has the recoveries): cancel -> CANCELLED (not FAILED) and every worker IDLE within
     seconds; kill -9 of one worker -> FAILED at once (its peers' streams break) with a reason
     naming it; SIGSTOP of one worker -> FAILED at the comm deadline (--comm_timeout=5s; the
     coordinator's lease is 30s, so the workers' reports decide) naming it; the survivors are
@@ -605,7 +610,7 @@ def case_multi_worker_faults(args):
 
         # kill -9 of one worker.
         spec = tiny_parallel_spec(os.path.join(c.tmp, "ckpt-kill"), steps=100000, name="kill",
-                                  parallel=layout)
+                                  parallel=layout, **FAIL_FAST)
         job_id = c.submit(c.write_spec("kill.json", spec))
         job = c.wait_step(job_id, 3, 120)
         victim = job["placement"]["ranks"][3]["worker_id"]  # dp1 pp1
@@ -628,7 +633,7 @@ def case_multi_worker_faults(args):
         c.start_worker("w5", extra=extra)
         c.wait_workers({"w5": "IDLE"})
         spec = tiny_parallel_spec(os.path.join(c.tmp, "ckpt-hang"), steps=100000, name="hang",
-                                  parallel=layout)
+                                  parallel=layout, **FAIL_FAST)
         job_id = c.submit(c.write_spec("hang.json", spec))
         job = c.wait_step(job_id, 3, 120)
         hung = job["placement"]["ranks"][3]["worker_id"]

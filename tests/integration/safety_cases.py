@@ -176,13 +176,13 @@ def case_second_coordinator(args):
 
 
 def case_sigterm_cause(args):
-    """SIGTERM to one worker of a running pp=2 x tp=2 job: the job FAILS with that worker named
+    """SIGTERM to one worker of a running pp=2 x tp=2 job (max_restarts 0): the job FAILS with that worker named
     first as stopped by SIGTERM (its peers' transport errors only on a later line), `dtrain logs`
     shows the worker's error line, and the worker has deregistered (not listed IDLE, no LOST)."""
     with Cluster(args.binaries, "sigterm_cause") as c:
         ids = start(c, 4)
         spec = spec_for(os.path.join(c.tmp, "ckpt"), steps=100000,
-                        parallel={"pp": 2, "tp": 2})
+                        parallel={"pp": 2, "tp": 2}, fault_tolerance={"max_restarts": 0})
         job_id = c.submit(c.write_spec("long.json", spec))
         job = c.wait_step(job_id, 3, 120)
         victim = job["placement"]["ranks"][3]["worker_id"]  # pp1 tp1

@@ -184,6 +184,7 @@ JobOutcome JobRunner::Run() {
     return outcome;
   }
   outcome.set_error(std::string(output.status().message()));
+  outcome.set_error_code(static_cast<int>(output.status().code()));
   outcome.set_kind(suspect_workers_.empty() ? FAILURE_LOCAL : FAILURE_PEER);
   for (const std::string& w : suspect_workers_) outcome.add_suspect_workers(w);
   return outcome;
@@ -201,6 +202,16 @@ absl::StatusOr<std::string> JobRunner::Train() {
   // checkpoint.dir required on several workers).
   ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(spec));
   ASSIGN_OR_RETURN(plan_, PlanFromSpec(job_plan.spec(), job_dir_));
+  if (assignment_.attempt() > 0) {
+    // A recovery's run: from the job's own latest sealed step when there is one (every rank
+    // resolves the same directory, after the previous run's ranks stopped), else as the first
+    // run started.
+    struct stat st;
+    if (stat(absl::StrCat(job_dir_, "/", kLatestFileName).c_str(), &st) == 0) {
+      plan_.resume_from = job_dir_;
+      plan_.init_path.clear();
+    }
+  }
   RETURN_IF_ERROR(RequirePath("dataset", spec.dataset(), Want::kFile, options_.worker_id));
   if (!spec.init_checkpoint().empty()) {
     RETURN_IF_ERROR(

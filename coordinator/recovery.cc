@@ -1,0 +1,52 @@
+#include "coordinator/recovery.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+
+namespace dtrain::coordinator {
+
+absl::flat_hash_set<std::string> WorkersFailedTwice(absl::Span<const Recovery> recoveries) {
+  absl::flat_hash_map<std::string, int> failures;
+  absl::flat_hash_set<std::string> twice;
+  for (const Recovery& r : recoveries) {
+    if (!r.failed_worker().empty() && ++failures[r.failed_worker()] >= 2) {
+      twice.insert(r.failed_worker());
+    }
+  }
+  return twice;
+}
+
+JobSpec CurrentRunSpec(const JobSpec& spec, absl::Span<const Recovery> recoveries) {
+  JobSpec current = spec;
+  for (auto it = recoveries.rbegin(); it != recoveries.rend(); ++it) {
+    if (it->has_layout()) {
+      *current.mutable_parallel() = it->layout();
+      break;
+    }
+  }
+  return current;
+}
+
+std::string PhaseSummary(const Recovery& r) {
+  auto s = [](int64_t ms) { return absl::StrFormat("%.1fs", ms / 1000.0); };
+  const int64_t total = r.detect_ms() + r.stop_ms() + r.place_ms() + r.load_ms() +
+                        r.first_step_ms();
+  return absl::StrCat("detect ", s(r.detect_ms()), ", stop ", s(r.stop_ms()), ", place ",
+                      s(r.place_ms()), ", load ", s(r.load_ms()), ", first step ",
+                      s(r.first_step_ms()), " (", s(total), " in all)");
+}
+
+std::string ReasonNamingEveryFailure(const std::string& reason,
+                                     absl::Span<const Recovery> recoveries) {
+  std::string text = reason;
+  for (const Recovery& r : recoveries) {
+    // Each earlier cause on one line: its own detail lines indented under it.
+    absl::StrAppend(&text, "\n  earlier failure ", r.number(), " of ", recoveries.size(),
+                    " (recovered): ", absl::StrReplaceAll(r.cause(), {{"\n", "\n  "}}));
+  }
+  return text;
+}
+
+}  // namespace dtrain::coordinator

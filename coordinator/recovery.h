@@ -1,0 +1,40 @@
+// The job manager's recovery rules that need no state (FaultTolerance in proto/job.proto): who
+// may run a recovering job, on which layout, and how recoveries read in a reason or an event.
+//
+//   RUNNING --a rank fails, a restart can cure it, restarts left--> RECOVERING
+//     (stop: the surviving ranks are told to stop; wait until they did, at most a lease)
+//     (place: idle workers fitting the device, minus WorkersFailedTwice; "shrink" takes fewer
+//      data-parallel replicas at once when too few, "wait" waits up to wait_for)
+//   RECOVERING --placed--> PLACING --every rank running--> RUNNING
+//     (load: rank 0 reports the checkpoint step it resumed from; first step: the first new
+//      step arrives and the recovery is done)
+// Each phase's time is kept in the job's Recovery (Job.recoveries) and shown by the CLI.
+#ifndef DTRAIN_COORDINATOR_RECOVERY_H_
+#define DTRAIN_COORDINATOR_RECOVERY_H_
+
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/types/span.h"
+#include "proto/job.pb.h"
+
+namespace dtrain::coordinator {
+
+// Workers named as the cause of two of the job's recoveries: not placed on it again.
+absl::flat_hash_set<std::string> WorkersFailedTwice(absl::Span<const Recovery> recoveries);
+
+// The spec of the job's current run: `spec` (as planned at submit) with the layout of its
+// latest placed recovery, which "shrink" may have made smaller.
+JobSpec CurrentRunSpec(const JobSpec& spec, absl::Span<const Recovery> recoveries);
+
+// "detect 1.2s, stop 0.3s, place 0.1s, load 0.8s, first step 0.5s (2.9s in all)".
+std::string PhaseSummary(const Recovery& recovery);
+
+// The FAILED reason of a job that recovered before: `reason` (the last failure), then one line
+// per earlier failure ("  recovery 1 of 1 after: worker w3 (dp0 pp1 tp0) lost: ...").
+std::string ReasonNamingEveryFailure(const std::string& reason,
+                                     absl::Span<const Recovery> recoveries);
+
+}  // namespace dtrain::coordinator
+
+#endif  // DTRAIN_COORDINATOR_RECOVERY_H_

@@ -1,0 +1,209 @@
+// The job manager's recoveries (FaultTolerance): a job whose rank fails goes RECOVERING, is
+// placed again and resumes; the rules of recovery.h.
+#include "coordinator/recovery.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/job_manager_harness.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+// pp=2 with checkpoints; `fault_tolerance` is the JSON object's body.
+std::string Pp2Spec(const std::string& fault_tolerance, const std::string& parallel = "\"pp\": 2") {
+  return absl::StrCat(
+      R"({"parallel": {)", parallel, R"(}, "checkpoint": {"dir": "/c", "interval_steps": 10}, )",
+      R"("dataset": "/d", "steps": 100, "batch_size": 4, "fault_tolerance": {)", fault_tolerance,
+      R"(}, "model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2, )",
+      R"("n_embd": 32}})");
+}
+
+absl::StatusOr<ReportProgressResponse> Location(Harness& h, const std::string& worker,
+                                                int64_t resumed_from_step) {
+  ReportProgressRequest r;
+  r.set_worker_id(worker);
+  r.set_session_id("s-" + worker);
+  r.set_job_id("job-000001");
+  r.mutable_location()->set_dir("/c/job-000001");
+  r.mutable_location()->set_resumed_from_step(resumed_from_step);
+  r.mutable_location()->set_resumed_from(
+      absl::StrCat("/c/job-000001/step_000000", resumed_from_step));
+  return h.m().ReportProgress(r);
+}
+
+std::string Events(Harness& h) {
+  std::vector<std::string> texts;
+  const absl::StatusOr<std::vector<JobEvent>> events = h.m().store().EventsFor("job-000001");
+  for (const JobEvent& e : *events) texts.push_back(e.text);
+  return absl::StrJoin(texts, "\n");
+}
+
+// w2 (pp1) of a running pp=2 job is killed: w1 blames it, the failure window passes.
+void KillW2(Harness& h) {
+  ASSERT_TRUE(h.Failure("w1", "job-000001", FAILURE_PEER, "stream to rank 1 broke", {"w2"}).ok());
+  h.Advance(absl::Seconds(3));
+  h.Beat("w1", "s-w1");  // w1's runner ended; w2 is silent
+  h.m().RunSchedulerPass();
+}
+
+TEST(Recovery, AKilledRankIsReplacedByASpareAndTheJobResumesFromItsCheckpoint) {
+  Harness h(TempDb("recover-spare"));
+  h.RunOn(2, Pp2Spec(""));
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());  // the spare
+  for (int step = 1; step <= 13; ++step) {
+    ASSERT_TRUE(h.Step("w2", "s-w2", "job-000001", step, 5.0).ok());
+  }
+  KillW2(h);
+  Job job = h.Get("job-000001");
+  ASSERT_EQ(job.recoveries_size(), 1);
+  const Recovery& r = job.recoveries(0);
+  EXPECT_EQ(r.failed_worker(), "w2");
+  EXPECT_EQ(r.last_step(), 13);
+  EXPECT_THAT(r.cause(), HasSubstr("worker w2 (dp0 pp1 tp0) stopped answering"));
+  EXPECT_THAT(States(job), ElementsAre(QUEUED, PLACING, RUNNING, RECOVERING, PLACING));
+  EXPECT_EQ(job.state(), PLACING);  // at once: w1 stopped, w3 idle
+  std::vector<std::string> workers;
+  for (const RankAssignment& rank : job.placement().ranks()) workers.push_back(rank.worker_id());
+  EXPECT_THAT(workers, ElementsAre("w1", "w3"));
+  // Each new rank gets the job again as its run after recovery 1.
+  HeartbeatResponse hb = h.Beat("w3", "s-w3");
+  ASSERT_TRUE(hb.has_assignment());
+  EXPECT_EQ(hb.assignment().attempt(), 1);
+  EXPECT_EQ(h.Beat("w1", "s-w1").assignment().attempt(), 1);
+  h.Beat("w1", "s-w1", "job-000001");
+  h.Beat("w3", "s-w3", "job-000001");
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+  // The old run's reporting rank is gone; the new one resumes from step 10 and redoes 11-13.
+  ASSERT_TRUE(Location(h, "w1", 10).ok());
+  ASSERT_TRUE(h.Step("w3", "s-w3", "job-000001", 11, 4.0).ok());
+  job = h.Get("job-000001");
+  EXPECT_TRUE(job.recoveries(0).done());
+  EXPECT_EQ(job.recoveries(0).resumed_from_step(), 10);
+  EXPECT_EQ(job.recoveries(0).steps_redone(), 3);
+  EXPECT_EQ(job.recoveries(0).layout().pp(), 2);
+  EXPECT_EQ(job.latest().step(), 11);
+  const absl::StatusOr<std::vector<StepMetrics>> redone = h.m().store().MetricsAfter("job-000001", 10);
+  EXPECT_EQ((*redone)[0].loss(), 4.0);  // the redone step replaced the first
+  EXPECT_THAT(Events(h), HasSubstr("recovery 1: resumed from step 10"));
+  EXPECT_THAT(Events(h), HasSubstr("redoing steps 11-13"));
+  EXPECT_THAT(Events(h), HasSubstr("recovery 1 done: training again at step 11; detect"));
+}
+
+TEST(Recovery, FailuresBeyondMaxRestartsFailTheJobNamingEveryFailure) {
+  Harness h(TempDb("recover-twice"));
+  h.RunOn(2, Pp2Spec(R"("max_restarts": 1)"));
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());
+  KillW2(h);
+  ASSERT_EQ(h.Get("job-000001").state(), PLACING);
+  h.Beat("w1", "s-w1");
+  h.Beat("w3", "s-w3");
+  h.Beat("w1", "s-w1", "job-000001");
+  h.Beat("w3", "s-w3", "job-000001");
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  // Now w3 dies on its own (lost).
+  for (int i = 0; i < 6; ++i) {
+    h.Advance(absl::Seconds(1));
+    h.Beat("w1", "s-w1", "job-000001");
+    h.m().RunSchedulerPass();
+  }
+  const Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("failed again after 1 recovery "
+                                      "(fault_tolerance.max_restarts=1): worker w3 (dp0 pp1 tp0) "
+                                      "lost: no heartbeat"));
+  EXPECT_THAT(job.reason(), HasSubstr("earlier failure 1 of 1 (recovered): worker w2 (dp0 pp1 "
+                                      "tp0) stopped answering"));
+}
+
+TEST(Recovery, MaxRestartsZeroFailsAtOnce) {
+  Harness h(TempDb("recover-none"));
+  h.RunOn(2, Pp2Spec(R"("max_restarts": 0)"));
+  KillW2(h);
+  EXPECT_EQ(h.Get("job-000001").state(), FAILED);
+  EXPECT_EQ(h.Get("job-000001").recoveries_size(), 0);
+}
+
+TEST(Recovery, BadInputIsNotRestarted) {
+  Harness h(TempDb("recover-bad-input"));
+  h.RunOn(2, Pp2Spec(""));
+  ReportProgressRequest r;
+  r.set_worker_id("w1");
+  r.set_session_id("s-w1");
+  r.set_job_id("job-000001");
+  r.mutable_outcome()->set_error("dataset /d cannot be read on worker w1: No such file");
+  r.mutable_outcome()->set_kind(FAILURE_LOCAL);
+  r.mutable_outcome()->set_error_code(static_cast<int>(absl::StatusCode::kNotFound));
+  ASSERT_TRUE(h.m().ReportProgress(r).ok());
+  EXPECT_EQ(h.Get("job-000001").state(), FAILED);
+}
+
+TEST(Recovery, ShrinkContinuesOnFewerReplicasWithTheSameBatch) {
+  Harness h(TempDb("recover-shrink"));
+  h.RunOn(2, Pp2Spec("", R"("dp": 2)"));
+  ASSERT_TRUE(h.Failure("w1", "job-000001", FAILURE_PEER, "all-reduce broke", {"w2"}).ok());
+  h.Advance(absl::Seconds(3));
+  h.Beat("w1", "s-w1");
+  h.m().RunSchedulerPass();
+  const Job job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), PLACING);
+  EXPECT_EQ(job.recoveries(0).layout().dp(), 1);
+  EXPECT_EQ(job.placement().ranks_size(), 1);
+  HeartbeatResponse hb = h.Beat("w1", "s-w1");
+  EXPECT_EQ(hb.assignment().spec().parallel().dp(), 1);
+  EXPECT_EQ(hb.assignment().spec().batch_size(), 4);
+  EXPECT_EQ(hb.assignment().spec().micro_batch_size(), 2);  // 2 micro-batches now
+  EXPECT_THAT(Events(h), HasSubstr("shrunk from dp=2 to dp=1"));
+}
+
+TEST(Recovery, WaitGivesUpAfterWaitFor) {
+  Harness h(TempDb("recover-wait"));
+  h.RunOn(2, Pp2Spec(R"("on_worker_loss": "wait", "wait_for": "10s")"));
+  KillW2(h);
+  ASSERT_EQ(h.Get("job-000001").state(), RECOVERING);
+  EXPECT_THAT(h.Get("job-000001").reason(), HasSubstr("waiting up to 10.0s"));
+  h.Advance(absl::Seconds(11));
+  h.Beat("w1", "s-w1");
+  h.m().RunSchedulerPass();
+  const Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("recovery 1 found no workers"));
+  EXPECT_THAT(job.reason(), HasSubstr("worker w2 (dp0 pp1 tp0) stopped answering"));
+}
+
+TEST(Recovery, ACoordinatorRestartDuringRecoveringGoesOn) {
+  const std::string db = TempDb("recover-restart");
+  Harness h(db);
+  h.RunOn(2, Pp2Spec(R"("on_worker_loss": "wait")"));
+  KillW2(h);
+  ASSERT_EQ(h.Get("job-000001").state(), RECOVERING);
+  h.Open();  // the coordinator restarts
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Register("w4", "s-w4").ok());  // a new worker
+  h.m().RunSchedulerPass();
+  const Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), PLACING);
+  EXPECT_EQ(job.recoveries_size(), 1);
+  EXPECT_EQ(h.Beat("w4", "s-w4").assignment().attempt(), 1);
+}
+
+TEST(Recovery, AWorkerThatFailedTheJobTwiceIsNotUsedAgain) {
+  Recovery a, b, c;
+  a.set_failed_worker("w2");
+  b.set_failed_worker("w3");
+  c.set_failed_worker("w2");
+  const std::vector<Recovery> recoveries = {a, b, c};
+  EXPECT_THAT(WorkersFailedTwice(recoveries), UnorderedElementsAre("w2"));
+  EXPECT_TRUE(WorkersFailedTwice({a, b}).empty());
+}
+
+}  // namespace
+}  // namespace dtrain::coordinator
