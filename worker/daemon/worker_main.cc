@@ -33,6 +33,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/job_paths.h"
 #include "common/metrics/http_exporter.h"
@@ -73,6 +74,9 @@ ABSL_FLAG(std::string, data_root, "./dtrain-data",
           "<data_root>/jobs/<job id>/ (its model.safetensors)");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every coordinator RPC");
 ABSL_FLAG(int, log_every, 10, "log a progress line every N steps (0: never)");
+ABSL_FLAG(absl::Duration, test_only_step_delay, absl::ZeroDuration(),
+          "test-only: sleep this long after every training step (fault tests that must act "
+          "at a known point of a run); 0: no delay");
 // The default port is taken when several workers share a host: each then needs its own; a
 // worker that cannot bind the default runs without metrics and says so, while any other
 // address must work.
@@ -138,6 +142,10 @@ absl::Status Main(int signal_fd) {
   RETURN_IF_ERROR(Annotate(precision.status(), "--matmul_precision"));
   options.data_root = absl::GetFlag(FLAGS_data_root);
   options.log_every = absl::GetFlag(FLAGS_log_every);
+  if (const absl::Duration delay = absl::GetFlag(FLAGS_test_only_step_delay);
+      delay > absl::ZeroDuration()) {
+    options.after_step = [delay](int64_t) { absl::SleepFor(delay); };
+  }
   RETURN_IF_ERROR(Annotate(MakeDirectories(options.data_root), "--data_root"));
 
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,

@@ -1,0 +1,317 @@
+"""Jobs that recover from a lost worker with no user action (fault_tolerance in proto/job.proto):
+kill -9, SIGSTOP, too many failures, a coordinator restart in the middle of a recovery, and the
+time from kill -9 to the first new step of the Quick start job (docs/PERFORMANCE.md).
+
+Workers run with --test_only_step_delay so that a fault lands at a known point of a run (after a
+sealed checkpoint, before the end) whatever the machine's speed.
+"""
+
+import json
+import os
+import signal
+import time
+
+from harness import Cluster, TestFailure, expect
+
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+LOSS_RTOL = 1e-5
+STEP_DELAY = "--test_only_step_delay=150ms"
+
+
+def recovery_spec(ckpt_dir, steps=30, interval=10, **overrides):
+    """A 4-layer, width-32 model: a few tens of ms per step on one CPU thread, plus the delay."""
+    spec = {
+        "name": "recovery",
+        "model": {"vocab_size": 256, "context": 32, "n_layer": 4, "n_head": 4, "n_embd": 32},
+        "dataset": "data/demo.txt",
+        "steps": steps,
+        "batch_size": 8,
+        "seq_len": 32,
+        "optimizer": {"max_lr": 0.003, "warmup_steps": 3, "min_lr_ratio": 0.1},
+        "checkpoint": {"dir": ckpt_dir, "interval_steps": interval},
+        "seed": 1337,
+    }
+    spec.update(overrides)
+    return spec
+
+
+def start(c, ids, extra=()):
+    c.write_corpus()
+    c.start_coordinator()
+    for w in ids:
+        c.start_worker(w, extra=[STEP_DELAY] + list(extra))
+    c.wait_workers({w: "IDLE" for w in ids})
+
+
+def losses(c, job_id):
+    """{step: loss} as the coordinator recorded them (`dtrain --json watch` replays each once)."""
+    rc, out, err = c.cli("--json", "watch", job_id, timeout=60)
+    steps = {}
+    for line in out.splitlines():
+        if line.strip():
+            update = json.loads(line)
+            if update["type"] == "step":
+                expect(update["step"] not in steps, "%s: step %d replayed twice"
+                       % (job_id, update["step"]))
+                steps[update["step"]] = float(update["loss"])
+    return steps
+
+
+def run_reference(c, spec, name):
+    """Runs `spec` uninterrupted to the end; its {step: loss}."""
+    job_id = c.submit(c.write_spec(name + ".json", dict(spec, name=name)))
+    done = c.wait_state(job_id, FINAL, 180)
+    expect(done["state"] == "SUCCEEDED", "%s: %s: %s" % (name, done["state"], done.get("reason")))
+    want = losses(c, job_id)
+    expect(sorted(want) == list(range(1, spec["steps"] + 1)), "%s recorded steps %s"
+           % (name, sorted(want)))
+    return want
+
+
+def wait_sealed(c, job_id, step, timeout=120):
+    """Waits until `job_id` has sealed a checkpoint at `step` or later and is still running."""
+    job = c.wait_job(job_id, lambda j: int(j.get("checkpoint", {}).get("last_sealed_step", 0))
+                     >= step or j.get("state") in FINAL, timeout, "a checkpoint at step %d" % step)
+    expect(job["state"] not in FINAL, "%s ended (%s) before the fault; make it longer"
+           % (job_id, job["state"]))
+    return job
+
+
+def compare(got, want, rtol, what):
+    expect(sorted(got) == sorted(want), "%s: steps %s, want %s" % (what, sorted(got), sorted(want)))
+    worst = max(abs(got[s] - want[s]) / abs(want[s]) for s in want)
+    expect(worst <= rtol, "%s: losses differ from the uninterrupted run by %.3g (bound %g)"
+           % (what, worst, rtol))
+    return worst
+
+
+def phases(r):
+    return ", ".join("%s %.2fs" % (k, int(r.get(k + "_ms", 0) or 0) / 1000.0)
+                     for k in ("detect", "stop", "place", "load", "first_step"))
+
+
+def one_recovery(job):
+    recoveries = job.get("recoveries", [])
+    expect(len(recoveries) == 1, "want one recovery, got %s" % json.dumps(recoveries))
+    r = recoveries[0]
+    expect(r.get("done"), "the recovery is not done: %s" % r)
+    return r
+
+
+def case_recovery_spare(args):
+    """pp=2 x tp=2 on 4 workers plus an idle spare, a checkpoint every 10 steps; kill -9 of one
+    worker after step 13: the job goes RECOVERING, continues on the spare from step 10 and
+    SUCCEEDS with one recovery; every per-step loss equals the uninterrupted run's
+    (bit-identical: the same layout), and `status`/`watch` show the recovery."""
+    with Cluster(args.binaries, "recovery_spare") as c:
+        ids = ["w1", "w2", "w3", "w4", "w5"]
+        start(c, ids)
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), parallel={"pp": 2, "tp": 2})
+        want = run_reference(c, spec, "reference")
+        c.wait_workers({w: "IDLE" for w in ids})
+
+        job_id = c.submit(c.write_spec("recovered.json", dict(spec, name="recovered")))
+        wait_sealed(c, job_id, 10)
+        job = c.wait_step(job_id, 13, 60)
+        victim = job["placement"]["ranks"][3]["worker_id"]  # pp1 tp1
+        t0 = time.monotonic()
+        c.workers[victim].signal(signal.SIGKILL)
+        c.wait_job(job_id, lambda j: j.get("recoveries"), 30, "a recovery")
+        done = c.wait_state(job_id, FINAL, 120)
+        elapsed = time.monotonic() - t0
+        expect(done["state"] == "SUCCEEDED", "after kill -9: %s: %s"
+               % (done["state"], done.get("reason")))
+        r = one_recovery(done)
+        expect(r.get("failed_worker") == victim, "the recovery names %r, not %s"
+               % (r.get("failed_worker"), victim))
+        expect(int(r.get("resumed_from_step", 0)) >= 10, "resumed from %s" % r)
+        expect(victim not in r.get("workers", []), "placed on the dead %s: %s" % (victim, r))
+        states = [h["state"] for h in done["history"]]
+        expect("RECOVERING" in states, "history: %s" % states)
+        worst = compare(losses(c, job_id), want, 0.0, "recovered on a spare")
+
+        rc, out, err = c.cli("status", job_id)
+        expect(rc == 0 and "recoveries" in out and "resumed from step" in out,
+               "status shows no recovery:\n%s" % out)
+        rc, out, err = c.cli("watch", job_id, timeout=60)
+        expect("RECOVERING" in out and "recovery 1 done" in out, "watch shows no recovery:\n%s"
+               % out)
+        print("kill -9 %s at step %d: SUCCEEDED %.1fs later, resumed from step %s, %s steps "
+              "redone; %s; losses equal (worst %.2g)"
+              % (victim, int(r["last_step"]), elapsed, r.get("resumed_from_step"),
+                 r.get("steps_redone", 0), phases(r), worst))
+
+
+def case_recovery_shrink(args):
+    """dp=2 x pp=2 on 4 workers, no spare, on_worker_loss shrink (the default): kill -9 of one
+    worker; the job continues at once as dp=1 on two survivors with the same global batch
+    (twice the micro-batches per replica) and SUCCEEDS; every per-step loss is within 1e-5 of
+    the uninterrupted dp=2 run. The kill comes before the first checkpoint, so the new run
+    starts over (loading a dp=2 checkpoint on dp=1 is helper R's resharding)."""
+    with Cluster(args.binaries, "recovery_shrink") as c:
+        ids = ["w1", "w2", "w3", "w4"]
+        start(c, ids)
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), steps=20, interval=0,
+                             parallel={"dp": 2, "pp": 2})
+        want = run_reference(c, spec, "reference")
+        c.wait_workers({w: "IDLE" for w in ids})
+
+        job_id = c.submit(c.write_spec("shrunk.json", dict(spec, name="shrunk")))
+        job = c.wait_step(job_id, 4, 60)
+        victim = job["placement"]["ranks"][3]["worker_id"]  # dp1 pp1
+        c.workers[victim].signal(signal.SIGKILL)
+        done = c.wait_state(job_id, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "after kill -9: %s: %s"
+               % (done["state"], done.get("reason")))
+        r = one_recovery(done)
+        layout = r.get("layout", {})
+        expect(int(layout.get("dp", 1)) == 1 and int(layout.get("pp", 1)) == 2,
+               "want dp=1 pp=2 after the shrink: %s" % layout)
+        expect(len(r.get("workers", [])) == 2, "placed on %s" % r.get("workers"))
+        worst = compare(losses(c, job_id), want, LOSS_RTOL, "shrunk to dp=1")
+        print("kill -9 %s: continued as dp=1 on %s; %s; losses within %.2g"
+              % (victim, r["workers"], phases(r), worst))
+
+
+def case_recovery_sigstop(args):
+    """A worker frozen with SIGSTOP (its connections stay open, it answers nothing) in a pp=2 job
+    with a spare: detected within the lease or the communication timeout (here a 3s lease,
+    --comm_timeout=5s), recovered on the spare, SUCCEEDED with losses equal to the
+    uninterrupted run's."""
+    with Cluster(args.binaries, "recovery_sigstop") as c:
+        ids = ["w1", "w2", "w3"]
+        comm_timeout = 5.0
+        start(c, ids, extra=["--comm_timeout=%gs" % comm_timeout])
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), parallel={"pp": 2})
+        want = run_reference(c, spec, "reference")
+        c.wait_workers({w: "IDLE" for w in ids})
+
+        job_id = c.submit(c.write_spec("frozen.json", dict(spec, name="frozen")))
+        wait_sealed(c, job_id, 10)
+        job = c.wait_step(job_id, 12, 60)
+        hung = job["placement"]["ranks"][1]["worker_id"]
+        t0 = time.monotonic()
+        c.workers[hung].signal(signal.SIGSTOP)
+        try:
+            c.wait_job(job_id, lambda j: j.get("recoveries"), max(c.lease_s, comm_timeout) + 10,
+                       "a recovery")
+            detected = time.monotonic() - t0
+            expect(detected <= max(c.lease_s, comm_timeout) + 3,
+                   "detected %.1fs after SIGSTOP; lease %gs, comm timeout %gs"
+                   % (detected, c.lease_s, comm_timeout))
+            done = c.wait_state(job_id, FINAL, 120)
+        finally:
+            c.workers[hung].signal(signal.SIGKILL)
+        expect(done["state"] == "SUCCEEDED", "after SIGSTOP: %s: %s"
+               % (done["state"], done.get("reason")))
+        r = one_recovery(done)
+        expect(hung not in r.get("workers", []), "placed on the frozen %s: %s" % (hung, r))
+        worst = compare(losses(c, job_id), want, 0.0, "recovered from SIGSTOP")
+        print("SIGSTOP %s: recovery began %.1fs later (%s); %s; losses equal (worst %.2g)"
+              % (hung, detected, r["cause"].splitlines()[0], phases(r), worst))
+
+
+def case_recovery_limit(args):
+    """max_restarts 1: a pp=2 job with two spares recovers from one kill -9, then a second
+    kill -9 FAILS it, the reason naming both failed workers."""
+    with Cluster(args.binaries, "recovery_limit") as c:
+        ids = ["w1", "w2", "w3", "w4"]
+        start(c, ids)
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), steps=200,
+                             parallel={"pp": 2}, fault_tolerance={"max_restarts": 1})
+        job_id = c.submit(c.write_spec("limit.json", spec))
+        job = c.wait_step(job_id, 3, 60)
+        first = job["placement"]["ranks"][1]["worker_id"]
+        c.workers[first].signal(signal.SIGKILL)
+        job = c.wait_job(job_id, lambda j: j.get("recoveries") and j["recoveries"][0].get("done")
+                         or j.get("state") in FINAL, 60, "the first recovery done")
+        expect(job["state"] == "RUNNING", "after the first kill: %s: %s"
+               % (job["state"], job.get("reason")))
+        second = [r["worker_id"] for r in job["placement"]["ranks"]][0]
+        expect(second != first, "placed on the dead %s" % first)
+        c.workers[second].signal(signal.SIGKILL)
+        done = c.wait_state(job_id, FINAL, 60)
+        reason = done.get("reason", "")
+        expect(done["state"] == "FAILED", "after the second kill: %s: %s" % (done["state"], reason))
+        expect("worker %s " % first in reason and "worker %s " % second in reason,
+               "the reason should name %s and %s: %r" % (first, second, reason))
+        expect("max_restarts=1" in reason, "the reason should say why it stopped: %r" % reason)
+        print("kill -9 %s, then %s: FAILED: %s" % (first, second, reason.replace("\n", " | ")))
+
+
+def case_recovery_coordinator_restart(args):
+    """on_worker_loss wait, no spare: kill -9 of a worker leaves the pp=2 job RECOVERING
+    (waiting for a worker); the coordinator is killed (-9) and started again on the same
+    database; then a new worker registers and the job recovers on it and SUCCEEDS."""
+    with Cluster(args.binaries, "recovery_coordinator_restart") as c:
+        start(c, ["w1", "w2"])
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), steps=30, parallel={"pp": 2},
+                             fault_tolerance={"on_worker_loss": "wait", "wait_for": "120s"})
+        job_id = c.submit(c.write_spec("restart.json", spec))
+        wait_sealed(c, job_id, 10)
+        job = c.wait_step(job_id, 12, 60)
+        victim = job["placement"]["ranks"][1]["worker_id"]
+        c.workers[victim].signal(signal.SIGKILL)
+        job = c.wait_state(job_id, "RECOVERING", 30)
+        c.wait_job(job_id, lambda j: "waiting up to" in j.get("reason", ""), 30,
+                   "the recovery waiting for a worker")
+        c.coordinator.signal(signal.SIGKILL)
+        c.coordinator.wait(10)
+        c.start_coordinator()
+        job = c.job(job_id)
+        expect(job["state"] == "RECOVERING", "after the restart: %s: %s"
+               % (job["state"], job.get("reason")))
+        c.start_worker("w3", extra=[STEP_DELAY])
+        done = c.wait_state(job_id, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "after the restart: %s: %s"
+               % (done["state"], done.get("reason")))
+        r = one_recovery(done)
+        expect("w3" in r.get("workers", []), "not placed on the new w3: %s" % r)
+        expect(int(r.get("resumed_from_step", 0)) >= 10, "resumed from %s" % r)
+        print("coordinator restarted while RECOVERING; recovered on %s from step %s"
+              % (r["workers"], r.get("resumed_from_step")))
+
+
+def case_recovery_time_quickstart(args):
+    """The figure of docs/PERFORMANCE.md "Recovery": the Quick start job
+    (deploy/examples/quickstart-pp2-tp2.json, checkpoints every 10 steps here) on 4 workers plus
+    a spare, no step delay, default lease and heartbeat of this harness (3s, 0.5s); kill -9 of a
+    worker after step 25: the time from the kill to the first new step, split by phase."""
+    with Cluster(args.binaries, "recovery_time_quickstart") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        ids = ["w1", "w2", "w3", "w4", "w5"]
+        for w in ids:
+            c.start_worker(w)
+        c.wait_workers({w: "IDLE" for w in ids})
+        with open(os.path.join(args.examples, "quickstart-pp2-tp2.json")) as f:
+            spec = json.load(f)
+        spec["checkpoint"] = {"dir": os.path.join(c.tmp, "ckpt"), "interval_steps": 10}
+        job_id = c.submit(c.write_spec("quickstart.json", spec))
+        wait_sealed(c, job_id, 20, timeout=300)
+        job = c.wait_step(job_id, 25, 120)
+        victim = job["placement"]["ranks"][3]["worker_id"]
+        killed_at_step = int(job["latest"]["step"])
+        t0 = time.time()
+        c.workers[victim].signal(signal.SIGKILL)
+        job = c.wait_job(job_id, lambda j: j.get("recoveries") and j["recoveries"][0].get("done")
+                         or j.get("state") in FINAL, 120, "the recovery done")
+        expect(job["state"] == "RUNNING", "%s: %s" % (job["state"], job.get("reason")))
+        r = job["recoveries"][0]
+        c.cli("cancel", job_id)
+        ms = {k: int(r.get(k + "_ms", 0) or 0) / 1000.0
+              for k in ("detect", "stop", "place", "load", "first_step")}
+        # The coordinator's clock is this machine's: RECOVERING began at started_unix_ms, and
+        # the later phases follow it.
+        started = int(r["started_unix_ms"]) / 1000.0
+        kill_to_recovering = started - t0
+        kill_to_first_step = kill_to_recovering + ms["stop"] + ms["place"] + ms["load"] + \
+            ms["first_step"]
+        print("RECOVERY quickstart: kill -9 %s at step %d; resumed from step %s (%s steps "
+              "redone); kill -> RECOVERING %.2fs (detect, from its last heartbeat: %.2fs), stop "
+              "%.2fs, place %.2fs, load %.2fs, first step %.2fs; kill -> first new step %.2fs"
+              % (victim, killed_at_step, r.get("resumed_from_step"), r.get("steps_redone", 0),
+                 kill_to_recovering, ms["detect"], ms["stop"], ms["place"], ms["load"],
+                 ms["first_step"], kill_to_first_step))
+        expect(kill_to_first_step < 30, "recovery took %.1fs (goal: under 30s)"
+               % kill_to_first_step)
