@@ -1,18 +1,24 @@
-// Rank 0's time to seal a sharded checkpoint of the Quick start model
-// (deploy/examples/quickstart-pp2-tp2.json: pp=2 x tp=2, vocab 256, context 128, 4 layers,
-// width 128). Every rank's SaveShard runs first (not timed: each rank writes its own files in
-// parallel in a real job); then WriteManifest, which reads every shard file back, checksums it,
-// and writes manifest.json and `latest`, is timed over --repeats fresh steps. Numbers and the
-// command are in docs/PERFORMANCE.md ("Sealing a checkpoint").
+// What checkpoints cost training: the Quick start job (deploy/examples/quickstart-pp2-tp2.json:
+// pp=2 x tp=2, vocab 256, context 128, 4 layers, width 128, 4 micro-batches of 3 sequences of
+// 128 tokens, 1F1B) trains --steps steps with its 4 ranks as threads over the in-process
+// transport (one CPU thread each), writing real checkpoints into --dir, under each of:
+//   none        no checkpoint_dir
+//   foreground  every N steps, training waits until the step is written and sealed
+//   background  every N steps, snapshot at the step boundary, written while training goes on
+// for N = 1 and N = 10. A step's time is rank 0's wall time from one step's report to the next,
+// so a checkpoint's stall counts in the step after it; the first steps (warm-up) are left out.
+// The configurations take turns over --repeats rounds and each reports its median, so a
+// machine busy with something else slows all of them alike. Numbers and the command are in
+// docs/PERFORMANCE.md ("Background checkpoints").
 //
-//   bazel run -c opt //worker/parallel:checkpoint_seal_benchmark -- --dir=/tmp/seal_bench
+//   bazel run -c opt //worker/parallel:checkpoint_seal_benchmark -- --dir=/tmp/ckpt_bench
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -22,93 +28,155 @@
 #include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "kernels/backend.h"
-#include "worker/model/init.h"
-#include "worker/parallel/sharded_checkpoint.h"
+#include "worker/comm/inproc/inproc_transport.h"
+#include "worker/parallel/parallel_trainer.h"
+#include "worker/testing/text_corpus.h"
 
-ABSL_FLAG(std::string, dir, "/tmp/dtrain_seal_benchmark",
-          "where each run writes its steps (in run-<pid>/)");
-ABSL_FLAG(int, repeats, 20, "steps sealed; the median and the minimum are printed");
+ABSL_FLAG(std::string, dir, "/tmp/dtrain_checkpoint_benchmark",
+          "where the runs write their checkpoints (in run-<pid>-<n>/, removed after each run)");
+ABSL_FLAG(int, steps, 40, "steps per run");
+ABSL_FLAG(int, warmup, 3, "first steps of each run not counted");
+ABSL_FLAG(int, repeats, 3, "rounds over every configuration; each reports its median");
 
 namespace dtrain::parallel {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 constexpr model::GptConfig kQuickstart{/*vocab_size=*/256, /*context=*/128, /*n_layer=*/4,
                                        /*n_head=*/4, /*n_embd=*/128};
 constexpr int kPp = 2, kTp = 2;
 
-struct Rank {
-  ShardIdentity id;
-  std::unique_ptr<model::GptStage> stage;
-  std::unique_ptr<model::AdamW> opt;
+struct Config {
+  const char* name;
+  int every;  // 0: no checkpoints
+  bool background;
 };
 
+struct Measured {
+  double step_ms = 0;        // mean over the counted steps
+  double blocked_ms = 0;     // mean per checkpoint, rank 0: snapshot + wait for the previous
+  double checkpoint_ms = 0;  // mean per checkpoint, rank 0: handed over to sealed
+};
+
+absl::StatusOr<Measured> RunOnce(const Config& config, const std::string& data,
+                                 const std::string& dir) {
+  const int ranks = kPp * kTp, steps = absl::GetFlag(FLAGS_steps);
+  comm::InprocHub hub(ranks);
+  std::vector<absl::Status> status(ranks);
+  std::vector<Clock::time_point> reported;  // rank 0: when each step was reported
+  std::vector<CheckpointWritten> sealed;    // rank 0
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      absl::StatusOr<std::unique_ptr<kernels::Backend>> backend =
+          kernels::CreateBackend("cpu", 1);
+      if (!backend.ok()) {
+        status[r] = backend.status();
+        return;
+      }
+      ParallelTrainingOptions o;
+      o.run.model = kQuickstart;
+      o.run.data_path = data;
+      o.run.steps = steps;
+      o.run.batch = 12;
+      o.run.seq = 128;
+      o.run.seed = 1337;
+      if (config.every > 0) {
+        o.run.checkpoint_dir = dir;
+        o.run.checkpoint_every = config.every;
+        o.run.background_checkpoints = config.background;
+      }
+      o.layout.set_dp(1);
+      o.layout.set_pp(kPp);
+      o.layout.set_tp(kTp);
+      o.layout.set_schedule("1f1b");
+      o.layout.set_virtual_stages(1);
+      o.layout.set_bucket_bytes(25 << 20);
+      o.micro_batch_size = 3;
+      o.rank = r;
+      absl::StatusOr<std::unique_ptr<ParallelTrainer>> trainer =
+          ParallelTrainer::Create(backend->get(), hub.transport(r), o);
+      if (!trainer.ok()) {
+        status[r] = trainer.status();
+        return;
+      }
+      TrainingCallbacks callbacks;
+      if (r == 0) {
+        callbacks.step = [&](const TrainStepMetrics&) {
+          reported.push_back(Clock::now());
+          return absl::OkStatus();
+        };
+        callbacks.checkpoint = [&](const CheckpointWritten& c) { sealed.push_back(c); };
+      }
+      status[r] = (*trainer)->Run(callbacks);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : status) RETURN_IF_ERROR(s);
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  Measured m;
+  m.step_ms = std::chrono::duration<double, std::milli>(reported.back() - reported[warmup]).count() /
+              (reported.size() - 1 - warmup);
+  for (const CheckpointWritten& c : sealed) {
+    m.blocked_ms += c.blocked_seconds * 1e3 / sealed.size();
+    m.checkpoint_ms += c.seconds * 1e3 / sealed.size();
+  }
+  return m;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 absl::Status Run() {
-  ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> be, kernels::CreateBackend("cpu", 1));
-  // A fresh job directory per run: a sealed step is never rewritten.
-  const std::string dir =
-      AbsolutePath(absl::StrCat(absl::GetFlag(FLAGS_dir), "/run-", getpid()));
-  RETURN_IF_ERROR(MakeDirectories(dir));
-  std::vector<Rank> ranks;
-  const int layers = kQuickstart.n_layer / kPp;
-  for (int p = 0; p < kPp; ++p) {
-    for (int t = 0; t < kTp; ++t) {
-      Rank r;
-      r.id = {0, p, t, 1, kPp, kTp, 1, false};
-      const model::StageSpec spec{p * layers, layers, p == 0, p == kPp - 1};
-      ASSIGN_OR_RETURN(r.stage, model::GptStage::Create(
-                                    be.get(), kQuickstart, spec, {t, kTp},
-                                    [](float*, int64_t) { return absl::OkStatus(); }));
-      RETURN_IF_ERROR(model::InitializeGpt2(*r.stage, 1337));
-      ASSIGN_OR_RETURN(model::AdamW opt,
-                       model::AdamW::Create(be.get(), r.stage->layout(), {}));
-      r.opt = std::make_unique<model::AdamW>(std::move(opt));
-      ranks.push_back(std::move(r));
+  const std::string data = testing::WriteTextCorpus("/tmp/dtrain_checkpoint_benchmark.txt",
+                                                    400000);
+  const std::string root = AbsolutePath(absl::GetFlag(FLAGS_dir));
+  RETURN_IF_ERROR(MakeDirectories(root));
+  const Config configs[] = {{"none", 0, false},       {"foreground", 10, false},
+                            {"background", 10, true}, {"foreground", 1, false},
+                            {"background", 1, true}};
+  constexpr int kConfigs = sizeof(configs) / sizeof(configs[0]);
+  std::vector<std::vector<Measured>> runs(kConfigs);
+  int n = 0;
+  for (int round = 0; round < absl::GetFlag(FLAGS_repeats); ++round) {
+    for (int c = 0; c < kConfigs; ++c) {
+      // A fresh job directory per run: a sealed step is never rewritten.
+      const std::string dir = absl::StrCat(root, "/run-", getpid(), "-", n++);
+      ASSIGN_OR_RETURN(Measured m, RunOnce(configs[c], data, dir));
+      runs[c].push_back(m);
+      std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
     }
   }
-  const int repeats = absl::GetFlag(FLAGS_repeats);
-  std::vector<double> ms;
-  for (int i = 0; i < repeats; ++i) {
-    const int64_t step = i + 1;
-    for (Rank& r : ranks) {
-      model::GptStage* chunk = r.stage.get();
-      model::AdamW* opt = r.opt.get();
-      RETURN_IF_ERROR(SaveShard(dir, step, r.id, absl::MakeSpan(&chunk, 1),
-                                absl::MakeSpan(&opt, 1)));
+  std::printf("Quick start job (pp=%d tp=%d, %d ranks as threads, 1 CPU thread each), %d steps "
+              "(first %d not counted), median of %d runs, %u hardware threads\n",
+              kPp, kTp, kPp * kTp, absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_warmup),
+              absl::GetFlag(FLAGS_repeats), std::thread::hardware_concurrency());
+  std::printf("%-11s %6s %9s %9s %12s %14s %9s\n", "writes", "every", "step ms", "overhead",
+              "blocked ms", "checkpoint ms", "stall");
+  double base = 0;
+  for (int c = 0; c < kConfigs; ++c) {
+    std::vector<double> step, blocked, total;
+    for (const Measured& m : runs[c]) {
+      step.push_back(m.step_ms);
+      blocked.push_back(m.blocked_ms);
+      total.push_back(m.checkpoint_ms);
     }
-    const auto start = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(WriteManifest(dir, step, ranks[0].id, kQuickstart));
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                     .count());
+    const double ms = Median(step);
+    if (c == 0) base = ms;
+    const double stall =
+        configs[c].every > 0 ? 100.0 * Median(blocked) / (configs[c].every * base) : 0.0;
+    std::printf("%-11s %6s %9.2f %8.1f%% %12.2f %14.2f %8.1f%%\n", configs[c].name,
+                configs[c].every > 0 ? absl::StrCat(configs[c].every).c_str() : "-", ms,
+                100.0 * (ms - base) / base, Median(blocked), Median(total), stall);
   }
-  // The checksum alone, over the last step's files (the part of the seal that is CPU work).
-  ASSIGN_OR_RETURN(const Manifest manifest, ReadManifest(dir));
-  std::vector<std::string> files;
-  int64_t bytes = 0;
-  for (const ShardFile& f : manifest.files) {
-    ASSIGN_OR_RETURN(std::string content,
-                     ReadFileToString(absl::StrCat(dir, "/", StepDirName(manifest.step), "/",
-                                                   f.FileName())));
-    bytes += content.size();
-    files.push_back(std::move(content));
-  }
-  std::vector<double> checksum_ms;
-  uint64_t sink = 0;
-  for (int i = 0; i < repeats; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    for (const std::string& content : files) sink += ShardChecksum(content);
-    checksum_ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count());
-  }
-  std::sort(ms.begin(), ms.end());
-  std::sort(checksum_ms.begin(), checksum_ms.end());
-  std::printf("seal (rank 0's WriteManifest) of the Quick start model, pp=%d tp=%d, %d files, "
-              "%.1f MiB, %d steps: median %.2f ms, min %.2f ms; checksum alone: median %.2f ms "
-              "(%.2f GiB/s) [%016llx]\n",
-              kPp, kTp, static_cast<int>(files.size()), bytes / 1048576.0, repeats,
-              ms[ms.size() / 2], ms.front(), checksum_ms[checksum_ms.size() / 2],
-              bytes / 1073741824.0 / (checksum_ms[checksum_ms.size() / 2] / 1000.0),
-              static_cast<unsigned long long>(sink));
+  std::printf("step ms: rank 0's wall time per step, checkpoint stalls included; blocked ms: "
+              "per checkpoint, what training stopped for (snapshot, waiting for the previous "
+              "one; in the foreground also the writing); checkpoint ms: per checkpoint, from "
+              "hand-over to sealed; stall: blocked ms per step of `none`, the overhead without "
+              "the noise of whole step times\n");
   return absl::OkStatus();
 }
 

@@ -165,6 +165,8 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
     written.sealed = true;
   }
   written.seconds = SecondsSince(start);
+  // In the foreground training waited for all of it.
+  if (!options_.background) written.blocked_seconds += written.seconds;
   return written;
 }
 
