@@ -13,10 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "common/files.h"
 #include "common/job_paths.h"
 #include "worker/comm/inproc/inproc_transport.h"
 #include "worker/local_trainer.h"
@@ -322,7 +325,8 @@ TEST(ParallelTrainer, APeerThatDiesFailsTheOthersNamingIt) {
 std::vector<std::vector<TrainStepMetrics>> RunLayout(
     const Case& c, const std::function<void(ParallelTrainingOptions&)>& adjust,
     const std::function<void(int rank, const ParallelTrainer&)>& after = nullptr,
-    const std::function<void(int rank, const CheckpointWritten&)>& on_checkpoint = nullptr) {
+    const std::function<void(int rank, const CheckpointWritten&)>& on_checkpoint = nullptr,
+    const std::function<void(int rank, const std::string&)>& on_warning = nullptr) {
   const int n = c.dp * c.pp * c.tp;
   comm::InprocHub hub(n);
   std::vector<std::vector<TrainStepMetrics>> steps(n);
@@ -342,6 +346,7 @@ std::vector<std::vector<TrainStepMetrics>> RunLayout(
       if (on_checkpoint) {
         callbacks.checkpoint = [&, r](const CheckpointWritten& w) { on_checkpoint(r, w); };
       }
+      if (on_warning) callbacks.warning = [&, r](const std::string& w) { on_warning(r, w); };
       absl::Status s = (*t)->Run(callbacks);
       EXPECT_TRUE(s.ok()) << "rank " << r << ": " << s;
       if (after) after(r, **t);
@@ -461,6 +466,89 @@ TEST(ParallelTrainer, ReportsTheStepsItWritesSealedOnRankZeroAndNeverALoadedOne)
     }
     EXPECT_TRUE(std::filesystem::exists(resumed_dir + "/model.safetensors"));
     EXPECT_TRUE(std::filesystem::exists(dir + "/step_00000005/manifest.json"));
+  }
+}
+
+// Every file of `dir` but the ranks' entries (they hold each run's token), keyed by its path
+// inside `dir`.
+std::map<std::string, std::string> StepFiles(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& [path, bytes] : dtrain::testing::SnapshotFiles(dir)) {
+    if (!absl::EndsWith(path, ".entries.json")) files[path.substr(dir.size())] = bytes;
+  }
+  return files;
+}
+
+// Written while training goes on or with training waiting, a checkpoint is the same bytes,
+// and training the same numbers.
+TEST(ParallelTrainer, BackgroundAndForegroundCheckpointsAreTheSameFiles) {
+  for (const Case& c : {kPipeline2, Case{2, 1, 2, ScheduleKind::kOneFOneB, 1, true}}) {
+    SCOPED_TRACE(Name({c, 0}));
+    std::map<std::string, std::string> files[2];
+    std::vector<std::vector<TrainStepMetrics>> steps[2];
+    for (bool background : {false, true}) {
+      const std::string dir = TempPath(absl::StrCat("writes-", background, "-", Name({c, 0})));
+      std::vector<int64_t> sealed;
+      steps[background] = RunLayout(
+          c,
+          [&](ParallelTrainingOptions& o) {
+            o.run.checkpoint_dir = dir;
+            o.run.checkpoint_every = 1;
+            o.run.background_checkpoints = background;
+          },
+          nullptr,
+          [&](int r, const CheckpointWritten& w) {
+            if (r == 0 && w.sealed) sealed.push_back(w.step);
+          });
+      EXPECT_THAT(sealed, ::testing::ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
+      files[background] = StepFiles(dir);
+      EXPECT_EQ(files[background].at("/latest"), "step_00000010\n");
+    }
+    EXPECT_EQ(files[0].size(), files[1].size());
+    for (const auto& [path, bytes] : files[0]) EXPECT_TRUE(files[1].at(path) == bytes) << path;
+    for (size_t i = 0; i < steps[0][0].size(); ++i) {
+      EXPECT_EQ(steps[0][0][i].loss, steps[1][0][i].loss) << "step " << i + 1;
+    }
+  }
+}
+
+// The acceptance's "the newest checkpoint corrupted": every rank resumes from the sealed step
+// before it, says so, and continues bit for bit as the run that never stopped.
+TEST(ParallelTrainer, DamagedNewestStepResumesFromThePreviousAndSaysSo) {
+  const Case c = kData2;
+  const std::string dir = TempPath("damaged-" + Name({c, 0}));
+  auto whole = RunLayout(c, [&](ParallelTrainingOptions& o) {
+    o.run.checkpoint_dir = dir;
+    o.run.checkpoint_every = 5;
+  });
+  // Flip one byte of one of step 10's files.
+  std::string damaged;
+  for (const auto& [path, bytes] : dtrain::testing::SnapshotFiles(dir + "/step_00000010")) {
+    if (!absl::EndsWith(path, ".safetensors")) continue;
+    damaged = path.substr(path.rfind('/') + 1);
+    std::string changed = bytes;
+    changed[changed.size() / 2] ^= 1;
+    ASSERT_TRUE(WriteFileAtomically(path, changed).ok());
+    break;
+  }
+  ASSERT_FALSE(damaged.empty());
+  const int n = c.dp * c.pp * c.tp;
+  std::vector<std::vector<std::string>> warnings(n);
+  auto resumed = RunLayout(
+      c, [&](ParallelTrainingOptions& o) { o.run.resume_from = dir; },
+      [&](int r, const ParallelTrainer& t) {
+        EXPECT_EQ(t.start_step(), 5) << "rank " << r;
+        EXPECT_EQ(t.resumed_from(), dir + "/step_00000005") << "rank " << r;
+      },
+      nullptr, [&](int r, const std::string& w) { warnings[r].push_back(w); });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_THAT(warnings[r], ::testing::ElementsAre(absl::StrCat(
+                                 "step_00000010 is damaged (", damaged,
+                                 ": checksum differs); resuming from step_00000005")));
+  }
+  ASSERT_EQ(resumed[0].size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(resumed[0][i].loss, whole[0][i + 5].loss) << "step " << i + 6;
   }
 }
 
