@@ -5,9 +5,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/init.h"
+#include "worker/parallel/sharded_checkpoint.h"
 #include "worker/parallel/checkpoint_writer.h"
 
 namespace dtrain {
@@ -50,8 +52,14 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(kernels::Back
     t->data_ = std::make_unique<model::TokenDataset>(std::move(data));
   }
   if (!options.resume_from.empty()) {
+    // The same format as a parallel job's, with one shard per tensor: any layout's step loads.
+    model::GptStage* stage = t->model_.get();
+    model::AdamW* optimizer = t->optimizer_.get();
     ASSIGN_OR_RETURN(t->start_step_,
-                     model::LoadTrainingState(checkpoint.step_dir, *t->model_, *t->optimizer_));
+                     parallel::LoadShard(checkpoint.step_dir, parallel::ShardIdentity{},
+                                         absl::MakeSpan(&stage, 1), absl::MakeSpan(&optimizer, 1),
+                                         parallel::DataPositionAfter(0, options.batch,
+                                                                     options.seq)));
     t->resumed_from_ = checkpoint.step_dir;
     t->resume_note_ = checkpoint.note;
   } else if (!options.init_path.empty()) {
@@ -102,10 +110,18 @@ absl::StatusOr<TrainStepMetrics> LocalTrainer::TrainStep(int64_t step) {
 
 absl::StatusOr<CheckpointWritten> LocalTrainer::SaveCheckpoint(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(std::string step_dir,
-                   model::SaveTrainingState(options_.checkpoint_dir, *model_, *optimizer_));
+  // A parallel job's checkpoint of the layout dp=pp=tp=1 (worker/parallel/sharded_checkpoint.h).
+  const std::string& dir = options_.checkpoint_dir;
+  model::GptStage* stage = model_.get();
+  model::AdamW* optimizer = optimizer_.get();
+  const parallel::ShardIdentity id;
+  RETURN_IF_ERROR(parallel::SaveShard(dir, step, id, absl::MakeSpan(&stage, 1),
+                                      absl::MakeSpan(&optimizer, 1)));
+  RETURN_IF_ERROR(parallel::WriteManifest(
+      dir, step, id.layout(), options_.model,
+      parallel::DataPositionAfter(step, options_.batch, options_.seq)));
   return CheckpointWritten{
-      step, std::move(step_dir), /*sealed=*/true,
+      step, AbsolutePath(absl::StrCat(dir, "/", StepDirName(step))), /*sealed=*/true,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
 }
 

@@ -206,8 +206,9 @@ TEST(LocalTrainer, CorruptCheckpointIsANamedErrorAndLeavesFilesAlone) {
   o.steps = 2;
   o.checkpoint_dir = TempPath("corrupt_ckpt");
   ASSERT_TRUE(Train(o).ok());
-  const std::string opt_path = o.checkpoint_dir + "/step_00000002/optimizer.safetensors";
-  const std::string model_path = o.checkpoint_dir + "/step_00000002/model.safetensors";
+  const std::string step_dir = o.checkpoint_dir + "/step_00000002";
+  const std::string opt_path = step_dir + "/optimizer-dp0-pp0-tp0-c0.safetensors";
+  const std::string model_path = step_dir + "/model-pp0-tp0-c0.safetensors";
   std::string bytes = ReadAll(opt_path);
   {
     std::ofstream out(opt_path, std::ios::binary | std::ios::trunc);
@@ -218,7 +219,7 @@ TEST(LocalTrainer, CorruptCheckpointIsANamedErrorAndLeavesFilesAlone) {
   r.resume_from = o.checkpoint_dir;
   auto result = Train(r);
   ASSERT_FALSE(result.ok());
-  EXPECT_THAT(result.status().message(), HasSubstr("optimizer.safetensors"));
+  EXPECT_THAT(result.status().message(), HasSubstr("optimizer-dp0-pp0-tp0-c0.safetensors"));
   EXPECT_EQ(ReadAll(model_path), model_before);
   EXPECT_EQ(ReadAll(o.checkpoint_dir + "/latest"), "step_00000002\n");
 }

@@ -112,6 +112,33 @@ const ParameterTensor* ParameterLayout::Find(absl::string_view name) const {
   return nullptr;
 }
 
+std::vector<TensorBox> ShardBoxes(const ParameterTensor& t, const TensorParallelSpec& tp) {
+  const std::vector<int64_t> zero(t.global_shape.size(), 0);
+  switch (t.shard) {
+    case ShardKind::kReplicated:
+      return {{zero, t.global_shape}};
+    case ShardKind::kRows: {
+      TensorBox box{zero, t.global_shape};
+      box.size.front() = t.local_shape.front();
+      box.offset.front() = tp.rank * box.size.front();
+      return {box};
+    }
+    case ShardKind::kColumns: {
+      const int64_t block = t.global_shape.back() / t.parts;
+      const int64_t w = block / tp.size;
+      std::vector<TensorBox> boxes;
+      for (int p = 0; p < t.parts; ++p) {
+        TensorBox box{zero, t.global_shape};
+        box.size.back() = w;
+        box.offset.back() = p * block + tp.rank * w;
+        boxes.push_back(box);
+      }
+      return boxes;
+    }
+  }
+  return {};
+}
+
 namespace {
 
 // Calls copy(global_offset, local_offset, n) for each contiguous run of floats that rank

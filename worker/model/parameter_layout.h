@@ -71,6 +71,18 @@ class ParameterLayout {
   int64_t total_size_ = 0;
 };
 
+// A box of a global tensor: elements [offset[d], offset[d] + size[d]) of each dim d.
+struct TensorBox {
+  std::vector<int64_t> offset, size;
+};
+
+// Where rank tp.rank's shard of `t` sits in the global tensor: boxes that, concatenated along
+// the last dim in order, make the local tensor. Replicated: the whole tensor; rows: one box of
+// rows; columns: one box of columns per part (c_attn's q, k and v blocks are split separately,
+// so its shard is 3 boxes). What checkpoints store to be resumable on any tp
+// (worker/parallel/manifest.h).
+std::vector<TensorBox> ShardBoxes(const ParameterTensor& t, const TensorParallelSpec& tp);
+
 // Copies this rank's shard of `t` out of the whole tensor `global` into `local`.
 absl::Status ExtractShard(const ParameterTensor& t, const TensorParallelSpec& tp,
                           absl::Span<const float> global, absl::Span<float> local);

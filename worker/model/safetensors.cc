@@ -243,9 +243,13 @@ absl::Status SafetensorsFile::ReadFloat32(absl::string_view name, absl::Span<con
   return absl::OkStatus();
 }
 
-absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorToWrite> tensors,
-                              const std::map<std::string, std::string>& metadata, DType dtype) {
-  // Validate everything and build the header before touching the file system.
+namespace {
+
+// The header (validated, padded) of a file of `tensors` stored as `dtype`; `path` for errors.
+absl::StatusOr<std::string> Header(const std::string& path,
+                                   absl::Span<const TensorToWrite> tensors,
+                                   const std::map<std::string, std::string>& metadata,
+                                   DType dtype) {
   const int64_t elem_size = DTypeSize(dtype);
   std::map<std::string, std::string> entries;  // key -> JSON value; std::map sorts the keys
   int64_t offset = 0;
@@ -288,15 +292,20 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorTo
   if (static_cast<int64_t>(header.size()) > kMaxHeaderBytes) {
     return Invalid(path, "header of ", header.size(), " bytes exceeds the limit of ", kMaxHeaderBytes);
   }
+  return header;
+}
 
-  ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Create(path));
+// Appends the whole file (length, header, data) by append(string_view) -> Status.
+template <typename Append>
+absl::Status AppendFile(const std::string& header, absl::Span<const TensorToWrite> tensors,
+                        DType dtype, Append append) {
   const uint64_t header_len = header.size();
-  RETURN_IF_ERROR(writer.Append(absl::string_view(reinterpret_cast<const char*>(&header_len), 8)));
-  RETURN_IF_ERROR(writer.Append(header));
+  RETURN_IF_ERROR(append(absl::string_view(reinterpret_cast<const char*>(&header_len), 8)));
+  RETURN_IF_ERROR(append(header));
   std::vector<uint16_t> chunk;
   for (const TensorToWrite& t : tensors) {
     if (dtype == DType::kF32) {
-      RETURN_IF_ERROR(writer.Append(
+      RETURN_IF_ERROR(append(
           absl::string_view(reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float))));
       continue;
     }
@@ -306,11 +315,39 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorTo
       for (size_t j = 0; j < chunk.size(); ++j) {
         chunk[j] = dtype == DType::kBF16 ? FloatToBf16(t.data[i + j]) : FloatToF16(t.data[i + j]);
       }
-      RETURN_IF_ERROR(writer.Append(
+      RETURN_IF_ERROR(append(
           absl::string_view(reinterpret_cast<const char*>(chunk.data()), chunk.size() * 2)));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorToWrite> tensors,
+                              const std::map<std::string, std::string>& metadata, DType dtype) {
+  // Validate everything and build the header before touching the file system.
+  ASSIGN_OR_RETURN(const std::string header, Header(path, tensors, metadata, dtype));
+  ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Create(path));
+  RETURN_IF_ERROR(AppendFile(header, tensors, dtype,
+                             [&](absl::string_view bytes) { return writer.Append(bytes); }));
   return writer.Commit();
+}
+
+absl::StatusOr<std::string> SafetensorsBytes(const std::string& name,
+                                             absl::Span<const TensorToWrite> tensors,
+                                             const std::map<std::string, std::string>& metadata,
+                                             DType dtype) {
+  ASSIGN_OR_RETURN(const std::string header, Header(name, tensors, metadata, dtype));
+  std::string bytes;
+  int64_t size = 8 + header.size();
+  for (const TensorToWrite& t : tensors) size += t.data.size() * DTypeSize(dtype);
+  bytes.reserve(size);
+  RETURN_IF_ERROR(AppendFile(header, tensors, dtype, [&](absl::string_view part) {
+    bytes.append(part.data(), part.size());
+    return absl::OkStatus();
+  }));
+  return bytes;
 }
 
 float Bf16ToFloat(uint16_t bits) {

@@ -92,6 +92,13 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorTo
                               const std::map<std::string, std::string>& metadata,
                               DType dtype = DType::kF32);
 
+// The bytes WriteSafetensors would write, in memory (a checkpoint snapshot, written later by
+// another thread). `name` names the file in errors.
+absl::StatusOr<std::string> SafetensorsBytes(const std::string& name,
+                                             absl::Span<const TensorToWrite> tensors,
+                                             const std::map<std::string, std::string>& metadata,
+                                             DType dtype = DType::kF32);
+
 // Element conversions used by the reader and writer, exposed for kernels and tests.
 float Bf16ToFloat(uint16_t bits);   // exact: the upper 16 bits of an fp32
 uint16_t FloatToBf16(float value);  // round to nearest even; NaN stays NaN

@@ -23,7 +23,6 @@ absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
   std::string step_dir;
   ASSIGN_OR_RETURN(Manifest m, ReadManifest(path, &step_dir));
   const std::string manifest_path = absl::StrCat(step_dir, "/", kManifestFileName);
-  const int tp = m.layout.tp;
   // The output: the whole model laid out as one worker holding it (tp 1) lays it out, which is
   // the tensor order model::SaveTensors writes.
   const StageSpec whole{0, m.config.n_layer, true, true};
@@ -31,55 +30,45 @@ absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
   if (!full.ok()) {
     return absl::DataLossError(absl::StrCat(manifest_path, ": ", full.status().message()));
   }
-  std::map<std::string, int> index;  // tensor name -> position in full->tensors()
-  for (size_t i = 0; i < full->tensors().size(); ++i) index[full->tensors()[i].name] = i;
+  struct Target {
+    const ParameterTensor* tensor;
+    std::vector<ShardRun> runs;  // the whole tensor
+    int64_t got = 0;
+  };
+  std::map<std::string, Target> targets;
+  for (const ParameterTensor& t : full->tensors()) {
+    ASSIGN_OR_RETURN(std::vector<ShardRun> runs,
+                     ShardRuns({t.name, t.global_shape, model::ShardBoxes(t, {0, 1}), 0,
+                                t.global_size()},
+                               "export"));
+    targets[t.name] = {&t, std::move(runs)};
+  }
   std::vector<float> host(full->total_size());
-  // placed[i][r]: tp rank r's shard of tensor i is in `host` (replicated tensors: rank 0 only).
-  std::vector<std::vector<bool>> placed(full->tensors().size(), std::vector<bool>(tp, false));
-
+  std::vector<float> stored;
   for (const ShardFile& f : m.files) {
-    if (f.kind != ShardFileKind::kModel) continue;
-    const model::TensorParallelSpec spec{f.tp_rank, tp};
-    absl::StatusOr<ParameterLayout> chunk = ParameterLayout::Create(m.config, f.stage, spec);
-    if (!chunk.ok()) {
-      return absl::DataLossError(
-          absl::StrCat(manifest_path, ": ", f.FileName(), ": ", chunk.status().message()));
-    }
+    if (f.kind != ShardFileKind::kModel || f.tensors.empty()) continue;
     ASSIGN_OR_RETURN(model::SafetensorsFile file, OpenVerified(step_dir, f, m.checksum));
-    std::vector<float> local;
-    for (const ParameterTensor& t : chunk->tensors()) {
-      // The head's tied copy of wte equals the embedding stage's; the model has one wte.
-      if (t.name == "wte.weight" && !f.stage.has_embedding) continue;
-      // Replicated tensors are the same on every tp rank: take rank 0's.
-      const bool sharded = t.shard != model::ShardKind::kReplicated;
-      if (!sharded && f.tp_rank != 0) continue;
-      auto it = index.find(t.name);
-      if (it == index.end()) return absl::InternalError(absl::StrCat("no tensor ", t.name));
-      const int i = it->second;
-      const ParameterTensor& g = full->tensors()[i];
-      if (placed[i][f.tp_rank]) {
-        return absl::DataLossError(absl::StrCat(manifest_path, ": ", t.name, " of tp_rank ",
-                                                f.tp_rank, " is in two chunks"));
+    for (const TensorShard& t : f.tensors) {
+      auto it = targets.find(t.tensor);
+      if (it == targets.end()) {
+        return absl::DataLossError(absl::StrCat(file.path(), ": ", t.tensor,
+                                                " is not a tensor of the model"));
       }
-      local.resize(t.local_size());
-      RETURN_IF_ERROR(ReadShardTensor(file, t.name, t.local_shape, absl::MakeSpan(local)));
-      RETURN_IF_ERROR(model::InsertShard(t, spec, local,
-                                         absl::MakeSpan(host.data() + g.offset, g.global_size())));
-      if (sharded) {
-        placed[i][f.tp_rank] = true;
-      } else {
-        placed[i].assign(tp, true);
-      }
+      Target& target = it->second;
+      ASSIGN_OR_RETURN(std::vector<ShardRun> runs, ShardRuns(t, file.path()));
+      stored.resize(t.size());
+      RETURN_IF_ERROR(ReadShardTensor(file, t.tensor, StoredShape(t), absl::MakeSpan(stored)));
+      target.got += CopyOverlap(runs, stored, target.runs,
+                                absl::MakeSpan(host).subspan(target.tensor->offset,
+                                                             target.tensor->global_size()));
     }
   }
   std::vector<model::TensorToWrite> tensors;
-  for (size_t i = 0; i < full->tensors().size(); ++i) {
-    const ParameterTensor& g = full->tensors()[i];
-    for (int r = 0; r < tp; ++r) {
-      if (!placed[i][r]) {
-        return absl::DataLossError(absl::StrCat(manifest_path, ": no chunk holds ", g.name,
-                                                tp > 1 ? absl::StrCat(" of tp_rank ", r) : ""));
-      }
+  for (const ParameterTensor& g : full->tensors()) {
+    if (targets[g.name].got != g.global_size()) {
+      return absl::DataLossError(absl::StrCat(manifest_path, ": the model files hold ",
+                                              targets[g.name].got, " of the ", g.global_size(),
+                                              " elements of ", g.name));
     }
     tensors.push_back(
         {g.name, g.global_shape, absl::MakeConstSpan(host.data() + g.offset, g.global_size())});

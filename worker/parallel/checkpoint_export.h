@@ -14,10 +14,9 @@ namespace dtrain::parallel {
 // Assembles the whole model of a complete step (`path` as for ReadManifest) into one GPT-2
 // safetensors file at `out_path`, byte for byte what model::SaveTensors writes for one worker
 // holding the whole model (same names and order, matrices (in, out), F32, metadata
-// {"step": N}), so LoadWeights, PyTorch and transformers read it. Tensor-parallel shards are
-// put back together (model::InsertShard), pipeline stages merged, and wte is taken from the
-// embedding stage (the last stage's tied copy is identical and dropped). Reads one model file
-// at a time; DataLoss naming the file on a size or checksum mismatch. Returns the step
+// {"step": N}), so LoadWeights, PyTorch and transformers read it. Each stored array is put
+// where its TensorShard says it sits (so any layout's step exports the same file). Reads one
+// model file at a time; DataLoss naming the tensor when the step lacks any of its elements; DataLoss naming the file on a size or checksum mismatch. Returns the step
 // exported and its absolute directory.
 absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
                                                         const std::string& out_path);

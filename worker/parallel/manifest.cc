@@ -1,6 +1,9 @@
 #include "worker/parallel/manifest.h"
 
 #include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
 #include <xxhash.h>
 
 #include "absl/strings/numbers.h"
@@ -16,8 +19,7 @@
 namespace dtrain::parallel {
 namespace {
 
-constexpr char kModelFormat[] = "dtrain-shard-model-v1";
-constexpr char kOptimizerFormat[] = "dtrain-shard-adamw-v1";
+constexpr char kShardFormat[] = "dtrain-shard-v2";
 
 absl::Status Corrupt(const std::string& path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat(path, ": ", what));
@@ -32,7 +34,37 @@ const char* KindName(ShardFileKind kind) {
   return kind == ShardFileKind::kModel ? "model" : "optimizer";
 }
 
-ShardFileEntry ToProto(const ShardFile& f, ChecksumKind checksum) {
+std::string Hex(uint64_t checksum) { return absl::StrFormat("%016x", checksum); }
+
+dtrain::TensorShard ShardToProto(const TensorShard& t) {
+  dtrain::TensorShard p;
+  p.set_tensor(t.tensor);
+  for (int64_t d : t.global_shape) p.add_global_shape(d);
+  for (const model::TensorBox& box : t.boxes) {
+    dtrain::TensorBox& b = *p.add_boxes();
+    for (int64_t d : box.offset) b.add_offset(d);
+    for (int64_t d : box.size) b.add_size(d);
+  }
+  p.set_flat_begin(t.flat_begin);
+  p.set_flat_end(t.flat_end);
+  return p;
+}
+
+TensorShard ShardFromProto(const dtrain::TensorShard& p) {
+  TensorShard t;
+  t.tensor = p.tensor();
+  t.global_shape.assign(p.global_shape().begin(), p.global_shape().end());
+  for (const dtrain::TensorBox& b : p.boxes()) {
+    t.boxes.push_back({{b.offset().begin(), b.offset().end()}, {b.size().begin(), b.size().end()}});
+  }
+  t.flat_begin = p.flat_begin();
+  t.flat_end = p.flat_end();
+  return t;
+}
+
+}  // namespace
+
+ShardFileEntry ToEntry(const ShardFile& f, ChecksumKind checksum) {
   ShardFileEntry e;
   e.set_name(f.FileName());
   e.set_kind(KindName(f.kind));
@@ -44,28 +76,22 @@ ShardFileEntry ToProto(const ShardFile& f, ChecksumKind checksum) {
   e.set_num_layers(f.stage.num_layers);
   e.set_has_embedding(f.stage.has_embedding);
   e.set_has_head(f.stage.has_head);
-  if (f.kind == ShardFileKind::kOptimizer) {
-    e.set_range_begin(f.range_begin);
-    e.set_range_end(f.range_end);
-    e.set_buffer_size(f.buffer_size);
-    e.set_adam_step(f.adam_step);
-  }
+  if (f.kind == ShardFileKind::kOptimizer) e.set_adam_step(f.adam_step);
+  for (const TensorShard& t : f.tensors) *e.add_tensors() = ShardToProto(t);
   e.set_bytes(f.bytes);
-  const std::string hex = absl::StrFormat("%016x", f.checksum);
   if (checksum == ChecksumKind::kXxh3_64) {
-    e.set_xxh3_64(hex);
+    e.set_xxh3_64(Hex(f.checksum));
   } else {
-    e.set_fnv1a64(hex);
+    e.set_fnv1a64(Hex(f.checksum));
   }
   return e;
 }
 
-absl::StatusOr<ShardFile> FromProto(const ShardFileEntry& e, ChecksumKind checksum,
-                                    const std::string& path, size_t index) {
-  const std::string where = absl::StrCat("files[", index, "] (", e.name(), "): ");
+absl::StatusOr<ShardFile> FromEntry(const ShardFileEntry& e, ChecksumKind checksum,
+                                    const std::string& where) {
   ShardFile f;
   if (e.kind() != "model" && e.kind() != "optimizer") {
-    return Corrupt(path, absl::StrCat(where, "unknown kind \"", e.kind(), "\""));
+    return Corrupt(where, absl::StrCat("unknown kind \"", e.kind(), "\""));
   }
   f.kind = e.kind() == "model" ? ShardFileKind::kModel : ShardFileKind::kOptimizer;
   f.dp_rank = e.dp_rank();
@@ -74,31 +100,123 @@ absl::StatusOr<ShardFile> FromProto(const ShardFileEntry& e, ChecksumKind checks
   f.chunk = e.chunk();
   f.stage = {e.first_layer(), e.num_layers(), e.has_embedding(), e.has_head()};
   if (f.kind == ShardFileKind::kOptimizer) {
-    if (!e.has_range_begin() || !e.has_range_end() || !e.has_buffer_size() ||
-        !e.has_adam_step()) {
-      return Corrupt(path, absl::StrCat(where, "an optimizer entry needs range_begin, "
-                                               "range_end, buffer_size and adam_step"));
-    }
-    f.range_begin = e.range_begin();
-    f.range_end = e.range_end();
-    f.buffer_size = e.buffer_size();
+    if (!e.has_adam_step()) return Corrupt(where, "an optimizer entry needs adam_step");
     f.adam_step = e.adam_step();
   }
+  for (const dtrain::TensorShard& t : e.tensors()) f.tensors.push_back(ShardFromProto(t));
   f.bytes = e.bytes();
   const bool xxh3 = checksum == ChecksumKind::kXxh3_64;
   const std::string& hex = xxh3 ? e.xxh3_64() : e.fnv1a64();
   if (hex.size() != 16 || !absl::SimpleHexAtoi(hex, &f.checksum)) {
-    return Corrupt(path, absl::StrCat(where, "\"", ChecksumName(checksum),
-                                      "\" is missing or not 16 hex digits"));
+    return Corrupt(where, absl::StrCat("\"", ChecksumName(checksum),
+                                       "\" is missing or not 16 hex digits"));
   }
   if (e.name() != f.FileName()) {
-    return Corrupt(path, absl::StrCat("entry \"", e.name(), "\" has the coordinates of ",
-                                      f.FileName()));
+    return Corrupt(where, absl::StrCat("entry \"", e.name(), "\" has the coordinates of ",
+                                       f.FileName()));
   }
   return f;
 }
 
-}  // namespace
+std::vector<int64_t> StoredShape(const TensorShard& t) {
+  if (t.boxes.empty()) return {t.size()};
+  std::vector<int64_t> local = t.boxes[0].size;
+  if (local.empty()) return {t.size()};
+  local.back() = 0;
+  for (const model::TensorBox& box : t.boxes) local.back() += box.size.back();
+  int64_t n = 1;
+  for (int64_t d : local) n *= d;
+  if (t.flat_begin == 0 && t.flat_end == n) return local;
+  return {t.size()};
+}
+
+absl::StatusOr<std::vector<ShardRun>> ShardRuns(const TensorShard& t, const std::string& where) {
+  const std::string what = absl::StrCat(where, ": ", t.tensor);
+  const size_t rank = t.global_shape.size();
+  if (rank == 0 || t.boxes.empty()) return Corrupt(what, "no shape or no boxes");
+  // Row-major strides of the global tensor.
+  std::vector<int64_t> stride(rank, 1);
+  for (size_t d = rank - 1; d > 0; --d) stride[d - 1] = stride[d] * t.global_shape[d];
+  const std::vector<int64_t>& lead = t.boxes[0].size;
+  for (const model::TensorBox& box : t.boxes) {
+    if (box.offset.size() != rank || box.size.size() != rank) {
+      return Corrupt(what, "a box has the wrong number of dims");
+    }
+    for (size_t d = 0; d < rank; ++d) {
+      if (box.offset[d] < 0 || box.size[d] < 0 ||
+          box.offset[d] + box.size[d] > t.global_shape[d] ||
+          (d + 1 < rank && box.size[d] != lead[d])) {
+        return Corrupt(what, "a box is outside the tensor or its leading sizes differ");
+      }
+    }
+  }
+  // The local tensor, row by row (a row: one index of every dim but the last): each box's
+  // piece of that row in turn. Runs that continue each other are merged.
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < rank; ++d) rows *= lead[d];
+  std::vector<ShardRun> runs;
+  int64_t local = 0;  // index in the local tensor
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t r = 0; r < rows && local < t.flat_end; ++r) {
+    for (const model::TensorBox& box : t.boxes) {
+      int64_t global = box.offset[rank - 1];
+      for (size_t d = 0; d + 1 < rank; ++d) global += (box.offset[d] + index[d]) * stride[d];
+      // The part of [local, local + width) inside [flat_begin, flat_end).
+      const int64_t width = box.size[rank - 1];
+      const int64_t lo = std::max(local, t.flat_begin);
+      const int64_t hi = std::min(local + width, t.flat_end);
+      if (lo < hi) {
+        const ShardRun run{global + lo - local, lo - t.flat_begin, hi - lo};
+        if (!runs.empty() && runs.back().global + runs.back().size == run.global &&
+            runs.back().stored + runs.back().size == run.stored) {
+          runs.back().size += run.size;
+        } else {
+          runs.push_back(run);
+        }
+      }
+      local += width;
+    }
+    for (size_t d = rank - 1; d-- > 0;) {  // next row index, last leading dim fastest
+      if (++index[d] < lead[d]) break;
+      index[d] = 0;
+    }
+  }
+  if (t.flat_begin < 0 || t.flat_begin > t.flat_end || t.flat_end > local) {
+    if (t.flat_end > local) {
+      return Corrupt(what, absl::StrCat("flat range [", t.flat_begin, ", ", t.flat_end,
+                                        ") is outside its ", local, " elements"));
+    }
+    return Corrupt(what, absl::StrCat("flat range [", t.flat_begin, ", ", t.flat_end,
+                                      ") is invalid"));
+  }
+  std::sort(runs.begin(), runs.end(),
+            [](const ShardRun& a, const ShardRun& b) { return a.global < b.global; });
+  return runs;
+}
+
+int64_t CopyOverlap(absl::Span<const ShardRun> from, absl::Span<const float> from_values,
+                    absl::Span<const ShardRun> to, absl::Span<float> to_values) {
+  int64_t copied = 0;
+  size_t i = 0, j = 0;
+  while (i < from.size() && j < to.size()) {
+    const ShardRun& a = from[i];
+    const ShardRun& b = to[j];
+    const int64_t lo = std::max(a.global, b.global);
+    const int64_t hi = std::min(a.global + a.size, b.global + b.size);
+    if (lo < hi) {
+      std::memcpy(to_values.data() + b.stored + (lo - b.global),
+                  from_values.data() + a.stored + (lo - a.global), (hi - lo) * sizeof(float));
+      copied += hi - lo;
+    }
+    // Advance whichever run ends first.
+    if (a.global + a.size <= b.global + b.size) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return copied;
+}
 
 std::string ShardFile::FileName() const {
   if (kind == ShardFileKind::kModel) {
@@ -147,7 +265,11 @@ absl::StatusOr<std::string> ManifestToJson(const Manifest& m) {
   l.set_tp(m.layout.tp);
   l.set_virtual_stages(m.layout.virtual_stages);
   l.set_zero1(m.layout.zero1);
-  for (const ShardFile& f : m.files) *proto.add_files() = ToProto(f, m.checksum);
+  dtrain::DataPosition& d = *proto.mutable_data();
+  d.set_consumed_sequences(m.data.consumed_sequences);
+  d.set_batch_size(m.data.batch_size);
+  d.set_seq_len(m.data.seq_len);
+  for (const ShardFile& f : m.files) *proto.add_files() = ToEntry(f, m.checksum);
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
   options.always_print_primitive_fields = true;  // zero1: false, dp_rank: 0 are written too
@@ -168,6 +290,16 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string
   if (!status.ok()) {
     return Corrupt(path, absl::StrCat("not a manifest: ", std::string(status.message())));
   }
+  if (proto.format() == kManifestFormat && proto.version() == 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is a checkpoint of format version 1 (dtrain before issue 12), whose shards "
+        "fit only the layout that wrote them (dp=", proto.layout().dp(), " pp=",
+        proto.layout().pp(), " tp=", proto.layout().tp(), " virtual_stages=",
+        proto.layout().virtual_stages(), proto.layout().zero1() ? " zero1" : "",
+        "); this dtrain reads version ", kManifestVersion, ". Resume it with the dtrain version "
+        "that wrote it and the same layout, or export it with that version (dtrain export) and "
+        "start from the exported file as init_checkpoint"));
+  }
   if (proto.format() != kManifestFormat || proto.version() != kManifestVersion) {
     return Corrupt(path, absl::StrCat("format \"", proto.format(), "\" version ",
                                       proto.version(), ", expected \"", kManifestFormat,
@@ -182,8 +314,8 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string
     return Corrupt(path, absl::StrCat("unknown checksum \"", proto.checksum(),
                                       "\" (known: xxh3_64, fnv1a64)"));
   }
-  if (!proto.has_model() || !proto.has_layout()) {
-    return Corrupt(path, "\"model\" or \"layout\" is missing");
+  if (!proto.has_model() || !proto.has_layout() || !proto.has_data()) {
+    return Corrupt(path, "\"model\", \"layout\" or \"data\" is missing");
   }
   m.step = proto.step();
   absl::StatusOr<model::GptConfig> config = model::GptConfigFromProto(proto.model());
@@ -191,34 +323,27 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string
   m.config = *config;
   const CheckpointLayoutProto& l = proto.layout();
   m.layout = {l.dp(), l.pp(), l.tp(), l.virtual_stages(), l.zero1()};
+  m.data = {proto.data().consumed_sequences(), proto.data().batch_size(),
+            proto.data().seq_len()};
   for (const ShardFileEntry& e : proto.files()) {
-    ASSIGN_OR_RETURN(ShardFile f, FromProto(e, m.checksum, path, m.files.size()));
+    ASSIGN_OR_RETURN(ShardFile f, FromEntry(e, m.checksum,
+                                            absl::StrCat(path, ": files[", m.files.size(), "] (",
+                                                         e.name(), ")")));
     m.files.push_back(std::move(f));
   }
   return m;
 }
 
 std::map<std::string, std::string> ShardMetadata(const ShardFile& f, int64_t step) {
-  const bool opt = f.kind == ShardFileKind::kOptimizer;
-  std::map<std::string, std::string> meta = {
-      {"format", opt ? kOptimizerFormat : kModelFormat},
-      {"step", absl::StrCat(step)},
-      {"dp_rank", absl::StrCat(f.dp_rank)},
-      {"pp_rank", absl::StrCat(f.pp_rank)},
-      {"tp_rank", absl::StrCat(f.tp_rank)},
-      {"chunk", absl::StrCat(f.chunk)},
-      {"first_layer", absl::StrCat(f.stage.first_layer)},
-      {"num_layers", absl::StrCat(f.stage.num_layers)},
-      {"has_embedding", f.stage.has_embedding ? "true" : "false"},
-      {"has_head", f.stage.has_head ? "true" : "false"},
-  };
-  if (opt) {
-    meta["range_begin"] = absl::StrCat(f.range_begin);
-    meta["range_end"] = absl::StrCat(f.range_end);
-    meta["buffer_size"] = absl::StrCat(f.buffer_size);
-    meta["adam_step"] = absl::StrCat(f.adam_step);
-  }
-  return meta;
+  ShardFileEntry entry = ToEntry(f, ChecksumKind::kXxh3_64);
+  entry.clear_bytes();  // a file cannot hold its own size and checksum
+  entry.clear_xxh3_64();
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  // Cannot fail: a message of known fields.
+  (void)google::protobuf::util::MessageToJsonString(entry, &json, options);
+  return {{"format", kShardFormat}, {"step", absl::StrCat(step)}, {"entry", json}};
 }
 
 absl::StatusOr<ShardFile> ParseShardMetadata(const std::map<std::string, std::string>& meta,
@@ -228,43 +353,23 @@ absl::StatusOr<ShardFile> ParseShardMetadata(const std::map<std::string, std::st
     if (it == meta.end()) return Corrupt(path, absl::StrCat("metadata has no \"", key, "\""));
     return it->second;
   };
-  auto get_int = [&](const char* key, auto* out) -> absl::Status {
-    ASSIGN_OR_RETURN(std::string s, get(key));
-    if (!absl::SimpleAtoi(s, out) || *out < 0) {
-      return Corrupt(path, absl::StrCat("metadata \"", key, "\" is not a count: \"", s, "\""));
-    }
-    return absl::OkStatus();
-  };
-  auto get_bool = [&](const char* key, bool* out) -> absl::Status {
-    ASSIGN_OR_RETURN(std::string s, get(key));
-    if (s != "true" && s != "false") {
-      return Corrupt(path, absl::StrCat("metadata \"", key, "\" is not true/false"));
-    }
-    *out = s == "true";
-    return absl::OkStatus();
-  };
-  ShardFile f;
   ASSIGN_OR_RETURN(std::string format, get("format"));
-  if (format != kModelFormat && format != kOptimizerFormat) {
-    return Corrupt(path, absl::StrCat("format \"", format, "\" is not a dtrain shard"));
+  if (format != kShardFormat) {
+    return Corrupt(path, absl::StrCat("format \"", format, "\" is not a ", kShardFormat,
+                                      " shard"));
   }
-  f.kind = format == kModelFormat ? ShardFileKind::kModel : ShardFileKind::kOptimizer;
-  RETURN_IF_ERROR(get_int("step", step));
-  RETURN_IF_ERROR(get_int("dp_rank", &f.dp_rank));
-  RETURN_IF_ERROR(get_int("pp_rank", &f.pp_rank));
-  RETURN_IF_ERROR(get_int("tp_rank", &f.tp_rank));
-  RETURN_IF_ERROR(get_int("chunk", &f.chunk));
-  RETURN_IF_ERROR(get_int("first_layer", &f.stage.first_layer));
-  RETURN_IF_ERROR(get_int("num_layers", &f.stage.num_layers));
-  RETURN_IF_ERROR(get_bool("has_embedding", &f.stage.has_embedding));
-  RETURN_IF_ERROR(get_bool("has_head", &f.stage.has_head));
-  if (f.kind == ShardFileKind::kOptimizer) {
-    RETURN_IF_ERROR(get_int("range_begin", &f.range_begin));
-    RETURN_IF_ERROR(get_int("range_end", &f.range_end));
-    RETURN_IF_ERROR(get_int("buffer_size", &f.buffer_size));
-    RETURN_IF_ERROR(get_int("adam_step", &f.adam_step));
+  ASSIGN_OR_RETURN(std::string step_text, get("step"));
+  if (!absl::SimpleAtoi(step_text, step) || *step < 0) {
+    return Corrupt(path, absl::StrCat("metadata \"step\" is not a step: \"", step_text, "\""));
   }
-  return f;
+  ASSIGN_OR_RETURN(std::string json, get("entry"));
+  ShardFileEntry entry;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(json, &entry);
+  if (!parsed.ok()) {
+    return Corrupt(path, absl::StrCat("metadata \"entry\": ", std::string(parsed.message())));
+  }
+  entry.set_xxh3_64(Hex(0));  // filled by whoever checksums the file
+  return FromEntry(entry, ChecksumKind::kXxh3_64, path);
 }
 
 absl::StatusOr<model::SafetensorsFile> OpenVerified(const std::string& step_dir,
@@ -330,8 +435,11 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step
   if (absl::IsNotFound(json.status())) {
     if (Exists(absl::StrCat(step_dir, "/", model::kModelFileName))) {
       return absl::FailedPreconditionError(absl::StrCat(
-          step_dir, " is a one-worker checkpoint (model.safetensors, no ", kManifestFileName,
-          "): its model.safetensors already is the whole model"));
+          step_dir, " is a one-worker checkpoint of dtrain before issue 12 (",
+          model::kModelFileName, ", no ", kManifestFileName, "), which this dtrain does not "
+          "resume: resume it with the dtrain version that wrote it, or start from its weights "
+          "with init_checkpoint=", step_dir, "/", model::kModelFileName,
+          " (the optimizer state starts afresh)"));
     }
     return absl::FailedPreconditionError(absl::StrCat(
         step_dir, " is not a complete sharded checkpoint: it has no ", kManifestFileName,

@@ -1,20 +1,28 @@
-// The on-disk description of a sharded checkpoint (docs/DATA_FORMATS.md, "Sharded checkpoints").
+// The on-disk description of a checkpoint (docs/DATA_FORMATS.md, "Sharded checkpoints").
 //
-// A multi-worker job saves step N as one directory of per-rank safetensors files plus
-// manifest.json, which rank 0 writes last:
+// A job (of one worker or many) saves step N as one directory of per-rank safetensors files
+// plus manifest.json, which rank 0 writes last:
 //
 //   DIR/step_00000042/model-pp1-tp0-c0.safetensors          parameters of one chunk (dp 0 only)
 //   DIR/step_00000042/optimizer-dp1-pp1-tp0-c0.safetensors  AdamW moments of one chunk's range
 //   DIR/step_00000042/manifest.json                         what makes the step complete
 //   DIR/latest                                              "step_00000042", moved last
 //
-// The manifest names every file with its coordinates, size and XXH3-64 checksum, so a reader
-// never trusts a half-written step (no manifest) or a damaged file (size or checksum differs).
-// The manifest is the protobuf message dtrain.CheckpointManifest (proto/checkpoint.proto) in
-// protobuf's JSON mapping. This header holds the data types, the file names, the checksum, the
-// manifest's JSON, reading a step's manifest and the verified read of a listed file; the
-// save/load logic is in sharded_checkpoint.h, the export in checkpoint_export.h. None of it
-// links the model or the kernels.
+// The format is layout-free (version 2): every stored array names its GPT-2 tensor, that
+// tensor's global shape and where the array's elements sit in it (TensorShard: boxes of the
+// global tensor and a flat range of them), as PyTorch DCP and Megatron's ShardedTensor do. A
+// job of any layout loads a step by intersecting what each of its ranks holds with what was
+// stored. Each element is stored once: tensors replicated over tp by tp rank 0 only, the tied
+// head's copy of wte not at all (the embedding's is the same).
+//
+// The manifest names every file with its coordinates, its arrays, size and XXH3-64 checksum, so
+// a reader never trusts a half-written step (no manifest) or a damaged file (size or checksum
+// differs). The manifest is the protobuf message dtrain.CheckpointManifest
+// (proto/checkpoint.proto) in protobuf's JSON mapping. This header holds the data types, the
+// file names, the checksum, the manifest's JSON, reading a step's manifest, the verified read
+// of a listed file and the geometry of stored arrays; the save/load logic is in
+// sharded_checkpoint.h, the export in checkpoint_export.h. None of it links the model or the
+// kernels.
 #ifndef DTRAIN_WORKER_PARALLEL_MANIFEST_H_
 #define DTRAIN_WORKER_PARALLEL_MANIFEST_H_
 
@@ -37,9 +45,10 @@ namespace dtrain::parallel {
 // Step directories and `latest` are named by common/job_paths.h (StepDirName, kLatestFileName).
 inline constexpr char kManifestFileName[] = "manifest.json";
 inline constexpr char kManifestFormat[] = "dtrain-sharded-checkpoint";
-inline constexpr int kManifestVersion = 1;
+inline constexpr int kManifestVersion = 2;
 
-// The parallel layout a checkpoint was written under; resuming needs the same one.
+// The parallel layout a checkpoint was written under: which files a complete step has. A
+// resume may use any other.
 struct CheckpointLayout {
   int dp = 1, pp = 1, tp = 1;
   int virtual_stages = 1;
@@ -60,9 +69,55 @@ absl::string_view ChecksumName(ChecksumKind kind);
 // 0x100000001b3, one byte at a time; about 20 times slower, kept to verify old manifests).
 uint64_t ShardChecksum(absl::string_view bytes, ChecksumKind kind = ChecksumKind::kXxh3_64);
 
-// One file of a step. The same fields are stored in the file's own safetensors metadata (as
-// strings) and in its manifest entry (plus size and checksum), so each file is self-describing
-// and the manifest alone tells what a step holds.
+// How far into the data a step is (dtrain.DataPosition): a resume must read on from there.
+struct DataPosition {
+  int64_t consumed_sequences = 0;  // by all replicas together: step * batch_size
+  int batch_size = 0;              // global
+  int seq_len = 0;
+};
+
+// Where the data stands after `step` steps of `batch_size` sequences of `seq_len` tokens (the
+// one rule both trainers save and resume with).
+inline DataPosition DataPositionAfter(int64_t step, int batch_size, int seq_len) {
+  return {step * batch_size, batch_size, seq_len};
+}
+
+// One stored array and where its elements sit in the GPT-2 tensor `tensor` (dtrain.TensorShard):
+// `boxes` of the global tensor, concatenated along the last dim in order, make a local tensor
+// (model::ShardBoxes: a tensor-parallel shard), and the array is its elements
+// [flat_begin, flat_end) in row-major order.
+struct TensorShard {
+  std::string tensor;
+  std::vector<int64_t> global_shape;
+  std::vector<model::TensorBox> boxes;
+  int64_t flat_begin = 0, flat_end = 0;
+
+  int64_t size() const { return flat_end - flat_begin; }
+};
+
+// The shape an array is stored with: the local tensor's when it is whole, else [size()].
+std::vector<int64_t> StoredShape(const TensorShard& shard);
+
+// `size` elements of a stored array from index `stored` are the global tensor's (row-major)
+// elements from index `global`.
+struct ShardRun {
+  int64_t global = 0, stored = 0, size = 0;
+};
+
+// The runs of `shard`, by global index. DataLoss naming `where` when the boxes do not fit the
+// global shape, their leading sizes differ, or the flat range is outside the local tensor.
+absl::StatusOr<std::vector<ShardRun>> ShardRuns(const TensorShard& shard,
+                                                const std::string& where);
+
+// Copies every element `from` (with values `from_values`) and `to` have in common into
+// `to_values`; returns how many. Both run lists sorted by global index, as ShardRuns gives them.
+int64_t CopyOverlap(absl::Span<const ShardRun> from, absl::Span<const float> from_values,
+                    absl::Span<const ShardRun> to, absl::Span<float> to_values);
+
+// One file of a step: its coordinates, the chunk it was written from, and its arrays. The same
+// fields are stored in the file's own safetensors metadata and in its manifest entry (plus
+// size and checksum), so each file is self-describing and the manifest alone tells what a step
+// holds.
 struct ShardFile {
   ShardFileKind kind = ShardFileKind::kModel;
   int dp_rank = 0;  // 0 for model files (replicas are identical) and non-ZeRO optimizer files
@@ -70,10 +125,10 @@ struct ShardFile {
   int tp_rank = 0;
   int chunk = 0;           // virtual stage on this pipeline rank (model chunk chunk * pp + pp_rank)
   model::StageSpec stage;  // the chunk's layers and ends
-  // Optimizer files: the moments cover elements [range_begin, range_end) of the chunk's
-  // parameter buffer (ParameterLayout offsets), stored flat; buffer_size is the whole buffer.
-  int64_t range_begin = 0, range_end = 0, buffer_size = 0;
-  int64_t adam_step = 0;
+  int64_t adam_step = 0;   // optimizer files
+  // Model files store each array under its tensor's name, optimizer files under
+  // "exp_avg.<tensor>" and "exp_avg_sq.<tensor>".
+  std::vector<TensorShard> tensors;
   // Manifest only: the file's size in bytes and the checksum of all its bytes (of the
   // manifest's ChecksumKind).
   int64_t bytes = 0;
@@ -82,6 +137,12 @@ struct ShardFile {
   // "model-pp1-tp0-c0.safetensors", "optimizer-dp1-pp1-tp0-c0.safetensors".
   std::string FileName() const;
 };
+
+// A file's manifest entry and back. ToEntry writes `bytes` and the checksum (under the key of
+// `checksum`); FromEntry reads them too and checks the entry (DataLoss naming `where`).
+ShardFileEntry ToEntry(const ShardFile& file, ChecksumKind checksum);
+absl::StatusOr<ShardFile> FromEntry(const ShardFileEntry& entry, ChecksumKind checksum,
+                                    const std::string& where);
 
 // One file a rank writes for a step, complete in memory: what SnapshotShard
 // (sharded_checkpoint.h) returns and the checkpoint writer (checkpoint_writer.h) writes. `name`
@@ -99,6 +160,7 @@ struct Manifest {
   ChecksumKind checksum = ChecksumKind::kXxh3_64;  // of every file's ShardFile::checksum
   model::GptConfig config;
   CheckpointLayout layout;
+  DataPosition data;
   std::vector<ShardFile> files;
 
   // The entry for a file, or null.
@@ -107,9 +169,11 @@ struct Manifest {
 };
 
 // The manifest as JSON (protobuf's JSON mapping of dtrain.CheckpointManifest, pretty-printed)
-// and back. ParseManifest reads the manifests of earlier dtrain versions too (same keys,
-// integers as numbers, FNV-1a checksums). Parse errors are DataLoss naming `path` and the
-// problem (malformed JSON, unknown key, wrong format or version, a missing checksum).
+// and back. ParseManifest accepts integers as numbers and FNV-1a checksums. Parse errors are
+// DataLoss naming `path` and the problem (malformed JSON, unknown key, wrong format, a missing
+// checksum); a version 1 manifest (dtrain before issue 12: one layout's local shapes) is
+// FailedPrecondition saying how to carry it over (resume it with the dtrain version that wrote
+// it, or export it with that version and start from init_checkpoint).
 absl::StatusOr<std::string> ManifestToJson(const Manifest& manifest);
 absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string& path);
 
@@ -123,9 +187,9 @@ std::vector<ShardFile> ExpectedFiles(const CheckpointLayout& layout);
 // Checks that the manifest lists exactly the files of its layout (DataLoss naming it).
 absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step_dir = nullptr);
 
-// A shard file's safetensors metadata ("format", "step", the coordinates, the chunk's stage
-// and, for optimizer files, the range and the AdamW step) and back. ParseShardMetadata checks
-// the format and that every field is present and well formed (DataLoss naming `path`).
+// A shard file's safetensors metadata ("format", "step" and "entry": its manifest entry as
+// JSON, without size and checksum) and back. ParseShardMetadata checks the format and the
+// entry (DataLoss naming `path`).
 std::map<std::string, std::string> ShardMetadata(const ShardFile& file, int64_t step);
 absl::StatusOr<ShardFile> ParseShardMetadata(const std::map<std::string, std::string>& metadata,
                                              int64_t* step, const std::string& path);

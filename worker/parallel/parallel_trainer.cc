@@ -267,13 +267,14 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
     r.data = std::make_unique<model::TokenDataset>(std::move(data));
   }
 
-  // Initial state: a checkpoint of this layout, a GPT-2 file, or the seeded init (the same
+  // Initial state: a checkpoint of any layout, a GPT-2 file, or the seeded init (the same
   // values as one worker's, whatever the layout).
   std::vector<model::AdamW*> optimizers;
   for (Chunk& c : t->chunks_) optimizers.push_back(c.optimizer.get());
   if (!run.resume_from.empty()) {
     ASSIGN_OR_RETURN(t->start_step_,
-                     LoadShard(checkpoint.step_dir, t->Identity(), stages, optimizers));
+                     LoadShard(checkpoint.step_dir, t->Identity(), stages, optimizers,
+                               DataPositionAfter(0, run.batch, run.seq)));
     t->resumed_from_ = checkpoint.step_dir;
     t->resume_note_ = checkpoint.note;
   } else {
@@ -438,7 +439,10 @@ absl::StatusOr<CheckpointWritten> ParallelTrainer::SaveCheckpoint(int64_t step) 
   // The manifest names every shard, so it is written once all of them are.
   RETURN_IF_ERROR(Timed("barrier", 0, [&] { return comm::Barrier(*runner_->world); }));
   const bool seals = options_.rank == 0;
-  if (seals) RETURN_IF_ERROR(WriteManifest(dir, step, Identity(), options_.run.model));
+  if (seals) {
+    RETURN_IF_ERROR(WriteManifest(dir, step, Identity().layout(), options_.run.model,
+                                  DataPositionAfter(step, options_.run.batch, options_.run.seq)));
+  }
   return CheckpointWritten{step, AbsolutePath(absl::StrCat(dir, "/", StepDirName(step))), seals,
                            Since(start)};
 }

@@ -1,23 +1,29 @@
-// Checkpoints of multi-worker (dp x pp x tp) jobs: every rank writes its own shard files, rank 0
-// seals the step with a manifest, and a step can be resumed by the same layout or exported to
-// one GPT-2 safetensors file. Formats: manifest.h and docs/DATA_FORMATS.md ("Sharded
-// checkpoints").
+// Checkpoints of every training job (one worker is the layout dp=pp=tp=1): every rank snapshots
+// its own shard files, rank 0 seals the step with a manifest, and any layout resumes a step
+// (the format is layout-free: manifest.h) or exports it to one GPT-2 safetensors file
+// (checkpoint_export.h). Formats: manifest.h and docs/DATA_FORMATS.md ("Sharded checkpoints").
 //
-// The trainer's protocol for saving step N (every rank, then rank 0):
+// Saving step N, in the background (checkpoint_writer.h):
+//
+//   ASSIGN_OR_RETURN(std::vector<PendingFile> files, SnapshotShard(N, id, chunks, optimizers));
+//   writer.Submit(N, std::move(files), ...);   // rank 0's writer calls SealStep with all entries
+//
+// or in the foreground, every rank, then rank 0:
 //
 //   RETURN_IF_ERROR(SaveShard(dir, N, id, chunks, optimizers));   // every rank
 //   <barrier over all ranks>
-//   if (rank == 0) RETURN_IF_ERROR(WriteManifest(dir, N, id, config));
+//   if (rank == 0) RETURN_IF_ERROR(WriteManifest(dir, N, id.layout(), config, data));
 //
-// and for resuming, every rank: ASSIGN_OR_RETURN(int64_t step, LoadShard(path, id, chunks, opts)).
-// Reading a manifest (ReadManifest) is in manifest.h, the export in checkpoint_export.h.
+// and for resuming, every rank, whatever layout wrote the step:
+//   ASSIGN_OR_RETURN(int64_t step, LoadShard(path, id, chunks, opts, data));
 // The directory must be one file system that every rank writes and rank 0 reads (shared or
-// local to a one-machine job): WriteManifest reads every shard file back to checksum it.
+// local to a one-machine job).
 #ifndef DTRAIN_WORKER_PARALLEL_SHARDED_CHECKPOINT_H_
 #define DTRAIN_WORKER_PARALLEL_SHARDED_CHECKPOINT_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -41,39 +47,56 @@ struct ShardIdentity {
   CheckpointLayout layout() const { return {dp, pp, tp, virtual_stages, zero1}; }
 };
 
-// Writes this rank's files into DIR/step_<%08d>/ (creating both directories):
-//  * dp_rank 0 only (replicas hold identical parameters): one model file per chunk, the
-//    chunk's tensors with GPT-2 names and local (tensor-parallel) shapes;
-//  * every dp rank with ZeRO-1, only dp_rank 0 without: one optimizer file per chunk, the
-//    moments of the optimizer's range [range_begin, range_end) as flat "exp_avg" and
-//    "exp_avg_sq".
-// Each file carries its coordinates, the chunk's layers, the optimizer range and AdamW step as
-// metadata and is written atomically. A step directory that already holds a manifest is sealed
-// and is never written again: FailedPrecondition naming it, before any file is touched (every
-// rank checks, so all of them refuse). An unsealed one (a save that did not finish) is
-// overwritten. InvalidArgument when `id`, the chunks and the optimizers disagree (counts, tp
-// spec, ranges).
+// This rank's files of step `step`, complete in memory (the writer fills size and checksum):
+//  * dp_rank 0 only (replicas hold identical parameters): one model file per chunk;
+//  * every dp rank with ZeRO-1, only dp_rank 0 without: one optimizer file per chunk, the moments
+//    of the optimizer's range, each tensor's piece of the range as "exp_avg.<name>" and
+//    "exp_avg_sq.<name>".
+// Every array is described by a TensorShard (global shape, boxes, flat range) so any layout can
+// load it. Each element is stored once: tensors replicated over tp by tp rank 0 only, and the
+// head's tied copy of wte not at all (the embedding chunk stores wte). Copies the state to the
+// host and touches no file. InvalidArgument when `id`, the chunks and the optimizers disagree
+// (counts, tp spec, ranges).
+absl::StatusOr<std::vector<PendingFile>> SnapshotShard(int64_t step, const ShardIdentity& id,
+                                                       absl::Span<model::GptStage* const> chunks,
+                                                       absl::Span<model::AdamW* const> optimizers);
+
+// Rank 0, once every rank's files of `step` are durable in DIR/step_N/: checks that `entries`
+// (every rank's, with size and XXH3 checksum) make the complete step of `layout` (each file
+// the layout implies exactly once, every element of every tensor and of both moments stored
+// exactly once, one AdamW step count; FailedPrecondition naming what is missing), then writes
+// DIR/step_N/manifest.json atomically and points DIR/latest at step_N. Reads no shard file.
+absl::Status SealStep(const std::string& dir, int64_t step, const model::GptConfig& config,
+                      const CheckpointLayout& layout, const DataPosition& data,
+                      std::vector<ShardFileEntry> entries);
+
+// SnapshotShard written into DIR/step_<%08d>/ (creating both directories), each file
+// atomically. A step directory that already holds a manifest is sealed and is never written
+// again: FailedPrecondition naming it, before any file is touched (every rank checks, so all
+// of them refuse). An unsealed one (a save that did not finish) is overwritten.
 absl::Status SaveShard(const std::string& dir, int64_t step, const ShardIdentity& id,
                        absl::Span<model::GptStage* const> chunks,
                        absl::Span<model::AdamW* const> optimizers);
 
-// Rank 0, after every rank's SaveShard returned: checks that every file the layout implies
-// exists and describes itself consistently (FailedPrecondition naming the first missing file),
-// checksums each, writes DIR/step_N/manifest.json atomically and then points DIR/latest at
-// step_N (atomically). Only `layout` of `id` is used. A step directory without a manifest is
-// incomplete: LoadShard and ExportSafetensors refuse it.
-absl::Status WriteManifest(const std::string& dir, int64_t step, const ShardIdentity& id,
-                           const model::GptConfig& config);
+// Rank 0, after every rank's SaveShard returned: reads every file `layout` implies back
+// (FailedPrecondition naming the first missing one), takes its entry from its metadata and its
+// checksum from its bytes, and seals the step (SealStep).
+absl::Status WriteManifest(const std::string& dir, int64_t step, const CheckpointLayout& layout,
+                           const model::GptConfig& config, const DataPosition& data);
 
-// Resume: fills this rank's chunks' parameters and, unless `optimizers` is empty (loading
-// weights only), the optimizers' moments and step. `path` as for ReadManifest. Requires the
-// checkpoint's model config and layout to equal this job's (FailedPrecondition naming what
-// differs: "checkpoint has pp=2 but the job has pp=4"), as well as each chunk's layers and
-// each optimizer's range. Every file read is checked against the manifest's size and checksum
-// (DataLoss naming the file). Returns the checkpoint's step.
+// Resume on any layout: fills this rank's chunks' parameters and, unless `optimizers` is empty
+// (loading weights only), the optimizers' moments and step, from the stored arrays that
+// overlap what this rank holds (its tensors' tp shards, its ZeRO-1 ranges). `path` as for
+// ReadManifest. FailedPrecondition naming what differs when the model config differs, or, with
+// job.batch_size > 0, when the batch or seq_len differs from the step's data position (the
+// data would not go on where it stopped). Reads one shard file at a time, only those it needs,
+// each checked against the manifest's size and checksum (DataLoss naming the file); DataLoss
+// naming the tensor when the step lacks elements this rank needs. Nothing is changed unless
+// everything was read. Returns the checkpoint's step.
 absl::StatusOr<int64_t> LoadShard(const std::string& path, const ShardIdentity& id,
                                   absl::Span<model::GptStage* const> chunks,
-                                  absl::Span<model::AdamW* const> optimizers);
+                                  absl::Span<model::AdamW* const> optimizers,
+                                  const DataPosition& job);
 
 }  // namespace dtrain::parallel
 

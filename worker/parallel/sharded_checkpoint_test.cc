@@ -1,6 +1,8 @@
-// Sharded checkpoints against the one-worker format: every layout's export is byte for byte
-// the file model::SaveTensors writes for the whole model, resume restores parameters, moments
-// and steps exactly, and damaged, incomplete or mismatched checkpoints are refused by name.
+// Sharded checkpoints (format version 2, layout-free) against the one-worker file: every
+// layout's export is byte for byte the file model::SaveTensors writes for the whole model,
+// resume restores parameters, moments and steps exactly on the same layout and on any other,
+// and damaged, incomplete, mismatched or old (version 1) checkpoints are refused by name. The
+// trainers' resume on other layouts is sharded_checkpoint_reshard_test.
 #include "worker/parallel/sharded_checkpoint.h"
 
 #include <sys/stat.h>
@@ -9,6 +11,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -131,25 +135,30 @@ std::vector<Rank> BuildJob(kernels::Backend* be, const model::GptConfig& config,
           auto opt = AdamW::CreateForRange(be, (*stage)->layout(), {}, begin, end);
           EXPECT_TRUE(opt.ok()) << opt.status();
           if (fill) {
+            // Parameters: GPT-2's init, the same on every layout. Moments: a value per element
+            // of each global tensor, so that ranks holding the same element (tp replicas, the
+            // head's tied copy of wte) hold the same moments, as the trainer keeps them.
             EXPECT_TRUE(model::InitializeGpt2(**stage, kSeed).ok());
-            if (!spec.has_embedding && spec.has_head) {
-              // The head's tied copy of wte: the trainer keeps it equal to the embedding's; here
-              // it differs, so that the tests see which copy export takes (the embedding's)
-              // and that resume restores each copy.
-              const model::ParameterTensor* wte = (*stage)->layout().Find("wte.weight");
-              std::vector<float> copy(wte->local_size(), 0.5f + salt);
-              EXPECT_TRUE(be->CopyToDevice((*stage)->params() + wte->offset, copy.data(),
-                                           copy.size() * sizeof(float))
-                              .ok());
+            std::vector<float> m1(total), m2(total);
+            for (const model::ParameterTensor& pt : (*stage)->layout().tensors()) {
+              const float tensor_salt = 0.01f * (std::hash<std::string>()(pt.name) % 97);
+              const TensorShard piece{pt.name, pt.global_shape,
+                                      model::ShardBoxes(pt, {t, l.tp}), 0, pt.local_size()};
+              const std::vector<ShardRun> runs = ShardRuns(piece, "test").value();
+              for (const ShardRun& run : runs) {
+                for (int64_t k = 0; k < run.size; ++k) {
+                  const int64_t g = run.global + k;
+                  m1[pt.offset + run.stored + k] = 1e-3f * (g + 1) + tensor_salt + salt;
+                  m2[pt.offset + run.stored + k] = 1e-4f * (g + 1) + tensor_salt + salt;
+                }
+              }
             }
-            std::vector<float> m1(end - begin), m2(end - begin);
-            for (int64_t i = 0; i < end - begin; ++i) {
-              m1[i] = 1e-3f * (begin + i + 1) + 0.25f * m + 0.125f * t + salt;
-              m2[i] = 1e-4f * (begin + i + 1) + 0.5f * m + 0.0625f * t + salt;
-            }
-            EXPECT_TRUE(opt->exp_avg().CopyFrom(m1).ok());
-            EXPECT_TRUE(opt->exp_avg_sq().CopyFrom(m2).ok());
-            opt->set_step(100 + static_cast<int64_t>(salt) + m);
+            EXPECT_TRUE(opt->exp_avg().CopyFrom(absl::MakeSpan(m1).subspan(begin, end - begin))
+                            .ok());
+            EXPECT_TRUE(opt->exp_avg_sq()
+                            .CopyFrom(absl::MakeSpan(m2).subspan(begin, end - begin))
+                            .ok());
+            opt->set_step(100 + static_cast<int64_t>(salt));
           }
           r.stages.push_back(std::move(stage).value());
           r.opts.push_back(std::make_unique<AdamW>(std::move(opt).value()));
@@ -173,7 +182,14 @@ absl::Status SaveJob(const std::string& dir, int64_t step, const std::vector<Ran
                      const model::GptConfig& config = kTiny) {
   absl::Status s = SaveShards(dir, step, ranks);
   if (!s.ok()) return s;
-  return WriteManifest(dir, step, ranks[0].id, config);
+  return WriteManifest(dir, step, ranks[0].id.layout(), config, DataPositionAfter(step, 8, 16));
+}
+
+// LoadShard without the data position check (these tests train nothing).
+absl::StatusOr<int64_t> Load(const std::string& path, const ShardIdentity& id,
+                             absl::Span<GptStage* const> chunks,
+                             absl::Span<AdamW* const> optimizers) {
+  return LoadShard(path, id, chunks, optimizers, DataPosition{});
 }
 
 void ExpectSameState(kernels::Backend* be, const std::vector<Rank>& want,
@@ -254,7 +270,7 @@ TEST_P(LayoutTest, ExportMatchesOneWorkerAndResumeRoundTrips) {
   // Resume into zeroed chunks: everything back, bit for bit.
   std::vector<Rank> resumed = BuildJob(be_.get(), kTiny, l, /*fill=*/false);
   for (Rank& r : resumed) {
-    absl::StatusOr<int64_t> step = LoadShard(dir, r.id, r.chunks(), r.optimizers());
+    absl::StatusOr<int64_t> step = Load(dir, r.id, r.chunks(), r.optimizers());
     ASSERT_TRUE(step.ok()) << step.status();
     EXPECT_EQ(*step, 12);
   }
@@ -278,42 +294,94 @@ TEST_F(ShardedCheckpointTest, LoadsWeightsWithoutOptimizers) {
   ASSERT_TRUE(SaveJob(dir, 3, job).ok());
   std::vector<Rank> fresh = BuildJob(be_.get(), kTiny, l, false);
   for (size_t r = 0; r < job.size(); ++r) {
-    ASSERT_TRUE(LoadShard(dir, fresh[r].id, fresh[r].chunks(), {}).ok());
+    ASSERT_TRUE(Load(dir, fresh[r].id, fresh[r].chunks(), {}).ok());
     const int64_t n = job[r].stages[0]->layout().total_size();
     EXPECT_EQ(Host(be_.get(), job[r].stages[0]->params(), n),
               Host(be_.get(), fresh[r].stages[0]->params(), n));
   }
 }
 
-TEST_F(ShardedCheckpointTest, ResumeWithAnotherLayoutOrModelNamesWhatDiffers) {
+// A step of one layout loads into any other, and saved again from there and loaded back into
+// the first layout, it is the original state bit for bit: parameters, both moments and the
+// AdamW step, whatever the tp split of c_attn, the pipeline cut, the chunks or ZeRO-1 ranges.
+TEST_F(ShardedCheckpointTest, AnyLayoutLoadsAStepAndSavesItBackExactly) {
+  const std::vector<std::pair<JobLayout, JobLayout>> pairs = {
+      {{2, 2, 2, 1, true}, {1, 1, 4, 1, false}},
+      {{1, 1, 4, 1, false}, {4, 1, 1, 1, true}},
+      {{1, 2, 2, 1, false}, {2, 1, 1, 2, true}},  // two chunks on one pipeline rank
+      {{1, 1, 1, 1, false}, {2, 4, 1, 1, true}},
+  };
+  for (const auto& [a, b] : pairs) {
+    SCOPED_TRACE(a.Name() + " -> " + b.Name());
+    const std::string dir = TempDir(a.Name() + "_to_" + b.Name());
+    std::vector<Rank> original = BuildJob(be_.get(), kTiny, a, /*fill=*/true, /*salt=*/3);
+    ASSERT_TRUE(SaveJob(dir + "/a", 7, original).ok());
+    std::vector<Rank> other = BuildJob(be_.get(), kTiny, b, /*fill=*/false);
+    for (Rank& r : other) ASSERT_EQ(Load(dir + "/a", r.id, r.chunks(), r.optimizers()).value_or(-1), 7);
+    ASSERT_TRUE(SaveJob(dir + "/b", 7, other).ok());
+    // Both steps export the same model.
+    ASSERT_TRUE(ExportSafetensors(dir + "/a", dir + "/a.safetensors").ok());
+    ASSERT_TRUE(ExportSafetensors(dir + "/b", dir + "/b.safetensors").ok());
+    EXPECT_TRUE(ReadAll(dir + "/a.safetensors") == ReadAll(dir + "/b.safetensors"));
+    std::vector<Rank> back = BuildJob(be_.get(), kTiny, a, /*fill=*/false);
+    for (Rank& r : back) ASSERT_EQ(Load(dir + "/b", r.id, r.chunks(), r.optimizers()).value_or(-1), 7);
+    ExpectSameState(be_.get(), original, back);
+  }
+}
+
+TEST_F(ShardedCheckpointTest, AnotherModelIsRefusedNamingWhatDiffers) {
   const std::string dir = TempDir("mismatch");
   ASSERT_TRUE(SaveJob(dir, 5, BuildJob(be_.get(), kTiny, {1, 2, 1, 1, false}, true)).ok());
-  auto refused = [&](const model::GptConfig& config, const JobLayout& l,
-                     std::vector<int> layers = {}) {
-    std::vector<Rank> job = BuildJob(be_.get(), config, l, false, 0, layers);
-    absl::StatusOr<int64_t> step =
-        LoadShard(dir, job[0].id, job[0].chunks(), job[0].optimizers());
-    EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
-    return std::string(step.status().message());
-  };
-  EXPECT_THAT(refused(kTiny, {1, 4, 1, 1, false}),
-              HasSubstr("checkpoint has pp=2 but the job has pp=4"));
-  EXPECT_THAT(refused(kTiny, {1, 2, 2, 1, false}),
-              HasSubstr("checkpoint has tp=1 but the job has tp=2"));
-  EXPECT_THAT(refused(kTiny, {2, 2, 1, 1, false}),
-              HasSubstr("checkpoint has dp=1 but the job has dp=2"));
-  EXPECT_THAT(refused(kTiny, {1, 2, 1, 1, true}),
-              HasSubstr("checkpoint has zero1=false but the job has zero1=true"));
-  EXPECT_THAT(refused(kTiny, {1, 1, 1, 2, false}),
-              HasSubstr("checkpoint has pp=2 but the job has pp=1"));
   model::GptConfig wider = kTiny;
   wider.n_embd = 64;
-  EXPECT_THAT(refused(wider, {1, 2, 1, 1, false}),
+  std::vector<Rank> job = BuildJob(be_.get(), wider, {1, 2, 1, 1, false}, false);
+  absl::StatusOr<int64_t> step = Load(dir, job[0].id, job[0].chunks(), job[0].optimizers());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
+  EXPECT_THAT(step.status().message(),
               HasSubstr("checkpoint has n_embd=32 but the job has n_embd=64"));
-  // Same sizes, other layer split.
-  EXPECT_THAT(refused(kTiny, {1, 2, 1, 1, false}, {1, 3}),
-              HasSubstr("chunk 0 of pp_rank 0: checkpoint has layers [0, 2) + embedding but "
-                        "the job has layers [0, 1) + embedding"));
+}
+
+// SealStep takes the entries of every rank (as the background writer hands them over) and
+// refuses a set that is not the whole step.
+TEST_F(ShardedCheckpointTest, SealStepRefusesEntriesThatAreNotTheWholeStep) {
+  const std::string dir = TempDir("seal");
+  const JobLayout l{2, 2, 1, 1, true};
+  std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, true);
+  const std::string step_dir = dir + "/step_00000003";
+  ASSERT_EQ(mkdir(step_dir.c_str(), 0755), 0);
+  std::vector<ShardFileEntry> entries;
+  for (const Rank& r : job) {
+    absl::StatusOr<std::vector<PendingFile>> files =
+        SnapshotShard(3, r.id, r.chunks(), r.optimizers());
+    ASSERT_TRUE(files.ok()) << files.status();
+    for (PendingFile& f : *files) {
+      EXPECT_EQ(f.entry.bytes(), 0);  // left to the writer
+      EXPECT_FALSE(f.entry.has_xxh3_64());
+      WriteAll(step_dir + "/" + f.name, f.bytes);
+      f.entry.set_bytes(f.bytes.size());
+      f.entry.set_xxh3_64(absl::StrFormat("%016x", ShardChecksum(f.bytes)));
+      entries.push_back(f.entry);
+    }
+  }
+  const DataPosition data = DataPositionAfter(3, 8, 16);
+  const CheckpointLayout layout = job[0].id.layout();
+  std::vector<ShardFileEntry> missing(entries.begin() + 1, entries.end());
+  absl::Status s = SealStep(dir, 3, kTiny, layout, data, missing);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("no rank wrote " + entries[0].name()));
+  std::vector<ShardFileEntry> short_one = entries;
+  dtrain::TensorShard& t = *short_one.back().mutable_tensors(0);
+  t.set_flat_end(t.flat_end() - 1);
+  s = SealStep(dir, 3, kTiny, layout, data, short_one);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("its optimizer files hold"));
+  EXPECT_FALSE(std::filesystem::exists(step_dir + "/manifest.json"));
+
+  ASSERT_TRUE(SealStep(dir, 3, kTiny, layout, data, entries).ok());
+  EXPECT_EQ(ReadAll(dir + "/latest"), "step_00000003\n");
+  std::vector<Rank> resumed = BuildJob(be_.get(), kTiny, l, false);
+  for (Rank& r : resumed) EXPECT_EQ(Load(dir, r.id, r.chunks(), r.optimizers()).value_or(-1), 3);
+  ExpectSameState(be_.get(), job, resumed);
 }
 
 TEST_F(ShardedCheckpointTest, CorruptedOrTruncatedShardIsDataLossNamingTheFile) {
@@ -330,12 +398,12 @@ TEST_F(ShardedCheckpointTest, CorruptedOrTruncatedShardIsDataLossNamingTheFile) 
   const Rank& reader = fresh[3];
   ASSERT_EQ(reader.id.pp_rank, 1);
   ASSERT_EQ(reader.id.tp_rank, 1);
-  absl::StatusOr<int64_t> step = LoadShard(dir, reader.id, reader.chunks(), reader.optimizers());
+  absl::StatusOr<int64_t> step = Load(dir, reader.id, reader.chunks(), reader.optimizers());
   EXPECT_EQ(step.status().code(), absl::StatusCode::kDataLoss) << step.status();
   EXPECT_THAT(step.status().message(), HasSubstr("model-pp1-tp1-c0.safetensors"));
   EXPECT_THAT(step.status().message(), HasSubstr("checksum"));
   // Ranks that do not read it still resume.
-  EXPECT_TRUE(LoadShard(dir, fresh[0].id, fresh[0].chunks(), fresh[0].optimizers()).ok());
+  EXPECT_TRUE(Load(dir, fresh[0].id, fresh[0].chunks(), fresh[0].optimizers()).ok());
   absl::Status exported = ExportSafetensors(dir, dir + "/out.safetensors").status();
   EXPECT_EQ(exported.code(), absl::StatusCode::kDataLoss) << exported;
   EXPECT_THAT(exported.message(), HasSubstr("model-pp1-tp1-c0.safetensors"));
@@ -346,7 +414,7 @@ TEST_F(ShardedCheckpointTest, CorruptedOrTruncatedShardIsDataLossNamingTheFile) 
   WriteAll(opt_file, opt_bytes.substr(0, opt_bytes.size() - 4));
   const Rank& dp1 = fresh[4];
   ASSERT_EQ(dp1.id.dp_rank, 1);
-  step = LoadShard(dir, dp1.id, dp1.chunks(), dp1.optimizers());
+  step = Load(dir, dp1.id, dp1.chunks(), dp1.optimizers());
   EXPECT_EQ(step.status().code(), absl::StatusCode::kDataLoss) << step.status();
   EXPECT_THAT(step.status().message(), HasSubstr("optimizer-dp1-pp0-tp0-c0.safetensors"));
   EXPECT_THAT(step.status().message(), HasSubstr("truncated"));
@@ -358,13 +426,14 @@ TEST_F(ShardedCheckpointTest, StepWithoutManifestIsNeverLoadedOrExported) {
   std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, true);
   // One rank saved, the other did not: the manifest cannot be written.
   ASSERT_TRUE(SaveShard(dir, 4, job[0].id, job[0].chunks(), job[0].optimizers()).ok());
-  absl::Status manifest = WriteManifest(dir, 4, job[0].id, kTiny);
+  absl::Status manifest =
+      WriteManifest(dir, 4, job[0].id.layout(), kTiny, DataPositionAfter(4, 8, 16));
   EXPECT_EQ(manifest.code(), absl::StatusCode::kFailedPrecondition) << manifest;
   EXPECT_THAT(manifest.message(), HasSubstr("model-pp1-tp0-c0.safetensors is missing"));
   // Every rank saved, but no manifest: incomplete.
   ASSERT_TRUE(SaveShards(dir, 4, job).ok());
   for (const std::string& path : {dir + "/step_00000004", dir}) {
-    absl::StatusOr<int64_t> step = LoadShard(path, job[0].id, job[0].chunks(), job[0].optimizers());
+    absl::StatusOr<int64_t> step = Load(path, job[0].id, job[0].chunks(), job[0].optimizers());
     EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
     EXPECT_THAT(step.status().message(), HasSubstr(path == dir ? "(step_00000004) were never sealed"
                                                                : "no manifest.json"));
@@ -372,7 +441,7 @@ TEST_F(ShardedCheckpointTest, StepWithoutManifestIsNeverLoadedOrExported) {
     EXPECT_EQ(exported.code(), absl::StatusCode::kFailedPrecondition) << exported;
   }
   absl::StatusOr<int64_t> missing =
-      LoadShard(dir + "/nope", job[0].id, job[0].chunks(), job[0].optimizers());
+      Load(dir + "/nope", job[0].id, job[0].chunks(), job[0].optimizers());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -392,8 +461,8 @@ TEST_F(ShardedCheckpointTest, LatestNamesTheNewestCompleteStepAndOlderStepsStayI
   for (size_t r = 0; r < from_latest.size(); ++r) {
     Rank& a = from_latest[r];
     Rank& b = from_2[r];
-    EXPECT_EQ(LoadShard(dir, a.id, a.chunks(), a.optimizers()).value_or(-1), 4);
-    EXPECT_EQ(LoadShard(dir + "/step_00000002", b.id, b.chunks(), b.optimizers()).value_or(-1), 2);
+    EXPECT_EQ(Load(dir, a.id, a.chunks(), a.optimizers()).value_or(-1), 4);
+    EXPECT_EQ(Load(dir + "/step_00000002", b.id, b.chunks(), b.optimizers()).value_or(-1), 2);
   }
   ExpectSameState(be_.get(), at4, from_latest);
   ExpectSameState(be_.get(), at2, from_2);
@@ -426,7 +495,7 @@ TEST_F(ShardedCheckpointTest, AnUnsealedStepIsWrittenAgain) {
   ASSERT_TRUE(SaveJob(dir, 3, job).ok());  // a save that did not finish, redone
   std::vector<Rank> resumed = BuildJob(be_.get(), kTiny, l, false);
   for (Rank& r : resumed) {
-    EXPECT_EQ(LoadShard(dir, r.id, r.chunks(), r.optimizers()).value_or(-1), 3);
+    EXPECT_EQ(Load(dir, r.id, r.chunks(), r.optimizers()).value_or(-1), 3);
   }
   ExpectSameState(be_.get(), job, resumed);
 }
@@ -466,42 +535,8 @@ TEST_F(ShardedCheckpointTest, RefusesArgumentsThatDisagreeWithTheIdentity) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// `m` as dtrain wrote manifests before issue 11: built as a string, integers as numbers, FNV-1a
-// checksums of the files in `step_dir`.
-std::string OldManifestJson(const Manifest& m, const std::string& step_dir) {
-  const model::GptConfig& c = m.config;
-  const CheckpointLayout& l = m.layout;
-  std::string out = absl::StrCat(
-      "{\n  \"format\": \"dtrain-sharded-checkpoint\",\n  \"version\": 1,\n  \"step\": ", m.step,
-      ",\n  \"checksum\": \"fnv1a64\",\n  \"model\": {\"vocab_size\": ", c.vocab_size,
-      ", \"context\": ", c.context, ", \"n_layer\": ", c.n_layer, ", \"n_head\": ", c.n_head,
-      ", \"n_embd\": ", c.n_embd, "},\n  \"layout\": {\"dp\": ", l.dp, ", \"pp\": ", l.pp,
-      ", \"tp\": ", l.tp, ", \"virtual_stages\": ", l.virtual_stages,
-      ", \"zero1\": ", l.zero1 ? "true" : "false", "},\n  \"files\": [");
-  for (size_t i = 0; i < m.files.size(); ++i) {
-    const ShardFile& f = m.files[i];
-    absl::StrAppend(&out, i == 0 ? "\n" : ",\n", "    {\"name\": \"", f.FileName(),
-                    "\", \"kind\": \"", f.kind == ShardFileKind::kModel ? "model" : "optimizer",
-                    "\", \"dp_rank\": ", f.dp_rank, ", \"pp_rank\": ", f.pp_rank,
-                    ", \"tp_rank\": ", f.tp_rank, ", \"chunk\": ", f.chunk,
-                    ", \"first_layer\": ", f.stage.first_layer,
-                    ", \"num_layers\": ", f.stage.num_layers,
-                    ", \"has_embedding\": ", f.stage.has_embedding ? "true" : "false",
-                    ", \"has_head\": ", f.stage.has_head ? "true" : "false");
-    if (f.kind == ShardFileKind::kOptimizer) {
-      absl::StrAppend(&out, ", \"range_begin\": ", f.range_begin, ", \"range_end\": ",
-                      f.range_end, ", \"buffer_size\": ", f.buffer_size,
-                      ", \"adam_step\": ", f.adam_step);
-    }
-    const std::string bytes = ReadAll(step_dir + "/" + f.FileName());
-    absl::StrAppend(&out, ", \"bytes\": ", f.bytes, ", \"fnv1a64\": \"",
-                    absl::StrFormat("%016x", ShardChecksum(bytes, ChecksumKind::kFnv1a64)),
-                    "\"}");
-  }
-  return out + "\n  ]\n}\n";
-}
-
-TEST_F(ShardedCheckpointTest, ACheckpointOfAnEarlierVersionWithFnvChecksumsLoadsAndIsVerified) {
+// A step whose manifest says fnv1a64 (as dtrain wrote before issue 11) is verified with it.
+TEST_F(ShardedCheckpointTest, FnvChecksumsAreVerified) {
   const std::string dir = TempDir("fnv");
   const JobLayout l{2, 2, 2, 1, true};
   std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, true);
@@ -509,18 +544,15 @@ TEST_F(ShardedCheckpointTest, ACheckpointOfAnEarlierVersionWithFnvChecksumsLoads
   const std::string step_dir = dir + "/step_00000006";
   absl::StatusOr<Manifest> m = ReadManifest(dir);
   ASSERT_TRUE(m.ok()) << m.status();
-  WriteAll(step_dir + "/manifest.json", OldManifestJson(*m, step_dir));
+  m->checksum = ChecksumKind::kFnv1a64;
+  for (ShardFile& f : m->files) {
+    f.checksum = ShardChecksum(ReadAll(step_dir + "/" + f.FileName()), ChecksumKind::kFnv1a64);
+  }
+  WriteAll(step_dir + "/manifest.json", ManifestToJson(*m).value());
 
   std::vector<Rank> resumed = BuildJob(be_.get(), kTiny, l, false);
-  for (Rank& r : resumed) {
-    absl::StatusOr<int64_t> step = LoadShard(dir, r.id, r.chunks(), r.optimizers());
-    ASSERT_TRUE(step.ok()) << step.status();
-    EXPECT_EQ(*step, 6);
-  }
+  for (Rank& r : resumed) EXPECT_EQ(Load(dir, r.id, r.chunks(), r.optimizers()).value_or(-1), 6);
   ExpectSameState(be_.get(), job, resumed);
-  EXPECT_TRUE(ExportSafetensors(dir, dir + "/out.safetensors").ok());
-
-  // The FNV-1a checksums are checked, not skipped.
   const std::string model_file = step_dir + "/model-pp0-tp1-c0.safetensors";
   std::string bytes = ReadAll(model_file);
   bytes[bytes.size() - 3] ^= 0x10;
@@ -528,6 +560,37 @@ TEST_F(ShardedCheckpointTest, ACheckpointOfAnEarlierVersionWithFnvChecksumsLoads
   const absl::Status s = ExportSafetensors(dir, dir + "/out2.safetensors").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_THAT(s.message(), HasSubstr("model-pp0-tp1-c0.safetensors: fnv1a64 checksum mismatch"));
+}
+
+// Old checkpoints are refused saying how to carry them over: a version 1 sharded step and a
+// one-worker step of dtrain before issue 12 (model.safetensors + optimizer.safetensors).
+TEST_F(ShardedCheckpointTest, OldCheckpointsAreRefusedSayingHowToCarryThemOver) {
+  const std::string dir = TempDir("v1");
+  const std::string step_dir = dir + "/step_00000012";
+  ASSERT_EQ(mkdir(step_dir.c_str(), 0755), 0);
+  WriteAll(step_dir + "/manifest.json", R"({
+  "format": "dtrain-sharded-checkpoint", "version": 1, "step": 12, "checksum": "fnv1a64",
+  "model": {"vocab_size": 64, "context": 16, "n_layer": 4, "n_head": 4, "n_embd": 32},
+  "layout": {"dp": 2, "pp": 1, "tp": 1, "virtual_stages": 1, "zero1": true}, "files": []})");
+  std::vector<Rank> job = BuildJob(be_.get(), kTiny, {1, 1, 1, 1, false}, false);
+  absl::Status s = Load(step_dir, job[0].id, job[0].chunks(), job[0].optimizers()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("format version 1"));
+  EXPECT_THAT(s.message(), HasSubstr("(dp=2 pp=1 tp=1 virtual_stages=1 zero1)"));
+  EXPECT_THAT(s.message(), HasSubstr("Resume it with the dtrain version that wrote it and the "
+                                     "same layout, or export it with that version"));
+  EXPECT_EQ(ExportSafetensors(step_dir, dir + "/out.safetensors").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  const std::string one = TempDir("one_worker") + "/step_00000004";
+  ASSERT_EQ(mkdir(one.c_str(), 0755), 0);
+  ASSERT_TRUE(model::SaveTensors(one + "/model.safetensors", *job[0].stages[0],
+                                 job[0].stages[0]->params(), {{"step", "4"}})
+                  .ok());
+  s = Load(one, job[0].id, job[0].chunks(), job[0].optimizers()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("one-worker checkpoint of dtrain before issue 12"));
+  EXPECT_THAT(s.message(), HasSubstr("init_checkpoint=" + one + "/model.safetensors"));
 }
 
 TEST(ManifestTest, ChecksumsAreXxh3AndFnv1a) {
@@ -546,15 +609,16 @@ Manifest OneFileManifest(ChecksumKind checksum) {
   m.checksum = checksum;
   m.config = kTiny;
   m.layout = {2, 2, 2, 1, true};
+  m.data = DataPositionAfter(42, 8, 16);
   ShardFile f;
   f.kind = ShardFileKind::kOptimizer;
   f.dp_rank = 1;
   f.pp_rank = 1;
   f.tp_rank = 0;
   f.stage = {2, 2, false, true};
-  f.range_begin = 10;
-  f.range_end = 20;
-  f.buffer_size = 40;
+  // Elements [10, 20) of tp rank 0's shard of c_attn's bias: 3 boxes of 48 (q, k, v halves).
+  f.tensors.push_back({"h.2.attn.c_attn.bias", {96}, {{{0}, {16}}, {{32}, {16}}, {{64}, {16}}},
+                       10, 20});
   f.adam_step = 42;
   f.bytes = 1234;
   f.checksum = 0xfedcba9876543210ull;
@@ -577,7 +641,10 @@ TEST(ManifestTest, JsonRoundTripsWithTheProtoFieldNames) {
     EXPECT_EQ(back->checksum, kind);
     EXPECT_EQ(back->files[0].FileName(), "optimizer-dp1-pp1-tp0-c0.safetensors");
     EXPECT_EQ(back->files[0].checksum, 0xfedcba9876543210ull);
-    EXPECT_EQ(back->files[0].range_end, 20);
+    ASSERT_EQ(back->files[0].tensors.size(), 1u);
+    EXPECT_EQ(back->files[0].tensors[0].boxes[2].offset[0], 64);
+    EXPECT_EQ(back->files[0].tensors[0].flat_end, 20);
+    EXPECT_EQ(back->data.consumed_sequences, 42 * 8);
     EXPECT_EQ(back->files[1].FileName(), "model-pp1-tp0-c0.safetensors");
   }
   const std::string json = ManifestToJson(OneFileManifest(ChecksumKind::kXxh3_64)).value();
@@ -587,36 +654,49 @@ TEST(ManifestTest, JsonRoundTripsWithTheProtoFieldNames) {
   EXPECT_THAT(json, HasSubstr("\"zero1\": true"));
   EXPECT_THAT(json, HasSubstr("\"has_embedding\": false"));
   EXPECT_THAT(json, HasSubstr("\"n_embd\": 32"));
+  EXPECT_THAT(json, HasSubstr("\"version\": 2"));
+  EXPECT_THAT(json, HasSubstr("\"consumed_sequences\": \"336\""));
+  EXPECT_THAT(json, HasSubstr("\"tensor\": \"h.2.attn.c_attn.bias\""));
   EXPECT_THAT(json, ::testing::Not(HasSubstr("fnv1a64")));
   // The model file's entry has no optimizer range.
   const std::string model_entry = json.substr(json.find("model-pp1-tp0-c0"));
   EXPECT_THAT(model_entry, ::testing::Not(HasSubstr("range_begin")));
 }
 
-// A manifest as dtrain wrote it before issue 11 (string building, integers as numbers, FNV-1a).
-TEST(ManifestTest, ReadsTheManifestsOfEarlierVersions) {
-  const std::string old = R"({
-  "format": "dtrain-sharded-checkpoint",
-  "version": 1,
-  "step": 12,
-  "checksum": "fnv1a64",
-  "model": {"vocab_size": 64, "context": 16, "n_layer": 4, "n_head": 4, "n_embd": 32},
-  "layout": {"dp": 1, "pp": 1, "tp": 1, "virtual_stages": 1, "zero1": false},
-  "files": [
-    {"name": "model-pp0-tp0-c0.safetensors", "kind": "model", "dp_rank": 0, "pp_rank": 0, "tp_rank": 0, "chunk": 0, "first_layer": 0, "num_layers": 4, "has_embedding": true, "has_head": true, "bytes": 114144, "fnv1a64": "42a8682de0e31a44"},
-    {"name": "optimizer-dp0-pp0-tp0-c0.safetensors", "kind": "optimizer", "dp_rank": 0, "pp_rank": 0, "tp_rank": 0, "chunk": 0, "first_layer": 0, "num_layers": 4, "has_embedding": true, "has_head": true, "range_begin": 0, "range_end": 27968, "buffer_size": 27968, "adam_step": 104, "bytes": 112304, "fnv1a64": "1ba1709f63cf2ad3"}
-  ]
-}
-)";
-  absl::StatusOr<Manifest> m = ParseManifest(old, "old/manifest.json");
-  ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(m->step, 12);
-  EXPECT_EQ(m->checksum, ChecksumKind::kFnv1a64);
-  EXPECT_EQ(m->config.n_embd, 32);
-  ASSERT_EQ(m->files.size(), 2u);
-  EXPECT_EQ(m->files[0].checksum, 0x42a8682de0e31a44ull);
-  EXPECT_EQ(m->files[0].bytes, 114144);
-  EXPECT_EQ(m->files[1].adam_step, 104);
+// The geometry of stored arrays: c_attn's shard on tp rank 1 of 2 is 3 boxes (its halves of q,
+// k and v), and a flat range of it maps to the right global elements.
+TEST(ManifestTest, ShardRunsMapAStoredArrayIntoItsGlobalTensor) {
+  // c_attn weight [2, 12] (C = 2... as a 2 x 12 matrix), tp rank 1 of 2: columns 2-3, 6-7, 10-11.
+  TensorShard t{"w", {2, 12}, {{{0, 2}, {2, 2}}, {{0, 6}, {2, 2}}, {{0, 10}, {2, 2}}}, 0, 12};
+  std::vector<ShardRun> runs = ShardRuns(t, "x").value();
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> got;
+  for (const ShardRun& r : runs) got.emplace_back(r.global, r.stored, r.size);
+  EXPECT_EQ(got, (std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+                     {2, 0, 2}, {6, 2, 2}, {10, 4, 2}, {14, 6, 2}, {18, 8, 2}, {22, 10, 2}}));
+  EXPECT_EQ(StoredShape(t), (std::vector<int64_t>{2, 6}));
+  // Its elements [3, 8): the second element of the k half of row 0, ...
+  t.flat_begin = 3;
+  t.flat_end = 8;
+  got.clear();
+  runs = ShardRuns(t, "x").value();
+  for (const ShardRun& r : runs) got.emplace_back(r.global, r.stored, r.size);
+  EXPECT_EQ(got, (std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+                     {7, 0, 1}, {10, 1, 2}, {14, 3, 2}}));
+  EXPECT_EQ(StoredShape(t), (std::vector<int64_t>{5}));
+  // Copy into the whole tensor.
+  TensorShard whole{"w", {2, 12}, {{{0, 0}, {2, 12}}}, 0, 24};
+  std::vector<ShardRun> all = ShardRuns(whole, "x").value();
+  ASSERT_EQ(all.size(), 1u);  // contiguous runs merge
+  std::vector<float> values = {1, 2, 3, 4, 5}, out(24, 0);
+  EXPECT_EQ(CopyOverlap(runs, values, all, absl::MakeSpan(out)), 5);
+  EXPECT_EQ(out[7], 1);
+  EXPECT_EQ(out[11], 3);
+  EXPECT_EQ(out[15], 5);
+  t.flat_end = 13;
+  EXPECT_EQ(ShardRuns(t, "x").status().code(), absl::StatusCode::kDataLoss);
+  t.flat_end = 8;
+  t.boxes[1].offset[1] = 11;  // outside the 12 columns
+  EXPECT_EQ(ShardRuns(t, "x").status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(ManifestTest, MalformedManifestsAreDataLossNamingThePath) {
@@ -633,12 +713,12 @@ TEST(ManifestTest, MalformedManifestsAreDataLossNamingThePath) {
   for (const auto& [json, problem] : std::vector<std::pair<std::string, std::string>>{
            {"{\"format\": 3}", "not a manifest"},
            {"{\"format\": \"dtrain-sharded-checkpoint\", \"extra\": 1}", "extra"},
-           {with("\"version\": 1", "\"version\": 2"), "version 2, expected"},
+           {with("\"version\": 2", "\"version\": 3"), "version 3, expected"},
            {with("\"checksum\": \"xxh3_64\"", "\"checksum\": \"md5\""),
             "unknown checksum \"md5\""},
            {with("\"xxh3_64\": \"fedcba9876543210\"", "\"xxh3_64\": \"fedcba98\""),
             "\"xxh3_64\" is missing or not 16 hex digits"},
-           {with("\"range_begin\"", "\"range_begin_\""), "range_begin_"},
+           {with("\"flat_begin\"", "\"flat_begin_\""), "flat_begin_"},
            {with("\"kind\": \"optimizer\"", "\"kind\": \"adam\""), "unknown kind \"adam\""},
            {with("\"n_embd\": 32", "\"n_embd\": 0"), "model: "},
        }) {

@@ -1,0 +1,212 @@
+// Resuming on any layout (issue 12): a step saved by one layout (dp, pp, tp, virtual stages,
+// schedule, ZeRO-1) is resumed by another, and the next 10 steps' losses are those of the run
+// that never stopped, within 1e-5 relative. Sources (1,1,1), (2,2,1) with and without ZeRO-1
+// and (1,2,2); targets each of them, (1,1,4), (4,1,1) with and without ZeRO-1, and interleaved
+// virtual stages. Ranks are threads over the in-process transport; the one-worker trainer
+// (LocalTrainer) saves and resumes the same format. The real-process run over gRPC is
+// tests/integration/reshard_cases.py.
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "worker/comm/inproc/inproc_transport.h"
+#include "worker/local_trainer.h"
+#include "worker/parallel/parallel_trainer.h"
+#include "worker/testing/text_corpus.h"
+
+namespace dtrain::parallel {
+namespace {
+
+using pipeline::ScheduleKind;
+
+constexpr int kSaved = 5;   // the step resumed from
+constexpr int kSteps = 15;  // kSteps - kSaved = 10 steps compared
+
+struct Layout {
+  int dp, pp, tp;
+  bool zero1 = false;
+  int v = 1;
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
+
+  std::string Name() const {
+    std::string s = absl::StrCat("dp", dp, "pp", pp, "tp", tp, zero1 ? "_zero1" : "");
+    if (v > 1) absl::StrAppend(&s, "_v", v, "_", pipeline::ScheduleName(schedule));
+    return s;
+  }
+};
+
+TrainingRun Base() {
+  static const std::string data = dtrain::testing::WriteTextCorpus(
+      ::testing::TempDir() + "/reshard.txt", 20000);
+  TrainingRun o;
+  o.model = {256, 16, 4, 4, 32};  // 4 heads: tp=4 divides them
+  o.data_path = data;
+  o.steps = kSteps;
+  o.batch = 8;
+  o.seq = 16;
+  o.optimizer.max_lr = 3e-3f;
+  o.optimizer.warmup_steps = 3;
+  o.optimizer.grad_clip = 1.0f;
+  return o;
+}
+
+// The losses of steps 1.. of a run of `l` (rank 0's), with `adjust` applied to every rank's
+// options.
+std::vector<double> RunJob(const Layout& l, const std::function<void(TrainingRun&)>& adjust) {
+  const int n = l.dp * l.pp * l.tp;
+  comm::InprocHub hub(n);
+  std::vector<std::vector<double>> losses(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      auto backend = kernels::CreateBackend("cpu", 1).value();
+      ParallelTrainingOptions o;
+      o.run = Base();
+      adjust(o.run);
+      o.layout.set_dp(l.dp);
+      o.layout.set_pp(l.pp);
+      o.layout.set_tp(l.tp);
+      o.layout.set_schedule(pipeline::ScheduleName(l.schedule));
+      o.layout.set_virtual_stages(l.v);
+      o.layout.set_bucket_bytes(4096);
+      o.layout.set_zero1(l.zero1);
+      o.rank = r;
+      o.micro_batch_size = 1;
+      o.comm_timeout = absl::Seconds(30);
+      auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
+      ASSERT_TRUE(t.ok()) << l.Name() << " rank " << r << ": " << t.status();
+      absl::Status s = (*t)->Run({[&](const TrainStepMetrics& m) {
+        losses[r].push_back(m.loss);
+        return absl::OkStatus();
+      }});
+      EXPECT_TRUE(s.ok()) << l.Name() << " rank " << r << ": " << s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return losses[0];
+}
+
+void ExpectSameLosses(const std::vector<double>& resumed, const std::vector<double>& whole,
+                      const std::string& what) {
+  ASSERT_EQ(whole.size(), size_t{kSteps}) << what;
+  ASSERT_EQ(resumed.size(), size_t{kSteps - kSaved}) << what;
+  for (int i = 0; i < kSteps - kSaved; ++i) {
+    EXPECT_NEAR(resumed[i], whole[kSaved + i], 1e-5 * whole[kSaved + i])
+        << what << ", step " << kSaved + i + 1;
+  }
+}
+
+const std::vector<Layout>& Targets() {
+  static const auto* targets = new std::vector<Layout>{
+      {1, 1, 1},
+      {2, 2, 1},
+      {2, 2, 1, true},
+      {1, 2, 2},
+      {1, 1, 4},
+      {4, 1, 1},
+      {4, 1, 1, true},
+      {1, 2, 2, false, 2, ScheduleKind::kInterleaved},  // 4 chunks over 2 pipeline ranks
+      {2, 2, 1, true, 1, ScheduleKind::kZeroBubbleH1},
+  };
+  return *targets;
+}
+
+class ReshardTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(ReshardTest, ResumesOnEveryLayoutWithTheLossesOfTheRunThatGoesOn) {
+  const Layout from = GetParam();
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/reshard-", from.Name());
+  const std::vector<double> whole = RunJob(from, [&](TrainingRun& o) {
+    o.checkpoint_dir = dir;
+    o.checkpoint_every = kSaved;
+  });
+  for (const Layout& to : Targets()) {
+    const std::vector<double> resumed = RunJob(to, [&](TrainingRun& o) {
+      o.resume_from = absl::StrCat(dir, "/step_0000000", kSaved);
+    });
+    ExpectSameLosses(resumed, whole, absl::StrCat(from.Name(), " -> ", to.Name()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sources, ReshardTest,
+                         ::testing::Values(Layout{1, 1, 1}, Layout{2, 2, 1},
+                                           Layout{2, 2, 1, true}, Layout{1, 2, 2},
+                                           Layout{1, 2, 2, false, 2, ScheduleKind::kInterleaved}),
+                         [](const ::testing::TestParamInfo<Layout>& info) {
+                           std::string s = info.param.Name();
+                           for (char& c : s) {
+                             if (c == '-') c = '_';
+                           }
+                           return s;
+                         });
+
+// The one-worker trainer writes and reads the same format: its step resumes on (2,2,1) with
+// ZeRO-1, and it resumes a (1,2,2) step.
+TEST(LocalTrainerReshard, SavesAndResumesTheLayoutFreeFormat) {
+  auto backend = kernels::CreateBackend("cpu", 1).value();
+  auto local_losses = [&](const std::function<void(TrainingRun&)>& adjust) {
+    TrainingRun o = Base();
+    adjust(o);
+    std::vector<double> losses;
+    auto t = LocalTrainer::Create(backend.get(), o);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return losses;
+    const absl::Status s = (*t)->Run({[&](const TrainStepMetrics& m) {
+      losses.push_back(m.loss);
+      return absl::OkStatus();
+    }});
+    EXPECT_TRUE(s.ok()) << s;
+    return losses;
+  };
+  const std::string local_dir = ::testing::TempDir() + "/reshard-local";
+  const std::vector<double> whole = local_losses([&](TrainingRun& o) {
+    o.checkpoint_dir = local_dir;
+    o.checkpoint_every = kSaved;
+  });
+  EXPECT_TRUE(std::filesystem::exists(local_dir + "/step_00000005/manifest.json"));
+  ExpectSameLosses(RunJob({2, 2, 1, true},
+                       [&](TrainingRun& o) { o.resume_from = local_dir + "/step_00000005"; }),
+                   whole, "local -> dp2pp2tp1_zero1");
+
+  const std::string dir = ::testing::TempDir() + "/reshard-to-local";
+  const std::vector<double> parallel = RunJob({1, 2, 2}, [&](TrainingRun& o) {
+    o.checkpoint_dir = dir;
+    o.checkpoint_every = kSaved;
+  });
+  ExpectSameLosses(local_losses([&](TrainingRun& o) { o.resume_from = dir + "/step_00000005"; }),
+                   parallel, "dp1pp2tp2 -> local");
+}
+
+// The data must go on where it stopped: another global batch or seq_len is refused, naming both.
+TEST(ReshardRefusals, AnotherBatchOrSeqLenIsRefusedSayingWhichToUse) {
+  const std::string dir = ::testing::TempDir() + "/reshard-batch";
+  RunJob({1, 1, 1}, [&](TrainingRun& o) {
+    o.checkpoint_dir = dir;
+    o.checkpoint_every = kSaved;
+    o.steps = kSaved;
+  });
+  auto backend = kernels::CreateBackend("cpu", 1).value();
+  for (const auto& [batch, seq] : {std::pair{4, 16}, std::pair{8, 8}}) {
+    TrainingRun o = Base();
+    o.resume_from = dir;
+    o.batch = batch;
+    o.seq = seq;
+    auto t = LocalTrainer::Create(backend.get(), o);
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+    EXPECT_NE(t.status().message().find(absl::StrCat("trained with batch=8 seq_len=16 but the "
+                                                     "job has batch=",
+                                                     batch, " seq_len=", seq)),
+              std::string::npos)
+        << t.status();
+    EXPECT_NE(t.status().message().find("resume with batch=8 seq_len=16"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
