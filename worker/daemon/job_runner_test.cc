@@ -175,11 +175,12 @@ struct Recorded {
 
 JobOutcome RunJob(const JobSpec& spec, const std::string& job_id, Recorded& rec,
                   std::function<void(JobRunner&, int64_t)> after_step = nullptr,
-                  const std::string& job_uid = "") {
+                  const std::string& job_uid = "", int attempt = 0) {
   auto backend = kernels::CreateBackend("cpu", 1).value();
   JobAssignment a;
   a.set_job_id(job_id);
   a.set_job_uid(job_uid.empty() ? "uid-" + job_id : job_uid);
+  a.set_attempt(attempt);
   *a.mutable_spec() = spec;
   JobRunnerOptions options;
   options.worker_id = "w-test";
@@ -253,7 +254,7 @@ TEST(JobRunner, ReportsEverySealedCheckpointAfterItIsWritten) {
                                      "checkpoint sealed at step 5: " + dir + "/step_00000005"));
   for (const CheckpointSealed& c : rec.sealed) {
     EXPECT_EQ(c.path(), dir + "/" + StepDirName(c.step()));
-    EXPECT_TRUE(Exists(c.path() + "/model.safetensors")) << c.path();
+    EXPECT_TRUE(Exists(c.path() + "/manifest.json")) << c.path();  // sealed
   }
 }
 
@@ -315,6 +316,35 @@ TEST(JobRunner, AResumedJobSaysWhereFromAndSealsOnlyTheStepsItWrote) {
   EXPECT_EQ(ReadFile(TempPath("resume_ckpt/job-000014/latest")), "step_00000005\n");
 }
 
+TEST(JobRunner, ARecoveryRunResumesFromTheJobsOwnLatestSealedStep) {
+  JobSpec spec = TinySpec(WriteText("recovery.txt", 2000));
+  spec.mutable_checkpoint()->set_dir(TempPath("recovery_ckpt"));
+  spec.mutable_checkpoint()->set_interval_steps(2);
+  Recorded first;
+  JobOutcome stopped = RunJob(spec, "job-000017", first, [](JobRunner& runner, int64_t step) {
+    if (step == 3) runner.Cancel("worker lost");  // the run dies after step 3
+  });
+  ASSERT_FALSE(stopped.succeeded());
+  ASSERT_THAT(SealedSteps(first), ElementsAre(2));
+  // The same job (same uid) again, as the run after its first recovery.
+  Recorded rec;
+  JobOutcome o = RunJob(spec, "job-000017", rec, nullptr, "", /*attempt=*/1);
+  ASSERT_TRUE(o.succeeded()) << o.error();
+  EXPECT_THAT(rec.steps, ElementsAre(3, 4, 5));  // step 3 redone
+  ASSERT_EQ(rec.locations.size(), 1u);
+  EXPECT_EQ(rec.locations[0].resumed_from_step(), 2);
+  EXPECT_THAT(SealedSteps(rec), ElementsAre(4, 5));
+}
+
+TEST(JobRunner, ARecoveryRunWithNoCheckpointYetStartsOver) {
+  JobSpec spec = TinySpec(WriteText("recovery0.txt", 2000));
+  spec.mutable_checkpoint()->set_dir(TempPath("recovery0_ckpt"));
+  Recorded rec;
+  JobOutcome o = RunJob(spec, "job-000018", rec, nullptr, "", /*attempt=*/1);
+  ASSERT_TRUE(o.succeeded()) << o.error();
+  EXPECT_THAT(rec.steps, ElementsAre(1, 2, 3, 4, 5));
+}
+
 TEST(JobRunner, RelativeDatasetSaysWhereItWasResolvedFrom) {
   Recorded rec;
   JobOutcome o = RunJob(TinySpec("data/no_such_demo.txt"), "job-000016", rec);
@@ -335,6 +365,8 @@ TEST(JobRunner, MissingDatasetFailsNamingThePath) {
   EXPECT_TRUE(o.suspect_workers().empty());
   EXPECT_EQ(o.error(), "dataset " + missing + " cannot be read on worker w-test: "
                        "No such file or directory");
+  // Bad input: the coordinator does not restart the job for it (failure_report.h).
+  EXPECT_EQ(o.error_code(), static_cast<int>(absl::StatusCode::kNotFound));
   EXPECT_TRUE(rec.steps.empty());
 }
 
