@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/init.h"
@@ -108,34 +107,40 @@ absl::StatusOr<TrainStepMetrics> LocalTrainer::TrainStep(int64_t step) {
   return metrics;
 }
 
-absl::StatusOr<CheckpointWritten> LocalTrainer::SaveCheckpoint(int64_t step) {
+absl::Status LocalTrainer::StartCheckpoint(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
-  // A parallel job's checkpoint of the layout dp=pp=tp=1 (worker/parallel/sharded_checkpoint.h).
-  const std::string& dir = options_.checkpoint_dir;
+  // A parallel job's checkpoint of the layout dp=pp=tp=1 (worker/parallel/sharded_checkpoint.h),
+  // written by the same writer: the state as of this step boundary, in host memory.
   model::GptStage* stage = model_.get();
   model::AdamW* optimizer = optimizer_.get();
-  const parallel::ShardIdentity id;
-  RETURN_IF_ERROR(parallel::SaveShard(dir, step, id, absl::MakeSpan(&stage, 1),
-                                      absl::MakeSpan(&optimizer, 1)));
-  RETURN_IF_ERROR(parallel::WriteManifest(
-      dir, step, id.layout(), options_.model,
-      parallel::DataPositionAfter(step, options_.batch, options_.seq)));
-  return CheckpointWritten{
-      step, AbsolutePath(absl::StrCat(dir, "/", StepDirName(step))), /*sealed=*/true,
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  ASSIGN_OR_RETURN(std::vector<parallel::PendingFile> files,
+                   parallel::SnapshotShard(step, parallel::ShardIdentity{},
+                                           absl::MakeSpan(&stage, 1),
+                                           absl::MakeSpan(&optimizer, 1)));
+  return writer_->Submit(
+      step, std::move(files),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
   if (!resume_note_.empty() && callbacks.warning) callbacks.warning(resume_note_);
-  std::vector<CheckpointWritten> done;
+  if (!options_.checkpoint_dir.empty()) {
+    parallel::CheckpointWriterOptions w;
+    w.dir = options_.checkpoint_dir;
+    w.background = options_.background_checkpoints;
+    w.seal = [run = options_](int64_t step, std::vector<ShardFileEntry> entries) {
+      return parallel::SealStep(run.checkpoint_dir, step, run.model,
+                                parallel::ShardIdentity{}.layout(),
+                                parallel::DataPositionAfter(step, run.batch, run.seq),
+                                std::move(entries));
+    };
+    writer_ = std::make_unique<parallel::CheckpointWriter>(std::move(w));
+  }
   CheckpointHooks checkpoints;
-  checkpoints.start = [&](int64_t step) -> absl::Status {
-    ASSIGN_OR_RETURN(CheckpointWritten written, SaveCheckpoint(step));
-    done.push_back(written);
-    return absl::OkStatus();
-  };
-  checkpoints.finished = [&](bool) -> absl::StatusOr<std::vector<CheckpointWritten>> {
-    return std::move(done);
+  checkpoints.start = [this](int64_t step) { return StartCheckpoint(step); };
+  checkpoints.finished = [this](bool wait) -> absl::StatusOr<std::vector<CheckpointWritten>> {
+    if (writer_ == nullptr) return std::vector<CheckpointWritten>();
+    return wait ? writer_->Finish() : writer_->TakeFinished();
   };
   RETURN_IF_ERROR(RunTrainingSteps(
       options_, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },

@@ -17,6 +17,7 @@
 #include "worker/model/gpt_stage.h"
 #include "worker/model/optimizer.h"
 #include "worker/model/token_dataset.h"
+#include "worker/parallel/checkpoint_writer.h"
 #include "worker/training_run.h"
 
 namespace dtrain {
@@ -31,7 +32,9 @@ class LocalTrainer {
                                                               const TrainingRun& run);
 
   // Runs the remaining steps (RunTrainingSteps), reporting through `callbacks`; then writes
-  // save_path.
+  // save_path. Checkpoints are snapshots written and sealed by a CheckpointWriter
+  // (worker/parallel/checkpoint_writer.h) while training goes on, each reported once sealed;
+  // the last is waited for before Run returns.
   absl::Status Run(const TrainingCallbacks& callbacks);
 
   int64_t start_step() const { return start_step_; }
@@ -45,7 +48,8 @@ class LocalTrainer {
  private:
   LocalTrainer() = default;
   absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step);
-  absl::StatusOr<CheckpointWritten> SaveCheckpoint(int64_t step);
+  // At a checkpoint step's boundary: the state snapshot handed to writer_.
+  absl::Status StartCheckpoint(int64_t step);
 
   kernels::Backend* backend_ = nullptr;
   TrainingRun options_;
@@ -53,6 +57,7 @@ class LocalTrainer {
   std::unique_ptr<model::StageActivations> acts_;
   std::unique_ptr<model::AdamW> optimizer_;
   std::unique_ptr<model::TokenDataset> data_;
+  std::unique_ptr<parallel::CheckpointWriter> writer_;  // with a checkpoint_dir, in Run
   int64_t start_step_ = 0;  // steps already done (non-zero after resume)
   std::string resumed_from_;
   std::string resume_note_;

@@ -3,9 +3,11 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
@@ -426,53 +428,77 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   return metrics;
 }
 
-absl::StatusOr<CheckpointWritten> ParallelTrainer::SaveCheckpoint(int64_t step) {
+absl::Status ParallelTrainer::StartWriter() {
+  const TrainingRun& run = options_.run;
+  // The run's token: rank 0 draws 48 random bits and the others add zeros, as three 16-bit
+  // parts (exact in a float sum).
+  std::vector<float> parts(3, 0.0f);
+  if (options_.rank == 0) {
+    std::random_device random;
+    const uint64_t bits = (uint64_t{random()} << 32) | random();
+    for (int i = 0; i < 3; ++i) parts[i] = static_cast<float>((bits >> (16 * i)) & 0xffff);
+  }
+  RETURN_IF_ERROR(Timed("all_reduce", 3, [&] {
+    return comm::AllReduce(*runner_->world, absl::MakeSpan(parts), comm::ReduceOp::kSum);
+  }));
+  uint64_t token = 0;
+  for (int i = 0; i < 3; ++i) token |= static_cast<uint64_t>(parts[i]) << (16 * i);
+  CheckpointWriterOptions w;
+  w.dir = run.checkpoint_dir;
+  w.rank = options_.rank;
+  w.world_size = transport_->size();
+  w.run_token = absl::StrFormat("%012x", token);
+  // A rank whose files take longer than any wait on a peer is as stuck as a silent peer.
+  w.seal_timeout = options_.comm_timeout;
+  w.background = run.background_checkpoints;
+  w.seal = [dir = run.checkpoint_dir, config = run.model, layout = Identity().layout(),
+            batch = run.batch, seq = run.seq](int64_t step, std::vector<ShardFileEntry> entries) {
+    return SealStep(dir, step, config, layout, DataPositionAfter(step, batch, seq),
+                    std::move(entries));
+  };
+  writer_ = std::make_unique<CheckpointWriter>(std::move(w));
+  return absl::OkStatus();
+}
+
+absl::Status ParallelTrainer::StartCheckpoint(int64_t step) {
+  const auto start = Clock::now();
   std::vector<model::GptStage*> stages;
   std::vector<model::AdamW*> optimizers;
   for (Chunk& c : chunks_) {
     stages.push_back(c.stage.get());
     optimizers.push_back(c.optimizer.get());
   }
-  const auto start = Clock::now();
-  const std::string& dir = options_.run.checkpoint_dir;
-  RETURN_IF_ERROR(SaveShard(dir, step, Identity(), stages, optimizers));
-  // The manifest names every shard, so it is written once all of them are.
-  RETURN_IF_ERROR(Timed("barrier", 0, [&] { return comm::Barrier(*runner_->world); }));
-  const bool seals = options_.rank == 0;
-  if (seals) {
-    RETURN_IF_ERROR(WriteManifest(dir, step, Identity().layout(), options_.run.model,
-                                  DataPositionAfter(step, options_.run.batch, options_.run.seq)));
-  }
-  return CheckpointWritten{step, AbsolutePath(absl::StrCat(dir, "/", StepDirName(step))), seals,
-                           Since(start)};
+  // The state as of this step boundary, in host memory; the writer takes it from here.
+  ASSIGN_OR_RETURN(std::vector<PendingFile> files,
+                   SnapshotShard(step, Identity(), stages, optimizers));
+  return writer_->Submit(step, std::move(files), Since(start));
 }
 
 absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
   if (!resume_note_.empty() && callbacks.warning) callbacks.warning(resume_note_);
   absl::Status status = RunSteps(callbacks);
-  // The other ranks may be waiting for this one: tell them at once rather than at their
-  // deadlines (a rank that is cancelled, or whose peer vanished, ends the same way).
-  if (!status.ok()) comm::AbortJob(*transport_, status);
+  if (!status.ok()) {
+    // A checkpoint in flight cannot be sealed now: the other ranks stop too.
+    if (writer_ != nullptr) writer_->Abandon(absl::ZeroDuration());
+    // The other ranks may be waiting for this one: tell them at once rather than at their
+    // deadlines (a rank that is cancelled, or whose peer vanished, ends the same way).
+    comm::AbortJob(*transport_, status);
+  }
   return status;
 }
 
 absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
   const TrainingRun& run = options_.run;
+  if (!run.checkpoint_dir.empty()) RETURN_IF_ERROR(StartWriter());
   std::string saved;  // the last step directory written
-  std::vector<CheckpointWritten> done;
-  auto save = [&](int64_t step) -> absl::StatusOr<CheckpointWritten> {
-    ASSIGN_OR_RETURN(CheckpointWritten written, SaveCheckpoint(step));
-    saved = written.dir;
-    return written;
-  };
   CheckpointHooks checkpoints;
-  checkpoints.start = [&](int64_t step) -> absl::Status {
-    ASSIGN_OR_RETURN(CheckpointWritten written, save(step));
-    done.push_back(written);
-    return absl::OkStatus();
-  };
-  checkpoints.finished = [&](bool) -> absl::StatusOr<std::vector<CheckpointWritten>> {
-    return std::move(done);
+  checkpoints.start = [this](int64_t step) { return StartCheckpoint(step); };
+  checkpoints.finished = [&](bool wait) -> absl::StatusOr<std::vector<CheckpointWritten>> {
+    if (writer_ == nullptr) return std::vector<CheckpointWritten>();
+    ASSIGN_OR_RETURN(std::vector<CheckpointWritten> done,
+                     wait ? writer_->Finish() : writer_->TakeFinished());
+    if (!done.empty()) saved = done.back().dir;
+    return done;
   };
   RETURN_IF_ERROR(RunTrainingSteps(
       run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
@@ -481,8 +507,11 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
     // steps == 0 on a fresh start saves the initial state as step 0. A resume always trains
     // (Create refuses steps not beyond the checkpoint), so a loaded step is never written.
     if (saved.empty()) {
-      ASSIGN_OR_RETURN(CheckpointWritten initial, save(start_step_));
-      if (callbacks.checkpoint) callbacks.checkpoint(initial);
+      RETURN_IF_ERROR(StartCheckpoint(start_step_));
+      ASSIGN_OR_RETURN(std::vector<CheckpointWritten> initial, checkpoints.finished(true));
+      for (const CheckpointWritten& c : initial) {
+        if (callbacks.checkpoint) callbacks.checkpoint(c);
+      }
     }
     // Export the step this run wrote, not whatever `latest` says.
     if (options_.rank == 0) RETURN_IF_ERROR(ExportSafetensors(saved, run.save_path).status());

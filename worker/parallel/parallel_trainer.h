@@ -31,6 +31,7 @@
 #include "worker/training_run.h"
 #include "worker/model/gpt_stage.h"
 #include "worker/model/optimizer.h"
+#include "worker/parallel/checkpoint_writer.h"
 #include "worker/parallel/sharded_checkpoint.h"
 #include "worker/pipeline/schedule.h"
 
@@ -97,8 +98,10 @@ class ParallelTrainer {
   ~ParallelTrainer();
 
   // Runs the remaining steps (RunTrainingSteps), reporting through `callbacks` on every rank:
-  // a checkpoint once this rank wrote its shard files (sealed on rank 0 only, which also wrote
-  // the manifest and `latest`). On an error the other ranks are told at once (AbortJob).
+  // a checkpoint once this rank's files of it are durable, on rank 0 once it sealed the step
+  // (manifest, then `latest`). Checkpoints are snapshots written by a CheckpointWriter
+  // (checkpoint_writer.h) while training goes on; the last is waited for before Run returns.
+  // On an error the other ranks are told at once (AbortJob).
   absl::Status Run(const TrainingCallbacks& callbacks);
 
   int64_t start_step() const { return start_step_; }
@@ -123,8 +126,10 @@ class ParallelTrainer {
   absl::StatusOr<double> OwnedSquaredNorm();
   // Runs a collective of `floats` floats, reporting it to options_.on_collective.
   absl::Status Timed(const char* op, int64_t floats, const std::function<absl::Status()>& collective);
-  // Writes step `step` (every rank its shard, rank 0 seals it).
-  absl::StatusOr<CheckpointWritten> SaveCheckpoint(int64_t step);
+  // The run's checkpoint writer (its token agreed on by every rank first).
+  absl::Status StartWriter();
+  // At a checkpoint step's boundary: this rank's state snapshot handed to writer_.
+  absl::Status StartCheckpoint(int64_t step);
   absl::Status RunSteps(const TrainingCallbacks& callbacks);
   ShardIdentity Identity() const;
 
@@ -138,6 +143,7 @@ class ParallelTrainer {
   std::vector<pipeline::Action> last_trace_;
   ParallelRunStats stats_;
   std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<CheckpointWriter> writer_;  // with a checkpoint_dir, once Run started
 };
 
 }  // namespace dtrain::parallel
