@@ -790,9 +790,11 @@ import cli_cases  # noqa: E402  `dtrain` CLI behaviour through the binary
 import safety_cases  # noqa: E402  no job loses or mixes another's files; truthful failures
 import plan_cases  # noqa: E402  one job plan: plan and submit reject alike, memory before launch
 import recovery_cases  # noqa: E402  jobs that recover from a lost worker with no user action
+import reshard_cases  # noqa: E402  a checkpoint resumed on another layout
 
 CASES = {}
-for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases):
+for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
+                reshard_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn
