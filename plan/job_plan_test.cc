@@ -426,6 +426,52 @@ TEST(MakeJobPlan, MemoryAddsUpAndShrinksWithTensorParallelismAndZero1) {
   EXPECT_LT(tp2->stages(0).memory().activations(), m.activations());
 }
 
+TEST(MakeJobPlan, FaultToleranceDefaultsAndRules) {
+  absl::StatusOr<JobSpec> spec = ParsedAndValidated(kTinySpec);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->fault_tolerance().has_max_restarts());
+  EXPECT_EQ(spec->fault_tolerance().max_restarts(), 3);
+  EXPECT_EQ(spec->fault_tolerance().on_worker_loss(), "shrink");
+  EXPECT_EQ(spec->fault_tolerance().wait_for(), "60s");
+  EXPECT_EQ(RecoveryWaitFor(*spec), absl::Seconds(60));
+
+  JobSpec fail_fast = Parsed(kTinySpec);
+  fail_fast.mutable_fault_tolerance()->set_max_restarts(0);  // explicit 0 is kept
+  ASSERT_TRUE(Validated(fail_fast).ok());
+  EXPECT_EQ(Validated(fail_fast)->fault_tolerance().max_restarts(), 0);
+
+  JobSpec bad = Parsed(kTinySpec);
+  bad.mutable_fault_tolerance()->set_max_restarts(-1);
+  bad.mutable_fault_tolerance()->set_on_worker_loss("pray");
+  bad.mutable_fault_tolerance()->set_wait_for("soon");
+  const absl::Status s = Validated(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("fault_tolerance.max_restarts=-1 must be in [0, 1000]"),
+                    HasSubstr("fault_tolerance.on_worker_loss=\"pray\" is not one of wait, shrink"),
+                    HasSubstr("fault_tolerance.wait_for=\"soon\" is not a duration")));
+}
+
+TEST(ShrinkPlan, FewerReplicasWithTheSameBatch) {
+  JobSpec spec = Parsed(kTinySpec);
+  spec.mutable_parallel()->set_dp(4);
+  spec.mutable_parallel()->set_pp(2);
+  absl::StatusOr<JobSpec> planned = Validated(spec);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  ASSERT_EQ(planned->micro_batch_size(), 2);  // 8 / dp=4
+  // 7 workers left: dp=3 would fit them but does not divide the batch; dp=2 does.
+  absl::StatusOr<JobPlan> smaller = ShrinkPlan(*planned, 7);
+  ASSERT_TRUE(smaller.ok()) << smaller.status();
+  EXPECT_EQ(smaller->spec().parallel().dp(), 2);
+  EXPECT_EQ(smaller->spec().batch_size(), 8);
+  EXPECT_EQ(smaller->spec().micro_batch_size(), 2);
+  EXPECT_EQ(smaller->micro_batches(), 2);  // twice as many per replica
+  EXPECT_EQ(ShrinkPlan(*planned, 2)->spec().parallel().dp(), 1);
+  const absl::Status none = ShrinkPlan(*planned, 1).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(none.message(), HasSubstr("one replica needs parallel.pp*tp=2*1=2"));
+}
+
 TEST(Ranks, NumberingAndNamesAreTheOneRule) {
   ParallelLayout layout;
   layout.set_dp(2);
