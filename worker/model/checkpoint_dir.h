@@ -1,11 +1,13 @@
 // Checkpoint directories without the model: where a step lives, how it is sealed, which step a
-// path names. Both checkpoint formats use it (one worker's, checkpoint.h, and the sharded one,
-// worker/parallel/sharded_checkpoint.h), and so does the export, which links no training code.
+// path names. The checkpoint format (worker/parallel/sharded_checkpoint.h, one worker's and
+// many workers' alike) uses it, and so does the export, which links no training code.
 //
-//   DIR/step_00000042/model.safetensors      one worker's weights (metadata {"step": "42"})
-//   DIR/step_00000042/optimizer.safetensors  one worker's AdamW moments, written last: the seal
-//   DIR/step_00000042/manifest.json          a sharded step's manifest, written last: the seal
+//   DIR/step_00000042/manifest.json          the step's manifest, written last: the seal
 //   DIR/latest                               "step_00000042", moved after the seal
+//
+// Steps of dtrain before issue 12 written by one worker (model.safetensors, then
+// optimizer.safetensors as the seal) are still found, so that their loader can say how to carry
+// them over (worker/parallel/manifest.h ReadManifest).
 #ifndef DTRAIN_WORKER_MODEL_CHECKPOINT_DIR_H_
 #define DTRAIN_WORKER_MODEL_CHECKPOINT_DIR_H_
 

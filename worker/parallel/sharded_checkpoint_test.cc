@@ -317,14 +317,18 @@ TEST_F(ShardedCheckpointTest, AnyLayoutLoadsAStepAndSavesItBackExactly) {
     std::vector<Rank> original = BuildJob(be_.get(), kTiny, a, /*fill=*/true, /*salt=*/3);
     ASSERT_TRUE(SaveJob(dir + "/a", 7, original).ok());
     std::vector<Rank> other = BuildJob(be_.get(), kTiny, b, /*fill=*/false);
-    for (Rank& r : other) ASSERT_EQ(Load(dir + "/a", r.id, r.chunks(), r.optimizers()).value_or(-1), 7);
+    for (Rank& r : other) {
+      ASSERT_EQ(Load(dir + "/a", r.id, r.chunks(), r.optimizers()).value_or(-1), 7);
+    }
     ASSERT_TRUE(SaveJob(dir + "/b", 7, other).ok());
     // Both steps export the same model.
     ASSERT_TRUE(ExportSafetensors(dir + "/a", dir + "/a.safetensors").ok());
     ASSERT_TRUE(ExportSafetensors(dir + "/b", dir + "/b.safetensors").ok());
     EXPECT_TRUE(ReadAll(dir + "/a.safetensors") == ReadAll(dir + "/b.safetensors"));
     std::vector<Rank> back = BuildJob(be_.get(), kTiny, a, /*fill=*/false);
-    for (Rank& r : back) ASSERT_EQ(Load(dir + "/b", r.id, r.chunks(), r.optimizers()).value_or(-1), 7);
+    for (Rank& r : back) {
+      ASSERT_EQ(Load(dir + "/b", r.id, r.chunks(), r.optimizers()).value_or(-1), 7);
+    }
     ExpectSameState(be_.get(), original, back);
   }
 }
