@@ -9,6 +9,7 @@ sealed checkpoint, before the end) whatever the machine's speed.
 import json
 import os
 import signal
+import subprocess
 import time
 
 from harness import Cluster, TestFailure, expect
@@ -111,6 +112,10 @@ def case_recovery_spare(args):
         c.wait_workers({w: "IDLE" for w in ids})
 
         job_id = c.submit(c.write_spec("recovered.json", dict(spec, name="recovered")))
+        # A watcher that follows the job live through the recovery.
+        live = subprocess.Popen([c.bin["cli"], "--coordinator=%s" % c.address, "--json", "watch",
+                                 job_id], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                cwd=c.tmp)
         wait_sealed(c, job_id, 10)
         job = c.wait_step(job_id, 13, 60)
         victim = job["placement"]["ranks"][3]["worker_id"]  # pp1 tp1
@@ -129,6 +134,24 @@ def case_recovery_spare(args):
         states = [h["state"] for h in done["history"]]
         expect("RECOVERING" in states, "history: %s" % states)
         worst = compare(losses(c, job_id), want, 0.0, "recovered on a spare")
+        try:
+            out, _ = live.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            live.kill()
+            raise TestFailure("the live watch did not end with the job")
+        seen = {}  # step -> every loss the live watcher got for it, in order
+        for line in out.decode().splitlines():
+            update = json.loads(line)
+            if update["type"] == "step":
+                seen.setdefault(update["step"], []).append(float(update["loss"]))
+        resumed, last = int(r["resumed_from_step"]), int(r["last_step"])
+        redone = sorted(s for s, l in seen.items() if len(l) > 1)
+        expect(redone == list(range(resumed + 1, last + 1)) or
+               redone == list(range(resumed + 1, last)),
+               "the live watcher got steps %s twice; the recovery redid %d-%d"
+               % (redone, resumed + 1, last))
+        expect({s: l[-1] for s, l in seen.items()} == want,
+               "the live watcher's last loss of each step differs from the uninterrupted run")
 
         rc, out, err = c.cli("status", job_id)
         expect(rc == 0 and "recoveries" in out and "resumed from step" in out,
