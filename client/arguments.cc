@@ -33,7 +33,8 @@ absl::StatusOr<std::vector<JobState>> ParseStates(absl::string_view text) {
     if (!JobState_Parse(name, &state) || state == JOB_STATE_UNSPECIFIED) {
       return absl::InvalidArgumentError(absl::StrCat(
           "bad value for --state: '", part,
-          "' is not a job state (QUEUED, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED)"));
+          "' is not a job state (QUEUED, PLACING, RUNNING, RECOVERING, SUCCEEDED, FAILED, "
+          "CANCELLED)"));
     }
     states.push_back(state);
   }
@@ -294,8 +295,8 @@ const std::vector<FlagInfo>& Flags() {
       {"every", &I::every, "N", "1", "", FlagBound::kAtLeastOne, kWatching,
        "a step line every N steps (and the last)"},
       {"state", &I::states, "S1,S2", "", "every state", FlagBound::kNotEmpty, {"list"},
-       "only jobs in these states: QUEUED, PLACING, RUNNING, SUCCEEDED, FAILED, CANCELLED (any "
-       "case)"},
+       "only jobs in these states: QUEUED, PLACING, RUNNING, RECOVERING, SUCCEEDED, FAILED, "
+       "CANCELLED (any case)"},
       {"limit", &I::limit, "N", "0", "0: the coordinator's, which is 100",
        FlagBound::kNotNegative, {"list"}, "at most N jobs"},
       {"reason", &I::reason, "TEXT", "", "'cancelled by user'", FlagBound::kAny, {"cancel"},

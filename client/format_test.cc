@@ -269,6 +269,41 @@ TEST(JobDetail, CheckpointNotCreatedYetAndNoneWithoutADir) {
             std::string::npos);
 }
 
+TEST(JobDetail, ListsEachRecoveryWithItsPhases) {
+  Job job = RunningJob();
+  job.mutable_spec()->mutable_fault_tolerance()->set_max_restarts(3);
+  job.mutable_spec()->mutable_fault_tolerance()->set_on_worker_loss("shrink");
+  job.mutable_spec()->mutable_fault_tolerance()->set_wait_for("60s");
+  Recovery* r = job.add_recoveries();
+  r->set_number(1);
+  r->set_cause("worker w4 (dp1 pp1 tp0) stopped answering: ...\n  then worker w3 failed");
+  r->set_last_step(14);
+  r->mutable_layout()->set_dp(1);
+  r->mutable_layout()->set_pp(2);
+  r->add_workers("w1");
+  r->add_workers("w2");
+  r->set_resumed_from_step(10);
+  r->set_steps_redone(4);
+  r->set_detect_ms(1500);
+  r->set_stop_ms(10);
+  r->set_place_ms(20);
+  r->set_load_ms(600);
+  r->set_first_step_ms(400);
+  r->set_done(true);
+  const std::string detail = JobDetail(job, absl::Now());
+  EXPECT_NE(detail.find("recoveries (fault_tolerance: max_restarts 3, shrink, wait_for 60s):\n"),
+            std::string::npos)
+      << detail;
+  EXPECT_NE(detail.find(" at step 14: worker w4 (dp1 pp1 tp0) stopped answering: ...\n"
+                        "     on dp=1 pp=2 tp=1 (w1, w2); resumed from step 10, 4 steps redone\n"
+                        "     detect 1.5s, stop 0.0s, place 0.0s, load 0.6s, first step 0.4s\n"),
+            std::string::npos)
+      << detail;
+  ListJobsResponse list;
+  *list.add_jobs() = job;
+  EXPECT_NE(JobsTable(list, absl::Now()).find("RUNNING (1 recovery)"), std::string::npos);
+}
+
 TEST(CheckpointsText, NoLocationAndNoSealedStep) {
   ListCheckpointsResponse r;
   EXPECT_EQ(CheckpointsText("job-000004", r, absl::Now()),
