@@ -48,6 +48,9 @@ RULES = [
     ({"optimizer": {"beta2": 1.5}}, "optimizer.beta2=1.5 must be in [0, 1)"),
     ({"steps": 0}, "steps=0 must be positive"),
     ({"dataset": ""}, "dataset is required"),
+    ({"fault_tolerance": {"on_worker_loss": "pray"}},
+     'fault_tolerance.on_worker_loss="pray" is not one of wait, shrink'),
+    ({"fault_tolerance": {"wait_for": "soon"}}, 'fault_tolerance.wait_for="soon" is not a duration'),
 ]
 
 
