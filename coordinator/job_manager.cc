@@ -399,7 +399,7 @@ void JobManager::Fail(ActiveJob& job, const std::string& reason, const std::stri
   const std::string first_line = reason.substr(0, reason.find('\n'));
   absl::Status status = Transition(
       job, RECOVERING,
-      absl::StrCat("recovering (restart ", used + 1, " of ", max_restarts, "): ", first_line,
+      absl::StrCat("restart ", used + 1, " of ", max_restarts, ": ", first_line,
                    job.stopping.empty()
                        ? ""
                        : absl::StrCat("; stopping the other ",
@@ -510,8 +510,8 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
         .IgnoreError();
     return;
   }
-  const std::string reason = absl::StrCat("recovering (restart ", r->number(), " of ",
-                                          job.spec.fault_tolerance().max_restarts(), "): ",
+  const std::string reason = absl::StrCat("restart ", r->number(), " of ",
+                                          job.spec.fault_tolerance().max_restarts(), ": ",
                                           waiting);
   if (reason != job.reason) {
     absl::Status status = Transition(job, RECOVERING, reason);
