@@ -144,6 +144,11 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, const std::string& path) {
   const int64_t size = static_cast<int64_t>(bytes.size());
+  return ParseHeader(std::move(bytes), size, path);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::ParseHeader(std::string bytes, int64_t size,
+                                                             const std::string& path) {
   if (size < 8) {
     return Invalid(path, "file is ", size, " bytes, too short for the 8-byte header length");
   }
@@ -196,6 +201,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, const 
                      " [", cur.begin, ", ", cur.end, ") overlap");
     }
   }
+  file.has_data_ = static_cast<int64_t>(bytes.size()) == size;
   file.bytes_ = std::make_shared<const std::string>(std::move(bytes));
   return file;
 }
@@ -216,6 +222,20 @@ absl::Status SafetensorsFile::ReadFloat32(absl::string_view name, absl::Span<con
                                           absl::Span<float> out) const {
   const TensorInfo* info = Find(name);
   if (info == nullptr) return absl::NotFoundError(absl::StrCat(path_, ": no tensor named ", name));
+  if (!has_data_) {
+    return absl::FailedPreconditionError(absl::StrCat(path_, ": only the header was read"));
+  }
+  return DecodeFloat32(name, expected_shape,
+                       absl::string_view(*bytes_).substr(data_start_ + info->begin,
+                                                        info->end - info->begin),
+                       out);
+}
+
+absl::Status SafetensorsFile::DecodeFloat32(absl::string_view name,
+                                            absl::Span<const int64_t> expected_shape,
+                                            absl::string_view raw, absl::Span<float> out) const {
+  const TensorInfo* info = Find(name);
+  if (info == nullptr) return absl::NotFoundError(absl::StrCat(path_, ": no tensor named ", name));
   if (!std::equal(info->shape.begin(), info->shape.end(), expected_shape.begin(), expected_shape.end())) {
     return Invalid(path_, "tensor ", name, " has shape ", ShapeString(info->shape), ", expected ",
                    ShapeString(expected_shape));
@@ -224,7 +244,11 @@ absl::Status SafetensorsFile::ReadFloat32(absl::string_view name, absl::Span<con
   if (static_cast<int64_t>(out.size()) != n) {
     return Invalid(path_, "tensor ", name, " has ", n, " elements, but the output holds ", out.size());
   }
-  const char* src = bytes_->data() + data_start_ + info->begin;
+  if (static_cast<int64_t>(raw.size()) != info->end - info->begin) {
+    return Invalid(path_, "tensor ", name, ": ", raw.size(), " bytes given for its ",
+                   info->end - info->begin);
+  }
+  const char* src = raw.data();
   switch (info->dtype) {
     case DType::kF32:
       if (n > 0) std::memcpy(out.data(), src, n * sizeof(float));

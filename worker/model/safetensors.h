@@ -53,6 +53,13 @@ class SafetensorsFile {
   // checksum them first, say). The one safetensors header reader: every dtrain reader of
   // safetensors headers (tensors or only "__metadata__") goes through Open or Parse.
   static absl::StatusOr<SafetensorsFile> Parse(std::string bytes, const std::string& path);
+  // The same for the first bytes of a file of `file_size` bytes: at least the length field and
+  // the header (a file read in pieces). Tensors are then read with DecodeFloat32 from bytes the
+  // caller read (ReadFloat32 needs the whole file).
+  static absl::StatusOr<SafetensorsFile> ParseHeader(std::string head, int64_t file_size,
+                                                     const std::string& path);
+  // Where the data section starts: 8 + the header's length. TensorInfo offsets are from there.
+  int64_t data_start() const { return data_start_; }
 
   const std::string& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }  // "__metadata__"
@@ -65,6 +72,10 @@ class SafetensorsFile {
   // shape [256, 768], expected [256, 512]", or wrong output size), naming file and tensor.
   absl::Status ReadFloat32(absl::string_view name, absl::Span<const int64_t> expected_shape,
                            absl::Span<float> out) const;
+  // ReadFloat32 of the tensor's bytes `raw` (its [begin, end) of the data section), read by the
+  // caller.
+  absl::Status DecodeFloat32(absl::string_view name, absl::Span<const int64_t> expected_shape,
+                             absl::string_view raw, absl::Span<float> out) const;
 
  private:
   SafetensorsFile() = default;
@@ -74,6 +85,7 @@ class SafetensorsFile {
   std::map<std::string, TensorInfo, std::less<>> tensors_;
   std::shared_ptr<const std::string> bytes_;  // the whole file
   int64_t data_start_ = 0;                    // offset of the data section in bytes_
+  bool has_data_ = true;                      // false: bytes_ is only the header (ParseHeader)
 };
 
 struct TensorToWrite {

@@ -44,24 +44,32 @@ absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
     targets[t.name] = {&t, std::move(runs)};
   }
   std::vector<float> host(full->total_size());
-  std::vector<float> stored;
   for (const ShardFile& f : m.files) {
     if (f.kind != ShardFileKind::kModel || f.tensors.empty()) continue;
-    ASSIGN_OR_RETURN(model::SafetensorsFile file, OpenVerified(step_dir, f, m.checksum));
+    const std::string file_path = absl::StrCat(step_dir, "/", f.FileName());
+    std::map<std::string, const TensorShard*> arrays;
     for (const TensorShard& t : f.tensors) {
-      auto it = targets.find(t.tensor);
-      if (it == targets.end()) {
-        return absl::DataLossError(absl::StrCat(file.path(), ": ", t.tensor,
+      if (targets.count(t.tensor) == 0) {
+        return absl::DataLossError(absl::StrCat(file_path, ": ", t.tensor,
                                                 " is not a tensor of the model"));
       }
-      Target& target = it->second;
-      ASSIGN_OR_RETURN(std::vector<ShardRun> runs, ShardRuns(t, file.path()));
-      stored.resize(t.size());
-      RETURN_IF_ERROR(ReadShardTensor(file, t.tensor, StoredShape(t), absl::MakeSpan(stored)));
-      target.got += CopyOverlap(runs, stored, target.runs,
-                                absl::MakeSpan(host).subspan(target.tensor->offset,
-                                                             target.tensor->global_size()));
+      arrays[t.tensor] = &t;
     }
+    RETURN_IF_ERROR(ReadVerifiedArrays(
+        step_dir, f, m.checksum, [&](const std::string& name) { return arrays.count(name) > 0; },
+        [&](const model::TensorInfo& info, absl::Span<const float> values) -> absl::Status {
+          const TensorShard& t = *arrays.at(info.name);
+          if (info.shape != StoredShape(t)) {
+            return absl::DataLossError(absl::StrCat(file_path, ": ", info.name,
+                                                    " does not have the shape its entry says"));
+          }
+          Target& target = targets.at(t.tensor);
+          ASSIGN_OR_RETURN(std::vector<ShardRun> runs, ShardRuns(t, file_path));
+          target.got += CopyOverlap(runs, values, target.runs,
+                                    absl::MakeSpan(host).subspan(target.tensor->offset,
+                                                                 target.tensor->global_size()));
+          return absl::OkStatus();
+        }));
   }
   std::vector<model::TensorToWrite> tensors;
   for (const ParameterTensor& g : full->tensors()) {

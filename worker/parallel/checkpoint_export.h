@@ -15,10 +15,10 @@ namespace dtrain::parallel {
 // safetensors file at `out_path`, byte for byte what model::SaveTensors writes for one worker
 // holding the whole model (same names and order, matrices (in, out), F32, metadata
 // {"step": N}), so LoadWeights, PyTorch and transformers read it. Each stored array is put
-// where its TensorShard says it sits (so any layout's step exports the same file). Reads one
-// model file at a time; DataLoss naming the tensor when the step lacks any of its elements, or
-// naming the file on a size or checksum mismatch. Returns the step
-// exported and its absolute directory.
+// where its TensorShard says it sits (so any layout's step exports the same file). Reads the
+// model files one array at a time; DataLoss naming the tensor when the step lacks any of its
+// elements, or naming the file on a size or checksum mismatch. Returns the step exported and
+// its absolute directory.
 absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
                                                         const std::string& out_path);
 

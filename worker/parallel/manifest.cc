@@ -3,7 +3,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <xxhash.h>
 
 #include "absl/strings/numbers.h"
@@ -372,34 +375,138 @@ absl::StatusOr<ShardFile> ParseShardMetadata(const std::map<std::string, std::st
   return FromEntry(entry, ChecksumKind::kXxh3_64, path);
 }
 
-absl::StatusOr<model::SafetensorsFile> OpenVerified(const std::string& step_dir,
-                                                    const ShardFile& entry, ChecksumKind kind) {
-  const std::string path = absl::StrCat(step_dir, "/", entry.FileName());
-  absl::StatusOr<std::string> bytes = ReadFileToString(path);
-  if (!bytes.ok()) {
-    return absl::DataLossError(absl::StrCat(path, ": listed in the manifest but unreadable: ",
-                                            bytes.status().message()));
+namespace {
+
+// The checksum of bytes fed a piece at a time.
+class StreamingChecksum {
+ public:
+  explicit StreamingChecksum(ChecksumKind kind) : kind_(kind) {
+    if (kind_ == ChecksumKind::kXxh3_64) {
+      state_ = XXH3_createState();
+      XXH3_64bits_reset(state_);
+    }
   }
-  if (static_cast<int64_t>(bytes->size()) != entry.bytes) {
-    return absl::DataLossError(absl::StrCat(path, ": ", bytes->size(),
+  ~StreamingChecksum() {
+    if (state_ != nullptr) XXH3_freeState(state_);
+  }
+  StreamingChecksum(const StreamingChecksum&) = delete;
+  StreamingChecksum& operator=(const StreamingChecksum&) = delete;
+
+  void Update(absl::string_view bytes) {
+    if (kind_ == ChecksumKind::kXxh3_64) {
+      XXH3_64bits_update(state_, bytes.data(), bytes.size());
+      return;
+    }
+    for (unsigned char c : bytes) {
+      fnv_ ^= c;
+      fnv_ *= 0x100000001b3ull;
+    }
+  }
+  uint64_t Digest() const {
+    return kind_ == ChecksumKind::kXxh3_64 ? XXH3_64bits_digest(state_) : fnv_;
+  }
+
+ private:
+  ChecksumKind kind_;
+  XXH3_state_t* state_ = nullptr;
+  uint64_t fnv_ = 0xcbf29ce484222325ull;
+};
+
+}  // namespace
+
+absl::Status ReadVerifiedArrays(const std::string& step_dir, const ShardFile& entry,
+                                ChecksumKind kind,
+                                const std::function<bool(const std::string& name)>& wanted,
+                                const TakeArray& take) {
+  const std::string path = absl::StrCat(step_dir, "/", entry.FileName());
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    return absl::DataLossError(absl::StrCat(path, ": listed in the manifest but unreadable: ",
+                                            std::strerror(errno)));
+  }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, &std::fclose);
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || st.st_size != entry.bytes) {
+    return absl::DataLossError(absl::StrCat(path, ": ", int64_t{st.st_size},
                                             " bytes, but the manifest says ", entry.bytes,
                                             " (truncated or rewritten)"));
   }
-  if (ShardChecksum(*bytes, kind) != entry.checksum) {
+  StreamingChecksum checksum(kind);
+  int64_t offset = 0;  // bytes read so far
+  std::string piece;
+  // Reads the next n bytes into `piece` and checksums them.
+  auto read = [&](int64_t n) -> absl::Status {
+    piece.resize(n);
+    if (n > 0 && std::fread(piece.data(), 1, n, f) != static_cast<size_t>(n)) {
+      return absl::DataLossError(absl::StrCat(path, ": read failed at byte ", offset,
+                                              " (truncated while reading?)"));
+    }
+    checksum.Update(piece);
+    offset += n;
+    return absl::OkStatus();
+  };
+  auto mismatch = [&]() -> absl::Status {
+    if (checksum.Digest() == entry.checksum) return absl::OkStatus();
     return absl::DataLossError(absl::StrCat(path, ": ", ChecksumName(kind),
                                             " checksum mismatch with the manifest (the file is "
                                             "corrupted)"));
+  };
+  // The header: the length field, then the JSON.
+  const int64_t size = st.st_size;
+  uint64_t header_len = 0;
+  if (size >= 8) {
+    RETURN_IF_ERROR(read(8));
+    std::memcpy(&header_len, piece.data(), 8);
+  }
+  std::string head = piece;
+  if (size >= 8 && header_len <= static_cast<uint64_t>(size - 8)) {
+    RETURN_IF_ERROR(read(static_cast<int64_t>(header_len)));
+    head += piece;
   }
   absl::StatusOr<model::SafetensorsFile> file =
-      model::SafetensorsFile::Parse(std::move(bytes).value(), path);
+      model::SafetensorsFile::ParseHeader(std::move(head), size, path);
+  // The arrays wanted, in file order; tensors never share a byte.
+  std::vector<const model::TensorInfo*> arrays;
+  if (file.ok()) {
+    for (const std::string& name : file->names()) {
+      if (wanted(name)) arrays.push_back(file->Find(name));
+    }
+    std::sort(arrays.begin(), arrays.end(),
+              [](const model::TensorInfo* a, const model::TensorInfo* b) {
+                return a->begin < b->begin;
+              });
+  }
+  constexpr int64_t kPiece = 4 << 20;
+  std::string array;  // the bytes of the array being read
+  std::vector<float> values;
+  size_t next = 0;  // arrays[next] is the next to complete
+  while (offset < size) {
+    const int64_t data_offset = offset - (file.ok() ? file->data_start() : 0);
+    RETURN_IF_ERROR(read(std::min(kPiece, size - offset)));
+    // Append the bytes of `piece` that belong to the arrays wanted; take each once complete.
+    int64_t at = data_offset;  // data offset of piece[0]
+    const int64_t end = data_offset + static_cast<int64_t>(piece.size());
+    while (next < arrays.size() && at < end) {
+      const model::TensorInfo& a = *arrays[next];
+      const int64_t lo = std::max(at, a.begin), hi = std::min(end, a.end);
+      if (lo < hi) array.append(piece, lo - data_offset, hi - lo);
+      if (hi < a.end && a.end > a.begin) break;  // the rest of it is in the next piece
+      values.resize(a.num_elements());
+      RETURN_IF_ERROR(file->DecodeFloat32(a.name, a.shape, array, absl::MakeSpan(values)));
+      RETURN_IF_ERROR(take(a, values));
+      std::string().swap(array);
+      at = std::max(at, a.end);
+      ++next;
+    }
+  }
+  RETURN_IF_ERROR(mismatch());
   if (!file.ok()) return absl::DataLossError(file.status().message());
-  return file;
-}
-
-absl::Status ReadShardTensor(const model::SafetensorsFile& file, const std::string& name,
-                             const std::vector<int64_t>& shape, absl::Span<float> out) {
-  absl::Status s = file.ReadFloat32(name, shape, out);
-  if (!s.ok()) return absl::DataLossError(s.message());
+  for (; next < arrays.size(); ++next) {  // empty arrays at the end
+    values.clear();
+    RETURN_IF_ERROR(file->DecodeFloat32(arrays[next]->name, arrays[next]->shape, "",
+                                        absl::MakeSpan(values)));
+    RETURN_IF_ERROR(take(*arrays[next], values));
+  }
   return absl::OkStatus();
 }
 

@@ -27,6 +27,7 @@
 #define DTRAIN_WORKER_PARALLEL_MANIFEST_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -194,16 +195,18 @@ std::map<std::string, std::string> ShardMetadata(const ShardFile& file, int64_t 
 absl::StatusOr<ShardFile> ParseShardMetadata(const std::map<std::string, std::string>& metadata,
                                              int64_t* step, const std::string& path);
 
-// Opens the file of manifest entry `entry` in `step_dir` after checking its size and checksum
-// (of `kind`) against the entry. Every failure is DataLoss naming the file: the manifest says
-// what must be there. The file is read once: checksummed, then parsed from the same bytes.
-absl::StatusOr<model::SafetensorsFile> OpenVerified(const std::string& step_dir,
-                                                    const ShardFile& entry, ChecksumKind kind);
-
-// file.ReadFloat32, with errors as DataLoss: a verified shard without the tensor its layout
-// needs is damaged (or written by another program).
-absl::Status ReadShardTensor(const model::SafetensorsFile& file, const std::string& name,
-                             const std::vector<int64_t>& shape, absl::Span<float> out);
+// Reads the file of manifest entry `entry` in `step_dir` once, front to back, a piece at a time:
+// checksums all its bytes (of `kind`) and hands each array that `wanted(name)` asks for to
+// `take` as fp32, one array in memory at a time (so a rank never holds a whole file). What
+// `take` got is only trustworthy once this returns OK: the size and checksum are compared at
+// the end. Every failure is DataLoss naming the file (missing, another size, another checksum,
+// a header that does not parse), or take's error.
+using TakeArray = std::function<absl::Status(const model::TensorInfo& info,
+                                             absl::Span<const float> values)>;
+absl::Status ReadVerifiedArrays(const std::string& step_dir, const ShardFile& entry,
+                                ChecksumKind kind,
+                                const std::function<bool(const std::string& name)>& wanted,
+                                const TakeArray& take);
 
 }  // namespace dtrain::parallel
 

@@ -368,32 +368,38 @@ absl::StatusOr<int64_t> LoadShard(const std::string& path, const ShardIdentity& 
   for (Need& need : needs) by_tensor[need.moments][need.tensor].push_back(&need);
 
   int64_t adam_step = -1;
-  std::vector<float> stored, stored_sq;
   for (const ShardFile& f : m.files) {
     const int opt = f.kind == ShardFileKind::kOptimizer;
     if (opt) adam_step = f.adam_step;
-    bool wanted = false;
-    for (const TensorShard& t : f.tensors) wanted = wanted || by_tensor[opt].count(t.tensor) > 0;
-    if (!wanted) continue;
-    ASSIGN_OR_RETURN(model::SafetensorsFile file, OpenVerified(step_dir, f, m.checksum));
+    // Stored array name -> its description and whether it is exp_avg_sq.
+    std::map<std::string, std::pair<const TensorShard*, bool>> arrays;
     for (const TensorShard& t : f.tensors) {
-      auto it = by_tensor[opt].find(t.tensor);
-      if (it == by_tensor[opt].end()) continue;
-      ASSIGN_OR_RETURN(std::vector<ShardRun> runs, ShardRuns(t, file.path()));
-      const std::vector<int64_t> shape = StoredShape(t);
-      stored.resize(t.size());
-      RETURN_IF_ERROR(ReadShardTensor(file, opt ? "exp_avg." + t.tensor : t.tensor, shape,
-                                      absl::MakeSpan(stored)));
+      if (by_tensor[opt].count(t.tensor) == 0) continue;
       if (opt) {
-        stored_sq.resize(t.size());
-        RETURN_IF_ERROR(ReadShardTensor(file, "exp_avg_sq." + t.tensor, shape,
-                                        absl::MakeSpan(stored_sq)));
-      }
-      for (Need* need : it->second) {
-        need->got += CopyOverlap(runs, stored, need->runs, need->values);
-        if (opt) CopyOverlap(runs, stored_sq, need->runs, need->values_sq);
+        arrays["exp_avg." + t.tensor] = {&t, false};
+        arrays["exp_avg_sq." + t.tensor] = {&t, true};
+      } else {
+        arrays[t.tensor] = {&t, false};
       }
     }
+    if (arrays.empty()) continue;
+    const std::string file_path = absl::StrCat(step_dir, "/", f.FileName());
+    RETURN_IF_ERROR(ReadVerifiedArrays(
+        step_dir, f, m.checksum, [&](const std::string& name) { return arrays.count(name) > 0; },
+        [&](const model::TensorInfo& info, absl::Span<const float> values) -> absl::Status {
+          const auto& [t, second_moment] = arrays.at(info.name);
+          if (info.shape != StoredShape(*t)) {
+            return absl::DataLossError(absl::StrCat(file_path, ": ", info.name,
+                                                    " does not have the shape its entry says"));
+          }
+          ASSIGN_OR_RETURN(std::vector<ShardRun> runs, ShardRuns(*t, file_path));
+          for (Need* need : by_tensor[opt].at(t->tensor)) {
+            const int64_t n = CopyOverlap(runs, values, need->runs,
+                                          second_moment ? need->values_sq : need->values);
+            if (!second_moment) need->got += n;
+          }
+          return absl::OkStatus();
+        }));
   }
   for (const Need& need : needs) {
     if (need.got != need.want) {

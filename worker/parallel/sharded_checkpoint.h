@@ -89,10 +89,10 @@ absl::Status WriteManifest(const std::string& dir, int64_t step, const Checkpoin
 // overlap what this rank holds (its tensors' tp shards, its ZeRO-1 ranges). `path` as for
 // ReadManifest. FailedPrecondition naming what differs when the model config differs, or, with
 // job.batch_size > 0, when the batch or seq_len differs from the step's data position (the
-// data would not go on where it stopped). Reads one shard file at a time, only those it needs,
-// each checked against the manifest's size and checksum (DataLoss naming the file); DataLoss
-// naming the tensor when the step lacks elements this rank needs. Nothing is changed unless
-// everything was read. Returns the checkpoint's step.
+// data would not go on where it stopped). Reads only the files it needs, one stored array in
+// memory at a time (ReadVerifiedArrays), each file checked against the manifest's size and
+// checksum (DataLoss naming the file); DataLoss naming the tensor when the step lacks elements
+// this rank needs. Nothing is changed unless everything was read. Returns the checkpoint's step.
 absl::StatusOr<int64_t> LoadShard(const std::string& path, const ShardIdentity& id,
                                   absl::Span<model::GptStage* const> chunks,
                                   absl::Span<model::AdamW* const> optimizers,

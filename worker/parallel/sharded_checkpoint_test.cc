@@ -733,6 +733,45 @@ TEST(ManifestTest, MalformedManifestsAreDataLossNamingThePath) {
   }
 }
 
+// ReadVerifiedArrays reads a file a piece (4 MiB) at a time: arrays that span pieces, arrays
+// not wanted, an empty one, all values exact; then a flipped byte is a checksum mismatch.
+TEST(ManifestTest, VerifiedArraysSpanningPiecesArriveWhole) {
+  const std::string dir = TempDir("pieces");
+  std::vector<float> big(2500000), small(7), skipped(1500000);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = 0.5f * i;
+  for (size_t i = 0; i < small.size(); ++i) small[i] = -1.0f - i;
+  ShardFile f;
+  f.kind = ShardFileKind::kModel;
+  const std::string path = dir + "/" + f.FileName();
+  ASSERT_TRUE(model::WriteSafetensors(path, {{"a_skipped", {1500000}, skipped},
+                                             {"b_big", {2500, 1000}, big},
+                                             {"c_empty", {0}, {}},
+                                             {"d_small", {7}, small}},
+                                      {})
+                  .ok());
+  const std::string bytes = ReadAll(path);
+  f.bytes = bytes.size();
+  f.checksum = ShardChecksum(bytes);
+  std::map<std::string, std::vector<float>> got;
+  auto wanted = [](const std::string& name) { return name != "a_skipped"; };
+  auto take = [&](const model::TensorInfo& info, absl::Span<const float> values) {
+    got[info.name].assign(values.begin(), values.end());
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(ReadVerifiedArrays(dir, f, ChecksumKind::kXxh3_64, wanted, take).ok());
+  EXPECT_EQ(got.size(), 3u);
+  EXPECT_TRUE(got["b_big"] == big);
+  EXPECT_TRUE(got["c_empty"].empty());
+  EXPECT_EQ(got["d_small"], small);
+
+  std::string bad = bytes;
+  bad[bad.size() - 100] ^= 0x01;
+  WriteAll(path, bad);
+  const absl::Status s = ReadVerifiedArrays(dir, f, ChecksumKind::kXxh3_64, wanted, take);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("xxh3_64 checksum mismatch"));
+}
+
 // The dtrain-export binary: usage errors, export, and a clear error for a bad checkpoint.
 std::pair<int, std::string> RunTool(const std::string& args) {
   const std::string tool =
