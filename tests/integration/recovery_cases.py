@@ -166,21 +166,21 @@ def case_recovery_spare(args):
 
 
 def case_recovery_shrink(args):
-    """dp=2 x pp=2 on 4 workers, no spare, on_worker_loss shrink (the default): kill -9 of one
-    worker; the job continues at once as dp=1 on two survivors with the same global batch
-    (twice the micro-batches per replica) and SUCCEEDS; every per-step loss is within 1e-5 of
-    the uninterrupted dp=2 run. The kill comes before the first checkpoint, so the new run
-    starts over (loading a dp=2 checkpoint on dp=1 is helper R's resharding)."""
+    """dp=2 x pp=2 on 4 workers, no spare, on_worker_loss shrink (the default), a checkpoint every
+    10 steps: kill -9 of one worker after step 13; the job continues at once as dp=1 on two
+    survivors with the same global batch (twice the micro-batches per replica), loading the
+    dp=2 step 10 on dp=1 (the layout-free checkpoint), and SUCCEEDS; every per-step loss is
+    within 1e-5 of the uninterrupted dp=2 run."""
     with Cluster(args.binaries, "recovery_shrink") as c:
         ids = ["w1", "w2", "w3", "w4"]
         start(c, ids)
-        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), steps=20, interval=0,
-                             parallel={"dp": 2, "pp": 2})
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), parallel={"dp": 2, "pp": 2})
         want = run_reference(c, spec, "reference")
         c.wait_workers({w: "IDLE" for w in ids})
 
         job_id = c.submit(c.write_spec("shrunk.json", dict(spec, name="shrunk")))
-        job = c.wait_step(job_id, 4, 60)
+        wait_sealed(c, job_id, 10)
+        job = c.wait_step(job_id, 13, 60)
         victim = job["placement"]["ranks"][3]["worker_id"]  # dp1 pp1
         c.workers[victim].signal(signal.SIGKILL)
         done = c.wait_state(job_id, FINAL, 120)
@@ -191,9 +191,11 @@ def case_recovery_shrink(args):
         expect(int(layout.get("dp", 1)) == 1 and int(layout.get("pp", 1)) == 2,
                "want dp=1 pp=2 after the shrink: %s" % layout)
         expect(len(r.get("workers", [])) == 2, "placed on %s" % r.get("workers"))
+        expect(int(r.get("resumed_from_step", 0)) >= 10, "resumed from %s" % r)
         worst = compare(losses(c, job_id), want, LOSS_RTOL, "shrunk to dp=1")
-        print("kill -9 %s: continued as dp=1 on %s; %s; losses within %.2g"
-              % (victim, r["workers"], phases(r), worst))
+        print("kill -9 %s at step %s: continued as dp=1 on %s from step %s; %s; losses within "
+              "%.2g" % (victim, r["last_step"], r["workers"], r["resumed_from_step"], phases(r),
+                        worst))
 
 
 def case_recovery_sigstop(args):
