@@ -464,9 +464,12 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
   if (usable < needed && job.spec.fault_tolerance().on_worker_loss() == "shrink") {
     absl::StatusOr<JobPlan> smaller = plan::ShrinkPlan(spec, usable);
     if (smaller.ok()) {
+      const ParallelLayout& from = spec.parallel();
+      const ParallelLayout& to = smaller->spec().parallel();
       shrink_note = absl::StrFormat(
-          "; shrunk from dp=%d to dp=%d (batch_size %d: %d micro-batches per replica)",
-          spec.parallel().dp(), smaller->spec().parallel().dp(), spec.batch_size(),
+          "; shrunk from dp=%d pp=%d tp=%d to dp=%d pp=%d tp=%d (batch_size %d: %d "
+          "micro-batches per replica)",
+          from.dp(), from.pp(), from.tp(), to.dp(), to.pp(), to.tp(), spec.batch_size(),
           smaller->micro_batches());
       spec = smaller->spec();
       needed = plan::WorkersNeeded(spec.parallel());

@@ -161,7 +161,8 @@ TEST(Recovery, ShrinkContinuesOnFewerReplicasWithTheSameBatch) {
   EXPECT_EQ(hb.assignment().spec().parallel().dp(), 1);
   EXPECT_EQ(hb.assignment().spec().batch_size(), 4);
   EXPECT_EQ(hb.assignment().spec().micro_batch_size(), 2);  // 2 micro-batches now
-  EXPECT_THAT(Events(h), HasSubstr("shrunk from dp=2 to dp=1"));
+  EXPECT_THAT(Events(h), HasSubstr("shrunk from dp=2 pp=1 tp=1 to dp=1 pp=1 tp=1 (batch_size 4: "
+                                    "2 micro-batches per replica)"));
 }
 
 TEST(Recovery, WaitGivesUpAfterWaitFor) {

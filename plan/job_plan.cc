@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -325,6 +326,7 @@ absl::StatusOr<JobPlan> ShrinkPlan(const JobSpec& planned, int64_t workers) {
   const ParallelLayout& p = planned.parallel();
   const int64_t per_replica = int64_t{p.pp()} * p.tp();
   std::vector<std::string> tried;
+  // Fewer replicas first: the same stages and shards, the same numbers.
   for (int dp = p.dp() - 1; dp >= 1; --dp) {
     if (dp * per_replica > workers) continue;
     JobSpec smaller = planned;
@@ -333,11 +335,31 @@ absl::StatusOr<JobPlan> ShrinkPlan(const JobSpec& planned, int64_t workers) {
     if (plan.ok()) return plan;
     tried.push_back(absl::StrCat("dp=", dp, ": ", plan.status().message()));
   }
-  if (per_replica > workers || p.dp() <= 1) {
+  // One replica of another shape: the most workers that fit, then the widest tp (tensor-parallel
+  // groups kept), then the most stages. A checkpoint loads on any layout.
+  if (per_replica > workers) {
+    std::optional<JobPlan> best;
+    int64_t best_workers = 0;
+    for (int tp = p.tp(); tp >= 1; --tp) {
+      for (int64_t pp = workers / tp; pp >= 1; --pp) {
+        if (pp * tp <= best_workers) break;
+        JobSpec other = planned;
+        ParallelLayout* layout = other.mutable_parallel();
+        layout->set_dp(1);
+        layout->set_pp(static_cast<int>(pp));
+        layout->set_tp(tp);
+        absl::StatusOr<JobPlan> plan = MakeJobPlan(other);
+        if (!plan.ok()) continue;
+        best = std::move(*plan);
+        best_workers = pp * tp;
+      }
+    }
+    if (best.has_value()) return *std::move(best);
+  }
+  if (tried.empty()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "no smaller layout fits ", workers, workers == 1 ? " worker" : " workers", ": one replica",
-        " needs parallel.pp*tp=", p.pp(), "*", p.tp(), "=", per_replica,
-        p.dp() <= 1 ? " and dp is already 1" : ""));
+        "no layout of this job fits ", workers, workers == 1 ? " worker" : " workers",
+        " (one replica needs parallel.pp*tp=", p.pp(), "*", p.tp(), "=", per_replica, ")"));
   }
   return absl::ResourceExhaustedError(
       absl::StrCat("no smaller dp fits: ", absl::StrJoin(tried, "; ")));

@@ -63,10 +63,11 @@ absl::StatusOr<JobPlan> ParseJobPlanJson(absl::string_view json);
 absl::Duration RecoveryWaitFor(const JobSpec& planned);
 
 // The recovery rule "shrink" (FaultTolerance): the plan of `planned` (a planned spec) on fewer
-// data-parallel replicas that fits `workers` workers: the largest dp below the spec's with
-// dp*pp*tp <= workers whose plan is valid (same batch_size and micro_batch_size: more
-// micro-batches per replica, so a step trains on the same sequences). ResourceExhausted naming
-// why when none does (dp already 1, one replica needs more workers than there are).
+// workers, at most `workers`: the largest dp below the spec's with dp*pp*tp <= workers whose
+// plan is valid (same batch_size and micro_batch_size: more micro-batches per replica, so a
+// step trains on the same sequences); when not even one replica fits, one replica (dp=1) of
+// another pp x tp that does: the most workers, then the widest tp, then the most stages (the
+// checkpoint loads on any layout). ResourceExhausted naming why when none does.
 absl::StatusOr<JobPlan> ShrinkPlan(const JobSpec& planned, int64_t workers);
 
 // The pipeline schedule of a plan (p = pp, m = micro_batches, v).

@@ -467,9 +467,31 @@ TEST(ShrinkPlan, FewerReplicasWithTheSameBatch) {
   EXPECT_EQ(smaller->spec().micro_batch_size(), 2);
   EXPECT_EQ(smaller->micro_batches(), 2);  // twice as many per replica
   EXPECT_EQ(ShrinkPlan(*planned, 2)->spec().parallel().dp(), 1);
-  const absl::Status none = ShrinkPlan(*planned, 1).status();
-  EXPECT_EQ(none.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(none.message(), HasSubstr("one replica needs parallel.pp*tp=2*1=2"));
+  // One worker: one replica of pp=1 (the whole model on it).
+  absl::StatusOr<JobPlan> one = ShrinkPlan(*planned, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->spec().parallel().pp(), 1);
+  EXPECT_EQ(one->spec().parallel().dp(), 1);
+}
+
+TEST(ShrinkPlan, WithDpOneAnotherShapeThatFits) {
+  JobSpec spec = Parsed(kTinySpec);  // 4 layers, 4 heads
+  spec.mutable_parallel()->set_pp(2);
+  spec.mutable_parallel()->set_tp(2);
+  absl::StatusOr<JobSpec> planned = Validated(spec);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  // 3 workers: pp=3 x tp=1 uses them all (tp=2 fits only pp=1, 2 workers).
+  absl::StatusOr<JobPlan> three = ShrinkPlan(*planned, 3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->spec().parallel().pp(), 3);
+  EXPECT_EQ(three->spec().parallel().tp(), 1);
+  EXPECT_EQ(three->spec().batch_size(), 8);
+  // 2 workers: pp=1 x tp=2 keeps the tensor-parallel width.
+  absl::StatusOr<JobPlan> two = ShrinkPlan(*planned, 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->spec().parallel().pp(), 1);
+  EXPECT_EQ(two->spec().parallel().tp(), 2);
+  EXPECT_EQ(ShrinkPlan(*planned, 0).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 TEST(Ranks, NumberingAndNamesAreTheOneRule) {

@@ -198,6 +198,37 @@ def case_recovery_shrink(args):
                         worst))
 
 
+def case_recovery_relayout(args):
+    """pp=2 x tp=2 (dp=1) on 4 workers, no spare, shrink: kill -9 of one worker after the
+    checkpoint of step 10; no smaller dp exists, so the job continues on the three survivors as
+    pp=3 x tp=1 (plan::ShrinkPlan), loading the pp=2 x tp=2 step on the new layout, and
+    SUCCEEDS with every per-step loss within 1e-5 of the uninterrupted run."""
+    with Cluster(args.binaries, "recovery_relayout") as c:
+        ids = ["w1", "w2", "w3", "w4"]
+        start(c, ids)
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), parallel={"pp": 2, "tp": 2})
+        want = run_reference(c, spec, "reference")
+        c.wait_workers({w: "IDLE" for w in ids})
+
+        job_id = c.submit(c.write_spec("relayout.json", dict(spec, name="relayout")))
+        wait_sealed(c, job_id, 10)
+        job = c.wait_step(job_id, 13, 60)
+        victim = job["placement"]["ranks"][0]["worker_id"]  # pp0 tp0: rank 0 itself
+        c.workers[victim].signal(signal.SIGKILL)
+        done = c.wait_state(job_id, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "after kill -9: %s: %s"
+               % (done["state"], done.get("reason")))
+        r = one_recovery(done)
+        layout = r.get("layout", {})
+        expect((int(layout.get("pp", 1)), int(layout.get("tp", 1))) == (3, 1),
+               "want pp=3 tp=1 on the three survivors: %s" % layout)
+        expect(int(r.get("resumed_from_step", 0)) >= 10, "resumed from %s" % r)
+        worst = compare(losses(c, job_id), want, LOSS_RTOL, "pp=2 x tp=2 -> pp=3 x tp=1")
+        print("kill -9 %s at step %s: continued as pp=3 tp=1 on %s from step %s; %s; losses "
+              "within %.2g" % (victim, r["last_step"], r["workers"], r["resumed_from_step"],
+                               phases(r), worst))
+
+
 def case_recovery_sigstop(args):
     """A worker frozen with SIGSTOP (its connections stay open, it answers nothing) in a pp=2 job
     with a spare: detected within the lease or the communication timeout (here a 3s lease,
