@@ -61,6 +61,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(kernels::Back
                                                                      options.seq)));
     t->resumed_from_ = checkpoint.step_dir;
     t->resume_note_ = checkpoint.note;
+    t->damaged_steps_ = checkpoint.damaged;
   } else if (!options.init_path.empty()) {
     RETURN_IF_ERROR(model::LoadWeights(options.init_path, *t->model_));
   } else {
@@ -125,6 +126,8 @@ absl::Status LocalTrainer::StartCheckpoint(int64_t step) {
 absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
   if (!resume_note_.empty() && callbacks.warning) callbacks.warning(resume_note_);
   if (!options_.checkpoint_dir.empty()) {
+    // Steps this run redoes past a damaged checkpoint are written again.
+    RETURN_IF_ERROR(parallel::SetAsideDamagedSteps(options_.checkpoint_dir, damaged_steps_));
     parallel::CheckpointWriterOptions w;
     w.dir = options_.checkpoint_dir;
     w.background = options_.background_checkpoints;

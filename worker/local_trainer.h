@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,6 +62,7 @@ class LocalTrainer {
   int64_t start_step_ = 0;  // steps already done (non-zero after resume)
   std::string resumed_from_;
   std::string resume_note_;
+  std::vector<std::string> damaged_steps_;  // skipped when resuming (CheckpointStep::damaged)
 };
 
 }  // namespace dtrain

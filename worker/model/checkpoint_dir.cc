@@ -129,15 +129,18 @@ absl::StatusOr<CheckpointStep> FallBack(const std::string& dir, const std::strin
                                         int64_t newest, const std::string& damage,
                                         const StepCheck& check) {
   std::vector<std::string> skipped = {absl::StrCat(name, " is damaged (", damage, ")")};
+  std::vector<std::string> damaged;
+  if (IsDirectory(absl::StrCat(dir, "/", name))) damaged.push_back(absl::StrCat(dir, "/", name));
   for (const auto& [step, step_name] : SealedStepsBelow(dir, newest)) {
     const std::string step_dir = absl::StrCat(dir, "/", step_name);
     const absl::Status ok = check(step_dir);
     if (ok.ok()) {
-      return CheckpointStep{step_dir, step,
-                            absl::StrCat(absl::StrJoin(skipped, ", "), "; resuming from ",
-                                         step_name)};
+      return CheckpointStep{
+          step_dir, step,
+          absl::StrCat(absl::StrJoin(skipped, ", "), "; resuming from ", step_name), damaged};
     }
     skipped.push_back(absl::StrCat(step_name, " is damaged (", ok.message(), ")"));
+    damaged.push_back(step_dir);
   }
   return absl::DataLossError(absl::StrCat("no intact checkpoint in ", dir, ": ",
                                           absl::StrJoin(skipped, ", ")));

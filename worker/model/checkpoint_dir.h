@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -51,6 +52,10 @@ struct CheckpointStep {
   // the job's log: "step_00000040 is damaged (model-pp0-tp0-c0.safetensors: checksum
   // differs); resuming from step_00000030".
   std::string note;
+  // The sealed step directories skipped as damaged (absolute, newest first): a run that goes
+  // on in this job directory must set them aside before it writes those steps again
+  // (worker/parallel/checkpoint_writer.h SetAsideDamagedSteps).
+  std::vector<std::string> damaged;
 };
 
 // Whether a sealed step directory is intact (every file its seal lists, with its size and

@@ -2,6 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstdio>
+
 #include <algorithm>
 #include <utility>
 
@@ -9,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/files.h"
+#include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/model/checkpoint_dir.h"
@@ -262,6 +266,23 @@ absl::Status VerifySealedStep(const std::string& step_dir) {
         ShardChecksum(*bytes, xxh3 ? ChecksumKind::kXxh3_64 : ChecksumKind::kFnv1a64);
     if (ChecksumHex(checksum) != (xxh3 ? entry.xxh3_64() : entry.fnv1a64())) {
       return absl::DataLossError(absl::StrCat(entry.name(), ": checksum differs"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetAsideDamagedSteps(const std::string& dir,
+                                  const std::vector<std::string>& damaged) {
+  const std::string job_dir = AbsolutePath(dir);
+  for (const std::string& step_dir : damaged) {
+    const size_t slash = step_dir.rfind('/');
+    if (slash == std::string::npos || step_dir.substr(0, slash) != job_dir) continue;
+    const std::string aside = absl::StrCat(job_dir, "/damaged-", step_dir.substr(slash + 1));
+    std::string target = aside;
+    for (int n = 2; Exists(target); ++n) target = absl::StrCat(aside, "-", n);
+    if (rename(step_dir.c_str(), target.c_str()) != 0) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("cannot set the damaged step ", step_dir,
+                                                     " aside as ", target));
     }
   }
   return absl::OkStatus();

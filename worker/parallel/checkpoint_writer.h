@@ -115,6 +115,14 @@ class CheckpointWriter {
 // A one-worker step of the format before issue 12 (no manifest) has nothing to verify: OK.
 absl::Status VerifySealedStep(const std::string& step_dir);
 
+// A run resuming in its own job directory `dir` from before damaged sealed steps
+// (model::CheckpointStep::damaged) will write those steps again, and a sealed step is never
+// rewritten: each of `damaged` inside `dir` is renamed to DIR/damaged-step_N (-2, -3, ... when
+// taken), which no resume takes for a step. Others (another job's directory) are left alone.
+// Call on one rank (rank 0), before any rank can reach those steps.
+absl::Status SetAsideDamagedSteps(const std::string& dir,
+                                  const std::vector<std::string>& damaged);
+
 }  // namespace dtrain::parallel
 
 #endif  // DTRAIN_WORKER_PARALLEL_CHECKPOINT_WRITER_H_

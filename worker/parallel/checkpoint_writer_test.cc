@@ -326,6 +326,33 @@ TEST(ResolveCheckpoint, DamagedNewestStepFallsBackToThePreviousAndSaysSo) {
   // Nothing was modified: `latest` still names the damaged step, and a second resolve agrees.
   EXPECT_EQ(Latest(dir), "step_00000030\n");
   EXPECT_EQ(model::ResolveCheckpoint(dir, VerifySealedStep)->step, 20);
+  EXPECT_THAT(c->damaged, ElementsAre(StepDir(dir, 30)));
+
+  // The run going on from step 20 in this directory sets step 30 aside and seals it again.
+  ASSERT_TRUE(SetAsideDamagedSteps(dir, c->damaged).ok());
+  Sealer sealer{dir};
+  CheckpointWriter writer(Options(dir, 0, 1, &sealer));
+  ASSERT_TRUE(writer.Submit(30, FilesOf(0, 30), 0.0).ok());
+  ASSERT_TRUE(writer.Finish().ok());
+  EXPECT_TRUE(VerifySealedStep(StepDir(dir, 30)).ok());
+  EXPECT_EQ(VerifySealedStep(absl::StrCat(dir, "/damaged-step_00000030")),
+            absl::DataLossError("model-r0.safetensors: checksum differs"));
+  absl::StatusOr<model::CheckpointStep> again = model::ResolveCheckpoint(dir, VerifySealedStep);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->step, 30);
+  EXPECT_EQ(again->note, "");
+}
+
+TEST(SetAsideDamagedSteps, LeavesOtherDirectoriesAloneAndNeverOverwrites) {
+  const std::string dir = ThreeSealedSteps("set_aside");
+  const std::string other = ThreeSealedSteps("set_aside_other");
+  ASSERT_TRUE(SetAsideDamagedSteps(dir, {StepDir(other, 30)}).ok());
+  EXPECT_TRUE(VerifySealedStep(StepDir(other, 30)).ok());  // not in `dir`: untouched
+  ASSERT_TRUE(MakeDirectories(absl::StrCat(dir, "/damaged-step_00000030")).ok());
+  ASSERT_TRUE(SetAsideDamagedSteps(dir, {StepDir(dir, 30)}).ok());
+  EXPECT_TRUE(VerifySealedStep(absl::StrCat(dir, "/damaged-step_00000030-2")).ok());
+  EXPECT_EQ(model::ResolveCheckpoint(dir, VerifySealedStep)->note,
+            "step_00000030 is damaged (missing); resuming from step_00000020");
 }
 
 TEST(ResolveCheckpoint, EverySealedStepDamagedIsDataLossNamingEach) {

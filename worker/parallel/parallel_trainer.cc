@@ -279,6 +279,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
                                DataPositionAfter(0, run.batch, run.seq)));
     t->resumed_from_ = checkpoint.step_dir;
     t->resume_note_ = checkpoint.note;
+    t->damaged_steps_ = checkpoint.damaged;
   } else {
     for (Chunk& c : t->chunks_) {
       if (!run.init_path.empty()) {
@@ -443,6 +444,11 @@ absl::Status ParallelTrainer::StartWriter() {
   }));
   uint64_t token = 0;
   for (int i = 0; i < 3; ++i) token |= static_cast<uint64_t>(parts[i]) << (16 * i);
+  // Every rank has resolved its checkpoint (Create) before the all-reduce returns, and none can
+  // write a step before rank 0 trains it: the damaged steps it will redo go aside first.
+  if (options_.rank == 0) {
+    RETURN_IF_ERROR(SetAsideDamagedSteps(run.checkpoint_dir, damaged_steps_));
+  }
   CheckpointWriterOptions w;
   w.dir = run.checkpoint_dir;
   w.rank = options_.rank;

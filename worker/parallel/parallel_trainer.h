@@ -140,6 +140,7 @@ class ParallelTrainer {
   int64_t start_step_ = 0;
   std::string resumed_from_;
   std::string resume_note_;
+  std::vector<std::string> damaged_steps_;  // skipped when resuming (CheckpointStep::damaged)
   std::vector<pipeline::Action> last_trace_;
   ParallelRunStats stats_;
   std::unique_ptr<StepRunner> runner_;

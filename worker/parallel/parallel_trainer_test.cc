@@ -534,8 +534,14 @@ TEST(ParallelTrainer, DamagedNewestStepResumesFromThePreviousAndSaysSo) {
   ASSERT_FALSE(damaged.empty());
   const int n = c.dp * c.pp * c.tp;
   std::vector<std::vector<std::string>> warnings(n);
+  // A recovery goes on in the same directory: step 10 is written and sealed again.
   auto resumed = RunLayout(
-      c, [&](ParallelTrainingOptions& o) { o.run.resume_from = dir; },
+      c,
+      [&](ParallelTrainingOptions& o) {
+        o.run.resume_from = dir;
+        o.run.checkpoint_dir = dir;
+        o.run.checkpoint_every = 5;
+      },
       [&](int r, const ParallelTrainer& t) {
         EXPECT_EQ(t.start_step(), 5) << "rank " << r;
         EXPECT_EQ(t.resumed_from(), dir + "/step_00000005") << "rank " << r;
@@ -550,6 +556,8 @@ TEST(ParallelTrainer, DamagedNewestStepResumesFromThePreviousAndSaysSo) {
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(resumed[0][i].loss, whole[0][i + 5].loss) << "step " << i + 6;
   }
+  EXPECT_TRUE(VerifySealedStep(dir + "/step_00000010").ok());
+  EXPECT_TRUE(std::filesystem::exists(dir + "/damaged-step_00000010/" + damaged));
 }
 
 TEST(ParallelTrainer, BadLayoutArithmeticIsNamed) {
