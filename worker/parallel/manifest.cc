@@ -137,37 +137,62 @@ absl::StatusOr<std::vector<ShardRun>> ShardRuns(const TensorShard& t, const std:
   const std::string what = absl::StrCat(where, ": ", t.tensor);
   const size_t rank = t.global_shape.size();
   if (rank == 0 || t.boxes.empty()) return Corrupt(what, "no shape or no boxes");
+  // A GPT-2 tensor is far below 2^40 elements; the bound keeps the arithmetic below exact.
+  constexpr int64_t kMaxElements = int64_t{1} << 40;
+  int64_t elements = 1;
+  for (int64_t d : t.global_shape) {
+    if (d < 1 || d > kMaxElements / elements) {
+      return Corrupt(what, "global shape has a dim below 1 or more than 2^40 elements");
+    }
+    elements *= d;
+  }
   // Row-major strides of the global tensor.
   std::vector<int64_t> stride(rank, 1);
   for (size_t d = rank - 1; d > 0; --d) stride[d - 1] = stride[d] * t.global_shape[d];
   const std::vector<int64_t>& lead = t.boxes[0].size;
+  int64_t width = 0;  // of a local row: the boxes side by side
   for (const model::TensorBox& box : t.boxes) {
     if (box.offset.size() != rank || box.size.size() != rank) {
       return Corrupt(what, "a box has the wrong number of dims");
     }
     for (size_t d = 0; d < rank; ++d) {
-      if (box.offset[d] < 0 || box.size[d] < 0 ||
-          box.offset[d] + box.size[d] > t.global_shape[d] ||
+      if (box.offset[d] < 0 || box.size[d] < 0 || box.offset[d] > t.global_shape[d] ||
+          box.size[d] > t.global_shape[d] - box.offset[d] ||
           (d + 1 < rank && box.size[d] != lead[d])) {
         return Corrupt(what, "a box is outside the tensor or its leading sizes differ");
       }
+    }
+    width += box.size[rank - 1];
+    if (width > t.global_shape[rank - 1]) {
+      return Corrupt(what, "its boxes are wider together than the tensor");
     }
   }
   // The local tensor, row by row (a row: one index of every dim but the last): each box's
   // piece of that row in turn. Runs that continue each other are merged.
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < rank; ++d) rows *= lead[d];
+  const int64_t local_size = rows * width;
+  if (t.flat_begin < 0 || t.flat_begin > t.flat_end || t.flat_end > local_size) {
+    return Corrupt(what, absl::StrCat("flat range [", t.flat_begin, ", ", t.flat_end,
+                                      ") is not within its ", local_size, " elements"));
+  }
   std::vector<ShardRun> runs;
-  int64_t local = 0;  // index in the local tensor
-  std::vector<int64_t> index(rank, 0);
-  for (int64_t r = 0; r < rows && local < t.flat_end; ++r) {
+  if (t.flat_begin == t.flat_end) return runs;
+  // Only the rows the flat range touches.
+  const int64_t first_row = t.flat_begin / width, end_row = (t.flat_end - 1) / width + 1;
+  std::vector<int64_t> index(rank, 0);  // the leading indices of row first_row
+  for (int64_t r = first_row, d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
+    index[d] = r % lead[d];
+    r /= lead[d];
+  }
+  for (int64_t r = first_row; r < end_row; ++r) {
+    int64_t local = r * width;  // index in the local tensor
     for (const model::TensorBox& box : t.boxes) {
       int64_t global = box.offset[rank - 1];
       for (size_t d = 0; d + 1 < rank; ++d) global += (box.offset[d] + index[d]) * stride[d];
-      // The part of [local, local + width) inside [flat_begin, flat_end).
-      const int64_t width = box.size[rank - 1];
+      // The part of [local, local + box width) inside [flat_begin, flat_end).
       const int64_t lo = std::max(local, t.flat_begin);
-      const int64_t hi = std::min(local + width, t.flat_end);
+      const int64_t hi = std::min(local + box.size[rank - 1], t.flat_end);
       if (lo < hi) {
         const ShardRun run{global + lo - local, lo - t.flat_begin, hi - lo};
         if (!runs.empty() && runs.back().global + runs.back().size == run.global &&
@@ -177,20 +202,12 @@ absl::StatusOr<std::vector<ShardRun>> ShardRuns(const TensorShard& t, const std:
           runs.push_back(run);
         }
       }
-      local += width;
+      local += box.size[rank - 1];
     }
     for (size_t d = rank - 1; d-- > 0;) {  // next row index, last leading dim fastest
       if (++index[d] < lead[d]) break;
       index[d] = 0;
     }
-  }
-  if (t.flat_begin < 0 || t.flat_begin > t.flat_end || t.flat_end > local) {
-    if (t.flat_end > local) {
-      return Corrupt(what, absl::StrCat("flat range [", t.flat_begin, ", ", t.flat_end,
-                                        ") is outside its ", local, " elements"));
-    }
-    return Corrupt(what, absl::StrCat("flat range [", t.flat_begin, ", ", t.flat_end,
-                                      ") is invalid"));
   }
   std::sort(runs.begin(), runs.end(),
             [](const ShardRun& a, const ShardRun& b) { return a.global < b.global; });

@@ -701,6 +701,21 @@ TEST(ManifestTest, ShardRunsMapAStoredArrayIntoItsGlobalTensor) {
   t.flat_end = 8;
   t.boxes[1].offset[1] = 11;  // outside the 12 columns
   EXPECT_EQ(ShardRuns(t, "x").status().code(), absl::StatusCode::kDataLoss);
+  // Manifests that are not GPT-2 tensors fail at once, whatever they claim.
+  for (const TensorShard& bad : std::vector<TensorShard>{
+           {"w", {0, 12}, {{{0, 0}, {0, 12}}}, 0, 0},                       // a dim of 0
+           {"w", {int64_t{1} << 30, int64_t{1} << 30}, {{{0, 0}, {1, 1}}}, 0, 1},  // 2^60
+           {"w", {2, 4}, {{{0, 0}, {2, 4}}, {{0, 0}, {2, 4}}}, 0, 16},      // twice as wide
+           {"w", {2, 4}, {{{0, 0}, {2, 4}}}, -1, 3},                         // negative range
+       }) {
+    EXPECT_EQ(ShardRuns(bad, "x").status().code(), absl::StatusCode::kDataLoss) << bad.tensor;
+  }
+  // A range deep in a tensor starts at its own row.
+  TensorShard deep{"w", {100000, 4}, {{{0, 0}, {100000, 4}}}, 399990, 399997};
+  runs = ShardRuns(deep, "x").value();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].global, 399990);
+  EXPECT_EQ(runs[0].size, 7);
 }
 
 TEST(ManifestTest, MalformedManifestsAreDataLossNamingThePath) {
