@@ -229,6 +229,50 @@ def case_recovery_relayout(args):
                                phases(r), worst))
 
 
+def case_recovery_damaged_checkpoint(args):
+    """pp=2 with a spare, checkpoints at steps 10 and 20; kill -9 of a worker after step 23 and
+    one byte of a step-20 shard flipped at once: the recovery resumes from step 10 instead, says
+    so in the job's log (step 20 damaged), and the job SUCCEEDS with every per-step loss equal
+    to the uninterrupted run's."""
+    with Cluster(args.binaries, "recovery_damaged_checkpoint") as c:
+        ids = ["w1", "w2", "w3"]
+        start(c, ids)
+        ckpt = os.path.join(c.tmp, "ckpt")
+        spec = recovery_spec(ckpt, parallel={"pp": 2})
+        want = run_reference(c, spec, "reference")
+        c.wait_workers({w: "IDLE" for w in ids})
+
+        job_id = c.submit(c.write_spec("damaged.json", dict(spec, name="damaged")))
+        wait_sealed(c, job_id, 20)
+        job = c.wait_step(job_id, 23, 60)
+        victim = job["placement"]["ranks"][1]["worker_id"]
+        c.workers[victim].signal(signal.SIGKILL)
+        step_dir = os.path.join(ckpt, job_id, "step_00000020")
+        shards = sorted(f for f in os.listdir(step_dir) if f.endswith(".safetensors"))
+        expect(shards, "no shard files in %s" % step_dir)
+        path = os.path.join(step_dir, shards[0])
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) - 16)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        done = c.wait_state(job_id, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "after kill -9: %s: %s"
+               % (done["state"], done.get("reason")))
+        r = one_recovery(done)
+        expect(int(r.get("resumed_from_step", 0)) == 10,
+               "want the recovery to fall back to step 10: %s" % r)
+        rc, out, err = c.cli("logs", job_id, timeout=30)
+        said = [l for l in out.splitlines() if "step_00000020 is damaged" in l]
+        expect(said, "the job's log should say step 20 is damaged:\n%s" % out)
+        worst = compare(losses(c, job_id), want, 0.0, "recovered past a damaged step")
+        expect(os.path.isdir(os.path.join(ckpt, job_id, "damaged-step_00000020")) and
+               os.path.isfile(os.path.join(step_dir, "manifest.json")),
+               "the damaged step should be set aside and step 20 sealed again")
+        print("kill -9 %s at step %s with %s damaged: resumed from step 10 (%s); losses equal"
+              % (victim, r["last_step"], shards[0], said[0].strip()))
+
+
 def case_recovery_sigstop(args):
     """A worker frozen with SIGSTOP (its connections stay open, it answers nothing) in a pp=2 job
     with a spare: detected within the lease or the communication timeout (here a 3s lease,
