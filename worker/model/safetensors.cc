@@ -152,6 +152,11 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::ParseHeader(std::string bytes, 
   if (size < 8) {
     return Invalid(path, "file is ", size, " bytes, too short for the 8-byte header length");
   }
+  // A head read in pieces may be shorter than the file says (found by fuzz/safetensors_fuzzer).
+  if (bytes.size() < 8) {
+    return Invalid(path, "only ", bytes.size(), " bytes of the file were read, fewer than the "
+                   "8-byte header length");
+  }
   uint64_t header_len;
   std::memcpy(&header_len, bytes.data(), 8);
   if (header_len > static_cast<uint64_t>(size - 8)) {
@@ -160,6 +165,10 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::ParseHeader(std::string bytes, 
   }
   if (header_len > static_cast<uint64_t>(kMaxHeaderBytes)) {
     return Invalid(path, "header length ", header_len, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
+  }
+  if (header_len > bytes.size() - 8) {
+    return Invalid(path, "header length ", header_len, " but only ", bytes.size() - 8,
+                   " bytes of it were read");
   }
   absl::StatusOr<JsonValue> header = ParseJson(absl::string_view(bytes).substr(8, header_len));
   if (!header.ok()) return Invalid(path, "header is not valid JSON: ", header.status().message());

@@ -378,6 +378,19 @@ TEST(Safetensors, TruncatedFileIsRejected) {
               {"is larger than the 12 bytes after the length field (truncated file?)"});
 }
 
+// A head shorter than what its file size promises (fuzz/safetensors_fuzzer found this one
+// threw std::out_of_range): an error naming how much was read.
+TEST(Safetensors, ParseHeaderOfAShortHeadIsAnErrorNotAThrow) {
+  ExpectError(SafetensorsFile::ParseHeader(std::string("\x01\0\0\0\0\0", 6), 100, "f")
+                  .status(),
+              absl::StatusCode::kInvalidArgument, "f",
+              {"only 6 bytes of the file were read, fewer than the 8-byte header length"});
+  ExpectError(SafetensorsFile::ParseHeader(std::string("\x10\0\0\0\0\0\0\0{}", 10), 100, "f")
+                  .status(),
+              absl::StatusCode::kInvalidArgument, "f",
+              {"header length 16 but only 2 bytes of it were read"});
+}
+
 TEST(Safetensors, WriteLeavesNoTempFileAndReplacesAnExistingFile) {
   const std::string dir = MakeDir("atomic_ok");
   const std::string path = dir + "/ckpt.safetensors";

@@ -1,7 +1,9 @@
 #include "worker/comm/grpc/frame_codec.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -10,6 +12,15 @@ namespace {
 
 constexpr uint8_t kHeaderTag = (1 << 3) | 2;   // field 1, length-delimited
 constexpr uint8_t kPayloadTag = (2 << 3) | 2;  // field 2, length-delimited
+
+// Keeps a received frame's slices (and so its payload) alive while it waits in an inbox.
+class SliceOwner : public FrameOwner {
+ public:
+  explicit SliceOwner(std::vector<grpc::Slice> slices) : slices_(std::move(slices)) {}
+
+ private:
+  std::vector<grpc::Slice> slices_;
+};
 
 void PutVarint(std::string& out, uint64_t v) {
   while (v >= 0x80) {
@@ -181,6 +192,22 @@ absl::StatusOr<DecodedFrame> DecodeFrame(grpc::ByteBuffer& buffer) {
         absl::StrCat("frame payload of ", rest, " bytes, its length says ", length));
   }
   return frame;
+}
+
+absl::StatusOr<Frame> InboxFrame(DecodedFrame decoded) {
+  const PeerFrameHeader& h = decoded.header;
+  Frame f;
+  f.key = KeyFromHeader(h);
+  f.offset = h.offset();
+  f.total_bytes = h.total_bytes();
+  if (h.offset() == 0) {
+    absl::StatusOr<TensorMeta> meta = MetaFromHeader(h);
+    if (!meta.ok()) return meta.status();
+    f.meta = *std::move(meta);
+  }
+  f.pieces = decoded.payload;  // views into the slices the owner keeps
+  f.owner = std::make_unique<SliceOwner>(std::move(decoded.slices));
+  return f;
 }
 
 }  // namespace dtrain::comm

@@ -18,6 +18,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "proto/peer.pb.h"
+#include "worker/comm/inbox.h"
 #include "worker/comm/transport.h"
 
 namespace dtrain::comm {
@@ -44,6 +45,12 @@ struct DecodedFrame {
 // Takes the buffer's slices (no copy; `buffer` is left empty). InvalidArgument for a malformed
 // frame.
 absl::StatusOr<DecodedFrame> DecodeFrame(grpc::ByteBuffer& buffer);
+
+// The inbox frame of a decoded DATA frame (the peer service delivers it): key, offset, total and
+// payload from the wire, the meta on the frame at offset 0 (InvalidArgument for an unknown
+// element type); its owner keeps the received slices alive. The inbox checks the numbers
+// against what the receive expects.
+absl::StatusOr<Frame> InboxFrame(DecodedFrame decoded);
 
 }  // namespace dtrain::comm
 

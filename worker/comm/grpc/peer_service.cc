@@ -10,15 +10,6 @@
 namespace dtrain::comm {
 namespace {
 
-// Keeps a received frame's slices (and so its payload) alive while it waits in an inbox.
-class SliceOwner : public FrameOwner {
- public:
-  explicit SliceOwner(std::vector<grpc::Slice> slices) : slices_(std::move(slices)) {}
-
- private:
-  std::vector<grpc::Slice> slices_;
-};
-
 class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   IncomingStream(HelloHandler* handler, grpc::CallbackServerContext* context)
@@ -70,18 +61,9 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
     if (h.type() != DATA) {
       return absl::InvalidArgumentError(absl::StrCat("unexpected frame type ", h.type()));
     }
-    Frame f;
-    f.key = KeyFromHeader(h);
-    f.offset = h.offset();
-    f.total_bytes = h.total_bytes();
-    if (h.offset() == 0) {
-      absl::StatusOr<TensorMeta> meta = MetaFromHeader(h);
-      if (!meta.ok()) return meta.status();
-      f.meta = *std::move(meta);
-    }
-    f.pieces = frame->payload;  // views into the slices the owner keeps
-    f.owner = std::make_unique<SliceOwner>(std::move(frame->slices));
-    inbox_->Deliver(std::move(f));
+    absl::StatusOr<Frame> f = InboxFrame(*std::move(frame));
+    if (!f.ok()) return f.status();
+    inbox_->Deliver(*std::move(f));
     return absl::OkStatus();
   }
 
