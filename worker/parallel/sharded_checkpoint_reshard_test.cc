@@ -2,8 +2,9 @@
 // schedule, ZeRO-1) is resumed by another, and the next 10 steps' losses are those of the run
 // that never stopped, within 1e-5 relative. Sources (1,1,1), (2,2,1) and (1,2,2), each with
 // ZeRO-1 on and off (with dp = 1 the flag changes no file), and (1,2,2) with two interleaved
-// virtual stages; targets each of them, (1,1,4), (4,1,1) with and without ZeRO-1, and zb-h1. Ranks are threads over the in-process transport; the one-worker trainer
-// (LocalTrainer) saves and resumes the same format. The real-process run over gRPC is
+// virtual stages; targets each of them, (1,1,4), (4,1,1) with and without ZeRO-1, and zb-h1.
+// Ranks are threads over the in-process transport; the one-worker trainer (LocalTrainer) saves
+// and resumes the same format. The real-process run over gRPC is
 // tests/integration/reshard_cases.py.
 #include <algorithm>
 #include <cmath>
