@@ -167,12 +167,13 @@ class WatchFill {
   absl::Status operator()(std::deque<JobUpdate>* queue, bool* ended) {
     JobStore& store = manager_->store();
     ASSIGN_OR_RETURN(Job summary, store.GetJob(job_id_, /*with_history=*/false));
-    // A recovery redoes the steps after the checkpoint it resumed from, and their new rows
-    // replace the old ones: send them again. (A watcher reconnecting with after_step has seen
-    // the recoveries before it.)
+    // A recovery redoes the steps after the checkpoint it resumed from: when its first step
+    // arrives, the old run's later rows are gone (JobStore::AppendMetrics) and the new ones are
+    // sent again from there. (A watcher reconnecting with after_step has seen the recoveries
+    // before it.)
     for (int i = recoveries_seen_; i < summary.recoveries_size(); ++i) {
       const Recovery& r = summary.recoveries(i);
-      if (r.workers_size() == 0 || (r.load_ms() == 0 && !r.done())) break;
+      if (!r.done()) break;
       if (!first_fill_ || after_step_ == 0) {
         after_step_ = std::min(after_step_, r.resumed_from_step());
       }

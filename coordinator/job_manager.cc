@@ -806,11 +806,19 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
       if (rank != job->reporting_rank) break;  // one rank speaks for the job
       StepMetrics step = request.step();
       if (step.time_unix_ms() == 0) step.set_time_unix_ms(absl::ToUnixMillis(now));
-      RETURN_IF_ERROR(store_->AppendMetrics(job->id, step));
+      Recovery* r = OpenRecovery(*job);
+      // The first step of a recovery's run replaces the old run's rows from it on: the steps
+      // after it are redone, and watchers are sent them again (coordinator_service.cc).
+      RETURN_IF_ERROR(store_->AppendMetrics(job->id, step, /*drop_later=*/r != nullptr));
       job->last_step = std::max(job->last_step, step.step());
-      if (Recovery* r = OpenRecovery(*job)) {
-        // The first step of the new run: the recovery is done.
-        if (r->load_ms() == 0) r->set_load_ms(EndPhase(*job));
+      if (r != nullptr) {
+        // The recovery is done. Rank 0's location (the step it resumed from) may come later,
+        // from another worker: the run resumed from the step before its first.
+        if (!job->run_located) {
+          r->set_resumed_from_step(step.step() - 1);
+          r->set_steps_redone(std::max<int64_t>(0, r->last_step() - r->resumed_from_step()));
+          r->set_load_ms(EndPhase(*job));
+        }
         r->set_first_step_ms(EndPhase(*job));
         r->set_done(true);
         job->last_step = step.step();
@@ -854,7 +862,8 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
     }
     case ReportProgressRequest::kLocation: {
       const JobLocation& at = request.location();
-      Recovery* r = job->recoveries.empty() || job->run_located ? nullptr : &job->recoveries.back();
+      Recovery* r =
+          job->recoveries.empty() || job->run_located ? nullptr : &job->recoveries.back();
       job->run_located = true;
       int64_t resumed_from_step = at.resumed_from_step();
       if (!job->recoveries.empty()) {

@@ -523,12 +523,17 @@ absl::Status JobStore::SetOutput(absl::string_view job_id, absl::string_view out
   return s.Bind(1, output).Bind(2, job_id).Run();
 }
 
-absl::Status JobStore::AppendMetrics(absl::string_view job_id, const StepMetrics& step) {
+absl::Status JobStore::AppendMetrics(absl::string_view job_id, const StepMetrics& step,
+                                     bool drop_later) {
   absl::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
     Statement latest(db_, path_, "UPDATE jobs SET latest = ? WHERE id = ?");
     RETURN_IF_ERROR(latest.BindBlob(1, step.SerializeAsString()).Bind(2, job_id).Run());
     if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    if (drop_later) {
+      Statement drop(db_, path_, "DELETE FROM metrics WHERE job_id = ? AND step > ?");
+      RETURN_IF_ERROR(drop.Bind(1, job_id).Bind(2, step.step()).Run());
+    }
     Statement insert(db_, path_, "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)");
     return insert.Bind(1, job_id)
         .Bind(2, step.step())
