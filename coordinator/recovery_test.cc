@@ -197,6 +197,41 @@ TEST(Recovery, ACoordinatorRestartDuringRecoveringGoesOn) {
   EXPECT_EQ(h.Beat("w4", "s-w4").assignment().attempt(), 1);
 }
 
+TEST(Recovery, AWorkerThatFailedTheJobTwiceIsNotPlacedOnItAgain) {
+  Harness h(TempDb("recover-twice-same"));
+  h.RunOn(2, Pp2Spec(R"("on_worker_loss": "wait")"));
+  // w2 fails twice (it comes back idle each time and is placed again), then it is left out.
+  for (int round = 1; round <= 2; ++round) {
+    ReportProgressRequest r;  // a transient error of w2's own: curable
+    r.set_worker_id("w2");
+    r.set_session_id("s-w2");
+    r.set_job_id("job-000001");
+    r.mutable_outcome()->set_error("connection reset");
+    r.mutable_outcome()->set_kind(FAILURE_LOCAL);
+    r.mutable_outcome()->set_error_code(static_cast<int>(absl::StatusCode::kUnavailable));
+    ASSERT_TRUE(h.m().ReportProgress(r).ok());
+    h.Beat("w1", "s-w1");  // w1's run stopped
+    h.m().RunSchedulerPass();
+    ASSERT_EQ(h.Get("job-000001").recoveries_size(), round);
+    if (round == 2) break;
+    ASSERT_EQ(h.Get("job-000001").state(), PLACING) << h.Get("job-000001").reason();
+    h.Beat("w1", "s-w1");
+    h.Beat("w2", "s-w2");
+    h.Beat("w1", "s-w1", "job-000001");
+    h.Beat("w2", "s-w2", "job-000001");
+    ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  }
+  const Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), RECOVERING);
+  EXPECT_THAT(job.reason(), HasSubstr("(not w2: failed this job twice)"));
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());
+  h.m().RunSchedulerPass();
+  const Job placed = h.Get("job-000001");
+  std::vector<std::string> workers;
+  for (const RankAssignment& rank : placed.placement().ranks()) workers.push_back(rank.worker_id());
+  EXPECT_THAT(workers, UnorderedElementsAre("w1", "w3"));
+}
+
 TEST(Recovery, AWorkerThatFailedTheJobTwiceIsNotUsedAgain) {
   Recovery a, b, c;
   a.set_failed_worker("w2");

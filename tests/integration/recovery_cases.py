@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 
 from harness import Cluster, TestFailure, expect
 
@@ -107,6 +108,16 @@ def live_steps(watch, recovery, final):
     return redone
 
 
+def coordinator_metric(c, name):
+    """The value of an unlabelled series on the coordinator's /metrics (Prometheus text)."""
+    url = "http://127.0.0.1:%d/metrics" % c.metrics_ports["coordinator"]
+    with urllib.request.urlopen(url, timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise TestFailure("%s is not on the coordinator's /metrics" % name)
+
+
 def compare(got, want, rtol, what):
     expect(sorted(got) == sorted(want), "%s: steps %s, want %s" % (what, sorted(got), sorted(want)))
     worst = max(abs(got[s] - want[s]) / abs(want[s]) for s in want)
@@ -166,6 +177,9 @@ def case_recovery_spare(args):
         rc, out, err = c.cli("status", job_id)
         expect(rc == 0 and "recoveries" in out and "resumed from step" in out,
                "status shows no recovery:\n%s" % out)
+        expect(coordinator_metric(c, "dtrain_coordinator_job_recoveries_total") == 1 and
+               coordinator_metric(c, "dtrain_coordinator_job_recovery_seconds_count") == 1,
+               "the coordinator's metrics should count one recovery")
         rc, out, err = c.cli("watch", job_id, timeout=60)
         expect("RECOVERING" in out and "recovery 1 done" in out, "watch shows no recovery:\n%s"
                % out)
