@@ -91,7 +91,8 @@ TEST(Recovery, AKilledRankIsReplacedByASpareAndTheJobResumesFromItsCheckpoint) {
   EXPECT_EQ(job.recoveries(0).steps_redone(), 3);
   EXPECT_EQ(job.recoveries(0).layout().pp(), 2);
   EXPECT_EQ(job.latest().step(), 11);
-  const absl::StatusOr<std::vector<StepMetrics>> redone = h.m().store().MetricsAfter("job-000001", 10);
+  const absl::StatusOr<std::vector<StepMetrics>> redone =
+      h.m().store().MetricsAfter("job-000001", 10);
   ASSERT_EQ(redone->size(), 1u);  // the old run's 12 and 13 are gone until redone
   EXPECT_EQ((*redone)[0].loss(), 4.0);  // the redone step replaced the first
   EXPECT_THAT(Events(h), HasSubstr("recovery 1: resumed from step 10"));
