@@ -17,6 +17,7 @@ PACKAGES=(
   python3-torch python3-numpy  # numerical oracle and speed peer (run with /usr/bin/python3)
   iperf3                     # loopback TCP baseline for tools/bench_allreduce.py
   prometheus                 # promtool, which checks our /metrics output in tests
+  clang libclang-rt-14-dev   # tools/fuzz.sh: libFuzzer targets, -fsanitize=fuzzer,address
   docker.io docker-compose debootstrap python3-yaml  # tests/deploy: the compose stack, for real
 )
 
