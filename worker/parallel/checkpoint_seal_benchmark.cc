@@ -12,17 +12,21 @@
 // docs/PERFORMANCE.md ("Background checkpoints").
 //
 //   bazel run -c opt //worker/parallel:checkpoint_seal_benchmark -- --dir=/tmp/ckpt_bench
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/job_paths.h"
@@ -37,6 +41,11 @@ ABSL_FLAG(std::string, dir, "/tmp/dtrain_checkpoint_benchmark",
 ABSL_FLAG(int, steps, 40, "steps per run");
 ABSL_FLAG(int, warmup, 3, "first steps of each run not counted");
 ABSL_FLAG(int, repeats, 3, "rounds over every configuration; each reports its median");
+ABSL_FLAG(std::vector<std::string>, configs,
+          std::vector<std::string>({"none", "foreground10", "background10", "foreground1",
+                                    "background1"}),
+          "the configurations to run (writes and every; `none` first: the others are "
+          "compared with it)");
 
 namespace dtrain::parallel {
 namespace {
@@ -48,20 +57,43 @@ constexpr model::GptConfig kQuickstart{/*vocab_size=*/256, /*context=*/128, /*n_
 constexpr int kPp = 2, kTp = 2;
 
 struct Config {
-  const char* name;
-  int every;  // 0: no checkpoints
+  std::string name;  // "none", "foreground", "background"
+  int every;         // 0: no checkpoints
   bool background;
 };
 
+// "background10" -> {"background", 10, true}; "none" -> no checkpoints.
+absl::StatusOr<Config> ParseConfig(const std::string& text) {
+  if (text == "none") return Config{"none", 0, false};
+  for (const char* writes : {"foreground", "background"}) {
+    int every = 0;
+    if (absl::StartsWith(text, writes) &&
+        absl::SimpleAtoi(text.substr(strlen(writes)), &every) && every > 0) {
+      return Config{writes, every, std::string(writes) == "background"};
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--configs: unknown \"", text, "\" (none, foregroundN or backgroundN)"));
+}
+
 struct Measured {
   double step_ms = 0;        // mean over the counted steps
+  double cpu_ms = 0;         // the process's CPU time (user + system) per step, whole run
   double blocked_ms = 0;     // mean per checkpoint, rank 0: snapshot + wait for the previous
   double checkpoint_ms = 0;  // mean per checkpoint, rank 0: handed over to sealed
 };
 
+double CpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec * 1e-6;
+}
+
 absl::StatusOr<Measured> RunOnce(const Config& config, const std::string& data,
                                  const std::string& dir) {
   const int ranks = kPp * kTp, steps = absl::GetFlag(FLAGS_steps);
+  const double cpu_start = CpuSeconds();
   comm::InprocHub hub(ranks);
   std::vector<absl::Status> status(ranks);
   std::vector<Clock::time_point> reported;  // rank 0: when each step was reported
@@ -116,8 +148,9 @@ absl::StatusOr<Measured> RunOnce(const Config& config, const std::string& data,
   for (const absl::Status& s : status) RETURN_IF_ERROR(s);
   const int warmup = absl::GetFlag(FLAGS_warmup);
   Measured m;
-  m.step_ms = std::chrono::duration<double, std::milli>(reported.back() - reported[warmup]).count() /
-              (reported.size() - 1 - warmup);
+  m.cpu_ms = (CpuSeconds() - cpu_start) * 1e3 / steps;
+  const std::chrono::duration<double, std::milli> counted = reported.back() - reported[warmup];
+  m.step_ms = counted.count() / (reported.size() - 1 - warmup);
   for (const CheckpointWritten& c : sealed) {
     m.blocked_ms += c.blocked_seconds * 1e3 / sealed.size();
     m.checkpoint_ms += c.seconds * 1e3 / sealed.size();
@@ -135,10 +168,12 @@ absl::Status Run() {
                                                     400000);
   const std::string root = AbsolutePath(absl::GetFlag(FLAGS_dir));
   RETURN_IF_ERROR(MakeDirectories(root));
-  const Config configs[] = {{"none", 0, false},       {"foreground", 10, false},
-                            {"background", 10, true}, {"foreground", 1, false},
-                            {"background", 1, true}};
-  constexpr int kConfigs = sizeof(configs) / sizeof(configs[0]);
+  std::vector<Config> configs;
+  for (const std::string& text : absl::GetFlag(FLAGS_configs)) {
+    ASSIGN_OR_RETURN(Config config, ParseConfig(text));
+    configs.push_back(config);
+  }
+  const int kConfigs = static_cast<int>(configs.size());
   std::vector<std::vector<Measured>> runs(kConfigs);
   int n = 0;
   for (int round = 0; round < absl::GetFlag(FLAGS_repeats); ++round) {
@@ -154,29 +189,39 @@ absl::Status Run() {
               "(first %d not counted), median of %d runs, %u hardware threads\n",
               kPp, kTp, kPp * kTp, absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_warmup),
               absl::GetFlag(FLAGS_repeats), std::thread::hardware_concurrency());
-  std::printf("%-11s %6s %9s %9s %12s %14s %9s\n", "writes", "every", "step ms", "overhead",
-              "blocked ms", "checkpoint ms", "stall");
-  double base = 0;
+  std::printf("%-11s %6s %9s %9s %9s %12s %14s %9s %9s %9s\n", "writes", "every", "step ms",
+              "overhead", "paired", "blocked ms", "checkpoint ms", "stall", "cpu ms", "cpu");
+  double base = 0, base_cpu = 0;
   for (int c = 0; c < kConfigs; ++c) {
-    std::vector<double> step, blocked, total;
-    for (const Measured& m : runs[c]) {
+    std::vector<double> step, paired, blocked, total, cpu;
+    for (size_t i = 0; i < runs[c].size(); ++i) {
+      const Measured& m = runs[c][i];
       step.push_back(m.step_ms);
+      // Against the first configuration's run of the same round, a minute or less apart.
+      paired.push_back(100.0 * (m.step_ms / runs[0][i].step_ms - 1.0));
       blocked.push_back(m.blocked_ms);
       total.push_back(m.checkpoint_ms);
+      cpu.push_back(m.cpu_ms);
     }
-    const double ms = Median(step);
-    if (c == 0) base = ms;
+    const double ms = Median(step), cpu_ms = Median(cpu);
+    if (c == 0) base = ms, base_cpu = cpu_ms;
     const double stall =
         configs[c].every > 0 ? 100.0 * Median(blocked) / (configs[c].every * base) : 0.0;
-    std::printf("%-11s %6s %9.2f %8.1f%% %12.2f %14.2f %8.1f%%\n", configs[c].name,
+    std::printf("%-11s %6s %9.2f %8.1f%% %8.1f%% %12.2f %14.2f %8.1f%% %9.2f %8.1f%%\n",
+                configs[c].name.c_str(),
                 configs[c].every > 0 ? absl::StrCat(configs[c].every).c_str() : "-", ms,
-                100.0 * (ms - base) / base, Median(blocked), Median(total), stall);
+                100.0 * (ms - base) / base, Median(paired), Median(blocked), Median(total),
+                stall, cpu_ms, 100.0 * (cpu_ms - base_cpu) / base_cpu);
   }
-  std::printf("step ms: rank 0's wall time per step, checkpoint stalls included; blocked ms: "
+  std::printf("step ms: rank 0's wall time per step, checkpoint stalls included (overhead: "
+              "medians against the first configuration's; paired: median over rounds of each "
+              "round's ratio); blocked ms: "
               "per checkpoint, what training stopped for (snapshot, waiting for the previous "
               "one; in the foreground also the writing); checkpoint ms: per checkpoint, from "
               "hand-over to sealed; stall: blocked ms per step of `none`, the overhead without "
-              "the noise of whole step times\n");
+              "the noise of whole step times; cpu ms: the process's CPU time per step (every "
+              "thread, kernel included), cpu: against the first configuration's, the work "
+              "checkpoints add, which slows steps only where no core is idle for it\n");
   return absl::OkStatus();
 }
 
