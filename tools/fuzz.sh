@@ -122,12 +122,13 @@ for t in "${targets[@]}"; do
   else
     args+=(-max_total_time="$seconds" "$work" "$seeds")
   fi
-  echo "fuzz.sh: $t (${mode}, ${seconds} s)"
   if ! "$OUT/bin/${t}_fuzzer" "${args[@]}" >"$OUT/${t}.log" 2>&1; then
     failed+=("$t")
     tail -n 60 "$OUT/${t}.log"
+    echo "fuzz.sh: $t FAILED"
   else
-    grep -E 'stat::number_of_executed_units|INFO: .*(corp|cov):' "$OUT/${t}.log" | tail -n 2
+    echo "fuzz.sh: $t PASSED ($(grep -oE 'number_of_executed_units: [0-9]+' "$OUT/${t}.log" |
+      grep -oE '[0-9]+') inputs, $(grep -oE 'cov: [0-9]+' "$OUT/${t}.log" | tail -n 1))"
   fi
 done
 if ((${#failed[@]})); then
