@@ -14,8 +14,10 @@
 
 namespace {
 
+// In memory where there is a tmpfs (the reader takes a path; ".bin" picks the format).
 std::string TempPath(const char* suffix) {
-  return "/tmp/dtrain-token-fuzzer-" + std::to_string(getpid()) + suffix;
+  const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  return std::string(dir) + "/dtrain-token-fuzzer-" + std::to_string(getpid()) + suffix;
 }
 
 void ReadAsFile(const uint8_t* data, size_t size, const std::string& path, int vocab) {
