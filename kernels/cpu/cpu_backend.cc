@@ -177,7 +177,9 @@ class CpuBackend : public Backend {
  private:
   static absl::Status Copy(absl::string_view op, void* dst, const void* src, size_t bytes) {
     RETURN_IF_ERROR(CheckCopy(op, dst, src, bytes));
-    std::memmove(dst, src, bytes);  // memmove: a device-to-device copy may overlap
+    // memmove: a device-to-device copy may overlap. Not with 0 bytes: the pointers may then be
+    // null, which memmove must not get (UBSan found CopyOnDevice(nullptr, nullptr, 0)).
+    if (bytes > 0) std::memmove(dst, src, bytes);
     return absl::OkStatus();
   }
 
