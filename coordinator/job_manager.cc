@@ -355,7 +355,7 @@ void JobManager::FailWithRootCause(ActiveJob& job) {
 void JobManager::Fail(ActiveJob& job, const std::string& reason, const std::string& worker,
                       bool curable, absl::Duration silent) {
   const int max_restarts = job.spec.fault_tolerance().max_restarts();
-  const int used = static_cast<int>(job.recoveries.size());
+  const int used = FailureCount(job.recoveries);
   if (!curable || used >= max_restarts) {
     std::string why = reason;
     if (used > 0) {
@@ -371,12 +371,21 @@ void JobManager::Fail(ActiveJob& job, const std::string& reason, const std::stri
     return;
   }
   Recovery recovery;
-  recovery.set_number(used + 1);
   recovery.set_cause(reason);
   recovery.set_failed_worker(worker);
+  recovery.set_detect_ms(absl::ToInt64Milliseconds(silent));
+  BeginRecovery(job, std::move(recovery),
+                absl::StrCat("restart ", used + 1, " of ", max_restarts, ": ",
+                             reason.substr(0, reason.find('\n'))),
+                worker);
+  if (options_.metrics != nullptr) options_.metrics->JobRecoveryStarted();
+}
+
+void JobManager::BeginRecovery(ActiveJob& job, Recovery recovery, const std::string& why,
+                               const std::string& failed_worker) {
+  recovery.set_number(static_cast<int>(job.recoveries.size()) + 1);
   recovery.set_started_unix_ms(NowMs());
   recovery.set_last_step(job.last_step);
-  recovery.set_detect_ms(absl::ToInt64Milliseconds(silent));
   job.recoveries.push_back(std::move(recovery));
   // Stop every rank of the run now: the survivors would otherwise wait on the failed one until
   // their own communication timeout.
@@ -384,7 +393,7 @@ void JobManager::Fail(ActiveJob& job, const std::string& reason, const std::stri
   job.stopping.clear();
   for (const Rank& r : job.ranks) {
     workers.push_back(r.worker_id);
-    if (r.worker_id != worker) job.stopping.push_back(r.worker_id);
+    if (r.worker_id != failed_worker) job.stopping.push_back(r.worker_id);
   }
   registry_.CancelJob(job.id, workers);
   job.ranks.clear();
@@ -396,18 +405,44 @@ void JobManager::Fail(ActiveJob& job, const std::string& reason, const std::stri
   job.stopped = false;
   job.phase_start = Now();
   SaveRecoveries(job);
-  const std::string first_line = reason.substr(0, reason.find('\n'));
   absl::Status status = Transition(
       job, RECOVERING,
-      absl::StrCat("restart ", used + 1, " of ", max_restarts, ": ", first_line,
-                   job.stopping.empty()
-                       ? ""
-                       : absl::StrCat("; stopping the other ",
-                                      Plural(job.stopping.size(), "rank"))));
+      absl::StrCat(why, job.stopping.empty()
+                            ? ""
+                            : absl::StrCat("; stopping ",
+                                           failed_worker.empty() ? "its " : "the other ",
+                                           Plural(job.stopping.size(), "rank"))));
   if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
-  if (options_.metrics != nullptr) options_.metrics->JobRecoveryStarted();
-  if (options_.on_recovering_for_testing) options_.on_recovering_for_testing(job.id);
   Wake();
+}
+
+void JobManager::MaybeGrowBack(ActiveJob& job, int64_t sealed_step) {
+  if (job.state != RUNNING || OpenRecovery(job) != nullptr ||
+      job.spec.fault_tolerance().on_worker_loss() != "shrink" || sealed_step >= job.spec.steps()) {
+    return;  // (the last step's checkpoint: nothing left to train)
+  }
+  const int64_t full = plan::WorkersNeeded(job.spec.parallel());
+  const int64_t running_on = static_cast<int64_t>(job.ranks.size());
+  if (running_on >= full) return;
+  // Rare (a shrunk job's checkpoint): one scan of the idle workers.
+  const absl::flat_hash_set<std::string> excluded = WorkersFailedTwice(job.recoveries);
+  int64_t idle = 0;
+  for (const WorkerInfo& w : registry_.IdleWorkers()) {
+    // (A rank of this run that already finished is idle too, and counted as running.)
+    if (DeviceFits(job.spec.device(), w.device().kind()) && !excluded.contains(w.worker_id()) &&
+        !job.rank_of.contains(w.worker_id())) {
+      ++idle;
+    }
+  }
+  if (running_on + idle < full) return;
+  const ParallelLayout& p = job.spec.parallel();
+  Recovery grow;
+  grow.set_grow(true);
+  grow.set_cause(absl::StrFormat(
+      "growing back to dp=%d pp=%d tp=%d at the checkpoint of step %d: %s idle again", p.dp(),
+      p.pp(), p.tp(), sealed_step, Plural(idle, "worker")));
+  const std::string why = grow.cause();
+  BeginRecovery(job, std::move(grow), why, "");
 }
 
 Recovery* JobManager::OpenRecovery(ActiveJob& job) {
@@ -457,9 +492,11 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
       candidates.push_back(w);
     }
   }
-  JobSpec spec = job.run_spec;
-  int64_t needed = plan::WorkersNeeded(spec.parallel());
+  // The submitted layout when the workers are there (after a shrink too), else the current one.
   const int64_t usable = static_cast<int64_t>(candidates.size());
+  JobSpec spec =
+      usable >= plan::WorkersNeeded(job.spec.parallel()) ? job.spec : job.run_spec;
+  int64_t needed = plan::WorkersNeeded(spec.parallel());
   std::string shrink_note;
   if (usable < needed && job.spec.fault_tolerance().on_worker_loss() == "shrink") {
     absl::StatusOr<JobPlan> smaller = plan::ShrinkPlan(spec, usable);
@@ -513,9 +550,10 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
         .IgnoreError();
     return;
   }
-  const std::string reason = absl::StrCat("restart ", r->number(), " of ",
-                                          job.spec.fault_tolerance().max_restarts(), ": ",
-                                          waiting);
+  const std::string reason =
+      r->grow() ? absl::StrCat("growing back: ", waiting)
+                : absl::StrCat("restart ", FailureCount(job.recoveries), " of ",
+                               job.spec.fault_tolerance().max_restarts(), ": ", waiting);
   if (reason != job.reason) {
     absl::Status status = Transition(job, RECOVERING, reason);
     if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
@@ -858,6 +896,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
       sealed.set_time_unix_ms(absl::ToUnixMillis(now));
       RETURN_IF_ERROR(store_->AddCheckpoint(job->id, sealed));
       to_notify_.push_back(job->id);
+      MaybeGrowBack(*job, sealed.step());
       break;
     }
     case ReportProgressRequest::kLocation: {

@@ -77,8 +77,6 @@ class JobManager {
     // rank failed because of a peer (failure_report.h). Zero: 2 heartbeat intervals, clamped
     // to [0.2s, lease / 2].
     absl::Duration failure_window = absl::ZeroDuration();
-    // Test-only: called with the job id whenever a job enters RECOVERING.
-    std::function<void(const std::string&)> on_recovering_for_testing;
   };
 
   // Loads the active jobs of `store` (see Restart above). Does not start the scheduler thread.
@@ -181,6 +179,13 @@ class JobManager {
   // had been silent (the detect phase), when known.
   void Fail(ActiveJob& job, const std::string& reason, const std::string& worker, bool curable,
             absl::Duration silent = absl::ZeroDuration()) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RECOVERING: records `recovery` (its number, start and last step filled in here), stops
+  // every rank of the run (`failed_worker` aside, if any) and says `why`.
+  void BeginRecovery(ActiveJob& job, Recovery recovery, const std::string& why,
+                     const std::string& failed_worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A job "shrink" put on fewer workers goes back to its submitted layout at the checkpoint of
+  // `sealed_step` when enough workers are idle again (a Recovery with grow set).
+  void MaybeGrowBack(ActiveJob& job, int64_t sealed_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One scheduler step of a RECOVERING job: wait for the old ranks to stop, then place it on
   // `idle` (which loses the workers it takes), shrink it, wait, or fail it.
   void AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle, WorkerCounts* counts)

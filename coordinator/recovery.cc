@@ -7,6 +7,12 @@
 
 namespace dtrain::coordinator {
 
+int FailureCount(absl::Span<const Recovery> recoveries) {
+  int failures = 0;
+  for (const Recovery& r : recoveries) failures += r.grow() ? 0 : 1;
+  return failures;
+}
+
 absl::flat_hash_set<std::string> WorkersFailedTwice(absl::Span<const Recovery> recoveries) {
   absl::flat_hash_map<std::string, int> failures;
   absl::flat_hash_set<std::string> twice;
@@ -41,10 +47,13 @@ std::string PhaseSummary(const Recovery& r) {
 std::string ReasonNamingEveryFailure(const std::string& reason,
                                      absl::Span<const Recovery> recoveries) {
   std::string text = reason;
+  const int failures = FailureCount(recoveries);
+  int n = 0;
   for (const Recovery& r : recoveries) {
+    if (r.grow()) continue;
     // Each earlier cause on one line: its own detail lines indented under it.
-    absl::StrAppend(&text, "\n  earlier failure ", r.number(), " of ", recoveries.size(),
-                    " (recovered): ", absl::StrReplaceAll(r.cause(), {{"\n", "\n  "}}));
+    absl::StrAppend(&text, "\n  earlier failure ", ++n, " of ", failures, " (recovered): ",
+                    absl::StrReplaceAll(r.cause(), {{"\n", "\n  "}}));
   }
   return text;
 }

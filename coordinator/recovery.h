@@ -20,6 +20,9 @@
 
 namespace dtrain::coordinator {
 
+// Recoveries that followed a failure (not a grow back): what max_restarts counts.
+int FailureCount(absl::Span<const Recovery> recoveries);
+
 // Workers named as the cause of two of the job's recoveries: not placed on it again.
 absl::flat_hash_set<std::string> WorkersFailedTwice(absl::Span<const Recovery> recoveries);
 
@@ -31,7 +34,8 @@ JobSpec CurrentRunSpec(const JobSpec& spec, absl::Span<const Recovery> recoverie
 std::string PhaseSummary(const Recovery& recovery);
 
 // The FAILED reason of a job that recovered before: `reason` (the last failure), then one line
-// per earlier failure ("  recovery 1 of 1 after: worker w3 (dp0 pp1 tp0) lost: ...").
+// per earlier failure ("  earlier failure 1 of 1 (recovered): worker w3 (dp0 pp1 tp0) lost:
+// ..."); grow backs are not failures and are left out.
 std::string ReasonNamingEveryFailure(const std::string& reason,
                                      absl::Span<const Recovery> recoveries);
 

@@ -16,6 +16,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::UnorderedElementsAre;
 
 // pp=2 with checkpoints; `fault_tolerance` is the JSON object's body.
@@ -165,6 +166,47 @@ TEST(Recovery, ShrinkContinuesOnFewerReplicasWithTheSameBatch) {
   EXPECT_EQ(hb.assignment().spec().micro_batch_size(), 2);  // 2 micro-batches now
   EXPECT_THAT(Events(h), HasSubstr("shrunk from dp=2 pp=1 tp=1 to dp=1 pp=1 tp=1 (batch_size 4: "
                                     "2 micro-batches per replica)"));
+}
+
+TEST(Recovery, AShrunkJobGrowsBackAtACheckpointWhenWorkersReturn) {
+  Harness h(TempDb("recover-grow"));
+  h.RunOn(2, Pp2Spec(R"("max_restarts": 1)", R"("dp": 2)"));
+  ASSERT_TRUE(h.Failure("w1", "job-000001", FAILURE_PEER, "all-reduce broke", {"w2"}).ok());
+  h.Advance(absl::Seconds(3));
+  h.Beat("w1", "s-w1");
+  h.m().RunSchedulerPass();
+  h.Beat("w1", "s-w1");
+  h.Beat("w1", "s-w1", "job-000001");
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);  // as dp=1 on w1
+  ASSERT_TRUE(h.Step("w1", "s-w1", "job-000001", 11, 4.0).ok());
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());  // a worker comes (back)
+  ReportProgressRequest sealed;
+  sealed.set_worker_id("w1");
+  sealed.set_session_id("s-w1");
+  sealed.set_job_id("job-000001");
+  sealed.mutable_checkpoint()->set_step(100);  // the last step's: nothing left to grow for
+  sealed.mutable_checkpoint()->set_path("/c/job-000001/step_00000100");
+  ASSERT_TRUE(h.m().ReportProgress(sealed).ok());
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  sealed.mutable_checkpoint()->set_step(20);
+  sealed.mutable_checkpoint()->set_path("/c/job-000001/step_00000020");
+  ASSERT_TRUE(h.m().ReportProgress(sealed).ok());
+  Job job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), RECOVERING);
+  ASSERT_EQ(job.recoveries_size(), 2);
+  EXPECT_TRUE(job.recoveries(1).grow());
+  EXPECT_THAT(job.reason(), HasSubstr("growing back to dp=2 pp=1 tp=1 at the checkpoint of "
+                                      "step 20: 1 worker idle again; stopping its 1 rank"));
+  h.Beat("w1", "s-w1");  // its run stopped
+  h.m().RunSchedulerPass();
+  job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), PLACING);
+  EXPECT_EQ(job.placement().ranks_size(), 2);
+  EXPECT_EQ(job.recoveries(1).layout().dp(), 2);
+  // A grow back is not a failure: not counted against max_restarts, not named as one.
+  const std::vector<Recovery> recoveries(job.recoveries().begin(), job.recoveries().end());
+  EXPECT_EQ(FailureCount(recoveries), 1);
+  EXPECT_THAT(ReasonNamingEveryFailure("x", recoveries), Not(HasSubstr("growing back")));
 }
 
 TEST(Recovery, WaitGivesUpAfterWaitFor) {

@@ -227,6 +227,41 @@ def case_recovery_shrink(args):
                         worst))
 
 
+def case_recovery_grow_back(args):
+    """dp=2 x pp=2 on 4 workers, no spare: kill -9 of one worker shrinks the job to dp=1; a new
+    worker then registers, and at the next sealed checkpoint the job grows back to dp=2 on four
+    workers (a planned restart, not counted as a failure) and SUCCEEDS with every per-step loss
+    within 1e-5 of the uninterrupted run."""
+    with Cluster(args.binaries, "recovery_grow_back") as c:
+        ids = ["w1", "w2", "w3", "w4"]
+        start(c, ids)
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), steps=40,
+                             parallel={"dp": 2, "pp": 2}, fault_tolerance={"max_restarts": 1})
+        want = run_reference(c, spec, "reference")
+        c.wait_workers({w: "IDLE" for w in ids})
+
+        job_id = c.submit(c.write_spec("grow.json", dict(spec, name="grow")))
+        wait_sealed(c, job_id, 10)
+        job = c.wait_step(job_id, 13, 60)
+        victim = job["placement"]["ranks"][3]["worker_id"]
+        c.workers[victim].signal(signal.SIGKILL)
+        job = c.wait_job(job_id, lambda j: j.get("recoveries") and j["recoveries"][0].get("done")
+                         or j.get("state") in FINAL, 60, "the shrink done")
+        expect(int(job["recoveries"][0]["layout"].get("dp", 1)) == 1, "not shrunk: %s"
+               % job["recoveries"][0])
+        c.start_worker("w5", extra=[STEP_DELAY])
+        done = c.wait_state(job_id, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "%s: %s" % (done["state"], done.get("reason")))
+        recoveries = done.get("recoveries", [])
+        expect(len(recoveries) == 2 and recoveries[1].get("grow") and
+               int(recoveries[1]["layout"].get("dp", 1)) == 2,
+               "want a shrink then a grow back to dp=2: %s" % json.dumps(recoveries))
+        worst = compare(losses(c, job_id), want, LOSS_RTOL, "dp=2 -> dp=1 -> dp=2")
+        print("kill -9 %s at step %s: dp=1 from step %s; %s; losses within %.2g"
+              % (victim, recoveries[0]["last_step"], recoveries[0]["resumed_from_step"],
+                 recoveries[1]["cause"], worst))
+
+
 def case_recovery_relayout(args):
     """pp=2 x tp=2 (dp=1) on 4 workers, no spare, shrink: kill -9 of one worker after the
     checkpoint of step 10; no smaller dp exists, so the job continues on the three survivors as
