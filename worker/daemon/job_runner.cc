@@ -1,8 +1,6 @@
 #include "worker/daemon/job_runner.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <stdio.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -11,7 +9,6 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -20,9 +17,7 @@
 #include "common/status_macros.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
-#include "worker/model/checkpoint_dir.h"
 #include "worker/model/config_proto.h"
-#include "worker/parallel/checkpoint_writer.h"
 
 namespace dtrain::worker {
 namespace {
@@ -62,44 +57,6 @@ absl::Status RequirePath(const std::string& what, const std::string& path, Want 
                                                    worker_id, ")"));
   }
   return absl::OkStatus();
-}
-
-// A recovery's run resumes from the newest intact sealed step of its own directory, which may be
-// older than `latest` when a newer step is damaged (model::ResolveCheckpoint's fallback). The run
-// then trains and seals those newer steps again, and a sealed step is never rewritten: so the
-// damaged ones are moved aside (step_00000020 -> damaged-step_00000020) and `latest` points at
-// the intact step, by rank 0 before any rank resolves the directory (they do after connecting
-// to it). Returns what to tell the job's log ("" when nothing was damaged).
-absl::StatusOr<std::string> SetAsideDamagedSteps(const std::string& job_dir) {
-  absl::StatusOr<model::CheckpointStep> intact =
-      model::ResolveCheckpoint(job_dir, parallel::VerifySealedStep);
-  if (!intact.ok() || intact->note.empty()) return std::string();  // the trainer says why
-  std::vector<std::string> moved;
-  DIR* d = opendir(job_dir.c_str());
-  if (d == nullptr) return std::string();
-  std::vector<std::string> names;
-  while (dirent* e = readdir(d)) names.push_back(e->d_name);
-  closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const std::string& name : names) {
-    int64_t step = 0;
-    if (!absl::StartsWith(name, "step_") || !absl::SimpleAtoi(name.substr(5), &step) ||
-        step <= intact->step) {
-      continue;
-    }
-    const std::string from = absl::StrCat(job_dir, "/", name);
-    struct stat st;
-    const std::string seal = absl::StrCat(from, "/", model::kShardedManifestFileName);
-    if (stat(seal.c_str(), &st) != 0) continue;  // unsealed: rewritten as usual
-    const std::string to = absl::StrCat(job_dir, "/damaged-", name);
-    if (rename(from.c_str(), to.c_str()) != 0) {
-      return absl::ErrnoToStatus(errno, absl::StrCat("cannot move ", from, " aside to ", to));
-    }
-    moved.push_back(absl::StrCat(name, " to damaged-", name));
-  }
-  RETURN_IF_ERROR(model::PointLatestAt(job_dir, intact->step));
-  return absl::StrCat(intact->note, "; moved ", absl::StrJoin(moved, ", "),
-                      " (this run writes those steps again)");
 }
 
 }  // namespace
@@ -267,10 +224,6 @@ absl::StatusOr<std::string> JobRunner::Train() {
   // Before any peer is connected or anything trained: the other ranks write only after they
   // connected to this one.
   if (rank_ == 0) RETURN_IF_ERROR(ClaimJobDirectory(job_dir_, job_id(), assignment_.job_uid()));
-  if (rank_ == 0 && plan_.resume_from == job_dir_ && assignment_.attempt() > 0) {
-    ASSIGN_OR_RETURN(const std::string note, SetAsideDamagedSteps(job_dir_));
-    if (!note.empty()) callbacks_.event(absl::StrCat("warning: ", note));
-  }
   if (cancel_requested()) return absl::CancelledError("cancelled before the first step");
   // Both trainers report through the same callbacks.
   TrainingCallbacks callbacks;
