@@ -104,16 +104,15 @@ absl::StatusOr<int64_t> StepOfDirectory(const std::string& step_dir) {
   return StepOf(model);
 }
 
-// The sealed steps of job directory `dir` below `below`, newest first: step directories with
-// a seal (a sharded step's manifest.json or one worker's optimizer.safetensors).
-std::vector<std::pair<int64_t, std::string>> SealedStepsBelow(const std::string& dir,
-                                                              int64_t below) {
+// The sealed steps of job directory `dir`, newest first: step directories with a seal (a
+// sharded step's manifest.json or one worker's optimizer.safetensors).
+std::vector<std::pair<int64_t, std::string>> SealedSteps(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> sealed;
   for (const std::string& name : SubdirectoriesIn(dir, [](absl::string_view name) {
          return absl::StartsWith(name, "step_");
        })) {
     absl::StatusOr<int64_t> step = StepOfDirectory(absl::StrCat(dir, "/", name));
-    if (!step.ok() || *step >= below) continue;
+    if (!step.ok()) continue;
     if (Exists(absl::StrCat(dir, "/", name, "/", kShardedManifestFileName)) ||
         Exists(absl::StrCat(dir, "/", name, "/", kOptimizerFileName))) {
       sealed.emplace_back(*step, name);
@@ -123,24 +122,38 @@ std::vector<std::pair<int64_t, std::string>> SealedStepsBelow(const std::string&
   return sealed;
 }
 
-// `latest`'s step `newest` (named `name`, in `dir`) failed `check` with `damage`: the newest
-// intact sealed step before it, with a note saying what was skipped.
-absl::StatusOr<CheckpointStep> FallBack(const std::string& dir, const std::string& name,
-                                        int64_t newest, const std::string& damage,
-                                        const StepCheck& check) {
-  std::vector<std::string> skipped = {absl::StrCat(name, " is damaged (", damage, ")")};
-  std::vector<std::string> damaged;
-  if (IsDirectory(absl::StrCat(dir, "/", name))) damaged.push_back(absl::StrCat(dir, "/", name));
-  for (const auto& [step, step_name] : SealedStepsBelow(dir, newest)) {
-    const std::string step_dir = absl::StrCat(dir, "/", step_name);
-    const absl::Status ok = check(step_dir);
+// The newest intact sealed step of job directory `dir`, whose `latest` names `latest_name`
+// (step `latest_step`): that one, unless it is damaged or missing, or a newer one that was
+// sealed while `latest` had not moved yet (a seal cut short between its manifest and `latest`).
+// The note says what was skipped or why `latest` was not followed.
+absl::StatusOr<CheckpointStep> NewestIntactStep(const std::string& dir,
+                                                const std::string& latest_name,
+                                                int64_t latest_step, const StepCheck& check) {
+  std::vector<std::pair<int64_t, std::string>> candidates = SealedSteps(dir);
+  const bool latest_sealed =
+      std::find(candidates.begin(), candidates.end(), std::make_pair(latest_step, latest_name)) !=
+      candidates.end();
+  if (!latest_sealed) {
+    candidates.emplace_back(latest_step, latest_name);
+    std::sort(candidates.rbegin(), candidates.rend());
+  }
+  std::vector<std::string> skipped, damaged;
+  for (const auto& [step, name] : candidates) {
+    const std::string step_dir = absl::StrCat(dir, "/", name);
+    const absl::Status ok = IsDirectory(step_dir) ? check(step_dir)
+                                                  : absl::DataLossError("missing");
     if (ok.ok()) {
-      return CheckpointStep{
-          step_dir, step,
-          absl::StrCat(absl::StrJoin(skipped, ", "), "; resuming from ", step_name), damaged};
+      std::string note;
+      if (!skipped.empty()) {
+        note = absl::StrCat(absl::StrJoin(skipped, ", "), "; resuming from ", name);
+      } else if (name != latest_name) {
+        note = absl::StrCat("resuming from ", name, ", sealed after ", kLatestFileName,
+                            " last moved (it names ", latest_name, ")");
+      }
+      return CheckpointStep{step_dir, step, note, damaged};
     }
-    skipped.push_back(absl::StrCat(step_name, " is damaged (", ok.message(), ")"));
-    damaged.push_back(step_dir);
+    skipped.push_back(absl::StrCat(name, " is damaged (", ok.message(), ")"));
+    if (IsDirectory(step_dir)) damaged.push_back(step_dir);
   }
   return absl::DataLossError(absl::StrCat("no intact checkpoint in ", dir, ": ",
                                           absl::StrJoin(skipped, ", ")));
@@ -166,16 +179,13 @@ absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path,
     }
     out.step_dir = absl::StrCat(dir, "/", name);
     if (check) {
-      // The newest sealed step, verified; an earlier one when it is damaged.
-      int64_t newest = 0;
+      // The newest intact sealed step; an earlier one when it is damaged.
+      int64_t step = 0;
       absl::string_view number = name;
-      if (!absl::ConsumePrefix(&number, "step_") || !absl::SimpleAtoi(number, &newest)) {
+      if (!absl::ConsumePrefix(&number, "step_") || !absl::SimpleAtoi(number, &step)) {
         return absl::DataLossError(absl::StrCat(latest, " names ", name, ", not a step"));
       }
-      if (!IsDirectory(out.step_dir)) return FallBack(dir, name, newest, "missing", check);
-      if (const absl::Status ok = check(out.step_dir); !ok.ok()) {
-        return FallBack(dir, name, newest, std::string(ok.message()), check);
-      }
+      return NewestIntactStep(dir, name, step, check);
     }
     if (!IsDirectory(out.step_dir)) {
       return absl::DataLossError(

@@ -70,12 +70,13 @@ using StepCheck = std::function<absl::Status(const std::string& step_dir)>;
 // directories but no `latest` ("... holds the directories of jobs job-000001, job-000002: name
 // one of them, or the job id"), or no checkpoint at all. Errors name the path.
 //
-// With `check`, a job directory's step is verified: when `latest`'s step is damaged (or
-// missing), the sealed steps before it are tried newest first and the first intact one is
-// returned with a `note` naming what was skipped and why. The choice depends only on the
-// files, so every rank of a job resolving the same directory picks the same step. DataLoss
-// naming each step and its damage when no sealed step is intact. A step directory named
-// directly is returned as it is (its loader verifies what it reads).
+// With `check`, a job directory resolves to its newest intact sealed step: its sealed steps
+// (and `latest`'s) are tried newest first and the first that passes `check` is returned, with a
+// `note` naming what was skipped and why, or, when it is newer than `latest`'s (a seal cut
+// short between its manifest and `latest`), saying so. The choice depends only on the files,
+// so every rank of a job resolving the same directory picks the same step. DataLoss naming
+// each step and its damage when no sealed step is intact. A step directory named directly is
+// returned as it is (its loader verifies what it reads).
 absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path,
                                                  const StepCheck& check = nullptr);
 

@@ -343,6 +343,27 @@ TEST(ResolveCheckpoint, DamagedNewestStepFallsBackToThePreviousAndSaysSo) {
   EXPECT_EQ(again->note, "");
 }
 
+// Step 30 sealed, then the seal cut short before `latest` moved: step 30 is the newest.
+TEST(ResolveCheckpoint, AStepSealedAfterLatestLastMovedIsTheNewest) {
+  const std::string dir = ThreeSealedSteps("resolve_above_latest");
+  ASSERT_TRUE(model::PointLatestAt(dir, 20).ok());
+  absl::StatusOr<model::CheckpointStep> c = model::ResolveCheckpoint(dir, VerifySealedStep);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->step, 30);
+  EXPECT_EQ(c->note, "resuming from step_00000030, sealed after latest last moved (it names "
+                     "step_00000020)");
+  EXPECT_THAT(c->damaged, IsEmpty());
+  // Damaged, it is skipped and listed to be set aside like any other.
+  Corrupt(absl::StrCat(StepDir(dir, 30), "/model-r0.safetensors"));
+  c = model::ResolveCheckpoint(dir, VerifySealedStep);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->step, 20);
+  EXPECT_EQ(c->note,
+            "step_00000030 is damaged (model-r0.safetensors: checksum differs); resuming from "
+            "step_00000020");
+  EXPECT_THAT(c->damaged, ElementsAre(StepDir(dir, 30)));
+}
+
 TEST(SetAsideDamagedSteps, LeavesOtherDirectoriesAloneAndNeverOverwrites) {
   const std::string dir = ThreeSealedSteps("set_aside");
   const std::string other = ThreeSealedSteps("set_aside_other");
