@@ -9,7 +9,9 @@
 Every child gets its own log file (under $TEST_UNDECLARED_OUTPUTS_DIR when Bazel runs the test,
 so the logs survive in outputs.zip), dies with the driver (PR_SET_PDEATHSIG) and is killed when
 the Cluster closes. Every wait is bounded and fails with a message saying what it waited for,
-followed by the tail of every log. Python standard library only.
+followed by the tail of every log. A daemon that died of a crash signal (SIGSEGV, SIGABRT, ...)
+fails the case when the Cluster closes, even when the case passed otherwise: a recovery can hide
+a crashed worker. Python standard library only.
 """
 
 import contextlib
@@ -25,6 +27,9 @@ import tempfile
 import time
 
 _PR_SET_PDEATHSIG = 1
+
+# Signals no case sends: a process that died of one crashed (a bug), whatever the case checks.
+CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT)
 
 
 def _die_with_parent():
@@ -99,6 +104,13 @@ class Process:
         self.log.close()
         return self.popen.returncode
 
+    def crash(self):
+        """The crash signal's name ("SIGSEGV") when the process died of one, else None."""
+        rc = self.popen.poll()
+        if rc is not None and rc < 0 and -rc in CRASH_SIGNALS:
+            return signal.Signals(-rc).name
+        return None
+
     def log_text(self):
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")
@@ -132,9 +144,18 @@ class Cluster:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc is not None:
+        # Stopped first, so that a crash while shutting down counts too.
+        for p in reversed(self.processes):
+            p.stop(timeout=5)
+        crashed = ["%s died of %s (log %s)" % (p.name, p.crash(), p.log_path)
+                   for p in self.processes if p.crash()]
+        if exc is not None or crashed:
             self.dump_logs()
+        for line in crashed:
+            sys.stderr.write("CRASHED: %s\n" % line)
         self.close()
+        if crashed and exc is None:
+            raise TestFailure("crashed: " + "; ".join(crashed))
         return False
 
     def close(self):
