@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/wrappers.pb.h"
+#include "plan/ranks.h"
 
 namespace dtrain {
 namespace client {
@@ -245,6 +246,29 @@ std::string WorkersTable(const ListWorkersResponse& workers, absl::Time now) {
   return FormatTable({"ID", "STATE", "DEVICE", "HOST", "JOB", "HEARTBEAT"}, rows);
 }
 
+namespace {
+
+// plan::JobCurrentLayout of a job from the coordinator.
+plan::CurrentLayout JobCurrentLayout(const Job& job) {
+  const std::vector<Recovery> recoveries(job.recoveries().begin(), job.recoveries().end());
+  return plan::JobCurrentLayout(job.spec(), recoveries);
+}
+
+// "shrunk" or "changed": how a recovery's layout compares with the submitted one.
+std::string LayoutChange(const ParallelLayout& now, const ParallelLayout& submitted) {
+  return plan::WorkersNeeded(now) < plan::WorkersNeeded(submitted) ? "shrunk" : "changed";
+}
+
+// The LAYOUT cell of `dtrain list`: the current layout, "(shrunk)" when a recovery changed it.
+std::string CurrentLayoutCell(const Job& job) {
+  const plan::CurrentLayout current = JobCurrentLayout(job);
+  if (current.changed_by_recovery == 0) return LayoutString(current.layout);
+  return absl::StrCat(LayoutString(current.layout), " (",
+                      LayoutChange(current.layout, job.spec().parallel()), ")");
+}
+
+}  // namespace
+
 std::string JobsTable(const ListJobsResponse& jobs, absl::Time now) {
   std::vector<std::vector<std::string>> rows;
   for (const Job& job : jobs.jobs()) {
@@ -256,7 +280,7 @@ std::string JobsTable(const ListJobsResponse& jobs, absl::Time now) {
                                                    recoveries == 1 ? " recovery)" : " recoveries)"),
                     job.spec().name().empty() ? "-" : Truncate(job.spec().name(), 24),
                     StepOf(job), has_step ? FormatLoss(job.latest().loss()) : "-",
-                    LayoutString(job.spec().parallel()),
+                    CurrentLayoutCell(job),
                     FormatAge(FromUnixMs(job.submitted_unix_ms()), now) + " ago",
                     FormatClock(FromUnixMs(job.started_unix_ms()), now),
                     FormatClock(FromUnixMs(job.ended_unix_ms()), now), JobDuration(job, now),
@@ -270,6 +294,19 @@ std::string JobsTable(const ListJobsResponse& jobs, absl::Time now) {
 std::string LayoutString(const ParallelLayout& layout) {
   const int dp = Or1(layout.dp()), pp = Or1(layout.pp()), tp = Or1(layout.tp());
   return absl::StrCat("dp=", dp, " pp=", pp, " tp=", tp);
+}
+
+std::string CurrentLayoutText(const Job& job) {
+  const plan::CurrentLayout current = JobCurrentLayout(job);
+  const int64_t workers = plan::WorkersNeeded(current.layout);
+  std::string text = absl::StrCat(LayoutString(current.layout), " (", workers,
+                                  workers == 1 ? " worker" : " workers");
+  if (current.changed_by_recovery > 0) {
+    absl::StrAppend(&text, "; ", LayoutChange(current.layout, job.spec().parallel()), " from ",
+                    LayoutString(job.spec().parallel()), " by recovery ",
+                    current.changed_by_recovery);
+  }
+  return text + ")";
 }
 
 namespace {
@@ -331,8 +368,6 @@ std::string RecoveryText(const Recovery& r) {
 
 std::string JobDetail(const Job& job, absl::Time now) {
   const JobSpec& spec = job.spec();
-  const ParallelLayout& layout = spec.parallel();
-  const int workers = Or1(layout.dp()) * Or1(layout.pp()) * Or1(layout.tp());
   std::string out;
   const auto line = [&](absl::string_view key, const std::string& value) {
     absl::StrAppend(&out, absl::StrFormat("%-10s %s\n", absl::StrCat(key, ":"), value));
@@ -354,8 +389,7 @@ std::string JobDetail(const Job& job, absl::Time now) {
   line("model", absl::StrCat("vocab ", m.vocab_size(), ", context ", m.context(), ", ",
                              m.n_layer(), " layers, ", m.n_head(), " heads, width ",
                              m.n_embd()));
-  line("layout", absl::StrCat(LayoutString(layout), " (", workers,
-                              workers == 1 ? " worker)" : " workers)"));
+  line("layout", CurrentLayoutText(job));
   line("dataset", spec.dataset());
   if (job.has_latest() && job.latest().step() > 0) {
     const StepMetrics& s = job.latest();

@@ -109,10 +109,12 @@ std::string RecoveryText(const Recovery& recovery);
 // `dtrain workers`: ID STATE DEVICE HOST JOB HEARTBEAT.
 std::string WorkersTable(const ListWorkersResponse& workers, absl::Time now);
 // `dtrain list`: ID STATE NAME STEP LOSS LAYOUT SUBMITTED STARTED ENDED DURATION REASON; the
-// reason (which may hold a path) is never cut.
+// layout is the one the job runs on now ("dp=1 pp=2 tp=1 (shrunk)" after a shrink); the reason
+// (which may hold a path) is never cut.
 std::string JobsTable(const ListJobsResponse& jobs, absl::Time now);
-// `dtrain status ID`: one "key: value" line per property (times, checkpoint location and what a
-// resume would redo, output with its host), then the placement and history.
+// `dtrain status ID`: one "key: value" line per property (times, the layout it runs on now,
+// checkpoint location and what a resume would redo, output with its host), then the placement
+// and history.
 std::string JobDetail(const Job& job, absl::Time now);
 
 // `dtrain checkpoints ID`: where the job's checkpoints are, then one row per sealed step:
@@ -130,8 +132,13 @@ std::string LogEntryLine(const LogEntry& entry);
 // job-000012" (with --coordinator=ADDRESS when `coordinator` is not the default one, empty).
 std::string KeepsRunningNote(const std::string& job_id, const std::string& coordinator);
 
-// "dp=2 pp=1 tp=2 (4 workers)"; the defaults (0 means 1) applied.
+// "dp=2 pp=1 tp=2"; the defaults (0 means 1) applied.
 std::string LayoutString(const ParallelLayout& layout);
+
+// The layout the job runs on now (plan::JobCurrentLayout), for `dtrain status`:
+//   "dp=2 pp=2 tp=1 (4 workers)", or after a recovery changed it
+//   "dp=1 pp=2 tp=1 (2 workers; shrunk from dp=2 pp=2 tp=1 by recovery 1)".
+std::string CurrentLayoutText(const Job& job);
 
 // The problems in an INVALID_ARGUMENT message, one per element: the coordinator lists them
 // separated by newlines or "; " after an optional "invalid job spec:" style prefix.

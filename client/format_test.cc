@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
@@ -302,6 +303,57 @@ TEST(JobDetail, ListsEachRecoveryWithItsPhases) {
   ListJobsResponse list;
   *list.add_jobs() = job;
   EXPECT_NE(JobsTable(list, absl::Now()).find("RUNNING (1 recovery)"), std::string::npos);
+}
+
+// A placed recovery on `dp` x pp=2, as the coordinator records it.
+Recovery* AddRecovery(Job* job, int dp, bool grow) {
+  Recovery* r = job->add_recoveries();
+  r->set_number(job->recoveries_size());
+  r->set_grow(grow);
+  r->mutable_layout()->set_dp(dp);
+  r->mutable_layout()->set_pp(2);
+  r->mutable_layout()->set_tp(1);
+  for (int i = 0; i < dp * 2; ++i) r->add_workers(absl::StrCat("w", i + 1));
+  return r;
+}
+
+TEST(CurrentLayoutText, TheLayoutTheJobRunsOnNow) {
+  Job job = RunningJob();
+  job.mutable_spec()->mutable_parallel()->set_dp(2);
+  job.mutable_spec()->mutable_parallel()->set_pp(2);
+  job.mutable_spec()->mutable_parallel()->set_tp(1);
+  ListJobsResponse list;
+  const auto cell = [&] {
+    *list.mutable_jobs(0) = job;
+    return JobsTable(list, absl::Now());
+  };
+  list.add_jobs();
+  EXPECT_EQ(CurrentLayoutText(job), "dp=2 pp=2 tp=1 (4 workers)");
+  EXPECT_NE(cell().find("  dp=2 pp=2 tp=1  "), std::string::npos) << cell();
+
+  AddRecovery(&job, 1, false);  // a kill -9 shrank it
+  EXPECT_EQ(CurrentLayoutText(job),
+            "dp=1 pp=2 tp=1 (2 workers; shrunk from dp=2 pp=2 tp=1 by recovery 1)");
+  EXPECT_NE(JobDetail(job, absl::Now())
+                .find("layout:    dp=1 pp=2 tp=1 (2 workers; shrunk from dp=2 pp=2 tp=1 by "
+                      "recovery 1)\n"),
+            std::string::npos)
+      << JobDetail(job, absl::Now());
+  EXPECT_NE(cell().find("  dp=1 pp=2 tp=1 (shrunk)  "), std::string::npos) << cell();
+
+  // Another failure on the shrunk layout: still the layout recovery 1 moved it to.
+  AddRecovery(&job, 1, false);
+  EXPECT_EQ(CurrentLayoutText(job),
+            "dp=1 pp=2 tp=1 (2 workers; shrunk from dp=2 pp=2 tp=1 by recovery 1)");
+  // A third still waiting for workers (no layout yet): the last run's layout.
+  job.add_recoveries()->set_number(3);
+  EXPECT_EQ(CurrentLayoutText(job),
+            "dp=1 pp=2 tp=1 (2 workers; shrunk from dp=2 pp=2 tp=1 by recovery 1)");
+
+  job.mutable_recoveries()->RemoveLast();
+  AddRecovery(&job, 2, true);  // grown back
+  EXPECT_EQ(CurrentLayoutText(job), "dp=2 pp=2 tp=1 (4 workers)");
+  EXPECT_NE(cell().find("  dp=2 pp=2 tp=1  "), std::string::npos) << cell();
 }
 
 TEST(CheckpointsText, NoLocationAndNoSealedStep) {

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "plan/ranks.h"
 
 namespace dtrain::coordinator {
 
@@ -26,12 +27,7 @@ absl::flat_hash_set<std::string> WorkersFailedTwice(absl::Span<const Recovery> r
 
 JobSpec CurrentRunSpec(const JobSpec& spec, absl::Span<const Recovery> recoveries) {
   JobSpec current = spec;
-  for (auto it = recoveries.rbegin(); it != recoveries.rend(); ++it) {
-    if (it->has_layout()) {
-      *current.mutable_parallel() = it->layout();
-      break;
-    }
-  }
+  *current.mutable_parallel() = plan::JobCurrentLayout(spec, recoveries).layout;
   return current;
 }
 

@@ -26,8 +26,8 @@ int FailureCount(absl::Span<const Recovery> recoveries);
 // Workers named as the cause of two of the job's recoveries: not placed on it again.
 absl::flat_hash_set<std::string> WorkersFailedTwice(absl::Span<const Recovery> recoveries);
 
-// The spec of the job's current run: `spec` (as planned at submit) with the layout of its
-// latest placed recovery, which "shrink" may have made smaller.
+// The spec of the job's current run: `spec` (as planned at submit) with its current layout
+// (plan::JobCurrentLayout: the latest placed recovery's, which "shrink" may have made smaller).
 JobSpec CurrentRunSpec(const JobSpec& spec, absl::Span<const Recovery> recoveries);
 
 // "detect 1.2s, stop 0.3s, place 0.1s, load 0.8s, first step 0.5s (2.9s in all)".

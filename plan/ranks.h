@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/types/span.h"
 #include "proto/job.pb.h"
 
 namespace dtrain::plan {
@@ -29,6 +30,17 @@ RankAssignment RankCoordinates(const ParallelLayout& layout, int rank);
 // Every rank computes the same global loss and gradient norm; only this one sends its steps,
 // so the coordinator gets one report per step, not dp*pp*tp.
 int ReportingRank(const ParallelLayout& layout);
+
+// The layout a job runs on now: its latest placed recovery's (Job.recoveries: "shrink" may have
+// made it smaller, a grow back restores the submitted one), else the spec's. What the coordinator
+// runs the job on and what the CLI shows.
+struct CurrentLayout {
+  ParallelLayout layout;
+  // When `layout` differs from the spec's in dp, pp or tp: the number of the recovery that moved
+  // the job onto it (the first of the latest recoveries that all placed it there); else 0.
+  int changed_by_recovery = 0;
+};
+CurrentLayout JobCurrentLayout(const JobSpec& spec, absl::Span<const Recovery> recoveries);
 
 // "dp0 pp1 tp1".
 std::string RankLabel(const RankAssignment& rank);

@@ -217,6 +217,11 @@ def case_recovery_shrink(args):
                "want dp=1 pp=2 after the shrink: %s" % layout)
         expect(len(r.get("workers", [])) == 2, "placed on %s" % r.get("workers"))
         expect(int(r.get("resumed_from_step", 0)) >= 10, "resumed from %s" % r)
+        _, status, _ = c.cli("status", job_id, check=True)
+        expect("layout:    dp=1 pp=2 tp=1 (2 workers; shrunk from dp=2 pp=2 tp=1 by recovery 1)"
+               in status, "`dtrain status` does not show the shrunk layout:\n%s" % status)
+        _, listed, _ = c.cli("list", check=True)
+        expect("dp=1 pp=2 tp=1 (shrunk)" in listed, "`dtrain list` shows:\n%s" % listed)
         got = losses(c, job_id)
         worst = compare(got, want, LOSS_RTOL, "shrunk to dp=1")
         # dp=1's losses differ from dp=2's in the last bits: the watcher's last value of each
