@@ -74,12 +74,6 @@ std::string WorkerHost(const Plan& plan, const std::string& id) {
 
 }  // namespace
 
-int64_t ActivationBytesPerLayer(const JobSpec& spec) {
-  const int64_t b = spec.micro_batch_size(), T = spec.seq_len();
-  const int64_t C = spec.model().n_embd(), NH = spec.model().n_head();
-  return 4 * b * T * (18 * C + 2 * NH * T + 4);
-}
-
 absl::StatusOr<Plan> MakePlan(const JobPlan& job, const PlanOptions& options) {
   return MakePlanWithActions(job, options, {});
 }
@@ -128,7 +122,6 @@ absl::StatusOr<Plan> MakePlanWithActions(const JobPlan& job, const PlanOptions& 
       pipeline::SimulateSchedule({pipeline::ScheduleKind::kOneFOneB, p, m, 1}, whole, 0);
   if (!baseline.ok()) return baseline.status();
   plan.one_f_one_b_simulated = baseline->bubble_fraction;
-  plan.activation_bytes_per_layer = ActivationBytesPerLayer(plan.spec);
 
   // Layers live per stage: a chunk's layers from its F to the end of its backward.
   for (int s = 0; s < p; ++s) {
@@ -252,7 +245,7 @@ std::string PlanText(const Plan& plan, const std::string& path) {
     rows.push_back(
         {absl::StrCat(s), absl::StrFormat("%.2f", st.busy), Percent(st.bubble_fraction),
          absl::StrCat(st.peak_live), absl::StrCat(plan.peak_live_layers[s]),
-         Bytes(static_cast<double>(plan.peak_live_layers[s]) * plan.activation_bytes_per_layer)});
+         Bytes(static_cast<double>(plan.job.stages(s).memory().activations()))});
   }
   absl::StrAppend(
       &out, FormatTable({"STAGE", "BUSY", "BUBBLE", "PEAK LIVE", "PEAK LAYERS", "PEAK ACTIVATIONS"},
@@ -286,11 +279,15 @@ std::string PlanText(const Plan& plan, const std::string& path) {
                       ? " and two gradient buckets"
                       : "",
                   ")\n");
-  absl::StrAppend(&out, "activations: 4*b*T*(18*C + 2*NH*T + 4) bytes per layer per micro-batch = ",
-                  Bytes(plan.activation_bytes_per_layer), "\n  (fp32; b=", spec.micro_batch_size(),
-                  " T=", spec.seq_len(), " C=", spec.model().n_embd(),
-                  " NH=", spec.model().n_head(),
-                  "; PEAK ACTIVATIONS = that * PEAK LAYERS; logits and tp sharding left out)\n");
+  // One worker's trainer runs the whole batch at once (plan/memory.h).
+  const int64_t sequences = plan.job.ranks() == 1 ? spec.batch_size() : spec.micro_batch_size();
+  absl::StrAppend(&out,
+                  "activations (PEAK ACTIVATIONS above, ACTIVATIONS here): plan/memory.h's "
+                  "estimate, per chunk\n  the most micro-batches alive at once times what one "
+                  "keeps for its backward (fp32; b=",
+                  sequences, " T=", spec.seq_len(), " C=", spec.model().n_embd(),
+                  " NH=", spec.model().n_head(), " tp=", spec.parallel().tp(),
+                  "; the last stage's logits included)\n");
   return out;
 }
 
@@ -324,8 +321,7 @@ std::string PlanJson(const Plan& plan, const std::string& path) {
     stage.set_peak_live_micro_batches(st.peak_live);
     stage.set_peak_awaiting_input_grad(st.peak_awaiting_input_grad);
     stage.set_peak_live_layers(plan.peak_live_layers[s]);
-    stage.set_peak_activation_bytes(int64_t{plan.peak_live_layers[s]} *
-                                    plan.activation_bytes_per_layer);
+    stage.set_peak_activation_bytes(plan.job.stages(s).memory().activations());
     for (const pipeline::TimedAction& t : st.timeline) {
       TimedAction& a = *stage.add_timeline();
       a.set_action(pipeline::ActionToString(t.action));
@@ -337,7 +333,6 @@ std::string PlanJson(const Plan& plan, const std::string& path) {
   report.set_bubble_fraction(plan.sim.bubble_fraction);
   report.set_one_f_one_b_bubble(plan.one_f_one_b_bubble);
   report.set_one_f_one_b_simulated(plan.one_f_one_b_simulated);
-  report.set_activation_bytes_per_layer(plan.activation_bytes_per_layer);
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   options.always_print_primitive_fields = true;

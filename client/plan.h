@@ -12,16 +12,10 @@
 //
 // Simulation costs: plan::SimulationCosts. Memory: plan/memory.h (per rank, every term).
 //
-// Activation estimate of the PEAK ACTIVATIONS column (fp32, what one micro-batch keeps per
-// layer for its backward, llm.c's accounting of a GPT-2 block: ln1, qkv, attention output,
-// pre-softmax and softmax scores, projection, residual, ln2, fc, gelu, fc projection, residual,
-// layernorm statistics):
-//   bytes/layer = 4 * b * T * (18*C + 2*NH*T + 4)
-// with b = micro_batch_size, T = seq_len, C = n_embd, NH = n_head. Not divided by tp; the
-// embedding and the logits (4*b*T*V on the last stage) are left out. A stage's peak is this
-// times the most layers it holds live at once (a chunk counts from its F to its backward's end:
-// W for zb-h1, which overstates zb-h1 since B frees most of it). The MEMORY column is the full
-// estimate of plan/memory.h, which the coordinator places by.
+// Activations: the PEAK ACTIVATIONS of the schedule table and the ACTIVATIONS of the memory
+// table are both plan/memory.h's estimate (StagePlan.memory.activations), the one the
+// coordinator places by: per chunk, the most micro-batches the simulated schedule keeps alive
+// times what one keeps for its backward.
 #ifndef DTRAIN_CLIENT_PLAN_H_
 #define DTRAIN_CLIENT_PLAN_H_
 
@@ -55,12 +49,8 @@ struct Plan {
   pipeline::SimResult sim;
   double one_f_one_b_bubble = 0;           // (p-1)/(m+p-1)
   double one_f_one_b_simulated = 0;        // 1F1B simulated on the same stage costs
-  int64_t activation_bytes_per_layer = 0;  // the estimate above
   std::vector<int> peak_live_layers;       // per stage
 };
-
-// 4 * b * T * (18*C + 2*NH*T + 4) for a validated spec.
-int64_t ActivationBytesPerLayer(const JobSpec& spec);
 
 // The placement and simulation of a job's plan (plan::MakeJobPlan, which already rejected every
 // spec that cannot run). Errors: InvalidArgument for bad options; ResourceExhausted when

@@ -80,10 +80,30 @@ TEST(Plan, OneFOneBReportHasLayoutRanksStagesTimelineAndBubble) {
   EXPECT_THAT(r.out, HasSubstr("stage 3 |...."));  // the last stage waits for three forwards
   EXPECT_THAT(r.out, HasSubstr("\n1F1B: theory (p-1)/(m+p-1) = 3/11 = 27.3%\n"));
   EXPECT_THAT(r.out, HasSubstr("STAGE  BUSY   BUBBLE  PEAK LIVE  PEAK LAYERS  PEAK ACTIVATIONS\n"));
-  // 4*2*32*(18*64 + 2*4*32 + 4) = 361,472 bytes per layer; stage 0 holds 4 micro-batches of
-  // 2 layers: 2,891,776 bytes.
-  EXPECT_THAT(r.out, HasSubstr("bytes per layer per micro-batch = 353.0 KiB\n"));
-  EXPECT_THAT(r.out, HasSubstr("0      48.01  34.6%   4          8            2.8 MiB\n"));
+  // One activation estimate (plan/memory.h's): the schedule's PEAK ACTIVATIONS of stage 0 is
+  // the memory table's ACTIVATIONS, 4.1 MiB for its 4 live micro-batches.
+  EXPECT_THAT(r.out, HasSubstr("0      48.01  34.6%   4          8            4.1 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("(fp32; b=2 T=32 C=64 NH=4 tp=1; the last stage's logits "
+                               "included)\n"));
+}
+
+TEST(Plan, PeakActivationsAreTheMemoryEstimateOfEveryStage) {
+  for (const char* parallel :
+       {R"({"pp": 4})", R"({"pp": 2, "tp": 2})", R"({"pp": 2, "schedule": "zb-h1"})",
+        R"({"pp": 2, "schedule": "interleaved", "virtual_stages": 2})"}) {
+    absl::StatusOr<Plan> plan = MakePlan(Validated(SpecJson(parallel)), {});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    PlanReport report;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(PlanJson(*plan, "x.json"), &report)
+                    .ok());
+    ASSERT_EQ(report.stages_size(), plan->job.stages_size());
+    for (int s = 0; s < report.stages_size(); ++s) {
+      EXPECT_EQ(report.stages(s).peak_activation_bytes(),
+                plan->job.stages(s).memory().activations())
+          << parallel << " stage " << s;
+      EXPECT_GT(report.stages(s).peak_activation_bytes(), 0) << parallel;
+    }
+  }
 }
 
 TEST(Plan, SimulatedBubblesMatchTheScheduleOnEqualStages) {
