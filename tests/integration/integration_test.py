@@ -563,7 +563,10 @@ def case_multi_worker(args):
                    "%s: output %r" % (name, done["output"]))
             worst = compare_weights(ref["output"], done["output"], name)
             events = [u["text"] for u in updates if u["type"] == "event"]
-            connected = [e for e in events if "connected to %d peers" % (dp * pp * tp - 1) in e]
+            peers = dp * pp * tp - 1
+            connected = [e for e in events
+                         if "connected to %d %s in " % (peers, "peer" if peers == 1 else "peers")
+                         in e]
             expect(len(connected) == dp * pp * tp, "%s: connected events %s" % (name, connected))
             print("%s: %.1fs on %d workers, worst loss rel diff %.2g, worst weight diff %.2g of "
                   "max |w| (%s)" % (name, elapsed, len(ranks), worst_loss, worst[0], worst[1]))

@@ -282,9 +282,9 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
   if (status.ok()) {
     // The coordinator prefixes events with the worker and its (dp, pp, tp).
     callbacks_.event(absl::StrFormat(
-        "rank %d of %d, layers %s: connected to %d peers in %.2fs", rank, job->size(),
+        "rank %d of %d, layers %s: connected to %d %s in %.2fs", rank, job->size(),
         layers.empty() ? "(even split)" : absl::StrJoin(layers, " "), job->size() - 1,
-        absl::ToDoubleSeconds(absl::Now() - start)));
+        job->size() == 2 ? "peer" : "peers", absl::ToDoubleSeconds(absl::Now() - start)));
     if (rank == 0) {
       const ParallelLayout& layout = options.layout;
       AnnounceTraining(absl::StrFormat("%d workers (dp=%d pp=%d tp=%d, schedule %s)",
