@@ -297,6 +297,29 @@ class Cluster:
                              "step >= %d" % step)
 
 
+def small_job_spec(ckpt_dir, steps, interval=0, **overrides):
+    """The integration cases' small job: a 4-layer, width-32 byte-level GPT-2 (context 32, batch
+    8 of the demo corpus) that trains in a few tens of ms a step on one CPU thread, checkpointing
+    into `ckpt_dir` (every `interval` steps when set); `overrides` replace top-level fields
+    (`name` among them)."""
+    checkpoint = {"dir": ckpt_dir}
+    if interval:
+        checkpoint["interval_steps"] = interval
+    spec = {
+        "name": "small",
+        "model": {"vocab_size": 256, "context": 32, "n_layer": 4, "n_head": 4, "n_embd": 32},
+        "dataset": "data/demo.txt",
+        "steps": steps,
+        "batch_size": 8,
+        "seq_len": 32,
+        "optimizer": {"max_lr": 0.003, "warmup_steps": 3, "min_lr_ratio": 0.1},
+        "checkpoint": checkpoint,
+        "seed": 1337,
+    }
+    spec.update(overrides)
+    return spec
+
+
 def latest_step(job):
     return int(job.get("latest", {}).get("step", 0) or 0)
 

@@ -21,7 +21,8 @@ import time
 import urllib.parse
 import urllib.request
 
-from harness import (Cluster, TestFailure, expect, free_port, hung_listener, latest_step)
+from harness import (Cluster, TestFailure, expect, free_port, hung_listener, latest_step,
+                     small_job_spec)
 
 # "job-000003 RUNNING step 40/200 loss 2.9312 4,120 tok/s ETA 0:42"
 STEP_LINE = re.compile(r"^(job-\d+) RUNNING step (\d+)/(\d+) loss ([0-9.]+) ")
@@ -416,21 +417,8 @@ def case_bad_input(args):
 
 
 def tiny_parallel_spec(ckpt_dir, steps=10, **overrides):
-    """A tiny model (4 layers, width 32, context 32) that trains in well under a second per
-    step on one CPU thread, checkpointing to `ckpt_dir` (multi-worker jobs need one)."""
-    spec = {
-        "name": "tiny-parallel",
-        "model": {"vocab_size": 256, "context": 32, "n_layer": 4, "n_head": 4, "n_embd": 32},
-        "dataset": "data/demo.txt",
-        "steps": steps,
-        "batch_size": 8,
-        "seq_len": 32,
-        "optimizer": {"max_lr": 0.003, "warmup_steps": 3, "min_lr_ratio": 0.1},
-        "checkpoint": {"dir": ckpt_dir},
-        "seed": 1337,
-    }
-    spec.update(overrides)
-    return spec
+    """harness.small_job_spec checkpointing to `ckpt_dir` (multi-worker jobs need one)."""
+    return small_job_spec(ckpt_dir, steps, **{"name": "tiny-parallel", **overrides})
 
 
 def watched_steps(c, job_id):

@@ -13,7 +13,7 @@ import subprocess
 import time
 import urllib.request
 
-from harness import Cluster, TestFailure, expect
+from harness import Cluster, TestFailure, expect, small_job_spec
 
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 LOSS_RTOL = 1e-5
@@ -21,20 +21,8 @@ STEP_DELAY = "--test_only_step_delay=150ms"
 
 
 def recovery_spec(ckpt_dir, steps=30, interval=10, **overrides):
-    """A 4-layer, width-32 model: a few tens of ms per step on one CPU thread, plus the delay."""
-    spec = {
-        "name": "recovery",
-        "model": {"vocab_size": 256, "context": 32, "n_layer": 4, "n_head": 4, "n_embd": 32},
-        "dataset": "data/demo.txt",
-        "steps": steps,
-        "batch_size": 8,
-        "seq_len": 32,
-        "optimizer": {"max_lr": 0.003, "warmup_steps": 3, "min_lr_ratio": 0.1},
-        "checkpoint": {"dir": ckpt_dir, "interval_steps": interval},
-        "seed": 1337,
-    }
-    spec.update(overrides)
-    return spec
+    """harness.small_job_spec checkpointing every `interval` steps."""
+    return small_job_spec(ckpt_dir, steps, interval, **{"name": "recovery", **overrides})
 
 
 def start(c, ids, extra=()):

@@ -13,27 +13,15 @@ import signal
 import subprocess
 import time
 
-from harness import Cluster, TestFailure, expect, free_port
+from harness import Cluster, TestFailure, expect, free_port, small_job_spec
 
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def spec_for(ckpt_dir, steps=6, **overrides):
-    """A pp=2 job small enough to train in about a second a step on one CPU thread."""
-    spec = {
-        "name": "safety",
-        "model": {"vocab_size": 256, "context": 32, "n_layer": 4, "n_head": 4, "n_embd": 32},
-        "dataset": "data/demo.txt",
-        "steps": steps,
-        "batch_size": 8,
-        "seq_len": 32,
-        "optimizer": {"max_lr": 0.003, "warmup_steps": 3, "min_lr_ratio": 0.1},
-        "parallel": {"pp": 2},
-        "checkpoint": {"dir": ckpt_dir, "interval_steps": 2},
-        "seed": 1337,
-    }
-    spec.update(overrides)
-    return spec
+    """harness.small_job_spec as a pp=2 job checkpointing every 2 steps."""
+    return small_job_spec(ckpt_dir, steps, 2,
+                          **{"name": "safety", "parallel": {"pp": 2}, **overrides})
 
 
 def tree_digest(path):
