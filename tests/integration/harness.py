@@ -297,6 +297,21 @@ class Cluster:
                              "step >= %d" % step)
 
 
+def losses(c, job_id):
+    """{step: loss} as the coordinator recorded them: `dtrain --json watch` of an ended job replays
+    each step once (a step a recovery redid included, with its new loss)."""
+    rc, out, err = c.cli("--json", "watch", job_id, timeout=60)
+    steps = {}
+    for line in out.splitlines():
+        if line.strip():
+            update = json.loads(line)
+            if update["type"] == "step":
+                expect(update["step"] not in steps, "%s: step %d replayed twice"
+                       % (job_id, update["step"]))
+                steps[update["step"]] = float(update["loss"])
+    return steps
+
+
 def small_job_spec(ckpt_dir, steps, interval=0, **overrides):
     """The integration cases' small job: a 4-layer, width-32 byte-level GPT-2 (context 32, batch
     8 of the demo corpus) that trains in a few tens of ms a step on one CPU thread, checkpointing

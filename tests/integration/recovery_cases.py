@@ -13,7 +13,7 @@ import subprocess
 import time
 import urllib.request
 
-from harness import Cluster, TestFailure, expect, small_job_spec
+from harness import Cluster, TestFailure, expect, losses, small_job_spec
 
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 LOSS_RTOL = 1e-5
@@ -31,20 +31,6 @@ def start(c, ids, extra=()):
     for w in ids:
         c.start_worker(w, extra=[STEP_DELAY] + list(extra))
     c.wait_workers({w: "IDLE" for w in ids})
-
-
-def losses(c, job_id):
-    """{step: loss} as the coordinator recorded them (`dtrain --json watch` replays each once)."""
-    rc, out, err = c.cli("--json", "watch", job_id, timeout=60)
-    steps = {}
-    for line in out.splitlines():
-        if line.strip():
-            update = json.loads(line)
-            if update["type"] == "step":
-                expect(update["step"] not in steps, "%s: step %d replayed twice"
-                       % (job_id, update["step"]))
-                steps[update["step"]] = float(update["loss"])
-    return steps
 
 
 def run_reference(c, spec, name):

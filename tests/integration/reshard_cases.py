@@ -7,8 +7,8 @@ processes over gRPC.
 
 import os
 
-from harness import Cluster, expect
-from recovery_cases import FINAL, compare, losses, recovery_spec, start
+from harness import Cluster, expect, losses
+from recovery_cases import FINAL, compare, recovery_spec, start
 
 RESHARD_RTOL = 1e-5
 

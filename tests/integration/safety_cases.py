@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 
-from harness import Cluster, TestFailure, expect, free_port, small_job_spec
+from harness import Cluster, TestFailure, expect, free_port, losses, small_job_spec
 
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
@@ -54,18 +54,6 @@ def start(c, n, extra=()):
 def run(c, name, spec, timeout=180):
     job_id = c.submit(c.write_spec(name, spec))
     return job_id, c.wait_state(job_id, FINAL, timeout)
-
-
-def losses(c, job_id):
-    """{step: loss} as the coordinator recorded them (`dtrain --json watch` replays them)."""
-    rc, out, err = c.cli("--json", "watch", job_id, timeout=60)
-    steps = {}
-    for line in out.splitlines():
-        if line.strip():
-            update = json.loads(line)
-            if update["type"] == "step":
-                steps[update["step"]] = float(update["loss"])
-    return steps
 
 
 def case_shared_checkpoint_dir(args):
