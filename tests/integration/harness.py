@@ -275,10 +275,22 @@ class Cluster:
 
     def wait_workers(self, states, timeout=30):
         """Waits until each worker id in `states` is in its state ("IDLE", "BUSY", "LOST")."""
+        seen = {}
+
         def ok():
             ws = self.workers_by_id()
-            return all(ws.get(w, {}).get("state") == s for w, s in states.items())
-        return self.wait_until(ok, timeout, "workers %s" % states)
+            seen.clear()
+            seen.update({w: "%s%s" % (ws.get(w, {}).get("state", "unregistered"),
+                                      " (job %s)" % ws[w]["job_id"]
+                                      if ws.get(w, {}).get("job_id") else "")
+                         for w, s in states.items() if ws.get(w, {}).get("state") != s})
+            return not seen
+        try:
+            return self.wait_until(ok, timeout, "workers %s" % states)
+        except TestFailure as e:
+            # Which worker, in which state: the logs printed after a failure are cut to their
+            # last lines, and a worker that never got there is where to look.
+            raise TestFailure("%s; still not there: %s" % (e, seen)) from None
 
     def wait_job(self, job_id, predicate, timeout, what):
         def check():
