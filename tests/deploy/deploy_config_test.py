@@ -12,6 +12,8 @@
 - systemd units: `systemd-analyze verify` (when present), on copies whose ExecStart points to a
   stub, since the binaries are not installed here.
 - deploy/jobs/*.json: container paths, and `dtrain plan` accepts each.
+- Every flag that compose, Kubernetes and systemd pass to dtrain-coordinator and dtrain-worker
+  is one the binary has (its --helpfull), so a renamed flag fails here, not at a deployment.
 Runs with Debian's python3 and PyYAML, from Bazel's runfiles (cwd) or the workspace.
 """
 
@@ -136,6 +138,62 @@ class ComposeTest(unittest.TestCase):
                 args += ["-f", os.path.join(DEPLOY, f)]
             r = subprocess.run(args + ["config", "-q"], capture_output=True, text=True, env=env)
             self.assertEqual(r.returncode, 0, f"docker-compose config {files}: {r.stderr}")
+
+
+def binary_flags(path):
+    """Names of the flags an absl binary accepts, from its --helpfull ("  --name (text)")."""
+    r = subprocess.run([path, "--helpfull"], capture_output=True, text=True, timeout=60)
+    names = set(re.findall(r"^\s+--([a-z0-9_]+) \(", r.stdout + r.stderr, re.M))
+    assert names, f"{path} --helpfull listed no flags: {r.stdout}{r.stderr}"
+    return names
+
+
+def daemon_commands():
+    """(where, binary, [args]) of every dtrain-coordinator and dtrain-worker deploy/ starts."""
+    out = []
+    for name in ("docker-compose.yml", "docker-compose.gpu.yml"):
+        (compose,) = load_yaml_all(os.path.join(DEPLOY, name))
+        for service, s in compose["services"].items():
+            command = s.get("command")
+            if command and str(command[0]).startswith("dtrain-"):
+                out.append((f"{name} {service}", command[0], [str(a) for a in command[1:]]))
+    for path in sorted(glob.glob(os.path.join(DEPLOY, "k8s", "*.yaml"))):
+        for d in load_yaml_all(path):
+            pod = d.get("spec", {}).get("template", {}).get("spec", {})
+            for c in pod.get("containers", []):
+                if c.get("command", [""])[0].startswith("dtrain-"):
+                    out.append((f"k8s/{os.path.basename(path)} {c['name']}", c["command"][0],
+                                [str(a) for a in c.get("args", [])]))
+    # systemd: ExecStart (continuation lines joined), and the extra flags of the env files and
+    # of the units' Environment= defaults (DTRAIN_COORDINATOR_FLAGS, DTRAIN_WORKER_FLAGS).
+    extra = {"coordinator": [], "worker": []}
+    for path in sorted(glob.glob(os.path.join(DEPLOY, "systemd", "*"))):
+        with open(path) as f:
+            text = f.read().replace("\\\n", " ")
+        for binary, role in (("dtrain-coordinator", "coordinator"), ("dtrain-worker", "worker")):
+            for m in re.finditer(r"^ExecStart=/usr/local/bin/" + binary + r" (.*)$", text, re.M):
+                args = [a for a in m.group(1).split() if not a.startswith("$DTRAIN_")]
+                out.append((f"systemd/{os.path.basename(path)}", binary, args))
+            for m in re.finditer(r"DTRAIN_" + role.upper() + r"_FLAGS=(.*)$", text, re.M):
+                extra[role] += m.group(1).split()
+    for role, args in extra.items():
+        out.append((f"systemd DTRAIN_{role.upper()}_FLAGS", f"dtrain-{role}", args))
+    return out
+
+
+class FlagsTest(unittest.TestCase):
+    def test_flags_exist_on_the_binaries(self):
+        binaries = {"dtrain-coordinator": ARGS.coordinator, "dtrain-worker": ARGS.worker}
+        if not all(binaries.values()):
+            self.skipTest("--coordinator and --worker (the binaries) not given")
+        known = {name: binary_flags(path) for name, path in binaries.items()}
+        commands = daemon_commands()
+        self.assertGreaterEqual(len(commands), 12)  # compose 5 + 5, k8s 2, systemd 2 (+ extras)
+        for where, binary, args in commands:
+            for arg in args:
+                m = re.match(r"--([a-z0-9_]+)", arg)
+                self.assertTrue(m, f"{where}: {arg!r} is not a --flag")
+                self.assertIn(m.group(1), known[binary], f"{where}: {binary} has no --{m.group(1)}")
 
 
 class GrafanaTest(unittest.TestCase):
@@ -322,6 +380,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--deploy", default="deploy", help="the deploy/ folder")
     parser.add_argument("--cli", default="", help="the dtrain CLI, for `dtrain plan`")
+    parser.add_argument("--coordinator", default="", help="the dtrain-coordinator binary")
+    parser.add_argument("--worker", default="", help="the dtrain-worker binary")
     ARGS, rest = parser.parse_known_args()
     DEPLOY = os.path.abspath(ARGS.deploy)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
