@@ -12,6 +12,7 @@ PACKAGES=(
   libopenblas-dev            # CPU GEMM; also makes PyTorch use OpenBLAS instead of reference BLAS
   libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev libcivetweb-dev
+  libssl-dev                 # OpenSSL: TLS certificates (common/tls, dtrain certs)
   libxxhash-dev              # XXH3, the checksum of sharded checkpoint files
   prometheus-cpp-dev         # Prometheus client: registry, metrics, the /metrics Exposer
   python3-torch python3-numpy  # numerical oracle and speed peer (run with /usr/bin/python3)

@@ -1,0 +1,208 @@
+#include "common/tls.h"
+
+#include <openssl/asn1.h>
+#include <openssl/bio.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <ctime>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/files.h"
+#include "common/status_macros.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
+
+namespace dtrain {
+namespace {
+
+struct X509Deleter {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct PkeyDeleter {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+using X509Ptr = std::unique_ptr<X509, X509Deleter>;
+using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyDeleter>;
+
+X509Ptr ParseCertificate(absl::string_view pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  X509Ptr cert(PEM_read_bio_X509(bio, nullptr, nullptr, nullptr));
+  BIO_free(bio);
+  ERR_clear_error();
+  return cert;
+}
+
+PkeyPtr ParsePrivateKey(absl::string_view pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  PkeyPtr key(PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr));
+  BIO_free(bio);
+  ERR_clear_error();
+  return key;
+}
+
+absl::StatusOr<std::string> ReadFlagFile(absl::string_view flag, const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat("--", flag));
+  return bytes;
+}
+
+absl::StatusOr<X509Ptr> ReadCertificate(absl::string_view flag, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string pem, ReadFlagFile(flag, path));
+  X509Ptr cert = ParseCertificate(pem);
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " ", path,
+                     " is not a PEM certificate (expected '-----BEGIN CERTIFICATE-----')"));
+  }
+  return cert;
+}
+
+// The first entry `nid` (NID_commonName, NID_organizationalUnitName) of `name`, or "".
+std::string NameEntry(const X509_NAME* name, int nid) {
+  int index = X509_NAME_get_index_by_NID(name, nid, -1);
+  if (index < 0) return "";
+  const ASN1_STRING* data = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, index));
+  unsigned char* utf8 = nullptr;
+  int length = ASN1_STRING_to_UTF8(&utf8, data);
+  if (length < 0) return "";
+  std::string value(reinterpret_cast<char*>(utf8), static_cast<size_t>(length));
+  OPENSSL_free(utf8);
+  return value;
+}
+
+std::string FormatAsn1Time(const ASN1_TIME* time) {
+  struct tm tm {};
+  if (ASN1_TIME_to_tm(time, &tm) != 1) return "?";
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+}  // namespace
+
+absl::Status ValidateTlsFiles(const TlsFiles& files, absl::string_view program) {
+  const bool any = !files.ca.empty() || !files.cert.empty() || !files.key.empty();
+  if (files.insecure) {
+    if (!any) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(program,
+                     " was given --insecure and TLS files (--tls_ca, --tls_cert, --tls_key) "
+                     "together: pass either the three TLS files or --insecure, not both"));
+  }
+  if (!any) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(program,
+                     " needs --tls_ca, --tls_cert and --tls_key (make them with `dtrain certs "
+                     "init DIR`), or --insecure to run without TLS (anyone who can reach the port "
+                     "controls the cluster)"));
+  }
+  std::vector<std::string> missing;
+  if (files.ca.empty()) missing.push_back("--tls_ca");
+  if (files.cert.empty()) missing.push_back("--tls_cert");
+  if (files.key.empty()) missing.push_back("--tls_key");
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(program, " needs --tls_ca, --tls_cert and --tls_key together; missing ",
+                     absl::StrJoin(missing, " and ")));
+  }
+  RETURN_IF_ERROR(ReadCertificate("tls_ca", files.ca).status());
+  ASSIGN_OR_RETURN(X509Ptr cert, ReadCertificate("tls_cert", files.cert));
+  ASSIGN_OR_RETURN(std::string key_pem, ReadFlagFile("tls_key", files.key));
+  PkeyPtr key = ParsePrivateKey(key_pem);
+  if (key == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_key ", files.key,
+                     " is not a PEM private key (expected '-----BEGIN PRIVATE KEY-----')"));
+  }
+  if (X509_check_private_key(cert.get(), key.get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat("--tls_key ", files.key,
+                                                   " is not the private key of --tls_cert ",
+                                                   files.cert, " (they do not match)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const TlsFiles& files, absl::Duration reload_interval) {
+  RETURN_IF_ERROR(ValidateTlsFiles(files, "the server"));
+  if (files.insecure) return grpc::InsecureServerCredentials();
+  // gRPC's file watcher re-reads all three files every interval and swaps them in when they
+  // changed (for new handshakes); existing connections keep their session.
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      files.key, files.cert, files.ca,
+      static_cast<unsigned int>(std::max<int64_t>(1, absl::ToInt64Seconds(reload_interval))));
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const TlsFiles& files) {
+  RETURN_IF_ERROR(ValidateTlsFiles(files, "the client"));
+  if (files.insecure) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  ASSIGN_OR_RETURN(options.pem_root_certs, ReadFlagFile("tls_ca", files.ca));
+  ASSIGN_OR_RETURN(options.pem_cert_chain, ReadFlagFile("tls_cert", files.cert));
+  ASSIGN_OR_RETURN(options.pem_private_key, ReadFlagFile("tls_key", files.key));
+  return grpc::SslCredentials(options);
+}
+
+void SetPeerChannelArguments(const TlsFiles& files, grpc::ChannelArguments* args) {
+  if (files.insecure) return;
+  args->SetSslTargetNameOverride(kWorkerPeerHostname);
+}
+
+absl::StatusOr<PeerIdentity> PeerIdentityOf(const grpc::AuthContext& auth) {
+  // "tls" from TlsServerCredentials, "ssl" from SslServerCredentials, "insecure" otherwise.
+  std::vector<grpc::string_ref> type = auth.FindPropertyValues("transport_security_type");
+  const std::string security = type.empty() ? "" : std::string(type[0].data(), type[0].size());
+  if (security != "tls" && security != "ssl") {
+    return PeerIdentity{"", kRoleInsecure};
+  }
+  std::vector<grpc::string_ref> pem = auth.FindPropertyValues("x509_pem_cert");
+  if (pem.empty()) {
+    return absl::UnauthenticatedError("the caller presented no client certificate");
+  }
+  X509Ptr cert = ParseCertificate(absl::string_view(pem[0].data(), pem[0].size()));
+  if (cert == nullptr) {
+    return absl::UnauthenticatedError("the caller's certificate could not be parsed");
+  }
+  const X509_NAME* subject = X509_get_subject_name(cert.get());
+  PeerIdentity identity{NameEntry(subject, NID_commonName),
+                        NameEntry(subject, NID_organizationalUnitName)};
+  if (identity.name.empty() || identity.role.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the caller's certificate needs a subject CN (its name) and OU (its role); it has CN='",
+        identity.name, "' OU='", identity.role, "'"));
+  }
+  return identity;
+}
+
+absl::StatusOr<PeerIdentity> PeerIdentityOf(const grpc::ServerContextBase& context) {
+  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr) return PeerIdentity{"", kRoleInsecure};
+  return PeerIdentityOf(*auth);
+}
+
+absl::StatusOr<std::string> DescribeCertificateFile(const std::string& path) {
+  ASSIGN_OR_RETURN(X509Ptr cert, ReadCertificate("tls_cert", path));
+  const X509_NAME* subject = X509_get_subject_name(cert.get());
+  return absl::StrCat("CN=", NameEntry(subject, NID_commonName),
+                      " OU=", NameEntry(subject, NID_organizationalUnitName), ", valid ",
+                      FormatAsn1Time(X509_get0_notBefore(cert.get())), " to ",
+                      FormatAsn1Time(X509_get0_notAfter(cert.get())));
+}
+
+}  // namespace dtrain
