@@ -5,6 +5,12 @@
 //
 //   heartbeat_load --coordinator_binary=bazel-bin/coordinator/dtrain-coordinator --workers=1000
 //   heartbeat_load --coordinator=127.0.0.1:7070 --workers=100 --layouts=6x4x4
+//   heartbeat_load --coordinator_binary=... --workers=1000 --tls_dir=certs   # mutual TLS
+//
+// With --tls_dir (a `dtrain certs init` directory) every call is mutual TLS, as in a secure
+// deployment: the coordinator this tool starts presents DIR/coordinator.pem, the simulated
+// workers DIR/worker.pem (the shared worker certificate, each on its own connection, so each
+// pays its own handshake) and the submits and cancels DIR/admin.pem.
 //
 // The simulated workers behave as real ones towards the coordinator: one connection each (unless
 // --shared_channel), 8 per host label, they acknowledge an assignment by reporting the job in
@@ -45,6 +51,7 @@
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "common/tls.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "tools/load/latency_stats.h"
@@ -64,6 +71,10 @@ ABSL_FLAG(std::vector<std::string>, layouts, std::vector<std::string>({"32x4x4"}
 ABSL_FLAG(bool, shared_channel, false,
           "all workers on one connection (default: one connection each, as real workers)");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every call");
+ABSL_FLAG(std::string, tls_dir, "",
+          "a `dtrain certs init` directory: mutual TLS on every call (coordinator.pem for a "
+          "coordinator this tool starts, worker.pem for the simulated workers, admin.pem for "
+          "submits); empty: plaintext");
 
 namespace dtrain::load {
 namespace {
@@ -103,6 +114,14 @@ double ProcessCpuSeconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// The files of certificate NAME ("worker", "admin", ...) in --tls_dir; insecure without it.
+TlsFiles TlsFilesFor(const std::string& name) {
+  const std::string dir = absl::GetFlag(FLAGS_tls_dir);
+  if (dir.empty()) return TlsFiles{.insecure = true};
+  return TlsFiles{.ca = dir + "/ca.pem", .cert = dir + "/" + name + ".pem",
+                  .key = dir + "/" + name + ".key"};
+}
+
 // A coordinator child process on a free loopback port, with its own database and log in a
 // temporary folder; SIGTERM on destruction.
 class CoordinatorProcess {
@@ -130,6 +149,11 @@ class CoordinatorProcess {
         binary, "--listen=" + p->address_, "--db=" + dir + "/coordinator.db",
         "--lease=" + absl::FormatDuration(lease),
         "--heartbeat_interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_interval))};
+    const TlsFiles tls = TlsFilesFor("coordinator");
+    if (tls.enabled()) {
+      args.insert(args.end(), {"--tls_ca=" + tls.ca, "--tls_cert=" + tls.cert,
+                               "--tls_key=" + tls.key});
+    }
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -168,12 +192,13 @@ class CoordinatorProcess {
   std::string log_;
 };
 
-std::shared_ptr<grpc::Channel> NewChannel(const std::string& address, int index) {
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& address, int index,
+                                          std::shared_ptr<grpc::ChannelCredentials> creds) {
   grpc::ChannelArguments args;
   // A private subchannel pool gives each simulated worker its own TCP connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt("dtrain.load.worker", index);  // distinct args: no channel sharing either
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, std::move(creds), args);
 }
 
 struct SimWorker {
@@ -193,17 +218,19 @@ struct Counters {
 
 class Fleet {
  public:
-  Fleet(const std::string& address, int n, int per_host, absl::Duration interval)
+  // `creds`: every simulated worker's (one worker certificate, or insecure).
+  Fleet(const std::string& address, int n, int per_host, absl::Duration interval,
+        const std::shared_ptr<grpc::ChannelCredentials>& creds)
       : address_(address), interval_(interval) {
     std::shared_ptr<grpc::Channel> shared;
-    if (absl::GetFlag(FLAGS_shared_channel)) shared = NewChannel(address, -1);
+    if (absl::GetFlag(FLAGS_shared_channel)) shared = NewChannel(address, -1, creds);
     for (int i = 0; i < n; ++i) {
       auto w = std::make_unique<SimWorker>();
       w->index = i;
       w->id = absl::StrFormat("sim-%05d", i);
       w->session = absl::StrFormat("load-%d-%05d", getpid(), i);
       w->host = absl::StrFormat("simhost-%04d", i / per_host);
-      w->stub = Coordinator::NewStub(shared != nullptr ? shared : NewChannel(address, i));
+      w->stub = Coordinator::NewStub(shared != nullptr ? shared : NewChannel(address, i, creds));
       workers_.push_back(std::move(w));
     }
   }
@@ -496,8 +523,11 @@ absl::Status Main() {
     address = child->address();
     std::printf("started a coordinator on %s (log %s)\n", address.c_str(), child->log().c_str());
   }
-  auto control = Coordinator::NewStub(grpc::CreateChannel(address,
-                                                          grpc::InsecureChannelCredentials()));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> admin_creds,
+                   ChannelCredentials(TlsFilesFor("admin")));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> worker_creds,
+                   ChannelCredentials(TlsFilesFor("worker")));
+  auto control = Coordinator::NewStub(grpc::CreateChannel(address, admin_creds));
   {  // Wait for it to answer.
     absl::Status s;
     for (int i = 0; i < 100; ++i) {
@@ -511,12 +541,13 @@ absl::Status Main() {
     RETURN_IF_ERROR(Annotate(s, absl::StrCat("coordinator at ", address)));
   }
 
-  std::printf("%d simulated workers (%s), %d per host, heartbeat every %s, against %s\n", n,
-              absl::GetFlag(FLAGS_shared_channel) ? "one shared connection"
-                                                  : "one connection each",
+  const bool tls = !absl::GetFlag(FLAGS_tls_dir).empty();
+  std::printf("%d simulated workers (%s), %d per host, heartbeat every %s, against %s (%s)\n",
+              n, absl::GetFlag(FLAGS_shared_channel) ? "one shared connection"
+                                                     : "one connection each",
               absl::GetFlag(FLAGS_workers_per_host), absl::FormatDuration(interval).c_str(),
-              address.c_str());
-  Fleet fleet(address, n, absl::GetFlag(FLAGS_workers_per_host), interval);
+              address.c_str(), tls ? "mutual TLS" : "plaintext");
+  Fleet fleet(address, n, absl::GetFlag(FLAGS_workers_per_host), interval, worker_creds);
   const auto reg_start = Clock::now();
   RETURN_IF_ERROR(fleet.RegisterAll());
   const double register_ms = MillisSince(reg_start);
@@ -578,14 +609,15 @@ absl::Status Main() {
                   layout.ranks(), p.reason.c_str(), p.submit_ms);
     }
     results.push_back(absl::StrFormat(
-        "RESULT workers=%d hb_count=%d hb_errors=%d hb_skipped=%d hb_p50_ms=%.2f "
+        "RESULT tls=%d workers=%d hb_count=%d hb_errors=%d hb_skipped=%d hb_p50_ms=%.2f "
         "hb_p90_ms=%.2f hb_p99_ms=%.2f hb_max_ms=%.2f register_ms=%.0f list_workers_ms=%.2f "
         "layout=%s ranks=%d placed=%d submit_ms=%.2f placing_ms=%s placing_coord_ms=%s "
         "running_ms=%s place_hb_p99_ms=%.2f place_assign_p99_ms=%.2f coordinator_cpu_pct=%.0f "
         "tool_cpu_pct=%.0f",
-        n, hb.count, errors, skipped, hb.p50, hb.p90, hb.p99, hb.max, register_ms, list_ms,
-        layout.name(), layout.ranks(), p.placed ? 1 : 0, p.submit_ms, Fmt(p.placing_ms),
-        Fmt(p.placing_coord_ms), Fmt(p.running_ms), p.heartbeats.p99, p.assigning.p99, coordinator_cpu, own_cpu));
+        tls ? 1 : 0, n, hb.count, errors, skipped, hb.p50, hb.p90, hb.p99, hb.max, register_ms,
+        list_ms, layout.name(), layout.ranks(), p.placed ? 1 : 0, p.submit_ms, Fmt(p.placing_ms),
+        Fmt(p.placing_coord_ms), Fmt(p.running_ms), p.heartbeats.p99, p.assigning.p99,
+        coordinator_cpu, own_cpu));
   }
   fleet.StopHeartbeats();
   for (const std::string& line : results) std::printf("%s\n", line.c_str());
