@@ -265,6 +265,11 @@ const std::vector<CommandInfo>& Commands() {
        false,
        "without a coordinator: assemble a multi-worker job's sharded checkpoint (its directory, "
        "using `latest`, or one step_N directory) into one GPT-2 safetensors file"},
+      {"certs", "init|issue DIR [NAME]", 2, 3, "init DIR, or issue DIR NAME", false,
+       "without a coordinator: `certs init DIR` makes the cluster CA (DIR/ca.pem, ca.key) and "
+       "DIR/NAME.pem + NAME.key for coordinator, worker, admin and viewer (CN = name, OU = "
+       "role; keys 0600; an existing CA is never replaced); `certs issue DIR NAME --role=ROLE` "
+       "adds one signed by DIR's CA (e.g. one per worker or user)"},
       {"version", "", 0, 0, "", false, "the version of dtrain and the commit it was built from"},
       {"help", "[COMMAND]", 0, 1, "", false, "this text, or one command's arguments and flags"},
   };
@@ -311,6 +316,15 @@ const std::vector<FlagInfo>& Flags() {
        "keep printing new lines until the job ends"},
       {"forget", &I::forget, "WORKER_ID", "", "", FlagBound::kNotEmpty, {"workers"},
        "remove this LOST worker from the registry"},
+      {"host", &I::cert_hosts, "NAME,IP", "", "", FlagBound::kAny, {"certs"},
+       "extra DNS names and IPs of the coordinator (and worker) certificates, comma-separated"},
+      {"days", &I::days, "N", "365", "", FlagBound::kAtLeastOne, {"certs"},
+       "the certificates are valid for N days from now"},
+      {"role", &I::role, "ROLE", "", "", FlagBound::kNotEmpty, {"certs"},
+       "issue: coordinator, worker, admin or viewer"},
+      {"not_after", &I::not_after, "YYYY-MM-DD", "", "", FlagBound::kNotEmpty, {"certs"},
+       "instead of --days: valid until this date (a past date makes an expired certificate, "
+       "for tests)"},
       {"workers", &I::workers, "N", "0", "0: dp*pp*tp", FlagBound::kNotNegative, {"plan"},
        "hypothetical workers w0..wN-1 to place on"},
       {"hosts", &I::hosts, "H", "1", "", FlagBound::kAtLeastOne, {"plan"},

@@ -55,6 +55,10 @@ struct Invocation {
   std::optional<int> rank{};      // logs --rank (unset: every rank and the coordinator)
   bool follow{};                  // logs --follow
   std::string forget{};           // workers --forget
+  std::string cert_hosts{};       // certs --host: comma-separated DNS names / IPs
+  int days{};                     // certs --days
+  std::string role{};             // certs --role (issue)
+  std::string not_after{};        // certs --not_after: YYYY-MM-DD, instead of --days
 };
 
 // A command: `name args` and what it does.

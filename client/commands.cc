@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "client/certs.h"
 #include "client/format.h"
 #include "client/plan.h"
 #include "common/job_paths.h"
@@ -300,6 +301,49 @@ int Export(const Invocation& inv, Output& output) {
   return kExitOk;
 }
 
+// `certs init DIR` / `certs issue DIR NAME --role=ROLE`: what was written and the next step.
+int Certs(const Invocation& inv, Output& output) {
+  const std::string& action = inv.args[0];
+  const std::string& dir = inv.args[1];
+  CertOptions options;
+  options.hosts = absl::StrSplit(inv.cert_hosts, ',', absl::SkipWhitespace());
+  options.days = inv.days;
+  if (!inv.not_after.empty()) {
+    absl::StatusOr<absl::Time> end = ParseCertDate(inv.not_after);
+    if (!end.ok()) {
+      output.err << "dtrain: --not_after: " << end.status().message() << "\n";
+      return kExitUsage;
+    }
+    options.not_after = *end;
+  }
+  absl::StatusOr<std::vector<std::string>> written;
+  if (action == "init" && inv.args.size() == 2) {
+    written = InitCertificates(dir, options);
+  } else if (action == "issue" && inv.args.size() == 3 && !inv.role.empty()) {
+    written = IssueCertificate(dir, inv.args[2], inv.role, options);
+  } else {
+    output.err << "dtrain: use `dtrain certs init DIR` or `dtrain certs issue DIR NAME "
+                  "--role=ROLE`\n";
+    return kExitUsage;
+  }
+  if (!written.ok()) {
+    output.err << "dtrain: certs " << action << ": " << written.status().message() << "\n";
+    return written.status().code() == absl::StatusCode::kInternal ? kExitOtherError : kExitUsage;
+  }
+  for (const std::string& path : *written) output.out << "wrote " << path << "\n";
+  if (action == "init") {
+    output.out << "next: start the coordinator with --tls_ca=" << dir
+               << "/ca.pem --tls_cert=" << dir << "/coordinator.pem --tls_key=" << dir
+               << "/coordinator.key, the workers "
+               << "with worker.pem and worker.key, and the CLI with admin.pem and admin.key "
+               << "(or DTRAIN_TLS_CA, DTRAIN_TLS_CERT, DTRAIN_TLS_KEY); keep ca.key offline\n";
+  } else {
+    output.out << "next: give " << inv.args[2] << ".pem, " << inv.args[2] << ".key and ca.pem "
+               << "to its holder (--tls_ca, --tls_cert, --tls_key)\n";
+  }
+  return kExitOk;
+}
+
 // `plan`: the job's plan (the coordinator's SubmitJob makes the same, so `submit` rejects what
 // this rejects, in the same words) placed on hypothetical workers; no call.
 int PlanJob(const Invocation& inv, Output& output) {
@@ -481,6 +525,7 @@ int RunWithoutCoordinator(const Invocation& inv, Output& output) {
   }
   if (inv.command == "plan") return PlanJob(inv, output);
   if (inv.command == "export") return Export(inv, output);
+  if (inv.command == "certs") return Certs(inv, output);
   output.err << "dtrain: '" << inv.command << "' needs the coordinator\n";
   return kExitUsage;
 }

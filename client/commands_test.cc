@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <sstream>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -350,6 +351,24 @@ TEST_F(CommandsTest, ExportOfAMissingCheckpointExits4NamingIt) {
   const std::string missing = ::testing::TempDir() + "/no-such-checkpoint";
   EXPECT_EQ(Run({"export", missing, ::testing::TempDir() + "/out.safetensors"}), 4);
   EXPECT_THAT(err_.str(), HasSubstr("no-such-checkpoint"));
+}
+
+// What the files hold is client/certs_test's; here the command: what it prints and its refusals.
+TEST_F(CommandsTest, CertsInitWritesTheFilesAndRefusesASecondCa) {
+  const std::string dir = ::testing::TempDir() + "/commands_certs";
+  std::system(("rm -rf " + dir).c_str());
+  EXPECT_EQ(Run({"certs", "init", dir, "--host=10.1.2.3"}), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("wrote " + dir + "/ca.key"));
+  EXPECT_THAT(out_.str(), HasSubstr("wrote " + dir + "/viewer.pem"));
+  EXPECT_THAT(out_.str(), HasSubstr("next: start the coordinator with --tls_ca=" + dir));
+  EXPECT_EQ(Run({"certs", "init", dir}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("not replacing the cluster CA"));
+  EXPECT_EQ(Run({"certs", "issue", dir, "carol", "--role=viewer", "--not_after=2020-01-01"}), 0)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("wrote " + dir + "/carol.key"));
+  EXPECT_EQ(Run({"certs", "issue", dir, "dave"}), 2);  // no --role
+  EXPECT_EQ(Run({"certs", "issue", dir, "dave", "--role=root"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("unknown role 'root'"));
 }
 
 TEST_F(CommandsTest, StatusPrintsTheJob) {
