@@ -4,6 +4,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,25 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, absl::Stat
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpcStatus(result.status()));
   return reactor;
+}
+
+// What clients see of a job: all but its run's peer secret (Placement.peer_secret, a
+// credential of the run's workers only). Every Job a client gets passes through here.
+void StripSecrets(Job& job) {
+  if (job.has_placement()) job.mutable_placement()->clear_peer_secret();
+}
+
+template <typename T>
+absl::StatusOr<T> Stripped(absl::StatusOr<T> result) {
+  if (!result.ok()) return result;
+  if constexpr (std::is_same_v<T, Job>) {
+    StripSecrets(*result);
+  } else if constexpr (std::is_same_v<T, ListJobsResponse>) {
+    for (Job& job : *result->mutable_jobs()) StripSecrets(job);
+  } else {
+    StripSecrets(*result->mutable_job());  // SubmitJobResponse
+  }
+  return result;
 }
 
 // Streams what the store holds about one job, then what is added, one write at a time: `fill`
@@ -167,6 +187,7 @@ class WatchFill {
   absl::Status operator()(std::deque<JobUpdate>* queue, bool* ended) {
     JobStore& store = manager_->store();
     ASSIGN_OR_RETURN(Job summary, store.GetJob(job_id_, /*with_history=*/false));
+    StripSecrets(summary);
     // A recovery redoes the steps after the checkpoint it resumed from: when its first step
     // arrives, the old run's later rows are gone (JobStore::AppendMetrics) and the new ones are
     // sent again from there. (A watcher reconnecting with after_step has seen the recoveries
@@ -287,12 +308,12 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportProgress(grpc::CallbackServe
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* context,
                                                         const SubmitJobRequest* request,
                                                         SubmitJobResponse* response) {
-  return Reply(context, manager_->SubmitJob(*request), response);
+  return Reply(context, Stripped(manager_->SubmitJob(*request)), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,
                                                      const GetJobRequest* request, Job* response) {
-  return Reply(context, manager_->GetJob(request->job_id()), response);
+  return Reply(context, Stripped(manager_->GetJob(request->job_id())), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,
@@ -300,13 +321,14 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
                                                        ListJobsResponse* response) {
   std::vector<JobState> states;
   for (int state : request->states()) states.push_back(static_cast<JobState>(state));
-  return Reply(context, manager_->ListJobs(request->limit(), states), response);
+  return Reply(context, Stripped(manager_->ListJobs(request->limit(), states)), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* context,
                                                         const CancelJobRequest* request,
                                                         Job* response) {
-  return Reply(context, manager_->CancelJob(request->job_id(), request->reason()), response);
+  return Reply(context, Stripped(manager_->CancelJob(request->job_id(), request->reason())),
+               response);
 }
 
 grpc::ServerWriteReactor<JobUpdate>* CoordinatorService::WatchJob(

@@ -277,6 +277,43 @@ TEST(CoordinatorService, JobRunsToSuccessAndTheWatchSeesEverything) {
   EXPECT_EQ(list.jobs(0).state(), SUCCEEDED);
 }
 
+TEST(CoordinatorService, ThePeerSecretGoesToTheWorkersAndToNoClient) {
+  Coordinator c(TempDb("svc-secret"));
+  FakeWorker w1(&c.stub(), "w1");
+  ASSERT_TRUE(w1.Register().ok());
+  Watcher watch(&c.stub(), "job-000001");
+  absl::StatusOr<Job> job = c.Submit(kSpec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::string secret;
+  ASSERT_TRUE(WaitFor([&] {
+    HeartbeatResponse r = w1.Beat();
+    secret = r.assignment().placement().peer_secret();
+    return r.has_assignment();
+  }));
+  EXPECT_EQ(secret.size(), 16u);  // the worker has it
+  w1.Beat();
+  ASSERT_TRUE(WaitFor([&] { return c.StateOf(job->id()) == RUNNING; }));
+  // Clients see the placement, never the secret: GetJob, ListJobs, WatchJob, CancelJob.
+  absl::StatusOr<Job> got = c.Get(job->id());
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->placement().ranks_size(), 1);
+  std::vector<std::string> seen = {got->SerializeAsString()};
+  ListJobsResponse list;
+  ASSERT_TRUE(c.stub().ListJobs(Ctx().get(), ListJobsRequest(), &list).ok());
+  seen.push_back(list.SerializeAsString());
+  CancelJobRequest cancel;
+  cancel.set_job_id(job->id());
+  Job cancelled;
+  ASSERT_TRUE(c.stub().CancelJob(Ctx().get(), cancel, &cancelled).ok());
+  EXPECT_EQ(cancelled.placement().ranks_size(), 1);
+  seen.push_back(cancelled.SerializeAsString());
+  ASSERT_TRUE(watch.Join().ok());
+  for (const JobUpdate& u : watch.updates()) seen.push_back(u.SerializeAsString());
+  for (const std::string& bytes : seen) {
+    EXPECT_EQ(bytes.find(secret), std::string::npos);
+  }
+}
+
 TEST(CoordinatorService, CancelStopsTheWorkerAndEndsTheWatch) {
   Coordinator c(TempDb("svc-cancel"));
   FakeWorker w1(&c.stub(), "w1");

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/job_paths.h"
+#include "common/peer_secret.h"
 #include "common/status_macros.h"
 #include "coordinator/placement.h"
 #include "coordinator/recovery.h"
@@ -673,6 +674,9 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
   absl::StatusOr<PlacementResult> computed = PlaceJob(job_plan, candidates);
   if (options_.metrics != nullptr) options_.metrics->PlacementComputed(absl::Now() - start);
   ASSIGN_OR_RETURN(PlacementResult placed, std::move(computed));
+  // Every run its own secret: a worker of an earlier run (or of another job) cannot open a
+  // peer stream into this one. Stored with the placement below.
+  ASSIGN_OR_RETURN(*placed.placement.mutable_peer_secret(), NewPeerSecret());
   auto assignment = std::make_shared<JobAssignment>();
   assignment->set_job_id(job.id);
   assignment->set_job_uid(job.uid);

@@ -425,10 +425,14 @@ TEST(JobManager, RestartResendsAPlacingJobsAssignment) {
   ASSERT_TRUE(h.Submit().ok());
   h.m().RunSchedulerPass();
   ASSERT_EQ(h.Get("job-000001").state(), PLACING);
+  const std::string secret = h.Get("job-000001").placement().peer_secret();
+  EXPECT_EQ(secret.size(), 16u);
   h.Open();  // restart before the worker heard of the job
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());
   HeartbeatResponse hb = h.Beat("w1", "s-w1");
   ASSERT_TRUE(hb.has_assignment());
+  // The same run, so the same peer secret (kept in the store with the placement).
+  EXPECT_EQ(hb.assignment().placement().peer_secret(), secret);
   h.Beat("w1", "s-w1", "job-000001");
   EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
 }

@@ -63,9 +63,14 @@ TEST(Recovery, AKilledRankIsReplacedByASpareAndTheJobResumesFromItsCheckpoint) {
   for (int step = 1; step <= 13; ++step) {
     ASSERT_TRUE(h.Step("w2", "s-w2", "job-000001", step, 5.0).ok());
   }
+  const std::string first_secret = h.Get("job-000001").placement().peer_secret();
   KillW2(h);
   Job job = h.Get("job-000001");
   ASSERT_EQ(job.recoveries_size(), 1);
+  // The new run has its own peer secret: the old run's ranks cannot connect to it.
+  EXPECT_EQ(first_secret.size(), 16u);
+  EXPECT_EQ(job.placement().peer_secret().size(), 16u);
+  EXPECT_NE(job.placement().peer_secret(), first_secret);
   const Recovery& r = job.recoveries(0);
   EXPECT_EQ(r.failed_worker(), "w2");
   EXPECT_EQ(r.last_step(), 13);
@@ -79,6 +84,7 @@ TEST(Recovery, AKilledRankIsReplacedByASpareAndTheJobResumesFromItsCheckpoint) {
   HeartbeatResponse hb = h.Beat("w3", "s-w3");
   ASSERT_TRUE(hb.has_assignment());
   EXPECT_EQ(hb.assignment().attempt(), 1);
+  EXPECT_EQ(hb.assignment().placement().peer_secret(), job.placement().peer_secret());
   EXPECT_EQ(h.Beat("w1", "s-w1").assignment().attempt(), 1);
   h.Beat("w1", "s-w1", "job-000001");
   h.Beat("w3", "s-w3", "job-000001");

@@ -88,6 +88,9 @@ struct JobRunnerOptions {
   absl::Duration comm_timeout = absl::Seconds(60);
   // The worker's Prometheus metrics (worker_metrics.h); null: none. Must outlive the runner.
   WorkerMetrics* metrics = nullptr;
+  // Multi-worker jobs: told every peer stream this rank refused (ParallelJobOptions::on_refused),
+  // on a gRPC thread, while the job's transport is up; must not block (the daemon logs it).
+  std::function<void(const absl::Status&)> on_peer_refused;
   // Test seam: called on the training thread after each step's metrics are reported and
   // before the cancel flag is checked.
   std::function<void(int64_t step)> after_step;

@@ -178,6 +178,8 @@ absl::Status ParallelJob::Connect() {
   for (int r = 0; r < size_; ++r) o.peer_names.push_back(plan::DescribeRank(placement_, r));
   o.listen_address = options_.listen_address;
   o.job_id = job_id_;
+  o.job_secret = placement_.peer_secret();
+  o.on_refused = options_.on_refused;
   // Another process listening on this port is an error, not a port to share.
   o.channel_args.push_back({GRPC_ARG_ALLOW_REUSEPORT, 0});
   absl::StatusOr<std::unique_ptr<comm::GrpcTransport>> started = comm::GrpcTransport::Start(o);

@@ -15,7 +15,8 @@
 // Addresses: rank r listens on its own RankAssignment.worker_address (the address its worker
 // registered with: --advertise_address), on every interface unless --peer_listen says
 // otherwise, and reaches rank q at placement.ranks(q).worker_address. The transport lives for
-// the job only (HELLOs carry the job id; a worker runs one job at a time).
+// the job only (HELLOs carry the job id and the run's Placement.peer_secret; a worker runs one
+// job at a time, and accepts streams only from workers of the same run).
 //
 // Connecting: peers get their assignments in their own heartbeats, so they start up to a
 // heartbeat interval apart (more after a coordinator restart). Connect waits for each peer's
@@ -95,6 +96,9 @@ struct ParallelJobOptions {
   // Told the payload bytes of every message to and from each peer (the worker's metrics);
   // null: none. Must outlive the job.
   comm::TransportObserver* observer = nullptr;
+  // Told every peer stream this rank's peer service refuses (GrpcTransportOptions::on_refused:
+  // e.g. a HELLO without the run's Placement.peer_secret), on a gRPC thread; may be empty.
+  std::function<void(const absl::Status&)> on_refused;
 };
 
 class ParallelJob {

@@ -362,6 +362,12 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   runner_options.connect_timeout = options_.connect_timeout;
   runner_options.comm_timeout = options_.comm_timeout;
   runner_options.after_step = options_.after_step;
+  // Straight to stderr: a refusal comes on a gRPC thread, which must not wait for mu_ (the job's
+  // transport shuts down, waiting for that thread, while mu_ is held).
+  runner_options.on_peer_refused = [worker = options_.worker_id, id](const absl::Status& s) {
+    LogLine(worker, absl::StrCat("job ", id, ": the peer service refused a stream: ",
+                                 s.message()));
+  };
   runner_options.metrics = options_.metrics;
   ActiveJob* raw = job.get();
   JobRunner::Callbacks callbacks;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/peer_secret.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/comm/grpc/frame_codec.h"
@@ -109,7 +110,21 @@ class GrpcTransport::Handler : public HelloHandler {
   explicit Handler(GrpcTransport* t) : t_(t) {}
 
   absl::StatusOr<Inbox*> Accept(const PeerFrameHeader& hello) override {
+    absl::StatusOr<Inbox*> inbox = Check(hello);
+    if (!inbox.ok() && t_->options_.on_refused) t_->options_.on_refused(inbox.status());
+    return inbox;
+  }
+
+ private:
+  absl::StatusOr<Inbox*> Check(const PeerFrameHeader& hello) {
     const GrpcTransportOptions& o = t_->options_;
+    // First: a caller without the run's secret learns nothing more about this rank.
+    if (!PeerSecretsEqual(hello.job_secret(), o.job_secret)) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "refused a stream from rank ", hello.src_rank(), " for job '", hello.job_id(),
+          "': its job secret is not the one of the run rank ", o.rank,
+          " serves (only workers the coordinator placed in this run of the job may connect)"));
+    }
     if (hello.job_id() != o.job_id) {
       return absl::FailedPreconditionError(absl::StrCat(
           "HELLO for job '", hello.job_id(), "', rank ", o.rank, " runs job '", o.job_id, "'"));
@@ -133,7 +148,6 @@ class GrpcTransport::Handler : public HelloHandler {
     return peer.inbox.get();
   }
 
- private:
   GrpcTransport* t_;
 };
 
@@ -256,6 +270,7 @@ absl::StatusOr<OutgoingStream*> GrpcTransport::StreamTo(int peer, absl::Time dea
   hello.set_src_rank(options_.rank);
   hello.set_dst_rank(peer);
   hello.set_job_id(options_.job_id);
+  hello.set_job_secret(options_.job_secret);
   // A failed stream stays in place: it remembers the failure, and must outlive gRPC's OnDone.
   RETURN_IF_ERROR(p.stream->Start(hello, deadline));
   return p.stream.get();

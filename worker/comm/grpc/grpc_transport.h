@@ -12,6 +12,9 @@
 //   ASSIGN_OR_RETURN(auto transport, GrpcTransport::Start(options));
 //   RETURN_IF_ERROR(transport->Connect({0}, absl::Now() + absl::Seconds(30)));
 //
+// Only the job's own run connects: HELLOs carry the run's secret (options.job_secret), checked
+// in constant time before anything else; a stream from anyone else is refused.
+//
 // Failure: a broken stream (peer died, network failed, keepalive timed out) fails pending and
 // later sends to that peer and receives from it with Unavailable naming the peer; a send that
 // misses its deadline cancels the stream to that peer. Streams are not
@@ -23,6 +26,7 @@
 #define DTRAIN_WORKER_COMM_GRPC_GRPC_TRANSPORT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -52,8 +56,17 @@ struct GrpcTransportOptions {
   std::vector<std::string> peer_names;
   // Where to listen; default "[::]:<port of peer_addresses[rank]>". Port 0 picks one (port()).
   std::string listen_address;
-  // Both ends of a stream must name the same job.
+  // Both ends of a stream must name the same job and carry the same secret: the run's
+  // Placement.peer_secret (common/peer_secret.h). Every outgoing HELLO carries `job_secret`;
+  // an incoming HELLO with another one is refused with PermissionDenied naming the job (the
+  // secret is never shown), and its sender's Connect fails saying the peer refused its secret.
+  // Empty on both ends (in-process tests): no secret.
   std::string job_id;
+  std::string job_secret;
+  // Told every HELLO this rank refuses (why, naming the caller's rank and job), on a gRPC
+  // thread: the worker logs it, since the caller may be an intruder rather than a peer. May be
+  // empty; must not block.
+  std::function<void(const absl::Status&)> on_refused;
   // Largest payload per frame; at most 4 MiB - 64 KiB.
   int64_t frame_bytes = 1 << 20;
   // Keepalive pings on idle connections, so a peer whose host vanished without closing its

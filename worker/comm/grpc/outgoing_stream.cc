@@ -77,7 +77,11 @@ absl::Status OutgoingStream::Start(const PeerFrameHeader& hello, absl::Time dead
   Release(absl::Now());
   absl::MutexLock lock(&mu_);
   const auto code = final_status_.error_code();
-  if (done_ && (code == grpc::StatusCode::FAILED_PRECONDITION ||
+  if (done_ && code == grpc::StatusCode::PERMISSION_DENIED) {
+    failure_ = absl::PermissionDeniedError(absl::StrCat(
+        "the peer refused this rank's job secret (it serves another run, or this rank was not "
+        "placed in its run): ", final_status_.error_message()));
+  } else if (done_ && (code == grpc::StatusCode::FAILED_PRECONDITION ||
                 code == grpc::StatusCode::INVALID_ARGUMENT ||
                 code == grpc::StatusCode::ALREADY_EXISTS)) {
     // The peer answered, and refused.

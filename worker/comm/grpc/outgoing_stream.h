@@ -52,8 +52,8 @@ class OutgoingStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
                  std::function<void(const absl::Status&)> on_broken);
 
   // Sends `hello` and waits for the peer's HELLO_ACK. Unavailable (or the peer's refusal, e.g.
-  // FailedPrecondition for a wrong rank or job) when not acknowledged by `deadline`; the stream
-  // is then finished.
+  // FailedPrecondition for a wrong rank or job, PermissionDenied for a secret not its run's)
+  // when not acknowledged by `deadline`; the stream is then finished.
   absl::Status Start(const PeerFrameHeader& hello, absl::Time deadline);
 
   // Queues frames that belong to `state` (whose unwritten count includes them).

@@ -17,8 +17,9 @@ namespace dtrain::comm {
 class HelloHandler {
  public:
   virtual ~HelloHandler() = default;
-  // The inbox for the sender of `hello`, or why it is refused (FailedPrecondition: another
-  // job or rank; AlreadyExists: that peer already has a stream).
+  // The inbox for the sender of `hello`, or why it is refused (PermissionDenied: not the run's
+  // secret; FailedPrecondition: another job or rank; AlreadyExists: that peer already has a
+  // stream).
   virtual absl::StatusOr<Inbox*> Accept(const PeerFrameHeader& hello) = 0;
 };
 
