@@ -33,6 +33,12 @@ constexpr int kDefaultMaxRestarts = 3;
 constexpr char kDefaultWaitFor[] = "60s";
 constexpr int kMaxRestarts = 1000;
 
+// The one error of a spec with `problems` (not empty).
+absl::Status InvalidSpec(const Problems& problems) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid job spec: ", absl::StrJoin(problems, "; ")));
+}
+
 bool IsOneOf(absl::string_view value, std::initializer_list<absl::string_view> options) {
   return std::find(options.begin(), options.end(), value) != options.end();
 }
@@ -365,6 +371,26 @@ absl::StatusOr<JobPlan> ShrinkPlan(const JobSpec& planned, int64_t workers) {
       absl::StrCat("no smaller dp fits: ", absl::StrJoin(tried, "; ")));
 }
 
+int64_t ModelParameters(const ModelConfig& model) {
+  return ChunkParameters(model, /*tp=*/1, model.n_layer(), /*has_embedding=*/true,
+                         /*has_head=*/true);
+}
+
+absl::Status CheckJobLimits(const JobSpec& planned, const JobLimits& limits) {
+  Problems problems;
+  auto cap = [&](absl::string_view what, int64_t value, int64_t limit, absl::string_view flag) {
+    if (value <= limit) return;
+    problems.push_back(absl::StrCat(what, "=", value, " exceeds this coordinator's cap of ", limit,
+                                    " (--", flag, ")"));
+  };
+  cap("model parameters", ModelParameters(planned.model()), limits.max_parameters,
+      "max_job_parameters");
+  cap("steps", planned.steps(), limits.max_steps, "max_job_steps");
+  cap("parallel.dp*pp*tp", WorkersNeeded(planned.parallel()), limits.max_workers,
+      "max_job_workers");
+  return problems.empty() ? absl::OkStatus() : InvalidSpec(problems);
+}
+
 pipeline::ScheduleSpec ScheduleOf(const JobPlan& plan) {
   const ParallelLayout& layout = plan.spec().parallel();
   pipeline::ScheduleSpec s;
@@ -412,10 +438,7 @@ namespace {
 
 absl::StatusOr<JobPlan> PlanChecked(JobSpec spec, Problems problems) {
   const int64_t micro_batches = CheckAndDefault(spec, &problems);
-  if (!problems.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid job spec: ", absl::StrJoin(problems, "; ")));
-  }
+  if (!problems.empty()) return InvalidSpec(problems);
   JobPlan plan;
   *plan.mutable_spec() = std::move(spec);
   plan.set_ranks(static_cast<int32_t>(WorkersNeeded(plan.spec().parallel())));

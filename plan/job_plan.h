@@ -51,6 +51,25 @@ inline constexpr int64_t kMaxLayers = 4096;
 inline constexpr int64_t kMaxEmbd = 1 << 16;
 inline constexpr int64_t kMaxMicroBatchTokens = 1 << 24;  // micro_batch_size * seq_len
 
+// What one coordinator's operator lets a job ask for (dtrain-coordinator's --max_job_* flags),
+// within the caps above that bound what any coordinator accepts. The defaults let any job of
+// this project's examples and tests through and stop a typo or a hostile spec from queueing a
+// job that occupies the cluster for years or a model no worker holds.
+struct JobLimits {
+  int64_t max_parameters = 20'000'000'000;  // --max_job_parameters: the model's (ModelParameters)
+  int64_t max_steps = 10'000'000;           // --max_job_steps
+  int64_t max_workers = 1024;               // --max_job_workers: parallel.dp*pp*tp
+};
+
+// The parameters (floats) of the whole model: every layer, the embeddings, the final LayerNorm
+// (the head is tied to wte).
+int64_t ModelParameters(const ModelConfig& model);
+
+// InvalidArgument "invalid job spec: ..." naming every cap a planned spec (MakeJobPlan's output)
+// exceeds, with its value and flag: "steps=20000000 exceeds this coordinator's cap of 10000000
+// (--max_job_steps)".
+absl::Status CheckJobLimits(const JobSpec& planned, const JobLimits& limits);
+
 // The plan of `spec` (see the top). Idempotent: MakeJobPlan(plan.spec()) gives the same plan.
 absl::StatusOr<JobPlan> MakeJobPlan(JobSpec spec);
 

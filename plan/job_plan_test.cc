@@ -520,5 +520,39 @@ TEST(Ranks, NumberingAndNamesAreTheOneRule) {
   EXPECT_EQ(DescribeRank(placement, 12), "rank 12");
 }
 
+TEST(JobLimits, ModelParametersOfGpt2Small) {
+  ModelConfig m;
+  m.set_vocab_size(50257);
+  m.set_context(1024);
+  m.set_n_layer(12);
+  m.set_n_head(12);
+  m.set_n_embd(768);
+  EXPECT_EQ(ModelParameters(m), 124439808);  // GPT-2 small, the head tied to wte
+}
+
+TEST(JobLimits, EachCapNamesItsValueAndFlag) {
+  absl::StatusOr<JobPlan> plan = ParseJobPlanJson(kTinySpec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  JobSpec spec = plan->spec();
+  EXPECT_TRUE(CheckJobLimits(spec, JobLimits()).ok());
+  JobLimits tight;
+  tight.max_parameters = 1000;
+  tight.max_steps = spec.steps() - 1;
+  tight.max_workers = 0;
+  const absl::Status s = CheckJobLimits(spec, tight);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), absl::StrCat("invalid job spec: model parameters=",
+                                      ModelParameters(spec.model()),
+                                      " exceeds this coordinator's cap of 1000 "
+                                      "(--max_job_parameters); steps=",
+                                      spec.steps(), " exceeds this coordinator's cap of ",
+                                      spec.steps() - 1,
+                                      " (--max_job_steps); parallel.dp*pp*tp=1 exceeds this "
+                                      "coordinator's cap of 0 (--max_job_workers)"));
+  tight = JobLimits();
+  tight.max_steps = spec.steps();  // at the cap is allowed
+  EXPECT_TRUE(CheckJobLimits(spec, tight).ok());
+}
+
 }  // namespace
 }  // namespace dtrain::plan
