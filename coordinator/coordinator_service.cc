@@ -13,6 +13,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "common/tls.h"
+#include "coordinator/roles.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -26,6 +28,31 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, absl::Stat
   reactor->Finish(ToGrpcStatus(result.status()));
   return reactor;
 }
+
+// Whether the caller may call `method` (roles.h); for the worker RPCs also whether it may act
+// as `worker_id`. A refusal is logged: it is either a misconfigured client or an intruder.
+absl::Status Allowed(JobManager* manager, grpc::CallbackServerContext* context,
+                     absl::string_view method, const std::string* worker_id = nullptr) {
+  absl::StatusOr<PeerIdentity> who = PeerIdentityOf(*context);
+  absl::Status status = who.status();
+  if (who.ok()) {
+    status = worker_id == nullptr ? Authorize(*who, method)
+                                  : AuthorizeWorker(*who, method, *worker_id);
+  }
+  if (!status.ok()) {
+    manager->options().log(
+        absl::StrCat("refused ", method, " from ", context->peer(), ": ", status.message()));
+  }
+  return status;
+}
+
+// A streaming call refused before it starts.
+template <typename T>
+class RefusedReactor : public grpc::ServerWriteReactor<T> {
+ public:
+  explicit RefusedReactor(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
 
 // What clients see of a job: all but its run's peer secret (Placement.peer_secret, a
 // credential of the run's workers only). Every Job a client gets passes through here.
@@ -290,35 +317,55 @@ void CoordinatorService::Shutdown() { manager_->notifier().Shutdown(); }
 grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(grpc::CallbackServerContext* context,
                                                              const RegisterWorkerRequest* request,
                                                              RegisterWorkerResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "RegisterWorker", &request->worker_id());
+      !s.ok()) {
+    return Reply<RegisterWorkerResponse>(context, s, response);
+  }
   return Reply(context, manager_->RegisterWorker(*request), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
                                                         const HeartbeatRequest* request,
                                                         HeartbeatResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "Heartbeat", &request->worker_id()); !s.ok()) {
+    return Reply<HeartbeatResponse>(context, s, response);
+  }
   return Reply(context, manager_->Heartbeat(*request), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ReportProgress(grpc::CallbackServerContext* context,
                                                              const ReportProgressRequest* request,
                                                              ReportProgressResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "ReportProgress", &request->worker_id());
+      !s.ok()) {
+    return Reply<ReportProgressResponse>(context, s, response);
+  }
   return Reply(context, manager_->ReportProgress(*request), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* context,
                                                         const SubmitJobRequest* request,
                                                         SubmitJobResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "SubmitJob"); !s.ok()) {
+    return Reply<SubmitJobResponse>(context, s, response);
+  }
   return Reply(context, Stripped(manager_->SubmitJob(*request)), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,
                                                      const GetJobRequest* request, Job* response) {
+  if (absl::Status s = Allowed(manager_, context, "GetJob"); !s.ok()) {
+    return Reply<Job>(context, s, response);
+  }
   return Reply(context, Stripped(manager_->GetJob(request->job_id())), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,
                                                        const ListJobsRequest* request,
                                                        ListJobsResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "ListJobs"); !s.ok()) {
+    return Reply<ListJobsResponse>(context, s, response);
+  }
   std::vector<JobState> states;
   for (int state : request->states()) states.push_back(static_cast<JobState>(state));
   return Reply(context, Stripped(manager_->ListJobs(request->limit(), states)), response);
@@ -327,23 +374,36 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* context,
                                                         const CancelJobRequest* request,
                                                         Job* response) {
+  if (absl::Status s = Allowed(manager_, context, "CancelJob"); !s.ok()) {
+    return Reply<Job>(context, s, response);
+  }
   return Reply(context, Stripped(manager_->CancelJob(request->job_id(), request->reason())),
                response);
 }
 
 grpc::ServerWriteReactor<JobUpdate>* CoordinatorService::WatchJob(
-    grpc::CallbackServerContext* /*context*/, const WatchJobRequest* request) {
+    grpc::CallbackServerContext* context, const WatchJobRequest* request) {
+  if (absl::Status s = Allowed(manager_, context, "WatchJob"); !s.ok()) {
+    return new RefusedReactor<JobUpdate>(s);
+  }
   return new FollowReactor<JobUpdate>(manager_, request->job_id(), WatchFill(manager_, *request));
 }
 
 grpc::ServerWriteReactor<LogEntry>* CoordinatorService::JobLogs(
-    grpc::CallbackServerContext* /*context*/, const JobLogsRequest* request) {
+    grpc::CallbackServerContext* context, const JobLogsRequest* request) {
+  if (absl::Status s = Allowed(manager_, context, "JobLogs"); !s.ok()) {
+    return new RefusedReactor<LogEntry>(s);
+  }
   return new FollowReactor<LogEntry>(manager_, request->job_id(), LogsFill(manager_, *request));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::DeregisterWorker(
     grpc::CallbackServerContext* context, const DeregisterWorkerRequest* request,
     DeregisterWorkerResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "DeregisterWorker", &request->worker_id());
+      !s.ok()) {
+    return Reply<DeregisterWorkerResponse>(context, s, response);
+  }
   absl::Status status = manager_->DeregisterWorker(*request);
   if (!status.ok()) return Reply<DeregisterWorkerResponse>(context, status, response);
   return Reply(context, absl::StatusOr<DeregisterWorkerResponse>(DeregisterWorkerResponse()),
@@ -353,6 +413,9 @@ grpc::ServerUnaryReactor* CoordinatorService::DeregisterWorker(
 grpc::ServerUnaryReactor* CoordinatorService::ForgetWorker(grpc::CallbackServerContext* context,
                                                            const ForgetWorkerRequest* request,
                                                            ForgetWorkerResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "ForgetWorker"); !s.ok()) {
+    return Reply<ForgetWorkerResponse>(context, s, response);
+  }
   absl::Status status = manager_->ForgetWorker(request->worker_id());
   if (!status.ok()) return Reply<ForgetWorkerResponse>(context, status, response);
   return Reply(context, absl::StatusOr<ForgetWorkerResponse>(ForgetWorkerResponse()), response);
@@ -361,12 +424,18 @@ grpc::ServerUnaryReactor* CoordinatorService::ForgetWorker(grpc::CallbackServerC
 grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(
     grpc::CallbackServerContext* context, const ListCheckpointsRequest* request,
     ListCheckpointsResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "ListCheckpoints"); !s.ok()) {
+    return Reply<ListCheckpointsResponse>(context, s, response);
+  }
   return Reply(context, manager_->ListCheckpoints(request->job_id()), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,
                                                           const ListWorkersRequest* /*request*/,
                                                           ListWorkersResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "ListWorkers"); !s.ok()) {
+    return Reply<ListWorkersResponse>(context, s, response);
+  }
   return Reply(context, absl::StatusOr<ListWorkersResponse>(manager_->ListWorkers()), response);
 }
 
