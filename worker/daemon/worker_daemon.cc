@@ -179,7 +179,9 @@ absl::Status WorkerDaemon::Run() {
         {
           absl::MutexLock lock(&mu_);
           const bool first = epoch_ == 0 && job_ == nullptr;
-          if (absl::IsInvalidArgument(s) && first) return s;
+          // Bad flags, or a certificate whose role may not register (roles.h): no retry cures
+          // either.
+          if ((absl::IsInvalidArgument(s) || absl::IsPermissionDenied(s)) && first) return s;
           if (absl::IsAlreadyExists(s) && first) {
             // Another process with this --worker_id, or the session of a previous process of
             // this worker that died and whose lease has not run out yet.

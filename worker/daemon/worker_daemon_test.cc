@@ -241,6 +241,19 @@ TEST_F(WorkerDaemonTest, AWorkerIdHeldByAnotherLiveSessionEndsRunAfterTheWait) {
   daemon_.reset();
 }
 
+TEST_F(WorkerDaemonTest, ACertificateWhoseRoleMayNotRegisterEndsRunAtOnce) {
+  // No retry cures a certificate of the wrong role (coordinator/roles.h).
+  fake_.RefuseRegistrations(grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      "certificate 'viewer' (role viewer) may not call RegisterWorker: it needs role worker"));
+  StartWorker();
+  thread_.join();
+  EXPECT_EQ(run_status_.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(run_status_.message(), HasSubstr("may not call RegisterWorker"));
+  EXPECT_EQ(fake_.registrations().size(), 1u);
+  daemon_.reset();
+}
+
 TEST_F(WorkerDaemonTest, AWorkerIdFreedWithinTheWaitRegisters) {
   fake_.RefuseRegistrations(grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "held"));
   id_conflict_wait_ = absl::Seconds(20);
