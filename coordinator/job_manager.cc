@@ -20,6 +20,7 @@
 #include "coordinator/recovery.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
+#include "plan/spec_paths.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -1031,9 +1032,16 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   const WorkerCounts counts = registry_.Counts();
   // Live workers that could ever run it (its device kind), to warn when there are too few.
   int64_t able = 0;
+  std::vector<plan::WorkerRoots> roots;  // of the live workers, for the paths rule
   for (const WorkerInfo& w : registry_.List()) {
-    if (w.state() != LOST && DeviceFits(spec.device(), w.device().kind())) ++able;
+    if (w.state() == LOST) continue;
+    if (DeviceFits(spec.device(), w.device().kind())) ++able;
+    roots.emplace_back(w.worker_id(), std::vector<std::string>(w.allowed_roots().begin(),
+                                                               w.allowed_roots().end()));
   }
+  // Paths outside every worker's roots, or climbing out with "..": refused now rather than
+  // failing on the worker (which checks them again after symlinks).
+  RETURN_IF_ERROR(plan::CheckSpecPaths(spec, roots));
   if (able < needed) {
     const bool any_device = DeviceFits(spec.device(), "cpu") && DeviceFits(spec.device(), "cuda");
     const std::string worker =

@@ -197,6 +197,34 @@ TEST(JobManager, ACudaJobIsNeverPlacedOnCpuWorkersAndSaysWhatItWaitsFor) {
   EXPECT_THAT(job.reason(), HasSubstr("waiting for 1 idle cuda worker; cuda workers: 0 idle"));
 }
 
+TEST(JobManager, SpecPathsOutsideEveryWorkersRootsAreRefusedAtSubmit) {
+  Harness h(TempDb("paths"));
+  auto spec = [](const std::string& dataset) {
+    return absl::StrCat(R"({"dataset": ")", dataset, R"(", "steps": 1, "batch_size": 2, )",
+                        R"("model": {"vocab_size": 256, "context": 32, "n_layer": 1, )",
+                        R"("n_head": 2, "n_embd": 32}})");
+  };
+  // No worker yet: only the '..' rule.
+  EXPECT_TRUE(h.Submit(spec("/etc/passwd")).ok());
+  EXPECT_EQ(h.Submit(spec("../../etc/passwd")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  RegisterWorkerRequest r;
+  r.set_worker_id("w1");
+  r.set_session_id("s-w1");
+  r.add_allowed_roots("/srv/w1");
+  r.add_allowed_roots("/datasets");
+  ASSERT_TRUE(h.m().RegisterWorker(r).ok());
+  EXPECT_THAT(h.m().ListWorkers().workers(0).allowed_roots(), ElementsAre("/srv/w1", "/datasets"));
+  const absl::Status refused = h.Submit(spec("/etc/passwd")).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(),
+            "invalid job spec: dataset /etc/passwd is outside the allowed roots of every "
+            "registered worker (w1: /srv/w1, /datasets): set --allowed_paths on the workers to "
+            "allow it");
+  EXPECT_TRUE(h.Submit(spec("/datasets/tiny.bin")).ok());
+  EXPECT_TRUE(h.Submit(spec("data/tiny.bin")).ok());  // relative: the worker resolves it
+}
+
 TEST(JobManager, ResumeFromAJobIdIsItsLatestSealedCheckpoint) {
   Harness h(TempDb("resume-job-id"));
   h.RunOn(1, kSpec);

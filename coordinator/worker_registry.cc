@@ -78,6 +78,7 @@ absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
   r.info.set_worker_id(request.worker_id());
   r.info.set_address(request.address());
   r.info.set_host_label(request.host_label());
+  *r.info.mutable_allowed_roots() = request.allowed_roots();
   *r.info.mutable_device() = request.device();
   r.info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
   if (!attach_job.empty() && (r.info.job_id().empty() || r.info.job_id() == attach_job)) {

@@ -200,7 +200,9 @@ class Cluster:
                 "--metrics_listen=127.0.0.1:%d" % self.metrics_ports["worker-" + worker_id],
                 "--worker_id=%s" % worker_id, "--device=cpu", "--threads=1",
                 "--host_label=testhost", "--advertise_address=127.0.0.1:%d" % free_port(),
-                "--data_root=%s" % os.path.join(self.tmp, "data-" + worker_id)] + list(extra)
+                "--data_root=%s" % os.path.join(self.tmp, "data-" + worker_id),
+                # Jobs may use the whole cluster folder: work/ (data, checkpoints) and the rest.
+                "--allowed_paths=%s" % self.tmp] + list(extra)
         p = self._spawn("worker-" + worker_id, argv, cwd=self.workdir)
         self.workers[worker_id] = p
         return p

@@ -378,7 +378,8 @@ def case_bad_input(args):
         rc, out, err = c.cli("sumbit", "x.json")
         expect(rc == 2 and "sumbit" in err, "unknown command: exit %d: %s" % (rc, err))
 
-        missing = "/nonexistent/dtrain-test/corpus.txt"
+        # Inside the workers' allowed roots (paths_cases.py has the paths outside them).
+        missing = os.path.join(c.tmp, "nonexistent", "corpus.txt")
         spec = c.write_spec("missing_dataset.json", dict(tiny, dataset=missing, steps=5))
         rc, out, err = c.cli("submit", spec, "--watch", timeout=120)
         expect(rc == 1, "missing dataset: exit %d (want 1)\n%s\n%s" % (rc, out, err))
@@ -784,10 +785,11 @@ import safety_cases  # noqa: E402  no job loses or mixes another's files; truthf
 import plan_cases  # noqa: E402  one job plan: plan and submit reject alike, memory before launch
 import recovery_cases  # noqa: E402  jobs that recover from a lost worker with no user action
 import reshard_cases  # noqa: E402  a checkpoint resumed on another layout
+import paths_cases  # noqa: E402  jobs confined to the workers' roots; request limits
 
 CASES = {}
 for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
-                reshard_cases):
+                reshard_cases, paths_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn

@@ -14,9 +14,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/job_paths.h"
+#include "common/path_policy.h"
 #include "common/status_macros.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
+#include "plan/spec_paths.h"
 #include "worker/model/config_proto.h"
 
 namespace dtrain::worker {
@@ -57,6 +59,23 @@ absl::Status RequirePath(const std::string& what, const std::string& path, Want 
                                                    worker_id, ")"));
   }
   return absl::OkStatus();
+}
+
+// Every path of the spec and the job's own directory inside this worker's roots, after symlinks
+// (common/path_policy.h): checked before anything of the job is read or written.
+absl::Status CheckAllowedPaths(const JobSpec& spec, const std::string& job_dir,
+                               const JobRunnerOptions& options) {
+  std::vector<std::string> roots = options.allowed_roots;
+  if (roots.empty()) {
+    absl::StatusOr<std::vector<std::string>> data_root = ResolveRoots({options.data_root});
+    roots = data_root.ok() ? *data_root : std::vector<std::string>{AbsolutePath(options.data_root)};
+  }
+  for (const plan::SpecPath& p : plan::SpecPaths(spec)) {
+    RETURN_IF_ERROR(Annotate(CheckPathResolved(p.field, p.path, roots),
+                             absl::StrCat("worker ", options.worker_id)));
+  }
+  return Annotate(CheckPathResolved("job directory", job_dir, roots),
+                  absl::StrCat("worker ", options.worker_id));
 }
 
 }  // namespace
@@ -198,6 +217,7 @@ absl::StatusOr<std::string> JobRunner::Train() {
   }
   RETURN_IF_ERROR(CheckDevice(spec.device(), backend_->info()));
   ASSIGN_OR_RETURN(job_dir_, JobDir(job_id(), spec, options_.data_root));
+  RETURN_IF_ERROR(CheckAllowedPaths(spec, job_dir_, options_));
   // The job's plan (plan/job_plan.h): every default and layout value the trainers use (and
   // checkpoint.dir required on several workers).
   ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(spec));

@@ -80,6 +80,11 @@ struct JobRunnerOptions {
   std::string worker_id;
   std::string host_label;  // this worker's host: JobLocation.host and JobOutcome.output_host
   std::string data_root = "./dtrain-data";
+  // Where the job may read and write (common/path_policy.h), absolute and resolved: the
+  // worker's --data_root and --allowed_paths. Empty: data_root alone. Every path of the spec
+  // and the job's directory are checked (after symlinks) before anything is read or written;
+  // one outside fails the job (FAILED_PRECONDITION, not retried) naming the path and the roots.
+  std::vector<std::string> allowed_roots;
   // Multi-worker jobs (ParallelJobOptions): where the job's peer service listens (empty: every
   // interface, on the port of this worker's placement address), how long to wait for every
   // peer to answer, and the deadline of every send, receive and collective.

@@ -2,6 +2,7 @@
 #include "worker/daemon/job_runner.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "common/job_paths.h"
+#include "common/path_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/testing/text_corpus.h"
@@ -171,6 +173,7 @@ struct Recorded {
   std::vector<std::string> events;
   std::vector<JobLocation> locations;
   std::vector<CheckpointSealed> sealed;
+  std::vector<std::string> allowed_roots;  // given to the runner; empty: the temp dir and cwd
 };
 
 JobOutcome RunJob(const JobSpec& spec, const std::string& job_id, Recorded& rec,
@@ -186,6 +189,10 @@ JobOutcome RunJob(const JobSpec& spec, const std::string& job_id, Recorded& rec,
   options.worker_id = "w-test";
   options.host_label = "host-a";
   options.data_root = TempPath("root");
+  // The test's files and its working directory (relative datasets).
+  options.allowed_roots = rec.allowed_roots.empty()
+                              ? ResolveRoots({::testing::TempDir(), "."}).value()
+                              : rec.allowed_roots;
   JobRunner* self = nullptr;
   if (after_step) options.after_step = [&](int64_t step) { after_step(*self, step); };
   JobRunner::Callbacks cb;
@@ -368,6 +375,50 @@ TEST(JobRunner, MissingDatasetFailsNamingThePath) {
   // Bad input: the coordinator does not restart the job for it (failure_report.h).
   EXPECT_EQ(o.error_code(), static_cast<int>(absl::StatusCode::kNotFound));
   EXPECT_TRUE(rec.steps.empty());
+}
+
+TEST(JobRunner, DatasetOutsideTheRootsFailsBeforeAnythingIsWritten) {
+  const std::string root = TempPath("confined");
+  ASSERT_TRUE(MakeDirectories(root).ok());
+  const std::string outside = WriteText("outside.txt", 2000);
+  Recorded rec;
+  rec.allowed_roots = {root};
+  JobOutcome o = RunJob(TinySpec(outside), "job-000020", rec);
+  EXPECT_FALSE(o.succeeded());
+  EXPECT_EQ(o.kind(), FAILURE_LOCAL);
+  EXPECT_EQ(o.error(), "worker w-test: dataset " + outside +
+                           " is outside this worker's allowed roots (" + root +
+                           "): set --allowed_paths on the worker to allow it");
+  // Bad input, not retried (failure_report.h RestartCanCure).
+  EXPECT_EQ(o.error_code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE(rec.steps.empty());
+  EXPECT_TRUE(rec.events.empty());
+  EXPECT_FALSE(Exists(TempPath("root/jobs/job-000020")));
+}
+
+TEST(JobRunner, CheckpointDirThroughAnEscapingSymlinkFailsAndWritesNothingThere) {
+  const std::string root = TempPath("confined2");
+  const std::string elsewhere = TempPath("elsewhere");
+  ASSERT_TRUE(MakeDirectories(root).ok());
+  ASSERT_TRUE(MakeDirectories(elsewhere).ok());
+  ASSERT_EQ(symlink(elsewhere.c_str(), (root + "/link").c_str()), 0);
+  JobSpec spec = TinySpec(WriteText("confined2/data.txt", 2000));
+  spec.mutable_checkpoint()->set_dir(root + "/link/ckpt");
+  Recorded rec;
+  rec.allowed_roots = {root};
+  JobOutcome o = RunJob(spec, "job-000021", rec);
+  EXPECT_FALSE(o.succeeded());
+  EXPECT_THAT(o.error(), HasSubstr("checkpoint.dir " + root + "/link/ckpt resolves to " +
+                                   elsewhere + "/ckpt, which is outside this worker's allowed "
+                                   "roots (" + root + ")"));
+  EXPECT_FALSE(Exists(elsewhere + "/ckpt"));
+  // The job's directory is checked too: a job id linked out of a checkpoint.dir inside.
+  ASSERT_EQ(symlink(elsewhere.c_str(), (root + "/job-000022").c_str()), 0);
+  spec.mutable_checkpoint()->set_dir(root);
+  o = RunJob(spec, "job-000022", rec);
+  EXPECT_THAT(o.error(), HasSubstr("job directory " + root + "/job-000022 resolves to " +
+                                   elsewhere));
+  EXPECT_FALSE(Exists(elsewhere + "/job.json"));
 }
 
 TEST(JobRunner, DatasetShorterThanOneBatchFails) {

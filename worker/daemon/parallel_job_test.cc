@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/job_paths.h"
+#include "common/path_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
@@ -138,6 +139,7 @@ std::vector<RankRun> RunRanks(
     JobRunnerOptions options;
     options.worker_id = ranks[i].rank().worker_id();
     options.data_root = absl::StrCat(data_root, "/", options.worker_id);
+    options.allowed_roots = ResolveRoots({::testing::TempDir()}).value();
     options.connect_timeout = connect_timeout;
     options.comm_timeout = absl::Seconds(30);
     if (after_step) {
@@ -370,6 +372,7 @@ TEST(ParallelJobRunner, CancelWhileWaitingForAPeerStopsAtOnce) {
   JobRunnerOptions options;
   options.worker_id = "w0";
   options.data_root = TempPath("cancelwait");
+  options.allowed_roots = ResolveRoots({::testing::TempDir()}).value();
   options.connect_timeout = absl::Seconds(60);
   JobRunner::Callbacks cb;
   cb.step = [](const StepMetrics&, bool) {};

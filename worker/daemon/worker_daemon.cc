@@ -260,6 +260,7 @@ absl::Status WorkerDaemon::Register() {
   request.set_session_id(session_id_);
   request.set_address(options_.advertise_address);
   request.set_host_label(options_.host_label);
+  for (const std::string& root : options_.allowed_roots) request.add_allowed_roots(root);
   *request.mutable_device() = DeviceToProto(backend_->info());
   {
     absl::MutexLock lock(&mu_);
@@ -360,6 +361,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   runner_options.worker_id = options_.worker_id;
   runner_options.host_label = options_.host_label;
   runner_options.data_root = options_.data_root;
+  runner_options.allowed_roots = options_.allowed_roots;
   runner_options.peer_listen_address = options_.peer_listen_address;
   runner_options.connect_timeout = options_.connect_timeout;
   runner_options.comm_timeout = options_.comm_timeout;

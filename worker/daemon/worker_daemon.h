@@ -45,6 +45,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -63,6 +64,8 @@ struct WorkerOptions {
   std::string advertise_address;  // host:port of the peer service, as peers reach it
   std::string host_label;
   std::string data_root = "./dtrain-data";
+  // Declared at registration and given to every job: see JobRunnerOptions.
+  std::vector<std::string> allowed_roots;
   // Multi-worker jobs: see JobRunnerOptions.
   std::string peer_listen_address;
   absl::Duration connect_timeout = absl::Seconds(60);

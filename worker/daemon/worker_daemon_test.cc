@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/path_policy.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -36,6 +37,7 @@ class WorkerDaemonTest : public ::testing::Test {
     options.advertise_address = "127.0.0.1:7071";
     options.host_label = "test-host";
     options.data_root = TempPath(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    options.allowed_roots = ResolveRoots({::testing::TempDir()}).value();
     options.max_backoff = absl::Milliseconds(200);
     options.shutdown_grace = absl::Seconds(2);
     options.after_step = std::move(after_step);

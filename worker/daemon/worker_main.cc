@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -32,10 +33,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/job_paths.h"
+#include "common/path_policy.h"
 #include "common/metrics/http_exporter.h"
 #include "common/metrics/registry.h"
 #include "common/status_macros.h"
@@ -72,6 +75,11 @@ ABSL_FLAG(std::string, matmul_precision, "fp32",
 ABSL_FLAG(std::string, data_root, "./dtrain-data",
           "directory of jobs whose spec has no checkpoint.dir: each writes only in "
           "<data_root>/jobs/<job id>/ (its model.safetensors)");
+ABSL_FLAG(std::string, allowed_paths, "",
+          "comma-separated directories, besides --data_root, where jobs may read and write "
+          "(datasets, init_checkpoint, resume_from, checkpoint.dir), e.g. "
+          "/datasets,/shared/ckpt; each must exist. A job naming a path outside them, also "
+          "through a symlink, fails before anything is read or written");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every coordinator RPC");
 ABSL_FLAG(int, log_every, 10, "log a progress line every N steps (0: never)");
 ABSL_FLAG(absl::Duration, test_only_step_delay, absl::ZeroDuration(),
@@ -147,6 +155,15 @@ absl::Status Main(int signal_fd) {
     options.after_step = [delay](int64_t) { absl::SleepFor(delay); };
   }
   RETURN_IF_ERROR(Annotate(MakeDirectories(options.data_root), "--data_root"));
+  std::vector<std::string> roots = {options.data_root};
+  for (std::string& path : SplitPathList(absl::GetFlag(FLAGS_allowed_paths))) {
+    roots.push_back(std::move(path));
+  }
+  absl::StatusOr<std::vector<std::string>> resolved = ResolveRoots(roots);
+  RETURN_IF_ERROR(Annotate(resolved.status(), "--data_root / --allowed_paths"));
+  options.allowed_roots = *std::move(resolved);
+  std::fprintf(stderr, "dtrain-worker: jobs may read and write only in %s\n",
+               absl::StrJoin(options.allowed_roots, ", ").c_str());
 
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
                    kernels::CreateBackend(absl::GetFlag(FLAGS_device),

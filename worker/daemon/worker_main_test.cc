@@ -137,6 +137,7 @@ TEST(DtrainWorker, SigtermStopsTheJobAtAStepBoundaryAndExitsZero) {
   fake.Assign(TinyJob("job-000042", WriteText("sigterm.txt", 2000), 1000000));
   pid_t pid = Spawn({"--worker_id=proc1", absl::StrCat("--coordinator=127.0.0.1:", port),
                      "--device=cpu", "--threads=1", "--data_root=" + TempPath("proc_root"),
+                     "--allowed_paths=" + ::testing::TempDir(),
                      "--rpc_timeout=2s", "--log_every=0"},
                     TempPath("sigterm.log"));
   ASSERT_GT(pid, 0);
