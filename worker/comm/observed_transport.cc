@@ -7,16 +7,27 @@ absl::StatusOr<SendHandle> ObservedTransport::StartSend(int peer, const MessageK
                                                         absl::Span<const std::byte> data,
                                                         absl::Time deadline) {
   absl::StatusOr<SendHandle> handle = inner_->StartSend(peer, key, meta, data, deadline);
-  if (handle.ok()) observer_->OnSent(peer, key.kind, static_cast<int64_t>(data.size()));
+  const int64_t bytes = static_cast<int64_t>(data.size());
+  if (handle.ok() && observer_ != nullptr) observer_->OnSent(peer, key.kind, bytes);
+  if (recorder_ != nullptr) {
+    FlightRecord r = FlightRecord::Message(FlightOp::kSend, peer, key, bytes);
+    if (handle.ok()) {
+      recorder_->Instant(r);
+    } else {
+      recorder_->End(recorder_->Begin(r), false);
+    }
+  }
   return handle;
 }
 
 absl::Status ObservedTransport::Recv(int peer, const MessageKey& key, const TensorMeta& expected,
                                      PieceSink sink, absl::Time deadline,
                                      const RecvOptions& options) {
+  FlightScope recorded(recorder_,
+                       FlightRecord::Message(FlightOp::kRecv, peer, key, expected.num_bytes()));
   absl::Status s = inner_->Recv(peer, key, expected, sink, deadline, options);
-  if (s.ok()) observer_->OnReceived(peer, key.kind, expected.num_bytes());
-  return s;
+  if (s.ok() && observer_ != nullptr) observer_->OnReceived(peer, key.kind, expected.num_bytes());
+  return recorded.Finish(s);
 }
 
 }  // namespace dtrain::comm

@@ -1,9 +1,11 @@
 // ObservedTransport: a Transport that forwards to another and tells an observer how many bytes
 // each message carried, per peer and kind — what the worker's bytes-sent/received metrics
 // count. Counting happens at the interface (a send when it starts, a receive when it
-// completes), so both transports are counted the same way.
+// completes), so both transports are counted the same way. With a flight recorder it also
+// records every send (done when handed over) and receive (started at the call, done or failed
+// at its end), and gives the recorder to everything above (Transport::recorder()).
 //
-//   ObservedTransport observed(grpc_transport.get(), &metrics);
+//   ObservedTransport observed(grpc_transport.get(), &metrics, &recorder);
 //   ASSIGN_OR_RETURN(auto trainer, ParallelTrainer::Create(backend, &observed, options));
 #ifndef DTRAIN_WORKER_COMM_OBSERVED_TRANSPORT_H_
 #define DTRAIN_WORKER_COMM_OBSERVED_TRANSPORT_H_
@@ -11,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "worker/comm/flight_recorder.h"
 #include "worker/comm/transport.h"
 
 namespace dtrain::comm {
@@ -25,9 +28,10 @@ class TransportObserver {
 
 class ObservedTransport final : public Transport {
  public:
-  // Both must outlive this object.
-  ObservedTransport(Transport* inner, TransportObserver* observer)
-      : inner_(inner), observer_(observer) {}
+  // All must outlive this object; `observer` and `recorder` may be null.
+  ObservedTransport(Transport* inner, TransportObserver* observer,
+                    FlightRecorder* recorder = nullptr)
+      : inner_(inner), observer_(observer), recorder_(recorder) {}
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -41,10 +45,12 @@ class ObservedTransport final : public Transport {
   absl::Status Recv(int peer, const MessageKey& key, const TensorMeta& expected, PieceSink sink,
                     absl::Time deadline, const RecvOptions& options = {}) override;
   absl::Status PeerStatus(int peer) const override { return inner_->PeerStatus(peer); }
+  FlightRecorder* recorder() const override { return recorder_; }
 
  private:
   Transport* inner_;
   TransportObserver* observer_;
+  FlightRecorder* recorder_;
 };
 
 }  // namespace dtrain::comm

@@ -53,6 +53,9 @@ class StageLinks {
 
   absl::Status Wait(SendHandle& sent);
 
+  // Where the stage's actions are recorded (Transport::recorder()); may be null.
+  FlightRecorder* recorder() const { return transport_->recorder(); }
+
  private:
   absl::StatusOr<SendHandle> Send(const MessageKey& key, int peer, absl::string_view direction,
                                   absl::Span<const int64_t> shape, absl::Span<const float> data);

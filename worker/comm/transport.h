@@ -53,6 +53,8 @@
 
 namespace dtrain::comm {
 
+class FlightRecorder;  // flight_recorder.h
+
 enum class MessageKind : int32_t {
   kActivation = 1,  // forward: a stage's output to the next stage
   kGradient = 2,    // backward: the gradient of a stage's input to the previous stage
@@ -171,6 +173,10 @@ class Transport {
   // OK while `peer` is believed alive; once its stream broke or it shut down, the error that
   // receives from it get (Unavailable naming it).
   virtual absl::Status PeerStatus(int peer) const = 0;
+
+  // Where this rank records its operations for `dtrain diagnose` (flight_recorder.h), or null:
+  // collectives and the pipeline executor record into it. An ObservedTransport gives one.
+  virtual FlightRecorder* recorder() const { return nullptr; }
 };
 
 // Tells every other rank that this rank's run failed with `why` and will send nothing more

@@ -185,6 +185,7 @@ absl::Status ParallelJob::Connect() {
   absl::StatusOr<std::unique_ptr<comm::GrpcTransport>> started = comm::GrpcTransport::Start(o);
   if (!started.ok()) {
     return Annotate(started.status(),
+  o.recorder = &recorder_;
                     absl::StrCat("cannot start the peer service of ", plan::DescribeRank(placement_, rank_),
                                  " (is another process using the port of --advertise_address or "
                                  "--peer_listen?)"));
@@ -239,13 +240,9 @@ absl::Status ParallelJob::Train(
     const TrainingCallbacks& callbacks) {
   std::shared_ptr<comm::GrpcTransport> t = transport();
   if (t == nullptr) return absl::FailedPreconditionError("Train before Connect");
-  comm::Transport* transport = t.get();
-  if (options_.observer != nullptr) {
-    observed_ = std::make_unique<comm::ObservedTransport>(t.get(), options_.observer);
-    transport = observed_.get();
-  }
+  observed_ = std::make_unique<comm::ObservedTransport>(t.get(), options_.observer, &recorder_);
   absl::StatusOr<std::unique_ptr<parallel::ParallelTrainer>> trainer =
-      parallel::ParallelTrainer::Create(backend, transport, std::move(options));
+      parallel::ParallelTrainer::Create(backend, observed_.get(), std::move(options));
   if (!trainer.ok()) return Annotate(trainer.status(), "cannot start training");
   trainer_ = std::move(*trainer);
   if (on_started) on_started(trainer_->start_step(), trainer_->resumed_from());

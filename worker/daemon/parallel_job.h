@@ -24,6 +24,10 @@
 // then opens the job's stream to it; all within `connect_timeout`. A peer that never comes is
 // Unavailable naming its rank, worker and address.
 //
+// Diagnosis: the rank keeps a flight recorder (worker/comm/flight_recorder.h) of its sends,
+// receives, collectives, F / B / W and checkpoint phases, which its peer service answers to
+// the coordinator's Diagnose (`dtrain diagnose`) for the job's run.
+//
 // Failures: the transport is built with every rank's DescribeRank name, so the errors Train and
 // Connect return name peers by worker where they are made ("rank 3 (worker w4 at
 // 127.0.0.1:7074, dp1 pp0 tp1)"), and the coordinator's FAILED reason says which worker
@@ -149,10 +153,14 @@ class ParallelJob {
 
   mutable absl::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  // What this rank did last (always on): the transport's peer service answers it to
+  // `dtrain diagnose`, and the trainer records into it through observed_. Declared before
+  // the transport, which reads it until it is gone.
+  comm::FlightRecorder recorder_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<comm::GrpcTransport> transport_ ABSL_GUARDED_BY(mu_);
   std::thread abort_thread_ ABSL_GUARDED_BY(mu_);
-  // The transport as the trainer sees it when an observer counts its bytes.
+  // The transport as the trainer sees it: bytes counted for the observer, operations recorded.
   std::unique_ptr<comm::ObservedTransport> observed_;
   // The trainer, destroyed before the transport (it sends and receives through it).
   std::unique_ptr<parallel::ParallelTrainer> trainer_;

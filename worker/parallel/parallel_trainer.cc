@@ -475,9 +475,12 @@ absl::Status ParallelTrainer::StartCheckpoint(int64_t step) {
     optimizers.push_back(c.optimizer.get());
   }
   // The state as of this step boundary, in host memory; the writer takes it from here.
-  ASSIGN_OR_RETURN(std::vector<PendingFile> files,
-                   SnapshotShard(step, Identity(), stages, optimizers));
-  return writer_->Submit(step, std::move(files), Since(start));
+  comm::FlightScope recorded(transport_->recorder(),
+                             comm::FlightRecord::Checkpoint(step, "snapshot"));
+  absl::StatusOr<std::vector<PendingFile>> files =
+      SnapshotShard(step, Identity(), stages, optimizers);
+  if (!files.ok()) return recorded.Finish(files.status());
+  return recorded.Finish(writer_->Submit(step, *std::move(files), Since(start)));
 }
 
 absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
@@ -501,8 +504,12 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
   checkpoints.start = [this](int64_t step) { return StartCheckpoint(step); };
   checkpoints.finished = [&](bool wait) -> absl::StatusOr<std::vector<CheckpointWritten>> {
     if (writer_ == nullptr) return std::vector<CheckpointWritten>();
-    ASSIGN_OR_RETURN(std::vector<CheckpointWritten> done,
-                     wait ? writer_->Finish() : writer_->TakeFinished());
+    std::optional<comm::FlightScope> recorded;  // waiting for the last seal
+    if (wait) recorded.emplace(transport_->recorder(), comm::FlightRecord::Checkpoint(-1, "seal"));
+    absl::StatusOr<std::vector<CheckpointWritten>> finished =
+        wait ? writer_->Finish() : writer_->TakeFinished();
+    if (recorded) recorded->Finish(finished.status());
+    ASSIGN_OR_RETURN(std::vector<CheckpointWritten> done, std::move(finished));
     if (!done.empty()) saved = done.back().dir;
     return done;
   };

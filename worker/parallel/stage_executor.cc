@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/comm/flight_recorder.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -55,6 +56,14 @@ absl::Status StageExecutor::RunStep(
   }
   for (const Action& a : actions) {
     absl::Status s;
+    // A fused backward is recorded as B: the record says what the rank waits in, not its parts.
+    comm::FlightScope recorded(
+        links_->recorder(),
+        comm::FlightRecord::Action(a.type == ActionType::kForward ? comm::FlightOp::kForward
+                                   : a.type == ActionType::kBackwardWeight
+                                       ? comm::FlightOp::kBackwardWeight
+                                       : comm::FlightOp::kBackwardInput,
+                                   step, a.micro_batch, a.chunk));
     switch (a.type) {
       case ActionType::kForward:
         s = Forward(step, a, data(a.micro_batch), times);
@@ -73,6 +82,7 @@ absl::Status StageExecutor::RunStep(
         break;
       }
     }
+    recorded.Finish(s);
     RETURN_IF_ERROR(InAction(s, a, step));
     trace_.push_back(a);
   }

@@ -48,7 +48,9 @@ CollectiveOp::CollectiveOp(Group& group, std::string description)
       sent_to_(group.size(), false),
       seq_(group.NextSeq()),
       deadline_(absl::Now() + group.options().timeout),
-      description_(std::move(description)) {}
+      description_(std::move(description)),
+      recorded_(group.transport().recorder(),
+                FlightRecord::Collective(group.id(), seq_, description_)) {}
 
 absl::StatusOr<SendHandle> CollectiveOp::Send(int index, int32_t part,
                                               absl::Span<const float> data) {
@@ -81,6 +83,7 @@ absl::Status CollectiveOp::Fail(const absl::Status& status) const {
 }
 
 absl::Status CollectiveOp::Finish(absl::Status status) {
+  recorded_.Finish(status);
   if (status.ok() || aborted_) return status;
   aborted_ = true;
   for (int i = 0; i < group_.size(); ++i) {

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "worker/comm/flight_recorder.h"
 #include "worker/comm/transport.h"
 
 namespace dtrain::comm {
@@ -63,6 +64,7 @@ class Group {
 
 // One collective in progress: its sequence number, its deadline, and the context its errors
 // carry ("all-reduce sum of 1000 floats in group 7 (ranks 0,1,2,3), op 12: receiving ...").
+// Recorded in the transport's flight recorder, if any, from construction to Finish.
 class CollectiveOp {
  public:
   CollectiveOp(Group& group, std::string description);
@@ -91,6 +93,7 @@ class CollectiveOp {
   const int64_t seq_;
   const absl::Time deadline_;
   const std::string description_;
+  FlightScope recorded_;  // after seq_ and description_, which it records
 };
 
 // Segment `i` of `count` elements cut into `n` near-equal segments: the first count % n hold

@@ -15,6 +15,7 @@
 #include "worker/comm/grpc/outgoing_stream.h"
 #include "worker/comm/grpc/peer_service.h"
 #include "worker/comm/inbox.h"
+#include "worker/comm/grpc/rank_diagnosis.h"
 
 namespace dtrain::comm {
 namespace {
@@ -117,6 +118,24 @@ class GrpcTransport::Handler : public HelloHandler {
 
  private:
   absl::StatusOr<Inbox*> Check(const PeerFrameHeader& hello) {
+  absl::StatusOr<RankDiagnosis> Diagnose(const DiagnoseRankRequest& request) override {
+    const GrpcTransportOptions& o = t_->options_;
+    if (!PeerSecretsEqual(request.job_secret(), o.job_secret)) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "refused Diagnose for job '", request.job_id(), "': its job secret is not the one of "
+          "the run rank ", o.rank, " serves"));
+    }
+    if (request.job_id() != o.job_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Diagnose for job '", request.job_id(), "', rank ", o.rank, " runs job '", o.job_id,
+          "'"));
+    }
+    if (o.recorder == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("rank ", o.rank, " keeps no flight recorder"));
+    }
+    return RankDiagnosisOf(*o.recorder, o.rank);
+  }
+
     const GrpcTransportOptions& o = t_->options_;
     // First: a caller without the run's secret learns nothing more about this rank.
     if (!PeerSecretsEqual(hello.job_secret(), o.job_secret)) {

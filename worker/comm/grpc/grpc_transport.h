@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "worker/comm/flight_recorder.h"
 #include "worker/comm/transport.h"
 
 namespace grpc {
@@ -67,6 +68,9 @@ struct GrpcTransportOptions {
   // thread: the worker logs it, since the caller may be an intruder rather than a peer. May be
   // empty; must not block.
   std::function<void(const absl::Status&)> on_refused;
+  // What the peer service's Diagnose answers (`dtrain diagnose`), to callers with the run's job
+  // id and secret; null: Unimplemented. Must outlive the transport.
+  const FlightRecorder* recorder = nullptr;
   // Largest payload per frame; at most 4 MiB - 64 KiB.
   int64_t frame_bytes = 1 << 20;
   // Keepalive pings on idle connections, so a peer whose host vanished without closing its

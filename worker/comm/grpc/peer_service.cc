@@ -81,4 +81,14 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PeerServiceImpl::Co
   return new IncomingStream(handler_, context);
 }
 
+grpc::ServerUnaryReactor* PeerServiceImpl::Diagnose(grpc::CallbackServerContext* context,
+                                                    const DiagnoseRankRequest* request,
+                                                    RankDiagnosis* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<RankDiagnosis> diagnosis = handler_->Diagnose(*request);
+  if (diagnosis.ok()) *response = *std::move(diagnosis);
+  reactor->Finish(ToGrpcStatus(diagnosis.status()));
+  return reactor;
+}
+
 }  // namespace dtrain::comm

@@ -1,4 +1,5 @@
-// The server side of PeerService: one reactor per incoming Connect stream. The first frame
+// The server side of PeerService: one reactor per incoming Connect stream, and Diagnose (the
+// rank's flight recorder, answered at once from the handler). The first frame
 // must be a HELLO, which the handler accepts (answering HELLO_ACK) or refuses (the stream ends
 // with its status); every DATA frame after it goes, without copying, into the sender's inbox,
 // and the next read starts at once, so the peer's frames keep flowing while receivers consume
@@ -21,15 +22,24 @@ class HelloHandler {
   // secret; FailedPrecondition: another job or rank; AlreadyExists: that peer already has a
   // stream).
   virtual absl::StatusOr<Inbox*> Accept(const PeerFrameHeader& hello) = 0;
+  // This rank's flight recorder, or why not (PermissionDenied: not the run's secret;
+  // FailedPrecondition: another job; Unimplemented: no recorder). Must not block.
+  virtual absl::StatusOr<RankDiagnosis> Diagnose(const DiagnoseRankRequest& request) {
+    return absl::UnimplementedError("this rank keeps no flight recorder");
+  }
 };
 
 class PeerServiceImpl final
-    : public PeerService::WithRawCallbackMethod_Connect<PeerService::Service> {
+    : public PeerService::WithCallbackMethod_Diagnose<
+          PeerService::WithRawCallbackMethod_Connect<PeerService::Service>> {
  public:
   explicit PeerServiceImpl(HelloHandler* handler) : handler_(handler) {}
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Connect(
       grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* Diagnose(grpc::CallbackServerContext* context,
+                                     const DiagnoseRankRequest* request,
+                                     RankDiagnosis* response) override;
 
  private:
   HelloHandler* handler_;
