@@ -32,6 +32,7 @@
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_store.h"
+#include "plan/job_plan.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "address:port the gRPC service listens on");
 ABSL_FLAG(std::string, db, "dtrain-coordinator.db",
@@ -48,6 +49,18 @@ ABSL_FLAG(std::string, metrics_listen, kDefaultMetricsListen,
           "/healthz; empty: no metrics endpoint");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "on SIGTERM, how long in-flight calls may take before they are cancelled");
+// What one request may cost (plan/job_plan.h JobLimits, watch_limiter.h): refusals are
+// INVALID_ARGUMENT or RESOURCE_EXHAUSTED naming the flag.
+ABSL_FLAG(int64_t, max_spec_bytes, 1 << 20, "largest job spec SubmitJob accepts, in bytes");
+ABSL_FLAG(int64_t, max_job_parameters, dtrain::plan::JobLimits().max_parameters,
+          "largest model (parameters) a job may ask for");
+ABSL_FLAG(int64_t, max_job_steps, dtrain::plan::JobLimits().max_steps,
+          "most steps a job may ask for");
+ABSL_FLAG(int64_t, max_job_workers, dtrain::plan::JobLimits().max_workers,
+          "most workers (parallel.dp*pp*tp) a job may ask for");
+ABSL_FLAG(int, max_watches_per_client, 16,
+          "most WatchJob/JobLogs streams one client (certificate name, else address) holds "
+          "open at once; 0: no cap");
 
 namespace {
 
@@ -107,6 +120,10 @@ int main(int argc, char** argv) {
   options.lease = lease;
   options.heartbeat_interval = interval;
   options.metrics = metrics->get();
+  options.max_spec_bytes = absl::GetFlag(FLAGS_max_spec_bytes);
+  options.job_limits.max_parameters = absl::GetFlag(FLAGS_max_job_parameters);
+  options.job_limits.max_steps = absl::GetFlag(FLAGS_max_job_steps);
+  options.job_limits.max_workers = absl::GetFlag(FLAGS_max_job_workers);
   absl::StatusOr<std::unique_ptr<JobManager>> manager =
       JobManager::Create(std::move(*store), options);
   if (!manager.ok()) return Fail(manager.status());
@@ -127,7 +144,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  CoordinatorService service(manager->get());
+  CoordinatorService service(manager->get(), absl::GetFlag(FLAGS_max_watches_per_client));
   auto server = dtrain::coordinator::StartServer(absl::GetFlag(FLAGS_listen), &service,
                                                  (*metrics)->NewRpcInterceptorFactory());
   if (!server.ok()) return Fail(server.status());

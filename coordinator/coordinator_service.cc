@@ -86,8 +86,12 @@ class FollowReactor : public grpc::ServerWriteReactor<T> {
  public:
   using Fill = std::function<absl::Status(std::deque<T>* queue, bool* ended)>;
 
-  FollowReactor(JobManager* manager, std::string job_id, Fill fill)
-      : manager_(manager), job_id_(std::move(job_id)), fill_(std::move(fill)) {
+  // `slot`: this stream's place among its client's (WatchLimiter), freed when it is deleted.
+  FollowReactor(JobManager* manager, std::string job_id, Fill fill, WatchLimiter::Slot slot)
+      : manager_(manager),
+        job_id_(std::move(job_id)),
+        fill_(std::move(fill)),
+        slot_(std::move(slot)) {
     Pump();
   }
 
@@ -193,6 +197,7 @@ class FollowReactor : public grpc::ServerWriteReactor<T> {
   JobManager* const manager_;
   const std::string job_id_;
   const Fill fill_;  // called under mu_
+  const WatchLimiter::Slot slot_;
   absl::Mutex mu_;
   int refs_ ABSL_GUARDED_BY(mu_) = 1;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -386,7 +391,10 @@ grpc::ServerWriteReactor<JobUpdate>* CoordinatorService::WatchJob(
   if (absl::Status s = Allowed(manager_, context, "WatchJob"); !s.ok()) {
     return new RefusedReactor<JobUpdate>(s);
   }
-  return new FollowReactor<JobUpdate>(manager_, request->job_id(), WatchFill(manager_, *request));
+  absl::StatusOr<WatchLimiter::Slot> slot = watches_.Acquire(WatchClientOf(*context));
+  if (!slot.ok()) return new RefusedReactor<JobUpdate>(slot.status());
+  return new FollowReactor<JobUpdate>(manager_, request->job_id(), WatchFill(manager_, *request),
+                                      *std::move(slot));
 }
 
 grpc::ServerWriteReactor<LogEntry>* CoordinatorService::JobLogs(
@@ -394,7 +402,10 @@ grpc::ServerWriteReactor<LogEntry>* CoordinatorService::JobLogs(
   if (absl::Status s = Allowed(manager_, context, "JobLogs"); !s.ok()) {
     return new RefusedReactor<LogEntry>(s);
   }
-  return new FollowReactor<LogEntry>(manager_, request->job_id(), LogsFill(manager_, *request));
+  absl::StatusOr<WatchLimiter::Slot> slot = watches_.Acquire(WatchClientOf(*context));
+  if (!slot.ok()) return new RefusedReactor<LogEntry>(slot.status());
+  return new FollowReactor<LogEntry>(manager_, request->job_id(), LogsFill(manager_, *request),
+                                     *std::move(slot));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::DeregisterWorker(

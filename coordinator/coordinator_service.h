@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/watch_limiter.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -27,7 +28,10 @@ namespace dtrain::coordinator {
 
 class CoordinatorService final : public Coordinator::CallbackService {
  public:
-  explicit CoordinatorService(JobManager* manager) : manager_(manager) {}
+  // At most `max_watches_per_client` WatchJob and JobLogs streams open at once per client
+  // (watch_limiter.h; --max_watches_per_client; 0: no cap); one more is RESOURCE_EXHAUSTED.
+  explicit CoordinatorService(JobManager* manager, int max_watches_per_client = 16)
+      : manager_(manager), watches_(max_watches_per_client) {}
 
   // Ends every open WatchJob with UNAVAILABLE and refuses new ones, so a server shutdown does
   // not wait for watchers. Call before grpc::Server::Shutdown.
@@ -71,6 +75,7 @@ class CoordinatorService final : public Coordinator::CallbackService {
 
  private:
   JobManager* const manager_;
+  WatchLimiter watches_;
 };
 
 struct RunningServer {

@@ -399,6 +399,49 @@ TEST(CoordinatorService, WatchEndsAtTheClientsDeadline) {
   EXPECT_EQ(c.StateOf(job->id()), QUEUED);  // the service is unharmed
 }
 
+TEST(CoordinatorService, TooManyWatchesFromOneClientAreResourceExhausted) {
+  Coordinator c(TempDb("svc-watch-cap"));
+  absl::StatusOr<Job> job = c.Submit(kSpec);  // stays QUEUED: no worker
+  ASSERT_TRUE(job.ok());
+  WatchJobRequest request;
+  request.set_job_id(job->id());
+  struct Open {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReader<JobUpdate>> reader;
+  };
+  // A watch that got its first update (the QUEUED state) is open on the server.
+  auto open = [&](Open* w) {
+    w->context = Ctx(absl::Seconds(20));
+    w->reader = c.stub().WatchJob(w->context.get(), request);
+    JobUpdate first;
+    return w->reader->Read(&first);
+  };
+  std::vector<Open> watches(16);  // the default --max_watches_per_client
+  for (Open& w : watches) ASSERT_TRUE(open(&w));
+  Open refused;
+  EXPECT_FALSE(open(&refused));
+  const grpc::Status status = refused.reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(status.error_message(),
+            "too many watches from this client (16 open); close some or raise "
+            "--max_watches_per_client");
+  // Closing one makes room (the server frees it when the stream is done).
+  watches[0].context->TryCancel();
+  watches[0].reader->Finish();
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  bool reopened = false;
+  while (!reopened && absl::Now() < deadline) {
+    reopened = open(&watches[0]);
+    if (reopened) break;
+    watches[0].reader->Finish();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(reopened);
+  for (Open& w : watches) w.context->TryCancel();
+  for (Open& w : watches) w.reader->Finish();
+  EXPECT_EQ(c.StateOf(job->id()), QUEUED);  // the service is unharmed
+}
+
 TEST(CoordinatorService, ShutdownEndsOpenWatches) {
   Coordinator c(TempDb("svc-shutdown"));
   absl::StatusOr<Job> job = c.Submit(kSpec);

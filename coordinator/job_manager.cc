@@ -1019,10 +1019,18 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   if (has_json == request.has_spec()) {
     return absl::InvalidArgumentError("set exactly one of spec_json and spec");
   }
+  const int64_t spec_bytes = has_json ? static_cast<int64_t>(request.spec_json().size())
+                                      : static_cast<int64_t>(request.spec().ByteSizeLong());
+  if (spec_bytes > options_.max_spec_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: it is ", spec_bytes, " bytes, above this coordinator's cap "
+                     "of ", options_.max_spec_bytes, " (--max_spec_bytes)"));
+  }
   // The job's plan, the one rule for every part (plan/job_plan.h): `dtrain plan` rejects the
   // same specs with the same words.
   ASSIGN_OR_RETURN(JobPlan job_plan, has_json ? plan::ParseJobPlanJson(request.spec_json())
                                               : plan::MakeJobPlan(request.spec()));
+  RETURN_IF_ERROR(plan::CheckJobLimits(job_plan.spec(), options_.job_limits));
   JobSpec spec = std::move(*job_plan.mutable_spec());
   std::vector<std::string> notes;
   RETURN_IF_ERROR(ResolveResumeFrom(&spec, &notes));

@@ -56,6 +56,7 @@
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_store.h"
 #include "coordinator/worker_registry.h"
+#include "plan/job_plan.h"
 #include "proto/coordinator.pb.h"
 
 namespace dtrain::coordinator {
@@ -77,6 +78,12 @@ class JobManager {
     // rank failed because of a peer (failure_report.h). Zero: 2 heartbeat intervals, clamped
     // to [0.2s, lease / 2].
     absl::Duration failure_window = absl::ZeroDuration();
+    // What SubmitJob accepts (dtrain-coordinator's flags): a spec of at most max_spec_bytes
+    // (JSON text, or the message's encoded size; --max_spec_bytes) and within `job_limits`
+    // (--max_job_parameters, --max_job_steps, --max_job_workers). INVALID_ARGUMENT naming the
+    // cap and its flag otherwise.
+    int64_t max_spec_bytes = 1 << 20;
+    plan::JobLimits job_limits;
   };
 
   // Loads the active jobs of `store` (see Restart above). Does not start the scheduler thread.

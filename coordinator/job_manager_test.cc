@@ -225,6 +225,30 @@ TEST(JobManager, SpecPathsOutsideEveryWorkersRootsAreRefusedAtSubmit) {
   EXPECT_TRUE(h.Submit(spec("data/tiny.bin")).ok());  // relative: the worker resolves it
 }
 
+TEST(JobManager, SpecSizeAndJobLimitsAreTheOperatorsCaps) {
+  Harness h(TempDb("limits"));
+  JobManager::Options options;
+  options.max_spec_bytes = 4096;
+  options.job_limits.max_steps = 2;
+  auto store = JobStore::Open(TempDb("limits2"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto manager = JobManager::Create(std::move(*store), options);
+  ASSERT_TRUE(manager.ok()) << manager.status();
+  SubmitJobRequest big;
+  big.set_spec_json(std::string(kTinySpec) + std::string(5000, ' '));
+  const absl::Status too_big = (*manager)->SubmitJob(big).status();
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_big.message(), HasSubstr("above this coordinator's cap of 4096 "
+                                           "(--max_spec_bytes)"));
+  SubmitJobRequest steps;
+  steps.set_spec_json(kTinySpec);  // 3 steps
+  const absl::Status too_long = (*manager)->SubmitJob(steps).status();
+  EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(too_long.message(), "invalid job spec: steps=3 exceeds this coordinator's cap of 2 "
+                                 "(--max_job_steps)");
+  EXPECT_TRUE(h.Submit().ok());  // the defaults let it through
+}
+
 TEST(JobManager, ResumeFromAJobIdIsItsLatestSealedCheckpoint) {
   Harness h(TempDb("resume-job-id"));
   h.RunOn(1, kSpec);

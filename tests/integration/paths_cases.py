@@ -111,3 +111,31 @@ def case_paths_confined(args):
                % sorted(set(after) - set(before)))
     finally:
         shutil.rmtree(outside, ignore_errors=True)
+
+
+def case_request_limits(args):
+    """What a request may cost is capped, each refusal exit 2 naming the cap and its flag, and the
+    coordinator stays up: a spec over --max_spec_bytes (1 MiB), steps over --max_job_steps (10M,
+    below the plan's own 1e9), a model over --max_job_parameters; a normal job still succeeds
+    after them."""
+    with Cluster(args.binaries, "request_limits") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.wait_workers({"w1": "IDLE"})
+        base = small_job_spec("", 3, name="limits")
+        del base["checkpoint"]
+        big = dict(base, name="x" * (1 << 20))
+        submit_refused(c, "big.json", big, "above this coordinator's cap of 1048576",
+                       "--max_spec_bytes")
+        submit_refused(c, "steps.json", dict(base, steps=20000000),
+                       "steps=20000000 exceeds this coordinator's cap of 10000000",
+                       "--max_job_steps")
+        huge = dict(base, model={"vocab_size": 50257, "context": 1024, "n_layer": 1024,
+                                 "n_head": 64, "n_embd": 8192})
+        submit_refused(c, "huge.json", huge, "model parameters=", "--max_job_parameters")
+        expect(c.coordinator.popen.poll() is None, "the coordinator exited")
+        ok_id = c.submit(c.write_spec("ok.json", base))
+        job = c.wait_state(ok_id, FINAL, 60)
+        expect(job["state"] == "SUCCEEDED", "%s after the refusals ended %s: %s"
+               % (ok_id, job["state"], job.get("reason")))
