@@ -53,7 +53,8 @@ for i in "${!workers[@]}"; do
   "$bin/worker/dtrain-worker" --coordinator="$address" --worker_id="$w" --device=cpu \
     --threads=1 --host_label=local --advertise_address=127.0.0.1:$((port + 1 + i)) \
     --metrics_listen="127.0.0.1:$((port + 11 + i))" \
-    --data_root="$out/data-$w" >"$out/logs/worker-$w.log" 2>&1 &
+    --data_root="$out/data-$w" --allowed_paths="$root/data,$out" \
+    >"$out/logs/worker-$w.log" 2>&1 &
   pids+=($!)
 done
 say "coordinator on $address and workers ${workers[*]} (CPU, 1 thread each);" \

@@ -39,6 +39,11 @@ def load_yaml_all(path):
         return [d for d in yaml.safe_load_all(f) if d is not None]
 
 
+# The workers' --allowed_paths in compose and Kubernetes: the two mounted volumes, datasets and
+# checkpoints, where deploy/jobs' paths lie.
+ALLOWED_PATHS = "/var/lib/dtrain/data,/var/lib/dtrain/checkpoints"
+
+
 def flags(command):
     """--name=value flags of a compose command list."""
     out = {}
@@ -96,6 +101,7 @@ class ComposeTest(unittest.TestCase):
             self.assertTrue(mounts["/var/lib/dtrain/checkpoints"].startswith("checkpoints:"))
             self.assertIn("/var/lib/dtrain/data", mounts, name)
             self.assertTrue(f["data_root"].startswith("/var/lib/dtrain/checkpoints/"), name)
+            self.assertEqual(f["allowed_paths"], ALLOWED_PATHS, name)
             self.assertEqual(w["image"], self.services["coordinator"]["image"])
         self.assertEqual(len(ids), 4, "worker ids must be distinct")
 
@@ -108,6 +114,7 @@ class ComposeTest(unittest.TestCase):
             self.assertEqual(f["worker_id"], base["worker_id"])
             self.assertEqual(f["advertise_address"], base["advertise_address"])
             self.assertTrue(f["device"].startswith("cuda"))
+            self.assertEqual(f["allowed_paths"], ALLOWED_PATHS, name)
             devices = w["deploy"]["resources"]["reservations"]["devices"]
             self.assertEqual(devices[0]["capabilities"], ["gpu"])
         ids = [w["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"][0]
@@ -294,6 +301,8 @@ class KubernetesTest(unittest.TestCase):
                 self.assertTrue(var in env or var in config, f"{arg}: {var} undefined")
         mounts = {m["mountPath"] for m in c["volumeMounts"]}
         self.assertIn("/var/lib/dtrain/checkpoints", mounts)
+        self.assertEqual(f["allowed_paths"], ALLOWED_PATHS)
+        self.assertTrue(set(ALLOWED_PATHS.split(",")) <= mounts)
         claim = [v for v in pod["spec"]["volumes"] if v["name"] == "checkpoints"][0]
         pvc = self.by_kind["PersistentVolumeClaim"][claim["persistentVolumeClaim"]["claimName"]]
         self.assertEqual(pvc["spec"]["accessModes"], ["ReadWriteMany"])
@@ -365,6 +374,10 @@ class JobSpecsTest(unittest.TestCase):
             with open(path) as f:
                 spec = json.load(f)
             self.assertTrue(spec["dataset"].startswith("/var/lib/dtrain/data/"), path)
+            # Inside the workers' --allowed_paths, or the coordinator refuses it at submit.
+            for field in (spec["dataset"], spec.get("checkpoint", {}).get("dir", "")):
+                self.assertTrue(not field or any(field.startswith(root + "/")
+                                                 for root in ALLOWED_PATHS.split(",")), path)
             par = spec.get("parallel", {})
             if par.get("dp", 1) * par.get("pp", 1) * par.get("tp", 1) > 1:
                 self.assertTrue(
