@@ -22,7 +22,7 @@ spec=${QUICKSTART_SPEC:-deploy/examples/quickstart-pp2-tp2.json}
 workers=(w1 w2 w3 w4)
 address=127.0.0.1:$port
 bin=$(bazel info bazel-bin 2>/dev/null)  # this output base's, whatever the bazel-bin link says
-dtrain() { "$bin/client/dtrain" --coordinator="$address" "$@"; }
+dtrain() { "$bin/client/dtrain" --coordinator="$address" --insecure "$@"; }
 say() { echo "quickstart: $*"; }
 
 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -44,13 +44,13 @@ stop_services() {
 trap stop_services EXIT
 trap 'exit 130' INT TERM
 
-"$bin/coordinator/dtrain-coordinator" --listen="$address" --db="$out/coordinator.db" \
+"$bin/coordinator/dtrain-coordinator" --listen="$address" --db="$out/coordinator.db" --insecure \
   --metrics_listen="127.0.0.1:$((port + 10))" >"$out/logs/coordinator.log" 2>&1 &
 pids+=($!)
 # Workers run from the repository root: relative dataset paths in job specs resolve from here.
 for i in "${!workers[@]}"; do
   w=${workers[$i]}
-  "$bin/worker/dtrain-worker" --coordinator="$address" --worker_id="$w" --device=cpu \
+  "$bin/worker/dtrain-worker" --coordinator="$address" --insecure --worker_id="$w" --device=cpu \
     --threads=1 --host_label=local --advertise_address=127.0.0.1:$((port + 1 + i)) \
     --metrics_listen="127.0.0.1:$((port + 11 + i))" \
     --data_root="$out/data-$w" --allowed_paths="$root/data,$out" \
