@@ -260,6 +260,9 @@ const std::vector<CommandInfo>& Commands() {
        "the job's events and its ranks' warnings and errors"},
       {"checkpoints", "JOB", 1, 1, kJobArgument, true,
        "where the job's checkpoints are and its sealed steps"},
+      {"diagnose", "JOB", 1, 1, kJobArgument, true,
+       "what every rank of a running job is doing now (its flight recorder) and, when the job is "
+       "stuck, which rank the others wait on (the root) and why; --json: the whole diagnosis"},
       {"workers", "", 0, 0, "", true, "registered workers, their jobs and heartbeats"},
       {"export", "CHECKPOINT OUT.safetensors", 2, 2, "a checkpoint directory and an output file",
        false,

@@ -466,6 +466,15 @@ int Workers(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<ListWorkersResponse> workers = stub.ListWorkers();
   if (!workers.ok()) return Fail(workers.status(), inv, output);
   if (inv.json) {
+int Diagnose(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  absl::StatusOr<JobDiagnosis> diagnosis = stub.Diagnose(*id);
+  if (!diagnosis.ok()) return Fail(WithNewestJobHint(stub, diagnosis.status()), inv, output);
+  output.out << (inv.json ? ToJsonLine(*diagnosis) + "\n" : DiagnosisText(*diagnosis));
+  return kExitOk;
+}
+
     output.out << ToJsonLine(*workers) << "\n";
   } else if (workers->workers_size() == 0) {
     output.out << "no workers registered\n";
@@ -547,3 +556,4 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
 
 }  // namespace client
 }  // namespace dtrain
+  if (inv.command == "diagnose") return Diagnose(inv, stub, output);

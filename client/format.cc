@@ -460,6 +460,24 @@ std::string CheckpointsText(const std::string& job_id, const ListCheckpointsResp
   return out;
 }
 
+std::string DiagnosisText(const JobDiagnosis& d) {
+  std::string out = absl::StrCat(d.job_id(), ": ", d.summary(), "\n");
+  for (const std::string& finding : d.findings()) {
+    if (finding != d.summary()) absl::StrAppend(&out, "  ", finding, "\n");
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const RankState& r : d.ranks()) {
+    rows.push_back({absl::StrCat(r.rank()), r.worker_id(), r.label(),
+                    r.answered() ? r.doing() : absl::StrCat("did not answer (", r.error(), ")")});
+  }
+  absl::StrAppend(&out, FormatTable({"RANK", "WORKER", "LAYOUT", "NOW"}, rows));
+  absl::StrAppend(&out, absl::StrFormat("asked %d ranks in %.1f s; waits under %.1f s are normal "
+                                        "traffic\n",
+                                        d.ranks_size(), d.gather_seconds(),
+                                        d.wait_threshold_seconds()));
+  return out;
+}
+
 std::string LogEntryLine(const LogEntry& entry) {
   const std::string when = absl::FormatTime("%Y-%m-%d %H:%M:%E3S",
                                             FromUnixMs(entry.time_unix_ms()), absl::LocalTimeZone());

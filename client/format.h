@@ -117,6 +117,17 @@ std::string JobsTable(const ListJobsResponse& jobs, absl::Time now);
 // and history.
 std::string JobDetail(const Job& job, absl::Time now);
 
+// `dtrain diagnose ID`: the summary, the other findings indented, then one row per rank with
+// what it is doing now:
+//   job-000003: root: rank 1 (w2, dp0 pp1 tp0) did not answer in 2s (process stopped or hung?
+//   last heartbeat 3.1 s ago); rank 0 waits on its gradient
+//     rank 1 on w2 (dp0 pp1 tp0) did not answer in 2s: process alive? last heartbeat 3.1 s ago
+//   RANK  WORKER  LAYOUT       NOW
+//   0     w1      dp0 pp0 tp0  waits for rank 1's gradient (step 12, micro-batch 3) for 4.2 s, ...
+//   1     w2      dp0 pp1 tp0  did not answer (no answer by the deadline)
+//   asked 2 ranks in 2.0 s; waits under 1.0 s are normal traffic
+std::string DiagnosisText(const JobDiagnosis& diagnosis);
+
 // `dtrain checkpoints ID`: where the job's checkpoints are, then one row per sealed step:
 //   job-000003 checkpoints: /srv/ckpt/job-000003 on hostA, every 10 steps
 //   STEP  SEALED    PATH

@@ -363,6 +363,37 @@ TEST(CheckpointsText, NoLocationAndNoSealedStep) {
             "no sealed step yet\n");
 }
 
+TEST(DiagnosisText, SummaryOtherFindingsAndOneRowPerRank) {
+  JobDiagnosis d;
+  d.set_job_id("job-000003");
+  d.set_summary(
+      "root: rank 1 (w2, dp0 pp1 tp0) did not answer in 2s; rank 0 waits on its gradient");
+  d.add_findings("rank 1 on w2 (dp0 pp1 tp0) did not answer in 2s: process alive?");
+  d.add_findings(d.summary());
+  d.set_gather_seconds(2.01);
+  d.set_wait_threshold_seconds(1);
+  RankState* r0 = d.add_ranks();
+  r0->set_rank(0);
+  r0->set_worker_id("w1");
+  r0->set_label("dp0 pp0 tp0");
+  r0->set_answered(true);
+  r0->set_doing("waits for rank 1's gradient (step 12, micro-batch 3) for 4.2 s");
+  RankState* r1 = d.add_ranks();
+  r1->set_rank(1);
+  r1->set_worker_id("w2");
+  r1->set_label("dp0 pp1 tp0");
+  r1->set_error("no answer by the deadline");
+  EXPECT_EQ(DiagnosisText(d),
+            "job-000003: root: rank 1 (w2, dp0 pp1 tp0) did not answer in 2s; rank 0 waits on "
+            "its gradient\n"
+            "  rank 1 on w2 (dp0 pp1 tp0) did not answer in 2s: process alive?\n"
+            "RANK  WORKER  LAYOUT       NOW\n"
+            "0     w1      dp0 pp0 tp0  waits for rank 1's gradient (step 12, micro-batch 3) for "
+            "4.2 s\n"
+            "1     w2      dp0 pp1 tp0  did not answer (no answer by the deadline)\n"
+            "asked 2 ranks in 2.0 s; waits under 1.0 s are normal traffic\n");
+}
+
 TEST(LogEntryLine, RankWorkerLevelText) {
   LogEntry e;
   e.set_rank(2);

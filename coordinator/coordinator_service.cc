@@ -450,6 +450,25 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerCo
   return Reply(context, absl::StatusOr<ListWorkersResponse>(manager_->ListWorkers()), response);
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::Diagnose(grpc::CallbackServerContext* context,
+                                                       const DiagnoseJobRequest* request,
+                                                       JobDiagnosis* response) {
+  if (absl::Status s = Allowed(manager_, context, "Diagnose"); !s.ok()) {
+    return Reply<JobDiagnosis>(context, s, response);
+  }
+  absl::StatusOr<Job> job = manager_->GetJob(request->job_id());
+  if (!job.ok()) return Reply<JobDiagnosis>(context, job.status(), response);
+  const ListWorkersResponse workers = manager_->ListWorkers();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status started =
+      StartDiagnosis(*job, workers.workers(), diagnose_, [reactor, response](JobDiagnosis d) {
+        *response = std::move(d);
+        reactor->Finish(grpc::Status::OK);
+      });
+  if (!started.ok()) reactor->Finish(ToGrpcStatus(started));
+  return reactor;
+}
+
 absl::StatusOr<RunningServer> StartServer(
     const std::string& listen, grpc::Service* service,
     std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> interceptor) {

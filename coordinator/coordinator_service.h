@@ -17,8 +17,11 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "common/tls.h"
+#include "coordinator/diagnose_job.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/watch_limiter.h"
 #include "grpcpp/grpcpp.h"
@@ -72,9 +75,19 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* context,
                                             const ListCheckpointsRequest* request,
                                             ListCheckpointsResponse* response) override;
+  // Answers once every rank of the job answered its flight recorder or missed the 2 s deadline
+  // (diagnose_job.h): no gRPC thread waits meanwhile.
+  grpc::ServerUnaryReactor* Diagnose(grpc::CallbackServerContext* context,
+                                     const DiagnoseJobRequest* request,
+                                     JobDiagnosis* response) override;
+
+  // The coordinator's credentials towards the workers' peer services, which Diagnose calls
+  // (common/tls.h; plaintext by default, as in-process tests run).
+  void set_peer_tls(TlsFiles tls) { diagnose_.tls = std::move(tls); }
 
  private:
   JobManager* const manager_;
+  GatherOptions diagnose_;
   WatchLimiter watches_;
 };
 

@@ -41,8 +41,7 @@ std::string MessageText(const FlightEntry& e) {
     case GRADIENT:
       return absl::StrCat("gradient (step ", e.step(), ", micro-batch ", e.micro_batch(), ")");
     default:
-      return absl::StrCat("collective message (group ", e.group(), " seq ", e.seq(), " part ",
-                          e.part(), ")");
+      return absl::StrCat("message of collective group ", e.group(), " seq ", e.seq());
   }
 }
 
@@ -184,7 +183,10 @@ void MissingSends(const JobDiagnosis& d, double threshold, std::vector<std::stri
     const FlightEntry* recv = NowOf(r.recorder()).recv;
     if (recv == nullptr || Age(r.recorder(), *recv) < threshold) continue;
     auto it = by_rank.find(recv->peer());
-    if (it == by_rank.end() || !it->second->answered()) continue;
+    // A sender that waits itself is on the chain of waits, which says more than this.
+    if (it == by_rank.end() || !it->second->answered() || it->second->waits_on_size() > 0) {
+      continue;
+    }
     const RankState& sender = *it->second;
     const RankDiagnosis& s = sender.recorder();
     const FlightEntry* sent = nullptr;

@@ -16,7 +16,8 @@
 //     alive? last heartbeat 0.4 s ago";
 //   - a collective whose waiting ranks disagree on the sequence number, naming the ranks on
 //     each side;
-//   - a receive waiting for a message its sender never sent (or sent, and it never arrived);
+//   - a receive waiting for a message its sender (itself not waiting) never sent, or sent
+//     without it arriving;
 //   - ranks that wait on each other in a cycle;
 //   - each root (the rank a chain of waits ends on) with who waits on it: "root: rank 5 (w6,
 //     dp0 pp1 tp1) is in F of micro-batch 7, step 120, for 42.0 s (compute, not

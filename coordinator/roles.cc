@@ -32,6 +32,7 @@ const std::vector<Rule>& Table() {
       {"ListWorkers", {kRoleViewer, kRoleAdmin}},
       {"JobLogs", {kRoleViewer, kRoleAdmin}},
       {"ListCheckpoints", {kRoleViewer, kRoleAdmin}},
+      {"Diagnose", {kRoleViewer, kRoleAdmin}},
   };
   return *table;
 }

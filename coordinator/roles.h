@@ -2,7 +2,7 @@
 // its client certificate's subject OU (common/tls.h PeerIdentityOf):
 //
 //   admin   SubmitJob, CancelJob, ForgetWorker, and everything a viewer may call
-//   viewer  GetJob, ListJobs, WatchJob, ListWorkers, JobLogs, ListCheckpoints
+//   viewer  GetJob, ListJobs, WatchJob, ListWorkers, JobLogs, ListCheckpoints, Diagnose
 //   worker  RegisterWorker, Heartbeat, ReportProgress, DeregisterWorker (nothing else)
 //
 // A coordinator started with --insecure has no authentication at all: every caller has role

@@ -786,10 +786,11 @@ import plan_cases  # noqa: E402  one job plan: plan and submit reject alike, mem
 import recovery_cases  # noqa: E402  jobs that recover from a lost worker with no user action
 import reshard_cases  # noqa: E402  a checkpoint resumed on another layout
 import paths_cases  # noqa: E402  jobs confined to the workers' roots; request limits
+import diagnose_cases  # noqa: E402  dtrain diagnose: who waits on whom, live
 
 CASES = {}
 for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
-                reshard_cases, paths_cases):
+                reshard_cases, paths_cases, diagnose_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn

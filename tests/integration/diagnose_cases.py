@@ -1,0 +1,91 @@
+"""`dtrain diagnose JOB` on real processes: the coordinator asks every rank's peer service for its
+flight recorder (2 s deadline) and names the rank the others wait on.
+
+A pp=2 x tp=2 job on four workers: while it runs healthily the diagnosis says so; once one
+worker is frozen with SIGSTOP (its sockets stay open, it answers nothing), the diagnosis names
+that worker and rank as the root, as not answering, and every other rank as waiting on it.
+The coordinator's lease is long here so the frozen worker is not declared lost (and the job
+recovered) while the case looks.
+"""
+
+import json
+import os
+import re
+import signal
+import time
+
+from harness import Cluster, expect, small_job_spec
+
+
+def diagnose(c, job_id):
+    """(seconds, text output, JSON diagnosis) of `dtrain diagnose` and `dtrain --json diagnose`."""
+    t0 = time.monotonic()
+    rc, text, err = c.cli("diagnose", job_id, timeout=30)
+    elapsed = time.monotonic() - t0
+    expect(rc == 0, "dtrain diagnose %s exited %d: %s" % (job_id, rc, err))
+    rc, out, err = c.cli("--json", "diagnose", job_id, timeout=30)
+    expect(rc == 0, "dtrain --json diagnose %s exited %d: %s" % (job_id, rc, err))
+    return elapsed, text, json.loads(out)
+
+
+def case_diagnose(args):
+    """pp=2 x tp=2: healthy -> 'healthy: no rank waiting longer than 1.0 s', every rank answering
+    with what it does; one worker frozen by SIGSTOP -> within 5 s, the root is that rank and
+    worker, which 'did not answer in 2s', and the three others wait on it."""
+    with Cluster(args.binaries, "diagnose") as c:
+        c.lease_s = 60.0  # the frozen worker stays BUSY: its job stays RUNNING meanwhile
+        ids = ["w1", "w2", "w3", "w4"]
+        c.write_corpus()
+        c.start_coordinator()
+        for w in ids:
+            c.start_worker(w)
+        c.wait_workers({w: "IDLE" for w in ids})
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 100000, name="diagnose",
+                              parallel={"pp": 2, "tp": 2},
+                              fault_tolerance={"max_restarts": 0})
+        job_id = c.submit(c.write_spec("diagnose.json", spec))
+        job = c.wait_step(job_id, 5, 120)
+
+        elapsed, text, d = diagnose(c, job_id)
+        expect(d["summary"].startswith("healthy: no rank waiting longer than 1.0 s"),
+               "a running job diagnosed as:\n%s" % text)
+        expect(len(d["ranks"]) == 4 and all(r.get("answered") for r in d["ranks"]),
+               "every rank should answer:\n%s" % text)
+        expect(all(r.get("recorder", {}).get("entries") for r in d["ranks"]),
+               "every rank should show its last operations: %s" % d["ranks"])
+        print("healthy: %.2fs\n%s" % (elapsed, text))
+
+        frozen_rank = 3  # dp0 pp1 tp1: stage 0 waits on its gradients, its tp partner in all-reduces
+        frozen = job["placement"]["ranks"][frozen_rank]["worker_id"]
+        c.workers[frozen].signal(signal.SIGSTOP)
+        try:
+            time.sleep(1.5)  # every wait on it is now longer than the 1 s threshold
+            elapsed, text, d = diagnose(c, job_id)
+        finally:
+            c.workers[frozen].signal(signal.SIGKILL)
+        print("frozen %s: %.2fs\n%s" % (frozen, elapsed, text))
+        expect(elapsed < 5, "diagnose took %.1fs (want < 5s)" % elapsed)
+        root = "root: rank %d (%s, dp0 pp1 tp1) did not answer in 2s" % (frozen_rank, frozen)
+        expect(d["summary"].startswith(root), "want %r, got:\n%s" % (root, text))
+        expect(d.get("root_ranks") == [frozen_rank], "root ranks %s" % d.get("root_ranks"))
+        expect(any(f.startswith("rank %d on %s (dp0 pp1 tp1) did not answer in 2s: process alive?"
+                                " last heartbeat" % (frozen_rank, frozen)) for f in d["findings"]),
+               "no 'did not answer' finding:\n%s" % text)
+        for r in d["ranks"]:
+            if r["rank"] == frozen_rank:
+                expect(not r.get("answered"), "the frozen rank answered: %s" % r)
+            else:
+                expect(r.get("answered") and r.get("waits_on"),
+                       "rank %d should answer and wait: %s" % (r["rank"], r.get("doing")))
+        waiters = re.findall(r"ranks? ([0-9, -]+) waits?", d["summary"])
+        named = set()
+        for group in waiters:
+            for part in group.split(","):
+                part = part.strip()
+                if "-" in part:
+                    lo, hi = part.split("-")
+                    named.update(range(int(lo), int(hi) + 1))
+                elif part:
+                    named.add(int(part))
+        expect(named == {0, 1, 2}, "the summary should name ranks 0, 1, 2 as waiting: %s"
+               % d["summary"])
