@@ -291,6 +291,14 @@ const std::vector<FlagInfo>& Flags() {
        "deadline of every call; also how long a watch stream may take to answer"},
       {"reconnect_for", &I::reconnect_for, "DURATION", "60s", "", FlagBound::kNotNegative, {},
        "watch: how long to keep reconnecting when the coordinator goes away"},
+      {"tls_ca", &I::tls_ca, "FILE", "", "$DTRAIN_TLS_CA", FlagBound::kAny, {},
+       "the cluster CA (PEM) that signed the coordinator's certificate"},
+      {"tls_cert", &I::tls_cert, "FILE", "", "$DTRAIN_TLS_CERT", FlagBound::kAny, {},
+       "this client's certificate (PEM; its OU is the role: admin or viewer)"},
+      {"tls_key", &I::tls_key, "FILE", "", "$DTRAIN_TLS_KEY", FlagBound::kAny, {},
+       "its private key (PEM)"},
+      {"insecure", &I::insecure, "", "false", "$DTRAIN_INSECURE=1", FlagBound::kAny, {},
+       "plaintext, no certificate: only for a coordinator started with --insecure"},
       {"help", &I::help, "", "false", "", FlagBound::kAny, {},
        "this text; with a command, that command's help (also -h)"},
       {"version", &I::version, "", "false", "", FlagBound::kAny, {},
@@ -439,6 +447,32 @@ absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
   if (inv.coordinator.empty() && env_coordinator != nullptr) inv.coordinator = env_coordinator;
   if (inv.coordinator.empty()) inv.coordinator = kDefaultCoordinator;
   return inv;
+}
+
+TlsFiles TlsFilesOf(const Invocation& inv, char* (*getenv)(const char*)) {
+  auto flag_or_env = [&](const std::string& flag, const char* env) {
+    if (!flag.empty()) return flag;
+    const char* value = getenv(env);
+    return std::string(value != nullptr ? value : "");
+  };
+  TlsFiles tls;
+  tls.insecure = inv.insecure;
+  const bool tls_flags = !inv.tls_ca.empty() || !inv.tls_cert.empty() || !inv.tls_key.empty();
+  if (!tls.insecure && !tls_flags) {
+    const char* insecure = getenv(kInsecureEnv);
+    tls.insecure = insecure != nullptr && std::string(insecure) == "1";
+  }
+  if (inv.insecure) {  // the flag wins over TLS files in the environment, not over flags
+    tls.ca = inv.tls_ca;
+    tls.cert = inv.tls_cert;
+    tls.key = inv.tls_key;
+    return tls;
+  }
+  tls.ca = flag_or_env(inv.tls_ca, kTlsCaEnv);
+  tls.cert = flag_or_env(inv.tls_cert, kTlsCertEnv);
+  tls.key = flag_or_env(inv.tls_key, kTlsKeyEnv);
+  // DTRAIN_INSECURE=1 beside DTRAIN_TLS_* files is both: ValidateTlsFiles says so.
+  return tls;
 }
 
 bool NeedsCoordinator(const Invocation& invocation) {

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "proto/job.pb.h"
 
 namespace dtrain {
@@ -41,6 +42,10 @@ struct Invocation {
   bool json{};                    // --json
   absl::Duration timeout{};       // --timeout
   absl::Duration reconnect_for{}; // --reconnect_for
+  std::string tls_ca{};           // --tls_ca (else $DTRAIN_TLS_CA): see TlsFilesOf
+  std::string tls_cert{};         // --tls_cert (else $DTRAIN_TLS_CERT)
+  std::string tls_key{};          // --tls_key (else $DTRAIN_TLS_KEY)
+  bool insecure{};                // --insecure (else $DTRAIN_INSECURE=1)
   // Flags of some commands.
   bool watch{};                   // submit/resubmit --watch
   bool quiet{};                   // watch, submit/resubmit --watch
@@ -107,6 +112,16 @@ const CommandInfo* FindCommand(const std::string& name);
 // extra argument, an unknown command, no command. --help and --version need no command.
 absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
                                           const char* env_coordinator);
+
+// The TLS settings of a command that calls the coordinator: each of --tls_ca, --tls_cert,
+// --tls_key, else its environment variable (kTlsCaEnv...); --insecure, else $DTRAIN_INSECURE=1
+// when no --tls_* flag is given. `getenv` looks a variable up (null: unset). Not validated
+// (common/tls.h's ValidateTlsFiles is the rule).
+inline constexpr char kTlsCaEnv[] = "DTRAIN_TLS_CA";
+inline constexpr char kTlsCertEnv[] = "DTRAIN_TLS_CERT";
+inline constexpr char kTlsKeyEnv[] = "DTRAIN_TLS_KEY";
+inline constexpr char kInsecureEnv[] = "DTRAIN_INSECURE";
+TlsFiles TlsFilesOf(const Invocation& invocation, char* (*getenv)(const char*));
 
 // Whether the invocation calls the coordinator: false for help, version, plan and export, which
 // main() runs without building a channel.

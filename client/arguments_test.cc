@@ -152,6 +152,49 @@ TEST(Arguments, ACommandsHelpListsItsOwnFlagsAndTheGlobalOnes) {
   EXPECT_THAT(CommandUsage("version"), Not(HasSubstr("flags of version")));
 }
 
+// A fake environment for TlsFilesOf: DTRAIN_TLS_* point at env-*.pem, DTRAIN_INSECURE as set.
+const char* g_insecure_env = nullptr;
+char* FakeEnv(const char* name) {
+  static char ca[] = "env-ca.pem", cert[] = "env-cert.pem", key[] = "env-key.pem";
+  if (std::string(name) == kTlsCaEnv) return ca;
+  if (std::string(name) == kTlsCertEnv) return cert;
+  if (std::string(name) == kTlsKeyEnv) return key;
+  if (std::string(name) == kInsecureEnv) return const_cast<char*>(g_insecure_env);
+  return nullptr;
+}
+char* NoEnv(const char*) { return nullptr; }
+
+TEST(Arguments, TlsFlagsWinOverTheEnvironment) {
+  absl::StatusOr<Invocation> inv = ParseArguments({"list", "--tls_cert=mine.pem"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  TlsFiles tls = TlsFilesOf(*inv, FakeEnv);
+  EXPECT_EQ(tls.ca, "env-ca.pem");
+  EXPECT_EQ(tls.cert, "mine.pem");
+  EXPECT_EQ(tls.key, "env-key.pem");
+  EXPECT_FALSE(tls.insecure);
+
+  inv = ParseArguments({"list", "--insecure"}, nullptr);
+  tls = TlsFilesOf(*inv, FakeEnv);
+  EXPECT_TRUE(tls.insecure);
+  EXPECT_TRUE(tls.ca.empty() && tls.cert.empty() && tls.key.empty());
+  EXPECT_TRUE(ValidateTlsFiles(tls, "dtrain").ok());
+
+  inv = ParseArguments({"list", "--insecure", "--tls_ca=ca.pem"}, nullptr);
+  EXPECT_EQ(ValidateTlsFiles(TlsFilesOf(*inv, NoEnv), "dtrain").code(),
+            absl::StatusCode::kInvalidArgument);
+
+  inv = ParseArguments({"list"}, nullptr);
+  auto insecure_only = [](const char* name) -> char* {
+    return std::string(name) == kInsecureEnv ? const_cast<char*>("1") : nullptr;
+  };
+  EXPECT_TRUE(TlsFilesOf(*inv, insecure_only).insecure);
+  g_insecure_env = "1";
+  EXPECT_FALSE(TlsFilesOf(*ParseArguments({"list", "--tls_ca=a"}, nullptr), FakeEnv).insecure);
+  g_insecure_env = nullptr;
+  EXPECT_THAT(ValidateTlsFiles(TlsFilesOf(*inv, NoEnv), "dtrain").message(),
+              HasSubstr("dtrain needs --tls_ca, --tls_cert and --tls_key"));
+}
+
 }  // namespace
 }  // namespace client
 }  // namespace dtrain

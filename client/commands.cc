@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "client/certs.h"
 #include "client/format.h"
 #include "client/plan.h"
+#include "client/tls_probe.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "common/version.h"
@@ -36,6 +38,14 @@ namespace {
 int Fail(const absl::Status& status, const Invocation& inv, Output& output) {
   const int code = ExitCodeFor(status);
   if (code == kExitUnreachable) {
+    // A handshake the coordinator refused reads "Socket closed"; say which side refused whom.
+    const std::string why =
+        DiagnoseTlsFailure(inv.coordinator, TlsFilesOf(inv, std::getenv), inv.timeout);
+    if (!why.empty()) {
+      output.err << "dtrain: cannot reach the coordinator at " << inv.coordinator << ": " << why
+                 << "\n";
+      return code;
+    }
     output.err << "dtrain: cannot reach the coordinator at " << inv.coordinator << ": "
                << status.message() << "\n"
                << "dtrain: is it running? Point --coordinator=HOST:PORT or $" << kCoordinatorEnv

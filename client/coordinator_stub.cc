@@ -54,8 +54,10 @@ std::unique_ptr<CoordinatorStub> CoordinatorStub::Connect(const std::string& add
   // the calls' deadlines bound the attempts.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(
+      address,
+      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
+      args);
   return std::unique_ptr<CoordinatorStub>(new CoordinatorStub(address, options, channel));
 }
 

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace dtrain {
@@ -33,6 +34,8 @@ struct StubOptions {
   absl::Duration stream_renew = absl::Minutes(10);  // WatchJob: each stream's deadline; the
                                                     // stream is reopened (no gap) when it ends
   absl::Duration keepalive = absl::Seconds(20);     // HTTP/2 pings on an open watch stream
+  // common/tls.h's ChannelCredentials; null: plaintext (tests against an in-process fake).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 // Callbacks of WatchJob; each may be empty.

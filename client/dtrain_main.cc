@@ -18,6 +18,8 @@
 #include "client/coordinator_stub.h"
 #include "client/format.h"
 #include "absl/strings/str_cat.h"
+#include "common/tls.h"
+#include "grpc/support/log.h"
 
 namespace {
 
@@ -66,7 +68,24 @@ int main(int argc, char** argv) {
   // help, version, plan and export build no channel (so no resolver complains about an address
   // they never use).
   if (!NeedsCoordinator(*inv)) return RunWithoutCoordinator(*inv, output);
+  // gRPC's own log lines (a failed handshake) would be a second, rawer report of what the
+  // command says in one line.
+  gpr_set_log_function([](gpr_log_func_args*) {});
+  const dtrain::TlsFiles tls = TlsFilesOf(*inv, std::getenv);
+  absl::Status valid = dtrain::ValidateTlsFiles(tls, "the CLI");
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      valid.ok() ? dtrain::ChannelCredentials(tls) : valid;
+  if (!credentials.ok()) {
+    // ValidateTlsFiles' words are the daemons'; the CLI also reads its environment.
+    std::cerr << "dtrain: " << credentials.status().message()
+              << (tls.ca.empty() && tls.cert.empty() && !tls.insecure
+                      ? " (or $DTRAIN_TLS_CA, $DTRAIN_TLS_CERT, $DTRAIN_TLS_KEY; $DTRAIN_INSECURE=1)"
+                      : "")
+              << "\n";
+    return kExitUsage;
+  }
   StubOptions options;
+  options.credentials = *credentials;
   options.timeout = inv->timeout;
   options.reconnect_for = inv->reconnect_for;
   std::unique_ptr<CoordinatorStub> stub = CoordinatorStub::Connect(inv->coordinator, options);

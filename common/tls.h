@@ -49,6 +49,13 @@ struct TlsFiles {
   bool insecure = false;
 
   bool enabled() const { return !insecure; }
+  // Plaintext: what in-process tests use, and the default of options structs below the daemons'
+  // flags (the daemons always set it from --tls_* / --insecure).
+  static TlsFiles Insecure() {
+    TlsFiles files;
+    files.insecure = true;
+    return files;
+  }
 };
 
 inline constexpr char kRoleAdmin[] = "admin";

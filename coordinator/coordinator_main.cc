@@ -5,9 +5,12 @@
 // Prometheus metrics (coordinator/README.md lists them) on --metrics_listen: GET /metrics and
 // GET /healthz.
 //
+// Mutual TLS (common/daemon_tls.h): --tls_ca, --tls_cert, --tls_key, or an explicit --insecure.
+//
 // Exit status 0 after SIGTERM or SIGINT (in-flight calls finished, watches ended, database
-// closed); 1 when it cannot start (database unusable, address in use, an explicit
-// --metrics_listen that cannot be bound), with the reason on stderr.
+// closed); 2 without TLS files or --insecure (or with bad ones); 1 when it cannot start
+// otherwise (database unusable, address in use, an explicit --metrics_listen that cannot be
+// bound), with the reason on stderr.
 #include <unistd.h>
 
 #include <csignal>
@@ -25,6 +28,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/daemon_tls.h"
+#include "common/tls.h"
 #include "common/metrics/http_exporter.h"
 #include "common/metrics/registry.h"
 #include "common/version.h"
@@ -80,12 +85,14 @@ int main(int argc, char** argv) {
   absl::FlagsUsageConfig usage;
   usage.version_string = [] { return dtrain::VersionText("dtrain-coordinator") + "\n"; };
   usage.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "coordinator/coordinator_main.cc");
+    return absl::EndsWith(file, "coordinator/coordinator_main.cc") ||
+           absl::EndsWith(file, "common/daemon_tls.cc");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
-      "dtrain-coordinator --listen=HOST:PORT --db=FILE [--lease=10s] [--heartbeat_interval=1s] "
+      "dtrain-coordinator --listen=HOST:PORT --db=FILE (--tls_ca=CA --tls_cert=CERT "
+      "--tls_key=KEY | --insecure) [--lease=10s] [--heartbeat_interval=1s] "
       "[--metrics_listen=0.0.0.0:9464]");
   absl::ParseCommandLine(argc, argv);
   // Before anything slow, so a signal during startup still ends in a clean shutdown.
@@ -95,6 +102,15 @@ int main(int argc, char** argv) {
   using dtrain::coordinator::CoordinatorService;
   using dtrain::coordinator::JobManager;
   using dtrain::coordinator::JobStore;
+
+  absl::StatusOr<dtrain::TlsFiles> tls = dtrain::TlsFilesFromFlags("the coordinator");
+  if (!tls.ok()) {
+    Fail(tls.status());
+    return dtrain::kExitTlsUsage;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      dtrain::ServerCredentials(*tls);
+  if (!credentials.ok()) return Fail(credentials.status());
 
   const absl::Duration lease = absl::GetFlag(FLAGS_lease);
   const absl::Duration interval = absl::GetFlag(FLAGS_heartbeat_interval);
@@ -109,6 +125,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics =
       CoordinatorMetrics::Create(&registry);
   if (!metrics.ok()) return Fail(metrics.status());
+  if (absl::Status s = dtrain::ExportTlsMetric(*tls, "coordinator", &registry); !s.ok()) {
+    return Fail(s);
+  }
 
   char host[256] = "unknown";
   gethostname(host, sizeof(host) - 1);
@@ -146,9 +165,11 @@ int main(int argc, char** argv) {
 
   CoordinatorService service(manager->get(), absl::GetFlag(FLAGS_max_watches_per_client));
   auto server = dtrain::coordinator::StartServer(absl::GetFlag(FLAGS_listen), &service,
-                                                 (*metrics)->NewRpcInterceptorFactory());
+                                                 (*metrics)->NewRpcInterceptorFactory(),
+                                                 *credentials);
   if (!server.ok()) return Fail(server.status());
   (*manager)->Start();
+  dtrain::AnnounceTls(*tls, "dtrain-coordinator", absl::GetFlag(FLAGS_listen));
   const std::string metrics_where =
       metrics_server != nullptr
           ? absl::StrCat("metrics on ", metrics_listen, " (port ", metrics_server->port(), ")")

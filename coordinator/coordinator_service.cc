@@ -471,7 +471,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Diagnose(grpc::CallbackServerConte
 
 absl::StatusOr<RunningServer> StartServer(
     const std::string& listen, grpc::Service* service,
-    std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> interceptor) {
+    std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> interceptor,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::ServerBuilder builder;
   if (interceptor != nullptr) {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
@@ -479,7 +480,8 @@ absl::StatusOr<RunningServer> StartServer(
     builder.experimental().SetInterceptorCreators(std::move(creators));
   }
   RunningServer running;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &running.port);
+  if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
+  builder.AddListeningPort(listen, credentials, &running.port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Ping idle connections so a watcher whose host vanished is noticed (its call is cancelled);
   // let clients ping every 10s without being told off.

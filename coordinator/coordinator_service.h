@@ -98,11 +98,13 @@ struct RunningServer {
 
 // Builds and starts a server for `service` on `listen` ("0.0.0.0:7070", "127.0.0.1:0"), with
 // SO_REUSEPORT off so a second coordinator on the same port fails instead of sharing it, and
-// the optional `interceptor` on every call (CoordinatorMetrics::NewRpcInterceptorFactory).
+// the optional `interceptor` on every call (CoordinatorMetrics::NewRpcInterceptorFactory),
+// and `credentials` (common/tls.h's ServerCredentials; null: plaintext, for in-process tests).
 // Unavailable "cannot listen on ..." when the address is in use or invalid.
 absl::StatusOr<RunningServer> StartServer(
     const std::string& listen, grpc::Service* service,
-    std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> interceptor = nullptr);
+    std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> interceptor = nullptr,
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 }  // namespace dtrain::coordinator
 

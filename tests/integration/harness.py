@@ -117,9 +117,16 @@ class Process:
 
 
 class Cluster:
-    """A coordinator, workers and the CLI, all on 127.0.0.1, in one temporary folder."""
+    """A coordinator, workers and the CLI, all on 127.0.0.1, in one temporary folder.
 
-    def __init__(self, binaries, name):
+    Plaintext by default: the daemons and the CLI get --insecure (also a CLI a case runs itself:
+    DTRAIN_INSECURE=1 is set in this process's environment). With tls=True (certificates made
+    by `dtrain certs init` in tmp/certs) or tls_dir=DIR (certificates already there: ca.pem,
+    coordinator, worker, admin, viewer), every process uses mutual TLS instead: the
+    coordinator its coordinator certificate, workers the worker one, the CLI the admin one
+    (tls_flags says which flags)."""
+
+    def __init__(self, binaries, name, tls=False, tls_dir=None):
         self.bin = binaries  # {"coordinator": path, "worker": path, "cli": path}
         self.tmp = tempfile.mkdtemp(prefix="dtrain-%s-" % name)
         outputs = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
@@ -137,6 +144,27 @@ class Cluster:
         self.lease_s = 3.0
         self.heartbeat_s = 0.5
         self._starts = 0
+        self.tls_dir = tls_dir
+        if tls and tls_dir is None:
+            self.tls_dir = os.path.join(self.tmp, "certs")
+            r = subprocess.run([self.bin["cli"], "certs", "init", self.tls_dir],
+                               capture_output=True, timeout=60)
+            if r.returncode != 0:
+                raise TestFailure("dtrain certs init %s: exit %d: %s"
+                                  % (self.tls_dir, r.returncode, r.stderr.decode(errors="replace")))
+        if self.tls_dir is None:
+            os.environ["DTRAIN_INSECURE"] = "1"
+        else:
+            os.environ.pop("DTRAIN_INSECURE", None)
+
+    def tls_flags(self, name):
+        """The flags of a process using certificate `name` of tls_dir (coordinator, worker, admin,
+        viewer, or one `dtrain certs issue` added); ["--insecure"] on a plaintext cluster."""
+        if self.tls_dir is None:
+            return ["--insecure"]
+        return ["--tls_ca=%s" % os.path.join(self.tls_dir, "ca.pem"),
+                "--tls_cert=%s" % os.path.join(self.tls_dir, name + ".pem"),
+                "--tls_key=%s" % os.path.join(self.tls_dir, name + ".key")]
 
     # --- lifecycle ---
 
@@ -187,6 +215,7 @@ class Cluster:
         argv = [self.bin["coordinator"], "--listen=%s" % self.address, "--db=%s" % self.db,
                 "--lease=%gs" % self.lease_s, "--heartbeat_interval=%dms" % (self.heartbeat_s * 1000),
                 "--metrics_listen=127.0.0.1:%d" % self.metrics_ports["coordinator"]]
+        argv += self.tls_flags("coordinator")
         self.coordinator = self._spawn("coordinator", argv)
         if wait:
             self.wait_until(lambda: self.cli("workers", timeout=5)[0] == 0, 30,
@@ -202,7 +231,7 @@ class Cluster:
                 "--host_label=testhost", "--advertise_address=127.0.0.1:%d" % free_port(),
                 "--data_root=%s" % os.path.join(self.tmp, "data-" + worker_id),
                 # Jobs may use the whole cluster folder: work/ (data, checkpoints) and the rest.
-                "--allowed_paths=%s" % self.tmp] + list(extra)
+                "--allowed_paths=%s" % self.tmp] + self.tls_flags("worker") + list(extra)
         p = self._spawn("worker-" + worker_id, argv, cwd=self.workdir)
         self.workers[worker_id] = p
         return p
@@ -219,9 +248,11 @@ class Cluster:
 
     # --- the CLI ---
 
-    def cli(self, *args, timeout=60, coordinator=None, check=False):
-        """Runs dtrain; returns (exit code, stdout, stderr)."""
-        argv = [self.bin["cli"], "--coordinator=%s" % (coordinator or self.address)] + list(args)
+    def cli(self, *args, timeout=60, coordinator=None, check=False, cert="admin"):
+        """Runs dtrain with certificate `cert` (None: no TLS flags at all); returns (exit code,
+        stdout, stderr)."""
+        argv = [self.bin["cli"], "--coordinator=%s" % (coordinator or self.address)]
+        argv += (self.tls_flags(cert) if cert else []) + list(args)
         try:
             r = subprocess.run(argv, capture_output=True, timeout=timeout, cwd=self.tmp,
                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)

@@ -48,5 +48,19 @@ class CrashSignals(unittest.TestCase):
                 raise ValueError("the case's own failure")
 
 
+class TlsFlags(unittest.TestCase):
+    def test_a_plaintext_cluster_gives_every_process_insecure(self):
+        with Cluster({}, "harness_test") as c:
+            self.assertEqual(c.tls_flags("worker"), ["--insecure"])
+            self.assertEqual(os.environ.get("DTRAIN_INSECURE"), "1")
+
+    def test_a_tls_cluster_gives_each_process_its_certificate(self):
+        with Cluster({}, "harness_test", tls_dir="/certs") as c:
+            self.assertEqual(c.tls_flags("viewer"), ["--tls_ca=/certs/ca.pem",
+                                                     "--tls_cert=/certs/viewer.pem",
+                                                     "--tls_key=/certs/viewer.key"])
+            self.assertNotIn("DTRAIN_INSECURE", os.environ)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -667,8 +667,8 @@ def case_unreachable(args):
     for argv in (["list"], ["workers"], ["status", "job-000001"], ["watch", "job-000001"],
                  ["cancel", "job-000001"], ["submit", spec], ["submit", spec, "--watch"]):
         t0 = time.monotonic()
-        r = subprocess.run([cli, "--coordinator=" + nothing] + argv, capture_output=True,
-                           timeout=30)
+        r = subprocess.run([cli, "--coordinator=" + nothing, "--insecure"] + argv,
+                           capture_output=True, timeout=30)
         elapsed = time.monotonic() - t0
         err = r.stderr.decode()
         expect(r.returncode == 3, "%s against nothing: exit %d (want 3): %s"
@@ -677,7 +677,7 @@ def case_unreachable(args):
         expect("cannot reach the coordinator at " + nothing in err, "message: %r" % err)
     print("against nothing: %s" % err.strip())
 
-    env = dict(os.environ, DTRAIN_COORDINATOR=nothing)
+    env = dict(os.environ, DTRAIN_COORDINATOR=nothing, DTRAIN_INSECURE="1")
     r = subprocess.run([cli, "list"], capture_output=True, timeout=30, env=env)
     expect(r.returncode == 3 and nothing in r.stderr.decode(),
            "$DTRAIN_COORDINATOR not used: %d %r" % (r.returncode, r.stderr))
@@ -685,8 +685,8 @@ def case_unreachable(args):
     with hung_listener() as address:
         for argv in (["list"], ["watch", "job-000001"]):
             t0 = time.monotonic()
-            r = subprocess.run([cli, "--coordinator=" + address, "--timeout=1s"] + argv,
-                               capture_output=True, timeout=30)
+            r = subprocess.run([cli, "--coordinator=" + address, "--timeout=1s", "--insecure"]
+                               + argv, capture_output=True, timeout=30)
             elapsed = time.monotonic() - t0
             expect(r.returncode == 3, "%s against a hung listener: exit %d: %r"
                    % (argv, r.returncode, r.stderr))
@@ -786,11 +786,12 @@ import plan_cases  # noqa: E402  one job plan: plan and submit reject alike, mem
 import recovery_cases  # noqa: E402  jobs that recover from a lost worker with no user action
 import reshard_cases  # noqa: E402  a checkpoint resumed on another layout
 import paths_cases  # noqa: E402  jobs confined to the workers' roots; request limits
+import tls_cases  # noqa: E402  mutual TLS: refused clients and peers, a job over TLS
 import diagnose_cases  # noqa: E402  dtrain diagnose: who waits on whom, live
 
 CASES = {}
 for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
-                reshard_cases, paths_cases, diagnose_cases):
+                reshard_cases, paths_cases, diagnose_cases, tls_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn

@@ -138,6 +138,7 @@ def case_second_coordinator(args):
         c.start_coordinator()
         other = "127.0.0.1:%d" % free_port()
         argv = [c.bin["coordinator"], "--listen=%s" % other, "--db=%s" % c.db, "--metrics_listen="]
+        argv += c.tls_flags("coordinator")
         r = subprocess.run(argv, capture_output=True, timeout=30)
         err = r.stderr.decode(errors="replace")
         expect(r.returncode == 1, "the second coordinator exited %d: %s" % (r.returncode, err))

@@ -153,6 +153,8 @@ class CoordinatorProcess {
     if (tls.enabled()) {
       args.insert(args.end(), {"--tls_ca=" + tls.ca, "--tls_cert=" + tls.cert,
                                "--tls_key=" + tls.key});
+    } else {
+      args.push_back("--insecure");  // the coordinator refuses to start with neither
     }
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

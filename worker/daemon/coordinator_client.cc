@@ -2,13 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace dtrain::worker {
 
 CoordinatorClient::CoordinatorClient(const std::string& target, absl::Duration rpc_timeout,
-                                     absl::Duration max_reconnect_backoff)
+                                     absl::Duration max_reconnect_backoff,
+                                     std::shared_ptr<grpc::ChannelCredentials> credentials)
     : target_(target), rpc_timeout_(rpc_timeout) {
   grpc::ChannelArguments args;
   // gRPC's defaults back off up to 120 s between connection attempts; a worker must notice a
@@ -20,7 +22,7 @@ CoordinatorClient::CoordinatorClient(const std::string& target, absl::Duration r
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(100, max_ms));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
   stub_ = Coordinator::NewStub(
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+      grpc::CreateCustomChannel(target, std::move(credentials), args));
 }
 
 void CoordinatorClient::SetDeadline(grpc::ClientContext& context, absl::Duration timeout) const {

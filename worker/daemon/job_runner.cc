@@ -280,6 +280,7 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
   job_options.listen_address = options_.peer_listen_address;
   job_options.connect_timeout = options_.connect_timeout;
   job_options.on_refused = options_.on_peer_refused;
+  job_options.tls = options_.peer_tls;
   if (WorkerMetrics* metrics = options_.metrics; metrics != nullptr) {
     const RankAssignment& me = assignment_.placement().ranks(rank);
     metrics->StartJob({assignment_.job_id(), rank, me.dp_rank(), me.pp_rank(), me.tp_rank()});

@@ -67,6 +67,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "kernels/backend.h"
 #include "proto/coordinator.pb.h"
 #include "proto/plan.pb.h"
@@ -91,6 +92,8 @@ struct JobRunnerOptions {
   std::string peer_listen_address;
   absl::Duration connect_timeout = absl::Seconds(60);
   absl::Duration comm_timeout = absl::Seconds(60);
+  // Multi-worker jobs: mutual TLS between peers (ParallelJobOptions::tls).
+  TlsFiles peer_tls = TlsFiles::Insecure();
   // The worker's Prometheus metrics (worker_metrics.h); null: none. Must outlive the runner.
   WorkerMetrics* metrics = nullptr;
   // Multi-worker jobs: told every peer stream this rank refused (ParallelJobOptions::on_refused),

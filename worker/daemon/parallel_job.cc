@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "common/tls.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/comm/grpc/grpc_transport.h"
 
@@ -18,13 +19,18 @@ namespace {
 
 // A channel used only to learn whether `address` accepts connections; reconnects as often as
 // the transport's own channels.
-std::shared_ptr<grpc::Channel> ProbeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> ProbeChannel(const std::string& address, const TlsFiles& tls) {
   grpc::ChannelArguments args;
+  SetPeerChannelArguments(tls, &args);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(tls);
+  // Files that became unreadable: the transport's own channel says so; this one never connects.
+  return grpc::CreateCustomChannel(
+      address, credentials.ok() ? *credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 }  // namespace
@@ -180,6 +186,7 @@ absl::Status ParallelJob::Connect() {
   o.job_id = job_id_;
   o.job_secret = placement_.peer_secret();
   o.on_refused = options_.on_refused;
+  o.tls = options_.tls;
   // Another process listening on this port is an error, not a port to share.
   o.channel_args.push_back({GRPC_ARG_ALLOW_REUSEPORT, 0});
   absl::StatusOr<std::unique_ptr<comm::GrpcTransport>> started = comm::GrpcTransport::Start(o);
@@ -211,7 +218,8 @@ absl::Status ParallelJob::Connect() {
 
 absl::Status ParallelJob::ConnectTo(int peer, absl::Time deadline) {
   const absl::Time start = absl::Now();
-  std::shared_ptr<grpc::Channel> probe = ProbeChannel(placement_.ranks(peer).worker_address());
+  std::shared_ptr<grpc::Channel> probe =
+      ProbeChannel(placement_.ranks(peer).worker_address(), options_.tls);
   while (true) {
     if (aborted()) return absl::CancelledError("aborted while connecting to the peers");
     const grpc_connectivity_state state = probe->GetState(/*try_to_connect=*/true);

@@ -59,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "kernels/backend.h"
 #include "plan/ranks.h"  // WorkersNeeded, RankIndex, ReportingRank, DescribeRank
 #include "proto/coordinator.pb.h"
@@ -103,6 +104,8 @@ struct ParallelJobOptions {
   // Told every peer stream this rank's peer service refuses (GrpcTransportOptions::on_refused:
   // e.g. a HELLO without the run's Placement.peer_secret), on a gRPC thread; may be empty.
   std::function<void(const absl::Status&)> on_refused;
+  // Mutual TLS of the peer service and channels (GrpcTransportOptions::tls).
+  TlsFiles tls = TlsFiles::Insecure();
 };
 
 class ParallelJob {

@@ -365,6 +365,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   runner_options.peer_listen_address = options_.peer_listen_address;
   runner_options.connect_timeout = options_.connect_timeout;
   runner_options.comm_timeout = options_.comm_timeout;
+  runner_options.peer_tls = options_.peer_tls;
   runner_options.after_step = options_.after_step;
   // Straight to stderr: a refusal comes on a gRPC thread, which must not wait for mu_ (the job's
   // transport shuts down, waiting for that thread, while mu_ is held).

@@ -51,6 +51,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "kernels/backend.h"
 #include "proto/coordinator.pb.h"
 #include "worker/daemon/coordinator_client.h"
@@ -70,6 +71,7 @@ struct WorkerOptions {
   std::string peer_listen_address;
   absl::Duration connect_timeout = absl::Seconds(60);
   absl::Duration comm_timeout = absl::Seconds(60);
+  TlsFiles peer_tls = TlsFiles::Insecure();
   // How long the first registration retries while the coordinator says another live session
   // holds this worker id (ALREADY_EXISTS) before Run gives up: long enough for the lease of a
   // previous process of this worker that died to run out; a second live process with the same

@@ -10,7 +10,9 @@
 // placed on it and its job's failure names it as the cause), then the running job stops at its
 // next step boundary (a multi-worker rank at once) and is reported failed ("worker stopped by
 // SIGTERM after step N"), pending reports get up to 10 s to be delivered, then the process
-// exits 0 (a second signal while stopping changes nothing). Exit 1 on bad
+// exits 0 (a second signal while stopping changes nothing). Mutual TLS to the coordinator and
+// between peers: --tls_ca, --tls_cert, --tls_key (a worker certificate), or an explicit
+// --insecure (common/daemon_tls.h); with neither, or bad files, exit 2. Exit 1 on bad
 // flags, a device that cannot be opened, or a --worker_id another live worker holds (after
 // --id_conflict_wait).
 #include <errno.h>
@@ -37,6 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/daemon_tls.h"
 #include "common/job_paths.h"
 #include "common/path_policy.h"
 #include "common/metrics/http_exporter.h"
@@ -112,8 +115,9 @@ std::string Hostname() {
   return name;
 }
 
-absl::Status Main(int signal_fd) {
+absl::Status Main(int signal_fd, const TlsFiles& tls) {
   WorkerOptions options;
+  options.peer_tls = tls;
   options.worker_id = absl::GetFlag(FLAGS_worker_id);
   if (options.worker_id.empty()) {
     return absl::InvalidArgumentError("--worker_id is required (a stable name, e.g. gpu0)");
@@ -171,6 +175,7 @@ absl::Status Main(int signal_fd) {
   metrics::Registry registry;
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerMetrics> worker_metrics,
                    WorkerMetrics::Create(&registry, options.worker_id, backend.get()));
+  RETURN_IF_ERROR(ExportTlsMetric(tls, "worker", &registry));
   options.metrics = worker_metrics.get();
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
@@ -190,7 +195,11 @@ absl::Status Main(int signal_fd) {
       return Annotate(started.status(), "--metrics_listen");
     }
   }
-  CoordinatorClient client(absl::GetFlag(FLAGS_coordinator), rpc_timeout, options.max_backoff);
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   ChannelCredentials(tls));
+  AnnounceTls(tls, "dtrain-worker", options.advertise_address);
+  CoordinatorClient client(absl::GetFlag(FLAGS_coordinator), rpc_timeout, options.max_backoff,
+                           std::move(credentials));
   WorkerDaemon daemon(options, &client, backend.get());
 
   // The handler only writes the signal number to a pipe (async-signal-safe, and fine on
@@ -227,7 +236,8 @@ int main(int argc, char** argv) {
   absl::FlagsUsageConfig usage;
   usage.version_string = [] { return dtrain::VersionText("dtrain-worker") + "\n"; };
   usage.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "worker/daemon/worker_main.cc");
+    return absl::EndsWith(file, "worker/daemon/worker_main.cc") ||
+           absl::EndsWith(file, "common/daemon_tls.cc");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
@@ -246,7 +256,13 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
 
-  absl::Status status = dtrain::worker::Main(g_signal_pipe[0]);
+  absl::StatusOr<dtrain::TlsFiles> tls = dtrain::TlsFilesFromFlags("the worker");
+  if (!tls.ok()) {
+    std::fprintf(stderr, "dtrain-worker: error: %s\n",
+                 std::string(tls.status().message()).c_str());
+    return dtrain::kExitTlsUsage;
+  }
+  absl::Status status = dtrain::worker::Main(g_signal_pipe[0], *tls);
   if (!status.ok()) {
     std::fprintf(stderr, "dtrain-worker: error: %s\n", std::string(status.message()).c_str());
     return 1;

@@ -33,9 +33,11 @@ std::string WorkerBinary() {
                       "/worker/dtrain-worker");
 }
 
-// Starts dtrain-worker with `args`; stdout and stderr go to `log`.
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+// Starts dtrain-worker with `args` (and --insecure unless `insecure` is false: the fake
+// coordinator is plaintext); stdout and stderr go to `log`.
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log, bool insecure = true) {
   std::vector<std::string> all = {WorkerBinary()};
+  if (insecure) all.push_back("--insecure");
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : all) argv.push_back(a.data());
@@ -90,10 +92,23 @@ TEST(DtrainWorker, HelpListsTheWorkersOwnFlags) {
   const std::string text = ReadFile(log);
   EXPECT_THAT(text, HasSubstr("The dtrain worker daemon"));
   for (const char* flag : {"--worker_id", "--coordinator", "--device", "--data_root",
-                           "--advertise_address", "--comm_timeout", "--metrics_listen"}) {
+                           "--advertise_address", "--comm_timeout", "--metrics_listen",
+                           "--tls_ca", "--tls_cert", "--tls_key", "--insecure"}) {
     EXPECT_THAT(text, HasSubstr(flag));
   }
   EXPECT_THAT(text, Not(HasSubstr("No flags matched")));
+}
+
+TEST(DtrainWorker, NeitherTlsFilesNorInsecureRefusesToStart) {
+  const std::string log = TempPath("no_tls.log");
+  pid_t pid = Spawn({"--worker_id=w", "--coordinator=127.0.0.1:1", "--device=cpu"}, log,
+                    /*insecure=*/false);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, kWait), 2);
+  EXPECT_EQ(ReadFile(log),
+            "dtrain-worker: error: the worker needs --tls_ca, --tls_cert and --tls_key (make them "
+            "with `dtrain certs init DIR`), or --insecure to run without TLS (anyone who can "
+            "reach the port controls the cluster)\n");
 }
 
 TEST(DtrainWorker, AdvertiseAddressNeedsAPort) {
@@ -155,6 +170,8 @@ TEST(DtrainWorker, SigtermStopsTheJobAtAStepBoundaryAndExitsZero) {
   EXPECT_EQ(outcome.error(), absl::StrCat("worker stopped by SIGTERM after step ", steps.back()));
   EXPECT_EQ(outcome.kind(), FAILURE_STOPPED);
   EXPECT_EQ(fake.registrations().at(0).worker_id(), "proc1");
+  EXPECT_THAT(ReadFile(TempPath("sigterm.log")),
+              HasSubstr("dtrain-worker: WARNING: --insecure: every connection to "));
   // It left the coordinator first, saying why, and did not come back.
   const std::vector<FakeCoordinator::Deregistration> gone = fake.deregistrations();
   ASSERT_EQ(gone.size(), 1u);

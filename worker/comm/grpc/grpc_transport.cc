@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/peer_secret.h"
 #include "common/status_macros.h"
+#include "common/tls.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/comm/grpc/frame_codec.h"
 #include "worker/comm/grpc/outgoing_stream.h"
@@ -37,6 +38,7 @@ grpc::ChannelArguments ChannelArgs(const GrpcTransportOptions& o) {
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   for (const auto& [name, value] : o.channel_args) args.SetInt(name, value);
+  SetPeerChannelArguments(o.tls, &args);  // peers are dialled by IP, verified by worker name
   return args;
 }
 
@@ -214,7 +216,10 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Start(GrpcTranspor
   t->service_ = std::make_unique<PeerServiceImpl>(t->handler_.get());
   grpc::ServerBuilder builder;
   const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(opt.keepalive));
-  builder.AddListeningPort(opt.listen_address, grpc::InsecureServerCredentials(), &t->port_);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentials(opt.tls);
+  if (!credentials.ok()) return Annotate(credentials.status(), "the peer service's TLS");
+  builder.AddListeningPort(opt.listen_address, *credentials, &t->port_);
   builder.RegisterService(t->service_.get());
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
@@ -277,8 +282,10 @@ absl::StatusOr<OutgoingStream*> GrpcTransport::StreamTo(int peer, absl::Time dea
   if (p.address.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("no address for rank ", peer));
   }
-  auto channel = grpc::CreateCustomChannel(p.address, grpc::InsecureChannelCredentials(),
-                                           ChannelArgs(options_));
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(options_.tls);
+  if (!credentials.ok()) return Annotate(credentials.status(), "TLS to peers");
+  auto channel = grpc::CreateCustomChannel(p.address, *credentials, ChannelArgs(options_));
   Inbox* inbox = p.inbox.get();
   p.stream = std::make_unique<OutgoingStream>(
       std::move(channel),

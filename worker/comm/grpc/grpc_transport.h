@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "worker/comm/flight_recorder.h"
 #include "worker/comm/transport.h"
 
@@ -68,6 +69,10 @@ struct GrpcTransportOptions {
   // thread: the worker logs it, since the caller may be an intruder rather than a peer. May be
   // empty; must not block.
   std::function<void(const absl::Status&)> on_refused;
+  // Mutual TLS of the peer service and of the channels to peers (common/tls.h): every peer
+  // presents a worker certificate of the cluster CA and is verified as kWorkerPeerHostname.
+  // Plaintext by default (in-process tests); the worker daemon passes its --tls_* files.
+  TlsFiles tls = TlsFiles::Insecure();
   // What the peer service's Diagnose answers (`dtrain diagnose`), to callers with the run's job
   // id and secret; null: Unimplemented. Must outlive the transport.
   const FlightRecorder* recorder = nullptr;
