@@ -121,6 +121,18 @@ TEST(DtrainWorker, AdvertiseAddressNeedsAPort) {
   EXPECT_THAT(ReadFile(log), HasSubstr("--advertise_address=10.0.0.1 must be host:port"));
 }
 
+TEST(DtrainWorker, AnAllowedPathThatDoesNotExistExitsOneNamingIt) {
+  const std::string log = TempPath("missing_root.log");
+  const std::string missing = TempPath("no_such_root");
+  pid_t pid = Spawn({"--worker_id=w", "--coordinator=127.0.0.1:1", "--device=cpu",
+                     "--data_root=" + TempPath("missing_root_data"), "--allowed_paths=" + missing},
+                    log);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, kWait), 1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("--data_root / --allowed_paths: allowed root " + missing +
+                                       " cannot be used: No such file or directory"));
+}
+
 TEST(DtrainWorker, AWorkerIdAnotherLiveWorkerHoldsExitsOne) {
   FakeCoordinator fake;
   fake.RefuseRegistrations(grpc::Status(
