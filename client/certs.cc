@@ -24,22 +24,15 @@
 #include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
+#include "common/x509.h"
 
 namespace dtrain {
 namespace client {
 namespace {
 
-struct X509Deleter {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct PkeyDeleter {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
 struct BioDeleter {
   void operator()(BIO* b) const { BIO_free(b); }
 };
-using X509Ptr = std::unique_ptr<X509, X509Deleter>;
-using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyDeleter>;
 using BioPtr = std::unique_ptr<BIO, BioDeleter>;
 
 constexpr absl::Duration kClockSkew = absl::Minutes(5);
@@ -114,8 +107,8 @@ std::string SubjectAltNames(const std::vector<std::string>& hosts) {
   std::vector<std::string> entries;
   for (const std::string& host : hosts) {
     unsigned char buf[16];
-    const bool ip = inet_pton(AF_INET, host.c_str(), buf) == 1 ||
-                    inet_pton(AF_INET6, host.c_str(), buf) == 1;
+    const bool ip =
+        inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
     entries.push_back(absl::StrCat(ip ? "IP:" : "DNS:", host));
   }
   return absl::StrJoin(entries, ",");
@@ -313,11 +306,8 @@ absl::StatusOr<std::vector<std::string>> IssueCertificate(const std::string& dir
   RETURN_IF_ERROR(ValidityOf(options).status());
   ASSIGN_OR_RETURN(std::string ca_pem, ReadFileToString(PathOf(dir, kCaName, ".pem")));
   ASSIGN_OR_RETURN(std::string ca_key_pem, ReadFileToString(PathOf(dir, kCaName, ".key")));
-  BioPtr ca_bio(BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size())));
-  X509Ptr ca(PEM_read_bio_X509(ca_bio.get(), nullptr, nullptr, nullptr));
-  BioPtr key_bio(BIO_new_mem_buf(ca_key_pem.data(), static_cast<int>(ca_key_pem.size())));
-  PkeyPtr ca_key(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
-  ERR_clear_error();
+  X509Ptr ca = ParseCertificatePem(ca_pem);
+  PkeyPtr ca_key = ParsePrivateKeyPem(ca_key_pem);
   if (ca == nullptr || ca_key == nullptr || X509_check_private_key(ca.get(), ca_key.get()) != 1) {
     ERR_clear_error();
     return absl::InvalidArgumentError(absl::StrCat(

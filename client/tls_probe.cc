@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/x509.h"
 
 namespace dtrain {
 namespace client {
@@ -25,9 +26,6 @@ struct SslCtxDeleter {
 };
 struct SslDeleter {
   void operator()(SSL* s) const { SSL_free(s); }
-};
-struct X509Deleter {
-  void operator()(X509* x) const { X509_free(x); }
 };
 
 // "host:port", "[::1]:port" -> host, port; false when there is no port.
@@ -75,14 +73,6 @@ std::string LastReason() {
   return reason;
 }
 
-std::string AsnTime(const ASN1_TIME* time) {
-  struct tm tm {};
-  if (ASN1_TIME_to_tm(time, &tm) != 1) return "?";
-  char buf[32];
-  strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
-
 // Whether `cert` verifies against the CA file `ca`; the error when not.
 std::string VerifyAgainst(X509* cert, const std::string& ca) {
   X509_STORE* store = X509_STORE_new();
@@ -104,7 +94,7 @@ std::string VerifyAgainst(X509* cert, const std::string& ca) {
 // not signed by our own --tls_ca), else the server does not trust our CA. `alert`: the TLS
 // alert it sent, if any (gRPC's server mostly just closes the connection).
 std::string RefusedOurs(const TlsFiles& tls, const std::string& alert) {
-  std::unique_ptr<X509, X509Deleter> ours;
+  X509Ptr ours;
   if (FILE* f = fopen(tls.cert.c_str(), "r")) {
     ours.reset(PEM_read_X509(f, nullptr, nullptr, nullptr));
     fclose(f);
@@ -117,9 +107,9 @@ std::string RefusedOurs(const TlsFiles& tls, const std::string& alert) {
   if (ours == nullptr) {
     why = "it could not be read back";
   } else if (X509_cmp_current_time(X509_get0_notAfter(ours.get())) < 0) {
-    why = absl::StrCat("it expired on ", AsnTime(X509_get0_notAfter(ours.get())));
+    why = absl::StrCat("it expired on ", FormatAsn1Time(X509_get0_notAfter(ours.get())));
   } else if (X509_cmp_current_time(X509_get0_notBefore(ours.get())) > 0) {
-    why = absl::StrCat("it is not valid before ", AsnTime(X509_get0_notBefore(ours.get())));
+    why = absl::StrCat("it is not valid before ", FormatAsn1Time(X509_get0_notBefore(ours.get())));
   } else if (std::string error = VerifyAgainst(ours.get(), tls.ca); !error.empty()) {
     why = absl::StrCat("it is not signed by the cluster CA --tls_ca ", tls.ca, " (", error,
                        "): another cluster's certificate?");
@@ -156,12 +146,13 @@ std::string DiagnoseTlsFailure(const std::string& address, const TlsFiles& tls,
   SSL_set_fd(ssl.get(), fd);
   const int connected = SSL_connect(ssl.get());
   std::string reason = connected == 1 ? "" : LastReason();
-  std::unique_ptr<X509, X509Deleter> theirs(SSL_get1_peer_certificate(ssl.get()));
+  X509Ptr theirs(SSL_get1_peer_certificate(ssl.get()));
   std::string result;
   if (tls.insecure) {
     // Anything TLS came back (a certificate, an alert): the server speaks TLS.
     if (theirs != nullptr || absl::StrContains(reason, "alert")) {
-      result = absl::StrCat("the coordinator at ", address, " requires mutual TLS and this "
+      result = absl::StrCat("the coordinator at ", address,
+                            " requires mutual TLS and this "
                             "client is plaintext (--insecure or DTRAIN_INSECURE=1): pass "
                             "--tls_ca, --tls_cert and --tls_key");
     }
@@ -170,10 +161,9 @@ std::string DiagnoseTlsFailure(const std::string& address, const TlsFiles& tls,
                           reason.empty() ? "no handshake" : reason,
                           "): was it started with --insecure? Then pass --insecure too");
   } else if (theirs != nullptr && SSL_get_verify_result(ssl.get()) != X509_V_OK) {
-    result = absl::StrCat(
-        "the coordinator's certificate does not verify against --tls_ca ", tls.ca, ": ",
-        X509_verify_cert_error_string(SSL_get_verify_result(ssl.get())),
-        " (is --tls_ca this cluster's CA?)");
+    result = absl::StrCat("the coordinator's certificate does not verify against --tls_ca ", tls.ca,
+                          ": ", X509_verify_cert_error_string(SSL_get_verify_result(ssl.get())),
+                          " (is --tls_ca this cluster's CA?)");
   } else if (theirs != nullptr && X509_check_host(theirs.get(), host.c_str(), 0, 0, nullptr) != 1 &&
              X509_check_ip_asc(theirs.get(), host.c_str(), 0) != 1) {
     result = absl::StrCat("the coordinator's certificate is not for '", host,

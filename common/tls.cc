@@ -18,36 +18,12 @@
 #include "absl/strings/str_join.h"
 #include "common/files.h"
 #include "common/status_macros.h"
+#include "common/x509.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 
 namespace dtrain {
 namespace {
-
-struct X509Deleter {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct PkeyDeleter {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-using X509Ptr = std::unique_ptr<X509, X509Deleter>;
-using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyDeleter>;
-
-X509Ptr ParseCertificate(absl::string_view pem) {
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  X509Ptr cert(PEM_read_bio_X509(bio, nullptr, nullptr, nullptr));
-  BIO_free(bio);
-  ERR_clear_error();
-  return cert;
-}
-
-PkeyPtr ParsePrivateKey(absl::string_view pem) {
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  PkeyPtr key(PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr));
-  BIO_free(bio);
-  ERR_clear_error();
-  return key;
-}
 
 absl::StatusOr<std::string> ReadFlagFile(absl::string_view flag, const std::string& path) {
   absl::StatusOr<std::string> bytes = ReadFileToString(path);
@@ -57,7 +33,7 @@ absl::StatusOr<std::string> ReadFlagFile(absl::string_view flag, const std::stri
 
 absl::StatusOr<X509Ptr> ReadCertificate(absl::string_view flag, const std::string& path) {
   ASSIGN_OR_RETURN(std::string pem, ReadFlagFile(flag, path));
-  X509Ptr cert = ParseCertificate(pem);
+  X509Ptr cert = ParseCertificatePem(pem);
   if (cert == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, " ", path,
@@ -77,14 +53,6 @@ std::string NameEntry(const X509_NAME* name, int nid) {
   std::string value(reinterpret_cast<char*>(utf8), static_cast<size_t>(length));
   OPENSSL_free(utf8);
   return value;
-}
-
-std::string FormatAsn1Time(const ASN1_TIME* time) {
-  struct tm tm {};
-  if (ASN1_TIME_to_tm(time, &tm) != 1) return "?";
-  char buf[32];
-  strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
 }
 
 }  // namespace
@@ -117,7 +85,7 @@ absl::Status ValidateTlsFiles(const TlsFiles& files, absl::string_view program) 
   RETURN_IF_ERROR(ReadCertificate("tls_ca", files.ca).status());
   ASSIGN_OR_RETURN(X509Ptr cert, ReadCertificate("tls_cert", files.cert));
   ASSIGN_OR_RETURN(std::string key_pem, ReadFlagFile("tls_key", files.key));
-  PkeyPtr key = ParsePrivateKey(key_pem);
+  PkeyPtr key = ParsePrivateKeyPem(key_pem);
   if (key == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tls_key ", files.key,
@@ -175,7 +143,7 @@ absl::StatusOr<PeerIdentity> PeerIdentityOf(const grpc::AuthContext& auth) {
   if (pem.empty()) {
     return absl::UnauthenticatedError("the caller presented no client certificate");
   }
-  X509Ptr cert = ParseCertificate(absl::string_view(pem[0].data(), pem[0].size()));
+  X509Ptr cert = ParseCertificatePem(absl::string_view(pem[0].data(), pem[0].size()));
   if (cert == nullptr) {
     return absl::UnauthenticatedError("the caller's certificate could not be parsed");
   }
