@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Collectives: dtrain's ring all-reduce over gRPC vs torch.distributed's gloo backend, and
-dtrain's pipeline stream vs iperf3, on loopback, in one run.
+dtrain's pipeline stream vs iperf3, on loopback, in one run; with --tls, dtrain with TLS off
+and on side by side.
 
     /usr/bin/python3 tools/bench_allreduce.py [--ranks 2,4] [--sizes_mib 1,2,4,8,16,32,64]
         [--rounds 3] [--seconds 2] [--p2p_sizes_mib 1,16,64] [--benchmark PATH]
+        [--tls [--no_gloo] [--dtrain PATH]]
 
 All-reduce: for each rank count, `--rounds` rounds; a round runs dtrain
 (//worker/comm:allreduce_benchmark, one process per rank over gRPC on 127.0.0.1) and gloo
@@ -18,8 +20,15 @@ moves, CPU-seconds per all-reduce summed over all ranks' processes (all their th
 Point-to-point: rank 0 streams activations to rank 1 (two sends in flight) for each
 --p2p_sizes_mib, against iperf3 (one TCP stream, loopback) over the same rounds.
 
-Prints tables and one JSON line (prefix "BENCH_JSON "). Builds the benchmark with
-`bazel build -c opt` unless --benchmark is given; needs iperf3 (tools/setup.sh installs it).
+TLS (--tls): every round also runs dtrain with mutual TLS on every stream, as the workers run
+it (the `worker` certificate of `dtrain certs init` on every rank, gRPC's TLS over the same
+loopback TCP), all-reduce and stream alike, so the two see the same background load; the order
+of the implementations rotates between rounds. --no_gloo leaves gloo out (plaintext against
+TLS only). Extra tables: busbw and stream GB/s with TLS off and on, their ratio, and CPU.
+
+Prints tables and one JSON line (prefix "BENCH_JSON "). Builds the benchmark (and with --tls the
+dtrain CLI, for `dtrain certs init`) with `bazel build -c opt` unless --benchmark (and --dtrain)
+are given; needs iperf3 (tools/setup.sh installs it).
 """
 
 import argparse
@@ -102,11 +111,14 @@ def run_ranks(cmds, what, timeout):
     return records
 
 
-def run_dtrain(binary, n, sizes, seconds, mode="allreduce"):
+def run_dtrain(binary, n, sizes, seconds, mode="allreduce", tls_dir=None):
+    """Plaintext, or with tls_dir (a `dtrain certs init` directory) mutual TLS."""
     peers = ",".join(f"127.0.0.1:{p}" for p in free_ports(n))
+    tls = [f"--tls_dir={tls_dir}"] if tls_dir else []
     cmds = [[binary, f"--rank={r}", f"--peers={peers}", f"--mode={mode}",
-             f"--sizes_mib={sizes}", f"--seconds={seconds}"] for r in range(n)]
-    return run_ranks(cmds, f"dtrain {mode} ({n} ranks)", timeout=600)
+             f"--sizes_mib={sizes}", f"--seconds={seconds}"] + tls for r in range(n)]
+    what = f"dtrain {mode} ({n} ranks{', TLS' if tls_dir else ''})"
+    return run_ranks(cmds, what, timeout=600)
 
 
 def run_gloo(script, n, sizes, seconds):
@@ -138,14 +150,23 @@ def run_iperf(seconds):
     raise SystemExit("bench_allreduce: iperf3 did not run")
 
 
-def build(output_base):
+def build(output_base, targets):
+    """Builds the targets with -c opt; returns the path of each (by target)."""
     startup = [f"--output_base={output_base}"] if output_base else []
+    # No convenience symlinks: bazel-bin stays the default build's for whoever shares the tree.
     cmd = ["bazel"] + startup + ["build", "-c", "opt", "--repo_env=DTRAIN_DISABLE_CUDA=1",
-                                 "//worker/comm:allreduce_benchmark"]
-    subprocess.run(cmd, cwd=ROOT, check=True)
+                                 "--symlink_prefix=/"]
+    subprocess.run(cmd + targets, cwd=ROOT, check=True)
     bin_dir = subprocess.run(["bazel"] + startup + ["info", "-c", "opt", "bazel-bin"], cwd=ROOT,
                              check=True, capture_output=True, text=True).stdout.strip()
-    return os.path.join(bin_dir, "worker/comm/allreduce_benchmark")
+    return {t: os.path.join(bin_dir, t[2:].replace(":", "/")) for t in targets}
+
+
+def make_certs(dtrain, tmp):
+    """A fresh cluster CA and its certificates, as an operator makes them."""
+    certs = os.path.join(tmp, "certs")
+    subprocess.run([dtrain, "certs", "init", certs], check=True, capture_output=True, text=True)
+    return certs
 
 
 def med(xs):
@@ -162,15 +183,24 @@ def main():
     ap.add_argument("--benchmark", help="allreduce_benchmark binary (default: build it)")
     ap.add_argument("--bazel_output_base", help="bazel --output_base for the build")
     ap.add_argument("--skip_p2p", action="store_true")
+    ap.add_argument("--tls", action="store_true",
+                    help="also run dtrain with mutual TLS in every round (TLS off/on tables)")
+    ap.add_argument("--no_gloo", action="store_true", help="leave gloo out")
+    ap.add_argument("--dtrain", help="dtrain CLI for `certs init` (default: build it)")
     args = ap.parse_args()
-    if not os.path.exists(TORCH_PYTHON):
+    if not args.no_gloo and not os.path.exists(TORCH_PYTHON):
         raise SystemExit("bench_allreduce: needs /usr/bin/python3 with python3-torch")
     if not args.skip_p2p and shutil.which("iperf3") is None:
         raise SystemExit("bench_allreduce: needs iperf3 (tools/setup.sh installs it)")
-    binary = args.benchmark or build(args.bazel_output_base)
+    targets = ([] if args.benchmark else ["//worker/comm:allreduce_benchmark"]) + \
+        (["//client:dtrain"] if args.tls and not args.dtrain else [])
+    built = build(args.bazel_output_base, targets) if targets else {}
+    binary = args.benchmark or built["//worker/comm:allreduce_benchmark"]
     sizes = [int(float(s) * (1 << 20)) // 4 * 4 for s in args.sizes_mib.split(",")]
 
     tmp = tempfile.mkdtemp(prefix="bench_allreduce_")
+    tls_dir = make_certs(args.dtrain or built["//client:dtrain"], tmp) if args.tls else None
+    impls = ["dtrain"] + (["dtrain-tls"] if args.tls else []) + ([] if args.no_gloo else ["gloo"])
     gloo_script = os.path.join(tmp, "gloo_worker.py")
     with open(gloo_script, "w") as f:
         f.write(GLOO_WORKER)
@@ -180,10 +210,12 @@ def main():
     results = {}
     for n in [int(x) for x in args.ranks.split(",")]:
         for rnd in range(args.rounds):
-            order = ["dtrain", "gloo"] if rnd % 2 == 0 else ["gloo", "dtrain"]
+            order = impls[rnd % len(impls):] + impls[:rnd % len(impls)]  # rotates per round
             for impl in order:
                 if impl == "dtrain":
                     recs = run_dtrain(binary, n, args.sizes_mib, args.seconds)
+                elif impl == "dtrain-tls":
+                    recs = run_dtrain(binary, n, args.sizes_mib, args.seconds, tls_dir=tls_dir)
                 else:
                     recs = run_gloo(gloo_script, n, args.sizes_mib, args.seconds)
                 for b in sizes:
@@ -198,30 +230,47 @@ def main():
                       " ".join(f"{b >> 20}MiB {results[(impl, n, b)]['busbw'][-1]:.3f}"
                                for b in sizes), file=sys.stderr, flush=True)
 
-    p2p = {}
+    p2p = {}  # p2p[(tls, bytes)] = {"gbs": [...], "cpu_us": [...]}
     iperf = []
     if not args.skip_p2p:
         p2p_sizes = [int(float(s) * (1 << 20)) // 4 * 4 for s in args.p2p_sizes_mib.split(",")]
         for rnd in range(args.rounds):
-            recs = run_dtrain(binary, 2, args.p2p_sizes_mib, args.seconds, mode="p2p")
-            for b in p2p_sizes:
-                recv = [r for r in recs if r["bytes"] == b and r["rank"] == 1][0]
-                cpu = sum(r["cpu_us"] for r in recs if r["bytes"] == b)
-                slot = p2p.setdefault(b, {"gbs": [], "cpu_us": []})
-                slot["gbs"].append(recv["gbs"])
-                slot["cpu_us"].append(cpu)
+            modes = [False, True] if args.tls else [False]
+            for tls in modes if rnd % 2 == 0 else modes[::-1]:
+                recs = run_dtrain(binary, 2, args.p2p_sizes_mib, args.seconds, mode="p2p",
+                                  tls_dir=tls_dir if tls else None)
+                for b in p2p_sizes:
+                    recv = [r for r in recs if r["bytes"] == b and r["rank"] == 1][0]
+                    cpu = sum(r["cpu_us"] for r in recs if r["bytes"] == b)
+                    slot = p2p.setdefault((tls, b), {"gbs": [], "cpu_us": []})
+                    slot["gbs"].append(recv["gbs"])
+                    slot["cpu_us"].append(cpu)
             iperf.append(run_iperf(max(2, int(args.seconds * 2))))
             print(f"  p2p round {rnd + 1}/{args.rounds}: " +
-                  " ".join(f"{b >> 20}MiB {p2p[b]['gbs'][-1]:.3f}" for b in p2p_sizes) +
+                  " ".join(f"{b >> 20}MiB {p2p[(False, b)]['gbs'][-1]:.3f}" +
+                           (f" (TLS {p2p[(True, b)]['gbs'][-1]:.3f})" if args.tls else "")
+                           for b in p2p_sizes) +
                   f" iperf3 {iperf[-1]['gbs']:.3f} GB/s", file=sys.stderr, flush=True)
     load1 = os.getloadavg()[0]
 
-    print(f"\nAll-reduce (sum, float32), loopback, median of {args.rounds} rounds; "
-          f"load average {load0:.1f} -> {load1:.1f}")
+    print(f"\nload average {load0:.1f} -> {load1:.1f}")
+    summary = {"allreduce": [], "p2p": [], "tls_allreduce": [], "tls_p2p": []}
+    if not args.no_gloo:
+        print_gloo_table(args, sizes, results, summary)
+    if args.tls:
+        print_tls_tables(args, sizes, results, p2p, summary)
+    if p2p:
+        print_p2p_table(p2p, iperf, summary)
+    summary["load"] = [load0, load1]
+    print("BENCH_JSON " + json.dumps(summary))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_gloo_table(args, sizes, results, summary):
+    print(f"\nAll-reduce (sum, float32), loopback, median of {args.rounds} rounds")
     print("| ranks | size | dtrain time (ms) | dtrain algbw | dtrain busbw | gloo time (ms) | "
           "gloo algbw | gloo busbw | busbw dtrain/gloo | CPU-s per all-reduce dtrain / gloo |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    summary = {"allreduce": [], "p2p": []}
     for n in [int(x) for x in args.ranks.split(",")]:
         for b in sizes:
             d, g = results[("dtrain", n, b)], results[("gloo", n, b)]
@@ -237,22 +286,58 @@ def main():
                                          "gloo_busbw_gbs": gbus, "ratio": dbus / gbus,
                                          "dtrain_cpu_us": med(d["cpu_us"]),
                                          "gloo_cpu_us": med(g["cpu_us"])})
-    if p2p:
-        ip = med([x["gbs"] for x in iperf])
-        print(f"\nPoint-to-point activation stream (2 ranks, two sends in flight) vs iperf3 "
-              f"(one TCP stream, {ip:.3f} GB/s, CPU {med([x['cpu_pct'] for x in iperf]):.0f}% "
-              f"of a core, both ends)")
-        print("| size | dtrain GB/s | of iperf3 | CPU-s per GB, both ends |")
-        print("|---|---|---|---|")
-        for b, slot in p2p.items():
-            g = med(slot["gbs"])
-            cpu_per_gb = med(slot["cpu_us"]) / 1e6 / (b / 1e9)
-            print(f"| {b / (1 << 20):g} MiB | {g:.3f} | {100 * g / ip:.0f}% | {cpu_per_gb:.2f} |")
-            summary["p2p"].append({"bytes": b, "gbs": g, "iperf3_gbs": ip, "ratio": g / ip,
-                                   "cpu_s_per_gb": cpu_per_gb})
-    summary["load"] = [load0, load1]
-    print("BENCH_JSON " + json.dumps(summary))
-    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_tls_tables(args, sizes, results, p2p, summary):
+    print(f"\nAll-reduce with TLS off and on (dtrain, sum, float32), loopback, median of "
+          f"{args.rounds} rounds")
+    print("| ranks | size | busbw plaintext | busbw TLS | TLS / plaintext | "
+          "CPU-s per all-reduce, plaintext / TLS |")
+    print("|---|---|---|---|---|---|")
+    for n in [int(x) for x in args.ranks.split(",")]:
+        for b in sizes:
+            d, t = results[("dtrain", n, b)], results[("dtrain-tls", n, b)]
+            dbus, tbus = med(d["busbw"]), med(t["busbw"])
+            dcpu, tcpu = med(d["cpu_us"]), med(t["cpu_us"])
+            print(f"| {n} | {b / (1 << 20):g} MiB | {dbus:.3f} | {tbus:.3f} | "
+                  f"{tbus / dbus:.2f} | {dcpu / 1e6:.3f} / {tcpu / 1e6:.3f} |")
+            summary["tls_allreduce"].append({"ranks": n, "bytes": b, "busbw_gbs": dbus,
+                                             "tls_busbw_gbs": tbus, "ratio": tbus / dbus,
+                                             "cpu_us": dcpu, "tls_cpu_us": tcpu})
+    if not p2p:
+        return
+    print(f"\nActivation stream with TLS off and on (2 ranks, two sends in flight), median of "
+          f"{args.rounds} rounds")
+    print("| size | plaintext GB/s | TLS GB/s | TLS / plaintext | "
+          "CPU-s per GB, both ends: plaintext / TLS |")
+    print("|---|---|---|---|---|")
+    for (tls, b), slot in p2p.items():
+        if tls:
+            continue
+        on = p2p[(True, b)]
+        g, tg = med(slot["gbs"]), med(on["gbs"])
+        cpu, tcpu = (med(x["cpu_us"]) / 1e6 / (b / 1e9) for x in (slot, on))
+        print(f"| {b / (1 << 20):g} MiB | {g:.3f} | {tg:.3f} | {tg / g:.2f} | "
+              f"{cpu:.2f} / {tcpu:.2f} |")
+        summary["tls_p2p"].append({"bytes": b, "gbs": g, "tls_gbs": tg, "ratio": tg / g,
+                                   "cpu_s_per_gb": cpu, "tls_cpu_s_per_gb": tcpu})
+
+
+def print_p2p_table(p2p, iperf, summary):
+    ip = med([x["gbs"] for x in iperf])
+    print(f"\nPoint-to-point activation stream (2 ranks, two sends in flight, plaintext) vs "
+          f"iperf3 (one TCP stream, {ip:.3f} GB/s, CPU "
+          f"{med([x['cpu_pct'] for x in iperf]):.0f}% of a core, both ends)")
+    print("| size | dtrain GB/s | of iperf3 | CPU-s per GB, both ends |")
+    print("|---|---|---|---|")
+    for (tls, b), slot in p2p.items():
+        if tls:
+            continue
+        g = med(slot["gbs"])
+        cpu_per_gb = med(slot["cpu_us"]) / 1e6 / (b / 1e9)
+        print(f"| {b / (1 << 20):g} MiB | {g:.3f} | {100 * g / ip:.0f}% | {cpu_per_gb:.2f} |")
+        summary["p2p"].append({"bytes": b, "gbs": g, "iperf3_gbs": ip, "ratio": g / ip,
+                               "cpu_s_per_gb": cpu_per_gb})
 
 
 if __name__ == "__main__":

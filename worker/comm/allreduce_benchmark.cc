@@ -17,6 +17,9 @@
 //              each; exits 1 with the error (the fault test kills one such rank).
 // With --listen=127.0.0.1:0 the process prints "port N" first (its own --peers entry is then
 // ignored by the others only if they learn N; the fault test does).
+// With --tls_dir=DIR (a `dtrain certs init` directory) every stream is mutual TLS, as between
+// workers: each rank presents DIR/worker.pem and verifies its peers against DIR/ca.pem
+// (docs/PERFORMANCE.md, "TLS"); without it, plaintext.
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -30,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "common/tls.h"
 #include "worker/comm/collectives/allreduce_ring.h"
 #include "worker/comm/collectives/barrier.h"
 #include "worker/comm/collectives/broadcast.h"
@@ -49,6 +53,9 @@ ABSL_FLAG(int64_t, frame_kib, 1024, "largest gRPC frame payload (KiB)");
 ABSL_FLAG(int64_t, loop_floats, 1 << 18, "loop mode: floats per all-reduce");
 ABSL_FLAG(std::string, grpc_args, "", "extra integer gRPC channel arguments: name=value,...");
 ABSL_FLAG(double, timeout_s, 60, "deadline of every collective and connection (seconds)");
+ABSL_FLAG(std::string, tls_dir, "",
+          "a `dtrain certs init` directory: mutual TLS with its worker certificate; empty: "
+          "plaintext");
 
 namespace dtrain::comm {
 namespace {
@@ -193,6 +200,10 @@ absl::Status Run() {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.job_id = "allreduce-benchmark";
   options.frame_bytes = absl::GetFlag(FLAGS_frame_kib) << 10;
+  if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
+    options.tls = TlsFiles{
+        .ca = dir + "/ca.pem", .cert = dir + "/worker.pem", .key = dir + "/worker.key"};
+  }
   for (absl::string_view arg : absl::StrSplit(absl::GetFlag(FLAGS_grpc_args), ',',
                                               absl::SkipEmpty())) {
     std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
