@@ -8,16 +8,15 @@
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "kernels/backend.h"
+#include "common/status_macros.h"
 #include "worker/comm/flight_recorder.h"
 #include "worker/comm/inproc/inproc_transport.h"
 #include "worker/comm/observed_transport.h"
-#include "worker/parallel/parallel_trainer.h"
+#include "worker/parallel/threaded_ranks.h"
 #include "worker/testing/text_corpus.h"
 
 ABSL_FLAG(int, rounds, 6, "rounds with and without the recorder each, alternating");
@@ -35,62 +34,29 @@ struct Round {
 };
 
 absl::StatusOr<Round> RunRound(bool record, const std::string& data) {
-  constexpr int p = 2;
-  const int steps = absl::GetFlag(FLAGS_steps);
-  comm::InprocHub hub(p);
+  PipelineJob job;
+  job.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  job.steps = absl::GetFlag(FLAGS_steps);
+  job.n_embd = absl::GetFlag(FLAGS_n_embd);
+  job.seq = absl::GetFlag(FLAGS_seq);
+  job.data = data;
+  comm::InprocHub hub(job.stages);
   std::vector<std::unique_ptr<comm::FlightRecorder>> recorders;
   std::vector<std::unique_ptr<comm::ObservedTransport>> observed;
-  for (int r = 0; r < p; ++r) {
+  std::vector<comm::Transport*> transports;
+  for (int r = 0; r < job.stages; ++r) {
     recorders.push_back(std::make_unique<comm::FlightRecorder>());
     observed.push_back(
         std::make_unique<comm::ObservedTransport>(hub.transport(r), nullptr, recorders[r].get()));
+    transports.push_back(record ? observed[r].get() : hub.transport(r));
   }
-  std::vector<std::vector<TrainStepMetrics>> metrics(p);
-  std::vector<absl::Status> status(p);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r) {
-    threads.emplace_back([&, r] {
-      auto backend = kernels::CreateBackend("cpu", 1);
-      if (!backend.ok()) {
-        status[r] = backend.status();
-        return;
-      }
-      ParallelTrainingOptions o;
-      const int C = absl::GetFlag(FLAGS_n_embd);
-      o.run.model = {256, absl::GetFlag(FLAGS_seq), 2 * p, C / 32, C};
-      o.run.data_path = data;
-      o.run.steps = steps;
-      o.run.batch = absl::GetFlag(FLAGS_micro_batches);
-      o.run.seq = absl::GetFlag(FLAGS_seq);
-      o.layout.set_dp(1);
-      o.layout.set_pp(p);
-      o.layout.set_tp(1);
-      o.layout.set_schedule("1f1b");
-      o.layout.set_virtual_stages(1);
-      o.layout.set_bucket_bytes(1 << 20);
-      o.micro_batch_size = 1;
-      o.rank = r;
-      comm::Transport* t =
-          record ? static_cast<comm::Transport*>(observed[r].get()) : hub.transport(r);
-      auto trainer = ParallelTrainer::Create(backend->get(), t, o);
-      if (!trainer.ok()) {
-        status[r] = trainer.status();
-        return;
-      }
-      status[r] = (*trainer)->Run({[&](const TrainStepMetrics& s) {
-        metrics[r].push_back(s);
-        return absl::OkStatus();
-      }});
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const absl::Status& s : status) {
-    if (!s.ok()) return s;
-  }
+  ASSIGN_OR_RETURN(std::vector<RankRun> runs,
+                   TrainRanksOnThreads(transports, [&](int) { return PipelineOptions(job); }));
+  const std::vector<TrainStepMetrics>& steps = runs[0].steps;
   Round out;
-  for (size_t s = 1; s < metrics[0].size(); ++s) out.step_seconds += metrics[0][s].step_seconds;
-  out.step_seconds /= metrics[0].size() - 1;
-  out.records_per_step = double(recorders[0]->recorded()) / steps;
+  for (size_t s = 1; s < steps.size(); ++s) out.step_seconds += steps[s].step_seconds;
+  out.step_seconds /= steps.size() - 1;
+  out.records_per_step = double(recorders[0]->recorded()) / job.steps;
   return out;
 }
 

@@ -15,9 +15,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
-#include "kernels/backend.h"
+#include "common/status_macros.h"
 #include "worker/comm/inproc/inproc_transport.h"
-#include "worker/parallel/parallel_trainer.h"
+#include "worker/parallel/threaded_ranks.h"
 #include "worker/pipeline/simulate.h"
 #include "worker/testing/text_corpus.h"
 
@@ -47,63 +47,38 @@ absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) 
   const int p = absl::GetFlag(FLAGS_stages), m = absl::GetFlag(FLAGS_micro_batches);
   const int steps = absl::GetFlag(FLAGS_steps);
   comm::InprocHub hub(p);
-  std::vector<std::vector<TrainStepMetrics>> metrics(p);
-  std::vector<ParallelRunStats> stats(p);
-  std::vector<absl::Status> status(p);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r) {
-    threads.emplace_back([&, r] {
-      auto backend = kernels::CreateBackend("cpu", 1);
-      if (!backend.ok()) {
-        status[r] = backend.status();
-        return;
-      }
-      ParallelTrainingOptions o;
-      o.run.model = {256, absl::GetFlag(FLAGS_seq), p * absl::GetFlag(FLAGS_layers_per_stage),
-                     absl::GetFlag(FLAGS_n_embd) / 32, absl::GetFlag(FLAGS_n_embd)};
-      o.run.data_path = data;
-      o.run.steps = steps;
-      o.run.batch = m;
-      o.run.seq = absl::GetFlag(FLAGS_seq);
-      o.layout.set_dp(1);
-      o.layout.set_pp(p);
-      o.layout.set_tp(1);
-      o.layout.set_schedule(pipeline::ScheduleName(kind));
-      o.layout.set_virtual_stages(v);
-      o.layout.set_bucket_bytes(1 << 20);  // unused: dp = 1 reduces no gradients
-      o.micro_batch_size = 1;
-      o.rank = r;
-      auto trainer = ParallelTrainer::Create(backend->get(), hub.transport(r), o);
-      if (!trainer.ok()) {
-        status[r] = trainer.status();
-        return;
-      }
-      status[r] = (*trainer)->Run({[&](const TrainStepMetrics& s) {
-        metrics[r].push_back(s);
-        return absl::OkStatus();
-      }});
-      stats[r] = (*trainer)->stats();
-    });
-  }
-  for (auto& t : threads) t.join();
+  std::vector<comm::Transport*> transports;
+  for (int r = 0; r < p; ++r) transports.push_back(hub.transport(r));
+  PipelineJob job;
+  job.stages = p;
+  job.micro_batches = m;
+  job.steps = steps;
+  job.n_embd = absl::GetFlag(FLAGS_n_embd);
+  job.seq = absl::GetFlag(FLAGS_seq);
+  job.layers_per_stage = absl::GetFlag(FLAGS_layers_per_stage);
+  job.schedule = pipeline::ScheduleName(kind);
+  job.virtual_stages = v;
+  job.data = data;
+  ASSIGN_OR_RETURN(std::vector<RankRun> runs,
+                   TrainRanksOnThreads(transports, [&](int) { return PipelineOptions(job); }));
   Measured out;
   for (int r = 0; r < p; ++r) {
-    if (!status[r].ok()) return status[r];
+    const std::vector<TrainStepMetrics>& metrics = runs[r].steps;
     double compute = 0, total = 0, wait = 0;
-    for (size_t s = 1; s < metrics[r].size(); ++s) {
-      compute += metrics[r][s].compute_seconds;
-      total += metrics[r][s].step_seconds;
-      wait += metrics[r][s].bubble_seconds;
+    for (size_t s = 1; s < metrics.size(); ++s) {
+      compute += metrics[s].compute_seconds;
+      total += metrics[s].step_seconds;
+      wait += metrics[s].bubble_seconds;
     }
-    const double n = metrics[r].size() - 1;
+    const double n = metrics.size() - 1;
     out.idle.push_back(1.0 - compute / total);
     out.wait_fraction += wait / total / p;
     out.compute_seconds += compute / n / p;
     out.step_seconds = total / n;
     const double actions = double{m} * v;  // per stage and step: m micro-batches x v chunks
-    out.costs.push_back({stats[r].forward_seconds / actions,
-                         stats[r].backward_input_seconds / actions,
-                         stats[r].backward_weight_seconds / actions});
+    const ParallelRunStats& stats = runs[r].stats;
+    out.costs.push_back({stats.forward_seconds / actions, stats.backward_input_seconds / actions,
+                         stats.backward_weight_seconds / actions});
   }
   return out;
 }

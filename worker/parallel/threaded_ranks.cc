@@ -1,0 +1,61 @@
+#include "worker/parallel/threaded_ranks.h"
+
+#include <thread>
+
+#include "kernels/backend.h"
+
+namespace dtrain::parallel {
+
+ParallelTrainingOptions PipelineOptions(const PipelineJob& job) {
+  ParallelTrainingOptions o;
+  o.run.model = {256, job.seq, job.stages * job.layers_per_stage, job.n_embd / 32, job.n_embd};
+  o.run.data_path = job.data;
+  o.run.steps = job.steps;
+  o.run.batch = job.micro_batches;
+  o.run.seq = job.seq;
+  o.layout.set_dp(1);
+  o.layout.set_pp(job.stages);
+  o.layout.set_tp(1);
+  o.layout.set_schedule(job.schedule);
+  o.layout.set_virtual_stages(job.virtual_stages);
+  o.layout.set_bucket_bytes(1 << 20);  // unused: dp = 1 reduces no gradients
+  o.micro_batch_size = 1;
+  return o;
+}
+
+absl::StatusOr<std::vector<RankRun>> TrainRanksOnThreads(
+    const std::vector<comm::Transport*>& transports,
+    const std::function<ParallelTrainingOptions(int rank)>& options) {
+  const int p = static_cast<int>(transports.size());
+  std::vector<RankRun> runs(p);
+  std::vector<absl::Status> status(p);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) {
+    threads.emplace_back([&, r] {
+      auto backend = kernels::CreateBackend("cpu", 1);
+      if (!backend.ok()) {
+        status[r] = backend.status();
+        return;
+      }
+      ParallelTrainingOptions o = options(r);
+      o.rank = r;
+      auto trainer = ParallelTrainer::Create(backend->get(), transports[r], o);
+      if (!trainer.ok()) {
+        status[r] = trainer.status();
+        return;
+      }
+      status[r] = (*trainer)->Run({[&](const TrainStepMetrics& s) {
+        runs[r].steps.push_back(s);
+        return absl::OkStatus();
+      }});
+      runs[r].stats = (*trainer)->stats();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  return runs;
+}
+
+}  // namespace dtrain::parallel

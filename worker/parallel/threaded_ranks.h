@@ -1,0 +1,50 @@
+// Benchmark support: every rank of a job as a thread of this process, each with its own
+// one-thread CPU backend and ParallelTrainer over the transport given for it (an in-process
+// hub's, possibly wrapped), run to the end.
+//
+//   comm::InprocHub hub(2);
+//   ASSIGN_OR_RETURN(std::vector<RankRun> runs,
+//                    TrainRanksOnThreads({hub.transport(0), hub.transport(1)},
+//                                        [&](int rank) { return OptionsOf(rank); }));
+#ifndef DTRAIN_WORKER_PARALLEL_THREADED_RANKS_H_
+#define DTRAIN_WORKER_PARALLEL_THREADED_RANKS_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/comm/transport.h"
+#include "worker/parallel/parallel_trainer.h"
+
+namespace dtrain::parallel {
+
+struct RankRun {
+  std::vector<TrainStepMetrics> steps;  // every step, in order
+  ParallelRunStats stats;
+};
+
+// A dp=1, tp=1 pipeline of `stages` ranks training a byte-level GPT-2 of width n_embd (heads of
+// 32) and layers_per_stage blocks per stage on `data`, one sequence per micro-batch.
+struct PipelineJob {
+  int stages = 2;
+  int micro_batches = 4;
+  int steps = 4;
+  int n_embd = 128;
+  int seq = 64;
+  int layers_per_stage = 2;
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
+  std::string data;
+};
+ParallelTrainingOptions PipelineOptions(const PipelineJob& job);
+
+// `options(rank)` for each rank of `transports` (options.rank is set here). The first rank's
+// error, if any.
+absl::StatusOr<std::vector<RankRun>> TrainRanksOnThreads(
+    const std::vector<comm::Transport*>& transports,
+    const std::function<ParallelTrainingOptions(int rank)>& options);
+
+}  // namespace dtrain::parallel
+
+#endif  // DTRAIN_WORKER_PARALLEL_THREADED_RANKS_H_
