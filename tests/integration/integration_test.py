@@ -786,12 +786,13 @@ import plan_cases  # noqa: E402  one job plan: plan and submit reject alike, mem
 import recovery_cases  # noqa: E402  jobs that recover from a lost worker with no user action
 import reshard_cases  # noqa: E402  a checkpoint resumed on another layout
 import paths_cases  # noqa: E402  jobs confined to the workers' roots; request limits
+import roles_cases  # noqa: E402  roles on the coordinator; a job's peers only from its own run
 import tls_cases  # noqa: E402  mutual TLS: refused clients and peers, a job over TLS
 import diagnose_cases  # noqa: E402  dtrain diagnose: who waits on whom, live
 
 CASES = {}
 for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
-                reshard_cases, paths_cases, diagnose_cases, tls_cases):
+                reshard_cases, paths_cases, roles_cases, tls_cases, diagnose_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn
@@ -808,10 +809,13 @@ def main():
     parser.add_argument("--worker", required=True)
     parser.add_argument("--cli", required=True)
     parser.add_argument("--examples", required=True, help="folder of tiny.json")
+    parser.add_argument("--peer_dial", help="worker/comm's peer_dial_for_testing (roles_cases)")
     args = parser.parse_args()
     args.binaries = {"coordinator": os.path.abspath(args.coordinator),
                      "worker": os.path.abspath(args.worker), "cli": os.path.abspath(args.cli)}
     args.examples = os.path.abspath(args.examples)
+    if args.peer_dial:
+        args.peer_dial = os.path.abspath(args.peer_dial)
     # Bazel ends a test that runs too long with SIGTERM: turn it into an exception so every
     # Cluster's cleanup runs (children also die with us through PR_SET_PDEATHSIG).
     signal.signal(signal.SIGTERM, _on_sigterm)

@@ -1,0 +1,176 @@
+"""Integration case: roles on the coordinator (coordinator/roles.h) and the per-job peer secret
+(common/peer_secret.h), on a cluster with mutual TLS and the certificates of `dtrain certs init`.
+
+Each case_* function is one Bazel test (listed in BUILD) and states what it checks.
+"""
+
+import base64
+import json
+import os
+import sqlite3
+import subprocess
+
+from harness import Cluster, TestFailure, expect, losses, small_job_spec
+
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+STEPS_B = 400  # job B runs a few seconds: still running when the intruder dials
+
+
+def _varint(buf, i):
+    value, shift = 0, 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, i
+
+
+def _fields(buf):
+    """(field number, value) of one protobuf message, on the wire format."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire == 1:
+            value, i = buf[i:i + 8], i + 8
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            value, i = buf[i:i + n], i + n
+        elif wire == 5:
+            value, i = buf[i:i + 4], i + 4
+        else:
+            raise TestFailure("unexpected wire type %d in a stored placement" % wire)
+        yield number, value
+
+
+def stored_peer_secret(db, job_id):
+    """The peer secret of `job_id`'s current run (Placement.peer_secret, field 3), as the
+    coordinator stored it. Every worker of that run holds it; the case reads it here to act as
+    one of them (no client can get it: the service strips it)."""
+    con = sqlite3.connect(db, timeout=10)
+    try:
+        row = con.execute("SELECT placement FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    finally:
+        con.close()
+    expect(row and row[0], "%s has no stored placement" % job_id)
+    secrets = [bytes(v) for n, v in _fields(bytes(row[0])) if n == 3]
+    expect(len(secrets) == 1 and len(secrets[0]) == 16,
+           "%s: want one 16-byte peer secret in its placement, got %r" % (job_id, secrets))
+    return secrets[0]
+
+
+def refused(c, name, what, rc, out, err, method, needs):
+    """A call refused for its role: exit 6, one line naming the certificate, method and role."""
+    want = "certificate '%s' (role %s) may not call %s: it needs role %s" % (name, name, method,
+                                                                              needs)
+    expect(rc == 6, "%s: exit %d, not 6\nstdout: %s\nstderr: %s" % (what, rc, out, err))
+    expect(want in err, "%s: the error does not say %r:\n%s" % (what, want, err))
+    expect(len(err.strip().splitlines()) == 1, "%s: not one line:\n%s" % (what, err))
+    print("%s -> exit %d: %s" % (what, rc, err.strip()))
+
+
+def case_roles(args):
+    """On a TLS cluster: a viewer lists and reads but its cancel is refused (PERMISSION_DENIED
+    in one line, the job keeps running); a worker certificate cannot submit; a worker started
+    with the viewer certificate cannot register and exits saying why; a worker of job A that
+    dials a rank of job B with job A's secret is refused (the tool says the peer refused its
+    secret, B's rank logs the refusal naming job B, never a secret), and B trains to the same
+    losses, bit for bit, as its undisturbed rerun; no client answer carries a peer secret."""
+    with Cluster(args.binaries, "roles", tls=True) as c:
+        c.write_corpus()
+        c.start_coordinator()
+        for w in ("w1", "w2", "w3"):
+            c.start_worker(w)
+        c.wait_workers({"w1": "IDLE", "w2": "IDLE", "w3": "IDLE"})
+        ckpt = os.path.join(c.tmp, "ckpt")
+
+        # Job A: one worker, long enough to outlive the case.
+        a = c.submit(c.write_spec("a.json", small_job_spec(ckpt, 100000, name="a")))
+        c.wait_step(a, 1, 60)
+
+        # --- roles ---
+        for what in (("list",), ("status", a), ("workers",)):
+            rc, out, err = c.cli(*what, cert="viewer")
+            expect(rc == 0, "viewer %s: exit %d: %s" % (" ".join(what), rc, err))
+        rc, out, err = c.cli("cancel", a, cert="viewer")
+        refused(c, "viewer", "viewer cancel", rc, out, err, "CancelJob", "admin")
+        expect(c.job(a)["state"] == "RUNNING", "job A stopped after a refused cancel: %s"
+               % c.job(a)["state"])
+        rc, out, err = c.cli("submit", c.write_spec("w.json", small_job_spec(
+            ckpt, 5, name="from-a-worker")), cert="worker")
+        refused(c, "worker", "worker submit", rc, out, err, "SubmitJob", "admin")
+
+        # A worker with a client certificate cannot register.
+        intruder = c.start_worker("wv", extra=c.tls_flags("viewer"))
+        status = intruder.wait(30)
+        log = intruder.log_text()
+        want = ("certificate 'viewer' (role viewer) may not call RegisterWorker: it needs role "
+                "worker")
+        expect(status not in (None, 0), "the worker with the viewer certificate did not exit "
+               "with an error (status %s):\n%s" % (status, log[-2000:]))
+        expect(want in log, "its log does not say %r:\n%s" % (want, log[-2000:]))
+        expect("wv" not in c.workers_by_id(), "wv registered with a viewer certificate")
+        print("worker with the viewer certificate: exit %s: %s"
+              % (status, [l for l in log.splitlines() if want in l][0]))
+
+        # --- the peer secret ---
+        # Job B: dp=2 on w2 and w3; long enough to be running when the intruder dials.
+        b_spec = small_job_spec(ckpt, STEPS_B, name="b", parallel={"dp": 2})
+        b = c.submit(c.write_spec("b.json", b_spec))
+        job_b = c.wait_step(b, 2, 60)
+        rank1 = job_b["placement"]["ranks"][1]
+        secret_a = stored_peer_secret(c.db, a)
+        secret_b = stored_peer_secret(c.db, b)
+        expect(secret_a != secret_b, "jobs A and B have the same peer secret")
+        argv = [args.peer_dial, "--address=%s" % rank1["worker_address"], "--job_id=%s" % b,
+                "--src_rank=0", "--dst_rank=1", "--size=2", "--secret_hex=%s" % secret_a.hex(),
+                "--timeout_s=10"] + c.tls_flags("worker")
+        r = subprocess.run(argv, capture_output=True, timeout=30)
+        out = r.stdout.decode(errors="replace") + r.stderr.decode(errors="replace")
+        expect(r.returncode == 1 and "refused this rank's job secret" in out,
+               "dialling job B's rank 1 with job A's secret: exit %d (want 1, refused):\n%s"
+               % (r.returncode, out))
+        print("a worker of %s dialling %s's rank 1: %s" % (a, b, out.strip()))
+        victim = c.workers[rank1["worker_id"]]
+        line = "job %s: the peer service refused a stream: refused a stream from rank 0 for job '%s'" \
+            % (b, b)
+        c.wait_until(lambda: line in victim.log_text(), 10,
+                     "%s's log to record the refused stream" % rank1["worker_id"])
+        expect(secret_a.hex() not in victim.log_text() and secret_b.hex() not in victim.log_text(),
+               "a secret appears in %s's log" % rank1["worker_id"])
+
+        expect(c.job(b)["state"] == "RUNNING", "job B was not running any more when dialled; "
+               "the refusal above was not from its rank")
+        rc, out, err = c.cli("cancel", a)
+        expect(rc == 0, "admin cancel of job A: exit %d: %s" % (rc, err))
+
+        done = c.wait_state(b, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "job B ended %s: %s" % (done["state"],
+                                                                      done.get("reason")))
+        # B's numbers are those of the same job run again undisturbed (dp=2 on two other
+        # workers): bit for bit, nothing reached its ranks from the intruder.
+        ref = c.submit(c.write_spec("ref.json", dict(b_spec, name="b-again")))
+        ref_done = c.wait_state(ref, FINAL, 120)
+        expect(ref_done["state"] == "SUCCEEDED", "the rerun ended %s" % ref_done["state"])
+        got, want_losses = losses(c, b), losses(c, ref)
+        expect(sorted(got) == list(range(1, STEPS_B + 1)), "job B's steps: %s" % sorted(got)[:5])
+        differ = [s for s in got if got[s] != want_losses[s]]
+        expect(not differ, "job B's losses differ from the undisturbed rerun's at steps %s"
+               % differ[:10])
+        print("job B: %d steps, losses identical to the undisturbed rerun's" % STEPS_B)
+
+        # No client answer carries a secret: status, list and watch, as JSON.
+        for job_id in (a, b):
+            shown = c.job(job_id)["placement"].get("peer_secret", "")
+            expect(shown == "", "status --json of %s shows a peer secret: %r" % (job_id, shown))
+        texts = [json.dumps(c.job(a)), json.dumps(c.job(b)), json.dumps(c.cli_json("list"))]
+        rc, out, err = c.cli("--json", "watch", b, timeout=60)
+        texts.append(out)
+        for secret in (secret_a, secret_b):
+            for form in (secret.hex(), base64.b64encode(secret).decode()):
+                expect(not any(form in text for text in texts),
+                       "a client answer carries a peer secret (%s)" % form)
