@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# The main Quick start job: installs what is missing, builds dtrain, starts a coordinator and four
-# CPU workers on this machine (loopback only), submits deploy/examples/quickstart-pp2-tp2.json
-# (two pipeline stages of two tensor-parallel ranks: activations, gradients and all-reduces flow
-# between the four worker processes over gRPC) with the dtrain CLI, watches it to the end, shows
-# that the loss fell, a worker's Prometheus metrics and where the weights are, and stops the
-# services again (also on Ctrl-C or an error). QUICKSTART_SPEC=FILE runs another spec.
+# The main Quick start job: installs what is missing, builds dtrain, makes a cluster CA and
+# certificates (once), starts a coordinator and four CPU workers on this machine (loopback only;
+# mutual TLS on every gRPC channel), submits deploy/examples/quickstart-pp2-tp2.json (two
+# pipeline stages of two tensor-parallel ranks: activations, gradients and all-reduces flow
+# between the four worker processes over gRPC) with the dtrain CLI and the admin certificate,
+# watches it to the end, shows that the loss fell, a worker's Prometheus metrics and where the
+# weights are, and stops the services again (also on Ctrl-C or an error). QUICKSTART_SPEC=FILE
+# runs another spec.
 #
-# Everything goes to runs/quickstart/ (emptied first): coordinator.db, logs/ (one file per
-# service), checkpoints/ (the job's sharded checkpoints and the exported model.safetensors),
-# data-w*/ (the workers' --data_root). The coordinator listens on 127.0.0.1:${DTRAIN_PORT:-7070},
-# worker i's peer service on port+i and its metrics on port+10+i.
+# Everything goes to runs/quickstart/ (emptied first, but for tls/): tls/ (`dtrain certs init`:
+# ca.pem, and NAME.pem + NAME.key for coordinator, worker, admin, viewer; made on the first run
+# and kept), coordinator.db, logs/ (one file per service), checkpoints/ (the job's sharded
+# checkpoints and the exported model.safetensors), data-w*/ (the workers' --data_root). The
+# coordinator listens on 127.0.0.1:${DTRAIN_PORT:-7070}, worker i's peer service on port+i and
+# its metrics on port+10+i.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -22,7 +26,10 @@ spec=${QUICKSTART_SPEC:-deploy/examples/quickstart-pp2-tp2.json}
 workers=(w1 w2 w3 w4)
 address=127.0.0.1:$port
 bin=$(bazel info bazel-bin 2>/dev/null)  # this output base's, whatever the bazel-bin link says
-dtrain() { "$bin/client/dtrain" --coordinator="$address" --insecure "$@"; }
+tls=$out/tls
+# The CLI as the admin (submit, cancel, and everything a viewer may do).
+export DTRAIN_TLS_CA=$tls/ca.pem DTRAIN_TLS_CERT=$tls/admin.pem DTRAIN_TLS_KEY=$tls/admin.key
+dtrain() { "$bin/client/dtrain" --coordinator="$address" "$@"; }
 say() { echo "quickstart: $*"; }
 
 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -30,8 +37,15 @@ if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
   exit 1
 fi
 data=$(bash tools/make_demo_data.sh)  # data/demo.txt, where the examples' "dataset" points
-rm -rf "$out"
-mkdir -p "$out/logs"
+mkdir -p "$out"
+find "$out" -mindepth 1 -maxdepth 1 ! -name tls -exec rm -rf {} +
+# Jobs may use data/ and checkpoints/ (--allowed_paths), not tls/: no spec can read a key.
+mkdir -p "$out/logs" "$out/checkpoints"
+if [ ! -e "$tls/ca.pem" ]; then
+  "$bin/client/dtrain" certs init "$tls" >"$out/logs/certs.log" 2>&1 ||
+    { cat "$out/logs/certs.log" >&2; exit 1; }
+  say "made a cluster CA and certificates in runs/quickstart/tls/ (dtrain certs init)"
+fi
 
 pids=()
 stop_services() {
@@ -44,21 +58,23 @@ stop_services() {
 trap stop_services EXIT
 trap 'exit 130' INT TERM
 
-"$bin/coordinator/dtrain-coordinator" --listen="$address" --db="$out/coordinator.db" --insecure \
-  --metrics_listen="127.0.0.1:$((port + 10))" >"$out/logs/coordinator.log" 2>&1 &
+"$bin/coordinator/dtrain-coordinator" --listen="$address" --db="$out/coordinator.db" \
+  --metrics_listen="127.0.0.1:$((port + 10))" --tls_ca="$tls/ca.pem" \
+  --tls_cert="$tls/coordinator.pem" --tls_key="$tls/coordinator.key" \
+  >"$out/logs/coordinator.log" 2>&1 &
 pids+=($!)
 # Workers run from the repository root: relative dataset paths in job specs resolve from here.
 for i in "${!workers[@]}"; do
   w=${workers[$i]}
-  "$bin/worker/dtrain-worker" --coordinator="$address" --insecure --worker_id="$w" --device=cpu \
+  "$bin/worker/dtrain-worker" --coordinator="$address" --worker_id="$w" --device=cpu \
     --threads=1 --host_label=local --advertise_address=127.0.0.1:$((port + 1 + i)) \
-    --metrics_listen="127.0.0.1:$((port + 11 + i))" \
-    --data_root="$out/data-$w" --allowed_paths="$root/data,$out" \
-    >"$out/logs/worker-$w.log" 2>&1 &
+    --metrics_listen="127.0.0.1:$((port + 11 + i))" --data_root="$out/data-$w" \
+    --allowed_paths="$root/data,$out/checkpoints" --tls_ca="$tls/ca.pem" \
+    --tls_cert="$tls/worker.pem" --tls_key="$tls/worker.key" >"$out/logs/worker-$w.log" 2>&1 &
   pids+=($!)
 done
-say "coordinator on $address and workers ${workers[*]} (CPU, 1 thread each);" \
-  "logs in runs/quickstart/logs/"
+say "coordinator on $address and workers ${workers[*]} (CPU, 1 thread each), mutual TLS" \
+  "with runs/quickstart/tls/; logs in runs/quickstart/logs/"
 
 for _ in $(seq 1 60); do
   idle=$(dtrain --json workers 2>/dev/null | grep -o '"state":"IDLE"' | wc -l || true)
