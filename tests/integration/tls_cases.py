@@ -66,7 +66,8 @@ def case_tls(args):
     """With mutual TLS: the coordinator and a worker started with neither TLS files nor
     --insecure exit 2 saying what to pass; the daemons export dtrain_*_tls_enabled 1; the CLI
     without a certificate (exit 2), with another cluster's CA, with a certificate of another
-    CA, with an expired one and in plaintext is refused (exit 3, one line naming the reason);
+    CA, with an expired one and in plaintext is refused (exit 3, one line naming the reason),
+    and so is a TLS CLI at a coordinator started with --insecure (which warns at start);
     a plaintext client and a TLS client without a certificate get nothing from the coordinator
     nor from a worker's peer port, while the worker certificate does; a dp=2 job trains to
     SUCCEEDED over TLS with the admin certificate."""
@@ -127,6 +128,19 @@ def case_tls(args):
         rc, _, err = c.cli("workers", "--insecure", cert=None)
         refused_in_one_line("plaintext", rc, err,
                             ["requires mutual TLS and this client is plaintext"])
+        # ... and the other way round: a TLS client to a coordinator started with --insecure.
+        plain = "127.0.0.1:%d" % free_port()
+        insecure = c._spawn("insecure-coordinator", [
+            c.bin["coordinator"], "--listen=" + plain, "--insecure", "--metrics_listen=",
+            "--db=%s" % os.path.join(c.tmp, "insecure.db")])
+        c.wait_until(lambda: c.cli("workers", "--insecure", cert=None, coordinator=plain)[0] == 0,
+                     30, "the --insecure coordinator answering", process=insecure)
+        rc, _, err = c.cli("workers", coordinator=plain)
+        refused_in_one_line("TLS to a plaintext coordinator", rc, err,
+                            ["does not speak TLS", "started with --insecure? Then pass --insecure"])
+        expect("WARNING: --insecure: every connection to %s is plaintext" % plain
+               in insecure.log_text(), "the --insecure coordinator did not warn at start")
+        insecure.stop()
 
         # --- a job over TLS; while it runs, who a worker's peer port lets in ---
         spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 150, name="tls", parallel={"dp": 2})
