@@ -79,7 +79,8 @@ def case_roles(args):
     with the viewer certificate cannot register and exits saying why; a worker of job A that
     dials a rank of job B with job A's secret is refused (the tool says the peer refused its
     secret, B's rank logs the refusal naming job B, never a secret), and B trains to the same
-    losses, bit for bit, as its undisturbed rerun; no client answer carries a peer secret."""
+    losses, bit for bit, as its undisturbed rerun; no client answer carries a peer secret; a
+    certificate issued for worker w9 registers as w9 and is refused as w10."""
     with Cluster(args.binaries, "roles", tls=True) as c:
         c.write_corpus()
         c.start_coordinator()
@@ -174,3 +175,16 @@ def case_roles(args):
             for form in (secret.hex(), base64.b64encode(secret).decode()):
                 expect(not any(form in text for text in texts),
                        "a client answer carries a peer secret (%s)" % form)
+
+        # A certificate issued for one worker acts only as that worker.
+        rc, out, err = c.cli("certs", "issue", c.tls_dir, "w9", "--role=worker", cert=None)
+        expect(rc == 0, "certs issue w9: exit %d: %s" % (rc, err))
+        impostor = c.start_worker("w10", extra=c.tls_flags("w9"))
+        status = impostor.wait(30)
+        want = "certificate 'w9' (role worker) may not act as worker w10 (RegisterWorker)"
+        expect(status not in (None, 0) and want in impostor.log_text(),
+               "worker w10 with w9's certificate: exit %s, log:\n%s"
+               % (status, impostor.log_text()[-2000:]))
+        c.start_worker("w9", extra=c.tls_flags("w9"))
+        c.wait_workers({"w9": "IDLE"}, timeout=30)
+        print("w9's certificate: registers as w9, refused as w10")
