@@ -15,8 +15,8 @@
 #include "worker/comm/grpc/frame_codec.h"
 #include "worker/comm/grpc/outgoing_stream.h"
 #include "worker/comm/grpc/peer_service.h"
-#include "worker/comm/inbox.h"
 #include "worker/comm/grpc/rank_diagnosis.h"
+#include "worker/comm/inbox.h"
 
 namespace dtrain::comm {
 namespace {
@@ -118,8 +118,6 @@ class GrpcTransport::Handler : public HelloHandler {
     return inbox;
   }
 
- private:
-  absl::StatusOr<Inbox*> Check(const PeerFrameHeader& hello) {
   absl::StatusOr<RankDiagnosis> Diagnose(const DiagnoseRankRequest& request) override {
     const GrpcTransportOptions& o = t_->options_;
     if (!PeerSecretsEqual(request.job_secret(), o.job_secret)) {
@@ -138,6 +136,8 @@ class GrpcTransport::Handler : public HelloHandler {
     return RankDiagnosisOf(*o.recorder, o.rank);
   }
 
+ private:
+  absl::StatusOr<Inbox*> Check(const PeerFrameHeader& hello) {
     const GrpcTransportOptions& o = t_->options_;
     // First: a caller without the run's secret learns nothing more about this rank.
     if (!PeerSecretsEqual(hello.job_secret(), o.job_secret)) {
