@@ -186,13 +186,13 @@ absl::Status ParallelJob::Connect() {
   o.job_id = job_id_;
   o.job_secret = placement_.peer_secret();
   o.on_refused = options_.on_refused;
+  o.recorder = &recorder_;
   o.tls = options_.tls;
   // Another process listening on this port is an error, not a port to share.
   o.channel_args.push_back({GRPC_ARG_ALLOW_REUSEPORT, 0});
   absl::StatusOr<std::unique_ptr<comm::GrpcTransport>> started = comm::GrpcTransport::Start(o);
   if (!started.ok()) {
     return Annotate(started.status(),
-  o.recorder = &recorder_;
                     absl::StrCat("cannot start the peer service of ", plan::DescribeRank(placement_, rank_),
                                  " (is another process using the port of --advertise_address or "
                                  "--peer_listen?)"));

@@ -153,13 +153,13 @@ class ParallelJob {
   const int rank_;
   const int size_;
   const ParallelJobOptions options_;
-
-  mutable absl::Mutex mu_;
-  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   // What this rank did last (always on): the transport's peer service answers it to
   // `dtrain diagnose`, and the trainer records into it through observed_. Declared before
   // the transport, which reads it until it is gone.
   comm::FlightRecorder recorder_;
+
+  mutable absl::Mutex mu_;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<comm::GrpcTransport> transport_ ABSL_GUARDED_BY(mu_);
   std::thread abort_thread_ ABSL_GUARDED_BY(mu_);
