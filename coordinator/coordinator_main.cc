@@ -164,6 +164,7 @@ int main(int argc, char** argv) {
   }
 
   CoordinatorService service(manager->get(), absl::GetFlag(FLAGS_max_watches_per_client));
+  service.set_peer_tls(*tls);  // Diagnose asks the workers' peer services
   auto server = dtrain::coordinator::StartServer(absl::GetFlag(FLAGS_listen), &service,
                                                  (*metrics)->NewRpcInterceptorFactory(),
                                                  *credentials);

@@ -26,11 +26,7 @@ struct GatherOptions {
   absl::Duration deadline = absl::Seconds(2);
   // The coordinator's credentials towards workers' peer services (they require a certificate of
   // the cluster CA and present the worker name, common/tls.h).
-  TlsFiles tls = [] {
-    TlsFiles plaintext;  // in-process tests
-    plaintext.insecure = true;
-    return plaintext;
-  }();
+  TlsFiles tls = TlsFiles::Insecure();
   DiagnosisOptions analysis;
 };
 

@@ -1,9 +1,11 @@
 """`dtrain diagnose JOB` on real processes: the coordinator asks every rank's peer service for its
 flight recorder (2 s deadline) and names the rank the others wait on.
 
-A pp=2 x tp=2 job on four workers: while it runs healthily the diagnosis says so; once one
-worker is frozen with SIGSTOP (its sockets stay open, it answers nothing), the diagnosis names
-that worker and rank as the root, as not answering, and every other rank as waiting on it.
+A pp=2 x tp=2 job on four workers, over mutual TLS (the coordinator calls the workers' peer
+services with its certificate; the CLI asks with the viewer's): while it runs healthily the
+diagnosis says so; once one worker is frozen with SIGSTOP (its sockets stay open, it answers
+nothing), the diagnosis names that worker and rank as the root, as not answering, and every
+other rank as waiting on it.
 The coordinator's lease is long here so the frozen worker is not declared lost (and the job
 recovered) while the case looks.
 """
@@ -20,19 +22,19 @@ from harness import Cluster, expect, small_job_spec
 def diagnose(c, job_id):
     """(seconds, text output, JSON diagnosis) of `dtrain diagnose` and `dtrain --json diagnose`."""
     t0 = time.monotonic()
-    rc, text, err = c.cli("diagnose", job_id, timeout=30)
+    rc, text, err = c.cli("diagnose", job_id, timeout=30, cert="viewer")
     elapsed = time.monotonic() - t0
     expect(rc == 0, "dtrain diagnose %s exited %d: %s" % (job_id, rc, err))
-    rc, out, err = c.cli("--json", "diagnose", job_id, timeout=30)
+    rc, out, err = c.cli("--json", "diagnose", job_id, timeout=30, cert="viewer")
     expect(rc == 0, "dtrain --json diagnose %s exited %d: %s" % (job_id, rc, err))
     return elapsed, text, json.loads(out)
 
 
 def case_diagnose(args):
-    """pp=2 x tp=2: healthy -> 'healthy: no rank waiting longer than 1.0 s', every rank answering
+    """pp=2 x tp=2 over TLS, asked with the viewer's certificate: healthy -> 'healthy: no rank waiting longer than 1.0 s', every rank answering
     with what it does; one worker frozen by SIGSTOP -> within 5 s, the root is that rank and
     worker, which 'did not answer in 2s', and the three others wait on it."""
-    with Cluster(args.binaries, "diagnose") as c:
+    with Cluster(args.binaries, "diagnose", tls=True) as c:
         c.lease_s = 60.0  # the frozen worker stays BUSY: its job stays RUNNING meanwhile
         ids = ["w1", "w2", "w3", "w4"]
         c.write_corpus()
