@@ -281,9 +281,9 @@ TEST(CoordinatorService, ThePeerSecretGoesToTheWorkersAndToNoClient) {
   Coordinator c(TempDb("svc-secret"));
   FakeWorker w1(&c.stub(), "w1");
   ASSERT_TRUE(w1.Register().ok());
-  Watcher watch(&c.stub(), "job-000001");
   absl::StatusOr<Job> job = c.Submit(kSpec);
   ASSERT_TRUE(job.ok()) << job.status();
+  Watcher watch(&c.stub(), job->id());  // after the submit: before it, NOT_FOUND
   std::string secret;
   ASSERT_TRUE(WaitFor([&] {
     HeartbeatResponse r = w1.Beat();
@@ -489,6 +489,31 @@ TEST(CoordinatorService, RestartKeepsHistoryAndQueuedJobs) {
   EXPECT_TRUE(replay.Join().ok());
   EXPECT_THAT(WithoutEvents(replay.Summary()),
               ElementsAre("QUEUED", "PLACING", "RUNNING", "step 1", "SUCCEEDED"));
+}
+
+// What Diagnose cannot ask is named: an unknown job, a job with no run now, a one-worker run
+// (no peer service). The answer of a running multi-worker job is the integration case diagnose.
+TEST(CoordinatorService, DiagnoseRefusesJobsWithoutRanksToAsk) {
+  Coordinator c(TempDb("svc-diagnose"));
+  auto diagnose = [&](const std::string& id) {
+    DiagnoseJobRequest request;
+    request.set_job_id(id);
+    JobDiagnosis response;
+    return c.stub().Diagnose(Ctx().get(), request, &response);
+  };
+  EXPECT_EQ(diagnose("job-000042").error_code(), grpc::StatusCode::NOT_FOUND);
+  absl::StatusOr<Job> job = c.Submit(kSpec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  grpc::Status queued = diagnose(job->id());
+  EXPECT_EQ(queued.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(queued.error_message(), HasSubstr(job->id() + " is QUEUED"));
+  FakeWorker w1(&c.stub(), "w1");
+  ASSERT_TRUE(w1.Register().ok());
+  ASSERT_EQ(w1.TakeAssignment(), job->id());
+  ASSERT_TRUE(WaitFor([&] { return c.StateOf(job->id()) == RUNNING; }));
+  grpc::Status one = diagnose(job->id());
+  EXPECT_EQ(one.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(one.error_message(), HasSubstr("runs on one worker"));
 }
 
 TEST(CoordinatorService, SecondServerOnTheSamePortFails) {
