@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/format.h"
+#include "common/grpc_limits.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -54,6 +55,7 @@ std::unique_ptr<CoordinatorStub> CoordinatorStub::Connect(const std::string& add
   // the calls' deadlines bound the attempts.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(kMaxCoordinatorMessageBytes);
   auto channel = grpc::CreateCustomChannel(
       address,
       options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),

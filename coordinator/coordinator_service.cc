@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc_limits.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
@@ -483,6 +484,7 @@ absl::StatusOr<RunningServer> StartServer(
   if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
   builder.AddListeningPort(listen, credentials, &running.port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(kMaxCoordinatorMessageBytes);
   // Ping idle connections so a watcher whose host vanished is noticed (its call is cancelled);
   // let clients ping every 10s without being told off.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/grpc_limits.h"
 #include "common/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -440,6 +441,19 @@ TEST(CoordinatorService, TooManyWatchesFromOneClientAreResourceExhausted) {
   for (Open& w : watches) w.context->TryCancel();
   for (Open& w : watches) w.reader->Finish();
   EXPECT_EQ(c.StateOf(job->id()), QUEUED);  // the service is unharmed
+}
+
+TEST(CoordinatorService, AMessageOverTheCapIsRefusedAndNothingElse) {
+  Coordinator c(TempDb("svc-message-cap"));
+  SubmitJobRequest request;
+  request.set_spec_json(std::string(kMaxCoordinatorMessageBytes + 1, ' '));
+  SubmitJobResponse response;
+  const grpc::Status status = c.stub().SubmitJob(Ctx().get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  // Below the message cap, the spec's own cap (--max_spec_bytes) answers, in words.
+  request.set_spec_json(std::string((1 << 20) + 1, ' '));
+  EXPECT_THAT(c.Submit(request.spec_json()).status().message(), HasSubstr("--max_spec_bytes"));
+  EXPECT_TRUE(c.Submit(kSpec).ok());  // the service is unharmed
 }
 
 TEST(CoordinatorService, ShutdownEndsOpenWatches) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_limits.h"
 
 namespace dtrain::worker {
 
@@ -21,6 +22,7 @@ CoordinatorClient::CoordinatorClient(const std::string& target, absl::Duration r
       std::max<int64_t>(100, absl::ToInt64Milliseconds(max_reconnect_backoff)));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(100, max_ms));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
+  args.SetMaxReceiveMessageSize(kMaxCoordinatorMessageBytes);
   stub_ = Coordinator::NewStub(
       grpc::CreateCustomChannel(target, std::move(credentials), args));
 }
