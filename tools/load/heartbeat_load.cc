@@ -535,6 +535,9 @@ absl::Status Main() {
     for (int i = 0; i < 100; ++i) {
       grpc::ClientContext ctx;
       ctx.set_deadline(Deadline(absl::Seconds(1)));
+      // Through connection failures too: a TLS channel refused before the coordinator listened
+      // did not connect again within 15 s of failing fast (plaintext did).
+      ctx.set_wait_for_ready(true);
       ListWorkersResponse resp;
       s = FromGrpc(control->ListWorkers(&ctx, ListWorkersRequest(), &resp), "ListWorkers");
       if (s.ok()) break;
