@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The compose stack end to end, for real: builds the images (deploy/docker/Dockerfile and
 # deploy/prometheus/Dockerfile) from this workspace, brings deploy/docker-compose.yml up
-# (coordinator, four CPU workers, Prometheus; no Grafana), waits for every healthcheck, submits
-# deploy/jobs/smoke-pp2-tp2.json (pp=2 x tp=2) with the CLI in a container, watches it to
-# SUCCEEDED, checks the exported weights in the shared checkpoint volume, and asks Prometheus'
-# HTTP API for the workers' step counters (all four ranks, > 0), the coordinator's job and worker
-# gauges, the targets' health and the alert rules. Tears everything down (docker-compose down -v)
-# on the way out, also on failure; the images stay, so the next run's build is cached.
+# (certificates, coordinator, four CPU workers, Prometheus; no Grafana; mutual TLS on every gRPC
+# channel), waits for every healthcheck, checks that a plaintext call from a container on the
+# stack's network is refused (the CLI exits non-zero and says TLS), submits
+# deploy/jobs/smoke-pp2-tp2.json (pp=2 x tp=2) with the CLI in a container (admin certificate),
+# watches it to SUCCEEDED, checks the exported weights in the shared checkpoint volume, and asks
+# Prometheus' HTTP API for the workers' step counters (all four ranks, > 0), every daemon's TLS
+# gauge (1), the coordinator's job and worker gauges, the targets' health and the alert rules.
+# Tears everything down (docker-compose down -v) on the way out, also on failure; the images
+# stay, so the next run's build is cached.
 #
 # Needs root (or the docker group), docker.io, docker-compose and, where the image
 # debian:bookworm-slim is missing and cannot be pulled, debootstrap and a Debian mirror
@@ -148,6 +151,19 @@ done
 cli workers
 [ "$idle" -ge 4 ] || fail "expected 4 IDLE workers, saw $idle"
 
+# --- TLS --------------------------------------------------------------------------------------
+# The CLI above got in with the admin certificate. Without TLS, from a container on the stack's
+# network (no certificate at all, as anyone on that network could), the coordinator answers
+# nothing: the CLI must fail and say why.
+network=$(docker inspect -f '{{range $name, $v := .NetworkSettings.Networks}}{{$name}}{{end}}' \
+  "$(compose ps -q coordinator)")
+status=0
+plain=$(docker run --rm --network "$network" "dtrain:$tag" \
+  dtrain --coordinator=coordinator:7070 --insecure workers 2>&1) || status=$?
+[ "$status" -ne 0 ] || fail "a plaintext 'dtrain workers' from network $network was answered: $plain"
+[[ "$plain" == *TLS* ]] || fail "the refused plaintext CLI does not say why (TLS): $plain"
+say "plaintext 'dtrain --insecure workers' from network $network refused (exit $status): $plain"
+
 # --- the job ----------------------------------------------------------------------------------
 t=$SECONDS
 spec=/var/lib/dtrain/jobs/smoke-pp2-tp2.json
@@ -201,6 +217,9 @@ check() {  # check DESCRIPTION PYTHON_CONDITION_ON_rows QUERY: retries for 60s
 check "dtrain_worker_steps_total of all four ranks of $job, each > 0" \
   "len(rows) == 4 and sorted(dict(kv.split('=', 1) for kv in l.split(','))['rank'] for l, v in rows) == ['0', '1', '2', '3'] and all(float(v) > 0 for l, v in rows)" \
   "last_over_time(dtrain_worker_steps_total{job_id=\"$job\"}[30m])"
+check "TLS on in the coordinator and the four workers (dtrain_*_tls_enabled)" \
+  "len(rows) == 5 and all(float(v) == 1 for l, v in rows)" \
+  'dtrain_coordinator_tls_enabled or dtrain_worker_tls_enabled'
 check "every target up" \
   "len(rows) == 6 and all(float(v) == 1 for l, v in rows)" 'up'
 check "the coordinator counts the job SUCCEEDED and 4 workers idle" \

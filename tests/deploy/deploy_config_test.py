@@ -14,6 +14,12 @@
 - deploy/jobs/*.json: container paths, and `dtrain plan` accepts each.
 - Every flag that compose, Kubernetes and systemd pass to dtrain-coordinator and dtrain-worker
   is one the binary has (its --helpfull), so a renamed flag fails here, not at a deployment.
+- TLS everywhere: no file starts a daemon or the CLI with --insecure; every daemon gets
+  --tls_ca/--tls_cert/--tls_key naming its own role's files (coordinator.pem, worker.pem), inside
+  a read-only mount of that role's certificates: compose's volume tls-ROLE, which the one-shot
+  `certs` service fills (`dtrain certs init`) and the daemons wait for, on a directory the image
+  creates for uid 10001; Kubernetes' Secret dtrain-tls-ROLE, whose `kubectl create secret`
+  deploy/README.md shows; systemd's /etc/dtrain/tls. The compose CLI uses the admin certificate.
 Runs with Debian's python3 and PyYAML, from Bazel's runfiles (cwd) or the workspace.
 """
 
@@ -54,7 +60,36 @@ def flags(command):
     return out
 
 
-class ComposeTest(unittest.TestCase):
+def read(*parts):
+    with open(os.path.join(DEPLOY, *parts)) as f:
+        return f.read()
+
+
+def coordinator_names(test, hosts):
+    """The DNS names and IPs in the coordinator certificate that `dtrain certs init DIR
+    --host=H...` makes (the real CLI, read back with openssl); skips the test without them."""
+    if not ARGS.cli or not shutil.which("openssl"):
+        test.skipTest("no --cli or no openssl")
+    tls = os.path.join(tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR")), "tls")
+    r = subprocess.run([ARGS.cli, "certs", "init", tls] + [f"--host={h}" for h in hosts],
+                       capture_output=True, text=True)  # the last --host wins
+    test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+    r = subprocess.run(["openssl", "x509", "-in", os.path.join(tls, "coordinator.pem"), "-noout",
+                        "-ext", "subjectAltName"], capture_output=True, text=True)
+    test.assertEqual(r.returncode, 0, r.stderr)
+    return set(re.findall(r"(?:DNS|IP Address):([^,\s]+)", r.stdout))
+
+
+class TlsFlagsMixin:
+    def assert_tls_files(self, where, f, role, directory):
+        """f: a daemon's flags; its TLS files are ROLE's, in DIRECTORY."""
+        self.assertNotIn("insecure", f, where)
+        self.assertEqual(
+            (f.get("tls_ca"), f.get("tls_cert"), f.get("tls_key")),
+            (f"{directory}/ca.pem", f"{directory}/{role}.pem", f"{directory}/{role}.key"), where)
+
+
+class ComposeTest(unittest.TestCase, TlsFlagsMixin):
     @classmethod
     def setUpClass(cls):
         (cls.compose,) = load_yaml_all(os.path.join(DEPLOY, "docker-compose.yml"))
@@ -65,8 +100,8 @@ class ComposeTest(unittest.TestCase):
     def test_services(self):
         self.assertEqual(
             set(self.services),
-            {"coordinator", "worker1", "worker2", "worker3", "worker4", "cli", "prometheus",
-             "grafana"})
+            {"certs", "coordinator", "worker1", "worker2", "worker3", "worker4", "cli",
+             "prometheus", "grafana"})
         self.assertEqual(self.services["grafana"].get("profiles"), ["grafana"])
         self.assertEqual(self.services["cli"].get("profiles"), ["cli"])
         for name in ("coordinator", "prometheus"):
@@ -104,6 +139,59 @@ class ComposeTest(unittest.TestCase):
             self.assertEqual(f["allowed_paths"], ALLOWED_PATHS, name)
             self.assertEqual(w["image"], self.services["coordinator"]["image"])
         self.assertEqual(len(ids), 4, "worker ids must be distinct")
+
+    def mounts(self, service):
+        """mount path -> (source, read_only) of a compose service's volumes."""
+        out = {}
+        for v in service["volumes"]:
+            parts = v.split(":")
+            out[parts[1]] = (parts[0], parts[2:] == ["ro"])
+        return out
+
+    def test_tls(self):
+        certs = self.services["certs"]
+        script = "\n".join(certs["command"]).replace("$$", "$")  # compose's escape of $
+        self.assertIn('dtrain certs init /var/lib/dtrain/tls-ca --host="$DTRAIN_TLS_HOSTS"',
+                      script)
+        self.assertNotIn("restart", certs)
+        certs_mounts = self.mounts(certs)
+        self.assertEqual(certs_mounts["/var/lib/dtrain/tls-ca"], ("tls-ca", False))
+        daemons = [("coordinator", "coordinator")] + [(n, "worker") for n in self.workers]
+        for name, role in daemons:
+            s = self.services[name]
+            self.assert_tls_files(name, flags(s["command"]), role, "/var/lib/dtrain/tls")
+            self.assertEqual(self.mounts(s)["/var/lib/dtrain/tls"], (f"tls-{role}", True), name)
+            self.assertEqual(s["depends_on"]["certs"]["condition"],
+                             "service_completed_successfully", name)
+        cli = self.services["cli"]
+        env = cli["environment"]
+        self.assertEqual(
+            (env["DTRAIN_TLS_CA"], env["DTRAIN_TLS_CERT"], env["DTRAIN_TLS_KEY"]),
+            ("/var/lib/dtrain/tls/ca.pem", "/var/lib/dtrain/tls/admin.pem",
+             "/var/lib/dtrain/tls/admin.key"))
+        self.assertEqual(self.mounts(cli)["/var/lib/dtrain/tls"], ("tls-admin", True))
+        # certs fills each role's volume (mounted where its script copies to), on directories
+        # the image makes for uid 10001: a fresh named volume takes their owner.
+        for role in ("coordinator", "worker", "admin"):
+            path = f"/var/lib/dtrain/tls-{role}"
+            self.assertEqual(certs_mounts[path], (f"tls-{role}", False))
+            self.assertIn(role, re.search(r"for role in ([a-z ]+);", script).group(1).split())
+        for path in list(certs_mounts) + ["/var/lib/dtrain/tls"]:
+            for name in ("Dockerfile", "Dockerfile.cuda"):
+                self.assertRegex(read("docker", name), re.escape(path) + r"[ \n]", name)
+        self.assertIn("DTRAIN_TLS_HOSTS", script)
+        for name, w in self.gpu["services"].items():
+            if name.startswith("worker"):
+                self.assert_tls_files(f"gpu {name}", flags(w["command"]), "worker",
+                                      "/var/lib/dtrain/tls")
+
+    def test_coordinator_certificate_names_what_the_others_dial(self):
+        names = coordinator_names(self, [""])  # the certs service's: DTRAIN_TLS_HOSTS empty
+        dialled = {flags(w["command"])["coordinator"] for w in self.workers.values()}
+        dialled.add(self.services["cli"]["environment"]["DTRAIN_COORDINATOR"])
+        for address in dialled:
+            self.assertIn(address.rsplit(":", 1)[0], names)
+        self.assertIn("127.0.0.1", names)  # the published port, for a CLI on the host
 
     def test_gpu_override(self):
         for name, w in self.gpu["services"].items():
@@ -253,7 +341,7 @@ class GrafanaTest(unittest.TestCase):
         self.assertEqual(len(uids), 2)
 
 
-class KubernetesTest(unittest.TestCase):
+class KubernetesTest(unittest.TestCase, TlsFlagsMixin):
     @classmethod
     def setUpClass(cls):
         cls.docs = []
@@ -322,6 +410,39 @@ class KubernetesTest(unittest.TestCase):
         self.assertEqual(config["DTRAIN_COORDINATOR"],
                          "dtrain-coordinator.dtrain.svc.cluster.local:7070")
 
+    def test_tls(self):
+        readme = read("README.md").replace("\\\n", " ")  # joins continued lines
+        pods = [(self.by_kind["Deployment"]["dtrain-coordinator"], "coordinator"),
+                (self.by_kind["StatefulSet"]["dtrain-worker"], "worker")]
+        for obj, role in pods:
+            pod = obj["spec"]["template"]["spec"]
+            (c,) = pod["containers"]
+            (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/var/lib/dtrain/tls"]
+            self.assertTrue(mount.get("readOnly"), role)
+            (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+            secret = volume["secret"]["secretName"]
+            self.assertEqual(secret, f"dtrain-tls-{role}")
+            # Readable by the pod's fsGroup, the user the daemon runs as, and no one else.
+            self.assertEqual(volume["secret"]["defaultMode"], 0o440, role)
+            self.assertEqual(pod["securityContext"]["fsGroup"],
+                             pod["securityContext"]["runAsGroup"])
+            self.assert_tls_files(role, flags(c["args"]), role, "/var/lib/dtrain/tls")
+            # The README makes the Secret with exactly the keys the flags name.
+            m = re.search(r"kubectl -n dtrain create secret generic " + secret + r" ([^\n]+)",
+                          readme)
+            self.assertTrue(m, f"deploy/README.md does not make the Secret {secret}")
+            self.assertEqual(sorted(re.findall(r"--from-file=\S*?([a-z]+\.(?:pem|key))\b",
+                                               m.group(1))),
+                             sorted(["ca.pem", f"{role}.pem", f"{role}.key"]), m.group(0))
+        # The coordinator's certificate, made as the README says, names the address the
+        # workers dial, and 127.0.0.1 (kubectl port-forward).
+        kubernetes = readme[readme.index("## Kubernetes"):]
+        init = re.search(r"dtrain certs init tls ([^\n]*)", kubernetes).group(1)
+        names = coordinator_names(self, re.findall(r"--host=(\S+)", init)[-1:])
+        host = self.by_kind["ConfigMap"]["dtrain-flags"]["data"]["DTRAIN_COORDINATOR"]
+        self.assertIn(host.rsplit(":", 1)[0], names)
+        self.assertIn("127.0.0.1", names)
+
     def test_service_monitors(self):
         sm = self.by_kind["ServiceMonitor"]
         for name, m in sm.items():
@@ -333,6 +454,17 @@ class KubernetesTest(unittest.TestCase):
 
 
 class SystemdTest(unittest.TestCase):
+    def test_tls(self):
+        for unit, role in (("dtrain-coordinator.service", "coordinator"),
+                           ("dtrain-worker@.service", "worker")):
+            text = read("systemd", unit)
+            start = re.search(r"^ExecStart=(.*?)[^\\]$", text, re.M | re.S).group(0)
+            start = start.replace("\\\n", " ")
+            for name, file in (("ca", "ca.pem"), ("cert", f"{role}.pem"), ("key", f"{role}.key")):
+                var = f"DTRAIN_TLS_{name.upper()}"
+                self.assertIn(f"--tls_{name}=${{{var}}}", start, unit)
+                self.assertIn(f"Environment={var}=/etc/dtrain/tls/{file}\n", text, unit)
+
     def test_verify(self):
         exe = shutil.which("systemd-analyze")
         if exe is None:
@@ -364,6 +496,16 @@ class SystemdTest(unittest.TestCase):
                     line = line.strip()
                     if line and not line.startswith("#"):
                         self.assertRegex(line, r"^[A-Z_]+=\S", path)
+
+
+class NoInsecureTest(unittest.TestCase):
+    def test_no_file_runs_without_tls(self):
+        for path in glob.glob(os.path.join(DEPLOY, "**", "*"), recursive=True):
+            if os.path.isfile(path) and not path.endswith(".md"):
+                with open(path, errors="replace") as f:
+                    text = f.read()
+                for word in ("--insecure", "DTRAIN_INSECURE"):
+                    self.assertNotIn(word, text, os.path.relpath(path, DEPLOY))
 
 
 class JobSpecsTest(unittest.TestCase):
