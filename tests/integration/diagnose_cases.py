@@ -19,13 +19,13 @@ import time
 from harness import Cluster, expect, small_job_spec
 
 
-def diagnose(c, job_id):
+def diagnose(c, job_id, cert="viewer"):
     """(seconds, text output, JSON diagnosis) of `dtrain diagnose` and `dtrain --json diagnose`."""
     t0 = time.monotonic()
-    rc, text, err = c.cli("diagnose", job_id, timeout=30, cert="viewer")
+    rc, text, err = c.cli("diagnose", job_id, timeout=30, cert=cert)
     elapsed = time.monotonic() - t0
     expect(rc == 0, "dtrain diagnose %s exited %d: %s" % (job_id, rc, err))
-    rc, out, err = c.cli("--json", "diagnose", job_id, timeout=30, cert="viewer")
+    rc, out, err = c.cli("--json", "diagnose", job_id, timeout=30, cert=cert)
     expect(rc == 0, "dtrain --json diagnose %s exited %d: %s" % (job_id, rc, err))
     return elapsed, text, json.loads(out)
 
@@ -91,3 +91,35 @@ def case_diagnose(args):
                     named.add(int(part))
         expect(named == {0, 1, 2}, "the summary should name ranks 0, 1, 2 as waiting: %s"
                % d["summary"])
+
+
+def case_diagnose_busy_rank(args):
+    """A rank that answers but is busy outside the schedule (its worker sleeps 3 s after every
+    step: --test_only_step_delay) is told apart from a frozen one: the root is that rank, which
+    answered and 'is between operations', and the other rank waits on it."""
+    with Cluster(args.binaries, "diagnose_busy_rank") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.start_worker("w2", extra=["--test_only_step_delay=3s"])
+        c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 1000, name="busy",
+                              parallel={"pp": 2}, fault_tolerance={"max_restarts": 0})
+        job_id = c.submit(c.write_spec("busy.json", spec))
+        job = c.wait_step(job_id, 1, 120)
+        busy_rank = [r["worker_id"] for r in job["placement"]["ranks"]].index("w2")
+        root = "root: rank %d (w2, dp0 pp%d tp0) is between operations" % (busy_rank, busy_rank)
+        summaries = []
+        for _ in range(8):  # a look lands in the 3 s sleep (after its first second) most times
+            elapsed, text, d = diagnose(c, job_id)
+            summaries.append(d["summary"])
+            if d["summary"].startswith(root):
+                break
+            time.sleep(0.7)
+        print(text)
+        expect(d["summary"].startswith(root), "want %r in one of:\n%s" % (root, "\n".join(summaries)))
+        expect(all(r.get("answered") for r in d["ranks"]), "every rank answers:\n%s" % text)
+        other = 1 - busy_rank
+        expect(d["ranks"][other].get("waits_on") == [busy_rank],
+               "rank %d should wait on rank %d: %s" % (other, busy_rank, d["ranks"][other]))
+        expect(not any("did not answer" in f for f in d["findings"]), "findings:\n%s" % text)
