@@ -241,9 +241,11 @@ std::string WorkersTable(const ListWorkersResponse& workers, absl::Time now) {
     rows.push_back({w.worker_id(), WorkerStateName(w.state()), device,
                     w.host_label().empty() ? "-" : w.host_label(),
                     w.job_id().empty() ? "-" : w.job_id(),
-                    FormatAge(absl::FromUnixMillis(w.last_heartbeat_unix_ms()), now)});
+                    FormatAge(absl::FromUnixMillis(w.last_heartbeat_unix_ms()), now),
+                    // Where its jobs may read and write (--data_root, --allowed_paths).
+                    w.allowed_roots().empty() ? "-" : absl::StrJoin(w.allowed_roots(), ",")});
   }
-  return FormatTable({"ID", "STATE", "DEVICE", "HOST", "JOB", "HEARTBEAT"}, rows);
+  return FormatTable({"ID", "STATE", "DEVICE", "HOST", "JOB", "HEARTBEAT", "ROOTS"}, rows);
 }
 
 namespace {

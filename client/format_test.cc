@@ -171,15 +171,17 @@ TEST(WorkersTable, ShowsEveryColumn) {
   w->set_job_id("job-000001");
   const absl::Time now = absl::FromUnixSeconds(2000000);
   w->set_last_heartbeat_unix_ms(absl::ToUnixMillis(now - absl::Milliseconds(500)));
+  w->add_allowed_roots("/srv/w1");
+  w->add_allowed_roots("/datasets");
   WorkerInfo* lost = r.add_workers();
   lost->set_worker_id("w2");
   lost->set_state(LOST);
   lost->mutable_device()->set_kind("cuda");
   lost->set_last_heartbeat_unix_ms(absl::ToUnixMillis(now - absl::Seconds(30)));
   EXPECT_EQ(WorkersTable(r, now),
-            "ID  STATE  DEVICE           HOST   JOB         HEARTBEAT\n"
-            "w1  BUSY   cpu (2 threads)  hostA  job-000001  0.5s\n"
-            "w2  LOST   cuda             -      -           30s\n");
+            "ID  STATE  DEVICE           HOST   JOB         HEARTBEAT  ROOTS\n"
+            "w1  BUSY   cpu (2 threads)  hostA  job-000001  0.5s       /srv/w1,/datasets\n"
+            "w2  LOST   cuda             -      -           30s        -\n");
 }
 
 TEST(JobsTable, ShowsStepLossLayout) {
