@@ -210,6 +210,21 @@ class FollowReactor : public grpc::ServerWriteReactor<T> {
   T current_;  // the message being written; untouched until OnWriteDone
 };
 
+// A stream of `method` (WatchJob, JobLogs) for a caller that may call it and has room for one
+// more (WatchLimiter); else one refused at once.
+template <typename T>
+grpc::ServerWriteReactor<T>* StartFollow(JobManager* manager, WatchLimiter* watches,
+                                         grpc::CallbackServerContext* context,
+                                         absl::string_view method, const std::string& job_id,
+                                         typename FollowReactor<T>::Fill fill) {
+  if (absl::Status s = Allowed(manager, context, method); !s.ok()) {
+    return new RefusedReactor<T>(s);
+  }
+  absl::StatusOr<WatchLimiter::Slot> slot = watches->Acquire(WatchClientOf(*context));
+  if (!slot.ok()) return new RefusedReactor<T>(slot.status());
+  return new FollowReactor<T>(manager, job_id, std::move(fill), *std::move(slot));
+}
+
 // WatchJob's content: the state history, steps after after_step and events; the final state is
 // queued last, after every step and event before it, and ends the stream.
 class WatchFill {
@@ -389,24 +404,14 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
 
 grpc::ServerWriteReactor<JobUpdate>* CoordinatorService::WatchJob(
     grpc::CallbackServerContext* context, const WatchJobRequest* request) {
-  if (absl::Status s = Allowed(manager_, context, "WatchJob"); !s.ok()) {
-    return new RefusedReactor<JobUpdate>(s);
-  }
-  absl::StatusOr<WatchLimiter::Slot> slot = watches_.Acquire(WatchClientOf(*context));
-  if (!slot.ok()) return new RefusedReactor<JobUpdate>(slot.status());
-  return new FollowReactor<JobUpdate>(manager_, request->job_id(), WatchFill(manager_, *request),
-                                      *std::move(slot));
+  return StartFollow<JobUpdate>(manager_, &watches_, context, "WatchJob", request->job_id(),
+                                WatchFill(manager_, *request));
 }
 
 grpc::ServerWriteReactor<LogEntry>* CoordinatorService::JobLogs(
     grpc::CallbackServerContext* context, const JobLogsRequest* request) {
-  if (absl::Status s = Allowed(manager_, context, "JobLogs"); !s.ok()) {
-    return new RefusedReactor<LogEntry>(s);
-  }
-  absl::StatusOr<WatchLimiter::Slot> slot = watches_.Acquire(WatchClientOf(*context));
-  if (!slot.ok()) return new RefusedReactor<LogEntry>(slot.status());
-  return new FollowReactor<LogEntry>(manager_, request->job_id(), LogsFill(manager_, *request),
-                                     *std::move(slot));
+  return StartFollow<LogEntry>(manager_, &watches_, context, "JobLogs", request->job_id(),
+                               LogsFill(manager_, *request));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::DeregisterWorker(
