@@ -36,16 +36,9 @@ std::string Join(absl::string_view dir, absl::string_view rest) {
   return absl::StrCat(dir, "/", rest);
 }
 
-// `path` as the spec gave it, with where a relative one was resolved from.
-std::string Describe(absl::string_view path) {
-  if (path.empty() || path[0] == '/') return std::string(path);
-  return absl::StrCat(path, " (relative, resolved from ", AbsolutePath("."),
-                      ", the worker's working directory)");
-}
-
 absl::Status Outside(absl::string_view what, absl::string_view path, absl::string_view resolved,
                      const std::vector<std::string>& roots) {
-  std::string shown = Describe(path);
+  std::string shown = DescribeSpecPath(path);
   if (resolved != AbsolutePath(path)) absl::StrAppend(&shown, " resolves to ", resolved, ", which");
   return absl::FailedPreconditionError(absl::StrCat(
       what, " ", shown, " is outside this worker's allowed roots (", absl::StrJoin(roots, ", "),
@@ -53,6 +46,12 @@ absl::Status Outside(absl::string_view what, absl::string_view path, absl::strin
 }
 
 }  // namespace
+
+std::string DescribeSpecPath(absl::string_view path) {
+  if (path.empty() || path[0] == '/') return std::string(path);
+  return absl::StrCat(path, " (relative, resolved from ", AbsolutePath("."),
+                      ", the worker's working directory)");
+}
 
 std::vector<std::string> SplitPathList(absl::string_view list) {
   std::vector<std::string> out;
@@ -124,12 +123,12 @@ absl::Status CheckPathResolved(absl::string_view what, absl::string_view path,
     if (!resolved.empty()) break;
     if (err != ENOENT && err != ENOTDIR) {
       return absl::ErrnoToStatus(
-          err, absl::StrCat(what, " ", Describe(path), " cannot be resolved at ", prefix));
+          err, absl::StrCat(what, " ", DescribeSpecPath(path), " cannot be resolved at ", prefix));
     }
     struct stat st;
     if (lstat(prefix.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          what, " ", Describe(path), " goes through ", prefix,
+          what, " ", DescribeSpecPath(path), " goes through ", prefix,
           ", a symlink to a missing target: writing through it could leave this worker's "
           "allowed roots (",
           absl::StrJoin(roots, ", "), ")"));

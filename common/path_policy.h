@@ -33,6 +33,10 @@
 
 namespace dtrain {
 
+// `path` as a spec gave it, with where a relative one resolves from: "data/demo.txt (relative,
+// resolved from /srv/w1, the worker's working directory)"; an absolute one as it is.
+std::string DescribeSpecPath(absl::string_view path);
+
 // The entries of a comma-separated --allowed_paths ("/datasets,/shared/ckpt"), empty ones
 // skipped.
 std::vector<std::string> SplitPathList(absl::string_view list);

@@ -90,9 +90,10 @@ def case_paths_confined(args):
                           "dataset %s resolves to %s" % (leaked, os.path.join(outside,
                                                                              "secret.txt")),
                           "outside this worker's allowed roots", root)
+            workdir = os.path.realpath(c.workdir)
             ckpt_id = failed_naming(
                 c, "leak_ckpt.json", dict(base, checkpoint={"dir": "leak/ckpt"}),
-                "checkpoint.dir leak/ckpt (relative, resolved from %s" % os.path.realpath(c.workdir),
+                "checkpoint.dir leak/ckpt (relative, resolved from %s" % workdir,
                 "resolves to %s" % ckpt_outside)
             expect(not os.path.exists(os.path.join(c.tmp, "data-w1", "jobs", ckpt_id)),
                    "%s wrote in the worker's data root" % ckpt_id)

@@ -33,13 +33,6 @@ int64_t DatasetTokens(const std::string& path) {
   return st.st_size;
 }
 
-// `path` as the spec gave it, with where a relative one was resolved from.
-std::string DescribePath(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  return absl::StrCat(path, " (relative, resolved from ", AbsolutePath("."),
-                      ", the worker's working directory)");
-}
-
 enum class Want { kFile, kAny };
 
 // OK when the spec's `path` (field `what`) exists on this worker (and is a file for kFile).
@@ -50,11 +43,12 @@ absl::Status RequirePath(const std::string& what, const std::string& path, Want 
     const int err = errno;
     return absl::Status(err == ENOENT ? absl::StatusCode::kNotFound
                                       : absl::StatusCode::kFailedPrecondition,
-                        absl::StrCat(what, " ", DescribePath(path), " cannot be read on worker ",
-                                     worker_id, ": ", std::strerror(err)));
+                        absl::StrCat(what, " ", DescribeSpecPath(path),
+                                     " cannot be read on worker ", worker_id, ": ",
+                                     std::strerror(err)));
   }
   if (want == Want::kFile && S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " ", DescribePath(path),
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", DescribeSpecPath(path),
                                                    " is a directory, not a file (worker ",
                                                    worker_id, ")"));
   }
