@@ -35,6 +35,7 @@
 #include "common/version.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/diagnose_job.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_store.h"
 #include "plan/job_plan.h"
@@ -66,6 +67,10 @@ ABSL_FLAG(int64_t, max_job_workers, dtrain::plan::JobLimits().max_workers,
 ABSL_FLAG(int, max_watches_per_client, 16,
           "most WatchJob/JobLogs streams one client (certificate name, else address) holds "
           "open at once; 0: no cap");
+ABSL_FLAG(absl::Duration, diagnose_stall_after, absl::Seconds(30),
+          "a running multi-worker job with no step for this long is diagnosed as `dtrain "
+          "diagnose` would (once per stall): the answer goes into its events and, if the run "
+          "then fails, its reason; 0: never");
 
 namespace {
 
@@ -143,6 +148,16 @@ int main(int argc, char** argv) {
   options.job_limits.max_parameters = absl::GetFlag(FLAGS_max_job_parameters);
   options.job_limits.max_steps = absl::GetFlag(FLAGS_max_job_steps);
   options.job_limits.max_workers = absl::GetFlag(FLAGS_max_job_workers);
+  options.diagnose_stall_after = absl::GetFlag(FLAGS_diagnose_stall_after);
+  options.diagnose = [tls = *tls](const dtrain::Job& job,
+                                  const dtrain::ListWorkersResponse& workers,
+                                  std::function<void(std::string)> done) {
+    dtrain::coordinator::GatherOptions gather;
+    gather.tls = tls;
+    absl::Status started = dtrain::coordinator::StartDiagnosis(
+        job, workers.workers(), gather, [done](dtrain::JobDiagnosis d) { done(d.summary()); });
+    if (!started.ok()) done(absl::StrCat("cannot diagnose: ", started.message()));
+  };
   absl::StatusOr<std::unique_ptr<JobManager>> manager =
       JobManager::Create(std::move(*store), options);
   if (!manager.ok()) return Fail(manager.status());

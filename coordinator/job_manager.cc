@@ -140,6 +140,7 @@ absl::Status JobManager::Recover() {
   int queued = 0, resumed = 0;
   for (Job& stored : jobs) {
     ActiveJob job;
+    job.progress_at = now;  // a stall is counted from the restart
     job.id = stored.id();
     job.spec = stored.spec();
     job.submitted = absl::FromUnixMillis(stored.submitted_unix_ms());
@@ -194,8 +195,56 @@ void JobManager::Stop() {
   {
     absl::MutexLock lock(&wake_mu_);
     stop_ = true;
+    // A stall diagnosis answers within its deadline (2 s); its answer touches this manager.
+    auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake_mu_) { return diagnosing_ == 0; };
+    wake_mu_.AwaitWithTimeout(absl::Condition(&answered), absl::Seconds(10));
   }
   if (scheduler_.joinable()) scheduler_.join();
+}
+
+void JobManager::DiagnoseStalledJobs() {
+  if (options_.diagnose_stall_after <= absl::ZeroDuration() || !options_.diagnose) return;
+  std::vector<Job> stalled;
+  {
+    JobsLock lock(this);
+    const absl::Time now = Now();
+    for (auto& [n, job] : jobs_) {
+      if (job.state != RUNNING || job.stall_diagnosed || job.ranks.size() < 2 ||
+          job.assignment == nullptr || now - job.progress_at < options_.diagnose_stall_after) {
+        continue;
+      }
+      job.stall_diagnosed = true;
+      Job& j = stalled.emplace_back();
+      j.set_id(job.id);
+      j.set_state(RUNNING);
+      *j.mutable_placement() = job.assignment->placement();
+    }
+  }
+  if (stalled.empty()) return;
+  const ListWorkersResponse workers = ListWorkers();
+  for (const Job& job : stalled) {
+    {
+      absl::MutexLock lock(&wake_mu_);
+      if (stop_) return;
+      ++diagnosing_;
+    }
+    options_.diagnose(job, workers, [this, id = job.id()](std::string summary) {
+      RecordStallDiagnosis(id, std::move(summary));
+      absl::MutexLock lock(&wake_mu_);
+      --diagnosing_;
+    });
+  }
+}
+
+void JobManager::RecordStallDiagnosis(const std::string& job_id, std::string summary) {
+  JobsLock lock(this);
+  ActiveJob* job = FindActive(job_id);
+  if (job == nullptr || job->state != RUNNING || !job->stall_diagnosed) return;  // moved on
+  const std::string text = absl::StrCat(
+      "no step for ", absl::FormatDuration(options_.diagnose_stall_after), ": ", summary);
+  Log(absl::StrCat(job_id, ": ", text));
+  Event(job_id, text);
+  job->stall_summary = std::move(summary);
 }
 
 void JobManager::Wake() {
@@ -247,6 +296,11 @@ absl::Status JobManager::Transition(ActiveJob& job, JobState state, const std::s
                    reason));
   job.state = state;
   job.reason = reason;
+  if (state == RUNNING) {  // a new run: its stall clock starts now
+    job.progress_at = Now();
+    job.stall_diagnosed = false;
+    job.stall_summary.clear();
+  }
   to_notify_.push_back(job.id);
   return absl::OkStatus();
 }
@@ -354,8 +408,15 @@ void JobManager::FailWithRootCause(ActiveJob& job) {
        silent != heartbeat_age.end() ? silent->second : absl::ZeroDuration());
 }
 
-void JobManager::Fail(ActiveJob& job, const std::string& reason, const std::string& worker,
+void JobManager::Fail(ActiveJob& job, const std::string& cause, const std::string& worker,
                       bool curable, absl::Duration silent) {
+  // Where the run was stuck before it failed, when its stall was diagnosed: on the first line,
+  // which a RECOVERING reason keeps.
+  std::string reason = cause;
+  if (!job.stall_summary.empty()) {
+    reason.insert(std::min(reason.find('\n'), reason.size()),
+                  absl::StrCat(" (diagnosed when it stalled: ", job.stall_summary, ")"));
+  }
   const int max_restarts = job.spec.fault_tolerance().max_restarts();
   const int used = FailureCount(job.recoveries);
   if (!curable || used >= max_restarts) {
@@ -612,6 +673,7 @@ std::string JobManager::WaitingReason(const JobSpec& spec, const WorkerCounts& c
 }
 
 void JobManager::RunSchedulerPass() {
+  DiagnoseStalledJobs();  // under its own lock: the diagnoses start outside it
   JobsLock lock(this);
   SweepLocked(Now());
   std::vector<ActiveJob*> queued, recovering;
@@ -854,6 +916,9 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
       // after it are redone, and watchers are sent them again (coordinator_service.cc).
       RETURN_IF_ERROR(store_->AppendMetrics(job->id, step, /*drop_later=*/r != nullptr));
       job->last_step = std::max(job->last_step, step.step());
+      job->progress_at = now;
+      job->stall_diagnosed = false;
+      job->stall_summary.clear();
       if (r != nullptr) {
         // The recovery is done. Rank 0's location (the step it resumed from) may come later,
         // from another worker: the run resumed from the step before its first.

@@ -84,6 +84,16 @@ class JobManager {
     // cap and its flag otherwise.
     int64_t max_spec_bytes = 1 << 20;
     plan::JobLimits job_limits;
+    // A RUNNING multi-rank job that reports no step for this long is diagnosed once per stall
+    // (`diagnose`): the one-line answer goes into its events and, should the run then fail,
+    // into its FAILED or RECOVERING reason. Zero: never (--diagnose_stall_after).
+    absl::Duration diagnose_stall_after = absl::ZeroDuration();
+    // Starts a diagnosis of `job` (its id, state and placement with the peer secret) and calls
+    // `done` with its summary later, on another thread, within a few seconds (dtrain-coordinator:
+    // diagnose_job.h's StartDiagnosis). Needed when diagnose_stall_after is set.
+    std::function<void(const Job& job, const ListWorkersResponse& workers,
+                       std::function<void(std::string summary)> done)>
+        diagnose;
   };
 
   // Loads the active jobs of `store` (see Restart above). Does not start the scheduler thread.
@@ -152,6 +162,11 @@ class JobManager {
     bool stopped = false;
     absl::Time phase_start = absl::InfinitePast();
     bool run_located = false;  // rank 0 of the current run reported its location
+    // Since when the run has made no step (RUNNING entered, or the last step), whether that
+    // stall was diagnosed, and the diagnosis (Options::diagnose_stall_after).
+    absl::Time progress_at = absl::InfinitePast();
+    bool stall_diagnosed = false;
+    std::string stall_summary;
   };
 
   class JobsLock;  // mu_, plus the notifications it defers until unlock
@@ -166,6 +181,10 @@ class JobManager {
   void Log(absl::string_view line) const { options_.log(line); }
   void Wake();
   void SchedulerLoop();
+  // Starts the diagnosis of every RUNNING multi-rank job without a step for
+  // diagnose_stall_after (once per stall); RecordStallDiagnosis takes its answer.
+  void DiagnoseStalledJobs();
+  void RecordStallDiagnosis(const std::string& job_id, std::string summary);
 
   ActiveJob* FindActive(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits a non-final state change, updates memory, logs, notifies.
@@ -231,6 +250,7 @@ class JobManager {
   absl::Mutex wake_mu_;
   bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;
   bool stop_ ABSL_GUARDED_BY(wake_mu_) = false;
+  int diagnosing_ ABSL_GUARDED_BY(wake_mu_) = 0;  // stall diagnoses not answered yet
   std::thread scheduler_;
 };
 

@@ -3,8 +3,10 @@
 #ifndef DTRAIN_COORDINATOR_JOB_MANAGER_HARNESS_H_
 #define DTRAIN_COORDINATOR_JOB_MANAGER_HARNESS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,7 +24,12 @@ inline const absl::Duration kLease = absl::Seconds(5);
 // A JobManager on a fresh (or given) database with a clock the test moves by hand.
 class Harness {
  public:
-  explicit Harness(const std::string& db) : db_(db) { Open(); }
+  // `tune` changes the options the manager is made with (the clock and log stay the test's).
+  explicit Harness(const std::string& db,
+                   std::function<void(JobManager::Options*)> tune = nullptr)
+      : db_(db), tune_(std::move(tune)) {
+    Open();
+  }
 
   void Open() {
     manager_.reset();
@@ -38,6 +45,7 @@ class Harness {
       absl::MutexLock lock(&mu_);
       log_.emplace_back(line);
     };
+    if (tune_) tune_(&options);
     auto manager = JobManager::Create(std::move(*store), options);
     ASSERT_TRUE(manager.ok()) << manager.status();
     manager_ = std::move(*manager);
@@ -142,6 +150,7 @@ class Harness {
 
  private:
   std::string db_;
+  std::function<void(JobManager::Options*)> tune_;
   absl::Mutex mu_;
   absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1700000000);
   std::vector<std::string> log_ ABSL_GUARDED_BY(mu_);

@@ -167,6 +167,51 @@ TEST(JobManager, AStoppedWorkerIsTheCauseEvenWhenItsPeersReportFirst) {
   EXPECT_THAT(lines->back().text(), HasSubstr("stopped by SIGTERM after step 20"));
 }
 
+// Options::diagnose_stall_after: a run without a step for 3 s is diagnosed once (with its
+// placement and secret, to ask its ranks); the answer goes into the job's events, then into the
+// reason of the failure that follows.
+TEST(JobManager, AStalledRunIsDiagnosedOnceAndItsRootGoesIntoEventsAndReason) {
+  std::vector<std::string> asked;
+  std::function<void(std::string)> answer;
+  Harness h(TempDb("stall"), [&](JobManager::Options* o) {
+    o->diagnose_stall_after = absl::Seconds(3);
+    o->diagnose = [&](const Job& job, const ListWorkersResponse& workers,
+                      std::function<void(std::string)> done) {
+      asked.push_back(absl::StrCat(job.id(), ": ", job.placement().ranks_size(), " ranks, ",
+                                   job.placement().peer_secret().size(), "-byte secret, ",
+                                   workers.workers_size(), " workers"));
+      answer = std::move(done);
+    };
+  });
+  h.RunOn(3, kPp3Spec);
+  auto beat = [&] {
+    for (const char* w : {"w1", "w2", "w3"}) h.Beat(w, absl::StrCat("s-", w), "job-000001");
+  };
+  h.Advance(absl::Seconds(2));
+  beat();
+  h.m().RunSchedulerPass();
+  EXPECT_TRUE(asked.empty());  // 2 s without a step is not a stall yet
+  h.Advance(absl::Seconds(1.5));
+  beat();
+  h.m().RunSchedulerPass();
+  h.m().RunSchedulerPass();
+  EXPECT_THAT(asked, ElementsAre("job-000001: 3 ranks, 16-byte secret, 3 workers"));
+  ASSERT_TRUE(answer);
+  answer("root: rank 1 (w2, dp0 pp1 tp0) is in F of micro-batch 0, step 1, for 3.5 s (compute, "
+         "not communication); rank 2 waits on its activation");
+  absl::StatusOr<std::vector<LogEntry>> events =
+      h.m().store().LogsAfter("job-000001", 0, std::nullopt);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_FALSE(events->empty());
+  EXPECT_EQ(events->back().text(),
+            "no step for 3s: root: rank 1 (w2, dp0 pp1 tp0) is in F of micro-batch 0, step 1, "
+            "for 3.5 s (compute, not communication); rank 2 waits on its activation");
+  ASSERT_TRUE(h.Outcome("w2", "s-w2", "job-000001", false, "out of memory").ok());
+  const Job job = h.Get("job-000001");
+  EXPECT_THAT(job.reason(), HasSubstr("out of memory (diagnosed when it stalled: root: rank 1 "
+                                      "(w2, dp0 pp1 tp0) is in F of micro-batch 0"));
+}
+
 TEST(JobManager, ForgetRemovesOnlyLostWorkers) {
   Harness h(TempDb("forget"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());

@@ -123,3 +123,31 @@ def case_diagnose_busy_rank(args):
         expect(d["ranks"][other].get("waits_on") == [busy_rank],
                "rank %d should wait on rank %d: %s" % (other, busy_rank, d["ranks"][other]))
         expect(not any("did not answer" in f for f in d["findings"]), "findings:\n%s" % text)
+
+
+def case_diagnose_stall_reason(args):
+    """The diagnosis runs by itself: with --diagnose_stall_after=1.5s, a pp=2 run whose rank on
+    w2 sleeps 5 s after a step (--test_only_step_delay) is diagnosed while it stalls (the job's
+    events: 'no step for 1.5s: root: rank 1 (w2, dp0 pp1 tp0) is between operations'), and when
+    the other rank's 4 s communication timeout then fails the job, its FAILED reason says the
+    same root."""
+    with Cluster(args.binaries, "diagnose_stall_reason") as c:
+        c.write_corpus()
+        c.start_coordinator(extra=["--diagnose_stall_after=1.5s"])
+        c.start_worker("w1", extra=["--comm_timeout=4s"])
+        c.start_worker("w2", extra=["--test_only_step_delay=5s", "--comm_timeout=4s"])
+        c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 1000, name="stall",
+                              parallel={"pp": 2}, fault_tolerance={"max_restarts": 0})
+        job_id = c.submit(c.write_spec("stall.json", spec))
+        job = c.wait_state(job_id, ("FAILED", "SUCCEEDED", "CANCELLED"), 120)
+        busy_rank = [r["worker_id"] for r in job["placement"]["ranks"]].index("w2")
+        root = "root: rank %d (w2, dp0 pp%d tp0) is between operations" % (busy_rank, busy_rank)
+        rc, logs, err = c.cli("logs", job_id)
+        expect(rc == 0, "dtrain logs exited %d: %s" % (rc, err))
+        print(logs)
+        print("reason: %s" % job.get("reason"))
+        expect(("no step for 1.5s: " + root) in logs, "no stall diagnosis in the events:\n%s" % logs)
+        expect(job["state"] == "FAILED", "state %s: %s" % (job["state"], job.get("reason")))
+        expect("(diagnosed when it stalled: %s" % root in job.get("reason", ""),
+               "the reason lacks the diagnosis: %s" % job.get("reason"))

@@ -209,13 +209,13 @@ class Cluster:
         self.processes.append(p)
         return p
 
-    def start_coordinator(self, wait=True):
+    def start_coordinator(self, wait=True, extra=()):
         # Metrics on a port of our own, never the default (which other services may hold).
         self.metrics_ports["coordinator"] = free_port()
         argv = [self.bin["coordinator"], "--listen=%s" % self.address, "--db=%s" % self.db,
                 "--lease=%gs" % self.lease_s, "--heartbeat_interval=%dms" % (self.heartbeat_s * 1000),
                 "--metrics_listen=127.0.0.1:%d" % self.metrics_ports["coordinator"]]
-        argv += self.tls_flags("coordinator")
+        argv += self.tls_flags("coordinator") + list(extra)
         self.coordinator = self._spawn("coordinator", argv)
         if wait:
             self.wait_until(lambda: self.cli("workers", timeout=5)[0] == 0, 30,
