@@ -256,6 +256,26 @@ TEST(MutualTls, RefusesNoCertificateAnotherCaAndPlaintext) {
             grpc::StatusCode::UNAVAILABLE);
 }
 
+// Moving to a new CA without downtime: a ca.pem holding both CAs lets certificates of either
+// in, on both sides; one of a third CA stays out.
+TEST(MutualTls, ACaBundleTrustsCertificatesOfEitherCa) {
+  std::string dir = TempDir();
+  MakeCa(dir, "old_ca");
+  MakeCa(dir, "new_ca");
+  MakeCa(dir, "third_ca");
+  Issue(dir, "old_ca", "coordinator", "coordinator", "DNS:localhost,IP:127.0.0.1");
+  Issue(dir, "new_ca", "alice", "admin", "DNS:localhost,IP:127.0.0.1");
+  Issue(dir, "third_ca", "mallory", "admin", "DNS:localhost,IP:127.0.0.1");
+  Shell(absl::StrCat("sh -c 'cat ", dir, "/old_ca.pem ", dir, "/new_ca.pem > ", dir,
+                     "/both.pem'"));
+  std::unique_ptr<Server> server = StartServer(Files(dir, "both", "coordinator"));
+  CallResult r = Call(server->port, Creds(Files(dir, "both", "alice")));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.reply, "alice/admin");
+  EXPECT_EQ(Call(server->port, Creds(Files(dir, "both", "mallory"))).status.error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
 TEST(MutualTls, InsecureServerSeesRoleInsecure) {
   TlsFiles insecure;
   insecure.insecure = true;
