@@ -226,6 +226,21 @@ TEST(MutualTls, HandlerSeesTheCallersNameAndRole) {
   EXPECT_EQ(r.server_name, "coordinator");
 }
 
+// PeerIdentityOf remembers identities by certificate: callers with other certificates, one
+// after another and again, each still get their own.
+TEST(MutualTls, EachCertificateKeepsItsOwnIdentityOnRepeatedCalls) {
+  std::string dir = TempDir();
+  MakeCa(dir, "ca");
+  Issue(dir, "ca", "coordinator", "coordinator", "DNS:localhost,IP:127.0.0.1");
+  Issue(dir, "ca", "alice", "admin", "DNS:localhost,IP:127.0.0.1");
+  Issue(dir, "ca", "bob", "viewer", "DNS:localhost,IP:127.0.0.1");
+  std::unique_ptr<Server> server = StartServer(Files(dir, "ca", "coordinator"));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Call(server->port, Creds(Files(dir, "ca", "alice"))).reply, "alice/admin");
+    EXPECT_EQ(Call(server->port, Creds(Files(dir, "ca", "bob"))).reply, "bob/viewer");
+  }
+}
+
 TEST(MutualTls, RefusesNoCertificateAnotherCaAndPlaintext) {
   std::string dir = TempDir();
   MakeCa(dir, "ca");
