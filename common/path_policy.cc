@@ -81,6 +81,18 @@ absl::StatusOr<std::vector<std::string>> ResolveRoots(const std::vector<std::str
   return roots;
 }
 
+std::vector<std::string> DeclaredRoots(const std::vector<std::string>& given,
+                                       const std::vector<std::string>& roots) {
+  std::vector<std::string> declared = roots;
+  for (const std::string& dir : given) {
+    const std::string absolute = AbsolutePath(dir);
+    if (std::find(declared.begin(), declared.end(), absolute) == declared.end()) {
+      declared.push_back(absolute);
+    }
+  }
+  return declared;
+}
+
 bool IsInsideRoot(absl::string_view path, absl::string_view root) {
   absl::ConsumeSuffix(&root, "/");  // "/" becomes "", inside which every absolute path lies
   if (!absl::ConsumePrefix(&path, root)) return false;

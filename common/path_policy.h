@@ -46,6 +46,14 @@ std::vector<std::string> SplitPathList(absl::string_view list);
 // directory (a worker does not start with a root it cannot use).
 absl::StatusOr<std::vector<std::string>> ResolveRoots(const std::vector<std::string>& dirs);
 
+// What a worker declares at registration, for the coordinator's lexical check at submit: its
+// resolved `roots`, then each of `given` (the directories before ResolveRoots) made absolute
+// when that differs, i.e. reached through a symlink: a root given as /datasets that resolves to
+// /mnt/data declares both, so that a spec's "/datasets/x" is not refused at submit (the worker
+// resolves it to /mnt/data/x, inside). Duplicates dropped.
+std::vector<std::string> DeclaredRoots(const std::vector<std::string>& given,
+                                       const std::vector<std::string>& roots);
+
 // True when `path` is `root` or below it, component by component ("/data/x" is inside "/data",
 // "/data2" is not). Both absolute and normalized (AbsolutePath, or realpath).
 bool IsInsideRoot(absl::string_view path, absl::string_view root);

@@ -55,6 +55,16 @@ TEST(ResolveRoots, RealpathsAndDropsDuplicates) {
   EXPECT_THAT(*roots, ElementsAre(dir + "/a"));
 }
 
+TEST(DeclaredRoots, ResolvedRootsThenTheSymlinkedFormsAsGiven) {
+  const std::string dir = TempDir();
+  ASSERT_EQ(mkdir((dir + "/a").c_str(), 0755), 0);
+  ASSERT_EQ(symlink((dir + "/a").c_str(), (dir + "/link").c_str()), 0);
+  const std::vector<std::string> given = {dir + "/a/", dir + "/link"};
+  const std::vector<std::string> roots = ResolveRoots(given).value();
+  EXPECT_THAT(DeclaredRoots(given, roots), ElementsAre(dir + "/a", dir + "/link"));
+  EXPECT_THAT(DeclaredRoots({dir + "/a"}, {dir + "/a"}), ElementsAre(dir + "/a"));
+}
+
 TEST(ResolveRoots, MissingRootOrFileIsAnError) {
   const std::string dir = TempDir();
   absl::StatusOr<std::vector<std::string>> missing = ResolveRoots({dir + "/nope"});

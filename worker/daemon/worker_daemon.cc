@@ -260,7 +260,10 @@ absl::Status WorkerDaemon::Register() {
   request.set_session_id(session_id_);
   request.set_address(options_.advertise_address);
   request.set_host_label(options_.host_label);
-  for (const std::string& root : options_.allowed_roots) request.add_allowed_roots(root);
+  for (const std::string& root : options_.declared_roots.empty() ? options_.allowed_roots
+                                                                 : options_.declared_roots) {
+    request.add_allowed_roots(root);
+  }
   *request.mutable_device() = DeviceToProto(backend_->info());
   {
     absl::MutexLock lock(&mu_);

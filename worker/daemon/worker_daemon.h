@@ -65,8 +65,10 @@ struct WorkerOptions {
   std::string advertise_address;  // host:port of the peer service, as peers reach it
   std::string host_label;
   std::string data_root = "./dtrain-data";
-  // Declared at registration and given to every job: see JobRunnerOptions.
+  // Given to every job: see JobRunnerOptions.
   std::vector<std::string> allowed_roots;
+  // Declared at registration (common/path_policy.h DeclaredRoots); empty: allowed_roots.
+  std::vector<std::string> declared_roots;
   // Multi-worker jobs: see JobRunnerOptions.
   std::string peer_listen_address;
   absl::Duration connect_timeout = absl::Seconds(60);

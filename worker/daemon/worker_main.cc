@@ -166,6 +166,7 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   absl::StatusOr<std::vector<std::string>> resolved = ResolveRoots(roots);
   RETURN_IF_ERROR(Annotate(resolved.status(), "--data_root / --allowed_paths"));
   options.allowed_roots = *std::move(resolved);
+  options.declared_roots = DeclaredRoots(roots, options.allowed_roots);
   std::fprintf(stderr, "dtrain-worker: jobs may read and write only in %s\n",
                absl::StrJoin(options.allowed_roots, ", ").c_str());
 
