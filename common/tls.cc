@@ -120,14 +120,19 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
-    const TlsFiles& files) {
+    const TlsFiles& files, absl::Duration reload_interval) {
   RETURN_IF_ERROR(ValidateTlsFiles(files, "the client"));
   if (files.insecure) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions options;
-  ASSIGN_OR_RETURN(options.pem_root_certs, ReadFlagFile("tls_ca", files.ca));
-  ASSIGN_OR_RETURN(options.pem_cert_chain, ReadFlagFile("tls_cert", files.cert));
-  ASSIGN_OR_RETURN(options.pem_private_key, ReadFlagFile("tls_key", files.key));
-  return grpc::SslCredentials(options);
+  // The same file watcher as servers: a long-lived channel (a worker's to the coordinator)
+  // makes its next connection with renewed files.
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      files.key, files.cert, files.ca,
+      static_cast<unsigned int>(std::max<int64_t>(1, absl::ToInt64Seconds(reload_interval))));
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(provider);
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  return grpc::experimental::TlsCredentials(options);
 }
 
 void SetPeerChannelArguments(const TlsFiles& files, grpc::ChannelArguments* args) {

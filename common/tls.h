@@ -19,10 +19,11 @@
 // clients as usual. Workers dial peers by IP:port, so every worker certificate carries the DNS
 // SAN kWorkerPeerHostname and peer channels verify that name (PeerChannelArguments).
 //
-// Rotation: servers read their key, certificate and CA through gRPC's file-watching
-// certificate provider, re-read every `reload_interval` (renewed files take effect for new
-// connections without a restart; replace key and certificate together, e.g. by renaming a
-// directory). Clients read the files each time ChannelCredentials is called.
+// Rotation: servers and clients read their key, certificate and CA through gRPC's file-watching
+// certificate provider, re-read every `reload_interval` (60 s): renewed files take effect for
+// new connections without a restart, also on a long-lived channel (a worker's to the
+// coordinator) when it next connects. Replace key and certificate together (e.g. by renaming a
+// directory); a CA file may hold several CAs (to move to a new one).
 #ifndef DTRAIN_COMMON_TLS_H_
 #define DTRAIN_COMMON_TLS_H_
 
@@ -86,8 +87,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const TlsFiles& files, absl::Duration reload_interval = kDefaultTlsReloadInterval);
 
 // Client credentials: presents `cert`, verifies the server's certificate against `ca` and its
-// host name. InsecureChannelCredentials when files.insecure. Validates first.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& files);
+// host name. Files re-read every `reload_interval`: a channel's next connection uses renewed
+// ones. InsecureChannelCredentials when files.insecure. Validates first.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const TlsFiles& files, absl::Duration reload_interval = kDefaultTlsReloadInterval);
 
 // Sets what a worker-to-worker channel needs on top of ChannelCredentials: the server name
 // checked against the peer's certificate is kWorkerPeerHostname (peers are dialled by IP).

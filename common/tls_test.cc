@@ -53,8 +53,8 @@ void MakeCa(const std::string& dir, const std::string& name) {
 void Issue(const std::string& dir, const std::string& ca, const std::string& name,
            const std::string& role, const std::string& sans) {
   std::string base = absl::StrCat(dir, "/", name);
-  WriteFile(base + ".ext", absl::StrCat("subjectAltName=", sans,
-                                        "\nextendedKeyUsage=serverAuth,clientAuth\n"));
+  WriteFile(base + ".ext",
+            absl::StrCat("subjectAltName=", sans, "\nextendedKeyUsage=serverAuth,clientAuth\n"));
   Shell(absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=",
                      name, "/OU=", role, " -keyout ", base, ".key -out ", base, ".csr"));
   Shell(absl::StrCat("openssl x509 -req -in ", base, ".csr -CA ", dir, "/", ca, ".pem -CAkey ", dir,
@@ -281,8 +281,7 @@ TEST(MutualTls, ACaBundleTrustsCertificatesOfEitherCa) {
   Issue(dir, "old_ca", "coordinator", "coordinator", "DNS:localhost,IP:127.0.0.1");
   Issue(dir, "new_ca", "alice", "admin", "DNS:localhost,IP:127.0.0.1");
   Issue(dir, "third_ca", "mallory", "admin", "DNS:localhost,IP:127.0.0.1");
-  Shell(absl::StrCat("sh -c 'cat ", dir, "/old_ca.pem ", dir, "/new_ca.pem > ", dir,
-                     "/both.pem'"));
+  Shell(absl::StrCat("sh -c 'cat ", dir, "/old_ca.pem ", dir, "/new_ca.pem > ", dir, "/both.pem'"));
   std::unique_ptr<Server> server = StartServer(Files(dir, "both", "coordinator"));
   CallResult r = Call(server->port, Creds(Files(dir, "both", "alice")));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
@@ -339,6 +338,62 @@ TEST(MutualTls, RenewedServerCertificateIsUsedWithoutRestart) {
     seen = Call(server->port, Creds(Files(dir, "ca", "alice"))).server_name;  // a new channel
   }
   EXPECT_EQ(seen, "renewed");
+}
+
+// A long-lived channel (a worker's to the coordinator): after its client files are replaced,
+// its next connection presents the new certificate, without a new channel.
+TEST(MutualTls, RenewedClientCertificateIsUsedByTheChannelsNextConnection) {
+  std::string dir = TempDir();
+  MakeCa(dir, "ca");
+  Issue(dir, "ca", "coordinator", "coordinator", "DNS:localhost,IP:127.0.0.1");
+  Issue(dir, "ca", "w1", "worker", "DNS:localhost,IP:127.0.0.1");
+  Issue(dir, "ca", "w1-renewed", "worker", "DNS:localhost,IP:127.0.0.1");
+  std::unique_ptr<Server> server = StartServer(Files(dir, "ca", "coordinator"));
+  const int port = server->port;
+  TlsFiles client = Files(dir, "ca", "w1");
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+      ChannelCredentials(client, absl::Seconds(1));
+  ASSERT_TRUE(creds.ok()) << creds.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), *creds);
+  auto ask = [&channel] {
+    grpc::GenericStub stub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    context.set_wait_for_ready(true);
+    grpc::Slice empty("");
+    grpc::ByteBuffer request(&empty, 1), response;
+    grpc::Status status;
+    absl::Notification done;
+    stub.UnaryCall(&context, "/test.WhoAmI/Ask", grpc::StubOptions(), &request, &response,
+                   [&](grpc::Status s) {
+                     status = s;
+                     done.Notify();
+                   });
+    done.WaitForNotification();
+    grpc::Slice slice;
+    if (!status.ok() || !response.TrySingleSlice(&slice).ok()) return status.error_message();
+    return std::string(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  };
+  EXPECT_EQ(ask(), "w1/worker");
+
+  Shell(absl::StrCat("cp ", dir, "/w1-renewed.key ", dir, "/tmp.key && mv ", dir, "/tmp.key ",
+                     client.key));
+  Shell(absl::StrCat("cp ", dir, "/w1-renewed.pem ", dir, "/tmp.pem && mv ", dir, "/tmp.pem ",
+                     client.cert));
+  absl::SleepFor(absl::Milliseconds(2500));  // the watcher's interval, and then some
+  // The coordinator restarts on the same port: the channel reconnects, with the renewed files.
+  server->server->Shutdown(std::chrono::system_clock::now());
+  server.reset();
+  auto again = std::make_unique<Server>();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_creds =
+      ServerCredentials(Files(dir, "ca", "coordinator"));
+  ASSERT_TRUE(server_creds.ok());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("127.0.0.1:", port), *server_creds, &again->port);
+  builder.RegisterCallbackGenericService(&again->service);
+  again->server = builder.BuildAndStart();
+  ASSERT_EQ(again->port, port);
+  EXPECT_EQ(ask(), "w1-renewed/worker");
 }
 
 }  // namespace
