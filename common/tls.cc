@@ -124,15 +124,27 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
   RETURN_IF_ERROR(ValidateTlsFiles(files, "the client"));
   if (files.insecure) return grpc::InsecureChannelCredentials();
   // The same file watcher as servers: a long-lived channel (a worker's to the coordinator)
-  // makes its next connection with renewed files.
-  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      files.key, files.cert, files.ca,
-      static_cast<unsigned int>(std::max<int64_t>(1, absl::ToInt64Seconds(reload_interval))));
-  grpc::experimental::TlsChannelCredentialsOptions options;
-  options.set_certificate_provider(provider);
-  options.watch_root_certs();
-  options.watch_identity_key_cert_pairs();
-  return grpc::experimental::TlsCredentials(options);
+  // makes its next connection with renewed files. Each watcher has a thread of its own, so one
+  // process shares one per set of files (a worker's peer channels, heartbeat_load's 1,000
+  // simulated workers); every channel still makes its own handshake.
+  const unsigned int interval =
+      static_cast<unsigned int>(std::max<int64_t>(1, absl::ToInt64Seconds(reload_interval)));
+  const std::string key = absl::StrCat(files.ca, "\n", files.cert, "\n", files.key, "\n", interval);
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* shared =
+      new absl::flat_hash_map<std::string, std::shared_ptr<grpc::ChannelCredentials>>();
+  absl::MutexLock lock(&mu);
+  std::shared_ptr<grpc::ChannelCredentials>& credentials = (*shared)[key];
+  if (credentials == nullptr) {
+    auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        files.key, files.cert, files.ca, interval);
+    grpc::experimental::TlsChannelCredentialsOptions options;
+    options.set_certificate_provider(provider);
+    options.watch_root_certs();
+    options.watch_identity_key_cert_pairs();
+    credentials = grpc::experimental::TlsCredentials(options);
+  }
+  return credentials;
 }
 
 void SetPeerChannelArguments(const TlsFiles& files, grpc::ChannelArguments* args) {
