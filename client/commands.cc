@@ -466,6 +466,15 @@ int Checkpoints(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   return kExitOk;
 }
 
+int Diagnose(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  absl::StatusOr<JobDiagnosis> diagnosis = stub.Diagnose(*id);
+  if (!diagnosis.ok()) return Fail(WithNewestJobHint(stub, diagnosis.status()), inv, output);
+  output.out << (inv.json ? ToJsonLine(*diagnosis) + "\n" : DiagnosisText(*diagnosis));
+  return kExitOk;
+}
+
 int Workers(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   if (!inv.forget.empty()) {
     const absl::Status status = stub.ForgetWorker(inv.forget);
@@ -476,15 +485,6 @@ int Workers(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<ListWorkersResponse> workers = stub.ListWorkers();
   if (!workers.ok()) return Fail(workers.status(), inv, output);
   if (inv.json) {
-int Diagnose(const Invocation& inv, CoordinatorStub& stub, Output& output) {
-  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
-  if (!id.ok()) return Fail(id.status(), inv, output);
-  absl::StatusOr<JobDiagnosis> diagnosis = stub.Diagnose(*id);
-  if (!diagnosis.ok()) return Fail(WithNewestJobHint(stub, diagnosis.status()), inv, output);
-  output.out << (inv.json ? ToJsonLine(*diagnosis) + "\n" : DiagnosisText(*diagnosis));
-  return kExitOk;
-}
-
     output.out << ToJsonLine(*workers) << "\n";
   } else if (workers->workers_size() == 0) {
     output.out << "no workers registered\n";
@@ -559,6 +559,7 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   if (inv.command == "cancel") return Cancel(inv, stub, output);
   if (inv.command == "logs") return Logs(inv, stub, output);
   if (inv.command == "checkpoints") return Checkpoints(inv, stub, output);
+  if (inv.command == "diagnose") return Diagnose(inv, stub, output);
   if (inv.command == "workers") return Workers(inv, stub, output);
   output.err << "dtrain: unknown command '" << inv.command << "'\n";
   return kExitUsage;
@@ -566,4 +567,3 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
 
 }  // namespace client
 }  // namespace dtrain
-  if (inv.command == "diagnose") return Diagnose(inv, stub, output);

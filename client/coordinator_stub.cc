@@ -142,8 +142,6 @@ absl::StatusOr<ListCheckpointsResponse> CoordinatorStub::ListCheckpoints(
   return response;
 }
 
-}
-
 absl::StatusOr<JobDiagnosis> CoordinatorStub::Diagnose(const std::string& job_id) {
   DiagnoseJobRequest request;
   request.set_job_id(job_id);
@@ -151,6 +149,8 @@ absl::StatusOr<JobDiagnosis> CoordinatorStub::Diagnose(const std::string& job_id
   auto context = UnaryContext();
   RETURN_IF_ERROR(FromGrpc(stub_->Diagnose(context.get(), request, &response), "Diagnose"));
   return response;
+}
+
 absl::Status CoordinatorStub::JobLogs(const std::string& job_id, std::optional<int> rank,
                                       bool follow,
                                       const std::function<void(const LogEntry&)>& on_entry) {

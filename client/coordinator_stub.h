@@ -68,10 +68,10 @@ class CoordinatorStub {
   absl::StatusOr<ListWorkersResponse> ListWorkers();
   absl::Status ForgetWorker(const std::string& worker_id);
   absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
+  absl::StatusOr<JobDiagnosis> Diagnose(const std::string& job_id);
 
   // Calls on_entry for each of the job's log lines (JobLogsRequest: `rank` unset for all). Without
   // `follow` the stream has the --timeout deadline; with it the stream stays open until the job
-  absl::StatusOr<JobDiagnosis> Diagnose(const std::string& job_id);
   // ends, renewed (from the last line seen) every options.stream_renew; a broken stream is an
   // error (UNAVAILABLE), not retried.
   absl::Status JobLogs(const std::string& job_id, std::optional<int> rank, bool follow,
