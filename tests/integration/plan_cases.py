@@ -84,9 +84,11 @@ def case_plan_memory_keeps_job_queued(args):
     rank; the spec is accepted (it is valid) and runs once a worker with room is there."""
     with Cluster(args.binaries, "plan_memory_keeps_job_queued") as c:
         c.write_corpus()
-        c.start_coordinator()
-        # The CPU worker registers the host's RAM; a model with a large vocabulary and context
-        # needs more than any machine of this test has (3 GiB of embedding alone, times four).
+        # The model (69e9 parameters) is above the default --max_job_parameters (20e9): this
+        # case is about placement by memory, so the operator's cap is raised past it.
+        c.start_coordinator(extra=["--max_job_parameters=100000000000"])
+        # The CPU worker registers the host's RAM; a model with a large vocabulary needs more
+        # than any machine of this test has (its embedding alone is 256 GiB, times four).
         spec = dict(BASE, parallel={"pp": 1}, batch_size=1,
                     model={"vocab_size": 16777216, "context": 64, "n_layer": 1, "n_head": 1,
                            "n_embd": 4096})
