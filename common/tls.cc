@@ -121,12 +121,15 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
     const TlsFiles& files, absl::Duration reload_interval) {
-  RETURN_IF_ERROR(ValidateTlsFiles(files, "the client"));
-  if (files.insecure) return grpc::InsecureChannelCredentials();
+  if (files.insecure) {
+    RETURN_IF_ERROR(ValidateTlsFiles(files, "the client"));
+    return grpc::InsecureChannelCredentials();
+  }
   // The same file watcher as servers: a long-lived channel (a worker's to the coordinator)
   // makes its next connection with renewed files. Each watcher has a thread of its own, so one
   // process shares one per set of files (a worker's peer channels, heartbeat_load's 1,000
-  // simulated workers); every channel still makes its own handshake.
+  // simulated workers); every channel still makes its own handshake. The files are validated
+  // (read and parsed) once, when their credentials are made, not on every new peer channel.
   const unsigned int interval =
       static_cast<unsigned int>(std::max<int64_t>(1, absl::ToInt64Seconds(reload_interval)));
   const std::string key = absl::StrCat(files.ca, "\n", files.cert, "\n", files.key, "\n", interval);
@@ -136,6 +139,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
   absl::MutexLock lock(&mu);
   std::shared_ptr<grpc::ChannelCredentials>& credentials = (*shared)[key];
   if (credentials == nullptr) {
+    RETURN_IF_ERROR(ValidateTlsFiles(files, "the client"));
     auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
         files.key, files.cert, files.ca, interval);
     grpc::experimental::TlsChannelCredentialsOptions options;

@@ -88,7 +88,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
 
 // Client credentials: presents `cert`, verifies the server's certificate against `ca` and its
 // host name. Files re-read every `reload_interval`: a channel's next connection uses renewed
-// ones. InsecureChannelCredentials when files.insecure. Validates first.
+// ones. InsecureChannelCredentials when files.insecure. Validates the files the first time
+// they are asked for; later calls with the same files return the same credentials.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
     const TlsFiles& files, absl::Duration reload_interval = kDefaultTlsReloadInterval);
 
