@@ -51,6 +51,14 @@ class TestFailure(Exception):
     pass
 
 
+def tls_flags(tls_dir, name):
+    """--tls_ca/--tls_cert/--tls_key of certificate `name` in `tls_dir` (a `dtrain certs init`
+    directory: ca.pem, NAME.pem, NAME.key)."""
+    return ["--tls_ca=%s" % os.path.join(tls_dir, "ca.pem"),
+            "--tls_cert=%s" % os.path.join(tls_dir, name + ".pem"),
+            "--tls_key=%s" % os.path.join(tls_dir, name + ".key")]
+
+
 def demo_corpus(path):
     """Writes the demo corpus to `path` by running tools/demo_corpus.py, the one recipe that
     tools/make_demo_data.sh runs too (a data dependency of these tests)."""
@@ -162,9 +170,7 @@ class Cluster:
         viewer, or one `dtrain certs issue` added); ["--insecure"] on a plaintext cluster."""
         if self.tls_dir is None:
             return ["--insecure"]
-        return ["--tls_ca=%s" % os.path.join(self.tls_dir, "ca.pem"),
-                "--tls_cert=%s" % os.path.join(self.tls_dir, name + ".pem"),
-                "--tls_key=%s" % os.path.join(self.tls_dir, name + ".key")]
+        return tls_flags(self.tls_dir, name)
 
     # --- lifecycle ---
 

@@ -12,7 +12,7 @@ import ssl
 import subprocess
 import urllib.request
 
-from harness import Cluster, expect, free_port, small_job_spec
+from harness import Cluster, expect, free_port, small_job_spec, tls_flags
 
 # What an HTTP/2 server sends first: a SETTINGS frame (type 4 in the 4th byte of its header).
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -54,12 +54,6 @@ def refused_in_one_line(what, rc, err, words):
     for w in words:
         expect(w in err, "%s: the message does not say %r:\n%s" % (what, w, err))
     print("%s -> exit %d: %s" % (what, rc, err.strip()))
-
-
-def cert_flags(tls_dir, name):
-    return ["--tls_ca=%s" % os.path.join(tls_dir, "ca.pem"),
-            "--tls_cert=%s" % os.path.join(tls_dir, name + ".pem"),
-            "--tls_key=%s" % os.path.join(tls_dir, name + ".key")]
 
 
 def case_tls(args):
@@ -113,10 +107,10 @@ def case_tls(args):
         expect(rc == 2 and "dtrain: the CLI needs --tls_ca, --tls_cert and --tls_key" in err
                and len(err.strip().splitlines()) == 1, "no certificate: exit %d, %r" % (rc, err))
         print("no certificate -> exit %d: %s" % (rc, err.strip()))
-        rc, _, err = c.cli("workers", *cert_flags(other, "admin"), cert=None)
+        rc, _, err = c.cli("workers", *tls_flags(other, "admin"), cert=None)
         refused_in_one_line("another cluster's CA and certificate", rc, err,
                             ["the coordinator's certificate does not verify against --tls_ca"])
-        flags = ["--tls_ca=%s" % os.path.join(d, "ca.pem")] + cert_flags(other, "admin")[1:]
+        flags = ["--tls_ca=%s" % os.path.join(d, "ca.pem")] + tls_flags(other, "admin")[1:]
         rc, _, err = c.cli("workers", *flags, cert=None)
         refused_in_one_line("a certificate of another CA", rc, err,
                             ["the coordinator refused our certificate",
