@@ -20,6 +20,7 @@
 #include "coordinator/recovery.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
+#include "plan/spec_json.h"
 #include "plan/spec_paths.h"
 
 namespace dtrain::coordinator {
@@ -1047,14 +1048,13 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
   if (!IsJobId(from)) return absl::OkStatus();  // a path on the workers: they check it
   absl::StatusOr<Job> source = store_->GetJob(from, /*with_history=*/false);
   if (absl::IsNotFound(source.status())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid job spec: resume_from=\"", from, "\": there is no such job"));
+    return plan::InvalidSpec(absl::StrCat("resume_from=\"", from, "\": there is no such job"));
   }
   RETURN_IF_ERROR(source.status());
   ASSIGN_OR_RETURN(std::vector<CheckpointInfo> sealed, store_->Checkpoints(from));
   if (sealed.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid job spec: resume_from=\"", from, "\": ", from,
+    return plan::InvalidSpec(absl::StrCat(
+        "resume_from=\"", from, "\": ", from,
         " has no sealed checkpoint to resume from (",
         source->spec().checkpoint().dir().empty()
             ? "its spec has no checkpoint.dir"
@@ -1065,8 +1065,8 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
   }
   const CheckpointInfo& latest = sealed.back();
   if (spec->steps() <= latest.step()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid job spec: steps=", spec->steps(), " is not beyond step ", latest.step(), " of ",
+    return plan::InvalidSpec(absl::StrCat(
+        "steps=", spec->steps(), " is not beyond step ", latest.step(), " of ",
         from, "'s latest sealed checkpoint (", latest.path(),
         "): there is nothing to train (set steps above ", latest.step(), ")"));
   }
@@ -1087,9 +1087,9 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   const int64_t spec_bytes = has_json ? static_cast<int64_t>(request.spec_json().size())
                                       : static_cast<int64_t>(request.spec().ByteSizeLong());
   if (spec_bytes > options_.max_spec_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid job spec: it is ", spec_bytes, " bytes, above this coordinator's cap "
-                     "of ", options_.max_spec_bytes, " (--max_spec_bytes)"));
+    return plan::InvalidSpec(absl::StrCat("it is ", spec_bytes,
+                                          " bytes, above this coordinator's cap of ",
+                                          options_.max_spec_bytes, " (--max_spec_bytes)"));
   }
   // The job's plan, the one rule for every part (plan/job_plan.h): `dtrain plan` rejects the
   // same specs with the same words.

@@ -33,12 +33,6 @@ constexpr int kDefaultMaxRestarts = 3;
 constexpr char kDefaultWaitFor[] = "60s";
 constexpr int kMaxRestarts = 1000;
 
-// The one error of a spec with `problems` (not empty).
-absl::Status InvalidSpec(const Problems& problems) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("invalid job spec: ", absl::StrJoin(problems, "; ")));
-}
-
 bool IsOneOf(absl::string_view value, std::initializer_list<absl::string_view> options) {
   return std::find(options.begin(), options.end(), value) != options.end();
 }
@@ -446,9 +440,8 @@ absl::StatusOr<JobPlan> PlanChecked(JobSpec spec, Problems problems) {
   RETURN_IF_ERROR(CutStages(plan));
   absl::StatusOr<pipeline::SimResult> sim = SimulatePlan(plan);
   if (!sim.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid job spec: parallel.schedule=\"",
-                                                   plan.spec().parallel().schedule(),
-                                                   "\" cannot run: ", sim.status().message()));
+    return InvalidSpec(absl::StrCat("parallel.schedule=\"", plan.spec().parallel().schedule(),
+                                    "\" cannot run: ", sim.status().message()));
   }
   plan.set_bubble_fraction(sim->bubble_fraction);
   const int v = plan.spec().parallel().virtual_stages();

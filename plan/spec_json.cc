@@ -248,10 +248,18 @@ absl::Status ReadJobSpecJson(absl::string_view json, JobSpec* spec,
   status = google::protobuf::util::JsonStringToMessage(text, spec, options);
   if (!status.ok()) {
     problems->push_back(std::string(status.message()));
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid job spec: ", absl::StrJoin(*problems, "; ")));
+    return InvalidSpec(*problems);
   }
   return absl::OkStatus();
+}
+
+absl::Status InvalidSpec(absl::Span<const std::string> problems) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid job spec: ", absl::StrJoin(problems, "; ")));
+}
+
+absl::Status InvalidSpec(absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("invalid job spec: ", problem));
 }
 
 absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
@@ -259,8 +267,7 @@ absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
   std::vector<std::string> problems;
   RETURN_IF_ERROR(ReadJobSpecJson(json, &spec, &problems));
   if (!problems.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid job spec: ", absl::StrJoin(problems, "; ")));
+    return InvalidSpec(problems);
   }
   return spec;
 }

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "proto/job.pb.h"
 
 namespace dtrain::plan {
@@ -32,6 +33,13 @@ absl::Status ReadJobSpecJson(absl::string_view json, JobSpec* spec,
 // ReadJobSpecJson, with unknown fields as errors: InvalidArgument "invalid job spec: unknown
 // field ...; ...". Does not validate or default (MakeJobPlan does).
 absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json);
+
+// THE error of a spec that breaks rules: InvalidArgument "invalid job spec: <problem>; <problem>;
+// ..." (`problems` not empty). Every check of a spec (reading, MakeJobPlan, CheckJobLimits,
+// CheckSpecPaths, the coordinator's submit) builds its refusal here, so the CLI can strip the
+// prefix once (client/commands.cc) and list the problems.
+absl::Status InvalidSpec(absl::Span<const std::string> problems);
+absl::Status InvalidSpec(absl::string_view problem);
 
 }  // namespace dtrain::plan
 

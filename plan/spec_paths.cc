@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_paths.h"
 #include "common/path_policy.h"
+#include "plan/spec_json.h"
 
 namespace dtrain::plan {
 namespace {
@@ -65,8 +66,7 @@ absl::Status CheckSpecPaths(const JobSpec& spec, const std::vector<WorkerRoots>&
     }
   }
   if (problems.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("invalid job spec: ", absl::StrJoin(problems, "; ")));
+  return InvalidSpec(problems);
 }
 
 }  // namespace dtrain::plan
