@@ -23,10 +23,10 @@ absl::StatusOr<SendHandle> ObservedTransport::StartSend(int peer, const MessageK
 absl::Status ObservedTransport::Recv(int peer, const MessageKey& key, const TensorMeta& expected,
                                      PieceSink sink, absl::Time deadline,
                                      const RecvOptions& options) {
-  FlightScope recorded(recorder_,
-                       FlightRecord::Message(FlightOp::kRecv, peer, key, expected.num_bytes()));
+  const int64_t bytes = expected.num_bytes();
+  FlightScope recorded(recorder_, FlightRecord::Message(FlightOp::kRecv, peer, key, bytes));
   absl::Status s = inner_->Recv(peer, key, expected, sink, deadline, options);
-  if (s.ok() && observer_ != nullptr) observer_->OnReceived(peer, key.kind, expected.num_bytes());
+  if (s.ok() && observer_ != nullptr) observer_->OnReceived(peer, key.kind, bytes);
   return recorded.Finish(s);
 }
 
