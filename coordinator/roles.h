@@ -28,8 +28,8 @@
 namespace dtrain::coordinator {
 
 // The roles that may call `method` (the RPC's name in proto/coordinator.proto, "CancelJob");
-// empty for a method not in the table.
-std::vector<std::string> RolesFor(absl::string_view method);
+// empty for a method not in the table. The table's own (static) vector.
+const std::vector<std::string>& RolesFor(absl::string_view method);
 
 // OK when `who` may call `method`; else PermissionDenied naming the certificate, its role, the
 // method and the role it needs: "certificate 'viewer' (role viewer) may not call CancelJob: it
