@@ -2,7 +2,6 @@
 
 #include <netdb.h>
 #include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <sys/socket.h>
@@ -10,11 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/files.h"
 #include "common/x509.h"
 
 namespace dtrain {
@@ -95,9 +94,8 @@ std::string VerifyAgainst(X509* cert, const std::string& ca) {
 // alert it sent, if any (gRPC's server mostly just closes the connection).
 std::string RefusedOurs(const TlsFiles& tls, const std::string& alert) {
   X509Ptr ours;
-  if (FILE* f = fopen(tls.cert.c_str(), "r")) {
-    ours.reset(PEM_read_X509(f, nullptr, nullptr, nullptr));
-    fclose(f);
+  if (absl::StatusOr<std::string> pem = ReadFileToString(tls.cert); pem.ok()) {
+    ours = ParseCertificatePem(*pem);
   }
   std::string what = "our certificate " + tls.cert;
   if (absl::StatusOr<std::string> d = DescribeCertificateFile(tls.cert); d.ok()) {
