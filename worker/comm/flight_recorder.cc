@@ -110,38 +110,4 @@ uint64_t FlightRecorder::recorded() const {
   return next_id_ - 1;
 }
 
-const char* FlightOpName(FlightOp op) {
-  switch (op) {
-    case FlightOp::kForward:
-      return "F";
-    case FlightOp::kBackwardInput:
-      return "B";
-    case FlightOp::kBackwardWeight:
-      return "W";
-    case FlightOp::kSend:
-      return "send";
-    case FlightOp::kRecv:
-      return "recv";
-    case FlightOp::kCollective:
-      return "collective";
-    case FlightOp::kCheckpoint:
-      return "checkpoint";
-  }
-  return "?";
-}
-
-const char* FlightStateName(FlightState state) {
-  switch (state) {
-    case FlightState::kQueued:
-      return "queued";
-    case FlightState::kStarted:
-      return "started";
-    case FlightState::kDone:
-      return "done";
-    case FlightState::kFailed:
-      return "failed";
-  }
-  return "?";
-}
-
 }  // namespace dtrain::comm

@@ -118,10 +118,6 @@ class FlightScope {
   uint64_t id_;
 };
 
-// "F", "B", "W", "send", "recv", "collective", "checkpoint"; "started", "done", ...
-const char* FlightOpName(FlightOp op);
-const char* FlightStateName(FlightState state);
-
 }  // namespace dtrain::comm
 
 #endif  // DTRAIN_WORKER_COMM_FLIGHT_RECORDER_H_

@@ -117,7 +117,7 @@ TEST(FlightRecorder, ObservedTransportRecordsCollectivesSendsAndReceives) {
     ASSERT_TRUE(results[rank].ok()) << results[rank];
     int collectives = 0, sends = 0, recvs = 0;
     for (const FlightRecord& f : recorders[rank].Snapshot()) {
-      EXPECT_EQ(f.state, FlightState::kDone) << FlightOpName(f.op);
+      EXPECT_EQ(f.state, FlightState::kDone) << "op " << static_cast<int>(f.op);
       EXPECT_EQ(f.group, 5);
       EXPECT_EQ(f.seq, 0);
       if (f.op == FlightOp::kCollective) {
