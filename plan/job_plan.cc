@@ -115,6 +115,38 @@ void CheckFaultTolerance(FaultTolerance* f, Problems* problems) {
   }
 }
 
+// parallel.stage_layers, when given: one entry per stage, each >= 1, summing to n_layer
+// (`sizes_known`: pp and n_layer passed their own checks), and not with "interleaved".
+void CheckStageLayers(const ParallelLayout& p, int n_layer, bool sizes_known,
+                      Problems* problems) {
+  if (p.stage_layers().empty()) return;
+  const std::string given = absl::StrCat("parallel.stage_layers=[",
+                                         absl::StrJoin(p.stage_layers(), ", "), "]");
+  if (p.schedule() == "interleaved") {
+    problems->push_back(absl::StrCat(
+        given, " cannot be used with schedule \"interleaved\" (its chunks are cut by the plan)"));
+    return;
+  }
+  if (!sizes_known) return;
+  if (p.stage_layers_size() != p.pp()) {
+    problems->push_back(absl::StrCat(given, " has ", p.stage_layers_size(),
+                                     " entries, parallel.pp=", p.pp(), " stages"));
+    return;
+  }
+  int64_t sum = 0;
+  for (int32_t layers : p.stage_layers()) {
+    if (layers < 1) {
+      problems->push_back(absl::StrCat(given, ": every stage needs at least one layer"));
+      return;
+    }
+    sum += layers;
+  }
+  if (sum != n_layer) {
+    problems->push_back(
+        absl::StrCat(given, " sums to ", sum, " layers, model.n_layer=", n_layer));
+  }
+}
+
 int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
   CheckModel(spec, problems);
   const bool model_ok = problems->empty();
@@ -237,6 +269,7 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
                                      " needs schedule \"interleaved\", not \"", p->schedule(),
                                      "\""));
   }
+  CheckStageLayers(*p, m.n_layer(), layout_ok && model_ok, problems);
   const int64_t workers = layout_ok ? WorkersNeeded(*p) : 0;
   if (workers > kMaxWorkersPerJob) {
     problems->push_back(absl::StrCat("parallel.dp*pp*tp=", p->dp(), "*", p->pp(), "*", p->tp(),
@@ -274,13 +307,20 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
   return model_ok ? micro_batches : 0;
 }
 
-// Stage cuts: pp * v chunks; chunk j of stage s is model chunk j * pp + s.
+// Stage cuts: pp * v chunks; chunk j of stage s is model chunk j * pp + s. The spec's
+// parallel.stage_layers when given (checked: v = 1), else balanced by the cost model.
 absl::Status CutStages(JobPlan& plan) {
   const JobSpec& spec = plan.spec();
   const int pp = spec.parallel().pp(), v = spec.parallel().virtual_stages();
-  ASSIGN_OR_RETURN(LayerPartition partition,
-                   PartitionLayers(spec.model().n_layer(), pp * v,
-                                   CostModelFor(spec.model(), spec.seq_len())));
+  const StageCostModel cost = CostModelFor(spec.model(), spec.seq_len());
+  LayerPartition partition;
+  if (spec.parallel().stage_layers().empty()) {
+    ASSIGN_OR_RETURN(partition, PartitionLayers(spec.model().n_layer(), pp * v, cost));
+  } else {
+    const std::vector<int> layers(spec.parallel().stage_layers().begin(),
+                                  spec.parallel().stage_layers().end());
+    partition = CutOf(layers, cost);
+  }
   std::vector<int> first(pp * v, 0);
   for (int k = 1; k < pp * v; ++k) first[k] = first[k - 1] + partition.num_layers[k - 1];
   for (int s = 0; s < pp; ++s) {
@@ -348,6 +388,7 @@ absl::StatusOr<JobPlan> ShrinkPlan(const JobSpec& planned, int64_t workers) {
         layout->set_dp(1);
         layout->set_pp(static_cast<int>(pp));
         layout->set_tp(tp);
+        layout->clear_stage_layers();  // a cut of the old stages; the plan cuts the new ones
         absl::StatusOr<JobPlan> plan = MakeJobPlan(other);
         if (!plan.ok()) continue;
         best = std::move(*plan);

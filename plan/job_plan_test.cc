@@ -401,6 +401,59 @@ TEST(MakeJobPlan, CutsStagesAndCountsMicroBatches) {
   EXPECT_GT(plan->bubble_fraction(), 0);
 }
 
+TEST(MakeJobPlan, RunsTheGivenStageLayers) {
+  JobSpec in = Parsed(kTinySpec);
+  in.mutable_model()->set_n_layer(6);
+  in.mutable_parallel()->set_pp(3);
+  for (int layers : {3, 1, 2}) in.mutable_parallel()->add_stage_layers(layers);
+  absl::StatusOr<JobPlan> plan = MakeJobPlan(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages_size(), 3);
+  EXPECT_EQ(ChunkOf(*plan, 0, 0).first_layer(), 0);
+  EXPECT_EQ(ChunkOf(*plan, 0, 0).num_layers(), 3);
+  EXPECT_EQ(ChunkOf(*plan, 1, 0).first_layer(), 3);
+  EXPECT_EQ(ChunkOf(*plan, 1, 0).num_layers(), 1);
+  EXPECT_EQ(ChunkOf(*plan, 2, 0).first_layer(), 4);
+  EXPECT_EQ(ChunkOf(*plan, 2, 0).num_layers(), 2);
+  // The memory estimate follows the cut: stage 0 holds 3 layers, stage 1 one.
+  EXPECT_GT(plan->stages(0).memory().parameters(), plan->stages(1).memory().parameters());
+  // The spec keeps its cut: planning it again gives the same plan.
+  absl::StatusOr<JobPlan> again = MakeJobPlan(plan->spec());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->SerializeAsString(), plan->SerializeAsString());
+  // Read from JSON as a list.
+  absl::StatusOr<JobSpec> json = ParsedAndValidated(
+      R"({"model": {"vocab_size": 256, "context": 64, "n_layer": 6, "n_head": 4, "n_embd": 64},
+          "dataset": "d", "steps": 1, "batch_size": 2, "checkpoint": {"dir": "/c"},
+          "parallel": {"pp": 3, "stage_layers": [1, 4, 1]}})");
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(json->parallel().stage_layers(1), 4);
+}
+
+TEST(MakeJobPlan, StageLayersRulesNameTheField) {
+  auto problem = [](int pp, std::vector<int> layers, std::string schedule = "1f1b") {
+    JobSpec in = Parsed(kTinySpec);  // 4 layers
+    in.set_batch_size(8);
+    in.set_micro_batch_size(1);
+    in.mutable_parallel()->set_pp(pp);
+    in.mutable_parallel()->set_schedule(schedule);
+    if (schedule == "interleaved") in.mutable_parallel()->set_virtual_stages(2);
+    for (int l : layers) in.mutable_parallel()->add_stage_layers(l);
+    absl::StatusOr<JobPlan> plan = MakeJobPlan(in);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(plan.status().message());
+  };
+  EXPECT_THAT(problem(2, {1, 2, 1}),
+              HasSubstr("parallel.stage_layers=[1, 2, 1] has 3 entries, parallel.pp=2 stages"));
+  EXPECT_THAT(problem(2, {3, 0}),
+              HasSubstr("parallel.stage_layers=[3, 0]: every stage needs at least one layer"));
+  EXPECT_THAT(problem(2, {2, 3}),
+              HasSubstr("parallel.stage_layers=[2, 3] sums to 5 layers, model.n_layer=4"));
+  EXPECT_THAT(problem(2, {2, 2}, "interleaved"),
+              HasSubstr("parallel.stage_layers=[2, 2] cannot be used with schedule "
+                        "\"interleaved\""));
+}
+
 TEST(MakeJobPlan, MemoryAddsUpAndShrinksWithTensorParallelismAndZero1) {
   JobSpec in = Parsed(kTinySpec);
   in.mutable_parallel()->set_dp(2);
@@ -492,6 +545,15 @@ TEST(ShrinkPlan, WithDpOneAnotherShapeThatFits) {
   EXPECT_EQ(two->spec().parallel().pp(), 1);
   EXPECT_EQ(two->spec().parallel().tp(), 2);
   EXPECT_EQ(ShrinkPlan(*planned, 0).status().code(), absl::StatusCode::kResourceExhausted);
+  // A given cut is of the old stages: the new shape is cut by the plan.
+  spec.mutable_parallel()->add_stage_layers(3);
+  spec.mutable_parallel()->add_stage_layers(1);
+  planned = Validated(spec);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  three = ShrinkPlan(*planned, 3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->spec().parallel().pp(), 3);
+  EXPECT_TRUE(three->spec().parallel().stage_layers().empty());
 }
 
 TEST(Ranks, NumberingAndNamesAreTheOneRule) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace dtrain::plan {
 namespace {
@@ -15,6 +16,17 @@ constexpr double kEps = 1e-9;
 // and at least one.
 int64_t LayersAtLevel(double t, double extra) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::floor(t - extra + kEps)));
+}
+
+// Extra (non-block) cost of chunk k of `chunks`: the first holds the embedding, the last the head.
+double ExtraCost(int k, int chunks, StageCostModel cost) {
+  return (k == 0 ? cost.embed : 0.0) + (k == chunks - 1 ? cost.head : 0.0);
+}
+
+absl::Status CheckChunkCount(int n_layer, int chunks) {
+  if (chunks >= 1 && chunks <= n_layer) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("cannot split ", n_layer, " layers into ", chunks,
+                                                 " chunks of at least one layer"));
 }
 
 }  // namespace
@@ -30,14 +42,8 @@ StageCostModel CostModelFor(const ModelConfig& model, int seq_len) {
 }
 
 absl::StatusOr<LayerPartition> PartitionLayers(int n_layer, int chunks, StageCostModel cost) {
-  if (chunks < 1 || chunks > n_layer) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot split ", n_layer, " layers into ",
-                                                   chunks, " chunks of at least one layer"));
-  }
-  // Extra (non-block) cost of each chunk: the first holds the embedding, the last the head.
-  auto extra = [&](int k) {
-    return (k == 0 ? cost.embed : 0.0) + (k == chunks - 1 ? cost.head : 0.0);
-  };
+  RETURN_IF_ERROR(CheckChunkCount(n_layer, chunks));
+  auto extra = [&](int k) { return ExtraCost(k, chunks, cost); };
   // Layers held by all chunks at water level t. Chunks 1..chunks-2 are identical, so O(1).
   auto total_at = [&](double t) -> int64_t {
     if (chunks == 1) return LayersAtLevel(t, extra(0));
@@ -73,8 +79,37 @@ absl::StatusOr<LayerPartition> PartitionLayers(int n_layer, int chunks, StageCos
       --total;
     }
   }
-  for (int k = 0; k < chunks; ++k) out.costs.push_back(out.num_layers[k] + extra(k));
+  return CutOf(out.num_layers, cost);
+}
+
+LayerPartition CutOf(const std::vector<int>& num_layers, StageCostModel cost) {
+  const int chunks = static_cast<int>(num_layers.size());
+  LayerPartition out;
+  out.num_layers = num_layers;
+  for (int k = 0; k < chunks; ++k) out.costs.push_back(num_layers[k] + ExtraCost(k, chunks, cost));
   return out;
+}
+
+absl::StatusOr<LayerPartition> PartitionLayersBySpeed(int n_layer, const std::vector<double>& speed,
+                                                      StageCostModel cost) {
+  const int chunks = static_cast<int>(speed.size());
+  RETURN_IF_ERROR(CheckChunkCount(n_layer, chunks));
+  for (int k = 0; k < chunks; ++k) {
+    if (!(speed[k] > 0) || !std::isfinite(speed[k])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", k, "'s time per unit of cost is ", speed[k], ", not positive"));
+    }
+  }
+  std::vector<int> layers(chunks, 1);
+  auto time_with = [&](int k, int n) { return speed[k] * (n + ExtraCost(k, chunks, cost)); };
+  for (int given = chunks; given < n_layer; ++given) {
+    int best = 0;
+    for (int k = 1; k < chunks; ++k) {
+      if (time_with(k, layers[k] + 1) < time_with(best, layers[best] + 1) - kEps) best = k;
+    }
+    ++layers[best];
+  }
+  return CutOf(layers, cost);
 }
 
 }  // namespace dtrain::plan

@@ -39,6 +39,20 @@ struct LayerPartition {
 //   PartitionLayers(8, 2, {0, 2})     -> 5, 3   (costs 5, 5)
 absl::StatusOr<LayerPartition> PartitionLayers(int n_layer, int chunks, StageCostModel cost);
 
+// A given cut (`num_layers` per chunk, already checked) with its chunk costs under `cost`.
+LayerPartition CutOf(const std::vector<int>& num_layers, StageCostModel cost);
+
+// PartitionLayers for chunks of different speeds: chunk k takes speed[k] (seconds, or any unit,
+// per unit of cost) times its cost. Splits n_layer blocks into speed.size() contiguous chunks of
+// at least one layer each, minimising the slowest chunk's predicted time speed[k] * costs[k]
+// (the greedy "give the next layer to the chunk whose time after it is lowest, lowest index on
+// ties": optimal, as each chunk's time grows with its layers). O(n_layer * chunks).
+// InvalidArgument unless 1 <= chunks <= n_layer and every speed is positive and finite.
+//   PartitionLayersBySpeed(8, {1, 1}, {0, 0})    -> 4, 4
+//   PartitionLayersBySpeed(6, {1, 2, 1}, {0, 0}) -> 3, 1, 2   (times 3, 2, 2)
+absl::StatusOr<LayerPartition> PartitionLayersBySpeed(int n_layer, const std::vector<double>& speed,
+                                                      StageCostModel cost);
+
 }  // namespace dtrain::plan
 
 #endif  // DTRAIN_PLAN_STAGE_CUTS_H_

@@ -114,5 +114,62 @@ TEST(PartitionLayers, MoreChunksThanLayersIsInvalid) {
   EXPECT_EQ(PartitionLayers(3, 0, {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// --- partition by measured speed ---
+
+TEST(PartitionLayersBySpeed, EqualSpeedsSplitEvenly) {
+  absl::StatusOr<LayerPartition> p = PartitionLayersBySpeed(12, {1, 1, 1}, {0, 0});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->num_layers, ElementsAre(4, 4, 4));
+  EXPECT_THAT(p->costs, ElementsAre(4, 4, 4));
+}
+
+TEST(PartitionLayersBySpeed, ATwiceSlowerStageGetsHalfTheLayers) {
+  // Times 1, 2, 1 per layer: n_a = n_c = 2 n_b, 5 n_b = 10 -> 4, 2, 4 (every stage takes 4).
+  absl::StatusOr<LayerPartition> p = PartitionLayersBySpeed(10, {1, 2, 1}, {0, 0});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->num_layers, ElementsAre(4, 2, 4));
+  // 6 layers do not split exactly: the slowest predicted time is 3 (3, 1, 2 or 2, 1, 3).
+  p = PartitionLayersBySpeed(6, {1, 2, 1}, {0, 0});
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(p->num_layers, ElementsAre(3, 1, 2));
+}
+
+TEST(PartitionLayersBySpeed, ScaleOfTheSpeedsDoesNotMatter) {
+  absl::StatusOr<LayerPartition> a = PartitionLayersBySpeed(9, {0.5, 1.5, 0.5}, {0.1, 1.0});
+  absl::StatusOr<LayerPartition> b = PartitionLayersBySpeed(9, {5, 15, 5}, {0.1, 1.0});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->num_layers, b->num_layers);
+}
+
+TEST(PartitionLayersBySpeed, MatchesPartitionLayersAtEqualSpeeds) {
+  for (int n = 1; n <= 20; ++n) {
+    for (int chunks = 1; chunks <= std::min(n, 5); ++chunks) {
+      for (StageCostModel cost : {StageCostModel{0, 0}, StageCostModel{0.3, 2.5}}) {
+        absl::StatusOr<LayerPartition> even = PartitionLayers(n, chunks, cost);
+        absl::StatusOr<LayerPartition> timed =
+            PartitionLayersBySpeed(n, std::vector<double>(chunks, 1.0), cost);
+        ASSERT_TRUE(even.ok() && timed.ok());
+        EXPECT_EQ(*std::max_element(even->costs.begin(), even->costs.end()),
+                  *std::max_element(timed->costs.begin(), timed->costs.end()))
+            << n << " layers, " << chunks << " chunks";
+        EXPECT_EQ(std::accumulate(timed->num_layers.begin(), timed->num_layers.end(), 0), n);
+      }
+    }
+  }
+}
+
+TEST(PartitionLayersBySpeed, BadInputIsInvalidArgument) {
+  EXPECT_EQ(PartitionLayersBySpeed(2, {1, 1, 1}, {0, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PartitionLayersBySpeed(2, {}, {0, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PartitionLayersBySpeed(4, {1, 0}, {0, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CutOf, CostsAddTheEmbeddingAndTheHead) {
+  EXPECT_THAT(CutOf({3, 1, 2}, {0.5, 2}).costs, ElementsAre(3.5, 1, 4));
+}
+
 }  // namespace
 }  // namespace dtrain::plan
