@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "common/tls.h"
 #include "coordinator/roles.h"
+#include "coordinator/trace_job.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -471,6 +472,27 @@ grpc::ServerUnaryReactor* CoordinatorService::Diagnose(grpc::CallbackServerConte
         *response = std::move(d);
         reactor->Finish(grpc::Status::OK);
       });
+  if (!started.ok()) reactor->Finish(ToGrpcStatus(started));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::TraceJob(grpc::CallbackServerContext* context,
+                                                       const TraceJobRequest* request,
+                                                       JobTrace* response) {
+  if (absl::Status s = Allowed(manager_, context, "TraceJob"); !s.ok()) {
+    return Reply<JobTrace>(context, s, response);
+  }
+  absl::StatusOr<Job> job = manager_->GetJob(request->job_id());
+  if (!job.ok()) return Reply<JobTrace>(context, job.status(), response);
+  const ListWorkersResponse workers = manager_->ListWorkers();
+  std::optional<int64_t> step;
+  if (request->has_step()) step = request->step();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status started = StartTrace(*job, workers.workers(), diagnose_, step,
+                                    [reactor, response](absl::StatusOr<JobTrace> trace) {
+                                      if (trace.ok()) *response = std::move(*trace);
+                                      reactor->Finish(ToGrpcStatus(trace.status()));
+                                    });
   if (!started.ok()) reactor->Finish(ToGrpcStatus(started));
   return reactor;
 }

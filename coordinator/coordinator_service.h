@@ -80,6 +80,9 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Diagnose(grpc::CallbackServerContext* context,
                                      const DiagnoseJobRequest* request,
                                      JobDiagnosis* response) override;
+  // The same gathering, after clock probes, cut to one step (trace_job.h).
+  grpc::ServerUnaryReactor* TraceJob(grpc::CallbackServerContext* context,
+                                     const TraceJobRequest* request, JobTrace* response) override;
 
   // The coordinator's credentials towards the workers' peer services, which Diagnose calls
   // (common/tls.h; plaintext by default, as in-process tests run).

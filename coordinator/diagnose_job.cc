@@ -15,32 +15,71 @@
 namespace dtrain::coordinator {
 namespace {
 
-// One rank's call: what gRPC writes into until its callback runs.
+// One rank's calls, one after the other: `probes` clock probes, then its recorder. gRPC writes
+// into `context` and `response` until the current call's callback runs.
 struct RankCall {
-  grpc::ClientContext context;
-  DiagnoseRankRequest request;
-  RankDiagnosis response;
   std::unique_ptr<PeerService::Stub> stub;
+  DiagnoseRankRequest request;
+  std::unique_ptr<grpc::ClientContext> context;
+  RankDiagnosis response;
+  int probes_left = 0;
+  absl::Time sent;
+  // The best clock estimate so far (shortest round trip); error -1: none yet.
+  int64_t offset_ns = 0;
+  int64_t error_ns = -1;
+
+  // NTP-style: the rank's clock read `now` while the call was in flight, best guess half-way.
+  void Estimate(absl::Time received, int64_t rank_now_ns) {
+    const int64_t sent_ns = absl::ToUnixNanos(sent);
+    const int64_t received_ns = absl::ToUnixNanos(received);
+    const int64_t half_trip = (received_ns - sent_ns) / 2;
+    if (error_ns >= 0 && half_trip >= error_ns) return;
+    error_ns = half_trip;
+    offset_ns = rank_now_ns - (sent_ns + half_trip);
+  }
 };
 
-// Every call of one diagnosis; the last to end analyses and calls `done`.
-struct Gather {
+// Every call of one gathering; the last rank to end calls `done`.
+struct Gather : std::enable_shared_from_this<Gather> {
   absl::Mutex mu;
   int pending ABSL_GUARDED_BY(mu) = 0;
   JobDiagnosis gathered ABSL_GUARDED_BY(mu);
   std::vector<std::unique_ptr<RankCall>> calls;
   absl::Time start;
-  DiagnosisOptions analysis;
+  absl::Time deadline;
   std::function<void(JobDiagnosis)> done;
 
-  void Ended(int rank, const grpc::Status& status, RankDiagnosis response) {
+  // Starts rank `rank`'s next call: a clock probe while any are left, else its recorder.
+  void Call(int rank) {
+    RankCall* call = calls[rank].get();
+    call->context = std::make_unique<grpc::ClientContext>();
+    call->context->set_deadline(absl::ToChronoTime(deadline));
+    call->request.set_clock_only(call->probes_left > 0);
+    call->response.Clear();
+    call->sent = absl::Now();
+    call->stub->async()->Diagnose(call->context.get(), &call->request, &call->response,
+                                  [self = shared_from_this(), rank](grpc::Status status) {
+                                    self->Answered(rank, status);
+                                  });
+  }
+
+  void Answered(int rank, const grpc::Status& status) {
+    RankCall* call = calls[rank].get();
+    if (status.ok()) call->Estimate(absl::Now(), call->response.now_unix_ns());
+    if (status.ok() && call->probes_left > 0) {
+      --call->probes_left;
+      Call(rank);
+      return;
+    }
     JobDiagnosis finished;
     {
       absl::MutexLock lock(&mu);
       RankState& r = *gathered.mutable_ranks(rank);
       if (status.ok()) {
         r.set_answered(true);
-        *r.mutable_recorder() = std::move(response);
+        r.set_clock_offset_ns(call->offset_ns);
+        r.set_clock_error_ns(call->error_ns);
+        *r.mutable_recorder() = std::move(call->response);
       } else {
         r.set_error(status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
                         ? "no answer by the deadline"
@@ -50,13 +89,13 @@ struct Gather {
       gathered.set_gather_seconds(absl::ToDoubleSeconds(absl::Now() - start));
       finished = std::move(gathered);
     }
-    done(Analyse(std::move(finished), analysis));
+    done(std::move(finished));
   }
 };
 
 }  // namespace
 
-absl::Status StartDiagnosis(const Job& job,
+absl::Status StartGathering(const Job& job,
                             const google::protobuf::RepeatedPtrField<WorkerInfo>& workers,
                             const GatherOptions& options, std::function<void(JobDiagnosis)> done) {
   if (job.state() != RUNNING) {
@@ -76,8 +115,7 @@ absl::Status StartDiagnosis(const Job& job,
   if (!credentials.ok()) return credentials.status();
   auto gather = std::make_shared<Gather>();
   gather->start = absl::Now();
-  gather->analysis = options.analysis;
-  gather->analysis.deadline = options.deadline;
+  gather->deadline = gather->start + options.deadline;
   gather->done = std::move(done);
   {
     absl::MutexLock lock(&gather->mu);
@@ -98,7 +136,6 @@ absl::Status StartDiagnosis(const Job& job,
       }
     }
   }
-  const auto deadline = absl::ToChronoTime(gather->start + options.deadline);
   for (int i = 0; i < placement.ranks_size(); ++i) {
     auto call = std::make_unique<RankCall>();
     grpc::ChannelArguments args;
@@ -106,20 +143,25 @@ absl::Status StartDiagnosis(const Job& job,
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a stopped worker stalls only its call
     call->stub = PeerService::NewStub(
         grpc::CreateCustomChannel(placement.ranks(i).worker_address(), *credentials, args));
-    call->context.set_deadline(deadline);
     call->request.set_job_id(job.id());
     call->request.set_job_secret(placement.peer_secret());
+    call->probes_left = options.clock_probes;
     gather->calls.push_back(std::move(call));
   }
   // Started after every call exists: a callback may run (and the last one finish) at once.
-  for (int i = 0; i < placement.ranks_size(); ++i) {
-    RankCall* call = gather->calls[i].get();
-    call->stub->async()->Diagnose(&call->context, &call->request, &call->response,
-                                  [gather, i, call](grpc::Status status) {
-                                    gather->Ended(i, status, std::move(call->response));
-                                  });
-  }
+  for (int i = 0; i < placement.ranks_size(); ++i) gather->Call(i);
   return absl::OkStatus();
+}
+
+absl::Status StartDiagnosis(const Job& job,
+                            const google::protobuf::RepeatedPtrField<WorkerInfo>& workers,
+                            const GatherOptions& options, std::function<void(JobDiagnosis)> done) {
+  DiagnosisOptions analysis = options.analysis;
+  analysis.deadline = options.deadline;
+  return StartGathering(job, workers, options,
+                        [analysis, done = std::move(done)](JobDiagnosis gathered) {
+                          done(Analyse(std::move(gathered), analysis));
+                        });
 }
 
 }  // namespace dtrain::coordinator

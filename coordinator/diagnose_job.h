@@ -28,6 +28,10 @@ struct GatherOptions {
   // the cluster CA and present the worker name, common/tls.h).
   TlsFiles tls = TlsFiles::Insecure();
   DiagnosisOptions analysis;
+  // Clock probes per rank before its recorder is asked (`dtrain trace`): short Diagnose calls
+  // (clock_only) one after the other. Every call, the recorder's too, gives an estimate of the
+  // rank's clock offset; the one with the shortest round trip is kept (RankState.clock_*).
+  int clock_probes = 0;
 };
 
 // FailedPrecondition when the job has no run to ask (not RUNNING, no placement, or a single
@@ -35,6 +39,12 @@ struct GatherOptions {
 // the analysed diagnosis once every rank answered or failed. `workers`: the registry's, for each
 // rank's last heartbeat.
 absl::Status StartDiagnosis(const Job& job,
+                            const google::protobuf::RepeatedPtrField<WorkerInfo>& workers,
+                            const GatherOptions& options, std::function<void(JobDiagnosis)> done);
+
+// The gathering alone, for `dtrain trace` (trace_job.h): the same calls, and `done` gets every
+// rank's identity, answer or error, clock offset and whole recorder, not analysed.
+absl::Status StartGathering(const Job& job,
                             const google::protobuf::RepeatedPtrField<WorkerInfo>& workers,
                             const GatherOptions& options, std::function<void(JobDiagnosis)> done);
 

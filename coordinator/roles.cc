@@ -33,6 +33,7 @@ const std::vector<Rule>& Table() {
       {"JobLogs", {kRoleViewer, kRoleAdmin}},
       {"ListCheckpoints", {kRoleViewer, kRoleAdmin}},
       {"Diagnose", {kRoleViewer, kRoleAdmin}},
+      {"TraceJob", {kRoleViewer, kRoleAdmin}},
   };
   return *table;
 }

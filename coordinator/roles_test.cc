@@ -16,7 +16,8 @@ const std::vector<std::string> kWorkerRpcs = {"RegisterWorker", "Heartbeat", "Re
                                               "DeregisterWorker"};
 const std::vector<std::string> kAdminRpcs = {"SubmitJob", "CancelJob", "ForgetWorker"};
 const std::vector<std::string> kViewerRpcs = {
-    "GetJob", "ListJobs", "WatchJob", "ListWorkers", "JobLogs", "ListCheckpoints", "Diagnose"};
+    "GetJob", "ListJobs", "WatchJob", "ListWorkers", "JobLogs", "ListCheckpoints", "Diagnose",
+    "TraceJob"};
 
 PeerIdentity Who(const std::string& name, const std::string& role) { return {name, role}; }
 

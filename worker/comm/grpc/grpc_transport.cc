@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/peer_secret.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
@@ -129,6 +130,12 @@ class GrpcTransport::Handler : public HelloHandler {
       return absl::FailedPreconditionError(absl::StrCat(
           "Diagnose for job '", request.job_id(), "', rank ", o.rank, " runs job '", o.job_id,
           "'"));
+    }
+    if (request.clock_only()) {  // a clock probe (`dtrain trace`): the time, nothing else
+      RankDiagnosis probe;
+      probe.set_rank(o.rank);
+      probe.set_now_unix_ns(absl::GetCurrentTimeNanos());
+      return probe;
     }
     if (o.recorder == nullptr) {
       return absl::UnimplementedError(absl::StrCat("rank ", o.rank, " keeps no flight recorder"));
