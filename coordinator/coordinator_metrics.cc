@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace dtrain::coordinator {
@@ -130,6 +131,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
                                           "Time from an RPC's arrival to its status being sent "
                                           "(WatchJob: the whole stream), by method.",
                                           {"method"}, RpcBuckets()));
+  ASSIGN_OR_RETURN(m->straggler_score_,
+                   registry->AddGauge("dtrain_coordinator_job_straggler_score",
+                                      "A running job's rank: its compute per step per unit of "
+                                      "planned cost over the last window, over its peers' median "
+                                      "(1.0: at their pace; JobSpec.stragglers).",
+                                      {"job_id", "rank", "worker"}));
+  ASSIGN_OR_RETURN(m->stragglers_,
+                   registry->AddGauge("dtrain_coordinator_job_stragglers",
+                                      "A running job's ranks flagged as stragglers now (score at "
+                                      "or over stragglers.threshold until it recovers).",
+                                      {"job_id"}));
   m->submitted_ = &submitted->Add({});
   m->queue_wait_ = &queue_wait->Add({}, QueueWaitBuckets());
   m->placement_ = &placement->Add({}, PlacementBuckets());
@@ -180,6 +192,39 @@ void CoordinatorMetrics::JobRecovered(absl::Duration took) {
 
 void CoordinatorMetrics::PlacementComputed(absl::Duration elapsed) {
   placement_->Observe(absl::ToDoubleSeconds(elapsed));
+}
+
+void CoordinatorMetrics::SetStragglerScores(const std::string& job_id,
+                                            const std::vector<StragglerScore>& scores) {
+  absl::MutexLock lock(&stragglers_mu_);
+  std::vector<metrics::Gauge*>& series = straggler_series_[job_id];
+  RemoveStragglerSeries(series);  // a new run may have moved a rank to another worker
+  int flagged = 0;
+  for (const StragglerScore& s : scores) {
+    metrics::Gauge& g = straggler_score_->Add(
+        {{"job_id", job_id}, {"rank", absl::StrCat(s.rank())}, {"worker", s.worker_id()}});
+    g.Set(s.score());
+    series.push_back(&g);
+    flagged += s.flagged() ? 1 : 0;
+  }
+  metrics::Gauge& count = stragglers_->Add({{"job_id", job_id}});
+  count.Set(flagged);
+  series.push_back(&count);
+}
+
+void CoordinatorMetrics::ClearStragglerScores(const std::string& job_id) {
+  absl::MutexLock lock(&stragglers_mu_);
+  auto it = straggler_series_.find(job_id);
+  if (it == straggler_series_.end()) return;
+  RemoveStragglerSeries(it->second);
+  straggler_series_.erase(it);
+}
+
+void CoordinatorMetrics::RemoveStragglerSeries(std::vector<metrics::Gauge*>& series) {
+  if (series.empty()) return;
+  for (size_t i = 0; i + 1 < series.size(); ++i) straggler_score_->Remove(series[i]);
+  stragglers_->Remove(series.back());
+  series.clear();
 }
 
 void CoordinatorMetrics::RpcFinished(absl::string_view method, grpc::StatusCode code,

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -56,6 +57,12 @@ class CoordinatorMetrics {
   void PlacementComputed(absl::Duration elapsed);
   void JobRecoveryStarted();             // a job entered RECOVERING
   void JobRecovered(absl::Duration took);  // its failure -> the recovered run's first step
+  // A running job's latest straggler scores (coordinator/stragglers.h): one
+  // dtrain_coordinator_job_straggler_score{job_id,rank,worker} per rank and
+  // dtrain_coordinator_job_stragglers{job_id}, the ranks flagged now; replaces the job's series
+  // (a new run may have other workers). ClearStragglerScores removes them (the job ended).
+  void SetStragglerScores(const std::string& job_id, const std::vector<StragglerScore>& scores);
+  void ClearStragglerScores(const std::string& job_id);
   // One finished RPC: `method` as in the proto ("SubmitJob").
   void RpcFinished(absl::string_view method, grpc::StatusCode code, absl::Duration elapsed);
 
@@ -67,6 +74,9 @@ class CoordinatorMetrics {
  private:
   explicit CoordinatorMetrics(metrics::Registry* registry) : registry_(registry) {}
   void Collect();  // the collect hook
+  // Removes one job's straggler series (its scores, then its flagged count) and empties it.
+  void RemoveStragglerSeries(std::vector<metrics::Gauge*>& series)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stragglers_mu_);
 
   // Children of one method, created at its first call (codes at their first use).
   struct MethodMetrics {
@@ -83,11 +93,18 @@ class CoordinatorMetrics {
   metrics::Histogram* placement_ = nullptr;
   metrics::Counter* recoveries_ = nullptr;
   metrics::Histogram* recovery_ = nullptr;
+  metrics::Family<metrics::Gauge>* straggler_score_ = nullptr;
+  metrics::Family<metrics::Gauge>* stragglers_ = nullptr;
   metrics::Family<metrics::Counter>* rpcs_ = nullptr;
   metrics::Family<metrics::Histogram>* rpc_duration_ = nullptr;
 
   absl::Mutex source_mu_;
   std::function<absl::StatusOr<StateCounts>()> source_ ABSL_GUARDED_BY(source_mu_);
+
+  absl::Mutex stragglers_mu_;
+  // Per job: its score series, then its flagged count.
+  absl::flat_hash_map<std::string, std::vector<metrics::Gauge*>> straggler_series_
+      ABSL_GUARDED_BY(stragglers_mu_);
 
   absl::Mutex methods_mu_;
   absl::flat_hash_map<std::string, MethodMetrics> methods_ ABSL_GUARDED_BY(methods_mu_);

@@ -56,13 +56,6 @@ std::string NewUid() {
   return absl::StrFormat("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
 }
 
-// Whether a worker with a device of `kind` ("cpu", "cuda") can run a job asking for `device`.
-bool DeviceFits(absl::string_view device, absl::string_view kind) {
-  if (device == "cuda" || absl::StartsWith(device, "cuda:")) return kind == "cuda";
-  if (device == "cpu") return kind == "cpu";
-  return true;  // "auto", ""
-}
-
 void LogToStderr(absl::string_view line) {
   const std::string time =
       absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::Now(), absl::LocalTimeZone());
@@ -327,6 +320,7 @@ absl::Status JobManager::EndJob(const std::string& job_id, JobState state,
   registry_.CancelJob(job_id, workers);
   to_notify_.push_back(job_id);
   to_forget_.push_back(job_id);
+  if (options_.metrics != nullptr) options_.metrics->ClearStragglerScores(job_id);
   jobs_.erase(it);
   Wake();  // its workers may be free for queued jobs
   return absl::OkStatus();
@@ -549,7 +543,8 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
                                         Plural(job.stopping.size(), "rank"), r->stop_ms() / 1e3));
   }
   // Place phase: the same layout on idle workers, or fewer replicas ("shrink"), or wait.
-  const absl::flat_hash_set<std::string> excluded = WorkersFailedTwice(job.recoveries);
+  absl::flat_hash_set<std::string> excluded = WorkersFailedTwice(job.recoveries);
+  if (!r->replaced_worker().empty()) excluded.insert(r->replaced_worker());  // the straggler
   std::vector<WorkerInfo> candidates;
   for (const WorkerInfo& w : *idle) {
     if (DeviceFits(job.spec.device(), w.device().kind()) && !excluded.contains(w.worker_id())) {
@@ -616,6 +611,8 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
   }
   const std::string reason =
       r->grow() ? absl::StrCat("growing back: ", waiting)
+      : !r->replaced_worker().empty()
+          ? absl::StrCat("replacing straggler ", r->replaced_worker(), ": ", waiting)
                 : absl::StrCat("restart ", FailureCount(job.recoveries), " of ",
                                job.spec.fault_tolerance().max_restarts(), ": ", waiting);
   if (reason != job.reason) {
@@ -677,6 +674,7 @@ void JobManager::RunSchedulerPass() {
   DiagnoseStalledJobs();  // under its own lock: the diagnoses start outside it
   JobsLock lock(this);
   SweepLocked(Now());
+  ScoreStragglers();
   std::vector<ActiveJob*> queued, recovering;
   for (auto& [n, job] : jobs_) {
     if (job.pending_end.has_value()) continue;
@@ -870,6 +868,7 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
 
 absl::StatusOr<HeartbeatResponse> JobManager::Heartbeat(const HeartbeatRequest& request) {
   ASSIGN_OR_RETURN(WorkerRegistry::HeartbeatResult result, registry_.Heartbeat(request, Now()));
+  if (request.timings_size() > 0 && !result.response.register_again()) QueueTimings(request);
   if (!result.acked_job.empty()) {
     JobsLock lock(this);
     if (ActiveJob* job = FindActive(result.acked_job)) MarkAcked(*job, request.worker_id());
@@ -1148,7 +1147,10 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
 
 absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
-  return store_->GetJob(job_id, /*with_history=*/true);
+  ASSIGN_OR_RETURN(Job job, store_->GetJob(job_id, /*with_history=*/true));
+  JobsLock lock(this);
+  AddStragglerScores(&job);
+  return job;
 }
 
 absl::StatusOr<ListJobsResponse> JobManager::ListJobs(int limit,

@@ -41,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -55,6 +56,7 @@
 #include "coordinator/failure_report.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_store.h"
+#include "coordinator/stragglers.h"
 #include "coordinator/worker_registry.h"
 #include "plan/job_plan.h"
 #include "proto/coordinator.pb.h"
@@ -167,6 +169,11 @@ class JobManager {
     absl::Time progress_at = absl::InfinitePast();
     bool stall_diagnosed = false;
     std::string stall_summary;
+    // RUNNING multi-rank runs (job_manager_stragglers.cc): the scorer of the run `scored_run`
+    // (the assignment it was made for: a new run starts a new window) and its latest scores.
+    std::unique_ptr<StragglerScorer> stragglers;
+    const JobAssignment* scored_run = nullptr;
+    std::vector<StragglerScore> straggler_scores;
   };
 
   class JobsLock;  // mu_, plus the notifications it defers until unlock
@@ -185,6 +192,19 @@ class JobManager {
   // diagnose_stall_after (once per stall); RecordStallDiagnosis takes its answer.
   void DiagnoseStalledJobs();
   void RecordStallDiagnosis(const std::string& job_id, std::string summary);
+
+  // --- stragglers (job_manager_stragglers.cc; JobSpec.stragglers) ---
+  // Heartbeat: keeps the rank's step timings for the next pass (timings_mu_ only, not mu_).
+  void QueueTimings(const HeartbeatRequest& request);
+  // Each pass: feeds the queued timings to their jobs' scorers, scores every RUNNING multi-rank
+  // job, and acts on a rank newly flagged or cleared (an event; the policy).
+  void ScoreStragglers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The spec's policy for a newly flagged rank: "report" (the event only), "replace" (swap its
+  // worker for an idle spare now: a Recovery with replaced_worker), "rebalance".
+  void ActOnStraggler(ActiveJob& job, const StragglerScore& score)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GetJob: the active job's latest scores into job->stragglers.
+  void AddStragglerScores(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ActiveJob* FindActive(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits a non-final state change, updates memory, logs, notifies.
@@ -251,6 +271,11 @@ class JobManager {
   bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;
   bool stop_ ABSL_GUARDED_BY(wake_mu_) = false;
   int diagnosing_ ABSL_GUARDED_BY(wake_mu_) = 0;  // stall diagnoses not answered yet
+
+  // Step timings from heartbeats (worker id, timing) by job id, until the next pass takes them.
+  absl::Mutex timings_mu_;  // after mu_ when both are held
+  absl::flat_hash_map<std::string, std::vector<std::pair<std::string, RankTiming>>> timings_
+      ABSL_GUARDED_BY(timings_mu_);
   std::thread scheduler_;
 };
 

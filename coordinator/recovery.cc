@@ -1,6 +1,7 @@
 #include "coordinator/recovery.h"
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
@@ -8,9 +9,19 @@
 
 namespace dtrain::coordinator {
 
+bool DeviceFits(absl::string_view device, absl::string_view kind) {
+  if (device == "cuda" || absl::StartsWith(device, "cuda:")) return kind == "cuda";
+  if (device == "cpu") return kind == "cpu";
+  return true;  // "auto", ""
+}
+
+bool IsPlannedRestart(const Recovery& r) {
+  return r.grow() || !r.replaced_worker().empty() || !r.rebalance_to().empty();
+}
+
 int FailureCount(absl::Span<const Recovery> recoveries) {
   int failures = 0;
-  for (const Recovery& r : recoveries) failures += r.grow() ? 0 : 1;
+  for (const Recovery& r : recoveries) failures += IsPlannedRestart(r) ? 0 : 1;
   return failures;
 }
 
@@ -46,7 +57,7 @@ std::string ReasonNamingEveryFailure(const std::string& reason,
   const int failures = FailureCount(recoveries);
   int n = 0;
   for (const Recovery& r : recoveries) {
-    if (r.grow()) continue;
+    if (IsPlannedRestart(r)) continue;
     // Each earlier cause on one line: its own detail lines indented under it.
     absl::StrAppend(&text, "\n  earlier failure ", ++n, " of ", failures, " (recovered): ",
                     absl::StrReplaceAll(r.cause(), {{"\n", "\n  "}}));

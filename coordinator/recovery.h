@@ -15,12 +15,19 @@
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/job.pb.h"
 
 namespace dtrain::coordinator {
 
-// Recoveries that followed a failure (not a grow back): what max_restarts counts.
+// Whether a worker with a device of `kind` ("cpu", "cuda") can run a job asking for `device`.
+bool DeviceFits(absl::string_view device, absl::string_view kind);
+
+// A restart the coordinator chose, not a failure: a grow back, a straggler replaced, a re-cut.
+bool IsPlannedRestart(const Recovery& recovery);
+
+// Recoveries that followed a failure (not IsPlannedRestart): what max_restarts counts.
 int FailureCount(absl::Span<const Recovery> recoveries);
 
 // Workers named as the cause of two of the job's recoveries: not placed on it again.
@@ -35,7 +42,7 @@ std::string PhaseSummary(const Recovery& recovery);
 
 // The FAILED reason of a job that recovered before: `reason` (the last failure), then one line
 // per earlier failure ("  earlier failure 1 of 1 (recovered): worker w3 (dp0 pp1 tp0) lost:
-// ..."); grow backs are not failures and are left out.
+// ..."); planned restarts (grow backs, stragglers replaced) are not failures and are left out.
 std::string ReasonNamingEveryFailure(const std::string& reason,
                                      absl::Span<const Recovery> recoveries);
 

@@ -32,6 +32,10 @@ using Problems = std::vector<std::string>;
 constexpr int kDefaultMaxRestarts = 3;
 constexpr char kDefaultWaitFor[] = "60s";
 constexpr int kMaxRestarts = 1000;
+constexpr double kDefaultStragglerThreshold = 1.5;
+constexpr double kMaxStragglerThreshold = 100;
+constexpr int kDefaultStragglerWindow = 20;
+constexpr int kMaxStragglerWindow = 10000;
 
 bool IsOneOf(absl::string_view value, std::initializer_list<absl::string_view> options) {
   return std::find(options.begin(), options.end(), value) != options.end();
@@ -112,6 +116,27 @@ void CheckFaultTolerance(FaultTolerance* f, Problems* problems) {
       wait > absl::Hours(24 * 7)) {
     problems->push_back(absl::StrCat("fault_tolerance.wait_for=\"", f->wait_for(),
                                      "\" is not a duration between 0s and 168h (e.g. \"60s\")"));
+  }
+}
+
+// stragglers.*: threshold > 1 (a rank at its peers' pace scores 1), a window of at least 2
+// steps, a known policy.
+void CheckStragglers(StragglerSpec* s, Problems* problems) {
+  if (s->threshold() == 0) s->set_threshold(kDefaultStragglerThreshold);
+  if (!(s->threshold() > 1 && s->threshold() <= kMaxStragglerThreshold)) {
+    problems->push_back(absl::StrCat("stragglers.threshold=", s->threshold(),
+                                     " must be in (1, ", kMaxStragglerThreshold,
+                                     "] (a rank at its peers' pace scores 1)"));
+  }
+  if (s->window_steps() == 0) s->set_window_steps(kDefaultStragglerWindow);
+  CheckRange("stragglers.window_steps", s->window_steps(), kMaxStragglerWindow, false, problems);
+  if (s->window_steps() == 1) {
+    problems->push_back("stragglers.window_steps=1 must be at least 2 (one slow step is noise)");
+  }
+  if (s->policy().empty()) s->set_policy("report");
+  if (!IsOneOf(s->policy(), {"report", "replace", "rebalance"})) {
+    problems->push_back(absl::StrCat("stragglers.policy=\"", s->policy(),
+                                     "\" is not one of report, replace, rebalance"));
   }
 }
 
@@ -304,6 +329,7 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
   }
   if (spec.seed() == 0) spec.set_seed(kDefaultSeed);
   CheckFaultTolerance(spec.mutable_fault_tolerance(), problems);
+  CheckStragglers(spec.mutable_stragglers(), problems);
   return model_ok ? micro_batches : 0;
 }
 

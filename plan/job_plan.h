@@ -15,7 +15,8 @@
 // field -> max_lr 6e-4, min_lr_ratio 0.1, weight_decay 0.1, beta1 0.9, beta2 0.95, eps 1e-8,
 // grad_clip 1.0 (worker/model/optimizer.h's OptimizerConfig, which the worker fills from them),
 // fault_tolerance.max_restarts unset -> 3 (0 stays 0: fail fast), on_worker_loss "" -> "shrink",
-// wait_for "" -> "60s".
+// wait_for "" -> "60s", stragglers.threshold 0 -> 1.5, window_steps 0 -> 20, policy "" ->
+// "report".
 //
 // Errors: one InvalidArgument "invalid job spec: <problem>; <problem>; ..." listing every
 // problem at once, each naming its JSON field:

@@ -505,6 +505,29 @@ TEST(MakeJobPlan, FaultToleranceDefaultsAndRules) {
                     HasSubstr("fault_tolerance.wait_for=\"soon\" is not a duration")));
 }
 
+TEST(MakeJobPlan, StragglerDefaultsAndRules) {
+  absl::StatusOr<JobSpec> spec = ParsedAndValidated(kTinySpec);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->stragglers().threshold(), 1.5);
+  EXPECT_EQ(spec->stragglers().window_steps(), 20);
+  EXPECT_EQ(spec->stragglers().policy(), "report");
+
+  JobSpec bad = Parsed(kTinySpec);
+  bad.mutable_stragglers()->set_threshold(0.9);
+  bad.mutable_stragglers()->set_window_steps(1);
+  bad.mutable_stragglers()->set_policy("shoot");
+  const absl::Status s = Validated(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("stragglers.threshold=0.9 must be in (1, 100]"),
+                    HasSubstr("stragglers.window_steps=1 must be at least 2"),
+                    HasSubstr("stragglers.policy=\"shoot\" is not one of report, replace, "
+                              "rebalance")));
+  bad.mutable_stragglers()->set_window_steps(-3);
+  EXPECT_THAT(Validated(bad).status().message(),
+              HasSubstr("stragglers.window_steps=-3 must be positive"));
+}
+
 TEST(ShrinkPlan, FewerReplicasWithTheSameBatch) {
   JobSpec spec = Parsed(kTinySpec);
   spec.mutable_parallel()->set_dp(4);

@@ -178,6 +178,11 @@ int64_t JobRunner::last_step() const {
   return last_step_;
 }
 
+std::vector<RankTiming> JobRunner::TakeTimings() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(timings_, {});
+}
+
 JobOutcome JobRunner::Run() {
   absl::StatusOr<std::string> output = Train();
   if (options_.metrics != nullptr) options_.metrics->EndJob();
@@ -372,6 +377,14 @@ absl::Status JobRunner::OnStep(const TrainStepMetrics& r) {
   {
     absl::MutexLock lock(&mu_);
     last_step_ = r.step;
+    if (parallel_ != nullptr) {
+      if (timings_.size() >= kMaxPendingTimings) timings_.erase(timings_.begin());
+      RankTiming& t = timings_.emplace_back();
+      t.set_step(r.step);
+      t.set_compute_s(r.compute_seconds);
+      t.set_comm_wait_s(r.communication_seconds);
+      t.set_bubble_s(r.bubble_seconds);
+    }
   }
   if (options_.metrics != nullptr) options_.metrics->OnStep(r);
   StepMetrics m;

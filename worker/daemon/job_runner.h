@@ -127,6 +127,11 @@ class JobRunner {
   void Cancel(const std::string& reason);
   bool cancel_requested() const;
   int64_t last_step() const;  // last finished step; 0 before the first
+  // Multi-worker jobs: this rank's timing of each step finished since the last call (at most
+  // kMaxPendingTimings, the newest), oldest first; the daemon sends them in its next heartbeat
+  // (HeartbeatRequest.timings: the coordinator's straggler scores). Empty for one worker.
+  std::vector<RankTiming> TakeTimings();
+  static constexpr int kMaxPendingTimings = 64;
   const std::string& job_id() const { return assignment_.job_id(); }
 
  private:
@@ -156,6 +161,7 @@ class JobRunner {
   bool cancel_ ABSL_GUARDED_BY(mu_) = false;
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<RankTiming> timings_ ABSL_GUARDED_BY(mu_);  // see TakeTimings
   std::shared_ptr<ParallelJob> parallel_ ABSL_GUARDED_BY(mu_);  // several workers
 };
 

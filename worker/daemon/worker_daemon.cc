@@ -312,6 +312,8 @@ absl::Status WorkerDaemon::Heartbeat(bool* started_job) {
     if (job_ != nullptr) {
       request.set_running_job_id(job_->id);
       request.set_running_step(job_->runner->last_step());
+      // (Lost with the heartbeat if it fails: the scores wait for the next full window.)
+      for (RankTiming& t : job_->runner->TakeTimings()) *request.add_timings() = std::move(t);
     }
   }
   absl::StatusOr<HeartbeatResponse> response = client_->Heartbeat(request);

@@ -1,0 +1,127 @@
+// JobManager's straggler handling (JobSpec.stragglers): the timings heartbeats carry, the scores
+// of coordinator/stragglers.h each scheduler pass, and the spec's policy for a flagged rank.
+// Apart from job_manager.cc so the job life cycle there stays readable; the same class.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/recovery.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+// Timings kept per job between two passes (a pass every 200 ms at most: a few per rank).
+constexpr size_t kMaxQueuedTimings = 1 << 14;
+
+}  // namespace
+
+void JobManager::QueueTimings(const HeartbeatRequest& request) {
+  absl::MutexLock lock(&timings_mu_);
+  std::vector<std::pair<std::string, RankTiming>>& queued = timings_[request.running_job_id()];
+  for (const RankTiming& t : request.timings()) queued.emplace_back(request.worker_id(), t);
+  if (queued.size() > kMaxQueuedTimings) {  // no pass for a long while: keep the newest
+    queued.erase(queued.begin(), queued.end() - kMaxQueuedTimings);
+  }
+}
+
+void JobManager::ScoreStragglers() {
+  absl::flat_hash_map<std::string, std::vector<std::pair<std::string, RankTiming>>> queued;
+  {
+    absl::MutexLock lock(&timings_mu_);
+    queued.swap(timings_);
+  }
+  for (auto& [n, job] : jobs_) {
+    const bool scored = job.state == RUNNING && job.ranks.size() > 1 &&
+                        job.spec.stragglers().threshold() > 1;  // (specs from before: none)
+    if (!scored) {
+      if (job.stragglers != nullptr && options_.metrics != nullptr) {
+        options_.metrics->ClearStragglerScores(job.id);
+      }
+      job.stragglers.reset();
+      job.scored_run = nullptr;
+      job.straggler_scores.clear();
+      continue;
+    }
+    if (job.scored_run != job.assignment.get()) {  // a new run: its own window
+      job.stragglers =
+          std::make_unique<StragglerScorer>(job.spec.stragglers(), job.assignment->placement());
+      job.scored_run = job.assignment.get();
+      job.straggler_scores.clear();
+    }
+    auto it = queued.find(job.id);
+    if (it == queued.end()) continue;
+    for (const auto& [worker, timing] : it->second) {
+      auto rank = job.rank_of.find(worker);
+      if (rank != job.rank_of.end()) job.stragglers->Add(rank->second, timing);
+    }
+    std::optional<StragglerScorer::Result> result = job.stragglers->Score();
+    if (!result.has_value()) continue;
+    job.straggler_scores = std::move(result->scores);
+    if (options_.metrics != nullptr) {
+      options_.metrics->SetStragglerScores(job.id, job.straggler_scores);
+    }
+    const int window = job.stragglers->window_steps();
+    for (int rank : result->recovered) {
+      Event(job.id, StragglerCleared(job.straggler_scores[rank], window));
+    }
+    // The slowest flagged rank first; one action per window: a replace starts a new run.
+    std::sort(result->flagged.begin(), result->flagged.end(), [&](int a, int b) {
+      return job.straggler_scores[a].score() > job.straggler_scores[b].score();
+    });
+    for (int rank : result->flagged) {
+      const StragglerScore score = job.straggler_scores[rank];
+      Event(job.id, StragglerFlagged(score, window));
+      if (job.state == RUNNING && job.scored_run == job.assignment.get()) {
+        ActOnStraggler(job, score);
+      }
+    }
+  }
+}
+
+void JobManager::ActOnStraggler(ActiveJob& job, const StragglerScore& score) {
+  const std::string& policy = job.spec.stragglers().policy();
+  if (policy == "rebalance") {
+    Event(job.id, "straggler policy rebalance: rebalance not available yet; reporting only");
+    return;
+  }
+  if (policy != "replace") return;  // "report": the event is all
+  // An idle spare that fits: not a worker of this job, not one that failed it twice.
+  const absl::flat_hash_set<std::string> excluded = WorkersFailedTwice(job.recoveries);
+  std::string spare;
+  for (const WorkerInfo& w : registry_.IdleWorkers()) {
+    if (DeviceFits(job.spec.device(), w.device().kind()) && !excluded.contains(w.worker_id()) &&
+        !job.rank_of.contains(w.worker_id())) {
+      spare = w.worker_id();
+      break;
+    }
+  }
+  if (spare.empty()) {
+    Event(job.id, absl::StrCat("straggler policy replace: no idle spare to replace ",
+                               score.worker_id(), " with; reporting only"));
+    return;
+  }
+  Recovery replace;
+  replace.set_replaced_worker(score.worker_id());
+  replace.set_cause(absl::StrFormat(
+      "replacing straggler %s (rank %d, %s): %.1fx the median of its peers over the last %d "
+      "steps; an idle spare (%s) is there; not a failure",
+      score.worker_id(), score.rank(), score.label(), score.score(),
+      job.stragglers->window_steps(), spare));
+  const std::string why = replace.cause();
+  // Every rank stops now (the straggler too) and the job resumes from its latest sealed
+  // checkpoint without the straggler (AdvanceRecovery excludes it).
+  BeginRecovery(job, std::move(replace), why, "");
+}
+
+void JobManager::AddStragglerScores(Job* job) {
+  const ActiveJob* active = FindActive(job->id());
+  if (active == nullptr) return;
+  for (const StragglerScore& s : active->straggler_scores) *job->add_stragglers() = s;
+}
+
+}  // namespace dtrain::coordinator
