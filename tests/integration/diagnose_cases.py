@@ -151,3 +151,41 @@ def case_diagnose_stall_reason(args):
         expect(job["state"] == "FAILED", "state %s: %s" % (job["state"], job.get("reason")))
         expect("(diagnosed when it stalled: %s" % root in job.get("reason", ""),
                "the reason lacks the diagnosis: %s" % job.get("reason"))
+
+
+def case_diagnose_mismatched_collective(args):
+    """A mismatched collective (--test_only_skip_collective=20 on w2: its tensor-parallel group
+    skips sequence number 20, so from its 21st all-reduce on it is one op ahead of its partner)
+    on a tp=2 job: no rank waits for its communication timeout (30 s here); the first op past the
+    skip fails at once on the in-order streams, and the job is FAILED (a restart cannot cure it)
+    with a reason naming the sequence mismatch, both ops and the other rank."""
+    with Cluster(args.binaries, "diagnose_mismatched_collective") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1", extra=["--comm_timeout=30s"])
+        c.start_worker("w2", extra=["--comm_timeout=30s", "--test_only_skip_collective=20"])
+        c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 1000, name="mismatch",
+                              parallel={"tp": 2}, fault_tolerance={"max_restarts": 2})
+        t0 = time.monotonic()
+        job_id = c.submit(c.write_spec("mismatch.json", spec))
+        job = c.wait_state(job_id, ("FAILED", "SUCCEEDED", "CANCELLED"), 60)
+        elapsed = time.monotonic() - t0
+        reason = job.get("reason", "")
+        print("%s after %.1fs: %s" % (job["state"], elapsed, reason))
+        expect(job["state"] == "FAILED", "state %s: %s" % (job["state"], reason))
+        expect(elapsed < 25, "the mismatch took %.1fs to fail the job (want no timeout)" % elapsed)
+        expect(not job.get("recoveries"), "a mismatch is not retried: %s" % job.get("recoveries"))
+        ranks = [r["worker_id"] for r in job["placement"]["ranks"]]
+        # Whichever rank saw it first: "... op 21 of group G, the peer at op 20" or the reverse,
+        # from the other rank.
+        m = re.search(r"sequence mismatch: the peer sent collective group=(\d+) seq=(\d+) part=\d+ "
+                      r"first \(this rank is at op (\d+) of group \d+, the peer at op \d+: the "
+                      r"ranks called different collectives\)", reason)
+        expect(m is not None, "the reason should name the sequence mismatch: %s" % reason)
+        ops = {int(m.group(2)), int(m.group(3))}
+        expect(ops == {20, 21}, "the mismatched ops should be 20 and 21: %s" % reason)
+        expect(re.search(r"from rank \d \(worker w\d at ", reason) is not None,
+               "the reason should name the other rank and its worker: %s" % reason)
+        expect(set(ranks) == {"w1", "w2"}, "placement %s" % ranks)
+

@@ -279,6 +279,39 @@ TEST(AllreduceRing, MismatchedSizesFailWithInvalidArgument) {
   EXPECT_GE(invalid, 1);
 }
 
+// The test-only hook behind dtrain-worker --test_only_skip_collective: the member that skips
+// sequence number 1 runs its second all-reduce as op 2 while its partner runs op 1. Neither
+// waits for its deadline: each sees the other's op first in its in-order stream and fails at
+// once with a sequence mismatch naming both ops (or, second, with the other's abort).
+TEST(AllreduceRing, SkippedSequenceNumberFailsAtOnceAsASequenceMismatch) {
+  auto cluster = Cluster::Create(TransportKind::kInproc, 2);
+  const absl::Time start = absl::Now();
+  auto results = cluster->Run([&](int r) -> absl::Status {
+    CollectiveOptions options;
+    options.timeout = absl::Seconds(30);
+    if (r == 1) options.test_only_skip_seq = 1;
+    Group group = *Group::Create(cluster->transport(r), {0, 1}, 1, options);
+    std::vector<float> data(10, 1.0f);
+    absl::Status first = AllReduce(group, absl::MakeSpan(data), ReduceOp::kSum);
+    if (!first.ok()) return absl::InternalError(absl::StrCat("op 0 failed: ", first.message()));
+    return AllReduce(group, absl::MakeSpan(data), ReduceOp::kSum);
+  });
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  int mismatches = 0;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(results[r].code() == absl::StatusCode::kInvalidArgument ||
+                results[r].code() == absl::StatusCode::kAborted)
+        << "rank " << r << ": " << results[r];
+    if (results[r].code() != absl::StatusCode::kInvalidArgument) continue;
+    ++mismatches;
+    EXPECT_NE(results[r].message().find("sequence mismatch"), std::string::npos) << results[r];
+    const std::string ops = r == 0 ? "this rank is at op 1 of group 1, the peer at op 2"
+                                   : "this rank is at op 2 of group 1, the peer at op 1";
+    EXPECT_NE(results[r].message().find(ops), std::string::npos) << results[r];
+  }
+  EXPECT_GE(mismatches, 1);
+}
+
 TEST(AllreduceRing, SumFunctionServesTheModelHook) {
   auto cluster = Cluster::Create(TransportKind::kInproc, 2);
   auto results = cluster->Run([&](int r) -> absl::Status {

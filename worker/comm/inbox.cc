@@ -160,6 +160,12 @@ absl::Status Inbox::CheckOrderLocked(const MessageKey& key) {
   for (const Frame& f : frames_) {
     if (f.key.kind != key.kind || f.key.group != key.group) continue;
     if (f.key == key) return absl::OkStatus();
+    if (f.key.seq != key.seq) {  // a mismatched collective (sequence numbers of one group)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "receiving ", key.ToString(), " from ", peer_name_, ": sequence mismatch: the peer sent ",
+          f.key.ToString(), " first (this rank is at op ", key.seq, " of group ", key.group,
+          ", the peer at op ", f.key.seq, ": the ranks called different collectives)"));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         "receiving ", key.ToString(), " from ", peer_name_, ": the peer sent ", f.key.ToString(),
         " first (the ranks disagree on the order or size of collectives)"));

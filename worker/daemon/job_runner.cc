@@ -275,6 +275,7 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
                                       const TrainingCallbacks& callbacks) {
   ASSIGN_OR_RETURN(parallel::ParallelTrainingOptions options,
                    ParallelPlan(assignment_, job_plan, rank, plan_, options_.comm_timeout));
+  options.test_only = options_.test_only;
   ParallelJobOptions job_options;
   job_options.listen_address = options_.peer_listen_address;
   job_options.connect_timeout = options_.connect_timeout;

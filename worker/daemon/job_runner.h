@@ -102,6 +102,8 @@ struct JobRunnerOptions {
   // Test seam: called on the training thread after each step's metrics are reported and
   // before the cancel flag is checked.
   std::function<void(int64_t step)> after_step;
+  // Test-only fault injection for multi-worker jobs (the --test_only_* flags); off by default.
+  parallel::TestOnlyFaults test_only;
 };
 
 class JobRunner {

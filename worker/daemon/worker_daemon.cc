@@ -372,6 +372,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   runner_options.comm_timeout = options_.comm_timeout;
   runner_options.peer_tls = options_.peer_tls;
   runner_options.after_step = options_.after_step;
+  runner_options.test_only = options_.test_only;
   // Straight to stderr: a refusal comes on a gRPC thread, which must not wait for mu_ (the job's
   // transport shuts down, waiting for that thread, while mu_ is held).
   runner_options.on_peer_refused = [worker = options_.worker_id, id](const absl::Status& s) {

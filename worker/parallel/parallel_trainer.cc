@@ -194,8 +194,10 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   ASSIGN_OR_RETURN(comm::GroupSpec dp_spec, comm::DataParallelGroup(layout, options.rank));
   ASSIGN_OR_RETURN(std::optional<comm::GroupSpec> tied_spec,
                    comm::TiedEmbeddingGroup(layout, options.rank));
-  ASSIGN_OR_RETURN(r.tp, comm::Group::Create(transport, tp_spec.ranks, tp_spec.id, copts));
-  ASSIGN_OR_RETURN(r.dp, comm::Group::Create(transport, dp_spec.ranks, dp_spec.id, copts));
+  comm::CollectiveOptions tp_opts = copts, dp_opts = copts;  // the test-only skip: one group
+  (tp > 1 ? tp_opts : dp_opts).test_only_skip_seq = options.test_only.skip_collective_seq;
+  ASSIGN_OR_RETURN(r.tp, comm::Group::Create(transport, tp_spec.ranks, tp_spec.id, tp_opts));
+  ASSIGN_OR_RETURN(r.dp, comm::Group::Create(transport, dp_spec.ranks, dp_spec.id, dp_opts));
   std::vector<int> all(size);
   for (int i = 0; i < size; ++i) all[i] = i;
   ASSIGN_OR_RETURN(r.world, comm::Group::Create(transport, all, kWorldGroupId, copts));
@@ -251,6 +253,8 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   for (Chunk& c : t->chunks_) stages.push_back(c.stage.get());
   r.executor = std::make_unique<StageExecutor>(stages, pp, r.coord.pp_rank(), r.links.get(),
                                                r.micro_batch_rows, T, 1.0f / (float(B) * T));
+  r.executor->SetTestOnlyForwardDelay(options.test_only.forward_delay_step,
+                                      options.test_only.forward_delay);
   const bool dp_buckets = dp > 1 && !layout.zero1();
   r.sync = std::make_unique<GradientSync>(std::move(sync_chunks), dp_buckets ? &*r.dp : nullptr,
                                           r.tied.has_value() ? &*r.tied : nullptr,

@@ -42,6 +42,18 @@ struct ChunkRange {
   int num_layers = 0;
 };
 
+// Test-only fault injection (dtrain-worker's --test_only_skip_collective and
+// --test_only_forward_delay), for the tests of `dtrain diagnose`; every field off by default.
+struct TestOnlyFaults {
+  // This rank's tensor-parallel group (its data-parallel one when tp=1) skips this sequence
+  // number (comm::CollectiveOptions::test_only_skip_seq): a mismatched collective. -1: off.
+  int64_t skip_collective_seq = -1;
+  // F of micro-batch 0 of this step (1-based) sleeps `forward_delay` once its input arrived:
+  // a rank stuck in compute (StageExecutor::SetTestOnlyForwardDelay). 0: off.
+  int64_t forward_delay_step = 0;
+  absl::Duration forward_delay = absl::ZeroDuration();
+};
+
 struct ParallelTrainingOptions {
   // The run, as one worker would train it (save_path: the final weights as one GPT-2
   // safetensors, exported from the shards by rank 0; dump_grads_path unused). The rest of
@@ -61,6 +73,7 @@ struct ParallelTrainingOptions {
   // "all_gather", "barrier"; payload bytes; wall seconds), from the training thread or the
   // gradient sync thread: must be thread-safe. For metrics; may be empty.
   std::function<void(const char* op, int64_t bytes, double seconds)> on_collective;
+  TestOnlyFaults test_only;
 };
 
 // The schedule of `layout` when it and `micro_batch_size` are complete as the job plan leaves

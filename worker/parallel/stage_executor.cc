@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/comm/flight_recorder.h"
 
@@ -116,6 +117,9 @@ absl::Status StageExecutor::Forward(int64_t step, const Action& a, const MicroBa
     RETURN_IF_ERROR(links_->RecvActivation({step, a.micro_batch, k}, shape, absl::MakeSpan(recv_)));
     times->wait += Since(wait);
     input.activation = recv_.data();
+  }
+  if (step == forward_delay_step_ && a.micro_batch == 0 && a.chunk == 0) {
+    absl::SleepFor(forward_delay_);  // test-only: stuck in compute (SetTestOnlyForwardDelay)
   }
   const auto compute = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(stage.Forward(*f.acts, input));

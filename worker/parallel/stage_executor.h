@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/comm/p2p.h"
 #include "worker/model/gpt_stage.h"
@@ -61,6 +62,14 @@ class StageExecutor {
                        const std::function<MicroBatch(int mb)>& data,
                        const std::function<model::GptStage::GradReadyFn(int chunk)>& weights_final,
                        StepTimes* times);
+
+  // Test-only (dtrain-worker --test_only_forward_delay): F of micro-batch 0 of `step` on this
+  // rank's first chunk sleeps `delay` after its input arrived and before it computes, so the
+  // flight recorder shows the rank in F, not in a receive: a rank stuck in compute.
+  void SetTestOnlyForwardDelay(int64_t step, absl::Duration delay) {
+    forward_delay_step_ = step;
+    forward_delay_ = delay;
+  }
 
   // Per micro-batch mean losses of the last step, when this rank holds model chunk K-1.
   const std::vector<double>& losses() const { return losses_; }
@@ -103,6 +112,8 @@ class StageExecutor {
   std::vector<double> losses_;
   std::vector<pipeline::Action> trace_;
   int peak_live_ = 0;
+  int64_t forward_delay_step_ = 0;
+  absl::Duration forward_delay_ = absl::ZeroDuration();
 };
 
 }  // namespace dtrain::parallel

@@ -30,6 +30,11 @@ struct CollectiveOptions {
   // Largest message of a pipelined collective (smaller when a segment is small, so the
   // pipeline still has several chunks).
   int64_t chunk_bytes = 1 << 20;
+  // Test-only fault injection (dtrain-worker --test_only_skip_collective): this member skips
+  // sequence number N, so its N-th collective and every later one carry a number one ahead of
+  // its partners': they wait for messages it never sends, and `dtrain diagnose` reports the
+  // sequence mismatch. -1 (the default): off.
+  int64_t test_only_skip_seq = -1;
 };
 
 class Group {
@@ -50,7 +55,10 @@ class Group {
   // "group 7 (ranks 0,1,2,3)".
   std::string Describe() const;
 
-  int64_t NextSeq() { return next_seq_++; }
+  int64_t NextSeq() {
+    if (next_seq_ == options_.test_only_skip_seq) ++next_seq_;
+    return next_seq_++;
+  }
 
  private:
   Group() = default;
