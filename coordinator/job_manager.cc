@@ -461,6 +461,7 @@ void JobManager::BeginRecovery(ActiveJob& job, Recovery recovery, const std::str
   job.awaiting.clear();
   job.recover_deadline = absl::InfiniteFuture();
   job.stopped = false;
+  job.pending_cut.reset();  // a rebalance not begun yet: the new run is measured again
   job.phase_start = Now();
   SaveRecoveries(job);
   absl::Status status = Transition(
@@ -553,8 +554,9 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
   }
   // The submitted layout when the workers are there (after a shrink too), else the current one.
   const int64_t usable = static_cast<int64_t>(candidates.size());
-  JobSpec spec =
-      usable >= plan::WorkersNeeded(job.spec.parallel()) ? job.spec : job.run_spec;
+  JobSpec spec = KeepCut(
+      *r, job.run_spec,
+      usable >= plan::WorkersNeeded(job.spec.parallel()) ? job.spec : job.run_spec);
   int64_t needed = plan::WorkersNeeded(spec.parallel());
   std::string shrink_note;
   if (usable < needed && job.spec.fault_tolerance().on_worker_loss() == "shrink") {
@@ -967,6 +969,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
       RETURN_IF_ERROR(store_->AddCheckpoint(job->id, sealed));
       to_notify_.push_back(job->id);
       MaybeGrowBack(*job, sealed.step());
+      MaybeRebalanceAt(*job, sealed.step());
       break;
     }
     case ReportProgressRequest::kLocation: {
@@ -1174,6 +1177,19 @@ absl::StatusOr<Job> JobManager::CancelJob(const std::string& job_id, const std::
       EndJob(job_id, CANCELLED,
              reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason)));
   return store_->GetJob(job_id, /*with_history=*/true);
+}
+
+absl::StatusOr<RebalanceDecision> JobManager::RebalanceJob(
+    const std::string& job_id, const std::vector<double>& stage_compute_s,
+    const std::string& why) {
+  JobsLock lock(this);
+  ActiveJob* job = FindActive(job_id);
+  if (job == nullptr) {
+    ASSIGN_OR_RETURN(Job ended, store_->GetJob(job_id, /*with_history=*/false));
+    return absl::FailedPreconditionError(absl::StrCat(
+        job_id, " already ended ", JobState_Name(ended.state()), ": ", ended.reason()));
+  }
+  return RebalanceLocked(*job, stage_compute_s, why);
 }
 
 ListWorkersResponse JobManager::ListWorkers() {

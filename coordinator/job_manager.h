@@ -56,6 +56,7 @@
 #include "coordinator/failure_report.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_store.h"
+#include "coordinator/rebalance.h"
 #include "coordinator/stragglers.h"
 #include "coordinator/worker_registry.h"
 #include "plan/job_plan.h"
@@ -123,6 +124,16 @@ class JobManager {
   absl::Status DeregisterWorker(const DeregisterWorkerRequest& request);
   absl::Status ForgetWorker(const std::string& worker_id);
   absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
+  // Re-cuts the pipeline of a RUNNING job from each stage's measured compute seconds per step
+  // (pp entries; coordinator/rebalance.h decides) and restarts it on the new cut at its next
+  // sealed checkpoint (at once when none comes before its end), resuming from it: a Recovery
+  // with rebalance_to, not counted against max_restarts. `why` ("straggler policy", "dtrain
+  // rebalance by admin") starts the job's event, which says either way what was decided. The
+  // decision; FailedPrecondition when the job is not RUNNING, recovering or already moving to
+  // a cut, InvalidArgument for times that do not match its stages.
+  absl::StatusOr<RebalanceDecision> RebalanceJob(const std::string& job_id,
+                                                 const std::vector<double>& stage_compute_s,
+                                                 const std::string& why);
 
   // Watchers read the store and wait on the notifier (see JobNotifier).
   JobStore& store() { return *store_; }
@@ -169,6 +180,10 @@ class JobManager {
     absl::Time progress_at = absl::InfinitePast();
     bool stall_diagnosed = false;
     std::string stall_summary;
+    // A rebalance decided, begun at the next sealed checkpoint (job_manager_rebalance.cc): the
+    // layers per stage to move to and the decision's summary.
+    std::optional<std::vector<int>> pending_cut;
+    std::string pending_cut_summary;
     // RUNNING multi-rank runs (job_manager_stragglers.cc): the scorer of the run `scored_run`
     // (the assignment it was made for: a new run starts a new window) and its latest scores.
     std::unique_ptr<StragglerScorer> stragglers;
@@ -205,6 +220,15 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GetJob: the active job's latest scores into job->stragglers.
   void AddStragglerScores(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- rebalance (job_manager_rebalance.cc) ---
+  // RebalanceJob with the lock held (the straggler policy calls it from a pass).
+  absl::StatusOr<RebalanceDecision> RebalanceLocked(ActiveJob& job,
+                                                    absl::Span<const double> stage_compute_s,
+                                                    const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Begins the rebalance decided for `job`, if any, at the checkpoint of `step`.
+  void MaybeRebalanceAt(ActiveJob& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ActiveJob* FindActive(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits a non-final state change, updates memory, logs, notifies.

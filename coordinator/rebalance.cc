@@ -12,8 +12,32 @@
 namespace dtrain::coordinator {
 std::string CutText(absl::Span<const int> layers) { return absl::StrJoin(layers, ","); }
 
+std::vector<std::string> StageWorkers(const Placement& placement, int pp) {
+  std::vector<std::vector<std::string>> workers(pp);
+  for (const RankAssignment& r : placement.ranks()) {
+    if (r.pp_rank() < 0 || r.pp_rank() >= pp) continue;
+    std::vector<std::string>& stage = workers[r.pp_rank()];
+    if (std::find(stage.begin(), stage.end(), r.worker_id()) == stage.end()) {
+      stage.push_back(r.worker_id());
+    }
+  }
+  std::vector<std::string> names;
+  for (const std::vector<std::string>& stage : workers) names.push_back(absl::StrJoin(stage, ","));
+  return names;
+}
+
+JobSpec KeepCut(const Recovery& recovery, const JobSpec& run_spec, JobSpec spec) {
+  const auto& cut = !recovery.rebalance_to().empty() ? recovery.rebalance_to()
+                                                     : run_spec.parallel().stage_layers();
+  if (!cut.empty() && cut.size() == std::max(1, spec.parallel().pp())) {
+    *spec.mutable_parallel()->mutable_stage_layers() = cut;
+  }
+  return spec;
+}
+
 absl::StatusOr<RebalanceDecision> DecideRebalance(const JobPlan& plan,
                                                   absl::Span<const double> stage_compute_s,
+                                                  absl::Span<const std::string> stage_workers,
                                                   double margin) {
   const int pp = plan.stages_size();
   if (static_cast<int>(stage_compute_s.size()) != pp) {
@@ -52,8 +76,12 @@ absl::StatusOr<RebalanceDecision> DecideRebalance(const JobPlan& plan,
   for (int s = 0; s < pp; ++s) {
     d.predicted_s = std::max(d.predicted_s, d.time_per_cost[s] * cut.costs[s]);
   }
-  const std::string measured =
-      absl::StrFormat("stage %d measured %.1fx slower per layer", d.slowest_stage, d.slowdown);
+  const std::string measured = absl::StrFormat(
+      "stage %d%s measured %.1fx slower per layer", d.slowest_stage,
+      static_cast<int>(stage_workers.size()) == pp
+          ? absl::StrCat(" (", stage_workers[d.slowest_stage], ")")
+          : "",
+      d.slowdown);
   if (d.to == d.from) {
     d.summary = absl::StrCat(measured, ": the best cut ", CutText(d.to), " is the current one");
     return d;

@@ -23,6 +23,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job.pb.h"
 #include "proto/plan.pb.h"
 
 namespace dtrain::coordinator {
@@ -46,12 +48,22 @@ struct RebalanceDecision {
 
 // The cut the plan of the current run (`plan`: MakeJobPlan of its spec) should move to, given
 // each pipeline stage's measured compute seconds per step (pp entries, in stage order; e.g. the
-// mean over a straggler window of the stage's slowest rank). InvalidArgument when the times do
-// not match the plan's stages or are not positive, FailedPrecondition for a plan whose cut
-// cannot be given (interleaved: several chunks per stage; pp = 1: nothing to move).
+// mean over a straggler window of the stage's slowest rank). `stage_workers`, when given (pp
+// entries: "w2", "w2,w5"), names the slowest stage's workers in the summary. InvalidArgument
+// when the times do not match the plan's stages or are not positive, FailedPrecondition for a
+// plan whose cut cannot be given (interleaved: several chunks per stage; pp = 1: nothing to move).
 absl::StatusOr<RebalanceDecision> DecideRebalance(const JobPlan& plan,
                                                   absl::Span<const double> stage_compute_s,
+                                                  absl::Span<const std::string> stage_workers = {},
                                                   double margin = kRebalanceMargin);
+
+// Each pipeline stage's workers in a placement, in stage order: "w2" (or "w2,w5" with dp or tp).
+std::vector<std::string> StageWorkers(const Placement& placement, int pp);
+
+// The spec a recovery places: `spec` (the submitted or the current run's, recovery.h) keeping
+// the pipeline's cut while its stages stay: the cut `recovery` rebalances to, else the current
+// run's (`run_spec`: a past rebalance), when it has as many entries as `spec` has stages.
+JobSpec KeepCut(const Recovery& recovery, const JobSpec& run_spec, JobSpec spec);
 
 // "2,2,2".
 std::string CutText(absl::Span<const int> layers);

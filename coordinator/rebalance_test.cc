@@ -2,6 +2,7 @@
 #include "coordinator/rebalance.h"
 
 #include <string>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -40,6 +41,36 @@ TEST(DecideRebalance, ATwiceSlowerMiddleStageGetsHalfTheLayersOfTheOthers) {
   EXPECT_NEAR(d->measured_s, 0.6, 1e-9);
   EXPECT_NEAR(d->predicted_s, 0.4, 0.01);
   EXPECT_THAT(d->summary, HasSubstr("stage 1 measured 2.0x slower per layer: cut 4,3,3 -> 4,2,4"));
+  // With the stages' workers named.
+  d = DecideRebalance(plan, {0.4, 0.6, 0.3}, {"w1", "w2", "w3"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_THAT(d->summary, HasSubstr("stage 1 (w2) measured 2.0x slower per layer"));
+}
+
+TEST(StageWorkers, NamesEachStagesWorkersOnce) {
+  Placement placement;
+  for (auto [pp, tp, worker] : {std::tuple{0, 0, "w1"}, {0, 1, "w2"}, {1, 0, "w3"},
+                                {1, 1, "w3"}}) {
+    RankAssignment* r = placement.add_ranks();
+    r->set_pp_rank(pp);
+    r->set_tp_rank(tp);
+    r->set_worker_id(worker);
+  }
+  EXPECT_THAT(StageWorkers(placement, 2), ElementsAre("w1,w2", "w3"));
+}
+
+TEST(KeepCut, TheRebalancedCutThenTheRunsWhileTheStagesStay) {
+  JobSpec submitted;
+  submitted.mutable_parallel()->set_pp(3);
+  JobSpec run = submitted;
+  for (int l : {3, 1, 2}) run.mutable_parallel()->add_stage_layers(l);
+  Recovery failure, rebalance;
+  for (int l : {2, 1, 3}) rebalance.add_rebalance_to(l);
+  EXPECT_THAT(KeepCut(rebalance, run, submitted).parallel().stage_layers(), ElementsAre(2, 1, 3));
+  EXPECT_THAT(KeepCut(failure, run, submitted).parallel().stage_layers(), ElementsAre(3, 1, 2));
+  JobSpec two_stages = submitted;
+  two_stages.mutable_parallel()->set_pp(2);  // shrunk: the plan cuts the new stages
+  EXPECT_TRUE(KeepCut(failure, run, two_stages).parallel().stage_layers().empty());
 }
 
 TEST(DecideRebalance, EqualStagesStayWhereTheyAre) {
@@ -56,7 +87,7 @@ TEST(DecideRebalance, AGainUnderTheMarginIsNotWorthARestart) {
   // layers (0.3 s) against the measured 0.26 s: worse. With 1.6x: 0.32 measured, best 0.3,
   // 6% better: under the 10% margin.
   const JobPlan plan = Plan(6, 3);
-  absl::StatusOr<RebalanceDecision> d = DecideRebalance(plan, {0.2, 0.32, 0.2});
+  absl::StatusOr<RebalanceDecision> d = DecideRebalance(plan, {0.2, 0.32, 0.2}, {}, 0.1);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_FALSE(d->move);
   EXPECT_NEAR(d->predicted_s, 0.3, 0.01);
