@@ -12,6 +12,17 @@
 namespace dtrain::coordinator {
 std::string CutText(absl::Span<const int> layers) { return absl::StrJoin(layers, ","); }
 
+std::vector<double> StageComputeSeconds(const Placement& placement, int pp,
+                                        absl::Span<const StragglerScore> scores) {
+  std::vector<double> seconds(pp, 0.0);
+  for (const StragglerScore& s : scores) {
+    if (s.rank() < 0 || s.rank() >= placement.ranks_size()) continue;
+    const int stage = placement.ranks(s.rank()).pp_rank();
+    if (stage >= 0 && stage < pp) seconds[stage] = std::max(seconds[stage], s.compute_s());
+  }
+  return seconds;
+}
+
 std::vector<std::string> StageWorkers(const Placement& placement, int pp) {
   std::vector<std::vector<std::string>> workers(pp);
   for (const RankAssignment& r : placement.ranks()) {

@@ -57,6 +57,12 @@ absl::StatusOr<RebalanceDecision> DecideRebalance(const JobPlan& plan,
                                                   absl::Span<const std::string> stage_workers = {},
                                                   double margin = kRebalanceMargin);
 
+// Each pipeline stage's measured compute seconds per step from its ranks' straggler scores
+// (StragglerScore.compute_s, by rank in placement order): the slowest rank of each stage, as the
+// stage waits for it. pp entries; 0 for a stage none of whose ranks has a score.
+std::vector<double> StageComputeSeconds(const Placement& placement, int pp,
+                                        absl::Span<const StragglerScore> scores);
+
 // Each pipeline stage's workers in a placement, in stage order: "w2" (or "w2,w5" with dp or tp).
 std::vector<std::string> StageWorkers(const Placement& placement, int pp);
 

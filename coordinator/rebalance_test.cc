@@ -59,6 +59,19 @@ TEST(StageWorkers, NamesEachStagesWorkersOnce) {
   EXPECT_THAT(StageWorkers(placement, 2), ElementsAre("w1,w2", "w3"));
 }
 
+TEST(StageComputeSeconds, TheSlowestRankOfEachStage) {
+  Placement placement;
+  for (int pp : {0, 0, 1, 1}) placement.add_ranks()->set_pp_rank(pp);
+  std::vector<StragglerScore> scores(4);
+  const double compute[] = {0.2, 0.3, 0.5, 0.4};
+  for (int r = 0; r < 4; ++r) {
+    scores[r].set_rank(r);
+    scores[r].set_compute_s(compute[r]);
+  }
+  EXPECT_THAT(StageComputeSeconds(placement, 2, scores), ElementsAre(0.3, 0.5));
+  EXPECT_THAT(StageComputeSeconds(placement, 2, {}), ElementsAre(0, 0));
+}
+
 TEST(KeepCut, TheRebalancedCutThenTheRunsWhileTheStagesStay) {
   JobSpec submitted;
   submitted.mutable_parallel()->set_pp(3);
