@@ -263,6 +263,10 @@ const std::vector<CommandInfo>& Commands() {
       {"diagnose", "JOB", 1, 1, kJobArgument, true,
        "what every rank of a running job is doing now (its flight recorder) and, when the job is "
        "stuck, which rank the others wait on (the root) and why; --json: the whole diagnosis"},
+      {"trace", "JOB", 1, 1, kJobArgument, true,
+       "one step of a running job on every rank as a Chrome / Perfetto trace (-o FILE; open it "
+       "in ui.perfetto.dev or chrome://tracing): F / B / W, sends, receives, collectives, "
+       "arrows from each send to its receive, on the coordinator's clock (docs/TRACING.md)"},
       {"workers", "", 0, 0, "", true, "registered workers, their jobs and heartbeats"},
       {"export", "CHECKPOINT OUT.safetensors", 2, 2, "a checkpoint directory and an output file",
        false,
@@ -323,6 +327,11 @@ const std::vector<FlagInfo>& Flags() {
        "train to step N instead"},
       {"rank", &I::rank, "N", "", "every rank and the coordinator", FlagBound::kNotNegative,
        {"logs"}, "only this rank's lines"},
+      {"step", &I::step, "N", "", "the newest step complete on every rank",
+       FlagBound::kNotNegative, {"trace"}, "trace this step (one still in every rank's flight "
+       "recorder: the error names those that are)"},
+      {"output", &I::output, "FILE", "-", "standard output", FlagBound::kNotEmpty, {"trace"},
+       "write the trace to FILE (also -o FILE)"},
       {"follow", &I::follow, "", "false", "", FlagBound::kAny, {"logs"},
        "keep printing new lines until the job ends"},
       {"forget", &I::forget, "WORKER_ID", "", "", FlagBound::kNotEmpty, {"workers"},
@@ -378,6 +387,7 @@ absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
     std::optional<std::string> value;
     if (eq != absl::string_view::npos) value = std::string(body.substr(eq + 1));
     if (name == "h") name = "help";
+    if (name == "o") name = "output";
     const FlagInfo* flag = FindFlag(name);
     if (flag == nullptr && absl::StartsWith(name, "no") && !value.has_value()) {
       flag = FindFlag(name.substr(2));

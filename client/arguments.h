@@ -58,6 +58,8 @@ struct Invocation {
   bool resume{};                  // resubmit --resume
   int64_t steps{};                // resubmit --steps
   std::optional<int> rank{};      // logs --rank (unset: every rank and the coordinator)
+  std::optional<int> step{};      // trace --step (unset: the newest complete step)
+  std::string output{};           // trace --output (-o): the file ("-": standard output)
   bool follow{};                  // logs --follow
   std::string forget{};           // workers --forget
   std::string cert_hosts{};       // certs --host: comma-separated DNS names / IPs

@@ -59,6 +59,19 @@ TEST(Arguments, EveryTypeParses) {
   EXPECT_EQ(inv->limit, 4);
 }
 
+TEST(Arguments, TraceTakesAStepAndAnOutputFileAlsoAsDashO) {
+  absl::StatusOr<Invocation> inv = ParseArguments({"trace", "7"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_FALSE(inv->step.has_value());
+  EXPECT_EQ(inv->output, "-");
+  inv = ParseArguments({"trace", "7", "--step", "12", "-o", "t.json"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->step, 12);
+  EXPECT_EQ(inv->output, "t.json");
+  EXPECT_EQ(ErrorOf({"logs", "7", "-o", "t.json"}),
+            "flag --output applies to 'trace' only, not 'logs'");
+}
+
 TEST(Arguments, AFlagOfAnotherCommandNamesTheCommandsThatTakeIt) {
   EXPECT_EQ(ErrorOf({"status", "3", "--every=10"}),
             "flag --every applies to 'watch', 'submit', 'resubmit' only, not 'status'");

@@ -23,6 +23,8 @@
 #include "client/format.h"
 #include "client/plan.h"
 #include "client/tls_probe.h"
+#include "client/trace.h"
+#include "common/files.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "common/version.h"
@@ -475,6 +477,27 @@ int Diagnose(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   return kExitOk;
 }
 
+// `dtrain trace JOB [--step N] [-o FILE]`: the trace file (client/trace.h), and a line saying
+// what it holds when it went to a file.
+int Trace(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  std::optional<int64_t> step;
+  if (inv.step.has_value()) step = *inv.step;
+  absl::StatusOr<JobTrace> trace = stub.TraceJob(*id, step);
+  if (!trace.ok()) return Fail(WithNewestJobHint(stub, trace.status()), inv, output);
+  const std::string json = ChromeTraceJson(*trace);
+  if (inv.output == "-") {
+    output.out << json;
+    return kExitOk;
+  }
+  if (absl::Status s = WriteFileAtomically(inv.output, json); !s.ok()) {
+    return Fail(s, inv, output);
+  }
+  output.out << TraceSummary(*trace, inv.output);
+  return kExitOk;
+}
+
 int Workers(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   if (!inv.forget.empty()) {
     const absl::Status status = stub.ForgetWorker(inv.forget);
@@ -560,6 +583,7 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   if (inv.command == "logs") return Logs(inv, stub, output);
   if (inv.command == "checkpoints") return Checkpoints(inv, stub, output);
   if (inv.command == "diagnose") return Diagnose(inv, stub, output);
+  if (inv.command == "trace") return Trace(inv, stub, output);
   if (inv.command == "workers") return Workers(inv, stub, output);
   output.err << "dtrain: unknown command '" << inv.command << "'\n";
   return kExitUsage;

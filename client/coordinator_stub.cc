@@ -151,6 +151,17 @@ absl::StatusOr<JobDiagnosis> CoordinatorStub::Diagnose(const std::string& job_id
   return response;
 }
 
+absl::StatusOr<JobTrace> CoordinatorStub::TraceJob(const std::string& job_id,
+                                                  std::optional<int64_t> step) {
+  TraceJobRequest request;
+  request.set_job_id(job_id);
+  if (step.has_value()) request.set_step(*step);
+  JobTrace response;
+  auto context = UnaryContext();
+  RETURN_IF_ERROR(FromGrpc(stub_->TraceJob(context.get(), request, &response), "TraceJob"));
+  return response;
+}
+
 absl::Status CoordinatorStub::JobLogs(const std::string& job_id, std::optional<int> rank,
                                       bool follow,
                                       const std::function<void(const LogEntry&)>& on_entry) {
