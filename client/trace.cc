@@ -1,8 +1,8 @@
 #include "client/trace.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -40,8 +40,8 @@ std::string Micros(double us) { return absl::StrFormat("%.3f", us); }
 
 // The tracks of a rank, in display order.
 enum Track { kActions = 1, kCollectives = 2, kReceives = 3, kSends = 4, kCheckpoint = 5 };
-constexpr const char* kTrackNames[] = {"", "F / B / W", "collectives", "receives", "sends",
-                                       "checkpoint"};
+constexpr const char* kTrackNames[] = {"",         "F / B / W", "collectives",
+                                       "receives", "sends",     "checkpoint"};
 constexpr int kLanesPerTrack = 100;  // tid = track * 100 + lane
 
 Track TrackOf(const FlightEntry& e) {
@@ -97,10 +97,10 @@ std::string EventName(const FlightEntry& e) {
     case FlightEntry::SEND:
     case FlightEntry::RECV: {
       const bool send = e.op() == FlightEntry::SEND;
-      std::string what = e.kind() == COLLECTIVE
-                             ? absl::StrCat("collective g", e.group(), " s", e.seq(), " p",
-                                            e.part())
-                             : absl::StrCat(KindName(e.kind()), " mb", e.micro_batch());
+      std::string what =
+          e.kind() == COLLECTIVE
+              ? absl::StrCat("collective g", e.group(), " s", e.seq(), " p", e.part())
+              : absl::StrCat(KindName(e.kind()), " mb", e.micro_batch());
       return absl::StrCat(send ? "send " : "recv ", what, send ? " to rank " : " from rank ",
                           e.peer());
     }
@@ -164,10 +164,10 @@ ScheduleCheck CheckSchedule(const JobTrace& trace, const RankState& rank, int st
   for (const FlightEntry& e : rank.recorder().entries()) {
     if (!IsAction(e)) continue;
     Action a;
-    a.type = e.op() == FlightEntry::FORWARD            ? ActionType::kForward
-             : e.op() == FlightEntry::BACKWARD_WEIGHT  ? ActionType::kBackwardWeight
-             : split                                   ? ActionType::kBackwardInput
-                                                       : ActionType::kBackward;
+    a.type = e.op() == FlightEntry::FORWARD           ? ActionType::kForward
+             : e.op() == FlightEntry::BACKWARD_WEIGHT ? ActionType::kBackwardWeight
+             : split                                  ? ActionType::kBackwardInput
+                                                      : ActionType::kBackward;
     a.micro_batch = e.micro_batch();
     a.chunk = std::max(0, e.virtual_stage());
     recorded.push_back(a);
@@ -230,8 +230,8 @@ std::string ChromeTraceJson(const JobTrace& trace) {
     std::map<int, std::vector<double>> lane_ends;
     for (const FlightEntry& e : r.recorder().entries()) {
       const int64_t end_ns = e.end_unix_ns() > 0 ? e.end_unix_ns() : r.recorder().now_unix_ns();
-      const double ts = static_cast<double>(e.start_unix_ns() - r.clock_offset_ns() - zero_ns) /
-                        1e3;
+      const double ts =
+          static_cast<double>(e.start_unix_ns() - r.clock_offset_ns() - zero_ns) / 1e3;
       const double dur =
           std::max(kMinDrawnMicros, static_cast<double>(end_ns - e.start_unix_ns()) / 1e3);
       const Track track = TrackOf(e);
@@ -252,14 +252,12 @@ std::string ChromeTraceJson(const JobTrace& trace) {
     for (const auto& [track, ends] : lane_ends) {
       for (size_t lane = 0; lane < ends.size(); ++lane) {
         const int tid = track * kLanesPerTrack + static_cast<int>(lane);
-        const std::string name = lane == 0 ? kTrackNames[track]
-                                           : absl::StrCat(kTrackNames[track], " ", lane + 1);
+        const std::string name =
+            lane == 0 ? kTrackNames[track] : absl::StrCat(kTrackNames[track], " ", lane + 1);
         events.push_back(absl::StrCat("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":", pid,
-                                      ",\"tid\":", tid, ",\"args\":{\"name\":", Quote(name),
-                                      "}}"));
-        events.push_back(absl::StrCat("{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":",
-                                      pid, ",\"tid\":", tid, ",\"args\":{\"sort_index\":", tid,
-                                      "}}"));
+                                      ",\"tid\":", tid, ",\"args\":{\"name\":", Quote(name), "}}"));
+        events.push_back(absl::StrCat("{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":", pid,
+                                      ",\"tid\":", tid, ",\"args\":{\"sort_index\":", tid, "}}"));
       }
     }
   }
@@ -293,8 +291,8 @@ std::string ChromeTraceJson(const JobTrace& trace) {
   std::vector<std::string> clocks, missing, schedule;
   for (const RankState& r : trace.ranks()) {
     if (!r.answered()) {
-      missing.push_back(Quote(absl::StrCat("rank ", r.rank(), " (", r.worker_id(), "): ",
-                                           r.error())));
+      missing.push_back(
+          Quote(absl::StrCat("rank ", r.rank(), " (", r.worker_id(), "): ", r.error())));
       continue;
     }
     clocks.push_back(absl::StrCat("{\"rank\":", r.rank(), ",\"worker\":", Quote(r.worker_id()),
@@ -302,22 +300,20 @@ std::string ChromeTraceJson(const JobTrace& trace) {
                                   ",\"error_bound_ns\":", r.clock_error_ns(), "}"));
     const int stage = r.rank() < trace.rank_stages_size() ? trace.rank_stages(r.rank()) : 0;
     const ScheduleCheck check = CheckSchedule(trace, r, stage);
-    schedule.push_back(absl::StrCat("{\"rank\":", r.rank(), ",\"stage\":", stage,
-                                    ",\"expected\":", QuotedList(check.expected),
-                                    ",\"recorded\":", QuotedList(check.recorded),
-                                    ",\"check\":", Quote(check.verdict), "}"));
+    schedule.push_back(absl::StrCat(
+        "{\"rank\":", r.rank(), ",\"stage\":", stage, ",\"expected\":", QuotedList(check.expected),
+        ",\"recorded\":", QuotedList(check.recorded), ",\"check\":", Quote(check.verdict), "}"));
   }
   std::vector<std::string> available;
   for (int64_t s : trace.available_steps()) available.push_back(absl::StrCat(s));
   const std::string metadata = absl::StrCat(
-      "{\"job_id\":", Quote(trace.job_id()), ",\"step\":", trace.step(),
-      ",\"available_steps\":[", absl::StrJoin(available, ","), "]",
-      ",\"schedule\":", Quote(trace.schedule()), ",\"micro_batches\":", trace.micro_batches(),
-      ",\"virtual_stages\":", trace.virtual_stages(),
+      "{\"job_id\":", Quote(trace.job_id()), ",\"step\":", trace.step(), ",\"available_steps\":[",
+      absl::StrJoin(available, ","), "]", ",\"schedule\":", Quote(trace.schedule()),
+      ",\"micro_batches\":", trace.micro_batches(), ",\"virtual_stages\":", trace.virtual_stages(),
       ",\"clock\":\"the coordinator's; ts 0 = the step's first operation\"",
       ",\"zero_unix_ns\":", zero_ns, ",\"clock_offsets\":[", absl::StrJoin(clocks, ","), "]",
-      ",\"ranks_not_answered\":[", absl::StrJoin(missing, ","), "]",
-      ",\"schedule_order\":[", absl::StrJoin(schedule, ","), "]",
+      ",\"ranks_not_answered\":[", absl::StrJoin(missing, ","), "]", ",\"schedule_order\":[",
+      absl::StrJoin(schedule, ","), "]",
       ",\"gather_seconds\":", absl::StrFormat("%.3f", trace.gather_seconds()), "}");
   return absl::StrCat("{\"displayTimeUnit\":\"ms\",\n\"metadata\":", metadata,
                       ",\n\"traceEvents\":[\n", absl::StrJoin(events, ",\n"), "\n]}\n");
@@ -329,8 +325,8 @@ std::string TraceSummary(const JobTrace& trace, const std::string& path) {
   int answered = 0;
   for (const RankState& r : trace.ranks()) {
     if (!r.answered()) {
-      problems.push_back(absl::StrCat("rank ", r.rank(), " (", r.worker_id(),
-                                      ") did not answer: ", r.error()));
+      problems.push_back(
+          absl::StrCat("rank ", r.rank(), " (", r.worker_id(), ") did not answer: ", r.error()));
       continue;
     }
     ++answered;

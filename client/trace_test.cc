@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dtrain::client {

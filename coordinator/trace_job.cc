@@ -98,13 +98,14 @@ absl::StatusOr<JobTrace> CutStep(const JobDiagnosis& gathered, std::optional<int
     everywhere = std::move(both);
   }
   if (!everywhere.has_value()) {
-    return absl::UnavailableError(absl::StrCat("job ", gathered.job_id(),
-                                               ": no rank answered: ", absl::StrJoin(errors, "; ")));
+    return absl::UnavailableError(absl::StrCat(
+        "job ", gathered.job_id(), ": no rank answered: ", absl::StrJoin(errors, "; ")));
   }
   const std::vector<int64_t> available(everywhere->begin(), everywhere->end());
   if (available.empty()) {
     return absl::OutOfRangeError(absl::StrCat(
-        "job ", gathered.job_id(), ": no step is complete in every rank's flight recorder yet "
+        "job ", gathered.job_id(),
+        ": no step is complete in every rank's flight recorder yet "
         "(a step is complete once every rank has ended all of its operations and begun the "
         "next step); try again in a moment"));
   }
@@ -113,7 +114,8 @@ absl::StatusOr<JobTrace> CutStep(const JobDiagnosis& gathered, std::optional<int
     return absl::OutOfRangeError(absl::StrCat(
         "job ", gathered.job_id(), ": step ", chosen,
         " is not complete in every rank's flight recorder (each rank keeps its last few "
-        "thousand operations); steps ", StepRanges(available), " are: pass one with --step"));
+        "thousand operations); steps ",
+        StepRanges(available), " are: pass one with --step"));
   }
   JobTrace trace;
   trace.set_job_id(gathered.job_id());
@@ -150,13 +152,13 @@ absl::Status StartTrace(const Job& job,
   for (const RankAssignment& a : job.placement().ranks()) schedule.add_rank_stages(a.pp_rank());
   GatherOptions gather = options;
   gather.clock_probes = kTraceClockProbes;
-  return StartGathering(job, workers, gather,
-                        [step, schedule = std::move(schedule),
-                         done = std::move(done)](JobDiagnosis gathered) {
-                          absl::StatusOr<JobTrace> trace = CutStep(gathered, step);
-                          if (trace.ok()) trace->MergeFrom(schedule);
-                          done(std::move(trace));
-                        });
+  return StartGathering(
+      job, workers, gather,
+      [step, schedule = std::move(schedule), done = std::move(done)](JobDiagnosis gathered) {
+        absl::StatusOr<JobTrace> trace = CutStep(gathered, step);
+        if (trace.ok()) trace->MergeFrom(schedule);
+        done(std::move(trace));
+      });
 }
 
 }  // namespace dtrain::coordinator

@@ -26,8 +26,8 @@ void AddStep(RankDiagnosis& r, int64_t step, bool finished = true) {
   *r.add_entries() = Entry(FlightEntry::FORWARD, step);
   *r.add_entries() = Entry(FlightEntry::SEND, step);
   *r.add_entries() = Entry(FlightEntry::BACKWARD_INPUT, step);
-  *r.add_entries() = Entry(FlightEntry::COLLECTIVE, -1,
-                           finished ? FlightEntry::DONE : FlightEntry::STARTED);
+  *r.add_entries() =
+      Entry(FlightEntry::COLLECTIVE, -1, finished ? FlightEntry::DONE : FlightEntry::STARTED);
 }
 
 RankState Answered(int rank, int64_t first_step, int64_t last_step, bool last_finished = true) {
