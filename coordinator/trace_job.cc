@@ -98,7 +98,7 @@ absl::StatusOr<JobTrace> CutStep(const JobDiagnosis& gathered, std::optional<int
     everywhere = std::move(both);
   }
   if (!everywhere.has_value()) {
-    return absl::UnavailableError(absl::StrCat(
+    return absl::FailedPreconditionError(absl::StrCat(
         "job ", gathered.job_id(), ": no rank answered: ", absl::StrJoin(errors, "; ")));
   }
   const std::vector<int64_t> available(everywhere->begin(), everywhere->end());

@@ -39,7 +39,8 @@ std::vector<int64_t> CompleteSteps(const RankDiagnosis& rank);
 // Pure: from a gathering (StartGathering's output: every rank's whole recorder) the trace of
 // `step`, or of the newest step complete on every rank that answered when unset. OutOfRange
 // naming the steps that are complete everywhere when `step` is not one of them (or when none
-// is); Unavailable when no rank answered, with each rank's error. The schedule fields are left
+// is); FailedPrecondition when no rank answered, with each rank's error (not Unavailable: the
+// CLI reads that as the coordinator being unreachable). The schedule fields are left
 // to the caller.
 absl::StatusOr<JobTrace> CutStep(const JobDiagnosis& gathered, std::optional<int64_t> step);
 

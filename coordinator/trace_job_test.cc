@@ -105,14 +105,14 @@ TEST(CutStep, ARankThatDidNotAnswerKeepsItsErrorAndNoEntries) {
   EXPECT_EQ(trace->ranks(1).recorder().entries_size(), 0);
 }
 
-TEST(CutStep, NoRankAnsweringIsUnavailableWithTheirErrors) {
+TEST(CutStep, NoRankAnsweringIsFailedPreconditionWithTheirErrors) {
   JobDiagnosis gathered;
   RankState& silent = *gathered.add_ranks();
   silent.set_rank(0);
   silent.set_worker_id("w1");
   silent.set_error("connection refused");
   absl::StatusOr<JobTrace> trace = CutStep(gathered, std::nullopt);
-  EXPECT_EQ(trace.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(trace.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(trace.status().message(), HasSubstr("rank 0 (w1): connection refused"));
 }
 
