@@ -149,11 +149,14 @@ int main(int argc, char** argv) {
   options.job_limits.max_steps = absl::GetFlag(FLAGS_max_job_steps);
   options.job_limits.max_workers = absl::GetFlag(FLAGS_max_job_workers);
   options.diagnose_stall_after = absl::GetFlag(FLAGS_diagnose_stall_after);
-  options.diagnose = [tls = *tls](const dtrain::Job& job,
-                                  const dtrain::ListWorkersResponse& workers,
-                                  std::function<void(std::string)> done) {
+  options.diagnose = [tls = *tls, deadline = options.diagnosis_deadline](
+                         const dtrain::Job& job, const dtrain::ListWorkersResponse& workers,
+                         const std::vector<dtrain::coordinator::TimedOutRank>& timed_out,
+                         std::function<void(std::string)> done) {
     dtrain::coordinator::GatherOptions gather;
     gather.tls = tls;
+    gather.deadline = deadline;
+    gather.analysis.timed_out = timed_out;
     absl::Status started = dtrain::coordinator::StartDiagnosis(
         job, workers.workers(), gather, [done](dtrain::JobDiagnosis d) { done(d.summary()); });
     if (!started.ok()) done(absl::StrCat("cannot diagnose: ", started.message()));

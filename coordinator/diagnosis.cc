@@ -137,6 +137,16 @@ void Describe(RankState& r, double threshold) {
   }
 }
 
+// A rank that timed out (DiagnosisOptions::timed_out): waiting on the ranks it blamed.
+void DescribeTimedOut(RankState& r, const TimedOutRank& t, const std::set<int>& ranks) {
+  for (int on : t.on) {
+    if (on != r.rank() && ranks.count(on) > 0) r.add_waits_on(on);
+  }
+  const std::vector<int> on(r.waits_on().begin(), r.waits_on().end());
+  r.set_doing(absl::StrCat("timed out", on.empty() ? "" : " waiting on ",
+                           on.empty() ? "" : RankList(on), ": ", t.error));
+}
+
 std::string NotAnswered(const RankState& r, const DiagnosisOptions& o) {
   std::string text =
       absl::StrCat("rank ", r.rank(), " on ", r.worker_id(), " (", r.label(),
@@ -246,14 +256,24 @@ JobDiagnosis Analyse(JobDiagnosis d, const DiagnosisOptions& options) {
   d.clear_findings();
   d.clear_root_ranks();
   std::map<int, RankState*> by_rank;
+  std::map<int, const TimedOutRank*> timed_out;
+  std::set<int> ranks;
+  for (const RankState& r : d.ranks()) ranks.insert(r.rank());
+  for (const TimedOutRank& t : options.timed_out) timed_out[t.rank] = &t;
   for (RankState& r : *d.mutable_ranks()) {
     r.clear_waits_on();
     by_rank[r.rank()] = &r;
-    if (r.answered()) Describe(r, threshold);
+    if (auto t = timed_out.find(r.rank()); t != timed_out.end()) {
+      DescribeTimedOut(r, *t->second, ranks);
+    } else if (r.answered()) {
+      Describe(r, threshold);
+    }
   }
   std::vector<std::string> findings;
   for (const RankState& r : d.ranks()) {
-    if (!r.answered()) findings.push_back(NotAnswered(r, options));
+    if (!r.answered() && timed_out.count(r.rank()) == 0) {
+      findings.push_back(NotAnswered(r, options));
+    }
   }
   SequenceMismatches(d, threshold, &findings);
   MissingSends(d, threshold, &findings);
@@ -314,16 +334,23 @@ JobDiagnosis Analyse(JobDiagnosis d, const DiagnosisOptions& options) {
     } else {
       absl::StrAppend(&line, r.doing());
     }
-    // Direct waiters grouped by what they wait for; the rest wait on those.
+    // Direct waiters grouped by what they wait for (those that timed out first); the rest wait
+    // on those.
+    std::vector<int> gave_up;
     std::map<std::string, std::vector<int>> direct;
     std::vector<int> indirect;
     for (int w : waiters) {
       const RankState& ws = *by_rank.at(w);
-      if (ws.waits_on(0) == root) {
-        direct[WaitsFor(ws)].push_back(w);
-      } else {
+      if (ws.waits_on(0) != root) {
         indirect.push_back(w);
+      } else if (timed_out.count(w) > 0) {
+        gave_up.push_back(w);
+      } else {
+        direct[WaitsFor(ws)].push_back(w);
       }
+    }
+    if (!gave_up.empty()) {
+      absl::StrAppend(&line, "; ", RankList(gave_up), " timed out waiting on it");
     }
     for (const auto& [what, ranks] : direct) {
       absl::StrAppend(&line, "; ", RankList(ranks), ranks.size() == 1 ? " waits " : " wait ", what);

@@ -12,7 +12,8 @@
 // or between operations. A wait counts once it is older than `wait_threshold`.
 //
 // Findings, in this order:
-//   - a rank that did not answer: "rank 5 on w6 (dp0 pp1 tp1) did not answer in 2 s: process
+//   - a rank that did not answer (a rank that timed out, TimedOutRank, is no finding: it waits
+//     on the ranks it blamed): "rank 5 on w6 (dp0 pp1 tp1) did not answer in 2 s: process
 //     alive? last heartbeat 0.4 s ago";
 //   - a collective whose waiting ranks disagree on the sequence number, naming the ranks on
 //     each side;
@@ -37,6 +38,15 @@
 
 namespace dtrain::coordinator {
 
+// A rank whose run already failed because it timed out waiting on peers (its report reached the
+// coordinator first; its peer service may be gone, and its recorder no longer shows the wait):
+// the analysis counts it as waiting on the ranks it blamed, in place of its answer.
+struct TimedOutRank {
+  int rank = -1;
+  std::vector<int> on;  // the ranks it blamed (its report's suspect workers)
+  std::string error;    // its report
+};
+
 struct DiagnosisOptions {
   // A wait shorter than this is normal traffic (a healthy pipeline waits milliseconds).
   absl::Duration wait_threshold = absl::Seconds(1);
@@ -44,6 +54,9 @@ struct DiagnosisOptions {
   absl::Duration deadline = absl::Seconds(2);
   // Entries of each rank's recorder kept in the answer (the newest); the analysis reads all.
   int keep_entries = 64;
+  // Ranks that timed out (the diagnosis the coordinator runs when one does): in the summary as
+  // "rank 0 timed out waiting on it", never as not answering.
+  std::vector<TimedOutRank> timed_out;
 };
 
 JobDiagnosis Analyse(JobDiagnosis gathered, const DiagnosisOptions& options = {});

@@ -161,6 +161,37 @@ TEST(Analyse, ComputeRootIsToldApartAndChainsEndOnIt) {
       << Findings(a);
 }
 
+// The diagnosis the coordinator runs when a rank times out: that rank's run already failed (it
+// did not answer, or answered with its wait ended), and it counts as waiting on the rank it
+// blamed; not as a rank that did not answer.
+TEST(Analyse, ARankThatTimedOutWaitsOnTheRankItBlamed) {
+  JobDiagnosis d;
+  AddRank(d, 0, "dp0 pp0 tp0", /*answered=*/false);
+  RankState& r1 = AddRank(d, 1, "dp0 pp1 tp0");
+  Action(r1, FlightEntry::FORWARD, 3, 0, 4.1);
+  DiagnosisOptions o;
+  o.timed_out.push_back({0, {1}, "receiving gradient step=3 mb=0: nothing arrived within 4s"});
+  const JobDiagnosis a = Analyse(d, o);
+  EXPECT_EQ(a.summary(),
+            "root: rank 1 (w2, dp0 pp1 tp0) is in F of micro-batch 0, step 3, for 4.1 s "
+            "(compute, not communication); rank 0 timed out waiting on it")
+      << Findings(a);
+  EXPECT_FALSE(absl::StrContains(Findings(a), "did not answer")) << Findings(a);
+  EXPECT_EQ(a.ranks(0).doing(),
+            "timed out waiting on rank 1: receiving gradient step=3 mb=0: nothing arrived "
+            "within 4s");
+  ASSERT_EQ(a.root_ranks_size(), 1);
+  EXPECT_EQ(a.root_ranks(0), 1);
+  // A frozen rank the other timed out on is still the root, as not answering.
+  JobDiagnosis frozen;
+  AddRank(frozen, 0, "dp0 pp0 tp0");
+  AddRank(frozen, 1, "dp0 pp1 tp0", /*answered=*/false);
+  o.timed_out = {{0, {1}, "nothing arrived within 4s"}};
+  EXPECT_EQ(Analyse(frozen, o).summary(),
+            "root: rank 1 (w2, dp0 pp1 tp0) did not answer in 2s (process stopped or hung? last "
+            "heartbeat 0.4 s ago); rank 0 timed out waiting on it");
+}
+
 TEST(Analyse, CollectiveSequenceMismatchNamesBothSides) {
   JobDiagnosis d;
   InCollective(AddRank(d, 0, "dp0 pp0 tp0"), 7, 12, 1, 5.0);

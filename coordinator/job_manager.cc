@@ -197,36 +197,51 @@ void JobManager::Stop() {
 }
 
 void JobManager::DiagnoseStalledJobs() {
-  if (options_.diagnose_stall_after <= absl::ZeroDuration() || !options_.diagnose) return;
-  std::vector<Job> stalled;
+  if (!options_.diagnose) return;
+  struct Ask {
+    Job job;
+    std::vector<TimedOutRank> timed_out;
+  };
+  std::vector<Ask> asks;
   {
     JobsLock lock(this);
     const absl::Time now = Now();
     for (auto& [n, job] : jobs_) {
       if (job.state != RUNNING || job.stall_diagnosed || job.ranks.size() < 2 ||
-          job.assignment == nullptr || now - job.progress_at < options_.diagnose_stall_after) {
+          job.assignment == nullptr) {
         continue;
       }
+      const bool stalled = options_.diagnose_stall_after > absl::ZeroDuration() &&
+                           now - job.progress_at >= options_.diagnose_stall_after;
+      if (job.timed_out.empty() && !stalled) continue;
       job.stall_diagnosed = true;
-      Job& j = stalled.emplace_back();
-      j.set_id(job.id);
-      j.set_state(RUNNING);
-      *j.mutable_placement() = job.assignment->placement();
+      if (job.timed_out.empty()) {
+        job.diagnosed_when = "it stalled";
+      } else {
+        job.diagnosis_until = now + options_.diagnosis_deadline + absl::Milliseconds(250);
+      }
+      Ask& ask = asks.emplace_back();
+      ask.job.set_id(job.id);
+      ask.job.set_state(RUNNING);
+      *ask.job.mutable_placement() = job.assignment->placement();
+      ask.timed_out = std::move(job.timed_out);
+      job.timed_out.clear();
     }
   }
-  if (stalled.empty()) return;
+  if (asks.empty()) return;
   const ListWorkersResponse workers = ListWorkers();
-  for (const Job& job : stalled) {
+  for (const Ask& ask : asks) {
     {
       absl::MutexLock lock(&wake_mu_);
       if (stop_) return;
       ++diagnosing_;
     }
-    options_.diagnose(job, workers, [this, id = job.id()](std::string summary) {
-      RecordStallDiagnosis(id, std::move(summary));
-      absl::MutexLock lock(&wake_mu_);
-      --diagnosing_;
-    });
+    options_.diagnose(ask.job, workers, ask.timed_out,
+                      [this, id = ask.job.id()](std::string summary) {
+                        RecordStallDiagnosis(id, std::move(summary));
+                        absl::MutexLock lock(&wake_mu_);
+                        --diagnosing_;
+                      });
   }
 }
 
@@ -234,11 +249,44 @@ void JobManager::RecordStallDiagnosis(const std::string& job_id, std::string sum
   JobsLock lock(this);
   ActiveJob* job = FindActive(job_id);
   if (job == nullptr || job->state != RUNNING || !job->stall_diagnosed) return;  // moved on
+  // The occasion in the events: "no step for 30s: root: ...", "rank 0 (w1) timed out: root:".
   const std::string text = absl::StrCat(
-      "no step for ", absl::FormatDuration(options_.diagnose_stall_after), ": ", summary);
+      job->diagnosed_when == "it stalled"
+          ? absl::StrCat("no step for ", absl::FormatDuration(options_.diagnose_stall_after))
+          : job->diagnosed_when,
+      ": ", summary);
   Log(absl::StrCat(job_id, ": ", text));
   Event(job_id, text);
   job->stall_summary = std::move(summary);
+  job->diagnosis_until = absl::InfinitePast();  // a failure waiting for it goes on
+  Wake();
+}
+
+void JobManager::NoteTimeout(ActiveJob& job, const RankFailure& failure) {
+  if (!options_.diagnose || job.state != RUNNING || job.stall_diagnosed ||
+      job.ranks.size() < 2 || failure.cause != RankFailure::kPeer ||
+      failure.error_code != static_cast<int>(absl::StatusCode::kDeadlineExceeded) ||
+      failure.rank < 0) {
+    return;
+  }
+  TimedOutRank t;
+  t.rank = failure.rank;
+  t.error = failure.error;
+  for (const std::string& w : failure.suspects) {
+    if (auto it = job.rank_of.find(w); it != job.rank_of.end()) t.on.push_back(it->second);
+  }
+  if (job.timed_out.empty()) {
+    job.diagnosed_when =
+        absl::StrCat("rank ", failure.rank, " (", failure.worker_id, ") timed out");
+    // Until the scheduler starts it (woken now): the failure does not wait without a diagnosis.
+    job.diagnosis_until = Now() + options_.diagnosis_deadline + absl::Milliseconds(250);
+  }
+  job.timed_out.push_back(std::move(t));
+  Wake();
+}
+
+bool JobManager::AwaitsDiagnosis(const ActiveJob& job, absl::Time now) {
+  return (job.stall_diagnosed || !job.timed_out.empty()) && now < job.diagnosis_until;
 }
 
 void JobManager::Wake() {
@@ -294,6 +342,8 @@ absl::Status JobManager::Transition(ActiveJob& job, JobState state, const std::s
     job.progress_at = Now();
     job.stall_diagnosed = false;
     job.stall_summary.clear();
+    job.timed_out.clear();
+    job.diagnosis_until = absl::InfinitePast();
   }
   to_notify_.push_back(job.id);
   return absl::OkStatus();
@@ -369,6 +419,7 @@ void JobManager::AddFailure(ActiveJob& job, RankFailure failure) {
     Event(job.id, absl::StrCat("worker ", failure.worker_id, who, ": ", failure.error),
           {failure.rank, failure.worker_id, LOG_ERROR});
   }
+  NoteTimeout(job, failure);
   job.failures.push_back(std::move(failure));
   absl::flat_hash_set<std::string> failed;
   for (const RankFailure& f : job.failures) failed.insert(f.worker_id);
@@ -410,7 +461,8 @@ void JobManager::Fail(ActiveJob& job, const std::string& cause, const std::strin
   std::string reason = cause;
   if (!job.stall_summary.empty()) {
     reason.insert(std::min(reason.find('\n'), reason.size()),
-                  absl::StrCat(" (diagnosed when it stalled: ", job.stall_summary, ")"));
+                  absl::StrCat(" (diagnosed when ", job.diagnosed_when, ": ", job.stall_summary,
+                               ")"));
   }
   const int max_restarts = job.spec.fault_tolerance().max_restarts();
   const int used = FailureCount(job.recoveries);
@@ -631,7 +683,7 @@ void JobManager::SweepLocked(absl::Time now) {
   for (auto& [n, job] : jobs_) {
     if (job.pending_end.has_value()) {
       to_end.push_back({job.id, *job.pending_end});
-    } else if (now >= job.decide_failure_at) {
+    } else if (now >= job.decide_failure_at && !AwaitsDiagnosis(job, now)) {
       to_fail.push_back(job.id);
     } else if (!job.awaiting.empty() && now > job.recover_deadline) {
       std::vector<std::string> missing(job.awaiting.begin(), job.awaiting.end());

@@ -53,6 +53,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/diagnosis.h"
 #include "coordinator/failure_report.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_store.h"
@@ -92,11 +93,17 @@ class JobManager {
     // into its FAILED or RECOVERING reason. Zero: never (--diagnose_stall_after).
     absl::Duration diagnose_stall_after = absl::ZeroDuration();
     // Starts a diagnosis of `job` (its id, state and placement with the peer secret) and calls
-    // `done` with its summary later, on another thread, within a few seconds (dtrain-coordinator:
-    // diagnose_job.h's StartDiagnosis). Needed when diagnose_stall_after is set.
+    // `done` with its summary later, on another thread, within `diagnosis_deadline` (plus a
+    // callback's time) (dtrain-coordinator: diagnose_job.h's StartDiagnosis). `timed_out`: ranks
+    // whose run already failed on a communication timeout (DiagnosisOptions::timed_out). When
+    // set, a run is also diagnosed once when a rank reports such a timeout (FAILURE_PEER with
+    // DEADLINE_EXCEEDED) and no diagnosis was made yet: before its ranks are stopped, so the
+    // still-live ones are asked; the failure waits for the answer at most diagnosis_deadline.
     std::function<void(const Job& job, const ListWorkersResponse& workers,
+                       const std::vector<TimedOutRank>& timed_out,
                        std::function<void(std::string summary)> done)>
         diagnose;
+    absl::Duration diagnosis_deadline = absl::Seconds(2);
   };
 
   // Loads the active jobs of `store` (see Restart above). Does not start the scheduler thread.
@@ -176,10 +183,16 @@ class JobManager {
     absl::Time phase_start = absl::InfinitePast();
     bool run_located = false;  // rank 0 of the current run reported its location
     // Since when the run has made no step (RUNNING entered, or the last step), whether that
-    // stall was diagnosed, and the diagnosis (Options::diagnose_stall_after).
+    // stall was diagnosed, and the diagnosis (Options::diagnose_stall_after). The one diagnosis
+    // of a run may instead come from a rank's timeout (NoteTimeout): `timed_out`
+    // until it starts, `diagnosis_until` the longest the failure waits for it; `diagnosed_when`
+    // is the occasion the reason names ("it stalled", "rank 0 (w1) timed out").
     absl::Time progress_at = absl::InfinitePast();
     bool stall_diagnosed = false;
     std::string stall_summary;
+    std::vector<TimedOutRank> timed_out;
+    absl::Time diagnosis_until = absl::InfinitePast();
+    std::string diagnosed_when;
     // A rebalance decided, begun at the next sealed checkpoint (job_manager_rebalance.cc): the
     // layers per stage to move to and the decision's summary.
     std::optional<std::vector<int>> pending_cut;
@@ -204,9 +217,15 @@ class JobManager {
   void Wake();
   void SchedulerLoop();
   // Starts the diagnosis of every RUNNING multi-rank job without a step for
-  // diagnose_stall_after (once per stall); RecordStallDiagnosis takes its answer.
+  // diagnose_stall_after, or with a rank that timed out (once per run; outside mu_);
+  // RecordStallDiagnosis takes its answer.
   void DiagnoseStalledJobs();
   void RecordStallDiagnosis(const std::string& job_id, std::string summary);
+  // A rank of `job` timed out waiting on peers (`failure`, not recorded yet): the run is to be
+  // diagnosed before it is stopped (Options::diagnose), and its failure waits for the answer.
+  void NoteTimeout(ActiveJob& job, const RankFailure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the failure decision waits for a timeout's diagnosis at `now`.
+  static bool AwaitsDiagnosis(const ActiveJob& job, absl::Time now);
 
   // --- stragglers (job_manager_stragglers.cc; JobSpec.stragglers) ---
   // Heartbeat: keeps the rank's step timings for the next pass (timings_mu_ only, not mu_).

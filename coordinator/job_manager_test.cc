@@ -20,9 +20,11 @@ namespace dtrain::coordinator {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 constexpr const char* kSpec = kTinySpec;
 
@@ -176,7 +178,7 @@ TEST(JobManager, AStalledRunIsDiagnosedOnceAndItsRootGoesIntoEventsAndReason) {
   Harness h(TempDb("stall"), [&](JobManager::Options* o) {
     o->diagnose_stall_after = absl::Seconds(3);
     o->diagnose = [&](const Job& job, const ListWorkersResponse& workers,
-                      std::function<void(std::string)> done) {
+                      const std::vector<TimedOutRank>&, std::function<void(std::string)> done) {
       asked.push_back(absl::StrCat(job.id(), ": ", job.placement().ranks_size(), " ranks, ",
                                    job.placement().peer_secret().size(), "-byte secret, ",
                                    workers.workers_size(), " workers"));
@@ -210,6 +212,99 @@ TEST(JobManager, AStalledRunIsDiagnosedOnceAndItsRootGoesIntoEventsAndReason) {
   const Job job = h.Get("job-000001");
   EXPECT_THAT(job.reason(), HasSubstr("out of memory (diagnosed when it stalled: root: rank 1 "
                                       "(w2, dp0 pp1 tp0) is in F of micro-batch 0"));
+}
+
+// A rank that reports a communication timeout (FAILURE_PEER, DEADLINE_EXCEEDED) has the run
+// diagnosed at once, with no --diagnose_stall_after: the analysis learns which rank timed out on
+// whom, and the failure waits for the answer (not past the diagnosis deadline) so the still-live
+// ranks are asked before they are stopped; the root goes into the events and the reason.
+TEST(JobManager, ACommunicationTimeoutIsDiagnosedBeforeTheRunIsStopped) {
+  std::vector<std::string> asked;
+  std::function<void(std::string)> answer;
+  Harness h(TempDb("timeout-diagnosis"), [&](JobManager::Options* o) {
+    o->failure_window = absl::Milliseconds(500);
+    o->diagnose = [&](const Job& job, const ListWorkersResponse&,
+                      const std::vector<TimedOutRank>& timed_out,
+                      std::function<void(std::string)> done) {
+      for (const TimedOutRank& t : timed_out) {
+        asked.push_back(absl::StrCat(job.id(), ": rank ", t.rank, " on ",
+                                     absl::StrJoin(t.on, ","), ": ", t.error));
+      }
+      answer = std::move(done);
+    };
+  });
+  h.RunOn(3, kPp3Spec);
+  auto timeout = [&](const std::string& worker, const std::string& suspect) {
+    ReportProgressRequest r;
+    r.set_worker_id(worker);
+    r.set_session_id("s-" + worker);
+    r.set_job_id("job-000001");
+    r.mutable_outcome()->set_error("receiving gradient: nothing arrived within 4s");
+    r.mutable_outcome()->set_kind(FAILURE_PEER);
+    r.mutable_outcome()->set_error_code(static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+    r.mutable_outcome()->add_suspect_workers(suspect);
+    return h.m().ReportProgress(r);
+  };
+  ASSERT_TRUE(timeout("w1", "w2").ok());
+  h.m().RunSchedulerPass();
+  EXPECT_THAT(asked, ElementsAre("job-000001: rank 0 on 1: receiving gradient: nothing arrived "
+                                 "within 4s"));
+  h.Advance(absl::Seconds(1));  // past the failure window: waits for the diagnosis
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+  ASSERT_TRUE(answer);
+  answer("root: rank 1 (w2, dp0 pp1 tp0) is in F of micro-batch 0, step 3, for 4.1 s (compute, "
+         "not communication); rank 0 timed out waiting on it");
+  h.m().RunSchedulerPass();
+  const Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr(" (diagnosed when rank 0 (w1) timed out: root: rank 1 (w2, "
+                                      "dp0 pp1 tp0) is in F of micro-batch 0, step 3"));
+  absl::StatusOr<std::vector<LogEntry>> events =
+      h.m().store().LogsAfter("job-000001", 0, std::nullopt);
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::vector<std::string> texts;
+  for (const LogEntry& e : *events) texts.push_back(e.text());
+  EXPECT_THAT(texts, Contains(HasSubstr("rank 0 (w1) timed out: root: rank 1 (w2, dp0 pp1 tp0) "
+                                        "is in F of micro-batch 0")));
+  EXPECT_EQ(asked.size(), 1u);  // once per run
+}
+
+// A diagnosis that does not answer holds the failure back no longer than its deadline (2 s).
+TEST(JobManager, ATimeoutDiagnosisDelaysTheFailureAtMostItsDeadline) {
+  int asked = 0;
+  std::function<void(std::string)> late;
+  Harness h(TempDb("timeout-no-answer"), [&](JobManager::Options* o) {
+    o->failure_window = absl::Milliseconds(500);
+    o->diagnose = [&](const Job&, const ListWorkersResponse&, const std::vector<TimedOutRank>&,
+                      std::function<void(std::string)> done) {
+      ++asked;
+      late = std::move(done);
+    };
+  });
+  h.RunOn(3, kPp3Spec);
+  ReportProgressRequest r;
+  r.set_worker_id("w3");
+  r.set_session_id("s-w3");
+  r.set_job_id("job-000001");
+  r.mutable_outcome()->set_error("receiving activation: nothing arrived within 4s");
+  r.mutable_outcome()->set_kind(FAILURE_PEER);
+  r.mutable_outcome()->set_error_code(static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  r.mutable_outcome()->add_suspect_workers("w2");
+  ASSERT_TRUE(h.m().ReportProgress(r).ok());
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(asked, 1);
+  h.Advance(absl::Seconds(2));
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+  h.Advance(absl::Milliseconds(300));
+  h.m().RunSchedulerPass();
+  const Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), FAILED);
+  EXPECT_THAT(job.reason(), Not(HasSubstr("diagnosed")));
+  ASSERT_TRUE(late);
+  late("root: rank 1 (w2, dp0 pp1 tp0) did not answer in 2s");  // too late: the job ended
+  EXPECT_EQ(h.Get("job-000001").reason(), job.reason());
 }
 
 TEST(JobManager, ForgetRemovesOnlyLostWorkers) {

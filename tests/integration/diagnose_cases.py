@@ -30,6 +30,34 @@ def diagnose(c, job_id, cert="viewer"):
     return elapsed, text, json.loads(out)
 
 
+def diagnose_until(c, job_id, root, tries, pause):
+    """`diagnose` every `pause` s until the summary starts with `root` (at most `tries` looks);
+    the last look's (seconds, text, JSON). Fails naming every summary seen when none did."""
+    summaries = []
+    for _ in range(tries):
+        time.sleep(pause)
+        elapsed, text, d = diagnose(c, job_id)
+        summaries.append(d["summary"])
+        if d["summary"].startswith(root):
+            break
+    print(text)
+    expect(d["summary"].startswith(root), "want %r in one of:\n%s" % (root, "\n".join(summaries)))
+    return elapsed, text, d
+
+
+def submit_pp2(c, name, coordinator=(), w1=(), w2=()):
+    """Starts a coordinator and workers w1, w2 (with these extra flags), and submits a pp=2 run
+    of the small job without restarts; its job id."""
+    c.write_corpus()
+    c.start_coordinator(extra=list(coordinator))
+    c.start_worker("w1", extra=list(w1))
+    c.start_worker("w2", extra=list(w2))
+    c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
+    spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 1000, name=name,
+                          parallel={"pp": 2}, fault_tolerance={"max_restarts": 0})
+    return c.submit(c.write_spec(name + ".json", spec))
+
+
 def case_diagnose(args):
     """pp=2 x tp=2 over TLS, asked with the viewer's certificate: healthy -> 'healthy: no rank waiting longer than 1.0 s', every rank answering
     with what it does; one worker frozen by SIGSTOP -> within 5 s, the root is that rank and
@@ -98,26 +126,12 @@ def case_diagnose_busy_rank(args):
     step: --test_only_step_delay) is told apart from a frozen one: the root is that rank, which
     answered and 'is between operations', and the other rank waits on it."""
     with Cluster(args.binaries, "diagnose_busy_rank") as c:
-        c.write_corpus()
-        c.start_coordinator()
-        c.start_worker("w1")
-        c.start_worker("w2", extra=["--test_only_step_delay=3s"])
-        c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
-        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 1000, name="busy",
-                              parallel={"pp": 2}, fault_tolerance={"max_restarts": 0})
-        job_id = c.submit(c.write_spec("busy.json", spec))
+        job_id = submit_pp2(c, "busy", w2=["--test_only_step_delay=3s"])
         job = c.wait_step(job_id, 1, 120)
         busy_rank = [r["worker_id"] for r in job["placement"]["ranks"]].index("w2")
         root = "root: rank %d (w2, dp0 pp%d tp0) is between operations" % (busy_rank, busy_rank)
-        summaries = []
-        for _ in range(8):  # a look lands in the 3 s sleep (after its first second) most times
-            elapsed, text, d = diagnose(c, job_id)
-            summaries.append(d["summary"])
-            if d["summary"].startswith(root):
-                break
-            time.sleep(0.7)
-        print(text)
-        expect(d["summary"].startswith(root), "want %r in one of:\n%s" % (root, "\n".join(summaries)))
+        # A look lands in the 3 s sleep (after its first second) most times.
+        elapsed, text, d = diagnose_until(c, job_id, root, tries=8, pause=0.7)
         expect(all(r.get("answered") for r in d["ranks"]), "every rank answers:\n%s" % text)
         other = 1 - busy_rank
         expect(d["ranks"][other].get("waits_on") == [busy_rank],
@@ -132,14 +146,9 @@ def case_diagnose_stall_reason(args):
     the other rank's 4 s communication timeout then fails the job, its FAILED reason says the
     same root."""
     with Cluster(args.binaries, "diagnose_stall_reason") as c:
-        c.write_corpus()
-        c.start_coordinator(extra=["--diagnose_stall_after=1.5s"])
-        c.start_worker("w1", extra=["--comm_timeout=4s"])
-        c.start_worker("w2", extra=["--test_only_step_delay=5s", "--comm_timeout=4s"])
-        c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
-        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 1000, name="stall",
-                              parallel={"pp": 2}, fault_tolerance={"max_restarts": 0})
-        job_id = c.submit(c.write_spec("stall.json", spec))
+        job_id = submit_pp2(c, "stall", coordinator=["--diagnose_stall_after=1.5s"],
+                            w1=["--comm_timeout=4s"],
+                            w2=["--test_only_step_delay=5s", "--comm_timeout=4s"])
         job = c.wait_state(job_id, ("FAILED", "SUCCEEDED", "CANCELLED"), 120)
         busy_rank = [r["worker_id"] for r in job["placement"]["ranks"]].index("w2")
         root = "root: rank %d (w2, dp0 pp%d tp0) is between operations" % (busy_rank, busy_rank)
@@ -189,3 +198,40 @@ def case_diagnose_mismatched_collective(args):
                "the reason should name the other rank and its worker: %s" % reason)
         expect(set(ranks) == {"w1", "w2"}, "placement %s" % ranks)
 
+
+def case_diagnose_stuck_in_compute(args):
+    """A rank stuck in compute (--test_only_forward_delay=3:10s on w2: F of micro-batch 0 of
+    step 3 sleeps 10 s) is told apart from a frozen one: it answers, and the root is it, 'in F
+    of micro-batch 0, step 3, for N s (compute, not communication)', the other rank waiting on
+    it; no 'did not answer' (the SIGSTOP case, `diagnose`, asserts that one). Then the other
+    rank's 4 s communication timeout fails it, and the coordinator diagnoses the job before
+    tearing it down (no --diagnose_stall_after): the FAILED reason and the events name that
+    root."""
+    with Cluster(args.binaries, "diagnose_stuck_in_compute") as c:
+        job_id = submit_pp2(c, "compute", coordinator=["--diagnose_stall_after=0"],
+                            w1=["--comm_timeout=4s"], w2=["--test_only_forward_delay=3:10s"])
+        job = c.wait_step(job_id, 2, 120)
+        slow = [r["worker_id"] for r in job["placement"]["ranks"]].index("w2")
+        other = 1 - slow
+        root = ("root: rank %d (w2, dp0 pp%d tp0) is in F of micro-batch 0, step 3, for "
+                % (slow, slow))
+        elapsed, text, d = diagnose_until(c, job_id, root, tries=10, pause=0.5)
+        expect("(compute, not communication)" in d["summary"], "summary: %s" % d["summary"])
+        expect(d["ranks"][slow].get("answered") and d["ranks"][slow].get("compute"),
+               "the slow rank answers, in compute: %s" % d["ranks"][slow])
+        expect(d["ranks"][other].get("waits_on") == [slow],
+               "rank %d should wait on rank %d: %s" % (other, slow, d["ranks"][other]))
+        expect(not any("did not answer" in f for f in d["findings"]), "findings:\n%s" % text)
+        expect(elapsed < 5, "diagnose took %.1fs" % elapsed)
+
+        job = c.wait_state(job_id, ("FAILED", "SUCCEEDED", "CANCELLED"), 60)
+        reason = job.get("reason", "")
+        rc, logs, err = c.cli("logs", job_id)
+        expect(rc == 0, "dtrain logs exited %d: %s" % (rc, err))
+        print(logs)
+        print("reason: %s" % reason)
+        expect(job["state"] == "FAILED", "state %s: %s" % (job["state"], reason))
+        when = "(diagnosed when rank %d (w1) timed out: %s" % (other, root)
+        expect(when in reason, "the reason lacks the diagnosis %r: %s" % (when, reason))
+        expect(("rank %d timed out waiting on it" % other) in reason, "reason: %s" % reason)
+        expect(("timed out: " + root) in logs, "no timeout diagnosis in the events:\n%s" % logs)
