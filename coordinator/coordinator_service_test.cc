@@ -530,6 +530,25 @@ TEST(CoordinatorService, DiagnoseRefusesJobsWithoutRanksToAsk) {
   EXPECT_THAT(one.error_message(), HasSubstr("runs on one worker"));
 }
 
+// TraceJob refuses what Diagnose refuses (the gathering is the same); a running job's trace is
+// the integration case trace.
+TEST(CoordinatorService, TraceJobRefusesJobsWithoutRanksToAsk) {
+  Coordinator c(TempDb("svc-trace"));
+  auto trace = [&](const std::string& id) {
+    TraceJobRequest request;
+    request.set_job_id(id);
+    request.set_step(3);
+    JobTrace response;
+    return c.stub().TraceJob(Ctx().get(), request, &response);
+  };
+  EXPECT_EQ(trace("job-000042").error_code(), grpc::StatusCode::NOT_FOUND);
+  absl::StatusOr<Job> job = c.Submit(kSpec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  grpc::Status queued = trace(job->id());
+  EXPECT_EQ(queued.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(queued.error_message(), HasSubstr(job->id() + " is QUEUED"));
+}
+
 TEST(CoordinatorService, SecondServerOnTheSamePortFails) {
   Coordinator c(TempDb("svc-port"));
   auto store = JobStore::Open(TempDb("svc-port-2"));

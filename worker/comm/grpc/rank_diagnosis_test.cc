@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/peer.grpc.pb.h"
@@ -31,7 +32,7 @@ std::unique_ptr<GrpcTransport> StartRank(const FlightRecorder* recorder) {
 }
 
 grpc::Status Call(const GrpcTransport& t, const std::string& job_id, const std::string& secret,
-                  RankDiagnosis* out) {
+                  RankDiagnosis* out, bool clock_only = false) {
   auto stub = PeerService::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", t.port()),
                                                        grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
@@ -39,6 +40,7 @@ grpc::Status Call(const GrpcTransport& t, const std::string& job_id, const std::
   DiagnoseRankRequest request;
   request.set_job_id(job_id);
   request.set_job_secret(secret);
+  request.set_clock_only(clock_only);
   return stub->Diagnose(&context, request, out);
 }
 
@@ -66,6 +68,25 @@ TEST(RankDiagnosis, TheRunAnswersItsRecorderOldestFirst) {
   EXPECT_EQ(recv.bytes(), 4096);
   EXPECT_EQ(recv.end_unix_ns(), 0);
   EXPECT_GE(d.now_unix_ns(), recv.start_unix_ns());
+}
+
+// `dtrain trace`'s clock probe: the rank's time, read while the call was in flight, and no
+// entries; the secret is checked as for the recorder.
+TEST(RankDiagnosis, AClockProbeAnswersTheTimeOnly) {
+  FlightRecorder recorder;
+  recorder.End(recorder.Begin(FlightRecord::Action(FlightOp::kForward, 120, 7, 0)), true);
+  std::unique_ptr<GrpcTransport> t = StartRank(&recorder);
+  ASSERT_NE(t, nullptr);
+  RankDiagnosis d;
+  const int64_t before = absl::GetCurrentTimeNanos();
+  grpc::Status s = Call(*t, "job-a", kSecret, &d, /*clock_only=*/true);
+  const int64_t after = absl::GetCurrentTimeNanos();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(d.rank(), 1);
+  EXPECT_EQ(d.entries_size(), 0);
+  EXPECT_GE(d.now_unix_ns(), before);
+  EXPECT_LE(d.now_unix_ns(), after);
+  EXPECT_EQ(Call(*t, "job-a", "", &d, true).error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
 TEST(RankDiagnosis, AnotherSecretIsRefusedBeforeTheJobId) {
