@@ -346,6 +346,31 @@ void CheckpointLines(const Job& job, absl::Time now,
 
 }  // namespace
 
+std::string StragglersText(const Job& job) {
+  const StragglerSpec& spec = job.spec().stragglers();
+  std::vector<StragglerScore> scores(job.stragglers().begin(), job.stragglers().end());
+  // The slowest first: the flagged ranks lead, and a big job's line ends after a few.
+  std::stable_sort(scores.begin(), scores.end(), [](const StragglerScore& a,
+                                                    const StragglerScore& b) {
+    return a.score() > b.score();
+  });
+  constexpr size_t kShown = 4;
+  std::vector<std::string> ranks;
+  for (size_t i = 0; i < scores.size() && i < kShown; ++i) {
+    const StragglerScore& s = scores[i];
+    ranks.push_back(absl::StrFormat("rank %d (%s, %s) %.1fx%s", s.rank(), s.worker_id(),
+                                    s.label(), s.score(), s.flagged() ? " FLAGGED" : ""));
+  }
+  if (scores.size() > kShown) ranks.push_back(absl::StrCat(scores.size() - kShown, " more"));
+  const int64_t end = scores.front().window_end_step();
+  int flagged = 0;
+  for (const StragglerScore& s : scores) flagged += s.flagged() ? 1 : 0;
+  return absl::StrFormat("%s over steps %d-%d (threshold %.2gx, policy %s): %s",
+                         flagged == 0 ? "none" : absl::StrCat(flagged, " flagged"),
+                         end - spec.window_steps() + 1, end, spec.threshold(), spec.policy(),
+                         absl::StrJoin(ranks, "; "));
+}
+
 std::string RecoveryText(const Recovery& r) {
   const std::string cause = r.cause().substr(0, r.cause().find('\n'));
   std::string text = absl::StrCat(
@@ -407,6 +432,7 @@ std::string JobDetail(const Job& job, absl::Time now) {
                                  spec.resume_from().empty() ? "" : " of " + spec.resume_from()));
   }
   CheckpointLines(job, now, line);
+  if (job.stragglers_size() > 0) line("stragglers", StragglersText(job));
   if (job.recoveries_size() > 0) {
     absl::StrAppend(&out, "recoveries (fault_tolerance: max_restarts ",
                     spec.fault_tolerance().max_restarts(), ", ",

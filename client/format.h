@@ -102,6 +102,11 @@ std::string FormatTable(const std::vector<std::string>& header,
 // "/srv/ckpt/job-000003 on hostA"; the path alone when the host is unknown.
 std::string PathOnHost(const std::string& path, const std::string& host);
 
+// The `stragglers:` line of `dtrain status` (Job.stragglers, scored by the coordinator):
+// "1 flagged over steps 21-40 (threshold 1.5x, policy report): rank 1 (w2, dp0 pp1 tp0) 2.4x
+// FLAGGED; rank 0 (w1, dp0 pp0 tp0) 0.4x"; the slowest 4 ranks, then how many more.
+std::string StragglersText(const Job& job);
+
 // One recovery of a job (Job.recoveries) for `dtrain status`: cause, new layout and workers,
 // the checkpoint step resumed from, steps redone and the time of each phase.
 std::string RecoveryText(const Recovery& recovery);

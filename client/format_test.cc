@@ -263,6 +263,29 @@ TEST(JobDetail, ShowsTimesCheckpointRedoAndOutputHost) {
       << detail;
 }
 
+TEST(JobDetail, StragglersLineSlowestFirst) {
+  Job job = RunningJob();
+  job.mutable_spec()->mutable_stragglers()->set_threshold(1.5);
+  job.mutable_spec()->mutable_stragglers()->set_window_steps(20);
+  job.mutable_spec()->mutable_stragglers()->set_policy("report");
+  const absl::Time now = absl::FromUnixSeconds(2000000);
+  EXPECT_EQ(JobDetail(job, now).find("stragglers:"), std::string::npos);  // none scored yet
+  for (int rank : {0, 1}) {
+    StragglerScore* s = job.add_stragglers();
+    s->set_rank(rank);
+    s->set_worker_id(rank == 0 ? "w1" : "w2");
+    s->set_label(rank == 0 ? "dp0 pp0 tp0" : "dp0 pp1 tp0");
+    s->set_score(rank == 0 ? 0.42 : 2.4);
+    s->set_flagged(rank == 1);
+    s->set_window_end_step(40);
+  }
+  EXPECT_EQ(StragglersText(job),
+            "1 flagged over steps 21-40 (threshold 1.5x, policy report): rank 1 (w2, dp0 pp1 "
+            "tp0) 2.4x FLAGGED; rank 0 (w1, dp0 pp0 tp0) 0.4x");
+  EXPECT_NE(JobDetail(job, now).find("stragglers: 1 flagged over steps 21-40"), std::string::npos)
+      << JobDetail(job, now);
+}
+
 TEST(JobDetail, CheckpointNotCreatedYetAndNoneWithoutADir) {
   Job job = RunningJob();
   EXPECT_EQ(JobDetail(job, absl::Now()).find("checkpoint:"), std::string::npos);

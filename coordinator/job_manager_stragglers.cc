@@ -121,6 +121,11 @@ void JobManager::ActOnStraggler(ActiveJob& job, const StragglerScore& score) {
       score.worker_id(), score.rank(), score.label(), score.score(),
       job.stragglers->window_steps(), spare));
   const std::string why = replace.cause();
+  Event(job.id, absl::StrFormat("straggler policy replace: swapping %s (rank %d, %s) for the "
+                                "idle spare %s; the job resumes from its latest sealed "
+                                "checkpoint (a planned restart: not counted against "
+                                "max_restarts)",
+                                score.worker_id(), score.rank(), score.label(), spare));
   // Every rank stops now (the straggler too) and the job resumes from its latest sealed
   // checkpoint without the straggler (AdvanceRecovery excludes it).
   BeginRecovery(job, std::move(replace), why, "");

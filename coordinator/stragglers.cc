@@ -116,8 +116,8 @@ void StragglerScorer::Restart() {
 
 std::string StragglerFlagged(const StragglerScore& s, int window_steps) {
   return absl::StrFormat(
-      "straggler: %s is %.1fx the median of its peers over the last %d steps (compute %.2f "
-      "s/step vs %.2f s)",
+      "straggler: %s is %.1fx the median of its peers over the last %d steps (compute %.3g "
+      "s/step vs %.3g s)",
       Who(s), s.score(), window_steps, s.compute_s(), s.peer_compute_s());
 }
 

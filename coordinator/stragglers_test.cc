@@ -114,7 +114,7 @@ TEST(StragglerScorer, SlowRankIsItsComputeOverItsPeersMedian) {
   EXPECT_EQ(r->scores[2].label(), "dp0 pp2 tp0");
   EXPECT_EQ(StragglerFlagged(r->scores[2], 3),
             "straggler: rank 2 (w3, dp0 pp2 tp0) is 2.4x the median of its peers over the last "
-            "3 steps (compute 0.24 s/step vs 0.10 s)");
+            "3 steps (compute 0.24 s/step vs 0.1 s)");
 }
 
 TEST(StragglerScorer, WindowMeanIgnoresOneSlowStep) {

@@ -242,6 +242,12 @@ class Cluster:
         self.workers[worker_id] = p
         return p
 
+    def start_idle_workers(self, ids, extra=()):
+        """start_worker for each id, then waits until every one is IDLE."""
+        for w in ids:
+            self.start_worker(w, extra)
+        self.wait_workers({w: "IDLE" for w in ids})
+
     def write_corpus(self):
         """data/demo.txt in the workers' cwd, where deploy/examples/tiny.json points."""
         return demo_corpus(os.path.join(self.workdir, "data", "demo.txt"))
