@@ -47,8 +47,9 @@ FlightEntry Message(FlightEntry::Op op, MessageKind kind, int peer, int mb, int6
   return e;
 }
 
-// pp=2 1f1b with 2 micro-batches. Stage 0: F0 F1 B0 B1; stage 1: F0 B0 F1 B1. Rank 1's clock is
-// 1 s ahead of the coordinator's (offset +1 s): its records read 1 s later than they happened.
+// pp=2 1f1b with 2 micro-batches. Stage 0: F0 F1 B0 B1, then a checkpoint snapshot; stage 1:
+// F0 B0 F1 B1. Rank 1's clock is 1 s ahead of the coordinator's (offset +1 s): its records read
+// 1 s later than they happened.
 JobTrace TwoStages() {
   JobTrace t;
   t.set_job_id("job-000003");
@@ -75,6 +76,9 @@ JobTrace TwoStages() {
   *r0.add_entries() = Message(FlightEntry::RECV, GRADIENT, 1, 1, 250, 600);  // overlaps
   *r0.add_entries() = Action(FlightEntry::BACKWARD_INPUT, 0, 400, 500);
   *r0.add_entries() = Action(FlightEntry::BACKWARD_INPUT, 1, 600, 700);
+  FlightEntry snapshot = Action(FlightEntry::CHECKPOINT, -1, 700, 710);
+  snapshot.set_what("snapshot");
+  *r0.add_entries() = snapshot;
   RankState& s1 = *t.add_ranks();
   s1.set_rank(1);
   s1.set_worker_id("w2");
@@ -140,6 +144,7 @@ TEST(ChromeTraceJson, SlicesOnTheCoordinatorsClockFromTheStepsFirstOperation) {
   EXPECT_THAT(starts["2 F mb0 vs0"], ElementsAre(101.0));
   EXPECT_THAT(starts["2 recv activation mb1 from rank 0"], ElementsAre(300.0));
   EXPECT_THAT(starts["1 send activation mb0 to rank 1"], ElementsAre(100.0));
+  EXPECT_THAT(starts["1 checkpoint snapshot"], ElementsAre(700.0));
 }
 
 TEST(ChromeTraceJson, EverySendHasAnArrowToItsReceiveOnThePeer) {
@@ -166,7 +171,7 @@ TEST(ChromeTraceJson, OverlappingReceivesGetASecondTrack) {
       threads.push_back(m.fields().at("args").struct_value().fields().at("name").string_value());
     }
   }
-  EXPECT_THAT(threads, ElementsAre("F / B / W", "receives", "receives 2", "sends"));
+  EXPECT_THAT(threads, ElementsAre("F / B / W", "receives", "receives 2", "sends", "checkpoint"));
 }
 
 TEST(ChromeTraceJson, MetadataHasClocksAndTheScheduleCheckPerRank) {

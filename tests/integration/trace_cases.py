@@ -78,7 +78,8 @@ def check_structure(trace):
 def case_trace(args):
     """pp=2 x tp=2, 4 micro-batches: `dtrain trace` writes a trace that loads as Perfetto's JSON
     (structure above), with 4 rank processes named 'rank N (wK, dpA ppB tpC)', sends, receives,
-    collectives and arrows from each send to its receive on the other rank; each rank's F / B / W
+    collectives, the step's checkpoint snapshot (a checkpoint every step) and arrows from each
+    send to its receive on the other rank; each rank's F / B / W
     order equals 1f1b's definition; the clock offsets (one host: truly 0) lie within their error
     bounds; a step no longer recorded is refused naming the steps that are."""
     with Cluster(args.binaries, "trace") as c:
@@ -88,7 +89,7 @@ def case_trace(args):
         for w in ids:
             c.start_worker(w)
         c.wait_workers({w: "IDLE" for w in ids})
-        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 100000, name="trace",
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 100000, interval=1, name="trace",
                               micro_batch_size=2, parallel={"pp": 2, "tp": 2},
                               fault_tolerance={"max_restarts": 0})
         job_id = c.submit(c.write_spec("trace.json", spec))
@@ -126,8 +127,13 @@ def case_trace(args):
             cats.setdefault(x["pid"], set()).add(x["cat"])
             expect(x["args"].get("step", step) == step, "an operation of another step: %s" % x)
         for pid in names:
-            expect({"F / B / W", "collectives", "sends", "receives"} <= cats.get(pid, set()),
-                   "rank %d's tracks: %s" % (pid - 1, cats.get(pid)))
+            expect({"F / B / W", "collectives", "sends", "receives", "checkpoint"}
+                   <= cats.get(pid, set()), "rank %d's tracks: %s" % (pid - 1, cats.get(pid)))
+            # A checkpoint every step: the step's snapshot, after its last backward.
+            snapshots = [x for x in xs if x["pid"] == pid and x["name"] == "checkpoint snapshot"]
+            last_block = max(x["ts"] for x in xs if x["pid"] == pid and x["cat"] == "F / B / W")
+            expect(len(snapshots) == 1 and snapshots[0]["ts"] > last_block,
+                   "rank %d's snapshot of step %d: %s" % (pid - 1, step, snapshots))
         collectives = [x for x in xs if x["cat"] == "collectives"]
         expect(all("group" in x["args"] and "seq" in x["args"] for x in collectives),
                "collectives name their group and seq")
