@@ -177,8 +177,9 @@ def case_trace(args):
 
         # A step no longer (or not yet) in every recorder: refused, naming those that are.
         rc, out, err = c.cli("trace", job_id, "--step", "99999999", "-o", out_path, timeout=30)
-        expect(rc == 6 and "OUT_OF_RANGE" in err and "step 99999999 is not complete" in err and "are: pass one with --step"
-               in err, "dtrain trace --step 99999999 exited %d: %s" % (rc, err))
+        expect(rc == 6 and "OUT_OF_RANGE" in err and "step 99999999 is not complete" in err
+               and "are: pass one with --step" in err,
+               "dtrain trace --step 99999999 exited %d: %s" % (rc, err))
         rc, out, err = c.cli("trace", job_id, "--step", str(step), timeout=30)
         expect(rc == 0 and json.loads(out)["metadata"]["step"] == step,
                "dtrain trace --step %d to standard output exited %d: %s" % (step, rc, err))
