@@ -75,8 +75,9 @@ def case_stragglers_flagged(args):
     """pp=2 on two workers, policy replace with no spare: healthy for 3 windows (every rank
     scored ~1.0, none flagged, no 'straggler:' event); then the worker of rank 1 is slowed by
     the duty cycle and within 3 windows it is flagged: the event names its rank and worker,
-    `dtrain status` shows it FLAGGED, the coordinator's /metrics its score over 1.5 and one
-    straggler for the job; with no idle spare the job says so and goes on (no recovery)."""
+    `dtrain status` shows it FLAGGED, `dtrain watch` the event, the coordinator's /metrics its
+    score over 1.5 and one straggler for the job; with no idle spare the job says so and goes
+    on (no recovery)."""
     with Cluster(args.binaries, "stragglers_flagged") as c:
         c.write_corpus()
         c.start_coordinator()
@@ -128,6 +129,9 @@ def case_stragglers_flagged(args):
                "without a spare the job goes on: %s %s" % (job["state"], job.get("recoveries")))
         c.cli("cancel", job_id, check=True)
         c.wait_state(job_id, ("CANCELLED",), 30)
+        rc, watched, err = c.cli("watch", job_id, "--every=1000")  # the ended job, replayed
+        expect(rc == 5 and event in watched, "dtrain watch (exit %d) lacks %r:\n%s%s"
+               % (rc, event, watched, err))
         expect(not coordinator_series(c, "dtrain_coordinator_job_straggler_score"),
                "the ended job's scores are still exported")
 
