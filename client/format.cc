@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -311,6 +312,23 @@ std::string CurrentLayoutText(const Job& job) {
   return text + ")";
 }
 
+std::string StageCutText(const Job& job) {
+  std::map<int, int> layers;  // pp rank -> layers of its dp0 tp0 rank
+  for (const RankAssignment& r : job.placement().ranks()) {
+    if (r.chunks_size() > 1) return "";  // interleaved: several chunks per stage
+    if (r.dp_rank() == 0 && r.tp_rank() == 0) layers[r.pp_rank()] = r.num_layers();
+  }
+  if (layers.size() < 2) return "";
+  std::vector<int> cut;
+  for (const auto& [stage, n] : layers) cut.push_back(n);
+  std::string why = job.spec().parallel().stage_layers().empty() ? "the plan's balance"
+                                                                 : "parallel.stage_layers";
+  for (const Recovery& r : job.recoveries()) {
+    if (!r.rebalance_to().empty()) why = absl::StrCat("rebalanced by recovery ", r.number());
+  }
+  return absl::StrCat(absl::StrJoin(cut, ","), " (", why, ")");
+}
+
 namespace {
 
 // The "checkpoint:" and "sealed:" lines of JobDetail; none for a job that keeps no checkpoints.
@@ -417,6 +435,7 @@ std::string JobDetail(const Job& job, absl::Time now) {
                              m.n_layer(), " layers, ", m.n_head(), " heads, width ",
                              m.n_embd()));
   line("layout", CurrentLayoutText(job));
+  if (const std::string cut = StageCutText(job); !cut.empty()) line("cut", cut);
   line("dataset", spec.dataset());
   if (job.has_latest() && job.latest().step() > 0) {
     const StepMetrics& s = job.latest();

@@ -156,6 +156,11 @@ std::string LayoutString(const ParallelLayout& layout);
 //   "dp=1 pp=2 tp=1 (2 workers; shrunk from dp=2 pp=2 tp=1 by recovery 1)".
 std::string CurrentLayoutText(const Job& job);
 
+// The layers of each pipeline stage of the job's current placement, for `dtrain status` (pp > 1
+// and not interleaved; "" otherwise): "3,3,3 (the plan's balance)", "3,1,2 (parallel.
+// stage_layers)", "4,1,4 (rebalanced by recovery 2)".
+std::string StageCutText(const Job& job);
+
 // The problems in an INVALID_ARGUMENT message, one per element: the coordinator lists them
 // separated by newlines or "; " after an optional "invalid job spec:" style prefix.
 std::vector<std::string> SplitProblems(const std::string& message);

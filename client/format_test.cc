@@ -381,6 +381,30 @@ TEST(CurrentLayoutText, TheLayoutTheJobRunsOnNow) {
   EXPECT_NE(cell().find("  dp=2 pp=2 tp=1  "), std::string::npos) << cell();
 }
 
+TEST(StageCutText, TheLayersOfEachStageAndWhoCutThem) {
+  Job job = RunningJob();
+  job.clear_placement();
+  EXPECT_EQ(StageCutText(job), "");
+  for (int pp = 0; pp < 3; ++pp) {
+    for (int tp = 0; tp < 2; ++tp) {
+      RankAssignment* r = job.mutable_placement()->add_ranks();
+      r->set_pp_rank(pp);
+      r->set_tp_rank(tp);
+      r->set_num_layers(pp == 1 ? 1 : 4);
+    }
+  }
+  EXPECT_EQ(StageCutText(job), "4,1,4 (the plan's balance)");
+  for (int l : {4, 1, 4}) job.mutable_spec()->mutable_parallel()->add_stage_layers(l);
+  EXPECT_EQ(StageCutText(job), "4,1,4 (parallel.stage_layers)");
+  Recovery* r = job.add_recoveries();
+  r->set_number(2);
+  for (int l : {4, 1, 4}) r->add_rebalance_to(l);
+  EXPECT_EQ(StageCutText(job), "4,1,4 (rebalanced by recovery 2)");
+  EXPECT_NE(JobDetail(job, absl::Now()).find("\ncut:       4,1,4 (rebalanced by recovery 2)\n"),
+            std::string::npos)
+      << JobDetail(job, absl::Now());
+}
+
 TEST(CheckpointsText, NoLocationAndNoSealedStep) {
   ListCheckpointsResponse r;
   EXPECT_EQ(CheckpointsText("job-000004", r, absl::Now()),
