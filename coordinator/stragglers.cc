@@ -108,12 +108,6 @@ std::optional<StragglerScorer::Result> StragglerScorer::Score() {
   return result;
 }
 
-void StragglerScorer::Restart() {
-  for (auto& steps : compute_) steps.clear();
-  std::fill(flagged_.begin(), flagged_.end(), false);
-  scored_end_ = 0;
-}
-
 std::string StragglerFlagged(const StragglerScore& s, int window_steps) {
   return absl::StrFormat(
       "straggler: %s is %.1fx the median of its peers over the last %d steps (compute %.3g "

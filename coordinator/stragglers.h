@@ -19,7 +19,7 @@
 //   StragglerScorer scorer(job.spec().stragglers(), job.placement());
 //   scorer.Add(1, timing);                      // every rank's timings, in any order
 //   if (std::optional<StragglerScorer::Result> r = scorer.Score()) { ... r->flagged ... }
-//   scorer.Restart();                           // a new run: the window starts again
+// A new run (a recovery, a replace, a rebalance) gets a new scorer: its window starts again.
 #ifndef DTRAIN_COORDINATOR_STRAGGLERS_H_
 #define DTRAIN_COORDINATOR_STRAGGLERS_H_
 
@@ -58,8 +58,6 @@ class StragglerScorer {
   // The scores of the newest window every rank reported in full, when it ends after the last
   // window scored; nullopt otherwise (fewer than two ranks, a window not complete yet).
   std::optional<Result> Score();
-  // Forgets every timing and flag: after a replace or a rebalance the window starts again.
-  void Restart();
 
   int window_steps() const { return window_; }
   // The midpoint of 1 and the threshold: a flagged rank scoring below it is un-flagged.

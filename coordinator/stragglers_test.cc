@@ -154,23 +154,6 @@ TEST(StragglerScorer, HysteresisClearsOnlyBelowTheMidpoint) {
             "peers over the last 2 steps");
 }
 
-TEST(StragglerScorer, RestartForgetsTimingsAndFlags) {
-  const Placement p = Pipeline({1, 1});
-  StragglerScorer s(Spec(1.5, 2), p);
-  Steps(s, p, 1, 2, {2, 1});
-  ASSERT_TRUE(s.Score().has_value());
-  s.Restart();
-  // The new run resumes at step 2 (a checkpoint): a full window again before any score, and
-  // rank 0 is not flagged any more.
-  Steps(s, p, 2, 2, {1, 1});
-  EXPECT_FALSE(s.Score().has_value());
-  Steps(s, p, 3, 3, {1, 1});
-  std::optional<StragglerScorer::Result> r = s.Score();
-  ASSERT_TRUE(r.has_value());
-  EXPECT_FALSE(r->scores[0].flagged());
-  EXPECT_THAT(r->recovered, IsEmpty());
-}
-
 TEST(StragglerScorer, IgnoresUnknownRanksAndOldSteps) {
   const Placement p = Pipeline({1, 1});
   StragglerScorer s(Spec(1.5, 2), p);
