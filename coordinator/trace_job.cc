@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "plan/job_plan.h"
 
@@ -56,6 +57,15 @@ std::string StepRanges(const std::vector<int64_t>& steps) {
 }
 
 }  // namespace
+
+absl::StatusOr<JobTrace> FitsOneMessage(JobTrace trace, size_t limit) {
+  const size_t bytes = trace.ByteSizeLong();
+  if (bytes <= limit) return trace;
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "job %s: step %d on %d ranks is %.1f MiB of records, over the %.1f MiB one answer may "
+      "carry (common/grpc_limits.h): too many operations in one step to trace at once",
+      trace.job_id(), trace.step(), trace.ranks_size(), bytes / 1048576.0, limit / 1048576.0));
+}
 
 std::vector<int64_t> CompleteSteps(const RankDiagnosis& r) {
   std::set<int64_t> seen;
@@ -157,6 +167,7 @@ absl::Status StartTrace(const Job& job,
       [step, schedule = std::move(schedule), done = std::move(done)](JobDiagnosis gathered) {
         absl::StatusOr<JobTrace> trace = CutStep(gathered, step);
         if (trace.ok()) trace->MergeFrom(schedule);
+        if (trace.ok()) trace = FitsOneMessage(*std::move(trace));
         done(std::move(trace));
       });
 }

@@ -17,6 +17,7 @@
 #ifndef DTRAIN_COORDINATOR_TRACE_JOB_H_
 #define DTRAIN_COORDINATOR_TRACE_JOB_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -24,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/grpc_limits.h"
 #include "coordinator/diagnose_job.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
@@ -44,9 +46,17 @@ std::vector<int64_t> CompleteSteps(const RankDiagnosis& rank);
 // to the caller.
 absl::StatusOr<JobTrace> CutStep(const JobDiagnosis& gathered, std::optional<int64_t> step);
 
+// The answer goes back in one message of at most kMaxCoordinatorMessageBytes, less room for
+// gRPC's framing: a bigger one would fail on the client as "Received message larger than max".
+// ResourceExhausted saying how big it is when `trace` does not fit in `limit` bytes.
+inline constexpr size_t kMaxTraceBytes = kMaxCoordinatorMessageBytes - (64 << 10);
+absl::StatusOr<JobTrace> FitsOneMessage(JobTrace trace, size_t limit = kMaxTraceBytes);
+
 // Checks like StartDiagnosis (FailedPrecondition for a job with no run to ask), then gathers
 // with kTraceClockProbes probes per rank and calls `done` with CutStep's result, the job's
-// schedule (its plan's) and each rank's pipeline stage filled in.
+// schedule (its plan's) and each rank's pipeline stage filled in; ResourceExhausted, saying
+// how big it is, when that answer would not fit in a coordinator message (common/grpc_limits.h:
+// a step of very many ranks).
 absl::Status StartTrace(const Job& job,
                         const google::protobuf::RepeatedPtrField<WorkerInfo>& workers,
                         const GatherOptions& options, std::optional<int64_t> step,

@@ -122,5 +122,18 @@ TEST(CutStep, NoCompleteStepYetIsOutOfRange) {
   EXPECT_EQ(CutStep(gathered, std::nullopt).status().code(), absl::StatusCode::kOutOfRange);
 }
 
+TEST(FitsOneMessage, ATraceOverTheLimitSaysHowBigItIs) {
+  JobDiagnosis gathered;
+  gathered.set_job_id("job-000001");
+  *gathered.add_ranks() = Answered(0, 1, 3);
+  absl::StatusOr<JobTrace> trace = CutStep(gathered, std::nullopt);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  const size_t bytes = trace->ByteSizeLong();
+  EXPECT_TRUE(FitsOneMessage(*trace, bytes).ok());
+  absl::StatusOr<JobTrace> big = FitsOneMessage(*trace, bytes - 1);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(big.status().message(), HasSubstr("job-000001: step 2 on 1 ranks is"));
+}
+
 }  // namespace
 }  // namespace dtrain::coordinator
