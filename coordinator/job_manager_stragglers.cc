@@ -86,14 +86,14 @@ void JobManager::ScoreStragglers() {
 void JobManager::ActOnStraggler(ActiveJob& job, const StragglerScore& score) {
   const std::string& policy = job.spec.stragglers().policy();
   if (policy == "rebalance") {  // re-cut from the window's per-stage compute (rebalance.h)
-    const absl::StatusOr<RebalanceDecision> d = RebalanceLocked(
-        job,
-        StageComputeSeconds(job.assignment->placement(), job.run_spec.parallel().pp(),
-                            job.straggler_scores),
-        absl::StrCat("straggler policy, ", score.worker_id(), " flagged"));
+    const absl::StatusOr<RebalanceDecision> d =
+        RebalanceLocked(job,
+                        StageComputeSeconds(job.assignment->placement(),
+                                            job.run_spec.parallel().pp(), job.straggler_scores),
+                        absl::StrCat("straggler policy, ", score.worker_id(), " flagged"));
     if (!d.ok()) {
-      Event(job.id, absl::StrCat("straggler policy rebalance: ", d.status().message(),
-                                 "; reporting only"));
+      Event(job.id,
+            absl::StrCat("straggler policy rebalance: ", d.status().message(), "; reporting only"));
     }
     return;
   }
@@ -118,8 +118,8 @@ void JobManager::ActOnStraggler(ActiveJob& job, const StragglerScore& score) {
   replace.set_cause(absl::StrFormat(
       "replacing straggler %s (rank %d, %s): %.1fx the median of its peers over the last %d "
       "steps; an idle spare (%s) is there; not a failure",
-      score.worker_id(), score.rank(), score.label(), score.score(),
-      job.stragglers->window_steps(), spare));
+      score.worker_id(), score.rank(), score.label(), score.score(), job.stragglers->window_steps(),
+      spare));
   const std::string why = replace.cause();
   Event(job.id, absl::StrFormat("straggler policy replace: swapping %s (rank %d, %s) for the "
                                 "idle spare %s; the job resumes from its latest sealed "

@@ -25,8 +25,8 @@ std::vector<double> RankCosts(const Placement& placement) {
   std::vector<double> costs;
   for (const RankAssignment& r : placement.ranks()) {
     const int stage = r.pp_rank();
-    const bool known = stage >= 0 && stage < placement.stage_costs_size() &&
-                       placement.stage_costs(stage) > 0;
+    const bool known =
+        stage >= 0 && stage < placement.stage_costs_size() && placement.stage_costs(stage) > 0;
     costs.push_back(known ? placement.stage_costs(stage) : 1.0);
   }
   return costs;
@@ -116,9 +116,10 @@ std::string StragglerFlagged(const StragglerScore& s, int window_steps) {
 }
 
 std::string StragglerCleared(const StragglerScore& s, int window_steps) {
-  return absl::StrFormat("straggler cleared: %s is back to %.1fx the median of its peers over "
-                         "the last %d steps",
-                         Who(s), s.score(), window_steps);
+  return absl::StrFormat(
+      "straggler cleared: %s is back to %.1fx the median of its peers over "
+      "the last %d steps",
+      Who(s), s.score(), window_steps);
 }
 
 }  // namespace dtrain::coordinator

@@ -44,8 +44,8 @@ class StragglerScorer {
   struct Result {
     int64_t window_end_step = 0;
     std::vector<StragglerScore> scores;  // by rank: rank, score, flagged, compute_s, peer_...
-    std::vector<int> flagged;    // ranks flagged by this window (they were not before)
-    std::vector<int> recovered;  // ranks un-flagged by this window
+    std::vector<int> flagged;            // ranks flagged by this window (they were not before)
+    std::vector<int> recovered;          // ranks un-flagged by this window
   };
 
   // `spec`: a planned StragglerSpec (threshold > 1, window_steps >= 2); `placement`: the run's
@@ -68,7 +68,7 @@ class StragglerScorer {
   const int window_;
   const std::vector<double> costs_;
   std::vector<std::pair<std::string, std::string>> names_;  // per rank: worker id, label
-  std::vector<std::map<int64_t, double>> compute_;  // per rank: step -> compute seconds
+  std::vector<std::map<int64_t, double>> compute_;          // per rank: step -> compute seconds
   std::vector<bool> flagged_;
   int64_t scored_end_ = 0;  // the last window scored ended at this step
 };

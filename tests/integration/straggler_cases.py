@@ -122,7 +122,8 @@ def case_stragglers_flagged(args):
         key = 'job_id="%s",rank="1",worker="%s"' % (job_id, slow)
         expect(scores.get(key, 0) >= 1.5, "metric %s: %s" % (key, scores))
         expect(count.get('job_id="%s"' % job_id) == 1, "flagged count: %s" % count)
-        no_spare = "straggler policy replace: no idle spare to replace %s with; reporting only" % slow
+        no_spare = ("straggler policy replace: no idle spare to replace %s with; reporting only"
+                    % slow)
         expect(no_spare in text, "no %r in the events:\n%s" % (no_spare, text))
         job = c.job(job_id)
         expect(job["state"] == "RUNNING" and not job.get("recoveries"),
