@@ -18,24 +18,23 @@ namespace dtrain::coordinator {
 absl::StatusOr<RebalanceDecision> JobManager::RebalanceLocked(
     ActiveJob& job, absl::Span<const double> stage_compute_s, const std::string& why) {
   if (job.state != RUNNING) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        job.id, " is ", JobState_Name(job.state), ": only a running job can be rebalanced"));
+    return absl::FailedPreconditionError(absl::StrCat(job.id, " is ", JobState_Name(job.state),
+                                                      ": only a running job can be rebalanced"));
   }
   if (const Recovery* r = OpenRecovery(job); r != nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        job.id, " is still in recovery ", r->number(), " (no step trained since): try again "
-        "once it trains"));
+    return absl::FailedPreconditionError(absl::StrCat(job.id, " is still in recovery ", r->number(),
+                                                      " (no step trained since): try again "
+                                                      "once it trains"));
   }
   if (job.pending_cut.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(job.id, " already moves to cut ", CutText(*job.pending_cut),
-                     " at its next sealed checkpoint"));
+    return absl::FailedPreconditionError(absl::StrCat(job.id, " already moves to cut ",
+                                                      CutText(*job.pending_cut),
+                                                      " at its next sealed checkpoint"));
   }
   ASSIGN_OR_RETURN(const JobPlan plan, plan::MakeJobPlan(job.run_spec));
-  ASSIGN_OR_RETURN(
-      RebalanceDecision d,
-      DecideRebalance(plan, stage_compute_s,
-                      StageWorkers(job.assignment->placement(), plan.stages_size())));
+  ASSIGN_OR_RETURN(RebalanceDecision d,
+                   DecideRebalance(plan, stage_compute_s,
+                                   StageWorkers(job.assignment->placement(), plan.stages_size())));
   if (!d.move) {
     Event(job.id, absl::StrCat("rebalance (", why, "): not re-cut: ", d.summary));
     return d;

@@ -52,9 +52,8 @@ absl::StatusOr<RebalanceDecision> DecideRebalance(const JobPlan& plan,
                                                   double margin) {
   const int pp = plan.stages_size();
   if (static_cast<int>(stage_compute_s.size()) != pp) {
-    return absl::InvalidArgumentError(absl::StrCat(stage_compute_s.size(),
-                                                   " stage times for a pipeline of ", pp,
-                                                   " stages"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(stage_compute_s.size(), " stage times for a pipeline of ", pp, " stages"));
   }
   if (pp < 2) return absl::FailedPreconditionError("one pipeline stage: no layers to move");
   if (plan.spec().parallel().virtual_stages() > 1) {
@@ -80,28 +79,28 @@ absl::StatusOr<RebalanceDecision> DecideRebalance(const JobPlan& plan,
   d.slowdown = d.time_per_cost[d.slowest_stage] / (others / (pp - 1));
 
   const plan::StageCostModel cost = plan::CostModelFor(plan.spec().model(), plan.spec().seq_len());
-  ASSIGN_OR_RETURN(plan::LayerPartition cut,
-                   plan::PartitionLayersBySpeed(plan.spec().model().n_layer(), d.time_per_cost,
-                                                cost));
+  ASSIGN_OR_RETURN(
+      plan::LayerPartition cut,
+      plan::PartitionLayersBySpeed(plan.spec().model().n_layer(), d.time_per_cost, cost));
   d.to = cut.num_layers;
   for (int s = 0; s < pp; ++s) {
     d.predicted_s = std::max(d.predicted_s, d.time_per_cost[s] * cut.costs[s]);
   }
-  const std::string measured = absl::StrFormat(
-      "stage %d%s measured %.1fx slower per layer", d.slowest_stage,
-      static_cast<int>(stage_workers.size()) == pp
-          ? absl::StrCat(" (", stage_workers[d.slowest_stage], ")")
-          : "",
-      d.slowdown);
+  const std::string measured =
+      absl::StrFormat("stage %d%s measured %.1fx slower per layer", d.slowest_stage,
+                      static_cast<int>(stage_workers.size()) == pp
+                          ? absl::StrCat(" (", stage_workers[d.slowest_stage], ")")
+                          : "",
+                      d.slowdown);
   if (d.to == d.from) {
     d.summary = absl::StrCat(measured, ": the best cut ", CutText(d.to), " is the current one");
     return d;
   }
   d.move = d.predicted_s <= d.measured_s * (1 - margin);
   if (d.move) {
-    d.summary =
-        absl::StrFormat("%s: cut %s -> %s (slowest stage predicted %.2f s per step, measured %.2f s)",
-                        measured, CutText(d.from), CutText(d.to), d.predicted_s, d.measured_s);
+    d.summary = absl::StrFormat(
+        "%s: cut %s -> %s (slowest stage predicted %.2f s per step, measured %.2f s)", measured,
+        CutText(d.from), CutText(d.to), d.predicted_s, d.measured_s);
   } else {
     d.summary = absl::StrFormat(
         "%s: not moving from cut %s to %s: its slowest stage is predicted %.2f s per step, not "

@@ -49,8 +49,7 @@ TEST(DecideRebalance, ATwiceSlowerMiddleStageGetsHalfTheLayersOfTheOthers) {
 
 TEST(StageWorkers, NamesEachStagesWorkersOnce) {
   Placement placement;
-  for (auto [pp, tp, worker] : {std::tuple{0, 0, "w1"}, {0, 1, "w2"}, {1, 0, "w3"},
-                                {1, 1, "w3"}}) {
+  for (auto [pp, tp, worker] : {std::tuple{0, 0, "w1"}, {0, 1, "w2"}, {1, 0, "w3"}, {1, 1, "w3"}}) {
     RankAssignment* r = placement.add_ranks();
     r->set_pp_rank(pp);
     r->set_tp_rank(tp);
@@ -125,8 +124,7 @@ TEST(DecideRebalance, ReadsTheCurrentCutFromThePlan) {
 
 TEST(DecideRebalance, BadInputIsRefused) {
   const JobPlan plan = Plan(6, 3);
-  EXPECT_EQ(DecideRebalance(plan, {0.2, 0.2}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecideRebalance(plan, {0.2, 0.2}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DecideRebalance(plan, {0.2, 0, 0.2}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DecideRebalance(Plan(6, 1), {0.2}).status().code(),

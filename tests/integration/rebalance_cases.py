@@ -44,9 +44,10 @@ def case_rebalance_slow_stage(args):
     """pp=3, 9 layers of width 256 cut 3,3,3, policy rebalance over windows of 8 steps, a
     checkpoint every 15 steps, max_restarts 0: the worker of stage 1 is slowed by a duty cycle
     (stopped 40 ms of every 60) from step 3 on; it is flagged, the re-cut moves layers off it
-    (fewer than 3 left on stage 1) at a sealed checkpoint (Recovery.rebalance_to, not a failure: max_restarts 0 would fail the job
-    otherwise), the job SUCCEEDS, and the median step time after the re-cut is below the median
-    while slowed on the old cut (both printed: the figure of docs/PERFORMANCE.md)."""
+    (fewer than 3 left on stage 1) at a sealed checkpoint (Recovery.rebalance_to, not a failure:
+    max_restarts 0 would fail the job otherwise), `dtrain status` shows the new cut, the job
+    SUCCEEDS, and the median step time after the re-cut is below the median while slowed on the
+    old cut (both printed: the figure of docs/PERFORMANCE.md)."""
     with Cluster(args.binaries, "rebalance_slow_stage") as c:
         c.write_corpus()
         c.start_coordinator()
@@ -103,10 +104,10 @@ def case_rebalance_slow_stage(args):
         expect(len(before) >= 3 and len(after) >= 10,
                "too few steps to compare: %d slowed before, %d after" % (len(before), len(after)))
         t_before, t_after = statistics.median(before), statistics.median(after)
-        print("cut %s -> %s at step %s (%d re-cuts; resumed from %s); %s slowed by a 40/60 ms SIGSTOP duty "
-              "cycle from step %d" % (",".join(map(str, before_cut)), ",".join(map(str, after_cut)),
-                                      r.get("last_step"), len(recoveries), restarted, slow,
-                                      slowed_from))
+        print("cut %s -> %s at step %s (%d re-cuts; resumed from %s); %s slowed by a 40/60 ms "
+              "SIGSTOP duty cycle from step %d"
+              % (",".join(map(str, before_cut)), ",".join(map(str, after_cut)), r.get("last_step"),
+                 len(recoveries), restarted, slow, slowed_from))
         print("median step time slowed on the old cut: %.3f s over %d steps; on the new cut: "
               "%.3f s over %d steps (%.0f%% less)"
               % (t_before, len(before), t_after, len(after), 100 * (1 - t_after / t_before)))
