@@ -1,11 +1,13 @@
 """`dtrain trace JOB -o FILE` on real processes: the coordinator gathers every rank's flight
 recorder (after clock probes) over gRPC, and the CLI writes one step as a Chrome / Perfetto trace.
 
-A pp=2 x tp=2 job on four workers (1f1b, 4 micro-batches per step): the file is loaded as JSON and
-its structure checked the way Perfetto's JSON importer reads it (every event has the fields its
-ph needs, durations >= 0, every flow start has one finish, a process per rank), and each rank's
-F / B / W blocks, in time order, equal the 1f1b schedule's definition (computed here from the
-rule, and the same as the list the trace's metadata carries from worker/pipeline/schedule.h).
+A pp=2 x tp=2 job on four workers over mutual TLS (the coordinator probes and asks the workers'
+peer services with its certificate; the CLI asks with the viewer's), 1f1b with 4 micro-batches
+per step and a checkpoint every step: the file is loaded as JSON and its structure checked the
+way Perfetto's JSON importer reads it (every event has the fields its ph needs, durations >= 0,
+every flow start has one finish, a process per rank), and each rank's F / B / W blocks, in time
+order, equal the 1f1b schedule's definition (computed here from the rule, and the same as the
+list the trace's metadata carries from worker/pipeline/schedule.h).
 """
 
 import json
@@ -82,7 +84,7 @@ def case_trace(args):
     send to its receive on the other rank; each rank's F / B / W
     order equals 1f1b's definition; the clock offsets (one host: truly 0) lie within their error
     bounds; a step no longer recorded is refused naming the steps that are."""
-    with Cluster(args.binaries, "trace") as c:
+    with Cluster(args.binaries, "trace", tls=True) as c:
         ids = ["w1", "w2", "w3", "w4"]
         c.write_corpus()
         c.start_coordinator()
@@ -97,7 +99,7 @@ def case_trace(args):
         placement = job["placement"]["ranks"]
 
         out_path = os.path.join(c.tmp, "trace.json")
-        rc, out, err = c.cli("trace", job_id, "-o", out_path, timeout=30)
+        rc, out, err = c.cli("trace", job_id, "-o", out_path, timeout=30, cert="viewer")
         expect(rc == 0, "dtrain trace exited %d: %s" % (rc, err))
         print(out.strip())
         expect(out.startswith("wrote %s: step " % out_path), "summary: %r" % out)
@@ -176,10 +178,11 @@ def case_trace(args):
                  [round(o["error_bound_ns"] / 1e6, 3) for o in offsets]))
 
         # A step no longer (or not yet) in every recorder: refused, naming those that are.
-        rc, out, err = c.cli("trace", job_id, "--step", "99999999", "-o", out_path, timeout=30)
+        rc, out, err = c.cli("trace", job_id, "--step", "99999999", "-o", out_path, timeout=30,
+                             cert="viewer")
         expect(rc == 6 and "OUT_OF_RANGE" in err and "step 99999999 is not complete" in err
                and "are: pass one with --step" in err,
                "dtrain trace --step 99999999 exited %d: %s" % (rc, err))
-        rc, out, err = c.cli("trace", job_id, "--step", str(step), timeout=30)
+        rc, out, err = c.cli("trace", job_id, "--step", str(step), timeout=30, cert="viewer")
         expect(rc == 0 and json.loads(out)["metadata"]["step"] == step,
                "dtrain trace --step %d to standard output exited %d: %s" % (step, rc, err))
