@@ -91,6 +91,7 @@ def case_rebalance_slow_stage(args):
         want = "cut:       %s (rebalanced by recovery %d)" % (
             ",".join(map(str, after_cut)), int(r["number"]))
         expect(rc == 0 and want in status, "dtrain status lacks %r:\n%s" % (want, status))
+        print(status)
         resumed = int(first.get("resumed_from_step", 0))
         expect(resumed >= 15 and r.get("done"), "resumed from a sealed checkpoint: %s" % r)
         restarted = int(r.get("resumed_from_step", 0))
