@@ -111,6 +111,23 @@ TEST(RebalanceJob, ASlowMiddleStageLosesLayersAtTheNextSealedCheckpoint) {
   EXPECT_THAT(Events(h), HasSubstr("rebalance (again): not re-cut: "));
 }
 
+TEST(RebalanceJob, WithoutACheckpointToComeItRestartsAtOnce) {
+  Harness h(TempDb("rebalance-now"));
+  std::string spec = kPp3Spec;
+  spec.replace(spec.find(R"(, "interval_steps": 10)"),
+               std::string(R"(, "interval_steps": 10)").size(), "");
+  h.RunOn(3, spec);
+  ASSERT_TRUE(h.Step("w3", "s-w3", kJob, 7, 4.0).ok());
+  absl::StatusOr<RebalanceDecision> d = h.m().RebalanceJob(kJob, {0.2, 0.4, 0.2}, "test");
+  ASSERT_TRUE(d.ok()) << d.status();
+  const Job job = h.Get(kJob);
+  EXPECT_EQ(job.state(), RECOVERING);
+  ASSERT_EQ(job.recoveries_size(), 1);
+  EXPECT_EQ(job.recoveries(0).rebalance_to_size(), 3);
+  EXPECT_THAT(Events(h), HasSubstr("restarting on the new cut now, from the latest sealed "
+                                   "checkpoint"));
+}
+
 TEST(RebalanceJob, OnlyARunningJobIsRebalanced) {
   Harness h(TempDb("rebalance-queued"));
   ASSERT_TRUE(h.Submit(kPp3Spec).ok());
