@@ -237,13 +237,10 @@ absl::Status Run() {
   } else {
     status = absl::InvalidArgumentError(absl::StrCat("--mode=", mode));
   }
-  // Leave together, so no rank's shutdown looks like a crash to another. With 3 or more ranks
-  // a rank can leave the barrier while another still waits for its last message from a third,
-  // and a closed stream fails that wait (any member's failure aborts a collective): linger so
-  // the slowest rank is out too before the streams close (without it, 4 ranks failed here 3
-  // times in 10 at load average 8).
+  // Leave together. A rank may leave the barrier while another still waits for its last
+  // message from a third: the one that left shuts its transport down cleanly (GOODBYE,
+  // proto/peer.proto), which does not fail the others' waits.
   if (status.ok()) status = Barrier(control);
-  if (status.ok() && n > 2) absl::SleepFor(absl::Seconds(1));
   return status;
 }
 

@@ -110,7 +110,13 @@ void Inbox::Deliver(Frame frame) {
 
 void Inbox::Fail(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  if (failure_.ok()) failure_ = status;
+  if (failure_.ok() && closed_.ok()) failure_ = status;
+  arrived_.SignalAll();
+}
+
+void Inbox::Close(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (closed_.ok() && failure_.ok()) closed_ = status;
   arrived_.SignalAll();
 }
 
@@ -221,10 +227,9 @@ absl::Status Inbox::Receive(const MessageKey& key, const TensorMeta& expected, P
       if (s.ok() && !w.started) s = CheckOrderLocked(key);
       if (!s.ok()) return finish(s);
     }
-    if (!failure_.ok()) {
-      return finish(absl::Status(failure_.code(), absl::StrCat("receiving ", key.ToString(),
-                                                               " from ", peer_name_, ": ",
-                                                               failure_.message())));
+    if (const absl::Status& gone = failure_.ok() ? closed_ : failure_; !gone.ok()) {
+      return finish(absl::Status(gone.code(), absl::StrCat("receiving ", key.ToString(), " from ",
+                                                           peer_name_, ": ", gone.message())));
     }
     if (absl::Now() >= deadline) {
       return finish(absl::DeadlineExceededError(absl::StrCat(

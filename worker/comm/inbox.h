@@ -66,6 +66,13 @@ class Inbox {
   // the key and peer). Frames already queued can still be received. The first failure stays.
   void Fail(const absl::Status& status);
   absl::Status failure() const;
+  // The peer left cleanly: it closed its stream after its last frame (its job is over). Frames
+  // already queued can still be received; a receive that finds none fails at once with
+  // `status` (nothing more will come). Unlike Fail, the peer does not count as failed
+  // (failure() stays OK): waits on other peers that watch it go on, since a peer that finished
+  // is no reason for them to give up. Later Fails are part of the same leaving (our stream to
+  // it ends as its server stops) and are ignored; an abort it sent before still counts.
+  void Close(const absl::Status& status);
 
   // Takes the message `key` frame by frame, in order of offset, passing the pieces to `sink`
   // outside the lock: on this thread for queued frames, on the delivering thread for frames
@@ -102,6 +109,7 @@ class Inbox {
   std::deque<Frame> frames_ ABSL_GUARDED_BY(mu_);  // in order of arrival
   std::vector<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);  // receives in progress
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Close: the peer left cleanly
 };
 
 }  // namespace dtrain::comm

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -178,6 +179,63 @@ TEST(InprocTransport, UnreceivedSendIsWithdrawnAtItsDeadline) {
   s = RecvInto(*hub.transport(1), 0, MessageKey::Activation(0, 0), TensorMeta::F32(4),
                AsWritableBytes(absl::MakeSpan(out)), absl::Now() + absl::Milliseconds(50));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+}
+
+// A rank that finished its job leaves cleanly (Shutdown with a grace period): a peer still
+// waiting on a third rank, watching every member as a collective does, goes on and receives;
+// what the leaver sent before is received; a receive of something it never sent fails at once,
+// saying it left. Rank 0 and rank 1 streamed both ways (as after a ring step): rank 1 learns of
+// the leave through rank 0's half-close and through the GOODBYE on its own stream to rank 0.
+// Rank 2 has a stream to rank 0 only through its GOODBYE.
+TEST(GrpcTransport, APeerThatLeftCleanlyFailsOnlyReceivesFromIt) {
+  auto cluster = Cluster::Create(TransportKind::kGrpc, 3);
+  Transport& t0 = *cluster->transport(0);
+  Transport& t1 = *cluster->transport(1);
+  Transport& t2 = *cluster->transport(2);
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  std::vector<float> x(4, 1.0f), out(4);
+  auto exchange = [&](Transport& from, Transport& to, int64_t step) {
+    auto h = from.StartSend(to.rank(), MessageKey::Activation(step, 0), TensorMeta::F32(4),
+                            AsBytes(x), soon);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_TRUE(RecvInto(to, from.rank(), MessageKey::Activation(step, 0), TensorMeta::F32(4),
+                         AsWritableBytes(absl::MakeSpan(out)), soon).ok());
+    ASSERT_TRUE((*h)->Wait(soon).ok());
+  };
+  exchange(t0, t1, 0);
+  exchange(t1, t0, 0);
+  exchange(t2, t0, 0);
+  // Rank 0's last message to rank 1, sent before it leaves, received after.
+  ASSERT_TRUE(Send(t0, 1, MessageKey::Activation(1, 0), TensorMeta::F32(4), AsBytes(x), soon).ok());
+  cluster->grpc(0)->Shutdown(absl::Seconds(5));
+
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(300));  // rank 1 watches rank 0 meanwhile
+    EXPECT_TRUE(
+        Send(t2, 1, MessageKey::Activation(2, 0), TensorMeta::F32(4), AsBytes(x), soon).ok());
+  });
+  const int members[] = {0, 1, 2};
+  RecvOptions watching;
+  watching.watch = members;
+  absl::Status s = RecvInto(t1, 2, MessageKey::Activation(2, 0), TensorMeta::F32(4),
+                            AsWritableBytes(absl::MakeSpan(out)), soon, watching);
+  late.join();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(t1.PeerStatus(0).ok()) << t1.PeerStatus(0);
+  EXPECT_TRUE(t2.PeerStatus(0).ok()) << t2.PeerStatus(0);
+  s = RecvInto(t1, 0, MessageKey::Activation(1, 0), TensorMeta::F32(4),
+               AsWritableBytes(absl::MakeSpan(out)), soon);
+  EXPECT_TRUE(s.ok()) << s;
+
+  const absl::Time start = absl::Now();
+  s = RecvInto(t1, 0, MessageKey::Activation(3, 0), TensorMeta::F32(4),
+               AsWritableBytes(absl::MakeSpan(out)), start + absl::Seconds(10));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(Contains(s, "it left the job")) << s;
+  // Sending to it fails.
+  EXPECT_FALSE(
+      Send(t2, 0, MessageKey::Activation(4, 0), TensorMeta::F32(4), AsBytes(x), soon).ok());
 }
 
 TEST(GrpcTransport, HelloForAnotherJobIsRefused) {

@@ -296,8 +296,10 @@ absl::StatusOr<OutgoingStream*> GrpcTransport::StreamTo(int peer, absl::Time dea
   Inbox* inbox = p.inbox.get();
   p.stream = std::make_unique<OutgoingStream>(
       std::move(channel),
-      // A peer we cannot send to is gone for receiving too.
-      [inbox](const absl::Status& s) { inbox->Fail(s); });
+      // A peer we cannot send to is gone for receiving too; one that left cleanly is done,
+      // not failed (Inbox::Close).
+      [inbox](const absl::Status& s) { inbox->Fail(s); },
+      [inbox](const absl::Status& s) { inbox->Close(s); });
   PeerFrameHeader hello;
   hello.set_type(HELLO);
   hello.set_src_rank(options_.rank);
@@ -407,6 +409,9 @@ void GrpcTransport::Shutdown(absl::Duration grace) {
     if (!peer->stream->Close(deadline)) peer->stream.release();
   }
   if (server_ != nullptr) {
+    // Leaving cleanly: every peer streaming to us learns that we are done, not failed, so its
+    // waits on other peers go on (PeerServiceImpl::SayGoodbye).
+    if (grace > absl::ZeroDuration()) service_->SayGoodbye(deadline);
     // Incoming streams end now: nothing more will be received, and their peers should learn
     // at once that this rank is gone.
     server_->Shutdown(absl::ToChronoTime(absl::Now()));

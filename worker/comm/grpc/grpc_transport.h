@@ -18,7 +18,9 @@
 // Failure: a broken stream (peer died, network failed, keepalive timed out) fails pending and
 // later sends to that peer and receives from it with Unavailable naming the peer; a send that
 // misses its deadline cancels the stream to that peer. Streams are not
-// reopened: the step fails and the job restarts.
+// reopened: the step fails and the job restarts. A peer that leaves cleanly (Shutdown with a
+// grace period: half-close, then GOODBYE) is not failed: what it sent is received, receiving
+// anything else from it or sending to it fails at once, and PeerStatus stays OK.
 //
 // Tests on one machine listen on port 0 and exchange ports afterwards:
 //   options.listen_address = "127.0.0.1:0"; ... ; transport->SetPeerAddresses(addresses);

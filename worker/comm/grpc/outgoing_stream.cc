@@ -43,9 +43,11 @@ grpc::Slice PayloadSlice(absl::Span<const std::byte> data, std::shared_ptr<GrpcS
 }
 
 OutgoingStream::OutgoingStream(std::shared_ptr<grpc::Channel> channel,
-                               std::function<void(const absl::Status&)> on_broken)
+                               std::function<void(const absl::Status&)> on_broken,
+                               std::function<void(const absl::Status&)> on_left)
     : channel_(std::move(channel)),
-      on_broken_(std::move(on_broken)) {}
+      on_broken_(std::move(on_broken)),
+      on_left_(std::move(on_left)) {}
 
 absl::Status OutgoingStream::Start(const PeerFrameHeader& hello, absl::Time deadline) {
   const absl::Time start = absl::Now();
@@ -141,7 +143,8 @@ void OutgoingStream::OnWriteDone(bool ok) {
 
 void OutgoingStream::OnReadDone(bool ok) {
   if (!ok) {
-    // The call is over: the peer ended it (refused us, shut down, or died).
+    // The call is over: the peer ended it (left after its GOODBYE, refused us, shut down, or
+    // died).
     Break("the stream broke (the peer died, closed it, or the network failed)");
     return;
   }
@@ -150,18 +153,26 @@ void OutgoingStream::OnReadDone(bool ok) {
     absl::MutexLock lock(&mu_);
     acked_ = true;
   }
+  if (frame.ok() && frame->header.type() == GOODBYE) {
+    absl::MutexLock lock(&mu_);
+    left_ = true;
+  }
   StartRead(&read_buffer_);
 }
 
 void OutgoingStream::Break(const std::string& why) {
   std::deque<Item> dropped;
   absl::Status failure;
-  bool notify;
+  bool notify, left;
   {
     absl::MutexLock lock(&mu_);
     notify = !broken_ && !closing_;
     broken_ = true;
-    if (failure_.ok()) failure_ = absl::UnavailableError(why);
+    left = left_;
+    if (failure_.ok()) {
+      failure_ = absl::UnavailableError(
+          left_ ? "the peer left the job (it closed the stream cleanly after its GOODBYE)" : why);
+    }
     failure = failure_;
     auto first_dropped = queue_.begin() + (writing_ && !queue_.empty() ? 1 : 0);
     std::move(first_dropped, queue_.end(), std::back_inserter(dropped));
@@ -171,7 +182,11 @@ void OutgoingStream::Break(const std::string& why) {
     if (item.state != nullptr) item.state->FrameFinished(failure);
   }
   dropped.clear();  // releases the payload slices we held
-  if (notify && on_broken_) on_broken_(failure);
+  if (notify && left && on_left_) {
+    on_left_(failure);
+  } else if (notify && on_broken_) {
+    on_broken_(failure);
+  }
 }
 
 void OutgoingStream::OnDone(const grpc::Status& status) {

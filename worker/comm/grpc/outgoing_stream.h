@@ -46,10 +46,12 @@ grpc::Slice PayloadSlice(absl::Span<const std::byte> data, std::shared_ptr<GrpcS
 
 class OutgoingStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  // `on_broken` runs once, on a gRPC thread, if the stream ends with an error. Errors do not
-  // name the peer (callers add it).
+  // `on_broken` runs once, on a gRPC thread, if the stream ends with an error; `on_left`
+  // instead when it ends after the peer's GOODBYE (it left the job cleanly: proto/peer.proto).
+  // Either way queued and later sends fail. Errors do not name the peer (callers add it).
   OutgoingStream(std::shared_ptr<grpc::Channel> channel,
-                 std::function<void(const absl::Status&)> on_broken);
+                 std::function<void(const absl::Status&)> on_broken,
+                 std::function<void(const absl::Status&)> on_left);
 
   // Sends `hello` and waits for the peer's HELLO_ACK. Unavailable (or the peer's refusal, e.g.
   // FailedPrecondition for a wrong rank or job, PermissionDenied for a secret not its run's)
@@ -88,6 +90,7 @@ class OutgoingStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
 
   std::shared_ptr<grpc::Channel> channel_;
   std::function<void(const absl::Status&)> on_broken_;
+  std::function<void(const absl::Status&)> on_left_;
   grpc::ClientContext context_;
   grpc::ByteBuffer read_buffer_;
 
@@ -98,6 +101,7 @@ class OutgoingStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
   bool acked_ ABSL_GUARDED_BY(mu_) = false;
+  bool left_ ABSL_GUARDED_BY(mu_) = false;  // the peer said GOODBYE
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);

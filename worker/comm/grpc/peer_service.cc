@@ -1,5 +1,6 @@
 #include "worker/comm/grpc/peer_service.h"
 
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -8,37 +9,91 @@
 #include "worker/comm/grpc/frame_codec.h"
 
 namespace dtrain::comm {
-namespace {
 
+// One incoming Connect stream. Alive until gRPC's OnDone and every Ref's Unref; the service
+// holds it in its registry until OnDone, so SayGoodbye can reach it.
 class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  IncomingStream(HelloHandler* handler, grpc::CallbackServerContext* context)
-      : handler_(handler), context_(context) {
+  IncomingStream(PeerServiceImpl* service, HelloHandler* handler,
+                 grpc::CallbackServerContext* context)
+      : service_(service), handler_(handler), context_(context) {
     StartRead(&buffer_);
+  }
+
+  void Ref() { refs_.fetch_add(1); }
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+  // This rank leaves cleanly: GOODBYE to the peer (after the HELLO_ACK, if that is still being
+  // written), then the end of the stream. Nothing more is read from it.
+  void Leave() {
+    bool write;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finish_called_ || leaving_) return;
+      leaving_ = true;
+      // No HELLO yet: nothing to say goodbye to. The HELLO_ACK being written: the GOODBYE
+      // follows it (OnWriteDone).
+      write = !writing_ && inbox_ != nullptr;
+      if (write) said_goodbye_ = writing_ = true;
+      if (writing_ && !write) return;
+    }
+    if (write) {
+      StartWrite(&goodbye_);
+    } else {
+      FinishOnce(grpc::Status::OK);
+    }
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      if (inbox_ != nullptr) {
-        inbox_->Fail(absl::UnavailableError(
-            context_->IsCancelled()
-                ? "its stream to this rank broke (the peer died or the network failed)"
-                : "it closed its stream to this rank"));
+      {
+        absl::MutexLock lock(&mu_);
+        if (leaving_) return;  // our own GOODBYE ends the stream
       }
-      Finish(grpc::Status::OK);
+      if (inbox_ != nullptr && context_->IsCancelled()) {
+        inbox_->Fail(absl::UnavailableError(
+            "its stream to this rank broke (the peer died or the network failed)"));
+      } else if (inbox_ != nullptr) {
+        // A half-close after its last frame: the peer is done, not failed (Inbox::Close).
+        inbox_->Close(absl::UnavailableError(
+            "it closed its stream to this rank (it left the job) before sending this"));
+      }
+      FinishOnce(grpc::Status::OK);
       return;
     }
     absl::Status status = Handle();
     if (!status.ok()) {
       if (inbox_ != nullptr) inbox_->Fail(status);
-      Finish(ToGrpcStatus(status));
+      FinishOnce(ToGrpcStatus(status));
       return;
     }
     StartRead(&buffer_);
   }
 
-  void OnWriteDone(bool /*ok*/) override {}
-  void OnDone() override { delete this; }
+  void OnWriteDone(bool ok) override {
+    bool goodbye = false, finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (leaving_ && !said_goodbye_ && ok) {
+        said_goodbye_ = goodbye = writing_ = true;
+      } else if (leaving_) {
+        finish = true;
+      }
+    }
+    if (goodbye) {
+      StartWrite(&goodbye_);
+    } else if (finish) {
+      FinishOnce(grpc::Status::OK);
+    }
+  }
+
+  void OnDone() override {
+    service_->Forget(this);
+    Unref();
+  }
 
  private:
   absl::Status Handle() {
@@ -51,10 +106,18 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
       }
       absl::StatusOr<Inbox*> inbox = handler_->Accept(h);
       if (!inbox.ok()) return inbox.status();
-      inbox_ = *inbox;
       PeerFrameHeader ack;
       ack.set_type(HELLO_ACK);
       ack_ = EncodeFrame(ack, grpc::Slice());
+      PeerFrameHeader goodbye;
+      goodbye.set_type(GOODBYE);
+      goodbye_ = EncodeFrame(goodbye, grpc::Slice());
+      {
+        absl::MutexLock lock(&mu_);
+        inbox_ = *inbox;
+        writing_ = true;
+        // Leaving already: the GOODBYE follows the ACK (OnWriteDone).
+      }
       StartWrite(&ack_);
       return absl::OkStatus();
     }
@@ -67,18 +130,63 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
     return absl::OkStatus();
   }
 
+  void FinishOnce(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finish_called_) return;
+      finish_called_ = true;
+    }
+    Finish(status);
+  }
+
+  PeerServiceImpl* service_;
   HelloHandler* handler_;
   grpc::CallbackServerContext* context_;
+  std::atomic<int> refs_{1};  // gRPC's, until OnDone
   grpc::ByteBuffer buffer_;
   grpc::ByteBuffer ack_;
-  Inbox* inbox_ = nullptr;
+  grpc::ByteBuffer goodbye_;
+  Inbox* inbox_ = nullptr;  // set once, on the HELLO (reactions run one at a time)
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
+  bool said_goodbye_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace
+PeerServiceImpl::~PeerServiceImpl() = default;
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PeerServiceImpl::Connect(
     grpc::CallbackServerContext* context) {
-  return new IncomingStream(handler_, context);
+  auto* stream = new IncomingStream(this, handler_, context);
+  absl::MutexLock lock(&mu_);
+  streams_.insert(stream);
+  return stream;
+}
+
+void PeerServiceImpl::Forget(IncomingStream* stream) {
+  absl::MutexLock lock(&mu_);
+  streams_.erase(stream);
+}
+
+void PeerServiceImpl::SayGoodbye(absl::Time deadline) {
+  std::vector<IncomingStream*> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    for (IncomingStream* s : streams_) {
+      s->Ref();  // alive while we call it, even if gRPC ends it meanwhile
+      streams.push_back(s);
+    }
+  }
+  for (IncomingStream* s : streams) {
+    s->Leave();
+    s->Unref();
+  }
+  // Until every stream ended (its GOODBYE written) or the deadline; the server's shutdown
+  // cancels what is left.
+  absl::MutexLock lock(&mu_);
+  auto ended = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return streams_.empty(); };
+  mu_.AwaitWithDeadline(absl::Condition(&ended), deadline);
 }
 
 grpc::ServerUnaryReactor* PeerServiceImpl::Diagnose(grpc::CallbackServerContext* context,

@@ -3,11 +3,17 @@
 // must be a HELLO, which the handler accepts (answering HELLO_ACK) or refuses (the stream ends
 // with its status); every DATA frame after it goes, without copying, into the sender's inbox,
 // and the next read starts at once, so the peer's frames keep flowing while receivers consume
-// earlier ones. When the stream ends, the inbox fails with Unavailable naming the peer.
+// earlier ones. When the stream breaks, the inbox fails with Unavailable naming the peer; when
+// the peer half-closes it (it left the job cleanly), the inbox is closed (Inbox::Close): what
+// it sent is still received, nothing more is waited for, and it does not count as failed.
 #ifndef DTRAIN_WORKER_COMM_GRPC_PEER_SERVICE_H_
 #define DTRAIN_WORKER_COMM_GRPC_PEER_SERVICE_H_
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/server_callback.h"
 #include "proto/peer.grpc.pb.h"
@@ -29,11 +35,21 @@ class HelloHandler {
   }
 };
 
+class IncomingStream;
+
 class PeerServiceImpl final
     : public PeerService::WithCallbackMethod_Diagnose<
           PeerService::WithRawCallbackMethod_Connect<PeerService::Service>> {
  public:
   explicit PeerServiceImpl(HelloHandler* handler) : handler_(handler) {}
+  ~PeerServiceImpl() override;
+
+  // This rank leaves cleanly (its transport shuts down with a grace period): every incoming
+  // stream gets a GOODBYE (proto/peer.proto) and ends; waits until they did or `deadline`.
+  // Call before stopping the server, whose shutdown cancels what is left.
+  void SayGoodbye(absl::Time deadline);
+  // An incoming stream ended (its OnDone).
+  void Forget(IncomingStream* stream);
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Connect(
       grpc::CallbackServerContext* context) override;
@@ -43,6 +59,8 @@ class PeerServiceImpl final
 
  private:
   HelloHandler* handler_;
+  absl::Mutex mu_;
+  absl::flat_hash_set<IncomingStream*> streams_ ABSL_GUARDED_BY(mu_);  // until their OnDone
 };
 
 }  // namespace dtrain::comm
