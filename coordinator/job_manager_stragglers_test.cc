@@ -34,8 +34,10 @@ std::string Events(Harness& h) {
   return absl::StrJoin(texts, "\n");
 }
 
-// A heartbeat of `worker` running job-000001 with steps [from, to], each `compute` seconds per
-// unit of its stage's planned cost.
+constexpr int64_t kWarm = StragglerScorer::kWarmupSteps;
+
+// A heartbeat of `worker` running job-000001 with steps [from, to] after the run's warm-up
+// (kWarm + from...), each `compute` seconds per unit of its stage's planned cost.
 void Timings(Harness& h, const std::string& worker, int64_t from, int64_t to, double compute) {
   const Job job = h.Get("job-000001");
   int stage = 0;
@@ -49,15 +51,20 @@ void Timings(Harness& h, const std::string& worker, int64_t from, int64_t to, do
   r.set_running_step(to);
   for (int64_t step = from; step <= to; ++step) {
     RankTiming* t = r.add_timings();
-    t->set_step(step);
+    t->set_step(kWarm + step);
     t->set_compute_s(compute * job.placement().stage_costs(stage));
     t->set_bubble_s(0.5);
   }
   ASSERT_TRUE(h.m().Heartbeat(r).ok());
 }
 
-// Steps [from, to] of both ranks (w1's and w2's compute per unit of cost), then a pass.
+// Steps [from, to] of both ranks (w1's and w2's compute per unit of cost), then a pass; the
+// first call also sends the run's warm-up steps, w2 10x slow in them (not scored).
 void Steps(Harness& h, int64_t from, int64_t to, double w1, double w2) {
+  if (from == 1) {
+    Timings(h, "w1", 1 - kWarm, 0, 0.1);
+    Timings(h, "w2", 1 - kWarm, 0, 1.0);
+  }
   Timings(h, "w1", from, to, w1);
   Timings(h, "w2", from, to, w2);
   h.m().RunSchedulerPass();
@@ -74,7 +81,7 @@ TEST(JobStragglers, HealthyRanksScoreOneAndNothingIsFlagged) {
   for (const StragglerScore& s : job.stragglers()) {
     EXPECT_DOUBLE_EQ(s.score(), 1.0);
     EXPECT_FALSE(s.flagged());
-    EXPECT_EQ(s.window_end_step(), 4);
+    EXPECT_EQ(s.window_end_step(), kWarm + 4);
   }
   EXPECT_EQ(job.stragglers(1).worker_id(), "w2");
   EXPECT_THAT(Events(h), Not(HasSubstr("straggler")));

@@ -47,6 +47,9 @@ void StragglerScorer::Add(int rank, const RankTiming& timing) {
   if (rank < 0 || rank >= static_cast<int>(compute_.size()) || timing.step() <= scored_end_) {
     return;
   }
+  // The run's first steps are not its pace (buffers allocated, caches and peers warming up).
+  if (run_start_ == 0) run_start_ = timing.step();
+  if (timing.step() < run_start_ + kWarmupSteps) return;
   std::map<int64_t, double>& steps = compute_[rank];
   steps.emplace(timing.step(), std::max(0.0, timing.compute_s()));
   // Keep the last two windows: enough for the ranks that run ahead of the slowest one.

@@ -9,7 +9,8 @@
 // by its planned cost (Placement.stage_costs, plan/stage_cuts.h's cost model: the first and last
 // stages carry the embedding and the head), so a balanced healthy job scores ~1.0 everywhere.
 //
-// Over the newest window of `window_steps` steps that every rank reported in full:
+// Over the newest window of `window_steps` steps that every rank reported in full (the first
+// kWarmupSteps steps of a run left out):
 //   m_r     = rank r's mean compute per step                     (seconds)
 //   n_r     = m_r / cost_r                                       (seconds per unit of cost)
 //   score_r = n_r / median{ n_j : j != r }                       (1.0: at its peers' pace)
@@ -60,6 +61,9 @@ class StragglerScorer {
   std::optional<Result> Score();
 
   int window_steps() const { return window_; }
+  // Steps left out at the start of every run (the first step any rank reports and the ones
+  // after it): allocation and warm-up, not the rank's pace.
+  static constexpr int kWarmupSteps = 3;
   // The midpoint of 1 and the threshold: a flagged rank scoring below it is un-flagged.
   double clear_below() const { return 1 + (threshold_ - 1) / 2; }
 
@@ -71,6 +75,7 @@ class StragglerScorer {
   std::vector<std::map<int64_t, double>> compute_;          // per rank: step -> compute seconds
   std::vector<bool> flagged_;
   int64_t scored_end_ = 0;  // the last window scored ended at this step
+  int64_t run_start_ = 0;   // the first step any rank reported: the run's first
 };
 
 // The event of a flag: "straggler: rank 1 (w2, dp0 pp1 tp0) is 2.4x the median of its peers

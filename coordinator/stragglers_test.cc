@@ -32,12 +32,30 @@ StragglerSpec Spec(double threshold, int window) {
   return s;
 }
 
+constexpr int64_t kWarm = StragglerScorer::kWarmupSteps;
+
+// Step `step` after the run's warm-up steps (step kWarm + step of the run).
 RankTiming Timing(int64_t step, double compute) {
   RankTiming t;
-  t.set_step(step);
+  t.set_step(kWarm + step);
   t.set_compute_s(compute);
   t.set_bubble_s(0.1);  // not compared: a victim's waits would blame it
   return t;
+}
+
+// A scorer whose run has been through its warm-up: steps 1..kWarm of every rank, 100x slow on
+// rank 0, which no score may see.
+StragglerScorer Warm(const StragglerSpec& spec, const Placement& p) {
+  StragglerScorer s(spec, p);
+  for (int64_t step = 1; step <= kWarm; ++step) {
+    for (int r = 0; r < p.ranks_size(); ++r) {
+      RankTiming t;
+      t.set_step(step);
+      t.set_compute_s(r == 0 ? 100 : 1);
+      s.Add(r, t);
+    }
+  }
+  return s;
 }
 
 // Every rank's steps [from, to] with compute = per_cost[r] * its stage cost.
@@ -63,11 +81,11 @@ TEST(StragglerScorer, BalancedPipelineScoresOneAfterNormalisingByStageCost) {
   // Stage 0 carries the embedding (cost 3), stage 2 the head (cost 4): their compute is longer,
   // but per unit of cost every stage runs at 0.1 s.
   const Placement p = Pipeline({3, 2, 4});
-  StragglerScorer s(Spec(1.5, 4), p);
+  StragglerScorer s = Warm(Spec(1.5, 4), p);
   Steps(s, p, 1, 4, {0.1, 0.1, 0.1});
   std::optional<StragglerScorer::Result> r = s.Score();
   ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->window_end_step, 4);
+  EXPECT_EQ(r->window_end_step, kWarm + 4);
   ASSERT_EQ(r->scores.size(), 3u);
   for (const StragglerScore& score : r->scores) {
     EXPECT_DOUBLE_EQ(score.score(), 1.0) << score.rank();
@@ -81,7 +99,7 @@ TEST(StragglerScorer, BalancedPipelineScoresOneAfterNormalisingByStageCost) {
 
 TEST(StragglerScorer, NoScoreBeforeEveryRankReportedAFullWindow) {
   const Placement p = Pipeline({1, 1});
-  StragglerScorer s(Spec(1.5, 4), p);
+  StragglerScorer s = Warm(Spec(1.5, 4), p);
   Steps(s, p, 1, 3, {1, 1});
   s.Add(0, Timing(4, 1));  // rank 1 has not reported step 4 yet
   EXPECT_FALSE(s.Score().has_value());
@@ -91,7 +109,7 @@ TEST(StragglerScorer, NoScoreBeforeEveryRankReportedAFullWindow) {
 
 TEST(StragglerScorer, OneRankNeverScores) {
   const Placement p = Pipeline({1});
-  StragglerScorer s(Spec(1.5, 2), p);
+  StragglerScorer s = Warm(Spec(1.5, 2), p);
   Steps(s, p, 1, 5, {1});
   EXPECT_FALSE(s.Score().has_value());
 }
@@ -100,7 +118,7 @@ TEST(StragglerScorer, SlowRankIsItsComputeOverItsPeersMedian) {
   // Four stages; rank 2 computes 2.4x the others per unit of cost. Its peers' median is 0.1 per
   // unit; rank 2's own median of peers excludes it.
   const Placement p = Pipeline({2, 1, 1, 2});
-  StragglerScorer s(Spec(1.5, 3), p);
+  StragglerScorer s = Warm(Spec(1.5, 3), p);
   Steps(s, p, 1, 3, {0.1, 0.1, 0.24, 0.1});
   std::optional<StragglerScorer::Result> r = s.Score();
   ASSERT_TRUE(r.has_value());
@@ -120,7 +138,7 @@ TEST(StragglerScorer, SlowRankIsItsComputeOverItsPeersMedian) {
 TEST(StragglerScorer, WindowMeanIgnoresOneSlowStep) {
   // One step 3x slow in a window of 10: the mean is 1.2x, under the threshold.
   const Placement p = Pipeline({1, 1});
-  StragglerScorer s(Spec(1.5, 10), p);
+  StragglerScorer s = Warm(Spec(1.5, 10), p);
   Steps(s, p, 1, 9, {1, 1});
   s.Add(0, Timing(10, 3));
   s.Add(1, Timing(10, 1));
@@ -132,7 +150,7 @@ TEST(StragglerScorer, WindowMeanIgnoresOneSlowStep) {
 
 TEST(StragglerScorer, HysteresisClearsOnlyBelowTheMidpoint) {
   const Placement p = Pipeline({1, 1, 1});
-  StragglerScorer s(Spec(1.5, 2), p);
+  StragglerScorer s = Warm(Spec(1.5, 2), p);
   EXPECT_DOUBLE_EQ(s.clear_below(), 1.25);
   Steps(s, p, 1, 2, {1, 1, 1.6});
   std::optional<StragglerScorer::Result> r = s.Score();
@@ -156,7 +174,7 @@ TEST(StragglerScorer, HysteresisClearsOnlyBelowTheMidpoint) {
 
 TEST(StragglerScorer, IgnoresUnknownRanksAndOldSteps) {
   const Placement p = Pipeline({1, 1});
-  StragglerScorer s(Spec(1.5, 2), p);
+  StragglerScorer s = Warm(Spec(1.5, 2), p);
   s.Add(-1, Timing(1, 5));
   s.Add(2, Timing(1, 5));
   Steps(s, p, 1, 2, {1, 1});
