@@ -267,6 +267,10 @@ const std::vector<CommandInfo>& Commands() {
        "one step of a running job on every rank as a Chrome / Perfetto trace (-o FILE; open it "
        "in ui.perfetto.dev or chrome://tracing): F / B / W, sends, receives, collectives, "
        "arrows from each send to its receive, on the coordinator's clock (docs/TRACING.md)"},
+      {"rebalance", "JOB", 1, 1, kJobArgument, true,
+       "admin: re-cut a running pipeline job's layers from its stages' compute in its latest "
+       "straggler window, when a cut is predicted 10% faster; it restarts on it at its next "
+       "sealed checkpoint (the straggler policy rebalance does this by itself)"},
       {"workers", "", 0, 0, "", true, "registered workers, their jobs and heartbeats"},
       {"export", "CHECKPOINT OUT.safetensors", 2, 2, "a checkpoint directory and an output file",
        false,

@@ -477,6 +477,24 @@ int Diagnose(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   return kExitOk;
 }
 
+// `dtrain rebalance JOB`: the decision in words ("stage 1 (w2) measured 2.0x slower per layer:
+// cut 3,3,3 -> 4,1,4 (...)"), and when the job moves, when.
+int Rebalance(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  absl::StatusOr<RebalanceJobResponse> r = stub.RebalanceJob(*id);
+  if (!r.ok()) return Fail(WithNewestJobHint(stub, r.status()), inv, output);
+  if (inv.json) {
+    output.out << ToJsonLine(*r) << "\n";
+  } else {
+    output.out << *id << ": " << r->summary()
+               << (r->moved() ? "; the job restarts on the new cut (dtrain logs says when)"
+                              : "; the cut stays")
+               << "\n";
+  }
+  return kExitOk;
+}
+
 // `dtrain trace JOB [--step N] [-o FILE]`: the trace file (client/trace.h), and a line saying
 // what it holds when it went to a file.
 int Trace(const Invocation& inv, CoordinatorStub& stub, Output& output) {
@@ -584,6 +602,7 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   if (inv.command == "checkpoints") return Checkpoints(inv, stub, output);
   if (inv.command == "diagnose") return Diagnose(inv, stub, output);
   if (inv.command == "trace") return Trace(inv, stub, output);
+  if (inv.command == "rebalance") return Rebalance(inv, stub, output);
   if (inv.command == "workers") return Workers(inv, stub, output);
   output.err << "dtrain: unknown command '" << inv.command << "'\n";
   return kExitUsage;

@@ -162,6 +162,16 @@ absl::StatusOr<JobTrace> CoordinatorStub::TraceJob(const std::string& job_id,
   return response;
 }
 
+absl::StatusOr<RebalanceJobResponse> CoordinatorStub::RebalanceJob(const std::string& job_id) {
+  RebalanceJobRequest request;
+  request.set_job_id(job_id);
+  RebalanceJobResponse response;
+  auto context = UnaryContext();
+  RETURN_IF_ERROR(
+      FromGrpc(stub_->RebalanceJob(context.get(), request, &response), "RebalanceJob"));
+  return response;
+}
+
 absl::Status CoordinatorStub::JobLogs(const std::string& job_id, std::optional<int> rank,
                                       bool follow,
                                       const std::function<void(const LogEntry&)>& on_entry) {

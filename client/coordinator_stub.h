@@ -70,6 +70,7 @@ class CoordinatorStub {
   absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
   absl::StatusOr<JobDiagnosis> Diagnose(const std::string& job_id);
   absl::StatusOr<JobTrace> TraceJob(const std::string& job_id, std::optional<int64_t> step);
+  absl::StatusOr<RebalanceJobResponse> RebalanceJob(const std::string& job_id);
 
   // Calls on_entry for each of the job's log lines (JobLogsRequest: `rank` unset for all). Without
   // `follow` the stream has the --timeout deadline; with it the stream stays open until the job

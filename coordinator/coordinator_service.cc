@@ -497,6 +497,28 @@ grpc::ServerUnaryReactor* CoordinatorService::TraceJob(grpc::CallbackServerConte
   return reactor;
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::RebalanceJob(grpc::CallbackServerContext* context,
+                                                           const RebalanceJobRequest* request,
+                                                           RebalanceJobResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "RebalanceJob"); !s.ok()) {
+    return Reply<RebalanceJobResponse>(context, s, response);
+  }
+  if (request->job_id().empty()) {
+    return Reply<RebalanceJobResponse>(context, absl::InvalidArgumentError("job_id is empty"),
+                                       response);
+  }
+  absl::StatusOr<RebalanceDecision> d =
+      manager_->RebalanceJob(request->job_id(), {}, "dtrain rebalance");
+  if (!d.ok()) return Reply<RebalanceJobResponse>(context, d.status(), response);
+  RebalanceJobResponse out;
+  out.set_moved(d->move);
+  for (int n : d->from) out.add_from(n);
+  for (int n : d->to) out.add_to(n);
+  for (double t : d->stage_compute_s) out.add_stage_compute_s(t);
+  out.set_summary(d->summary);
+  return Reply(context, absl::StatusOr<RebalanceJobResponse>(std::move(out)), response);
+}
+
 absl::StatusOr<RunningServer> StartServer(
     const std::string& listen, grpc::Service* service,
     std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> interceptor,

@@ -83,6 +83,9 @@ class CoordinatorService final : public Coordinator::CallbackService {
   // The same gathering, after clock probes, cut to one step (trace_job.h).
   grpc::ServerUnaryReactor* TraceJob(grpc::CallbackServerContext* context,
                                      const TraceJobRequest* request, JobTrace* response) override;
+  grpc::ServerUnaryReactor* RebalanceJob(grpc::CallbackServerContext* context,
+                                         const RebalanceJobRequest* request,
+                                         RebalanceJobResponse* response) override;
 
   // The coordinator's credentials towards the workers' peer services, which Diagnose calls
   // (common/tls.h; plaintext by default, as in-process tests run).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -505,6 +506,27 @@ TEST(CoordinatorService, RestartKeepsHistoryAndQueuedJobs) {
               ElementsAre("QUEUED", "PLACING", "RUNNING", "step 1", "SUCCEEDED"));
 }
 
+// `call`'s answers for a job queued and then running on one worker (a FakeWorker).
+struct QueuedThenRunning {
+  std::string id;
+  grpc::Status queued, running;
+};
+QueuedThenRunning CallQueuedThenRunning(
+    Coordinator& c, const std::function<grpc::Status(const std::string&)>& call) {
+  QueuedThenRunning out;
+  absl::StatusOr<Job> job = c.Submit(kSpec);
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return out;
+  out.id = job->id();
+  out.queued = call(out.id);
+  FakeWorker w1(&c.stub(), "w1");
+  EXPECT_TRUE(w1.Register().ok());
+  EXPECT_EQ(w1.TakeAssignment(), out.id);
+  EXPECT_TRUE(WaitFor([&] { return c.StateOf(out.id) == RUNNING; }));
+  out.running = call(out.id);
+  return out;
+}
+
 // What Diagnose cannot ask is named: an unknown job, a job with no run now, a one-worker run
 // (no peer service). The answer of a running multi-worker job is the integration case diagnose.
 TEST(CoordinatorService, DiagnoseRefusesJobsWithoutRanksToAsk) {
@@ -516,18 +538,11 @@ TEST(CoordinatorService, DiagnoseRefusesJobsWithoutRanksToAsk) {
     return c.stub().Diagnose(Ctx().get(), request, &response);
   };
   EXPECT_EQ(diagnose("job-000042").error_code(), grpc::StatusCode::NOT_FOUND);
-  absl::StatusOr<Job> job = c.Submit(kSpec);
-  ASSERT_TRUE(job.ok()) << job.status();
-  grpc::Status queued = diagnose(job->id());
-  EXPECT_EQ(queued.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(queued.error_message(), HasSubstr(job->id() + " is QUEUED"));
-  FakeWorker w1(&c.stub(), "w1");
-  ASSERT_TRUE(w1.Register().ok());
-  ASSERT_EQ(w1.TakeAssignment(), job->id());
-  ASSERT_TRUE(WaitFor([&] { return c.StateOf(job->id()) == RUNNING; }));
-  grpc::Status one = diagnose(job->id());
-  EXPECT_EQ(one.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(one.error_message(), HasSubstr("runs on one worker"));
+  const QueuedThenRunning r = CallQueuedThenRunning(c, diagnose);
+  EXPECT_EQ(r.queued.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(r.queued.error_message(), HasSubstr(r.id + " is QUEUED"));
+  EXPECT_EQ(r.running.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(r.running.error_message(), HasSubstr("runs on one worker"));
 }
 
 // TraceJob refuses what Diagnose refuses (the gathering is the same); a running job's trace is
@@ -547,6 +562,26 @@ TEST(CoordinatorService, TraceJobRefusesJobsWithoutRanksToAsk) {
   grpc::Status queued = trace(job->id());
   EXPECT_EQ(queued.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(queued.error_message(), HasSubstr(job->id() + " is QUEUED"));
+}
+
+// RebalanceJob (`dtrain rebalance`) names what it cannot re-cut; a running pipeline re-cut from
+// its measured stages is rebalance_job_test (the manager) and the integration case
+// rebalance_command (the CLI on real workers).
+TEST(CoordinatorService, RebalanceJobRefusesWhatItCannotRecut) {
+  Coordinator c(TempDb("svc-rebalance"));
+  auto rebalance = [&](const std::string& id) {
+    RebalanceJobRequest request;
+    request.set_job_id(id);
+    RebalanceJobResponse response;
+    return c.stub().RebalanceJob(Ctx().get(), request, &response);
+  };
+  EXPECT_EQ(rebalance("").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(rebalance("job-000042").error_code(), grpc::StatusCode::NOT_FOUND);
+  const QueuedThenRunning r = CallQueuedThenRunning(c, rebalance);
+  EXPECT_EQ(r.queued.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(r.queued.error_message(), HasSubstr(r.id + " is QUEUED"));
+  EXPECT_EQ(r.running.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(r.running.error_message(), HasSubstr("no straggler window scored yet"));
 }
 
 TEST(CoordinatorService, SecondServerOnTheSamePortFails) {

@@ -132,12 +132,13 @@ class JobManager {
   absl::Status ForgetWorker(const std::string& worker_id);
   absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
   // Re-cuts the pipeline of a RUNNING job from each stage's measured compute seconds per step
-  // (pp entries; coordinator/rebalance.h decides) and restarts it on the new cut at its next
-  // sealed checkpoint (at once when none comes before its end), resuming from it: a Recovery
-  // with rebalance_to, not counted against max_restarts. `why` ("straggler policy", "dtrain
-  // rebalance by admin") starts the job's event, which says either way what was decided. The
-  // decision; FailedPrecondition when the job is not RUNNING, recovering or already moving to
-  // a cut, InvalidArgument for times that do not match its stages.
+  // (pp entries, or none: those of its latest straggler window; coordinator/rebalance.h
+  // decides) and restarts it on the new cut at its next sealed checkpoint (at once when none
+  // comes before its end), resuming from it: a Recovery with rebalance_to, not counted against
+  // max_restarts. `why` ("straggler policy, w2 flagged", "dtrain rebalance") starts the job's
+  // event, which says either way what was decided. The decision; FailedPrecondition when the
+  // job is not RUNNING, recovering, already moving to a cut or has no window scored,
+  // InvalidArgument for times that do not match its stages.
   absl::StatusOr<RebalanceDecision> RebalanceJob(const std::string& job_id,
                                                  const std::vector<double>& stage_compute_s,
                                                  const std::string& why);

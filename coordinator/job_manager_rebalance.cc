@@ -32,6 +32,17 @@ absl::StatusOr<RebalanceDecision> JobManager::RebalanceLocked(
                                                       " at its next sealed checkpoint"));
   }
   ASSIGN_OR_RETURN(const JobPlan plan, plan::MakeJobPlan(job.run_spec));
+  std::vector<double> window;
+  if (stage_compute_s.empty()) {  // the latest straggler window's (`dtrain rebalance`)
+    if (job.straggler_scores.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          job.id, " has no straggler window scored yet: every rank reports its compute for ",
+          job.spec.stragglers().window_steps(), " steps first (stragglers.window_steps)"));
+    }
+    window =
+        StageComputeSeconds(job.assignment->placement(), plan.stages_size(), job.straggler_scores);
+    stage_compute_s = window;
+  }
   ASSIGN_OR_RETURN(RebalanceDecision d,
                    DecideRebalance(plan, stage_compute_s,
                                    StageWorkers(job.assignment->placement(), plan.stages_size())));

@@ -69,6 +69,7 @@ absl::StatusOr<RebalanceDecision> DecideRebalance(const JobPlan& plan,
           absl::StrCat("stage ", s, "'s measured compute per step is ", t, " s, not positive"));
     }
     d.from.push_back(plan.stages(s).chunks(0).num_layers());
+    d.stage_compute_s.push_back(t);
     d.time_per_cost.push_back(t / plan.stages(s).cost());
     d.measured_s = std::max(d.measured_s, t);
   }

@@ -32,14 +32,15 @@ namespace dtrain::coordinator {
 inline constexpr double kRebalanceMargin = 0.1;
 
 struct RebalanceDecision {
-  std::vector<int> from;              // the current cut: layers per stage
-  std::vector<int> to;                // the proposed cut (== from when no better one exists)
-  std::vector<double> time_per_cost;  // per stage: measured seconds per unit of planned cost
-  double measured_s = 0;              // the slowest stage's measured compute per step
-  double predicted_s = 0;             // the slowest stage's predicted compute on `to`
-  int slowest_stage = 0;              // the stage slowest per unit of cost
-  double slowdown = 1;                // its time per cost / the mean of the other stages'
-  bool move = false;                  // `to` is predicted better by the margin: re-cut
+  std::vector<int> from;                // the current cut: layers per stage
+  std::vector<int> to;                  // the proposed cut (== from when no better one exists)
+  std::vector<double> stage_compute_s;  // per stage: the measured compute per step given
+  std::vector<double> time_per_cost;    // per stage: measured seconds per unit of planned cost
+  double measured_s = 0;                // the slowest stage's measured compute per step
+  double predicted_s = 0;               // the slowest stage's predicted compute on `to`
+  int slowest_stage = 0;                // the stage slowest per unit of cost
+  double slowdown = 1;                  // its time per cost / the mean of the other stages'
+  bool move = false;                    // `to` is predicted better by the margin: re-cut
   // One line for events: "stage 1 measured 2.1x slower per layer: cut 2,2,2 -> 3,1,2 (...)",
   // or why not: "... the best cut 2,2,2 is the current one" / "... predicted 0.95 s, not 10%
   // better than the measured 1.00 s".

@@ -40,6 +40,58 @@ def stage_layers(job):
     return [layers[s] for s in sorted(layers)]
 
 
+def pp3_spec(c, steps, policy):
+    """pp=3, 9 layers of width 256 (cut 3,3,3), batch 8 in 4 micro-batches, a checkpoint every
+    15 steps, max_restarts 0, stragglers scored over windows of 8 steps with `policy`."""
+    return small_job_spec(
+        os.path.join(c.tmp, "ckpt"), steps, interval=15, name="rebalance",
+        model={"vocab_size": 256, "context": SEQ, "n_layer": 9, "n_head": 4, "n_embd": 256},
+        batch_size=BATCH, micro_batch_size=2, parallel={"pp": 3},
+        stragglers={"threshold": 1.5, "window_steps": 8, "policy": policy},
+        fault_tolerance={"max_restarts": 0})
+
+
+def start_three(c):
+    c.write_corpus()
+    c.start_coordinator()
+    for w in ("w1", "w2", "w3"):
+        c.start_worker(w)
+    c.wait_workers({w: "IDLE" for w in ("w1", "w2", "w3")})
+
+
+def case_rebalance_command(args):
+    """`dtrain rebalance JOB` (admin): the same pp=3 job with policy report; once the slowed
+    stage 1 is flagged, the command re-cuts it from the latest window (its output says the cut
+    and that the job restarts), the job restarts on the new cut at its next sealed checkpoint
+    (the recovery's cause names the command) and SUCCEEDS; a second command while the cut is
+    pending is refused (exit 6, naming the pending cut)."""
+    with Cluster(args.binaries, "rebalance_command") as c:
+        start_three(c)
+        job_id = c.submit(c.write_spec("report.json", pp3_spec(c, 35, "report")))
+        job = c.wait_step(job_id, 3, 120)
+        slow = job["placement"]["ranks"][1]["worker_id"]
+        with DutyCycle(c.workers[slow], stopped_s=0.04, period_s=0.06):
+            event = "straggler: rank 1 (%s, dp0 pp1 tp0) is " % slow
+            c.wait_until(lambda: event in logs(c, job_id), 60, "the straggler event")
+            rc, out, err = c.cli("rebalance", job_id)
+            print(out.strip())
+            expect(rc == 0 and ("%s: stage 1 (%s) measured " % (job_id, slow)) in out and
+                   "cut 3,3,3 -> " in out and "the job restarts on the new cut" in out,
+                   "dtrain rebalance exited %d: %s%s" % (rc, out, err))
+            rc, again, err = c.cli("rebalance", job_id)
+            expect(rc == 6 and "already moves to cut" in err,
+                   "a second rebalance while one is pending: exit %d: %s%s" % (rc, again, err))
+            job = c.wait_state(job_id, FINAL, 120)
+        expect(job["state"] == "SUCCEEDED", "state %s: %s" % (job["state"], job.get("reason")))
+        recoveries = job.get("recoveries", [])
+        expect(len(recoveries) == 1 and recoveries[0].get("rebalance_to") and
+               int(recoveries[0]["rebalance_to"][1]) < 3 and
+               "rebalance: stage 1" in recoveries[0].get("cause", ""),
+               "one rebalance off stage 1: %s" % json.dumps(recoveries))
+        expect("rebalance (dtrain rebalance): stage 1" in logs(c, job_id),
+               "the job's events name the command")
+
+
 def case_rebalance_slow_stage(args):
     """pp=3, 9 layers of width 256 cut 3,3,3, policy rebalance over windows of 8 steps, a
     checkpoint every 15 steps, max_restarts 0: the worker of stage 1 is slowed by a duty cycle
@@ -49,18 +101,8 @@ def case_rebalance_slow_stage(args):
     SUCCEEDS, and the median step time after the re-cut is below the median while slowed on the
     old cut (both printed: the figure of docs/PERFORMANCE.md)."""
     with Cluster(args.binaries, "rebalance_slow_stage") as c:
-        c.write_corpus()
-        c.start_coordinator()
-        ids = ("w1", "w2", "w3")
-        for w in ids:
-            c.start_worker(w)
-        c.wait_workers({w: "IDLE" for w in ids})
-        spec = small_job_spec(
-            os.path.join(c.tmp, "ckpt"), 50, interval=15, name="rebalance",
-            model={"vocab_size": 256, "context": SEQ, "n_layer": 9, "n_head": 4, "n_embd": 256},
-            batch_size=BATCH, micro_batch_size=2, parallel={"pp": 3},
-            stragglers={"threshold": 1.5, "window_steps": 8, "policy": "rebalance"},
-            fault_tolerance={"max_restarts": 0})
+        start_three(c)
+        spec = pp3_spec(c, 50, "rebalance")
         job_id = c.submit(c.write_spec("rebalance.json", spec))
         job = c.wait_step(job_id, 3, 120)
         before_cut = stage_layers(job)
