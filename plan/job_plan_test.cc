@@ -336,6 +336,8 @@ TEST(MakeJobPlan, EveryRuleHasItsSentence) {
       {R"("parallel": {"pp": 2, "schedule": "interleaved"})",
        "parallel.virtual_stages=1 must be >= 2 for schedule \"interleaved\""},
       {R"("parallel": {"virtual_stages": 2})", "needs schedule \"interleaved\", not \"1f1b\""},
+      {R"("parallel": {"pp": 2, "stage_layers": [1, 2]})",
+       "parallel.stage_layers=[1, 2] sums to 3 layers, model.n_layer=4"},
       {R"("parallel": {"dp": 1000, "tp": 1000})", "exceeds 65536 workers"},
       {R"("parallel": {"dp": -1})", "parallel.dp=-1 must be >= 0"},
       {R"("device": "tpu")", "device=\"tpu\" is not one of cpu, cuda, auto"},

@@ -41,6 +41,8 @@ RULES = [
     ({"parallel": {"pp": 5}}, "parallel.pp=5 exceeds model.n_layer=4"),
     ({"parallel": {"pp": 2, "schedule": "zigzag"}}, 'parallel.schedule="zigzag" is not one of'),
     ({"parallel": {"pp": 2, "virtual_stages": 2}}, 'needs schedule "interleaved", not "1f1b"'),
+    ({"parallel": {"pp": 2, "stage_layers": [1, 2]}},
+     "parallel.stage_layers=[1, 2] sums to 3 layers, model.n_layer=4"),
     ({"micro_batch_size": 3}, "micro_batch_size=3 does not divide the per-replica batch"),
     ({"seq_len": 33}, "seq_len=33 exceeds model.context=32"),
     ({"checkpoint": {}}, "checkpoint.dir is required for a job on 2 workers"),
