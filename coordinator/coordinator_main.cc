@@ -151,14 +151,20 @@ int main(int argc, char** argv) {
   options.diagnose_stall_after = absl::GetFlag(FLAGS_diagnose_stall_after);
   options.diagnose = [tls = *tls, deadline = options.diagnosis_deadline](
                          const dtrain::Job& job, const dtrain::ListWorkersResponse& workers,
-                         const std::vector<dtrain::coordinator::TimedOutRank>& timed_out,
+                         std::function<std::vector<dtrain::coordinator::TimedOutRank>()> timed_out,
                          std::function<void(std::string)> done) {
     dtrain::coordinator::GatherOptions gather;
     gather.tls = tls;
     gather.deadline = deadline;
-    gather.analysis.timed_out = timed_out;
-    absl::Status started = dtrain::coordinator::StartDiagnosis(
-        job, workers.workers(), gather, [done](dtrain::JobDiagnosis d) { done(d.summary()); });
+    dtrain::coordinator::DiagnosisOptions analysis = gather.analysis;
+    analysis.deadline = deadline;
+    // Analysed once every rank answered or not, with the ranks that timed out by then.
+    absl::Status started = dtrain::coordinator::StartGathering(
+        job, workers.workers(), gather, [analysis, timed_out, done](dtrain::JobDiagnosis d) {
+          dtrain::coordinator::DiagnosisOptions o = analysis;
+          o.timed_out = timed_out();
+          done(dtrain::coordinator::Analyse(std::move(d), o).summary());
+        });
     if (!started.ok()) done(absl::StrCat("cannot diagnose: ", started.message()));
   };
   absl::StatusOr<std::unique_ptr<JobManager>> manager =

@@ -88,6 +88,18 @@ Now NowOf(const RankDiagnosis& r) {
   return n;
 }
 
+// The receive a rank whose run just failed gave up on: its newest entries all failed (the
+// receive, and the collective and action around it), and one of them is a receive. Null
+// otherwise.
+const FlightEntry* GaveUpOn(const RankDiagnosis& r) {
+  for (int i = r.entries_size() - 1; i >= 0; --i) {
+    const FlightEntry& e = r.entries(i);
+    if (e.state() != FlightEntry::FAILED) return nullptr;
+    if (e.op() == FlightEntry::RECV) return &e;
+  }
+  return nullptr;
+}
+
 // "rank 5 (w6, dp0 pp1 tp1)".
 std::string Who(const RankState& r) {
   return absl::StrCat("rank ", r.rank(), " (", r.worker_id(), ", ", r.label(), ")");
@@ -124,6 +136,15 @@ void Describe(RankState& r, double threshold) {
     const double age = Age(d, *n.checkpoint);
     r.set_doing(absl::StrCat("is in checkpoint ", n.checkpoint->what(), " for ", Seconds(age)));
     r.set_doing_seconds(age);
+  } else if (const FlightEntry* recv = GaveUpOn(d); recv != nullptr) {
+    // Its run failed in that wait (timed out, or told by a peer that gave up): still on the
+    // chain of waits, towards the rank it waited for.
+    const double waited =
+        std::max<double>(0, static_cast<double>(recv->end_unix_ns() - recv->start_unix_ns()) / 1e9);
+    r.set_doing(absl::StrCat("gave up waiting for rank ", recv->peer(), "'s ", MessageText(*recv),
+                             " after ", Seconds(waited), " (its run failed)"));
+    r.set_doing_seconds(waited);
+    r.add_waits_on(recv->peer());
   } else if (d.entries_size() > 0) {
     const FlightEntry& last = d.entries(d.entries_size() - 1);
     const double since = std::max<double>(

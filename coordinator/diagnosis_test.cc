@@ -192,6 +192,34 @@ TEST(Analyse, ARankThatTimedOutWaitsOnTheRankItBlamed) {
             "heartbeat 0.4 s ago); rank 0 timed out waiting on it");
 }
 
+// A rank that answers just after its run failed in a receive (a peer gave up on the collective
+// first) is on the chain towards the rank it waited for, not a root "between operations".
+TEST(Analyse, ARankWhoseRunFailedInAReceiveWaitsOnItsSender) {
+  JobDiagnosis d;
+  // World all-reduce ring 0 -> 1 -> 2 -> 3 -> 0, rank 3 frozen: rank 0 gave up on rank 3,
+  // rank 1 timed out on rank 0, rank 2 still waits on rank 1.
+  RankState& r0 = AddRank(d, 0, "dp0 pp0 tp0");
+  InCollective(r0, 4, 12, 3, 4.0);
+  for (FlightEntry& e : *r0.mutable_recorder()->mutable_entries()) {
+    e.set_state(FlightEntry::FAILED);
+    e.set_end_unix_ns(kNow);
+  }
+  AddRank(d, 1, "dp0 pp0 tp1", /*answered=*/false);
+  InCollective(AddRank(d, 2, "dp0 pp1 tp0"), 4, 12, 1, 4.0);
+  AddRank(d, 3, "dp0 pp1 tp1", /*answered=*/false);
+  DiagnosisOptions o;
+  o.timed_out.push_back({1, {0}, "nothing arrived within 4s"});
+  const JobDiagnosis a = Analyse(d, o);
+  EXPECT_EQ(a.ranks(0).doing(),
+            "gave up waiting for rank 3's message of collective group 4 seq 12 after 4.0 s (its "
+            "run failed)");
+  EXPECT_TRUE(absl::StartsWith(a.summary(),
+                               "root: rank 3 (w4, dp0 pp1 tp1) did not answer in 2s (process "
+                               "stopped or hung? last heartbeat 0.4 s ago); rank 0 waits on it; "
+                               "ranks 1, 2 wait on those"))
+      << a.summary();
+}
+
 TEST(Analyse, CollectiveSequenceMismatchNamesBothSides) {
   JobDiagnosis d;
   InCollective(AddRank(d, 0, "dp0 pp0 tp0"), 7, 12, 1, 5.0);

@@ -198,11 +198,7 @@ void JobManager::Stop() {
 
 void JobManager::DiagnoseStalledJobs() {
   if (!options_.diagnose) return;
-  struct Ask {
-    Job job;
-    std::vector<TimedOutRank> timed_out;
-  };
-  std::vector<Ask> asks;
+  std::vector<Job> asks;
   {
     JobsLock lock(this);
     const absl::Time now = Now();
@@ -213,35 +209,35 @@ void JobManager::DiagnoseStalledJobs() {
       }
       const bool stalled = options_.diagnose_stall_after > absl::ZeroDuration() &&
                            now - job.progress_at >= options_.diagnose_stall_after;
-      if (job.timed_out.empty() && !stalled) continue;
+      if (!job.timeout_due && !stalled) continue;
       job.stall_diagnosed = true;
-      if (job.timed_out.empty()) {
-        job.diagnosed_when = "it stalled";
-      } else {
+      if (job.timeout_due) {
         job.diagnosis_until = now + options_.diagnosis_deadline + absl::Milliseconds(250);
+      } else {
+        job.diagnosed_when = "it stalled";
       }
-      Ask& ask = asks.emplace_back();
-      ask.job.set_id(job.id);
-      ask.job.set_state(RUNNING);
-      *ask.job.mutable_placement() = job.assignment->placement();
-      ask.timed_out = std::move(job.timed_out);
-      job.timed_out.clear();
+      job.timeout_due = false;
+      Job& ask = asks.emplace_back();
+      ask.set_id(job.id);
+      ask.set_state(RUNNING);
+      *ask.mutable_placement() = job.assignment->placement();
     }
   }
   if (asks.empty()) return;
   const ListWorkersResponse workers = ListWorkers();
-  for (const Ask& ask : asks) {
+  for (const Job& ask : asks) {
     {
       absl::MutexLock lock(&wake_mu_);
       if (stop_) return;
       ++diagnosing_;
     }
-    options_.diagnose(ask.job, workers, ask.timed_out,
-                      [this, id = ask.job.id()](std::string summary) {
-                        RecordStallDiagnosis(id, std::move(summary));
-                        absl::MutexLock lock(&wake_mu_);
-                        --diagnosing_;
-                      });
+    options_.diagnose(
+        ask, workers, [this, id = ask.id()] { return TimedOutRanks(id); },
+        [this, id = ask.id()](std::string summary) {
+          RecordStallDiagnosis(id, std::move(summary));
+          absl::MutexLock lock(&wake_mu_);
+          --diagnosing_;
+        });
   }
 }
 
@@ -269,24 +265,43 @@ void JobManager::NoteTimeout(ActiveJob& job, const RankFailure& failure) {
       failure.rank < 0) {
     return;
   }
-  TimedOutRank t;
-  t.rank = failure.rank;
-  t.error = failure.error;
-  for (const std::string& w : failure.suspects) {
-    if (auto it = job.rank_of.find(w); it != job.rank_of.end()) t.on.push_back(it->second);
-  }
-  if (job.timed_out.empty()) {
-    job.diagnosed_when =
-        absl::StrCat("rank ", failure.rank, " (", failure.worker_id, ") timed out");
-    // Until the scheduler starts it (woken now): the failure does not wait without a diagnosis.
-    job.diagnosis_until = Now() + options_.diagnosis_deadline + absl::Milliseconds(250);
-  }
-  job.timed_out.push_back(std::move(t));
+  if (job.timeout_due) return;  // the first timeout names the occasion
+  job.timeout_due = true;
+  job.diagnosed_when = absl::StrCat("rank ", failure.rank, " (", failure.worker_id, ") timed out");
+  // Until the scheduler starts it (woken now): the failure does not wait without a diagnosis.
+  job.diagnosis_until = Now() + options_.diagnosis_deadline + absl::Milliseconds(250);
   Wake();
 }
 
 bool JobManager::AwaitsDiagnosis(const ActiveJob& job, absl::Time now) {
-  return (job.stall_diagnosed || !job.timed_out.empty()) && now < job.diagnosis_until;
+  return (job.stall_diagnosed || job.timeout_due) && now < job.diagnosis_until;
+}
+
+std::vector<TimedOutRank> JobManager::TimedOutRanks(const std::string& job_id) {
+  JobsLock lock(this);
+  std::vector<TimedOutRank> timed_out;
+  const ActiveJob* job = FindActive(job_id);
+  if (job == nullptr) return timed_out;
+  for (const RankFailure& f : job->failures) {
+    if (f.cause != RankFailure::kPeer || f.rank < 0 ||
+        f.error_code != static_cast<int>(absl::StatusCode::kDeadlineExceeded)) {
+      continue;
+    }
+    TimedOutRank& t = timed_out.emplace_back();
+    t.rank = f.rank;
+    t.error = f.error;
+    // The peer it waited for first: its error names it before the others it blames (peers
+    // that gave up meanwhile and told it so), as "from rank 3 (worker w4 at ...".
+    std::vector<std::pair<size_t, int>> named;
+    for (const std::string& w : f.suspects) {
+      if (auto it = job->rank_of.find(w); it != job->rank_of.end()) {
+        named.push_back({f.error.find(absl::StrCat("worker ", w, " at ")), it->second});
+      }
+    }
+    std::stable_sort(named.begin(), named.end());
+    for (const auto& [at, rank] : named) t.on.push_back(rank);
+  }
+  return timed_out;
 }
 
 void JobManager::Wake() {
@@ -342,7 +357,7 @@ absl::Status JobManager::Transition(ActiveJob& job, JobState state, const std::s
     job.progress_at = Now();
     job.stall_diagnosed = false;
     job.stall_summary.clear();
-    job.timed_out.clear();
+    job.timeout_due = false;
     job.diagnosis_until = absl::InfinitePast();
   }
   to_notify_.push_back(job.id);

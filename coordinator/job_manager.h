@@ -94,13 +94,15 @@ class JobManager {
     absl::Duration diagnose_stall_after = absl::ZeroDuration();
     // Starts a diagnosis of `job` (its id, state and placement with the peer secret) and calls
     // `done` with its summary later, on another thread, within `diagnosis_deadline` (plus a
-    // callback's time) (dtrain-coordinator: diagnose_job.h's StartDiagnosis). `timed_out`: ranks
-    // whose run already failed on a communication timeout (DiagnosisOptions::timed_out). When
-    // set, a run is also diagnosed once when a rank reports such a timeout (FAILURE_PEER with
-    // DEADLINE_EXCEEDED) and no diagnosis was made yet: before its ranks are stopped, so the
-    // still-live ones are asked; the failure waits for the answer at most diagnosis_deadline.
+    // callback's time) (dtrain-coordinator: diagnose_job.h's StartGathering, then Analyse).
+    // `timed_out()`: the ranks of the run that failed on a communication timeout so far
+    // (DiagnosisOptions::timed_out), to call once the answers are in (they are gone by then,
+    // and more may have timed out meanwhile). When set, a run is also diagnosed once when a rank
+    // reports such a timeout (FAILURE_PEER with DEADLINE_EXCEEDED) and no diagnosis was made
+    // yet: before its ranks are stopped, so the still-live ones are asked; the failure waits for
+    // the answer at most diagnosis_deadline.
     std::function<void(const Job& job, const ListWorkersResponse& workers,
-                       const std::vector<TimedOutRank>& timed_out,
+                       std::function<std::vector<TimedOutRank>()> timed_out,
                        std::function<void(std::string summary)> done)>
         diagnose;
     absl::Duration diagnosis_deadline = absl::Seconds(2);
@@ -185,13 +187,13 @@ class JobManager {
     bool run_located = false;  // rank 0 of the current run reported its location
     // Since when the run has made no step (RUNNING entered, or the last step), whether that
     // stall was diagnosed, and the diagnosis (Options::diagnose_stall_after). The one diagnosis
-    // of a run may instead come from a rank's timeout (NoteTimeout): `timed_out`
-    // until it starts, `diagnosis_until` the longest the failure waits for it; `diagnosed_when`
-    // is the occasion the reason names ("it stalled", "rank 0 (w1) timed out").
+    // of a run may instead come from a rank's timeout (NoteTimeout): `timeout_due` until it
+    // starts, `diagnosis_until` the longest the failure waits for it; `diagnosed_when` is the
+    // occasion the reason names ("it stalled", "rank 0 (w1) timed out").
     absl::Time progress_at = absl::InfinitePast();
     bool stall_diagnosed = false;
     std::string stall_summary;
-    std::vector<TimedOutRank> timed_out;
+    bool timeout_due = false;
     absl::Time diagnosis_until = absl::InfinitePast();
     std::string diagnosed_when;
     // A rebalance decided, begun at the next sealed checkpoint (job_manager_rebalance.cc): the
@@ -227,6 +229,9 @@ class JobManager {
   void NoteTimeout(ActiveJob& job, const RankFailure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the failure decision waits for a timeout's diagnosis at `now`.
   static bool AwaitsDiagnosis(const ActiveJob& job, absl::Time now);
+  // The ranks of `job_id`'s run that reported a communication timeout so far, with the ranks
+  // they blamed (Options::diagnose's timed_out).
+  std::vector<TimedOutRank> TimedOutRanks(const std::string& job_id);
 
   // --- stragglers (job_manager_stragglers.cc; JobSpec.stragglers) ---
   // Heartbeat: keeps the rank's step timings for the next pass (timings_mu_ only, not mu_).

@@ -178,7 +178,8 @@ TEST(JobManager, AStalledRunIsDiagnosedOnceAndItsRootGoesIntoEventsAndReason) {
   Harness h(TempDb("stall"), [&](JobManager::Options* o) {
     o->diagnose_stall_after = absl::Seconds(3);
     o->diagnose = [&](const Job& job, const ListWorkersResponse& workers,
-                      const std::vector<TimedOutRank>&, std::function<void(std::string)> done) {
+                      std::function<std::vector<TimedOutRank>()>,
+                      std::function<void(std::string)> done) {
       asked.push_back(absl::StrCat(job.id(), ": ", job.placement().ranks_size(), " ranks, ",
                                    job.placement().peer_secret().size(), "-byte secret, ",
                                    workers.workers_size(), " workers"));
@@ -220,19 +221,27 @@ TEST(JobManager, AStalledRunIsDiagnosedOnceAndItsRootGoesIntoEventsAndReason) {
 // ranks are asked before they are stopped; the root goes into the events and the reason.
 TEST(JobManager, ACommunicationTimeoutIsDiagnosedBeforeTheRunIsStopped) {
   std::vector<std::string> asked;
+  std::function<std::vector<TimedOutRank>()> timed_out_now;
   std::function<void(std::string)> answer;
   Harness h(TempDb("timeout-diagnosis"), [&](JobManager::Options* o) {
     o->failure_window = absl::Milliseconds(500);
     o->diagnose = [&](const Job& job, const ListWorkersResponse&,
-                      const std::vector<TimedOutRank>& timed_out,
+                      std::function<std::vector<TimedOutRank>()> timed_out,
                       std::function<void(std::string)> done) {
-      for (const TimedOutRank& t : timed_out) {
-        asked.push_back(absl::StrCat(job.id(), ": rank ", t.rank, " on ",
-                                     absl::StrJoin(t.on, ","), ": ", t.error));
-      }
+      asked.push_back(job.id());
+      timed_out_now = std::move(timed_out);
       answer = std::move(done);
     };
   });
+  // What the analysis is told when the answers are in: "rank 0 on 1: <its error>".
+  auto timed_out = [&] {
+    std::vector<std::string> ranks;
+    for (const TimedOutRank& t : timed_out_now()) {
+      ranks.push_back(absl::StrCat("rank ", t.rank, " on ", absl::StrJoin(t.on, ","), ": ",
+                                   t.error));
+    }
+    return ranks;
+  };
   h.RunOn(3, kPp3Spec);
   auto timeout = [&](const std::string& worker, const std::string& suspect) {
     ReportProgressRequest r;
@@ -247,8 +256,29 @@ TEST(JobManager, ACommunicationTimeoutIsDiagnosedBeforeTheRunIsStopped) {
   };
   ASSERT_TRUE(timeout("w1", "w2").ok());
   h.m().RunSchedulerPass();
-  EXPECT_THAT(asked, ElementsAre("job-000001: rank 0 on 1: receiving gradient: nothing arrived "
-                                 "within 4s"));
+  EXPECT_THAT(asked, ElementsAre("job-000001"));
+  ASSERT_TRUE(timed_out_now);
+  EXPECT_THAT(timed_out(),
+              ElementsAre("rank 0 on 1: receiving gradient: nothing arrived within 4s"));
+  // Another rank times out while the ranks are asked: it is gone by the time they answered,
+  // and counts as waiting too, first on the peer its error names first (w2), not on w1, which
+  // it blames too (w1 gave up and told it so).
+  ReportProgressRequest r;
+  r.set_worker_id("w3");
+  r.set_session_id("s-w3");
+  r.set_job_id("job-000001");
+  r.mutable_outcome()->set_error(
+      "receiving activation from rank 1 (worker w2 at 127.0.0.1:7072): nothing arrived within "
+      "4s; rank 0 (worker w1 at 127.0.0.1:7071) gave up");
+  r.mutable_outcome()->set_kind(FAILURE_PEER);
+  r.mutable_outcome()->set_error_code(static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  r.mutable_outcome()->add_suspect_workers("w1");
+  r.mutable_outcome()->add_suspect_workers("w2");
+  ASSERT_TRUE(h.m().ReportProgress(r).ok());
+  const std::vector<std::string> now = timed_out();
+  ASSERT_EQ(now.size(), 2u);
+  EXPECT_EQ(now[0], "rank 0 on 1: receiving gradient: nothing arrived within 4s");
+  EXPECT_THAT(now[1], HasSubstr("rank 2 on 1,0: receiving activation from rank 1"));
   h.Advance(absl::Seconds(1));  // past the failure window: waits for the diagnosis
   h.m().RunSchedulerPass();
   EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
@@ -276,7 +306,8 @@ TEST(JobManager, ATimeoutDiagnosisDelaysTheFailureAtMostItsDeadline) {
   std::function<void(std::string)> late;
   Harness h(TempDb("timeout-no-answer"), [&](JobManager::Options* o) {
     o->failure_window = absl::Milliseconds(500);
-    o->diagnose = [&](const Job&, const ListWorkersResponse&, const std::vector<TimedOutRank>&,
+    o->diagnose = [&](const Job&, const ListWorkersResponse&,
+                      std::function<std::vector<TimedOutRank>()>,
                       std::function<void(std::string)> done) {
       ++asked;
       late = std::move(done);

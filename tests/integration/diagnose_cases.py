@@ -235,3 +235,44 @@ def case_diagnose_stuck_in_compute(args):
         expect(when in reason, "the reason lacks the diagnosis %r: %s" % (when, reason))
         expect(("rank %d timed out waiting on it" % other) in reason, "reason: %s" % reason)
         expect(("timed out: " + root) in logs, "no timeout diagnosis in the events:\n%s" % logs)
+
+
+def case_diagnose_timeout_reason(args):
+    """The automatic analysis when ranks hit their communication timeout (4 s), without
+    --diagnose_stall_after: a pp=2 x tp=2 job whose rank 3 (dp0 pp1 tp1) is frozen by SIGSTOP
+    FAILS naming, in its reason, that rank and worker as the root that did not answer and the
+    others as waiting on it; the lease (60 s) is long so the worker is not lost first."""
+    with Cluster(args.binaries, "diagnose_timeout_reason") as c:
+        c.lease_s = 60.0
+        ids = ["w1", "w2", "w3", "w4"]
+        c.write_corpus()
+        c.start_coordinator(extra=["--diagnose_stall_after=0"])
+        for w in ids:
+            c.start_worker(w, extra=["--comm_timeout=4s"])
+        c.wait_workers({w: "IDLE" for w in ids})
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 100000, name="timeout",
+                              parallel={"pp": 2, "tp": 2}, fault_tolerance={"max_restarts": 0})
+        job_id = c.submit(c.write_spec("timeout.json", spec))
+        job = c.wait_step(job_id, 3, 120)
+        frozen = job["placement"]["ranks"][3]["worker_id"]
+        c.workers[frozen].signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            job = c.wait_state(job_id, ("FAILED", "SUCCEEDED", "CANCELLED"), 30)
+        finally:
+            c.workers[frozen].signal(signal.SIGKILL)
+        elapsed = time.monotonic() - t0
+        reason = job.get("reason", "")
+        rc, logs, err = c.cli("logs", job_id)
+        expect(rc == 0, "dtrain logs exited %d: %s" % (rc, err))
+        print(logs)
+        print("%s %.1fs after the SIGSTOP: %s" % (job["state"], elapsed, reason))
+        expect(job["state"] == "FAILED", "state %s: %s" % (job["state"], reason))
+        m = re.search(r"\(diagnosed when rank (\d) \((w\d)\) timed out: root: rank 3 \(%s, dp0 pp1 "
+                      r"tp1\) did not answer in 2s \(process stopped or hung\?[^)]*\); ([^\n]*)\)"
+                      % frozen, reason)
+        expect(m is not None, "the reason should name rank 3 on %s as the root: %s"
+               % (frozen, reason))
+        expect(re.search(r"ranks? [0-9, -]+ (timed out waiting|waits?) ", m.group(3)) is not None,
+               "the others should wait on it: %s" % m.group(3))
+        expect(elapsed < 15, "the job failed %.1fs after the SIGSTOP (4 s comm timeout)" % elapsed)
