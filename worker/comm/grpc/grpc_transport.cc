@@ -410,8 +410,12 @@ void GrpcTransport::Shutdown(absl::Duration grace) {
   }
   if (server_ != nullptr) {
     // Leaving cleanly: every peer streaming to us learns that we are done, not failed, so its
-    // waits on other peers go on (PeerServiceImpl::SayGoodbye).
-    if (grace > absl::ZeroDuration()) service_->SayGoodbye(deadline);
+    // waits on other peers go on (PeerServiceImpl::SayGoodbye). A live peer reads the GOODBYE
+    // in milliseconds; one that reads nothing (frozen) must not hold this rank's teardown, and
+    // with it a recovery's stop phase, for the whole grace.
+    if (grace > absl::ZeroDuration()) {
+      service_->SayGoodbye(std::min(deadline, absl::Now() + absl::Milliseconds(500)));
+    }
     // Incoming streams end now: nothing more will be received, and their peers should learn
     // at once that this rank is gone.
     server_->Shutdown(absl::ToChronoTime(absl::Now()));
