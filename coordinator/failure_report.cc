@@ -93,11 +93,15 @@ RootCause FindRootCause(const Placement& placement, const std::vector<RankFailur
     for (const RankFailure& f : failures) reported.insert(f.worker_id);
     std::map<std::string, int> votes;  // ordered: ties go to the smaller id, deterministically
     std::map<std::string, std::vector<std::string>> blamed_by;
+    std::map<std::string, int> timed_out;  // blamers whose receive from it passed its deadline
     for (const RankFailure& f : failures) {
       for (const std::string& s : f.suspects) {
         if (reported.contains(s)) continue;
         ++votes[s];
         blamed_by[s].push_back(f.worker_id);
+        if (f.error_code == static_cast<int>(absl::StatusCode::kDeadlineExceeded)) {
+          ++timed_out[s];
+        }
       }
     }
     const auto best = std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) {
@@ -107,11 +111,20 @@ RootCause FindRootCause(const Placement& placement, const std::vector<RankFailur
       const std::string& silent = best->first;
       cause.worker_id = silent;
       const bool one = blamed_by[silent].size() == 1;
+      // A timeout alone does not say the process is gone: it may be alive and computing (the
+      // diagnosis taken at the timeout, appended by the job manager, says which).
+      const int timeouts = timed_out[silent];
+      const int blamers = static_cast<int>(blamed_by[silent].size());
+      const char* what = timeouts == 0          ? (one ? " lost its connection to it"
+                                                       : " lost their connection to it")
+                         : timeouts == blamers ? " timed out waiting for it"
+                                               : " lost their connection to it or timed out";
       root = absl::StrCat(Who(placement, silent), " stopped answering: ",
                           one ? "its peer " : "its peers ", absl::StrJoin(blamed_by[silent], ", "),
-                          one ? " lost its" : " lost their",
-                          " connection to it and it reported no error (process killed, host "
-                          "down, or hung?)");
+                          what, " and it reported no error (",
+                          timeouts == 0 ? "process killed, host down, or hung?"
+                                        : "process stopped, hung, or busy past the timeout?",
+                          ")");
       auto age = heartbeat_age.find(silent);
       if (age != heartbeat_age.end()) {
         absl::StrAppend(&root, absl::StrFormat("; its last heartbeat was %.1fs ago",

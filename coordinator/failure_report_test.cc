@@ -1,5 +1,6 @@
 #include "coordinator/failure_report.h"
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -61,6 +62,15 @@ TEST(RootCauseReason, SilentSuspectIsNamedWithItsAccusersAndHeartbeat) {
                                  "lost their connection to it"));
   EXPECT_THAT(reason, HasSubstr("last heartbeat was 4.2s ago"));
   EXPECT_THAT(reason, HasSubstr("\n  then worker w1 (dp0 pp0 tp0) failed: stream to rank 1 broke"));
+}
+
+TEST(RootCauseReason, ATimeoutDoesNotSayTheSuspectIsGone) {
+  RankFailure timed_out = Peer(0, {"w2"}, "receiving activation from rank 1: deadline exceeded");
+  timed_out.error_code = static_cast<int>(absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(RootCauseReason(FourRanks(), {timed_out}, {}),
+              StartsWith("worker w2 (dp0 pp0 tp1) stopped answering: its peer w1 timed out "
+                         "waiting for it and it reported no error (process stopped, hung, or "
+                         "busy past the timeout?)"));
 }
 
 TEST(RootCauseReason, NoSuspectFallsBackToTheFirstReport) {
