@@ -236,7 +236,7 @@ print(" ".join(sorted(r["name"] for g in body["data"]["groups"] for r in g["rule
 EOF
 )
 say "Prometheus alert rules loaded: $rules"
-for a in WorkerLost JobFailed NoStepProgress StragglerRank JobStraggler; do
+for a in WorkerLost JobFailed NoStepProgress JobStraggler; do
   [[ " $rules " == *" $a "* ]] || fail "alert rule $a is not loaded"
 done
 
