@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -40,15 +41,44 @@ def _die_with_parent():
         pass
 
 
+def _ephemeral_ports():
+    """The kernel's range for outgoing connections' local ports (and for bind to port 0)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
-    """A loopback port that was free a moment ago (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A loopback port that was free a moment ago, picked at random BELOW the kernel's ephemeral
+    range: a port the kernel picked for port 0 lies in the range every outgoing connection of
+    every process (other tests running beside this one included) takes its local port from, so
+    it could be taken before the daemon binds it. Below the range only another test's random
+    pick can collide (1 in ~20,000 per port)."""
+    lo, _ = _ephemeral_ports()
+    first = 10000 if lo > 11000 else 1024
+    for _ in range(200):
+        port = random.randrange(first, lo)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded host: the kernel's
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 class TestFailure(Exception):
     pass
+
+
+class CannotHappen(TestFailure):
+    """Raised by a wait_until predicate when what it waits for can no longer happen (the job
+    ended): wait_until passes it on at once instead of retrying until its timeout."""
 
 
 def tls_flags(tls_dir, name):
@@ -312,6 +342,8 @@ class Cluster:
                 value = predicate()
                 if value:
                     return value
+            except CannotHappen:
+                raise
             except TestFailure as e:
                 last_error = e
             time.sleep(interval)
@@ -350,8 +382,16 @@ class Cluster:
                              "state in %s" % (states,))
 
     def wait_step(self, job_id, step, timeout):
-        return self.wait_job(job_id, lambda j: latest_step(j) >= step, timeout,
-                             "step >= %d" % step)
+        """The job once it reported `step`; fails at once, with its reason, when the job ended
+        before it (instead of waiting out `timeout` for a step that cannot come)."""
+        def reached(j):
+            if latest_step(j) >= step:
+                return True
+            if j.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                raise CannotHappen("%s ended %s before step %d (last step %d): %s"
+                                  % (job_id, j["state"], step, latest_step(j), j.get("reason")))
+            return False
+        return self.wait_job(job_id, reached, timeout, "step >= %d" % step)
 
 
 def losses(c, job_id):
