@@ -4,7 +4,7 @@ median of its peers over a window, flags a persistently slower one and applies t
 policy.
 
 The slow worker is made slow from here, by a SIGSTOP/SIGCONT duty cycle (DutyCycle: stopped
-150 ms of every 250 ms): its lost wall time lands in its own compute, its peer's in waiting for
+200 ms of every 250 ms): its lost wall time lands in its own compute, its peer's in waiting for
 it. A pp=2 job's stages have different planned costs (the head on the last one): the scores are
 per unit of planned cost, so the healthy steps before the duty cycle score ~1.0 and flag nothing.
 """
@@ -23,7 +23,7 @@ class DutyCycle:
     """Stops `process` for `stopped_s` of every `period_s` on a thread, until the with-block
     ends (the process is left running)."""
 
-    def __init__(self, process, stopped_s=0.15, period_s=0.25):
+    def __init__(self, process, stopped_s=0.2, period_s=0.25):
         self.process, self.stopped_s, self.period_s = process, stopped_s, period_s
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
