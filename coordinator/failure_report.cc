@@ -63,6 +63,11 @@ bool RestartCanCure(const RankFailure& failure) {
   }
 }
 
+bool IsCommTimeout(const RankFailure& failure) {
+  return failure.cause == RankFailure::kPeer &&
+         failure.error_code == static_cast<int>(absl::StatusCode::kDeadlineExceeded);
+}
+
 std::string RootCauseReason(const Placement& placement, const std::vector<RankFailure>& failures,
                             const absl::flat_hash_map<std::string, absl::Duration>& heartbeat_age) {
   return FindRootCause(placement, failures, heartbeat_age).reason;
@@ -99,9 +104,7 @@ RootCause FindRootCause(const Placement& placement, const std::vector<RankFailur
         if (reported.contains(s)) continue;
         ++votes[s];
         blamed_by[s].push_back(f.worker_id);
-        if (f.error_code == static_cast<int>(absl::StatusCode::kDeadlineExceeded)) {
-          ++timed_out[s];
-        }
+        if (IsCommTimeout(f)) ++timed_out[s];
       }
     }
     const auto best = std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) {

@@ -50,6 +50,11 @@ struct RankFailure {
 // else a rank reports on its own cannot, and fails the job at once.
 bool RestartCanCure(const RankFailure& failure);
 
+// Whether `failure` is a rank that gave up waiting on a peer: a FAILURE_PEER report with
+// DEADLINE_EXCEEDED (its communication timeout), as opposed to a connection the peer lost. The
+// one test for "timed out" (the root-cause wording, the diagnosis a timeout starts).
+bool IsCommTimeout(const RankFailure& failure);
+
 // The root cause of a job's failures (the order above): the reason as RootCauseReason words
 // it, the worker it names ("" when none), and whether a restart can cure it.
 struct RootCause {

@@ -260,9 +260,7 @@ void JobManager::RecordStallDiagnosis(const std::string& job_id, std::string sum
 
 void JobManager::NoteTimeout(ActiveJob& job, const RankFailure& failure) {
   if (!options_.diagnose || job.state != RUNNING || job.stall_diagnosed ||
-      job.ranks.size() < 2 || failure.cause != RankFailure::kPeer ||
-      failure.error_code != static_cast<int>(absl::StatusCode::kDeadlineExceeded) ||
-      failure.rank < 0) {
+      job.ranks.size() < 2 || !IsCommTimeout(failure) || failure.rank < 0) {
     return;
   }
   if (job.timeout_due) return;  // the first timeout names the occasion
@@ -283,10 +281,7 @@ std::vector<TimedOutRank> JobManager::TimedOutRanks(const std::string& job_id) {
   const ActiveJob* job = FindActive(job_id);
   if (job == nullptr) return timed_out;
   for (const RankFailure& f : job->failures) {
-    if (f.cause != RankFailure::kPeer || f.rank < 0 ||
-        f.error_code != static_cast<int>(absl::StatusCode::kDeadlineExceeded)) {
-      continue;
-    }
+    if (!IsCommTimeout(f) || f.rank < 0) continue;
     TimedOutRank& t = timed_out.emplace_back();
     t.rank = f.rank;
     t.error = f.error;
