@@ -77,19 +77,13 @@ std::unique_ptr<grpc::ClientContext> CoordinatorStub::UnaryContext() const {
 }
 
 absl::StatusOr<SubmitJobResponse> CoordinatorStub::SubmitJob(const SubmitJobRequest& request) {
-  SubmitJobResponse response;
-  auto context = UnaryContext();
-  RETURN_IF_ERROR(FromGrpc(stub_->SubmitJob(context.get(), request, &response), "SubmitJob"));
-  return response;
+  return Unary(&Coordinator::Stub::SubmitJob, request, "SubmitJob");
 }
 
 absl::StatusOr<Job> CoordinatorStub::GetJob(const std::string& job_id) {
   GetJobRequest request;
   request.set_job_id(job_id);
-  Job job;
-  auto context = UnaryContext();
-  RETURN_IF_ERROR(FromGrpc(stub_->GetJob(context.get(), request, &job), "GetJob"));
-  return job;
+  return Unary(&Coordinator::Stub::GetJob, request, "GetJob");
 }
 
 absl::StatusOr<ListJobsResponse> CoordinatorStub::ListJobs(int limit,
@@ -97,10 +91,7 @@ absl::StatusOr<ListJobsResponse> CoordinatorStub::ListJobs(int limit,
   ListJobsRequest request;
   request.set_limit(limit);
   for (JobState state : states) request.add_states(state);
-  ListJobsResponse response;
-  auto context = UnaryContext();
-  RETURN_IF_ERROR(FromGrpc(stub_->ListJobs(context.get(), request, &response), "ListJobs"));
-  return response;
+  return Unary(&Coordinator::Stub::ListJobs, request, "ListJobs");
 }
 
 absl::StatusOr<Job> CoordinatorStub::CancelJob(const std::string& job_id,
@@ -108,47 +99,30 @@ absl::StatusOr<Job> CoordinatorStub::CancelJob(const std::string& job_id,
   CancelJobRequest request;
   request.set_job_id(job_id);
   request.set_reason(reason);
-  Job job;
-  auto context = UnaryContext();
-  RETURN_IF_ERROR(FromGrpc(stub_->CancelJob(context.get(), request, &job), "CancelJob"));
-  return job;
+  return Unary(&Coordinator::Stub::CancelJob, request, "CancelJob");
 }
 
 absl::StatusOr<ListWorkersResponse> CoordinatorStub::ListWorkers() {
-  ListWorkersRequest request;
-  ListWorkersResponse response;
-  auto context = UnaryContext();
-  RETURN_IF_ERROR(
-      FromGrpc(stub_->ListWorkers(context.get(), request, &response), "ListWorkers"));
-  return response;
+  return Unary(&Coordinator::Stub::ListWorkers, ListWorkersRequest(), "ListWorkers");
 }
 
 absl::Status CoordinatorStub::ForgetWorker(const std::string& worker_id) {
   ForgetWorkerRequest request;
   request.set_worker_id(worker_id);
-  ForgetWorkerResponse response;
-  auto context = UnaryContext();
-  return FromGrpc(stub_->ForgetWorker(context.get(), request, &response), "ForgetWorker");
+  return Unary(&Coordinator::Stub::ForgetWorker, request, "ForgetWorker").status();
 }
 
 absl::StatusOr<ListCheckpointsResponse> CoordinatorStub::ListCheckpoints(
     const std::string& job_id) {
   ListCheckpointsRequest request;
   request.set_job_id(job_id);
-  ListCheckpointsResponse response;
-  auto context = UnaryContext();
-  RETURN_IF_ERROR(
-      FromGrpc(stub_->ListCheckpoints(context.get(), request, &response), "ListCheckpoints"));
-  return response;
+  return Unary(&Coordinator::Stub::ListCheckpoints, request, "ListCheckpoints");
 }
 
 absl::StatusOr<JobDiagnosis> CoordinatorStub::Diagnose(const std::string& job_id) {
   DiagnoseJobRequest request;
   request.set_job_id(job_id);
-  JobDiagnosis response;
-  auto context = UnaryContext();
-  RETURN_IF_ERROR(FromGrpc(stub_->Diagnose(context.get(), request, &response), "Diagnose"));
-  return response;
+  return Unary(&Coordinator::Stub::Diagnose, request, "Diagnose");
 }
 
 absl::StatusOr<JobTrace> CoordinatorStub::TraceJob(const std::string& job_id,
@@ -156,20 +130,13 @@ absl::StatusOr<JobTrace> CoordinatorStub::TraceJob(const std::string& job_id,
   TraceJobRequest request;
   request.set_job_id(job_id);
   if (step.has_value()) request.set_step(*step);
-  JobTrace response;
-  auto context = UnaryContext();
-  RETURN_IF_ERROR(FromGrpc(stub_->TraceJob(context.get(), request, &response), "TraceJob"));
-  return response;
+  return Unary(&Coordinator::Stub::TraceJob, request, "TraceJob");
 }
 
 absl::StatusOr<RebalanceJobResponse> CoordinatorStub::RebalanceJob(const std::string& job_id) {
   RebalanceJobRequest request;
   request.set_job_id(job_id);
-  RebalanceJobResponse response;
-  auto context = UnaryContext();
-  RETURN_IF_ERROR(
-      FromGrpc(stub_->RebalanceJob(context.get(), request, &response), "RebalanceJob"));
-  return response;
+  return Unary(&Coordinator::Stub::RebalanceJob, request, "RebalanceJob");
 }
 
 absl::Status CoordinatorStub::JobLogs(const std::string& job_id, std::optional<int> rank,

@@ -51,6 +51,9 @@ struct WatchCallbacks {
   std::function<void()> on_reconnected;
 };
 
+// gRPC status -> absl::Status with the same code and message, the RPC named: "GetJob: ...".
+absl::Status FromGrpc(const grpc::Status& status, const char* rpc);
+
 class CoordinatorStub {
  public:
   // Never fails: the channel connects lazily, on the first call.
@@ -92,15 +95,23 @@ class CoordinatorStub {
                   std::shared_ptr<grpc::Channel> channel);
   // A context whose deadline is now + options_.timeout.
   std::unique_ptr<grpc::ClientContext> UnaryContext() const;
+  // One unary call of `method` with the --timeout deadline; a failure as FromGrpc words it.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Unary(grpc::Status (Coordinator::Stub::*method)(
+                                     grpc::ClientContext*, const Request&, Response*),
+                                 const Request& request, const char* rpc) {
+    Response response;
+    auto context = UnaryContext();
+    absl::Status status = FromGrpc((stub_.get()->*method)(context.get(), request, &response), rpc);
+    if (!status.ok()) return status;
+    return response;
+  }
 
   std::string address_;
   StubOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Coordinator::Stub> stub_;
 };
-
-// gRPC status -> absl::Status with the same code and message, the RPC named: "GetJob: ...".
-absl::Status FromGrpc(const grpc::Status& status, const char* rpc);
 
 }  // namespace client
 }  // namespace dtrain
