@@ -36,46 +36,46 @@ struct Invocation {
   std::vector<std::string> args;  // its positional arguments (status and cancel: several ids;
                                   // help: the command asked about)
   // Flags of every command.
-  bool help{};                    // --help (-h), or the help command
-  bool version{};                 // --version, or the version command
-  std::string coordinator{};      // --coordinator, else $DTRAIN_COORDINATOR, else the default
-  bool json{};                    // --json
-  absl::Duration timeout{};       // --timeout
-  absl::Duration reconnect_for{}; // --reconnect_for
-  std::string tls_ca{};           // --tls_ca (else $DTRAIN_TLS_CA): see TlsFilesOf
-  std::string tls_cert{};         // --tls_cert (else $DTRAIN_TLS_CERT)
-  std::string tls_key{};          // --tls_key (else $DTRAIN_TLS_KEY)
-  bool insecure{};                // --insecure (else $DTRAIN_INSECURE=1)
+  bool help{};                     // --help (-h), or the help command
+  bool version{};                  // --version, or the version command
+  std::string coordinator{};       // --coordinator, else $DTRAIN_COORDINATOR, else the default
+  bool json{};                     // --json
+  absl::Duration timeout{};        // --timeout
+  absl::Duration reconnect_for{};  // --reconnect_for
+  std::string tls_ca{};            // --tls_ca (else $DTRAIN_TLS_CA): see TlsFilesOf
+  std::string tls_cert{};          // --tls_cert (else $DTRAIN_TLS_CERT)
+  std::string tls_key{};           // --tls_key (else $DTRAIN_TLS_KEY)
+  bool insecure{};                 // --insecure (else $DTRAIN_INSECURE=1)
   // Flags of some commands.
-  bool watch{};                   // submit/resubmit --watch
-  bool quiet{};                   // watch, submit/resubmit --watch
-  int every{};                    // watch, submit/resubmit --watch
-  int limit{};                    // list --limit
-  std::vector<JobState> states{}; // list --state (empty: every state)
-  std::string reason{};           // cancel --reason
-  int workers{};                  // plan --workers
-  int hosts{};                    // plan --hosts
-  bool resume{};                  // resubmit --resume
-  int64_t steps{};                // resubmit --steps
-  std::optional<int> rank{};      // logs --rank (unset: every rank and the coordinator)
-  std::optional<int> step{};      // trace --step (unset: the newest complete step)
-  std::string output{};           // trace --output (-o): the file ("-": standard output)
-  bool follow{};                  // logs --follow
-  std::string forget{};           // workers --forget
-  std::string cert_hosts{};       // certs --host: comma-separated DNS names / IPs
-  int days{};                     // certs --days
-  std::string role{};             // certs --role (issue)
-  std::string not_after{};        // certs --not_after: YYYY-MM-DD, instead of --days
+  bool watch{};                    // submit/resubmit --watch
+  bool quiet{};                    // watch, submit/resubmit --watch
+  int every{};                     // watch, submit/resubmit --watch
+  int limit{};                     // list --limit
+  std::vector<JobState> states{};  // list --state (empty: every state)
+  std::string reason{};            // cancel --reason
+  int workers{};                   // plan --workers
+  int hosts{};                     // plan --hosts
+  bool resume{};                   // resubmit --resume
+  int64_t steps{};                 // resubmit --steps
+  std::optional<int> rank{};       // logs --rank (unset: every rank and the coordinator)
+  std::optional<int> step{};       // trace --step (unset: the newest complete step)
+  std::string output{};            // trace --output (-o): the file ("-": standard output)
+  bool follow{};                   // logs --follow
+  std::string forget{};            // workers --forget
+  std::string cert_hosts{};        // certs --host: comma-separated DNS names / IPs
+  int days{};                      // certs --days
+  std::string role{};              // certs --role (issue)
+  std::string not_after{};         // certs --not_after: YYYY-MM-DD, instead of --days
 };
 
 // A command: `name args` and what it does.
 struct CommandInfo {
   const char* name;
-  const char* args;          // its positional arguments for the usage: "JOB.json", "JOB..."
+  const char* args;  // its positional arguments for the usage: "JOB.json", "JOB..."
   int min_args;
   int max_args;
-  const char* missing;       // what a missing argument is: "a job id (job-000012, 12 or ...)"
-  bool needs_coordinator;    // false: runs without a channel to the coordinator (plan, help)
+  const char* missing;     // what a missing argument is: "a job id (job-000012, 12 or ...)"
+  bool needs_coordinator;  // false: runs without a channel to the coordinator (plan, help)
   const char* help;
 };
 
@@ -92,7 +92,7 @@ struct FlagInfo {
                    std::vector<JobState> Invocation::*, std::optional<int> Invocation::*>;
   const char* name;
   Target target;
-  const char* value_name;    // "N", "HOST:PORT" in the help; "" for a bool
+  const char* value_name;  // "N", "HOST:PORT" in the help; "" for a bool
   const char* default_value;
   const char* default_text;  // the default as the help says it, when not default_value; "" none
   FlagBound bound;

@@ -128,11 +128,10 @@ TEST(Arguments, OnlyCommandsThatCallTheCoordinatorNeedIt) {
     for (int i = 0; i < command.min_args; ++i) args.push_back("x");
     absl::StatusOr<Invocation> inv = ParseArguments(args, nullptr);
     ASSERT_TRUE(inv.ok()) << command.name << ": " << inv.status();
-    const bool offline = std::string(command.name) == "plan" ||
-                         std::string(command.name) == "export" ||
-                         std::string(command.name) == "certs" ||
-                         std::string(command.name) == "help" ||
-                         std::string(command.name) == "version";
+    const bool offline =
+        std::string(command.name) == "plan" || std::string(command.name) == "export" ||
+        std::string(command.name) == "certs" || std::string(command.name) == "help" ||
+        std::string(command.name) == "version";
     EXPECT_EQ(NeedsCoordinator(*inv), !offline) << command.name;
   }
 }

@@ -2,11 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <algorithm>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -14,10 +14,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/certs.h"
 #include "client/format.h"
@@ -53,8 +53,8 @@ int Fail(const absl::Status& status, const Invocation& inv, Output& output) {
                << "dtrain: is it running? Point --coordinator=HOST:PORT or $" << kCoordinatorEnv
                << " at it.\n";
   } else {
-    output.err << "dtrain: " << absl::StatusCodeToString(status.code()) << ": "
-               << status.message() << "\n";
+    output.err << "dtrain: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
+               << "\n";
   }
   return code;
 }
@@ -64,10 +64,10 @@ absl::Status WithNewestJobHint(CoordinatorStub& stub, const absl::Status& status
   if (status.code() != absl::StatusCode::kNotFound) return status;
   absl::StatusOr<ListJobsResponse> newest = stub.ListJobs(1);
   if (!newest.ok()) return status;
-  const std::string hint = newest->jobs_size() == 0
-                               ? "there are no jobs yet"
-                               : absl::StrCat("the newest is ", newest->jobs(0).id(),
-                                              " (dtrain list)");
+  const std::string hint =
+      newest->jobs_size() == 0
+          ? "there are no jobs yet"
+          : absl::StrCat("the newest is ", newest->jobs(0).id(), " (dtrain list)");
   return absl::NotFoundError(absl::StrCat(status.message(), "; ", hint));
 }
 

@@ -9,11 +9,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <sstream>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,8 +114,7 @@ class FakeCoordinator final : public Coordinator::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status CancelJob(grpc::ServerContext*, const CancelJobRequest* request,
-                         Job* job) override {
+  grpc::Status CancelJob(grpc::ServerContext*, const CancelJobRequest* request, Job* job) override {
     if (request->job_id() == "job-000002") {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "job-000002 already ended SUCCEEDED: 3/3 steps");
@@ -411,7 +410,8 @@ TEST_F(CommandsTest, SubmitRejectedListsEveryProblem) {
   const std::string path = ::testing::TempDir() + "/bad.json";
   std::ofstream(path) << "{\"bad\": 1}";
   EXPECT_EQ(Run({"submit", path}), 2);
-  EXPECT_THAT(err_.str(), HasSubstr("rejected " + path + ":\n"
+  EXPECT_THAT(err_.str(), HasSubstr("rejected " + path +
+                                    ":\n"
                                     "  parallel.tp: 3 does not divide model.n_head 4\n"
                                     "  foo: unknown field\n"));
 }
@@ -488,7 +488,7 @@ TEST_F(CommandsTest, SubmitWatchJsonPrintsTheJobThenCompactLines) {
   std::ofstream(path) << "{\"steps\": 3}";
   EXPECT_EQ(Run({"submit", path, "--watch", "--json"}), 0);
   const std::vector<std::string> lines = absl::StrSplit(out_.str(), '\n', absl::SkipEmpty());
-  ASSERT_EQ(lines.size(), 8u) << out_.str();  // the Job, 3 state changes, an event, 3 steps
+  ASSERT_EQ(lines.size(), 8u) << out_.str();     // the Job, 3 state changes, an event, 3 steps
   EXPECT_THAT(lines[0], HasSubstr("\"spec\""));  // submit --json: the whole Job
   for (size_t i = 1; i < lines.size(); ++i) {
     EXPECT_THAT(lines[i], Not(HasSubstr("\"spec\""))) << lines[i];
@@ -676,8 +676,9 @@ TEST_F(CommandsTest, WatchCallsOnWatchWithTheJobId) {
 
 TEST_F(CommandsTest, ResubmitSendsTheSpecWithResumeAndSteps) {
   EXPECT_EQ(Run({"resubmit", "1", "--resume", "--steps=30"}), 0);
-  EXPECT_EQ(out_.str(), "submitted job-000001 (tiny), a copy of job-000001 resuming from its "
-                        "last sealed step with steps 30: QUEUED: waiting for 1 idle worker\n");
+  EXPECT_EQ(out_.str(),
+            "submitted job-000001 (tiny), a copy of job-000001 resuming from its "
+            "last sealed step with steps 30: QUEUED: waiting for 1 idle worker\n");
   absl::MutexLock lock(&fake_.mu);
   EXPECT_TRUE(fake_.last_submit.spec_json().empty());
   EXPECT_EQ(fake_.last_submit.spec().resume_from(), "job-000001");
@@ -693,7 +694,8 @@ TEST_F(CommandsTest, ResubmitOfAnUnknownJobExits4) {
 TEST_F(CommandsTest, LogsPrintsEveryLineOrOneRanks) {
   EXPECT_EQ(Run({"logs", "1"}), 0);
   EXPECT_THAT(out_.str(), HasSubstr(" coordinator INFO placed on w1, w2\n"));
-  EXPECT_THAT(out_.str(), HasSubstr(" rank 1 (w2) ERROR worker stopped by SIGTERM after step 20\n"));
+  EXPECT_THAT(out_.str(),
+              HasSubstr(" rank 1 (w2) ERROR worker stopped by SIGTERM after step 20\n"));
   EXPECT_EQ(Run({"logs", "1", "--rank=1"}), 0);
   EXPECT_THAT(out_.str(), Not(HasSubstr("coordinator")));
   EXPECT_THAT(out_.str(), HasSubstr("rank 1 (w2) ERROR"));

@@ -87,7 +87,7 @@ absl::StatusOr<Job> CoordinatorStub::GetJob(const std::string& job_id) {
 }
 
 absl::StatusOr<ListJobsResponse> CoordinatorStub::ListJobs(int limit,
-                                                          const std::vector<JobState>& states) {
+                                                           const std::vector<JobState>& states) {
   ListJobsRequest request;
   request.set_limit(limit);
   for (JobState state : states) request.add_states(state);
@@ -126,7 +126,7 @@ absl::StatusOr<JobDiagnosis> CoordinatorStub::Diagnose(const std::string& job_id
 }
 
 absl::StatusOr<JobTrace> CoordinatorStub::TraceJob(const std::string& job_id,
-                                                  std::optional<int64_t> step) {
+                                                   std::optional<int64_t> step) {
   TraceJobRequest request;
   request.set_job_id(job_id);
   if (step.has_value()) request.set_step(*step);
@@ -223,9 +223,9 @@ absl::Status CoordinatorStub::WatchJob(const std::string& job_id, int64_t after_
 
     absl::Status status = FromGrpc(finish, "WatchJob");
     if (watchdog_fired) {
-      status = absl::DeadlineExceededError(absl::StrCat(
-          "WatchJob: no answer from the coordinator within ",
-          absl::FormatDuration(first_update_within), " (--timeout)"));
+      status = absl::DeadlineExceededError(
+          absl::StrCat("WatchJob: no answer from the coordinator within ",
+                       absl::FormatDuration(first_update_within), " (--timeout)"));
     } else if (status.ok()) {
       status = absl::UnavailableError("WatchJob: the stream ended before the job did");
     } else if (status.code() == absl::StatusCode::kDeadlineExceeded && seen_update) {
@@ -236,11 +236,10 @@ absl::Status CoordinatorStub::WatchJob(const std::string& job_id, int64_t after_
     const absl::Time now = absl::Now();
     if (broken_since == absl::InfiniteFuture()) broken_since = now;
     if (now - broken_since >= options_.reconnect_for) {
-      return absl::Status(
-          status.code(),
-          absl::StrCat("lost the coordinator at ", address_, " for ",
-                       absl::FormatDuration(options_.reconnect_for),
-                       " (--reconnect_for); last error: ", status.message()));
+      return absl::Status(status.code(),
+                          absl::StrCat("lost the coordinator at ", address_, " for ",
+                                       absl::FormatDuration(options_.reconnect_for),
+                                       " (--reconnect_for); last error: ", status.message()));
     }
     if (!reconnecting) {
       reconnecting = true;

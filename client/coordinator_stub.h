@@ -27,13 +27,13 @@ namespace dtrain {
 namespace client {
 
 struct StubOptions {
-  absl::Duration timeout = absl::Seconds(10);  // deadline of every unary call and of each
-                                               // stream's first update
+  absl::Duration timeout = absl::Seconds(10);        // deadline of every unary call and of each
+                                                     // stream's first update
   absl::Duration reconnect_for = absl::Seconds(60);  // WatchJob: give up after this long
                                                      // without the coordinator
-  absl::Duration stream_renew = absl::Minutes(10);  // WatchJob: each stream's deadline; the
-                                                    // stream is reopened (no gap) when it ends
-  absl::Duration keepalive = absl::Seconds(20);     // HTTP/2 pings on an open watch stream
+  absl::Duration stream_renew = absl::Minutes(10);   // WatchJob: each stream's deadline; the
+                                                     // stream is reopened (no gap) when it ends
+  absl::Duration keepalive = absl::Seconds(20);      // HTTP/2 pings on an open watch stream
   // common/tls.h's ChannelCredentials; null: plaintext (tests against an in-process fake).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
@@ -97,8 +97,9 @@ class CoordinatorStub {
   std::unique_ptr<grpc::ClientContext> UnaryContext() const;
   // One unary call of `method` with the --timeout deadline; a failure as FromGrpc words it.
   template <typename Request, typename Response>
-  absl::StatusOr<Response> Unary(grpc::Status (Coordinator::Stub::*method)(
-                                     grpc::ClientContext*, const Request&, Response*),
+  absl::StatusOr<Response> Unary(grpc::Status (Coordinator::Stub::*method)(grpc::ClientContext*,
+                                                                           const Request&,
+                                                                           Response*),
                                  const Request& request, const char* rpc) {
     Response response;
     auto context = UnaryContext();

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/arguments.h"
 #include "client/commands.h"
 #include "client/coordinator_stub.h"
 #include "client/format.h"
-#include "absl/strings/str_cat.h"
 #include "common/tls.h"
 #include "grpc/support/log.h"
 
@@ -39,10 +39,10 @@ void OnInterrupt(int) {
 // Ctrl-C while watching `job_id` stops the watch, not the job, and says how to stop the job.
 void ArmInterruptNote(const std::string& job_id, const std::string& coordinator, bool tty) {
   using namespace dtrain::client;
-  const std::string note =
-      absl::StrCat(tty ? "\n" : "", "dtrain: ",
-                   KeepsRunningNote(job_id, coordinator == kDefaultCoordinator ? "" : coordinator),
-                   "\n");
+  const std::string note = absl::StrCat(
+      tty ? "\n" : "",
+      "dtrain: ", KeepsRunningNote(job_id, coordinator == kDefaultCoordinator ? "" : coordinator),
+      "\n");
   interrupt_note_size = std::min(note.size(), sizeof(interrupt_note));
   std::memcpy(interrupt_note, note.data(), interrupt_note_size);
   struct sigaction action;
@@ -77,11 +77,12 @@ int main(int argc, char** argv) {
       valid.ok() ? dtrain::ChannelCredentials(tls) : valid;
   if (!credentials.ok()) {
     // ValidateTlsFiles' words are the daemons'; the CLI also reads its environment.
-    std::cerr << "dtrain: " << credentials.status().message()
-              << (tls.ca.empty() && tls.cert.empty() && !tls.insecure
-                      ? " (or $DTRAIN_TLS_CA, $DTRAIN_TLS_CERT, $DTRAIN_TLS_KEY; $DTRAIN_INSECURE=1)"
-                      : "")
-              << "\n";
+    std::cerr
+        << "dtrain: " << credentials.status().message()
+        << (tls.ca.empty() && tls.cert.empty() && !tls.insecure
+                ? " (or $DTRAIN_TLS_CA, $DTRAIN_TLS_CERT, $DTRAIN_TLS_KEY; $DTRAIN_INSECURE=1)"
+                : "")
+        << "\n";
     return kExitUsage;
   }
   StubOptions options;

@@ -113,8 +113,8 @@ std::string StateText(JobState state, const std::string& reason) {
   if (absl::StartsWithIgnoreCase(rest, name)) {
     rest.remove_prefix(name.size());
     if (rest.empty() || !absl::ascii_isalnum(rest[0])) {
-      rest = absl::StripLeadingAsciiWhitespace(absl::StripPrefix(
-          absl::StripPrefix(absl::StripLeadingAsciiWhitespace(rest), ";"), ":"));
+      rest = absl::StripLeadingAsciiWhitespace(
+          absl::StripPrefix(absl::StripPrefix(absl::StripLeadingAsciiWhitespace(rest), ";"), ":"));
     } else {
       rest = reason;  // "queuedness": another word
     }
@@ -163,8 +163,8 @@ std::string ProgressLine(const Job& job, std::optional<double> eta_seconds) {
   const std::string state = JobStateName(job.state());
   if (job.state() == RUNNING && job.has_latest() && job.latest().step() > 0) {
     const StepMetrics& m = job.latest();
-    return absl::StrCat(job.id(), " ", state, " step ", m.step(), "/", job.spec().steps(),
-                        " loss ", FormatLoss(m.loss()), " ",
+    return absl::StrCat(job.id(), " ", state, " step ", m.step(), "/", job.spec().steps(), " loss ",
+                        FormatLoss(m.loss()), " ",
                         FormatThousands(static_cast<int64_t>(std::llround(m.tokens_per_s()))),
                         " tok/s ETA ", FormatEta(eta_seconds.value_or(-1)));
   }
@@ -190,8 +190,8 @@ std::string SummaryLine(const Job& job, std::optional<double> first_loss) {
   }
   if (has_step) {
     if (first_loss.has_value()) {
-      parts.push_back(absl::StrCat("loss ", FormatLoss(*first_loss), " -> ",
-                                   FormatLoss(job.latest().loss())));
+      parts.push_back(
+          absl::StrCat("loss ", FormatLoss(*first_loss), " -> ", FormatLoss(job.latest().loss())));
     } else {
       parts.push_back(absl::StrCat("loss ", FormatLoss(job.latest().loss())));
     }
@@ -281,9 +281,8 @@ std::string JobsTable(const ListJobsResponse& jobs, absl::Time now) {
                     recoveries == 0 ? JobStateName(job.state())
                                     : absl::StrCat(JobStateName(job.state()), " (", recoveries,
                                                    recoveries == 1 ? " recovery)" : " recoveries)"),
-                    job.spec().name().empty() ? "-" : Truncate(job.spec().name(), 24),
-                    StepOf(job), has_step ? FormatLoss(job.latest().loss()) : "-",
-                    CurrentLayoutCell(job),
+                    job.spec().name().empty() ? "-" : Truncate(job.spec().name(), 24), StepOf(job),
+                    has_step ? FormatLoss(job.latest().loss()) : "-", CurrentLayoutCell(job),
                     FormatAge(FromUnixMs(job.submitted_unix_ms()), now) + " ago",
                     FormatClock(FromUnixMs(job.started_unix_ms()), now),
                     FormatClock(FromUnixMs(job.ended_unix_ms()), now), JobDuration(job, now),
@@ -321,8 +320,8 @@ std::string StageCutText(const Job& job) {
   if (layers.size() < 2) return "";
   std::vector<int> cut;
   for (const auto& [stage, n] : layers) cut.push_back(n);
-  std::string why = job.spec().parallel().stage_layers().empty() ? "the plan's balance"
-                                                                 : "parallel.stage_layers";
+  std::string why =
+      job.spec().parallel().stage_layers().empty() ? "the plan's balance" : "parallel.stage_layers";
   for (const Recovery& r : job.recoveries()) {
     if (!r.rebalance_to().empty()) why = absl::StrCat("rebalanced by recovery ", r.number());
   }
@@ -340,26 +339,24 @@ void CheckpointLines(const Job& job, absl::Time now,
   const std::string every =
       interval > 0 ? absl::StrCat("every ", interval, " steps") : "at the end only";
   if (c.dir().empty()) {
-    line("checkpoint", absl::StrCat(job.spec().checkpoint().dir(), "/", job.id(),
-                                    " (not created yet), ", every));
+    line("checkpoint",
+         absl::StrCat(job.spec().checkpoint().dir(), "/", job.id(), " (not created yet), ", every));
     return;
   }
   line("checkpoint", absl::StrCat(PathOnHost(c.dir(), c.host()), ", ", every));
   const int64_t latest = job.has_latest() ? job.latest().step() : 0;
   if (c.last_sealed_step() <= 0) {
-    line("sealed", latest > 0 ? absl::StrCat("none yet; a resume would redo all ", latest,
-                                             " steps")
+    line("sealed", latest > 0 ? absl::StrCat("none yet; a resume would redo all ", latest, " steps")
                               : "none yet");
     return;
   }
   const int64_t redo = std::max<int64_t>(0, latest - c.last_sealed_step());
-  line("sealed", absl::StrCat("step ", c.last_sealed_step(),
-                              c.sealed_unix_ms() > 0
-                                  ? absl::StrCat(" at ", FormatClock(FromUnixMs(c.sealed_unix_ms()),
-                                                                     now))
-                                  : "",
-                              "; a resume would redo ", redo, redo == 1 ? " step" : " steps",
-                              " after it"));
+  line("sealed",
+       absl::StrCat("step ", c.last_sealed_step(),
+                    c.sealed_unix_ms() > 0
+                        ? absl::StrCat(" at ", FormatClock(FromUnixMs(c.sealed_unix_ms()), now))
+                        : "",
+                    "; a resume would redo ", redo, redo == 1 ? " step" : " steps", " after it"));
 }
 
 }  // namespace
@@ -368,16 +365,15 @@ std::string StragglersText(const Job& job) {
   const StragglerSpec& spec = job.spec().stragglers();
   std::vector<StragglerScore> scores(job.stragglers().begin(), job.stragglers().end());
   // The slowest first: the flagged ranks lead, and a big job's line ends after a few.
-  std::stable_sort(scores.begin(), scores.end(), [](const StragglerScore& a,
-                                                    const StragglerScore& b) {
-    return a.score() > b.score();
-  });
+  std::stable_sort(
+      scores.begin(), scores.end(),
+      [](const StragglerScore& a, const StragglerScore& b) { return a.score() > b.score(); });
   constexpr size_t kShown = 4;
   std::vector<std::string> ranks;
   for (size_t i = 0; i < scores.size() && i < kShown; ++i) {
     const StragglerScore& s = scores[i];
-    ranks.push_back(absl::StrFormat("rank %d (%s, %s) %.1fx%s", s.rank(), s.worker_id(),
-                                    s.label(), s.score(), s.flagged() ? " FLAGGED" : ""));
+    ranks.push_back(absl::StrFormat("rank %d (%s, %s) %.1fx%s", s.rank(), s.worker_id(), s.label(),
+                                    s.score(), s.flagged() ? " FLAGGED" : ""));
   }
   if (scores.size() > kShown) ranks.push_back(absl::StrCat(scores.size() - kShown, " more"));
   const int64_t end = scores.front().window_end_step();
@@ -399,10 +395,10 @@ std::string RecoveryText(const Recovery& r) {
   absl::StrAppend(&text, "\n     on ", LayoutString(r.layout()), " (",
                   absl::StrJoin(r.workers(), ", "), ")");
   if (r.load_ms() == 0 && !r.done()) return absl::StrCat(text, "; loading");
-  absl::StrAppend(&text, "; resumed from ",
-                  r.resumed_from_step() > 0 ? absl::StrCat("step ", r.resumed_from_step())
-                                            : "the start",
-                  ", ", r.steps_redone(), r.steps_redone() == 1 ? " step" : " steps", " redone");
+  absl::StrAppend(
+      &text, "; resumed from ",
+      r.resumed_from_step() > 0 ? absl::StrCat("step ", r.resumed_from_step()) : "the start", ", ",
+      r.steps_redone(), r.steps_redone() == 1 ? " step" : " steps", " redone");
   if (!r.done()) return text;
   const auto s = [](int64_t ms) { return absl::StrFormat("%.1fs", ms / 1000.0); };
   absl::StrAppend(&text, "\n     detect ", s(r.detect_ms()), ", stop ", s(r.stop_ms()), ", place ",
@@ -421,8 +417,8 @@ std::string JobDetail(const Job& job, absl::Time now) {
   if (!spec.name().empty()) line("name", spec.name());
   line("state", StateText(job.state(), job.reason()));
   const absl::Time submitted = FromUnixMs(job.submitted_unix_ms());
-  line("submitted", absl::StrCat(FormatClock(submitted, now), " (",
-                                 FormatAge(submitted, now), " ago)"));
+  line("submitted",
+       absl::StrCat(FormatClock(submitted, now), " (", FormatAge(submitted, now), " ago)"));
   if (job.started_unix_ms() > 0) {
     line("started", FormatClock(FromUnixMs(job.started_unix_ms()), now));
   }
@@ -431,17 +427,15 @@ std::string JobDetail(const Job& job, absl::Time now) {
     line("duration", absl::StrCat(JobDuration(job, now), job.ended_unix_ms() > 0 ? "" : " so far"));
   }
   const ModelConfig& m = spec.model();
-  line("model", absl::StrCat("vocab ", m.vocab_size(), ", context ", m.context(), ", ",
-                             m.n_layer(), " layers, ", m.n_head(), " heads, width ",
-                             m.n_embd()));
+  line("model", absl::StrCat("vocab ", m.vocab_size(), ", context ", m.context(), ", ", m.n_layer(),
+                             " layers, ", m.n_head(), " heads, width ", m.n_embd()));
   line("layout", CurrentLayoutText(job));
   if (const std::string cut = StageCutText(job); !cut.empty()) line("cut", cut);
   line("dataset", spec.dataset());
   if (job.has_latest() && job.latest().step() > 0) {
     const StepMetrics& s = job.latest();
     line("step", absl::StrCat(s.step(), "/", spec.steps(), ", loss ", FormatLoss(s.loss()), ", ",
-                              FormatThousands(static_cast<int64_t>(std::llround(
-                                  s.tokens_per_s()))),
+                              FormatThousands(static_cast<int64_t>(std::llround(s.tokens_per_s()))),
                               " tok/s"));
   } else {
     line("step", absl::StrCat("-/", spec.steps()));
@@ -464,9 +458,9 @@ std::string JobDetail(const Job& job, absl::Time now) {
     absl::StrAppend(&out, "placement:\n");
     for (const RankAssignment& r : job.placement().ranks()) {
       absl::StrAppend(&out, absl::StrFormat("  dp%d pp%d tp%d  layers %d-%d  %s (%s)\n",
-                                            r.dp_rank(), r.pp_rank(), r.tp_rank(),
-                                            r.first_layer(), r.first_layer() + r.num_layers() - 1,
-                                            r.worker_id(), r.worker_address()));
+                                            r.dp_rank(), r.pp_rank(), r.tp_rank(), r.first_layer(),
+                                            r.first_layer() + r.num_layers() - 1, r.worker_id(),
+                                            r.worker_address()));
     }
   }
   if (job.history_size() > 0) {
@@ -518,18 +512,17 @@ std::string DiagnosisText(const JobDiagnosis& d) {
                     r.answered() ? r.doing() : absl::StrCat("did not answer (", r.error(), ")")});
   }
   absl::StrAppend(&out, FormatTable({"RANK", "WORKER", "LAYOUT", "NOW"}, rows));
-  absl::StrAppend(&out, absl::StrFormat("asked %d ranks in %.1f s; waits under %.1f s are normal "
-                                        "traffic\n",
-                                        d.ranks_size(), d.gather_seconds(),
-                                        d.wait_threshold_seconds()));
+  absl::StrAppend(&out,
+                  absl::StrFormat("asked %d ranks in %.1f s; waits under %.1f s are normal "
+                                  "traffic\n",
+                                  d.ranks_size(), d.gather_seconds(), d.wait_threshold_seconds()));
   return out;
 }
 
 std::string LogEntryLine(const LogEntry& entry) {
-  const std::string when = absl::FormatTime("%Y-%m-%d %H:%M:%E3S",
-                                            FromUnixMs(entry.time_unix_ms()), absl::LocalTimeZone());
-  std::string source =
-      entry.rank() < 0 ? "coordinator" : absl::StrCat("rank ", entry.rank());
+  const std::string when = absl::FormatTime("%Y-%m-%d %H:%M:%E3S", FromUnixMs(entry.time_unix_ms()),
+                                            absl::LocalTimeZone());
+  std::string source = entry.rank() < 0 ? "coordinator" : absl::StrCat("rank ", entry.rank());
   if (entry.rank() >= 0 && !entry.worker_id().empty()) {
     absl::StrAppend(&source, " (", entry.worker_id(), ")");
   }
@@ -609,8 +602,8 @@ std::string JsonNumber(double value) {
 
 std::string WatchJsonLine(const JobUpdate& update) {
   const Job& job = update.job();
-  const char* type = update.has_step()           ? "step"
-                     : update.has_state_change() ? "state"
+  const char* type = update.has_step()                           ? "step"
+                     : update.has_state_change()                 ? "state"
                      : update.update_case() == JobUpdate::kEvent ? "event"
                                                                  : "job";
   std::string line = absl::StrCat("{\"type\":\"", type, "\",\"job\":", JsonString(job.id()));

@@ -204,8 +204,8 @@ TEST(JobsTable, NeverCutsTheReason) {
   ListJobsResponse r;
   Job* job = r.add_jobs();
   *job = RunningJob();
-  const std::string reason = "worker w4 stopped by SIGTERM; output " + std::string(100, 'x') +
-                             "/model.safetensors";
+  const std::string reason =
+      "worker w4 stopped by SIGTERM; output " + std::string(100, 'x') + "/model.safetensors";
   job->set_reason(reason);
   EXPECT_NE(JobsTable(r, absl::Now()).find(reason + "\n"), std::string::npos);
 }

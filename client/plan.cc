@@ -180,16 +180,17 @@ std::string PlanText(const Plan& plan, const std::string& path) {
   absl::StrAppend(&out, ", ", sched.micro_batches, " micro-batches of ", spec.micro_batch_size(),
                   " sequences per replica per step\n");
   const FaultTolerance& ft = spec.fault_tolerance();
-  absl::StrAppend(&out, "on a failure: ",
-                  ft.max_restarts() == 0
-                      ? "the job fails (fault_tolerance.max_restarts 0)"
-                      : absl::StrCat("up to ", ft.max_restarts(), " recoveries from the latest "
-                                     "sealed checkpoint; too few workers: ",
-                                     ft.on_worker_loss() == "shrink"
-                                         ? "continue on fewer replicas, else wait "
-                                         : "wait ",
-                                     ft.wait_for()),
-                  "\n");
+  absl::StrAppend(
+      &out, "on a failure: ",
+      ft.max_restarts() == 0
+          ? "the job fails (fault_tolerance.max_restarts 0)"
+          : absl::StrCat("up to ", ft.max_restarts(),
+                         " recoveries from the latest "
+                         "sealed checkpoint; too few workers: ",
+                         ft.on_worker_loss() == "shrink" ? "continue on fewer replicas, else wait "
+                                                         : "wait ",
+                         ft.wait_for()),
+      "\n");
   std::vector<std::string> hosts;
   for (const WorkerInfo& w : plan.workers) {
     if (hosts.empty() || hosts.back() != w.host_label()) hosts.push_back(w.host_label());
@@ -211,9 +212,8 @@ std::string PlanText(const Plan& plan, const std::string& path) {
                     LayersString(r),
                     Bytes(static_cast<double>(plan.job.stages(r.pp_rank()).memory().total()))});
   }
-  absl::StrAppend(&out, FormatTable({"RANK", "DP", "PP", "TP", "WORKER", "HOST", "LAYERS",
-                                     "MEMORY"},
-                                    rows));
+  absl::StrAppend(
+      &out, FormatTable({"RANK", "DP", "PP", "TP", "WORKER", "HOST", "LAYERS", "MEMORY"}, rows));
 
   absl::StrAppend(&out, "\nstages (cost: transformer-block forwards per micro-batch):\n");
   rows.clear();
@@ -242,10 +242,9 @@ std::string PlanText(const Plan& plan, const std::string& path) {
   rows.clear();
   for (int s = 0; s < p; ++s) {
     const pipeline::StageResult& st = plan.sim.stages[s];
-    rows.push_back(
-        {absl::StrCat(s), absl::StrFormat("%.2f", st.busy), Percent(st.bubble_fraction),
-         absl::StrCat(st.peak_live), absl::StrCat(plan.peak_live_layers[s]),
-         Bytes(static_cast<double>(plan.job.stages(s).memory().activations()))});
+    rows.push_back({absl::StrCat(s), absl::StrFormat("%.2f", st.busy), Percent(st.bubble_fraction),
+                    absl::StrCat(st.peak_live), absl::StrCat(plan.peak_live_layers[s]),
+                    Bytes(static_cast<double>(plan.job.stages(s).memory().activations()))});
   }
   absl::StrAppend(
       &out, FormatTable({"STAGE", "BUSY", "BUBBLE", "PEAK LIVE", "PEAK LAYERS", "PEAK ACTIVATIONS"},
@@ -261,8 +260,9 @@ std::string PlanText(const Plan& plan, const std::string& path) {
     absl::StrAppend(&out, "; simulated on these stages ", Percent(plan.one_f_one_b_simulated));
   }
   absl::StrAppend(&out, "\n");
-  absl::StrAppend(&out, "\nmemory per rank (fp32; the same for every rank of a stage; the "
-                       "coordinator places no rank on a worker with less device memory):\n");
+  absl::StrAppend(&out,
+                  "\nmemory per rank (fp32; the same for every rank of a stage; the "
+                  "coordinator places no rank on a worker with less device memory):\n");
   rows.clear();
   for (const StagePlan& stage : plan.job.stages()) {
     const RankMemory& m = stage.memory();
@@ -270,15 +270,15 @@ std::string PlanText(const Plan& plan, const std::string& path) {
                     Bytes(m.optimizer()), Bytes(m.activations()), Bytes(m.communication()),
                     Bytes(m.total())});
   }
-  absl::StrAppend(&out, FormatTable({"STAGE", "PARAMETERS", "GRADIENTS", "OPTIMIZER",
-                                     "ACTIVATIONS", "COMMUNICATION", "TOTAL"},
+  absl::StrAppend(&out, FormatTable({"STAGE", "PARAMETERS", "GRADIENTS", "OPTIMIZER", "ACTIVATIONS",
+                                     "COMMUNICATION", "TOTAL"},
                                     rows));
-  absl::StrAppend(&out, "(optimizer: AdamW m and v", plan.spec.parallel().zero1() ? ", 1/dp each (zero1)" : "",
-                  "; activations at the schedule's peak; communication: pipeline messages",
-                  plan.spec.parallel().dp() > 1 && !plan.spec.parallel().zero1()
-                      ? " and two gradient buckets"
-                      : "",
-                  ")\n");
+  absl::StrAppend(
+      &out, "(optimizer: AdamW m and v", plan.spec.parallel().zero1() ? ", 1/dp each (zero1)" : "",
+      "; activations at the schedule's peak; communication: pipeline messages",
+      plan.spec.parallel().dp() > 1 && !plan.spec.parallel().zero1() ? " and two gradient buckets"
+                                                                     : "",
+      ")\n");
   // One worker's trainer runs the whole batch at once (plan/memory.h).
   const int64_t sequences = plan.job.ranks() == 1 ? spec.batch_size() : spec.micro_batch_size();
   absl::StrAppend(&out,

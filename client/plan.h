@@ -47,9 +47,9 @@ struct Plan {
   pipeline::ScheduleSpec schedule;      // p = pp, m = micro-batches per replica, v
   std::vector<pipeline::StageCosts> costs;
   pipeline::SimResult sim;
-  double one_f_one_b_bubble = 0;           // (p-1)/(m+p-1)
-  double one_f_one_b_simulated = 0;        // 1F1B simulated on the same stage costs
-  std::vector<int> peak_live_layers;       // per stage
+  double one_f_one_b_bubble = 0;      // (p-1)/(m+p-1)
+  double one_f_one_b_simulated = 0;   // 1F1B simulated on the same stage costs
+  std::vector<int> peak_live_layers;  // per stage
 };
 
 // The placement and simulation of a job's plan (plan::MakeJobPlan, which already rejected every

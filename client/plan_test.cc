@@ -10,11 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
-#include "plan/job_plan.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "plan/job_plan.h"
 
 namespace dtrain {
 namespace client {
@@ -29,9 +29,8 @@ std::string SpecJson(const std::string& parallel, int micro_batch_size = 2) {
   return absl::StrCat(
       R"({"name": "plan-test", "model": {"vocab_size": 256, "context": 32, "n_layer": 8,)",
       R"( "n_head": 4, "n_embd": 64}, "dataset": "data/demo.txt", "steps": 10,)",
-      R"( "checkpoint": {"dir": "runs/plan-test"},)",
-      R"( "batch_size": 16, "micro_batch_size": )", micro_batch_size, R"(, "parallel": )", parallel,
-      "}");
+      R"( "checkpoint": {"dir": "runs/plan-test"},)", R"( "batch_size": 16, "micro_batch_size": )",
+      micro_batch_size, R"(, "parallel": )", parallel, "}");
 }
 
 std::string WriteSpec(const std::string& name, const std::string& json) {
@@ -94,8 +93,8 @@ TEST(Plan, PeakActivationsAreTheMemoryEstimateOfEveryStage) {
     absl::StatusOr<Plan> plan = MakePlan(Validated(SpecJson(parallel)), {});
     ASSERT_TRUE(plan.ok()) << plan.status();
     PlanReport report;
-    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(PlanJson(*plan, "x.json"), &report)
-                    .ok());
+    ASSERT_TRUE(
+        google::protobuf::util::JsonStringToMessage(PlanJson(*plan, "x.json"), &report).ok());
     ASSERT_EQ(report.stages_size(), plan->job.stages_size());
     for (int s = 0; s < report.stages_size(); ++s) {
       EXPECT_EQ(report.stages(s).peak_activation_bytes(),
@@ -162,8 +161,14 @@ TEST(Plan, JsonIsOneObjectWithEveryStage) {
   const auto& f = root.fields();
   const auto& job = f.at("plan").struct_value().fields();
   EXPECT_EQ(job.at("micro_batches").number_value(), 8);
-  EXPECT_EQ(job.at("spec").struct_value().fields().at("parallel").struct_value().fields().at(
-                "schedule").string_value(),
+  EXPECT_EQ(job.at("spec")
+                .struct_value()
+                .fields()
+                .at("parallel")
+                .struct_value()
+                .fields()
+                .at("schedule")
+                .string_value(),
             "zb-h1");
   EXPECT_EQ(job.at("stages").list_value().values_size(), 4);
   EXPECT_EQ(f.at("ranks").list_value().values_size(), 4);

@@ -143,8 +143,9 @@ absl::Status ClaimJobDirectory(const std::string& dir, absl::string_view job_id,
     const std::string temp = absl::StrFormat("%s.tmp.%d", claim_path, getpid());
     const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot write ", temp));
-    const bool written = write(fd, claim.data(), claim.size()) == static_cast<ssize_t>(claim.size()) &&
-                         fsync(fd) == 0;
+    const bool written =
+        write(fd, claim.data(), claim.size()) == static_cast<ssize_t>(claim.size()) &&
+        fsync(fd) == 0;
     const int write_errno = errno;
     close(fd);
     if (!written) {

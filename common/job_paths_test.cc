@@ -17,8 +17,8 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 std::string TempDir() {
-  std::string templ = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
-                      "/job_paths_XXXXXX";
+  std::string templ =
+      std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/job_paths_XXXXXX";
   return mkdtemp(templ.data());
 }
 

@@ -40,9 +40,9 @@ absl::Status Outside(absl::string_view what, absl::string_view path, absl::strin
                      const std::vector<std::string>& roots) {
   std::string shown = DescribeSpecPath(path);
   if (resolved != AbsolutePath(path)) absl::StrAppend(&shown, " resolves to ", resolved, ", which");
-  return absl::FailedPreconditionError(absl::StrCat(
-      what, " ", shown, " is outside this worker's allowed roots (", absl::StrJoin(roots, ", "),
-      "): set --allowed_paths on the worker to allow it"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " ", shown, " is outside this worker's allowed roots (",
+                   absl::StrJoin(roots, ", "), "): set --allowed_paths on the worker to allow it"));
 }
 
 }  // namespace

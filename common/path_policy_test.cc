@@ -20,8 +20,8 @@ using ::testing::HasSubstr;
 
 // A fresh directory, resolved (TEST_TMPDIR may itself be behind a symlink).
 std::string TempDir() {
-  std::string templ = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
-                      "/path_policy_XXXXXX";
+  std::string templ =
+      std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/path_policy_XXXXXX";
   char resolved[PATH_MAX];
   return realpath(mkdtemp(templ.data()), resolved);
 }
@@ -113,7 +113,8 @@ TEST(CheckPathResolved, OutsideNamesPathAndRoots) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(), absl::StrCat("dataset /etc/passwd is outside this worker's allowed "
                                       "roots (",
-                                      root, ", /datasets): set --allowed_paths on the worker to "
+                                      root,
+                                      ", /datasets): set --allowed_paths on the worker to "
                                       "allow it"));
   EXPECT_FALSE(CheckPathResolved("dataset", root + "/../etc/passwd", {root}).ok());
   EXPECT_FALSE(CheckPathResolved("checkpoint.dir", root + "2/ckpt", {root}).ok());  // prefix

@@ -15,17 +15,17 @@
 #define DTRAIN_STATUS_CONCAT_INNER(a, b) a##b
 #define DTRAIN_STATUS_CONCAT(a, b) DTRAIN_STATUS_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                          \
-  do {                                                 \
-    ::absl::Status dtrain_status_ = (expr);            \
-    if (!dtrain_status_.ok()) return dtrain_status_;   \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status dtrain_status_ = (expr);          \
+    if (!dtrain_status_.ok()) return dtrain_status_; \
   } while (0)
 
 #define ASSIGN_OR_RETURN(lhs, expr) \
   DTRAIN_ASSIGN_OR_RETURN_IMPL(DTRAIN_STATUS_CONCAT(dtrain_statusor_, __LINE__), lhs, expr)
 
-#define DTRAIN_ASSIGN_OR_RETURN_IMPL(statusor, lhs, expr) \
-  auto statusor = (expr);                                 \
+#define DTRAIN_ASSIGN_OR_RETURN_IMPL(statusor, lhs, expr)  \
+  auto statusor = (expr);                                  \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 

@@ -22,16 +22,16 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/daemon_tls.h"
-#include "common/tls.h"
 #include "common/metrics/http_exporter.h"
 #include "common/metrics/registry.h"
+#include "common/tls.h"
 #include "common/version.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
@@ -189,9 +189,8 @@ int main(int argc, char** argv) {
 
   CoordinatorService service(manager->get(), absl::GetFlag(FLAGS_max_watches_per_client));
   service.set_peer_tls(*tls);  // Diagnose asks the workers' peer services
-  auto server = dtrain::coordinator::StartServer(absl::GetFlag(FLAGS_listen), &service,
-                                                 (*metrics)->NewRpcInterceptorFactory(),
-                                                 *credentials);
+  auto server = dtrain::coordinator::StartServer(
+      absl::GetFlag(FLAGS_listen), &service, (*metrics)->NewRpcInterceptorFactory(), *credentials);
   if (!server.ok()) return Fail(server.status());
   (*manager)->Start();
   dtrain::AnnounceTls(*tls, "dtrain-coordinator", absl::GetFlag(FLAGS_listen));

@@ -27,8 +27,8 @@ metrics::Buckets PlacementBuckets() {
           0.005,   0.01,     0.025,   0.05,   0.1,     0.25,   0.5,   1};
 }
 
-constexpr JobState kJobStates[] = {QUEUED,    PLACING, RUNNING,  SUCCEEDED,
-                                   FAILED,    CANCELLED, RECOVERING};
+constexpr JobState kJobStates[] = {QUEUED, PLACING,   RUNNING,   SUCCEEDED,
+                                   FAILED, CANCELLED, RECOVERING};
 
 // A recovery: a few seconds (a spare is idle) to wait_for and beyond (workers to come back).
 metrics::Buckets RecoveryBuckets() {

@@ -55,7 +55,7 @@ class CoordinatorMetrics {
   void JobSubmitted();
   void JobPlaced(absl::Duration queue_wait);  // submitted -> PLACING
   void PlacementComputed(absl::Duration elapsed);
-  void JobRecoveryStarted();             // a job entered RECOVERING
+  void JobRecoveryStarted();               // a job entered RECOVERING
   void JobRecovered(absl::Duration took);  // its failure -> the recovered run's first step
   // A running job's latest straggler scores (coordinator/stragglers.h): one
   // dtrain_coordinator_job_straggler_score{job_id,rank,worker} per rank and

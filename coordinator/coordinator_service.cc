@@ -38,8 +38,8 @@ absl::Status Allowed(JobManager* manager, grpc::CallbackServerContext* context,
   absl::StatusOr<PeerIdentity> who = PeerIdentityOf(*context);
   absl::Status status = who.status();
   if (who.ok()) {
-    status = worker_id == nullptr ? Authorize(*who, method)
-                                  : AuthorizeWorker(*who, method, *worker_id);
+    status =
+        worker_id == nullptr ? Authorize(*who, method) : AuthorizeWorker(*who, method, *worker_id);
   }
   if (!status.ok()) {
     manager->options().log(
@@ -439,9 +439,9 @@ grpc::ServerUnaryReactor* CoordinatorService::ForgetWorker(grpc::CallbackServerC
   return Reply(context, absl::StatusOr<ForgetWorkerResponse>(ForgetWorkerResponse()), response);
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(
-    grpc::CallbackServerContext* context, const ListCheckpointsRequest* request,
-    ListCheckpointsResponse* response) {
+grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(grpc::CallbackServerContext* context,
+                                                              const ListCheckpointsRequest* request,
+                                                              ListCheckpointsResponse* response) {
   if (absl::Status s = Allowed(manager_, context, "ListCheckpoints"); !s.ok()) {
     return Reply<ListCheckpointsResponse>(context, s, response);
   }

@@ -2,10 +2,10 @@
 //
 // Unary calls run JobManager's method inline and finish at once: none of them waits on a worker
 // or another call (work for workers travels in heartbeat responses), so no gRPC thread blocks.
-// WatchJob and JobLogs are ServerWriteReactors that write one message at a time, reading what is new from
-// the store, and when nothing is new parks on the job's JobNotifier entry instead of a thread;
-// it finishes after the job's final state, when the client cancels (or its deadline passes), or
-// with UNAVAILABLE at Shutdown().
+// WatchJob and JobLogs are ServerWriteReactors that write one message at a time, reading what is
+// new from the store, and when nothing is new parks on the job's JobNotifier entry instead of a
+// thread; it finishes after the job's final state, when the client cancels (or its deadline
+// passes), or with UNAVAILABLE at Shutdown().
 //
 //   CoordinatorService service(manager.get());
 //   ASSIGN_OR_RETURN(RunningServer server, StartServer("0.0.0.0:7070", &service));

@@ -16,9 +16,9 @@
 #include "absl/time/clock.h"
 #include "common/grpc_limits.h"
 #include "common/grpc_status.h"
+#include "coordinator/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "coordinator/test_util.h"
 
 namespace dtrain::coordinator {
 namespace {

@@ -57,10 +57,9 @@ struct Gather : std::enable_shared_from_this<Gather> {
     call->request.set_clock_only(call->probes_left > 0);
     call->response.Clear();
     call->sent = absl::Now();
-    call->stub->async()->Diagnose(call->context.get(), &call->request, &call->response,
-                                  [self = shared_from_this(), rank](grpc::Status status) {
-                                    self->Answered(rank, status);
-                                  });
+    call->stub->async()->Diagnose(
+        call->context.get(), &call->request, &call->response,
+        [self = shared_from_this(), rank](grpc::Status status) { self->Answered(rank, status); });
   }
 
   void Answered(int rank, const grpc::Status& status) {

@@ -107,9 +107,9 @@ RootCause FindRootCause(const Placement& placement, const std::vector<RankFailur
         if (IsCommTimeout(f)) ++timed_out[s];
       }
     }
-    const auto best = std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) {
-      return a.second < b.second;
-    });
+    const auto best =
+        std::max_element(votes.begin(), votes.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
     if (best != votes.end()) {
       const std::string& silent = best->first;
       cause.worker_id = silent;
@@ -118,16 +118,16 @@ RootCause FindRootCause(const Placement& placement, const std::vector<RankFailur
       // diagnosis taken at the timeout, appended by the job manager, says which).
       const int timeouts = timed_out[silent];
       const int blamers = static_cast<int>(blamed_by[silent].size());
-      const char* what = timeouts == 0          ? (one ? " lost its connection to it"
-                                                       : " lost their connection to it")
+      const char* what = timeouts == 0
+                             ? (one ? " lost its connection to it" : " lost their connection to it")
                          : timeouts == blamers ? " timed out waiting for it"
                                                : " lost their connection to it or timed out";
-      root = absl::StrCat(Who(placement, silent), " stopped answering: ",
-                          one ? "its peer " : "its peers ", absl::StrJoin(blamed_by[silent], ", "),
-                          what, " and it reported no error (",
-                          timeouts == 0 ? "process killed, host down, or hung?"
-                                        : "process stopped, hung, or busy past the timeout?",
-                          ")");
+      root = absl::StrCat(
+          Who(placement, silent), " stopped answering: ", one ? "its peer " : "its peers ",
+          absl::StrJoin(blamed_by[silent], ", "), what, " and it reported no error (",
+          timeouts == 0 ? "process killed, host down, or hung?"
+                        : "process stopped, hung, or busy past the timeout?",
+          ")");
       auto age = heartbeat_age.find(silent);
       if (age != heartbeat_age.end()) {
         absl::StrAppend(&root, absl::StrFormat("; its last heartbeat was %.1fs ago",

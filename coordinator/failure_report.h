@@ -29,16 +29,16 @@ namespace dtrain::coordinator {
 
 // One rank's failure as the coordinator heard it, in arrival order.
 struct RankFailure {
-  enum Cause {  // ordered: a lower cause is named first
+  enum Cause {     // ordered: a lower cause is named first
     kStopped = 0,  // the worker was stopped on purpose
     kLost = 1,     // its lease expired
     kLocal = 2,    // it failed on its own
     kPeer = 3,     // it failed because of a peer (suspects)
   };
   Cause cause = kLocal;
-  int rank = -1;           // index in the placement; -1 when the worker holds no rank
+  int rank = -1;  // index in the placement; -1 when the worker holds no rank
   std::string worker_id;
-  std::string error;       // the worker's words (or the coordinator's, for kLost)
+  std::string error;                  // the worker's words (or the coordinator's, for kLost)
   std::vector<std::string> suspects;  // kPeer: the workers it blames
   int error_code = 0;  // kLocal: the absl::StatusCode the worker reported (0: unknown)
 };

@@ -52,8 +52,7 @@ TEST(RootCauseReason, LostBeatsLocalBeatsPeer) {
 
 TEST(RootCauseReason, SilentSuspectIsNamedWithItsAccusersAndHeartbeat) {
   const std::vector<RankFailure> failures = {
-      Peer(0, {"w2"}, "stream to rank 1 broke"),
-      Peer(2, {"w2", "w4"}, "stream broke"),
+      Peer(0, {"w2"}, "stream to rank 1 broke"), Peer(2, {"w2", "w4"}, "stream broke"),
       Peer(3, {"w3"}, "stream broke"),  // w3 reported: it is a victim, not the cause
   };
   const std::string reason =

@@ -259,8 +259,8 @@ void JobManager::RecordStallDiagnosis(const std::string& job_id, std::string sum
 }
 
 void JobManager::NoteTimeout(ActiveJob& job, const RankFailure& failure) {
-  if (!options_.diagnose || job.state != RUNNING || job.stall_diagnosed ||
-      job.ranks.size() < 2 || !IsCommTimeout(failure) || failure.rank < 0) {
+  if (!options_.diagnose || job.state != RUNNING || job.stall_diagnosed || job.ranks.size() < 2 ||
+      !IsCommTimeout(failure) || failure.rank < 0) {
     return;
   }
   if (job.timeout_due) return;  // the first timeout names the occasion
@@ -424,8 +424,8 @@ void JobManager::AddFailure(ActiveJob& job, RankFailure failure) {
     const std::string who =
         job.assignment == nullptr
             ? ""
-            : absl::StrCat(" (",
-                           plan::RankLabel(job.assignment->placement().ranks(failure.rank)), ")");
+            : absl::StrCat(" (", plan::RankLabel(job.assignment->placement().ranks(failure.rank)),
+                           ")");
     Event(job.id, absl::StrCat("worker ", failure.worker_id, who, ": ", failure.error),
           {failure.rank, failure.worker_id, LOG_ERROR});
   }
@@ -470,9 +470,9 @@ void JobManager::Fail(ActiveJob& job, const std::string& cause, const std::strin
   // which a RECOVERING reason keeps.
   std::string reason = cause;
   if (!job.stall_summary.empty()) {
-    reason.insert(std::min(reason.find('\n'), reason.size()),
-                  absl::StrCat(" (diagnosed when ", job.diagnosed_when, ": ", job.stall_summary,
-                               ")"));
+    reason.insert(
+        std::min(reason.find('\n'), reason.size()),
+        absl::StrCat(" (diagnosed when ", job.diagnosed_when, ": ", job.stall_summary, ")"));
   }
   const int max_restarts = job.spec.fault_tolerance().max_restarts();
   const int used = FailureCount(job.recoveries);
@@ -480,10 +480,10 @@ void JobManager::Fail(ActiveJob& job, const std::string& cause, const std::strin
     std::string why = reason;
     if (used > 0) {
       why = ReasonNamingEveryFailure(
-          absl::StrCat(curable ? absl::StrCat("failed again after ", Plural(used, "recovery"),
-                                              " (fault_tolerance.max_restarts=", max_restarts,
-                                              "): ")
-                               : "",
+          absl::StrCat(curable
+                           ? absl::StrCat("failed again after ", Plural(used, "recovery"),
+                                          " (fault_tolerance.max_restarts=", max_restarts, "): ")
+                           : "",
                        reason),
           job.recoveries);
     }
@@ -526,13 +526,13 @@ void JobManager::BeginRecovery(ActiveJob& job, Recovery recovery, const std::str
   job.pending_cut.reset();  // a rebalance not begun yet: the new run is measured again
   job.phase_start = Now();
   SaveRecoveries(job);
-  absl::Status status = Transition(
-      job, RECOVERING,
-      absl::StrCat(why, job.stopping.empty()
-                            ? ""
-                            : absl::StrCat("; stopping ",
-                                           failed_worker.empty() ? "its " : "the other ",
-                                           Plural(job.stopping.size(), "rank"))));
+  absl::Status status =
+      Transition(job, RECOVERING,
+                 absl::StrCat(why, job.stopping.empty()
+                                       ? ""
+                                       : absl::StrCat("; stopping ",
+                                                      failed_worker.empty() ? "its " : "the other ",
+                                                      Plural(job.stopping.size(), "rank"))));
   if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
   Wake();
 }
@@ -616,9 +616,9 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
   }
   // The submitted layout when the workers are there (after a shrink too), else the current one.
   const int64_t usable = static_cast<int64_t>(candidates.size());
-  JobSpec spec = KeepCut(
-      *r, job.run_spec,
-      usable >= plan::WorkersNeeded(job.spec.parallel()) ? job.spec : job.run_spec);
+  JobSpec spec =
+      KeepCut(*r, job.run_spec,
+              usable >= plan::WorkersNeeded(job.spec.parallel()) ? job.spec : job.run_spec);
   int64_t needed = plan::WorkersNeeded(spec.parallel());
   std::string shrink_note;
   if (usable < needed && job.spec.fault_tolerance().on_worker_loss() == "shrink") {
@@ -658,9 +658,9 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
     Log(absl::StrCat(job.id, ": recovery placement deferred: ", status.ToString()));
   }
   const absl::Duration wait_for = plan::RecoveryWaitFor(job.spec);
-  std::string waiting = absl::StrCat(
-      "waiting up to ", Seconds(wait_for), " (fault_tolerance.wait_for) for ",
-      Plural(needed, "idle worker"), "; ", usable, " usable idle");
+  std::string waiting =
+      absl::StrCat("waiting up to ", Seconds(wait_for), " (fault_tolerance.wait_for) for ",
+                   Plural(needed, "idle worker"), "; ", usable, " usable idle");
   if (!excluded.empty()) {
     std::vector<std::string> names(excluded.begin(), excluded.end());
     std::sort(names.begin(), names.end());
@@ -668,8 +668,8 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
   }
   if (Now() - job.phase_start >= wait_for) {
     EndJob(job.id, FAILED,
-           ReasonNamingEveryFailure(
-               absl::StrCat(label, " found no workers: ", waiting), job.recoveries))
+           ReasonNamingEveryFailure(absl::StrCat(label, " found no workers: ", waiting),
+                                    job.recoveries))
         .IgnoreError();
     return;
   }
@@ -677,8 +677,8 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
       r->grow() ? absl::StrCat("growing back: ", waiting)
       : !r->replaced_worker().empty()
           ? absl::StrCat("replacing straggler ", r->replaced_worker(), ": ", waiting)
-                : absl::StrCat("restart ", FailureCount(job.recoveries), " of ",
-                               job.spec.fault_tolerance().max_restarts(), ": ", waiting);
+          : absl::StrCat("restart ", FailureCount(job.recoveries), " of ",
+                         job.spec.fault_tolerance().max_restarts(), ": ", waiting);
   if (reason != job.reason) {
     absl::Status status = Transition(job, RECOVERING, reason);
     if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
@@ -719,8 +719,8 @@ std::string JobManager::WaitingReason(const JobSpec& spec, const WorkerCounts& c
   const int64_t needed = plan::WorkersNeeded(spec.parallel());
   const std::string& device = spec.device();
   if (DeviceFits(device, "cpu") && DeviceFits(device, "cuda")) {
-    return absl::StrCat("waiting for ", Plural(needed, "idle worker"), "; ", counts.idle,
-                        " idle, ", counts.busy, " busy, ", counts.lost, " lost");
+    return absl::StrCat("waiting for ", Plural(needed, "idle worker"), "; ", counts.idle, " idle, ",
+                        counts.busy, " busy, ", counts.lost, " lost");
   }
   // A job for one kind of device: count that kind (a scan; only for such jobs).
   const std::string kind = DeviceFits(device, "cuda") ? "cuda" : "cpu";
@@ -995,8 +995,8 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
         r->set_done(true);
         job->last_step = step.step();
         SaveRecoveries(*job);
-        const int64_t total = r->detect_ms() + r->stop_ms() + r->place_ms() + r->load_ms() +
-                              r->first_step_ms();
+        const int64_t total =
+            r->detect_ms() + r->stop_ms() + r->place_ms() + r->load_ms() + r->first_step_ms();
         if (options_.metrics != nullptr) {
           options_.metrics->JobRecovered(absl::Milliseconds(total));
         }
@@ -1036,8 +1036,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
     }
     case ReportProgressRequest::kLocation: {
       const JobLocation& at = request.location();
-      Recovery* r =
-          job->recoveries.empty() || job->run_located ? nullptr : &job->recoveries.back();
+      Recovery* r = job->recoveries.empty() || job->run_located ? nullptr : &job->recoveries.back();
       job->run_located = true;
       int64_t resumed_from_step = at.resumed_from_step();
       if (!job->recoveries.empty()) {
@@ -1057,16 +1056,15 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
           job->last_step = at.resumed_from_step();
         }
         SaveRecoveries(*job);
-        Event(job->id,
-              absl::StrCat(
-                  "recovery ", r->number(), ": resumed from ",
-                  at.resumed_from_step() > 0
-                      ? absl::StrCat("step ", at.resumed_from_step(), " (", at.resumed_from(), ")")
-                      : "the start (no checkpoint sealed yet)",
-                  r->steps_redone() > 0
-                      ? absl::StrCat("; redoing steps ", at.resumed_from_step() + 1, "-",
-                                     r->last_step())
-                      : ""));
+        Event(job->id, absl::StrCat("recovery ", r->number(), ": resumed from ",
+                                    at.resumed_from_step() > 0
+                                        ? absl::StrCat("step ", at.resumed_from_step(), " (",
+                                                       at.resumed_from(), ")")
+                                        : "the start (no checkpoint sealed yet)",
+                                    r->steps_redone() > 0 ? absl::StrCat("; redoing steps ",
+                                                                         at.resumed_from_step() + 1,
+                                                                         "-", r->last_step())
+                                                          : ""));
       }
       break;
     }
@@ -1081,8 +1079,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
         failure.worker_id = request.worker_id();
         failure.error = outcome.error().empty() ? "no error message" : outcome.error();
         failure.error_code = outcome.error_code();
-        failure.suspects.assign(outcome.suspect_workers().begin(),
-                                outcome.suspect_workers().end());
+        failure.suspects.assign(outcome.suspect_workers().begin(), outcome.suspect_workers().end());
         AddFailure(*job, std::move(failure));
         break;
       }
@@ -1118,8 +1115,7 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
   ASSIGN_OR_RETURN(std::vector<CheckpointInfo> sealed, store_->Checkpoints(from));
   if (sealed.empty()) {
     return plan::InvalidSpec(absl::StrCat(
-        "resume_from=\"", from, "\": ", from,
-        " has no sealed checkpoint to resume from (",
+        "resume_from=\"", from, "\": ", from, " has no sealed checkpoint to resume from (",
         source->spec().checkpoint().dir().empty()
             ? "its spec has no checkpoint.dir"
             : absl::StrCat("none was sealed in ", source->checkpoint().dir().empty()
@@ -1129,10 +1125,10 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
   }
   const CheckpointInfo& latest = sealed.back();
   if (spec->steps() <= latest.step()) {
-    return plan::InvalidSpec(absl::StrCat(
-        "steps=", spec->steps(), " is not beyond step ", latest.step(), " of ",
-        from, "'s latest sealed checkpoint (", latest.path(),
-        "): there is nothing to train (set steps above ", latest.step(), ")"));
+    return plan::InvalidSpec(
+        absl::StrCat("steps=", spec->steps(), " is not beyond step ", latest.step(), " of ", from,
+                     "'s latest sealed checkpoint (", latest.path(),
+                     "): there is nothing to train (set steps above ", latest.step(), ")"));
   }
   spec->set_resume_from(latest.path());
   notes->push_back(absl::StrCat("resume_from ", from, " is its latest sealed checkpoint: step ",
@@ -1242,8 +1238,7 @@ absl::StatusOr<Job> JobManager::CancelJob(const std::string& job_id, const std::
 }
 
 absl::StatusOr<RebalanceDecision> JobManager::RebalanceJob(
-    const std::string& job_id, const std::vector<double>& stage_compute_s,
-    const std::string& why) {
+    const std::string& job_id, const std::vector<double>& stage_compute_s, const std::string& why) {
   JobsLock lock(this);
   ActiveJob* job = FindActive(job_id);
   if (job == nullptr) {

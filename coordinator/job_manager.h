@@ -302,8 +302,8 @@ class JobManager {
                      std::vector<WorkerInfo>* idle, WorkerCounts* counts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string WaitingReason(const JobSpec& spec, const WorkerCounts& counts);
-  void Event(const std::string& job_id, const std::string& text,
-             const LineSource& source = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Event(const std::string& job_id, const std::string& text, const LineSource& source = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t NowMs() const { return absl::ToUnixMillis(Now()); }
 
   const Options options_;

@@ -25,8 +25,7 @@ inline const absl::Duration kLease = absl::Seconds(5);
 class Harness {
  public:
   // `tune` changes the options the manager is made with (the clock and log stay the test's).
-  explicit Harness(const std::string& db,
-                   std::function<void(JobManager::Options*)> tune = nullptr)
+  explicit Harness(const std::string& db, std::function<void(JobManager::Options*)> tune = nullptr)
       : db_(db), tune_(std::move(tune)) {
     Open();
   }

@@ -86,8 +86,8 @@ void JobManager::ScoreStragglers() {
 void JobManager::ActOnStraggler(ActiveJob& job, const StragglerScore& score) {
   const std::string& policy = job.spec.stragglers().policy();
   if (policy == "rebalance") {  // re-cut from the window's per-stage compute (rebalance.h)
-    const absl::StatusOr<RebalanceDecision> d = RebalanceLocked(
-        job, {}, absl::StrCat("straggler policy, ", score.worker_id(), " flagged"));
+    const absl::StatusOr<RebalanceDecision> d =
+        RebalanceLocked(job, {}, absl::StrCat("straggler policy, ", score.worker_id(), " flagged"));
     if (!d.ok()) {
       Event(job.id,
             absl::StrCat("straggler policy rebalance: ", d.status().message(), "; reporting only"));

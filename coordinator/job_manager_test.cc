@@ -11,10 +11,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "coordinator/job_manager_harness.h"
 #include "coordinator/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -127,8 +127,8 @@ TEST(JobManager, APeerFailureWaitsForTheRootCauseThenNamesTheSilentSuspect) {
   h.Advance(absl::Milliseconds(2000));  // w2 hangs; w1 and w3 keep heartbeating
   h.Beat("w1", "s-w1", "job-000001");
   h.Beat("w3", "s-w3", "job-000001");
-  ASSERT_TRUE(h.Failure("w3", "job-000001", FAILURE_PEER, "receive from rank 1 timed out", {"w2"})
-                  .ok());
+  ASSERT_TRUE(
+      h.Failure("w3", "job-000001", FAILURE_PEER, "receive from rank 1 timed out", {"w2"}).ok());
   EXPECT_EQ(h.Get("job-000001").state(), RUNNING);  // within the failure window
   h.Advance(absl::Milliseconds(2600));  // past the window (2.5s here), within the lease (5s)
   h.m().RunSchedulerPass();
@@ -200,8 +200,9 @@ TEST(JobManager, AStalledRunIsDiagnosedOnceAndItsRootGoesIntoEventsAndReason) {
   h.m().RunSchedulerPass();
   EXPECT_THAT(asked, ElementsAre("job-000001: 3 ranks, 16-byte secret, 3 workers"));
   ASSERT_TRUE(answer);
-  answer("root: rank 1 (w2, dp0 pp1 tp0) is in F of micro-batch 0, step 1, for 3.5 s (compute, "
-         "not communication); rank 2 waits on its activation");
+  answer(
+      "root: rank 1 (w2, dp0 pp1 tp0) is in F of micro-batch 0, step 1, for 3.5 s (compute, "
+      "not communication); rank 2 waits on its activation");
   absl::StatusOr<std::vector<LogEntry>> events =
       h.m().store().LogsAfter("job-000001", 0, std::nullopt);
   ASSERT_TRUE(events.ok()) << events.status();
@@ -237,8 +238,8 @@ TEST(JobManager, ACommunicationTimeoutIsDiagnosedBeforeTheRunIsStopped) {
   auto timed_out = [&] {
     std::vector<std::string> ranks;
     for (const TimedOutRank& t : timed_out_now()) {
-      ranks.push_back(absl::StrCat("rank ", t.rank, " on ", absl::StrJoin(t.on, ","), ": ",
-                                   t.error));
+      ranks.push_back(
+          absl::StrCat("rank ", t.rank, " on ", absl::StrJoin(t.on, ","), ": ", t.error));
     }
     return ranks;
   };
@@ -283,8 +284,9 @@ TEST(JobManager, ACommunicationTimeoutIsDiagnosedBeforeTheRunIsStopped) {
   h.m().RunSchedulerPass();
   EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
   ASSERT_TRUE(answer);
-  answer("root: rank 1 (w2, dp0 pp1 tp0) is in F of micro-batch 0, step 3, for 4.1 s (compute, "
-         "not communication); rank 0 timed out waiting on it");
+  answer(
+      "root: rank 1 (w2, dp0 pp1 tp0) is in F of micro-batch 0, step 3, for 4.1 s (compute, "
+      "not communication); rank 0 timed out waiting on it");
   h.m().RunSchedulerPass();
   const Job job = h.Get("job-000001");
   EXPECT_EQ(job.state(), FAILED);
@@ -377,8 +379,7 @@ TEST(JobManager, SpecPathsOutsideEveryWorkersRootsAreRefusedAtSubmit) {
   };
   // No worker yet: only the '..' rule.
   EXPECT_TRUE(h.Submit(spec("/etc/passwd")).ok());
-  EXPECT_EQ(h.Submit(spec("../../etc/passwd")).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.Submit(spec("../../etc/passwd")).status().code(), absl::StatusCode::kInvalidArgument);
   RegisterWorkerRequest r;
   r.set_worker_id("w1");
   r.set_session_id("s-w1");
@@ -415,8 +416,9 @@ TEST(JobManager, SpecSizeAndJobLimitsAreTheOperatorsCaps) {
   steps.set_spec_json(kTinySpec);  // 3 steps
   const absl::Status too_long = (*manager)->SubmitJob(steps).status();
   EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(too_long.message(), "invalid job spec: steps=3 exceeds this coordinator's cap of 2 "
-                                 "(--max_job_steps)");
+  EXPECT_EQ(too_long.message(),
+            "invalid job spec: steps=3 exceeds this coordinator's cap of 2 "
+            "(--max_job_steps)");
   EXPECT_TRUE(h.Submit().ok());  // the defaults let it through
 }
 

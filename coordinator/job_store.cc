@@ -311,7 +311,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
 JobStore::~JobStore() {
   absl::MutexLock lock(&mu_);
   sqlite3_close(db_);  // checkpoints the WAL into the main file when it is the last connection
-  close(lock_fd_);    // releases the lock
+  close(lock_fd_);     // releases the lock
 }
 
 absl::Status JobStore::Exec(const char* sql) {
@@ -627,8 +627,7 @@ absl::StatusOr<Job> JobStore::GetJob(absl::string_view job_id, bool with_history
   return job;
 }
 
-absl::StatusOr<std::vector<Job>> JobStore::ListJobs(int limit,
-                                                   absl::Span<const JobState> states) {
+absl::StatusOr<std::vector<Job>> JobStore::ListJobs(int limit, absl::Span<const JobState> states) {
   if (limit <= 0) limit = 100;
   std::string where;
   if (!states.empty()) {
@@ -733,8 +732,8 @@ absl::StatusOr<std::vector<JobEvent>> JobStore::EventsAfter(absl::string_view jo
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    events.push_back(JobEvent{s.Int(0), s.Text(1), s.Int(2), static_cast<int>(s.Int(3)),
-                              s.Text(4), static_cast<LogSeverity>(s.Int(5))});
+    events.push_back(JobEvent{s.Int(0), s.Text(1), s.Int(2), static_cast<int>(s.Int(3)), s.Text(4),
+                              static_cast<LogSeverity>(s.Int(5))});
   }
   return events;
 }

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "coordinator/test_util.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -277,7 +277,9 @@ CREATE TABLE metrics (job_id TEXT NOT NULL, step INTEGER NOT NULL, loss REAL, gr
 CREATE TABLE events (job_id TEXT NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL,
   time_ms INTEGER NOT NULL, PRIMARY KEY (job_id, seq)) WITHOUT ROWID;
 INSERT INTO events VALUES ('job-000001', 1, 'an old event', 8);
-)sql", nullptr, nullptr, nullptr), SQLITE_OK);
+)sql",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
     sqlite3_close(db);
   }
   auto store = JobStore::Open(path);
@@ -313,9 +315,9 @@ TEST(JobStore, RankLinesAreBoundedPerJobOldestDropped) {
   ASSERT_TRUE((*store)->CreateJob(JobSpec(), "queued", 1).ok());
   ASSERT_TRUE((*store)->AppendEvent("job-000001", "coordinator line", 1).ok());
   for (int i = 0; i < kMaxRankLinesPerJob + 5; ++i) {
-    ASSERT_TRUE(
-        (*store)->AppendEvent("job-000001", absl::StrCat("line ", i), 2, {1, "w2", LOG_WARNING})
-            .ok());
+    ASSERT_TRUE((*store)
+                    ->AppendEvent("job-000001", absl::StrCat("line ", i), 2, {1, "w2", LOG_WARNING})
+                    .ok());
   }
   absl::StatusOr<std::vector<LogEntry>> rank1 =
       (*store)->LogsAfter("job-000001", 0, 1, kMaxRankLinesPerJob * 2);

@@ -11,9 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "plan/job_plan.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/job_plan.h"
 
 namespace dtrain::coordinator {
 namespace {

@@ -44,8 +44,8 @@ JobSpec CurrentRunSpec(const JobSpec& spec, absl::Span<const Recovery> recoverie
 
 std::string PhaseSummary(const Recovery& r) {
   auto s = [](int64_t ms) { return absl::StrFormat("%.1fs", ms / 1000.0); };
-  const int64_t total = r.detect_ms() + r.stop_ms() + r.place_ms() + r.load_ms() +
-                        r.first_step_ms();
+  const int64_t total =
+      r.detect_ms() + r.stop_ms() + r.place_ms() + r.load_ms() + r.first_step_ms();
   return absl::StrCat("detect ", s(r.detect_ms()), ", stop ", s(r.stop_ms()), ", place ",
                       s(r.place_ms()), ", load ", s(r.load_ms()), ", first step ",
                       s(r.first_step_ms()), " (", s(total), " in all)");
@@ -59,8 +59,8 @@ std::string ReasonNamingEveryFailure(const std::string& reason,
   for (const Recovery& r : recoveries) {
     if (IsPlannedRestart(r)) continue;
     // Each earlier cause on one line: its own detail lines indented under it.
-    absl::StrAppend(&text, "\n  earlier failure ", ++n, " of ", failures, " (recovered): ",
-                    absl::StrReplaceAll(r.cause(), {{"\n", "\n  "}}));
+    absl::StrAppend(&text, "\n  earlier failure ", ++n, " of ", failures,
+                    " (recovered): ", absl::StrReplaceAll(r.cause(), {{"\n", "\n  "}}));
   }
   return text;
 }

@@ -100,7 +100,7 @@ TEST(Recovery, AKilledRankIsReplacedByASpareAndTheJobResumesFromItsCheckpoint) {
   EXPECT_EQ(job.latest().step(), 11);
   const absl::StatusOr<std::vector<StepMetrics>> redone =
       h.m().store().MetricsAfter("job-000001", 10);
-  ASSERT_EQ(redone->size(), 1u);  // the old run's 12 and 13 are gone until redone
+  ASSERT_EQ(redone->size(), 1u);        // the old run's 12 and 13 are gone until redone
   EXPECT_EQ((*redone)[0].loss(), 4.0);  // the redone step replaced the first
   EXPECT_THAT(Events(h), HasSubstr("recovery 1: resumed from step 10"));
   EXPECT_THAT(Events(h), HasSubstr("redoing steps 11-13"));
@@ -171,7 +171,7 @@ TEST(Recovery, ShrinkContinuesOnFewerReplicasWithTheSameBatch) {
   EXPECT_EQ(hb.assignment().spec().batch_size(), 4);
   EXPECT_EQ(hb.assignment().spec().micro_batch_size(), 2);  // 2 micro-batches now
   EXPECT_THAT(Events(h), HasSubstr("shrunk from dp=2 pp=1 tp=1 to dp=1 pp=1 tp=1 (batch_size 4: "
-                                    "2 micro-batches per replica)"));
+                                   "2 micro-batches per replica)"));
 }
 
 TEST(Recovery, AShrunkJobGrowsBackAtACheckpointWhenWorkersReturn) {

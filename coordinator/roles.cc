@@ -54,7 +54,7 @@ const std::vector<std::string>& RolesFor(absl::string_view method) {
 }
 
 absl::Status Authorize(const PeerIdentity& who, absl::string_view method) {
-  if (who.role == kRoleInsecure) return absl::OkStatus();  // --insecure: no authentication
+  if (who.role == kRoleInsecure) return absl::OkStatus();    // --insecure: no authentication
   const std::vector<std::string>& roles = RolesFor(method);  // every RPC: no copy
   for (const std::string& role : roles) {
     if (who.role == role) return absl::OkStatus();

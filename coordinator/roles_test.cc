@@ -15,9 +15,9 @@ using ::testing::ElementsAre;
 const std::vector<std::string> kWorkerRpcs = {"RegisterWorker", "Heartbeat", "ReportProgress",
                                               "DeregisterWorker"};
 const std::vector<std::string> kAdminRpcs = {"SubmitJob", "CancelJob", "ForgetWorker"};
-const std::vector<std::string> kViewerRpcs = {
-    "GetJob", "ListJobs", "WatchJob", "ListWorkers", "JobLogs", "ListCheckpoints", "Diagnose",
-    "TraceJob"};
+const std::vector<std::string> kViewerRpcs = {"GetJob",      "ListJobs", "WatchJob",
+                                              "ListWorkers", "JobLogs",  "ListCheckpoints",
+                                              "Diagnose",    "TraceJob"};
 
 PeerIdentity Who(const std::string& name, const std::string& role) { return {name, role}; }
 

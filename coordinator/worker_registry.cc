@@ -170,9 +170,9 @@ absl::StatusOr<bool> WorkerRegistry::Report(const std::string& worker_id,
   }
   if (r.pending.has_value()) {
     // Not delivered yet, so not from this assignment: from an earlier run of the job.
-    return absl::FailedPreconditionError(absl::StrCat(
-        "a report of an earlier run of ", job_id, " on worker ", worker_id,
-        " (the job was placed on it again)"));
+    return absl::FailedPreconditionError(absl::StrCat("a report of an earlier run of ", job_id,
+                                                      " on worker ", worker_id,
+                                                      " (the job was placed on it again)"));
   }
   r.deadline = now + lease_;
   r.dropped_since.reset();

@@ -78,8 +78,8 @@ class Backend {
   // Row-major: c (m,n) = alpha * op(a) (m,k) @ op(b) (k,n) + beta * c, where op(x) is x or x^T.
   // lda/ldb/ldc are row strides of a, b, c as stored.
   virtual absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                            const float* a, int lda, const float* b, int ldb, float beta,
-                            float* c, int ldc) = 0;
+                            const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                            int ldc) = 0;
 
   // ---- Embedding: token + position --------------------------------------------------------
   // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) int32 in [0,V); wte (V,C); wpe (>=T,C).
@@ -92,13 +92,11 @@ class Backend {
   // ---- LayerNorm (eps 1e-5) -----------------------------------------------------------------
   // out (N,C) = (inp - mean) * rstd * weight + bias; saves mean (N) and rstd (N).
   virtual absl::Status LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
-                                        const float* weight, const float* bias, int N,
-                                        int C) = 0;
+                                        const float* weight, const float* bias, int N, int C) = 0;
   // dinp (N,C) += ..., dweight (C) += ..., dbias (C) += ...
   virtual absl::Status LayerNormBackward(float* dinp, float* dweight, float* dbias,
-                                         const float* dout, const float* inp,
-                                         const float* weight, const float* mean,
-                                         const float* rstd, int N, int C) = 0;
+                                         const float* dout, const float* inp, const float* weight,
+                                         const float* mean, const float* rstd, int N, int C) = 0;
 
   // ---- Matmul with bias, weight stored (in, out) as Hugging Face's Conv1D -------------------
   // out (N,OC) = inp (N,C) @ weight (C,OC) + bias (OC); bias may be null.
@@ -132,8 +130,7 @@ class Backend {
 
   // ---- Residual add ------------------------------------------------------------------------
   // out = a + b (n elements).
-  virtual absl::Status ResidualForward(float* out, const float* a, const float* b,
-                                       int64_t n) = 0;
+  virtual absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t n) = 0;
   // da += dout; db += dout.
   virtual absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t n) = 0;
 
@@ -143,13 +140,12 @@ class Backend {
                                            const int32_t* targets, int N, int V) = 0;
   // dlogits (N,V) = (probs - onehot(targets)) * dloss (the same dloss for every row, e.g. 1/N).
   virtual absl::Status CrossEntropyBackward(float* dlogits, const float* probs,
-                                            const int32_t* targets, float dloss, int N,
-                                            int V) = 0;
+                                            const int32_t* targets, float dloss, int N, int V) = 0;
 
   // ---- Optimizer ---------------------------------------------------------------------------
   // One AdamW step on n elements: params, m, v updated in place; grads read (times grad_scale).
-  virtual absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v,
-                                   int64_t n, const AdamWParams& p) = 0;
+  virtual absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t n,
+                                   const AdamWParams& p) = 0;
   // Sum of squares of x (n), accumulated in double; used for global-norm clipping.
   virtual absl::StatusOr<double> SquaredNorm(const float* x, int64_t n) = 0;
   // x *= s.

@@ -55,8 +55,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpu(int cpu_threads, MatmulPrecis
 }  // namespace
 
 absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(absl::string_view name) {
-  for (MatmulPrecision p : {MatmulPrecision::kFp32, MatmulPrecision::kTf32,
-                            MatmulPrecision::kBf16}) {
+  for (MatmulPrecision p :
+       {MatmulPrecision::kFp32, MatmulPrecision::kTf32, MatmulPrecision::kBf16}) {
     if (name == MatmulPrecisionName(p)) return p;
   }
   return absl::InvalidArgumentError(
@@ -91,8 +91,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view device,
     }
     return CreateCuda(ordinal, precision);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown device \"", device, "\": expected cpu, cuda, cuda:N or auto"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown device \"", device, "\": expected cpu, cuda, cuda:N or auto"));
 }
 
 }  // namespace dtrain::kernels

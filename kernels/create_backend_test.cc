@@ -33,14 +33,14 @@ TEST(CreateBackend, CudaWithoutAGpuFailsClearlyAndAutoPicksTheCpu) {
     GTEST_SKIP() << "a GPU is present: " << (*cuda)->info().name;
   }
   EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition) << cuda.status();
-  EXPECT_THAT(cuda.status().message(), ::testing::AnyOf(HasSubstr("no CUDA GPU"),
-                                                        HasSubstr("no CUDA backend")));
+  EXPECT_THAT(cuda.status().message(),
+              ::testing::AnyOf(HasSubstr("no CUDA GPU"), HasSubstr("no CUDA backend")));
   EXPECT_EQ((*automatic)->info().kind, DeviceKind::kCpu);
 }
 
 TEST(ParseMatmulPrecision, NamesRoundTrip) {
-  for (MatmulPrecision p : {MatmulPrecision::kFp32, MatmulPrecision::kTf32,
-                            MatmulPrecision::kBf16}) {
+  for (MatmulPrecision p :
+       {MatmulPrecision::kFp32, MatmulPrecision::kTf32, MatmulPrecision::kBf16}) {
     absl::StatusOr<MatmulPrecision> parsed = ParseMatmulPrecision(MatmulPrecisionName(p));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, p);
@@ -97,8 +97,8 @@ TEST(CreateBackend, CudaWithReducedPrecisionFailsOnlyForWantOfAGpu) {
       continue;
     }
     EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
-    EXPECT_THAT(b.status().message(), ::testing::AnyOf(HasSubstr("no CUDA GPU"),
-                                                       HasSubstr("no CUDA backend")));
+    EXPECT_THAT(b.status().message(),
+                ::testing::AnyOf(HasSubstr("no CUDA GPU"), HasSubstr("no CUDA backend")));
   }
 }
 

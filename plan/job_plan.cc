@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/strip.h"
-#include "absl/time/time.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "plan/memory.h"
 #include "plan/ranks.h"
@@ -124,8 +124,8 @@ void CheckFaultTolerance(FaultTolerance* f, Problems* problems) {
 void CheckStragglers(StragglerSpec* s, Problems* problems) {
   if (s->threshold() == 0) s->set_threshold(kDefaultStragglerThreshold);
   if (!(s->threshold() > 1 && s->threshold() <= kMaxStragglerThreshold)) {
-    problems->push_back(absl::StrCat("stragglers.threshold=", s->threshold(),
-                                     " must be in (1, ", kMaxStragglerThreshold,
+    problems->push_back(absl::StrCat("stragglers.threshold=", s->threshold(), " must be in (1, ",
+                                     kMaxStragglerThreshold,
                                      "] (a rank at its peers' pace scores 1)"));
   }
   if (s->window_steps() == 0) s->set_window_steps(kDefaultStragglerWindow);
@@ -142,11 +142,10 @@ void CheckStragglers(StragglerSpec* s, Problems* problems) {
 
 // parallel.stage_layers, when given: one entry per stage, each >= 1, summing to n_layer
 // (`sizes_known`: pp and n_layer passed their own checks), and not with "interleaved".
-void CheckStageLayers(const ParallelLayout& p, int n_layer, bool sizes_known,
-                      Problems* problems) {
+void CheckStageLayers(const ParallelLayout& p, int n_layer, bool sizes_known, Problems* problems) {
   if (p.stage_layers().empty()) return;
-  const std::string given = absl::StrCat("parallel.stage_layers=[",
-                                         absl::StrJoin(p.stage_layers(), ", "), "]");
+  const std::string given =
+      absl::StrCat("parallel.stage_layers=[", absl::StrJoin(p.stage_layers(), ", "), "]");
   if (p.schedule() == "interleaved") {
     problems->push_back(absl::StrCat(
         given, " cannot be used with schedule \"interleaved\" (its chunks are cut by the plan)"));
@@ -167,8 +166,7 @@ void CheckStageLayers(const ParallelLayout& p, int n_layer, bool sizes_known,
     sum += layers;
   }
   if (sum != n_layer) {
-    problems->push_back(
-        absl::StrCat(given, " sums to ", sum, " layers, model.n_layer=", n_layer));
+    problems->push_back(absl::StrCat(given, " sums to ", sum, " layers, model.n_layer=", n_layer));
   }
 }
 
@@ -277,9 +275,9 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
     }
     // The schedule's own rule (worker/pipeline/schedule.h), in its words, with the fields.
     if (problems->size() == before && micro_batches > 0 && layout_ok) {
-      const absl::Status valid = pipeline::ValidateSchedule(
-          {pipeline::ScheduleKind::kInterleaved, p->pp(), static_cast<int>(micro_batches),
-           p->virtual_stages()});
+      const absl::Status valid =
+          pipeline::ValidateSchedule({pipeline::ScheduleKind::kInterleaved, p->pp(),
+                                      static_cast<int>(micro_batches), p->virtual_stages()});
       if (!valid.ok()) {
         absl::string_view rule = valid.message();
         absl::ConsumePrefix(&rule, "invalid interleaved schedule: ");
@@ -297,15 +295,15 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
   CheckStageLayers(*p, m.n_layer(), layout_ok && model_ok, problems);
   const int64_t workers = layout_ok ? WorkersNeeded(*p) : 0;
   if (workers > kMaxWorkersPerJob) {
-    problems->push_back(absl::StrCat("parallel.dp*pp*tp=", p->dp(), "*", p->pp(), "*", p->tp(),
-                                     "=", workers, " exceeds ", kMaxWorkersPerJob, " workers"));
+    problems->push_back(absl::StrCat("parallel.dp*pp*tp=", p->dp(), "*", p->pp(), "*", p->tp(), "=",
+                                     workers, " exceeds ", kMaxWorkersPerJob, " workers"));
   }
   if (layout_ok && micro_batches > 0 &&
       micro_batches * p->pp() * p->virtual_stages() > kMaxScheduleForwards) {
-    problems->push_back(absl::StrCat(
-        "micro-batches*parallel.pp*parallel.virtual_stages=", micro_batches, "*", p->pp(), "*",
-        p->virtual_stages(), " exceeds ", kMaxScheduleForwards,
-        " forwards per step: use a larger micro_batch_size"));
+    problems->push_back(
+        absl::StrCat("micro-batches*parallel.pp*parallel.virtual_stages=", micro_batches, "*",
+                     p->pp(), "*", p->virtual_stages(), " exceeds ", kMaxScheduleForwards,
+                     " forwards per step: use a larger micro_batch_size"));
   }
 
   // --- device, checkpoints, seed ---
@@ -315,8 +313,8 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
         absl::StrCat("device=\"", spec.device(), "\" is not one of cpu, cuda, auto"));
   }
   if (spec.checkpoint().interval_steps() < 0) {
-    problems->push_back(absl::StrCat("checkpoint.interval_steps=",
-                                     spec.checkpoint().interval_steps(), " must be >= 0"));
+    problems->push_back(absl::StrCat(
+        "checkpoint.interval_steps=", spec.checkpoint().interval_steps(), " must be >= 0"));
   }
   if (workers > 1 && spec.checkpoint().dir().empty()) {
     // A one-worker job saves under the worker's --data_root; ranks of a spread job write shards
@@ -455,7 +453,8 @@ absl::Status CheckJobLimits(const JobSpec& planned, const JobLimits& limits) {
 pipeline::ScheduleSpec ScheduleOf(const JobPlan& plan) {
   const ParallelLayout& layout = plan.spec().parallel();
   pipeline::ScheduleSpec s;
-  s.kind = pipeline::ParseScheduleKind(layout.schedule()).value_or(pipeline::ScheduleKind::kOneFOneB);
+  s.kind =
+      pipeline::ParseScheduleKind(layout.schedule()).value_or(pipeline::ScheduleKind::kOneFOneB);
   s.stages = layout.pp();
   s.micro_batches = plan.micro_batches();
   s.virtual_stages = layout.virtual_stages();

@@ -41,12 +41,12 @@
 namespace dtrain::plan {
 
 // Caps, so a typo cannot queue a job no cluster runs nor keep a planner busy.
-inline constexpr int64_t kMaxWorkersPerJob = 65536;        // parallel.dp*pp*tp
-inline constexpr int64_t kMaxSteps = 1'000'000'000;        // steps
-inline constexpr int64_t kMaxBatchSize = 1 << 20;          // batch_size (sequences per step)
-inline constexpr int64_t kMaxMicroBatches = 4096;          // per replica per step
-inline constexpr int64_t kMaxScheduleForwards = 1 << 18;   // micro-batches * pp * virtual_stages
-inline constexpr int64_t kMaxVocabSize = 1 << 24;          // token ids are int32 / uint16 files
+inline constexpr int64_t kMaxWorkersPerJob = 65536;       // parallel.dp*pp*tp
+inline constexpr int64_t kMaxSteps = 1'000'000'000;       // steps
+inline constexpr int64_t kMaxBatchSize = 1 << 20;         // batch_size (sequences per step)
+inline constexpr int64_t kMaxMicroBatches = 4096;         // per replica per step
+inline constexpr int64_t kMaxScheduleForwards = 1 << 18;  // micro-batches * pp * virtual_stages
+inline constexpr int64_t kMaxVocabSize = 1 << 24;         // token ids are int32 / uint16 files
 inline constexpr int64_t kMaxContext = 1 << 20;
 inline constexpr int64_t kMaxLayers = 4096;
 inline constexpr int64_t kMaxEmbd = 1 << 16;

@@ -462,8 +462,8 @@ TEST(MakeJobPlan, MemoryAddsUpAndShrinksWithTensorParallelismAndZero1) {
   absl::StatusOr<JobPlan> dp2 = MakeJobPlan(in);
   ASSERT_TRUE(dp2.ok()) << dp2.status();
   const RankMemory& m = dp2->stages(0).memory();
-  EXPECT_EQ(m.total(), m.parameters() + m.gradients() + m.optimizer() + m.activations() +
-                           m.communication());
+  EXPECT_EQ(m.total(),
+            m.parameters() + m.gradients() + m.optimizer() + m.activations() + m.communication());
   EXPECT_EQ(m.gradients(), m.parameters());
   EXPECT_EQ(m.optimizer(), 2 * m.parameters());
   EXPECT_EQ(m.communication(), 2 * (25 << 20));  // two gradient buckets
@@ -628,14 +628,13 @@ TEST(JobLimits, EachCapNamesItsValueAndFlag) {
   tight.max_workers = 0;
   const absl::Status s = CheckJobLimits(spec, tight);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), absl::StrCat("invalid job spec: model parameters=",
-                                      ModelParameters(spec.model()),
-                                      " exceeds this coordinator's cap of 1000 "
-                                      "(--max_job_parameters); steps=",
-                                      spec.steps(), " exceeds this coordinator's cap of ",
-                                      spec.steps() - 1,
-                                      " (--max_job_steps); parallel.dp*pp*tp=1 exceeds this "
-                                      "coordinator's cap of 0 (--max_job_workers)"));
+  EXPECT_EQ(s.message(),
+            absl::StrCat("invalid job spec: model parameters=", ModelParameters(spec.model()),
+                         " exceeds this coordinator's cap of 1000 "
+                         "(--max_job_parameters); steps=",
+                         spec.steps(), " exceeds this coordinator's cap of ", spec.steps() - 1,
+                         " (--max_job_steps); parallel.dp*pp*tp=1 exceeds this "
+                         "coordinator's cap of 0 (--max_job_workers)"));
   tight = JobLimits();
   tight.max_steps = spec.steps();  // at the cap is allowed
   EXPECT_TRUE(CheckJobLimits(spec, tight).ok());

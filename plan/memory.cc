@@ -41,7 +41,7 @@ int64_t ChunkActivations(const ModelConfig& model, int tp, int num_layers, bool 
   int64_t n = 2 * N + N * C;
   n += int64_t{num_layers} * (5 * N * C + 4 * N + 19 * N * Cl + att);
   n += int64_t{num_layers + 1} * N * C;
-  if (has_head) n += 2 * N * C + 3 * N + 2 * N * V;  // lnf, dlnf, stats, losses, logits, probs
+  if (has_head) n += 2 * N * C + 3 * N + 2 * N * V;       // lnf, dlnf, stats, losses, logits, probs
   if (num_layers > 0) n += 2 * N * C + 5 * N * Cl + att;  // proj, dln, dwide, datty, datt
   return n;
 }
@@ -53,14 +53,14 @@ RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<
   const int dp = std::max(1, layout.dp());
   const bool one_worker = WorkersNeeded(layout) == 1;
   const int64_t rows = one_worker ? spec.batch_size() : spec.micro_batch_size();
-  const double boundary = kFloatBytes * static_cast<double>(rows) * spec.seq_len() *
-                          spec.model().n_embd();
+  const double boundary =
+      kFloatBytes * static_cast<double>(rows) * spec.seq_len() * spec.model().n_embd();
   const int v = static_cast<int>(chunks.size());
   double params = 0, acts = 0, comm = 0;
   for (int j = 0; j < v; ++j) {
     const bool first = stage == 0 && j == 0, last = stage == pp - 1 && j == v - 1;
-    params += static_cast<double>(
-        ChunkParameters(spec.model(), tp, chunks[j].num_layers(), first, last));
+    params +=
+        static_cast<double>(ChunkParameters(spec.model(), tp, chunks[j].num_layers(), first, last));
     const int live = one_worker ? 1 : std::max(1, peak_live[j]);
     acts += kFloatBytes * live *
             static_cast<double>(ChunkActivations(spec.model(), tp, chunks[j].num_layers(), last,
@@ -75,8 +75,8 @@ RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<
   m.set_optimizer(Saturate(layout.zero1() ? moments / dp : moments));
   m.set_activations(Saturate(acts));
   m.set_communication(Saturate(comm));
-  m.set_total(Saturate(2 * kFloatBytes * params + (layout.zero1() ? moments / dp : moments) +
-                       acts + comm));
+  m.set_total(
+      Saturate(2 * kFloatBytes * params + (layout.zero1() ? moments / dp : moments) + acts + comm));
   return m;
 }
 

@@ -210,11 +210,10 @@ class JsonSyntaxChecker {
     const absl::string_view before = text_.substr(0, pos_);
     const size_t line_start = before.rfind('\n');
     const size_t column = line_start == absl::string_view::npos ? pos_ + 1 : pos_ - line_start;
-    const std::string found = pos_ >= text_.size()
-                                  ? "the end of the file"
-                                  : absl::StrCat("'", text_.substr(pos_, 1), "'");
-    error_ = absl::StrCat("line ", std::count(before.begin(), before.end(), '\n') + 1,
-                          ", column ", column, ": ", what, ", found ", found);
+    const std::string found = pos_ >= text_.size() ? "the end of the file"
+                                                   : absl::StrCat("'", text_.substr(pos_, 1), "'");
+    error_ = absl::StrCat("line ", std::count(before.begin(), before.end(), '\n') + 1, ", column ",
+                          column, ": ", what, ", found ", found);
     return false;
   }
 
@@ -226,7 +225,7 @@ class JsonSyntaxChecker {
 }  // namespace
 
 absl::Status ReadJobSpecJson(absl::string_view json, JobSpec* spec,
-                         std::vector<std::string>* problems) {
+                             std::vector<std::string>* problems) {
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   const google::protobuf::StringPiece text(json.data(), json.size());

@@ -15,8 +15,8 @@ namespace {
 std::string DescribeRoots(const std::vector<WorkerRoots>& workers) {
   std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> groups;
   for (const auto& [id, roots] : workers) {
-    auto same = std::find_if(groups.begin(), groups.end(),
-                             [&](const auto& g) { return g.first == roots; });
+    auto same =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == roots; });
     if (same == groups.end()) {
       groups.push_back({roots, {id}});
     } else {

@@ -25,10 +25,9 @@ TEST(SpecPaths, EveryPathFieldSetInOrder) {
   spec.set_resume_from("/ckpt/job-000001");
   std::vector<std::string> fields;
   for (const SpecPath& p : SpecPaths(spec)) fields.push_back(p.field + "=" + p.path);
-  EXPECT_THAT(fields, ::testing::ElementsAre("dataset=data/demo.txt",
-                                             "init_checkpoint=/w/gpt2.safetensors",
-                                             "resume_from=/ckpt/job-000001",
-                                             "checkpoint.dir=/ckpt"));
+  EXPECT_THAT(fields,
+              ::testing::ElementsAre("dataset=data/demo.txt", "init_checkpoint=/w/gpt2.safetensors",
+                                     "resume_from=/ckpt/job-000001", "checkpoint.dir=/ckpt"));
 }
 
 TEST(SpecPaths, ResumeFromAJobIdIsNotAPath) {

@@ -30,15 +30,15 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/files.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "common/version.h"
+#include "kernels/backend.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
-#include "kernels/backend.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/local_trainer.h"
-#include "common/files.h"
 
 ABSL_FLAG(int, vocab_size, 256, "vocabulary size V (256 for byte-level text)");
 ABSL_FLAG(int, context, 128, "maximum sequence length (rows of wpe)");
@@ -122,10 +122,27 @@ constexpr char kLocalUid[] = "dtrain-local";
 // --spec: the options a worker would train the spec with, in the run's own job directory.
 absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string* device) {
   std::vector<std::string> refused;
-  for (const char* flag : {"vocab_size", "context", "n_layer", "n_head", "n_embd", "init", "data",
-                           "batch", "seq", "lr", "max_lr", "min_lr_ratio",
-                           "warmup_steps", "weight_decay", "beta1", "beta2", "eps", "grad_clip",
-                           "seed", "checkpoint_dir", "checkpoint_every"}) {
+  for (const char* flag : {"vocab_size",
+                           "context",
+                           "n_layer",
+                           "n_head",
+                           "n_embd",
+                           "init",
+                           "data",
+                           "batch",
+                           "seq",
+                           "lr",
+                           "max_lr",
+                           "min_lr_ratio",
+                           "warmup_steps",
+                           "weight_decay",
+                           "beta1",
+                           "beta2",
+                           "eps",
+                           "grad_clip",
+                           "seed",
+                           "checkpoint_dir",
+                           "checkpoint_every"}) {
     if (Given(flag)) refused.push_back(absl::StrCat("--", flag));
   }
   if (!refused.empty()) {
@@ -151,8 +168,8 @@ absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string
   if (Given("steps")) o.steps = absl::GetFlag(FLAGS_steps);  // as `dtrain resubmit --steps`
   if (Given("save")) o.save_path = AbsolutePath(absl::GetFlag(FLAGS_save));
   o.dump_grads_path = absl::GetFlag(FLAGS_dump_grads);
-  *device = Given("device") || spec->device().empty() ? absl::GetFlag(FLAGS_device)
-                                                      : spec->device();
+  *device =
+      Given("device") || spec->device().empty() ? absl::GetFlag(FLAGS_device) : spec->device();
 
   // The job directory is this run's alone: an earlier run's files are never overwritten.
   std::vector<std::string> earlier;
@@ -160,10 +177,12 @@ absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string
     if (access(absl::StrCat(job_dir, "/", name).c_str(), F_OK) == 0) earlier.push_back(name);
   }
   if (!earlier.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job directory ", job_dir, " already holds ", absl::StrJoin(earlier, " and "),
-        " of an earlier run of ", job_id, ": pass another --job_id for a new run (to continue "
-        "that one, also --resume=", job_dir, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job directory ", job_dir, " already holds ", absl::StrJoin(earlier, " and "),
+                     " of an earlier run of ", job_id,
+                     ": pass another --job_id for a new run (to continue "
+                     "that one, also --resume=",
+                     job_dir, ")"));
   }
   RETURN_IF_ERROR(ClaimJobDirectory(job_dir, job_id, kLocalUid));
   const ParallelLayout& layout = spec->parallel();
@@ -197,8 +216,7 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(backend.get(), options));
   std::fprintf(stderr, "dtrain-local: %s, %lld parameters, device %s, matmul %s\n",
                options.model.DebugString().c_str(),
-               static_cast<long long>(options.model.num_parameters()),
-               backend->info().name.c_str(),
+               static_cast<long long>(options.model.num_parameters()), backend->info().name.c_str(),
                std::string(kernels::MatmulPrecisionName(*precision)).c_str());
   if (!trainer->resumed_from().empty()) {
     std::fprintf(stderr, "dtrain-local: resumed from %s at step %lld\n",

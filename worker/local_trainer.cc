@@ -8,8 +8,8 @@
 #include "common/status_macros.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/init.h"
-#include "worker/parallel/sharded_checkpoint.h"
 #include "worker/parallel/checkpoint_writer.h"
+#include "worker/parallel/sharded_checkpoint.h"
 
 namespace dtrain {
 
@@ -20,11 +20,10 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(kernels::Back
   }
   // B and T matter only when training: `--steps=0 --save` just writes the initial weights.
   const bool training = options.steps > 0;
-  if (training &&
-      (options.batch <= 0 || options.seq <= 0 || options.seq > options.model.context)) {
-    return absl::InvalidArgumentError(absl::StrCat("batch=", options.batch, " seq=", options.seq,
-                                                   ": need batch > 0 and 0 < seq <= context=",
-                                                   options.model.context));
+  if (training && (options.batch <= 0 || options.seq <= 0 || options.seq > options.model.context)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch=", options.batch, " seq=", options.seq,
+                     ": need batch > 0 and 0 < seq <= context=", options.model.context));
   }
   // The checkpoint's step before anything else: a resume with nothing to train is refused
   // before a tensor is loaded or a file written.
@@ -54,11 +53,11 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(kernels::Back
     // The same format as a parallel job's, with one shard per tensor: any layout's step loads.
     model::GptStage* stage = t->model_.get();
     model::AdamW* optimizer = t->optimizer_.get();
-    ASSIGN_OR_RETURN(t->start_step_,
-                     parallel::LoadShard(checkpoint.step_dir, parallel::ShardIdentity{},
-                                         absl::MakeSpan(&stage, 1), absl::MakeSpan(&optimizer, 1),
-                                         parallel::DataPositionAfter(0, options.batch,
-                                                                     options.seq)));
+    ASSIGN_OR_RETURN(
+        t->start_step_,
+        parallel::LoadShard(checkpoint.step_dir, parallel::ShardIdentity{},
+                            absl::MakeSpan(&stage, 1), absl::MakeSpan(&optimizer, 1),
+                            parallel::DataPositionAfter(0, options.batch, options.seq)));
     t->resumed_from_ = checkpoint.step_dir;
     t->resume_note_ = checkpoint.note;
     t->damaged_steps_ = checkpoint.damaged;
@@ -77,8 +76,7 @@ absl::StatusOr<TrainStepMetrics> LocalTrainer::TrainStep(int64_t step) {
   const int B = options_.batch, T = options_.seq;
   const auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> inputs(int64_t{B} * T), targets(int64_t{B} * T);
-  RETURN_IF_ERROR(data_->GetBatch(step - 1, B, T, absl::MakeSpan(inputs),
-                                  absl::MakeSpan(targets)));
+  RETURN_IF_ERROR(data_->GetBatch(step - 1, B, T, absl::MakeSpan(inputs), absl::MakeSpan(targets)));
   model::GptStage& m = *model_;
   RETURN_IF_ERROR(m.ZeroGrads());
   RETURN_IF_ERROR(m.Forward(*acts_, {inputs, targets, nullptr}));
@@ -90,8 +88,8 @@ absl::StatusOr<TrainStepMetrics> LocalTrainer::TrainStep(int64_t step) {
   ASSIGN_OR_RETURN(double sq, backend_->SquaredNorm(m.grads(), m.layout().total_size()));
   metrics.grad_norm = std::sqrt(sq);
   if (!std::isfinite(metrics.loss) || !std::isfinite(metrics.grad_norm)) {
-    return absl::DataLossError(absl::StrCat("step ", step, ": loss ", metrics.loss,
-                                            " grad norm ", metrics.grad_norm,
+    return absl::DataLossError(absl::StrCat("step ", step, ": loss ", metrics.loss, " grad norm ",
+                                            metrics.grad_norm,
                                             " is not finite; stopping before the update"));
   }
   if (step == start_step_ + 1 && !options_.dump_grads_path.empty()) {
@@ -114,10 +112,10 @@ absl::Status LocalTrainer::StartCheckpoint(int64_t step) {
   // written by the same writer: the state as of this step boundary, in host memory.
   model::GptStage* stage = model_.get();
   model::AdamW* optimizer = optimizer_.get();
-  ASSIGN_OR_RETURN(std::vector<parallel::PendingFile> files,
-                   parallel::SnapshotShard(step, parallel::ShardIdentity{},
-                                           absl::MakeSpan(&stage, 1),
-                                           absl::MakeSpan(&optimizer, 1)));
+  ASSIGN_OR_RETURN(
+      std::vector<parallel::PendingFile> files,
+      parallel::SnapshotShard(step, parallel::ShardIdentity{}, absl::MakeSpan(&stage, 1),
+                              absl::MakeSpan(&optimizer, 1)));
   return writer_->Submit(
       step, std::move(files),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -132,10 +130,9 @@ absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
     w.dir = options_.checkpoint_dir;
     w.background = options_.background_checkpoints;
     w.seal = [run = options_](int64_t step, std::vector<ShardFileEntry> entries) {
-      return parallel::SealStep(run.checkpoint_dir, step, run.model,
-                                parallel::ShardIdentity{}.layout(),
-                                parallel::DataPositionAfter(step, run.batch, run.seq),
-                                std::move(entries));
+      return parallel::SealStep(
+          run.checkpoint_dir, step, run.model, parallel::ShardIdentity{}.layout(),
+          parallel::DataPositionAfter(step, run.batch, run.seq), std::move(entries));
     };
     writer_ = std::make_unique<parallel::CheckpointWriter>(std::move(w));
   }

@@ -117,15 +117,16 @@ TEST(LocalTrainer, StepsNotBeyondTheCheckpointAreRefusedBeforeAnythingIsTouched)
   for (int64_t steps : {6, 4}) {
     TrainingRun again = Tiny(data);
     again.steps = steps;
-    again.resume_from = o.checkpoint_dir;   // latest: step 6
+    again.resume_from = o.checkpoint_dir;     // latest: step 6
     again.checkpoint_dir = o.checkpoint_dir;  // even writing into the same directory
     again.save_path = TempPath("low_steps.safetensors");
     auto result = Train(again);
     EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
-    EXPECT_EQ(result.status().message(),
-              absl::StrCat("steps=", steps, " is not beyond step 6 of the checkpoint ",
-                           o.checkpoint_dir, "/step_00000006 (resume_from): there is nothing "
-                           "to train; set steps above 6"));
+    EXPECT_EQ(
+        result.status().message(),
+        absl::StrCat("steps=", steps, " is not beyond step 6 of the checkpoint ", o.checkpoint_dir,
+                     "/step_00000006 (resume_from): there is nothing "
+                     "to train; set steps above 6"));
   }
   EXPECT_EQ(dtrain::testing::SnapshotFiles(o.checkpoint_dir), before);
   EXPECT_EQ(ReadAll(o.checkpoint_dir + "/latest"), "step_00000006\n");
@@ -142,9 +143,8 @@ TEST(LocalTrainer, ASealedStepIsNeverOverwritten) {
   second.checkpoint_every = 3;
   auto result = Train(second);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
-  EXPECT_THAT(result.status().message(),
-              HasSubstr("will not overwrite " + first.checkpoint_dir +
-                        "/step_00000003: it is a sealed checkpoint"));
+  EXPECT_THAT(result.status().message(), HasSubstr("will not overwrite " + first.checkpoint_dir +
+                                                   "/step_00000003: it is a sealed checkpoint"));
   EXPECT_EQ(dtrain::testing::SnapshotFiles(first.checkpoint_dir), before);
 }
 

@@ -31,10 +31,10 @@ struct Model {
 };
 
 TEST(MemoryEstimate, OneWorkerMatchesTheMeasuredPeakWithinTwoPercent) {
-  const std::string data = testing::WriteTextCorpus(
-      absl::StrCat(::testing::TempDir(), "/memory_estimate.txt"), 20000);
-  for (const Model& m : {Model{256, 64, 2, 4, 64, 4}, Model{256, 128, 4, 4, 128, 2},
-                         Model{512, 32, 3, 2, 96, 8}}) {
+  const std::string data =
+      testing::WriteTextCorpus(absl::StrCat(::testing::TempDir(), "/memory_estimate.txt"), 20000);
+  for (const Model& m :
+       {Model{256, 64, 2, 4, 64, 4}, Model{256, 128, 4, 4, 128, 2}, Model{512, 32, 3, 2, 96, 8}}) {
     JobSpec spec;
     spec.mutable_model()->set_vocab_size(m.vocab);
     spec.mutable_model()->set_context(m.context);

@@ -29,18 +29,18 @@ struct TrainingRun {
   model::GptConfig model;
   model::OptimizerConfig optimizer;
   std::string data_path;
-  std::string init_path;       // GPT-2 safetensors to start from; empty: InitializeGpt2(seed)
+  std::string init_path;  // GPT-2 safetensors to start from; empty: InitializeGpt2(seed)
   uint64_t seed = 1337;
-  int64_t steps = 10;          // total steps of the run (the LR schedule spans them)
-  int batch = 8;               // B: the whole batch, over every data-parallel replica
-  int seq = 128;               // T
-  std::string resume_from;     // a job's checkpoint dir (its `latest`) or a step dir
-  std::string checkpoint_dir;  // training state written here: the job's own directory
+  int64_t steps = 10;            // total steps of the run (the LR schedule spans them)
+  int batch = 8;                 // B: the whole batch, over every data-parallel replica
+  int seq = 128;                 // T
+  std::string resume_from;       // a job's checkpoint dir (its `latest`) or a step dir
+  std::string checkpoint_dir;    // training state written here: the job's own directory
   int64_t checkpoint_every = 0;  // also every N steps; the final step is always saved
   // Checkpoints are written while training goes on; false: training waits for each (the
   // synchronous writes of earlier versions, for measurements).
   bool background_checkpoints = true;
-  std::string save_path;       // final weights as GPT-2 safetensors
+  std::string save_path;        // final weights as GPT-2 safetensors
   std::string dump_grads_path;  // gradients of the first step run, before clipping (one worker)
 
   // Whether step `step` writes a checkpoint: with a checkpoint_dir, every checkpoint_every

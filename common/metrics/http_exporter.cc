@@ -84,9 +84,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   // prometheus-cpp reports a failed civetweb start (the only thing it throws for here) as an
   // exception; this is the one place it is caught.
   try {
-    server->exposer_ = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", *ports, "num_threads", "2",
-                                 "request_timeout_ms", "10000"});
+    server->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", *ports, "num_threads", "2", "request_timeout_ms", "10000"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
         "cannot serve metrics on ", listen, ": ", e.what(),

@@ -3,10 +3,11 @@
 //   GET /metrics   200, the Exposer's own exposer_* series (scrapes, bytes, latency) then the
 //                  registry's page (Registry::Collect); gzip when the client accepts it
 //   GET /healthz   200 (the body is that endpoint's exposer_* series; only the code matters)
-// civetweb matches those paths as prefixes (/metricsx is /metrics); other paths are 404. Each scrape runs the registry's collect hooks on one of
-// the Exposer's two threads. This file exists for three things the Exposer leaves to its user:
-// an absl::Status instead of its exception when it cannot listen, an address check naming the
-// flag's value, and thread stacks that fit a process's static TLS (see http_exporter.cc).
+// civetweb matches those paths as prefixes (/metricsx is /metrics); other paths are 404. Each
+// scrape runs the registry's collect hooks on one of the Exposer's two threads. This file exists
+// for three things the Exposer leaves to its user: an absl::Status instead of its exception when it
+// cannot listen, an address check naming the flag's value, and thread stacks that fit a process's
+// static TLS (see http_exporter.cc).
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsServer> server,
 //                    metrics::MetricsServer::Start("0.0.0.0:9464", &registry));

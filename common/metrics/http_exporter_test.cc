@@ -16,8 +16,8 @@ namespace dtrain::metrics {
 namespace {
 
 using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using testing::HttpRequest;
+using ::testing::StartsWith;
 
 class MetricsServerTest : public ::testing::Test {
  protected:

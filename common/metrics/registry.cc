@@ -20,8 +20,8 @@ absl::Status Invalid(const std::string& family, const std::string& what) {
 absl::Status CheckBuckets(const std::string& family, const Buckets& buckets) {
   for (size_t i = 0; i < buckets.size(); ++i) {
     if (std::isnan(buckets[i]) || (i > 0 && !(buckets[i - 1] < buckets[i]))) {
-      return Invalid(family, absl::StrCat("bucket bounds must increase strictly (bound ", i,
-                                          " is ", buckets[i], ")"));
+      return Invalid(family, absl::StrCat("bucket bounds must increase strictly (bound ", i, " is ",
+                                          buckets[i], ")"));
     }
   }
   return absl::OkStatus();
@@ -138,8 +138,6 @@ std::vector<prometheus::MetricFamily> Registry::Collect() {
   return families;
 }
 
-std::string Registry::SerializeText() {
-  return prometheus::TextSerializer().Serialize(Collect());
-}
+std::string Registry::SerializeText() { return prometheus::TextSerializer().Serialize(Collect()); }
 
 }  // namespace dtrain::metrics

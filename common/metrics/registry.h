@@ -54,7 +54,7 @@ using prometheus::Counter;
 using prometheus::Family;
 using prometheus::Gauge;
 using prometheus::Histogram;
-using Labels = prometheus::Labels;  // label name -> value
+using Labels = prometheus::Labels;                        // label name -> value
 using Buckets = prometheus::Histogram::BucketBoundaries;  // upper bounds; +Inf is implied
 
 // start, start*factor, ..., `count` bounds. ExponentialBuckets(0.001, 2, 16): 1ms .. 32.8s.

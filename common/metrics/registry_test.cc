@@ -122,9 +122,9 @@ TEST(Registry, RejectsInvalidNamesHelpAndBucketsNamingTheFamily) {
 TEST(Registry, ANameTakenTwiceIsAlreadyExistsWhateverTheKind) {
   Registry registry;
   ASSERT_TRUE(registry.AddCounter("x_total", "X.").ok());
-  for (auto status : {registry.AddCounter("x_total", "X.").status(),
-                      registry.AddGauge("x_total", "X.").status(),
-                      registry.AddHistogram("x_total", "X.", {}, {}).status()}) {
+  for (auto status :
+       {registry.AddCounter("x_total", "X.").status(), registry.AddGauge("x_total", "X.").status(),
+        registry.AddHistogram("x_total", "X.", {}, {}).status()}) {
     EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
     EXPECT_THAT(status.message(), HasSubstr("\"x_total\""));
   }

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "common/status_macros.h"
-#include "kernels/common/elementwise.h"
 #include "kernels/common/arg_check.h"
+#include "kernels/common/elementwise.h"
 
 namespace dtrain::kernels::cpu {
 
@@ -24,8 +24,8 @@ absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, 
       static_cast<float>(std::sqrt(1.0 - std::pow(double{p.beta2}, p.step)));
 #pragma omp parallel for simd num_threads(num_threads) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    AdamWElement(&params[i], grads[i] * p.grad_scale, &m[i], &v[i], p.lr, p.beta1, p.beta2,
-                 p.eps, p.weight_decay, bias_correction1, bias_correction2_sqrt);
+    AdamWElement(&params[i], grads[i] * p.grad_scale, &m[i], &v[i], p.lr, p.beta1, p.beta2, p.eps,
+                 p.weight_decay, bias_correction1, bias_correction2_sqrt);
   }
   return absl::OkStatus();
 }

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/gemm.h"
 #include "kernels/common/arg_check.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/softmax_row.h"
 
 namespace dtrain::kernels::cpu {
@@ -23,8 +23,8 @@ absl::Status CheckSizes(ArgCheck& check, int B, int T, int C, int NH, int num_th
 
 }  // namespace
 
-absl::Status AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
-                              int NH, int num_threads) {
+absl::Status AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                              int num_threads) {
   ArgCheck check("AttentionForward");
   check.NotNull("out", out).NotNull("att", att).NotNull("qkv", qkv);
   RETURN_IF_ERROR(CheckSizes(check, B, T, C, NH, num_threads));

@@ -22,8 +22,8 @@
 namespace dtrain::kernels::cpu {
 
 // out (B,T,C), att (B,NH,T,T) saved for the backward, qkv (B,T,3C).
-absl::Status AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
-                              int NH, int num_threads);
+absl::Status AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                              int num_threads);
 
 // dqkv (B,T,3C) overwritten; scratch (B,NH,T,T) workspace (its contents are ignored and
 // clobbered); dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) from the forward.

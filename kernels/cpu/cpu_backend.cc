@@ -106,13 +106,12 @@ class CpuBackend : public Backend {
                                 const float* wpe, int B, int T, int C) override {
     return cpu::EmbeddingForward(out, tokens, wte, wpe, B, T, C, threads_);
   }
-  absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
-                                 const int32_t* tokens, int B, int T, int C) override {
+  absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                 int B, int T, int C) override {
     return cpu::EmbeddingBackward(dwte, dwpe, dout, tokens, B, T, C, threads_);
   }
   absl::Status LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
-                                const float* weight, const float* bias, int N,
-                                int C) override {
+                                const float* weight, const float* bias, int N, int C) override {
     return cpu::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C, threads_);
   }
   absl::Status LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -121,8 +120,8 @@ class CpuBackend : public Backend {
     return cpu::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
                                   threads_);
   }
-  absl::Status MatmulForward(float* out, const float* inp, const float* weight,
-                             const float* bias, int N, int C, int OC) override {
+  absl::Status MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
+                             int N, int C, int OC) override {
     return cpu::MatmulForward(out, inp, weight, bias, N, C, OC, threads_);
   }
   absl::Status MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N,
@@ -136,17 +135,15 @@ class CpuBackend : public Backend {
   absl::Status GeluForward(float* out, const float* inp, int64_t n) override {
     return cpu::GeluForward(out, inp, n, threads_);
   }
-  absl::Status GeluBackward(float* dinp, const float* inp, const float* dout,
-                            int64_t n) override {
+  absl::Status GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
     return cpu::GeluBackward(dinp, inp, dout, n, threads_);
   }
   absl::Status AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
                                 int NH) override {
     return cpu::AttentionForward(out, att, qkv, B, T, C, NH, threads_);
   }
-  absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dout,
-                                 const float* qkv, const float* att, int B, int T, int C,
-                                 int NH) override {
+  absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                 const float* att, int B, int T, int C, int NH) override {
     return cpu::AttentionBackward(dqkv, scratch, dout, qkv, att, B, T, C, NH, threads_);
   }
   absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t n) override {

@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/partition.h"
 #include "kernels/common/arg_check.h"
+#include "kernels/cpu/partition.h"
 
 namespace dtrain::kernels::cpu {
 namespace {
@@ -16,8 +16,8 @@ absl::Status CheckArgs(ArgCheck& check, const int32_t* tokens, int B, int T, int
   const int64_t N = int64_t{B} * T;
   for (int64_t i = 0; i < N; ++i) {
     if (tokens[i] < 0) {
-      return check.Fail(absl::StrCat("tokens[", i / T, ",", i % T, "] = ", tokens[i],
-                                     " is negative"))
+      return check
+          .Fail(absl::StrCat("tokens[", i / T, ",", i % T, "] = ", tokens[i], " is negative"))
           .status();
     }
   }
@@ -26,8 +26,8 @@ absl::Status CheckArgs(ArgCheck& check, const int32_t* tokens, int B, int T, int
 
 }  // namespace
 
-absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
-                              const float* wpe, int B, int T, int C, int num_threads) {
+absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                              int B, int T, int C, int num_threads) {
   ArgCheck check("EmbeddingForward");
   check.NotNull("out", out).NotNull("wte", wte).NotNull("wpe", wpe);
   RETURN_IF_ERROR(CheckArgs(check, tokens, B, T, C, num_threads));
@@ -44,8 +44,8 @@ absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wt
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
-                               const int32_t* tokens, int B, int T, int C, int num_threads) {
+absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                               int B, int T, int C, int num_threads) {
   ArgCheck check("EmbeddingBackward");
   check.NotNull("dwte", dwte).NotNull("dwpe", dwpe).NotNull("dout", dout);
   RETURN_IF_ERROR(CheckArgs(check, tokens, B, T, C, num_threads));

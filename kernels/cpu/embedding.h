@@ -15,12 +15,12 @@
 namespace dtrain::kernels::cpu {
 
 // out (B,T,C), tokens (B,T) in [0,V), wte (V,C), wpe (>=T,C).
-absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
-                              const float* wpe, int B, int T, int C, int num_threads);
+absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                              int B, int T, int C, int num_threads);
 
 // dwte (V,C) +=, dwpe (>=T,C) +=, dout (B,T,C), tokens (B,T).
-absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
-                               const int32_t* tokens, int B, int T, int C, int num_threads);
+absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                               int B, int T, int C, int num_threads);
 
 }  // namespace dtrain::kernels::cpu
 

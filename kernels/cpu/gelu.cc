@@ -3,8 +3,8 @@
 #include "kernels/cpu/gelu.h"
 
 #include "common/status_macros.h"
-#include "kernels/common/elementwise.h"
 #include "kernels/common/arg_check.h"
+#include "kernels/common/elementwise.h"
 
 namespace dtrain::kernels::cpu {
 

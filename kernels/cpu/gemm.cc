@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "common/status_macros.h"
-#include "kernels/cpu/partition.h"
 #include "kernels/common/arg_check.h"
+#include "kernels/cpu/partition.h"
 
 namespace dtrain::kernels::cpu {
 namespace {
@@ -57,8 +57,8 @@ void ParallelSgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
     } else {
       // Columns [begin, end) of c come from columns [begin, end) of op(b).
       const float* b_cols = trans_b ? b + int64_t{begin} * ldb : b + begin;
-      SerialSgemm(trans_a, trans_b, m, end - begin, k, alpha, a, lda, b_cols, ldb, beta,
-                  c + begin, ldc);
+      SerialSgemm(trans_a, trans_b, m, end - begin, k, alpha, a, lda, b_cols, ldb, beta, c + begin,
+                  ldc);
     }
   }
 }

@@ -20,8 +20,7 @@ namespace dtrain::kernels::cpu {
 // Errors: InvalidArgument for null pointers, negative sizes, a leading dimension smaller than
 // the stored row width (or < 1), num_threads < 1.
 absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-                  int lda, const float* b, int ldb, float beta, float* c, int ldc,
-                  int num_threads);
+                  int lda, const float* b, int ldb, float beta, float* c, int ldc, int num_threads);
 
 // Gemm without argument checks, for ops that have checked their own arguments. Splits c into
 // num_threads blocks of rows (or of columns when n > m) when the product is large enough.

@@ -58,9 +58,9 @@ struct LayerActs {
       ln2_rstd, fch, fch_gelu, fcproj, residual3;
 };
 
-#define OK(expr)                                                                  \
-  do {                                                                            \
-    absl::Status s_ = (expr);                                                     \
+#define OK(expr)                                                                 \
+  do {                                                                           \
+    absl::Status s_ = (expr);                                                    \
     if (!s_.ok()) return state.SkipWithError(std::string(s_.message()).c_str()); \
   } while (0)
 
@@ -99,8 +99,7 @@ void BM_Gpt2TrainingStep(benchmark::State& state) {
   auto encoded = Buffer<float>(be.get(), N * C);
   std::vector<LayerActs> acts(L);
   for (LayerActs& a : acts) {
-    for (auto* buf : {&a.ln1, &a.atty, &a.attproj, &a.residual2, &a.ln2, &a.fcproj,
-                      &a.residual3}) {
+    for (auto* buf : {&a.ln1, &a.atty, &a.attproj, &a.residual2, &a.ln2, &a.fcproj, &a.residual3}) {
       *buf = Buffer<float>(be.get(), N * C);
     }
     for (auto* buf : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) {
@@ -138,8 +137,8 @@ void BM_Gpt2TrainingStep(benchmark::State& state) {
                               P + w.ln1w, P + w.ln1b, N, C));
       OK(be->MatmulForward(a.qkv.data(), a.ln1.data(), P + w.qkvw, P + w.qkvb, N, C, 3 * C));
       OK(be->AttentionForward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH));
-      OK(be->MatmulForward(a.attproj.data(), a.atty.data(), P + w.attprojw, P + w.attprojb, N,
-                           C, C));
+      OK(be->MatmulForward(a.attproj.data(), a.atty.data(), P + w.attprojw, P + w.attprojb, N, C,
+                           C));
       OK(be->ResidualForward(a.residual2.data(), residual, a.attproj.data(), int64_t{N} * C));
       OK(be->LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
                               a.residual2.data(), P + w.ln2w, P + w.ln2b, N, C));
@@ -154,14 +153,13 @@ void BM_Gpt2TrainingStep(benchmark::State& state) {
     OK(be->LayerNormForward(lnf.data(), lnf_mean.data(), lnf_rstd.data(), last, P + lay.lnfw,
                             P + lay.lnfb, N, C));
     // logits (N,V) = lnf (N,C) @ wte^T
-    OK(be->Gemm(false, true, N, V, C, 1.0f, lnf.data(), C, P + lay.wte, C, 0.0f, logits.data(),
-                V));
+    OK(be->Gemm(false, true, N, V, C, 1.0f, lnf.data(), C, P + lay.wte, C, 0.0f, logits.data(), V));
     OK(be->CrossEntropyForward(losses.data(), probs.data(), logits.data(), targets.data(), N, V));
 
     // ---- backward ----
     OK(be->CrossEntropyBackward(dlogits.data(), probs.data(), targets.data(), 1.0f / N, N, V));
-    OK(be->Gemm(false, false, N, C, V, 1.0f, dlogits.data(), V, P + lay.wte, C, 0.0f,
-                dln.data(), C));
+    OK(be->Gemm(false, false, N, C, V, 1.0f, dlogits.data(), V, P + lay.wte, C, 0.0f, dln.data(),
+                C));
     OK(be->Gemm(true, false, V, C, N, 1.0f, dlogits.data(), V, lnf.data(), C, 1.0f, G + lay.wte,
                 C));
     OK(dresidual.SetZero());
@@ -174,27 +172,25 @@ void BM_Gpt2TrainingStep(benchmark::State& state) {
       const float* residual = l == 0 ? encoded.data() : acts[l - 1].residual3.data();
       OK(be->MatmulBackwardInput(dfch_gelu.data(), dresidual.data(), P + w.fcprojw, N, 4 * C, C,
                                  false));
-      OK(be->MatmulBackwardWeight(G + w.fcprojw, G + w.fcprojb, dresidual.data(),
-                                  a.fch_gelu.data(), N, 4 * C, C));
+      OK(be->MatmulBackwardWeight(G + w.fcprojw, G + w.fcprojb, dresidual.data(), a.fch_gelu.data(),
+                                  N, 4 * C, C));
       OK(be->GeluBackward(dfch.data(), a.fch.data(), dfch_gelu.data(), int64_t{N} * 4 * C));
       OK(be->MatmulBackwardInput(dln.data(), dfch.data(), P + w.fcw, N, C, 4 * C, false));
       OK(be->MatmulBackwardWeight(G + w.fcw, G + w.fcb, dfch.data(), a.ln2.data(), N, C, 4 * C));
       OK(be->LayerNormBackward(dresidual.data(), G + w.ln2w, G + w.ln2b, dln.data(),
-                               a.residual2.data(), P + w.ln2w, a.ln2_mean.data(),
-                               a.ln2_rstd.data(), N, C));
+                               a.residual2.data(), P + w.ln2w, a.ln2_mean.data(), a.ln2_rstd.data(),
+                               N, C));
       OK(be->MatmulBackwardInput(datty.data(), dresidual.data(), P + w.attprojw, N, C, C, false));
-      OK(be->MatmulBackwardWeight(G + w.attprojw, G + w.attprojb, dresidual.data(),
-                                  a.atty.data(), N, C, C));
+      OK(be->MatmulBackwardWeight(G + w.attprojw, G + w.attprojb, dresidual.data(), a.atty.data(),
+                                  N, C, C));
       OK(be->AttentionBackward(dqkv.data(), scratch.data(), datty.data(), a.qkv.data(),
                                a.att.data(), B, T, C, NH));
       OK(be->MatmulBackwardInput(dln.data(), dqkv.data(), P + w.qkvw, N, C, 3 * C, false));
-      OK(be->MatmulBackwardWeight(G + w.qkvw, G + w.qkvb, dqkv.data(), a.ln1.data(), N, C,
-                                  3 * C));
+      OK(be->MatmulBackwardWeight(G + w.qkvw, G + w.qkvb, dqkv.data(), a.ln1.data(), N, C, 3 * C));
       OK(be->LayerNormBackward(dresidual.data(), G + w.ln1w, G + w.ln1b, dln.data(), residual,
                                P + w.ln1w, a.ln1_mean.data(), a.ln1_rstd.data(), N, C));
     }
-    OK(be->EmbeddingBackward(G + lay.wte, G + lay.wpe, dresidual.data(), tokens.data(), B, T,
-                             C));
+    OK(be->EmbeddingBackward(G + lay.wte, G + lay.wpe, dresidual.data(), tokens.data(), B, T, C));
 
     // ---- optimizer: clip to global norm 1, AdamW ----
     absl::StatusOr<double> sq = be->SquaredNorm(G, lay.total);
@@ -208,8 +204,12 @@ void BM_Gpt2TrainingStep(benchmark::State& state) {
   state.counters["tokens/s"] =
       benchmark::Counter(double{N} * state.iterations(), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Gpt2TrainingStep)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(
-    benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2TrainingStep)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace dtrain::kernels

@@ -1,6 +1,7 @@
 // LayerNorm over the channels of each row, eps = 1e-5 (GPT-2's).
 //
-//   forward:   mean[n] = sum_c inp[n,c] / C;  rstd[n] = 1 / sqrt(sum_c (inp[n,c] - mean)^2 / C + eps)
+//   forward:   mean[n] = sum_c inp[n,c] / C;  rstd[n] = 1 / sqrt(sum_c (inp[n,c] - mean)^2 / C +
+//   eps)
 //              norm = (inp - mean) * rstd;    out = norm * weight + bias
 //   backward:  dbias += sum_n dout;  dweight += sum_n dout * norm
 //              dnorm = dout * weight

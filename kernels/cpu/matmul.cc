@@ -4,9 +4,9 @@
 #include <cstring>
 
 #include "common/status_macros.h"
+#include "kernels/common/arg_check.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/partition.h"
-#include "kernels/common/arg_check.h"
 
 namespace dtrain::kernels::cpu {
 namespace {
@@ -37,8 +37,8 @@ absl::Status MatmulForward(float* out, const float* inp, const float* weight, co
   return absl::OkStatus();
 }
 
-absl::Status MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N,
-                                 int C, int OC, bool accumulate, int num_threads) {
+absl::Status MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N, int C,
+                                 int OC, bool accumulate, int num_threads) {
   ArgCheck check = CheckSizes(ArgCheck("MatmulBackwardInput"), N, C, OC, num_threads);
   check.NotNull("dinp", dinp).NotNull("dout", dout).NotNull("weight", weight);
   RETURN_IF_ERROR(check.status());
@@ -49,8 +49,8 @@ absl::Status MatmulBackwardInput(float* dinp, const float* dout, const float* we
   return absl::OkStatus();
 }
 
-absl::Status MatmulBackwardWeight(float* dweight, float* dbias, const float* dout,
-                                  const float* inp, int N, int C, int OC, int num_threads) {
+absl::Status MatmulBackwardWeight(float* dweight, float* dbias, const float* dout, const float* inp,
+                                  int N, int C, int OC, int num_threads) {
   ArgCheck check = CheckSizes(ArgCheck("MatmulBackwardWeight"), N, C, OC, num_threads);
   check.NotNull("dweight", dweight).NotNull("dout", dout).NotNull("inp", inp);
   RETURN_IF_ERROR(check.status());
@@ -60,8 +60,8 @@ absl::Status MatmulBackwardWeight(float* dweight, float* dbias, const float* dou
                 dweight, OC, num_threads);
   if (dbias == nullptr) return absl::OkStatus();
 
-  // dbias (OC) += column sums of dout. Each thread owns a block of columns and walks every row,
-  // so there is no race and the summation order does not depend on the thread count.
+    // dbias (OC) += column sums of dout. Each thread owns a block of columns and walks every row,
+    // so there is no race and the summation order does not depend on the thread count.
 #pragma omp parallel for num_threads(num_threads) schedule(static)
   for (int t = 0; t < num_threads; ++t) {
     const int begin = SplitPoint(OC, t, num_threads, 16);

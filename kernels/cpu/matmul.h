@@ -20,12 +20,12 @@ absl::Status MatmulForward(float* out, const float* inp, const float* weight, co
                            int N, int C, int OC, int num_threads);
 
 // dinp (N,C), dout (N,OC), weight (C,OC). Overwrites dinp, or adds into it when `accumulate`.
-absl::Status MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N,
-                                 int C, int OC, bool accumulate, int num_threads);
+absl::Status MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N, int C,
+                                 int OC, bool accumulate, int num_threads);
 
 // dweight (C,OC) +=, dbias (OC) += (null skips it), dout (N,OC), inp (N,C).
-absl::Status MatmulBackwardWeight(float* dweight, float* dbias, const float* dout,
-                                  const float* inp, int N, int C, int OC, int num_threads);
+absl::Status MatmulBackwardWeight(float* dweight, float* dbias, const float* dout, const float* inp,
+                                  int N, int C, int OC, int num_threads);
 
 }  // namespace dtrain::kernels::cpu
 

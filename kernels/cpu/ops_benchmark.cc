@@ -46,8 +46,8 @@ void Check(const absl::Status& status, benchmark::State& state) {
 
 // 2 * multiply-adds per iteration, reported as FLOP/s.
 void CountFlops(benchmark::State& state, double flops_per_iteration) {
-  state.counters["FLOPS"] = benchmark::Counter(flops_per_iteration * state.iterations(),
-                                               benchmark::Counter::kIsRate);
+  state.counters["FLOPS"] =
+      benchmark::Counter(flops_per_iteration * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 // ---- Matmul: (N,C) @ (C,OC), the four GPT-2 shapes ------------------------------------------
@@ -56,8 +56,7 @@ void BM_MatmulForward(benchmark::State& state) {
   auto inp = Random(int64_t{kN} * C), w = Random(int64_t{C} * OC), bias = Random(OC);
   std::vector<float> out(int64_t{kN} * OC);
   for (auto _ : state) {
-    Check(MatmulForward(out.data(), inp.data(), w.data(), bias.data(), kN, C, OC, threads),
-          state);
+    Check(MatmulForward(out.data(), inp.data(), w.data(), bias.data(), kN, C, OC, threads), state);
   }
   CountFlops(state, 2.0 * kN * C * OC);
 }
@@ -69,8 +68,7 @@ void BM_MatmulBackward(benchmark::State& state) {  // input and weight gradients
   for (auto _ : state) {
     Check(MatmulBackwardInput(dinp.data(), dout.data(), w.data(), kN, C, OC, false, threads),
           state);
-    Check(MatmulBackwardWeight(dw.data(), db.data(), dout.data(), inp.data(), kN, C, OC,
-                               threads),
+    Check(MatmulBackwardWeight(dw.data(), db.data(), dout.data(), inp.data(), kN, C, OC, threads),
           state);
   }
   CountFlops(state, 4.0 * kN * C * OC);
@@ -120,8 +118,8 @@ void BM_LayerNormForward(benchmark::State& state) {
   auto inp = Random(int64_t{kN} * kC), w = Random(kC), b = Random(kC);
   std::vector<float> out(inp.size()), mean(kN), rstd(kN);
   for (auto _ : state) {
-    Check(LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(),
-                           kN, kC, threads),
+    Check(LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), kN,
+                           kC, threads),
           state);
   }
 }
@@ -130,8 +128,8 @@ void BM_LayerNormBackward(benchmark::State& state) {
   const int threads = state.range(0);
   auto inp = Random(int64_t{kN} * kC), w = Random(kC), b = Random(kC), dout = Random(kN * kC);
   std::vector<float> out(inp.size()), mean(kN), rstd(kN), dinp(inp.size()), dw(kC), db(kC);
-  Check(LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(),
-                         kN, kC, threads),
+  Check(LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), kN,
+                         kC, threads),
         state);
   for (auto _ : state) {
     Check(LayerNormBackward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
@@ -172,8 +170,7 @@ void BM_Embedding(benchmark::State& state) {  // forward + backward
   auto tokens = Tokens(kN);
   std::vector<float> out(int64_t{kN} * kC), dwte(wte.size()), dwpe(wpe.size());
   for (auto _ : state) {
-    Check(EmbeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), kB, kT, kC,
-                           threads),
+    Check(EmbeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), kB, kT, kC, threads),
           state);
     Check(EmbeddingBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), kB, kT, kC,
                             threads),

@@ -16,8 +16,7 @@ absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t
   return absl::OkStatus();
 }
 
-absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t n,
-                              int num_threads) {
+absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t n, int num_threads) {
   ArgCheck check("ResidualBackward");
   check.NotNull("da", da).NotNull("db", db).NotNull("dout", dout).NonNegative("n", n);
   check.Positive("num_threads", num_threads);

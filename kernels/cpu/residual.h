@@ -20,8 +20,7 @@ absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t
                              int num_threads);
 
 // da (n) +=, db (n) +=, dout (n).
-absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t n,
-                              int num_threads);
+absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t n, int num_threads);
 
 }  // namespace dtrain::kernels::cpu
 

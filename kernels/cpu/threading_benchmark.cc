@@ -87,8 +87,8 @@ void BM_FcMatmul_BlasThreads(benchmark::State& state) {
   BlasThreads blas(state.range(0));
   FcData d;
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kN, 4 * kC, kC, 1.0f, d.inp.data(),
-                kC, d.weight.data(), 4 * kC, 0.0f, d.out.data(), 4 * kC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kN, 4 * kC, kC, 1.0f, d.inp.data(), kC,
+                d.weight.data(), 4 * kC, 0.0f, d.out.data(), 4 * kC);
   }
 }
 
@@ -108,8 +108,8 @@ void BM_GeluThenFcMatmul_BlasThreads(benchmark::State& state) {
   FcData d;
   for (auto _ : state) {
     (void)GeluForward(d.gelu.data(), d.out.data(), d.out.size(), threads);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kN, 4 * kC, kC, 1.0f, d.inp.data(),
-                kC, d.weight.data(), 4 * kC, 0.0f, d.out.data(), 4 * kC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kN, 4 * kC, kC, 1.0f, d.inp.data(), kC,
+                d.weight.data(), 4 * kC, 0.0f, d.out.data(), 4 * kC);
   }
 }
 

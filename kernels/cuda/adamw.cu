@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "common/status_macros.h"
-#include "kernels/common/elementwise.h"
 #include "kernels/common/arg_check.h"
+#include "kernels/common/elementwise.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/reduce.cuh"
 

@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/adamw.cuh"
 #include "kernels/common/arg_check.h"
+#include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cuda_check.h"

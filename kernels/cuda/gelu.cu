@@ -1,7 +1,7 @@
 #include "kernels/cuda/gelu.cuh"
 
-#include "kernels/common/elementwise.h"
 #include "kernels/common/arg_check.h"
+#include "kernels/common/elementwise.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace dtrain::kernels::cuda {

@@ -34,15 +34,15 @@ struct Outputs {
 Outputs ForwardBackward(Ops& test, Shape s) {
   const int64_t rows = int64_t{s.B} * s.T;
   const int64_t att_size = int64_t{s.B} * s.NH * s.T * s.T;
-  Outputs r{RandomFloats(rows * 3 * s.C, 61), RandomFloats(rows * s.C, 62), test.Garbage(rows * s.C),
-        test.Garbage(att_size), test.Garbage(rows * 3 * s.C)};
+  Outputs r{RandomFloats(rows * 3 * s.C, 61), RandomFloats(rows * s.C, 62),
+            test.Garbage(rows * s.C), test.Garbage(att_size), test.Garbage(rows * 3 * s.C)};
   DeviceBuffer<float> qkv = test.Upload(r.qkv), dout = test.Upload(r.dout);
   DeviceBuffer<float> scratch = test.Garbage(att_size);
   absl::Status status =
       test.backend()->AttentionForward(r.out.data(), r.att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
   EXPECT_TRUE(status.ok()) << status;
-  status = test.backend()->AttentionBackward(r.dqkv.data(), scratch.data(), dout.data(),
-                                             qkv.data(), r.att.data(), s.B, s.T, s.C, s.NH);
+  status = test.backend()->AttentionBackward(r.dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                                             r.att.data(), s.B, s.T, s.C, s.NH);
   EXPECT_TRUE(status.ok()) << status;
   return r;
 }

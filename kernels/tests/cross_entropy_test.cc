@@ -28,7 +28,7 @@ struct Outputs {
 
 Outputs ForwardBackward(Ops& test, Shape s, float dloss) {
   Outputs r{RandomFloats(int64_t{s.N} * s.V, 71, s.scale), RandomInts(s.N, 72, s.V),
-        test.Garbage(s.N), test.Garbage(int64_t{s.N} * s.V), test.Garbage(int64_t{s.N} * s.V)};
+            test.Garbage(s.N), test.Garbage(int64_t{s.N} * s.V), test.Garbage(int64_t{s.N} * s.V)};
   DeviceBuffer<float> logits = test.Upload(r.logits);
   DeviceBuffer<int32_t> targets = test.Upload(r.targets);
   absl::Status status = test.backend()->CrossEntropyForward(
@@ -43,8 +43,8 @@ Outputs ForwardBackward(Ops& test, Shape s, float dloss) {
 // Includes V = 1 (loss 0), V not a multiple of 8, logits of magnitude ~1000 (a naive softmax
 // overflows), and GPT-2's reference shape.
 TEST_P(Ops, CrossEntropyForwardMatchesReference) {
-  for (Shape s : {Shape{5, 11, 1.0f}, Shape{1, 1, 1.0f}, Shape{3, 7, 1000.0f},
-                  Shape{1024, 256, 3.0f}}) {
+  for (Shape s :
+       {Shape{5, 11, 1.0f}, Shape{1, 1, 1.0f}, Shape{3, 7, 1000.0f}, Shape{1024, 256, 3.0f}}) {
     SCOPED_TRACE(Trace(s));
     const Outputs r = ForwardBackward(*this, s, 1.0f);
     const reference::CrossEntropyResult want =

@@ -98,10 +98,10 @@ TEST_P(Ops, ResidualBackwardMatchesFiniteDifferences) {
   DeviceBuffer<float> da = Upload(da0), db = Upload(db0), dout = Upload(dy);
   ASSERT_TRUE(backend()->ResidualBackward(da.data(), db.data(), dout.data(), n).ok());
   const Vec va = ToDouble(a), vb = ToDouble(b);
-  const Vec want_da = NumericalGradient([&](const Vec& v) { return Plus(v, vb); }, va,
-                                        ToDouble(dy));
-  const Vec want_db = NumericalGradient([&](const Vec& v) { return Plus(va, v); }, vb,
-                                        ToDouble(dy));
+  const Vec want_da =
+      NumericalGradient([&](const Vec& v) { return Plus(v, vb); }, va, ToDouble(dy));
+  const Vec want_db =
+      NumericalGradient([&](const Vec& v) { return Plus(va, v); }, vb, ToDouble(dy));
   EXPECT_TRUE(AllNear(Download(da), Plus(ToDouble(da0), want_da), kGradientTol));
   EXPECT_TRUE(AllNear(Download(db), Plus(ToDouble(db0), want_db), kGradientTol));
 }

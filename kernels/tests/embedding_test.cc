@@ -46,10 +46,10 @@ TEST_P(Ops, EmbeddingForwardMatchesReference) {
     DeviceBuffer<int32_t> tokens = Upload(in.tokens);
     DeviceBuffer<float> wte = Upload(in.wte), wpe = Upload(in.wpe);
     DeviceBuffer<float> out = Garbage(int64_t{s.B} * s.T * s.C);
-    ASSERT_TRUE(backend()
-                    ->EmbeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), s.B,
-                                       s.T, s.C)
-                    .ok());
+    ASSERT_TRUE(
+        backend()
+            ->EmbeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), s.B, s.T, s.C)
+            .ok());
     EXPECT_TRUE(
         AllNear(Download(out), in.Forward(ToDouble(in.wte), ToDouble(in.wpe)), kForwardTol));
   }
@@ -64,13 +64,15 @@ TEST_P(Ops, EmbeddingBackwardMatchesFiniteDifferencesAndAccumulates) {
     const std::vector<float> dwpe0 = RandomFloats(in.wpe.size(), 36);
     DeviceBuffer<int32_t> tokens = Upload(in.tokens);
     DeviceBuffer<float> dout = Upload(in.dout), dwte = Upload(dwte0), dwpe = Upload(dwpe0);
-    ASSERT_TRUE(backend()
-                    ->EmbeddingBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B,
-                                        s.T, s.C)
-                    .ok());
+    ASSERT_TRUE(
+        backend()
+            ->EmbeddingBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B, s.T, s.C)
+            .ok());
     const Vec te = ToDouble(in.wte), pe = ToDouble(in.wpe), dy = ToDouble(in.dout);
-    const Vec want_dwte = NumericalGradient([&](const Vec& v) { return in.Forward(v, pe); }, te, dy);
-    const Vec want_dwpe = NumericalGradient([&](const Vec& v) { return in.Forward(te, v); }, pe, dy);
+    const Vec want_dwte =
+        NumericalGradient([&](const Vec& v) { return in.Forward(v, pe); }, te, dy);
+    const Vec want_dwpe =
+        NumericalGradient([&](const Vec& v) { return in.Forward(te, v); }, pe, dy);
     EXPECT_TRUE(AllNear(Download(dwte), Plus(ToDouble(dwte0), want_dwte), kGradientTol));
     EXPECT_TRUE(AllNear(Download(dwpe), Plus(ToDouble(dwpe0), want_dwpe), kGradientTol));
   }
@@ -84,10 +86,10 @@ TEST_P(Ops, EmbeddingBackwardAtModelWidthSumsRepeatedTokens) {
   DeviceBuffer<int32_t> tokens = Upload(in.tokens);
   DeviceBuffer<float> dout = Upload(in.dout);
   DeviceBuffer<float> dwte = Filled(in.wte.size(), 0.0f), dwpe = Filled(in.wpe.size(), 0.0f);
-  ASSERT_TRUE(backend()
-                  ->EmbeddingBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B,
-                                      s.T, s.C)
-                  .ok());
+  ASSERT_TRUE(
+      backend()
+          ->EmbeddingBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B, s.T, s.C)
+          .ok());
   Vec want_dwte(in.wte.size(), 0.0), want_dwpe(in.wpe.size(), 0.0);
   for (int b = 0; b < s.B; ++b) {
     for (int t = 0; t < s.T; ++t) {

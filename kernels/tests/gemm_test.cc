@@ -34,13 +34,13 @@ void ExpectGemmMatchesReference(Ops& test, const GemmCase& g) {
   const std::vector<float> b = RandomFloats(int64_t{b_rows} * ldb, 12);
   const std::vector<float> c = RandomFloats(int64_t{g.m} * ldc, 13);
   DeviceBuffer<float> da = test.Upload(a), db = test.Upload(b), dc = test.Upload(c);
-  absl::Status status = test.backend()->Gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha,
-                                             da.data(), lda, db.data(), ldb, g.beta,
-                                             dc.data(), ldc);
+  absl::Status status =
+      test.backend()->Gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, da.data(), lda, db.data(),
+                           ldb, g.beta, dc.data(), ldc);
   ASSERT_TRUE(status.ok()) << status;
   Vec want = ToDouble(c);
-  reference::Gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, ToDouble(a), lda, ToDouble(b),
-                  ldb, g.beta, want, ldc);
+  reference::Gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, ToDouble(a), lda, ToDouble(b), ldb,
+                  g.beta, want, ldc);
   EXPECT_TRUE(AllNear(test.Download(dc), want, kForwardTol));
 }
 
@@ -68,9 +68,10 @@ TEST_P(Ops, GemmLargeShapesSplitAcrossThreadsMatchReference) {
 TEST_P(Ops, GemmBetaZeroIgnoresNanInC) {
   const std::vector<float> a = RandomFloats(6, 1), b = RandomFloats(6, 2);
   DeviceBuffer<float> da = Upload(a), db = Upload(b), dc = Garbage(4);
-  ASSERT_TRUE(backend()->Gemm(false, false, 2, 2, 3, 1.0f, da.data(), 3, db.data(), 2, 0.0f,
-                              dc.data(), 2)
-                  .ok());
+  ASSERT_TRUE(
+      backend()
+          ->Gemm(false, false, 2, 2, 3, 1.0f, da.data(), 3, db.data(), 2, 0.0f, dc.data(), 2)
+          .ok());
   Vec want(4, 0.0);
   reference::Gemm(false, false, 2, 2, 3, 1.0, ToDouble(a), 3, ToDouble(b), 2, 0.0, want, 2);
   EXPECT_TRUE(AllNear(Download(dc), want, kForwardTol));
@@ -80,9 +81,9 @@ TEST_P(Ops, GemmBetaZeroIgnoresNanInC) {
 TEST_P(Ops, GemmWithEmptyInnerDimensionScalesC) {
   DeviceBuffer<float> a = Filled(1, 1.0f), b = Filled(1, 1.0f);
   DeviceBuffer<float> c = Upload(std::vector<float>{1, 2, 3, 4, 5, 6});
-  ASSERT_TRUE(
-      backend()->Gemm(false, false, 2, 3, 0, 1.0f, a.data(), 1, b.data(), 3, 0.5f, c.data(), 3)
-          .ok());
+  ASSERT_TRUE(backend()
+                  ->Gemm(false, false, 2, 3, 0, 1.0f, a.data(), 1, b.data(), 3, 0.5f, c.data(), 3)
+                  .ok());
   EXPECT_EQ(Download(c), (std::vector<float>{0.5f, 1, 1.5f, 2, 2.5f, 3}));
 }
 

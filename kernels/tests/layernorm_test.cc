@@ -117,8 +117,7 @@ TEST_P(Ops, LayerNormBackwardAtModelWidthMatchesDirectionalDerivatives) {
                   .ok());
   ASSERT_TRUE(backend()
                   ->LayerNormBackward(dinp.data(), dweight.data(), dbias.data(), dout.data(),
-                                      inp.data(), weight.data(), mean.data(), rstd.data(), s.N,
-                                      s.C)
+                                      inp.data(), weight.data(), mean.data(), rstd.data(), s.N, s.C)
                   .ok());
   const Vec x = ToDouble(in.inp), w = ToDouble(in.weight), b = ToDouble(in.bias);
   const Vec dy = ToDouble(in.dout);

@@ -83,9 +83,9 @@ void ExpectGemmWithinBound(MatmulPrecisionOps& test, const GemmCase& g) {
   const std::vector<float> b = RandomFloats(int64_t{b_rows} * ldb, 22);
   const std::vector<float> c = RandomFloats(int64_t{g.m} * ldc, 23);
   DeviceBuffer<float> da = test.Upload(a), db = test.Upload(b), dc = test.Upload(c);
-  absl::Status status = test.backend()->Gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha,
-                                             da.data(), lda, db.data(), ldb, g.beta,
-                                             dc.data(), ldc);
+  absl::Status status =
+      test.backend()->Gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, da.data(), lda, db.data(),
+                           ldb, g.beta, dc.data(), ldc);
   ASSERT_TRUE(status.ok()) << status;
   const Bounded r = ReferenceGemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, ToDouble(a), lda,
                                   ToDouble(b), ldb, g.beta, ToDouble(c), ldc);
@@ -110,9 +110,9 @@ TEST_P(MatmulPrecisionOps, GemmAllTransposesWithinTheRoundingBound) {
 TEST_P(MatmulPrecisionOps, GemmRoundsInputsAsThePrecisionSays) {
   const float x = 1.0f + std::ldexp(1.0f, -10);
   DeviceBuffer<float> a = Filled(16, x), b = Filled(16, 1.0f), c = Garbage(16);
-  ASSERT_TRUE(
-      backend()->Gemm(false, false, 4, 4, 4, 1.0f, a.data(), 4, b.data(), 4, 0.0f, c.data(), 4)
-          .ok());
+  ASSERT_TRUE(backend()
+                  ->Gemm(false, false, 4, 4, 4, 1.0f, a.data(), 4, b.data(), 4, 0.0f, c.data(), 4)
+                  .ok());
   const float want = GetParam().precision == MatmulPrecision::kBf16 ? 4.0f : 4.0f * x;
   EXPECT_EQ(Download(c), std::vector<float>(16, want));
 }
@@ -138,10 +138,10 @@ TEST_P(MatmulPrecisionOps, MatmulForwardWithinTheRoundingBound) {
     const std::vector<float> bias = RandomFloats(s.OC, 3);
     DeviceBuffer<float> dinp = Upload(inp), dweight = Upload(weight), dbias = Upload(bias);
     DeviceBuffer<float> out = Garbage(int64_t{s.N} * s.OC);
-    ASSERT_TRUE(backend()
-                    ->MatmulForward(out.data(), dinp.data(), dweight.data(), dbias.data(), s.N,
-                                    s.C, s.OC)
-                    .ok());
+    ASSERT_TRUE(
+        backend()
+            ->MatmulForward(out.data(), dinp.data(), dweight.data(), dbias.data(), s.N, s.C, s.OC)
+            .ok());
     const Vec want =
         reference::Matmul(ToDouble(inp), ToDouble(weight), ToDouble(bias), s.N, s.C, s.OC);
     const Vec magnitude = reference::Matmul(Abs(ToDouble(inp)), Abs(ToDouble(weight)),
@@ -165,9 +165,9 @@ TEST_P(MatmulPrecisionOps, MatmulBackwardWithinTheRoundingBound) {
     DeviceBuffer<float> dinp = Garbage(int64_t{s.N} * s.C);
     DeviceBuffer<float> dweight = Upload(dweight0), dbias = Upload(dbias0);
 
-    const Bounded r_dinp = ReferenceGemm(false, true, s.N, s.C, s.OC, 1.0, ToDouble(dout), s.OC,
-                                         ToDouble(weight), s.OC, 0.0,
-                                         Vec(int64_t{s.N} * s.C, 0.0), s.C);
+    const Bounded r_dinp =
+        ReferenceGemm(false, true, s.N, s.C, s.OC, 1.0, ToDouble(dout), s.OC, ToDouble(weight),
+                      s.OC, 0.0, Vec(int64_t{s.N} * s.C, 0.0), s.C);
     const Vec& want_dinp = r_dinp.want;
     const Vec& mag_dinp = r_dinp.magnitude;
     ASSERT_TRUE(backend()
@@ -179,8 +179,8 @@ TEST_P(MatmulPrecisionOps, MatmulBackwardWithinTheRoundingBound) {
                     ->MatmulBackwardInput(dinp.data(), d_dout.data(), d_weight.data(), s.N, s.C,
                                           s.OC, /*accumulate=*/true)
                     .ok());
-    EXPECT_TRUE(WithinBound(Download(dinp), Plus(want_dinp, want_dinp), Plus(mag_dinp, mag_dinp),
-                            tol));
+    EXPECT_TRUE(
+        WithinBound(Download(dinp), Plus(want_dinp, want_dinp), Plus(mag_dinp, mag_dinp), tol));
 
     const Bounded r_dweight = ReferenceGemm(true, false, s.C, s.OC, s.N, 1.0, ToDouble(inp), s.C,
                                             ToDouble(dout), s.OC, 1.0, ToDouble(dweight0), s.OC);
@@ -196,8 +196,8 @@ TEST_P(MatmulPrecisionOps, MatmulBackwardWithinTheRoundingBound) {
                                            d_inp.data(), s.N, s.C, s.OC)
                     .ok());
     EXPECT_TRUE(WithinBound(Download(dweight), r_dweight.want, r_dweight.magnitude, tol));
-    EXPECT_TRUE(WithinBound(Download(dbias), want_dbias, mag_dbias,
-                            GemmTolerance(MatmulPrecision::kFp32)));
+    EXPECT_TRUE(
+        WithinBound(Download(dbias), want_dbias, mag_dbias, GemmTolerance(MatmulPrecision::kFp32)));
   }
 }
 

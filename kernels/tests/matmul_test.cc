@@ -45,17 +45,18 @@ TEST_P(Ops, MatmulForwardMatchesReference) {
     DeviceBuffer<float> inp = Upload(in.inp), weight = Upload(in.weight), bias = Upload(in.bias);
     DeviceBuffer<float> out = Garbage(int64_t{s.N} * s.OC);
     ASSERT_TRUE(
-        backend()->MatmulForward(out.data(), inp.data(), weight.data(), bias.data(), s.N, s.C, s.OC)
+        backend()
+            ->MatmulForward(out.data(), inp.data(), weight.data(), bias.data(), s.N, s.C, s.OC)
             .ok());
     EXPECT_TRUE(AllNear(Download(out),
                         in.Forward(ToDouble(in.inp), ToDouble(in.weight), ToDouble(in.bias)),
                         kForwardTol));
     // A null bias means no bias.
-    ASSERT_TRUE(
-        backend()->MatmulForward(out.data(), inp.data(), weight.data(), nullptr, s.N, s.C, s.OC)
-            .ok());
-    EXPECT_TRUE(AllNear(Download(out), in.Forward(ToDouble(in.inp), ToDouble(in.weight), {}),
-                        kForwardTol));
+    ASSERT_TRUE(backend()
+                    ->MatmulForward(out.data(), inp.data(), weight.data(), nullptr, s.N, s.C, s.OC)
+                    .ok());
+    EXPECT_TRUE(
+        AllNear(Download(out), in.Forward(ToDouble(in.inp), ToDouble(in.weight), {}), kForwardTol));
   }
 }
 
@@ -84,9 +85,9 @@ TEST_P(Ops, MatmulBackwardInputAccumulatesWhenAsked) {
                   ->MatmulBackwardInput(dinp.data(), dout.data(), weight.data(), 4, 6, 5,
                                         /*accumulate=*/true)
                   .ok());
-  const Vec grad = NumericalGradient(
-      [&](const Vec& x) { return in.Forward(x, ToDouble(in.weight), {}); }, ToDouble(in.inp),
-      ToDouble(in.dout));
+  const Vec grad =
+      NumericalGradient([&](const Vec& x) { return in.Forward(x, ToDouble(in.weight), {}); },
+                        ToDouble(in.inp), ToDouble(in.dout));
   EXPECT_TRUE(AllNear(Download(dinp), Plus(ToDouble(initial), grad), kGradientTol));
 }
 
@@ -117,12 +118,12 @@ TEST_P(Ops, MatmulBackwardWeightWithNullBiasGradientSkipsIt) {
   const Inputs in({3, 4, 5});
   DeviceBuffer<float> dout = Upload(in.dout), inp = Upload(in.inp);
   DeviceBuffer<float> dweight = Filled(4 * 5, 0.0f);
-  ASSERT_TRUE(
-      backend()->MatmulBackwardWeight(dweight.data(), nullptr, dout.data(), inp.data(), 3, 4, 5)
-          .ok());
-  const Vec want = NumericalGradient(
-      [&](const Vec& w) { return in.Forward(ToDouble(in.inp), w, {}); }, ToDouble(in.weight),
-      ToDouble(in.dout));
+  ASSERT_TRUE(backend()
+                  ->MatmulBackwardWeight(dweight.data(), nullptr, dout.data(), inp.data(), 3, 4, 5)
+                  .ok());
+  const Vec want =
+      NumericalGradient([&](const Vec& w) { return in.Forward(ToDouble(in.inp), w, {}); },
+                        ToDouble(in.weight), ToDouble(in.dout));
   EXPECT_TRUE(AllNear(Download(dweight), want, kGradientTol));
 }
 
@@ -135,19 +136,19 @@ TEST_P(Ops, MatmulBackwardLargeShapeMatchesClosedForm) {
   DeviceBuffer<float> dout = Upload(in.dout), inp = Upload(in.inp), weight = Upload(in.weight);
   DeviceBuffer<float> dinp = Garbage(int64_t{s.N} * s.C);
   DeviceBuffer<float> dweight = Filled(int64_t{s.C} * s.OC, 0.0f), dbias = Filled(s.OC, 0.0f);
+  ASSERT_TRUE(
+      backend()
+          ->MatmulBackwardInput(dinp.data(), dout.data(), weight.data(), s.N, s.C, s.OC, false)
+          .ok());
   ASSERT_TRUE(backend()
-                  ->MatmulBackwardInput(dinp.data(), dout.data(), weight.data(), s.N, s.C, s.OC,
-                                        false)
-                  .ok());
-  ASSERT_TRUE(backend()
-                  ->MatmulBackwardWeight(dweight.data(), dbias.data(), dout.data(), inp.data(),
-                                         s.N, s.C, s.OC)
+                  ->MatmulBackwardWeight(dweight.data(), dbias.data(), dout.data(), inp.data(), s.N,
+                                         s.C, s.OC)
                   .ok());
   Vec want_dinp(int64_t{s.N} * s.C), want_dweight(int64_t{s.C} * s.OC), want_dbias(s.OC, 0.0);
   reference::Gemm(false, true, s.N, s.C, s.OC, 1.0, ToDouble(in.dout), s.OC, ToDouble(in.weight),
                   s.OC, 0.0, want_dinp, s.C);
-  reference::Gemm(true, false, s.C, s.OC, s.N, 1.0, ToDouble(in.inp), s.C, ToDouble(in.dout),
-                  s.OC, 0.0, want_dweight, s.OC);
+  reference::Gemm(true, false, s.C, s.OC, s.N, 1.0, ToDouble(in.inp), s.C, ToDouble(in.dout), s.OC,
+                  0.0, want_dweight, s.OC);
   for (int n = 0; n < s.N; ++n) {
     for (int o = 0; o < s.OC; ++o) want_dbias[o] += in.dout[int64_t{n} * s.OC + o];
   }

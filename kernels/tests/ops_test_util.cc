@@ -9,9 +9,9 @@ namespace dtrain::kernels::testing {
 ::testing::AssertionResult WithinBound(const std::vector<float>& got, const Vec& want,
                                        const Vec& magnitude, Tolerance tol) {
   if (got.size() != want.size() || want.size() != magnitude.size()) {
-    return ::testing::AssertionFailure() << "got " << got.size() << " elements, want "
-                                         << want.size() << " (magnitudes " << magnitude.size()
-                                         << ")";
+    return ::testing::AssertionFailure()
+           << "got " << got.size() << " elements, want " << want.size() << " (magnitudes "
+           << magnitude.size() << ")";
   }
   int64_t bad = 0, worst = -1;
   double worst_excess = 0.0;
@@ -20,8 +20,8 @@ namespace dtrain::kernels::testing {
     const double allowed = tol.atol + tol.rtol * magnitude[i];
     if (!(err <= allowed)) {  // also catches NaN
       ++bad;
-      const double excess = std::isnan(err) ? std::numeric_limits<double>::infinity()
-                                            : err / allowed;
+      const double excess =
+          std::isnan(err) ? std::numeric_limits<double>::infinity() : err / allowed;
       if (worst < 0 || excess > worst_excess) {
         worst = i;
         worst_excess = excess;
@@ -30,13 +30,12 @@ namespace dtrain::kernels::testing {
   }
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
-         << bad << " of " << got.size() << " elements differ beyond atol " << tol.atol
-         << " + rtol " << tol.rtol << " * magnitude; worst at [" << worst << "]: got "
-         << got[worst] << ", want " << want[worst] << ", magnitude " << magnitude[worst];
+         << bad << " of " << got.size() << " elements differ beyond atol " << tol.atol << " + rtol "
+         << tol.rtol << " * magnitude; worst at [" << worst << "]: got " << got[worst] << ", want "
+         << want[worst] << ", magnitude " << magnitude[worst];
 }
 
-::testing::AssertionResult AllNear(const std::vector<float>& got, const Vec& want,
-                                   Tolerance tol) {
+::testing::AssertionResult AllNear(const std::vector<float>& got, const Vec& want, Tolerance tol) {
   return WithinBound(got, want, Abs(want), tol);
 }
 
@@ -103,8 +102,7 @@ DirectionalCheck DirectionalDerivative(const std::function<Vec(const Vec&)>& f, 
     plus[i] += h * d[i];
     minus[i] -= h * d[i];
   }
-  return {(Dot(f(plus), weights) - Dot(f(minus), weights)) / (2.0 * h),
-          Dot(ToDouble(gradient), d)};
+  return {(Dot(f(plus), weights) - Dot(f(minus), weights)) / (2.0 * h), Dot(ToDouble(gradient), d)};
 }
 
 void Ops::SetUp() {

@@ -31,8 +31,8 @@ TEST_P(Ops, AdamWMatchesTorchClosedFormOverSteps) {
       p.step = step;
       ASSERT_TRUE(
           backend()->AdamWUpdate(d_params.data(), d_grads.data(), m.data(), v.data(), n, p).ok());
-      reference::AdamW(want_params, ToDouble(grads), want_m, want_v, p.lr, p.beta1, p.beta2,
-                       p.eps, p.weight_decay, step, p.grad_scale);
+      reference::AdamW(want_params, ToDouble(grads), want_m, want_v, p.lr, p.beta1, p.beta2, p.eps,
+                       p.weight_decay, step, p.grad_scale);
     }
     EXPECT_TRUE(AllNear(Download(d_params), want_params, {1e-6, 1e-5}));
     EXPECT_TRUE(AllNear(Download(m), want_m, {1e-8, 1e-5}));

@@ -18,13 +18,13 @@
 // once measured. A layout needing more workers than there are is reported as not placeable
 // (with the coordinator's QUEUED reason). Ends with one "RESULT key=value ..." line per layout
 // for tools/bench_coordinator.sh. Exit 1 when the coordinator cannot be started or reached.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -118,8 +118,8 @@ double ProcessCpuSeconds(pid_t pid) {
 TlsFiles TlsFilesFor(const std::string& name) {
   const std::string dir = absl::GetFlag(FLAGS_tls_dir);
   if (dir.empty()) return TlsFiles{.insecure = true};
-  return TlsFiles{.ca = dir + "/ca.pem", .cert = dir + "/" + name + ".pem",
-                  .key = dir + "/" + name + ".key"};
+  return TlsFiles{
+      .ca = dir + "/ca.pem", .cert = dir + "/" + name + ".pem", .key = dir + "/" + name + ".key"};
 }
 
 // A coordinator child process on a free loopback port, with its own database and log in a
@@ -151,8 +151,8 @@ class CoordinatorProcess {
         "--heartbeat_interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_interval))};
     const TlsFiles tls = TlsFilesFor("coordinator");
     if (tls.enabled()) {
-      args.insert(args.end(), {"--tls_ca=" + tls.ca, "--tls_cert=" + tls.cert,
-                               "--tls_key=" + tls.key});
+      args.insert(args.end(),
+                  {"--tls_ca=" + tls.ca, "--tls_cert=" + tls.cert, "--tls_key=" + tls.key});
     } else {
       args.push_back("--insecure");  // the coordinator refuses to start with neither
     }
@@ -431,13 +431,13 @@ std::string SpecJson(const Layout& l) {
 
 struct PlaceResult {
   bool placed = false;
-  std::string reason;         // when not placed: the coordinator's QUEUED reason
-  double submit_ms = 0;       // SubmitJob round trip
-  double placing_ms = -1;     // submit sent -> PLACING seen by a watcher
+  std::string reason;            // when not placed: the coordinator's QUEUED reason
+  double submit_ms = 0;          // SubmitJob round trip
+  double placing_ms = -1;        // submit sent -> PLACING seen by a watcher
   double placing_coord_ms = -1;  // PLACING time - submitted time, both on the coordinator's clock
-  double running_ms = -1;     // submit sent -> RUNNING (every rank acknowledged by heartbeat)
-  Summary heartbeats;         // heartbeat latency while placing, without an assignment
-  Summary assigning;          // heartbeats whose response carried an assignment
+  double running_ms = -1;        // submit sent -> RUNNING (every rank acknowledged by heartbeat)
+  Summary heartbeats;            // heartbeat latency while placing, without an assignment
+  Summary assigning;             // heartbeats whose response carried an assignment
 };
 
 absl::StatusOr<PlaceResult> Place(Coordinator::Stub& stub, Fleet& fleet, const Layout& layout) {
@@ -547,9 +547,8 @@ absl::Status Main() {
   }
 
   const bool tls = !absl::GetFlag(FLAGS_tls_dir).empty();
-  std::printf("%d simulated workers (%s), %d per host, heartbeat every %s, against %s (%s)\n",
-              n, absl::GetFlag(FLAGS_shared_channel) ? "one shared connection"
-                                                     : "one connection each",
+  std::printf("%d simulated workers (%s), %d per host, heartbeat every %s, against %s (%s)\n", n,
+              absl::GetFlag(FLAGS_shared_channel) ? "one shared connection" : "one connection each",
               absl::GetFlag(FLAGS_workers_per_host), absl::FormatDuration(interval).c_str(),
               address.c_str(), tls ? "mutual TLS" : "plaintext");
   Fleet fleet(address, n, absl::GetFlag(FLAGS_workers_per_host), interval, worker_creds);
@@ -573,16 +572,15 @@ absl::Status Main() {
   const double own_cpu = (ProcessCpuSeconds(getpid()) - own_cpu0) / window_s * 100;
   const int64_t sent = fleet.counters().sent - sent0, errors = fleet.counters().errors - errors0,
                 skipped = fleet.counters().skipped - skipped0;
-  std::printf("heartbeats over %s: %lld sent (%.0f/s), %lld errors, %lld skipped; latency ms: "
-              "p50 %.2f  p90 %.2f  p99 %.2f  max %.2f  mean %.2f\n",
-              absl::FormatDuration(absl::GetFlag(FLAGS_duration)).c_str(),
-              static_cast<long long>(sent),
-              sent / absl::ToDoubleSeconds(absl::GetFlag(FLAGS_duration)),
-              static_cast<long long>(errors), static_cast<long long>(skipped), hb.p50, hb.p90,
-              hb.p99, hb.max, hb.mean);
+  std::printf(
+      "heartbeats over %s: %lld sent (%.0f/s), %lld errors, %lld skipped; latency ms: "
+      "p50 %.2f  p90 %.2f  p99 %.2f  max %.2f  mean %.2f\n",
+      absl::FormatDuration(absl::GetFlag(FLAGS_duration)).c_str(), static_cast<long long>(sent),
+      sent / absl::ToDoubleSeconds(absl::GetFlag(FLAGS_duration)), static_cast<long long>(errors),
+      static_cast<long long>(skipped), hb.p50, hb.p90, hb.p99, hb.max, hb.mean);
   std::printf("CPU meanwhile: coordinator %s%% of a core, this tool %.0f%% (of %ld cores)\n",
-              coordinator_cpu < 0 ? "?" : absl::StrFormat("%.0f", coordinator_cpu).c_str(),
-              own_cpu, sysconf(_SC_NPROCESSORS_ONLN));
+              coordinator_cpu < 0 ? "?" : absl::StrFormat("%.0f", coordinator_cpu).c_str(), own_cpu,
+              sysconf(_SC_NPROCESSORS_ONLN));
 
   double list_ms = 0;
   {
@@ -590,8 +588,8 @@ absl::Status Main() {
     ctx.set_deadline(Deadline(absl::GetFlag(FLAGS_rpc_timeout)));
     ListWorkersResponse resp;
     const auto t = Clock::now();
-    RETURN_IF_ERROR(FromGrpc(control->ListWorkers(&ctx, ListWorkersRequest(), &resp),
-                             "ListWorkers"));
+    RETURN_IF_ERROR(
+        FromGrpc(control->ListWorkers(&ctx, ListWorkersRequest(), &resp), "ListWorkers"));
     list_ms = MillisSince(t);
     std::printf("ListWorkers: %d workers in %.2f ms\n", resp.workers_size(), list_ms);
   }
@@ -600,15 +598,15 @@ absl::Status Main() {
   for (const Layout& layout : layouts) {
     ASSIGN_OR_RETURN(PlaceResult p, Place(*control, fleet, layout));
     if (p.placed) {
-      std::printf("job %s (%d ranks): submit %.2f ms; PLACING after %.2f ms (coordinator "
-                  "clock: %.0f ms); RUNNING after %s ms\n"
-                  "  meanwhile: %lld heartbeats carrying the assignment, latency ms p50 %.2f "
-                  "p99 %.2f max %.2f; %lld others, p50 %.2f p99 %.2f max %.2f\n",
-                  layout.name().c_str(), layout.ranks(), p.submit_ms, p.placing_ms,
-                  p.placing_coord_ms, Fmt(p.running_ms).c_str(),
-                  static_cast<long long>(p.assigning.count), p.assigning.p50, p.assigning.p99,
-                  p.assigning.max, static_cast<long long>(p.heartbeats.count), p.heartbeats.p50,
-                  p.heartbeats.p99, p.heartbeats.max);
+      std::printf(
+          "job %s (%d ranks): submit %.2f ms; PLACING after %.2f ms (coordinator "
+          "clock: %.0f ms); RUNNING after %s ms\n"
+          "  meanwhile: %lld heartbeats carrying the assignment, latency ms p50 %.2f "
+          "p99 %.2f max %.2f; %lld others, p50 %.2f p99 %.2f max %.2f\n",
+          layout.name().c_str(), layout.ranks(), p.submit_ms, p.placing_ms, p.placing_coord_ms,
+          Fmt(p.running_ms).c_str(), static_cast<long long>(p.assigning.count), p.assigning.p50,
+          p.assigning.p99, p.assigning.max, static_cast<long long>(p.heartbeats.count),
+          p.heartbeats.p50, p.heartbeats.p99, p.heartbeats.max);
     } else {
       std::printf("job %s (%d ranks): not placed: %s (submit %.2f ms)\n", layout.name().c_str(),
                   layout.ranks(), p.reason.c_str(), p.submit_ms);

@@ -115,15 +115,16 @@ absl::Status RunAllReduce(GrpcTransport& t, Group& group, Group& control) {
     int64_t wrong = 0;
     for (float x : data) wrong += x != n * (n + 1) / 2.0f;
     if (wrong != 0) {
-      return absl::InternalError(absl::StrCat(wrong, " wrong elements after all-reduce of ",
-                                              bytes, " bytes"));
+      return absl::InternalError(
+          absl::StrCat(wrong, " wrong elements after all-reduce of ", bytes, " bytes"));
     }
     // Every rank reports its time and CPU per all-reduce; rank 0's time is the result.
     const double algbw = bytes / seconds / 1e9;
-    printf("{\"impl\":\"dtrain\",\"rank\":%d,\"ranks\":%d,\"bytes\":%lld,\"iters\":%d,"
-           "\"time_us\":%.1f,\"cpu_us\":%.1f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f}\n",
-           t.rank(), n, static_cast<long long>(bytes), iters, seconds * 1e6, cpu * 1e6, algbw,
-           algbw * 2.0 * (n - 1) / n);
+    printf(
+        "{\"impl\":\"dtrain\",\"rank\":%d,\"ranks\":%d,\"bytes\":%lld,\"iters\":%d,"
+        "\"time_us\":%.1f,\"cpu_us\":%.1f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f}\n",
+        t.rank(), n, static_cast<long long>(bytes), iters, seconds * 1e6, cpu * 1e6, algbw,
+        algbw * 2.0 * (n - 1) / n);
     fflush(stdout);
   }
   return absl::OkStatus();
@@ -173,11 +174,11 @@ absl::Status RunP2p(GrpcTransport& t, Group& control) {
     if (t.rank() < 2) {
       // Both ends report; the receiver's time is the result (it ends when the last byte is in).
       const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
-      printf("{\"impl\":\"dtrain-p2p\",\"rank\":%d,\"bytes\":%lld,\"iters\":%d,"
-             "\"time_us\":%.1f,\"cpu_us\":%.1f,\"gbs\":%.4f}\n",
-             t.rank(), static_cast<long long>(bytes), iters, seconds / iters * 1e6,
-             (CpuSeconds() - cpu0) / iters * 1e6,
-             static_cast<double>(bytes) * iters / seconds / 1e9);
+      printf(
+          "{\"impl\":\"dtrain-p2p\",\"rank\":%d,\"bytes\":%lld,\"iters\":%d,"
+          "\"time_us\":%.1f,\"cpu_us\":%.1f,\"gbs\":%.4f}\n",
+          t.rank(), static_cast<long long>(bytes), iters, seconds / iters * 1e6,
+          (CpuSeconds() - cpu0) / iters * 1e6, static_cast<double>(bytes) * iters / seconds / 1e9);
       fflush(stdout);
     }
   }
@@ -201,11 +202,11 @@ absl::Status Run() {
   options.job_id = "allreduce-benchmark";
   options.frame_bytes = absl::GetFlag(FLAGS_frame_kib) << 10;
   if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
-    options.tls = TlsFiles{
-        .ca = dir + "/ca.pem", .cert = dir + "/worker.pem", .key = dir + "/worker.key"};
+    options.tls =
+        TlsFiles{.ca = dir + "/ca.pem", .cert = dir + "/worker.pem", .key = dir + "/worker.key"};
   }
-  for (absl::string_view arg : absl::StrSplit(absl::GetFlag(FLAGS_grpc_args), ',',
-                                              absl::SkipEmpty())) {
+  for (absl::string_view arg :
+       absl::StrSplit(absl::GetFlag(FLAGS_grpc_args), ',', absl::SkipEmpty())) {
     std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
     int value;
     if (!absl::SimpleAtoi(kv.second, &value)) {

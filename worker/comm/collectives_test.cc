@@ -103,8 +103,8 @@ TEST_P(CollectivesTest, AllReduceMatchesClosedForm) {
     }));
     for (int r = 0; r < n(); ++r) {
       for (size_t k = 0; k < wrong[r].size(); ++k) {
-        EXPECT_EQ(wrong[r][k], 0) << ReduceOpName(op) << ", rank " << r << ", "
-                                  << Sizes(n())[k] << " floats";
+        EXPECT_EQ(wrong[r][k], 0) << ReduceOpName(op) << ", rank " << r << ", " << Sizes(n())[k]
+                                  << " floats";
       }
     }
   }
@@ -161,7 +161,8 @@ TEST_P(CollectivesTest, AllGatherGivesEveryMemberEverySegment) {
       int64_t bad = 0;
       for (int owner = 0; owner < n(); ++owner) {
         Segment seg = RingSegment(count, n(), owner);
-        for (int64_t i = seg.begin; i < seg.begin + seg.size; ++i) bad += data[i] != Input(owner, i);
+        for (int64_t i = seg.begin; i < seg.begin + seg.size; ++i)
+          bad += data[i] != Input(owner, i);
       }
       wrong[r].push_back(bad);
     }
@@ -209,15 +210,15 @@ TEST_P(CollectivesTest, BarrierReturnsOnlyAfterEveryMemberEntered) {
   for (int r = 0; r < n(); ++r) EXPECT_EQ(seen[r], n()) << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ranks, CollectivesTest,
-    ::testing::Combine(::testing::Values(TransportKind::kInproc, TransportKind::kInprocPieces,
-                                         TransportKind::kGrpc),
-                       ::testing::Range(1, 9)),
-    [](const ::testing::TestParamInfo<CollectivesTest::ParamType>& info) {
-      return absl::StrCat(testing::KindName(std::get<0>(info.param)), "_",
-                          std::get<1>(info.param), "ranks");
-    });
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
+                         ::testing::Combine(::testing::Values(TransportKind::kInproc,
+                                                              TransportKind::kInprocPieces,
+                                                              TransportKind::kGrpc),
+                                            ::testing::Range(1, 9)),
+                         [](const ::testing::TestParamInfo<CollectivesTest::ParamType>& info) {
+                           return absl::StrCat(testing::KindName(std::get<0>(info.param)), "_",
+                                               std::get<1>(info.param), "ranks");
+                         });
 
 TEST(AllreduceRing, ZeroElementsIsNoOp) {
   auto cluster = Cluster::Create(TransportKind::kInproc, 3);

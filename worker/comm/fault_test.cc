@@ -163,8 +163,9 @@ TEST(PeerDeath, KilledProcessFailsTheStepWithinTheDeadlineNamingIt) {
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);
   posix_spawn_file_actions_addclose(&actions, out[0]);
   const std::string peers = absl::StrCat(absl::StrJoin(addresses, ","), ",127.0.0.1:0");
-  std::vector<std::string> args = {binary, "--rank=3", "--peers=" + peers,
-                                   "--listen=127.0.0.1:0", "--mode=loop", "--timeout_s=3"};
+  std::vector<std::string> args = {
+      binary,        "--rank=3",     "--peers=" + peers, "--listen=127.0.0.1:0",
+      "--mode=loop", "--timeout_s=3"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -182,7 +183,8 @@ TEST(PeerDeath, KilledProcessFailsTheStepWithinTheDeadlineNamingIt) {
   absl::Time killed_at = absl::InfiniteFuture();
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] { outcomes[r] = LoopAllReduce(transports[r].get(), 4, &iterations); });
+    threads.emplace_back(
+        [&, r] { outcomes[r] = LoopAllReduce(transports[r].get(), 4, &iterations); });
   }
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
   while (iterations.load() < 5 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));

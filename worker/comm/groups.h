@@ -38,8 +38,7 @@ absl::StatusOr<GroupSpec> DataParallelGroup(const ParallelLayout& layout, int ra
 // The first and the last pipeline stage of `rank`'s (dp, tp), in that order: the first holds
 // wte as the embedding, the last as the tied LM head, and they sum its gradient. nullopt for
 // the middle stages; {rank} alone when pp == 1.
-absl::StatusOr<std::optional<GroupSpec>> TiedEmbeddingGroup(const ParallelLayout& layout,
-                                                            int rank);
+absl::StatusOr<std::optional<GroupSpec>> TiedEmbeddingGroup(const ParallelLayout& layout, int rank);
 
 // The ranks `rank` exchanges activations and gradients with: the same (dp, tp) one stage
 // before and after; -1 where there is none. With `interleaved` (virtual stages), the last

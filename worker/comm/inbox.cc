@@ -51,15 +51,14 @@ absl::Status Inbox::CheckNextLocked(const Waiter& w, const Frame& f) const {
           f.total_bytes, " bytes at offset ", f.offset, "), expected ", w.expected->ToString()));
     }
   } else if (f.offset != w.received || f.total_bytes != w.total) {
-    return absl::DataLossError(absl::StrCat("receiving ", w.key.ToString(), " from ", peer_name_,
-                                            ": frame at offset ", f.offset, " of ", f.total_bytes,
-                                            " bytes, expected offset ", w.received, " of ",
-                                            w.total));
+    return absl::DataLossError(absl::StrCat(
+        "receiving ", w.key.ToString(), " from ", peer_name_, ": frame at offset ", f.offset,
+        " of ", f.total_bytes, " bytes, expected offset ", w.received, " of ", w.total));
   }
   if (f.offset + f.size() > w.total) {
     return absl::DataLossError(absl::StrCat("receiving ", w.key.ToString(), " from ", peer_name_,
-                                            ": frame of ", f.size(), " bytes at offset ",
-                                            f.offset, " overruns ", w.total, " bytes"));
+                                            ": frame of ", f.size(), " bytes at offset ", f.offset,
+                                            " overruns ", w.total, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -232,11 +231,11 @@ absl::Status Inbox::Receive(const MessageKey& key, const TensorMeta& expected, P
                                                            peer_name_, ": ", gone.message())));
     }
     if (absl::Now() >= deadline) {
-      return finish(absl::DeadlineExceededError(absl::StrCat(
-          "receiving ", key.ToString(), " ", expected.ToString(), " from ", peer_name_, ": ",
-          w.started ? "the rest of the message" : "nothing", " arrived within ",
-          absl::FormatDuration(deadline - start), " (", w.received, " of ", w.total,
-          " bytes); ", DescribeQueueLocked())));
+      return finish(absl::DeadlineExceededError(
+          absl::StrCat("receiving ", key.ToString(), " ", expected.ToString(), " from ", peer_name_,
+                       ": ", w.started ? "the rest of the message" : "nothing", " arrived within ",
+                       absl::FormatDuration(deadline - start), " (", w.received, " of ", w.total,
+                       " bytes); ", DescribeQueueLocked())));
     }
     if (!watch) {
       arrived_.WaitWithDeadline(&mu_, deadline);
@@ -247,11 +246,10 @@ absl::Status Inbox::Receive(const MessageKey& key, const TensorMeta& expected, P
     absl::Status watched = watch();
     mu_.Lock();
     // (This peer's own failure is reported as such at the top of the loop.)
-    if (!watched.ok() && failure_.ok() && !w.done && !w.busy &&
-        FindLocked(key) == frames_.end()) {
-      return finish(absl::Status(watched.code(),
-                                 absl::StrCat("receiving ", key.ToString(), " from ", peer_name_,
-                                              ": ", watched.message())));
+    if (!watched.ok() && failure_.ok() && !w.done && !w.busy && FindLocked(key) == frames_.end()) {
+      return finish(
+          absl::Status(watched.code(), absl::StrCat("receiving ", key.ToString(), " from ",
+                                                    peer_name_, ": ", watched.message())));
     }
   }
   return finish(absl::OkStatus());

@@ -95,8 +95,7 @@ class Inbox {
   // Runs `w`'s sink over `frame` with the lock released, then releases the frame.
   void FeedUnlocked(Waiter& w, Frame frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next frame of `key` (its first unreceived one), or frames_.end().
-  std::deque<Frame>::iterator FindLocked(const MessageKey& key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::deque<Frame>::iterator FindLocked(const MessageKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Aborted when the peer gave up on this or an earlier op of key's group (an abort message).
   absl::Status CheckAbortLocked(const MessageKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // InvalidArgument when the head of the inbox for key's group is another collective.
@@ -106,7 +105,7 @@ class Inbox {
   mutable absl::Mutex mu_;
   std::string peer_name_ ABSL_GUARDED_BY(mu_);
   absl::CondVar arrived_;
-  std::deque<Frame> frames_ ABSL_GUARDED_BY(mu_);  // in order of arrival
+  std::deque<Frame> frames_ ABSL_GUARDED_BY(mu_);      // in order of arrival
   std::vector<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);  // receives in progress
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Close: the peer left cleanly

@@ -49,9 +49,8 @@ absl::StatusOr<SendHandle> StageLinks::Send(const MessageKey& key, int peer,
                                                       " stage"));
   }
   if (meta.num_bytes() != static_cast<int64_t>(data.size() * sizeof(float))) {
-    return absl::InvalidArgumentError(absl::StrCat("sending ", key.ToString(), " ",
-                                                   meta.ToString(), " from ", data.size(),
-                                                   " floats"));
+    return absl::InvalidArgumentError(absl::StrCat("sending ", key.ToString(), " ", meta.ToString(),
+                                                   " from ", data.size(), " floats"));
   }
   return transport_->StartSend(peer, key, meta, AsBytes(data), absl::Now() + timeout_);
 }

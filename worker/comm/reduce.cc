@@ -19,8 +19,7 @@ void Apply(float* __restrict dst, const std::byte* __restrict src, int64_t n, F 
 }
 
 template <typename F>
-void ApplyDivide(float* __restrict dst, const std::byte* __restrict src, int64_t n, float d,
-                 F f) {
+void ApplyDivide(float* __restrict dst, const std::byte* __restrict src, int64_t n, float d, F f) {
   for (int64_t i = 0; i < n; ++i) dst[i] = f(dst[i], Load(src + 4 * i)) / d;
 }
 

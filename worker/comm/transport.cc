@@ -102,9 +102,9 @@ absl::Status RecvInto(Transport& transport, int peer, const MessageKey& key,
                       const TensorMeta& expected, absl::Span<std::byte> out, absl::Time deadline,
                       const RecvOptions& options) {
   if (static_cast<int64_t>(out.size()) != expected.num_bytes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("receiving ", key.ToString(), " from ", transport.PeerName(peer),
-                     ": buffer of ", out.size(), " bytes for ", expected.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("receiving ", key.ToString(), " from ",
+                                                   transport.PeerName(peer), ": buffer of ",
+                                                   out.size(), " bytes for ", expected.ToString()));
   }
   std::byte* dst = out.data();
   return transport.Recv(

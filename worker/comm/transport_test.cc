@@ -59,9 +59,11 @@ TEST_P(TransportTest, MessagesMatchByKeyNotByArrivalOrder) {
   ASSERT_TRUE(ha.ok() && hb.ok());
   std::vector<float> gb(2), ga(3);
   ASSERT_TRUE(RecvInto(t(1), 0, MessageKey::Gradient(1, 0), TensorMeta::F32(2),
-                       AsWritableBytes(absl::MakeSpan(gb)), Soon()).ok());
+                       AsWritableBytes(absl::MakeSpan(gb)), Soon())
+                  .ok());
   ASSERT_TRUE(RecvInto(t(1), 0, MessageKey::Activation(1, 0), TensorMeta::F32(3),
-                       AsWritableBytes(absl::MakeSpan(ga)), Soon()).ok());
+                       AsWritableBytes(absl::MakeSpan(ga)), Soon())
+                  .ok());
   EXPECT_EQ(ga, a);
   EXPECT_EQ(gb, b);
   EXPECT_TRUE((*ha)->Wait(Soon()).ok());
@@ -98,20 +100,21 @@ TEST_P(TransportTest, WrongKeyTimesOutListingWhatThePeerSent) {
       << s;
   // The message is still there for the right receive.
   EXPECT_TRUE(RecvInto(t(1), 0, MessageKey::Activation(1, 0), TensorMeta::F32(4),
-                       AsWritableBytes(absl::MakeSpan(out)), Soon()).ok());
+                       AsWritableBytes(absl::MakeSpan(out)), Soon())
+                  .ok());
 }
 
 TEST_P(TransportTest, OutOfOrderCollectiveIsInvalidArgumentAtOnce) {
   std::vector<float> x(4, 1.0f);
-  auto h = t(0).StartSend(1, MessageKey::Collective(5, 8, 0), TensorMeta::F32(4), AsBytes(x),
-                          Soon());
+  auto h =
+      t(0).StartSend(1, MessageKey::Collective(5, 8, 0), TensorMeta::F32(4), AsBytes(x), Soon());
   ASSERT_TRUE(h.ok());
   absl::SleepFor(absl::Milliseconds(100));  // let it arrive
   std::vector<float> out(4);
   const absl::Time start = absl::Now();
-  absl::Status s = RecvInto(t(1), 0, MessageKey::Collective(5, 7, 0), TensorMeta::F32(4),
-                            AsWritableBytes(absl::MakeSpan(out)), Soon(),
-                            RecvOptions{RecvOrder::kInOrder, {}});
+  absl::Status s =
+      RecvInto(t(1), 0, MessageKey::Collective(5, 7, 0), TensorMeta::F32(4),
+               AsWritableBytes(absl::MakeSpan(out)), Soon(), RecvOptions{RecvOrder::kInOrder, {}});
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_TRUE(Contains(s, "sent collective group=5 seq=8 part=0 first")) << s;
@@ -147,7 +150,8 @@ TEST_P(TransportTest, KilledPeerFailsReceivesWithUnavailableNamingIt) {
   ASSERT_TRUE(h.ok()) << h.status();
   std::vector<float> out(4);
   ASSERT_TRUE(RecvInto(t(1), 0, MessageKey::Activation(0, 0), TensorMeta::F32(4),
-                       AsWritableBytes(absl::MakeSpan(out)), Soon()).ok());
+                       AsWritableBytes(absl::MakeSpan(out)), Soon())
+                  .ok());
   ASSERT_TRUE((*h)->Wait(Soon()).ok());
   cluster_->Kill(0);
   const absl::Time start = absl::Now();
@@ -199,7 +203,8 @@ TEST(GrpcTransport, APeerThatLeftCleanlyFailsOnlyReceivesFromIt) {
                             AsBytes(x), soon);
     ASSERT_TRUE(h.ok()) << h.status();
     ASSERT_TRUE(RecvInto(to, from.rank(), MessageKey::Activation(step, 0), TensorMeta::F32(4),
-                         AsWritableBytes(absl::MakeSpan(out)), soon).ok());
+                         AsWritableBytes(absl::MakeSpan(out)), soon)
+                    .ok());
     ASSERT_TRUE((*h)->Wait(soon).ok());
   };
   exchange(t0, t1, 0);

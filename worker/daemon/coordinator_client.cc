@@ -18,13 +18,12 @@ CoordinatorClient::CoordinatorClient(const std::string& target, absl::Duration r
   // restarted coordinator within about the cap of its own retry backoff. (Not
   // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: despite its name it is the connection attempt's timeout,
   // and a small one makes every attempt on a loaded machine fail.)
-  const int max_ms = static_cast<int>(
-      std::max<int64_t>(100, absl::ToInt64Milliseconds(max_reconnect_backoff)));
+  const int max_ms =
+      static_cast<int>(std::max<int64_t>(100, absl::ToInt64Milliseconds(max_reconnect_backoff)));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(100, max_ms));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
   args.SetMaxReceiveMessageSize(kMaxCoordinatorMessageBytes);
-  stub_ = Coordinator::NewStub(
-      grpc::CreateCustomChannel(target, std::move(credentials), args));
+  stub_ = Coordinator::NewStub(grpc::CreateCustomChannel(target, std::move(credentials), args));
 }
 
 void CoordinatorClient::SetDeadline(grpc::ClientContext& context, absl::Duration timeout) const {
@@ -39,8 +38,7 @@ void CoordinatorClient::SetDeadline(grpc::ClientContext& context, absl::Duration
 absl::Status CoordinatorClient::ToStatus(const grpc::Status& status, absl::string_view rpc) const {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(rpc, " to coordinator ", target_, ": ",
-                                   status.error_message()));
+                      absl::StrCat(rpc, " to coordinator ", target_, ": ", status.error_message()));
 }
 
 absl::StatusOr<RegisterWorkerResponse> CoordinatorClient::RegisterWorker(
@@ -84,8 +82,7 @@ absl::StatusOr<DeregisterWorkerResponse> CoordinatorClient::DeregisterWorker(
 }
 
 Backoff::Backoff(absl::Duration initial, absl::Duration cap)
-    : initial_(initial), cap_(cap), current_(absl::ZeroDuration()),
-      rng_(std::random_device{}()) {}
+    : initial_(initial), cap_(cap), current_(absl::ZeroDuration()), rng_(std::random_device{}()) {}
 
 absl::Duration Backoff::Next() {
   current_ = current_ == absl::ZeroDuration() ? initial_ : std::min(current_ * 2, cap_);

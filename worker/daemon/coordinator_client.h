@@ -34,10 +34,10 @@ class CoordinatorClient {
  public:
   // `credentials`: common/tls.h's ChannelCredentials (the worker's certificate; plaintext with
   // --insecure and in tests).
-  CoordinatorClient(const std::string& target, absl::Duration rpc_timeout,
-                    absl::Duration max_reconnect_backoff = absl::Seconds(2),
-                    std::shared_ptr<grpc::ChannelCredentials> credentials =
-                        grpc::InsecureChannelCredentials());
+  CoordinatorClient(
+      const std::string& target, absl::Duration rpc_timeout,
+      absl::Duration max_reconnect_backoff = absl::Seconds(2),
+      std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials());
 
   absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& request);
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);

@@ -114,8 +114,8 @@ class FakeCoordinator final : public Coordinator::Service {
   grpc::Status DeregisterWorker(grpc::ServerContext*, const DeregisterWorkerRequest* request,
                                 DeregisterWorkerResponse*) override {
     absl::MutexLock lock(&mu_);
-    deregistrations_.push_back({*request, reports_.size(), registrations_.size(),
-                                heartbeats_.size()});
+    deregistrations_.push_back(
+        {*request, reports_.size(), registrations_.size(), heartbeats_.size()});
     if (!refuse_deregistrations_.ok()) return refuse_deregistrations_;
     deregistered_sessions_.insert(request->session_id());
     return grpc::Status::OK;
@@ -260,7 +260,6 @@ inline std::vector<int64_t> Range(int64_t first, int64_t last) {
   for (int64_t i = first; i <= last; ++i) v.push_back(i);
   return v;
 }
-
 
 }  // namespace dtrain::worker
 

@@ -41,16 +41,14 @@ absl::Status RequirePath(const std::string& what, const std::string& path, Want 
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     const int err = errno;
-    return absl::Status(err == ENOENT ? absl::StatusCode::kNotFound
-                                      : absl::StatusCode::kFailedPrecondition,
-                        absl::StrCat(what, " ", DescribeSpecPath(path),
-                                     " cannot be read on worker ", worker_id, ": ",
-                                     std::strerror(err)));
+    return absl::Status(
+        err == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
+        absl::StrCat(what, " ", DescribeSpecPath(path), " cannot be read on worker ", worker_id,
+                     ": ", std::strerror(err)));
   }
   if (want == Want::kFile && S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " ", DescribeSpecPath(path),
-                                                   " is a directory, not a file (worker ",
-                                                   worker_id, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " ", DescribeSpecPath(path), " is a directory, not a file (worker ", worker_id, ")"));
   }
   return absl::OkStatus();
 }
@@ -83,12 +81,13 @@ absl::Status CheckDevice(const std::string& spec_device, const kernels::DeviceIn
   } else if (spec_device == "cuda" || absl::StartsWith(spec_device, "cuda:")) {
     want = "cuda";
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the job asks for unknown device \"", spec_device, "\": expected cpu, cuda or auto"));
+    return absl::InvalidArgumentError(absl::StrCat("the job asks for unknown device \"",
+                                                   spec_device, "\": expected cpu, cuda or auto"));
   }
   if (want == kind) return absl::OkStatus();
-  const std::string device =
-      absl::StartsWith(worker.name, kind) ? worker.name : absl::StrCat(kind, " (", worker.name, ")");
+  const std::string device = absl::StartsWith(worker.name, kind)
+                                 ? worker.name
+                                 : absl::StrCat(kind, " (", worker.name, ")");
   return absl::FailedPreconditionError(absl::StrCat(
       "the job asks for device \"", spec_device, "\" but this worker runs on ", device,
       "; the worker's --device decides the hardware: submit the job with device \"auto\" or \"",
@@ -98,8 +97,9 @@ absl::Status CheckDevice(const std::string& spec_device, const kernels::DeviceIn
 absl::StatusOr<std::string> JobDir(const std::string& job_id, const JobSpec& spec,
                                    const std::string& data_root) {
   if (!IsJobId(job_id)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job id \"", job_id, "\" is not a job id (job-NNNNNN): it cannot name the job's directory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job id \"", job_id,
+                     "\" is not a job id (job-NNNNNN): it cannot name the job's directory"));
   }
   return AbsolutePath(JobDirectory(spec.checkpoint().dir(), job_id, data_root));
 }
@@ -140,8 +140,8 @@ absl::StatusOr<TrainingRun> PlanFromSpec(const JobSpec& submitted, const std::st
   return plan;
 }
 
-JobRunner::JobRunner(JobAssignment assignment, kernels::Backend* backend,
-                     JobRunnerOptions options, Callbacks callbacks)
+JobRunner::JobRunner(JobAssignment assignment, kernels::Backend* backend, JobRunnerOptions options,
+                     Callbacks callbacks)
     : assignment_(std::move(assignment)),
       backend_(backend),
       options_(std::move(options)),
@@ -196,9 +196,8 @@ JobOutcome JobRunner::Run() {
   absl::MutexLock lock(&mu_);
   if (cancel_ && absl::IsCancelled(output.status())) {
     outcome.set_kind(FAILURE_STOPPED);
-    outcome.set_error(last_step_ == 0
-                          ? absl::StrCat(cancel_reason_, " before the first step")
-                          : absl::StrCat(cancel_reason_, " after step ", last_step_));
+    outcome.set_error(last_step_ == 0 ? absl::StrCat(cancel_reason_, " before the first step")
+                                      : absl::StrCat(cancel_reason_, " after step ", last_step_));
     return outcome;
   }
   outcome.set_error(std::string(output.status().message()));
@@ -237,8 +236,7 @@ absl::StatusOr<std::string> JobRunner::Train() {
         RequirePath("init_checkpoint", spec.init_checkpoint(), Want::kFile, options_.worker_id));
   }
   if (!spec.resume_from().empty()) {
-    RETURN_IF_ERROR(
-        RequirePath("resume_from", spec.resume_from(), Want::kAny, options_.worker_id));
+    RETURN_IF_ERROR(RequirePath("resume_from", spec.resume_from(), Want::kAny, options_.worker_id));
   }
   // Before any peer is connected or anything trained: the other ranks write only after they
   // connected to this one.
@@ -309,9 +307,8 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
         job->size() == 2 ? "peer" : "peers", absl::ToDoubleSeconds(absl::Now() - start)));
     if (rank == 0) {
       const ParallelLayout& layout = options.layout;
-      AnnounceTraining(absl::StrFormat("%d workers (dp=%d pp=%d tp=%d, schedule %s)",
-                                       job->size(), layout.dp(), layout.pp(), layout.tp(),
-                                       layout.schedule()),
+      AnnounceTraining(absl::StrFormat("%d workers (dp=%d pp=%d tp=%d, schedule %s)", job->size(),
+                                       layout.dp(), layout.pp(), layout.tp(), layout.schedule()),
                        absl::StrCat(", micro-batches of ", options.micro_batch_size));
     }
     status = job->Train(
@@ -344,9 +341,9 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
 void JobRunner::AnnounceTraining(const std::string& on, const std::string& detail) {
   callbacks_.event(absl::StrCat("loaded dataset ", plan_.data_path, " (",
                                 DatasetTokens(plan_.data_path), " tokens)"));
-  callbacks_.event(absl::StrFormat("training %s (%d parameters) on %s: %d steps of %d x %d tokens%s",
-                                   plan_.model.DebugString(), plan_.model.num_parameters(), on,
-                                   plan_.steps, plan_.batch, plan_.seq, detail));
+  callbacks_.event(absl::StrFormat(
+      "training %s (%d parameters) on %s: %d steps of %d x %d tokens%s", plan_.model.DebugString(),
+      plan_.model.num_parameters(), on, plan_.steps, plan_.batch, plan_.seq, detail));
 }
 
 void JobRunner::OnStarted(int64_t start_step, const std::string& resumed_from) {

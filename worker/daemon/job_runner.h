@@ -163,7 +163,7 @@ class JobRunner {
   bool cancel_ ABSL_GUARDED_BY(mu_) = false;
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<RankTiming> timings_ ABSL_GUARDED_BY(mu_);  // see TakeTimings
+  std::vector<RankTiming> timings_ ABSL_GUARDED_BY(mu_);        // see TakeTimings
   std::shared_ptr<ParallelJob> parallel_ ABSL_GUARDED_BY(mu_);  // several workers
 };
 

@@ -370,8 +370,9 @@ TEST(JobRunner, MissingDatasetFailsNamingThePath) {
   EXPECT_FALSE(o.succeeded());
   EXPECT_EQ(o.kind(), FAILURE_LOCAL);
   EXPECT_TRUE(o.suspect_workers().empty());
-  EXPECT_EQ(o.error(), "dataset " + missing + " cannot be read on worker w-test: "
-                       "No such file or directory");
+  EXPECT_EQ(o.error(), "dataset " + missing +
+                           " cannot be read on worker w-test: "
+                           "No such file or directory");
   // Bad input: the coordinator does not restart the job for it (failure_report.h).
   EXPECT_EQ(o.error_code(), static_cast<int>(absl::StatusCode::kNotFound));
   EXPECT_TRUE(rec.steps.empty());
@@ -408,16 +409,18 @@ TEST(JobRunner, CheckpointDirThroughAnEscapingSymlinkFailsAndWritesNothingThere)
   rec.allowed_roots = {root};
   JobOutcome o = RunJob(spec, "job-000021", rec);
   EXPECT_FALSE(o.succeeded());
-  EXPECT_THAT(o.error(), HasSubstr("checkpoint.dir " + root + "/link/ckpt resolves to " +
-                                   elsewhere + "/ckpt, which is outside this worker's allowed "
-                                   "roots (" + root + ")"));
+  EXPECT_THAT(o.error(),
+              HasSubstr("checkpoint.dir " + root + "/link/ckpt resolves to " + elsewhere +
+                        "/ckpt, which is outside this worker's allowed "
+                        "roots (" +
+                        root + ")"));
   EXPECT_FALSE(Exists(elsewhere + "/ckpt"));
   // The job's directory is checked too: a job id linked out of a checkpoint.dir inside.
   ASSERT_EQ(symlink(elsewhere.c_str(), (root + "/job-000022").c_str()), 0);
   spec.mutable_checkpoint()->set_dir(root);
   o = RunJob(spec, "job-000022", rec);
-  EXPECT_THAT(o.error(), HasSubstr("job directory " + root + "/job-000022 resolves to " +
-                                   elsewhere));
+  EXPECT_THAT(o.error(),
+              HasSubstr("job directory " + root + "/job-000022 resolves to " + elsewhere));
   EXPECT_FALSE(Exists(elsewhere + "/job.json"));
 }
 

@@ -26,8 +26,7 @@ std::shared_ptr<grpc::Channel> ProbeChannel(const std::string& address, const Tl
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      ChannelCredentials(tls);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = ChannelCredentials(tls);
   // Files that became unreadable: the transport's own channel says so; this one never connects.
   return grpc::CreateCustomChannel(
       address, credentials.ok() ? *credentials : grpc::InsecureChannelCredentials(), args);
@@ -39,12 +38,12 @@ absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string&
   const ParallelLayout& layout = assignment.spec().parallel();
   const int n = static_cast<int>(plan::WorkersNeeded(layout));
   const Placement& placement = assignment.placement();
-  const std::string what = absl::StrFormat("job %s (dp=%d pp=%d tp=%d)", assignment.job_id(),
-                                           std::max(1, layout.dp()), std::max(1, layout.pp()),
-                                           std::max(1, layout.tp()));
+  const std::string what =
+      absl::StrFormat("job %s (dp=%d pp=%d tp=%d)", assignment.job_id(), std::max(1, layout.dp()),
+                      std::max(1, layout.pp()), std::max(1, layout.tp()));
   if (placement.ranks_size() != n) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the assignment of ", what, " lists ", placement.ranks_size(), " ranks, not ", n));
+    return absl::FailedPreconditionError(absl::StrCat("the assignment of ", what, " lists ",
+                                                      placement.ranks_size(), " ranks, not ", n));
   }
   absl::flat_hash_map<std::string, int> by_address;
   int mine = -1;
@@ -52,14 +51,14 @@ absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string&
     const RankAssignment& r = placement.ranks(i);
     if (plan::RankIndex(layout, r) != i || r.dp_rank() < 0 || r.pp_rank() < 0 || r.tp_rank() < 0 ||
         r.pp_rank() >= std::max(1, layout.pp()) || r.tp_rank() >= std::max(1, layout.tp())) {
-      return absl::FailedPreconditionError(absl::StrCat("placement entry ", i, " of ", what,
-                                                        " is ", plan::RankLabel(r),
+      return absl::FailedPreconditionError(absl::StrCat("placement entry ", i, " of ", what, " is ",
+                                                        plan::RankLabel(r),
                                                         ", out of (dp, pp, tp) order"));
     }
     if (r.worker_id().empty() || r.worker_address().empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", i, " of ", what, " has no worker id or no address (worker \"", r.worker_id(),
-          "\", address \"", r.worker_address(), "\")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", i, " of ", what, " has no worker id or no address (worker \"",
+                       r.worker_id(), "\", address \"", r.worker_address(), "\")"));
     }
     auto [it, inserted] = by_address.emplace(r.worker_address(), i);
     if (!inserted) {
@@ -98,8 +97,8 @@ absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignme
   o.micro_batch_size = job.spec().micro_batch_size();
   absl::Status planned = parallel::CheckPlannedLayout(o.layout, o.micro_batch_size).status();
   if (!planned.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the plan of job ", assignment.job_id(), " is incomplete: ", planned.message()));
+    return absl::FailedPreconditionError(absl::StrCat("the plan of job ", assignment.job_id(),
+                                                      " is incomplete: ", planned.message()));
   }
   o.rank = rank;
   if (rank < 0 || rank >= assignment.placement().ranks_size()) {
@@ -192,10 +191,11 @@ absl::Status ParallelJob::Connect() {
   o.channel_args.push_back({GRPC_ARG_ALLOW_REUSEPORT, 0});
   absl::StatusOr<std::unique_ptr<comm::GrpcTransport>> started = comm::GrpcTransport::Start(o);
   if (!started.ok()) {
-    return Annotate(started.status(),
-                    absl::StrCat("cannot start the peer service of ", plan::DescribeRank(placement_, rank_),
-                                 " (is another process using the port of --advertise_address or "
-                                 "--peer_listen?)"));
+    return Annotate(
+        started.status(),
+        absl::StrCat("cannot start the peer service of ", plan::DescribeRank(placement_, rank_),
+                     " (is another process using the port of --advertise_address or "
+                     "--peer_listen?)"));
   }
   std::shared_ptr<comm::GrpcTransport> t = std::move(*started);
   bool aborted;
@@ -262,8 +262,8 @@ absl::Status ParallelJob::Train(
 }
 
 std::vector<int> ParallelJob::SuspectPeers(const absl::Status& s) const {
-  const bool waited_on_peers = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
-                               absl::IsAborted(s);
+  const bool waited_on_peers =
+      absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsAborted(s);
   if (!waited_on_peers) return {};
   std::shared_ptr<comm::GrpcTransport> t = transport();
   std::vector<int> suspects;

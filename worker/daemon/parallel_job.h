@@ -65,8 +65,8 @@
 #include "proto/coordinator.pb.h"
 #include "proto/plan.pb.h"
 #include "worker/comm/observed_transport.h"
-#include "worker/training_run.h"
 #include "worker/parallel/parallel_trainer.h"
+#include "worker/training_run.h"
 
 namespace dtrain::comm {
 class GrpcTransport;

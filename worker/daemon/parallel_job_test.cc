@@ -127,10 +127,9 @@ struct RankRun {
 
 // Runs `ranks` (a subset of the job's assignments) as JobRunners on threads. `after_step(rank,
 // runner, step)` runs on each rank's training thread after every step.
-std::vector<RankRun> RunRanks(
-    const std::vector<JobAssignment>& ranks, const std::string& data_root,
-    std::function<void(int, JobRunner&, int64_t)> after_step = nullptr,
-    absl::Duration connect_timeout = absl::Seconds(30)) {
+std::vector<RankRun> RunRanks(const std::vector<JobAssignment>& ranks, const std::string& data_root,
+                              std::function<void(int, JobRunner&, int64_t)> after_step = nullptr,
+                              absl::Duration connect_timeout = absl::Seconds(30)) {
   std::vector<RankRun> runs(ranks.size());
   std::vector<std::unique_ptr<JobRunner>> runners(ranks.size());
   std::vector<std::unique_ptr<kernels::Backend>> backends;
@@ -331,8 +330,7 @@ TEST_P(Layouts, TrainToOneWorkersNumbersAndOnlyOneRankReports) {
       EXPECT_TRUE(runs[r].sealed.empty());
     }
     ASSERT_FALSE(runs[r].events.empty());
-    EXPECT_THAT(runs[r].events.front(),
-                HasSubstr(absl::StrCat("of ", runs.size(), ", layers ")));
+    EXPECT_THAT(runs[r].events.front(), HasSubstr(absl::StrCat("of ", runs.size(), ", layers ")));
     EXPECT_THAT(runs[r].events.front(),
                 HasSubstr(absl::StrCat("connected to ", runs.size() - 1,
                                        runs.size() == 2 ? " peer in " : " peers in ")));
@@ -346,10 +344,10 @@ TEST(ParallelJobRunner, ACancelledRankStopsAtOnceAndItsPeerFailsNamingIt) {
   JobSpec spec = Spec(WriteText("cancel.txt", 8000), 100000);
   spec.mutable_checkpoint()->set_dir(TempPath("cancel/ckpt"));
   std::vector<JobAssignment> a = Assignments("job-3", spec, 1, 2, 1);
-  std::vector<RankRun> runs = RunRanks(a, TempPath("cancel"), [](int rank, JobRunner& r,
-                                                                 int64_t step) {
-    if (rank == 0 && step == 2) r.Cancel("cancelled by the coordinator");
-  });
+  std::vector<RankRun> runs =
+      RunRanks(a, TempPath("cancel"), [](int rank, JobRunner& r, int64_t step) {
+        if (rank == 0 && step == 2) r.Cancel("cancelled by the coordinator");
+      });
   EXPECT_FALSE(runs[0].outcome.succeeded());
   EXPECT_THAT(runs[0].outcome.error(), HasSubstr("cancelled by the coordinator after step"));
   EXPECT_EQ(runs[0].outcome.kind(), FAILURE_STOPPED);
@@ -395,10 +393,12 @@ TEST(ParallelJobRunner, APeerThatNeverStartsFailsAtTheConnectDeadlineNamingIt) {
   std::vector<JobAssignment> a = Assignments("job-5", spec, 1, 2, 1);
   std::vector<RankRun> runs = RunRanks({a[0]}, TempPath("nopeer"), nullptr, absl::Seconds(1));
   EXPECT_FALSE(runs[0].outcome.succeeded());
-  EXPECT_THAT(runs[0].outcome.error(),
-              HasSubstr(absl::StrCat("cannot connect to the job's peers: peer rank 1 (worker w1 at ",
-                                     a[1].rank().worker_address(), ", dp0 pp1 tp0) did not "
-                                     "accept connections within")));
+  EXPECT_THAT(
+      runs[0].outcome.error(),
+      HasSubstr(absl::StrCat("cannot connect to the job's peers: peer rank 1 (worker w1 at ",
+                             a[1].rank().worker_address(),
+                             ", dp0 pp1 tp0) did not "
+                             "accept connections within")));
   EXPECT_EQ(runs[0].outcome.kind(), FAILURE_PEER);
   EXPECT_THAT(runs[0].outcome.suspect_workers(), ElementsAre("w1"));
   EXPECT_LT(runs[0].took, absl::Seconds(5));

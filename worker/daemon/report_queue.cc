@@ -23,9 +23,9 @@ void ReportQueue::Push(ReportProgressRequest request) {
       const std::string job_id = oldest->request.job_id();
       reports_.erase(oldest);
       if (dropped_++ % 1000 == 0) {
-        pending_warning_ = {job_id, absl::StrCat("report buffer full (", options_.max_reports,
-                                                 "): dropping the oldest; ", dropped_,
-                                                 " dropped so far")};
+        pending_warning_ = {job_id,
+                            absl::StrCat("report buffer full (", options_.max_reports,
+                                         "): dropping the oldest; ", dropped_, " dropped so far")};
       }
     }
   }
@@ -70,8 +70,8 @@ void ReportQueue::DropJob(const std::string& job_id) {
 void ReportQueue::ExpireOutcomes(absl::Time now) {
   for (auto it = reports_.begin(); it != reports_.end();) {
     if (it->request.has_outcome() && now - it->created > options_.outcome_retry_for) {
-      Log(absl::StrCat("giving up delivering the outcome of job ", it->request.job_id(),
-                       " after ", absl::FormatDuration(options_.outcome_retry_for)));
+      Log(absl::StrCat("giving up delivering the outcome of job ", it->request.job_id(), " after ",
+                       absl::FormatDuration(options_.outcome_retry_for)));
       it = reports_.erase(it);
     } else {
       ++it;

@@ -142,10 +142,9 @@ void WorkerDaemon::WaitFor(absl::Duration d, bool wake_on_reports) {
 }
 
 absl::Status WorkerDaemon::Run() {
-  LogLine(options_.worker_id,
-          absl::StrCat("starting: coordinator ", client_->target(), ", device ",
-                       backend_->info().name, ", session ", session_id_, ", data root ",
-                       options_.data_root));
+  LogLine(options_.worker_id, absl::StrCat("starting: coordinator ", client_->target(), ", device ",
+                                           backend_->info().name, ", session ", session_id_,
+                                           ", data root ", options_.data_root));
   Backoff backoff(absl::Milliseconds(100), options_.max_backoff);
   absl::Time next_heartbeat = absl::InfinitePast();
   // Registration errors are logged when their code changes and every 30th attempt, not per
@@ -195,18 +194,17 @@ absl::Status WorkerDaemon::Run() {
               last_code = s.code();
             }
             if (now - id_conflict_since >= options_.id_conflict_wait) {
-              return absl::AlreadyExistsError(absl::StrCat(
-                  s.message(), " The id was still held after ",
-                  absl::FormatDuration(options_.id_conflict_wait),
-                  ": every worker process needs its own --worker_id."));
+              return absl::AlreadyExistsError(
+                  absl::StrCat(s.message(), " The id was still held after ",
+                               absl::FormatDuration(options_.id_conflict_wait),
+                               ": every worker process needs its own --worker_id."));
             }
           }
         }
         if (s.code() != last_code || ++failures % 30 == 0) {
-          LogLine(options_.worker_id, absl::StrCat("cannot register: ", s.message(),
-                                                   "; retrying (backoff up to ",
-                                                   absl::FormatDuration(options_.max_backoff),
-                                                   ")"));
+          LogLine(options_.worker_id,
+                  absl::StrCat("cannot register: ", s.message(), "; retrying (backoff up to ",
+                               absl::FormatDuration(options_.max_backoff), ")"));
           last_code = s.code();
         }
         WaitFor(backoff.Next(), /*wake_on_reports=*/false);
@@ -260,8 +258,8 @@ absl::Status WorkerDaemon::Register() {
   request.set_session_id(session_id_);
   request.set_address(options_.advertise_address);
   request.set_host_label(options_.host_label);
-  for (const std::string& root : options_.declared_roots.empty() ? options_.allowed_roots
-                                                                 : options_.declared_roots) {
+  for (const std::string& root :
+       options_.declared_roots.empty() ? options_.allowed_roots : options_.declared_roots) {
     request.add_allowed_roots(root);
   }
   *request.mutable_device() = DeviceToProto(backend_->info());
@@ -286,8 +284,8 @@ absl::Status WorkerDaemon::Register() {
   absl::MutexLock lock(&mu_);
   registered_ = true;
   ++epoch_;
-  const int64_t ms = response->heartbeat_interval_ms() > 0 ? response->heartbeat_interval_ms()
-                                                           : 1000;
+  const int64_t ms =
+      response->heartbeat_interval_ms() > 0 ? response->heartbeat_interval_ms() : 1000;
   heartbeat_interval_ = absl::Milliseconds(std::clamp<int64_t>(ms, 10, 60000));
   reports_retry_at_ = absl::InfinitePast();
   std::string line = absl::StrCat(
@@ -340,10 +338,9 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   if (job_ != nullptr && job_->id == id) return;  // the same assignment again
   if (stopping_ || job_ != nullptr) {
     const std::string why =
-        stopping_ ? absl::StrCat("worker ", options_.worker_id, " is shutting down (",
-                                 stop_reason_, ")")
-                  : absl::StrCat("worker ", options_.worker_id, " is still running job ",
-                                 job_->id);
+        stopping_
+            ? absl::StrCat("worker ", options_.worker_id, " is shutting down (", stop_reason_, ")")
+            : absl::StrCat("worker ", options_.worker_id, " is still running job ", job_->id);
     LogLine(options_.worker_id, absl::StrCat("refusing job ", id, ": ", why));
     JobOutcome outcome;
     outcome.set_error(why);
@@ -354,11 +351,11 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
     return;
   }
   const JobSpec& spec = assignment.spec();
-  LogLine(options_.worker_id,
-          absl::StrFormat("assigned job %s (%s): %d steps, dataset %s, layout dp=%d pp=%d tp=%d",
-                          id, spec.name(), spec.steps(), spec.dataset(),
-                          std::max(1, spec.parallel().dp()), std::max(1, spec.parallel().pp()),
-                          std::max(1, spec.parallel().tp())));
+  LogLine(
+      options_.worker_id,
+      absl::StrFormat("assigned job %s (%s): %d steps, dataset %s, layout dp=%d pp=%d tp=%d", id,
+                      spec.name(), spec.steps(), spec.dataset(), std::max(1, spec.parallel().dp()),
+                      std::max(1, spec.parallel().pp()), std::max(1, spec.parallel().tp())));
   auto job = std::make_unique<ActiveJob>();
   job->id = id;
   job->total_steps = spec.steps();
@@ -376,8 +373,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   // Straight to stderr: a refusal comes on a gRPC thread, which must not wait for mu_ (the job's
   // transport shuts down, waiting for that thread, while mu_ is held).
   runner_options.on_peer_refused = [worker = options_.worker_id, id](const absl::Status& s) {
-    LogLine(worker, absl::StrCat("job ", id, ": the peer service refused a stream: ",
-                                 s.message()));
+    LogLine(worker, absl::StrCat("job ", id, ": the peer service refused a stream: ", s.message()));
   };
   runner_options.metrics = options_.metrics;
   ActiveJob* raw = job.get();
@@ -541,8 +537,8 @@ void WorkerDaemon::SendReports(absl::Time until) {
       DropReportsLocked(request.job_id());
       continue;
     }
-    const bool ours = job_ != nullptr && job_->id == request.job_id() &&
-                      !job_->cancelled_by_coordinator;
+    const bool ours =
+        job_ != nullptr && job_->id == request.job_id() && !job_->cancelled_by_coordinator;
     if (!ours) {
       DropReportsLocked(request.job_id());
       continue;
@@ -558,8 +554,8 @@ void WorkerDaemon::SendReports(absl::Time until) {
       return;
     }
     LogLine(options_.worker_id,
-            absl::StrCat("coordinator refused job ", job_->id, " from this worker ",
-                         job_->refusals, " times, registering again in between (", s.message(),
+            absl::StrCat("coordinator refused job ", job_->id, " from this worker ", job_->refusals,
+                         " times, registering again in between (", s.message(),
                          "); stopping it and dropping its reports"));
     CancelByCoordinatorLocked(job_->id, "no longer assigned to this worker by the coordinator");
     DropReportsLocked(request.job_id());

@@ -86,8 +86,8 @@ struct WorkerOptions {
   absl::Duration shutdown_grace = absl::Seconds(10);
   absl::Duration deregister_timeout = absl::Seconds(2);
   std::function<void(int64_t step)> after_step;  // test seam, see JobRunnerOptions
-  parallel::TestOnlyFaults test_only;             // see JobRunnerOptions
-  WorkerMetrics* metrics = nullptr;               // see JobRunnerOptions
+  parallel::TestOnlyFaults test_only;            // see JobRunnerOptions
+  WorkerMetrics* metrics = nullptr;              // see JobRunnerOptions
 };
 
 class WorkerDaemon {

@@ -71,7 +71,8 @@ class WorkerDaemonTest : public ::testing::Test {
 
 TEST_F(WorkerDaemonTest, RegistrationCarriesIdentityAndDeviceInfo) {
   StartWorker();
-  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return f.heartbeats_locked().size() >= 3; }));
+  ASSERT_TRUE(
+      fake_.WaitUntil([](FakeCoordinator& f) { return f.heartbeats_locked().size() >= 3; }));
   const RegisterWorkerRequest r = fake_.registrations().at(0);
   EXPECT_EQ(r.worker_id(), "w1");
   EXPECT_EQ(r.session_id(), daemon_->session_id());
@@ -119,9 +120,9 @@ TEST_F(WorkerDaemonTest, AssignmentReportsStepsInOrderThenSuccessWithTheWeights)
   EXPECT_EQ(outcome.output_host(), "test-host");
   // First where the job writes, then its events.
   ASSERT_TRUE(reports.front().has_location());
-  EXPECT_EQ(reports.front().location().dir(),
-            TempPath("AssignmentReportsStepsInOrderThenSuccessWithTheWeights") +
-                "/jobs/job-000001");
+  EXPECT_EQ(
+      reports.front().location().dir(),
+      TempPath("AssignmentReportsStepsInOrderThenSuccessWithTheWeights") + "/jobs/job-000001");
   EXPECT_EQ(reports.front().location().host(), "test-host");
   EXPECT_EQ(reports.at(1).event(), "loaded dataset " + data + " (2000 tokens)");
 
@@ -147,8 +148,7 @@ TEST_F(WorkerDaemonTest, CancelInAHeartbeatStopsTheJobWithinAStep) {
     });
   });
   ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) {
-    return f.cancel_sent_at_locked() >= 0 &&
-           f.heartbeats_locked().back().running_job_id().empty();
+    return f.cancel_sent_at_locked() >= 0 && f.heartbeats_locked().back().running_job_id().empty();
   }));
   const std::vector<ReportProgressRequest> reports = fake_.reports();
   EXPECT_EQ(StepsOf(reports), Range(1, 3));
@@ -169,7 +169,8 @@ TEST_F(WorkerDaemonTest, CoordinatorRestartReattachesTheJobAndDeliversBufferedSt
     if (step == 12) finished.Notify();
   });
   ASSERT_TRUE(at_step_4.WaitForNotificationWithTimeout(kWait));
-  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return StepsOf(f.reports_locked()).size() >= 3; }));
+  ASSERT_TRUE(
+      fake_.WaitUntil([](FakeCoordinator& f) { return StepsOf(f.reports_locked()).size() >= 3; }));
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   server_.reset();
   coordinator_down.Notify();
@@ -260,8 +261,8 @@ TEST_F(WorkerDaemonTest, AWorkerIdFreedWithinTheWaitRegisters) {
   fake_.RefuseRegistrations(grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "held"));
   id_conflict_wait_ = absl::Seconds(20);
   StartWorker();
-  ASSERT_TRUE(fake_.WaitUntil(
-      [](FakeCoordinator& f) { return f.registrations_locked().size() >= 2; }));
+  ASSERT_TRUE(
+      fake_.WaitUntil([](FakeCoordinator& f) { return f.registrations_locked().size() >= 2; }));
   fake_.RefuseRegistrations(grpc::Status::OK);  // the dead process's lease ran out
   ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return !f.heartbeats_locked().empty(); }));
 }
@@ -301,8 +302,9 @@ TEST_F(WorkerDaemonTest, StopDeregistersWithTheCauseThenReportsTheJobStopped) {
   }
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].severity(), LOG_WARNING);
-  EXPECT_EQ(lines[0].text(), "stopping: worker stopped by SIGTERM; stopping job job-000006 "
-                             "(last finished step 2)");
+  EXPECT_EQ(lines[0].text(),
+            "stopping: worker stopped by SIGTERM; stopping job job-000006 "
+            "(last finished step 2)");
   daemon_.reset();
 }
 
@@ -362,7 +364,8 @@ TEST_F(WorkerDaemonTest, CancelInAProgressResponseStopsTheJob) {
   fake_.Assign(TinyJob("job-000009", WriteText("cancel_report.txt", 2000), 100000));
   fake_.CancelInReports("job-000009");
   StartWorker([this](int64_t step) {
-    if (step == 1) fake_.WaitUntil([](FakeCoordinator& f) { return f.first_report_processed_locked(); });
+    if (step == 1)
+      fake_.WaitUntil([](FakeCoordinator& f) { return f.first_report_processed_locked(); });
   });
   ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) {
     return f.first_report_processed_locked() &&

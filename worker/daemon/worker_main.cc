@@ -30,8 +30,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage_config.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -42,9 +42,9 @@
 #include "absl/time/time.h"
 #include "common/daemon_tls.h"
 #include "common/job_paths.h"
-#include "common/path_policy.h"
 #include "common/metrics/http_exporter.h"
 #include "common/metrics/registry.h"
+#include "common/path_policy.h"
 #include "common/status_macros.h"
 #include "common/version.h"
 #include "kernels/backend.h"
@@ -70,7 +70,8 @@ ABSL_FLAG(absl::Duration, id_conflict_wait, absl::Seconds(15),
           "how long to retry registering while another live process holds --worker_id "
           "(a previous process of this worker that died, until its lease runs out) before "
           "exiting 1");
-ABSL_FLAG(std::string, host_label, "", "workers with the same label share a host (default: "
+ABSL_FLAG(std::string, host_label, "",
+          "workers with the same label share a host (default: "
           "the hostname)");
 ABSL_FLAG(std::string, device, "auto", "cpu, cuda, cuda:N or auto; decides the hardware");
 ABSL_FLAG(int, threads, 0, "CPU threads for --device=cpu (0 = all cores)");
@@ -154,9 +155,9 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   if (colon == std::string::npos || colon == 0 ||
       !absl::SimpleAtoi(options.advertise_address.substr(colon + 1), &port) || port <= 0 ||
       port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--advertise_address=", options.advertise_address,
-        " must be host:port with a port in [1, 65535] (peers connect to it)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--advertise_address=", options.advertise_address,
+                     " must be host:port with a port in [1, 65535] (peers connect to it)"));
   }
   absl::StatusOr<kernels::MatmulPrecision> precision =
       kernels::ParseMatmulPrecision(absl::GetFlag(FLAGS_matmul_precision));
@@ -190,8 +191,8 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
                absl::StrJoin(options.allowed_roots, ", ").c_str());
 
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
-                   kernels::CreateBackend(absl::GetFlag(FLAGS_device),
-                                          absl::GetFlag(FLAGS_threads), *precision));
+                   kernels::CreateBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_threads),
+                                          *precision));
   metrics::Registry registry;
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerMetrics> worker_metrics,
                    WorkerMetrics::Create(&registry, options.worker_id, backend.get()));
@@ -215,8 +216,7 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
       return Annotate(started.status(), "--metrics_listen");
     }
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
-                   ChannelCredentials(tls));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials, ChannelCredentials(tls));
   AnnounceTls(tls, "dtrain-worker", options.advertise_address);
   CoordinatorClient client(absl::GetFlag(FLAGS_coordinator), rpc_timeout, options.max_backoff,
                            std::move(credentials));
@@ -278,8 +278,7 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<dtrain::TlsFiles> tls = dtrain::TlsFilesFromFlags("the worker");
   if (!tls.ok()) {
-    std::fprintf(stderr, "dtrain-worker: error: %s\n",
-                 std::string(tls.status().message()).c_str());
+    std::fprintf(stderr, "dtrain-worker: error: %s\n", std::string(tls.status().message()).c_str());
     return dtrain::kExitTlsUsage;
   }
   absl::Status status = dtrain::worker::Main(g_signal_pipe[0], *tls);

@@ -92,8 +92,8 @@ TEST(DtrainWorker, HelpListsTheWorkersOwnFlags) {
   const std::string text = ReadFile(log);
   EXPECT_THAT(text, HasSubstr("The dtrain worker daemon"));
   for (const char* flag : {"--worker_id", "--coordinator", "--device", "--data_root",
-                           "--advertise_address", "--comm_timeout", "--metrics_listen",
-                           "--tls_ca", "--tls_cert", "--tls_key", "--insecure"}) {
+                           "--advertise_address", "--comm_timeout", "--metrics_listen", "--tls_ca",
+                           "--tls_cert", "--tls_key", "--insecure"}) {
     EXPECT_THAT(text, HasSubstr(flag));
   }
   EXPECT_THAT(text, Not(HasSubstr("No flags matched")));
@@ -143,10 +143,10 @@ TEST(DtrainWorker, AWorkerIdAnotherLiveWorkerHoldsExitsOne) {
   std::unique_ptr<grpc::Server> server = StartServer(&fake, &port);
   ASSERT_NE(server, nullptr);
   const std::string log = TempPath("duplicate.log");
-  pid_t pid = Spawn({"--worker_id=dup", absl::StrCat("--coordinator=127.0.0.1:", port),
-                     "--device=cpu", "--threads=1", "--data_root=" + TempPath("dup_root"),
-                     "--id_conflict_wait=300ms"},
-                    log);
+  pid_t pid =
+      Spawn({"--worker_id=dup", absl::StrCat("--coordinator=127.0.0.1:", port), "--device=cpu",
+             "--threads=1", "--data_root=" + TempPath("dup_root"), "--id_conflict_wait=300ms"},
+            log);
   ASSERT_GT(pid, 0);
   EXPECT_EQ(WaitExit(pid, kWait), 1);
   const std::string text = ReadFile(log);
@@ -162,13 +162,14 @@ TEST(DtrainWorker, SigtermStopsTheJobAtAStepBoundaryAndExitsZero) {
   std::unique_ptr<grpc::Server> server = StartServer(&fake, &port);
   ASSERT_NE(server, nullptr);
   fake.Assign(TinyJob("job-000042", WriteText("sigterm.txt", 2000), 1000000));
-  pid_t pid = Spawn({"--worker_id=proc1", absl::StrCat("--coordinator=127.0.0.1:", port),
-                     "--device=cpu", "--threads=1", "--data_root=" + TempPath("proc_root"),
-                     "--allowed_paths=" + ::testing::TempDir(),
-                     "--rpc_timeout=2s", "--log_every=0"},
-                    TempPath("sigterm.log"));
+  pid_t pid =
+      Spawn({"--worker_id=proc1", absl::StrCat("--coordinator=127.0.0.1:", port), "--device=cpu",
+             "--threads=1", "--data_root=" + TempPath("proc_root"),
+             "--allowed_paths=" + ::testing::TempDir(), "--rpc_timeout=2s", "--log_every=0"},
+            TempPath("sigterm.log"));
   ASSERT_GT(pid, 0);
-  ASSERT_TRUE(fake.WaitUntil([](FakeCoordinator& f) { return StepsOf(f.reports_locked()).size() >= 3; }));
+  ASSERT_TRUE(
+      fake.WaitUntil([](FakeCoordinator& f) { return StepsOf(f.reports_locked()).size() >= 3; }));
   ASSERT_EQ(kill(pid, SIGTERM), 0);
   EXPECT_EQ(WaitExit(pid, kWait), 0);
   const std::vector<ReportProgressRequest> reports = fake.reports();

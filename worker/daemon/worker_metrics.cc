@@ -43,15 +43,16 @@ const char* WorkerMetrics::SizeClass(int64_t bytes) {
   return "ge_16MiB";
 }
 
-absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
-    metrics::Registry* registry, const std::string& worker_id, kernels::Backend* backend) {
+absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(metrics::Registry* registry,
+                                                                     const std::string& worker_id,
+                                                                     kernels::Backend* backend) {
   std::unique_ptr<WorkerMetrics> m(new WorkerMetrics());
   m->registry_ = registry;
   m->backend_ = backend;
   metrics::Registry& r = *registry;
-  ASSIGN_OR_RETURN(m->info_, r.AddGauge("dtrain_worker_info",
-                                        "Always 1: this worker's id and device.",
-                                        {"worker_id", "device"}));
+  ASSIGN_OR_RETURN(m->info_,
+                   r.AddGauge("dtrain_worker_info", "Always 1: this worker's id and device.",
+                              {"worker_id", "device"}));
   ASSIGN_OR_RETURN(m->memory_, r.AddGauge("dtrain_worker_device_memory_used_bytes",
                                           "Device memory in use (CPU: what the backend holds; "
                                           "CUDA: the device's used memory).",
@@ -60,31 +61,30 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
                                            "1 while this worker runs the job as this rank, 0 "
                                            "after it ended.",
                                            kJob));
-  ASSIGN_OR_RETURN(m->step_seconds_,
-                   r.AddHistogram("dtrain_worker_step_duration_seconds",
-                                  "Wall time of one training step on this rank.", kJob,
-                                  StepBuckets()));
+  ASSIGN_OR_RETURN(m->step_seconds_, r.AddHistogram("dtrain_worker_step_duration_seconds",
+                                                    "Wall time of one training step on this rank.",
+                                                    kJob, StepBuckets()));
   ASSIGN_OR_RETURN(m->steps_, r.AddCounter("dtrain_worker_steps_total",
                                            "Training steps this rank finished.", kJob));
-  ASSIGN_OR_RETURN(m->step_, r.AddGauge("dtrain_worker_step", "Last step this rank finished.",
-                                        kJob));
+  ASSIGN_OR_RETURN(m->step_,
+                   r.AddGauge("dtrain_worker_step", "Last step this rank finished.", kJob));
   ASSIGN_OR_RETURN(m->tokens_per_s_,
                    r.AddGauge("dtrain_worker_tokens_per_second",
                               "Tokens of the whole batch per second of the last step.", kJob));
   ASSIGN_OR_RETURN(m->loss_, r.AddGauge("dtrain_worker_loss",
                                         "Mean cross-entropy of the last step's batch.", kJob));
-  ASSIGN_OR_RETURN(m->lr_, r.AddGauge("dtrain_worker_learning_rate",
-                                      "Learning rate of the last step.", kJob));
+  ASSIGN_OR_RETURN(
+      m->lr_, r.AddGauge("dtrain_worker_learning_rate", "Learning rate of the last step.", kJob));
   ASSIGN_OR_RETURN(m->grad_norm_, r.AddGauge("dtrain_worker_grad_norm",
                                              "Global gradient norm of the last step, before "
                                              "clipping.",
                                              kJob));
   ASSIGN_OR_RETURN(m->compute_, r.AddCounter("dtrain_worker_compute_seconds_total",
                                              "Seconds this rank spent in kernels.", kJob));
-  ASSIGN_OR_RETURN(m->communication_,
-                   r.AddCounter("dtrain_worker_communication_seconds_total",
-                                "Seconds this rank spent in collectives and finishing sends.",
-                                kJob));
+  ASSIGN_OR_RETURN(
+      m->communication_,
+      r.AddCounter("dtrain_worker_communication_seconds_total",
+                   "Seconds this rank spent in collectives and finishing sends.", kJob));
   ASSIGN_OR_RETURN(m->bubble_, r.AddCounter("dtrain_worker_bubble_seconds_total",
                                             "Seconds this rank waited for a pipeline "
                                             "neighbour's activation or gradient.",

@@ -11,8 +11,7 @@ namespace {
 
 absl::StatusOr<std::vector<float>> DeviceToHost(GptStage& stage, const float* values) {
   std::vector<float> host(stage.layout().total_size());
-  RETURN_IF_ERROR(
-      stage.backend()->CopyToHost(host.data(), values, host.size() * sizeof(float)));
+  RETURN_IF_ERROR(stage.backend()->CopyToHost(host.data(), values, host.size() * sizeof(float)));
   return host;
 }
 
@@ -24,8 +23,8 @@ absl::Status ReadLayout(const SafetensorsFile& file, GptStage& stage, float* dev
   for (const ParameterTensor& t : layout.tensors()) {
     whole.resize(t.global_size());
     RETURN_IF_ERROR(file.ReadFloat32(t.name, t.global_shape, absl::MakeSpan(whole)));
-    RETURN_IF_ERROR(ExtractShard(t, stage.tp(), whole,
-                                 absl::MakeSpan(host.data() + t.offset, t.local_size())));
+    RETURN_IF_ERROR(
+        ExtractShard(t, stage.tp(), whole, absl::MakeSpan(host.data() + t.offset, t.local_size())));
   }
   return stage.backend()->CopyToDevice(device, host.data(), host.size() * sizeof(float));
 }

@@ -94,8 +94,8 @@ absl::StatusOr<int64_t> StepOfDirectory(const std::string& step_dir) {
     CheckpointManifest proto;
     const auto parsed = google::protobuf::util::JsonStringToMessage(json, &proto);
     if (!parsed.ok() || proto.step() < 0) {
-      return absl::DataLossError(absl::StrCat(manifest, " has no valid \"step\": ",
-                                              std::string(parsed.message())));
+      return absl::DataLossError(
+          absl::StrCat(manifest, " has no valid \"step\": ", std::string(parsed.message())));
     }
     return proto.step();
   }
@@ -108,9 +108,8 @@ absl::StatusOr<int64_t> StepOfDirectory(const std::string& step_dir) {
 // sharded step's manifest.json or one worker's optimizer.safetensors).
 std::vector<std::pair<int64_t, std::string>> SealedSteps(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> sealed;
-  for (const std::string& name : SubdirectoriesIn(dir, [](absl::string_view name) {
-         return absl::StartsWith(name, "step_");
-       })) {
+  for (const std::string& name : SubdirectoriesIn(
+           dir, [](absl::string_view name) { return absl::StartsWith(name, "step_"); })) {
     absl::StatusOr<int64_t> step = StepOfDirectory(absl::StrCat(dir, "/", name));
     if (!step.ok()) continue;
     if (Exists(absl::StrCat(dir, "/", name, "/", kShardedManifestFileName)) ||
@@ -127,8 +126,8 @@ std::vector<std::pair<int64_t, std::string>> SealedSteps(const std::string& dir)
 // sealed while `latest` had not moved yet (a seal cut short between its manifest and `latest`).
 // The note says what was skipped or why `latest` was not followed.
 absl::StatusOr<CheckpointStep> NewestIntactStep(const std::string& dir,
-                                                const std::string& latest_name,
-                                                int64_t latest_step, const StepCheck& check) {
+                                                const std::string& latest_name, int64_t latest_step,
+                                                const StepCheck& check) {
   std::vector<std::pair<int64_t, std::string>> candidates = SealedSteps(dir);
   const bool latest_sealed =
       std::find(candidates.begin(), candidates.end(), std::make_pair(latest_step, latest_name)) !=
@@ -140,8 +139,8 @@ absl::StatusOr<CheckpointStep> NewestIntactStep(const std::string& dir,
   std::vector<std::string> skipped, damaged;
   for (const auto& [step, name] : candidates) {
     const std::string step_dir = absl::StrCat(dir, "/", name);
-    const absl::Status ok = IsDirectory(step_dir) ? check(step_dir)
-                                                  : absl::DataLossError("missing");
+    const absl::Status ok =
+        IsDirectory(step_dir) ? check(step_dir) : absl::DataLossError("missing");
     if (ok.ok()) {
       std::string note;
       if (!skipped.empty()) {
@@ -155,18 +154,17 @@ absl::StatusOr<CheckpointStep> NewestIntactStep(const std::string& dir,
     skipped.push_back(absl::StrCat(name, " is damaged (", ok.message(), ")"));
     if (IsDirectory(step_dir)) damaged.push_back(step_dir);
   }
-  return absl::DataLossError(absl::StrCat("no intact checkpoint in ", dir, ": ",
-                                          absl::StrJoin(skipped, ", ")));
+  return absl::DataLossError(
+      absl::StrCat("no intact checkpoint in ", dir, ": ", absl::StrJoin(skipped, ", ")));
 }
 
 }  // namespace
 
-absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path,
-                                                 const StepCheck& check) {
+absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path, const StepCheck& check) {
   const std::string dir = AbsolutePath(path);
   if (!IsDirectory(dir)) {
-    return absl::NotFoundError(absl::StrCat(
-        "checkpoint ", dir, Exists(dir) ? " is not a directory" : " does not exist"));
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint ", dir, Exists(dir) ? " is not a directory" : " does not exist"));
   }
   CheckpointStep out;
   out.step_dir = dir;
@@ -197,23 +195,24 @@ absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path,
     // Not a step directory (those are accepted as they are: the loaders say what is missing).
     const std::vector<std::string> jobs = SubdirectoriesIn(dir, IsJobId);
     if (!jobs.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dir, " holds the directories of jobs ", absl::StrJoin(jobs, ", "),
-          " but no checkpoint of its own: name one of them (", dir, "/", jobs.back(),
-          "), or the job id"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, " holds the directories of jobs ", absl::StrJoin(jobs, ", "),
+                       " but no checkpoint of its own: name one of them (", dir, "/", jobs.back(),
+                       "), or the job id"));
     }
-    const std::vector<std::string> steps = SubdirectoriesIn(dir, [](absl::string_view name) {
-      return absl::StartsWith(name, "step_");
-    });
+    const std::vector<std::string> steps = SubdirectoriesIn(
+        dir, [](absl::string_view name) { return absl::StartsWith(name, "step_"); });
     if (!steps.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dir, " has no sealed checkpoint: no ", kLatestFileName, ", and its steps (",
-          absl::StrJoin(steps, ", "), ") were never sealed (a save that did not finish leaves a "
-          "step without ", kShardedManifestFileName, " or ", kOptimizerFileName, ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, " has no sealed checkpoint: no ", kLatestFileName, ", and its steps (",
+                       absl::StrJoin(steps, ", "),
+                       ") were never sealed (a save that did not finish leaves a "
+                       "step without ",
+                       kShardedManifestFileName, " or ", kOptimizerFileName, ")"));
     }
-    return absl::FailedPreconditionError(
-        absl::StrCat(dir, " is not a checkpoint: it has no ", kLatestFileName, ", ",
-                     kModelFileName, " or ", kShardedManifestFileName));
+    return absl::FailedPreconditionError(absl::StrCat(dir, " is not a checkpoint: it has no ",
+                                                      kLatestFileName, ", ", kModelFileName, " or ",
+                                                      kShardedManifestFileName));
   }
   ASSIGN_OR_RETURN(out.step, StepOfDirectory(out.step_dir));
   return out;
@@ -221,10 +220,10 @@ absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path,
 
 absl::Status CheckStepsBeyond(int64_t steps, const CheckpointStep& checkpoint) {
   if (steps > checkpoint.step) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "steps=", steps, " is not beyond step ", checkpoint.step, " of the checkpoint ",
-      checkpoint.step_dir, " (resume_from): there is nothing to train; set steps above ",
-      checkpoint.step));
+  return absl::InvalidArgumentError(
+      absl::StrCat("steps=", steps, " is not beyond step ", checkpoint.step, " of the checkpoint ",
+                   checkpoint.step_dir,
+                   " (resume_from): there is nothing to train; set steps above ", checkpoint.step));
 }
 
 }  // namespace dtrain::model

@@ -9,12 +9,12 @@ namespace dtrain::model {
 
 int64_t GptConfig::num_parameters() const {
   const int64_t C = n_embd;
-  const int64_t per_layer = 2 * C                  // ln_1
-                            + C * 3 * C + 3 * C    // attn.c_attn
-                            + C * C + C            // attn.c_proj
-                            + 2 * C                // ln_2
-                            + C * 4 * C + 4 * C    // mlp.c_fc
-                            + 4 * C * C + C;       // mlp.c_proj
+  const int64_t per_layer = 2 * C                // ln_1
+                            + C * 3 * C + 3 * C  // attn.c_attn
+                            + C * C + C          // attn.c_proj
+                            + 2 * C              // ln_2
+                            + C * 4 * C + 4 * C  // mlp.c_fc
+                            + 4 * C * C + C;     // mlp.c_proj
   return int64_t{vocab_size} * C + int64_t{context} * C + n_layer * per_layer + 2 * C;
 }
 
@@ -34,8 +34,8 @@ absl::Status Validate(const GptConfig& config) {
   positive("n_head", config.n_head);
   positive("n_embd", config.n_embd);
   if (config.n_head > 0 && config.n_embd > 0 && config.n_embd % config.n_head != 0) {
-    problems.push_back(absl::StrCat("n_head=", config.n_head, " does not divide n_embd=",
-                                    config.n_embd));
+    problems.push_back(
+        absl::StrCat("n_head=", config.n_head, " does not divide n_embd=", config.n_embd));
   }
   // Token ids are int32 on the device and uint16 in llm.c files; wte rows are indexed in int.
   if (config.vocab_size > (1 << 24)) {

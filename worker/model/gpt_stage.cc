@@ -18,8 +18,7 @@ struct GptStage::LayerWeights {
 };
 
 GptStage::GptStage(Backend* backend, const GptConfig& config, const StageSpec& stage,
-                   const TensorParallelSpec& tp, AllReduceSumFn all_reduce,
-                   ParameterLayout layout)
+                   const TensorParallelSpec& tp, AllReduceSumFn all_reduce, ParameterLayout layout)
     : backend_(backend),
       config_(config),
       stage_(stage),
@@ -86,9 +85,8 @@ absl::Status GptStage::ZeroGrads() { return grads_.SetZero(); }
 
 absl::StatusOr<std::unique_ptr<StageActivations>> GptStage::NewActivations(int B, int T) {
   if (B <= 0 || T <= 0 || T > config_.context) {
-    return absl::InvalidArgumentError(absl::StrCat("micro-batch B=", B, " T=", T,
-                                                   ": need B > 0 and 0 < T <= context=",
-                                                   config_.context));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro-batch B=", B, " T=", T, ": need B > 0 and 0 < T <= context=", config_.context));
   }
   const int64_t N = int64_t{B} * T, C = config_.n_embd, Cl = C / tp_.size;
   const int64_t NHl = config_.n_head / tp_.size, V = config_.vocab_size;
@@ -170,9 +168,8 @@ absl::Status CheckIds(absl::Span<const int32_t> ids, int64_t n, int vocab, const
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(what, "[", i, "]=", ids[i],
-                                                     " is outside the vocabulary [0, ", vocab,
-                                                     ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, "[", i, "]=", ids[i], " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
   return absl::OkStatus();
@@ -187,14 +184,13 @@ absl::Status GptStage::Forward(StageActivations& acts, const StageInput& input) 
   if (stage_.has_embedding) {
     RETURN_IF_ERROR(CheckIds(input.tokens, N, V, "tokens"));
     RETURN_IF_ERROR(acts.tokens_.CopyFrom(input.tokens));
-    RETURN_IF_ERROR(be->EmbeddingForward(acts.input_.data(), acts.tokens_.data(), P(wte_),
-                                         P(wpe_), B, T, C));
+    RETURN_IF_ERROR(
+        be->EmbeddingForward(acts.input_.data(), acts.tokens_.data(), P(wte_), P(wpe_), B, T, C));
   } else {
     if (input.activation == nullptr) {
       return absl::InvalidArgumentError("a stage without the embedding needs an input activation");
     }
-    RETURN_IF_ERROR(
-        be->CopyOnDevice(acts.input_.data(), input.activation, acts.input_.bytes()));
+    RETURN_IF_ERROR(be->CopyOnDevice(acts.input_.data(), input.activation, acts.input_.bytes()));
   }
   for (int l = 0; l < stage_.num_layers; ++l) {
     const float* x = l == 0 ? acts.input_.data() : acts.layers_[l - 1].out.data();
@@ -204,8 +200,8 @@ absl::Status GptStage::Forward(StageActivations& acts, const StageInput& input) 
     RETURN_IF_ERROR(CheckIds(input.targets, N, V, "targets"));
     RETURN_IF_ERROR(acts.targets_.CopyFrom(input.targets));
     RETURN_IF_ERROR(be->LayerNormForward(acts.lnf.data(), acts.lnf_mean.data(),
-                                         acts.lnf_rstd.data(), acts.output(), P(lnf_w_),
-                                         P(lnf_b_), N, C));
+                                         acts.lnf_rstd.data(), acts.output(), P(lnf_w_), P(lnf_b_),
+                                         N, C));
     // logits (N,V) = lnf (N,C) @ wte^T: the head is tied to the token embedding.
     RETURN_IF_ERROR(be->Gemm(false, true, N, V, C, 1.0f, acts.lnf.data(), C, P(wte_), C, 0.0f,
                              acts.logits.data(), V));
@@ -229,8 +225,8 @@ absl::Status GptStage::BlockForward(int l, StageActivations& acts, const float* 
   // x + attn(ln_1(x))
   RETURN_IF_ERROR(be->LayerNormForward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
                                        P(w.ln1_w), P(w.ln1_b), N, C));
-  RETURN_IF_ERROR(be->MatmulForward(a.qkv.data(), a.ln1.data(), P(w.qkv_w), P(w.qkv_b), N, C,
-                                    3 * Cl));
+  RETURN_IF_ERROR(
+      be->MatmulForward(a.qkv.data(), a.ln1.data(), P(w.qkv_w), P(w.qkv_b), N, C, 3 * Cl));
   RETURN_IF_ERROR(be->AttentionForward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl));
   RETURN_IF_ERROR(be->MatmulForward(acts.proj.data(), a.atty.data(), P(w.attn_proj_w),
                                     add_row_bias ? P(w.attn_proj_b) : nullptr, N, Cl, C));
@@ -239,8 +235,8 @@ absl::Status GptStage::BlockForward(int l, StageActivations& acts, const float* 
   // res2 + mlp(ln_2(res2))
   RETURN_IF_ERROR(be->LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
                                        a.res2.data(), P(w.ln2_w), P(w.ln2_b), N, C));
-  RETURN_IF_ERROR(be->MatmulForward(a.fch.data(), a.ln2.data(), P(w.fc_w), P(w.fc_b), N, C,
-                                    4 * Cl));
+  RETURN_IF_ERROR(
+      be->MatmulForward(a.fch.data(), a.ln2.data(), P(w.fc_w), P(w.fc_b), N, C, 4 * Cl));
   RETURN_IF_ERROR(be->GeluForward(a.fch_gelu.data(), a.fch.data(), int64_t{N} * 4 * Cl));
   RETURN_IF_ERROR(be->MatmulForward(acts.proj.data(), a.fch_gelu.data(), P(w.mlp_proj_w),
                                     add_row_bias ? P(w.mlp_proj_b) : nullptr, N, 4 * Cl, C));
@@ -258,8 +254,8 @@ absl::Status GptStage::BackwardInput(StageActivations& acts, const float* doutpu
     // dlogits overwrite the logits; dlnf (N,C) = dlogits (N,V) @ wte (V,C).
     RETURN_IF_ERROR(be->CrossEntropyBackward(acts.logits.data(), acts.probs.data(),
                                              acts.targets_.data(), loss_scale, N, V));
-    RETURN_IF_ERROR(be->Gemm(false, false, N, C, V, 1.0f, acts.logits.data(), V, P(wte_), C,
-                             0.0f, acts.dlnf.data(), C));
+    RETURN_IF_ERROR(be->Gemm(false, false, N, C, V, 1.0f, acts.logits.data(), V, P(wte_), C, 0.0f,
+                             acts.dlnf.data(), C));
     RETURN_IF_ERROR(be->Zero(dout, acts.dres_.back().bytes()));
     RETURN_IF_ERROR(be->LayerNormBackward(dout, G(lnf_w_), G(lnf_b_), acts.dlnf.data(),
                                           acts.output(), P(lnf_w_), acts.lnf_mean.data(),
@@ -290,10 +286,10 @@ absl::Status GptStage::BlockBackwardInput(int l, StageActivations& acts, const f
   // MLP branch: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))).
   RETURN_IF_ERROR(be->MatmulBackwardInput(acts.dwide.data(), dout, P(w.mlp_proj_w), N, 4 * Cl, C,
                                           /*accumulate=*/false));
-  RETURN_IF_ERROR(be->GeluBackward(a.dfch.data(), a.fch.data(), acts.dwide.data(),
-                                   int64_t{N} * 4 * Cl));
-  RETURN_IF_ERROR(be->MatmulBackwardInput(acts.dln.data(), a.dfch.data(), P(w.fc_w), N, C,
-                                          4 * Cl, /*accumulate=*/false));
+  RETURN_IF_ERROR(
+      be->GeluBackward(a.dfch.data(), a.fch.data(), acts.dwide.data(), int64_t{N} * 4 * Cl));
+  RETURN_IF_ERROR(be->MatmulBackwardInput(acts.dln.data(), a.dfch.data(), P(w.fc_w), N, C, 4 * Cl,
+                                          /*accumulate=*/false));
   // Column-parallel c_fc: each rank holds part of d(ln_2); the sum is the conjugate all-reduce.
   RETURN_IF_ERROR(TpAllReduce(acts.dln.data(), NC));
   RETURN_IF_ERROR(be->CopyOnDevice(a.dres2.data(), dout, a.dres2.bytes()));  // residual path
@@ -305,8 +301,8 @@ absl::Status GptStage::BlockBackwardInput(int l, StageActivations& acts, const f
                                           Cl, C, /*accumulate=*/false));
   RETURN_IF_ERROR(be->AttentionBackward(a.dqkv.data(), acts.datt.data(), acts.datty.data(),
                                         a.qkv.data(), a.att.data(), B, T, Cl, NHl));
-  RETURN_IF_ERROR(be->MatmulBackwardInput(acts.dln.data(), a.dqkv.data(), P(w.qkv_w), N, C,
-                                          3 * Cl, /*accumulate=*/false));
+  RETURN_IF_ERROR(be->MatmulBackwardInput(acts.dln.data(), a.dqkv.data(), P(w.qkv_w), N, C, 3 * Cl,
+                                          /*accumulate=*/false));
   RETURN_IF_ERROR(TpAllReduce(acts.dln.data(), NC));
   RETURN_IF_ERROR(be->CopyOnDevice(dx, a.dres2.data(), a.dres2.bytes()));
   return be->LayerNormBackward(dx, G(w.ln1_w), G(w.ln1_b), acts.dln.data(), x, P(w.ln1_w),
@@ -331,8 +327,8 @@ absl::Status GptStage::BackwardWeight(StageActivations& acts, const GradReadyFn&
   };
   if (stage_.has_head) {
     // dwte (V,C) += dlogits^T (V,N) @ lnf (N,C).
-    RETURN_IF_ERROR(be->Gemm(true, false, V, C, N, 1.0f, acts.logits.data(), V, acts.lnf.data(),
-                             C, 1.0f, G(wte_), C));
+    RETURN_IF_ERROR(be->Gemm(true, false, V, C, N, 1.0f, acts.logits.data(), V, acts.lnf.data(), C,
+                             1.0f, G(wte_), C));
     // ln_f's gradients came from BackwardInput; a stage with the embedding keeps wte in front,
     // unfinished until the embedding's backward.
     RETURN_IF_ERROR(report(lnf_w_));
@@ -356,11 +352,10 @@ absl::Status GptStage::BlockBackwardWeight(int l, StageActivations& acts) {
   const LayerWeights& w = layers_[l];
   StageActivations::Layer& a = acts.layers_[l];
   Backend* be = backend_;
-  RETURN_IF_ERROR(be->MatmulBackwardWeight(G(w.mlp_proj_w), G(w.mlp_proj_b),
-                                           acts.dres_[l + 1].data(), a.fch_gelu.data(), N,
-                                           4 * Cl, C));
-  RETURN_IF_ERROR(be->MatmulBackwardWeight(G(w.fc_w), G(w.fc_b), a.dfch.data(), a.ln2.data(), N,
-                                           C, 4 * Cl));
+  RETURN_IF_ERROR(be->MatmulBackwardWeight(
+      G(w.mlp_proj_w), G(w.mlp_proj_b), acts.dres_[l + 1].data(), a.fch_gelu.data(), N, 4 * Cl, C));
+  RETURN_IF_ERROR(
+      be->MatmulBackwardWeight(G(w.fc_w), G(w.fc_b), a.dfch.data(), a.ln2.data(), N, C, 4 * Cl));
   RETURN_IF_ERROR(be->MatmulBackwardWeight(G(w.attn_proj_w), G(w.attn_proj_b), a.dres2.data(),
                                            a.atty.data(), N, Cl, C));
   return be->MatmulBackwardWeight(G(w.qkv_w), G(w.qkv_b), a.dqkv.data(), a.ln1.data(), N, C,

@@ -128,16 +128,16 @@ class StageActivations {
     kernels::DeviceBuffer<float> fch, fch_gelu;            // (N,4Cl)
     kernels::DeviceBuffer<float> out;                      // (N,C) res2 + mlp
     // Saved by BackwardInput for BackwardWeight.
-    kernels::DeviceBuffer<float> dres2;                    // (N,C) grad of res2
-    kernels::DeviceBuffer<float> dfch;                     // (N,4Cl) grad before GELU
-    kernels::DeviceBuffer<float> dqkv;                     // (N,3Cl)
+    kernels::DeviceBuffer<float> dres2;  // (N,C) grad of res2
+    kernels::DeviceBuffer<float> dfch;   // (N,4Cl) grad before GELU
+    kernels::DeviceBuffer<float> dqkv;   // (N,3Cl)
   };
   StageActivations() = default;
 
   kernels::Backend* backend_ = nullptr;
   int B_ = 0, T_ = 0;
-  kernels::DeviceBuffer<int32_t> tokens_, targets_;      // (N)
-  kernels::DeviceBuffer<float> input_;                   // (N,C) embedding or received input
+  kernels::DeviceBuffer<int32_t> tokens_, targets_;  // (N)
+  kernels::DeviceBuffer<float> input_;               // (N,C) embedding or received input
   std::vector<Layer> layers_;
   // dres_[l]: gradient of layer l's input; dres_[L] of the stage output. (N,C) each.
   std::vector<kernels::DeviceBuffer<float>> dres_;
@@ -148,11 +148,11 @@ class StageActivations {
   kernels::DeviceBuffer<float> losses;                   // (N)
   kernels::DeviceBuffer<float> dlnf;                     // (N,C)
   // Scratch shared by the layers.
-  kernels::DeviceBuffer<float> proj;                     // (N,C) matmul output before residual
-  kernels::DeviceBuffer<float> dwide;                    // (N,4Cl) grad after GELU
-  kernels::DeviceBuffer<float> datty;                    // (N,Cl)
-  kernels::DeviceBuffer<float> dln;                      // (N,C)
-  kernels::DeviceBuffer<float> datt;                     // (B,NHl,T,T)
+  kernels::DeviceBuffer<float> proj;   // (N,C) matmul output before residual
+  kernels::DeviceBuffer<float> dwide;  // (N,4Cl) grad after GELU
+  kernels::DeviceBuffer<float> datty;  // (N,Cl)
+  kernels::DeviceBuffer<float> dln;    // (N,C)
+  kernels::DeviceBuffer<float> datt;   // (B,NHl,T,T)
   bool forward_done_ = false;
   bool has_loss_ = false;  // losses hold the last Forward's values
   bool backward_input_done_ = false;

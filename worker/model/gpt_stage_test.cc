@@ -72,7 +72,8 @@ TEST(GptStage, GradientsMatchFiniteDifferences) {
   std::vector<float> grads = Host(be.get(), s->grads(), n);
   std::vector<float> params = Host(be.get(), s->params(), n);
   // A few elements of every tensor: central differences of the float loss. eps = 1e-3 keeps
-  // float rounding of the loss (~5e-7) / 2eps near 3e-4, and LayerNorm (input ~0.02 at init) near-linear.
+  // float rounding of the loss (~5e-7) / 2eps near 3e-4, and LayerNorm (input ~0.02 at init)
+  // near-linear.
   const float eps = 1e-3f;
   for (const ParameterTensor& t : s->layout().tensors()) {
     for (int64_t j : {int64_t{0}, t.local_size() / 2, t.local_size() - 1}) {
@@ -86,8 +87,7 @@ TEST(GptStage, GradientsMatchFiniteDifferences) {
       const double down = Loss(*s, *a, b);
       params[i] = saved;
       const double numeric = (up - down) / (2 * eps);
-      EXPECT_NEAR(grads[i], numeric, 2e-3 + 2e-2 * std::fabs(numeric))
-          << t.name << "[" << j << "]";
+      EXPECT_NEAR(grads[i], numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << t.name << "[" << j << "]";
     }
   }
 }
@@ -230,9 +230,9 @@ TEST(GptStage, TwoTensorParallelRanksEqualTheWholeModel) {
   std::thread threads[2];
   for (int r = 0; r < 2; ++r) {
     threads[r] = std::thread([&, r] {
-      auto s = GptStage::Create(
-          backends[r].get(), kTiny, {0, kTiny.n_layer, true, true}, {r, 2},
-          [&reduce, r](float* data, int64_t n) { return reduce.Sum(r, data, n); });
+      auto s =
+          GptStage::Create(backends[r].get(), kTiny, {0, kTiny.n_layer, true, true}, {r, 2},
+                           [&reduce, r](float* data, int64_t n) { return reduce.Sum(r, data, n); });
       ASSERT_TRUE(s.ok()) << s.status();
       ranks[r] = std::move(s).value();
       ASSERT_TRUE(InitializeGpt2(*ranks[r], 7).ok());

@@ -34,7 +34,8 @@ class JsonParser {
   bool AtEnd() const { return pos_ >= text_.size(); }
   char Peek() const { return AtEnd() ? '\0' : text_[pos_]; }
   void SkipWhitespace() {
-    while (!AtEnd() && (Peek() == ' ' || Peek() == '\t' || Peek() == '\n' || Peek() == '\r')) ++pos_;
+    while (!AtEnd() && (Peek() == ' ' || Peek() == '\t' || Peek() == '\n' || Peek() == '\r'))
+      ++pos_;
   }
   bool Consume(char c) {
     if (Peek() != c || AtEnd()) return false;
@@ -170,14 +171,30 @@ class JsonParser {
       if (AtEnd()) return Error("unterminated string");
       char e = text_[pos_++];
       switch (e) {
-        case '"': out->push_back('"'); break;
-        case '\\': out->push_back('\\'); break;
-        case '/': out->push_back('/'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
+        case '"':
+          out->push_back('"');
+          break;
+        case '\\':
+          out->push_back('\\');
+          break;
+        case '/':
+          out->push_back('/');
+          break;
+        case 'b':
+          out->push_back('\b');
+          break;
+        case 'f':
+          out->push_back('\f');
+          break;
+        case 'n':
+          out->push_back('\n');
+          break;
+        case 'r':
+          out->push_back('\r');
+          break;
+        case 't':
+          out->push_back('\t');
+          break;
         case 'u': {
           uint32_t cp;
           RETURN_IF_ERROR(ParseHex4(&cp));
@@ -234,7 +251,8 @@ const JsonValue* JsonValue::Find(absl::string_view key) const {
 }
 
 std::optional<int64_t> JsonValue::AsInt64() const {
-  if (kind_ != Kind::kNumber || text_.find_first_of(".eE") != std::string::npos) return std::nullopt;
+  if (kind_ != Kind::kNumber || text_.find_first_of(".eE") != std::string::npos)
+    return std::nullopt;
   int64_t v;
   if (!absl::SimpleAtoi(text_, &v)) return std::nullopt;
   return v;

@@ -12,8 +12,8 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(HeaderJson, ParsesNestedValuesInDocumentOrder) {
-  absl::StatusOr<JsonValue> v =
-      ParseJson(R"(  {"b": [1, -2, 3.5e1], "a": {"s": "x\"y\\\n\u00e9\ud83d\ude00"}, "t": true, "n": null}   )");
+  absl::StatusOr<JsonValue> v = ParseJson(
+      R"(  {"b": [1, -2, 3.5e1], "a": {"s": "x\"y\\\n\u00e9\ud83d\ude00"}, "t": true, "n": null}   )");
   ASSERT_TRUE(v.ok()) << v.status();
   ASSERT_EQ(v->kind(), JsonValue::Kind::kObject);
   EXPECT_EQ(v->keys(), (std::vector<std::string>{"b", "a", "t", "n"}));
@@ -31,7 +31,8 @@ TEST(HeaderJson, ParsesNestedValuesInDocumentOrder) {
 }
 
 TEST(HeaderJson, Int64IsExactAtTheLimitsAndRejectsOverflow) {
-  absl::StatusOr<JsonValue> v = ParseJson("[9223372036854775807, -9223372036854775808, 9223372036854775808]");
+  absl::StatusOr<JsonValue> v =
+      ParseJson("[9223372036854775807, -9223372036854775808, 9223372036854775808]");
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->items()[0].AsInt64(), INT64_MAX);
   EXPECT_EQ(v->items()[1].AsInt64(), INT64_MIN);

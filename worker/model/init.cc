@@ -43,8 +43,8 @@ absl::Status InitializeGpt2(GptStage& stage, uint64_t seed) {
   std::vector<float> host(stage.layout().total_size());
   for (const ParameterTensor& t : stage.layout().tensors()) {
     std::vector<float> whole = InitialValues(t, seed);
-    RETURN_IF_ERROR(ExtractShard(t, stage.tp(), whole,
-                                 absl::MakeSpan(host.data() + t.offset, t.local_size())));
+    RETURN_IF_ERROR(
+        ExtractShard(t, stage.tp(), whole, absl::MakeSpan(host.data() + t.offset, t.local_size())));
   }
   return stage.backend()->CopyToDevice(stage.params(), host.data(), host.size() * sizeof(float));
 }

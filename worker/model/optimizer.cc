@@ -15,8 +15,8 @@ float LearningRate(const OptimizerConfig& c, int64_t i, int64_t total_steps) {
   if (c.lr > 0.0f) return c.lr;
   if (i < c.warmup_steps) return c.max_lr * static_cast<float>(i + 1) / c.warmup_steps;
   const double min_lr = static_cast<double>(c.max_lr) * c.min_lr_ratio;
-  const double ratio = static_cast<double>(i - c.warmup_steps) /
-                       std::max<int64_t>(1, total_steps - c.warmup_steps);
+  const double ratio =
+      static_cast<double>(i - c.warmup_steps) / std::max<int64_t>(1, total_steps - c.warmup_steps);
   const double coeff = 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, ratio)));
   return static_cast<float>(min_lr + coeff * (c.max_lr - min_lr));
 }

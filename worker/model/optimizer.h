@@ -27,7 +27,8 @@ struct OptimizerConfig {
 
 // Learning rate of 0-based step `i` of `total_steps`:
 //   i < warmup: max_lr * (i+1) / warmup
-//   else:       min_lr + (max_lr - min_lr) * 0.5 * (1 + cos(pi * (i-warmup) / max(1, total-warmup)))
+//   else:       min_lr + (max_lr - min_lr) * 0.5 * (1 + cos(pi * (i-warmup) / max(1,
+//   total-warmup)))
 // with min_lr = max_lr * min_lr_ratio; or the constant `lr` when it is set.
 float LearningRate(const OptimizerConfig& config, int64_t i, int64_t total_steps);
 

@@ -19,8 +19,8 @@ class LayoutBuilder {
  public:
   explicit LayoutBuilder(int tp_size) : tp_size_(tp_size) {}
 
-  void Add(std::string name, std::vector<int64_t> shape, ShardKind shard, int parts,
-           float init_std, float init_value) {
+  void Add(std::string name, std::vector<int64_t> shape, ShardKind shard, int parts, float init_std,
+           float init_value) {
     ParameterTensor t;
     t.name = std::move(name);
     t.global_shape = shape;
@@ -147,8 +147,8 @@ namespace {
 // w = block / tp.size. Rows: one run. Replicated: the whole tensor.
 template <typename Copy>
 absl::Status ForEachShardRun(absl::string_view op, const ParameterTensor& t,
-                             const TensorParallelSpec& tp, int64_t global_size,
-                             int64_t local_size, Copy copy) {
+                             const TensorParallelSpec& tp, int64_t global_size, int64_t local_size,
+                             Copy copy) {
   if (global_size != t.global_size() || local_size != t.local_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, "(", t.name, "): sizes ", global_size, "/", local_size));

@@ -7,11 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/status_macros.h"
 #include "common/files.h"
+#include "common/status_macros.h"
 #include "worker/model/header_json.h"
 
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "safetensors I/O assumes a little-endian host");
 
 namespace dtrain {
 namespace model {
@@ -53,7 +54,8 @@ absl::Status Invalid(const std::string& path, const Args&... args) {
 absl::StatusOr<TensorInfo> ParseTensorEntry(const std::string& path, const std::string& name,
                                             const JsonValue& entry, int64_t data_size) {
   const std::string where = absl::StrCat("tensor ", name, ": ");
-  if (entry.kind() != JsonValue::Kind::kObject) return Invalid(path, where, "entry is not a JSON object");
+  if (entry.kind() != JsonValue::Kind::kObject)
+    return Invalid(path, where, "entry is not a JSON object");
   for (const std::string& key : entry.keys()) {
     if (key != "dtype" && key != "shape" && key != "data_offsets") {
       return Invalid(path, where, "unexpected field \"", key, "\"");
@@ -64,7 +66,8 @@ absl::StatusOr<TensorInfo> ParseTensorEntry(const std::string& path, const std::
 
   const JsonValue* dtype = entry.Find("dtype");
   if (dtype == nullptr) return Invalid(path, where, "missing \"dtype\"");
-  if (dtype->kind() != JsonValue::Kind::kString) return Invalid(path, where, "\"dtype\" is not a string");
+  if (dtype->kind() != JsonValue::Kind::kString)
+    return Invalid(path, where, "\"dtype\" is not a string");
   if (!ParseDType(dtype->text(), &info.dtype)) {
     // The safetensors format's other dtypes: a valid file that dtrain cannot read, said so.
     static constexpr absl::string_view kOtherFormatDTypes[] = {
@@ -81,17 +84,20 @@ absl::StatusOr<TensorInfo> ParseTensorEntry(const std::string& path, const std::
 
   const JsonValue* shape = entry.Find("shape");
   if (shape == nullptr) return Invalid(path, where, "missing \"shape\"");
-  if (shape->kind() != JsonValue::Kind::kArray) return Invalid(path, where, "\"shape\" is not an array");
+  if (shape->kind() != JsonValue::Kind::kArray)
+    return Invalid(path, where, "\"shape\" is not an array");
   for (const JsonValue& dim : shape->items()) {
     std::optional<int64_t> d = dim.AsInt64();
     if (!d) return Invalid(path, where, "\"shape\" must be an array of int64 integers");
     info.shape.push_back(*d);
   }
   for (int64_t d : info.shape) {
-    if (d < 0) return Invalid(path, where, "negative dimension ", d, " in shape ", ShapeString(info.shape));
+    if (d < 0)
+      return Invalid(path, where, "negative dimension ", d, " in shape ", ShapeString(info.shape));
   }
   int64_t num_elements = CheckedNumElements(info.shape);
-  if (num_elements < 0) return Invalid(path, where, "shape ", ShapeString(info.shape), " overflows int64");
+  if (num_elements < 0)
+    return Invalid(path, where, "shape ", ShapeString(info.shape), " overflows int64");
 
   const JsonValue* offsets = entry.Find("data_offsets");
   if (offsets == nullptr) return Invalid(path, where, "missing \"data_offsets\"");
@@ -100,20 +106,23 @@ absl::StatusOr<TensorInfo> ParseTensorEntry(const std::string& path, const std::
     begin = offsets->items()[0].AsInt64();
     end = offsets->items()[1].AsInt64();
   }
-  if (!begin || !end) return Invalid(path, where, "\"data_offsets\" is not an array of two integers");
+  if (!begin || !end)
+    return Invalid(path, where, "\"data_offsets\" is not an array of two integers");
   info.begin = *begin;
   info.end = *end;
   const std::string range = absl::StrCat("data_offsets [", info.begin, ", ", info.end, "]");
-  if (info.begin < 0 || info.begin > info.end) return Invalid(path, where, range, " need 0 <= begin <= end");
+  if (info.begin < 0 || info.begin > info.end)
+    return Invalid(path, where, range, " need 0 <= begin <= end");
   if (info.end > data_size) {
-    return Invalid(path, where, range, " exceed the data section of ", data_size, " bytes (truncated file?)");
+    return Invalid(path, where, range, " exceed the data section of ", data_size,
+                   " bytes (truncated file?)");
   }
   int64_t want_bytes;
   if (__builtin_mul_overflow(num_elements, DTypeSize(info.dtype), &want_bytes) ||
       want_bytes != info.end - info.begin) {
     return Invalid(path, where, range, " span ", info.end - info.begin, " bytes, but shape ",
-                   ShapeString(info.shape), " of ", DTypeName(info.dtype), " needs ",
-                   num_elements, " * ", DTypeSize(info.dtype), " bytes");
+                   ShapeString(info.shape), " of ", DTypeName(info.dtype), " needs ", num_elements,
+                   " * ", DTypeSize(info.dtype), " bytes");
   }
   return info;
 }
@@ -122,9 +131,12 @@ absl::StatusOr<TensorInfo> ParseTensorEntry(const std::string& path, const std::
 
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
   }
   return "?";
 }
@@ -154,7 +166,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::ParseHeader(std::string bytes, 
   }
   // A head read in pieces may be shorter than the file says (found by fuzz/safetensors_fuzzer).
   if (bytes.size() < 8) {
-    return Invalid(path, "only ", bytes.size(), " bytes of the file were read, fewer than the "
+    return Invalid(path, "only ", bytes.size(),
+                   " bytes of the file were read, fewer than the "
                    "8-byte header length");
   }
   uint64_t header_len;
@@ -164,7 +177,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::ParseHeader(std::string bytes, 
                    " bytes after the length field (truncated file?)");
   }
   if (header_len > static_cast<uint64_t>(kMaxHeaderBytes)) {
-    return Invalid(path, "header length ", header_len, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
+    return Invalid(path, "header length ", header_len, " exceeds the limit of ", kMaxHeaderBytes,
+                   " bytes");
   }
   if (header_len > bytes.size() - 8) {
     return Invalid(path, "header length ", header_len, " but only ", bytes.size() - 8,
@@ -172,7 +186,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::ParseHeader(std::string bytes, 
   }
   absl::StatusOr<JsonValue> header = ParseJson(absl::string_view(bytes).substr(8, header_len));
   if (!header.ok()) return Invalid(path, "header is not valid JSON: ", header.status().message());
-  if (header->kind() != JsonValue::Kind::kObject) return Invalid(path, "header is not a JSON object");
+  if (header->kind() != JsonValue::Kind::kObject)
+    return Invalid(path, "header is not a JSON object");
 
   SafetensorsFile file;
   file.path_ = path;
@@ -182,7 +197,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::ParseHeader(std::string bytes, 
     const std::string& key = header->keys()[i];
     const JsonValue& value = header->items()[i];
     if (key == "__metadata__") {
-      if (value.kind() != JsonValue::Kind::kObject) return Invalid(path, "__metadata__ is not a JSON object");
+      if (value.kind() != JsonValue::Kind::kObject)
+        return Invalid(path, "__metadata__ is not a JSON object");
       for (size_t j = 0; j < value.keys().size(); ++j) {
         if (value.items()[j].kind() != JsonValue::Kind::kString) {
           return Invalid(path, "__metadata__ value of \"", value.keys()[j], "\" is not a string");
@@ -206,8 +222,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::ParseHeader(std::string bytes, 
     const TensorInfo& prev = *by_begin[i - 1];
     const TensorInfo& cur = *by_begin[i];
     if (cur.begin < prev.end) {
-      return Invalid(path, "tensors ", prev.name, " [", prev.begin, ", ", prev.end, ") and ", cur.name,
-                     " [", cur.begin, ", ", cur.end, ") overlap");
+      return Invalid(path, "tensors ", prev.name, " [", prev.begin, ", ", prev.end, ") and ",
+                     cur.name, " [", cur.begin, ", ", cur.end, ") overlap");
     }
   }
   file.has_data_ = static_cast<int64_t>(bytes.size()) == size;
@@ -227,17 +243,17 @@ const TensorInfo* SafetensorsFile::Find(absl::string_view name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-absl::Status SafetensorsFile::ReadFloat32(absl::string_view name, absl::Span<const int64_t> expected_shape,
+absl::Status SafetensorsFile::ReadFloat32(absl::string_view name,
+                                          absl::Span<const int64_t> expected_shape,
                                           absl::Span<float> out) const {
   const TensorInfo* info = Find(name);
   if (info == nullptr) return absl::NotFoundError(absl::StrCat(path_, ": no tensor named ", name));
   if (!has_data_) {
     return absl::FailedPreconditionError(absl::StrCat(path_, ": only the header was read"));
   }
-  return DecodeFloat32(name, expected_shape,
-                       absl::string_view(*bytes_).substr(data_start_ + info->begin,
-                                                        info->end - info->begin),
-                       out);
+  return DecodeFloat32(
+      name, expected_shape,
+      absl::string_view(*bytes_).substr(data_start_ + info->begin, info->end - info->begin), out);
 }
 
 absl::Status SafetensorsFile::DecodeFloat32(absl::string_view name,
@@ -245,13 +261,15 @@ absl::Status SafetensorsFile::DecodeFloat32(absl::string_view name,
                                             absl::string_view raw, absl::Span<float> out) const {
   const TensorInfo* info = Find(name);
   if (info == nullptr) return absl::NotFoundError(absl::StrCat(path_, ": no tensor named ", name));
-  if (!std::equal(info->shape.begin(), info->shape.end(), expected_shape.begin(), expected_shape.end())) {
+  if (!std::equal(info->shape.begin(), info->shape.end(), expected_shape.begin(),
+                  expected_shape.end())) {
     return Invalid(path_, "tensor ", name, " has shape ", ShapeString(info->shape), ", expected ",
                    ShapeString(expected_shape));
   }
   const int64_t n = info->num_elements();
   if (static_cast<int64_t>(out.size()) != n) {
-    return Invalid(path_, "tensor ", name, " has ", n, " elements, but the output holds ", out.size());
+    return Invalid(path_, "tensor ", name, " has ", n, " elements, but the output holds ",
+                   out.size());
   }
   if (static_cast<int64_t>(raw.size()) != info->end - info->begin) {
     return Invalid(path_, "tensor ", name, ": ", raw.size(), " bytes given for its ",
@@ -279,8 +297,7 @@ absl::Status SafetensorsFile::DecodeFloat32(absl::string_view name,
 namespace {
 
 // The header (validated, padded) of a file of `tensors` stored as `dtype`; `path` for errors.
-absl::StatusOr<std::string> Header(const std::string& path,
-                                   absl::Span<const TensorToWrite> tensors,
+absl::StatusOr<std::string> Header(const std::string& path, absl::Span<const TensorToWrite> tensors,
                                    const std::map<std::string, std::string>& metadata,
                                    DType dtype) {
   const int64_t elem_size = DTypeSize(dtype);
@@ -296,9 +313,9 @@ absl::StatusOr<std::string> Header(const std::string& path,
       return Invalid(path, "tensor ", t.name, ": shape ", ShapeString(t.shape), " has ", n,
                      " elements, but the data holds ", t.data.size());
     }
-    std::string entry = absl::StrCat("{\"data_offsets\":[", offset, ",", offset + n * elem_size,
-                                     "],\"dtype\":\"", DTypeName(dtype), "\",\"shape\":[",
-                                     absl::StrJoin(t.shape, ","), "]}");
+    std::string entry =
+        absl::StrCat("{\"data_offsets\":[", offset, ",", offset + n * elem_size, "],\"dtype\":\"",
+                     DTypeName(dtype), "\",\"shape\":[", absl::StrJoin(t.shape, ","), "]}");
     if (!entries.emplace(t.name, std::move(entry)).second) {
       return Invalid(path, "tensor ", t.name, " appears twice");
     }
@@ -323,7 +340,8 @@ absl::StatusOr<std::string> Header(const std::string& path,
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');  // 8 + header.size() is a multiple of 8
   if (static_cast<int64_t>(header.size()) > kMaxHeaderBytes) {
-    return Invalid(path, "header of ", header.size(), " bytes exceeds the limit of ", kMaxHeaderBytes);
+    return Invalid(path, "header of ", header.size(), " bytes exceeds the limit of ",
+                   kMaxHeaderBytes);
   }
   return header;
 }
@@ -338,8 +356,8 @@ absl::Status AppendFile(const std::string& header, absl::Span<const TensorToWrit
   std::vector<uint16_t> chunk;
   for (const TensorToWrite& t : tensors) {
     if (dtype == DType::kF32) {
-      RETURN_IF_ERROR(append(
-          absl::string_view(reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float))));
+      RETURN_IF_ERROR(append(absl::string_view(reinterpret_cast<const char*>(t.data.data()),
+                                               t.data.size() * sizeof(float))));
       continue;
     }
     constexpr size_t kChunk = 1 << 16;
@@ -348,8 +366,8 @@ absl::Status AppendFile(const std::string& header, absl::Span<const TensorToWrit
       for (size_t j = 0; j < chunk.size(); ++j) {
         chunk[j] = dtype == DType::kBF16 ? FloatToBf16(t.data[i + j]) : FloatToF16(t.data[i + j]);
       }
-      RETURN_IF_ERROR(append(
-          absl::string_view(reinterpret_cast<const char*>(chunk.data()), chunk.size() * 2)));
+      RETURN_IF_ERROR(
+          append(absl::string_view(reinterpret_cast<const char*>(chunk.data()), chunk.size() * 2)));
     }
   }
   return absl::OkStatus();
@@ -393,7 +411,8 @@ float Bf16ToFloat(uint16_t bits) {
 uint16_t FloatToBf16(float value) {
   uint32_t u;
   std::memcpy(&u, &value, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040);  // quiet NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x0040);  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1);  // round to nearest, ties to even; may carry into the exponent
   return static_cast<uint16_t>(u >> 16);
 }

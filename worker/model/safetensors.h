@@ -39,7 +39,7 @@ struct TensorInfo {
   std::string name;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
-  int64_t begin = 0, end = 0;  // byte offsets in the data section, [begin, end)
+  int64_t begin = 0, end = 0;    // byte offsets in the data section, [begin, end)
   int64_t num_elements() const;  // product of shape; 1 for a scalar (shape [])
 };
 
@@ -62,9 +62,11 @@ class SafetensorsFile {
   int64_t data_start() const { return data_start_; }
 
   const std::string& path() const { return path_; }
-  const std::map<std::string, std::string>& metadata() const { return metadata_; }  // "__metadata__"
-  std::vector<std::string> names() const;                                             // sorted
-  const TensorInfo* Find(absl::string_view name) const;                               // null if absent
+  const std::map<std::string, std::string>& metadata() const {
+    return metadata_;
+  }                                                      // "__metadata__"
+  std::vector<std::string> names() const;                // sorted
+  const TensorInfo* Find(absl::string_view name) const;  // null if absent
 
   // Reads tensor `name` converted to fp32 (F32, BF16, F16 accepted) into `out`, checking that its
   // shape equals expected_shape and out.size() equals its element count.

@@ -99,8 +99,8 @@ TEST(Safetensors, Float32RoundTripKeepsNamesShapesOffsetsAndValues) {
   const std::vector<float> b = {7, 8, 9, 10};
   const std::vector<float> c = {42};
   const std::vector<float> empty;
-  ASSERT_TRUE(WriteSafetensors(path, {{"z.a", {2, 3}, a}, {"b", {4}, b}, {"c", {}, c}, {"e", {0, 5}, empty}},
-                               {})
+  ASSERT_TRUE(WriteSafetensors(
+                  path, {{"z.a", {2, 3}, a}, {"b", {4}, b}, {"c", {}, c}, {"e", {0, 5}, empty}}, {})
                   .ok());
   absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status();
@@ -181,13 +181,15 @@ TEST(Safetensors, Bf16WriteRoundsToNearestEven) {
   EXPECT_EQ(FloatToBf16(FromBits(0x3f818000)), 0x3f82);
   EXPECT_EQ(FloatToBf16(-0.0f), 0x8000);
   EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(NAN))));
-  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(FromBits(0x7f800001)))));  // payload only in low bits
+  EXPECT_TRUE(
+      std::isnan(Bf16ToFloat(FloatToBf16(FromBits(0x7f800001)))));  // payload only in low bits
 }
 
 TEST(Safetensors, ReadsHandBuiltBf16AndF16Files) {
   const std::string path = TempPath("halves.safetensors");
   const std::vector<uint16_t> bf16 = {0x3f80, 0xc049, 0x0001, 0xff80};
-  const std::vector<uint16_t> f16 = {0x3c00, 0x0001, 0x03ff, 0x8400, 0x7bff, 0x7c00, 0xfc00, 0x7e00};
+  const std::vector<uint16_t> f16 = {0x3c00, 0x0001, 0x03ff, 0x8400,
+                                     0x7bff, 0x7c00, 0xfc00, 0x7e00};
   WriteRaw(path, MakeFile(R"({"h":{"dtype":"F16","shape":[8],"data_offsets":[8,24]},)"
                           R"("g":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}})",
                           U16Bytes(bf16) + U16Bytes(f16)));
@@ -218,10 +220,10 @@ TEST(Safetensors, F16ConversionIsExactForEveryHalfAndRoundsToNearestEven) {
     }
   }
   const float tiny = std::ldexp(1.0f, -24);
-  EXPECT_EQ(FloatToF16(0.5f * tiny), 0x0000);        // tie between 0 and 1 -> even 0
+  EXPECT_EQ(FloatToF16(0.5f * tiny), 0x0000);  // tie between 0 and 1 -> even 0
   EXPECT_EQ(FloatToF16(0.75f * tiny), 0x0001);
-  EXPECT_EQ(FloatToF16(2.5f * tiny), 0x0002);        // tie -> even
-  EXPECT_EQ(FloatToF16(1023.5f * tiny), 0x0400);     // tie rounds up into the smallest normal
+  EXPECT_EQ(FloatToF16(2.5f * tiny), 0x0002);     // tie -> even
+  EXPECT_EQ(FloatToF16(1023.5f * tiny), 0x0400);  // tie rounds up into the smallest normal
   EXPECT_EQ(FloatToF16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie -> even mantissa 0
   EXPECT_EQ(FloatToF16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie -> even mantissa 2
   EXPECT_EQ(FloatToF16(65519.0f), 0x7bff);
@@ -245,7 +247,9 @@ TEST(Safetensors, F16WriteRoundTrips) {
 TEST(Safetensors, MetadataRoundTripsIncludingCharactersJsonMustEscape) {
   const std::string path = TempPath("metadata.safetensors");
   const std::map<std::string, std::string> metadata = {
-      {"step", "1200"}, {"config", R"({"n_layer": 12})"}, {"odd\tkey", "line1\nline2\\ \x01 caf\xc3\xa9"}};
+      {"step", "1200"},
+      {"config", R"({"n_layer": 12})"},
+      {"odd\tkey", "line1\nline2\\ \x01 caf\xc3\xa9"}};
   const std::vector<float> x = {1};
   ASSERT_TRUE(WriteSafetensors(path, {{"x", {1}, x}}, metadata).ok());
   absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(path);
@@ -301,53 +305,85 @@ TEST(Safetensors, OpenRejectsEachCorruptionWithAMessageNamingIt) {
   };
   const std::vector<Case> cases = {
       {"short", "abcde", {"file is 5 bytes, too short for the 8-byte header length"}},
-      {"header_len", std::string("\x64\0\0\0\0\0\0\0", 8) + "{}", {"header length 100 is larger than the 2 bytes"}},
-      {"huge_header_len", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}", {"header length", "larger than the 2 bytes"}},
-      {"not_json", MakeFile(R"({"w": {"dtype": "F32",)", f32x4), {"header is not valid JSON", "at byte"}},
+      {"header_len",
+       std::string("\x64\0\0\0\0\0\0\0", 8) + "{}",
+       {"header length 100 is larger than the 2 bytes"}},
+      {"huge_header_len",
+       std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}",
+       {"header length", "larger than the 2 bytes"}},
+      {"not_json",
+       MakeFile(R"({"w": {"dtype": "F32",)", f32x4),
+       {"header is not valid JSON", "at byte"}},
       {"not_object", MakeFile("[1, 2]", ""), {"header is not a JSON object"}},
       {"entry_not_object", MakeFile(R"({"w": 3})", ""), {"tensor w: entry is not a JSON object"}},
-      {"no_dtype", MakeFile(R"({"w": {"shape": [4], "data_offsets": [0, 16]}})", f32x4), {"tensor w: missing \"dtype\""}},
-      {"no_shape", MakeFile(R"({"w": {"dtype": "F32", "data_offsets": [0, 16]}})", f32x4), {"tensor w: missing \"shape\""}},
-      {"no_offsets", MakeFile(R"({"w": {"dtype": "F32", "shape": [4]}})", f32x4), {"tensor w: missing \"data_offsets\""}},
-      {"unknown_dtype", MakeFile(R"({"w": {"dtype": "Q4", "shape": [4], "data_offsets": [0, 16]}})", f32x4),
+      {"no_dtype",
+       MakeFile(R"({"w": {"shape": [4], "data_offsets": [0, 16]}})", f32x4),
+       {"tensor w: missing \"dtype\""}},
+      {"no_shape",
+       MakeFile(R"({"w": {"dtype": "F32", "data_offsets": [0, 16]}})", f32x4),
+       {"tensor w: missing \"shape\""}},
+      {"no_offsets",
+       MakeFile(R"({"w": {"dtype": "F32", "shape": [4]}})", f32x4),
+       {"tensor w: missing \"data_offsets\""}},
+      {"unknown_dtype",
+       MakeFile(R"({"w": {"dtype": "Q4", "shape": [4], "data_offsets": [0, 16]}})", f32x4),
        {"tensor w: unknown dtype \"Q4\" (accepted: F32, BF16, F16)"}},
-      {"unsupported_dtype", MakeFile(R"({"w": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}})", f32x4),
+      {"unsupported_dtype",
+       MakeFile(R"({"w": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}})", f32x4),
        {"tensor w: dtype F64 is not supported: dtrain reads F32, BF16 and F16 tensors"}},
-      {"integer_dtype", MakeFile(R"({"w": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}})", f32x4),
+      {"integer_dtype",
+       MakeFile(R"({"w": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}})", f32x4),
        {"tensor w: dtype I64 is not supported"}},
-      {"extra_field", MakeFile(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16], "x": 1}})", f32x4),
+      {"extra_field",
+       MakeFile(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16], "x": 1}})", f32x4),
        {"tensor w: unexpected field \"x\""}},
-      {"negative_dim", MakeFile(R"({"w": {"dtype": "F32", "shape": [-2, -2], "data_offsets": [0, 16]}})", f32x4),
+      {"negative_dim",
+       MakeFile(R"({"w": {"dtype": "F32", "shape": [-2, -2], "data_offsets": [0, 16]}})", f32x4),
        {"tensor w: negative dimension -2 in shape [-2, -2]"}},
-      {"float_dim", MakeFile(R"({"w": {"dtype": "F32", "shape": [4.0], "data_offsets": [0, 16]}})", f32x4),
+      {"float_dim",
+       MakeFile(R"({"w": {"dtype": "F32", "shape": [4.0], "data_offsets": [0, 16]}})", f32x4),
        {"tensor w: \"shape\" must be an array of int64 integers"}},
-      {"offsets_not_pair", MakeFile(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0]}})", f32x4),
+      {"offsets_not_pair",
+       MakeFile(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0]}})", f32x4),
        {"tensor w: \"data_offsets\" is not an array of two integers"}},
-      {"begin_after_end", MakeFile(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", f32x4),
+      {"begin_after_end",
+       MakeFile(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", f32x4),
        {"tensor w: data_offsets [8, 4] need 0 <= begin <= end"}},
-      {"negative_begin", MakeFile(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}})", f32x4),
+      {"negative_begin",
+       MakeFile(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}})", f32x4),
        {"tensor w: data_offsets [-4, 0] need 0 <= begin <= end"}},
-      {"beyond_data", MakeFile(R"({"w": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}})", f32x4),
+      {"beyond_data",
+       MakeFile(R"({"w": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}})", f32x4),
        {"tensor w: data_offsets [0, 32] exceed the data section of 16 bytes"}},
-      {"size_mismatch", MakeFile(R"({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 12]}})", f32x4),
+      {"size_mismatch",
+       MakeFile(R"({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 12]}})", f32x4),
        {"tensor w: data_offsets [0, 12] span 12 bytes, but shape [2, 2] of F32 needs 4 * 4 bytes"}},
-      {"size_mismatch_bf16", MakeFile(R"({"w": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 16]}})", f32x4),
+      {"size_mismatch_bf16",
+       MakeFile(R"({"w": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 16]}})", f32x4),
        {"tensor w: data_offsets [0, 16] span 16 bytes, but shape [4] of BF16 needs 4 * 2 bytes"}},
-      {"overlap", MakeFile(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},)"
-                           R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})", f32x4),
+      {"overlap",
+       MakeFile(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},)"
+                R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                f32x4),
        {"tensors a [0, 12) and b [8, 16) overlap"}},
-      {"metadata_not_object", MakeFile(R"({"__metadata__": [1]})", ""), {"__metadata__ is not a JSON object"}},
-      {"metadata_not_string", MakeFile(R"({"__metadata__": {"step": 5}})", ""),
+      {"metadata_not_object",
+       MakeFile(R"({"__metadata__": [1]})", ""),
+       {"__metadata__ is not a JSON object"}},
+      {"metadata_not_string",
+       MakeFile(R"({"__metadata__": {"step": 5}})", ""),
        {"__metadata__ value of \"step\" is not a string"}},
-      {"duplicate_tensor", MakeFile(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
-                                    R"( "w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", f32x4),
+      {"duplicate_tensor",
+       MakeFile(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                R"( "w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+                f32x4),
        {"duplicate key \"w\""}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.label);
     const std::string path = TempPath(c.label + ".safetensors");
     WriteRaw(path, c.bytes);
-    ExpectError(SafetensorsFile::Open(path).status(), absl::StatusCode::kInvalidArgument, path, c.parts);
+    ExpectError(SafetensorsFile::Open(path).status(), absl::StatusCode::kInvalidArgument, path,
+                c.parts);
   }
 }
 
@@ -371,8 +407,9 @@ TEST(Safetensors, TruncatedFileIsRejected) {
   const std::string whole = ReadRaw(path);
 
   WriteRaw(path, whole.substr(0, whole.size() - 4));  // last float missing
-  ExpectError(SafetensorsFile::Open(path).status(), absl::StatusCode::kInvalidArgument, path,
-              {"tensor x: data_offsets [0, 16] exceed the data section of 12 bytes (truncated file?)"});
+  ExpectError(
+      SafetensorsFile::Open(path).status(), absl::StatusCode::kInvalidArgument, path,
+      {"tensor x: data_offsets [0, 16] exceed the data section of 12 bytes (truncated file?)"});
   WriteRaw(path, whole.substr(0, 20));  // cut inside the header
   ExpectError(SafetensorsFile::Open(path).status(), absl::StatusCode::kInvalidArgument, path,
               {"is larger than the 12 bytes after the length field (truncated file?)"});
@@ -381,14 +418,13 @@ TEST(Safetensors, TruncatedFileIsRejected) {
 // A head shorter than what its file size promises (fuzz/safetensors_fuzzer found this one
 // threw std::out_of_range): an error naming how much was read.
 TEST(Safetensors, ParseHeaderOfAShortHeadIsAnErrorNotAThrow) {
-  ExpectError(SafetensorsFile::ParseHeader(std::string("\x01\0\0\0\0\0", 6), 100, "f")
-                  .status(),
+  ExpectError(SafetensorsFile::ParseHeader(std::string("\x01\0\0\0\0\0", 6), 100, "f").status(),
               absl::StatusCode::kInvalidArgument, "f",
               {"only 6 bytes of the file were read, fewer than the 8-byte header length"});
-  ExpectError(SafetensorsFile::ParseHeader(std::string("\x10\0\0\0\0\0\0\0{}", 10), 100, "f")
-                  .status(),
-              absl::StatusCode::kInvalidArgument, "f",
-              {"header length 16 but only 2 bytes of it were read"});
+  ExpectError(
+      SafetensorsFile::ParseHeader(std::string("\x10\0\0\0\0\0\0\0{}", 10), 100, "f").status(),
+      absl::StatusCode::kInvalidArgument, "f",
+      {"header length 16 but only 2 bytes of it were read"});
 }
 
 TEST(Safetensors, WriteLeavesNoTempFileAndReplacesAnExistingFile) {
@@ -420,8 +456,9 @@ TEST(Safetensors, FailedWriteLeavesTheExistingFileUntouched) {
   rmdir(temp.c_str());
 
   // Bad input is refused before anything is written.
-  ExpectError(WriteSafetensors(path, {{"x", {2, 2}, new_data}}, {}), absl::StatusCode::kInvalidArgument,
-              path, {"tensor x: shape [2, 2] has 4 elements, but the data holds 3"});
+  ExpectError(WriteSafetensors(path, {{"x", {2, 2}, new_data}}, {}),
+              absl::StatusCode::kInvalidArgument, path,
+              {"tensor x: shape [2, 2] has 4 elements, but the data holds 3"});
   EXPECT_EQ(ReadRaw(path), old_bytes);
   EXPECT_THAT(ListDir(dir), ElementsAre("ckpt.safetensors"));
 }
@@ -429,7 +466,8 @@ TEST(Safetensors, FailedWriteLeavesTheExistingFileUntouched) {
 TEST(Safetensors, WriteIntoMissingDirectoryFailsAndCreatesNothing) {
   const std::string path = TempPath("no_such_dir/ckpt.safetensors");
   const std::vector<float> x = {1};
-  ExpectError(WriteSafetensors(path, {{"x", {1}, x}}, {}), absl::StatusCode::kNotFound, path, {"cannot create"});
+  ExpectError(WriteSafetensors(path, {{"x", {1}, x}}, {}), absl::StatusCode::kNotFound, path,
+              {"cannot create"});
   EXPECT_FALSE(Exists(path));
   EXPECT_FALSE(Exists(TempPath("no_such_dir")));
 }
@@ -437,14 +475,15 @@ TEST(Safetensors, WriteIntoMissingDirectoryFailsAndCreatesNothing) {
 TEST(Safetensors, WriteRejectsBadTensorLists) {
   const std::string path = TempPath("bad_input.safetensors");
   const std::vector<float> x = {1, 2};
-  ExpectError(WriteSafetensors(path, {{"x", {2}, x}, {"x", {2}, x}}, {}), absl::StatusCode::kInvalidArgument,
-              path, {"tensor x appears twice"});
-  ExpectError(WriteSafetensors(path, {{"__metadata__", {2}, x}}, {}), absl::StatusCode::kInvalidArgument,
-              path, {"cannot write a tensor named \"__metadata__\""});
+  ExpectError(WriteSafetensors(path, {{"x", {2}, x}, {"x", {2}, x}}, {}),
+              absl::StatusCode::kInvalidArgument, path, {"tensor x appears twice"});
+  ExpectError(WriteSafetensors(path, {{"__metadata__", {2}, x}}, {}),
+              absl::StatusCode::kInvalidArgument, path,
+              {"cannot write a tensor named \"__metadata__\""});
   ExpectError(WriteSafetensors(path, {{"", {2}, x}}, {}), absl::StatusCode::kInvalidArgument, path,
               {"cannot write a tensor named \"\""});
-  ExpectError(WriteSafetensors(path, {{"x", {-1, -2}, x}}, {}), absl::StatusCode::kInvalidArgument, path,
-              {"tensor x: bad shape [-1, -2]"});
+  ExpectError(WriteSafetensors(path, {{"x", {-1, -2}, x}}, {}), absl::StatusCode::kInvalidArgument,
+              path, {"tensor x: bad shape [-1, -2]"});
   EXPECT_FALSE(Exists(path));
 }
 

@@ -5,8 +5,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "common/files.h"
+#include "common/status_macros.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files are read as little-endian");
 
@@ -37,7 +37,8 @@ absl::StatusOr<TokenDataset> TokenDataset::Open(const std::string& path, int voc
     int32_t header[3];
     std::memcpy(header, bytes.data(), sizeof(header));
     if (header[0] != kMagic) {
-      return Invalid(path, "bad magic ", header[0], " (expected ", kMagic, ", an llm.c token file)");
+      return Invalid(path, "bad magic ", header[0], " (expected ", kMagic,
+                     ", an llm.c token file)");
     }
     if (header[1] != kVersion) {
       return Invalid(path, "unsupported version ", header[1], " (only version ", kVersion,
@@ -47,8 +48,9 @@ absl::StatusOr<TokenDataset> TokenDataset::Open(const std::string& path, int voc
     if (count < 0) return Invalid(path, "negative token count ", count);
     const int64_t want = kHeaderBytes + 2 * count;
     if (size != want) {
-      return Invalid(path, "header says ", count, " tokens (", want, " bytes in all) but the file has ",
-                     size, " bytes", size < want ? " (truncated)" : " (trailing bytes)");
+      return Invalid(path, "header says ", count, " tokens (", want,
+                     " bytes in all) but the file has ", size, " bytes",
+                     size < want ? " (truncated)" : " (trailing bytes)");
     }
     data.first_token_offset_ = kHeaderBytes;
     data.token_bytes_ = 2;
@@ -79,13 +81,14 @@ int32_t TokenDataset::Token(int64_t i) const {
 
 absl::StatusOr<int64_t> TokenDataset::BatchesPerEpoch(int B, int T) const {
   if (B <= 0 || T <= 0) {
-    return Invalid(path_, "batch size B and sequence length T must be positive, got B=", B, " T=", T);
+    return Invalid(path_, "batch size B and sequence length T must be positive, got B=", B,
+                   " T=", T);
   }
   const int64_t batch = static_cast<int64_t>(B) * T;
   if (num_tokens_ < batch + 1) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path_, ": ", num_tokens_, " tokens, but one batch of B=", B, " T=", T,
-                     " needs B*T+1 = ", batch + 1));
+    return absl::FailedPreconditionError(absl::StrCat(path_, ": ", num_tokens_,
+                                                      " tokens, but one batch of B=", B, " T=", T,
+                                                      " needs B*T+1 = ", batch + 1));
   }
   return (num_tokens_ - 1) / batch;
 }
@@ -95,7 +98,8 @@ absl::Status TokenDataset::GetBatch(int64_t k, int B, int T, absl::Span<int32_t>
   ASSIGN_OR_RETURN(int64_t batches, BatchesPerEpoch(B, T));
   if (k < 0) return Invalid(path_, "batch index must be >= 0, got ", k);
   const int64_t batch = static_cast<int64_t>(B) * T;
-  if (static_cast<int64_t>(inputs.size()) != batch || static_cast<int64_t>(targets.size()) != batch) {
+  if (static_cast<int64_t>(inputs.size()) != batch ||
+      static_cast<int64_t>(targets.size()) != batch) {
     return Invalid(path_, "inputs and targets must hold B*T = ", batch, " tokens, got ",
                    inputs.size(), " and ", targets.size());
   }

@@ -34,7 +34,8 @@ struct BinOptions {
 };
 
 // Writes an llm.c token file: 256 int32 header, then uint16 tokens.
-std::string WriteBin(const std::string& name, const std::vector<uint16_t>& tokens, BinOptions opt = {}) {
+std::string WriteBin(const std::string& name, const std::vector<uint16_t>& tokens,
+                     BinOptions opt = {}) {
   std::vector<int32_t> header(256, 0);
   header[0] = opt.magic;
   header[1] = opt.version;
@@ -109,8 +110,10 @@ TEST(TokenDataset, BatchKMatchesTheClosedFormAndWrapsAround) {
     const int64_t j = k % 3;
     for (int b = 0; b < B; ++b) {
       for (int t = 0; t < T; ++t) {
-        EXPECT_EQ(in[b * T + t], 1000 + j * B * T + b * T + t) << "k=" << k << " b=" << b << " t=" << t;
-        EXPECT_EQ(tg[b * T + t], 1000 + j * B * T + b * T + t + 1) << "k=" << k << " b=" << b << " t=" << t;
+        EXPECT_EQ(in[b * T + t], 1000 + j * B * T + b * T + t)
+            << "k=" << k << " b=" << b << " t=" << t;
+        EXPECT_EQ(tg[b * T + t], 1000 + j * B * T + b * T + t + 1)
+            << "k=" << k << " b=" << b << " t=" << t;
       }
     }
   }
@@ -214,8 +217,9 @@ TEST(TokenDataset, MalformedBinFilesAreRejected) {
               {"unsupported version 2"});
 
   path = WriteBin("truncated.bin", Iota(9, 0), Count(10));
-  ExpectError(TokenDataset::Open(path, 50257).status(), absl::StatusCode::kInvalidArgument, path,
-              {"header says 10 tokens (1044 bytes in all) but the file has 1042 bytes (truncated)"});
+  ExpectError(
+      TokenDataset::Open(path, 50257).status(), absl::StatusCode::kInvalidArgument, path,
+      {"header says 10 tokens (1044 bytes in all) but the file has 1042 bytes (truncated)"});
 
   path = WriteBin("trailing.bin", Iota(10, 0), Trailing("x"));
   ExpectError(TokenDataset::Open(path, 50257).status(), absl::StatusCode::kInvalidArgument, path,

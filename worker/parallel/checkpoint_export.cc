@@ -37,10 +37,10 @@ absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
   };
   std::map<std::string, Target> targets;
   for (const ParameterTensor& t : full->tensors()) {
-    ASSIGN_OR_RETURN(std::vector<ShardRun> runs,
-                     ShardRuns({t.name, t.global_shape, model::ShardBoxes(t, {0, 1}), 0,
-                                t.global_size()},
-                               "export"));
+    ASSIGN_OR_RETURN(
+        std::vector<ShardRun> runs,
+        ShardRuns({t.name, t.global_shape, model::ShardBoxes(t, {0, 1}), 0, t.global_size()},
+                  "export"));
     targets[t.name] = {&t, std::move(runs)};
   }
   std::vector<float> host(full->total_size());
@@ -50,8 +50,8 @@ absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
     std::map<std::string, const TensorShard*> arrays;
     for (const TensorShard& t : f.tensors) {
       if (targets.count(t.tensor) == 0) {
-        return absl::DataLossError(absl::StrCat(file_path, ": ", t.tensor,
-                                                " is not a tensor of the model"));
+        return absl::DataLossError(
+            absl::StrCat(file_path, ": ", t.tensor, " is not a tensor of the model"));
       }
       arrays[t.tensor] = &t;
     }
@@ -65,9 +65,9 @@ absl::StatusOr<model::CheckpointStep> ExportSafetensors(const std::string& path,
           }
           Target& target = targets.at(t.tensor);
           ASSIGN_OR_RETURN(std::vector<ShardRun> runs, ShardRuns(t, file_path));
-          target.got += CopyOverlap(runs, values, target.runs,
-                                    absl::MakeSpan(host).subspan(target.tensor->offset,
-                                                                 target.tensor->global_size()));
+          target.got += CopyOverlap(
+              runs, values, target.runs,
+              absl::MakeSpan(host).subspan(target.tensor->offset, target.tensor->global_size()));
           return absl::OkStatus();
         }));
   }

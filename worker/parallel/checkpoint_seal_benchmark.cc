@@ -67,13 +67,13 @@ absl::StatusOr<Config> ParseConfig(const std::string& text) {
   if (text == "none") return Config{"none", 0, false};
   for (const char* writes : {"foreground", "background"}) {
     int every = 0;
-    if (absl::StartsWith(text, writes) &&
-        absl::SimpleAtoi(text.substr(strlen(writes)), &every) && every > 0) {
+    if (absl::StartsWith(text, writes) && absl::SimpleAtoi(text.substr(strlen(writes)), &every) &&
+        every > 0) {
       return Config{writes, every, std::string(writes) == "background"};
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--configs: unknown \"", text, "\" (none, foregroundN or backgroundN)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--configs: unknown \"", text, "\" (none, foregroundN or backgroundN)"));
 }
 
 struct Measured {
@@ -101,8 +101,7 @@ absl::StatusOr<Measured> RunOnce(const Config& config, const std::string& data,
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      absl::StatusOr<std::unique_ptr<kernels::Backend>> backend =
-          kernels::CreateBackend("cpu", 1);
+      absl::StatusOr<std::unique_ptr<kernels::Backend>> backend = kernels::CreateBackend("cpu", 1);
       if (!backend.ok()) {
         status[r] = backend.status();
         return;
@@ -164,8 +163,7 @@ double Median(std::vector<double> v) {
 }
 
 absl::Status Run() {
-  const std::string data = testing::WriteTextCorpus("/tmp/dtrain_checkpoint_benchmark.txt",
-                                                    400000);
+  const std::string data = testing::WriteTextCorpus("/tmp/dtrain_checkpoint_benchmark.txt", 400000);
   const std::string root = AbsolutePath(absl::GetFlag(FLAGS_dir));
   RETURN_IF_ERROR(MakeDirectories(root));
   std::vector<Config> configs;
@@ -185,10 +183,11 @@ absl::Status Run() {
       std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
     }
   }
-  std::printf("Quick start job (pp=%d tp=%d, %d ranks as threads, 1 CPU thread each), %d steps "
-              "(first %d not counted), median of %d runs, %u hardware threads\n",
-              kPp, kTp, kPp * kTp, absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_warmup),
-              absl::GetFlag(FLAGS_repeats), std::thread::hardware_concurrency());
+  std::printf(
+      "Quick start job (pp=%d tp=%d, %d ranks as threads, 1 CPU thread each), %d steps "
+      "(first %d not counted), median of %d runs, %u hardware threads\n",
+      kPp, kTp, kPp * kTp, absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_warmup),
+      absl::GetFlag(FLAGS_repeats), std::thread::hardware_concurrency());
   std::printf("%-11s %6s %9s %9s %9s %12s %14s %9s %9s %9s\n", "writes", "every", "step ms",
               "overhead", "paired", "blocked ms", "checkpoint ms", "stall", "cpu ms", "cpu");
   double base = 0, base_cpu = 0;
@@ -210,18 +209,19 @@ absl::Status Run() {
     std::printf("%-11s %6s %9.2f %8.1f%% %8.1f%% %12.2f %14.2f %8.1f%% %9.2f %8.1f%%\n",
                 configs[c].name.c_str(),
                 configs[c].every > 0 ? absl::StrCat(configs[c].every).c_str() : "-", ms,
-                100.0 * (ms - base) / base, Median(paired), Median(blocked), Median(total),
-                stall, cpu_ms, 100.0 * (cpu_ms - base_cpu) / base_cpu);
+                100.0 * (ms - base) / base, Median(paired), Median(blocked), Median(total), stall,
+                cpu_ms, 100.0 * (cpu_ms - base_cpu) / base_cpu);
   }
-  std::printf("step ms: rank 0's wall time per step, checkpoint stalls included (overhead: "
-              "medians against the first configuration's; paired: median over rounds of each "
-              "round's ratio); blocked ms: "
-              "per checkpoint, what training stopped for (snapshot, waiting for the previous "
-              "one; in the foreground also the writing); checkpoint ms: per checkpoint, from "
-              "hand-over to sealed; stall: blocked ms per step of `none`, the overhead without "
-              "the noise of whole step times; cpu ms: the process's CPU time per step (every "
-              "thread, kernel included), cpu: against the first configuration's, the work "
-              "checkpoints add, which slows steps only where no core is idle for it\n");
+  std::printf(
+      "step ms: rank 0's wall time per step, checkpoint stalls included (overhead: "
+      "medians against the first configuration's; paired: median over rounds of each "
+      "round's ratio); blocked ms: "
+      "per checkpoint, what training stopped for (snapshot, waiting for the previous "
+      "one; in the foreground also the writing); checkpoint ms: per checkpoint, from "
+      "hand-over to sealed; stall: blocked ms per step of `none`, the overhead without "
+      "the noise of whole step times; cpu ms: the process's CPU time per step (every "
+      "thread, kernel included), cpu: against the first configuration's, the work "
+      "checkpoints add, which slows steps only where no core is idle for it\n");
   return absl::OkStatus();
 }
 

@@ -78,9 +78,9 @@ void CheckpointWriter::Abandon(absl::Duration grace) {
 absl::Status CheckpointWriter::Submit(int64_t step, std::vector<PendingFile> files,
                                       double snapshot_seconds) {
   if (step <= last_step_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint step ", step, " submitted after step ", last_step_, " (rank ",
-        options_.rank, "): steps are written in order"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint step ", step, " submitted after step ", last_step_, " (rank ",
+                     options_.rank, "): steps are written in order"));
   }
   // At most one step in flight: the previous one must be done (and this wait is the caller's).
   const absl::Time start = absl::Now();
@@ -155,9 +155,8 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
   // Only now, with every file durable, may rank 0 count this rank's part of the step.
   ASSIGN_OR_RETURN(const std::string json, ToJson(entries));
   const std::string entries_name = RankEntriesFileName(options_.rank);
-  RETURN_IF_ERROR(
-      Annotate(WriteFileAtomically(absl::StrCat(*step_dir, "/", entries_name), json),
-               absl::StrCat(where, ", file ", entries_name)));
+  RETURN_IF_ERROR(Annotate(WriteFileAtomically(absl::StrCat(*step_dir, "/", entries_name), json),
+                           absl::StrCat(where, ", file ", entries_name)));
   CheckpointWritten written{step, *step_dir, /*sealed=*/false, 0, blocked_seconds_};
   if (options_.rank == 0) {
     ASSIGN_OR_RETURN(std::vector<ShardFileEntry> all, AwaitEntries(step, *step_dir));
@@ -190,8 +189,8 @@ absl::StatusOr<std::vector<ShardFileEntry>> CheckpointWriter::AwaitEntries(
       absl::StatusOr<std::string> json = ReadFileToString(path);
       if (!json.ok()) return Annotate(json.status(), absl::StrCat("checkpoint step ", step));
       CheckpointRankEntries entries;
-      RETURN_IF_ERROR(Annotate(FromJson(*json, &entries),
-                               absl::StrCat("checkpoint step ", step, ": ", path)));
+      RETURN_IF_ERROR(
+          Annotate(FromJson(*json, &entries), absl::StrCat("checkpoint step ", step, ": ", path)));
       // An earlier run's leftover, which this run's rank r has not replaced yet.
       if (entries.run_token() != options_.run_token || entries.step() != step) continue;
       if (entries.rank() != r) {
@@ -214,8 +213,9 @@ absl::StatusOr<std::vector<ShardFileEntry>> CheckpointWriter::AwaitEntries(
           "checkpoint step ", step, ": rank 0 cannot seal ", step_dir, ": no entries from rank",
           late.size() > 1 ? "s " : " ", absl::StrJoin(late, ", "));
       if (now >= abandon_at_) {
-        return absl::AbortedError(absl::StrCat(what, " before the run ended; `latest` still "
-                                                     "names the previous sealed step"));
+        return absl::AbortedError(absl::StrCat(what,
+                                               " before the run ended; `latest` still "
+                                               "names the previous sealed step"));
       }
       return absl::DeadlineExceededError(absl::StrCat(
           what, " within ", absl::FormatDuration(options_.seal_timeout),
@@ -234,14 +234,13 @@ absl::Status VerifySealedStep(const std::string& step_dir) {
   const std::string manifest_path = absl::StrCat(step_dir, "/", kManifestFileName);
   // One worker's steps of earlier versions have no checksums to verify; their loader reads
   // them whole.
-  if (!Exists(manifest_path) &&
-      Exists(absl::StrCat(step_dir, "/", model::kOptimizerFileName))) {
+  if (!Exists(manifest_path) && Exists(absl::StrCat(step_dir, "/", model::kOptimizerFileName))) {
     return absl::OkStatus();
   }
   absl::StatusOr<std::string> json = ReadFileToString(manifest_path);
   if (!json.ok()) {
-    return absl::DataLossError(absl::StrCat(kManifestFileName, " is unreadable: ",
-                                            json.status().message()));
+    return absl::DataLossError(
+        absl::StrCat(kManifestFileName, " is unreadable: ", json.status().message()));
   }
   CheckpointManifest manifest;
   if (absl::Status s = FromJson(*json, &manifest); !s.ok()) {
@@ -271,8 +270,7 @@ absl::Status VerifySealedStep(const std::string& step_dir) {
   return absl::OkStatus();
 }
 
-absl::Status SetAsideDamagedSteps(const std::string& dir,
-                                  const std::vector<std::string>& damaged) {
+absl::Status SetAsideDamagedSteps(const std::string& dir, const std::vector<std::string>& damaged) {
   const std::string job_dir = AbsolutePath(dir);
   for (const std::string& step_dir : damaged) {
     const size_t slash = step_dir.rfind('/');
@@ -281,8 +279,8 @@ absl::Status SetAsideDamagedSteps(const std::string& dir,
     std::string target = aside;
     for (int n = 2; Exists(target); ++n) target = absl::StrCat(aside, "-", n);
     if (rename(step_dir.c_str(), target.c_str()) != 0) {
-      return absl::ErrnoToStatus(errno, absl::StrCat("cannot set the damaged step ", step_dir,
-                                                     " aside as ", target));
+      return absl::ErrnoToStatus(
+          errno, absl::StrCat("cannot set the damaged step ", step_dir, " aside as ", target));
     }
   }
   return absl::OkStatus();

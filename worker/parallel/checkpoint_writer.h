@@ -120,8 +120,7 @@ absl::Status VerifySealedStep(const std::string& step_dir);
 // rewritten: each of `damaged` inside `dir` is renamed to DIR/damaged-step_N (-2, -3, ... when
 // taken), which no resume takes for a step. Others (another job's directory) are left alone.
 // Call on one rank (rank 0), before any rank can reach those steps.
-absl::Status SetAsideDamagedSteps(const std::string& dir,
-                                  const std::vector<std::string>& damaged);
+absl::Status SetAsideDamagedSteps(const std::string& dir, const std::vector<std::string>& damaged);
 
 }  // namespace dtrain::parallel
 

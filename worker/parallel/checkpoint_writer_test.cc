@@ -69,8 +69,8 @@ struct Sealer {
     sealed.push_back(std::move(entries));
     std::string json;
     EXPECT_TRUE(google::protobuf::util::MessageToJsonString(m, &json).ok());
-    absl::Status s = WriteFileAtomically(
-        absl::StrCat(StepDir(dir, step), "/", kManifestFileName), json);
+    absl::Status s =
+        WriteFileAtomically(absl::StrCat(StepDir(dir, step), "/", kManifestFileName), json);
     if (!s.ok()) return s;
     return model::PointLatestAt(dir, step);
   }
@@ -350,8 +350,9 @@ TEST(ResolveCheckpoint, AStepSealedAfterLatestLastMovedIsTheNewest) {
   absl::StatusOr<model::CheckpointStep> c = model::ResolveCheckpoint(dir, VerifySealedStep);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->step, 30);
-  EXPECT_EQ(c->note, "resuming from step_00000030, sealed after latest last moved (it names "
-                     "step_00000020)");
+  EXPECT_EQ(c->note,
+            "resuming from step_00000030, sealed after latest last moved (it names "
+            "step_00000020)");
   EXPECT_THAT(c->damaged, IsEmpty());
   // Damaged, it is skipped and listed to be set aside like any other.
   Corrupt(absl::StrCat(StepDir(dir, 30), "/model-r0.safetensors"));
@@ -391,8 +392,7 @@ TEST(ResolveCheckpoint, EverySealedStepDamagedIsDataLossNamingEach) {
 
 TEST(ResolveCheckpoint, MissingNewestStepFallsBack) {
   const std::string dir = ThreeSealedSteps("resolve_missing");
-  ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dir, "/", kLatestFileName),
-                                  "step_00000050\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dir, "/", kLatestFileName), "step_00000050\n").ok());
   absl::StatusOr<model::CheckpointStep> c = model::ResolveCheckpoint(dir, VerifySealedStep);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->step, 30);

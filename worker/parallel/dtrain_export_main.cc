@@ -3,8 +3,9 @@
 //   dtrain-export CHECKPOINT_DIR_OR_STEP_DIR OUT.safetensors
 //
 // CHECKPOINT_DIR (a job's directory, <checkpoint.dir>/<job id>) uses the step its `latest`
-// names; a step directory must be complete (hold a manifest.json). Prints the step exported. The output is what a one-worker run saves: Hugging Face GPT-2 names,
-// matrices (in, out), F32, metadata {"step": N}. Exit status: 0 done, 1 error, 2 usage.
+// names; a step directory must be complete (hold a manifest.json). Prints the step exported. The
+// output is what a one-worker run saves: Hugging Face GPT-2 names, matrices (in, out), F32,
+// metadata {"step": N}. Exit status: 0 done, 1 error, 2 usage.
 #include <cstdio>
 #include <cstring>
 #include <string>

@@ -50,8 +50,7 @@ void GradientSync::MarkReady(int c, int64_t begin) {
 void GradientSync::QueueReady(int c) {
   ChunkState& s = state_[c];
   const SyncChunk& chunk = chunks_[c];
-  const bool wte_final =
-      !chunk.tied_range.has_value() || s.frontier <= chunk.tied_range->first;
+  const bool wte_final = !chunk.tied_range.has_value() || s.frontier <= chunk.tied_range->first;
   if (chunk.tied_range.has_value() && tied_ != nullptr && wte_final && !s.tied_queued) {
     queue_.push_back({c, chunk.tied_range->first, chunk.tied_range->second, true});
     ++queued_;
@@ -60,8 +59,7 @@ void GradientSync::QueueReady(int c) {
   while (s.next_end > 0) {
     const int64_t begin = std::max<int64_t>(0, s.next_end - bucket_floats_);
     if (begin < s.frontier) break;  // backward has not finished it
-    const bool overlaps_wte = chunk.tied_range.has_value() &&
-                              begin < chunk.tied_range->second &&
+    const bool overlaps_wte = chunk.tied_range.has_value() && begin < chunk.tied_range->second &&
                               s.next_end > chunk.tied_range->first;
     if (overlaps_wte && !wte_final) break;
     if (dp_ != nullptr) {
@@ -132,9 +130,9 @@ absl::Status GradientSync::RunTask(const Task& task) {
   }
   absl::Status s = comm::AllReduce(*dp_, absl::MakeSpan(data, n), comm::ReduceOp::kSum);
   if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("data-parallel gradient bucket [", task.begin,
-                                               ", ", task.end, ") of chunk ", task.chunk, ": ",
-                                               s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("data-parallel gradient bucket [", task.begin, ", ", task.end,
+                                     ") of chunk ", task.chunk, ": ", s.message()));
   }
   return s;
 }

@@ -70,8 +70,8 @@ class GradientSync {
     bool tied;  // the tied-embedding sum rather than a dp bucket
   };
   struct ChunkState {
-    int64_t frontier = 0;     // [frontier, size) is final
-    int64_t next_end = 0;     // end of the next bucket to queue; 0 when all are queued
+    int64_t frontier = 0;  // [frontier, size) is final
+    int64_t next_end = 0;  // end of the next bucket to queue; 0 when all are queued
     bool tied_queued = false;
   };
   void QueueReady(int c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -2,12 +2,12 @@
 
 #include <sys/stat.h>
 
+#include <xxhash.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <xxhash.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -111,12 +111,12 @@ absl::StatusOr<ShardFile> FromEntry(const ShardFileEntry& e, ChecksumKind checks
   const bool xxh3 = checksum == ChecksumKind::kXxh3_64;
   const std::string& hex = xxh3 ? e.xxh3_64() : e.fnv1a64();
   if (hex.size() != 16 || !absl::SimpleHexAtoi(hex, &f.checksum)) {
-    return Corrupt(where, absl::StrCat("\"", ChecksumName(checksum),
-                                       "\" is missing or not 16 hex digits"));
+    return Corrupt(
+        where, absl::StrCat("\"", ChecksumName(checksum), "\" is missing or not 16 hex digits"));
   }
   if (e.name() != f.FileName()) {
-    return Corrupt(where, absl::StrCat("entry \"", e.name(), "\" has the coordinates of ",
-                                       f.FileName()));
+    return Corrupt(where,
+                   absl::StrCat("entry \"", e.name(), "\" has the coordinates of ", f.FileName()));
   }
   return f;
 }
@@ -249,14 +249,13 @@ std::string ShardFile::FileName() const {
 const ShardFile* Manifest::Find(ShardFileKind kind, int dp_rank, int pp_rank, int tp_rank,
                                 int chunk) const {
   for (const ShardFile& f : files) {
-    if (f.kind == kind && f.dp_rank == dp_rank && f.pp_rank == pp_rank &&
-        f.tp_rank == tp_rank && f.chunk == chunk) {
+    if (f.kind == kind && f.dp_rank == dp_rank && f.pp_rank == pp_rank && f.tp_rank == tp_rank &&
+        f.chunk == chunk) {
       return &f;
     }
   }
   return nullptr;
 }
-
 
 absl::string_view ChecksumName(ChecksumKind kind) {
   return kind == ChecksumKind::kXxh3_64 ? "xxh3_64" : "fnv1a64";
@@ -297,8 +296,8 @@ absl::StatusOr<std::string> ManifestToJson(const Manifest& m) {
   std::string json;
   const auto status = google::protobuf::util::MessageToJsonString(proto, &json, options);
   if (!status.ok()) {
-    return absl::InternalError(absl::StrCat("manifest of step ", m.step, " as JSON: ",
-                                            std::string(status.message())));
+    return absl::InternalError(
+        absl::StrCat("manifest of step ", m.step, " as JSON: ", std::string(status.message())));
   }
   return json;
 }
@@ -312,18 +311,20 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string
   }
   if (proto.format() == kManifestFormat && proto.version() == 1) {
     return absl::FailedPreconditionError(absl::StrCat(
-        path, " is a checkpoint of format version 1 (dtrain before issue 12), whose shards "
-        "fit only the layout that wrote them (dp=", proto.layout().dp(), " pp=",
-        proto.layout().pp(), " tp=", proto.layout().tp(), " virtual_stages=",
-        proto.layout().virtual_stages(), proto.layout().zero1() ? " zero1" : "",
-        "); this dtrain reads version ", kManifestVersion, ". Resume it with the dtrain version "
+        path,
+        " is a checkpoint of format version 1 (dtrain before issue 12), whose shards "
+        "fit only the layout that wrote them (dp=",
+        proto.layout().dp(), " pp=", proto.layout().pp(), " tp=", proto.layout().tp(),
+        " virtual_stages=", proto.layout().virtual_stages(), proto.layout().zero1() ? " zero1" : "",
+        "); this dtrain reads version ", kManifestVersion,
+        ". Resume it with the dtrain version "
         "that wrote it and the same layout, or export it with that version (dtrain export) and "
         "start from the exported file as init_checkpoint"));
   }
   if (proto.format() != kManifestFormat || proto.version() != kManifestVersion) {
-    return Corrupt(path, absl::StrCat("format \"", proto.format(), "\" version ",
-                                      proto.version(), ", expected \"", kManifestFormat,
-                                      "\" version ", kManifestVersion));
+    return Corrupt(path,
+                   absl::StrCat("format \"", proto.format(), "\" version ", proto.version(),
+                                ", expected \"", kManifestFormat, "\" version ", kManifestVersion));
   }
   Manifest m;
   if (proto.checksum() == ChecksumName(ChecksumKind::kXxh3_64)) {
@@ -343,8 +344,7 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string
   m.config = *config;
   const CheckpointLayoutProto& l = proto.layout();
   m.layout = {l.dp(), l.pp(), l.tp(), l.virtual_stages(), l.zero1()};
-  m.data = {proto.data().consumed_sequences(), proto.data().batch_size(),
-            proto.data().seq_len()};
+  m.data = {proto.data().consumed_sequences(), proto.data().batch_size(), proto.data().seq_len()};
   for (const ShardFileEntry& e : proto.files()) {
     ASSIGN_OR_RETURN(ShardFile f, FromEntry(e, m.checksum,
                                             absl::StrCat(path, ": files[", m.files.size(), "] (",
@@ -375,8 +375,7 @@ absl::StatusOr<ShardFile> ParseShardMetadata(const std::map<std::string, std::st
   };
   ASSIGN_OR_RETURN(std::string format, get("format"));
   if (format != kShardFormat) {
-    return Corrupt(path, absl::StrCat("format \"", format, "\" is not a ", kShardFormat,
-                                      " shard"));
+    return Corrupt(path, absl::StrCat("format \"", format, "\" is not a ", kShardFormat, " shard"));
   }
   ASSIGN_OR_RETURN(std::string step_text, get("step"));
   if (!absl::SimpleAtoi(step_text, step) || *step < 0) {
@@ -438,8 +437,8 @@ absl::Status ReadVerifiedArrays(const std::string& step_dir, const ShardFile& en
   const std::string path = absl::StrCat(step_dir, "/", entry.FileName());
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
-    return absl::DataLossError(absl::StrCat(path, ": listed in the manifest but unreadable: ",
-                                            std::strerror(errno)));
+    return absl::DataLossError(
+        absl::StrCat(path, ": listed in the manifest but unreadable: ", std::strerror(errno)));
   }
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, &std::fclose);
   struct stat st;
@@ -455,8 +454,8 @@ absl::Status ReadVerifiedArrays(const std::string& step_dir, const ShardFile& en
   auto read = [&](int64_t n) -> absl::Status {
     piece.resize(n);
     if (n > 0 && std::fread(piece.data(), 1, n, f) != static_cast<size_t>(n)) {
-      return absl::DataLossError(absl::StrCat(path, ": read failed at byte ", offset,
-                                              " (truncated while reading?)"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": read failed at byte ", offset, " (truncated while reading?)"));
     }
     checksum.Update(piece);
     offset += n;
@@ -488,10 +487,9 @@ absl::Status ReadVerifiedArrays(const std::string& step_dir, const ShardFile& en
     for (const std::string& name : file->names()) {
       if (wanted(name)) arrays.push_back(file->Find(name));
     }
-    std::sort(arrays.begin(), arrays.end(),
-              [](const model::TensorInfo* a, const model::TensorInfo* b) {
-                return a->begin < b->begin;
-              });
+    std::sort(
+        arrays.begin(), arrays.end(),
+        [](const model::TensorInfo* a, const model::TensorInfo* b) { return a->begin < b->begin; });
   }
   constexpr int64_t kPiece = 4 << 20;
   std::string array;  // the bytes of the array being read
@@ -520,8 +518,8 @@ absl::Status ReadVerifiedArrays(const std::string& step_dir, const ShardFile& en
   if (!file.ok()) return absl::DataLossError(file.status().message());
   for (; next < arrays.size(); ++next) {  // empty arrays at the end
     values.clear();
-    RETURN_IF_ERROR(file->DecodeFloat32(arrays[next]->name, arrays[next]->shape, "",
-                                        absl::MakeSpan(values)));
+    RETURN_IF_ERROR(
+        file->DecodeFloat32(arrays[next]->name, arrays[next]->shape, "", absl::MakeSpan(values)));
     RETURN_IF_ERROR(take(*arrays[next], values));
   }
   return absl::OkStatus();
@@ -560,14 +558,15 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step
     if (Exists(absl::StrCat(step_dir, "/", model::kModelFileName))) {
       return absl::FailedPreconditionError(absl::StrCat(
           step_dir, " is a one-worker checkpoint of dtrain before issue 12 (",
-          model::kModelFileName, ", no ", kManifestFileName, "), which this dtrain does not "
+          model::kModelFileName, ", no ", kManifestFileName,
+          "), which this dtrain does not "
           "resume: resume it with the dtrain version that wrote it, or start from its weights "
-          "with init_checkpoint=", step_dir, "/", model::kModelFileName,
-          " (the optimizer state starts afresh)"));
+          "with init_checkpoint=",
+          step_dir, "/", model::kModelFileName, " (the optimizer state starts afresh)"));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        step_dir, " is not a complete sharded checkpoint: it has no ", kManifestFileName,
-        " (its save did not finish)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(step_dir, " is not a complete sharded checkpoint: it has no ",
+                     kManifestFileName, " (its save did not finish)"));
   }
   RETURN_IF_ERROR(json.status());
   ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(*json, manifest_path));
@@ -586,8 +585,7 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step
                                             " files, the layout needs ", expected.size()));
   }
   for (const ShardFile& want : expected) {
-    if (manifest.Find(want.kind, want.dp_rank, want.pp_rank, want.tp_rank, want.chunk) ==
-        nullptr) {
+    if (manifest.Find(want.kind, want.dp_rank, want.pp_rank, want.tp_rank, want.chunk) == nullptr) {
       return absl::DataLossError(absl::StrCat(manifest_path, ": no entry for ", want.FileName()));
     }
   }

@@ -107,8 +107,7 @@ struct ShardRun {
 
 // The runs of `shard`, by global index. DataLoss naming `where` when the boxes do not fit the
 // global shape, their leading sizes differ, or the flat range is outside the local tensor.
-absl::StatusOr<std::vector<ShardRun>> ShardRuns(const TensorShard& shard,
-                                                const std::string& where);
+absl::StatusOr<std::vector<ShardRun>> ShardRuns(const TensorShard& shard, const std::string& where);
 
 // Copies every element `from` (with values `from_values`) and `to` have in common into
 // `to_values`; returns how many. Both run lists sorted by global index, as ShardRuns gives them.
@@ -165,8 +164,7 @@ struct Manifest {
   std::vector<ShardFile> files;
 
   // The entry for a file, or null.
-  const ShardFile* Find(ShardFileKind kind, int dp_rank, int pp_rank, int tp_rank,
-                        int chunk) const;
+  const ShardFile* Find(ShardFileKind kind, int dp_rank, int pp_rank, int tp_rank, int chunk) const;
 };
 
 // The manifest as JSON (protobuf's JSON mapping of dtrain.CheckpointManifest, pretty-printed)
@@ -201,8 +199,8 @@ absl::StatusOr<ShardFile> ParseShardMetadata(const std::map<std::string, std::st
 // `take` got is only trustworthy once this returns OK: the size and checksum are compared at
 // the end. Every failure is DataLoss naming the file (missing, another size, another checksum,
 // a header that does not parse), or take's error.
-using TakeArray = std::function<absl::Status(const model::TensorInfo& info,
-                                             absl::Span<const float> values)>;
+using TakeArray =
+    std::function<absl::Status(const model::TensorInfo& info, absl::Span<const float> values)>;
 absl::Status ReadVerifiedArrays(const std::string& step_dir, const ShardFile& entry,
                                 ChecksumKind kind,
                                 const std::function<bool(const std::string& name)>& wanted,

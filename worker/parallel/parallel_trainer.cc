@@ -127,10 +127,10 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   const int dp = layout.dp(), pp = layout.pp(), tp = layout.tp();
   const int size = dp * pp * tp;
   if (transport->size() != size || transport->rank() != options.rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the transport has rank ", transport->rank(), " of ", transport->size(),
-        " but the trainer was given rank ", options.rank, " of dp=", dp, " pp=", pp, " tp=", tp,
-        " (", size, " ranks)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the transport has rank ", transport->rank(), " of ", transport->size(),
+                     " but the trainer was given rank ", options.rank, " of dp=", dp, " pp=", pp,
+                     " tp=", tp, " (", size, " ranks)"));
   }
   if (backend->info().kind != kernels::DeviceKind::kCpu) {
     return absl::UnimplementedError(
@@ -153,16 +153,17 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
                                     " must divide the per-replica batch ", per_replica));
   }
   if (!run.save_path.empty() && run.checkpoint_dir.empty()) {
-    problems.push_back("save_path needs checkpoint_dir: the final weights are exported from "
-                       "the checkpoint's shards");
+    problems.push_back(
+        "save_path needs checkpoint_dir: the final weights are exported from "
+        "the checkpoint's shards");
   }
   const int v = layout.virtual_stages(), K = pp * v;
   if (!options.chunks.empty() && static_cast<int>(options.chunks.size()) != v) {
     problems.push_back(absl::StrCat(options.chunks.size(), " chunks given for virtual_stages=", v));
   }
   if (K > run.model.n_layer) {
-    problems.push_back(absl::StrCat("pp*virtual_stages=", K, " exceeds n_layer=",
-                                    run.model.n_layer, ": every chunk needs a layer"));
+    problems.push_back(absl::StrCat("pp*virtual_stages=", K, " exceeds n_layer=", run.model.n_layer,
+                                    ": every chunk needs a layer"));
   }
   if (!problems.empty()) return absl::InvalidArgumentError(absl::StrJoin(problems, "; "));
   // The checkpoint's step before anything else: a resume with nothing to train is refused on
@@ -202,7 +203,8 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   for (int i = 0; i < size; ++i) all[i] = i;
   ASSIGN_OR_RETURN(r.world, comm::Group::Create(transport, all, kWorldGroupId, copts));
   if (pp > 1 && tied_spec.has_value()) {
-    ASSIGN_OR_RETURN(r.tied, comm::Group::Create(transport, tied_spec->ranks, tied_spec->id, copts));
+    ASSIGN_OR_RETURN(r.tied,
+                     comm::Group::Create(transport, tied_spec->ranks, tied_spec->id, copts));
   }
   ASSIGN_OR_RETURN(comm::PipelineNeighbours neighbours,
                    comm::PipelineNeighboursOf(layout, options.rank, v > 1));
@@ -226,13 +228,12 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   std::vector<SyncChunk> sync_chunks;
   for (int j = 0; j < v; ++j) {
     const int k = j * pp + r.coord.pp_rank();
-    const ChunkRange range = options.chunks.empty() ? EvenChunk(run.model.n_layer, K, k)
-                                                    : options.chunks[j];
+    const ChunkRange range =
+        options.chunks.empty() ? EvenChunk(run.model.n_layer, K, k) : options.chunks[j];
     const model::StageSpec spec{range.first_layer, range.num_layers, k == 0, k == K - 1};
     Chunk chunk;
-    ASSIGN_OR_RETURN(chunk.stage,
-                     model::GptStage::Create(backend, run.model, spec,
-                                             {r.coord.tp_rank(), tp}, tp_hook));
+    ASSIGN_OR_RETURN(chunk.stage, model::GptStage::Create(backend, run.model, spec,
+                                                          {r.coord.tp_rank(), tp}, tp_hook));
     const int64_t total = chunk.stage->layout().total_size();
     const comm::Segment shard = layout.zero1()
                                     ? comm::RingSegment(total, r.dp->size(), r.dp->index())
@@ -256,13 +257,12 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   r.executor->SetTestOnlyForwardDelay(options.test_only.forward_delay_step,
                                       options.test_only.forward_delay);
   const bool dp_buckets = dp > 1 && !layout.zero1();
-  r.sync = std::make_unique<GradientSync>(std::move(sync_chunks), dp_buckets ? &*r.dp : nullptr,
-                                          r.tied.has_value() ? &*r.tied : nullptr,
-                                          std::max<int64_t>(1, layout.bucket_bytes() / 4),
-                                          [observe = options.on_collective](int64_t bytes,
-                                                                            double seconds) {
-                                            if (observe) observe("all_reduce", bytes, seconds);
-                                          });
+  r.sync = std::make_unique<GradientSync>(
+      std::move(sync_chunks), dp_buckets ? &*r.dp : nullptr,
+      r.tied.has_value() ? &*r.tied : nullptr, std::max<int64_t>(1, layout.bucket_bytes() / 4),
+      [observe = options.on_collective](int64_t bytes, double seconds) {
+        if (observe) observe("all_reduce", bytes, seconds);
+      });
 
   // Data: the first stage needs tokens, the last stage targets.
   const bool needs_data = r.coord.pp_rank() == 0 || r.coord.pp_rank() == pp - 1;
@@ -351,8 +351,8 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   if (r.data != nullptr) {
     inputs.resize(int64_t{B} * T);
     targets.resize(int64_t{B} * T);
-    RETURN_IF_ERROR(r.data->GetBatch(step - 1, B, T, absl::MakeSpan(inputs),
-                                     absl::MakeSpan(targets)));
+    RETURN_IF_ERROR(
+        r.data->GetBatch(step - 1, B, T, absl::MakeSpan(inputs), absl::MakeSpan(targets)));
   }
   // Replica d trains rows [d*B/dp, (d+1)*B/dp); micro-batch mb the b rows from d*B/dp + mb*b.
   const int64_t replica_row = int64_t{r.coord.dp_rank()} * (B / options_.layout.dp());
@@ -407,8 +407,8 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   metrics.loss = sums[1];
   metrics.grad_norm = std::sqrt(sums[0]);
   if (!std::isfinite(metrics.loss) || !std::isfinite(metrics.grad_norm)) {
-    return absl::DataLossError(absl::StrCat("step ", step, ": loss ", metrics.loss,
-                                            " grad norm ", metrics.grad_norm,
+    return absl::DataLossError(absl::StrCat("step ", step, ": loss ", metrics.loss, " grad norm ",
+                                            metrics.grad_norm,
                                             " is not finite; stopping before the update"));
   }
   metrics.lr = model::LearningRate(run.optimizer, step - 1, run.steps);
@@ -518,8 +518,7 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
     return done;
   };
   RETURN_IF_ERROR(RunTrainingSteps(
-      run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
-      checkpoints));
+      run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); }, checkpoints));
   if (!run.save_path.empty()) {
     // steps == 0 on a fresh start saves the initial state as step 0. A resume always trains
     // (Create refuses steps not beyond the checkpoint), so a loaded step is never written.

@@ -28,12 +28,12 @@
 #include "kernels/backend.h"
 #include "proto/job.pb.h"
 #include "worker/comm/transport.h"
-#include "worker/training_run.h"
 #include "worker/model/gpt_stage.h"
 #include "worker/model/optimizer.h"
 #include "worker/parallel/checkpoint_writer.h"
 #include "worker/parallel/sharded_checkpoint.h"
 #include "worker/pipeline/schedule.h"
+#include "worker/training_run.h"
 
 namespace dtrain::parallel {
 
@@ -106,8 +106,9 @@ class ParallelTrainer {
   // the trainer. With resume_from, the checkpoint's step is read first: `steps` not beyond it
   // is InvalidArgument (model::CheckStepsBeyond) on every rank before any shard is loaded, so
   // no rank writes while another still reads.
-  static absl::StatusOr<std::unique_ptr<ParallelTrainer>> Create(
-      kernels::Backend* backend, comm::Transport* transport, ParallelTrainingOptions options);
+  static absl::StatusOr<std::unique_ptr<ParallelTrainer>> Create(kernels::Backend* backend,
+                                                                 comm::Transport* transport,
+                                                                 ParallelTrainingOptions options);
   ~ParallelTrainer();
 
   // Runs the remaining steps (RunTrainingSteps), reporting through `callbacks` on every rank:
@@ -138,7 +139,8 @@ class ParallelTrainer {
   absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step);
   absl::StatusOr<double> OwnedSquaredNorm();
   // Runs a collective of `floats` floats, reporting it to options_.on_collective.
-  absl::Status Timed(const char* op, int64_t floats, const std::function<absl::Status()>& collective);
+  absl::Status Timed(const char* op, int64_t floats,
+                     const std::function<absl::Status()>& collective);
   // The run's checkpoint writer (its token agreed on by every rank first).
   absl::Status StartWriter();
   // At a checkpoint step's boundary: this rank's state snapshot handed to writer_.

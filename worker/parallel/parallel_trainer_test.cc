@@ -16,11 +16,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/files.h"
+#include "common/job_paths.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "common/files.h"
-#include "common/job_paths.h"
 #include "worker/comm/inproc/inproc_transport.h"
 #include "worker/local_trainer.h"
 #include "worker/model/parameter_layout.h"
@@ -58,7 +58,7 @@ TrainingRun Base() {
 struct Reference {
   std::vector<double> losses, grad_norms;
   model::GptConfig config;
-  std::vector<float> params;          // the whole model
+  std::vector<float> params;  // the whole model
   model::ParameterLayout layout;
 };
 
@@ -156,10 +156,10 @@ RankResult RunRank(const Case& c, comm::Transport* transport, int rank) {
     for (const model::ParameterTensor& t : stage.layout().tensors()) {
       const model::ParameterTensor* whole = ref.layout.Find(t.name);
       std::vector<float> expected(t.local_size());
-      EXPECT_TRUE(model::ExtractShard(t, stage.tp(),
-                                      absl::MakeConstSpan(ref.params).subspan(
-                                          whole->offset, whole->local_size()),
-                                      absl::MakeSpan(expected))
+      EXPECT_TRUE(model::ExtractShard(
+                      t, stage.tp(),
+                      absl::MakeConstSpan(ref.params).subspan(whole->offset, whole->local_size()),
+                      absl::MakeSpan(expected))
                       .ok());
       double max_abs = 1e-12, max_err = 0;
       for (int64_t i = 0; i < t.local_size(); ++i) {
@@ -366,9 +366,8 @@ TEST(ParallelTrainer, ResumeFromShardsIsBitIdentical) {
       o.run.checkpoint_dir = dir;
       o.run.checkpoint_every = 5;
     });
-    auto resumed = RunLayout(c, [&](ParallelTrainingOptions& o) {
-      o.run.resume_from = dir + "/step_00000005";
-    });
+    auto resumed = RunLayout(
+        c, [&](ParallelTrainingOptions& o) { o.run.resume_from = dir + "/step_00000005"; });
     ASSERT_EQ(whole[0].size(), 10u);
     ASSERT_EQ(resumed[0].size(), 5u);
     for (int i = 0; i < 5; ++i) {
@@ -548,9 +547,9 @@ TEST(ParallelTrainer, DamagedNewestStepResumesFromThePreviousAndSaysSo) {
       },
       nullptr, [&](int r, const std::string& w) { warnings[r].push_back(w); });
   for (int r = 0; r < n; ++r) {
-    EXPECT_THAT(warnings[r], ::testing::ElementsAre(absl::StrCat(
-                                 "step_00000010 is damaged (", damaged,
-                                 ": checksum differs); resuming from step_00000005")));
+    EXPECT_THAT(warnings[r], ::testing::ElementsAre(
+                                 absl::StrCat("step_00000010 is damaged (", damaged,
+                                              ": checksum differs); resuming from step_00000005")));
   }
   ASSERT_EQ(resumed[0].size(), 5u);
   for (int i = 0; i < 5; ++i) {
@@ -592,8 +591,10 @@ TEST(ParallelTrainer, UnplannedLayoutIsInvalidArgumentNamingEveryUnsetField) {
   o.micro_batch_size = 4;
   EXPECT_EQ(CheckPlannedLayout(o.layout, o.micro_batch_size).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(CheckPlannedLayout(o.layout, o.micro_batch_size).status().message().find(
-                "parallel.schedule: "),
+  EXPECT_NE(CheckPlannedLayout(o.layout, o.micro_batch_size)
+                .status()
+                .message()
+                .find("parallel.schedule: "),
             std::string::npos);
   o.layout.set_schedule("zb-h1");
   EXPECT_EQ(*CheckPlannedLayout(o.layout, o.micro_batch_size), ScheduleKind::kZeroBubbleH1);

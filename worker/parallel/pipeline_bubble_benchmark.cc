@@ -33,7 +33,6 @@ namespace {
 
 using pipeline::ScheduleKind;
 
-
 struct Measured {
   std::vector<double> idle;  // per stage: 1 - compute / step time
   double wait_fraction = 0;  // mean over stages: waiting for a neighbour / step time
@@ -85,12 +84,11 @@ absl::StatusOr<Measured> Run(ScheduleKind kind, int v, const std::string& data) 
 
 int Main() {
   const int p = absl::GetFlag(FLAGS_stages), m = absl::GetFlag(FLAGS_micro_batches);
-  const std::string data =
-      testing::WriteTextCorpus("/tmp/dtrain_bubble_benchmark.txt", 400000);
+  const std::string data = testing::WriteTextCorpus("/tmp/dtrain_bubble_benchmark.txt", 400000);
   std::printf("pipeline bubble: %d stages, %d micro-batches, %u hardware threads\n", p, m,
               std::thread::hardware_concurrency());
-  std::printf("%-12s %-24s %6s %6s %9s %9s %7s %7s %9s %s\n", "schedule", "idle per stage",
-              "mean", "wait", "simulated", "sim meas.", "theory", "step s", "compute s",
+  std::printf("%-12s %-24s %6s %6s %9s %9s %7s %7s %9s %s\n", "schedule", "idle per stage", "mean",
+              "wait", "simulated", "sim meas.", "theory", "step s", "compute s",
               "F:B:W ms (stage 0)");
   const double one_f_one_b = double(p - 1) / (m + p - 1);
   struct Row {
@@ -126,11 +124,12 @@ int Main() {
                 measured->step_seconds, measured->compute_seconds, c0.forward * 1e3,
                 c0.backward_input * 1e3, c0.backward_weight * 1e3);
   }
-  std::printf("idle: 1 - compute / step time; wait: time blocked on a neighbour's activation or "
-              "gradient / step time; simulated: equal F, B, W costs; sim meas.: simulated with "
-              "the F, B, W costs measured on each stage in this run\n"
-              "theory: 1F1B and GPipe (p-1)/(m+p-1); interleaved (p-1)/v / (m + (p-1)/v); "
-              "ZB-H1 about a third of 1F1B\n");
+  std::printf(
+      "idle: 1 - compute / step time; wait: time blocked on a neighbour's activation or "
+      "gradient / step time; simulated: equal F, B, W costs; sim meas.: simulated with "
+      "the F, B, W costs measured on each stage in this run\n"
+      "theory: 1F1B and GPipe (p-1)/(m+p-1); interleaved (p-1)/v / (m + (p-1)/v); "
+      "ZB-H1 about a third of 1F1B\n");
   return 0;
 }
 

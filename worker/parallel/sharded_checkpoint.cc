@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/files.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
-#include "common/files.h"
 #include "worker/model/safetensors.h"
 
 namespace dtrain::parallel {
@@ -22,10 +22,10 @@ absl::Status CheckIdentity(const ShardIdentity& id) {
   if (id.dp < 1 || id.pp < 1 || id.tp < 1 || id.virtual_stages < 1 || id.dp_rank < 0 ||
       id.dp_rank >= id.dp || id.pp_rank < 0 || id.pp_rank >= id.pp || id.tp_rank < 0 ||
       id.tp_rank >= id.tp) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid shard identity: dp_rank=", id.dp_rank, " pp_rank=", id.pp_rank,
-        " tp_rank=", id.tp_rank, " of dp=", id.dp, " pp=", id.pp, " tp=", id.tp,
-        " virtual_stages=", id.virtual_stages));
+    return absl::InvalidArgumentError(absl::StrCat("invalid shard identity: dp_rank=", id.dp_rank,
+                                                   " pp_rank=", id.pp_rank, " tp_rank=", id.tp_rank,
+                                                   " of dp=", id.dp, " pp=", id.pp, " tp=", id.tp,
+                                                   " virtual_stages=", id.virtual_stages));
   }
   return absl::OkStatus();
 }
@@ -36,8 +36,8 @@ absl::Status CheckChunks(const ShardIdentity& id, absl::Span<GptStage* const> ch
                          absl::Span<model::AdamW* const> optimizers, bool optional_optimizers) {
   RETURN_IF_ERROR(CheckIdentity(id));
   if (static_cast<int>(chunks.size()) != id.virtual_stages) {
-    return absl::InvalidArgumentError(absl::StrCat(chunks.size(), " chunks for virtual_stages=",
-                                                   id.virtual_stages));
+    return absl::InvalidArgumentError(
+        absl::StrCat(chunks.size(), " chunks for virtual_stages=", id.virtual_stages));
   }
   if (optimizers.size() != chunks.size() && !(optional_optimizers && optimizers.empty())) {
     return absl::InvalidArgumentError(
@@ -50,8 +50,8 @@ absl::Status CheckChunks(const ShardIdentity& id, absl::Span<GptStage* const> ch
     const model::TensorParallelSpec& tp = chunks[j]->tp();
     if (tp.rank != id.tp_rank || tp.size != id.tp) {
       return absl::InvalidArgumentError(absl::StrCat("chunk ", j, " is tp rank ", tp.rank, " of ",
-                                                     tp.size, " but the identity says ",
-                                                     id.tp_rank, " of ", id.tp));
+                                                     tp.size, " but the identity says ", id.tp_rank,
+                                                     " of ", id.tp));
     }
     if (!optimizers.empty()) {
       const model::AdamW* opt = optimizers[j];
@@ -88,8 +88,8 @@ bool StoresTensor(const ParameterTensor& t, const StageSpec& stage, const ShardI
 }
 
 // The elements [begin, end) of rank `tp`'s local shard of `t` as a TensorShard.
-TensorShard LocalPiece(const ParameterTensor& t, const model::TensorParallelSpec& tp,
-                       int64_t begin, int64_t end) {
+TensorShard LocalPiece(const ParameterTensor& t, const model::TensorParallelSpec& tp, int64_t begin,
+                       int64_t end) {
   return {t.name, t.global_shape, model::ShardBoxes(t, tp), begin, end};
 }
 
@@ -125,9 +125,8 @@ std::string Show(bool value) { return value ? "true" : "false"; }
 template <typename T>
 absl::Status SameValue(absl::string_view field, T checkpoint, T job) {
   if (checkpoint == job) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat("checkpoint has ", field, "=",
-                                                    Show(checkpoint), " but the job has ", field,
-                                                    "=", Show(job)));
+  return absl::FailedPreconditionError(absl::StrCat("checkpoint has ", field, "=", Show(checkpoint),
+                                                    " but the job has ", field, "=", Show(job)));
 }
 
 absl::Status CheckCompatible(const Manifest& m, const model::GptConfig& c,
@@ -141,17 +140,19 @@ absl::Status CheckCompatible(const Manifest& m, const model::GptConfig& c,
   if (job.batch_size <= 0) return absl::OkStatus();
   const DataPosition& d = m.data;
   if (d.batch_size != job.batch_size || d.seq_len != job.seq_len) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint of step ", m.step, " was trained with batch=", d.batch_size,
-        " seq_len=", d.seq_len, " but the job has batch=", job.batch_size, " seq_len=",
-        job.seq_len, ": the data would not go on where it stopped (", d.consumed_sequences,
-        " sequences consumed); resume with batch=", d.batch_size, " seq_len=", d.seq_len,
-        " (any layout), or start from its weights"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint of step ", m.step, " was trained with batch=", d.batch_size,
+                     " seq_len=", d.seq_len, " but the job has batch=", job.batch_size,
+                     " seq_len=", job.seq_len, ": the data would not go on where it stopped (",
+                     d.consumed_sequences, " sequences consumed); resume with batch=", d.batch_size,
+                     " seq_len=", d.seq_len, " (any layout), or start from its weights"));
   }
   if (d.consumed_sequences != m.step * d.batch_size) {
     return absl::DataLossError(absl::StrCat("checkpoint of step ", m.step, " says ",
-                                            d.consumed_sequences, " sequences were consumed, "
-                                            "not step * batch = ", m.step * d.batch_size));
+                                            d.consumed_sequences,
+                                            " sequences were consumed, "
+                                            "not step * batch = ",
+                                            m.step * d.batch_size));
   }
   return absl::OkStatus();
 }
@@ -208,8 +209,8 @@ absl::StatusOr<std::vector<PendingFile>> SnapshotShard(int64_t step, const Shard
       if (begin >= end || !StoresTensor(t, stage.stage(), id)) continue;
       f.tensors.push_back(LocalPiece(t, tp, begin - t.offset, end - t.offset));
       const std::vector<int64_t> shape = StoredShape(f.tensors.back());
-      tensors.push_back({"exp_avg." + t.name, shape,
-                         absl::MakeConstSpan(m.data() + (begin - lo), end - begin)});
+      tensors.push_back(
+          {"exp_avg." + t.name, shape, absl::MakeConstSpan(m.data() + (begin - lo), end - begin)});
       tensors.push_back({"exp_avg_sq." + t.name, shape,
                          absl::MakeConstSpan(v.data() + (begin - lo), end - begin)});
     }
@@ -231,8 +232,8 @@ absl::Status SealStep(const std::string& dir, int64_t step, const model::GptConf
   manifest.data = data;
   std::map<std::string, ShardFile> by_name;
   for (const ShardFileEntry& e : entries) {
-    ASSIGN_OR_RETURN(ShardFile f, FromEntry(e, manifest.checksum,
-                                            absl::StrCat(step_dir, ": entry ", e.name())));
+    ASSIGN_OR_RETURN(ShardFile f,
+                     FromEntry(e, manifest.checksum, absl::StrCat(step_dir, ": entry ", e.name())));
     const std::string name = f.FileName();
     if (!by_name.emplace(name, std::move(f)).second) {
       return absl::InvalidArgumentError(absl::StrCat(step_dir, ": two entries for ", name));
@@ -246,16 +247,16 @@ absl::Status SealStep(const std::string& dir, int64_t step, const model::GptConf
   for (const ShardFile& want : ExpectedFiles(layout)) {
     auto it = by_name.find(want.FileName());
     if (it == by_name.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          step_dir, " is incomplete: no rank wrote ", want.FileName(),
-          " (did every rank's save succeed?)"));
+      return absl::FailedPreconditionError(absl::StrCat(step_dir, " is incomplete: no rank wrote ",
+                                                        want.FileName(),
+                                                        " (did every rank's save succeed?)"));
     }
     const ShardFile& f = it->second;
     const bool opt = f.kind == ShardFileKind::kOptimizer;
     if (opt && adam_step >= 0 && f.adam_step != adam_step) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          step_dir, ": ", f.FileName(), " holds the moments after ", f.adam_step,
-          " AdamW steps, another file after ", adam_step));
+      return absl::FailedPreconditionError(
+          absl::StrCat(step_dir, ": ", f.FileName(), " holds the moments after ", f.adam_step,
+                       " AdamW steps, another file after ", adam_step));
     }
     if (opt) adam_step = f.adam_step;
     for (const TensorShard& t : f.tensors) stored[opt][t.tensor] += t.size();
@@ -263,8 +264,8 @@ absl::Status SealStep(const std::string& dir, int64_t step, const model::GptConf
     by_name.erase(it);
   }
   if (!by_name.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(step_dir, ": ", by_name.begin()->first,
-                                                   " is not a file of the layout"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(step_dir, ": ", by_name.begin()->first, " is not a file of the layout"));
   }
   for (const ParameterTensor& t : full.tensors()) {
     for (int opt = 0; opt < 2; ++opt) {
@@ -350,14 +351,17 @@ absl::StatusOr<int64_t> LoadShard(const std::string& path, const ShardIdentity& 
     for (const ParameterTensor& t : layout.tensors()) {
       ASSIGN_OR_RETURN(std::vector<ShardRun> runs,
                        ShardRuns(LocalPiece(t, tp, 0, t.local_size()), "this rank"));
-      needs.push_back({false, t.name, std::move(runs),
-                       absl::MakeSpan(params[j]).subspan(t.offset, t.local_size()), {},
+      needs.push_back({false,
+                       t.name,
+                       std::move(runs),
+                       absl::MakeSpan(params[j]).subspan(t.offset, t.local_size()),
+                       {},
                        t.local_size()});
       const int64_t begin = std::max(lo, t.offset);
       const int64_t end = std::min(hi, t.offset + t.local_size());
       if (begin >= end) continue;
-      ASSIGN_OR_RETURN(runs, ShardRuns(LocalPiece(t, tp, begin - t.offset, end - t.offset),
-                                       "this rank"));
+      ASSIGN_OR_RETURN(runs,
+                       ShardRuns(LocalPiece(t, tp, begin - t.offset, end - t.offset), "this rank"));
       needs.push_back({true, t.name, std::move(runs),
                        absl::MakeSpan(m1[j]).subspan(begin - lo, end - begin),
                        absl::MakeSpan(m2[j]).subspan(begin - lo, end - begin), end - begin});
@@ -405,8 +409,8 @@ absl::StatusOr<int64_t> LoadShard(const std::string& path, const ShardIdentity& 
     if (need.got != need.want) {
       return absl::DataLossError(absl::StrCat(
           manifest_path, ": the step holds ", need.got, " of the ", need.want, " elements of ",
-          need.tensor, need.moments ? "'s AdamW moments" : "", " that dp_rank ",
-          id.dp_rank, " pp_rank ", id.pp_rank, " tp_rank ", id.tp_rank, " needs"));
+          need.tensor, need.moments ? "'s AdamW moments" : "", " that dp_rank ", id.dp_rank,
+          " pp_rank ", id.pp_rank, " tp_rank ", id.tp_rank, " needs"));
     }
   }
   if (!optimizers.empty() && adam_step < 0) {

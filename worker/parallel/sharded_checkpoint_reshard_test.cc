@@ -37,7 +37,8 @@ struct Layout {
   bool zero1 = false;
   int v = 1;
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
-  std::vector<int> cut = {};  // layers per pipeline stage (ParallelLayout.stage_layers); empty: even
+  std::vector<int> cut =
+      {};  // layers per pipeline stage (ParallelLayout.stage_layers); empty: even
 
   std::string Name() const {
     std::string s = absl::StrCat("dp", dp, "pp", pp, "tp", tp, zero1 ? "_zero1" : "");
@@ -48,8 +49,8 @@ struct Layout {
 };
 
 TrainingRun Base() {
-  static const std::string data = dtrain::testing::WriteTextCorpus(
-      ::testing::TempDir() + "/reshard.txt", 20000);
+  static const std::string data =
+      dtrain::testing::WriteTextCorpus(::testing::TempDir() + "/reshard.txt", 20000);
   TrainingRun o;
   o.model = {256, 16, 4, 4, 32};  // 4 heads: tp=4 divides them
   o.data_path = data;
@@ -147,9 +148,8 @@ TEST_P(ReshardTest, ResumesOnEveryLayoutWithTheLossesOfTheRunThatGoesOn) {
   });
   double worst = 0;
   for (const Layout& to : Targets()) {
-    const std::vector<double> resumed = RunJob(to, [&](TrainingRun& o) {
-      o.resume_from = absl::StrCat(dir, "/step_0000000", kSaved);
-    });
+    const std::vector<double> resumed = RunJob(
+        to, [&](TrainingRun& o) { o.resume_from = absl::StrCat(dir, "/step_0000000", kSaved); });
     const std::string what = absl::StrCat(from.Name(), " -> ", to.Name());
     const double diff = ExpectSameLosses(resumed, whole, what);
     // The same layout continues bit for bit.
@@ -161,9 +161,9 @@ TEST_P(ReshardTest, ResumesOnEveryLayoutWithTheLossesOfTheRunThatGoesOn) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sources, ReshardTest,
-                         ::testing::Values(Layout{1, 1, 1}, Layout{1, 1, 1, true},
-                                           Layout{2, 2, 1}, Layout{2, 2, 1, true},
-                                           Layout{1, 2, 2}, Layout{1, 2, 2, true},
+                         ::testing::Values(Layout{1, 1, 1}, Layout{1, 1, 1, true}, Layout{2, 2, 1},
+                                           Layout{2, 2, 1, true}, Layout{1, 2, 2},
+                                           Layout{1, 2, 2, true},
                                            Layout{1, 2, 2, false, 2, ScheduleKind::kInterleaved}),
                          [](const ::testing::TestParamInfo<Layout>& info) {
                            std::string s = info.param.Name();
@@ -186,11 +186,10 @@ TEST(ReshardCut, ResumesOnAnotherCutOfTheSameStages) {
   for (const Layout& to : {Layout{1, 3, 1, false, 1, ScheduleKind::kOneFOneB, {1, 2, 1}},
                            Layout{1, 3, 1, false, 1, ScheduleKind::kOneFOneB, {1, 1, 2}},
                            Layout{2, 1, 1}, Layout{1, 2, 2}}) {
-    const std::vector<double> resumed = RunJob(to, [&](TrainingRun& o) {
-      o.resume_from = absl::StrCat(dir, "/step_0000000", kSaved);
-    });
-    const double diff = ExpectSameLosses(resumed, whole, absl::StrCat(from.Name(), " -> ",
-                                                                       to.Name()));
+    const std::vector<double> resumed = RunJob(
+        to, [&](TrainingRun& o) { o.resume_from = absl::StrCat(dir, "/step_0000000", kSaved); });
+    const double diff =
+        ExpectSameLosses(resumed, whole, absl::StrCat(from.Name(), " -> ", to.Name()));
     std::printf("%s -> %s: worst relative loss difference %.2g\n", from.Name().c_str(),
                 to.Name().c_str(), diff);
   }
@@ -221,7 +220,7 @@ TEST(LocalTrainerReshard, SavesAndResumesTheLayoutFreeFormat) {
   });
   EXPECT_TRUE(std::filesystem::exists(local_dir + "/step_00000005/manifest.json"));
   ExpectSameLosses(RunJob({2, 2, 1, true},
-                       [&](TrainingRun& o) { o.resume_from = local_dir + "/step_00000005"; }),
+                          [&](TrainingRun& o) { o.resume_from = local_dir + "/step_00000005"; }),
                    whole, "local -> dp2pp2tp1_zero1");
 
   const std::string dir = ::testing::TempDir() + "/reshard-to-local";

@@ -23,9 +23,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/files.h"
 #include "kernels/backend.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/init.h"
@@ -110,9 +110,8 @@ struct Rank {
 // split evenly, or by `layers` (one count per model chunk) when given. With `fill`, the
 // parameters are GPT-2's init and the moments and AdamW step distinct nonzero values that
 // depend on `salt`; without, everything is zero.
-std::vector<Rank> BuildJob(kernels::Backend* be, const model::GptConfig& config,
-                           const JobLayout& l, bool fill, float salt = 0.0f,
-                           std::vector<int> layers = {}) {
+std::vector<Rank> BuildJob(kernels::Backend* be, const model::GptConfig& config, const JobLayout& l,
+                           bool fill, float salt = 0.0f, std::vector<int> layers = {}) {
   const int chunks = l.pp * l.v;
   if (layers.empty()) layers.assign(chunks, config.n_layer / chunks);
   std::vector<Rank> ranks;
@@ -142,8 +141,8 @@ std::vector<Rank> BuildJob(kernels::Backend* be, const model::GptConfig& config,
             std::vector<float> m1(total), m2(total);
             for (const model::ParameterTensor& pt : (*stage)->layout().tensors()) {
               const float tensor_salt = 0.01f * (std::hash<std::string>()(pt.name) % 97);
-              const TensorShard piece{pt.name, pt.global_shape,
-                                      model::ShardBoxes(pt, {t, l.tp}), 0, pt.local_size()};
+              const TensorShard piece{pt.name, pt.global_shape, model::ShardBoxes(pt, {t, l.tp}), 0,
+                                      pt.local_size()};
               const std::vector<ShardRun> runs = ShardRuns(piece, "test").value();
               for (const ShardRun& run : runs) {
                 for (int64_t k = 0; k < run.size; ++k) {
@@ -153,11 +152,10 @@ std::vector<Rank> BuildJob(kernels::Backend* be, const model::GptConfig& config,
                 }
               }
             }
-            EXPECT_TRUE(opt->exp_avg().CopyFrom(absl::MakeSpan(m1).subspan(begin, end - begin))
-                            .ok());
-            EXPECT_TRUE(opt->exp_avg_sq()
-                            .CopyFrom(absl::MakeSpan(m2).subspan(begin, end - begin))
-                            .ok());
+            EXPECT_TRUE(
+                opt->exp_avg().CopyFrom(absl::MakeSpan(m1).subspan(begin, end - begin)).ok());
+            EXPECT_TRUE(
+                opt->exp_avg_sq().CopyFrom(absl::MakeSpan(m2).subspan(begin, end - begin)).ok());
             opt->set_step(100 + static_cast<int64_t>(salt));
           }
           r.stages.push_back(std::move(stage).value());
@@ -226,17 +224,15 @@ class ShardedCheckpointTest : public ::testing::Test {
     EXPECT_TRUE(whole.ok()) << whole.status();
     EXPECT_TRUE(model::InitializeGpt2(**whole, kSeed).ok());
     const std::string path = TempDir("reference") + "/model.safetensors";
-    EXPECT_TRUE(model::SaveTensors(path, **whole, (*whole)->params(),
-                                   {{"step", absl::StrCat(step)}})
-                    .ok());
+    EXPECT_TRUE(
+        model::SaveTensors(path, **whole, (*whole)->params(), {{"step", absl::StrCat(step)}}).ok());
     return ReadAll(path);
   }
 
   std::unique_ptr<kernels::Backend> be_;
 };
 
-class LayoutTest : public ShardedCheckpointTest,
-                   public ::testing::WithParamInterface<JobLayout> {};
+class LayoutTest : public ShardedCheckpointTest, public ::testing::WithParamInterface<JobLayout> {};
 
 TEST_P(LayoutTest, ExportMatchesOneWorkerAndResumeRoundTrips) {
   const JobLayout l = GetParam();
@@ -279,12 +275,12 @@ TEST_P(LayoutTest, ExportMatchesOneWorkerAndResumeRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, LayoutTest,
-    ::testing::Values(JobLayout{1, 2, 2, 1, false},   // pp=2, tp=2
-                      JobLayout{1, 2, 1, 2, false},   // pp=2, two interleaved chunks each
-                      JobLayout{1, 1, 1, 2, false},   // one rank, two chunks (wte twice)
-                      JobLayout{2, 1, 1, 1, true},    // dp=2, ZeRO-1
-                      JobLayout{2, 1, 2, 1, false},   // dp=2 without ZeRO, tp=2
-                      JobLayout{2, 2, 2, 1, true}),   // all three, ZeRO-1
+    ::testing::Values(JobLayout{1, 2, 2, 1, false},  // pp=2, tp=2
+                      JobLayout{1, 2, 1, 2, false},  // pp=2, two interleaved chunks each
+                      JobLayout{1, 1, 1, 2, false},  // one rank, two chunks (wte twice)
+                      JobLayout{2, 1, 1, 1, true},   // dp=2, ZeRO-1
+                      JobLayout{2, 1, 2, 1, false},  // dp=2 without ZeRO, tp=2
+                      JobLayout{2, 2, 2, 1, true}),  // all three, ZeRO-1
     [](const ::testing::TestParamInfo<JobLayout>& info) { return info.param.Name(); });
 
 TEST_F(ShardedCheckpointTest, LoadsWeightsWithoutOptimizers) {
@@ -439,8 +435,8 @@ TEST_F(ShardedCheckpointTest, StepWithoutManifestIsNeverLoadedOrExported) {
   for (const std::string& path : {dir + "/step_00000004", dir}) {
     absl::StatusOr<int64_t> step = Load(path, job[0].id, job[0].chunks(), job[0].optimizers());
     EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
-    EXPECT_THAT(step.status().message(), HasSubstr(path == dir ? "(step_00000004) were never sealed"
-                                                               : "no manifest.json"));
+    EXPECT_THAT(step.status().message(),
+                HasSubstr(path == dir ? "(step_00000004) were never sealed" : "no manifest.json"));
     absl::Status exported = ExportSafetensors(path, dir + "/out.safetensors").status();
     EXPECT_EQ(exported.code(), absl::StatusCode::kFailedPrecondition) << exported;
   }
@@ -484,7 +480,8 @@ TEST_F(ShardedCheckpointTest, ASealedStepIsNeverWrittenAgainByAnyRank) {
   for (const Rank& r : other) {
     absl::Status s = SaveShard(dir, 3, r.id, r.chunks(), r.optimizers());
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-    EXPECT_THAT(s.message(), HasSubstr("will not overwrite " + dir + "/step_00000003: it is a "
+    EXPECT_THAT(s.message(), HasSubstr("will not overwrite " + dir +
+                                       "/step_00000003: it is a "
                                        "sealed checkpoint"));
   }
   EXPECT_EQ(dtrain::testing::SnapshotFiles(dir), before);
@@ -517,8 +514,7 @@ TEST_F(ShardedCheckpointTest, ADirectoryOfJobDirectoriesIsRefusedNamingThem) {
   absl::StatusOr<Manifest> named = ReadManifest(dir + "/job-000002");
   ASSERT_TRUE(named.ok()) << named.status();
   EXPECT_EQ(named->step, 3);
-  EXPECT_EQ(ReadManifest(TempDir("empty")).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReadManifest(TempDir("empty")).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(ShardedCheckpointTest, RefusesArgumentsThatDisagreeWithTheIdentity) {
@@ -621,8 +617,8 @@ Manifest OneFileManifest(ChecksumKind checksum) {
   f.tp_rank = 0;
   f.stage = {2, 2, false, true};
   // Elements [10, 20) of tp rank 0's shard of c_attn's bias: 3 boxes of 48 (q, k, v halves).
-  f.tensors.push_back({"h.2.attn.c_attn.bias", {96}, {{{0}, {16}}, {{32}, {16}}, {{64}, {16}}},
-                       10, 20});
+  f.tensors.push_back(
+      {"h.2.attn.c_attn.bias", {96}, {{{0}, {16}}, {{32}, {16}}, {{64}, {16}}}, 10, 20});
   f.adam_step = 42;
   f.bytes = 1234;
   f.checksum = 0xfedcba9876543210ull;
@@ -684,8 +680,8 @@ TEST(ManifestTest, ShardRunsMapAStoredArrayIntoItsGlobalTensor) {
   got.clear();
   runs = ShardRuns(t, "x").value();
   for (const ShardRun& r : runs) got.emplace_back(r.global, r.stored, r.size);
-  EXPECT_EQ(got, (std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-                     {7, 0, 1}, {10, 1, 2}, {14, 3, 2}}));
+  EXPECT_EQ(
+      got, (std::vector<std::tuple<int64_t, int64_t, int64_t>>{{7, 0, 1}, {10, 1, 2}, {14, 3, 2}}));
   EXPECT_EQ(StoredShape(t), (std::vector<int64_t>{5}));
   // Copy into the whole tensor.
   TensorShard whole{"w", {2, 12}, {{{0, 0}, {2, 12}}}, 0, 24};
@@ -703,10 +699,10 @@ TEST(ManifestTest, ShardRunsMapAStoredArrayIntoItsGlobalTensor) {
   EXPECT_EQ(ShardRuns(t, "x").status().code(), absl::StatusCode::kDataLoss);
   // Manifests that are not GPT-2 tensors fail at once, whatever they claim.
   for (const TensorShard& bad : std::vector<TensorShard>{
-           {"w", {0, 12}, {{{0, 0}, {0, 12}}}, 0, 0},                       // a dim of 0
+           {"w", {0, 12}, {{{0, 0}, {0, 12}}}, 0, 0},                              // a dim of 0
            {"w", {int64_t{1} << 30, int64_t{1} << 30}, {{{0, 0}, {1, 1}}}, 0, 1},  // 2^60
-           {"w", {2, 4}, {{{0, 0}, {2, 4}}, {{0, 0}, {2, 4}}}, 0, 16},      // twice as wide
-           {"w", {2, 4}, {{{0, 0}, {2, 4}}}, -1, 3},                         // negative range
+           {"w", {2, 4}, {{{0, 0}, {2, 4}}, {{0, 0}, {2, 4}}}, 0, 16},             // twice as wide
+           {"w", {2, 4}, {{{0, 0}, {2, 4}}}, -1, 3},                               // negative range
        }) {
     EXPECT_EQ(ShardRuns(bad, "x").status().code(), absl::StatusCode::kDataLoss) << bad.tensor;
   }
@@ -733,8 +729,7 @@ TEST(ManifestTest, MalformedManifestsAreDataLossNamingThePath) {
            {"{\"format\": 3}", "not a manifest"},
            {"{\"format\": \"dtrain-sharded-checkpoint\", \"extra\": 1}", "extra"},
            {with("\"version\": 2", "\"version\": 3"), "version 3, expected"},
-           {with("\"checksum\": \"xxh3_64\"", "\"checksum\": \"md5\""),
-            "unknown checksum \"md5\""},
+           {with("\"checksum\": \"xxh3_64\"", "\"checksum\": \"md5\""), "unknown checksum \"md5\""},
            {with("\"xxh3_64\": \"fedcba9876543210\"", "\"xxh3_64\": \"fedcba98\""),
             "\"xxh3_64\" is missing or not 16 hex digits"},
            {with("\"flat_begin\"", "\"flat_begin_\""), "flat_begin_"},
@@ -758,10 +753,11 @@ TEST(ManifestTest, VerifiedArraysSpanningPiecesArriveWhole) {
   ShardFile f;
   f.kind = ShardFileKind::kModel;
   const std::string path = dir + "/" + f.FileName();
-  ASSERT_TRUE(model::WriteSafetensors(path, {{"a_skipped", {1500000}, skipped},
-                                             {"b_big", {2500, 1000}, big},
-                                             {"c_empty", {0}, {}},
-                                             {"d_small", {7}, small}},
+  ASSERT_TRUE(model::WriteSafetensors(path,
+                                      {{"a_skipped", {1500000}, skipped},
+                                       {"b_big", {2500, 1000}, big},
+                                       {"c_empty", {0}, {}},
+                                       {"d_small", {7}, small}},
                                       {})
                   .ok());
   const std::string bytes = ReadAll(path);

@@ -21,8 +21,8 @@ double Since(std::chrono::steady_clock::time_point start) {
 // Prefixes an error with the action it happened in: "F3.1 of step 7: ...".
 absl::Status InAction(const absl::Status& s, const Action& a, int64_t step) {
   if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(pipeline::ActionToString(a), " of step ", step,
-                                             ": ", s.message()));
+  return absl::Status(
+      s.code(), absl::StrCat(pipeline::ActionToString(a), " of step ", step, ": ", s.message()));
 }
 
 }  // namespace

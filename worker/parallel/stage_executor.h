@@ -52,8 +52,8 @@ class StageExecutor {
  public:
   // `chunks[j]` is virtual stage j of this rank, holding model chunk j * pp + pp_rank.
   // `loss_scale` is d(step loss)/d(token loss): 1 / (B * T) over the whole batch.
-  StageExecutor(std::vector<model::GptStage*> chunks, int pp, int pp_rank,
-                comm::StageLinks* links, int micro_batch_rows, int seq, float loss_scale);
+  StageExecutor(std::vector<model::GptStage*> chunks, int pp, int pp_rank, comm::StageLinks* links,
+                int micro_batch_rows, int seq, float loss_scale);
 
   // Runs `actions` (this stage's schedule) for `step`. `data(mb)` gives micro-batch mb's
   // tokens/targets. `weights_final(j)` is called when chunk j's last W of the step starts, and
@@ -104,7 +104,7 @@ class StageExecutor {
   float loss_scale_;
   std::vector<float> recv_;  // (b,T,C) staging for received tensors
   std::vector<std::vector<std::unique_ptr<model::StageActivations>>> free_;  // per chunk
-  std::map<std::pair<int, int>, InFlight> in_flight_;                       // (chunk, mb)
+  std::map<std::pair<int, int>, InFlight> in_flight_;                        // (chunk, mb)
   // Retired micro-batches whose sends may still read their buffers, per chunk. Not waited for
   // at retirement: with interleaving the receiver may first need something this rank sends
   // later, so blocking here could deadlock.

@@ -37,7 +37,7 @@ namespace dtrain::comm {
 namespace internal {
 namespace {
 
-constexpr int kMaxChunks = 1 << 20;      // chunks per segment; part = step * kMaxChunks + chunk
+constexpr int kMaxChunks = 1 << 20;  // chunks per segment; part = step * kMaxChunks + chunk
 constexpr int64_t kMinChunkBytes = 16 << 10;  // smaller messages cost more than they pipeline
 constexpr int kPipelineChunks = 4;            // chunks per segment when segments are small
 
@@ -46,8 +46,8 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 // The ring of one call: the member's place and how segments are cut into chunks.
 struct Ring {
   absl::Span<float> data;
-  int n;        // members
-  int r;        // this member's index
+  int n;          // members
+  int r;          // this member's index
   int64_t chunk;  // floats per chunk
 
   Segment segment(int s) const { return RingSegment(data.size(), n, Mod(s, n)); }
@@ -133,8 +133,8 @@ absl::Status RunRing(CollectiveOp& op, absl::Span<float> data, int first_step, i
 
 absl::Status AllReduce(Group& group, absl::Span<float> data, ReduceOp op) {
   if (group.size() == 1 || data.empty()) return absl::OkStatus();
-  CollectiveOp c(group, absl::StrCat("all-reduce ", ReduceOpName(op), " of ", data.size(),
-                                     " floats"));
+  CollectiveOp c(group,
+                 absl::StrCat("all-reduce ", ReduceOpName(op), " of ", data.size(), " floats"));
   return c.Finish(internal::RunRing(c, data, 0, 2 * group.size() - 2, op));
 }
 

@@ -18,8 +18,8 @@ absl::Status Rounds(CollectiveOp& op, SendHandle& h) {
     // Tell the member `distance` ahead that we (and all we heard from) have arrived.
     ASSIGN_OR_RETURN(h, op.Send((i + distance) % n, k, {}));
     // Hear the same from the member `distance` behind.
-    RETURN_IF_ERROR(op.Recv((i - distance + n) % n, k, 0,
-                            [](int64_t, absl::Span<const std::byte>) {}));
+    RETURN_IF_ERROR(
+        op.Recv((i - distance + n) % n, k, 0, [](int64_t, absl::Span<const std::byte>) {}));
     RETURN_IF_ERROR(op.Wait(h));
   }
   return absl::OkStatus();

@@ -31,10 +31,10 @@ absl::Status Chain(CollectiveOp& op, absl::Span<float> data, int root,
     // Everyone but the root receives chunk j from the previous member.
     if (pos > 0) {
       std::byte* out = reinterpret_cast<std::byte*>(part.data());
-      RETURN_IF_ERROR(op.Recv(prev, j, part.size(),
-                              [out](int64_t offset, absl::Span<const std::byte> piece) {
-                                std::memcpy(out + offset, piece.data(), piece.size());
-                              }));
+      RETURN_IF_ERROR(
+          op.Recv(prev, j, part.size(), [out](int64_t offset, absl::Span<const std::byte> piece) {
+            std::memcpy(out + offset, piece.data(), piece.size());
+          }));
     }
     // Everyone but the end of the chain passes it on.
     if (pos < n - 1) {

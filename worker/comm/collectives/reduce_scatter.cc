@@ -12,8 +12,8 @@ namespace dtrain::comm {
 
 absl::Status ReduceScatter(Group& group, absl::Span<float> data, ReduceOp op) {
   if (group.size() == 1 || data.empty()) return absl::OkStatus();
-  CollectiveOp c(group, absl::StrCat("reduce-scatter ", ReduceOpName(op), " of ", data.size(),
-                                     " floats"));
+  CollectiveOp c(group,
+                 absl::StrCat("reduce-scatter ", ReduceOpName(op), " of ", data.size(), " floats"));
   return c.Finish(internal::RunRing(c, data, 0, group.size() - 1, op));
 }
 

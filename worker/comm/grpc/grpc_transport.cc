@@ -30,7 +30,7 @@ grpc::ChannelArguments ChannelArgs(const GrpcTransportOptions& o) {
   grpc::ChannelArguments args;
   const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(o.keepalive));
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per peer pair
-  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);  // retries would buffer (copy) messages
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);             // retries would buffer (copy) messages
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
@@ -122,14 +122,16 @@ class GrpcTransport::Handler : public HelloHandler {
   absl::StatusOr<RankDiagnosis> Diagnose(const DiagnoseRankRequest& request) override {
     const GrpcTransportOptions& o = t_->options_;
     if (!PeerSecretsEqual(request.job_secret(), o.job_secret)) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "refused Diagnose for job '", request.job_id(), "': its job secret is not the one of "
-          "the run rank ", o.rank, " serves"));
+      return absl::PermissionDeniedError(absl::StrCat("refused Diagnose for job '",
+                                                      request.job_id(),
+                                                      "': its job secret is not the one of "
+                                                      "the run rank ",
+                                                      o.rank, " serves"));
     }
     if (request.job_id() != o.job_id) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Diagnose for job '", request.job_id(), "', rank ", o.rank, " runs job '", o.job_id,
-          "'"));
+      return absl::FailedPreconditionError(absl::StrCat("Diagnose for job '", request.job_id(),
+                                                        "', rank ", o.rank, " runs job '", o.job_id,
+                                                        "'"));
     }
     if (request.clock_only()) {  // a clock probe (`dtrain trace`): the time, nothing else
       RankDiagnosis probe;
@@ -188,25 +190,24 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Start(GrpcTranspor
         absl::StrCat("rank ", o.rank, " of ", o.size, " ranks: need 0 <= rank < size"));
   }
   if (!o.peer_addresses.empty() && static_cast<int>(o.peer_addresses.size()) != o.size) {
-    return absl::InvalidArgumentError(absl::StrCat(o.peer_addresses.size(),
-                                                   " peer addresses for ", o.size, " ranks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(o.peer_addresses.size(), " peer addresses for ", o.size, " ranks"));
   }
   if (!o.peer_names.empty() && static_cast<int>(o.peer_names.size()) != o.size) {
     return absl::InvalidArgumentError(
         absl::StrCat(o.peer_names.size(), " peer names for ", o.size, " ranks"));
   }
   if (o.frame_bytes < 1 || o.frame_bytes > kMaxFrameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("frame_bytes ", o.frame_bytes,
-                                                   " outside [1, ", kMaxFrameBytes, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame_bytes ", o.frame_bytes, " outside [1, ", kMaxFrameBytes, "]"));
   }
   if (o.listen_address.empty()) {
     if (o.peer_addresses.empty()) {
       return absl::InvalidArgumentError("neither a listen address nor this rank's address");
     }
     const std::string& own = o.peer_addresses[o.rank];
-    o.listen_address = absl::StartsWith(own, "unix:")
-                           ? own
-                           : absl::StrCat("[::]", own.substr(own.rfind(':')));
+    o.listen_address =
+        absl::StartsWith(own, "unix:") ? own : absl::StrCat("[::]", own.substr(own.rfind(':')));
   }
   if (o.tune_malloc) TuneMalloc();
   std::unique_ptr<GrpcTransport> t(new GrpcTransport(std::move(o)));
@@ -214,7 +215,7 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Start(GrpcTranspor
   for (int r = 0; r < opt.size; ++r) {
     auto peer = std::make_unique<Peer>();
     peer->inbox = std::make_unique<Inbox>(opt.peer_names.empty() ? absl::StrCat("rank ", r)
-                                                                  : opt.peer_names[r]);
+                                                                 : opt.peer_names[r]);
     t->peers_.push_back(std::move(peer));
   }
   if (!opt.peer_addresses.empty()) RETURN_IF_ERROR(t->SetPeerAddresses(opt.peer_addresses));
@@ -223,8 +224,7 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Start(GrpcTranspor
   t->service_ = std::make_unique<PeerServiceImpl>(t->handler_.get());
   grpc::ServerBuilder builder;
   const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(opt.keepalive));
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      ServerCredentials(opt.tls);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(opt.tls);
   if (!credentials.ok()) return Annotate(credentials.status(), "the peer service's TLS");
   builder.AddListeningPort(opt.listen_address, *credentials, &t->port_);
   builder.RegisterService(t->service_.get());
@@ -268,8 +268,7 @@ std::string GrpcTransport::PeerName(int peer) const {
 absl::Status GrpcTransport::CheckPeer(int peer, absl::string_view what) const {
   if (peer < 0 || peer >= options_.size || peer == options_.rank) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", peer, " is not a peer of rank ",
-                                                   options_.rank, " in ", options_.size,
-                                                   " ranks"));
+                                                   options_.rank, " in ", options_.size, " ranks"));
   }
   return absl::OkStatus();
 }
@@ -328,8 +327,8 @@ absl::StatusOr<SendHandle> GrpcTransport::StartSend(int peer, const MessageKey& 
   RETURN_IF_ERROR(CheckPeer(peer, what));
   const int64_t total = data.size();
   if (total != meta.num_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", total, " bytes for ",
-                                                   meta.ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", total, " bytes for ", meta.ToString()));
   }
   absl::StatusOr<OutgoingStream*> stream = StreamTo(peer, deadline);
   if (!stream.ok()) return Annotate(stream.status(), what);
@@ -355,8 +354,7 @@ absl::StatusOr<SendHandle> GrpcTransport::StartSend(int peer, const MessageKey& 
 }
 
 absl::Status GrpcTransport::Recv(int peer, const MessageKey& key, const TensorMeta& expected,
-                                 PieceSink sink, absl::Time deadline,
-                                 const RecvOptions& options) {
+                                 PieceSink sink, absl::Time deadline, const RecvOptions& options) {
   RETURN_IF_ERROR(CheckPeer(peer, absl::StrCat("receiving ", key.ToString())));
   std::function<absl::Status()> watch;
   if (!options.watch.empty()) {
@@ -398,8 +396,8 @@ void GrpcTransport::Shutdown(absl::Duration grace) {
   }
   const absl::Time deadline = absl::Now() + grace;
   for (auto& peer : peers_) {
-    peer->inbox->Fail(absl::CancelledError(
-        absl::StrCat("rank ", options_.rank, "'s transport was shut down")));
+    peer->inbox->Fail(
+        absl::CancelledError(absl::StrCat("rank ", options_.rank, "'s transport was shut down")));
   }
   for (auto& peer : peers_) {
     absl::MutexLock lock(&peer->mu);

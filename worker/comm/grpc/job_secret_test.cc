@@ -60,8 +60,8 @@ TEST(JobSecret, TheSameSecretConnects) {
 TEST(JobSecret, ADifferentSecretIsRefusedAndBothSidesSayWhy) {
   // A worker of job A that knows its own run's secret claims job B's id and rank.
   Refusals refusals;
-  absl::Status s = ConnectZeroToOne(Options(0, "job-b", kSecretA),
-                                    Options(1, "job-b", kSecretB, &refusals));
+  absl::Status s =
+      ConnectZeroToOne(Options(0, "job-b", kSecretA), Options(1, "job-b", kSecretB, &refusals));
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
   // The sender names the peer and says its secret was refused.
   EXPECT_TRUE(absl::StrContains(s.message(), "connecting to rank 1 (127.0.0.1:")) << s;

@@ -82,10 +82,11 @@ absl::Status OutgoingStream::Start(const PeerFrameHeader& hello, absl::Time dead
   if (done_ && code == grpc::StatusCode::PERMISSION_DENIED) {
     failure_ = absl::PermissionDeniedError(absl::StrCat(
         "the peer refused this rank's job secret (it serves another run, or this rank was not "
-        "placed in its run): ", final_status_.error_message()));
+        "placed in its run): ",
+        final_status_.error_message()));
   } else if (done_ && (code == grpc::StatusCode::FAILED_PRECONDITION ||
-                code == grpc::StatusCode::INVALID_ARGUMENT ||
-                code == grpc::StatusCode::ALREADY_EXISTS)) {
+                       code == grpc::StatusCode::INVALID_ARGUMENT ||
+                       code == grpc::StatusCode::ALREADY_EXISTS)) {
     // The peer answered, and refused.
     failure_ = absl::Status(static_cast<absl::StatusCode>(code),
                             absl::StrCat("refused: ", final_status_.error_message()));

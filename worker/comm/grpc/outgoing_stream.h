@@ -33,8 +33,8 @@ namespace dtrain::comm {
 // What one send is waiting for.
 struct GrpcSendState {
   absl::Mutex mu;
-  int unwritten ABSL_GUARDED_BY(mu) = 0;   // frames gRPC has not finished writing
-  int unreleased ABSL_GUARDED_BY(mu) = 0;  // payload slices gRPC still references
+  int unwritten ABSL_GUARDED_BY(mu) = 0;    // frames gRPC has not finished writing
+  int unreleased ABSL_GUARDED_BY(mu) = 0;   // payload slices gRPC still references
   absl::Status status ABSL_GUARDED_BY(mu);  // first failure
 
   bool Done() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return unwritten == 0 && unreleased == 0; }

@@ -103,8 +103,8 @@ class InprocTransport : public Transport {
                                        absl::Time /*deadline*/) override {
     std::string what = absl::StrCat("sending ", key.ToString(), " to ", RankName(peer));
     if (peer < 0 || peer >= size() || peer == rank_) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": no such peer of ", RankName(rank_),
-                                                     " in ", size(), " ranks"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": no such peer of ", RankName(rank_), " in ", size(), " ranks"));
     }
     if (static_cast<int64_t>(data.size()) != meta.num_bytes()) {
       return absl::InvalidArgumentError(

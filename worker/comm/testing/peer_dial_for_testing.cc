@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int peers[] = {dst};
-  const absl::Status s = (*transport)->Connect(
-      peers, absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+  const absl::Status s =
+      (*transport)->Connect(peers, absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
   if (s.ok()) {
     std::printf("connected\n");
     return 0;
