@@ -101,7 +101,7 @@ absl::StatusOr<Plan> MakePlanWithActions(const JobPlan& job, const PlanOptions& 
     w.set_state(IDLE);
     plan.workers.push_back(w);
   }
-  absl::StatusOr<coordinator::PlacementResult> placed = coordinator::PlaceJob(job, plan.workers);
+  absl::StatusOr<plan::PlacementResult> placed = plan::PlaceJob(job, plan.workers);
   if (!placed.ok()) return placed.status();
   plan.placed = *std::move(placed);
 

@@ -1,7 +1,7 @@
 // `dtrain plan JOB.json`: what a job would look like on a cluster, without a coordinator. From
 // the job's plan (plan/job_plan.h: the spec validated and defaulted, stage cuts, the schedule
 // simulated, each rank's memory; the coordinator's own function) it places the ranks on
-// hypothetical workers (coordinator/placement.h, the coordinator's own function) and shows the
+// hypothetical workers (plan/placement.h, the coordinator's own function) and shows the
 // simulated step.
 //
 //   ASSIGN_OR_RETURN(JobPlan job, plan::ParseJobPlanJson(json));
@@ -24,12 +24,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/placement.h"
+#include "plan/placement.h"
+#include "plan/schedule.h"
+#include "plan/simulate.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"
-#include "worker/pipeline/schedule.h"
-#include "worker/pipeline/simulate.h"
 
 namespace dtrain {
 namespace client {
@@ -40,11 +40,11 @@ struct PlanOptions {
 };
 
 struct Plan {
-  JobPlan job;                          // the job's plan
-  JobSpec spec;                         // job.spec(): validated and defaulted
-  std::vector<WorkerInfo> workers;      // the hypothetical workers
-  coordinator::PlacementResult placed;  // ranks, layers and stage costs
-  pipeline::ScheduleSpec schedule;      // p = pp, m = micro-batches per replica, v
+  JobPlan job;                      // the job's plan
+  JobSpec spec;                     // job.spec(): validated and defaulted
+  std::vector<WorkerInfo> workers;  // the hypothetical workers
+  plan::PlacementResult placed;     // ranks, layers and stage costs
+  pipeline::ScheduleSpec schedule;  // p = pp, m = micro-batches per replica, v
   std::vector<pipeline::StageCosts> costs;
   pipeline::SimResult sim;
   double one_f_one_b_bubble = 0;      // (p-1)/(m+p-1)

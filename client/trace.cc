@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "worker/pipeline/schedule.h"
+#include "plan/schedule.h"
 
 namespace dtrain::client {
 namespace {

@@ -17,7 +17,7 @@
 //
 // metadata: the job, step, steps available, schedule, each rank's clock offset and its error
 // bound, ranks that did not answer, and per rank the F / B / W order the schedule defines
-// (worker/pipeline/schedule.h StageActions, in this file's names: "F0", "B0", "W0", fused
+// (plan/schedule.h StageActions, in this file's names: "F0", "B0", "W0", fused
 // backward "B0", with ".v" for a virtual stage v > 0) beside the order recorded, and whether
 // they match ("ok" or CheckTrace's words).
 #ifndef DTRAIN_CLIENT_TRACE_H_

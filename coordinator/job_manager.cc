@@ -16,9 +16,9 @@
 #include "common/job_paths.h"
 #include "common/peer_secret.h"
 #include "common/status_macros.h"
-#include "coordinator/placement.h"
 #include "coordinator/recovery.h"
 #include "plan/job_plan.h"
+#include "plan/placement.h"
 #include "plan/ranks.h"
 #include "plan/spec_json.h"
 #include "plan/spec_paths.h"
@@ -797,9 +797,9 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
   // Re-planned from the stored spec (pure and bounded): a spec an older coordinator accepted
   // that the plan now rejects fails with the plan's words (InvalidArgument).
   ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(spec));
-  absl::StatusOr<PlacementResult> computed = PlaceJob(job_plan, candidates);
+  absl::StatusOr<plan::PlacementResult> computed = plan::PlaceJob(job_plan, candidates);
   if (options_.metrics != nullptr) options_.metrics->PlacementComputed(absl::Now() - start);
-  ASSIGN_OR_RETURN(PlacementResult placed, std::move(computed));
+  ASSIGN_OR_RETURN(plan::PlacementResult placed, std::move(computed));
   // Every run its own secret: a worker of an earlier run (or of another job) cannot open a
   // peer stream into this one. Stored with the placement below.
   ASSIGN_OR_RETURN(*placed.placement.mutable_peer_secret(), NewPeerSecret());

@@ -273,7 +273,7 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
                                        p->virtual_stages(), " exceeds model.n_layer=", m.n_layer(),
                                        " (every chunk needs a layer)"));
     }
-    // The schedule's own rule (worker/pipeline/schedule.h), in its words, with the fields.
+    // The schedule's own rule (plan/schedule.h), in its words, with the fields.
     if (problems->size() == before && micro_batches > 0 && layout_ok) {
       const absl::Status valid =
           pipeline::ValidateSchedule({pipeline::ScheduleKind::kInterleaved, p->pp(),

@@ -35,8 +35,8 @@
 #include "absl/time/time.h"
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"
-#include "worker/pipeline/schedule.h"
-#include "worker/pipeline/simulate.h"
+#include "plan/schedule.h"
+#include "plan/simulate.h"
 
 namespace dtrain::plan {
 

@@ -1,10 +1,6 @@
-// How the ranks of a job are counted, numbered and named: one rule each, used by the
-// coordinator (placement, failure reports), `dtrain plan` and the workers.
-//
-// Ranks are ordered (dp, pp, tp), as Placement lists them (proto/job.proto):
-//   rank = (dp_rank * pp + pp_rank) * tp + tp_rank
-// so a tensor-parallel group is tp consecutive ranks. Layout factors of 0 count as 1 (an
-// undefaulted spec), so these never divide by zero.
+// How the ranks of a job are named, and which rank does what: one rule each, used by the
+// coordinator (placement, failure reports), `dtrain plan` and the workers. The numbering itself
+// (WorkersNeeded, RankIndex, RankCoordinates) is common/rank_numbering.h, re-exported here.
 #ifndef DTRAIN_PLAN_RANKS_H_
 #define DTRAIN_PLAN_RANKS_H_
 
@@ -12,19 +8,14 @@
 #include <string>
 
 #include "absl/types/span.h"
+#include "common/rank_numbering.h"
 #include "proto/job.pb.h"
 
 namespace dtrain::plan {
 
-// Workers (ranks) a layout needs: dp * pp * tp.
-int64_t WorkersNeeded(const ParallelLayout& layout);
-
-// The index of (dp_rank, pp_rank, tp_rank): (dp_rank * pp + pp_rank) * tp + tp_rank.
-int RankIndex(const ParallelLayout& layout, const RankAssignment& rank);
-
-// The inverse of RankIndex: rank `rank`'s dp_rank, pp_rank and tp_rank (nothing else set).
-// `rank` must be in [0, WorkersNeeded(layout)).
-RankAssignment RankCoordinates(const ParallelLayout& layout, int rank);
+using ::dtrain::RankCoordinates;
+using ::dtrain::RankIndex;
+using ::dtrain::WorkersNeeded;
 
 // The rank whose step metrics the coordinator records: dp 0, the last pipeline stage, tp 0.
 // Every rank computes the same global loss and gradient norm; only this one sends its steps,

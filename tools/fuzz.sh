@@ -33,7 +33,7 @@ done
 # The sources each target links, besides fuzz/<target>_fuzzer.cc (gen/ = generated protos).
 declare -A SOURCES=(
   [spec]="plan/spec_json.cc plan/job_plan.cc plan/memory.cc plan/ranks.cc plan/stage_cuts.cc
-          worker/pipeline/schedule.cc worker/pipeline/simulate.cc
+          plan/schedule.cc plan/simulate.cc
           gen/proto/job.pb.cc gen/proto/plan.pb.cc gen/proto/model.pb.cc"
   [safetensors]="worker/model/safetensors.cc worker/model/header_json.cc common/files.cc"
   [manifest]="worker/parallel/manifest.cc worker/model/checkpoint_dir.cc

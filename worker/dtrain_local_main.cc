@@ -9,7 +9,7 @@
 //
 // --spec runs a service job spec (the file `dtrain submit` takes) in this process: parsed and
 // defaulted by the coordinator's rules (plan/job_plan.h) and planned as a worker plans it
-// (worker/daemon/job_runner.h PlanFromSpec), so names and defaults are the service's. The run is
+// (worker/plan_from_spec.h PlanFromSpec), so names and defaults are the service's. The run is
 // job --job_id (default job-000000, an id no coordinator issues) and writes only in its
 // directory, <checkpoint.dir>/<job id>/ (or <--data_root>/jobs/<job id>/), which must not hold
 // an earlier run's files. A layout other than 1x1x1 runs on this one process: every layout
@@ -37,7 +37,7 @@
 #include "kernels/backend.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
-#include "worker/daemon/job_runner.h"
+#include "worker/plan_from_spec.h"
 #include "worker/local_trainer.h"
 
 ABSL_FLAG(int, vocab_size, 256, "vocabulary size V (256 for byte-level text)");

@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "plan/job_plan.h"
-#include "worker/daemon/job_runner.h"
+#include "worker/plan_from_spec.h"
 #include "worker/local_trainer.h"
 #include "worker/testing/text_corpus.h"
 

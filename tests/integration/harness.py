@@ -261,7 +261,11 @@ class Cluster:
 
     def start_worker(self, worker_id, extra=()):
         self.metrics_ports["worker-" + worker_id] = free_port()
-        argv = [self.bin["worker"], "--coordinator=%s" % self.address,
+        # dtrain-worker-testing (the same daemon with the --test_only_* fault flags) only where a
+        # case injects a fault: every other worker is the production binary.
+        testing = any(str(a).startswith("--test_only_") for a in extra)
+        argv = [self.bin["worker_testing" if testing else "worker"],
+                "--coordinator=%s" % self.address,
                 "--metrics_listen=127.0.0.1:%d" % self.metrics_ports["worker-" + worker_id],
                 "--worker_id=%s" % worker_id, "--device=cpu", "--threads=1",
                 "--host_label=testhost", "--advertise_address=127.0.0.1:%d" % free_port(),

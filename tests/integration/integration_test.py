@@ -811,12 +811,16 @@ def main():
     parser.add_argument("--case", required=True, choices=sorted(CASES) + ["all"])
     parser.add_argument("--coordinator", required=True)
     parser.add_argument("--worker", required=True)
+    parser.add_argument("--worker_testing", required=True,
+                        help="dtrain-worker-testing: the worker with --test_only_* fault flags")
     parser.add_argument("--cli", required=True)
     parser.add_argument("--examples", required=True, help="folder of tiny.json")
     parser.add_argument("--peer_dial", help="worker/comm's peer_dial_for_testing (roles_cases)")
     args = parser.parse_args()
     args.binaries = {"coordinator": os.path.abspath(args.coordinator),
-                     "worker": os.path.abspath(args.worker), "cli": os.path.abspath(args.cli)}
+                     "worker": os.path.abspath(args.worker),
+                     "worker_testing": os.path.abspath(args.worker_testing),
+                     "cli": os.path.abspath(args.cli)}
     args.examples = os.path.abspath(args.examples)
     if args.peer_dial:
         args.peer_dial = os.path.abspath(args.peer_dial)

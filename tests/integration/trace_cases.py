@@ -7,7 +7,7 @@ per step and a checkpoint every step: the file is loaded as JSON and its structu
 way Perfetto's JSON importer reads it (every event has the fields its ph needs, durations >= 0,
 every flow start has one finish, a process per rank), and each rank's F / B / W blocks, in time
 order, equal the 1f1b schedule's definition (computed here from the rule, and the same as the
-list the trace's metadata carries from worker/pipeline/schedule.h).
+list the trace's metadata carries from plan/schedule.h).
 """
 
 import json

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/rank_numbering.h"
 #include "common/status_macros.h"
-#include "plan/ranks.h"
 
 namespace dtrain::comm {
 namespace {
@@ -13,13 +13,13 @@ namespace {
 enum GroupKind : int32_t { kTensorParallel = 1, kDataParallel = 2, kTiedEmbedding = 3 };
 int32_t GroupId(GroupKind kind, int index) { return (kind << 24) | index; }
 
-// Factors as plan/ranks.h counts them (0 means 1).
+// Factors as common/rank_numbering.h counts them (0 means 1).
 int Pp(const ParallelLayout& l) { return std::max(1, l.pp()); }
 int Tp(const ParallelLayout& l) { return std::max(1, l.tp()); }
 
 // `rank`'s coordinates; InvalidArgument outside the layout (see the top of groups.h).
 absl::StatusOr<RankAssignment> CoordinatesOf(const ParallelLayout& layout, int rank) {
-  const int64_t size = plan::WorkersNeeded(layout);
+  const int64_t size = WorkersNeeded(layout);
   const std::string what = absl::StrCat("dp=", std::max(1, layout.dp()), " pp=", Pp(layout),
                                         " tp=", Tp(layout), " (", size, " ranks)");
   if (size >= (int64_t{1} << 24)) {
@@ -28,7 +28,7 @@ absl::StatusOr<RankAssignment> CoordinatesOf(const ParallelLayout& layout, int r
   if (rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " outside ", what));
   }
-  return plan::RankCoordinates(layout, rank);
+  return RankCoordinates(layout, rank);
 }
 
 // The rank at (dp, pp, tp), which the caller keeps inside the layout.
@@ -37,7 +37,7 @@ int RankAt(const ParallelLayout& layout, int dp, int pp, int tp) {
   r.set_dp_rank(dp);
   r.set_pp_rank(pp);
   r.set_tp_rank(tp);
-  return plan::RankIndex(layout, r);
+  return RankIndex(layout, r);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // plan leaves it), derived from (dp, pp, tp) alone: pure functions, the same on every rank, so
 // every member of a group agrees on its ranks, their ring order and its id without talking.
 //
-// Ranks are numbered as everywhere in dtrain (plan/ranks.h RankIndex / RankCoordinates):
+// Ranks are numbered as everywhere in dtrain (common/rank_numbering.h RankIndex / RankCoordinates):
 //   rank = (dp_rank * pp + pp_rank) * tp + tp_rank
 // so a tensor-parallel group is tp consecutive ranks (one host, usually).
 //

@@ -74,6 +74,7 @@
 #include "worker/daemon/parallel_job.h"
 #include "worker/daemon/worker_metrics.h"
 #include "worker/local_trainer.h"
+#include "worker/plan_from_spec.h"
 
 namespace dtrain::worker {
 
@@ -170,17 +171,6 @@ class JobRunner {
 // OK when `spec_device` ("", "auto", "cpu", "cuda", "cuda:N") can run on `worker`; else
 // FailedPrecondition naming both.
 absl::Status CheckDevice(const std::string& spec_device, const kernels::DeviceInfo& worker);
-
-// The job's own directory on this worker, absolute (common/job_paths.h JobDirectory from the
-// spec's checkpoint.dir and `data_root`). InvalidArgument when `job_id` is not a job id.
-absl::StatusOr<std::string> JobDir(const std::string& job_id, const JobSpec& spec,
-                                   const std::string& data_root);
-
-// The TrainingRun of a spec for a job whose directory is `job_dir` (JobDir): training
-// state there when the spec names checkpoint.dir, final weights at <job_dir>/model.safetensors,
-// dataset / init_checkpoint / resume_from made absolute (see the top of this file).
-// InvalidArgument naming every bad field.
-absl::StatusOr<TrainingRun> PlanFromSpec(const JobSpec& spec, const std::string& job_dir);
 
 }  // namespace dtrain::worker
 

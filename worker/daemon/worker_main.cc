@@ -50,6 +50,7 @@
 #include "kernels/backend.h"
 #include "worker/daemon/coordinator_client.h"
 #include "worker/daemon/job_runner.h"
+#include "worker/daemon/test_only_faults.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/daemon/worker_metrics.h"
 
@@ -87,17 +88,6 @@ ABSL_FLAG(std::string, allowed_paths, "",
           "through a symlink, fails before anything is read or written");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every coordinator RPC");
 ABSL_FLAG(int, log_every, 10, "log a progress line every N steps (0: never)");
-ABSL_FLAG(absl::Duration, test_only_step_delay, absl::ZeroDuration(),
-          "test-only: sleep this long after every training step (fault tests that must act "
-          "at a known point of a run); 0: no delay");
-ABSL_FLAG(int64_t, test_only_skip_collective, -1,
-          "test-only: in multi-worker jobs this rank's tensor-parallel group (data-parallel "
-          "when tp=1) skips collective sequence number N, so its later collectives are one "
-          "ahead of its partners' (a mismatched collective, for `dtrain diagnose`); -1: off");
-ABSL_FLAG(std::string, test_only_forward_delay, "",
-          "test-only: STEP:DURATION, e.g. 3:8s: in multi-worker jobs, F of micro-batch 0 of "
-          "step STEP sleeps DURATION once its input arrived (a rank stuck in compute, for "
-          "`dtrain diagnose`); empty: off");
 // The default port is taken when several workers share a host: each then needs its own; a
 // worker that cannot bind the default runs without metrics and says so, while any other
 // address must work.
@@ -164,20 +154,7 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   RETURN_IF_ERROR(Annotate(precision.status(), "--matmul_precision"));
   options.data_root = absl::GetFlag(FLAGS_data_root);
   options.log_every = absl::GetFlag(FLAGS_log_every);
-  if (const absl::Duration delay = absl::GetFlag(FLAGS_test_only_step_delay);
-      delay > absl::ZeroDuration()) {
-    options.after_step = [delay](int64_t) { absl::SleepFor(delay); };
-  }
-  options.test_only.skip_collective_seq = absl::GetFlag(FLAGS_test_only_skip_collective);
-  if (const std::string delay = absl::GetFlag(FLAGS_test_only_forward_delay); !delay.empty()) {
-    const std::vector<std::string> parts = absl::StrSplit(delay, absl::MaxSplits(':', 1));
-    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &options.test_only.forward_delay_step) ||
-        options.test_only.forward_delay_step < 1 ||
-        !absl::ParseDuration(parts[1], &options.test_only.forward_delay)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--test_only_forward_delay=", delay, " must be STEP:DURATION, e.g. 3:8s (STEP >= 1)"));
-    }
-  }
+  RETURN_IF_ERROR(ApplyTestOnlyFaultFlags(options));
   RETURN_IF_ERROR(Annotate(MakeDirectories(options.data_root), "--data_root"));
   std::vector<std::string> roots = {options.data_root};
   for (std::string& path : SplitPathList(absl::GetFlag(FLAGS_allowed_paths))) {

@@ -99,6 +99,22 @@ TEST(DtrainWorker, HelpListsTheWorkersOwnFlags) {
   EXPECT_THAT(text, Not(HasSubstr("No flags matched")));
 }
 
+// The production binary cannot be told to inject a fault: the --test_only_* flags exist only in
+// dtrain-worker-testing (test_only_faults.h).
+TEST(DtrainWorker, HasNoTestOnlyFlags) {
+  const std::string log = TempPath("helpfull.log");
+  pid_t pid = Spawn({"--helpfull"}, log);
+  ASSERT_GT(pid, 0);
+  WaitExit(pid, kWait);
+  const std::string text = ReadFile(log);
+  EXPECT_THAT(text, HasSubstr("--worker_id"));  // the help was printed
+  EXPECT_THAT(text, Not(HasSubstr("test_only")));
+
+  pid = Spawn({"--worker_id=w", "--test_only_step_delay=1s"}, TempPath("test_only.log"));
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, kWait), 1);  // an unknown flag
+}
+
 TEST(DtrainWorker, NeitherTlsFilesNorInsecureRefusesToStart) {
   const std::string log = TempPath("no_tls.log");
   pid_t pid = Spawn({"--worker_id=w", "--coordinator=127.0.0.1:1", "--device=cpu"}, log,

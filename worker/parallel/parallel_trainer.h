@@ -32,7 +32,7 @@
 #include "worker/model/optimizer.h"
 #include "worker/parallel/checkpoint_writer.h"
 #include "worker/parallel/sharded_checkpoint.h"
-#include "worker/pipeline/schedule.h"
+#include "plan/schedule.h"
 #include "worker/training_run.h"
 
 namespace dtrain::parallel {

@@ -18,7 +18,7 @@
 #include "common/status_macros.h"
 #include "worker/comm/inproc/inproc_transport.h"
 #include "worker/parallel/threaded_ranks.h"
-#include "worker/pipeline/simulate.h"
+#include "plan/simulate.h"
 #include "worker/testing/text_corpus.h"
 
 ABSL_FLAG(int, stages, 4, "pipeline stages (ranks)");

@@ -1,5 +1,5 @@
 // StageExecutor: runs one pipeline stage's schedule for one training step — the actions of
-// worker/pipeline/schedule.h on this rank's chunks, with activations and gradients streamed to
+// plan/schedule.h on this rank's chunks, with activations and gradients streamed to
 // and from the neighbouring stages (comm::StageLinks).
 //
 // A chunk is one GptStage; model chunk k = chunk * pp + pp_rank of K = pp * v. F of
@@ -30,7 +30,7 @@
 #include "absl/types/span.h"
 #include "worker/comm/p2p.h"
 #include "worker/model/gpt_stage.h"
-#include "worker/pipeline/schedule.h"
+#include "plan/schedule.h"
 
 namespace dtrain::parallel {
 

@@ -4,8 +4,8 @@
 //
 // Vocabulary: a job has dp * pp * tp ranks; a "tp group" is the tp ranks of one (dp, pp) pair,
 // which exchange activations every layer and so want one host.
-#ifndef DTRAIN_COORDINATOR_PLACEMENT_H_
-#define DTRAIN_COORDINATOR_PLACEMENT_H_
+#ifndef DTRAIN_PLAN_PLACEMENT_H_
+#define DTRAIN_PLAN_PLACEMENT_H_
 
 #include <vector>
 
@@ -15,7 +15,7 @@
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"
 
-namespace dtrain::coordinator {
+namespace dtrain::plan {
 
 struct PlacementResult {
   Placement placement;
@@ -43,6 +43,6 @@ struct PlacementResult {
 absl::StatusOr<PlacementResult> PlaceJob(const JobPlan& plan,
                                          absl::Span<const WorkerInfo> idle_workers);
 
-}  // namespace dtrain::coordinator
+}  // namespace dtrain::plan
 
-#endif  // DTRAIN_COORDINATOR_PLACEMENT_H_
+#endif  // DTRAIN_PLAN_PLACEMENT_H_

@@ -1,4 +1,4 @@
-#include "coordinator/placement.h"
+#include "plan/placement.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "plan/job_plan.h"
 
-namespace dtrain::coordinator {
+namespace dtrain::plan {
 namespace {
 
 using ::testing::ElementsAre;
@@ -253,4 +253,4 @@ TEST(PlaceJob, UnknownMemoryFitsAnything) {
 }
 
 }  // namespace
-}  // namespace dtrain::coordinator
+}  // namespace dtrain::plan

@@ -1,7 +1,7 @@
 // The schedules as specifications: completeness and order for every kind over several shapes,
 // the warm-up depths and peak memory each schedule promises, Megatron's interleaved order by
 // hand, and CheckTrace naming the rule a bad trace breaks.
-#include "worker/pipeline/schedule.h"
+#include "plan/schedule.h"
 
 #include <algorithm>
 #include <map>

@@ -10,8 +10,8 @@
 //   ASSIGN_OR_RETURN(ScheduleSpec spec, ...);  // {kOneFOneB, 4 stages, 8 micro-batches}
 //   ASSIGN_OR_RETURN(std::vector<Action> actions, StageActions(spec, /*stage=*/0));
 //   // F0 F1 F2 F3 B0 F4 B1 F5 ... B7
-#ifndef DTRAIN_WORKER_PIPELINE_SCHEDULE_H_
-#define DTRAIN_WORKER_PIPELINE_SCHEDULE_H_
+#ifndef DTRAIN_PLAN_SCHEDULE_H_
+#define DTRAIN_PLAN_SCHEDULE_H_
 
 #include <string>
 #include <vector>
@@ -78,4 +78,4 @@ absl::Status CheckTrace(const ScheduleSpec& spec, int stage, absl::Span<const Ac
 
 }  // namespace dtrain::pipeline
 
-#endif  // DTRAIN_WORKER_PIPELINE_SCHEDULE_H_
+#endif  // DTRAIN_PLAN_SCHEDULE_H_

@@ -1,6 +1,6 @@
 // The simulator against closed forms: 1F1B and GPipe bubbles (p-1)/(m+p-1), ZB-H1's third of
 // it, interleaving's reduction, latency on a two-stage pipe by hand, and deadlocks named.
-#include "worker/pipeline/simulate.h"
+#include "plan/simulate.h"
 
 #include <iostream>
 

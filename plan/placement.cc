@@ -1,4 +1,4 @@
-#include "coordinator/placement.h"
+#include "plan/placement.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
 
-namespace dtrain::coordinator {
+namespace dtrain::plan {
 namespace {
 
 struct HostGroup {
@@ -180,4 +180,4 @@ absl::StatusOr<PlacementResult> PlaceJob(const JobPlan& plan,
   return result;
 }
 
-}  // namespace dtrain::coordinator
+}  // namespace dtrain::plan

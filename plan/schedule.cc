@@ -37,7 +37,7 @@
 // must run F B W F B W with nothing deferred, so with F = B = W = 1 its last B ends at 3m+p-2 and
 // stage 0's last W at >= 3m+2p-2: for p=4, m=8 a bubble of at least 6/30 = 20% against 1F1B's
 // 27.3%, where ZB-H1 as published reaches 3/27 = 11.1%.
-#include "worker/pipeline/schedule.h"
+#include "plan/schedule.h"
 
 #include <algorithm>
 #include <map>

@@ -15,14 +15,14 @@
 //   ASSIGN_OR_RETURN(SimResult r, SimulateSchedule({ScheduleKind::kOneFOneB, 4, 8, 1},
 //                                                 std::vector<StageCosts>(4, {1, 1, 1}), 0));
 //   r.bubble_fraction;  // 3/11 = (p-1)/(m+p-1)
-#ifndef DTRAIN_WORKER_PIPELINE_SIMULATE_H_
-#define DTRAIN_WORKER_PIPELINE_SIMULATE_H_
+#ifndef DTRAIN_PLAN_SIMULATE_H_
+#define DTRAIN_PLAN_SIMULATE_H_
 
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "worker/pipeline/schedule.h"
+#include "plan/schedule.h"
 
 namespace dtrain::pipeline {
 
@@ -74,4 +74,4 @@ absl::StatusOr<SimResult> SimulateSchedule(const ScheduleSpec& spec,
 
 }  // namespace dtrain::pipeline
 
-#endif  // DTRAIN_WORKER_PIPELINE_SIMULATE_H_
+#endif  // DTRAIN_PLAN_SIMULATE_H_

@@ -1,4 +1,4 @@
-#include "worker/pipeline/simulate.h"
+#include "plan/simulate.h"
 
 #include <algorithm>
 #include <optional>
