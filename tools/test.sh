@@ -9,6 +9,10 @@
 # DTRAIN_SANITIZERS=0 skips the sanitizer builds, FUZZ_SECONDS=0 the fuzzing. Arguments go to
 # the first `bazel test`. Ends with one line "N passed, M failed", counting every Bazel test of
 # every build and every fuzz target.
+#
+#   tools/test.sh --quick   everyday work: every unit and oracle test, and a handful of
+#                           end-to-end cases (QUICK_CASES), no docker, no sanitizers, no fuzzing
+#                           (docs/TESTING.md: its cost on a warm build)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh || exit 1
@@ -25,6 +29,11 @@ TSAN_TESTS=(//worker/comm:all //coordinator:placement_test //coordinator:failure
             //coordinator:job_store_test //coordinator:job_notifier_test
             //coordinator:worker_registry_test)
 TSAN_FILTER='-*Grpc*:PeerDeath.*:JobSecret.*:RankDiagnosis.*'
+
+# --quick: the end-to-end cases that cover the most of the service in the least time.
+QUICK_CASES=(happy_path multi_worker recovery_spare tls cli_offline)
+QUICK_TESTS=()
+for c in "${QUICK_CASES[@]}"; do QUICK_TESTS+=("//tests/integration:${c}_test"); done
 
 passed=0
 failed=0
@@ -45,6 +54,15 @@ run_bazel() {  # bazel test ARGS..., counted; a build that fails without a test 
     grep -qE "$FAIL_RE" "$log" || failed=$((failed + 1))
   fi
 }
+
+if [[ ${1:-} == --quick ]]; then
+  shift
+  run_bazel "$@" -- //... -//tests/integration/... -//tests/deploy:compose_test \
+    "${QUICK_TESTS[@]}"
+  echo
+  echo "${passed} passed, ${failed} failed"
+  exit "$status"
+fi
 
 run_bazel //... "$@"
 if [[ ${DTRAIN_SANITIZERS:-1} != 0 ]]; then
