@@ -282,6 +282,10 @@ const std::vector<CommandInfo>& Commands() {
        "DIR/NAME.pem + NAME.key for coordinator, worker, admin and viewer (CN = name, OU = "
        "role; keys 0600; an existing CA is never replaced); `certs issue DIR NAME --role=ROLE` "
        "adds one signed by DIR's CA (e.g. one per worker or user)"},
+      {"data", "prepare IN.txt OUT.bin", 3, 3, "prepare, a text file and an output file", false,
+       "without a coordinator: `data prepare IN.txt OUT.bin` tokenizes a UTF-8 text file "
+       "(--tokenizer=gpt2: GPT-2's byte-pair encoding, vocab 50257; byte: vocab 256) into an "
+       "llm.c token file, a job's dataset"},
       {"version", "", 0, 0, "", false, "the version of dtrain and the commit it was built from"},
       {"help", "[COMMAND]", 0, 1, "", false, "this text, or one command's arguments and flags"},
   };
@@ -500,6 +504,22 @@ const std::vector<FlagInfo>& Flags() {
        {"certs"},
        "instead of --days: valid until this date (a past date makes an expired certificate, "
        "for tests)"},
+      {"tokenizer",
+       &I::tokenizer,
+       "NAME",
+       "gpt2",
+       "",
+       FlagBound::kNotEmpty,
+       {"data"},
+       "gpt2 (GPT-2's byte-pair encoding) or byte"},
+      {"tokenizer_dir",
+       &I::tokenizer_dir,
+       "DIR",
+       kDefaultGpt2TokenizerDir,
+       "",
+       FlagBound::kNotEmpty,
+       {"data"},
+       "GPT-2's encoder.json and vocab.bpe (tools/setup.sh fetches them there)"},
       {"workers",
        &I::workers,
        "N",

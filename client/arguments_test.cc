@@ -130,8 +130,8 @@ TEST(Arguments, OnlyCommandsThatCallTheCoordinatorNeedIt) {
     ASSERT_TRUE(inv.ok()) << command.name << ": " << inv.status();
     const bool offline =
         std::string(command.name) == "plan" || std::string(command.name) == "export" ||
-        std::string(command.name) == "certs" || std::string(command.name) == "help" ||
-        std::string(command.name) == "version";
+        std::string(command.name) == "certs" || std::string(command.name) == "data" ||
+        std::string(command.name) == "help" || std::string(command.name) == "version";
     EXPECT_EQ(NeedsCoordinator(*inv), !offline) << command.name;
   }
 }

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/certs.h"
+#include "client/data_prepare.h"
 #include "client/format.h"
 #include "client/plan.h"
 #include "client/tls_probe.h"
@@ -285,6 +286,24 @@ int Resubmit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   if (inv.resume) absl::StrAppend(&note, " resuming from its last sealed step");
   if (inv.steps > 0) absl::StrAppend(&note, " with steps ", inv.steps);
   return SubmitAndMaybeWatch(request, absl::StrCat("the spec of ", *id), note, inv, stub, output);
+}
+
+// `data prepare`: a text file tokenized into an llm.c token file.
+int DataPrepare(const Invocation& inv, Output& output) {
+  if (inv.args[0] != "prepare") {
+    output.err << "dtrain: use `dtrain data prepare IN.txt OUT.bin [--tokenizer=gpt2|byte]`\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<PreparedTokens> prepared =
+      PrepareTokenFile(inv.args[1], inv.args[2], inv.tokenizer, inv.tokenizer_dir);
+  if (!prepared.ok()) {
+    output.err << "dtrain: data prepare: " << prepared.status().message() << "\n";
+    return prepared.status().code() == absl::StatusCode::kInternal ? kExitOtherError : kExitUsage;
+  }
+  output.out << "wrote " << inv.args[2] << ": " << prepared->tokens << " tokens from "
+             << prepared->bytes << " bytes (" << inv.tokenizer << ", vocab_size "
+             << prepared->vocab_size << ")\n";
+  return kExitOk;
 }
 
 // `export`: the shards of a complete checkpoint step (its manifest) into one safetensors file.
@@ -586,6 +605,7 @@ int RunWithoutCoordinator(const Invocation& inv, Output& output) {
   if (inv.command == "plan") return PlanJob(inv, output);
   if (inv.command == "export") return Export(inv, output);
   if (inv.command == "certs") return Certs(inv, output);
+  if (inv.command == "data") return DataPrepare(inv, output);
   output.err << "dtrain: '" << inv.command << "' needs the coordinator\n";
   return kExitUsage;
 }
