@@ -58,6 +58,11 @@ TEST(Pretokenize, InvalidUtf8IsRefusedWithItsOffset) {
   EXPECT_FALSE(DecodeUtf8("\xE2\x82").ok());          // truncated
 }
 
+TEST(UnicodeText, ReplaceInvalidUtf8KeepsValidCharactersAndReplacesEachBadByte) {
+  EXPECT_EQ(ReplaceInvalidUtf8("caf\xC3\xA9"), "caf\xC3\xA9");
+  EXPECT_EQ(ReplaceInvalidUtf8("a\xFF\xE2\x82"), "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
 TEST(UnicodeText, Classes) {
   EXPECT_TRUE(IsLetter(U'ï'));
   EXPECT_TRUE(IsLetter(U'日'));

@@ -9,8 +9,50 @@ namespace dtrain {
 namespace tokenizer {
 namespace {
 
-absl::Status Invalid(int64_t offset, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("invalid UTF-8 at byte ", offset, ": ", why));
+// Decodes the character at text[i]: its value and size, or why it is invalid (and the offset
+// of the offending byte).
+struct Decoded {
+  char32_t value = 0;
+  int size = 0;
+  const char* invalid = nullptr;
+  int64_t invalid_at = 0;
+};
+
+Decoded DecodeOne(absl::string_view text, int64_t i) {
+  const int64_t n = static_cast<int64_t>(text.size());
+  const unsigned char lead = static_cast<unsigned char>(text[i]);
+  Decoded d;
+  d.invalid_at = i;
+  char32_t min_value;  // the smallest value this length may encode (less is overlong)
+  if (lead < 0x80) {
+    d.value = lead, d.size = 1;
+    return d;
+  } else if ((lead & 0xE0) == 0xC0) {
+    d.size = 2, d.value = lead & 0x1F, min_value = 0x80;
+  } else if ((lead & 0xF0) == 0xE0) {
+    d.size = 3, d.value = lead & 0x0F, min_value = 0x800;
+  } else if ((lead & 0xF8) == 0xF0) {
+    d.size = 4, d.value = lead & 0x07, min_value = 0x10000;
+  } else {
+    d.invalid = "a byte that cannot start a character";
+    return d;
+  }
+  if (i + d.size > n) {
+    d.invalid = "truncated sequence at the end of the text";
+    return d;
+  }
+  for (int k = 1; k < d.size; ++k) {
+    const unsigned char cont = static_cast<unsigned char>(text[i + k]);
+    if ((cont & 0xC0) != 0x80) {
+      d.invalid = "expected a continuation byte", d.invalid_at = i + k;
+      return d;
+    }
+    d.value = (d.value << 6) | (cont & 0x3F);
+  }
+  if (d.value < min_value) d.invalid = "overlong encoding";
+  if (d.value >= 0xD800 && d.value <= 0xDFFF) d.invalid = "encoded surrogate";
+  if (d.value > 0x10FFFF) d.invalid = "value above U+10FFFF";
+  return d;
 }
 
 }  // namespace
@@ -18,36 +60,30 @@ absl::Status Invalid(int64_t offset, absl::string_view why) {
 absl::StatusOr<std::vector<CodePoint>> DecodeUtf8(absl::string_view text) {
   std::vector<CodePoint> out;
   out.reserve(text.size());
-  const int64_t n = static_cast<int64_t>(text.size());
-  for (int64_t i = 0; i < n;) {
-    const unsigned char lead = static_cast<unsigned char>(text[i]);
-    int size;
-    char32_t value;
-    char32_t min_value;  // the smallest value this length may encode (shorter is overlong)
-    if (lead < 0x80) {
-      out.push_back({lead, i, 1});
-      ++i;
-      continue;
-    } else if ((lead & 0xE0) == 0xC0) {
-      size = 2, value = lead & 0x1F, min_value = 0x80;
-    } else if ((lead & 0xF0) == 0xE0) {
-      size = 3, value = lead & 0x0F, min_value = 0x800;
-    } else if ((lead & 0xF8) == 0xF0) {
-      size = 4, value = lead & 0x07, min_value = 0x10000;
+  for (int64_t i = 0; i < static_cast<int64_t>(text.size());) {
+    const Decoded d = DecodeOne(text, i);
+    if (d.invalid != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid UTF-8 at byte ", d.invalid_at, ": ", d.invalid));
+    }
+    out.push_back({d.value, i, d.size});
+    i += d.size;
+  }
+  return out;
+}
+
+std::string ReplaceInvalidUtf8(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (int64_t i = 0; i < static_cast<int64_t>(text.size());) {
+    const Decoded d = DecodeOne(text, i);
+    if (d.invalid != nullptr) {
+      out += "\xEF\xBF\xBD";
+      i += 1;
     } else {
-      return Invalid(i, absl::StrCat("byte 0x", absl::Hex(lead), " cannot start a character"));
+      out.append(text.data() + i, d.size);
+      i += d.size;
     }
-    if (i + size > n) return Invalid(i, "truncated sequence at the end of the text");
-    for (int k = 1; k < size; ++k) {
-      const unsigned char cont = static_cast<unsigned char>(text[i + k]);
-      if ((cont & 0xC0) != 0x80) return Invalid(i + k, "expected a continuation byte");
-      value = (value << 6) | (cont & 0x3F);
-    }
-    if (value < min_value) return Invalid(i, "overlong encoding");
-    if (value >= 0xD800 && value <= 0xDFFF) return Invalid(i, "encoded surrogate");
-    if (value > 0x10FFFF) return Invalid(i, "value above U+10FFFF");
-    out.push_back({value, i, size});
-    i += size;
   }
   return out;
 }

@@ -14,6 +14,7 @@
 #define DTRAIN_TOKENIZER_UNICODE_TEXT_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,6 +32,10 @@ struct CodePoint {
 // Strict UTF-8 (RFC 3629): InvalidArgument "invalid UTF-8 at byte N: <why>" for a truncated or
 // overlong sequence, a surrogate (U+D800..U+DFFF), a value above U+10FFFF or a stray byte.
 absl::StatusOr<std::vector<CodePoint>> DecodeUtf8(absl::string_view text);
+
+// `text` with each byte that does not belong to a valid character replaced by U+FFFD: printable
+// text from any bytes (a sampled byte-level model's output).
+std::string ReplaceInvalidUtf8(absl::string_view text);
 
 bool IsLetter(char32_t c);
 bool IsNumber(char32_t c);
