@@ -70,7 +70,14 @@ struct Invocation {
   std::string role{};              // certs --role (issue)
   std::string not_after{};         // certs --not_after: YYYY-MM-DD, instead of --days
   std::string tokenizer{};         // data --tokenizer: gpt2 or byte
-  std::string tokenizer_dir{};     // data --tokenizer_dir: encoder.json and vocab.bpe
+  std::string tokenizer_dir{};     // data, sample --tokenizer_dir: encoder.json and vocab.bpe
+  std::string prompt{};            // sample --prompt
+  int sample_tokens{};             // sample --tokens
+  std::string temperature{};       // sample --temperature (dtrain-sample parses it)
+  int top_k{};                     // sample --top_k
+  int64_t seed{};                  // sample --seed
+  std::string device{};            // sample --device
+  int n_head{};                    // sample --n_head
 };
 
 // A command: `name args` and what it does.
@@ -130,8 +137,8 @@ inline constexpr char kTlsKeyEnv[] = "DTRAIN_TLS_KEY";
 inline constexpr char kInsecureEnv[] = "DTRAIN_INSECURE";
 TlsFiles TlsFilesOf(const Invocation& invocation, char* (*getenv)(const char*));
 
-// Whether the invocation calls the coordinator: false for help, version, plan and export, which
-// main() runs without building a channel.
+// Whether the invocation calls the coordinator: false for help, version, plan, export, data,
+// certs, and sample of a path that exists, which main() runs without building a channel.
 bool NeedsCoordinator(const Invocation& invocation);
 
 // The usage text (`dtrain help`): every command and every flag, and the exit codes.

@@ -23,6 +23,7 @@
 #include "client/data_prepare.h"
 #include "client/format.h"
 #include "client/plan.h"
+#include "client/sample.h"
 #include "client/tls_probe.h"
 #include "client/trace.h"
 #include "common/files.h"
@@ -304,6 +305,19 @@ int DataPrepare(const Invocation& inv, Output& output) {
              << prepared->bytes << " bytes (" << inv.tokenizer << ", vocab_size "
              << prepared->vocab_size << ")\n";
   return kExitOk;
+}
+
+// `sample JOB`: dtrain-sample on the job's checkpoint directory (its newest sealed step).
+int SampleJob(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  absl::StatusOr<ListCheckpointsResponse> response = stub.ListCheckpoints(*id);
+  if (!response.ok()) return Fail(WithNewestJobHint(stub, response.status()), inv, output);
+  if (response->status().last_sealed_step() == 0 || response->status().dir().empty()) {
+    output.err << "dtrain: " << *id << " has no sealed checkpoint yet to sample from\n";
+    return kExitUsage;
+  }
+  return RunSampler(response->status().dir(), inv, output.err);
 }
 
 // `export`: the shards of a complete checkpoint step (its manifest) into one safetensors file.
@@ -606,6 +620,7 @@ int RunWithoutCoordinator(const Invocation& inv, Output& output) {
   if (inv.command == "export") return Export(inv, output);
   if (inv.command == "certs") return Certs(inv, output);
   if (inv.command == "data") return DataPrepare(inv, output);
+  if (inv.command == "sample") return RunSampler(inv.args[0], inv, output.err);
   output.err << "dtrain: '" << inv.command << "' needs the coordinator\n";
   return kExitUsage;
 }
@@ -624,6 +639,7 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   if (inv.command == "trace") return Trace(inv, stub, output);
   if (inv.command == "rebalance") return Rebalance(inv, stub, output);
   if (inv.command == "workers") return Workers(inv, stub, output);
+  if (inv.command == "sample") return SampleJob(inv, stub, output);
   output.err << "dtrain: unknown command '" << inv.command << "'\n";
   return kExitUsage;
 }

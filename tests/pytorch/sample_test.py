@@ -8,7 +8,7 @@ logits at every step, so a near tie cannot make it flaky). PyTorch recomputes th
 sequence each step (gpt_reference.forward, no cache); dtrain-sample feeds one token at a time
 through its KV cache.
 
-    sample_test.py DTRAIN_SAMPLE TOKENIZER_DIR
+    sample_test.py DTRAIN_SAMPLE TOKENIZER_DIR DTRAIN
 """
 
 import json
@@ -25,6 +25,7 @@ import torch  # noqa: E402
 
 DTRAIN_SAMPLE = os.path.abspath(sys.argv[1])
 TOKENIZER_DIR = os.path.abspath(sys.argv[2])
+DTRAIN = os.path.abspath(sys.argv[3])
 MIN_MARGIN = 1e-3  # PyTorch's best logit minus its second best, every step
 
 
@@ -101,6 +102,19 @@ class GreedyTokensMatchPyTorch(unittest.TestCase):
         greedy = dtrain_sample(*base, "--temperature=0")
         self.assertEqual(dtrain_sample(*base, "--temperature=2", "--top_k=1")["tokens"],
                          greedy["tokens"])
+
+    def test_the_cli_runs_dtrain_sample_without_a_coordinator(self):
+        cfg = ref.Config(vocab_size=256, context=16, n_layer=1, n_head=2, n_embd=32)
+        path = os.path.join(self.dir, "cli.safetensors")
+        random_checkpoint(path, cfg, 4)
+        flags = ["--n_head=2", "--prompt=hi", "--tokens=5", "--temperature=0", "--json",
+                 "--device=cpu"]
+        # No coordinator runs at this address: a checkpoint path must not need one.
+        run = subprocess.run([DTRAIN, "sample", path, *flags, "--coordinator=127.0.0.1:1"],
+                             capture_output=True, text=True,
+                             env=dict(os.environ, DTRAIN_SAMPLE=DTRAIN_SAMPLE))
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertEqual(json.loads(run.stdout), dtrain_sample(path, *flags))
 
 
 if __name__ == "__main__":
