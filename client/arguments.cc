@@ -288,6 +288,10 @@ const std::vector<CommandInfo>& Commands() {
        "DIR/NAME.pem + NAME.key for coordinator, worker, admin and viewer (CN = name, OU = "
        "role; keys 0600; an existing CA is never replaced); `certs issue DIR NAME --role=ROLE` "
        "adds one signed by DIR's CA (e.g. one per worker or user)"},
+      {"export-metrics", "JOB", 1, 1, kJobArgument, true,
+       "an ended job's scalars (loss, lr, grad_norm, tokens/s per step) as CSV or a TensorBoard "
+       "event file (-o FILE; a running job's reporting rank writes events.out.tfevents.* into "
+       "its directory as it trains)"},
       {"sample", "CHECKPOINT|JOB", 1, 1,
        "a checkpoint (safetensors file or checkpoint directory) or a job", true,
        "text from a model, on this machine's device (dtrain-sample, beside dtrain or on PATH): "
@@ -464,8 +468,16 @@ const std::vector<FlagInfo>& Flags() {
        "-",
        "standard output",
        FlagBound::kNotEmpty,
-       {"trace"},
-       "write the trace to FILE (also -o FILE)"},
+       {"trace", "export-metrics"},
+       "write the trace or the metrics to FILE (also -o FILE)"},
+      {"format",
+       &I::format,
+       "F",
+       "csv",
+       "",
+       FlagBound::kNotEmpty,
+       {"export-metrics"},
+       "csv or tfevents (TensorBoard)"},
       {"follow",
        &I::follow,
        "",

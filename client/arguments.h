@@ -62,7 +62,7 @@ struct Invocation {
   int64_t steps{};                 // resubmit --steps
   std::optional<int> rank{};       // logs --rank (unset: every rank and the coordinator)
   std::optional<int> step{};       // trace --step (unset: the newest complete step)
-  std::string output{};            // trace --output (-o): the file ("-": standard output)
+  std::string output{};            // trace, export-metrics --output (-o): the file ("-": stdout)
   bool follow{};                   // logs --follow
   std::string forget{};            // workers --forget
   std::string cert_hosts{};        // certs --host: comma-separated DNS names / IPs
@@ -78,6 +78,7 @@ struct Invocation {
   int64_t seed{};                  // sample --seed
   std::string device{};            // sample --device
   int n_head{};                    // sample --n_head
+  std::string format{};            // export-metrics --format: csv or tfevents
 };
 
 // A command: `name args` and what it does.

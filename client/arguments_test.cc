@@ -69,7 +69,7 @@ TEST(Arguments, TraceTakesAStepAndAnOutputFileAlsoAsDashO) {
   EXPECT_EQ(inv->step, 12);
   EXPECT_EQ(inv->output, "t.json");
   EXPECT_EQ(ErrorOf({"logs", "7", "-o", "t.json"}),
-            "flag --output applies to 'trace' only, not 'logs'");
+            "flag --output applies to 'trace', 'export-metrics' only, not 'logs'");
 }
 
 TEST(Arguments, AFlagOfAnotherCommandNamesTheCommandsThatTakeIt) {

@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "client/certs.h"
 #include "client/data_prepare.h"
+#include "client/export_metrics.h"
 #include "client/format.h"
 #include "client/plan.h"
 #include "client/sample.h"
@@ -304,6 +305,37 @@ int DataPrepare(const Invocation& inv, Output& output) {
   output.out << "wrote " << inv.args[2] << ": " << prepared->tokens << " tokens from "
              << prepared->bytes << " bytes (" << inv.tokenizer << ", vocab_size "
              << prepared->vocab_size << ")\n";
+  return kExitOk;
+}
+
+// `export-metrics JOB`: the steps an ended job's watch replays, as CSV or TensorBoard events.
+int ExportMetrics(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  absl::StatusOr<Job> job = stub.GetJob(*id);
+  if (!job.ok()) return Fail(job.status(), inv, output);
+  if (!IsFinalState(job->state())) {
+    output.err << "dtrain: " << *id << " is " << JobStateName(job->state())
+               << ": export-metrics takes an ended job (a running one's reporting rank writes "
+                  "events.out.tfevents.* into its directory as it trains)\n";
+    return kExitUsage;
+  }
+  std::vector<StepMetrics> steps;
+  absl::Status watched = stub.WatchJob(*id, 0, {.on_update = [&](const JobUpdate& u) {
+    if (u.has_step()) steps.push_back(u.step());
+  }});
+  if (!watched.ok()) return Fail(watched, inv, output);
+  absl::StatusOr<std::string> text = MetricsExport(steps, inv.format);
+  if (!text.ok()) return Fail(text.status(), inv, output);
+  if (inv.output == "-") {
+    output.out << *text;
+    return kExitOk;
+  }
+  if (absl::Status s = WriteFileAtomically(inv.output, *text); !s.ok()) {
+    return Fail(s, inv, output);
+  }
+  output.out << "wrote " << inv.output << ": " << steps.size() << " steps of " << *id << " ("
+             << inv.format << ")\n";
   return kExitOk;
 }
 
@@ -640,6 +672,7 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   if (inv.command == "rebalance") return Rebalance(inv, stub, output);
   if (inv.command == "workers") return Workers(inv, stub, output);
   if (inv.command == "sample") return SampleJob(inv, stub, output);
+  if (inv.command == "export-metrics") return ExportMetrics(inv, stub, output);
   output.err << "dtrain: unknown command '" << inv.command << "'\n";
   return kExitUsage;
 }
