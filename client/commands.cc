@@ -339,17 +339,24 @@ int ExportMetrics(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   return kExitOk;
 }
 
-// `sample JOB`: dtrain-sample on the job's checkpoint directory (its newest sealed step).
+// `sample JOB`: dtrain-sample on the job's checkpoint directory (its newest sealed step), or,
+// without one, on its final weights (`output`, with the spec's head count).
 int SampleJob(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
   if (!id.ok()) return Fail(id.status(), inv, output);
-  absl::StatusOr<ListCheckpointsResponse> response = stub.ListCheckpoints(*id);
-  if (!response.ok()) return Fail(WithNewestJobHint(stub, response.status()), inv, output);
-  if (response->status().last_sealed_step() == 0 || response->status().dir().empty()) {
-    output.err << "dtrain: " << *id << " has no sealed checkpoint yet to sample from\n";
-    return kExitUsage;
+  absl::StatusOr<Job> job = stub.GetJob(*id);
+  if (!job.ok()) return Fail(job.status(), inv, output);
+  if (job->checkpoint().last_sealed_step() > 0 && !job->checkpoint().dir().empty()) {
+    return RunSampler(job->checkpoint().dir(), inv, output.err);
   }
-  return RunSampler(response->status().dir(), inv, output.err);
+  if (!job->output().empty()) {
+    Invocation with_heads = inv;
+    if (with_heads.n_head == 0) with_heads.n_head = job->spec().model().n_head();
+    return RunSampler(job->output(), with_heads, output.err);
+  }
+  output.err << "dtrain: " << *id << " has no sealed checkpoint and no final weights yet to "
+             << "sample from\n";
+  return kExitUsage;
 }
 
 // `export`: the shards of a complete checkpoint step (its manifest) into one safetensors file.

@@ -815,12 +815,15 @@ def main():
     parser.add_argument("--cli", required=True)
     parser.add_argument("--examples", required=True, help="folder of tiny.json")
     parser.add_argument("--peer_dial", help="worker/comm's peer_dial_for_testing (roles_cases)")
+    parser.add_argument("--sample", help="worker's dtrain-sample (metrics_cases: dtrain sample)")
     args = parser.parse_args()
     args.binaries = {"coordinator": os.path.abspath(args.coordinator),
                      "worker": os.path.abspath(args.worker), "cli": os.path.abspath(args.cli)}
     args.examples = os.path.abspath(args.examples)
     if args.peer_dial:
         args.peer_dial = os.path.abspath(args.peer_dial)
+    if args.sample:
+        args.sample = os.path.abspath(args.sample)
     # Bazel ends a test that runs too long with SIGTERM: turn it into an exception so every
     # Cluster's cleanup runs (children also die with us through PR_SET_PDEATHSIG).
     signal.signal(signal.SIGTERM, _on_sigterm)

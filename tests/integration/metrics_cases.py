@@ -1,4 +1,4 @@
-"""A job's scalars outside dtrain: the TensorBoard event file the reporting rank writes into the
+"""A job's outputs outside dtrain: text sampled from it (`dtrain sample JOB`), and its scalars: the TensorBoard event file the reporting rank writes into the
 job's directory as it trains, and `dtrain export-metrics` (csv, tfevents), read back by an
 independent reader: TFRecord framing with struct, CRC-32C written here from its definition
 (reflected polynomial 0x82F63B78, masked as TensorFlow's record writer masks it), and the
@@ -158,3 +158,29 @@ def case_metrics_export(args):
         expect(rc == 2 and "csv or tfevents" in err, "bad format: %d %r" % (rc, err))
         print("metrics_export: %d steps; event file %s (%d bytes): every CRC valid, every scalar "
               "equal" % (len(history), os.path.basename(files[0]), os.path.getsize(files[0])))
+
+
+def case_sample_job(args):
+    """`dtrain sample JOB` (dtrain-sample on the job's newest sealed checkpoint, found through
+    the coordinator) prints what `dtrain sample DIR` of that directory prints, greedy; an unknown
+    job is 4."""
+    os.environ["DTRAIN_SAMPLE"] = args.sample
+    with Cluster(args.binaries, "sample_job") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.wait_workers({"w1": "IDLE"})
+        ckpt = os.path.join(c.workdir, "ckpt")
+        spec = c.write_spec("job.json", small_job_spec(ckpt, steps=10, interval=5))
+        rc, out, err = c.cli("submit", spec, "--watch", timeout=300)
+        expect(rc == 0, "submit --watch exited %d: %s" % (rc, err))
+        job_id = out.split()[1]
+        flags = ["--prompt=The ", "--tokens=12", "--temperature=0", "--json", "--device=cpu"]
+        rc, by_job, err = c.cli("sample", job_id, *flags, check=True)
+        rc, by_dir, err = c.cli("sample", os.path.join(ckpt, job_id), *flags, check=True)
+        got = json.loads(by_job)
+        expect(got == json.loads(by_dir), "by job %r, by directory %r" % (by_job, by_dir))
+        expect(len(got["tokens"]) == 12 and got["text"].startswith("The "), "sample: %r" % got)
+        rc, out, err = c.cli("sample", "job-000099", *flags)
+        expect(rc == 4, "unknown job: exit %d (want 4): %s" % (rc, err))
+        print("sample_job: %s -> %r" % (job_id, got["text"]))
