@@ -1,5 +1,7 @@
 #include "client/arguments.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <set>
 
@@ -194,9 +196,13 @@ std::string FlagSynopsis(const FlagInfo& flag) {
 std::string CommandSynopsis(const CommandInfo& command) {
   std::string synopsis = command.name;
   if (*command.args != '\0') absl::StrAppend(&synopsis, " ", command.args);
+  // Its flags while the line stays short; "[...]" for the rest (`dtrain help COMMAND` lists all).
+  constexpr size_t kMaxSynopsis = 72;
   for (const FlagInfo& flag : Flags()) {
     if (!flag.commands.empty() && TakesFlag(command, flag)) {
-      absl::StrAppend(&synopsis, " [", FlagSynopsis(flag), "]");
+      const std::string more = absl::StrCat(" [", FlagSynopsis(flag), "]");
+      if (synopsis.size() + more.size() > kMaxSynopsis) return synopsis + " [...]";
+      synopsis += more;
     }
   }
   return synopsis;
@@ -282,6 +288,19 @@ const std::vector<CommandInfo>& Commands() {
        "DIR/NAME.pem + NAME.key for coordinator, worker, admin and viewer (CN = name, OU = "
        "role; keys 0600; an existing CA is never replaced); `certs issue DIR NAME --role=ROLE` "
        "adds one signed by DIR's CA (e.g. one per worker or user)"},
+      {"export-metrics", "JOB", 1, 1, kJobArgument, true,
+       "an ended job's scalars (loss, lr, grad_norm, tokens/s per step) as CSV or a TensorBoard "
+       "event file (-o FILE; a running job's reporting rank writes events.out.tfevents.* into "
+       "its directory as it trains)"},
+      {"sample", "CHECKPOINT|JOB", 1, 1,
+       "a checkpoint (safetensors file or checkpoint directory) or a job", true,
+       "text from a model, on this machine's device (dtrain-sample, beside dtrain or on PATH): "
+       "a CHECKPOINT path that exists needs no coordinator; a JOB samples its newest sealed "
+       "checkpoint (its directory must be readable here); --temperature=0 is greedy"},
+      {"data", "prepare IN.txt OUT.bin", 3, 3, "prepare, a text file and an output file", false,
+       "without a coordinator: `data prepare IN.txt OUT.bin` tokenizes a UTF-8 text file "
+       "(--tokenizer=gpt2: GPT-2's byte-pair encoding, vocab 50257; byte: vocab 256) into an "
+       "llm.c token file, a job's dataset"},
       {"version", "", 0, 0, "", false, "the version of dtrain and the commit it was built from"},
       {"help", "[COMMAND]", 0, 1, "", false, "this text, or one command's arguments and flags"},
   };
@@ -449,8 +468,16 @@ const std::vector<FlagInfo>& Flags() {
        "-",
        "standard output",
        FlagBound::kNotEmpty,
-       {"trace"},
-       "write the trace to FILE (also -o FILE)"},
+       {"trace", "export-metrics"},
+       "write the trace or the metrics to FILE (also -o FILE)"},
+      {"format",
+       &I::format,
+       "F",
+       "csv",
+       "",
+       FlagBound::kNotEmpty,
+       {"export-metrics"},
+       "csv or tfevents (TensorBoard)"},
       {"follow",
        &I::follow,
        "",
@@ -500,6 +527,64 @@ const std::vector<FlagInfo>& Flags() {
        {"certs"},
        "instead of --days: valid until this date (a past date makes an expired certificate, "
        "for tests)"},
+      {"tokenizer",
+       &I::tokenizer,
+       "NAME",
+       "gpt2",
+       "",
+       FlagBound::kNotEmpty,
+       {"data"},
+       "gpt2 (GPT-2's byte-pair encoding) or byte"},
+      {"tokenizer_dir",
+       &I::tokenizer_dir,
+       "DIR",
+       kDefaultGpt2TokenizerDir,
+       "",
+       FlagBound::kNotEmpty,
+       {"data", "sample"},
+       "GPT-2's encoder.json and vocab.bpe (tools/setup.sh fetches them there)"},
+      {"prompt", &I::prompt, "TEXT", "", "", FlagBound::kAny, {"sample"}, "the text to continue"},
+      {"tokens",
+       &I::sample_tokens,
+       "N",
+       "64",
+       "",
+       FlagBound::kAtLeastOne,
+       {"sample"},
+       "new tokens (at most the model's context)"},
+      {"temperature",
+       &I::temperature,
+       "T",
+       "1",
+       "",
+       FlagBound::kNotEmpty,
+       {"sample"},
+       "softmax temperature; 0: greedy"},
+      {"top_k",
+       &I::top_k,
+       "K",
+       "0",
+       "0: every token",
+       FlagBound::kNotNegative,
+       {"sample"},
+       "draw among the K most likely tokens"},
+      {"seed", &I::seed, "S", "1337", "", FlagBound::kNotNegative, {"sample"}, "seed of the draws"},
+      {"device",
+       &I::device,
+       "DEVICE",
+       "auto",
+       "",
+       FlagBound::kNotEmpty,
+       {"sample"},
+       "cpu, cuda, cuda:N or auto"},
+      {"n_head",
+       &I::n_head,
+       "N",
+       "0",
+       "0: n_embd/64",
+       FlagBound::kNotNegative,
+       {"sample"},
+       "heads of a safetensors CHECKPOINT (a checkpoint directory's manifest says)"},
       {"workers",
        &I::workers,
        "N",
@@ -652,6 +737,11 @@ TlsFiles TlsFilesOf(const Invocation& inv, char* (*getenv)(const char*)) {
 
 bool NeedsCoordinator(const Invocation& invocation) {
   if (invocation.help || invocation.version) return false;
+  // `sample` of a checkpoint path that exists here runs without the coordinator; of a job, not.
+  if (invocation.command == "sample" && !invocation.args.empty() &&
+      access(invocation.args[0].c_str(), F_OK) == 0) {
+    return false;
+  }
   const CommandInfo* command = FindCommand(invocation.command);
   return command == nullptr || command->needs_coordinator;
 }

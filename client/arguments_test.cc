@@ -69,7 +69,7 @@ TEST(Arguments, TraceTakesAStepAndAnOutputFileAlsoAsDashO) {
   EXPECT_EQ(inv->step, 12);
   EXPECT_EQ(inv->output, "t.json");
   EXPECT_EQ(ErrorOf({"logs", "7", "-o", "t.json"}),
-            "flag --output applies to 'trace' only, not 'logs'");
+            "flag --output applies to 'trace', 'export-metrics' only, not 'logs'");
 }
 
 TEST(Arguments, AFlagOfAnotherCommandNamesTheCommandsThatTakeIt) {
@@ -130,8 +130,8 @@ TEST(Arguments, OnlyCommandsThatCallTheCoordinatorNeedIt) {
     ASSERT_TRUE(inv.ok()) << command.name << ": " << inv.status();
     const bool offline =
         std::string(command.name) == "plan" || std::string(command.name) == "export" ||
-        std::string(command.name) == "certs" || std::string(command.name) == "help" ||
-        std::string(command.name) == "version";
+        std::string(command.name) == "certs" || std::string(command.name) == "data" ||
+        std::string(command.name) == "help" || std::string(command.name) == "version";
     EXPECT_EQ(NeedsCoordinator(*inv), !offline) << command.name;
   }
 }

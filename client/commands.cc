@@ -20,8 +20,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/certs.h"
+#include "client/data_prepare.h"
+#include "client/export_metrics.h"
 #include "client/format.h"
 #include "client/plan.h"
+#include "client/sample.h"
 #include "client/tls_probe.h"
 #include "client/trace.h"
 #include "common/files.h"
@@ -285,6 +288,75 @@ int Resubmit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   if (inv.resume) absl::StrAppend(&note, " resuming from its last sealed step");
   if (inv.steps > 0) absl::StrAppend(&note, " with steps ", inv.steps);
   return SubmitAndMaybeWatch(request, absl::StrCat("the spec of ", *id), note, inv, stub, output);
+}
+
+// `data prepare`: a text file tokenized into an llm.c token file.
+int DataPrepare(const Invocation& inv, Output& output) {
+  if (inv.args[0] != "prepare") {
+    output.err << "dtrain: use `dtrain data prepare IN.txt OUT.bin [--tokenizer=gpt2|byte]`\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<PreparedTokens> prepared =
+      PrepareTokenFile(inv.args[1], inv.args[2], inv.tokenizer, inv.tokenizer_dir);
+  if (!prepared.ok()) {
+    output.err << "dtrain: data prepare: " << prepared.status().message() << "\n";
+    return prepared.status().code() == absl::StatusCode::kInternal ? kExitOtherError : kExitUsage;
+  }
+  output.out << "wrote " << inv.args[2] << ": " << prepared->tokens << " tokens from "
+             << prepared->bytes << " bytes (" << inv.tokenizer << ", vocab_size "
+             << prepared->vocab_size << ")\n";
+  return kExitOk;
+}
+
+// `export-metrics JOB`: the steps an ended job's watch replays, as CSV or TensorBoard events.
+int ExportMetrics(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  absl::StatusOr<Job> job = stub.GetJob(*id);
+  if (!job.ok()) return Fail(job.status(), inv, output);
+  if (!IsFinalState(job->state())) {
+    output.err << "dtrain: " << *id << " is " << JobStateName(job->state())
+               << ": export-metrics takes an ended job (a running one's reporting rank writes "
+                  "events.out.tfevents.* into its directory as it trains)\n";
+    return kExitUsage;
+  }
+  std::vector<StepMetrics> steps;
+  absl::Status watched = stub.WatchJob(*id, 0, {.on_update = [&](const JobUpdate& u) {
+    if (u.has_step()) steps.push_back(u.step());
+  }});
+  if (!watched.ok()) return Fail(watched, inv, output);
+  absl::StatusOr<std::string> text = MetricsExport(steps, inv.format);
+  if (!text.ok()) return Fail(text.status(), inv, output);
+  if (inv.output == "-") {
+    output.out << *text;
+    return kExitOk;
+  }
+  if (absl::Status s = WriteFileAtomically(inv.output, *text); !s.ok()) {
+    return Fail(s, inv, output);
+  }
+  output.out << "wrote " << inv.output << ": " << steps.size() << " steps of " << *id << " ("
+             << inv.format << ")\n";
+  return kExitOk;
+}
+
+// `sample JOB`: dtrain-sample on the job's checkpoint directory (its newest sealed step), or,
+// without one, on its final weights (`output`, with the spec's head count).
+int SampleJob(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  absl::StatusOr<Job> job = stub.GetJob(*id);
+  if (!job.ok()) return Fail(job.status(), inv, output);
+  if (job->checkpoint().last_sealed_step() > 0 && !job->checkpoint().dir().empty()) {
+    return RunSampler(job->checkpoint().dir(), inv, output.err);
+  }
+  if (!job->output().empty()) {
+    Invocation with_heads = inv;
+    if (with_heads.n_head == 0) with_heads.n_head = job->spec().model().n_head();
+    return RunSampler(job->output(), with_heads, output.err);
+  }
+  output.err << "dtrain: " << *id << " has no sealed checkpoint and no final weights yet to "
+             << "sample from\n";
+  return kExitUsage;
 }
 
 // `export`: the shards of a complete checkpoint step (its manifest) into one safetensors file.
@@ -586,6 +658,8 @@ int RunWithoutCoordinator(const Invocation& inv, Output& output) {
   if (inv.command == "plan") return PlanJob(inv, output);
   if (inv.command == "export") return Export(inv, output);
   if (inv.command == "certs") return Certs(inv, output);
+  if (inv.command == "data") return DataPrepare(inv, output);
+  if (inv.command == "sample") return RunSampler(inv.args[0], inv, output.err);
   output.err << "dtrain: '" << inv.command << "' needs the coordinator\n";
   return kExitUsage;
 }
@@ -604,6 +678,8 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   if (inv.command == "trace") return Trace(inv, stub, output);
   if (inv.command == "rebalance") return Rebalance(inv, stub, output);
   if (inv.command == "workers") return Workers(inv, stub, output);
+  if (inv.command == "sample") return SampleJob(inv, stub, output);
+  if (inv.command == "export-metrics") return ExportMetrics(inv, stub, output);
   output.err << "dtrain: unknown command '" << inv.command << "'\n";
   return kExitUsage;
 }

@@ -324,6 +324,22 @@ void JobRunner::OnCheckpoint(const CheckpointWritten& c) {
   }
 }
 
+void JobRunner::WriteEvents(const StepMetrics& step) {
+  if (events_file_failed_) return;
+  absl::Status written;
+  if (!events_file_.has_value()) {
+    absl::StatusOr<TfEventsWriter> created = TfEventsWriter::Create(job_dir_);
+    if (created.ok()) events_file_.emplace(*std::move(created));
+    written = created.status();
+  }
+  if (written.ok()) written = events_file_->Append(step);
+  if (!written.ok()) {
+    events_file_failed_ = true;
+    callbacks_.event(
+        absl::StrCat("warning: no TensorBoard events from here on: ", written.message()));
+  }
+}
+
 absl::Status JobRunner::OnStep(const TrainStepMetrics& r) {
   {
     absl::MutexLock lock(&mu_);
@@ -346,6 +362,7 @@ absl::Status JobRunner::OnStep(const TrainStepMetrics& r) {
   m.set_tokens_per_s(r.tokens_per_s);
   m.set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   callbacks_.step(m, reports_steps_);
+  if (reports_steps_) WriteEvents(m);
   if (options_.after_step) options_.after_step(r.step);
   absl::MutexLock lock(&mu_);
   if (cancel_) return absl::CancelledError(cancel_reason_);

@@ -59,6 +59,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tfevents.h"
 #include "common/tls.h"
 #include "kernels/backend.h"
 #include "proto/coordinator.pb.h"
@@ -145,6 +147,8 @@ class JobRunner {
   // B x T tokens<detail>".
   void AnnounceTraining(const std::string& on, const std::string& detail);
   absl::Status OnStep(const TrainStepMetrics& result);
+  // The reporting rank: `step` appended to the job's event file.
+  void WriteEvents(const StepMetrics& step);
   void OnCheckpoint(const CheckpointWritten& written);
   // Rank 0: the location report and the "resumed from" event, once the trainer has loaded.
   void OnStarted(int64_t start_step, const std::string& resumed_from);
@@ -157,6 +161,10 @@ class JobRunner {
   std::string job_dir_;        // absolute; set by Train() first
   int rank_ = 0;               // this worker's rank of the job (0 for one worker)
   bool reports_steps_ = true;  // see Callbacks::step
+  // The reporting rank's TensorBoard event file in job_dir_ (common/tfevents.h), opened at the
+  // first step; a failure to write it is one event, not a failed job.
+  std::optional<TfEventsWriter> events_file_;
+  bool events_file_failed_ = false;
   // Set by TrainParallel on a failure owed to peers (training thread only).
   std::vector<std::string> suspect_workers_;
 

@@ -1,0 +1,186 @@
+"""A job's outputs outside dtrain: text sampled from it (`dtrain sample JOB`), and its scalars: the TensorBoard event file the reporting rank writes into the
+job's directory as it trains, and `dtrain export-metrics` (csv, tfevents), read back by an
+independent reader: TFRecord framing with struct, CRC-32C written here from its definition
+(reflected polynomial 0x82F63B78, masked as TensorFlow's record writer masks it), and the
+Event / Summary protobuf wire format decoded by hand (field numbers as TensorBoard's)."""
+
+import glob
+import json
+import os
+import struct
+
+from harness import Cluster, TestFailure, expect, small_job_spec
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc(data):
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def records(path):
+    """Every record's data; fails on a bad length CRC, data CRC or a truncated record."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    out, pos = [], 0
+    while pos < len(blob):
+        expect(pos + 12 <= len(blob), "%s: truncated record header at byte %d" % (path, pos))
+        header = blob[pos:pos + 8]
+        (length,) = struct.unpack("<Q", header)
+        (length_crc,) = struct.unpack("<I", blob[pos + 8:pos + 12])
+        expect(length_crc == masked_crc(header), "%s: bad length CRC at byte %d" % (path, pos))
+        data = blob[pos + 12:pos + 12 + length]
+        expect(len(data) == length and pos + 16 + length <= len(blob),
+               "%s: truncated record at byte %d" % (path, pos))
+        (data_crc,) = struct.unpack("<I", blob[pos + 12 + length:pos + 16 + length])
+        expect(data_crc == masked_crc(data), "%s: bad data CRC at byte %d" % (path, pos))
+        out.append(data)
+        pos += 16 + length
+    return out
+
+
+def fields(buf):
+    """Protobuf wire format: [(field number, value)]; varint ints, fixed64/32 bytes, bytes."""
+    out, pos = [], 0
+    while pos < len(buf):
+        key, pos = varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = varint(buf, pos)
+        elif wire == 1:
+            value, pos = buf[pos:pos + 8], pos + 8
+        elif wire == 2:
+            n, pos = varint(buf, pos)
+            value, pos = buf[pos:pos + n], pos + n
+        elif wire == 5:
+            value, pos = buf[pos:pos + 4], pos + 4
+        else:
+            raise TestFailure("unexpected wire type %d" % wire)
+        out.append((number, value))
+    return out
+
+
+def varint(buf, pos):
+    value, shift = 0, 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, pos
+
+
+def events(path):
+    """(file_version, [(step, {tag: float32})]) of an event file."""
+    version, steps = None, []
+    for data in records(path):
+        step, scalars = 0, {}
+        for number, value in fields(data):
+            if number == 2:  # Event.step
+                step = value
+            elif number == 3:  # Event.file_version
+                version = value.decode()
+            elif number == 5:  # Event.summary
+                for n, v in fields(value):
+                    if n == 1:  # Summary.value
+                        f = dict(fields(v))
+                        scalars[f[1].decode()] = struct.unpack("<f", f[2])[0]
+        if scalars:
+            steps.append((step, scalars))
+    return version, steps
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def expect_scalars_equal(what, got, history):
+    expect([s for s, _ in got] == [h["step"] for h in history],
+           "%s: steps %s, history %s" % (what, [s for s, _ in got], [h["step"] for h in history]))
+    for (step, scalars), h in zip(got, history):
+        want = {"loss": h["loss"], "lr": h["lr"], "grad_norm": h["grad_norm"],
+                "tokens_per_s": h["tokens_per_s"]}
+        for tag, value in want.items():
+            expect(scalars.get(tag) == f32(value),
+                   "%s step %d %s: %r, history %r" % (what, step, tag, scalars.get(tag), value))
+
+
+def case_metrics_export(args):
+    """A 12-step job: its directory holds an event file whose every CRC is valid and whose
+    scalars equal the job's history (`watch --json`) as float32; `export-metrics --format=
+    tfevents` reads back the same, `--format=csv` the history's exact numbers; an unknown
+    format is exit 2."""
+    with Cluster(args.binaries, "metrics_export") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.wait_workers({"w1": "IDLE"})
+        ckpt = os.path.join(c.workdir, "ckpt")
+        spec = c.write_spec("job.json", small_job_spec(ckpt, steps=12))
+        rc, out, err = c.cli("submit", spec, "--watch", timeout=300)
+        expect(rc == 0, "submit --watch exited %d: %s" % (rc, err))
+        job_id = out.split()[1]
+        rc, out, err = c.cli("watch", job_id, "--json", check=True)
+        history = [json.loads(line) for line in out.splitlines()]
+        history = [h for h in history if h["type"] == "step"]
+        expect(len(history) == 12, "history has %d steps" % len(history))
+
+        files = glob.glob(os.path.join(ckpt, job_id, "events.out.tfevents.*"))
+        expect(len(files) == 1, "want one event file in the job's directory, got %s" % files)
+        version, got = events(files[0])
+        expect(version == "brain.Event:2", "file_version %r" % version)
+        expect_scalars_equal("job directory", got, history)
+
+        exported = os.path.join(c.tmp, "metrics.tfevents")
+        c.cli("export-metrics", job_id, "--format=tfevents", "-o", exported, check=True)
+        expect_scalars_equal("export-metrics tfevents", events(exported)[1], history)
+
+        rc, out, err = c.cli("export-metrics", job_id, check=True)
+        lines = out.splitlines()
+        expect(lines[0] == "step,loss,lr,grad_norm,tokens_per_s,time_unix_ms", lines[0])
+        for line, h in zip(lines[1:], history):
+            step, loss, lr, grad_norm, tps, t = line.split(",")
+            expect((int(step), float(loss), float(lr), float(grad_norm), float(tps), int(t)) ==
+                   (h["step"], h["loss"], h["lr"], h["grad_norm"], h["tokens_per_s"],
+                    h["time_unix_ms"]), "csv %r, history %r" % (line, h))
+        expect(len(lines) == 13, "csv has %d lines" % len(lines))
+
+        rc, out, err = c.cli("export-metrics", job_id, "--format=xml")
+        expect(rc == 2 and "csv or tfevents" in err, "bad format: %d %r" % (rc, err))
+        print("metrics_export: %d steps; event file %s (%d bytes): every CRC valid, every scalar "
+              "equal" % (len(history), os.path.basename(files[0]), os.path.getsize(files[0])))
+
+
+def case_sample_job(args):
+    """`dtrain sample JOB` (dtrain-sample on the job's newest sealed checkpoint, found through
+    the coordinator) prints what `dtrain sample DIR` of that directory prints, greedy; an unknown
+    job is 4."""
+    os.environ["DTRAIN_SAMPLE"] = args.sample
+    with Cluster(args.binaries, "sample_job") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.wait_workers({"w1": "IDLE"})
+        ckpt = os.path.join(c.workdir, "ckpt")
+        spec = c.write_spec("job.json", small_job_spec(ckpt, steps=10, interval=5))
+        rc, out, err = c.cli("submit", spec, "--watch", timeout=300)
+        expect(rc == 0, "submit --watch exited %d: %s" % (rc, err))
+        job_id = out.split()[1]
+        flags = ["--prompt=The ", "--tokens=12", "--temperature=0", "--json", "--device=cpu"]
+        rc, by_job, err = c.cli("sample", job_id, *flags, check=True)
+        rc, by_dir, err = c.cli("sample", os.path.join(ckpt, job_id), *flags, check=True)
+        got = json.loads(by_job)
+        expect(got == json.loads(by_dir), "by job %r, by directory %r" % (by_job, by_dir))
+        expect(len(got["tokens"]) == 12 and got["text"].startswith("The "), "sample: %r" % got)
+        rc, out, err = c.cli("sample", "job-000099", *flags)
+        expect(rc == 4, "unknown job: exit %d (want 4): %s" % (rc, err))
+        print("sample_job: %s -> %r" % (job_id, got["text"]))

@@ -1,0 +1,30 @@
+// GPT-2's pre-tokenizer: the text cut into the pieces that byte-pair encoding then encodes one
+// at a time. It is the regular expression of GPT-2's encoder.py, as the gpt-3-encoder package
+// runs it in JavaScript (flags gu: matched on code points, \s is ECMAScript's):
+//
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//
+// implemented without a regex library: at each position the first alternative that matches,
+// with the backtracking the regex does (" ?" gives up its space when no letter follows;
+// \s+(?!\S) gives back the last space before a non-space, which then starts the next piece).
+// Every character falls in one alternative, so the pieces concatenate to the whole text.
+//
+//   Pretokenize("Hello world's  12\n") -> {"Hello", " world", "'s", " ", " 12", "\n"}
+#ifndef DTRAIN_TOKENIZER_PRETOKENIZE_H_
+#define DTRAIN_TOKENIZER_PRETOKENIZE_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dtrain {
+namespace tokenizer {
+
+// The pieces, views into `text`. InvalidArgument for text that is not valid UTF-8 (DecodeUtf8).
+absl::StatusOr<std::vector<absl::string_view>> Pretokenize(absl::string_view text);
+
+}  // namespace tokenizer
+}  // namespace dtrain
+
+#endif  // DTRAIN_TOKENIZER_PRETOKENIZE_H_
