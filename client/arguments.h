@@ -62,6 +62,7 @@ struct Invocation {
   std::string output{};            // trace --output (-o): the file ("-": standard output)
   bool follow{};                   // logs --follow
   std::string forget{};            // workers --forget
+  bool drain_now{};                // workers drain --now
   std::string cert_hosts{};        // certs --host: comma-separated DNS names / IPs
   int days{};                      // certs --days
   std::string role{};              // certs --role (issue)
