@@ -191,6 +191,14 @@ def case_rolling_restart(args):
         expect(len(recoveries) == len(ids) and all(r.get("maintenance") for r in recoveries),
                "want %d maintenance restarts: %s" % (len(ids), json.dumps(recoveries)))
         worst = compare(losses(c, job_id), want, 0.0, "after a rolling restart")
+        # An idle worker drained at once, then returned by `undrain`.
+        rc, out, err = c.cli("workers", "drain", "w1", timeout=30)
+        expect(rc == 0 and "it is idle and can be stopped" in out, "drain idle w1: %s%s"
+               % (out, err))
+        c.wait_workers({"w1": "DRAINED"}, timeout=10)
+        rc, out, err = c.cli("workers", "undrain", "w1", timeout=30)
+        expect(rc == 0 and "undrained" in out, "undrain w1: %s%s" % (out, err))
+        c.wait_workers({"w1": "IDLE"}, timeout=10)
         print("rolling restart (drain, SIGTERM, start) of %d workers: SUCCEEDED with %d "
               "maintenance restarts, none counted; losses equal (worst %.2g)"
               % (len(ids), len(recoveries), worst))
