@@ -278,7 +278,11 @@ const std::vector<CommandInfo>& Commands() {
        "admin: re-cut a running pipeline job's layers from its stages' compute in its latest "
        "straggler window, when a cut is predicted 10% faster; it restarts on it at its next "
        "sealed checkpoint (the straggler policy rebalance does this by itself)"},
-      {"workers", "", 0, 0, "", true, "registered workers, their jobs and heartbeats"},
+      {"workers", "[drain|undrain WORKER_ID]", 0, 2, "drain ID or undrain ID", true,
+       "registered workers, their jobs and heartbeats; admin: `workers drain ID` takes worker "
+       "ID out of service for maintenance (no new jobs; its job moves off it at its next sealed "
+       "checkpoint, or at once with --now, a restart not counted against max_restarts; then it "
+       "is DRAINED and can be stopped), `workers undrain ID` returns it (so does its restart)"},
       {"export", "CHECKPOINT OUT.safetensors", 2, 2, "a checkpoint directory and an output file",
        false,
        "without a coordinator: assemble a multi-worker job's sharded checkpoint (its directory, "
@@ -486,6 +490,15 @@ const std::vector<FlagInfo>& Flags() {
        FlagBound::kAny,
        {"logs"},
        "keep printing new lines until the job ends"},
+      {"now",
+       &I::drain_now,
+       "",
+       "false",
+       "",
+       FlagBound::kAny,
+       {"workers"},
+       "workers drain: move the worker's job off it at once (from its latest sealed "
+       "checkpoint)"},
       {"forget",
        &I::forget,
        "WORKER_ID",

@@ -65,6 +65,7 @@ struct Invocation {
   std::string output{};            // trace, export-metrics --output (-o): the file ("-": stdout)
   bool follow{};                   // logs --follow
   std::string forget{};            // workers --forget
+  bool drain_now{};                // workers drain --now
   std::string cert_hosts{};        // certs --host: comma-separated DNS names / IPs
   int days{};                      // certs --days
   std::string role{};              // certs --role (issue)

@@ -42,6 +42,13 @@ namespace {
 // Prints a failed call and returns its exit code.
 int Fail(const absl::Status& status, const Invocation& inv, Output& output) {
   const int code = ExitCodeFor(status);
+  if (status.code() == absl::StatusCode::kDeadlineExceeded &&
+      AcceptsConnections(inv.coordinator, std::min(inv.timeout, absl::Milliseconds(500)))) {
+    // Its kernel accepts connections, its process answered nothing within --timeout (hung,
+    // paused, overloaded): no TLS probe, which would wait as long again for a handshake.
+    output.err << "dtrain: " << NoAnswerWithin(inv.coordinator, inv.timeout) << "\n";
+    return code;
+  }
   if (code == kExitUnreachable) {
     // A handshake the coordinator refused reads "Socket closed"; say which side refused whom.
     const std::string why =
@@ -588,7 +595,40 @@ int Trace(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   return kExitOk;
 }
 
+// `workers drain ID [--now]`, `workers undrain ID`.
+int DrainWorker(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  const bool drain = inv.args[0] == "drain";
+  if ((!drain && inv.args[0] != "undrain") || inv.args.size() != 2) {
+    output.err << "dtrain: workers takes `drain WORKER_ID [--now]` or `undrain WORKER_ID`\n";
+    return kExitUsage;
+  }
+  DrainWorkerRequest request;
+  request.set_worker_id(inv.args[1]);
+  request.set_drain(drain);
+  request.set_now(inv.drain_now);
+  absl::StatusOr<DrainWorkerResponse> r = stub.DrainWorker(request);
+  if (!r.ok()) return Fail(r.status(), inv, output);
+  if (inv.json) {
+    output.out << ToJsonLine(*r) << "\n";
+    return kExitOk;
+  }
+  const std::string& id = inv.args[1];
+  if (!drain) {
+    output.out << "worker " << id << " undrained: it takes jobs again\n";
+  } else if (r->job_id().empty()) {
+    output.out << "worker " << id << " drained: it takes no new job"
+               << (r->worker().state() == DRAINED ? "; it is idle and can be stopped" : "") << "\n";
+  } else {
+    output.out << "worker " << id << " drained: " << r->job_id() << " moves off it "
+               << (r->moved_now() ? "now" : "at its next sealed checkpoint")
+               << " (a maintenance restart, not counted against max_restarts); `dtrain workers` "
+                  "shows it DRAINED once the job left, then it can be stopped\n";
+  }
+  return kExitOk;
+}
+
 int Workers(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  if (!inv.args.empty()) return DrainWorker(inv, stub, output);
   if (!inv.forget.empty()) {
     const absl::Status status = stub.ForgetWorker(inv.forget);
     if (!status.ok()) return Fail(status, inv, output);

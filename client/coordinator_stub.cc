@@ -112,6 +112,11 @@ absl::Status CoordinatorStub::ForgetWorker(const std::string& worker_id) {
   return Unary(&Coordinator::Stub::ForgetWorker, request, "ForgetWorker").status();
 }
 
+absl::StatusOr<DrainWorkerResponse> CoordinatorStub::DrainWorker(
+    const DrainWorkerRequest& request) {
+  return Unary(&Coordinator::Stub::DrainWorker, request, "DrainWorker");
+}
+
 absl::StatusOr<ListCheckpointsResponse> CoordinatorStub::ListCheckpoints(
     const std::string& job_id) {
   ListCheckpointsRequest request;

@@ -70,6 +70,7 @@ class CoordinatorStub {
   absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
   absl::StatusOr<ListWorkersResponse> ListWorkers();
   absl::Status ForgetWorker(const std::string& worker_id);
+  absl::StatusOr<DrainWorkerResponse> DrainWorker(const DrainWorkerRequest& request);
   absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
   absl::StatusOr<JobDiagnosis> Diagnose(const std::string& job_id);
   absl::StatusOr<JobTrace> TraceJob(const std::string& job_id, std::optional<int64_t> step);

@@ -239,8 +239,10 @@ std::string WorkersTable(const ListWorkersResponse& workers, absl::Time now) {
   std::vector<std::vector<std::string>> rows;
   for (const WorkerInfo& w : workers.workers()) {
     std::string device = w.device().name().empty() ? w.device().kind() : w.device().name();
-    rows.push_back({w.worker_id(), WorkerStateName(w.state()), device,
-                    w.host_label().empty() ? "-" : w.host_label(),
+    // A drained worker still running its job: "BUSY,DRAINING" until the job moved off it.
+    const std::string state = absl::StrCat(WorkerStateName(w.state()),
+                                           w.draining() && w.state() == BUSY ? ",DRAINING" : "");
+    rows.push_back({w.worker_id(), state, device, w.host_label().empty() ? "-" : w.host_label(),
                     w.job_id().empty() ? "-" : w.job_id(),
                     FormatAge(absl::FromUnixMillis(w.last_heartbeat_unix_ms()), now),
                     // Where its jobs may read and write (--data_root, --allowed_paths).

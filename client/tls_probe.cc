@@ -8,6 +8,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <algorithm>
 #include <memory>
 
@@ -120,6 +122,20 @@ std::string RefusedOurs(const TlsFiles& tls, const std::string& alert) {
 
 }  // namespace
 
+bool AcceptsConnections(const std::string& address, absl::Duration timeout) {
+  std::string host, port;
+  if (!SplitAddress(address, &host, &port)) return false;
+  const int fd = Dial(host, port, timeout);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
+std::string NoAnswerWithin(const std::string& address, absl::Duration timeout) {
+  return absl::StrCat("connected to the coordinator at ", address, " but no answer within ",
+                      absl::FormatDuration(timeout), " (--timeout): is it hung or overloaded?");
+}
+
 std::string DiagnoseTlsFailure(const std::string& address, const TlsFiles& tls,
                                absl::Duration timeout) {
   if (!ValidateTlsFiles(tls, "dtrain").ok()) return "";
@@ -143,10 +159,17 @@ std::string DiagnoseTlsFailure(const std::string& address, const TlsFiles& tls,
   SSL_set_alpn_protos(ssl.get(), kAlpn, sizeof kAlpn);
   SSL_set_fd(ssl.get(), fd);
   const int connected = SSL_connect(ssl.get());
+  // Nothing came back within the timeout (not even a close): a hung or paused process, not a
+  // plaintext one (that answers a ClientHello at once, with bytes or a close).
+  const bool no_answer = connected != 1 &&
+                         SSL_get_error(ssl.get(), connected) == SSL_ERROR_SYSCALL &&
+                         (errno == EAGAIN || errno == EWOULDBLOCK);
   std::string reason = connected == 1 ? "" : LastReason();
   X509Ptr theirs(SSL_get1_peer_certificate(ssl.get()));
   std::string result;
-  if (tls.insecure) {
+  if (no_answer) {
+    result = NoAnswerWithin(address, std::min(timeout, absl::Seconds(3)));
+  } else if (tls.insecure) {
     // Anything TLS came back (a certificate, an alert): the server speaks TLS.
     if (theirs != nullptr || absl::StrContains(reason, "alert")) {
       result = absl::StrCat("the coordinator at ", address,

@@ -28,6 +28,16 @@ namespace client {
 std::string DiagnoseTlsFailure(const std::string& address, const TlsFiles& tls,
                                absl::Duration timeout);
 
+// Whether a TCP connection to `address` (HOST:PORT) opens within `timeout`. A coordinator
+// that accepts connections but answers no call within --timeout is hung, paused or
+// overloaded: its kernel still completes the TCP handshake, its process does not speak.
+bool AcceptsConnections(const std::string& address, absl::Duration timeout);
+
+// The line for a call that went unanswered for `timeout` while the coordinator at `address`
+// accepts connections: "connected to the coordinator at ADDR but no answer within 3s
+// (--timeout): is it hung or overloaded?".
+std::string NoAnswerWithin(const std::string& address, absl::Duration timeout);
+
 }  // namespace client
 }  // namespace dtrain
 

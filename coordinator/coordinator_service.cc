@@ -439,6 +439,15 @@ grpc::ServerUnaryReactor* CoordinatorService::ForgetWorker(grpc::CallbackServerC
   return Reply(context, absl::StatusOr<ForgetWorkerResponse>(ForgetWorkerResponse()), response);
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::DrainWorker(grpc::CallbackServerContext* context,
+                                                          const DrainWorkerRequest* request,
+                                                          DrainWorkerResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "DrainWorker"); !s.ok()) {
+    return Reply<DrainWorkerResponse>(context, s, response);
+  }
+  return Reply(context, manager_->DrainWorker(*request), response);
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(grpc::CallbackServerContext* context,
                                                               const ListCheckpointsRequest* request,
                                                               ListCheckpointsResponse* response) {

@@ -70,6 +70,9 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ForgetWorker(grpc::CallbackServerContext* context,
                                          const ForgetWorkerRequest* request,
                                          ForgetWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* context,
+                                        const DrainWorkerRequest* request,
+                                        DrainWorkerResponse* response) override;
   grpc::ServerWriteReactor<LogEntry>* JobLogs(grpc::CallbackServerContext* context,
                                               const JobLogsRequest* request) override;
   grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* context,

@@ -41,6 +41,7 @@ struct RankFailure {
   std::string error;                  // the worker's words (or the coordinator's, for kLost)
   std::vector<std::string> suspects;  // kPeer: the workers it blames
   int error_code = 0;  // kLocal: the absl::StatusCode the worker reported (0: unknown)
+  absl::Duration silent = absl::ZeroDuration();  // kLost: its heartbeats' silence
 };
 
 // Whether restarting the job can cure `failure` (the one rule of FaultTolerance): a worker

@@ -64,7 +64,13 @@ void LogToStderr(absl::string_view line) {
 }
 
 JobManager::Options Normalized(JobManager::Options o) {
-  if (!o.clock) o.clock = [] { return absl::Now(); };
+  if (!o.clock) {
+    o.clock = [] { return absl::Now(); };
+    if (!o.monotonic_clock) o.monotonic_clock = SteadyNow;
+  }
+  if (o.shrink_settle <= absl::ZeroDuration()) {
+    o.shrink_settle = std::min(2 * o.heartbeat_interval, o.lease / 2);
+  }
   if (!o.log) o.log = LogToStderr;
   if (o.tick <= absl::ZeroDuration()) {
     o.tick = std::clamp(o.lease / 8, absl::Milliseconds(10), absl::Milliseconds(200));
@@ -99,7 +105,9 @@ class JobManager::JobsLock {
 JobManager::JobManager(std::unique_ptr<JobStore> store, Options options)
     : options_(Normalized(std::move(options))),
       store_(std::move(store)),
-      registry_(options_.lease) {}
+      // A gap above a heartbeat interval (and above two ticks: the scheduler's own rhythm).
+      registry_(options_.lease, options_.monotonic_clock,
+                std::max(options_.heartbeat_interval, 2 * options_.tick)) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<JobStore> store,
                                                                Options options) {
@@ -412,6 +420,7 @@ void JobManager::HandleFault(const WorkerFault& fault) {
     failure.rank = job->rank_of.at(fault.worker_id);
     failure.worker_id = fault.worker_id;
     failure.error = absl::StrCat("no heartbeat for ", Seconds(fault.silent));
+    failure.silent = fault.silent;
     AddFailure(*job, std::move(failure));
     return;
   }
@@ -448,24 +457,38 @@ void JobManager::AddFailure(ActiveJob& job, RankFailure failure) {
 
 void JobManager::FailWithRootCause(ActiveJob& job) {
   absl::flat_hash_map<std::string, absl::Duration> heartbeat_age;
-  if (job.ranks.size() > 1) {  // rare: one scan of the registry
-    const absl::Time now = Now();
-    for (const WorkerInfo& w : registry_.List()) {
-      if (job.rank_of.contains(w.worker_id())) {
-        heartbeat_age[w.worker_id()] = now - absl::FromUnixMillis(w.last_heartbeat_unix_ms());
-      }
+  const absl::Time now = Now();
+  for (const WorkerInfo& w : registry_.List()) {  // rare: one scan of the registry
+    if (job.rank_of.contains(w.worker_id())) {
+      heartbeat_age[w.worker_id()] = now - absl::FromUnixMillis(w.last_heartbeat_unix_ms());
     }
+  }
+  // A lost worker's silence as its lease ran out (it may have registered again since).
+  for (const RankFailure& f : job.failures) {
+    if (f.cause == RankFailure::kLost) heartbeat_age[f.worker_id] = f.silent;
   }
   const Placement empty;
   const Placement& placement = job.assignment != nullptr ? job.assignment->placement() : empty;
   const RootCause cause = FindRootCause(placement, job.failures, heartbeat_age);
   auto silent = heartbeat_age.find(cause.worker_id);
+  bool stopped = false;
+  for (const RankFailure& f : job.failures) {
+    stopped |= f.cause == RankFailure::kStopped && f.worker_id == cause.worker_id;
+  }
   Fail(job, cause.reason, cause.worker_id, cause.curable,
-       silent != heartbeat_age.end() ? silent->second : absl::ZeroDuration());
+       silent != heartbeat_age.end() ? silent->second : absl::ZeroDuration(), stopped);
+}
+
+bool JobManager::FinalStepSealed(const ActiveJob& job) {
+  for (const Recovery& r : job.recoveries) {
+    if (r.finishing()) return false;  // tried once: its failure is the job's
+  }
+  absl::StatusOr<std::vector<CheckpointInfo>> sealed = store_->Checkpoints(job.id);
+  return sealed.ok() && !sealed->empty() && sealed->back().step() >= job.spec.steps();
 }
 
 void JobManager::Fail(ActiveJob& job, const std::string& cause, const std::string& worker,
-                      bool curable, absl::Duration silent) {
+                      bool curable, absl::Duration silent, bool stopped) {
   // Where the run was stuck before it failed, when its stall was diagnosed: on the first line,
   // which a RECOVERING reason keeps.
   std::string reason = cause;
@@ -476,6 +499,33 @@ void JobManager::Fail(ActiveJob& job, const std::string& cause, const std::strin
   }
   const int max_restarts = job.spec.fault_tolerance().max_restarts();
   const int used = FailureCount(job.recoveries);
+  if (FinalStepSealed(job)) {
+    // Done is done: whatever failed after the last seal, the weights are exported from it.
+    Recovery finish;
+    finish.set_finishing(true);
+    finish.set_cause(reason);
+    finish.set_failed_worker(worker);
+    finish.set_detect_ms(absl::ToInt64Milliseconds(silent));
+    BeginRecovery(job, std::move(finish),
+                  absl::StrCat("step ", job.spec.steps(),
+                               ", the last, is sealed: finishing the job from it (not a failure) "
+                               "after ",
+                               reason.substr(0, reason.find('\n'))),
+                  worker);
+    return;
+  }
+  if (stopped && curable) {
+    // Maintenance: a worker stopped on purpose is not a failure (a planned restart).
+    Recovery maintenance;
+    maintenance.set_maintenance(true);
+    maintenance.set_cause(reason);
+    maintenance.set_failed_worker(worker);
+    BeginRecovery(job, std::move(maintenance),
+                  absl::StrCat("maintenance (not counted against max_restarts): ",
+                               reason.substr(0, reason.find('\n'))),
+                  worker);
+    return;
+  }
   if (!curable || used >= max_restarts) {
     std::string why = reason;
     if (used > 0) {
@@ -523,7 +573,8 @@ void JobManager::BeginRecovery(ActiveJob& job, Recovery recovery, const std::str
   job.awaiting.clear();
   job.recover_deadline = absl::InfiniteFuture();
   job.stopped = false;
-  job.pending_cut.reset();  // a rebalance not begun yet: the new run is measured again
+  job.pending_cut.reset();    // a rebalance not begun yet: the new run is measured again
+  job.drain_at_seal.clear();  // the new placement leaves drained workers out anyway
   job.phase_start = Now();
   SaveRecoveries(job);
   absl::Status status =
@@ -595,6 +646,9 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
     // Stop phase: every old rank's worker reported the run gone (or is lost), at most a lease.
     const bool waited_enough = Now() - job.phase_start >= options_.lease;
     for (const std::string& w : job.stopping) {
+      NoteOldRunStep(job, registry_.RunningStep(w, job.id));
+    }
+    for (const std::string& w : job.stopping) {
       if (!waited_enough && registry_.JobOf(w) == job.id) return;
     }
     r->set_stop_ms(EndPhase(job));
@@ -621,7 +675,8 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
               usable >= plan::WorkersNeeded(job.spec.parallel()) ? job.spec : job.run_spec);
   int64_t needed = plan::WorkersNeeded(spec.parallel());
   std::string shrink_note;
-  if (usable < needed && job.spec.fault_tolerance().on_worker_loss() == "shrink") {
+  const bool settling = Now() - job.phase_start < options_.shrink_settle;
+  if (usable < needed && job.spec.fault_tolerance().on_worker_loss() == "shrink" && !settling) {
     absl::StatusOr<JobPlan> smaller = plan::ShrinkPlan(spec, usable);
     if (smaller.ok()) {
       const ParallelLayout& from = spec.parallel();
@@ -661,6 +716,11 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
   std::string waiting =
       absl::StrCat("waiting up to ", Seconds(wait_for), " (fault_tolerance.wait_for) for ",
                    Plural(needed, "idle worker"), "; ", usable, " usable idle");
+  if (usable < needed && settling && job.spec.fault_tolerance().on_worker_loss() == "shrink") {
+    waiting = absl::StrCat("waiting ", Seconds(options_.shrink_settle), " for ",
+                           Plural(needed, "idle worker"), " (", usable,
+                           " usable idle) before shrinking: workers may be coming back");
+  }
   if (!excluded.empty()) {
     std::vector<std::string> names(excluded.begin(), excluded.end());
     std::sort(names.begin(), names.end());
@@ -674,7 +734,9 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
     return;
   }
   const std::string reason =
-      r->grow() ? absl::StrCat("growing back: ", waiting)
+      r->grow()          ? absl::StrCat("growing back: ", waiting)
+      : r->finishing()   ? absl::StrCat("finishing from the sealed last step: ", waiting)
+      : r->maintenance() ? absl::StrCat("maintenance restart: ", waiting)
       : !r->replaced_worker().empty()
           ? absl::StrCat("replacing straggler ", r->replaced_worker(), ": ", waiting)
           : absl::StrCat("restart ", FailureCount(job.recoveries), " of ",
@@ -683,6 +745,31 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
     absl::Status status = Transition(job, RECOVERING, reason);
     if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
   }
+}
+
+void JobManager::NotePause(absl::Duration paused) {
+  const std::string text =
+      absl::StrCat("the coordinator's own process did not run for ", Seconds(paused),
+                   " (a VM stall, swap, SIGSTOP?); every worker has ", Seconds(options_.lease),
+                   " (the lease) to report again before any is declared lost");
+  Log(text);
+  const absl::Time now = Now();
+  for (auto& [n, job] : jobs_) {
+    Event(job.id, text);
+    if (!job.awaiting.empty()) {
+      job.recover_deadline = std::max(job.recover_deadline, now + options_.lease);
+    }
+  }
+}
+
+void JobManager::NoteOldRunStep(ActiveJob& job, int64_t step) {
+  Recovery* r = OpenRecovery(job);
+  if (r == nullptr || step <= r->last_step()) return;
+  r->set_last_step(step);
+  if (r->workers_size() > 0 && job.run_located) {
+    r->set_steps_redone(std::max<int64_t>(0, step - r->resumed_from_step()));
+  }
+  SaveRecoveries(job);
 }
 
 void JobManager::SweepLocked(absl::Time now) {
@@ -738,6 +825,7 @@ void JobManager::RunSchedulerPass() {
   DiagnoseStalledJobs();  // under its own lock: the diagnoses start outside it
   JobsLock lock(this);
   SweepLocked(Now());
+  if (const std::optional<absl::Duration> paused = registry_.TakePause()) NotePause(*paused);
   ScoreStragglers();
   std::vector<ActiveJob*> queued, recovering;
   for (auto& [n, job] : jobs_) {
@@ -883,6 +971,7 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
     } else {
       Log(absl::StrCat("worker ", worker_id, " registers running ", request.running_job_id(),
                        ", which is not its job; it will be told to stop"));
+      if (job != nullptr) NoteOldRunStep(*job, request.running_step());
     }
   } else {
     for (auto& [n, job] : jobs_) {
@@ -1032,6 +1121,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
       to_notify_.push_back(job->id);
       MaybeGrowBack(*job, sealed.step());
       MaybeRebalanceAt(*job, sealed.step());
+      MaybeMoveOffDrained(*job);
       break;
     }
     case ReportProgressRequest::kLocation: {
@@ -1051,6 +1141,9 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
         // The new run loaded its checkpoint: the steps after it are trained again.
         r->set_resumed_from_step(at.resumed_from_step());
         r->set_steps_redone(std::max<int64_t>(0, r->last_step() - at.resumed_from_step()));
+        // The run found the last step sealed (its seal was not reported before the failure):
+        // it only finishes the job, which is no failure either.
+        if (at.resumed_from_step() >= job->spec.steps()) r->set_finishing(true);
         if (!r->done()) {
           r->set_load_ms(EndPhase(*job));
           job->last_step = at.resumed_from_step();
@@ -1092,6 +1185,12 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
       }
       for (const Rank& r : job->ranks) {
         if (!r.succeeded) return response;
+      }
+      if (Recovery* r = OpenRecovery(*job)) {  // a finishing run: no step, only the export
+        r->set_first_step_ms(EndPhase(*job));
+        r->set_done(true);
+        SaveRecoveries(*job);
+        Event(job->id, absl::StrCat("recovery ", r->number(), " done: ", PhaseSummary(*r)));
       }
       std::string reason = absl::StrCat("finished ", Plural(job->last_step, "step"));
       if (!job->output.empty()) absl::StrAppend(&reason, "; weights at ", job->output);
@@ -1278,6 +1377,11 @@ absl::Status JobManager::DeregisterWorker(const DeregisterWorkerRequest& request
                       : absl::StrCat(why, " before its first step");
   AddFailure(*job, std::move(failure));
   return absl::OkStatus();
+}
+
+absl::StatusOr<DrainWorkerResponse> JobManager::DrainWorker(const DrainWorkerRequest& request) {
+  JobsLock lock(this);
+  return DrainLocked(request);
 }
 
 absl::Status JobManager::ForgetWorker(const std::string& worker_id) {

@@ -57,6 +57,7 @@
 #include "coordinator/failure_report.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_store.h"
+#include "coordinator/pause_detector.h"
 #include "coordinator/rebalance.h"
 #include "coordinator/stragglers.h"
 #include "coordinator/worker_registry.h"
@@ -73,7 +74,16 @@ class JobManager {
     // Longest time between scheduler passes (it also runs when woken by a submit, a register,
     // a freed worker). Zero: lease / 8, clamped to [10ms, 200ms].
     absl::Duration tick = absl::ZeroDuration();
-    std::function<absl::Time()> clock;           // default absl::Now
+    std::function<absl::Time()> clock;  // default absl::Now
+    // Measures this process's own pauses (pause_detector.h): after a gap in its processing
+    // longer than a heartbeat interval every worker gets a lease to report before any is
+    // declared lost. Default: the steady clock, unless `clock` is set (a fake clock's jumps
+    // are not pauses): then none.
+    MonotonicClock monotonic_clock;
+    // "shrink" decides on fewer workers only after waiting this long in its place phase for
+    // the workers that are coming back (re-registering after a pause or a restart). Zero:
+    // 2 heartbeat intervals, at most lease / 2.
+    absl::Duration shrink_settle = absl::ZeroDuration();
     std::function<void(absl::string_view)> log;  // default: a timestamped line on stderr
     // Optional: job events are reported to it and it reads the worker and job counts at each
     // scrape. Must outlive the manager.
@@ -132,6 +142,8 @@ class JobManager {
   ListWorkersResponse ListWorkers();
   absl::Status DeregisterWorker(const DeregisterWorkerRequest& request);
   absl::Status ForgetWorker(const std::string& worker_id);
+  // Drains or undrains a worker (proto/coordinator.proto DrainWorker; job_manager_drain.cc).
+  absl::StatusOr<DrainWorkerResponse> DrainWorker(const DrainWorkerRequest& request);
   absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
   // Re-cuts the pipeline of a RUNNING job from each stage's measured compute seconds per step
   // (pp entries, or none: those of its latest straggler window; coordinator/rebalance.h
@@ -205,6 +217,8 @@ class JobManager {
     std::unique_ptr<StragglerScorer> stragglers;
     const JobAssignment* scored_run = nullptr;
     std::vector<StragglerScore> straggler_scores;
+    // A drained worker of the run: the job moves off it at its next sealed checkpoint.
+    std::string drain_at_seal;
   };
 
   class JobsLock;  // mu_, plus the notifications it defers until unlock
@@ -246,6 +260,15 @@ class JobManager {
   // GetJob: the active job's latest scores into job->stragglers.
   void AddStragglerScores(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // --- drain (job_manager_drain.cc) ---
+  absl::StatusOr<DrainWorkerResponse> DrainLocked(const DrainWorkerRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Restarts `job` without the drained `worker_id` now: a maintenance Recovery.
+  void MoveOffDrained(ActiveJob& job, const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A checkpoint of `job` was sealed: it moves off the worker drained meanwhile, if any.
+  void MaybeMoveOffDrained(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // --- rebalance (job_manager_rebalance.cc) ---
   // RebalanceJob with the lock held (the straggler policy calls it from a pass).
   absl::StatusOr<RebalanceDecision> RebalanceLocked(ActiveJob& job,
@@ -272,8 +295,14 @@ class JobManager {
   // The job failed for `reason`, naming `worker` ("" if none): RECOVERING when `curable` and
   // restarts are left, else FAILED naming every failure. `silent`: how long the failed worker
   // had been silent (the detect phase), when known.
+  // `stopped`: the worker was stopped on purpose (SIGTERM), so the restart is maintenance, not
+  // counted against max_restarts. Whatever failed, a job whose last step is sealed
+  // (FinalStepSealed) recovers once to export its weights and end SUCCEEDED.
   void Fail(ActiveJob& job, const std::string& reason, const std::string& worker, bool curable,
-            absl::Duration silent = absl::ZeroDuration()) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+            absl::Duration silent = absl::ZeroDuration(), bool stopped = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's latest sealed checkpoint is at its last step, and no recovery finished it yet.
+  bool FinalStepSealed(const ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RECOVERING: records `recovery` (its number, start and last step filled in here), stops
   // every rank of the run (`failed_worker` aside, if any) and says `why`.
   void BeginRecovery(ActiveJob& job, Recovery recovery, const std::string& why,
@@ -293,6 +322,12 @@ class JobManager {
   // resume_from = a job id -> that job's latest sealed step (absolute), noted in `notes`.
   absl::Status ResolveResumeFrom(JobSpec* spec, std::vector<std::string>* notes);
   void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pause of this process ended (the registry gave every worker a lease of grace): says so
+  // in the log and in every active job's events; a restart's wait for workers starts again.
+  void NotePause(absl::Duration paused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker of the run a recovery replaced says it got to `step`: the recovery's last step
+  // (and steps redone) count it. The coordinator may not have heard of those steps (a pause).
+  void NoteOldRunStep(ActiveJob& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker reported its job; PLACING -> RUNNING once every rank has.
   void MarkAcked(ActiveJob& job, const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places a queued job on `idle` workers (removing those it takes) and moves it to PLACING.

@@ -153,8 +153,14 @@ TEST(JobManager, AStoppedWorkerIsTheCauseEvenWhenItsPeersReportFirst) {
   bye.set_running_step(20);
   ASSERT_TRUE(h.m().DeregisterWorker(bye).ok());
   const Job job = h.Get("job-000001");
-  EXPECT_EQ(job.state(), FAILED);  // at once: the cause is known
+  // At once (the cause is known), and a maintenance restart, even with max_restarts 0.
+  EXPECT_EQ(job.state(), RECOVERING);
   EXPECT_EQ(job.reason(),
+            "maintenance (not counted against max_restarts): worker w2 (dp0 pp1 tp0) stopped: "
+            "worker stopped by SIGTERM after step 20; stopping the other 2 ranks");
+  ASSERT_EQ(job.recoveries_size(), 1);
+  EXPECT_TRUE(job.recoveries(0).maintenance());
+  EXPECT_EQ(job.recoveries(0).cause(),
             "worker w2 (dp0 pp1 tp0) stopped: worker stopped by SIGTERM after step 20\n"
             "  then worker w1 (dp0 pp0 tp0) failed: stream to rank 1 broke");
   // Gone from the registry: not IDLE, nothing placed on it, no LOST later.

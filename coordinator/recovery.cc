@@ -16,7 +16,8 @@ bool DeviceFits(absl::string_view device, absl::string_view kind) {
 }
 
 bool IsPlannedRestart(const Recovery& r) {
-  return r.grow() || !r.replaced_worker().empty() || !r.rebalance_to().empty();
+  return r.grow() || !r.replaced_worker().empty() || !r.rebalance_to().empty() || r.maintenance() ||
+         r.finishing();
 }
 
 int FailureCount(absl::Span<const Recovery> recoveries) {
@@ -29,6 +30,7 @@ absl::flat_hash_set<std::string> WorkersFailedTwice(absl::Span<const Recovery> r
   absl::flat_hash_map<std::string, int> failures;
   absl::flat_hash_set<std::string> twice;
   for (const Recovery& r : recoveries) {
+    if (IsPlannedRestart(r)) continue;  // a worker stopped for maintenance did not fail
     if (!r.failed_worker().empty() && ++failures[r.failed_worker()] >= 2) {
       twice.insert(r.failed_worker());
     }

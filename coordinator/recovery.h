@@ -24,13 +24,15 @@ namespace dtrain::coordinator {
 // Whether a worker with a device of `kind` ("cpu", "cuda") can run a job asking for `device`.
 bool DeviceFits(absl::string_view device, absl::string_view kind);
 
-// A restart the coordinator chose, not a failure: a grow back, a straggler replaced, a re-cut.
+// A restart the coordinator chose, not a failure: a grow back, a straggler replaced, a re-cut,
+// maintenance (a worker stopped on purpose), the end of a job whose last step was sealed.
 bool IsPlannedRestart(const Recovery& recovery);
 
 // Recoveries that followed a failure (not IsPlannedRestart): what max_restarts counts.
 int FailureCount(absl::Span<const Recovery> recoveries);
 
-// Workers named as the cause of two of the job's recoveries: not placed on it again.
+// Workers named as the cause of two of the job's failures (planned restarts aside): not placed on
+// it again.
 absl::flat_hash_set<std::string> WorkersFailedTwice(absl::Span<const Recovery> recoveries);
 
 // The spec of the job's current run: `spec` (as planned at submit) with its current layout

@@ -2,6 +2,8 @@
 // placed again and resumes; the rules of recovery.h.
 #include "coordinator/recovery.h"
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -162,6 +164,13 @@ TEST(Recovery, ShrinkContinuesOnFewerReplicasWithTheSameBatch) {
   h.Advance(absl::Seconds(3));
   h.Beat("w1", "s-w1");
   h.m().RunSchedulerPass();
+  // First a settling window (2 heartbeat intervals) for workers that may be coming back.
+  ASSERT_EQ(h.Get("job-000001").state(), RECOVERING);
+  EXPECT_THAT(h.Get("job-000001").reason(),
+              HasSubstr("(1 usable idle) before shrinking: workers may be coming back"));
+  h.Advance(absl::Seconds(2));
+  h.Beat("w1", "s-w1");
+  h.m().RunSchedulerPass();
   const Job job = h.Get("job-000001");
   ASSERT_EQ(job.state(), PLACING);
   EXPECT_EQ(job.recoveries(0).layout().dp(), 1);
@@ -179,6 +188,9 @@ TEST(Recovery, AShrunkJobGrowsBackAtACheckpointWhenWorkersReturn) {
   h.RunOn(2, Pp2Spec(R"("max_restarts": 1)", R"("dp": 2)"));
   ASSERT_TRUE(h.Failure("w1", "job-000001", FAILURE_PEER, "all-reduce broke", {"w2"}).ok());
   h.Advance(absl::Seconds(3));
+  h.Beat("w1", "s-w1");
+  h.m().RunSchedulerPass();
+  h.Advance(absl::Seconds(2));  // the settling window before a shrink
   h.Beat("w1", "s-w1");
   h.m().RunSchedulerPass();
   h.Beat("w1", "s-w1");
@@ -289,6 +301,210 @@ TEST(Recovery, AWorkerThatFailedTheJobTwiceIsNotUsedAgain) {
   const std::vector<Recovery> recoveries = {a, b, c};
   EXPECT_THAT(WorkersFailedTwice(recoveries), UnorderedElementsAre("w2"));
   EXPECT_TRUE(WorkersFailedTwice({a, b}).empty());
+}
+
+// The coordinator's own process was stopped for three leases (SIGSTOP, a VM stall): the
+// workers' silence was its own, so nobody is lost and no restart is used.
+TEST(Recovery, APauseOfTheCoordinatorLosesNoWorkerAndUsesNoRestart) {
+  auto mono = std::make_shared<absl::Duration>(absl::Seconds(1));
+  Harness h(TempDb("recover-pause"),
+            [mono](JobManager::Options* o) { o->monotonic_clock = [mono] { return *mono; }; });
+  h.RunOn(2, Pp2Spec(R"("max_restarts": 1)"));
+  h.Advance(3 * kLease);
+  *mono += 3 * kLease;
+  h.m().RunSchedulerPass();
+  Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), RUNNING);
+  EXPECT_EQ(job.recoveries_size(), 0);
+  EXPECT_THAT(Events(h), HasSubstr("the coordinator's own process did not run for 15.0s"));
+  h.Beat("w1", "s-w1", "job-000001");
+  h.Beat("w2", "s-w2", "job-000001");
+  *mono += absl::Milliseconds(200);
+  h.Advance(absl::Milliseconds(200));
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+  // The grace is one lease: a worker still silent after it is lost as before.
+  for (int i = 0; i < 30; ++i) {
+    *mono += absl::Milliseconds(200);
+    h.Advance(absl::Milliseconds(200));
+    h.Beat("w1", "s-w1", "job-000001");
+    h.m().RunSchedulerPass();
+  }
+  job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), RECOVERING);
+  ASSERT_EQ(job.recoveries_size(), 1);
+  EXPECT_EQ(job.recoveries(0).failed_worker(), "w2");
+}
+
+// Rank 0 died after sealing the last step's checkpoint: the job is done. The recovery's run
+// only exports the weights; not a failure, whatever max_restarts says.
+TEST(Recovery, AJobWhoseLastStepIsSealedFinishesInsteadOfFailing) {
+  Harness h(TempDb("recover-finish"));
+  h.RunOn(2, Pp2Spec(R"("max_restarts": 0)"));
+  ReportProgressRequest sealed;
+  sealed.set_worker_id("w1");
+  sealed.set_session_id("s-w1");
+  sealed.set_job_id("job-000001");
+  sealed.mutable_checkpoint()->set_step(100);
+  sealed.mutable_checkpoint()->set_path("/c/job-000001/step_00000100");
+  ASSERT_TRUE(h.m().ReportProgress(sealed).ok());
+  ASSERT_TRUE(h.Failure("w2", "job-000001", FAILURE_PEER, "stream to rank 0 broke", {"w1"}).ok());
+  h.Advance(absl::Seconds(3));
+  h.Beat("w2", "s-w2");
+  h.m().RunSchedulerPass();
+  ASSERT_EQ(h.Get("job-000001").state(), RECOVERING);
+  h.Beat("w1", "s-w1");  // (rank 0's process is back, without the job)
+  h.m().RunSchedulerPass();
+  Job job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), PLACING) << job.reason();
+  std::string reasons;
+  for (const StateChange& c : job.history()) absl::StrAppend(&reasons, c.reason(), "\n");
+  EXPECT_THAT(reasons, HasSubstr("step 100, the last, is sealed: finishing the job from it "
+                                 "(not a failure)"));
+  ASSERT_EQ(job.recoveries_size(), 1);
+  EXPECT_TRUE(job.recoveries(0).finishing());
+  const std::vector<Recovery> recoveries(job.recoveries().begin(), job.recoveries().end());
+  EXPECT_EQ(FailureCount(recoveries), 0);
+  h.Beat("w1", "s-w1");
+  h.Beat("w2", "s-w2");
+  h.Beat("w1", "s-w1", "job-000001");
+  h.Beat("w2", "s-w2", "job-000001");
+  ASSERT_TRUE(Location(h, "w1", 100).ok());
+  ASSERT_TRUE(h.Outcome("w2", "s-w2", "job-000001", true, "").ok());
+  ASSERT_TRUE(h.Outcome("w1", "s-w1", "job-000001", true, "/c/job-000001/model.safetensors").ok());
+  job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), SUCCEEDED) << job.reason();
+  EXPECT_THAT(job.reason(), HasSubstr("finished 100 steps; weights at /c/job-000001/model"));
+  EXPECT_TRUE(job.recoveries(0).done());
+  EXPECT_EQ(job.recoveries(0).steps_redone(), 0);
+}
+
+// A worker stopped on purpose (SIGTERM: it deregisters) is maintenance: the job restarts from
+// its checkpoint without using one of max_restarts.
+TEST(Recovery, ASigtermedWorkerRestartsTheJobWithoutCountingAFailure) {
+  Harness h(TempDb("recover-sigterm"));
+  h.RunOn(2, Pp2Spec(R"("max_restarts": 0)"));
+  DeregisterWorkerRequest stop;
+  stop.set_worker_id("w2");
+  stop.set_session_id("s-w2");
+  stop.set_reason("worker stopped by SIGTERM");
+  stop.set_running_job_id("job-000001");
+  stop.set_running_step(12);
+  ASSERT_TRUE(h.m().DeregisterWorker(stop).ok());
+  const Job job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), RECOVERING) << job.reason();
+  EXPECT_THAT(job.reason(), HasSubstr("maintenance (not counted against max_restarts): worker w2"));
+  ASSERT_EQ(job.recoveries_size(), 1);
+  EXPECT_TRUE(job.recoveries(0).maintenance());
+  const std::vector<Recovery> recoveries(job.recoveries().begin(), job.recoveries().end());
+  EXPECT_EQ(FailureCount(recoveries), 0);
+}
+
+// A one-worker job whose worker went silent: detect is the silence (the lease), not 0.
+TEST(Recovery, TheDetectPhaseOfALostOneWorkerJobIsItsSilence) {
+  Harness h(TempDb("recover-detect"));
+  h.RunOn(1, absl::StrCat(R"({"checkpoint": {"dir": "/c", "interval_steps": 10}, )",
+                          R"("dataset": "/d", "steps": 100, "batch_size": 4, )",
+                          R"("fault_tolerance": {"max_restarts": 1}, "model": {"vocab_size": )",
+                          R"(256, "context": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}})"));
+  h.Advance(kLease + absl::Seconds(1));
+  h.m().RunSchedulerPass();
+  const Job job = h.Get("job-000001");
+  ASSERT_EQ(job.recoveries_size(), 1) << job.reason();
+  EXPECT_EQ(job.recoveries(0).detect_ms(), 6000);
+}
+
+// Steps the old run made that the coordinator never heard of (its reports were lost, or it
+// was paused) still count as redone: the old ranks' heartbeats say how far they got.
+TEST(Recovery, StepsRedoneCountTheOldRunsStepsTheCoordinatorDidNotHear) {
+  Harness h(TempDb("recover-redone"));
+  h.RunOn(2, Pp2Spec(R"("max_restarts": 1)"));
+  ASSERT_TRUE(h.Step("w2", "s-w2", "job-000001", 20, 4.0).ok());  // w2: the reporting rank
+  KillW2(h);                   // w1 blames w2; the recovery begins at the last step heard, 20
+  RegisterWorkerRequest back;  // w1 registers again (after a pause): it was at step 31
+  back.set_worker_id("w1");
+  back.set_session_id("s-w1");
+  back.set_running_job_id("job-000001");
+  back.set_running_step(31);
+  ASSERT_TRUE(h.m().RegisterWorker(back).ok());
+  h.m().RunSchedulerPass();
+  const Job job = h.Get("job-000001");
+  ASSERT_EQ(job.recoveries_size(), 1);
+  EXPECT_EQ(job.recoveries(0).last_step(), 31);
+}
+
+// `dtrain workers drain w2`: w2 takes no new job; its job moves off it at the next sealed
+// checkpoint (a maintenance restart); once idle it is DRAINED; its restart undrains it.
+TEST(Recovery, ADrainedWorkersJobMovesOffItAtTheNextSealedCheckpoint) {
+  Harness h(TempDb("recover-drain"));
+  h.RunOn(2, Pp2Spec(R"("max_restarts": 0)"));
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());  // a spare
+  DrainWorkerRequest drain;
+  drain.set_worker_id("w2");
+  drain.set_drain(true);
+  absl::StatusOr<DrainWorkerResponse> r = h.m().DrainWorker(drain);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->job_id(), "job-000001");
+  EXPECT_FALSE(r->moved_now());
+  EXPECT_TRUE(r->worker().draining());
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);  // until its next sealed checkpoint
+  ReportProgressRequest sealed;
+  sealed.set_worker_id("w1");
+  sealed.set_session_id("s-w1");
+  sealed.set_job_id("job-000001");
+  sealed.mutable_checkpoint()->set_step(10);
+  sealed.mutable_checkpoint()->set_path("/c/job-000001/step_00000010");
+  ASSERT_TRUE(h.m().ReportProgress(sealed).ok());
+  Job job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), RECOVERING) << job.reason();
+  EXPECT_THAT(job.reason(), HasSubstr("maintenance (not counted against max_restarts): worker "
+                                      "w2 drained"));
+  ASSERT_EQ(job.recoveries_size(), 1);
+  EXPECT_TRUE(job.recoveries(0).maintenance());
+  h.Beat("w1", "s-w1");
+  h.Beat("w2", "s-w2");  // both stopped the run
+  h.m().RunSchedulerPass();
+  job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), PLACING) << job.reason();
+  EXPECT_THAT(job.recoveries(0).workers(), UnorderedElementsAre("w1", "w3"));
+  std::map<std::string, WorkerInfo> workers;
+  const ListWorkersResponse listed = h.m().ListWorkers();
+  for (const WorkerInfo& w : listed.workers()) workers[w.worker_id()] = w;
+  EXPECT_EQ(workers["w2"].state(), DRAINED);
+  // Stopped (SIGTERM: it deregisters, idle: nothing to recover) and started again: its new
+  // session takes jobs again.
+  DeregisterWorkerRequest stop;
+  stop.set_worker_id("w2");
+  stop.set_session_id("s-w2");
+  stop.set_reason("worker stopped by SIGTERM");
+  ASSERT_TRUE(h.m().DeregisterWorker(stop).ok());
+  EXPECT_EQ(h.Get("job-000001").recoveries_size(), 1);
+  ASSERT_TRUE(h.Register("w2", "s-w2-again").ok());
+  const ListWorkersResponse again = h.m().ListWorkers();
+  for (const WorkerInfo& w : again.workers()) {
+    if (w.worker_id() == "w2") EXPECT_EQ(w.state(), IDLE);
+  }
+}
+
+TEST(Recovery, DrainNowMovesTheJobAtOnceAndUndrainReturnsTheWorker) {
+  Harness h(TempDb("recover-drain-now"));
+  h.RunOn(2, Pp2Spec(R"("max_restarts": 0)"));
+  DrainWorkerRequest drain;
+  drain.set_worker_id("w1");
+  drain.set_drain(true);
+  drain.set_now(true);
+  absl::StatusOr<DrainWorkerResponse> r = h.m().DrainWorker(drain);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->moved_now());
+  EXPECT_EQ(h.Get("job-000001").state(), RECOVERING);
+  drain.set_drain(false);
+  ASSERT_TRUE(h.m().DrainWorker(drain).ok());
+  h.Beat("w1", "s-w1");
+  h.Beat("w2", "s-w2");
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").state(), PLACING);  // on w1 and w2 again
+  drain.set_worker_id("nobody");
+  EXPECT_EQ(h.m().DrainWorker(drain).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ const std::vector<Rule>& Table() {
       {"SubmitJob", {kRoleAdmin}},
       {"CancelJob", {kRoleAdmin}},
       {"ForgetWorker", {kRoleAdmin}},
+      {"DrainWorker", {kRoleAdmin}},
       {"RebalanceJob", {kRoleAdmin}},
       // Users who look.
       {"GetJob", {kRoleViewer, kRoleAdmin}},

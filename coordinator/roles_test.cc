@@ -14,7 +14,8 @@ using ::testing::ElementsAre;
 
 const std::vector<std::string> kWorkerRpcs = {"RegisterWorker", "Heartbeat", "ReportProgress",
                                               "DeregisterWorker"};
-const std::vector<std::string> kAdminRpcs = {"SubmitJob", "CancelJob", "ForgetWorker"};
+const std::vector<std::string> kAdminRpcs = {"SubmitJob", "CancelJob", "ForgetWorker",
+                                             "DrainWorker"};
 const std::vector<std::string> kViewerRpcs = {"GetJob",      "ListJobs", "WatchJob",
                                               "ListWorkers", "JobLogs",  "ListCheckpoints",
                                               "Diagnose",    "TraceJob"};

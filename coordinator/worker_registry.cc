@@ -1,6 +1,7 @@
 #include "coordinator/worker_registry.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,6 +36,25 @@ void WorkerRegistry::SetJob(Record& r, const std::string& job_id) {
   r.dropped_since.reset();
 }
 
+void WorkerRegistry::NoticePauseLocked(absl::Time now) {
+  const std::optional<absl::Duration> gap = pauses_.Observe();
+  if (!gap.has_value()) return;
+  paused_ = paused_.value_or(absl::ZeroDuration()) + *gap;
+  for (auto& [id, r] : workers_) {
+    if (r.lost) continue;
+    // Their heartbeats, reports and acknowledgements of the pause went unheard: the clocks
+    // that judge them start again now.
+    r.deadline = std::max(r.deadline, now + lease_);
+    if (r.dropped_since.has_value()) r.dropped_since = now;
+    if (!r.acked && r.delivered_at != absl::InfinitePast()) r.delivered_at = now;
+  }
+}
+
+std::optional<absl::Duration> WorkerRegistry::TakePause() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(paused_, std::nullopt);
+}
+
 absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
     const RegisterWorkerRequest& request, absl::Time now, const std::string& attach_job,
     const Delivery* assign) {
@@ -46,10 +66,14 @@ absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
         absl::StrCat("worker_id and session_id must be at most ", kMaxIdLength, " bytes"));
   }
   absl::MutexLock lock(&mu_);
+  NoticePauseLocked(now);
   RegisterResult result;
   auto it = workers_.find(request.worker_id());
   const bool live = it != workers_.end() && !it->second.lost && now <= it->second.deadline;
-  if (live && it->second.session_id != request.session_id()) {
+  // The new process proved the holder dead (session_lock.h): it takes the id over at once.
+  const bool superseded = live && !request.previous_session_id().empty() &&
+                          it->second.session_id == request.previous_session_id();
+  if (live && it->second.session_id != request.session_id() && !superseded) {
     return absl::AlreadyExistsError(absl::StrFormat(
         "worker id \"%s\" is held by another live session (last heartbeat %.1fs ago, lease "
         "%.1fs); is a second worker running with this --worker_id?",
@@ -64,17 +88,21 @@ absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
   result.new_session = !live || r.session_id != request.session_id();
   if (result.new_session) {
     if (!r.lost && !r.info.job_id().empty()) {
-      // Expired but not swept yet: the old session's rank is gone.
+      // Expired but not swept yet, or superseded: the old session's rank is gone.
       result.replaced = WorkerFault{WorkerFault::kLost, request.worker_id(), r.info.job_id(),
                                     now - absl::FromUnixMillis(r.info.last_heartbeat_unix_ms())};
     }
     SetJob(r, "");
     r.finished_job.clear();
+    r.draining = false;  // a new process: back from maintenance
+    r.info.set_draining(false);
     r.session_id = request.session_id();
     r.info.set_registered_unix_ms(absl::ToUnixMillis(now));
   }
   r.lost = false;
   r.deadline = now + lease_;
+  r.running_job = request.running_job_id();
+  r.running_step = request.running_step();
   r.info.set_worker_id(request.worker_id());
   r.info.set_address(request.address());
   r.info.set_host_label(request.host_label());
@@ -108,6 +136,7 @@ absl::StatusOr<WorkerRegistry::HeartbeatResult> WorkerRegistry::Heartbeat(
 
 void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time now,
                                      HeartbeatResult* result, std::optional<Delivery>* delivery) {
+  NoticePauseLocked(now);
   HeartbeatResponse& response = result->response;
   auto it = workers_.find(request.worker_id());
   if (it == workers_.end() || it->second.lost || it->second.session_id != request.session_id() ||
@@ -119,6 +148,8 @@ void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time
   Record& r = it->second;
   r.deadline = now + lease_;
   r.info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
+  r.running_job = request.running_job_id();
+  r.running_step = request.running_step();
 
   const std::string& running = request.running_job_id();
   const std::string assigned = r.info.job_id();
@@ -157,6 +188,7 @@ absl::StatusOr<bool> WorkerRegistry::Report(const std::string& worker_id,
                                             const std::string& session_id,
                                             const std::string& job_id, absl::Time now) {
   absl::MutexLock lock(&mu_);
+  NoticePauseLocked(now);
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.lost || it->second.session_id != session_id ||
       now > it->second.deadline) {
@@ -188,7 +220,7 @@ absl::Status WorkerRegistry::Assign(std::shared_ptr<const JobAssignment> job, ab
     const std::string& worker_id = rank.worker_id();
     auto it = workers_.find(worker_id);
     if (it == workers_.end() || it->second.lost || now > it->second.deadline ||
-        !it->second.info.job_id().empty()) {
+        !it->second.info.job_id().empty() || it->second.draining) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", worker_id, " is no longer live and idle"));
     }
@@ -253,6 +285,7 @@ absl::Status WorkerRegistry::Forget(const std::string& worker_id) {
 std::vector<WorkerFault> WorkerRegistry::Sweep(absl::Time now) {
   std::vector<WorkerFault> faults;
   absl::MutexLock lock(&mu_);
+  NoticePauseLocked(now);
   for (auto& [id, r] : workers_) {
     if (r.lost) continue;
     if (now > r.deadline) {
@@ -282,7 +315,7 @@ std::vector<WorkerInfo> WorkerRegistry::IdleWorkers() const {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, r] : workers_) {
-      if (!r.lost && r.info.job_id().empty()) idle.push_back(r.info);
+      if (!r.lost && !r.draining && r.info.job_id().empty()) idle.push_back(r.info);
     }
   }
   std::sort(idle.begin(), idle.end(),
@@ -296,6 +329,8 @@ WorkerCounts WorkerRegistry::Counts() const {
   for (const auto& [id, r] : workers_) {
     if (r.lost) {
       ++counts.lost;
+    } else if (r.draining && r.info.job_id().empty()) {
+      continue;  // drained: neither idle nor busy
     } else if (r.info.job_id().empty()) {
       ++counts.idle;
     } else {
@@ -309,7 +344,7 @@ std::vector<WorkerInfo> WorkerRegistry::List() const {
   std::vector<WorkerInfo> all;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, r] : workers_) all.push_back(r.info);
+    for (const auto& [id, r] : workers_) all.push_back(Listed(r));
   }
   std::sort(all.begin(), all.end(),
             [](const WorkerInfo& a, const WorkerInfo& b) { return a.worker_id() < b.worker_id(); });
@@ -321,6 +356,41 @@ std::string WorkerRegistry::JobOf(const std::string& worker_id) const {
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.lost) return "";
   return it->second.info.job_id();
+}
+
+WorkerInfo WorkerRegistry::Listed(const Record& r) {
+  WorkerInfo info = r.info;
+  if (r.draining && !r.lost && info.job_id().empty()) info.set_state(DRAINED);
+  return info;
+}
+
+absl::StatusOr<std::string> WorkerRegistry::SetDraining(const std::string& worker_id,
+                                                        bool draining) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("no worker ", worker_id));
+  Record& r = it->second;
+  if (r.lost) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker_id, " is LOST: there is nothing to drain"));
+  }
+  r.draining = draining;
+  r.info.set_draining(draining);
+  return r.cancel_requested ? std::string() : r.info.job_id();
+}
+
+absl::StatusOr<WorkerInfo> WorkerRegistry::Get(const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("no worker ", worker_id));
+  return Listed(it->second);
+}
+
+int64_t WorkerRegistry::RunningStep(const std::string& worker_id, const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.running_job != job_id) return -1;
+  return it->second.running_step;
 }
 
 }  // namespace dtrain::coordinator

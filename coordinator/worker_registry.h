@@ -9,10 +9,17 @@
 //         running (acknowledged: it reported running_job_id), or being cancelled (until it
 //         reports that it no longer runs the job);
 //   LOST  its lease ran out (Sweep); kept for listings until it registers again.
+// A live worker may be drained (SetDraining: maintenance): it takes no new job, and is listed
+// DRAINED instead of IDLE.
 //
 // Heartbeat is O(1) under one short hold of the registry mutex; every scan over all workers
 // (Sweep, IdleWorkers, Counts, List) runs on the scheduler's thread, not on heartbeats.
 // Time is a parameter (absl::Time now), so lease tests take no wall time.
+//
+// A pause of the coordinator's own process (pause_detector.h) is noticed at the first call
+// after it, under the mutex and before that call judges any lease: every live worker then gets
+// a whole lease from now to report again, as after a coordinator restart, so that no worker is
+// declared lost for the coordinator's own silence.
 #ifndef DTRAIN_COORDINATOR_WORKER_REGISTRY_H_
 #define DTRAIN_COORDINATOR_WORKER_REGISTRY_H_
 
@@ -29,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "coordinator/pause_detector.h"
 #include "proto/coordinator.pb.h"
 
 namespace dtrain::coordinator {
@@ -63,18 +71,24 @@ struct WorkerCounts {
 
 class WorkerRegistry {
  public:
-  explicit WorkerRegistry(absl::Duration lease) : lease_(lease) {}
+  // `monotonic` null: no pause detection (tests on a fake clock). `pause_threshold`: the
+  // longest gap between two calls that is not a pause (a heartbeat interval).
+  explicit WorkerRegistry(absl::Duration lease, MonotonicClock monotonic = nullptr,
+                          absl::Duration pause_threshold = absl::Seconds(1))
+      : lease_(lease), pauses_(pause_threshold, std::move(monotonic)) {}
 
   absl::Duration lease() const { return lease_; }
 
   struct RegisterResult {
     bool new_session = false;  // false: the same session registered again (a retry)
-    // The id's previous session had expired while holding a job (its rank is lost); only when
-    // the caller has not swept first.
+    // The id's previous session had expired (or was superseded) while holding a job: its rank
+    // is lost.
     std::optional<WorkerFault> replaced;
   };
   // Registers `request`'s session. InvalidArgument for an empty worker_id or session_id;
-  // AlreadyExists when another session holds the id and its lease has not run out. The same
+  // AlreadyExists when another session holds the id and its lease has not run out, unless the
+  // request's previous_session_id names that session (its process is proven dead: it is
+  // replaced at once, its job reported in `replaced`). The same
   // session registering again keeps its job. With `attach_job` the worker is marked running
   // that job (it re-registered after a coordinator restart); with `assign` the assignment is
   // queued for its next heartbeat. The caller decides both from the job table.
@@ -114,9 +128,18 @@ class WorkerRegistry {
                                          const std::string& session_id);
   // Removes a LOST worker. NotFound for an unknown id; FailedPrecondition for a live one.
   absl::Status Forget(const std::string& worker_id);
+  // Drains (or undrains) a live worker: drained, it is left out of IdleWorkers and Assign, and
+  // listed DRAINED once idle; a new session undrains it. Returns the job it holds ("" when
+  // none). NotFound for an unknown id; FailedPrecondition for a LOST one.
+  absl::StatusOr<std::string> SetDraining(const std::string& worker_id, bool draining);
+  // The worker as List shows it. NotFound for an unknown id.
+  absl::StatusOr<WorkerInfo> Get(const std::string& worker_id) const;
 
   // Marks workers whose lease ran out LOST and finds stuck assignments; O(workers).
   std::vector<WorkerFault> Sweep(absl::Time now);
+
+  // The pauses of this process noticed since the last call (their total length), once.
+  std::optional<absl::Duration> TakePause();
 
   // Live idle workers, sorted by worker_id; O(workers).
   std::vector<WorkerInfo> IdleWorkers() const;
@@ -125,6 +148,9 @@ class WorkerRegistry {
   std::vector<WorkerInfo> List() const;
   // The job the worker holds ("" when idle, lost or unknown).
   std::string JobOf(const std::string& worker_id) const;
+  // The last step the worker said (heartbeat, registration) it reached in `job_id`; -1 when it
+  // never said it runs that job.
+  int64_t RunningStep(const std::string& worker_id, const std::string& job_id) const;
 
  private:
   struct Record {
@@ -132,6 +158,7 @@ class WorkerRegistry {
     std::string session_id;
     absl::Time deadline;  // lease end
     bool lost = false;
+    bool draining = false;  // also info.draining
     // The job, when BUSY (also info.job_id).
     bool acked = false;
     bool cancel_requested = false;
@@ -139,14 +166,23 @@ class WorkerRegistry {
     absl::Time delivered_at = absl::InfinitePast();
     std::optional<absl::Time> dropped_since;
     std::string finished_job;  // last job it finished; no cancels for it while it winds down
+    // What it last said it runs (running_job_id, running_step), whatever it holds.
+    std::string running_job;
+    int64_t running_step = 0;
   };
   static void SetJob(Record& r, const std::string& job_id);
+  // r.info with its listed state (DRAINED for a drained idle worker).
+  static WorkerInfo Listed(const Record& r);
+  // Observes the process working at `now`; after a pause, a lease of grace for every worker.
+  void NoticePauseLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLocked(const HeartbeatRequest& request, absl::Time now, HeartbeatResult* result,
                        std::optional<Delivery>* delivery) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const absl::Duration lease_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Record> workers_ ABSL_GUARDED_BY(mu_);
+  PauseDetector pauses_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Duration> paused_ ABSL_GUARDED_BY(mu_);  // not taken yet
 };
 
 }  // namespace dtrain::coordinator

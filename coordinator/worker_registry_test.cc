@@ -283,3 +283,105 @@ TEST(WorkerRegistry, StuckAssignmentsAreFaults) {
 
 }  // namespace
 }  // namespace dtrain::coordinator
+
+namespace dtrain::coordinator {
+namespace {
+
+// The coordinator's own process stopped for three leases (SIGSTOP): the first call after it
+// gives every worker a lease from now, so the sweep that follows declares nobody lost.
+TEST(WorkerRegistryPause, APauseOfTheCoordinatorGivesEveryWorkerALeaseOfGrace) {
+  absl::Duration mono = absl::Seconds(1);
+  WorkerRegistry reg(
+      kLease, [&] { return mono; }, absl::Seconds(1));
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1", "w2"}), kT0).ok());
+  ASSERT_TRUE(reg.Heartbeat(Beat("w1", "s1"), kT0).ok());                // delivered
+  ASSERT_TRUE(reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0).ok());  // acknowledged
+  ASSERT_TRUE(reg.Heartbeat(Beat("w2", "s2"), kT0).ok());
+  ASSERT_TRUE(reg.Heartbeat(Beat("w2", "s2", "job-000001"), kT0).ok());
+
+  const absl::Time after = kT0 + 3 * kLease;
+  mono += 3 * kLease;
+  EXPECT_THAT(reg.Sweep(after), IsEmpty());
+  EXPECT_EQ(reg.TakePause(), 3 * kLease);
+  EXPECT_FALSE(reg.TakePause().has_value());  // once
+  EXPECT_EQ(reg.JobOf("w1"), "job-000001");
+  // Their heartbeats are heard as those of live sessions (no register_again).
+  absl::StatusOr<WorkerRegistry::HeartbeatResult> hb =
+      reg.Heartbeat(Beat("w1", "s1", "job-000001"), after + absl::Seconds(1));
+  ASSERT_TRUE(hb.ok());
+  EXPECT_FALSE(hb->response.register_again());
+  // The grace is a lease: a worker that stays silent is lost after it.
+  mono += kLease + absl::Milliseconds(500);  // (observed by this sweep: a pause again...)
+  std::vector<WorkerFault> faults = reg.Sweep(after + kLease + absl::Milliseconds(500));
+  EXPECT_THAT(faults, IsEmpty());
+  mono += absl::Milliseconds(100);  // ... so the next sweep, a tick later, judges
+  faults = reg.Sweep(after + 2 * kLease + absl::Seconds(1));
+  ASSERT_EQ(faults.size(), 2u);
+  EXPECT_EQ(faults[0].kind, WorkerFault::kLost);
+}
+
+TEST(WorkerRegistryPause, WithoutAPauseALeaseRunsOutAsBefore) {
+  absl::Duration mono = absl::Seconds(1);
+  WorkerRegistry reg(
+      kLease, [&] { return mono; }, absl::Seconds(1));
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  for (int i = 1; i <= 30; ++i) {  // the scheduler ticks on; the worker is silent
+    mono += absl::Milliseconds(200);
+    std::vector<WorkerFault> faults = reg.Sweep(kT0 + i * absl::Milliseconds(200));
+    if (i * absl::Milliseconds(200) <= kLease) {
+      EXPECT_THAT(faults, IsEmpty()) << i;
+    } else {
+      ASSERT_EQ(faults.size(), 1u) << i;
+      EXPECT_EQ(faults[0].worker_id, "w1");
+      break;
+    }
+  }
+  EXPECT_FALSE(reg.TakePause().has_value());
+}
+
+TEST(WorkerRegistry, RunningStepIsWhatTheWorkerLastSaidOfThatJob) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  EXPECT_EQ(reg.RunningStep("w1", "job-000001"), -1);
+  HeartbeatRequest beat = Beat("w1", "s1", "job-000001");
+  beat.set_running_step(11);
+  ASSERT_TRUE(reg.Heartbeat(beat, kT0).ok());
+  EXPECT_EQ(reg.RunningStep("w1", "job-000001"), 11);
+  EXPECT_EQ(reg.RunningStep("w1", "job-000002"), -1);
+}
+
+// kill -9 and an immediate restart: the new process took the dead one's lock and names its
+// session, so it is accepted at once; the old session's job is reported lost.
+TEST(WorkerRegistry, ANewSessionNamingTheLiveOneAsItsDeadPredecessorReplacesIt) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  ASSERT_TRUE(reg.Heartbeat(Beat("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0).ok());
+  // Without the proof: refused while the lease lasts.
+  EXPECT_EQ(reg.Register(Reg("w1", "s2"), kT0 + absl::Seconds(1)).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  RegisterWorkerRequest restarted = Reg("w1", "s2");
+  restarted.set_previous_session_id("s3");  // some other dead session: no proof about s1
+  EXPECT_EQ(reg.Register(restarted, kT0 + absl::Seconds(1)).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  restarted.set_previous_session_id("s1");
+  absl::StatusOr<WorkerRegistry::RegisterResult> r =
+      reg.Register(restarted, kT0 + absl::Seconds(1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->new_session);
+  ASSERT_TRUE(r->replaced.has_value());
+  EXPECT_EQ(r->replaced->job_id, "job-000001");
+  EXPECT_EQ(r->replaced->silent, absl::Seconds(1));
+  EXPECT_EQ(reg.JobOf("w1"), "");
+  // The old session is gone: its heartbeat is told to register again.
+  absl::StatusOr<WorkerRegistry::HeartbeatResult> old =
+      reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0 + absl::Seconds(2));
+  ASSERT_TRUE(old.ok());
+  EXPECT_TRUE(old->response.register_again());
+}
+
+}  // namespace
+}  // namespace dtrain::coordinator

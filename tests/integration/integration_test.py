@@ -692,6 +692,8 @@ def case_unreachable(args):
                    % (argv, r.returncode, r.stderr))
             expect(elapsed < 5, "%s against a hung listener took %.1fs (--timeout=1s)"
                    % (argv, elapsed))
+            expect(b"but no answer within 1s (--timeout): is it hung or overloaded?" in r.stderr,
+                   "%s against a hung listener says: %r" % (argv, r.stderr))
         print("against a hung listener: %s" % r.stderr.decode().strip())
 
     r = subprocess.run([cli, "help"], capture_output=True, timeout=30)
@@ -793,11 +795,13 @@ import trace_cases  # noqa: E402  dtrain trace: one step of every rank as a Perf
 import straggler_cases  # noqa: E402  stragglers flagged, reported and replaced
 import rebalance_cases  # noqa: E402  a slowed pipeline stage re-cut: layers move off it
 import metrics_cases  # noqa: E402  a job's scalars as TensorBoard events and CSV
+import maintenance_cases  # noqa: E402  pauses, maintenance and finished jobs are not failures
 
 CASES = {}
 for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
                 reshard_cases, paths_cases, roles_cases, tls_cases, diagnose_cases,
-                trace_cases, straggler_cases, rebalance_cases, metrics_cases):
+                trace_cases, straggler_cases, rebalance_cases, metrics_cases,
+                maintenance_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn

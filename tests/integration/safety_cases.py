@@ -153,9 +153,11 @@ def case_second_coordinator(args):
 
 
 def case_sigterm_cause(args):
-    """SIGTERM to one worker of a running pp=2 x tp=2 job (max_restarts 0): the job FAILS with that worker named
-    first as stopped by SIGTERM (its peers' transport errors only on a later line), `dtrain logs`
-    shows the worker's error line, and the worker has deregistered (not listed IDLE, no LOST)."""
+    """SIGTERM to one worker of a running pp=2 x tp=2 job (max_restarts 0): maintenance, not a
+    failure: the job goes RECOVERING (not FAILED) with that worker named first as stopped by
+    SIGTERM (its peers' transport errors only in the recovery's cause, on a later line), a
+    maintenance restart; `dtrain logs` shows the worker's error line, and the worker has
+    deregistered (not listed IDLE, no LOST)."""
     with Cluster(args.binaries, "sigterm_cause") as c:
         ids = start(c, 4)
         spec = spec_for(os.path.join(c.tmp, "ckpt"), steps=100000,
@@ -164,12 +166,16 @@ def case_sigterm_cause(args):
         job = c.wait_step(job_id, 3, 120)
         victim = job["placement"]["ranks"][3]["worker_id"]  # pp1 tp1
         c.workers[victim].signal(signal.SIGTERM)
-        failed = c.wait_state(job_id, FINAL, 60)
-        reason = failed.get("reason", "")
-        first = reason.splitlines()[0] if reason else ""
-        expect(failed["state"] == "FAILED", "after SIGTERM: %s: %s" % (failed["state"], reason))
+        moved = c.wait_job(job_id, lambda j: j.get("recoveries") or j["state"] in FINAL, 60,
+                           "a recovery")
+        expect(moved["state"] not in FINAL, "after SIGTERM: %s: %s"
+               % (moved["state"], moved.get("reason")))
+        recovery = moved["recoveries"][0]
+        expect(recovery.get("maintenance"), "not a maintenance restart: %s" % recovery)
+        first = recovery.get("cause", "").splitlines()[0]
         expect(first.startswith("worker %s (" % victim) and "SIGTERM" in first,
-               "the first line should name %s stopped by SIGTERM: %r" % (victim, reason))
+               "the cause's first line should name %s stopped by SIGTERM: %r"
+               % (victim, recovery.get("cause")))
         expect(c.workers[victim].wait(30) == 0, "the worker should exit 0 after SIGTERM")
 
         rc, out, err = c.cli("logs", job_id, timeout=30)
@@ -183,8 +189,9 @@ def case_sigterm_cause(args):
         time.sleep(c.lease_s + 1)
         workers = c.workers_by_id()
         expect(victim not in workers, "%s should not reappear (as LOST): %s" % (victim, workers.get(victim)))
+        c.cli("cancel", job_id, check=True)
         c.wait_workers({w: "IDLE" for w in ids if w != victim}, timeout=15)
-        print("SIGTERM %s: %s" % (victim, first))
+        print("SIGTERM %s: maintenance restart: %s" % (victim, first))
 
 
 def case_resubmit_resume(args):

@@ -19,6 +19,9 @@
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
 #include "plan/spec_paths.h"
+#include "worker/model/checkpoint_dir.h"
+#include "worker/parallel/checkpoint_export.h"
+#include "worker/parallel/checkpoint_writer.h"
 
 namespace dtrain::worker {
 namespace {
@@ -195,6 +198,13 @@ absl::StatusOr<std::string> JobRunner::Train() {
   // connected to this one.
   if (rank_ == 0) RETURN_IF_ERROR(ClaimJobDirectory(job_dir_, job_id(), assignment_.job_uid()));
   if (cancel_requested()) return absl::CancelledError("cancelled before the first step");
+  if (assignment_.attempt() > 0 && plan_.resume_from == job_dir_) {
+    // Done is done: a recovery of a job whose last step is sealed (the previous run died after
+    // sealing it) trains nothing; it finishes the job as its end would have.
+    absl::StatusOr<model::CheckpointStep> sealed =
+        model::ResolveCheckpoint(job_dir_, parallel::VerifySealedStep);
+    if (sealed.ok() && sealed->step >= plan_.steps) return FinishFromSeal(*sealed);
+  }
   // Both trainers report through the same callbacks.
   TrainingCallbacks callbacks;
   callbacks.step = [this](const TrainStepMetrics& m) { return OnStep(m); };
@@ -205,6 +215,26 @@ absl::StatusOr<std::string> JobRunner::Train() {
   RETURN_IF_ERROR(several ? TrainParallel(job_plan, rank_, callbacks) : TrainLocal(callbacks));
   if (rank_ != 0) return std::string();  // rank 0 exports the final weights
   callbacks_.event(absl::StrCat("weights written to ", plan_.save_path));
+  return plan_.save_path;
+}
+
+absl::StatusOr<std::string> JobRunner::FinishFromSeal(const model::CheckpointStep& sealed) {
+  {
+    absl::MutexLock lock(&mu_);
+    last_step_ = sealed.step;
+  }
+  OnStarted(sealed.step, sealed.step_dir);
+  if (rank_ != 0) return std::string();  // rank 0 exports the final weights
+  callbacks_.event(absl::StrCat("step ", sealed.step,
+                                ", the job's last, is sealed: nothing to train; exporting its "
+                                "weights"));
+  absl::StatusOr<model::CheckpointStep> exported =
+      parallel::ExportSafetensors(sealed.step_dir, plan_.save_path);
+  if (!exported.ok()) {
+    return Annotate(exported.status(), "cannot export the weights of the sealed last step");
+  }
+  callbacks_.event(
+      absl::StrCat("weights written to ", plan_.save_path, " (step ", exported->step, ")"));
   return plan_.save_path;
 }
 

@@ -76,6 +76,7 @@
 #include "worker/daemon/parallel_job.h"
 #include "worker/daemon/worker_metrics.h"
 #include "worker/local_trainer.h"
+#include "worker/model/checkpoint_dir.h"
 #include "worker/plan_from_spec.h"
 
 namespace dtrain::worker {
@@ -142,6 +143,9 @@ class JobRunner {
  private:
   absl::StatusOr<std::string> Train();  // returns the output path ("" on ranks other than 0)
   absl::Status TrainLocal(const TrainingCallbacks& callbacks);
+  // A recovery's run when the job's last step is already sealed: reports where it resumed,
+  // and rank 0 exports that step's weights to the job's model.safetensors. The output path.
+  absl::StatusOr<std::string> FinishFromSeal(const model::CheckpointStep& sealed);
   absl::Status TrainParallel(const JobPlan& job_plan, int rank, const TrainingCallbacks& callbacks);
   // The events that open a job (rank 0): the dataset, and "training <model> on <on>: N steps of
   // B x T tokens<detail>".

@@ -11,12 +11,6 @@
 namespace dtrain::worker {
 namespace {
 
-std::string NewSessionId() {
-  std::random_device rd;
-  const uint64_t id = (uint64_t{rd()} << 32) ^ rd();
-  return absl::StrFormat("%016x", id);
-}
-
 DeviceInfo DeviceToProto(const kernels::DeviceInfo& d) {
   DeviceInfo p;
   p.set_kind(d.kind == kernels::DeviceKind::kCuda ? "cuda" : "cpu");
@@ -54,12 +48,18 @@ void LogLine(const std::string& worker_id, const std::string& message) {
                 worker_id, message);
 }
 
+std::string NewSessionId() {
+  std::random_device rd;
+  const uint64_t id = (uint64_t{rd()} << 32) ^ rd();
+  return absl::StrFormat("%016x", id);
+}
+
 WorkerDaemon::WorkerDaemon(WorkerOptions options, CoordinatorClient* client,
                            kernels::Backend* backend)
     : options_(std::move(options)),
       client_(client),
       backend_(backend),
-      session_id_(NewSessionId()),
+      session_id_(options_.session_id.empty() ? NewSessionId() : options_.session_id),
       reports_({options_.max_buffered_reports, options_.outcome_retry_for},
                [id = options_.worker_id](const std::string& line) { LogLine(id, line); }) {}
 
@@ -256,6 +256,7 @@ absl::Status WorkerDaemon::Register() {
   RegisterWorkerRequest request;
   request.set_worker_id(options_.worker_id);
   request.set_session_id(session_id_);
+  request.set_previous_session_id(options_.previous_session_id);
   request.set_address(options_.advertise_address);
   request.set_host_label(options_.host_label);
   for (const std::string& root :

@@ -61,7 +61,11 @@
 namespace dtrain::worker {
 
 struct WorkerOptions {
-  std::string worker_id;          // required
+  std::string worker_id;  // required
+  // This process's session id (empty: a random one) and the dead session of this worker's
+  // previous process on this host (session_lock.h), sent at registration.
+  std::string session_id;
+  std::string previous_session_id;
   std::string advertise_address;  // host:port of the peer service, as peers reach it
   std::string host_label;
   std::string data_root = "./dtrain-data";
@@ -89,6 +93,9 @@ struct WorkerOptions {
   parallel::TestOnlyFaults test_only;            // see JobRunnerOptions
   WorkerMetrics* metrics = nullptr;              // see JobRunnerOptions
 };
+
+// A random session id (16 hex digits): one per worker process.
+std::string NewSessionId();
 
 class WorkerDaemon {
  public:

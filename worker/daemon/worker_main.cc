@@ -50,6 +50,7 @@
 #include "kernels/backend.h"
 #include "worker/daemon/coordinator_client.h"
 #include "worker/daemon/job_runner.h"
+#include "worker/daemon/session_lock.h"
 #include "worker/daemon/test_only_faults.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/daemon/worker_metrics.h"
@@ -156,6 +157,12 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   options.log_every = absl::GetFlag(FLAGS_log_every);
   RETURN_IF_ERROR(ApplyTestOnlyFaultFlags(options));
   RETURN_IF_ERROR(Annotate(MakeDirectories(options.data_root), "--data_root"));
+  // Held while this process lives: the next process of this worker on this host proves this
+  // one dead with it and is accepted at once (session_lock.h).
+  options.session_id = NewSessionId();
+  ASSIGN_OR_RETURN(SessionLock session,
+                   SessionLock::Claim(options.data_root, options.worker_id, options.session_id));
+  options.previous_session_id = session.previous_session();
   std::vector<std::string> roots = {options.data_root};
   for (std::string& path : SplitPathList(absl::GetFlag(FLAGS_allowed_paths))) {
     roots.push_back(std::move(path));
