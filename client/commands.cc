@@ -265,6 +265,7 @@ int Submit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   if (!contents.has_value()) return kExitUsage;
   SubmitJobRequest request;
   request.set_spec_json(*contents);
+  request.set_allow_waiting(inv.allow_waiting);
   return SubmitAndMaybeWatch(request, path == "-" ? "the spec on standard input" : path, "", inv,
                              stub, output);
 }
@@ -277,6 +278,7 @@ int Resubmit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<Job> job = stub.GetJob(*id);
   if (!job.ok()) return Fail(WithNewestJobHint(stub, job.status()), inv, output);
   SubmitJobRequest request;
+  request.set_allow_waiting(inv.allow_waiting);
   JobSpec& spec = *request.mutable_spec();
   spec = job->spec();
   if (inv.steps > 0) spec.set_steps(inv.steps);

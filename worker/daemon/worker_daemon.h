@@ -49,6 +49,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/tls.h"
@@ -88,6 +89,18 @@ struct WorkerOptions {
   std::function<void(int64_t step)> after_step;  // test seam, see JobRunnerOptions
   parallel::TestOnlyFaults test_only;            // see JobRunnerOptions
   WorkerMetrics* metrics = nullptr;              // see JobRunnerOptions
+  // Memory (common/host_memory.h). memory_bytes: what this worker offers the coordinator
+  // (--memory, else the smaller of its cgroup limit and the host's memory; 0: the device's own
+  // figure); host_id and host_memory_bytes: sent at registration so the coordinator divides a
+  // host's memory among its workers (RegisterWorkerRequest).
+  int64_t memory_bytes = 0;
+  std::string host_id;
+  int64_t host_memory_bytes = 0;
+  // The memory watch: while a job runs, resident_bytes() is read every memory_check_interval;
+  // above memory_bytes the job's rank fails with "out of memory budget: ..." (JobRunner::Fail)
+  // rather than be killed by the kernel. Null (or memory_bytes 0): no watch.
+  std::function<absl::StatusOr<int64_t>()> resident_bytes;
+  absl::Duration memory_check_interval = absl::Milliseconds(200);
 };
 
 class WorkerDaemon {
@@ -142,6 +155,8 @@ class WorkerDaemon {
   void DropReportsLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool CanExitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitFor(absl::Duration d, bool wake_on_reports);
+  // The memory watch thread (WorkerOptions.resident_bytes): returns once stopping_.
+  void WatchMemory();
 
   const WorkerOptions options_;
   CoordinatorClient* const client_;
