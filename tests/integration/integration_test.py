@@ -793,11 +793,13 @@ import trace_cases  # noqa: E402  dtrain trace: one step of every rank as a Perf
 import straggler_cases  # noqa: E402  stragglers flagged, reported and replaced
 import rebalance_cases  # noqa: E402  a slowed pipeline stage re-cut: layers move off it
 import memory_cases  # noqa: E402  host memory shared honestly; a spec no worker can hold refused
+import certs_cases  # noqa: E402  certificates that explain themselves
 
 CASES = {}
 for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
                 reshard_cases, paths_cases, roles_cases, tls_cases, diagnose_cases,
-                trace_cases, straggler_cases, rebalance_cases, memory_cases):
+                trace_cases, straggler_cases, rebalance_cases, memory_cases,
+                certs_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn

@@ -157,12 +157,18 @@ absl::Status WorkerDaemon::Run() {
   if (options_.resident_bytes != nullptr && options_.memory_bytes > 0) {
     memory_watch = std::thread([this] { WatchMemory(); });
   }
-  struct JoinOnReturn {
+  // Every return (a stop, or a first registration refused) ends the watch.
+  struct EndWatchOnReturn {
+    WorkerDaemon* d;
     std::thread* t;
-    ~JoinOnReturn() {
+    ~EndWatchOnReturn() {
+      {
+        absl::MutexLock lock(&d->mu_);
+        d->run_returned_ = true;
+      }
       if (t->joinable()) t->join();
     }
-  } join_memory_watch{&memory_watch};
+  } end_memory_watch{this, &memory_watch};
   while (true) {
     ReapJob();
     bool registered, leaving;
@@ -210,6 +216,21 @@ absl::Status WorkerDaemon::Run() {
                                absl::FormatDuration(options_.id_conflict_wait),
                                ": every worker process needs its own --worker_id."));
             }
+          }
+        }
+        if (options_.explain_refusal != nullptr &&
+            (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s))) {
+          bool idle;
+          {
+            absl::MutexLock lock(&mu_);
+            idle = job_ == nullptr;
+          }
+          // A handshake the coordinator refuses looks like an unreachable one to gRPC; no retry
+          // cures an expired certificate or another CA (until the files are replaced, and a
+          // supervisor restarts the worker then).
+          if (idle) {
+            const std::string why = options_.explain_refusal();
+            if (!why.empty()) return absl::FailedPreconditionError(why);
           }
         }
         if (s.code() != last_code || ++failures % 30 == 0) {
@@ -472,9 +493,8 @@ void WorkerDaemon::ReapJob() {
 }
 
 void WorkerDaemon::WatchMemory() {
-  const auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
   absl::MutexLock lock(&mu_);
-  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping), options_.memory_check_interval)) {
+  while (!mu_.AwaitWithTimeout(absl::Condition(&run_returned_), options_.memory_check_interval)) {
     if (job_ == nullptr || job_->finished || job_->runner->cancel_requested()) continue;
     absl::StatusOr<int64_t> resident = options_.resident_bytes();
     if (!resident.ok() || *resident <= options_.memory_bytes) continue;

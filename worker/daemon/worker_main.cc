@@ -40,13 +40,16 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/certificate_watch.h"
 #include "common/daemon_tls.h"
 #include "common/host_memory.h"
 #include "common/job_paths.h"
 #include "common/metrics/http_exporter.h"
+#include "common/metrics/process_metrics.h"
 #include "common/metrics/registry.h"
 #include "common/path_policy.h"
 #include "common/status_macros.h"
+#include "common/tls_probe.h"
 #include "common/version.h"
 #include "kernels/backend.h"
 #include "plan/job_plan.h"
@@ -234,6 +237,15 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerMetrics> worker_metrics,
                    WorkerMetrics::Create(&registry, options.worker_id, backend.get()));
   RETURN_IF_ERROR(ExportTlsMetric(tls, "worker", &registry));
+  RETURN_IF_ERROR(metrics::ExportProcessMetrics(&registry));
+  ASSIGN_OR_RETURN(std::unique_ptr<CertificateWatch> certificate_watch,
+                   CertificateWatch::Start(tls, "dtrain-worker", &registry));
+  if (tls.enabled()) {
+    // A refused handshake looks unreachable to gRPC: one OpenSSL handshake of our own says why.
+    options.explain_refusal = [coordinator = absl::GetFlag(FLAGS_coordinator), tls] {
+      return DiagnoseTlsFailure(coordinator, tls, absl::Seconds(2));
+    };
+  }
   options.metrics = worker_metrics.get();
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);

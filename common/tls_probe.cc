@@ -1,4 +1,4 @@
-#include "client/tls_probe.h"
+#include "common/tls_probe.h"
 
 #include <netdb.h>
 #include <openssl/err.h>
@@ -17,7 +17,6 @@
 #include "common/x509.h"
 
 namespace dtrain {
-namespace client {
 namespace {
 
 struct SslCtxDeleter {
@@ -189,5 +188,4 @@ std::string DiagnoseTlsFailure(const std::string& address, const TlsFiles& tls,
   return result;
 }
 
-}  // namespace client
 }  // namespace dtrain
