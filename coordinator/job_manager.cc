@@ -119,6 +119,19 @@ absl::StatusOr<CoordinatorMetrics::StateCounts> JobManager::StateCounts() {
   counts.busy = workers.busy;
   counts.lost = workers.lost;
   ASSIGN_OR_RETURN(counts.jobs, store_->CountByState());
+  ASSIGN_OR_RETURN(const std::vector<Job> active,
+                   store_->JobsInStates({QUEUED, PLACING, RUNNING, RECOVERING}));
+  for (const Job& job : active) {
+    CoordinatorMetrics::StateCounts::ActiveJob& a = counts.active.emplace_back();
+    a.id = job.id();
+    a.name = job.spec().name();
+    a.state = job.state();
+    a.submitted = absl::FromUnixMillis(job.submitted_unix_ms());
+    if (job.checkpoint().sealed_unix_ms() > 0) {
+      a.sealed = absl::FromUnixMillis(job.checkpoint().sealed_unix_ms());
+    }
+  }
+  counts.now = Now();
   return counts;
 }
 
