@@ -51,6 +51,7 @@ struct Invocation {
   bool insecure{};                 // --insecure (else $DTRAIN_INSECURE=1)
   // Flags of some commands.
   bool watch{};                    // submit/resubmit --watch
+  bool allow_waiting{};            // submit/resubmit --allow_waiting
   bool quiet{};                    // watch, submit/resubmit --watch
   int every{};                     // watch, submit/resubmit --watch
   int limit{};                     // list --limit

@@ -25,11 +25,11 @@
 #include "client/format.h"
 #include "client/plan.h"
 #include "client/sample.h"
-#include "client/tls_probe.h"
 #include "client/trace.h"
 #include "common/files.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
+#include "common/tls_probe.h"
 #include "common/version.h"
 #include "plan/job_plan.h"
 #include "worker/parallel/checkpoint_export.h"
@@ -275,6 +275,7 @@ int Submit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   if (!contents.has_value()) return kExitUsage;
   SubmitJobRequest request;
   request.set_spec_json(*contents);
+  request.set_allow_waiting(inv.allow_waiting);
   return SubmitAndMaybeWatch(request, path == "-" ? "the spec on standard input" : path, "", inv,
                              stub, output);
 }
@@ -287,6 +288,7 @@ int Resubmit(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<Job> job = stub.GetJob(*id);
   if (!job.ok()) return Fail(WithNewestJobHint(stub, job.status()), inv, output);
   SubmitJobRequest request;
+  request.set_allow_waiting(inv.allow_waiting);
   JobSpec& spec = *request.mutable_spec();
   spec = job->spec();
   if (inv.steps > 0) spec.set_steps(inv.steps);

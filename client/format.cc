@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -28,6 +29,21 @@ int Or1(int v) { return v > 0 ? v : 1; }
 std::string Truncate(const std::string& text, size_t width) {
   if (text.size() <= width) return text;
   return text.substr(0, width - 3) + "...";
+}
+
+// A reason on one line of `list`: its lines joined with " | ", and one longer than 120
+// characters cut in the middle (its start says what happened, its end often names a path);
+// `dtrain status` shows it whole.
+std::string ReasonCell(const std::string& reason) {
+  std::vector<absl::string_view> lines;
+  for (absl::string_view l : absl::StrSplit(reason, '\n', absl::SkipWhitespace())) {
+    lines.push_back(absl::StripAsciiWhitespace(l));
+  }
+  std::string line = absl::StrJoin(lines, " | ");
+  constexpr size_t kMax = 120, kHead = 60;
+  if (line.size() <= kMax) return line;
+  return absl::StrCat(line.substr(0, kHead), " ... ",
+                      line.substr(line.size() - (kMax - kHead - 5)));
 }
 
 std::string StepOf(const Job& job) {
@@ -288,7 +304,7 @@ std::string JobsTable(const ListJobsResponse& jobs, absl::Time now) {
                     FormatAge(FromUnixMs(job.submitted_unix_ms()), now) + " ago",
                     FormatClock(FromUnixMs(job.started_unix_ms()), now),
                     FormatClock(FromUnixMs(job.ended_unix_ms()), now), JobDuration(job, now),
-                    job.reason().empty() ? "-" : job.reason()});
+                    job.reason().empty() ? "-" : ReasonCell(job.reason())});
   }
   return FormatTable({"ID", "STATE", "NAME", "STEP", "LOSS", "LAYOUT", "SUBMITTED", "STARTED",
                       "ENDED", "DURATION", "REASON"},

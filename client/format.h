@@ -115,7 +115,8 @@ std::string RecoveryText(const Recovery& recovery);
 std::string WorkersTable(const ListWorkersResponse& workers, absl::Time now);
 // `dtrain list`: ID STATE NAME STEP LOSS LAYOUT SUBMITTED STARTED ENDED DURATION REASON; the
 // layout is the one the job runs on now ("dp=1 pp=2 tp=1 (shrunk)" after a shrink); the reason
-// (which may hold a path) is never cut.
+// on one line (its lines joined with " | "), at most 120 characters: a longer one keeps its
+// first 60 and its last 55 (where a path usually is) around " ... " (`status` shows it whole).
 std::string JobsTable(const ListJobsResponse& jobs, absl::Time now);
 // `dtrain status ID`: one "key: value" line per property (times, the layout it runs on now,
 // checkpoint location and what a resume would redo, output with its host), then the placement

@@ -1,5 +1,6 @@
 #include "client/format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -200,14 +201,25 @@ TEST(JobsTable, ShowsStepLossLayout) {
       << JobsTable(r, now);
 }
 
-TEST(JobsTable, NeverCutsTheReason) {
+TEST(JobsTable, ReasonOnOneShortLineKeepingItsEnds) {
   ListJobsResponse r;
   Job* job = r.add_jobs();
   *job = RunningJob();
-  const std::string reason =
-      "worker w4 stopped by SIGTERM; output " + std::string(100, 'x') + "/model.safetensors";
-  job->set_reason(reason);
-  EXPECT_NE(JobsTable(r, absl::Now()).find(reason + "\n"), std::string::npos);
+  const std::string path = "/srv/runs/" + std::string(200, 'x') + "/model.safetensors";
+  job->set_reason("worker w4 stopped by SIGTERM; output " + path);
+  const std::string table = JobsTable(r, absl::Now());
+  const std::string row = table.substr(table.find('\n') + 1);
+  EXPECT_EQ(row.size() - row.find("worker w4"), 121u) << row;  // 120 and the newline
+  EXPECT_NE(row.find("worker w4 stopped by SIGTERM; output /srv/runs/xxx"), std::string::npos);
+  EXPECT_NE(row.find(" ... xxxx"), std::string::npos) << row;
+  EXPECT_NE(row.find("/model.safetensors\n"), std::string::npos) << row;
+
+  job->set_reason("cannot place the job:\n  rank 0 needs 3.7 GiB\n  rank 1 needs 2.0 GiB\n");
+  const std::string lines = JobsTable(r, absl::Now());
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 2) << lines;
+  EXPECT_NE(lines.find("cannot place the job: | rank 0 needs 3.7 GiB | rank 1 needs 2.0 GiB\n"),
+            std::string::npos)
+      << lines;
 }
 
 TEST(StateText, DropsTheStateRepeatedInTheReason) {

@@ -174,8 +174,9 @@ std::string PlanText(const Plan& plan, const std::string& path) {
   std::string out;
   absl::StrAppend(&out, "plan for ", path, spec.name().empty() ? "" : " (" + spec.name() + ")",
                   "\n");
-  absl::StrAppend(&out, "layout: ", LayoutString(layout), " (", plan.placed.placement.ranks_size(),
-                  " ranks), schedule ", layout.schedule());
+  const int ranks = plan.placed.placement.ranks_size();
+  absl::StrAppend(&out, "layout: ", LayoutString(layout), " (", ranks,
+                  ranks == 1 ? " rank" : " ranks", "), schedule ", layout.schedule());
   if (v > 1) absl::StrAppend(&out, " with ", v, " virtual stages");
   absl::StrAppend(&out, ", ", sched.micro_batches, " micro-batches of ", spec.micro_batch_size(),
                   " sequences per replica per step\n");
@@ -195,9 +196,9 @@ std::string PlanText(const Plan& plan, const std::string& path) {
   for (const WorkerInfo& w : plan.workers) {
     if (hosts.empty() || hosts.back() != w.host_label()) hosts.push_back(w.host_label());
   }
-  absl::StrAppend(&out, "workers: ", plan.workers.size(), " hypothetical (w0..w",
-                  plan.workers.size() - 1, ") on ", hosts.size(),
-                  hosts.size() == 1 ? " host" : " hosts");
+  absl::StrAppend(&out, "workers: ", plan.workers.size(), " hypothetical (w0",
+                  plan.workers.size() == 1 ? "" : absl::StrCat("..w", plan.workers.size() - 1),
+                  ") on ", hosts.size(), hosts.size() == 1 ? " host" : " hosts");
   if (hosts.size() > 1) {
     absl::StrAppend(&out,
                     "; tensor-parallel groups split across hosts: ", plan.placed.split_tp_groups);

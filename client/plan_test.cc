@@ -60,6 +60,14 @@ JobPlan Validated(const std::string& json) {
   return spec.ok() ? *spec : JobPlan{};
 }
 
+TEST(Plan, OneWorkerIsOneRankOnW0) {
+  const std::string path = WriteSpec("one.json", SpecJson(R"({"pp": 1})"));
+  const CliRun r = Dtrain({"plan", path});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("layout: dp=1 pp=1 tp=1 (1 rank), schedule"));
+  EXPECT_THAT(r.out, HasSubstr("workers: 1 hypothetical (w0) on 1 host\n"));
+}
+
 TEST(Plan, OneFOneBReportHasLayoutRanksStagesTimelineAndBubble) {
   const std::string path = WriteSpec("1f1b.json", SpecJson(R"({"pp": 4})"));
   const CliRun r = Dtrain({"plan", path});

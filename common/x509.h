@@ -1,5 +1,5 @@
 // OpenSSL's X.509 certificates and keys as owned values, and the few helpers that common/tls,
-// `dtrain certs` (client/certs) and the CLI's TLS probe (client/tls_probe) share.
+// `dtrain certs` (client/certs) and the CLI's TLS probe (common/tls_probe) share.
 #ifndef DTRAIN_COMMON_X509_H_
 #define DTRAIN_COMMON_X509_H_
 

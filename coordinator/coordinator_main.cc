@@ -28,8 +28,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/certificate_watch.h"
 #include "common/daemon_tls.h"
 #include "common/metrics/http_exporter.h"
+#include "common/metrics/process_metrics.h"
 #include "common/metrics/registry.h"
 #include "common/tls.h"
 #include "common/version.h"
@@ -133,6 +135,10 @@ int main(int argc, char** argv) {
   if (absl::Status s = dtrain::ExportTlsMetric(*tls, "coordinator", &registry); !s.ok()) {
     return Fail(s);
   }
+  absl::StatusOr<std::unique_ptr<dtrain::CertificateWatch>> certificate_watch =
+      dtrain::CertificateWatch::Start(*tls, "dtrain-coordinator", &registry);
+  if (!certificate_watch.ok()) return Fail(certificate_watch.status());
+  if (absl::Status s = dtrain::metrics::ExportProcessMetrics(&registry); !s.ok()) return Fail(s);
 
   char host[256] = "unknown";
   gethostname(host, sizeof(host) - 1);

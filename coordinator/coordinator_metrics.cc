@@ -1,5 +1,6 @@
 #include "coordinator/coordinator_metrics.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -142,6 +143,22 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
                                       "A running job's ranks flagged as stragglers now (score at "
                                       "or over stragglers.threshold until it recovers).",
                                       {"job_id"}));
+  ASSIGN_OR_RETURN(metrics::Family<metrics::Gauge> * oldest_queued,
+                   registry->AddGauge("dtrain_coordinator_oldest_queued_job_age_seconds",
+                                      "How long the oldest QUEUED job has waited since its "
+                                      "submission (0: none queued); computed at scrape time."));
+  ASSIGN_OR_RETURN(m->job_info_,
+                   registry->AddGauge("dtrain_coordinator_job_info",
+                                      "1 for every job not ended yet (QUEUED, PLACING, RUNNING, "
+                                      "RECOVERING): its spec's name (at most 64 characters) and "
+                                      "state, to join on job_id; ended jobs have no series.",
+                                      {"job_id", "name", "state"}));
+  ASSIGN_OR_RETURN(m->checkpoint_age_,
+                   registry->AddGauge("dtrain_coordinator_job_checkpoint_age_seconds",
+                                      "A job not ended yet: time since its last sealed "
+                                      "checkpoint (absent before its first).",
+                                      {"job_id"}));
+  m->oldest_queued_ = &oldest_queued->Add({});
   m->submitted_ = &submitted->Add({});
   m->queue_wait_ = &queue_wait->Add({}, QueueWaitBuckets());
   m->placement_ = &placement->Add({}, PlacementBuckets());
@@ -176,6 +193,29 @@ void CoordinatorMetrics::Collect() {
     jobs_->Add({{"state", absl::AsciiStrToLower(JobState_Name(state))}})
         .Set(it == counts->jobs.end() ? 0 : it->second);
   }
+  // The jobs' series are made again each scrape: a job that ended or changed state loses its
+  // old ones (a label set that stayed the same gets the same child back).
+  for (size_t i = 0; i < active_series_.size(); ++i) {
+    (i % 2 == 0 ? job_info_ : checkpoint_age_)->Remove(active_series_[i]);
+  }
+  active_series_.clear();
+  double oldest = 0;
+  for (const StateCounts::ActiveJob& job : counts->active) {
+    if (job.state == QUEUED) {
+      oldest = std::max(oldest, absl::ToDoubleSeconds(counts->now - job.submitted));
+    }
+    active_series_.push_back(
+        &job_info_->Add({{"job_id", job.id},
+                         {"name", job.name.substr(0, 64)},
+                         {"state", absl::AsciiStrToLower(JobState_Name(job.state))}}));
+    active_series_.back()->Set(1);
+    active_series_.push_back(nullptr);
+    if (job.sealed != absl::InfinitePast()) {
+      active_series_.back() = &checkpoint_age_->Add({{"job_id", job.id}});
+      active_series_.back()->Set(absl::ToDoubleSeconds(counts->now - job.sealed));
+    }
+  }
+  oldest_queued_->Set(oldest);
 }
 
 void CoordinatorMetrics::JobSubmitted() { submitted_->Increment(); }

@@ -45,6 +45,17 @@ class CoordinatorMetrics {
   struct StateCounts {
     int64_t idle = 0, busy = 0, lost = 0;  // workers
     std::map<JobState, int64_t> jobs;      // absent states are 0
+    // The jobs not ended yet (QUEUED, PLACING, RUNNING, RECOVERING), for
+    // dtrain_coordinator_job_info, dtrain_coordinator_oldest_queued_job_age_seconds and
+    // dtrain_coordinator_job_checkpoint_age_seconds, at the manager's clock `now`.
+    struct ActiveJob {
+      std::string id, name;
+      JobState state = QUEUED;
+      absl::Time submitted;
+      absl::Time sealed = absl::InfinitePast();  // its last sealed checkpoint; none: past
+    };
+    std::vector<ActiveJob> active;
+    absl::Time now;
   };
   // Called once per scrape; on an error (or with no source) the gauges keep their last values.
   // Waits for a scrape in progress, so once SetStateSource(nullptr) returns the old source is
@@ -97,6 +108,11 @@ class CoordinatorMetrics {
   metrics::Family<metrics::Gauge>* stragglers_ = nullptr;
   metrics::Family<metrics::Counter>* rpcs_ = nullptr;
   metrics::Family<metrics::Histogram>* rpc_duration_ = nullptr;
+  metrics::Gauge* oldest_queued_ = nullptr;
+  metrics::Family<metrics::Gauge>* job_info_ = nullptr;
+  metrics::Family<metrics::Gauge>* checkpoint_age_ = nullptr;
+  // The job_info_ and checkpoint_age_ series of the last scrape (Collect, under source_mu_).
+  std::vector<metrics::Gauge*> active_series_ ABSL_GUARDED_BY(source_mu_);
 
   absl::Mutex source_mu_;
   std::function<absl::StatusOr<StateCounts>()> source_ ABSL_GUARDED_BY(source_mu_);

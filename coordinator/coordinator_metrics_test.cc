@@ -24,6 +24,7 @@ namespace dtrain::coordinator {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The value of the sample whose series is exactly `series` ("name{a=\"x\"}"); NaN when absent.
 double Sample(const std::string& text, const std::string& series) {
@@ -220,6 +221,41 @@ TEST_F(CoordinatorMetricsTest, AWatchTheClientAbandonsCountsWhenItsStreamEnds) {
   EXPECT_THAT(text, HasSubstr("dtrain_coordinator_rpcs_total{method=\"WatchJob\",code=\""));
   EXPECT_GE(Sample(text, "dtrain_coordinator_rpc_duration_seconds_sum{method=\"WatchJob\"}"), 0.2);
   EXPECT_EQ(Sample(text, "dtrain_coordinator_jobs{state=\"queued\"}"), 1);
+}
+
+TEST(CoordinatorMetrics, ActiveJobsInfoQueuedAgeAndCheckpointAge) {
+  metrics::Registry registry;
+  auto m = CoordinatorMetrics::Create(&registry);
+  ASSERT_TRUE(m.ok());
+  const absl::Time now = absl::FromUnixSeconds(1800000000);
+  CoordinatorMetrics::StateCounts counts;
+  counts.now = now;
+  counts.active = {
+      {"job-000001", "tiny", RUNNING, now - absl::Minutes(10), now - absl::Seconds(42)},
+      {"job-000002", std::string(100, 'n'), QUEUED, now - absl::Seconds(90)},
+      {"job-000003", "", QUEUED, now - absl::Seconds(30)}};
+  (*m)->SetStateSource(
+      [&counts]() -> absl::StatusOr<CoordinatorMetrics::StateCounts> { return counts; });
+  std::string text = registry.SerializeText();
+  EXPECT_EQ(Sample(text, "dtrain_coordinator_oldest_queued_job_age_seconds"), 90);
+  EXPECT_EQ(Sample(text, "dtrain_coordinator_job_checkpoint_age_seconds{job_id=\"job-000001\"}"),
+            42);
+  EXPECT_THAT(text,
+              Not(HasSubstr("dtrain_coordinator_job_checkpoint_age_seconds{job_id=\"job-000002")));
+  EXPECT_EQ(Sample(text,
+                   "dtrain_coordinator_job_info{job_id=\"job-000001\",name=\"tiny\","
+                   "state=\"running\"}"),
+            1);
+  EXPECT_THAT(text, HasSubstr("name=\"" + std::string(64, 'n') + "\",state"));  // bounded
+
+  // job-000001 ended, job-000002 runs: their old series are gone.
+  counts.active = {{"job-000002", "big", RUNNING, now - absl::Seconds(90)}};
+  text = registry.SerializeText();
+  EXPECT_THAT(text, Not(HasSubstr("job-000001")));
+  EXPECT_THAT(text, Not(HasSubstr("job-000003")));
+  EXPECT_THAT(text, Not(HasSubstr("dtrain_coordinator_job_info{job_id=\"job-000002\",name=\"nnn")));
+  EXPECT_EQ(Sample(text, "dtrain_coordinator_oldest_queued_job_age_seconds"), 0);
+  (*m)->SetStateSource(nullptr);
 }
 
 TEST(CoordinatorMetrics, TwoInOneRegistryCollide) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/job_paths.h"
@@ -126,6 +127,19 @@ absl::StatusOr<CoordinatorMetrics::StateCounts> JobManager::StateCounts() {
   counts.busy = workers.busy;
   counts.lost = workers.lost;
   ASSIGN_OR_RETURN(counts.jobs, store_->CountByState());
+  ASSIGN_OR_RETURN(const std::vector<Job> active,
+                   store_->JobsInStates({QUEUED, PLACING, RUNNING, RECOVERING}));
+  for (const Job& job : active) {
+    CoordinatorMetrics::StateCounts::ActiveJob& a = counts.active.emplace_back();
+    a.id = job.id();
+    a.name = job.spec().name();
+    a.state = job.state();
+    a.submitted = absl::FromUnixMillis(job.submitted_unix_ms());
+    if (job.checkpoint().sealed_unix_ms() > 0) {
+      a.sealed = absl::FromUnixMillis(job.checkpoint().sealed_unix_ms());
+    }
+  }
+  counts.now = Now();
   return counts;
 }
 
@@ -1238,6 +1252,34 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
   return absl::OkStatus();
 }
 
+std::optional<std::string> JobManager::NoWorkerCanHold(const JobPlan& job_plan) const {
+  // Every live worker of the job's device kind as if idle, with the memory it would have with
+  // nothing running on its host (MemoryShare, not idle).
+  std::vector<WorkerInfo> able;
+  absl::flat_hash_map<std::string, HostShare> hosts;
+  for (const WorkerInfo& w : registry_.List()) {
+    if (w.state() == LOST || !DeviceFits(job_plan.spec().device(), w.device().kind())) continue;
+    able.push_back(w);
+    HostShare& host = hosts[w.host_id()];
+    host.host_bytes = std::max(host.host_bytes, w.host_memory_bytes());
+    ++host.live;
+  }
+  if (static_cast<int64_t>(able.size()) < plan::WorkersNeeded(job_plan.spec().parallel())) {
+    return std::nullopt;  // too few workers: SubmitJob warns about that
+  }
+  for (WorkerInfo& w : able) {
+    if (w.device().kind() != "cpu" || w.host_id().empty()) continue;
+    w.mutable_device()->set_memory_bytes(
+        MemoryShare(w.offered_memory_bytes(), hosts.at(w.host_id()), /*idle=*/false));
+    w.set_state(IDLE);
+  }
+  absl::StatusOr<PlacementResult> placed = PlaceJob(job_plan, able);
+  if (placed.ok() || !absl::IsResourceExhausted(placed.status())) return std::nullopt;
+  std::string message(placed.status().message());
+  absl::StrReplaceAll({{"idle worker", "worker"}}, &message);
+  return message;
+}
+
 absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& request) {
   const bool has_json = !request.spec_json().empty();
   if (has_json == request.has_spec()) {
@@ -1255,6 +1297,12 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   ASSIGN_OR_RETURN(JobPlan job_plan, has_json ? plan::ParseJobPlanJson(request.spec_json())
                                               : plan::MakeJobPlan(request.spec()));
   RETURN_IF_ERROR(plan::CheckJobLimits(job_plan.spec(), options_.job_limits));
+  std::optional<std::string> too_big = NoWorkerCanHold(job_plan);
+  if (too_big.has_value() && !request.allow_waiting()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no registered worker can ever hold this job: ", *too_big,
+                     " (submit with --allow_waiting to queue it for workers that may join)"));
+  }
   JobSpec spec = std::move(*job_plan.mutable_spec());
   std::vector<std::string> notes;
   RETURN_IF_ERROR(ResolveResumeFrom(&spec, &notes));
@@ -1282,6 +1330,10 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
     response.add_warnings(absl::StrCat("the job needs ", Plural(needed, worker), " and ",
                                        Plural(able, worker), able == 1 ? " is" : " are",
                                        " registered: it stays QUEUED until enough register"));
+  }
+  if (too_big.has_value()) {
+    response.add_warnings(absl::StrCat("no registered worker can hold this job: ", *too_big,
+                                       "; it stays QUEUED until workers with room register"));
   }
   const std::string reason =
       counts.idle >= needed ? "queued; placing it now" : WaitingReason(spec, counts);

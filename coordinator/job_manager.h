@@ -163,6 +163,10 @@ class JobManager {
   const Options& options() const { return options_; }
 
  private:
+  // Why no live worker could ever hold `job_plan` (placement's ResourceExhausted words: "rank 0
+  // (dp0 pp0 tp0) needs 12.7 GiB; the largest worker has 4.6 GiB (w0)"), nullopt when some
+  // could, or when too few workers of its kind are registered to tell.
+  std::optional<std::string> NoWorkerCanHold(const JobPlan& job_plan) const;
   struct Rank {
     std::string worker_id;
     bool acked = false;

@@ -34,6 +34,49 @@ void WorkerRegistry::SetJob(Record& r, const std::string& job_id) {
   r.pending.reset();
   r.delivered_at = absl::InfinitePast();
   r.dropped_since.reset();
+  r.reserved = 0;
+}
+
+int64_t MemoryShare(int64_t offered, const HostShare& host, bool idle) {
+  if (host.host_bytes <= 0 || host.live <= 0) return offered;
+  int64_t share = host.host_bytes / host.live;
+  if (idle && host.idle > 0) {
+    share = std::min(share, std::max<int64_t>(0, host.host_bytes - host.reserved) / host.idle);
+  }
+  return offered > 0 ? std::min(offered, share) : share;
+}
+
+namespace {
+
+bool SharesHostMemory(const WorkerInfo& info) {
+  return info.device().kind() == "cpu" && !info.host_id().empty() && info.host_memory_bytes() > 0;
+}
+
+}  // namespace
+
+absl::flat_hash_map<std::string, HostShare> WorkerRegistry::HostSharesLocked() const {
+  absl::flat_hash_map<std::string, HostShare> hosts;
+  for (const auto& [id, r] : workers_) {
+    if (r.lost || !SharesHostMemory(r.info)) continue;
+    HostShare& host = hosts[r.info.host_id()];
+    host.host_bytes = std::max(host.host_bytes, r.info.host_memory_bytes());
+    ++host.live;
+    if (r.info.job_id().empty()) {
+      ++host.idle;
+    } else {
+      host.reserved += r.reserved;
+    }
+  }
+  return hosts;
+}
+
+WorkerInfo WorkerRegistry::WithShare(const Record& r,
+                                     const absl::flat_hash_map<std::string, HostShare>& hosts) {
+  WorkerInfo info = r.info;
+  if (r.lost || !SharesHostMemory(info)) return info;
+  info.mutable_device()->set_memory_bytes(
+      MemoryShare(info.offered_memory_bytes(), hosts.at(info.host_id()), info.job_id().empty()));
+  return info;
 }
 
 void WorkerRegistry::NoticePauseLocked(absl::Time now) {
@@ -108,6 +151,9 @@ absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
   r.info.set_host_label(request.host_label());
   *r.info.mutable_allowed_roots() = request.allowed_roots();
   *r.info.mutable_device() = request.device();
+  r.info.set_offered_memory_bytes(request.device().memory_bytes());
+  r.info.set_host_id(request.host_id());
+  r.info.set_host_memory_bytes(request.host_memory_bytes());
   r.info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
   if (!attach_job.empty() && (r.info.job_id().empty() || r.info.job_id() == attach_job)) {
     SetJob(r, attach_job);
@@ -229,6 +275,7 @@ absl::Status WorkerRegistry::Assign(std::shared_ptr<const JobAssignment> job, ab
     Record& r = workers_.at(placement.ranks(i).worker_id());
     SetJob(r, job->job_id());
     r.pending = Delivery{job, i};
+    r.reserved = placement.ranks(i).memory_bytes();
   }
   return absl::OkStatus();
 }
@@ -314,8 +361,9 @@ std::vector<WorkerInfo> WorkerRegistry::IdleWorkers() const {
   std::vector<WorkerInfo> idle;
   {
     absl::MutexLock lock(&mu_);
+    const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
     for (const auto& [id, r] : workers_) {
-      if (!r.lost && !r.draining && r.info.job_id().empty()) idle.push_back(r.info);
+      if (!r.lost && !r.draining && r.info.job_id().empty()) idle.push_back(WithShare(r, hosts));
     }
   }
   std::sort(idle.begin(), idle.end(),
@@ -344,7 +392,8 @@ std::vector<WorkerInfo> WorkerRegistry::List() const {
   std::vector<WorkerInfo> all;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, r] : workers_) all.push_back(Listed(r));
+    const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
+    for (const auto& [id, r] : workers_) all.push_back(Listed(r, WithShare(r, hosts)));
   }
   std::sort(all.begin(), all.end(),
             [](const WorkerInfo& a, const WorkerInfo& b) { return a.worker_id() < b.worker_id(); });
@@ -358,8 +407,7 @@ std::string WorkerRegistry::JobOf(const std::string& worker_id) const {
   return it->second.info.job_id();
 }
 
-WorkerInfo WorkerRegistry::Listed(const Record& r) {
-  WorkerInfo info = r.info;
+WorkerInfo WorkerRegistry::Listed(const Record& r, WorkerInfo info) {
   if (r.draining && !r.lost && info.job_id().empty()) info.set_state(DRAINED);
   return info;
 }
@@ -383,7 +431,7 @@ absl::StatusOr<WorkerInfo> WorkerRegistry::Get(const std::string& worker_id) con
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("no worker ", worker_id));
-  return Listed(it->second);
+  return Listed(it->second, it->second.info);
 }
 
 int64_t WorkerRegistry::RunningStep(const std::string& worker_id, const std::string& job_id) const {

@@ -69,6 +69,21 @@ struct WorkerCounts {
   int idle = 0, busy = 0, lost = 0;
 };
 
+// The memory of one host's live CPU workers that share it (same WorkerInfo.host_id).
+struct HostShare {
+  int64_t host_bytes = 0;  // the host's memory (host_memory_bytes)
+  int live = 0;            // live workers on the host
+  int idle = 0;            // of which idle
+  int64_t reserved = 0;    // the memory of the ranks placed on its busy workers
+};
+// The memory a CPU worker may be given (WorkerInfo.device.memory_bytes): the smaller of what it
+// offered and its equal part of the host (host_bytes / live), and, when `idle`, of the host's
+// unreserved memory divided among its idle workers, so that whatever is placed on a host's idle
+// workers at once fits beside what runs there: the coordinator never overcommits a host.
+// Example: 5 workers offering 23 GiB each on a 23 GiB host get 4.6 GiB each; with a 6 GiB job
+// on one of them, each of the 4 idle ones gets (23 - 6) / 4 = 4.25 GiB.
+int64_t MemoryShare(int64_t offered, const HostShare& host, bool idle);
+
 class WorkerRegistry {
  public:
   // `monotonic` null: no pause detection (tests on a fake clock). `pause_threshold`: the
@@ -141,10 +156,11 @@ class WorkerRegistry {
   // The pauses of this process noticed since the last call (their total length), once.
   std::optional<absl::Duration> TakePause();
 
-  // Live idle workers, sorted by worker_id; O(workers).
+  // Live idle workers, sorted by worker_id, each with its memory share (MemoryShare);
+  // O(workers).
   std::vector<WorkerInfo> IdleWorkers() const;
   WorkerCounts Counts() const;
-  // Every known worker, sorted by worker_id.
+  // Every known worker, sorted by worker_id (live CPU workers with their MemoryShare).
   std::vector<WorkerInfo> List() const;
   // The job the worker holds ("" when idle, lost or unknown).
   std::string JobOf(const std::string& worker_id) const;
@@ -169,10 +185,17 @@ class WorkerRegistry {
     // What it last said it runs (running_job_id, running_step), whatever it holds.
     std::string running_job;
     int64_t running_step = 0;
+    int64_t reserved = 0;      // its rank's RankAssignment.memory_bytes while BUSY
   };
+  // The live CPU workers' hosts by host id, and `r.info` with device.memory_bytes set to its
+  // MemoryShare (CPU workers with a host id).
+  absl::flat_hash_map<std::string, HostShare> HostSharesLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static WorkerInfo WithShare(const Record& r,
+                              const absl::flat_hash_map<std::string, HostShare>& hosts);
   static void SetJob(Record& r, const std::string& job_id);
-  // r.info with its listed state (DRAINED for a drained idle worker).
-  static WorkerInfo Listed(const Record& r);
+  // `info` (r.info, or WithShare's) with its listed state (DRAINED for a drained idle worker).
+  static WorkerInfo Listed(const Record& r, WorkerInfo info);
   // Observes the process working at `now`; after a pause, a lease of grace for every worker.
   void NoticePauseLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLocked(const HeartbeatRequest& request, absl::Time now, HeartbeatResult* result,

@@ -381,6 +381,71 @@ TEST(WorkerRegistry, ANewSessionNamingTheLiveOneAsItsDeadPredecessorReplacesIt) 
       reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0 + absl::Seconds(2));
   ASSERT_TRUE(old.ok());
   EXPECT_TRUE(old->response.register_again());
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+RegisterWorkerRequest CpuOnHost(const std::string& id, const std::string& host_id,
+                                int64_t host_bytes, int64_t offered) {
+  RegisterWorkerRequest r = Reg(id, id + "-s");
+  r.mutable_device()->set_kind("cpu");
+  r.mutable_device()->set_memory_bytes(offered);
+  r.set_host_id(host_id);
+  r.set_host_memory_bytes(host_bytes);
+  return r;
+}
+
+TEST(MemoryShare, EqualPartsOfTheHostCappedByTheOffer) {
+  const HostShare host{/*host_bytes=*/20 * kGiB, /*live=*/5, /*idle=*/5, /*reserved=*/0};
+  EXPECT_EQ(MemoryShare(20 * kGiB, host, /*idle=*/true), 4 * kGiB);
+  EXPECT_EQ(MemoryShare(3 * kGiB, host, /*idle=*/true), 3 * kGiB);         // its cgroup
+  EXPECT_EQ(MemoryShare(0, host, /*idle=*/true), 4 * kGiB);                // no offer: the share
+  EXPECT_EQ(MemoryShare(7 * kGiB, HostShare{}, /*idle=*/true), 7 * kGiB);  // no host facts
+}
+
+TEST(MemoryShare, IdleWorkersShareWhatRunningJobsLeave) {
+  // One busy worker holds a 10 GiB rank (placed when it was alone); 4 idle ones share the 10
+  // GiB left, not 20 / 5 each: together never more than the host.
+  const HostShare host{20 * kGiB, 5, 4, 10 * kGiB};
+  EXPECT_EQ(MemoryShare(20 * kGiB, host, /*idle=*/true), 10 * kGiB / 4);
+  EXPECT_EQ(MemoryShare(20 * kGiB, host, /*idle=*/false), 4 * kGiB);
+  const HostShare overfull{20 * kGiB, 2, 1, 25 * kGiB};
+  EXPECT_EQ(MemoryShare(20 * kGiB, overfull, /*idle=*/true), 0);
+}
+
+TEST(WorkerRegistry, CpuWorkersOfOneHostOfferNoMoreThanTheHostTogether) {
+  WorkerRegistry reg(kLease);
+  for (const char* id : {"a", "b", "c", "d", "e"}) {
+    ASSERT_TRUE(reg.Register(CpuOnHost(id, "host-1", 23 * kGiB, 23 * kGiB), kT0).ok());
+  }
+  ASSERT_TRUE(reg.Register(CpuOnHost("x", "host-2", 8 * kGiB, 3 * kGiB), kT0).ok());
+  int64_t host1 = 0;
+  for (const WorkerInfo& w : reg.IdleWorkers()) {
+    if (w.host_id() == "host-1") {
+      host1 += w.device().memory_bytes();
+      EXPECT_EQ(w.offered_memory_bytes(), 23 * kGiB);
+    } else {
+      EXPECT_EQ(w.device().memory_bytes(), 3 * kGiB);  // alone, below its host
+    }
+  }
+  EXPECT_LE(host1, 23 * kGiB);
+  EXPECT_GE(host1, 23 * kGiB - 5);
+
+  // A rank of 10 GiB on "a": the other four share the 13 GiB left.
+  auto job = std::make_shared<JobAssignment>();
+  job->set_job_id("job-1");
+  RankAssignment* rank = job->mutable_placement()->add_ranks();
+  rank->set_worker_id("a");
+  rank->set_memory_bytes(10 * kGiB);
+  ASSERT_TRUE(reg.Assign(job, kT0).ok());
+  int64_t idle = 0;
+  for (const WorkerInfo& w : reg.IdleWorkers()) {
+    if (w.host_id() == "host-1") idle += w.device().memory_bytes();
+  }
+  EXPECT_LE(10 * kGiB + idle, 23 * kGiB);
+  // Freed: the equal shares again.
+  reg.CancelJob("job-1", {"a"});
+  for (const WorkerInfo& w : reg.IdleWorkers()) {
+    if (w.host_id() == "host-1") EXPECT_EQ(w.device().memory_bytes(), 23 * kGiB / 5);
+  }
 }
 
 }  // namespace

@@ -109,6 +109,16 @@ def spec_cases(binary, tmp, text):
         failures.append(f"--spec --resume --steps=6: exit {rc}:\n{err[-800:]}")
     else:
         print("ok   --spec --resume --steps=6: resumed from step 4 into job-000002")
+    # --steps equal to its default (10) still overrides the spec's 4: given is given.
+    ten_log = os.path.join(tmp, "ten.jsonl")
+    rc, err = run(binary, [f"--spec={spec}", "--job_id=job-000003", "--steps=10",
+                           "--threads=1", f"--log_json={ten_log}"])
+    if rc != 0 or not os.path.exists(ten_log) or len(losses(ten_log)) != 10:
+        failures.append(f"--spec --steps=10 (the flag's default): exit {rc}, "
+                        f"{len(losses(ten_log)) if os.path.exists(ten_log) else 0} steps, want 10:"
+                        f"\n{err[-800:]}")
+    else:
+        print("ok   --spec --steps=10 (the flag's default) trains 10 steps, not the spec's 4")
     bad = os.path.join(tmp, "bad.json")
     with open(bad, "w") as f:
         f.write('{"model": {"n_layer": 1}, "steps": 4}')

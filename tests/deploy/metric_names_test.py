@@ -224,8 +224,9 @@ class MetricNamesTest(unittest.TestCase):
     def test_sources_register_the_metrics(self):
         # A floor, so that a broken scan (files moved, another registration style) cannot pass
         # by finding nothing.
+        # "tls": dtrain_tls_certificate_expiry_timestamp_seconds, which both daemons export.
         components = {n.split("_")[1] for n in self.metrics}
-        self.assertEqual(components, {"coordinator", "worker"}, sorted(self.metrics))
+        self.assertEqual(components, {"coordinator", "worker", "tls"}, sorted(self.metrics))
         self.assertGreaterEqual(len(self.metrics), 20, sorted(self.metrics))
         self.assertEqual(self.metrics["dtrain_coordinator_rpcs_total"][1], {"method", "code"})
 

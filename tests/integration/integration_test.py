@@ -796,12 +796,14 @@ import straggler_cases  # noqa: E402  stragglers flagged, reported and replaced
 import rebalance_cases  # noqa: E402  a slowed pipeline stage re-cut: layers move off it
 import metrics_cases  # noqa: E402  a job's scalars as TensorBoard events and CSV
 import maintenance_cases  # noqa: E402  pauses, maintenance and finished jobs are not failures
+import memory_cases  # noqa: E402  host memory shared honestly; a spec no worker can hold refused
+import certs_cases  # noqa: E402  certificates that explain themselves
 
 CASES = {}
 for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
                 reshard_cases, paths_cases, roles_cases, tls_cases, diagnose_cases,
                 trace_cases, straggler_cases, rebalance_cases, metrics_cases,
-                maintenance_cases):
+                maintenance_cases, memory_cases, certs_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn

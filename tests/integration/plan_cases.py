@@ -81,9 +81,9 @@ def case_plan_rules_both_paths(args):
 
 
 def case_plan_memory_keeps_job_queued(args):
-    """A job whose rank needs more memory than any idle worker has stays QUEUED with the reason
-    naming the rank, its need and the largest worker; `dtrain plan` prints the same need per
-    rank; the spec is accepted (it is valid) and runs once a worker with room is there."""
+    """A job whose rank needs more memory than any registered worker has is refused at submit;
+    with --allow_waiting it stays QUEUED with the reason naming the rank, its need and the
+    largest worker; `dtrain plan` prints the same need per rank."""
     with Cluster(args.binaries, "plan_memory_keeps_job_queued") as c:
         c.write_corpus()
         # The model (69e9 parameters) is above the default --max_job_parameters (20e9): this
@@ -101,7 +101,10 @@ def case_plan_memory_keeps_job_queued(args):
         c.start_worker("w1")
         c.wait_workers({"w1": "IDLE"})
         rc, out, err = c.cli("submit", path, "--json")
-        expect(rc == 0, "submit: exit %d\n%s" % (rc, err))
+        expect(rc != 0 and "no registered worker can ever hold this job" in err,
+               "submit of a job no worker can hold: exit %d\n%s" % (rc, err))
+        rc, out, err = c.cli("submit", path, "--json", "--allow_waiting")
+        expect(rc == 0, "submit --allow_waiting: exit %d\n%s" % (rc, err))
         job = json.loads(out.splitlines()[-1])["id"]
         deadline = time.monotonic() + 20
         reason = ""

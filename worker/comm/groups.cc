@@ -20,8 +20,9 @@ int Tp(const ParallelLayout& l) { return std::max(1, l.tp()); }
 // `rank`'s coordinates; InvalidArgument outside the layout (see the top of groups.h).
 absl::StatusOr<RankAssignment> CoordinatesOf(const ParallelLayout& layout, int rank) {
   const int64_t size = WorkersNeeded(layout);
-  const std::string what = absl::StrCat("dp=", std::max(1, layout.dp()), " pp=", Pp(layout),
-                                        " tp=", Tp(layout), " (", size, " ranks)");
+  const std::string what =
+      absl::StrCat("dp=", std::max(1, layout.dp()), " pp=", Pp(layout), " tp=", Tp(layout), " (",
+                   size, size == 1 ? " rank)" : " ranks)");
   if (size >= (int64_t{1} << 24)) {
     return absl::InvalidArgumentError(absl::StrCat("layout ", what, ": more than 2^24 ranks"));
   }

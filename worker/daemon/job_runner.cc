@@ -110,13 +110,18 @@ JobRunner::JobRunner(JobAssignment assignment, kernels::Backend* backend, JobRun
   }
 }
 
-void JobRunner::Cancel(const std::string& reason) {
+void JobRunner::Cancel(const std::string& reason) { Stop(reason, /*failure=*/false); }
+
+void JobRunner::Fail(const std::string& reason) { Stop(reason, /*failure=*/true); }
+
+void JobRunner::Stop(const std::string& reason, bool failure) {
   std::shared_ptr<ParallelJob> parallel;
   {
     absl::MutexLock lock(&mu_);
     if (cancel_) return;  // the first reason wins
     cancel_ = true;
     cancel_reason_ = reason;
+    cancel_is_failure_ = failure;
     parallel = parallel_;
   }
   // The other ranks get the same cancel from the coordinator, each at its own time: waiting
@@ -150,6 +155,12 @@ JobOutcome JobRunner::Run() {
     return outcome;
   }
   absl::MutexLock lock(&mu_);
+  if (cancel_ && cancel_is_failure_) {
+    outcome.set_kind(FAILURE_LOCAL);
+    outcome.set_error_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
+    outcome.set_error(absl::StrCat(cancel_reason_, " during step ", last_step_ + 1));
+    return outcome;
+  }
   if (cancel_ && absl::IsCancelled(output.status())) {
     outcome.set_kind(FAILURE_STOPPED);
     outcome.set_error(last_step_ == 0 ? absl::StrCat(cancel_reason_, " before the first step")

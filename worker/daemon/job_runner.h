@@ -131,6 +131,10 @@ class JobRunner {
   JobOutcome Run();
 
   void Cancel(const std::string& reason);
+  // Stops the job as Cancel does, but it ends as this rank's failure (FAILURE_LOCAL,
+  // RESOURCE_EXHAUSTED, "<reason> during step N"): the worker's memory watch ("out of memory
+  // budget: ...").
+  void Fail(const std::string& reason);
   bool cancel_requested() const;
   int64_t last_step() const;  // last finished step; 0 before the first
   // Multi-worker jobs: this rank's timing of each step finished since the last call (at most
@@ -141,6 +145,7 @@ class JobRunner {
   const std::string& job_id() const { return assignment_.job_id(); }
 
  private:
+  void Stop(const std::string& reason, bool failure);
   absl::StatusOr<std::string> Train();  // returns the output path ("" on ranks other than 0)
   absl::Status TrainLocal(const TrainingCallbacks& callbacks);
   // A recovery's run when the job's last step is already sealed: reports where it resumed,
@@ -175,6 +180,7 @@ class JobRunner {
   mutable absl::Mutex mu_;
   bool cancel_ ABSL_GUARDED_BY(mu_) = false;
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
+  bool cancel_is_failure_ ABSL_GUARDED_BY(mu_) = false;  // Fail, not Cancel
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<RankTiming> timings_ ABSL_GUARDED_BY(mu_);        // see TakeTimings
   std::shared_ptr<ParallelJob> parallel_ ABSL_GUARDED_BY(mu_);  // several workers

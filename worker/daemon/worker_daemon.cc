@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "plan/job_plan.h"
 
 namespace dtrain::worker {
 namespace {
@@ -152,6 +153,22 @@ absl::Status WorkerDaemon::Run() {
   absl::StatusCode last_code = absl::StatusCode::kOk;
   int failures = 0;
   absl::Time id_conflict_since = absl::InfiniteFuture();
+  std::thread memory_watch;
+  if (options_.resident_bytes != nullptr && options_.memory_bytes > 0) {
+    memory_watch = std::thread([this] { WatchMemory(); });
+  }
+  // Every return (a stop, or a first registration refused) ends the watch.
+  struct EndWatchOnReturn {
+    WorkerDaemon* d;
+    std::thread* t;
+    ~EndWatchOnReturn() {
+      {
+        absl::MutexLock lock(&d->mu_);
+        d->run_returned_ = true;
+      }
+      if (t->joinable()) t->join();
+    }
+  } end_memory_watch{this, &memory_watch};
   while (true) {
     ReapJob();
     bool registered, leaving;
@@ -199,6 +216,21 @@ absl::Status WorkerDaemon::Run() {
                                absl::FormatDuration(options_.id_conflict_wait),
                                ": every worker process needs its own --worker_id."));
             }
+          }
+        }
+        if (options_.explain_refusal != nullptr &&
+            (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s))) {
+          bool idle;
+          {
+            absl::MutexLock lock(&mu_);
+            idle = job_ == nullptr;
+          }
+          // A handshake the coordinator refuses looks like an unreachable one to gRPC; no retry
+          // cures an expired certificate or another CA (until the files are replaced, and a
+          // supervisor restarts the worker then).
+          if (idle) {
+            const std::string why = options_.explain_refusal();
+            if (!why.empty()) return absl::FailedPreconditionError(why);
           }
         }
         if (s.code() != last_code || ++failures % 30 == 0) {
@@ -264,6 +296,9 @@ absl::Status WorkerDaemon::Register() {
     request.add_allowed_roots(root);
   }
   *request.mutable_device() = DeviceToProto(backend_->info());
+  if (options_.memory_bytes > 0) request.mutable_device()->set_memory_bytes(options_.memory_bytes);
+  request.set_host_id(options_.host_id);
+  request.set_host_memory_bytes(options_.host_memory_bytes);
   {
     absl::MutexLock lock(&mu_);
     if (job_ != nullptr) {
@@ -456,6 +491,22 @@ void WorkerDaemon::ReapJob() {
   if (reports_.HasJob(job_->id)) return;  // still running for the coordinator
   LogLine(options_.worker_id, absl::StrCat("job ", job_->id, " done; idle"));
   job_.reset();
+}
+
+void WorkerDaemon::WatchMemory() {
+  absl::MutexLock lock(&mu_);
+  while (!mu_.AwaitWithTimeout(absl::Condition(&run_returned_), options_.memory_check_interval)) {
+    if (job_ == nullptr || job_->finished || job_->runner->cancel_requested()) continue;
+    absl::StatusOr<int64_t> resident = options_.resident_bytes();
+    if (!resident.ok() || *resident <= options_.memory_bytes) continue;
+    const std::string reason =
+        absl::StrCat("out of memory budget: worker ", options_.worker_id, " holds ",
+                     plan::FormatBytes(*resident), " resident, above its ",
+                     plan::FormatBytes(options_.memory_bytes),
+                     " (--memory, or the smaller of its cgroup limit and the host's memory)");
+    WarnLocked(job_->id, reason);
+    job_->runner->Fail(reason);
+  }
 }
 
 void WorkerDaemon::CancelByCoordinatorLocked(const std::string& job_id, const std::string& why) {

@@ -49,6 +49,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/tls.h"
@@ -92,6 +93,24 @@ struct WorkerOptions {
   std::function<void(int64_t step)> after_step;  // test seam, see JobRunnerOptions
   parallel::TestOnlyFaults test_only;            // see JobRunnerOptions
   WorkerMetrics* metrics = nullptr;              // see JobRunnerOptions
+  // Memory (common/host_memory.h). memory_bytes: what this worker offers the coordinator
+  // (--memory, else the smaller of its cgroup limit and the host's memory; 0: the device's own
+  // figure); host_id and host_memory_bytes: sent at registration so the coordinator divides a
+  // host's memory among its workers (RegisterWorkerRequest).
+  int64_t memory_bytes = 0;
+  std::string host_id;
+  int64_t host_memory_bytes = 0;
+  // The memory watch: while a job runs, resident_bytes() is read every memory_check_interval;
+  // above memory_bytes the job's rank fails with "out of memory budget: ..." (JobRunner::Fail)
+  // rather than be killed by the kernel. Null (or memory_bytes 0): no watch.
+  std::function<absl::StatusOr<int64_t>()> resident_bytes;
+  absl::Duration memory_check_interval = absl::Milliseconds(200);
+  // Called when a registration fails as unreachable (UNAVAILABLE, DEADLINE_EXCEEDED) while no
+  // job runs: one line saying why the coordinator refused this worker at the TLS handshake
+  // (common/tls_probe.h: "the coordinator refused our certificate ...: it expired on ..."),
+  // "" when that is not the cause. A refusal is permanent: Run returns it as
+  // FAILED_PRECONDITION (exit 1) instead of retrying. Null: never asked.
+  std::function<std::string()> explain_refusal;
 };
 
 // A random session id (16 hex digits): one per worker process.
@@ -105,7 +124,8 @@ class WorkerDaemon {
 
   // Runs until Stop(). OK after a clean stop; InvalidArgument when the coordinator rejects the
   // first registration as malformed (e.g. an empty worker id); AlreadyExists when another live
-  // session holds the worker id for longer than id_conflict_wait. Call once.
+  // session holds the worker id for longer than id_conflict_wait; FailedPrecondition when the
+  // coordinator refuses its certificate (WorkerOptions.explain_refusal). Call once.
   absl::Status Run();
 
   // Thread-safe; `reason` ("worker stopped by SIGTERM") is sent with the deregistration and
@@ -149,6 +169,8 @@ class WorkerDaemon {
   void DropReportsLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool CanExitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitFor(absl::Duration d, bool wake_on_reports);
+  // The memory watch thread (WorkerOptions.resident_bytes): returns once Run returns.
+  void WatchMemory();
 
   const WorkerOptions options_;
   CoordinatorClient* const client_;
@@ -157,6 +179,7 @@ class WorkerDaemon {
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool run_returned_ ABSL_GUARDED_BY(mu_) = false;  // ends WatchMemory
   // From Stop() on (unless deregistering fails): no registration or heartbeat.
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;
   bool deregistered_ ABSL_GUARDED_BY(mu_) = false;

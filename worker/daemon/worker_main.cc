@@ -40,14 +40,19 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/certificate_watch.h"
 #include "common/daemon_tls.h"
+#include "common/host_memory.h"
 #include "common/job_paths.h"
 #include "common/metrics/http_exporter.h"
+#include "common/metrics/process_metrics.h"
 #include "common/metrics/registry.h"
 #include "common/path_policy.h"
 #include "common/status_macros.h"
+#include "common/tls_probe.h"
 #include "common/version.h"
 #include "kernels/backend.h"
+#include "plan/job_plan.h"
 #include "worker/daemon/coordinator_client.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/session_lock.h"
@@ -87,6 +92,12 @@ ABSL_FLAG(std::string, allowed_paths, "",
           "(datasets, init_checkpoint, resume_from, checkpoint.dir), e.g. "
           "/datasets,/shared/ckpt; each must exist. A job naming a path outside them, also "
           "through a symlink, fails before anything is read or written");
+ABSL_FLAG(std::string, memory, "",
+          "memory this worker offers for jobs, e.g. 3GiB (units K, M, G, T: powers of 1024); "
+          "default for --device=cpu: the smaller of its cgroup's limit (v2 memory.max, v1 "
+          "memory.limit_in_bytes) and the host's memory; for cuda: the GPU's memory. The "
+          "coordinator further divides a host's memory among the CPU workers on it. A job whose "
+          "rank grows past it fails with \"out of memory budget: ...\"");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every coordinator RPC");
 ABSL_FLAG(int, log_every, 10, "log a progress line every N steps (0: never)");
 // The default port is taken when several workers share a host: each then needs its own; a
@@ -114,6 +125,34 @@ std::string Hostname() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
   return name;
+}
+
+// --memory and the host's facts (common/host_memory.h) into `options`, with a log line saying
+// where the figure came from.
+absl::Status SetMemory(const std::string& flag, const kernels::DeviceInfo& device,
+                       WorkerOptions* options) {
+  ASSIGN_OR_RETURN(const HostMemory host, ReadHostMemory());
+  options->host_id = host.host_id;
+  options->host_memory_bytes = host.total_bytes;
+  std::string source;
+  if (!flag.empty()) {
+    absl::StatusOr<int64_t> bytes = ParseByteSize(flag);
+    RETURN_IF_ERROR(Annotate(bytes.status(), "--memory"));
+    options->memory_bytes = *bytes;
+    source = "--memory";
+  } else if (device.kind == kernels::DeviceKind::kCpu) {
+    options->memory_bytes = host.UsableBytes();
+    source = host.UsableBytes() < host.total_bytes ? "its cgroup's limit" : "the host's memory";
+  } else {
+    options->memory_bytes = device.memory_bytes;
+    source = "the device";
+  }
+  options->resident_bytes = [] { return ResidentBytes(); };
+  std::fprintf(stderr, "dtrain-worker: offers %s of memory (%s; host %s has %s)\n",
+               plan::FormatBytes(options->memory_bytes).c_str(), source.c_str(),
+               host.host_id.empty() ? "?" : host.host_id.substr(0, 8).c_str(),
+               plan::FormatBytes(host.total_bytes).c_str());
+  return absl::OkStatus();
 }
 
 absl::Status Main(int signal_fd, const TlsFiles& tls) {
@@ -177,10 +216,20 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
                    kernels::CreateBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_threads),
                                           *precision));
+  RETURN_IF_ERROR(SetMemory(absl::GetFlag(FLAGS_memory), backend->info(), &options));
   metrics::Registry registry;
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerMetrics> worker_metrics,
                    WorkerMetrics::Create(&registry, options.worker_id, backend.get()));
   RETURN_IF_ERROR(ExportTlsMetric(tls, "worker", &registry));
+  RETURN_IF_ERROR(metrics::ExportProcessMetrics(&registry));
+  ASSIGN_OR_RETURN(std::unique_ptr<CertificateWatch> certificate_watch,
+                   CertificateWatch::Start(tls, "dtrain-worker", &registry));
+  if (tls.enabled()) {
+    // A refused handshake looks unreachable to gRPC: one OpenSSL handshake of our own says why.
+    options.explain_refusal = [coordinator = absl::GetFlag(FLAGS_coordinator), tls] {
+      return DiagnoseTlsFailure(coordinator, tls, absl::Seconds(2));
+    };
+  }
   options.metrics = worker_metrics.get();
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);

@@ -130,7 +130,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("the transport has rank ", transport->rank(), " of ", transport->size(),
                      " but the trainer was given rank ", options.rank, " of dp=", dp, " pp=", pp,
-                     " tp=", tp, " (", size, " ranks)"));
+                     " tp=", tp, " (", size, size == 1 ? " rank)" : " ranks)"));
   }
   if (backend->info().kind != kernels::DeviceKind::kCpu) {
     return absl::UnimplementedError(

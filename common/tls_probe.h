@@ -1,13 +1,14 @@
-// Why the CLI could not talk to the coordinator, when the reason is TLS. gRPC reports every
-// failed handshake of the server's making as "Socket closed"; after a call fails as unreachable,
-// the CLI opens one TLS connection of its own with OpenSSL (same CA, certificate and key) and
-// reads what happened: which side refused whom, and why.
+// Why a client (the CLI, a worker registering) could not talk to the coordinator, when the reason
+// is TLS. gRPC reports every failed handshake of the server's making as "Socket closed" or a
+// deadline; after a call fails as unreachable, the client opens one TLS connection of its own
+// with OpenSSL (same CA, certificate and key) and reads what happened: which side refused whom,
+// and why.
 //
 //   std::string why = DiagnoseTlsFailure("10.0.0.5:7070", tls, absl::Seconds(3));
 //   // "the coordinator refused our certificate certs/old.pem (CN=old OU=admin): it expired on
 //   //  2020-01-01 00:00:00 UTC (TLS alert: certificate expired)"
-#ifndef DTRAIN_CLIENT_TLS_PROBE_H_
-#define DTRAIN_CLIENT_TLS_PROBE_H_
+#ifndef DTRAIN_COMMON_TLS_PROBE_H_
+#define DTRAIN_COMMON_TLS_PROBE_H_
 
 #include <string>
 
@@ -15,7 +16,6 @@
 #include "common/tls.h"
 
 namespace dtrain {
-namespace client {
 
 // One line saying why a TLS session with the server at `address` (HOST:PORT) cannot work:
 //   - tls.insecure and the server speaks TLS: a plaintext client to a TLS server;
@@ -38,7 +38,6 @@ bool AcceptsConnections(const std::string& address, absl::Duration timeout);
 // (--timeout): is it hung or overloaded?".
 std::string NoAnswerWithin(const std::string& address, absl::Duration timeout);
 
-}  // namespace client
 }  // namespace dtrain
 
-#endif  // DTRAIN_CLIENT_TLS_PROBE_H_
+#endif  // DTRAIN_COMMON_TLS_PROBE_H_

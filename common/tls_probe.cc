@@ -1,4 +1,4 @@
-#include "client/tls_probe.h"
+#include "common/tls_probe.h"
 
 #include <netdb.h>
 #include <openssl/err.h>
@@ -19,7 +19,6 @@
 #include "common/x509.h"
 
 namespace dtrain {
-namespace client {
 namespace {
 
 struct SslCtxDeleter {
@@ -212,5 +211,4 @@ std::string DiagnoseTlsFailure(const std::string& address, const TlsFiles& tls,
   return result;
 }
 
-}  // namespace client
 }  // namespace dtrain
