@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "coordinator/placement.h"
 #include "coordinator/recovery.h"
+#include "coordinator/submit_spec.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
 #include "plan/spec_json.h"
@@ -1139,29 +1140,20 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
   return absl::OkStatus();
 }
 
-absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& request) {
-  const bool has_json = !request.spec_json().empty();
-  if (has_json == request.has_spec()) {
-    return absl::InvalidArgumentError("set exactly one of spec_json and spec");
-  }
-  const int64_t spec_bytes = has_json ? static_cast<int64_t>(request.spec_json().size())
-                                      : static_cast<int64_t>(request.spec().ByteSizeLong());
-  if (spec_bytes > options_.max_spec_bytes) {
-    return plan::InvalidSpec(absl::StrCat("it is ", spec_bytes,
-                                          " bytes, above this coordinator's cap of ",
-                                          options_.max_spec_bytes, " (--max_spec_bytes)"));
-  }
-  // The job's plan, the one rule for every part (plan/job_plan.h): `dtrain plan` rejects the
-  // same specs with the same words.
-  ASSIGN_OR_RETURN(JobPlan job_plan, has_json ? plan::ParseJobPlanJson(request.spec_json())
-                                              : plan::MakeJobPlan(request.spec()));
-  RETURN_IF_ERROR(plan::CheckJobLimits(job_plan.spec(), options_.job_limits));
+absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& request,
+                                                        absl::Time deadline) {
+  ASSIGN_OR_RETURN(JobPlan job_plan,
+                   PlanSubmission(request, options_.max_spec_bytes, options_.job_limits));
   JobSpec spec = std::move(*job_plan.mutable_spec());
   std::vector<std::string> notes;
   RETURN_IF_ERROR(ResolveResumeFrom(&spec, &notes));
   const int64_t needed = plan::WorkersNeeded(spec.parallel());
   SubmitJobResponse response;
   JobsLock lock(this);
+  if (absl::Now() >= deadline) {
+    return absl::DeadlineExceededError(
+        "the client's deadline passed while the spec was checked; no job was created");
+  }
   const WorkerCounts counts = registry_.Counts();
   // Live workers that could ever run it (its device kind), to warn when there are too few.
   int64_t able = 0;
@@ -1214,12 +1206,22 @@ absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {
   return job;
 }
 
-absl::StatusOr<ListJobsResponse> JobManager::ListJobs(int limit,
-                                                      absl::Span<const JobState> states) {
-  ASSIGN_OR_RETURN(std::vector<Job> jobs,
-                   store_->ListJobs(std::min(limit, kMaxListedJobs), states));
+absl::StatusOr<ListJobsResponse> JobManager::ListJobs(const ListJobsRequest& request) {
+  std::vector<JobState> states;
+  for (int state : request.states()) states.push_back(static_cast<JobState>(state));
+  int64_t before_seq = 0;
+  if (!request.page_token().empty() &&
+      (!absl::SimpleAtoi(request.page_token(), &before_seq) || before_seq <= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_token \"", request.page_token(), "\" is not one this coordinator gave"));
+  }
+  std::optional<absl::string_view> name;
+  if (!request.name().empty()) name = request.name();
+  ASSIGN_OR_RETURN(JobPage page, store_->ListJobs(std::min(request.limit(), kMaxListedJobs), states,
+                                                  before_seq, name));
   ListJobsResponse response;
-  for (Job& job : jobs) *response.add_jobs() = std::move(job);
+  for (Job& job : page.jobs) *response.add_jobs() = std::move(job);
+  if (page.next_before_seq > 0) response.set_next_page_token(absl::StrCat(page.next_before_seq));
   return response;
 }
 

@@ -792,11 +792,12 @@ import diagnose_cases  # noqa: E402  dtrain diagnose: who waits on whom, live
 import trace_cases  # noqa: E402  dtrain trace: one step of every rank as a Perfetto trace
 import straggler_cases  # noqa: E402  stragglers flagged, reported and replaced
 import rebalance_cases  # noqa: E402  a slowed pipeline stage re-cut: layers move off it
+import bounds_cases  # noqa: E402  no request takes the coordinator down or breaks reads
 
 CASES = {}
 for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
                 reshard_cases, paths_cases, roles_cases, tls_cases, diagnose_cases,
-                trace_cases, straggler_cases, rebalance_cases):
+                trace_cases, straggler_cases, rebalance_cases, bounds_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn
@@ -814,12 +815,15 @@ def main():
     parser.add_argument("--cli", required=True)
     parser.add_argument("--examples", required=True, help="folder of tiny.json")
     parser.add_argument("--peer_dial", help="worker/comm's peer_dial_for_testing (roles_cases)")
+    parser.add_argument("--fill_store", help="coordinator's fill_store_for_testing (bounds_cases)")
     args = parser.parse_args()
     args.binaries = {"coordinator": os.path.abspath(args.coordinator),
                      "worker": os.path.abspath(args.worker), "cli": os.path.abspath(args.cli)}
     args.examples = os.path.abspath(args.examples)
     if args.peer_dial:
         args.peer_dial = os.path.abspath(args.peer_dial)
+    if args.fill_store:
+        args.fill_store = os.path.abspath(args.fill_store)
     # Bazel ends a test that runs too long with SIGTERM: turn it into an exception so every
     # Cluster's cleanup runs (children also die with us through PR_SET_PDEATHSIG).
     signal.signal(signal.SIGTERM, _on_sigterm)
