@@ -1157,14 +1157,16 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   const WorkerCounts counts = registry_.Counts();
   // Live workers that could ever run it (its device kind), to warn when there are too few.
   int64_t able = 0;
-  std::vector<plan::WorkerRoots> roots;  // of the live workers, for the paths rule
+  // Of the live workers it may be placed on, for the paths rule: each must allow every path.
+  std::vector<plan::WorkerRoots> roots;
   for (const WorkerInfo& w : registry_.List()) {
     if (w.state() == LOST) continue;
-    if (DeviceFits(spec.device(), w.device().kind())) ++able;
+    if (!DeviceFits(spec.device(), w.device().kind())) continue;
+    ++able;
     roots.emplace_back(w.worker_id(), std::vector<std::string>(w.allowed_roots().begin(),
                                                                w.allowed_roots().end()));
   }
-  // Paths outside every worker's roots, or climbing out with "..": refused now rather than
+  // Paths outside any such worker's roots, or climbing out with "..": refused now rather than
   // failing on the worker (which checks them again after symlinks).
   RETURN_IF_ERROR(plan::CheckSpecPaths(spec, roots));
   if (able < needed) {

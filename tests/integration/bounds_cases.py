@@ -95,3 +95,26 @@ def case_list_with_big_specs(args):
         expect(listed.get("next_page_token"), "no next page although the needle is older")
         job = c.cli_json("status", "needle", "--timeout=1s")
         expect(job.get("id") == "job-000001", "status needle found %s" % job.get("id"))
+
+
+def case_worker_claiming_root_widens_nothing(args):
+    """A worker that registers claiming allowed_roots ["/"] (what anyone holding a worker
+    certificate could send) does not widen the submit-time path check for the others: a spec
+    naming /etc/passwd is refused naming the honest worker and its roots, a spec inside every
+    worker's roots is accepted."""
+    with Cluster(args.binaries, "root_claim") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.start_worker("fake", extra=["--allowed_paths=/"])
+        c.wait_workers({"w1": "IDLE", "fake": "IDLE"})
+        expect("/" in c.workers_by_id()["fake"].get("allowed_roots", []),
+               "the fake worker declared %s" % c.workers_by_id()["fake"].get("allowed_roots"))
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 2, name="shadow", dataset="/etc/passwd")
+        rc, out, err = c.cli("submit", c.write_spec("shadow.json", spec))
+        expect(rc == 2, "a spec naming /etc/passwd exited %d: %s%s" % (rc, out, err))
+        expect("dataset /etc/passwd is outside the allowed roots of worker w1: " in err and
+               "every such worker must allow it" in err, "the refusal: %s" % err)
+        inside = small_job_spec(os.path.join(c.tmp, "ckpt"), 2, name="inside",
+                                dataset=os.path.join(c.workdir, "data", "demo.txt"))
+        c.submit(c.write_spec("inside.json", inside))
