@@ -28,7 +28,6 @@ int64_t RequestStringCap(absl::string_view field) {
     return 256;
   }
   if (field == "reason") return 1024;
-  if (field == "event") return 64 << 10;
   return 4096;
 }
 
@@ -37,7 +36,10 @@ absl::Status CheckRequestBounds(const google::protobuf::Message& request) {
   std::vector<const FieldDescriptor*> fields;
   reflection.ListFields(request, &fields);
   for (const FieldDescriptor* field : fields) {
-    if (field->type() != FieldDescriptor::TYPE_STRING || field->name() == "spec_json") continue;
+    if (field->type() != FieldDescriptor::TYPE_STRING || field->name() == "spec_json" ||
+        field->name() == "event") {
+      continue;
+    }
     const int64_t cap = RequestStringCap(field->name());
     if (!field->is_repeated()) {
       const size_t bytes = reflection.GetStringReference(request, field, nullptr).size();
