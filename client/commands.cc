@@ -430,7 +430,10 @@ int List(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   } else {
     output.out << JobsTable(*jobs, absl::Now());
     if (!jobs->next_page_token().empty()) {
+      std::vector<std::string> states;
+      for (JobState state : inv.states) states.push_back(JobState_Name(state));
       output.out << "older jobs: dtrain list --page=" << jobs->next_page_token()
+                 << (states.empty() ? "" : absl::StrCat(" --state=", absl::StrJoin(states, ",")))
                  << (inv.limit > 0 ? absl::StrCat(" --limit=", inv.limit) : "") << "\n";
     }
   }

@@ -610,6 +610,9 @@ TEST_F(CommandsTest, ListEndsWithTheCommandForTheNextPage) {
   EXPECT_THAT(out_.str(), HasSubstr("job-000002"));
   EXPECT_THAT(out_.str(), Not(HasSubstr("job-000001")));
   EXPECT_THAT(out_.str(), HasSubstr("older jobs: dtrain list --page=2 --limit=2\n"));
+  EXPECT_EQ(Run({"list", "--limit=2", "--state=failed,succeeded"}), 0);
+  EXPECT_THAT(out_.str(),
+              HasSubstr("older jobs: dtrain list --page=2 --state=FAILED,SUCCEEDED --limit=2\n"));
   EXPECT_EQ(Run({"list"}), 0);
   EXPECT_THAT(out_.str(), Not(HasSubstr("older jobs")));
 }
