@@ -23,7 +23,8 @@ def case_deep_spec_refused_while_training(args):
     deep (protobuf's JSON reader would take minutes over each, holding a gRPC thread) are both
     refused within 100 ms (the CLI's own --timeout: a late answer would be DEADLINE_EXCEEDED)
     naming the depth cap; the job keeps training, no worker is declared lost, and heartbeats
-    keep their pace meanwhile."""
+    keep their pace meanwhile. Oversized request fields (a cancel reason, a name looked up) are
+    refused naming the field and its cap."""
     with Cluster(args.binaries, "deep_spec") as c:
         c.write_corpus()
         c.start_coordinator()
@@ -52,6 +53,13 @@ def case_deep_spec_refused_while_training(args):
             expect("nesting depth exceeds 64 at byte" in err,
                    "the refusal does not name the depth cap (a late answer is the 100 ms "
                    "deadline): %s" % err)
+        # Oversized fields are refused naming the field and its cap (not gRPC's metadata error).
+        rc, _, err = c.cli("cancel", job_id, "--reason=" + "r" * 2000)
+        expect(rc != 0 and "field reason is 2000 bytes, above the cap of 1024" in err,
+               "cancel with a 2000-byte reason: exit %d: %s" % (rc, err[:500]))
+        rc, _, err = c.cli("status", "n" * 100000)
+        expect(rc != 0 and "field name is 100000 bytes, above the cap of 4096" in err,
+               "status of a 100,000-byte name: exit %d: %s" % (rc, err[:500]))
         # Heartbeats kept their pace: both workers BUSY with a fresh heartbeat, the job trains on.
         time.sleep(2 * c.lease_s)
         for w, info in c.workers_by_id().items():
