@@ -55,6 +55,7 @@ struct Invocation {
   bool quiet{};                    // watch, submit/resubmit --watch
   int every{};                     // watch, submit/resubmit --watch
   int limit{};                     // list --limit
+  std::string page{};              // list --page (a ListJobsResponse.next_page_token)
   std::vector<JobState> states{};  // list --state (empty: every state)
   std::string reason{};            // cancel --reason
   int workers{};                   // plan --workers

@@ -81,26 +81,29 @@ absl::Status WithNewestJobHint(CoordinatorStub& stub, const absl::Status& status
   return absl::NotFoundError(absl::StrCat(status.message(), "; ", hint));
 }
 
-// The job id `arg` names: an id or a number (JobIdFromArgument), else the one job of that name.
-// NOT_FOUND (with the newest id) for no such job; INVALID_ARGUMENT listing them when several
-// jobs have the name.
+// The job id `arg` names: an id or a number (JobIdFromArgument), else the one job of that name
+// (the coordinator's name index: found whatever its age). NOT_FOUND (with the newest id) for no
+// such job; INVALID_ARGUMENT listing (the newest 10 of) them when several jobs have the name.
 absl::StatusOr<std::string> ResolveJobId(CoordinatorStub& stub, const std::string& arg) {
   if (std::optional<std::string> id = JobIdFromArgument(arg)) return *id;
-  ASSIGN_OR_RETURN(ListJobsResponse jobs, stub.ListJobs(/*limit=*/1000));
+  ListJobsRequest request;
+  request.set_name(arg);
+  request.set_limit(10);
+  ASSIGN_OR_RETURN(ListJobsResponse jobs, stub.ListJobs(request));
   std::vector<std::string> matches;
   for (const Job& job : jobs.jobs()) {
-    if (job.spec().name() == arg) {
-      matches.push_back(absl::StrCat(job.id(), " (", JobStateName(job.state()), ")"));
-    }
+    matches.push_back(absl::StrCat(job.id(), " (", JobStateName(job.state()), ")"));
   }
+  if (!jobs.next_page_token().empty()) matches.push_back("and more");
   if (matches.size() == 1) return matches[0].substr(0, matches[0].find(' '));
   if (matches.empty()) {
     return WithNewestJobHint(
         stub, absl::NotFoundError(absl::StrCat("no job with the id or name '", arg, "'")));
   }
-  return absl::InvalidArgumentError(absl::StrCat("'", arg, "' names ", matches.size(),
-                                                 " jobs: ", absl::StrJoin(matches, ", "),
-                                                 "; give one of their ids"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", arg, "' names ",
+                   jobs.next_page_token().empty() ? absl::StrCat(matches.size()) : "more than 10",
+                   " jobs: ", absl::StrJoin(matches, ", "), "; give one of their ids"));
 }
 
 // Follows a job to its end, printing progress; returns the exit code for its final state.
@@ -492,8 +495,14 @@ int ShowStatus(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   });
 }
 
+// One page of job summaries; when older jobs match too, the table ends with the command that
+// lists them (--json: next_page_token).
 int List(const Invocation& inv, CoordinatorStub& stub, Output& output) {
-  absl::StatusOr<ListJobsResponse> jobs = stub.ListJobs(inv.limit, inv.states);
+  ListJobsRequest request;
+  request.set_limit(inv.limit);
+  for (JobState state : inv.states) request.add_states(state);
+  request.set_page_token(inv.page);
+  absl::StatusOr<ListJobsResponse> jobs = stub.ListJobs(request);
   if (!jobs.ok()) return Fail(jobs.status(), inv, output);
   if (inv.json) {
     output.out << ToJsonLine(*jobs) << "\n";
@@ -501,6 +510,13 @@ int List(const Invocation& inv, CoordinatorStub& stub, Output& output) {
     output.out << (inv.states.empty() ? "no jobs\n" : "no jobs in those states\n");
   } else {
     output.out << JobsTable(*jobs, absl::Now());
+    if (!jobs->next_page_token().empty()) {
+      std::vector<std::string> states;
+      for (JobState state : inv.states) states.push_back(JobState_Name(state));
+      output.out << "older jobs: dtrain list --page=" << jobs->next_page_token()
+                 << (states.empty() ? "" : absl::StrCat(" --state=", absl::StrJoin(states, ",")))
+                 << (inv.limit > 0 ? absl::StrCat(" --limit=", inv.limit) : "") << "\n";
+    }
   }
   return kExitOk;
 }

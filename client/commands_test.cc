@@ -107,7 +107,18 @@ class FakeCoordinator final : public Coordinator::Service {
     *response->add_jobs() = MakeJob("job-000002", SUCCEEDED);
     response->mutable_jobs(1)->mutable_spec()->set_name("twice");
     *response->add_jobs() = MakeJob("job-000001", RUNNING);
+    if (!request->name().empty()) {  // the coordinator's name index
+      for (int i = response->jobs_size() - 1; i >= 0; --i) {
+        if (response->jobs(i).spec().name() != request->name()) {
+          response->mutable_jobs()->DeleteSubrange(i, 1);
+        }
+      }
+    }
     if (request->limit() == 1) response->mutable_jobs()->DeleteSubrange(1, 2);
+    if (request->limit() == 2 && request->name().empty()) {
+      response->mutable_jobs()->DeleteSubrange(2, 1);
+      response->set_next_page_token("2");
+    }
     last_limit = request->limit();
     absl::MutexLock lock(&mu);
     last_states.assign(request->states().begin(), request->states().end());
@@ -592,6 +603,18 @@ TEST_F(CommandsTest, StatusTakesSeveralIdsNumbersAndNames) {
   EXPECT_THAT(out_.str(), HasSubstr("\n\nid:        job-000002\n"));
   EXPECT_EQ(Run({"status", "tiny", "--json"}), 0);  // only job-000001 is named tiny
   EXPECT_THAT(out_.str(), HasSubstr("\"id\":\"job-000001\""));
+}
+
+TEST_F(CommandsTest, ListEndsWithTheCommandForTheNextPage) {
+  EXPECT_EQ(Run({"list", "--limit=2"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("job-000002"));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("job-000001")));
+  EXPECT_THAT(out_.str(), HasSubstr("older jobs: dtrain list --page=2 --limit=2\n"));
+  EXPECT_EQ(Run({"list", "--limit=2", "--state=failed,succeeded"}), 0);
+  EXPECT_THAT(out_.str(),
+              HasSubstr("older jobs: dtrain list --page=2 --state=FAILED,SUCCEEDED --limit=2\n"));
+  EXPECT_EQ(Run({"list"}), 0);
+  EXPECT_THAT(out_.str(), Not(HasSubstr("older jobs")));
 }
 
 TEST_F(CommandsTest, AmbiguousNameListsTheMatchesAndExits2) {

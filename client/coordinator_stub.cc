@@ -91,6 +91,10 @@ absl::StatusOr<ListJobsResponse> CoordinatorStub::ListJobs(int limit,
   ListJobsRequest request;
   request.set_limit(limit);
   for (JobState state : states) request.add_states(state);
+  return ListJobs(request);
+}
+
+absl::StatusOr<ListJobsResponse> CoordinatorStub::ListJobs(const ListJobsRequest& request) {
   return Unary(&Coordinator::Stub::ListJobs, request, "ListJobs");
 }
 

@@ -65,8 +65,9 @@ class CoordinatorStub {
   // The request carries the spec as JSON text (submit) or as a message (resubmit).
   absl::StatusOr<SubmitJobResponse> SubmitJob(const SubmitJobRequest& request);
   absl::StatusOr<Job> GetJob(const std::string& job_id);
-  // Newest first; `states` empty: every state.
+  // A page of summaries, newest first; `states` empty: every state.
   absl::StatusOr<ListJobsResponse> ListJobs(int limit, const std::vector<JobState>& states = {});
+  absl::StatusOr<ListJobsResponse> ListJobs(const ListJobsRequest& request);
   absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
   absl::StatusOr<ListWorkersResponse> ListWorkers();
   absl::Status ForgetWorker(const std::string& worker_id);

@@ -11,10 +11,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/grpc_limits.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
+#include "coordinator/request_bounds.h"
 #include "coordinator/roles.h"
 #include "coordinator/trace_job.h"
 
@@ -32,9 +34,13 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, absl::Stat
 }
 
 // Whether the caller may call `method` (roles.h); for the worker RPCs also whether it may act
-// as `worker_id`. A refusal is logged: it is either a misconfigured client or an intruder.
+// as `worker_id`; first whether the request's strings are within their caps (request_bounds.h),
+// before anything quotes them. A refusal of the caller is logged: it is either a misconfigured
+// client or an intruder.
 absl::Status Allowed(JobManager* manager, grpc::CallbackServerContext* context,
-                     absl::string_view method, const std::string* worker_id = nullptr) {
+                     absl::string_view method, const google::protobuf::Message& request,
+                     const std::string* worker_id = nullptr) {
+  RETURN_IF_ERROR(CheckRequestBounds(request));
   absl::StatusOr<PeerIdentity> who = PeerIdentityOf(*context);
   absl::Status status = who.status();
   if (who.ok()) {
@@ -216,9 +222,11 @@ class FollowReactor : public grpc::ServerWriteReactor<T> {
 template <typename T>
 grpc::ServerWriteReactor<T>* StartFollow(JobManager* manager, WatchLimiter* watches,
                                          grpc::CallbackServerContext* context,
-                                         absl::string_view method, const std::string& job_id,
+                                         absl::string_view method,
+                                         const google::protobuf::Message& request,
+                                         const std::string& job_id,
                                          typename FollowReactor<T>::Fill fill) {
-  if (absl::Status s = Allowed(manager, context, method); !s.ok()) {
+  if (absl::Status s = Allowed(manager, context, method, request); !s.ok()) {
     return new RefusedReactor<T>(s);
   }
   absl::StatusOr<WatchLimiter::Slot> slot = watches->Acquire(WatchClientOf(*context));
@@ -334,12 +342,16 @@ class LogsFill {
 
 }  // namespace
 
-void CoordinatorService::Shutdown() { manager_->notifier().Shutdown(); }
+void CoordinatorService::Shutdown() {
+  manager_->notifier().Shutdown();
+  submits_.Stop();
+}
 
 grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(grpc::CallbackServerContext* context,
                                                              const RegisterWorkerRequest* request,
                                                              RegisterWorkerResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "RegisterWorker", &request->worker_id());
+  if (absl::Status s =
+          Allowed(manager_, context, "RegisterWorker", *request, &request->worker_id());
       !s.ok()) {
     return Reply<RegisterWorkerResponse>(context, s, response);
   }
@@ -349,7 +361,8 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(grpc::CallbackServe
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
                                                         const HeartbeatRequest* request,
                                                         HeartbeatResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "Heartbeat", &request->worker_id()); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "Heartbeat", *request, &request->worker_id());
+      !s.ok()) {
     return Reply<HeartbeatResponse>(context, s, response);
   }
   return Reply(context, manager_->Heartbeat(*request), response);
@@ -358,7 +371,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorService::ReportProgress(grpc::CallbackServerContext* context,
                                                              const ReportProgressRequest* request,
                                                              ReportProgressResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "ReportProgress", &request->worker_id());
+  if (absl::Status s =
+          Allowed(manager_, context, "ReportProgress", *request, &request->worker_id());
       !s.ok()) {
     return Reply<ReportProgressResponse>(context, s, response);
   }
@@ -368,15 +382,29 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportProgress(grpc::CallbackServe
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* context,
                                                         const SubmitJobRequest* request,
                                                         SubmitJobResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "SubmitJob"); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "SubmitJob", *request); !s.ok()) {
     return Reply<SubmitJobResponse>(context, s, response);
   }
-  return Reply(context, Stripped(manager_->SubmitJob(*request)), response);
+  // Off gRPC's threads (bounded_executor.h): heartbeats never wait behind a submit. A submit
+  // whose client gave up while it waited is not started, and one whose deadline passes while it
+  // is checked creates no job (JobManager::SubmitJob).
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  absl::Status queued = submits_.Schedule([this, reactor, request, response, deadline] {
+    absl::StatusOr<SubmitJobResponse> result =
+        absl::Now() >= deadline
+            ? absl::DeadlineExceededError("the client's deadline passed before the spec was read")
+            : Stripped(manager_->SubmitJob(*request, deadline));
+    if (result.ok()) *response = *std::move(result);
+    reactor->Finish(ToGrpcStatus(result.status()));
+  });
+  if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,
                                                      const GetJobRequest* request, Job* response) {
-  if (absl::Status s = Allowed(manager_, context, "GetJob"); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "GetJob", *request); !s.ok()) {
     return Reply<Job>(context, s, response);
   }
   return Reply(context, Stripped(manager_->GetJob(request->job_id())), response);
@@ -385,18 +413,16 @@ grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,
                                                        const ListJobsRequest* request,
                                                        ListJobsResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "ListJobs"); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "ListJobs", *request); !s.ok()) {
     return Reply<ListJobsResponse>(context, s, response);
   }
-  std::vector<JobState> states;
-  for (int state : request->states()) states.push_back(static_cast<JobState>(state));
-  return Reply(context, Stripped(manager_->ListJobs(request->limit(), states)), response);
+  return Reply(context, Stripped(manager_->ListJobs(*request)), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* context,
                                                         const CancelJobRequest* request,
                                                         Job* response) {
-  if (absl::Status s = Allowed(manager_, context, "CancelJob"); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "CancelJob", *request); !s.ok()) {
     return Reply<Job>(context, s, response);
   }
   return Reply(context, Stripped(manager_->CancelJob(request->job_id(), request->reason())),
@@ -405,20 +431,21 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
 
 grpc::ServerWriteReactor<JobUpdate>* CoordinatorService::WatchJob(
     grpc::CallbackServerContext* context, const WatchJobRequest* request) {
-  return StartFollow<JobUpdate>(manager_, &watches_, context, "WatchJob", request->job_id(),
-                                WatchFill(manager_, *request));
+  return StartFollow<JobUpdate>(manager_, &watches_, context, "WatchJob", *request,
+                                request->job_id(), WatchFill(manager_, *request));
 }
 
 grpc::ServerWriteReactor<LogEntry>* CoordinatorService::JobLogs(
     grpc::CallbackServerContext* context, const JobLogsRequest* request) {
-  return StartFollow<LogEntry>(manager_, &watches_, context, "JobLogs", request->job_id(),
+  return StartFollow<LogEntry>(manager_, &watches_, context, "JobLogs", *request, request->job_id(),
                                LogsFill(manager_, *request));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::DeregisterWorker(
     grpc::CallbackServerContext* context, const DeregisterWorkerRequest* request,
     DeregisterWorkerResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "DeregisterWorker", &request->worker_id());
+  if (absl::Status s =
+          Allowed(manager_, context, "DeregisterWorker", *request, &request->worker_id());
       !s.ok()) {
     return Reply<DeregisterWorkerResponse>(context, s, response);
   }
@@ -431,7 +458,7 @@ grpc::ServerUnaryReactor* CoordinatorService::DeregisterWorker(
 grpc::ServerUnaryReactor* CoordinatorService::ForgetWorker(grpc::CallbackServerContext* context,
                                                            const ForgetWorkerRequest* request,
                                                            ForgetWorkerResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "ForgetWorker"); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "ForgetWorker", *request); !s.ok()) {
     return Reply<ForgetWorkerResponse>(context, s, response);
   }
   absl::Status status = manager_->ForgetWorker(request->worker_id());
@@ -451,16 +478,16 @@ grpc::ServerUnaryReactor* CoordinatorService::DrainWorker(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(grpc::CallbackServerContext* context,
                                                               const ListCheckpointsRequest* request,
                                                               ListCheckpointsResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "ListCheckpoints"); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "ListCheckpoints", *request); !s.ok()) {
     return Reply<ListCheckpointsResponse>(context, s, response);
   }
   return Reply(context, manager_->ListCheckpoints(request->job_id()), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,
-                                                          const ListWorkersRequest* /*request*/,
+                                                          const ListWorkersRequest* request,
                                                           ListWorkersResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "ListWorkers"); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "ListWorkers", *request); !s.ok()) {
     return Reply<ListWorkersResponse>(context, s, response);
   }
   return Reply(context, absl::StatusOr<ListWorkersResponse>(manager_->ListWorkers()), response);
@@ -469,7 +496,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* CoordinatorService::Diagnose(grpc::CallbackServerContext* context,
                                                        const DiagnoseJobRequest* request,
                                                        JobDiagnosis* response) {
-  if (absl::Status s = Allowed(manager_, context, "Diagnose"); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "Diagnose", *request); !s.ok()) {
     return Reply<JobDiagnosis>(context, s, response);
   }
   absl::StatusOr<Job> job = manager_->GetJob(request->job_id());
@@ -488,7 +515,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Diagnose(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* CoordinatorService::TraceJob(grpc::CallbackServerContext* context,
                                                        const TraceJobRequest* request,
                                                        JobTrace* response) {
-  if (absl::Status s = Allowed(manager_, context, "TraceJob"); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "TraceJob", *request); !s.ok()) {
     return Reply<JobTrace>(context, s, response);
   }
   absl::StatusOr<Job> job = manager_->GetJob(request->job_id());
@@ -509,7 +536,7 @@ grpc::ServerUnaryReactor* CoordinatorService::TraceJob(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* CoordinatorService::RebalanceJob(grpc::CallbackServerContext* context,
                                                            const RebalanceJobRequest* request,
                                                            RebalanceJobResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "RebalanceJob"); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "RebalanceJob", *request); !s.ok()) {
     return Reply<RebalanceJobResponse>(context, s, response);
   }
   if (request->job_id().empty()) {

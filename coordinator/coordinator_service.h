@@ -2,6 +2,9 @@
 //
 // Unary calls run JobManager's method inline and finish at once: none of them waits on a worker
 // or another call (work for workers travels in heartbeat responses), so no gRPC thread blocks.
+// SubmitJob is the exception: reading and planning a spec (up to --max_spec_bytes) runs on two
+// threads of the service's own (BoundedExecutor), so heartbeats never wait behind a submit.
+// Every request's top-level strings are checked against their caps first (request_bounds.h).
 // WatchJob and JobLogs are ServerWriteReactors that write one message at a time, reading what is
 // new from the store, and when nothing is new parks on the job's JobNotifier entry instead of a
 // thread; it finishes after the job's final state, when the client cancels (or its deadline
@@ -21,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/tls.h"
+#include "coordinator/bounded_executor.h"
 #include "coordinator/diagnose_job.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/watch_limiter.h"
@@ -37,7 +41,8 @@ class CoordinatorService final : public Coordinator::CallbackService {
       : manager_(manager), watches_(max_watches_per_client) {}
 
   // Ends every open WatchJob with UNAVAILABLE and refuses new ones, so a server shutdown does
-  // not wait for watchers. Call before grpc::Server::Shutdown.
+  // not wait for watchers; finishes the submits already queued and refuses new ones. Call before
+  // grpc::Server::Shutdown.
   void Shutdown();
 
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
@@ -98,6 +103,8 @@ class CoordinatorService final : public Coordinator::CallbackService {
   JobManager* const manager_;
   GatherOptions diagnose_;
   WatchLimiter watches_;
+  // SubmitJob's parse, plan and checks: 2 threads, at most 64 submits waiting.
+  BoundedExecutor submits_{2, 64};
 };
 
 struct RunningServer {

@@ -18,6 +18,7 @@
 #include "common/peer_secret.h"
 #include "common/status_macros.h"
 #include "coordinator/recovery.h"
+#include "coordinator/submit_spec.h"
 #include "plan/job_plan.h"
 #include "plan/placement.h"
 #include "plan/ranks.h"
@@ -1273,30 +1274,17 @@ std::optional<std::string> JobManager::NoWorkerCanHold(const JobPlan& job_plan) 
         MemoryShare(w.offered_memory_bytes(), hosts.at(w.host_id()), /*idle=*/false));
     w.set_state(IDLE);
   }
-  absl::StatusOr<PlacementResult> placed = PlaceJob(job_plan, able);
+  absl::StatusOr<plan::PlacementResult> placed = plan::PlaceJob(job_plan, able);
   if (placed.ok() || !absl::IsResourceExhausted(placed.status())) return std::nullopt;
   std::string message(placed.status().message());
   absl::StrReplaceAll({{"idle worker", "worker"}}, &message);
   return message;
 }
 
-absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& request) {
-  const bool has_json = !request.spec_json().empty();
-  if (has_json == request.has_spec()) {
-    return absl::InvalidArgumentError("set exactly one of spec_json and spec");
-  }
-  const int64_t spec_bytes = has_json ? static_cast<int64_t>(request.spec_json().size())
-                                      : static_cast<int64_t>(request.spec().ByteSizeLong());
-  if (spec_bytes > options_.max_spec_bytes) {
-    return plan::InvalidSpec(absl::StrCat("it is ", spec_bytes,
-                                          " bytes, above this coordinator's cap of ",
-                                          options_.max_spec_bytes, " (--max_spec_bytes)"));
-  }
-  // The job's plan, the one rule for every part (plan/job_plan.h): `dtrain plan` rejects the
-  // same specs with the same words.
-  ASSIGN_OR_RETURN(JobPlan job_plan, has_json ? plan::ParseJobPlanJson(request.spec_json())
-                                              : plan::MakeJobPlan(request.spec()));
-  RETURN_IF_ERROR(plan::CheckJobLimits(job_plan.spec(), options_.job_limits));
+absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& request,
+                                                        absl::Time deadline) {
+  ASSIGN_OR_RETURN(JobPlan job_plan,
+                   PlanSubmission(request, options_.max_spec_bytes, options_.job_limits));
   std::optional<std::string> too_big = NoWorkerCanHold(job_plan);
   if (too_big.has_value() && !request.allow_waiting()) {
     return absl::FailedPreconditionError(
@@ -1309,17 +1297,23 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   const int64_t needed = plan::WorkersNeeded(spec.parallel());
   SubmitJobResponse response;
   JobsLock lock(this);
+  if (absl::Now() >= deadline) {
+    return absl::DeadlineExceededError(
+        "the client's deadline passed while the spec was checked; no job was created");
+  }
   const WorkerCounts counts = registry_.Counts();
   // Live workers that could ever run it (its device kind), to warn when there are too few.
   int64_t able = 0;
-  std::vector<plan::WorkerRoots> roots;  // of the live workers, for the paths rule
+  // Of the live workers it may be placed on, for the paths rule: each must allow every path.
+  std::vector<plan::WorkerRoots> roots;
   for (const WorkerInfo& w : registry_.List()) {
     if (w.state() == LOST) continue;
-    if (DeviceFits(spec.device(), w.device().kind())) ++able;
+    if (!DeviceFits(spec.device(), w.device().kind())) continue;
+    ++able;
     roots.emplace_back(w.worker_id(), std::vector<std::string>(w.allowed_roots().begin(),
                                                                w.allowed_roots().end()));
   }
-  // Paths outside every worker's roots, or climbing out with "..": refused now rather than
+  // Paths outside any such worker's roots, or climbing out with "..": refused now rather than
   // failing on the worker (which checks them again after symlinks).
   RETURN_IF_ERROR(plan::CheckSpecPaths(spec, roots));
   if (able < needed) {
@@ -1365,12 +1359,22 @@ absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {
   return job;
 }
 
-absl::StatusOr<ListJobsResponse> JobManager::ListJobs(int limit,
-                                                      absl::Span<const JobState> states) {
-  ASSIGN_OR_RETURN(std::vector<Job> jobs,
-                   store_->ListJobs(std::min(limit, kMaxListedJobs), states));
+absl::StatusOr<ListJobsResponse> JobManager::ListJobs(const ListJobsRequest& request) {
+  std::vector<JobState> states;
+  for (int state : request.states()) states.push_back(static_cast<JobState>(state));
+  int64_t before_seq = 0;
+  if (!request.page_token().empty() &&
+      (!absl::SimpleAtoi(request.page_token(), &before_seq) || before_seq <= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_token \"", request.page_token(), "\" is not one this coordinator gave"));
+  }
+  std::optional<absl::string_view> name;
+  if (!request.name().empty()) name = request.name();
+  ASSIGN_OR_RETURN(JobPage page, store_->ListJobs(std::min(request.limit(), kMaxListedJobs), states,
+                                                  before_seq, name));
   ListJobsResponse response;
-  for (Job& job : jobs) *response.add_jobs() = std::move(job);
+  for (Job& job : page.jobs) *response.add_jobs() = std::move(job);
+  if (page.next_before_seq > 0) response.set_next_page_token(absl::StrCat(page.next_before_seq));
   return response;
 }
 

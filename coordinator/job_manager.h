@@ -134,10 +134,14 @@ class JobManager {
   absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& request);
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
   absl::StatusOr<ReportProgressResponse> ReportProgress(const ReportProgressRequest& request);
-  absl::StatusOr<SubmitJobResponse> SubmitJob(const SubmitJobRequest& request);
+  // `deadline`: the client's; DeadlineExceeded, and no job created, when it passes before the
+  // spec is read and checked.
+  absl::StatusOr<SubmitJobResponse> SubmitJob(const SubmitJobRequest& request,
+                                              absl::Time deadline = absl::InfiniteFuture());
   absl::StatusOr<Job> GetJob(const std::string& job_id);
-  // Newest first; 0: 100; at most 1000; only `states` when not empty.
-  absl::StatusOr<ListJobsResponse> ListJobs(int limit, absl::Span<const JobState> states = {});
+  // A page of job summaries, newest first (ListJobsRequest: limit 0 means 100, at most 1000;
+  // states, name and page_token filter); InvalidArgument for a page_token it did not give.
+  absl::StatusOr<ListJobsResponse> ListJobs(const ListJobsRequest& request);
   absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
   ListWorkersResponse ListWorkers();
   absl::Status DeregisterWorker(const DeregisterWorkerRequest& request);

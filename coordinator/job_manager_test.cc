@@ -460,8 +460,11 @@ TEST(JobManager, ResumeFromAJobIdIsItsLatestSealedCheckpoint) {
   ASSERT_TRUE(listed.ok());
   EXPECT_EQ(listed->checkpoints_size(), 2);
   EXPECT_EQ(listed->status().last_sealed_step(), 20);
-  EXPECT_THAT(h.m().ListJobs(0, {RUNNING})->jobs(), testing::SizeIs(1));
-  EXPECT_THAT(h.m().ListJobs(0, {QUEUED})->jobs(), testing::SizeIs(2));
+  ListJobsRequest running, queued;
+  running.add_states(RUNNING);
+  queued.add_states(QUEUED);
+  EXPECT_THAT(h.m().ListJobs(running)->jobs(), testing::SizeIs(1));
+  EXPECT_THAT(h.m().ListJobs(queued)->jobs(), testing::SizeIs(2));
 }
 
 TEST(JobManager, ARankErrorFailsTheJobAndStopsTheOthers) {

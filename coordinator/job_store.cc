@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -15,11 +16,12 @@
 #include "absl/strings/str_join.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
+#include "plan/spec_bounds.h"
 
 namespace dtrain::coordinator {
 namespace {
 
-constexpr int kSchemaVersion = 3;
+constexpr int kSchemaVersion = 4;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -39,8 +41,12 @@ CREATE TABLE IF NOT EXISTS jobs (
   output_host TEXT NOT NULL DEFAULT '',
   checkpoint BLOB,
   resumed_from_step INTEGER NOT NULL DEFAULT 0,
-  recoveries BLOB);
+  recoveries BLOB,
+  name TEXT NOT NULL DEFAULT '',
+  summary BLOB);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
+CREATE INDEX IF NOT EXISTS jobs_by_name ON jobs (name, seq);
+CREATE TABLE IF NOT EXISTS job_specs (seq INTEGER PRIMARY KEY, spec BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS state_changes (
   job_id TEXT NOT NULL, seq INTEGER NOT NULL, state INTEGER NOT NULL, reason TEXT NOT NULL,
   time_ms INTEGER NOT NULL, PRIMARY KEY (job_id, seq)) WITHOUT ROWID;
@@ -80,8 +86,25 @@ ALTER TABLE jobs ADD COLUMN recoveries BLOB;
 UPDATE meta SET value = 3 WHERE key = 'schema_version';
 )sql";
 
+// Version 3 -> 4: the specs move to their own table (a row read for a listing no longer walks
+// a megabyte of spec to reach the columns after it); the spec's name (indexed) and its summary
+// for listings, which Open then fills for the jobs already there (FillSummariesLocked).
+constexpr const char* kMigrateFrom3 = R"sql(
+ALTER TABLE jobs ADD COLUMN name TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN summary BLOB;
+CREATE TABLE job_specs (seq INTEGER PRIMARY KEY, spec BLOB NOT NULL);
+INSERT INTO job_specs SELECT seq, spec FROM jobs;
+UPDATE jobs SET spec = x'';
+UPDATE meta SET value = 4 WHERE key = 'schema_version';
+)sql";
+
 constexpr const char* kJobColumns =
-    "id, spec, state, reason, submitted_ms, placement, latest, output, uid, started_ms, ended_ms, "
+    "id, (SELECT spec FROM job_specs WHERE job_specs.seq = jobs.seq), state, reason, "
+    "submitted_ms, placement, latest, output, uid, started_ms, ended_ms, "
+    "output_host, checkpoint, resumed_from_step, recoveries";
+// The same columns for a listing: the spec's summary in its place, no placement.
+constexpr const char* kSummaryColumns =
+    "id, summary, state, reason, submitted_ms, NULL, latest, output, uid, started_ms, ended_ms, "
     "output_host, checkpoint, resumed_from_step, recoveries";
 
 absl::Status SqliteError(int code, absl::string_view path, absl::string_view what,
@@ -172,27 +195,41 @@ absl::Status ParseInto(const std::string& bytes, google::protobuf::MessageLite* 
   return absl::DataLossError(absl::StrCat(job_id, ": stored ", column, " does not parse"));
 }
 
-// Reads a row selected with kJobColumns.
-absl::StatusOr<Job> ReadJob(Statement& s) {
+// A row of kJobColumns (or kSummaryColumns) from column `first` on.
+absl::StatusOr<Job> ReadJob(Statement& s, int first = 0) {
   Job job;
-  job.set_id(s.Text(0));
-  RETURN_IF_ERROR(ParseInto(s.Blob(1), job.mutable_spec(), job.id(), "spec"));
-  job.set_state(static_cast<JobState>(s.Int(2)));
-  job.set_reason(s.Text(3));
-  job.set_submitted_unix_ms(s.Int(4));
-  RETURN_IF_ERROR(ParseInto(s.Blob(5), job.mutable_placement(), job.id(), "placement"));
-  RETURN_IF_ERROR(ParseInto(s.Blob(6), job.mutable_latest(), job.id(), "latest"));
-  job.set_output(s.Text(7));
-  job.set_uid(s.Text(8));
-  job.set_started_unix_ms(s.Int(9));
-  job.set_ended_unix_ms(s.Int(10));
-  job.set_output_host(s.Text(11));
-  RETURN_IF_ERROR(ParseInto(s.Blob(12), job.mutable_checkpoint(), job.id(), "checkpoint"));
-  job.set_resumed_from_step(s.Int(13));
+  job.set_id(s.Text(first));
+  RETURN_IF_ERROR(ParseInto(s.Blob(first + 1), job.mutable_spec(), job.id(), "spec"));
+  job.set_state(static_cast<JobState>(s.Int(first + 2)));
+  job.set_reason(s.Text(first + 3));
+  job.set_submitted_unix_ms(s.Int(first + 4));
+  RETURN_IF_ERROR(ParseInto(s.Blob(first + 5), job.mutable_placement(), job.id(), "placement"));
+  RETURN_IF_ERROR(ParseInto(s.Blob(first + 6), job.mutable_latest(), job.id(), "latest"));
+  job.set_output(s.Text(first + 7));
+  job.set_uid(s.Text(first + 8));
+  job.set_started_unix_ms(s.Int(first + 9));
+  job.set_ended_unix_ms(s.Int(first + 10));
+  job.set_output_host(s.Text(first + 11));
+  RETURN_IF_ERROR(ParseInto(s.Blob(first + 12), job.mutable_checkpoint(), job.id(), "checkpoint"));
+  job.set_resumed_from_step(s.Int(first + 13));
   RecoveryList recoveries;
-  RETURN_IF_ERROR(ParseInto(s.Blob(14), &recoveries, job.id(), "recoveries"));
+  RETURN_IF_ERROR(ParseInto(s.Blob(first + 14), &recoveries, job.id(), "recoveries"));
   job.mutable_recoveries()->Swap(recoveries.mutable_recoveries());
   return job;
+}
+
+// What a listing shows of a spec (ListJobsResponse): its name (cut to the cap a submit holds
+// it to), steps, device and layout, without stage_layers.
+JobSpec SpecSummary(const JobSpec& spec) {
+  JobSpec summary;
+  summary.set_name(spec.name().substr(0, plan::SpecStringCap("name")));
+  summary.set_steps(spec.steps());
+  summary.set_device(spec.device().substr(0, plan::SpecStringCap("device")));
+  *summary.mutable_parallel() = spec.parallel();
+  summary.mutable_parallel()->clear_stage_layers();
+  summary.mutable_parallel()->set_schedule(
+      spec.parallel().schedule().substr(0, plan::SpecStringCap("schedule")));
+  return summary;
 }
 
 }  // namespace
@@ -204,7 +241,7 @@ namespace {
 // Takes the exclusive lock on `<path>.lock` and writes `owner` into it; returns its fd.
 absl::StatusOr<int> LockDatabase(const std::string& path, const std::string& owner) {
   const std::string lock_path = path + ".lock";
-  const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::FailedPreconditionError(absl::StrCat("coordinator db ", path, ": cannot open ",
                                                       lock_path, ": ", std::strerror(errno)));
@@ -232,11 +269,41 @@ absl::StatusOr<int> LockDatabase(const std::string& path, const std::string& own
   return fd;
 }
 
+// Creates the database file 0600 (read and write for the coordinator's user only: it holds
+// every run's peer secret) or narrows an existing one, its WAL and shared-memory files and
+// lock to 0600. SQLite creates the -wal and -shm files with the database file's mode.
+absl::Status OwnerOnly(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("coordinator db ", path, ": cannot open: ", std::strerror(errno)));
+  }
+  const int rc = fchmod(fd, 0600);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("coordinator db ", path, ": cannot make it 0600: ", std::strerror(err)));
+  }
+  for (const char* suffix : {"-wal", "-shm", ".lock"}) {
+    const std::string other = path + suffix;
+    if (chmod(other.c_str(), 0600) != 0 && errno != ENOENT) {
+      return absl::FailedPreconditionError(absl::StrCat("coordinator db ", path, ": cannot make ",
+                                                        other, " 0600: ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path,
                                                          const std::string& owner) {
   ASSIGN_OR_RETURN(const int lock_fd, LockDatabase(path, owner));
+  if (absl::Status s = OwnerOnly(path); !s.ok()) {
+    close(lock_fd);
+    return s;
+  }
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -291,6 +358,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
         const int64_t version = row ? old.Int(0) : 0;
         if (version == 1) RETURN_IF_ERROR(store->Exec(kMigrateFrom1));
         if (version == 1 || version == 2) RETURN_IF_ERROR(store->Exec(kMigrateFrom2));
+        if (version >= 1 && version <= 3) {
+          RETURN_IF_ERROR(store->Exec(kMigrateFrom3));
+          RETURN_IF_ERROR(store->FillSummariesLocked());
+        }
       }
     }
     RETURN_IF_ERROR(store->Exec(kSchema));
@@ -350,17 +421,22 @@ absl::StatusOr<Job> JobStore::CreateJob(const JobSpec& spec, absl::string_view r
   std::string id;
   RETURN_IF_ERROR(Transaction([&]() -> absl::Status {
     Statement insert(db_, path_,
-                     "INSERT INTO jobs (id, spec, state, reason, submitted_ms, uid) "
-                     "VALUES ('', ?, ?, ?, ?, ?)");
-    RETURN_IF_ERROR(insert.BindBlob(1, spec.SerializeAsString())
+                     "INSERT INTO jobs (id, spec, state, reason, submitted_ms, uid, name, summary) "
+                     "VALUES ('', ?, ?, ?, ?, ?, ?, ?)");
+    RETURN_IF_ERROR(insert.BindBlob(1, "")
                         .Bind(2, int64_t{QUEUED})
                         .Bind(3, reason)
                         .Bind(4, now_ms)
                         .Bind(5, uid)
+                        .Bind(6, spec.name())
+                        .BindBlob(7, SpecSummary(spec).SerializeAsString())
                         .Run());
-    id = JobIdFor(sqlite3_last_insert_rowid(db_));
+    const int64_t seq = sqlite3_last_insert_rowid(db_);
+    id = JobIdFor(seq);
+    Statement spec_row(db_, path_, "INSERT INTO job_specs VALUES (?, ?)");
+    RETURN_IF_ERROR(spec_row.Bind(1, seq).BindBlob(2, spec.SerializeAsString()).Run());
     Statement name(db_, path_, "UPDATE jobs SET id = ? WHERE seq = ?");
-    RETURN_IF_ERROR(name.Bind(1, id).Bind(2, int64_t{sqlite3_last_insert_rowid(db_)}).Run());
+    RETURN_IF_ERROR(name.Bind(1, id).Bind(2, seq).Run());
     Statement history(db_, path_, "INSERT INTO state_changes VALUES (?, 1, ?, ?, ?)");
     return history.Bind(1, id).Bind(2, int64_t{QUEUED}).Bind(3, reason).Bind(4, now_ms).Run();
   }));
@@ -405,15 +481,19 @@ absl::Status JobStore::UpdateState(absl::string_view job_id, JobState state,
                         .Bind(6, now_ms)
                         .Bind(7, job_id)
                         .Run());
-    Statement history(db_, path_,
-                      "INSERT INTO state_changes SELECT ?, IFNULL(MAX(seq), 0) + 1, ?, ?, ? "
-                      "FROM state_changes WHERE job_id = ?");
-    RETURN_IF_ERROR(history.Bind(1, job_id)
-                        .Bind(2, int64_t{state})
-                        .Bind(3, reason)
-                        .Bind(4, now_ms)
-                        .Bind(5, job_id)
-                        .Run());
+    // The history records changes: the same state again with a new reason (a queued job's
+    // wait, restated whenever the idle workers change) only updates the job's reason.
+    if (state != from || placement != nullptr) {
+      Statement history(db_, path_,
+                        "INSERT INTO state_changes SELECT ?, IFNULL(MAX(seq), 0) + 1, ?, ?, ? "
+                        "FROM state_changes WHERE job_id = ?");
+      RETURN_IF_ERROR(history.Bind(1, job_id)
+                          .Bind(2, int64_t{state})
+                          .Bind(3, reason)
+                          .Bind(4, now_ms)
+                          .Bind(5, job_id)
+                          .Run());
+    }
     if (placement != nullptr) {
       Statement s(db_, path_, "UPDATE jobs SET placement = ? WHERE id = ?");
       RETURN_IF_ERROR(s.BindBlob(1, placement->SerializeAsString()).Bind(2, job_id).Run());
@@ -627,27 +707,63 @@ absl::StatusOr<Job> JobStore::GetJob(absl::string_view job_id, bool with_history
   return job;
 }
 
-absl::StatusOr<std::vector<Job>> JobStore::ListJobs(int limit, absl::Span<const JobState> states) {
+absl::StatusOr<JobPage> JobStore::ListJobs(int limit, absl::Span<const JobState> states,
+                                           int64_t before_seq,
+                                           std::optional<absl::string_view> name) {
   if (limit <= 0) limit = 100;
-  std::string where;
+  std::vector<std::string> where;
   if (!states.empty()) {
     std::vector<std::string> numbers;
     for (JobState state : states) numbers.push_back(absl::StrCat(static_cast<int>(state)));
-    where = absl::StrCat(" WHERE state IN (", absl::StrJoin(numbers, ","), ")");
+    where.push_back(absl::StrCat("state IN (", absl::StrJoin(numbers, ","), ")"));
   }
+  if (before_seq > 0) where.push_back("seq < ?1");
+  if (name.has_value()) where.push_back("name = ?2");
   absl::MutexLock lock(&mu_);
+  // One more row than asked for says whether there is a next page.
   const std::string sql =
-      absl::StrCat("SELECT ", kJobColumns, " FROM jobs", where, " ORDER BY seq DESC LIMIT ?");
+      absl::StrCat("SELECT seq, ", kSummaryColumns, " FROM jobs",
+                   where.empty() ? "" : absl::StrCat(" WHERE ", absl::StrJoin(where, " AND ")),
+                   " ORDER BY seq DESC LIMIT ?3");
   Statement s(db_, path_, sql.c_str());
-  s.Bind(1, int64_t{limit});
-  std::vector<Job> jobs;
+  if (before_seq > 0) s.Bind(1, before_seq);
+  if (name.has_value()) s.Bind(2, *name);
+  s.Bind(3, int64_t{limit} + 1);
+  JobPage page;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    ASSIGN_OR_RETURN(Job job, ReadJob(s));
-    jobs.push_back(std::move(job));
+    if (static_cast<int>(page.jobs.size()) == limit) {
+      page.next_before_seq = s.Int(0) + 1;
+      break;
+    }
+    ASSIGN_OR_RETURN(Job job, ReadJob(s, /*first=*/1));
+    job.clear_placement();
+    page.jobs.push_back(std::move(job));
   }
-  return jobs;
+  return page;
+}
+
+absl::Status JobStore::FillSummariesLocked() {
+  Statement s(db_, path_, "SELECT seq, spec FROM job_specs");
+  struct Row {
+    int64_t seq;
+    std::string name;
+    std::string summary;
+  };
+  std::vector<Row> rows;  // small: the specs are read one at a time
+  while (true) {
+    ASSIGN_OR_RETURN(bool more, s.Step());
+    if (!more) break;
+    JobSpec spec;
+    RETURN_IF_ERROR(ParseInto(s.Blob(1), &spec, absl::StrCat("seq ", s.Int(0)), "spec"));
+    rows.push_back({s.Int(0), spec.name(), SpecSummary(spec).SerializeAsString()});
+  }
+  for (const Row& row : rows) {
+    Statement update(db_, path_, "UPDATE jobs SET name = ?, summary = ? WHERE seq = ?");
+    RETURN_IF_ERROR(update.Bind(1, row.name).BindBlob(2, row.summary).Bind(3, row.seq).Run());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<Job>> JobStore::JobsInStates(absl::Span<const JobState> states) {

@@ -1,10 +1,11 @@
 // JobStore: the coordinator's durable state in one SQLite file (Debian's libsqlite3).
 //
-// Tables (schema version 3; a version-1 or -2 file is migrated in place when opened):
+// Tables (schema version 4; a version-1, -2 or -3 file is migrated in place when opened):
 //   meta          (key, value)                      schema_version
 //   jobs          (seq, id, spec, state, reason, submitted_ms, placement, latest, output, uid,
 //                  started_ms, ended_ms, output_host, checkpoint, resumed_from_step,
-//                  recoveries)
+//                  recoveries, name, summary)       indexed by state and by (name, seq)
+//   job_specs     (seq, spec)                       the jobs' specs (jobs.spec is left empty)
 //   state_changes (job_id, seq, state, reason, time_ms)        PRIMARY KEY (job_id, seq)
 //   metrics       (job_id, step, loss, grad_norm, lr, tokens_per_s, time_ms)
 //                                                               PRIMARY KEY (job_id, step)
@@ -13,8 +14,9 @@
 //                 the job's log: the coordinator's lines (rank -1) and its ranks' (rank >= 0;
 //                 at most kMaxRankLinesPerJob kept, the oldest dropped)
 //   checkpoints   (job_id, step, path, time_ms)                PRIMARY KEY (job_id, step)
-// spec, placement, latest, checkpoint and recoveries are serialized protos (JobSpec, Placement,
-// StepMetrics, CheckpointStatus, RecoveryList).
+// job_specs.spec, placement, latest, checkpoint and recoveries are serialized protos (JobSpec, Placement,
+// StepMetrics, CheckpointStatus, RecoveryList); summary is the JobSpec a listing shows (name,
+// steps, device, layout), so a listing never reads the specs (up to --max_spec_bytes each).
 //
 // Durability: WAL journal with synchronous=FULL, so every call that returns OK has been fsynced
 // and survives a coordinator crash, an OS crash or a power cut ("nothing committed is lost").
@@ -73,6 +75,12 @@ struct HistoryEntry {
 
 bool IsFinal(JobState state);  // SUCCEEDED, FAILED or CANCELLED
 
+// A page of a listing, newest first.
+struct JobPage {
+  std::vector<Job> jobs;
+  int64_t next_before_seq = 0;  // > 0 when older jobs match: pass it as before_seq
+};
+
 class JobStore {
  public:
   // Opens or creates the database at `path`, holding an exclusive lock on `<path>.lock` (flock:
@@ -95,7 +103,8 @@ class JobStore {
   absl::StatusOr<Job> CreateJob(const JobSpec& spec, absl::string_view reason, int64_t now_ms,
                                 absl::string_view uid = "");
 
-  // Sets the job's state and reason and appends the change to its history, in one transaction
+  // Sets the job's state and reason and appends the change to its history (unless it is the
+  // same state without a placement: a restated reason is no change), in one transaction
   // with the optional placement and output; the first RUNNING sets started_unix_ms and a final
   // state ended_unix_ms. NotFound for an unknown job; FailedPrecondition when the job is already
   // in a final state (final states never change).
@@ -132,8 +141,13 @@ class JobStore {
 
   // NotFound for an unknown job. History is filled only when asked for.
   absl::StatusOr<Job> GetJob(absl::string_view job_id, bool with_history = true);
-  // Newest first, without history; limit <= 0 means 100; only `states` when not empty.
-  absl::StatusOr<std::vector<Job>> ListJobs(int limit, absl::Span<const JobState> states = {});
+  // A page of summaries, newest first: no history or placement, the spec's summary (name,
+  // steps, device, layout) instead of the spec. At most `limit` (<= 0 means 100); only `states`
+  // when not empty; only jobs older than before_seq when it is > 0 (a previous page's
+  // next_before_seq); only jobs whose spec.name is `name` when set (indexed). Never reads a spec.
+  absl::StatusOr<JobPage> ListJobs(int limit, absl::Span<const JobState> states = {},
+                                   int64_t before_seq = 0,
+                                   std::optional<absl::string_view> name = std::nullopt);
   // Jobs in any of `states`, oldest first, without history (startup recovery, scheduling).
   absl::StatusOr<std::vector<Job>> JobsInStates(absl::Span<const JobState> states);
   // How many jobs are in each state (states without jobs are absent); one indexed query.
@@ -159,6 +173,8 @@ class JobStore {
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Error(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckJobExists(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Schema 3 -> 4: name and summary of every job from its spec.
+  absl::Status FillSummariesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<CheckpointStatus> CheckpointStatusLocked(absl::string_view job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteCheckpointStatusLocked(absl::string_view job_id, const CheckpointStatus& status)

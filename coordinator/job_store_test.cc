@@ -1,5 +1,7 @@
 #include "coordinator/job_store.h"
 
+#include <sys/stat.h>
+
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -122,12 +124,20 @@ TEST(JobStore, ListsNewestFirstAndFindsJobsByState) {
   ASSERT_TRUE(s.UpdateState("job-000002", PLACING, "p", 10).ok());
   ASSERT_TRUE(s.UpdateState("job-000003", CANCELLED, "c", 10).ok());
 
-  absl::StatusOr<std::vector<Job>> jobs = s.ListJobs(3);
-  ASSERT_TRUE(jobs.ok());
-  ASSERT_EQ(jobs->size(), 3u);
-  EXPECT_EQ((*jobs)[0].id(), "job-000005");
-  EXPECT_EQ((*jobs)[0].history_size(), 0);
-  EXPECT_EQ(s.ListJobs(0)->size(), 5u);
+  absl::StatusOr<JobPage> page = s.ListJobs(3);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->jobs.size(), 3u);
+  EXPECT_EQ(page->jobs[0].id(), "job-000005");
+  EXPECT_EQ(page->jobs[0].history_size(), 0);
+  EXPECT_EQ(s.ListJobs(0)->jobs.size(), 5u);
+  EXPECT_EQ(s.ListJobs(0)->next_before_seq, 0);
+  // The next page starts below the last job of this one.
+  ASSERT_GT(page->next_before_seq, 0);
+  absl::StatusOr<JobPage> older = s.ListJobs(3, {}, page->next_before_seq);
+  ASSERT_TRUE(older.ok());
+  ASSERT_EQ(older->jobs.size(), 2u);
+  EXPECT_EQ(older->jobs[0].id(), "job-000002");
+  EXPECT_EQ(older->next_before_seq, 0);
 
   absl::StatusOr<std::vector<Job>> active = s.JobsInStates({QUEUED, PLACING, RUNNING});
   ASSERT_TRUE(active.ok());
@@ -293,6 +303,7 @@ INSERT INTO events VALUES ('job-000001', 1, 'an old event', 8);
   ASSERT_EQ(lines->size(), 1u);
   EXPECT_EQ((*lines)[0].rank(), -1);
   EXPECT_EQ((*lines)[0].text(), "an old event");
+  EXPECT_EQ((*store)->ListJobs(10)->jobs.size(), 1u);  // its summary was filled in
 }
 
 TEST(JobStore, StartAndEndTimesFollowTheStates) {
@@ -357,6 +368,81 @@ TEST(JobStore, SealedCheckpointsAreListedAndTheLastIsRecorded) {
   ASSERT_EQ(all->size(), 2u);
   EXPECT_EQ((*all)[0].step(), 10);
   EXPECT_EQ((*store)->Checkpoints("job-000009").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(JobStore, ListingsCarrySummariesNotSpecs) {
+  auto store = JobStore::Open(TempDb("summaries"));
+  ASSERT_TRUE(store.ok());
+  JobSpec spec = Spec("big");
+  spec.set_steps(7);
+  spec.set_dataset(std::string(1 << 20, 'd'));  // a spec of 1 MiB, as a coordinator once took
+  spec.mutable_parallel()->set_pp(2);
+  spec.mutable_parallel()->add_stage_layers(1);
+  spec.mutable_parallel()->add_stage_layers(1);
+  ASSERT_TRUE((*store)->CreateJob(spec, "q", 1).ok());
+  absl::StatusOr<JobPage> page = (*store)->ListJobs(10);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->jobs.size(), 1u);
+  const JobSpec& summary = page->jobs[0].spec();
+  EXPECT_EQ(summary.name(), "big");
+  EXPECT_EQ(summary.steps(), 7);
+  EXPECT_EQ(summary.parallel().pp(), 2);
+  EXPECT_TRUE(summary.dataset().empty());
+  EXPECT_TRUE(summary.parallel().stage_layers().empty());
+  EXPECT_FALSE(page->jobs[0].has_placement());
+  EXPECT_LT(page->jobs[0].ByteSizeLong(), 200u);
+  // GetJob still has the whole spec.
+  EXPECT_EQ((*store)->GetJob("job-000001")->spec().dataset().size(), size_t{1} << 20);
+}
+
+TEST(JobStore, FindsJobsByNameWhateverTheirAge) {
+  auto store = JobStore::Open(TempDb("by-name"));
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  ASSERT_TRUE(s.CreateJob(Spec("needle"), "q", 0).ok());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(s.CreateJob(Spec("hay"), "q", 1).ok());
+  absl::StatusOr<JobPage> found = s.ListJobs(10, {}, 0, "needle");
+  ASSERT_TRUE(found.ok());
+  ASSERT_EQ(found->jobs.size(), 1u);
+  EXPECT_EQ(found->jobs[0].id(), "job-000001");
+  EXPECT_TRUE(s.ListJobs(10, {}, 0, "nothing")->jobs.empty());
+  EXPECT_EQ(s.ListJobs(10, {}, 0, "hay")->jobs.size(), 10u);
+}
+
+TEST(JobStore, TheHistoryRecordsChangesNotRestatements) {
+  auto store = JobStore::Open(TempDb("restate"));
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  ASSERT_TRUE(s.CreateJob(Spec("q"), "waiting for 2 workers", 0).ok());
+  ASSERT_TRUE(s.UpdateState("job-000001", QUEUED, "waiting for 1 worker", 1).ok());
+  ASSERT_TRUE(s.UpdateState("job-000001", QUEUED, "waiting for 2 workers", 2).ok());
+  absl::StatusOr<Job> job = s.GetJob("job-000001");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->history_size(), 1);
+  EXPECT_EQ(job->reason(), "waiting for 2 workers");  // the reason is current all the same
+  ASSERT_TRUE(s.UpdateState("job-000001", PLACING, "placing", 3).ok());
+  EXPECT_EQ(s.GetJob("job-000001")->history_size(), 2);
+}
+
+TEST(JobStore, TheDatabaseAndItsWalAreOwnerOnly) {
+  const std::string path = TempDb("mode");
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->CreateJob(Spec("secret"), "q", 0).ok());  // the WAL exists now
+    for (const std::string& file : {path, path + "-wal", path + "-shm", path + ".lock"}) {
+      struct stat st;
+      ASSERT_EQ(stat(file.c_str(), &st), 0) << file;
+      EXPECT_EQ(st.st_mode & 0777, 0600) << file;
+    }
+  }
+  // A database a coordinator before this rule left 0644 is narrowed when opened.
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  auto again = JobStore::Open(path);
+  ASSERT_TRUE(again.ok());
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "plan/spec_bounds.h"
 
 namespace dtrain::plan {
 namespace {
@@ -226,6 +227,8 @@ class JsonSyntaxChecker {
 
 absl::Status ReadJobSpecJson(absl::string_view json, JobSpec* spec,
                              std::vector<std::string>* problems) {
+  // Bounds first: protobuf's reader is quadratic in the depth (spec_bounds.h).
+  RETURN_IF_ERROR(CheckSpecJsonBounds(json));
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   const google::protobuf::StringPiece text(json.data(), json.size());

@@ -56,13 +56,22 @@ absl::Status CheckSpecPaths(const JobSpec& spec, const std::vector<WorkerRoots>&
       continue;
     }
     if (p.path[0] != '/' || declared.empty()) continue;
-    const bool allowed = std::any_of(declared.begin(), declared.end(), [&](const WorkerRoots& w) {
-      return IsInsideRootsLexically(p.path, w.second);
-    });
-    if (!allowed) {
+    // Every worker the job may be placed on must allow it: placement does not look at roots,
+    // and one worker's claim (a fake one declaring "/") must not widen the check for the rest.
+    std::vector<WorkerRoots> refusing;
+    for (const WorkerRoots& w : declared) {
+      if (!IsInsideRootsLexically(p.path, w.second)) refusing.push_back(w);
+    }
+    if (refusing.size() == declared.size()) {
       problems.push_back(absl::StrCat(
           p.field, " ", p.path, " is outside the allowed roots of every registered worker (",
           DescribeRoots(declared), "): set --allowed_paths on the workers to allow it"));
+    } else if (!refusing.empty()) {
+      problems.push_back(
+          absl::StrCat(p.field, " ", p.path, " is outside the allowed roots of ",
+                       refusing.size() == 1 ? "worker " : "workers ", DescribeRoots(refusing),
+                       ", which the job may be placed on: every such worker must allow it (set "
+                       "--allowed_paths on the workers to allow it)"));
     }
   }
   if (problems.empty()) return absl::OkStatus();

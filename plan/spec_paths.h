@@ -31,8 +31,10 @@ using WorkerRoots = std::pair<std::string, std::vector<std::string>>;
 
 // The coordinator's check at submit: InvalidArgument "invalid job spec: ..." listing every
 // path that climbs out with ".." (relative ones: common/path_policy.h CheckPathShape) or, when
-// absolute, lies (lexically) outside the roots of every worker of `workers`, naming the path
-// and those roots. Workers that declared no roots are not counted; with none left only the
+// absolute, lies (lexically) outside the roots of ANY worker of `workers` (the live workers the
+// job may be placed on), naming the path and the refusing workers' roots. A worker's declared
+// roots can narrow what a job may name, never widen it: a worker claiming "/" allows nothing
+// the others refuse. Workers that declared no roots are not counted; with none left only the
 // ".." rule applies (the worker checks the rest). Relative paths resolve on the worker, from
 // its working directory, which the coordinator does not know: only the worker checks them.
 absl::Status CheckSpecPaths(const JobSpec& spec, const std::vector<WorkerRoots>& workers);

@@ -56,10 +56,24 @@ TEST(CheckSpecPaths, AbsolutePathOutsideEveryWorkersRootsIsRefused) {
             "--allowed_paths on the workers to allow it; checkpoint.dir /tmp/elsewhere is "
             "outside the allowed roots of every registered worker (w1, w2: /var/lib/dtrain, "
             "/datasets; w3: /srv/w3): set --allowed_paths on the workers to allow it");
-  // Inside one worker's roots is enough; '..' is normalized first; the prefix trick is not.
-  EXPECT_TRUE(CheckSpecPaths(SpecWith("/srv/w3/data.bin", "/datasets/ckpt"), workers).ok());
-  EXPECT_FALSE(CheckSpecPaths(SpecWith("/datasets/../etc/passwd"), workers).ok());
-  EXPECT_FALSE(CheckSpecPaths(SpecWith("/datasets2/x.bin"), workers).ok());
+  // Inside every worker's roots passes; '..' is normalized first; the prefix trick is not.
+  const std::vector<WorkerRoots> alike = {{"w1", {"/var/lib/dtrain", "/datasets"}},
+                                          {"w2", {"/datasets"}}};
+  EXPECT_TRUE(CheckSpecPaths(SpecWith("/datasets/d.bin", "/datasets/ckpt"), alike).ok());
+  EXPECT_FALSE(CheckSpecPaths(SpecWith("/datasets/../etc/passwd"), alike).ok());
+  EXPECT_FALSE(CheckSpecPaths(SpecWith("/datasets2/x.bin"), alike).ok());
+}
+
+TEST(CheckSpecPaths, AWorkerClaimingTheWholeFilesystemWidensNothing) {
+  // A fake worker registered with allowed_roots ["/"]: the others still refuse /etc/shadow.
+  const std::vector<WorkerRoots> workers = {{"w1", {"/datasets"}}, {"fake", {"/"}}};
+  const absl::Status s = CheckSpecPaths(SpecWith("/etc/shadow"), workers);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "invalid job spec: dataset /etc/shadow is outside the allowed roots of worker w1: "
+            "/datasets, which the job may be placed on: every such worker must allow it (set "
+            "--allowed_paths on the workers to allow it)");
+  EXPECT_TRUE(CheckSpecPaths(SpecWith("/datasets/d.bin"), workers).ok());
 }
 
 TEST(CheckSpecPaths, RelativePathsAndWorkersWithoutRootsAreLeftToTheWorker) {

@@ -32,9 +32,14 @@ done
 
 # The sources each target links, besides fuzz/<target>_fuzzer.cc (gen/ = generated protos).
 declare -A SOURCES=(
-  [spec]="plan/spec_json.cc plan/job_plan.cc plan/memory.cc plan/ranks.cc plan/stage_cuts.cc
+  [spec]="plan/spec_json.cc plan/spec_bounds.cc plan/job_plan.cc plan/memory.cc plan/ranks.cc common/rank_numbering.cc plan/stage_cuts.cc
           plan/schedule.cc plan/simulate.cc
           gen/proto/job.pb.cc gen/proto/plan.pb.cc gen/proto/model.pb.cc"
+  [submit]="coordinator/submit_spec.cc plan/spec_json.cc plan/spec_bounds.cc plan/job_plan.cc
+            plan/memory.cc plan/ranks.cc common/rank_numbering.cc plan/stage_cuts.cc
+            plan/schedule.cc plan/simulate.cc
+            gen/proto/coordinator.pb.cc gen/proto/peer.pb.cc gen/proto/job.pb.cc
+            gen/proto/plan.pb.cc gen/proto/model.pb.cc"
   [safetensors]="worker/model/safetensors.cc worker/model/header_json.cc common/files.cc"
   [manifest]="worker/parallel/manifest.cc worker/model/checkpoint_dir.cc
               worker/model/config.cc worker/model/config_proto.cc
@@ -45,7 +50,7 @@ declare -A SOURCES=(
   [frame]="worker/comm/grpc/frame_codec.cc worker/comm/inbox.cc worker/comm/transport.cc
            gen/proto/peer.pb.cc"
 )
-ALL_TARGETS=(spec safetensors manifest token frame)
+ALL_TARGETS=(spec submit safetensors manifest token frame)
 ((${#targets[@]})) || targets=("${ALL_TARGETS[@]}")
 for t in "${targets[@]}"; do
   [[ -n "${SOURCES[$t]:-}" ]] || { echo "fuzz.sh: no target '$t' (${ALL_TARGETS[*]})" >&2; exit 2; }

@@ -11,12 +11,15 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "CivetServer.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "civetweb.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 
@@ -66,11 +69,30 @@ class Page final : public prometheus::Collectable {
   Registry* const registry_;
 };
 
-// /healthz: the Exposer serves only collectables; one with nothing makes a 200.
-class Nothing final : public prometheus::Collectable {
- public:
-  std::vector<prometheus::MetricFamily> Collect() const override { return {}; }
-};
+// GET /healthz: "ok", answered by civetweb's begin_request hook before the Exposer's handlers
+// (which serve only collectables, each page prefixed with the Exposer's own exposer_* series).
+// Exactly /healthz: other paths go on to the Exposer (404 unless /metrics).
+int AnswerHealthz(mg_connection* connection) {
+  const mg_request_info* request = mg_get_request_info(connection);
+  if (request == nullptr || request->local_uri == nullptr ||
+      std::string_view(request->local_uri) != "/healthz") {
+    return 0;
+  }
+  static constexpr char kAnswer[] =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 3\r\n"
+      "Cache-Control: no-store\r\nConnection: close\r\n\r\nok\n";
+  mg_write(connection, kAnswer, sizeof(kAnswer) - 1);
+  return 200;
+}
+
+const CivetCallbacks* HealthzCallbacks() {
+  static const CivetCallbacks* callbacks = [] {
+    auto* c = new CivetCallbacks();
+    c->begin_request = AnswerHealthz;
+    return c;
+  }();
+  return callbacks;
+}
 
 }  // namespace
 
@@ -84,8 +106,10 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   // prometheus-cpp reports a failed civetweb start (the only thing it throws for here) as an
   // exception; this is the one place it is caught.
   try {
-    server->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", *ports, "num_threads", "2", "request_timeout_ms", "10000"});
+    server->exposer_ = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", *ports, "num_threads", "2",
+                                 "request_timeout_ms", "10000"},
+        HealthzCallbacks());
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
         "cannot serve metrics on ", listen, ": ", e.what(),
@@ -97,9 +121,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   }
   server->port_ = bound[0];
   server->page_ = std::make_shared<Page>(registry);
-  server->health_ = std::make_shared<Nothing>();
   server->exposer_->RegisterCollectable(server->page_, "/metrics");
-  server->exposer_->RegisterCollectable(server->health_, "/healthz");
   return server;
 }
 

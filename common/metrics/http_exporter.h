@@ -2,8 +2,9 @@
 // libcivetweb underneath), for Prometheus to scrape and for liveness probes:
 //   GET /metrics   200, the Exposer's own exposer_* series (scrapes, bytes, latency) then the
 //                  registry's page (Registry::Collect); gzip when the client accepts it
-//   GET /healthz   200 (the body is that endpoint's exposer_* series; only the code matters)
-// civetweb matches those paths as prefixes (/metricsx is /metrics); other paths are 404. Each
+//   GET /healthz   200 "ok\n" (text/plain): the process serves HTTP; no metrics text
+// civetweb matches /metrics as a prefix (/metricsx is /metrics); /healthz is exact; other paths
+// are 404. Each
 // scrape runs the registry's collect hooks on one of the Exposer's two threads. This file exists
 // for three things the Exposer leaves to its user: an absl::Status instead of its exception when it
 // cannot listen, an address check naming the flag's value, and thread stacks that fit a process's
@@ -52,8 +53,7 @@ class MetricsServer {
   explicit MetricsServer(std::string listen);
   const std::string listen_;
   std::unique_ptr<prometheus::Exposer> exposer_;
-  std::shared_ptr<prometheus::Collectable> page_;    // the registry, for /metrics
-  std::shared_ptr<prometheus::Collectable> health_;  // nothing, for /healthz
+  std::shared_ptr<prometheus::Collectable> page_;  // the registry, for /metrics
   int port_ = 0;
 };
 

@@ -109,9 +109,13 @@ def case_cli_watch_and_ids(args):
         expect(rc == 0 and out.count("id:        ") == 2, "status of two ids:\n%s%s" % (out, err))
 
         rc, out, err = c.cli("list", "--state=SUCCEEDED", "--limit=1")
-        rows = out.splitlines()[1:]
+        rows = [line for line in out.splitlines()[1:] if line.startswith("job-")]
         expect(rc == 0 and len(rows) == 1 and rows[0].startswith(second),
                "list --state=SUCCEEDED --limit=1:\n%s%s" % (out, err))
+        # The older SUCCEEDED job is one page on.
+        expect(out.rstrip().endswith(
+                   "older jobs: dtrain list --page=2 --state=SUCCEEDED --limit=1"),
+               "list --limit=1 does not end with the next page's command:\n%s" % out)
         expect("STARTED" in out and "DURATION" in out, "list has no times:\n%s" % out)
         jobs = c.cli_json("list", "--state=RUNNING,QUEUED")["jobs"]
         expect(jobs == [], "no job should be active: %s" % jobs)

@@ -798,12 +798,13 @@ import metrics_cases  # noqa: E402  a job's scalars as TensorBoard events and CS
 import maintenance_cases  # noqa: E402  pauses, maintenance and finished jobs are not failures
 import memory_cases  # noqa: E402  host memory shared honestly; a spec no worker can hold refused
 import certs_cases  # noqa: E402  certificates that explain themselves
+import bounds_cases  # noqa: E402  no request takes the coordinator down or breaks reads
 
 CASES = {}
 for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
                 reshard_cases, paths_cases, roles_cases, tls_cases, diagnose_cases,
                 trace_cases, straggler_cases, rebalance_cases, metrics_cases,
-                maintenance_cases, memory_cases, certs_cases):
+                maintenance_cases, memory_cases, certs_cases, bounds_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn
@@ -824,6 +825,7 @@ def main():
     parser.add_argument("--examples", required=True, help="folder of tiny.json")
     parser.add_argument("--peer_dial", help="worker/comm's peer_dial_for_testing (roles_cases)")
     parser.add_argument("--sample", help="worker's dtrain-sample (metrics_cases: dtrain sample)")
+    parser.add_argument("--fill_store", help="coordinator's fill_store_for_testing (bounds_cases)")
     args = parser.parse_args()
     args.binaries = {"coordinator": os.path.abspath(args.coordinator),
                      "worker": os.path.abspath(args.worker),
@@ -834,6 +836,8 @@ def main():
         args.peer_dial = os.path.abspath(args.peer_dial)
     if args.sample:
         args.sample = os.path.abspath(args.sample)
+    if args.fill_store:
+        args.fill_store = os.path.abspath(args.fill_store)
     # Bazel ends a test that runs too long with SIGTERM: turn it into an exception so every
     # Cluster's cleanup runs (children also die with us through PR_SET_PDEATHSIG).
     signal.signal(signal.SIGTERM, _on_sigterm)
