@@ -469,7 +469,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ForgetWorker(grpc::CallbackServerC
 grpc::ServerUnaryReactor* CoordinatorService::DrainWorker(grpc::CallbackServerContext* context,
                                                           const DrainWorkerRequest* request,
                                                           DrainWorkerResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "DrainWorker"); !s.ok()) {
+  if (absl::Status s = Allowed(manager_, context, "DrainWorker", *request); !s.ok()) {
     return Reply<DrainWorkerResponse>(context, s, response);
   }
   return Reply(context, manager_->DrainWorker(*request), response);
