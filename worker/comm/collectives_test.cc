@@ -210,15 +210,15 @@ TEST_P(CollectivesTest, BarrierReturnsOnlyAfterEveryMemberEntered) {
   for (int r = 0; r < n(); ++r) EXPECT_EQ(seen[r], n()) << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
-                         ::testing::Combine(::testing::Values(TransportKind::kInproc,
-                                                              TransportKind::kInprocPieces,
-                                                              TransportKind::kGrpc),
-                                            ::testing::Range(1, 9)),
-                         [](const ::testing::TestParamInfo<CollectivesTest::ParamType>& info) {
-                           return absl::StrCat(testing::KindName(std::get<0>(info.param)), "_",
-                                               std::get<1>(info.param), "ranks");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, CollectivesTest,
+    ::testing::Combine(::testing::Values(TransportKind::kInproc, TransportKind::kInprocPieces,
+                                         TransportKind::kGrpc, TransportKind::kShm),
+                       ::testing::Range(1, 9)),
+    [](const ::testing::TestParamInfo<CollectivesTest::ParamType>& info) {
+      return absl::StrCat(testing::KindName(std::get<0>(info.param)), "_", std::get<1>(info.param),
+                          "ranks");
+    });
 
 TEST(AllreduceRing, ZeroElementsIsNoOp) {
   auto cluster = Cluster::Create(TransportKind::kInproc, 3);

@@ -102,7 +102,7 @@ TEST_P(PeerDeathTest, KilledRankFailsTheStepWithinTheDeadlineNamingIt) {
     cluster->Kill(3);
     return absl::OkStatus();
   });
-  const std::string dead = GetParam() == TransportKind::kGrpc
+  const std::string dead = testing::IsGrpc(GetParam())
                                ? absl::StrCat("rank 3 (127.0.0.1:", cluster->grpc(3)->port(), ")")
                                : "rank 3";
   ExpectFailedInTimeNamingPeer(outcomes, killed_at, dead);
@@ -130,7 +130,8 @@ TEST_P(PeerDeathTest, SilentRankFailsTheStepAtTheDeadlineNamingIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, PeerDeathTest,
-                         ::testing::Values(TransportKind::kInproc, TransportKind::kGrpc),
+                         ::testing::Values(TransportKind::kInproc, TransportKind::kGrpc,
+                                           TransportKind::kShm),
                          [](const ::testing::TestParamInfo<TransportKind>& info) {
                            return testing::KindName(info.param);
                          });
