@@ -24,7 +24,7 @@ ASAN_TESTS=(-- //plan/... //common/... //worker/... //coordinator/... //client/.
 TSAN_TESTS=(//worker/comm:all //coordinator:placement_test //coordinator:failure_report_test
             //coordinator:job_store_test //coordinator:job_notifier_test
             //coordinator:worker_registry_test)
-TSAN_FILTER='-*Grpc*:PeerDeath.*:JobSecret.*:RankDiagnosis.*'
+TSAN_FILTER='-*Grpc*:*/Shm:*/Shm_*:ShmTransport.*:PeerDeath.*:JobSecret.*:RankDiagnosis.*'
 
 passed=0
 failed=0
