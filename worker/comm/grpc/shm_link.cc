@@ -52,21 +52,55 @@ std::shared_ptr<ShmSendState> ShmSender::Enqueue(const MessageKey& key, const Te
                                                  absl::Span<const std::byte> data,
                                                  std::string owned) {
   auto state = std::make_shared<ShmSendState>();
-  absl::MutexLock lock(&mu_);
-  if (stop_) {
-    Finish(*state, absl::CancelledError("the transport was shut down"));
-    return state;
+  Job job{key, meta, data, std::move(owned), state};
+  const absl::Span<const std::byte> bytes = Bytes(job);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) {
+      Finish(*state, absl::CancelledError("the transport was shut down"));
+      return state;
+    }
+    if (!queue_.empty() || writing_ ||
+        static_cast<int64_t>(bytes.size()) > ring_->max_payload_bytes(kHeaderAllowance)) {
+      queue_.push_back(std::move(job));
+      return state;
+    }
+    writing_ = true;  // the writer thread waits
   }
-  queue_.push_back(Job{key, meta, data, std::move(owned), state});
+  // A message of one frame that fits now (a collective's chunk, usually) goes into the ring on
+  // the caller's thread: no hand-over to the writer thread, whose wake-up costs more than the
+  // copy on a busy machine.
+  absl::StatusOr<bool> written = false;
+  if (absl::Status broken = stream_->status(); !broken.ok()) {
+    written = broken;
+  } else {
+    std::string header;
+    DataHeader(key, 0, bytes.size(), &meta).SerializeToString(&header);
+    written = ring_->TryWrite(
+        absl::MakeConstSpan(reinterpret_cast<const std::byte*>(header.data()), header.size()),
+        bytes);
+  }
+  absl::MutexLock lock(&mu_);
+  writing_ = false;
+  if (!written.ok()) {
+    Finish(*state, written.status());
+  } else if (*written) {
+    Finish(*state, absl::OkStatus());
+  } else if (stop_) {
+    Finish(*state, absl::CancelledError("the transport was shut down before sending it"));
+  } else {
+    queue_.push_front(std::move(job));  // before what others queued meanwhile
+  }
   return state;
 }
 
+absl::Span<const std::byte> ShmSender::Bytes(const Job& job) {
+  if (job.owned.empty()) return job.data;
+  return {reinterpret_cast<const std::byte*>(job.owned.data()), job.owned.size()};
+}
+
 absl::Status ShmSender::Write(const Job& job) {
-  const absl::Span<const std::byte> data =
-      job.owned.empty()
-          ? job.data
-          : absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(job.owned.data()),
-                                        job.owned.size());
+  const absl::Span<const std::byte> data = Bytes(job);
   const int64_t total = data.size();
   const int64_t frame_bytes = ring_->max_payload_bytes(kHeaderAllowance);
   // A stuck receiver is bounded by the caller's deadline (it cancels, and the stream breaks).
@@ -94,7 +128,9 @@ void ShmSender::Run() {
     Job job;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_ || (!queue_.empty() && !writing_);
+      };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // stopped
       job = std::move(queue_.front());

@@ -84,6 +84,7 @@ class ShmSender {
     std::string owned;
     std::shared_ptr<ShmSendState> state;
   };
+  static absl::Span<const std::byte> Bytes(const Job& job);  // data, or the owned copy
   void Run();
   absl::Status Write(const Job& job);
 
@@ -91,7 +92,7 @@ class ShmSender {
   OutgoingStream* stream_;
   absl::Mutex mu_;
   std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a thread writes into the ring
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> stopping_{false};  // stop_, for the writer's waits
   std::thread thread_;

@@ -27,7 +27,7 @@ constexpr uint32_t kRecord = 1;
 constexpr uint32_t kWrap = 2;
 // Spins before sleeping: a peer on another core usually answers within a few microseconds, and
 // a futex round trip costs more than that; on a loaded machine a longer spin only burns a core.
-constexpr int kSpins = 2000;
+constexpr int kSpins = 200;
 
 struct RecordHead {
   uint32_t type;
@@ -174,29 +174,68 @@ int64_t ShmRing::max_payload_bytes(int64_t header_bytes) const {
   return capacity_ / 2 - PayloadOffset(header_bytes);
 }
 
+uint64_t ShmRing::Need(int64_t header_bytes, int64_t payload_bytes, uint64_t head) const {
+  if (payload_bytes > max_payload_bytes(header_bytes)) return 0;
+  const int64_t size = PayloadOffset(header_bytes) + AlignUp(payload_bytes);
+  const int64_t pos = head % capacity_;
+  return (capacity_ - pos < size ? capacity_ - pos : 0) + size;
+}
+
+bool ShmRing::HasRoom(uint64_t head, uint64_t need) const {
+  return capacity_ - (head - control_->tail.load(std::memory_order_acquire)) >= need;
+}
+
+void ShmRing::Put(absl::Span<const std::byte> header, absl::Span<const std::byte> payload,
+                  uint64_t head, uint64_t need) {
+  Control& c = *control_;
+  const int64_t size = PayloadOffset(header.size()) + AlignUp(payload.size());
+  const int64_t pos = head % capacity_;
+  if (static_cast<int64_t>(need) > size) {  // wraps: the rest of the ring is padding
+    reinterpret_cast<RecordHead*>(data_ + pos)->type = kWrap;
+  }
+  std::byte* at = data_ + (head + need - size) % capacity_;
+  RecordHead rh{kRecord, static_cast<uint32_t>(header.size()), payload.size()};
+  memcpy(at, &rh, sizeof(rh));
+  if (!header.empty()) memcpy(at + sizeof(rh), header.data(), header.size());
+  if (!payload.empty()) memcpy(at + PayloadOffset(header.size()), payload.data(), payload.size());
+  c.head.store(head + need, std::memory_order_release);
+  c.data_seq.fetch_add(1);
+  if (c.consumer_sleeping.load()) FutexWakeAll(&c.data_seq);
+}
+
+absl::StatusOr<bool> ShmRing::TryWrite(absl::Span<const std::byte> header,
+                                       absl::Span<const std::byte> payload) {
+  const uint64_t head = control_->head.load(std::memory_order_relaxed);  // only we write it
+  const uint64_t need = Need(header.size(), payload.size(), head);
+  if (need == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a record of ", payload.size(),
+                                                   " bytes in a ring of ", capacity_,
+                                                   " (at most half of it)"));
+  }
+  if (!HasRoom(head, need)) return false;
+  Put(header, payload, head, need);
+  return true;
+}
+
 absl::Status ShmRing::Write(absl::Span<const std::byte> header, absl::Span<const std::byte> payload,
                             absl::Time deadline, const std::function<absl::Status()>& check,
                             absl::Duration poll) {
-  const int64_t payload_at = PayloadOffset(header.size());
-  const int64_t size = payload_at + AlignUp(payload.size());
-  if (static_cast<int64_t>(payload.size()) > max_payload_bytes(header.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("a record of ", size, " bytes in a ring of ",
-                                                   capacity_, " (at most half of it)"));
-  }
   Control& c = *control_;
   const uint64_t head = c.head.load(std::memory_order_relaxed);  // only we write it
-  const int64_t pos = head % capacity_;
-  const int64_t pad = capacity_ - pos < size ? capacity_ - pos : 0;
-  const uint64_t need = pad + size;
-  auto room = [&] { return capacity_ - (head - c.tail.load(std::memory_order_acquire)) >= need; };
-  for (int spin = 0; !room(); ++spin) {
+  const uint64_t need = Need(header.size(), payload.size(), head);
+  if (need == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a record of ", payload.size(),
+                                                   " bytes in a ring of ", capacity_,
+                                                   " (at most half of it)"));
+  }
+  for (int spin = 0; !HasRoom(head, need); ++spin) {
     if (spin < kSpins) {
       CpuRelax();
       continue;
     }
     const uint32_t seen = c.space_seq.load();
     c.producer_sleeping.store(1);
-    if (room()) {
+    if (HasRoom(head, need)) {
       c.producer_sleeping.store(0);
       break;
     }
@@ -213,18 +252,7 @@ absl::Status ShmRing::Write(absl::Span<const std::byte> header, absl::Span<const
       if (!s.ok()) return s;
     }
   }
-  if (pad > 0) {
-    auto* wrap = reinterpret_cast<RecordHead*>(data_ + pos);
-    wrap->type = kWrap;
-  }
-  std::byte* at = data_ + (head + pad) % capacity_;
-  RecordHead rh{kRecord, static_cast<uint32_t>(header.size()), payload.size()};
-  memcpy(at, &rh, sizeof(rh));
-  if (!header.empty()) memcpy(at + sizeof(rh), header.data(), header.size());
-  if (!payload.empty()) memcpy(at + payload_at, payload.data(), payload.size());
-  c.head.store(head + need, std::memory_order_release);
-  c.data_seq.fetch_add(1);
-  if (c.consumer_sleeping.load()) FutexWakeAll(&c.data_seq);
+  Put(header, payload, head, need);
   return absl::OkStatus();
 }
 

@@ -83,6 +83,9 @@ class ShmRing {
   absl::Status Write(absl::Span<const std::byte> header, absl::Span<const std::byte> payload,
                      absl::Time deadline, const std::function<absl::Status()>& check = nullptr,
                      absl::Duration poll = absl::Milliseconds(5));
+  // Producer: appends one record if there is room now (true), else writes nothing (false).
+  absl::StatusOr<bool> TryWrite(absl::Span<const std::byte> header,
+                                absl::Span<const std::byte> payload);
   // Producer: waits until the consumer released everything written (true), or `deadline`.
   bool WaitDrained(absl::Time deadline, const std::function<absl::Status()>& check = nullptr);
 
@@ -97,6 +100,11 @@ class ShmRing {
 
  private:
   ShmRing(std::string name, int fd, void* base, int64_t capacity, bool owner);
+  // Bytes a record takes, including the wrap marker before it if it must wrap (0: too large).
+  uint64_t Need(int64_t header_bytes, int64_t payload_bytes, uint64_t head) const;
+  bool HasRoom(uint64_t head, uint64_t need) const;
+  void Put(absl::Span<const std::byte> header, absl::Span<const std::byte> payload, uint64_t head,
+           uint64_t need);
 
   std::string name_;
   int fd_;
