@@ -1,7 +1,9 @@
 #include "worker/comm/shm/ring.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -60,6 +62,33 @@ std::string Errno(absl::string_view what) { return absl::StrCat(what, ": ", stre
 
 }  // namespace
 
+int SweepStaleRings(absl::Duration min_age) {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  while (dirent* e = readdir(dir)) {
+    int pid = 0;
+    char hex[33];
+    int end = 0;
+    // "dtrain-<pid>-<32 hex>": a ring's name (ShmRing::Create).
+    if (sscanf(e->d_name, "dtrain-%d-%32[0-9a-f]%n", &pid, hex, &end) != 2 ||
+        e->d_name[end] != '\0' || strlen(hex) != 32 || pid <= 0) {
+      continue;
+    }
+    struct stat st;
+    const std::string path = absl::StrCat("/dev/shm/", e->d_name);
+    if (stat(path.c_str(), &st) != 0 || st.st_uid != geteuid() ||
+        now - st.st_mtime < absl::ToInt64Seconds(min_age)) {
+      continue;
+    }
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // its creator may still be running
+    if (shm_unlink(absl::StrCat("/", e->d_name).c_str()) == 0) ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
+
 struct ShmRing::Control {
   std::atomic<uint64_t> magic;  // set last by the creator
   int64_t capacity;
@@ -95,6 +124,7 @@ absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Create(int64_t capacity) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ring capacity ", capacity, ": need a multiple of 4096, at least ", kMinCapacity));
   }
+  SweepStaleRings();
   unsigned char random[16];
   if (getrandom(random, sizeof(random), 0) != sizeof(random)) {
     return absl::UnavailableError(Errno("getrandom"));

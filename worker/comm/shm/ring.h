@@ -43,6 +43,14 @@
 
 namespace dtrain::comm {
 
+// Removes rings that outlived their creator: a process killed inside the handshake's round trip
+// (after creating a ring, before the peer mapped it and the name was unlinked) leaves its file.
+// Only names of rings ("/dtrain-<pid>-<hex>"), of this uid, at least `min_age` old (longer than
+// any handshake), whose creator's pid is gone (in a shared /dev/shm with another pid namespace a
+// pid may look gone while its process runs: min_age keeps such a ring safe during its
+// handshake). Create calls it. Returns how many it removed.
+int SweepStaleRings(absl::Duration min_age = absl::Minutes(5));
+
 class ShmRing {
  public:
   struct Control;  // the segment's first page (ring.cc)

@@ -2,7 +2,10 @@
 // and any number of ring lengths; every wait ends at its deadline or when `check` says so.
 #include "worker/comm/shm/ring.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -53,6 +56,32 @@ TEST(ShmRing, DestroyingTheCreatorUnlinksAnUnattachedSegment) {
   }
   struct stat st;
   EXPECT_NE(stat(("/dev/shm" + name).c_str(), &st), 0);
+}
+
+// A ring whose creator died inside the handshake (its name still linked) goes at the next
+// Create on this host, once older than any handshake; one of a live process stays.
+TEST(ShmRing, StaleRingsOfDeadCreatorsAreSwept) {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // a pid that is gone
+  const std::string hex(32, 'a');
+  const std::string dead = "/dev/shm/dtrain-" + std::to_string(child) + "-" + hex;
+  const std::string live = "/dev/shm/dtrain-" + std::to_string(getpid()) + "-" + hex;
+  for (const std::string& path : {dead, live}) {
+    const int fd = open(path.c_str(), O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0) << path;
+    const timespec old[2] = {{0, 0}, {absl::ToUnixSeconds(absl::Now()) - 3600, 0}};
+    ASSERT_EQ(futimens(fd, old), 0);
+    close(fd);
+  }
+  struct stat st;
+  EXPECT_EQ(SweepStaleRings(absl::Hours(2)), 0);  // not old enough
+  EXPECT_EQ(stat(dead.c_str(), &st), 0);
+  EXPECT_GE(SweepStaleRings(absl::Minutes(5)), 1);
+  EXPECT_NE(stat(dead.c_str(), &st), 0);  // gone
+  EXPECT_EQ(stat(live.c_str(), &st), 0);  // its creator runs
+  unlink(live.c_str());
 }
 
 TEST(ShmRing, RejectsABadCapacityAndARecordOverHalfTheRing) {
