@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""Collectives: dtrain's ring all-reduce over gRPC vs torch.distributed's gloo backend, and
-dtrain's pipeline stream vs iperf3, on loopback, in one run; with --tls, dtrain with TLS off
-and on side by side.
+"""Collectives: dtrain's ring all-reduce vs torch.distributed's gloo backend, and dtrain's
+pipeline stream vs iperf3, on one host, in one run, with this machine's memcpy bandwidth
+measured in the same run; with --tls, dtrain over gRPC with TLS off and on side by side.
 
     /usr/bin/python3 tools/bench_allreduce.py [--ranks 2,4] [--sizes_mib 1,2,4,8,16,32,64]
         [--rounds 3] [--seconds 2] [--p2p_sizes_mib 1,16,64] [--benchmark PATH]
-        [--tls [--no_gloo] [--dtrain PATH]]
+        [--paths job,shm,grpc,grpc+tls] [--tls] [--no_gloo] [--dtrain PATH]
+
+Paths (--paths, default `job`): how dtrain's ranks move data. `job` is what a job does: mutual
+TLS on every stream (the `worker` certificate of `dtrain certs init` on every rank), and the
+data through shared memory between ranks of one host (proved by the transport's handshake;
+the stream otherwise); `shm` the same without TLS, failing unless shared memory is used;
+`grpc` and `grpc+tls` force the gRPC stream, plaintext or mutual TLS. The first path is the
+one compared with gloo and iperf3; --tls adds grpc and grpc+tls and their tables.
 
 All-reduce: for each rank count, `--rounds` rounds; a round runs dtrain
-(//worker/comm:allreduce_benchmark, one process per rank over gRPC on 127.0.0.1) and gloo
+(//worker/comm:allreduce_benchmark, one process per rank, 127.0.0.1) on each path and gloo
 (torch.distributed, one /usr/bin/python3 process per rank, torch.set_num_threads(1)) on every
 size, which one first alternating between rounds so slow spells of background load hit both.
 Both sum float32 tensors of the same sizes, time the same way (warm-up, then as many iterations
@@ -19,6 +26,9 @@ moves, CPU-seconds per all-reduce summed over all ranks' processes (all their th
 
 Point-to-point: rank 0 streams activations to rank 1 (two sends in flight) for each
 --p2p_sizes_mib, against iperf3 (one TCP stream, loopback) over the same rounds.
+
+memcpy: each round also times one thread's memcpy of every size (allreduce_benchmark
+--mode=memcpy); the tables give busbw as a fraction of it, the ceiling of any same-host path.
 
 TLS (--tls): every round also runs dtrain with mutual TLS on every stream, as the workers run
 it (the `worker` certificate of `dtrain certs init` on every rank, gRPC's TLS over the same
@@ -111,14 +121,26 @@ def run_ranks(cmds, what, timeout):
     return records
 
 
-def run_dtrain(binary, n, sizes, seconds, mode="allreduce", tls_dir=None):
-    """Plaintext, or with tls_dir (a `dtrain certs init` directory) mutual TLS."""
+# path -> (allreduce_benchmark --path, mutual TLS on the streams)
+PATHS = {"job": ("auto", True), "shm": ("shm", False), "grpc": ("grpc", False),
+         "grpc+tls": ("grpc", True)}
+
+
+def run_dtrain(binary, n, sizes, seconds, mode="allreduce", path="grpc", tls_dir=None):
+    """One run of `path` (PATHS); tls_dir: a `dtrain certs init` directory."""
     peers = ",".join(f"127.0.0.1:{p}" for p in free_ports(n))
-    tls = [f"--tls_dir={tls_dir}"] if tls_dir else []
+    flag, tls = PATHS[path]
+    extra = [f"--path={flag}"] + ([f"--tls_dir={tls_dir}"] if tls else [])
     cmds = [[binary, f"--rank={r}", f"--peers={peers}", f"--mode={mode}",
-             f"--sizes_mib={sizes}", f"--seconds={seconds}"] + tls for r in range(n)]
-    what = f"dtrain {mode} ({n} ranks{', TLS' if tls_dir else ''})"
-    return run_ranks(cmds, what, timeout=600)
+             f"--sizes_mib={sizes}", f"--seconds={seconds}"] + extra for r in range(n)]
+    return run_ranks(cmds, f"dtrain {mode} ({n} ranks, {path})", timeout=600)
+
+
+def run_memcpy(binary, sizes, seconds):
+    """bytes -> GB/s of one thread's memcpy."""
+    recs = run_ranks([[binary, "--mode=memcpy", f"--sizes_mib={sizes}",
+                       f"--seconds={seconds / 4}"]], "memcpy", timeout=600)
+    return {r["bytes"]: r["gbs"] for r in recs}
 
 
 def run_gloo(script, n, sizes, seconds):
@@ -183,8 +205,10 @@ def main():
     ap.add_argument("--benchmark", help="allreduce_benchmark binary (default: build it)")
     ap.add_argument("--bazel_output_base", help="bazel --output_base for the build")
     ap.add_argument("--skip_p2p", action="store_true")
+    ap.add_argument("--paths", default="job",
+                    help="dtrain paths, comma-separated: job (default), shm, grpc, grpc+tls")
     ap.add_argument("--tls", action="store_true",
-                    help="also run dtrain with mutual TLS in every round (TLS off/on tables)")
+                    help="also run grpc and grpc+tls in every round (TLS off/on tables)")
     ap.add_argument("--no_gloo", action="store_true", help="leave gloo out")
     ap.add_argument("--dtrain", help="dtrain CLI for `certs init` (default: build it)")
     args = ap.parse_args()
@@ -192,15 +216,23 @@ def main():
         raise SystemExit("bench_allreduce: needs /usr/bin/python3 with python3-torch")
     if not args.skip_p2p and shutil.which("iperf3") is None:
         raise SystemExit("bench_allreduce: needs iperf3 (tools/setup.sh installs it)")
+    paths = [p for p in args.paths.split(",") if p]
+    if args.tls:
+        paths += [p for p in ("grpc", "grpc+tls") if p not in paths]
+    for p in paths:
+        if p not in PATHS:
+            raise SystemExit(f"bench_allreduce: --paths: unknown path '{p}' ({', '.join(PATHS)})")
+    need_certs = any(PATHS[p][1] for p in paths)
     targets = ([] if args.benchmark else ["//worker/comm:allreduce_benchmark"]) + \
-        (["//client:dtrain"] if args.tls and not args.dtrain else [])
+        (["//client:dtrain"] if need_certs and not args.dtrain else [])
     built = build(args.bazel_output_base, targets) if targets else {}
     binary = args.benchmark or built["//worker/comm:allreduce_benchmark"]
     sizes = [int(float(s) * (1 << 20)) // 4 * 4 for s in args.sizes_mib.split(",")]
 
     tmp = tempfile.mkdtemp(prefix="bench_allreduce_")
-    tls_dir = make_certs(args.dtrain or built["//client:dtrain"], tmp) if args.tls else None
-    impls = ["dtrain"] + (["dtrain-tls"] if args.tls else []) + ([] if args.no_gloo else ["gloo"])
+    tls_dir = make_certs(args.dtrain or built["//client:dtrain"], tmp) if need_certs else None
+    impls = paths + ([] if args.no_gloo else ["gloo"])
+    memcpy = {}  # bytes -> [GB/s per round]
     gloo_script = os.path.join(tmp, "gloo_worker.py")
     with open(gloo_script, "w") as f:
         f.write(GLOO_WORKER)
@@ -211,13 +243,14 @@ def main():
     for n in [int(x) for x in args.ranks.split(",")]:
         for rnd in range(args.rounds):
             order = impls[rnd % len(impls):] + impls[:rnd % len(impls)]  # rotates per round
+            for b, gbs in run_memcpy(binary, args.sizes_mib, args.seconds).items():
+                memcpy.setdefault(b, []).append(gbs)
             for impl in order:
-                if impl == "dtrain":
-                    recs = run_dtrain(binary, n, args.sizes_mib, args.seconds)
-                elif impl == "dtrain-tls":
-                    recs = run_dtrain(binary, n, args.sizes_mib, args.seconds, tls_dir=tls_dir)
-                else:
+                if impl == "gloo":
                     recs = run_gloo(gloo_script, n, args.sizes_mib, args.seconds)
+                else:
+                    recs = run_dtrain(binary, n, args.sizes_mib, args.seconds, path=impl,
+                                      tls_dir=tls_dir)
                 for b in sizes:
                     mine = [r for r in recs if r["bytes"] == b]
                     r0 = [r for r in mine if r["rank"] == 0][0]
@@ -230,58 +263,66 @@ def main():
                       " ".join(f"{b >> 20}MiB {results[(impl, n, b)]['busbw'][-1]:.3f}"
                                for b in sizes), file=sys.stderr, flush=True)
 
-    p2p = {}  # p2p[(tls, bytes)] = {"gbs": [...], "cpu_us": [...]}
+    p2p = {}  # p2p[(path, bytes)] = {"gbs": [...], "cpu_us": [...]}
     iperf = []
     if not args.skip_p2p:
         p2p_sizes = [int(float(s) * (1 << 20)) // 4 * 4 for s in args.p2p_sizes_mib.split(",")]
         for rnd in range(args.rounds):
-            modes = [False, True] if args.tls else [False]
-            for tls in modes if rnd % 2 == 0 else modes[::-1]:
+            # iperf3 between the dtrain runs, its place rotating, as the all-reduce's peers.
+            runs = paths + ["iperf3"]
+            for what in runs[rnd % len(runs):] + runs[:rnd % len(runs)]:
+                if what == "iperf3":
+                    iperf.append(run_iperf(max(2, int(args.seconds * 2))))
+                    continue
                 recs = run_dtrain(binary, 2, args.p2p_sizes_mib, args.seconds, mode="p2p",
-                                  tls_dir=tls_dir if tls else None)
+                                  path=what, tls_dir=tls_dir)
                 for b in p2p_sizes:
                     recv = [r for r in recs if r["bytes"] == b and r["rank"] == 1][0]
                     cpu = sum(r["cpu_us"] for r in recs if r["bytes"] == b)
-                    slot = p2p.setdefault((tls, b), {"gbs": [], "cpu_us": []})
+                    slot = p2p.setdefault((what, b), {"gbs": [], "cpu_us": []})
                     slot["gbs"].append(recv["gbs"])
                     slot["cpu_us"].append(cpu)
-            iperf.append(run_iperf(max(2, int(args.seconds * 2))))
             print(f"  p2p round {rnd + 1}/{args.rounds}: " +
-                  " ".join(f"{b >> 20}MiB {p2p[(False, b)]['gbs'][-1]:.3f}" +
-                           (f" (TLS {p2p[(True, b)]['gbs'][-1]:.3f})" if args.tls else "")
-                           for b in p2p_sizes) +
-                  f" iperf3 {iperf[-1]['gbs']:.3f} GB/s", file=sys.stderr, flush=True)
+                  " ".join(f"{b >> 20}MiB " + "/".join(f"{p2p[(p, b)]['gbs'][-1]:.3f}"
+                                                       for p in paths) for b in p2p_sizes) +
+                  f" ({'/'.join(paths)}) iperf3 {iperf[-1]['gbs']:.3f} GB/s", file=sys.stderr,
+                  flush=True)
     load1 = os.getloadavg()[0]
 
     print(f"\nload average {load0:.1f} -> {load1:.1f}")
     summary = {"allreduce": [], "p2p": [], "tls_allreduce": [], "tls_p2p": []}
     if not args.no_gloo:
-        print_gloo_table(args, sizes, results, summary)
+        print_gloo_table(args, paths[0], sizes, results, memcpy, summary)
     if args.tls:
         print_tls_tables(args, sizes, results, p2p, summary)
     if p2p:
-        print_p2p_table(p2p, iperf, summary)
+        print_p2p_table(paths[0], p2p, iperf, summary)
+    summary["memcpy_gbs"] = {b: med(v) for b, v in memcpy.items()}
     summary["load"] = [load0, load1]
     print("BENCH_JSON " + json.dumps(summary))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def print_gloo_table(args, sizes, results, summary):
-    print(f"\nAll-reduce (sum, float32), loopback, median of {args.rounds} rounds")
+def print_gloo_table(args, path, sizes, results, memcpy, summary):
+    print(f"\nAll-reduce (sum, float32), one host, dtrain path '{path}', median of "
+          f"{args.rounds} rounds; memcpy: one thread, same run")
     print("| ranks | size | dtrain time (ms) | dtrain algbw | dtrain busbw | gloo time (ms) | "
-          "gloo algbw | gloo busbw | busbw dtrain/gloo | CPU-s per all-reduce dtrain / gloo |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "gloo algbw | gloo busbw | busbw dtrain/gloo | memcpy GB/s | dtrain busbw / memcpy | "
+          "CPU-s per all-reduce dtrain / gloo |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in [int(x) for x in args.ranks.split(",")]:
         for b in sizes:
-            d, g = results[("dtrain", n, b)], results[("gloo", n, b)]
+            d, g = results[(path, n, b)], results[("gloo", n, b)]
+            mc = med(memcpy.get(b, []))
             dt, gt = med(d["time_us"]), med(g["time_us"])
             dbus, gbus = med(d["busbw"]), med(g["busbw"])
             factor = 2 * (n - 1) / n
             print(f"| {n} | {b / (1 << 20):g} MiB | {dt / 1e3:.2f} | {dbus / factor:.3f} | "
                   f"{dbus:.3f} | {gt / 1e3:.2f} | {gbus / factor:.3f} | {gbus:.3f} | "
-                  f"{dbus / gbus:.2f} | {med(d['cpu_us']) / 1e6:.3f} / "
-                  f"{med(g['cpu_us']) / 1e6:.3f} |")
-            summary["allreduce"].append({"ranks": n, "bytes": b, "dtrain_time_us": dt,
+                  f"{dbus / gbus:.2f} | {mc:.2f} | {dbus / mc:.2f} | "
+                  f"{med(d['cpu_us']) / 1e6:.3f} / {med(g['cpu_us']) / 1e6:.3f} |")
+            summary["allreduce"].append({"ranks": n, "bytes": b, "path": path,
+                                         "memcpy_gbs": mc, "dtrain_time_us": dt,
                                          "dtrain_busbw_gbs": dbus, "gloo_time_us": gt,
                                          "gloo_busbw_gbs": gbus, "ratio": dbus / gbus,
                                          "dtrain_cpu_us": med(d["cpu_us"]),
@@ -296,7 +337,7 @@ def print_tls_tables(args, sizes, results, p2p, summary):
     print("|---|---|---|---|---|---|")
     for n in [int(x) for x in args.ranks.split(",")]:
         for b in sizes:
-            d, t = results[("dtrain", n, b)], results[("dtrain-tls", n, b)]
+            d, t = results[("grpc", n, b)], results[("grpc+tls", n, b)]
             dbus, tbus = med(d["busbw"]), med(t["busbw"])
             dcpu, tcpu = med(d["cpu_us"]), med(t["cpu_us"])
             print(f"| {n} | {b / (1 << 20):g} MiB | {dbus:.3f} | {tbus:.3f} | "
@@ -306,15 +347,15 @@ def print_tls_tables(args, sizes, results, p2p, summary):
                                              "cpu_us": dcpu, "tls_cpu_us": tcpu})
     if not p2p:
         return
-    print(f"\nActivation stream with TLS off and on (2 ranks, two sends in flight), median of "
-          f"{args.rounds} rounds")
+    print(f"\nActivation stream over gRPC with TLS off and on (2 ranks, two sends in flight), "
+          f"median of {args.rounds} rounds")
     print("| size | plaintext GB/s | TLS GB/s | TLS / plaintext | "
           "CPU-s per GB, both ends: plaintext / TLS |")
     print("|---|---|---|---|---|")
-    for (tls, b), slot in p2p.items():
-        if tls:
+    for (path, b), slot in p2p.items():
+        if path != "grpc":
             continue
-        on = p2p[(True, b)]
+        on = p2p[("grpc+tls", b)]
         g, tg = med(slot["gbs"]), med(on["gbs"])
         cpu, tcpu = (med(x["cpu_us"]) / 1e6 / (b / 1e9) for x in (slot, on))
         print(f"| {b / (1 << 20):g} MiB | {g:.3f} | {tg:.3f} | {tg / g:.2f} | "
@@ -323,20 +364,21 @@ def print_tls_tables(args, sizes, results, p2p, summary):
                                    "cpu_s_per_gb": cpu, "tls_cpu_s_per_gb": tcpu})
 
 
-def print_p2p_table(p2p, iperf, summary):
+def print_p2p_table(path, p2p, iperf, summary):
     ip = med([x["gbs"] for x in iperf])
-    print(f"\nPoint-to-point activation stream (2 ranks, two sends in flight, plaintext) vs "
+    print(f"\nPoint-to-point activation stream (2 ranks, two sends in flight, path '{path}') vs "
           f"iperf3 (one TCP stream, {ip:.3f} GB/s, CPU "
           f"{med([x['cpu_pct'] for x in iperf]):.0f}% of a core, both ends)")
     print("| size | dtrain GB/s | of iperf3 | CPU-s per GB, both ends |")
     print("|---|---|---|---|")
-    for (tls, b), slot in p2p.items():
-        if tls:
+    for (p, b), slot in p2p.items():
+        if p != path:
             continue
         g = med(slot["gbs"])
         cpu_per_gb = med(slot["cpu_us"]) / 1e6 / (b / 1e9)
         print(f"| {b / (1 << 20):g} MiB | {g:.3f} | {100 * g / ip:.0f}% | {cpu_per_gb:.2f} |")
-        summary["p2p"].append({"bytes": b, "gbs": g, "iperf3_gbs": ip, "ratio": g / ip,
+        summary["p2p"].append({"path": path, "bytes": b, "gbs": g, "iperf3_gbs": ip,
+                               "ratio": g / ip,
                                "cpu_s_per_gb": cpu_per_gb})
 
 

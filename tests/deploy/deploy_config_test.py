@@ -135,6 +135,8 @@ class ComposeTest(unittest.TestCase, TlsFlagsMixin):
             self.assertIn("/var/lib/dtrain/checkpoints", mounts, name)
             self.assertTrue(mounts["/var/lib/dtrain/checkpoints"].startswith("checkpoints:"))
             self.assertIn("/var/lib/dtrain/data", mounts, name)
+            # One /dev/shm for the workers of the host: same-host ranks use shared memory.
+            self.assertTrue(mounts["/dev/shm"].startswith("worker-shm:"), name)
             self.assertTrue(f["data_root"].startswith("/var/lib/dtrain/checkpoints/"), name)
             self.assertEqual(f["allowed_paths"], ALLOWED_PATHS, name)
             self.assertEqual(w["image"], self.services["coordinator"]["image"])
@@ -389,6 +391,11 @@ class KubernetesTest(unittest.TestCase, TlsFlagsMixin):
                 self.assertTrue(var in env or var in config, f"{arg}: {var} undefined")
         mounts = {m["mountPath"] for m in c["volumeMounts"]}
         self.assertIn("/var/lib/dtrain/checkpoints", mounts)
+        # The node's /dev/shm, shared by the workers of the node (same-host data path).
+        shm = [m["name"] for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+        self.assertEqual(len(shm), 1)
+        (vol,) = [v for v in pod["spec"]["volumes"] if v["name"] == shm[0]]
+        self.assertEqual(vol["hostPath"]["path"], "/dev/shm")
         self.assertEqual(f["allowed_paths"], ALLOWED_PATHS)
         self.assertTrue(set(ALLOWED_PATHS.split(",")) <= mounts)
         claim = [v for v in pod["spec"]["volumes"] if v["name"] == "checkpoints"][0]

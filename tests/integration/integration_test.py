@@ -10,6 +10,8 @@ client/README.md: 0 ok/SUCCEEDED, 1 FAILED, 2 bad input, 3 unreachable, 4 not fo
 """
 
 import argparse
+import glob
+import importlib
 import json
 import os
 import re
@@ -781,30 +783,14 @@ def case_prometheus(args):
         c.wait_state(job_id, ("CANCELLED",), 60)
 
 
-# Cases live here and in the modules beside this file, one module per theme.
-import cli_cases  # noqa: E402  `dtrain` CLI behaviour through the binary
-import safety_cases  # noqa: E402  no job loses or mixes another's files; truthful failures
-import plan_cases  # noqa: E402  one job plan: plan and submit reject alike, memory before launch
-import recovery_cases  # noqa: E402  jobs that recover from a lost worker with no user action
-import reshard_cases  # noqa: E402  a checkpoint resumed on another layout
-import paths_cases  # noqa: E402  jobs confined to the workers' roots; request limits
-import roles_cases  # noqa: E402  roles on the coordinator; a job's peers only from its own run
-import tls_cases  # noqa: E402  mutual TLS: refused clients and peers, a job over TLS
-import diagnose_cases  # noqa: E402  dtrain diagnose: who waits on whom, live
-import trace_cases  # noqa: E402  dtrain trace: one step of every rank as a Perfetto trace
-import straggler_cases  # noqa: E402  stragglers flagged, reported and replaced
-import rebalance_cases  # noqa: E402  a slowed pipeline stage re-cut: layers move off it
-import metrics_cases  # noqa: E402  a job's scalars as TensorBoard events and CSV
-import maintenance_cases  # noqa: E402  pauses, maintenance and finished jobs are not failures
-import memory_cases  # noqa: E402  host memory shared honestly; a spec no worker can hold refused
-import certs_cases  # noqa: E402  certificates that explain themselves
-import bounds_cases  # noqa: E402  no request takes the coordinator down or breaks reads
-
+# Cases live here and in the modules beside this file, one module per theme (*_cases.py: each
+# module's docstring says what it covers); every function named case_NAME is the case NAME, which
+# tests/integration/BUILD registers as NAME_test with its size.
 CASES = {}
-for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
-                reshard_cases, paths_cases, roles_cases, tls_cases, diagnose_cases,
-                trace_cases, straggler_cases, rebalance_cases, metrics_cases,
-                maintenance_cases, memory_cases, certs_cases, bounds_cases):
+for _module in [sys.modules[__name__]] + [
+        importlib.import_module(os.path.basename(path)[:-len(".py")])
+        for path in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "*_cases.py")))]:
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn

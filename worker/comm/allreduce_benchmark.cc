@@ -15,6 +15,12 @@
 //              "gbs":..,...}: bytes per second, the receiver's being the result.
 //   loop       all-reduces --loop_floats floats until an error, printing "iteration k" after
 //              each; exits 1 with the error (the fault test kills one such rank).
+//   memcpy     no ranks: this machine's memcpy bandwidth on buffers of each size (one thread,
+//              source and destination out of cache), {"impl":"memcpy","bytes":B,"gbs":..}:
+//              the ceiling of any same-host transport, measured in the same run as it.
+// --path: where the data goes. auto (the default, what a job does): shared memory to ranks on
+// this host, proved by the transport's handshake, else the gRPC stream; shm: the same, but
+// fail unless every peer is reached through shared memory; grpc: always the stream.
 // With --listen=127.0.0.1:0 the process prints "port N" first (its own --peers entry is then
 // ignored by the others only if they learn N; the fault test does).
 // With --tls_dir=DIR (a `dtrain certs init` directory) every stream is mutual TLS, as between
@@ -23,6 +29,7 @@
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -53,6 +60,8 @@ ABSL_FLAG(int64_t, frame_kib, 1024, "largest gRPC frame payload (KiB)");
 ABSL_FLAG(int64_t, loop_floats, 1 << 18, "loop mode: floats per all-reduce");
 ABSL_FLAG(std::string, grpc_args, "", "extra integer gRPC channel arguments: name=value,...");
 ABSL_FLAG(double, timeout_s, 60, "deadline of every collective and connection (seconds)");
+ABSL_FLAG(std::string, path, "auto", "auto (as a job: shared memory on one host), shm or grpc");
+ABSL_FLAG(int64_t, shm_ring_kib, 4096, "shared-memory ring per ordered pair of ranks (KiB)");
 ABSL_FLAG(std::string, tls_dir, "",
           "a `dtrain certs init` directory: mutual TLS with its worker certificate; empty: "
           "plaintext");
@@ -185,6 +194,46 @@ absl::Status RunP2p(GrpcTransport& t, Group& control) {
   return Barrier(control);
 }
 
+absl::Status RunMemcpy() {
+  ASSIGN_OR_RETURN(std::vector<int64_t> sizes, ParseSizes());
+  for (int64_t bytes : sizes) {
+    // Two pairs of buffers, used in turn, so that no copy reads what the last one left in cache.
+    std::vector<char> a(bytes, 1), b(bytes, 2), c(bytes, 3), d(bytes, 4);
+    memcpy(b.data(), a.data(), bytes);
+    memcpy(d.data(), c.data(), bytes);
+    const absl::Time w0 = absl::Now();
+    memcpy(b.data(), a.data(), bytes);
+    const int iters = ItersFor(absl::Now() - w0);
+    const absl::Time t0 = absl::Now();
+    for (int i = 0; i < iters; ++i) {
+      if (i % 2 == 0) {
+        memcpy(b.data(), a.data(), bytes);
+      } else {
+        memcpy(d.data(), c.data(), bytes);
+      }
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - t0) / iters;
+    printf(
+        "{\"impl\":\"memcpy\",\"rank\":0,\"bytes\":%lld,\"iters\":%d,\"time_us\":%.1f,"
+        "\"gbs\":%.4f}\n",
+        static_cast<long long>(bytes), iters, seconds * 1e6, bytes / seconds / 1e9);
+    fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+// --path=shm: every peer must be reached through shared memory.
+absl::Status CheckPaths(GrpcTransport& t) {
+  if (absl::GetFlag(FLAGS_path) != "shm") return absl::OkStatus();
+  for (int peer = 0; peer < t.size(); ++peer) {
+    if (peer != t.rank() && t.data_path(peer) != DataPath::kSharedMemory) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--path=shm: rank ", peer, " is reached over ", DataPathName(t.data_path(peer))));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunLoop(Group& group) {
   std::vector<float> data(absl::GetFlag(FLAGS_loop_floats), 1.0f);
   for (int64_t i = 0;; ++i) {
@@ -195,7 +244,14 @@ absl::Status RunLoop(Group& group) {
 }
 
 absl::Status Run() {
+  const std::string path = absl::GetFlag(FLAGS_path);
+  if (path != "auto" && path != "shm" && path != "grpc") {
+    return absl::InvalidArgumentError(absl::StrCat("--path=", path, ": auto, shm or grpc"));
+  }
+  if (absl::GetFlag(FLAGS_mode) == "memcpy") return RunMemcpy();
   GrpcTransportOptions options;
+  options.shared_memory = path != "grpc";
+  options.shm_ring_bytes = absl::GetFlag(FLAGS_shm_ring_kib) << 10;
   options.rank = absl::GetFlag(FLAGS_rank);
   options.peer_addresses = absl::StrSplit(absl::GetFlag(FLAGS_peers), ',');
   options.listen_address = absl::GetFlag(FLAGS_listen);
@@ -227,6 +283,13 @@ absl::Status Run() {
   for (int r = 0; r < n; ++r) ranks[r] = r;
   ASSIGN_OR_RETURN(Group group, Group::Create(t.get(), ranks, 1, collective));
   ASSIGN_OR_RETURN(Group control, Group::Create(t.get(), ranks, 2, collective));
+  // Every pair connected (and its path chosen) before anything is timed, as a worker does.
+  std::vector<int> peers;
+  for (int r = 0; r < n; ++r) {
+    if (r != t->rank()) peers.push_back(r);
+  }
+  RETURN_IF_ERROR(t->Connect(peers, absl::Now() + collective.timeout));
+  RETURN_IF_ERROR(CheckPaths(*t));
   const std::string mode = absl::GetFlag(FLAGS_mode);
   absl::Status status;
   if (mode == "allreduce") {

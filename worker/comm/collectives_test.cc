@@ -5,6 +5,8 @@
 // bit; failures report the number of wrong elements.
 #include <atomic>
 #include <cmath>
+#include <functional>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/comm/collectives/all_gather.h"
+#include "worker/comm/collectives/allreduce_hierarchical.h"
 #include "worker/comm/collectives/allreduce_ring.h"
 #include "worker/comm/collectives/barrier.h"
 #include "worker/comm/collectives/broadcast.h"
@@ -105,6 +108,49 @@ TEST_P(CollectivesTest, AllReduceMatchesClosedForm) {
       for (size_t k = 0; k < wrong[r].size(); ++k) {
         EXPECT_EQ(wrong[r][k], 0) << ReduceOpName(op) << ", rank " << r << ", " << Sizes(n())[k]
                                   << " floats";
+      }
+    }
+  }
+}
+
+// Hierarchical all-reduce (per host, across hosts, back) against the flat ring and the closed
+// form, bit for bit, for two placements: hosts of two adjacent members, and members dealt to
+// three hosts in turn (a host's members are not neighbours in the ring).
+TEST_P(CollectivesTest, HierarchicalAllReduceEqualsTheFlatRing) {
+  const std::vector<std::function<std::string(int)>> placements = {
+      [](int i) { return absl::StrCat("host", i / 2); },
+      [](int i) { return absl::StrCat("host", i % 3); }};
+  for (const auto& host_of : placements) {
+    std::vector<std::string> hosts;
+    for (int i = 0; i < n(); ++i) hosts.push_back(host_of(i));
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax}) {
+      std::vector<std::vector<int64_t>> wrong(n());
+      std::vector<bool> hierarchical(n());
+      ExpectAllOk(cluster_->Run([&](int r) -> absl::Status {
+        Group group = MakeGroup(r);
+        absl::StatusOr<HierarchicalAllReduce> h =
+            HierarchicalAllReduce::Create(&group, hosts, /*local_id=*/6, /*leaders_id=*/7);
+        if (!h.ok()) return h.status();
+        hierarchical[r] = h->hierarchical();
+        for (int64_t count : Sizes(n())) {
+          std::vector<float> flat = Inputs(r, count), data = Inputs(r, count);
+          absl::Status s = AllReduce(group, absl::MakeSpan(flat), op);
+          if (s.ok()) s = h->Run(absl::MakeSpan(data), op);
+          if (!s.ok()) return s;
+          int64_t bad = 0;
+          for (int64_t i = 0; i < count; ++i) {
+            bad += data[i] != flat[i] || data[i] != Expected(op, n(), i);
+          }
+          wrong[r].push_back(bad);
+        }
+        return absl::OkStatus();
+      }));
+      // Several hosts, one of them with two members or more.
+      const size_t distinct = std::set<std::string>(hosts.begin(), hosts.end()).size();
+      const bool expect_hierarchical = distinct > 1 && distinct < hosts.size();
+      for (int r = 0; r < n(); ++r) {
+        EXPECT_EQ(hierarchical[r], expect_hierarchical) << "rank " << r;
+        for (int64_t bad : wrong[r]) EXPECT_EQ(bad, 0) << ReduceOpName(op) << ", rank " << r;
       }
     }
   }
@@ -210,15 +256,15 @@ TEST_P(CollectivesTest, BarrierReturnsOnlyAfterEveryMemberEntered) {
   for (int r = 0; r < n(); ++r) EXPECT_EQ(seen[r], n()) << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
-                         ::testing::Combine(::testing::Values(TransportKind::kInproc,
-                                                              TransportKind::kInprocPieces,
-                                                              TransportKind::kGrpc),
-                                            ::testing::Range(1, 9)),
-                         [](const ::testing::TestParamInfo<CollectivesTest::ParamType>& info) {
-                           return absl::StrCat(testing::KindName(std::get<0>(info.param)), "_",
-                                               std::get<1>(info.param), "ranks");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, CollectivesTest,
+    ::testing::Combine(::testing::Values(TransportKind::kInproc, TransportKind::kInprocPieces,
+                                         TransportKind::kGrpc, TransportKind::kShm),
+                       ::testing::Range(1, 9)),
+    [](const ::testing::TestParamInfo<CollectivesTest::ParamType>& info) {
+      return absl::StrCat(testing::KindName(std::get<0>(info.param)), "_", std::get<1>(info.param),
+                          "ranks");
+    });
 
 TEST(AllreduceRing, ZeroElementsIsNoOp) {
   auto cluster = Cluster::Create(TransportKind::kInproc, 3);

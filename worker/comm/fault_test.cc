@@ -2,6 +2,7 @@
 // other ranks within the group's deadline, with an error naming the peer; nothing hangs.
 // In-process (InprocHub::Kill, a rank that never calls), over gRPC in one process (an abrupt
 // transport shutdown), and over gRPC with a real process killed by SIGKILL.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
@@ -102,7 +104,7 @@ TEST_P(PeerDeathTest, KilledRankFailsTheStepWithinTheDeadlineNamingIt) {
     cluster->Kill(3);
     return absl::OkStatus();
   });
-  const std::string dead = GetParam() == TransportKind::kGrpc
+  const std::string dead = testing::IsGrpc(GetParam())
                                ? absl::StrCat("rank 3 (127.0.0.1:", cluster->grpc(3)->port(), ")")
                                : "rank 3";
   ExpectFailedInTimeNamingPeer(outcomes, killed_at, dead);
@@ -130,7 +132,8 @@ TEST_P(PeerDeathTest, SilentRankFailsTheStepAtTheDeadlineNamingIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, PeerDeathTest,
-                         ::testing::Values(TransportKind::kInproc, TransportKind::kGrpc),
+                         ::testing::Values(TransportKind::kInproc, TransportKind::kGrpc,
+                                           TransportKind::kShm),
                          [](const ::testing::TestParamInfo<TransportKind>& info) {
                            return testing::KindName(info.param);
                          });
@@ -198,7 +201,17 @@ TEST(PeerDeath, KilledProcessFailsTheStepWithinTheDeadlineNamingIt) {
   posix_spawn_file_actions_destroy(&actions);
   ExpectFailedInTimeNamingPeer(outcomes, killed_at, addresses[3]);
   for (int r = 0; r < 3; ++r) printf("rank %d: %s\n", r, outcomes[r].status.ToString().c_str());
+  // The ring went through shared memory (one host), and a peer killed with SIGKILL leaves no
+  // segment behind: both sides unlinked each ring's name once they had mapped it.
+  EXPECT_EQ(transports[2]->data_path(3), DataPath::kSharedMemory);
   for (auto& t : transports) t->Shutdown(absl::Seconds(1));
+  for (pid_t pid : {child, getpid()}) {
+    const std::string prefix = absl::StrCat("dtrain-", pid, "-");
+    DIR* dir = opendir("/dev/shm");
+    ASSERT_NE(dir, nullptr);
+    while (dirent* e = readdir(dir)) EXPECT_FALSE(absl::StartsWith(e->d_name, prefix)) << e->d_name;
+    closedir(dir);
+  }
 }
 
 }  // namespace

@@ -82,6 +82,10 @@ void Inbox::FeedUnlocked(Waiter& w, Frame frame) {
 }
 
 void Inbox::Deliver(Frame frame) {
+  Deliver(std::move(frame), [](Frame&) {});
+}
+
+void Inbox::Deliver(Frame frame, absl::FunctionRef<void(Frame&)> before_queue) {
   absl::MutexLock lock(&mu_);
   if (frame.key.kind == MessageKind::kAbort) {
     std::string why;
@@ -103,6 +107,7 @@ void Inbox::Deliver(Frame frame) {
     }
     break;
   }
+  before_queue(frame);
   frames_.push_back(std::move(frame));
   arrived_.SignalAll();
 }

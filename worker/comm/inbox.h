@@ -20,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -61,6 +62,10 @@ class Inbox {
   // Hands a frame to a receive waiting for it, whose sink then runs on this (the delivering)
   // thread while the bytes are hot in its cache; else queues it. Wakes receivers.
   void Deliver(Frame frame);
+  // The same; `before_queue` runs (under the lock) on a frame that is queued rather than handed
+  // to a waiting receive, so a transport that must reuse the frame's memory (a shared-memory
+  // ring) can move its bytes elsewhere first.
+  void Deliver(Frame frame, absl::FunctionRef<void(Frame&)> before_queue);
 
   // The peer is gone: receives that find no matching frame fail with `status` (prefixed with
   // the key and peer). Frames already queued can still be received. The first failure stays.

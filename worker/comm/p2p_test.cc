@@ -151,7 +151,8 @@ TEST_P(StageLinksTest, InterleavedVirtualStagesAreKeptApart) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, StageLinksTest,
-                         ::testing::Values(TransportKind::kInproc, TransportKind::kGrpc),
+                         ::testing::Values(TransportKind::kInproc, TransportKind::kGrpc,
+                                           TransportKind::kShm),
                          [](const ::testing::TestParamInfo<TransportKind>& info) {
                            return testing::KindName(info.param);
                          });

@@ -1,12 +1,17 @@
 // The Transport contract (transport.h), over both implementations: matching by key, shapes
 // checked, frames and pieces reassembled, deadlines kept, peers named in errors.
+#include <dirent.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "worker/comm/testing/cluster.h"
 #include "worker/comm/transport.h"
@@ -164,7 +169,7 @@ TEST_P(TransportTest, KilledPeerFailsReceivesWithUnavailableNamingIt) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, TransportTest,
                          ::testing::Values(TransportKind::kInproc, TransportKind::kInprocPieces,
-                                           TransportKind::kGrpc),
+                                           TransportKind::kGrpc, TransportKind::kShm),
                          [](const ::testing::TestParamInfo<TransportKind>& info) {
                            return testing::KindName(info.param);
                          });
@@ -191,8 +196,10 @@ TEST(InprocTransport, UnreceivedSendIsWithdrawnAtItsDeadline) {
 // saying it left. Rank 0 and rank 1 streamed both ways (as after a ring step): rank 1 learns of
 // the leave through rank 0's half-close and through the GOODBYE on its own stream to rank 0.
 // Rank 2 has a stream to rank 0 only through its GOODBYE.
-TEST(GrpcTransport, APeerThatLeftCleanlyFailsOnlyReceivesFromIt) {
-  auto cluster = Cluster::Create(TransportKind::kGrpc, 3);
+class GrpcLeaveTest : public ::testing::TestWithParam<TransportKind> {};
+
+TEST_P(GrpcLeaveTest, APeerThatLeftCleanlyFailsOnlyReceivesFromIt) {
+  auto cluster = Cluster::Create(GetParam(), 3);
   Transport& t0 = *cluster->transport(0);
   Transport& t1 = *cluster->transport(1);
   Transport& t2 = *cluster->transport(2);
@@ -241,6 +248,88 @@ TEST(GrpcTransport, APeerThatLeftCleanlyFailsOnlyReceivesFromIt) {
   // Sending to it fails.
   EXPECT_FALSE(
       Send(t2, 0, MessageKey::Activation(4, 0), TensorMeta::F32(4), AsBytes(x), soon).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, GrpcLeaveTest,
+                         ::testing::Values(TransportKind::kGrpc, TransportKind::kShm),
+                         [](const ::testing::TestParamInfo<TransportKind>& info) {
+                           return testing::KindName(info.param);
+                         });
+
+// The names of this process's rings still in /dev/shm ("dtrain-<pid>-...").
+std::vector<std::string> OurRings() {
+  std::vector<std::string> found;
+  const std::string prefix = absl::StrCat("dtrain-", getpid(), "-");
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* e = readdir(dir)) {
+      if (absl::StartsWith(e->d_name, prefix)) found.push_back(e->d_name);
+    }
+    closedir(dir);
+  }
+  return found;
+}
+
+// Ranks of one host exchange data through shared memory, proved by the handshake, and the
+// rings' names are gone from /dev/shm as soon as both sides mapped them.
+TEST(ShmTransport, SameHostPeersUseSharedMemoryAndLeaveNothingInDevShm) {
+  auto cluster = Cluster::Create(TransportKind::kShm, 2);
+  GrpcTransport& t0 = *cluster->grpc(0);
+  GrpcTransport& t1 = *cluster->grpc(1);
+  EXPECT_EQ(t0.data_path(1), DataPath::kNone);
+  std::vector<float> x(100000, 2.5f), out(x.size());
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  for (int step = 0; step < 3; ++step) {
+    const MessageKey key = MessageKey::Gradient(step, 0);
+    auto h = t0.StartSend(1, key, TensorMeta::F32(x.size()), AsBytes(x), soon);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_TRUE(
+        RecvInto(t1, 0, key, TensorMeta::F32(x.size()), AsWritableBytes(absl::MakeSpan(out)), soon)
+            .ok());
+    ASSERT_TRUE((*h)->Wait(soon).ok());
+    EXPECT_EQ(out, x);
+  }
+  EXPECT_EQ(t0.data_path(1), DataPath::kSharedMemory);
+  EXPECT_TRUE(OurRings().empty()) << OurRings().front();
+}
+
+// A peer that offers no ring (its shared memory is off; the same answer as a full /dev/shm)
+// gets the data on the stream, and the sender says why.
+TEST(ShmTransport, FallsBackToTheStreamAndSaysWhy) {
+  GrpcTransportOptions a;
+  a.rank = 0;
+  a.size = 2;
+  a.listen_address = "127.0.0.1:0";
+  std::vector<DataPathEvent> events;
+  absl::Mutex mu;
+  a.on_data_path = [&](const DataPathEvent& e) {
+    absl::MutexLock lock(&mu);
+    events.push_back(e);
+  };
+  GrpcTransportOptions b = a;
+  b.rank = 1;
+  b.shared_memory = false;
+  auto ta = GrpcTransport::Start(a);
+  auto tb = GrpcTransport::Start(b);
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  std::vector<std::string> addresses = {absl::StrCat("127.0.0.1:", (*ta)->port()),
+                                        absl::StrCat("127.0.0.1:", (*tb)->port())};
+  ASSERT_TRUE((*ta)->SetPeerAddresses(addresses).ok());
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  std::vector<float> x(1000, 1.5f), out(x.size());
+  ASSERT_TRUE(
+      Send(**ta, 1, MessageKey::Activation(0, 0), TensorMeta::F32(x.size()), AsBytes(x), soon)
+          .ok());
+  ASSERT_TRUE(RecvInto(**tb, 0, MessageKey::Activation(0, 0), TensorMeta::F32(x.size()),
+                       AsWritableBytes(absl::MakeSpan(out)), soon)
+                  .ok());
+  EXPECT_EQ(out, x);
+  EXPECT_EQ((*ta)->data_path(1), DataPath::kGrpc);
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].peer, 1);
+  EXPECT_FALSE(events[0].incoming);
+  EXPECT_EQ(events[0].path, DataPath::kGrpc);
+  EXPECT_NE(events[0].why.find("offered no shared-memory ring"), std::string::npos);
 }
 
 TEST(GrpcTransport, HelloForAnotherJobIsRefused) {

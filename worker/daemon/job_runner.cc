@@ -272,6 +272,11 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
   job_options.listen_address = options_.peer_listen_address;
   job_options.connect_timeout = options_.connect_timeout;
   job_options.on_refused = options_.on_peer_refused;
+  job_options.on_data_path = [log = options_.on_data_path,
+                              metrics = options_.metrics](const comm::DataPathEvent& e) {
+    if (metrics != nullptr) metrics->OnDataPath(e.peer, e.incoming, comm::DataPathName(e.path));
+    if (log) log(e);
+  };
   job_options.tls = options_.peer_tls;
   if (WorkerMetrics* metrics = options_.metrics; metrics != nullptr) {
     const RankAssignment& me = assignment_.placement().ranks(rank);

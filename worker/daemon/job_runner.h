@@ -103,6 +103,9 @@ struct JobRunnerOptions {
   // Multi-worker jobs: told every peer stream this rank refused (ParallelJobOptions::on_refused),
   // on a gRPC thread, while the job's transport is up; must not block (the daemon logs it).
   std::function<void(const absl::Status&)> on_peer_refused;
+  // Multi-worker jobs: told the data path set up with each peer (ParallelJobOptions::
+  // on_data_path); the metrics are told too. On a gRPC thread; may be empty; must not block.
+  std::function<void(const comm::DataPathEvent&)> on_data_path;
   // Test seam: called on the training thread after each step's metrics are reported and
   // before the cancel flag is checked.
   std::function<void(int64_t step)> after_step;

@@ -64,6 +64,7 @@
 #include "plan/ranks.h"  // WorkersNeeded, RankIndex, ReportingRank, DescribeRank
 #include "proto/coordinator.pb.h"
 #include "proto/plan.pb.h"
+#include "worker/comm/grpc/shm_link.h"  // DataPathEvent
 #include "worker/comm/observed_transport.h"
 #include "worker/parallel/parallel_trainer.h"
 #include "worker/training_run.h"
@@ -104,6 +105,10 @@ struct ParallelJobOptions {
   // Told every peer stream this rank's peer service refuses (GrpcTransportOptions::on_refused:
   // e.g. a HELLO without the run's Placement.peer_secret), on a gRPC thread; may be empty.
   std::function<void(const absl::Status&)> on_refused;
+  // Told the data path set up with each peer (GrpcTransportOptions::on_data_path: shared
+  // memory on one host, else the stream, and why); on a gRPC or the connecting thread; may be
+  // empty; must not block.
+  std::function<void(const comm::DataPathEvent&)> on_data_path;
   // Mutual TLS of the peer service and channels (GrpcTransportOptions::tls).
   TlsFiles tls = TlsFiles::Insecure();
 };

@@ -411,6 +411,11 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   runner_options.on_peer_refused = [worker = options_.worker_id, id](const absl::Status& s) {
     LogLine(worker, absl::StrCat("job ", id, ": the peer service refused a stream: ", s.message()));
   };
+  runner_options.on_data_path = [worker = options_.worker_id, id](const comm::DataPathEvent& e) {
+    LogLine(worker, absl::StrCat("job ", id, ": data ", e.incoming ? "from" : "to", " rank ",
+                                 e.peer, " goes through ", comm::DataPathName(e.path),
+                                 e.why.empty() ? "" : absl::StrCat(" (", e.why, ")")));
+  };
   runner_options.metrics = options_.metrics;
   ActiveJob* raw = job.get();
   JobRunner::Callbacks callbacks;

@@ -95,6 +95,11 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(metrics::Re
   ASSIGN_OR_RETURN(m->received_, r.AddCounter("dtrain_worker_received_bytes_total",
                                               "Payload bytes received from a peer rank, by kind.",
                                               With(kJob, {"peer", "kind"})));
+  ASSIGN_OR_RETURN(m->data_path_,
+                   r.AddGauge("dtrain_worker_peer_data_path",
+                              "1 for the path data to (send) or from (receive) a peer rank takes: "
+                              "shared memory on one host, else grpc.",
+                              With(kJob, {"peer", "direction", "path"})));
   ASSIGN_OR_RETURN(m->collective_,
                    r.AddHistogram("dtrain_worker_collective_duration_seconds",
                                   "Wall time of one collective, by operation and payload size.",
@@ -218,6 +223,15 @@ void WorkerMetrics::OnSent(int peer, comm::MessageKind kind, int64_t bytes) {
 
 void WorkerMetrics::OnReceived(int peer, comm::MessageKind kind, int64_t bytes) {
   Bytes(received_, peer, kind).Increment(static_cast<double>(bytes));
+}
+
+void WorkerMetrics::OnDataPath(int peer, bool incoming, const char* path) {
+  absl::MutexLock lock(&mu_);
+  if (!has_job_) return;
+  Child(
+      data_path_,
+      {{"peer", absl::StrCat(peer)}, {"direction", incoming ? "receive" : "send"}, {"path", path}})
+      .Set(1);
 }
 
 }  // namespace dtrain::worker

@@ -13,6 +13,8 @@
 //   dtrain_worker_tokens_per_second, _loss, _learning_rate, _grad_norm   gauges
 //   dtrain_worker_{compute,communication,bubble}_seconds_total          counters
 //   dtrain_worker_{sent,received}_bytes_total{peer,kind}      kind: activation|gradient|collective
+//   dtrain_worker_peer_data_path{peer,direction,path}         1: direction send|receive, path
+//                                                             "shared memory"|grpc (comm::DataPath)
 //   dtrain_worker_collective_duration_seconds{op,size_class}  histogram
 //   dtrain_worker_checkpoint_write_seconds                     histogram
 //
@@ -61,6 +63,8 @@ class WorkerMetrics final : public comm::TransportObserver {
   void OnCheckpoint(double seconds);
   void OnSent(int peer, comm::MessageKind kind, int64_t bytes) override;
   void OnReceived(int peer, comm::MessageKind kind, int64_t bytes) override;
+  // The data path to (incoming: from) `peer` was set up: `path` is comm::DataPathName's.
+  void OnDataPath(int peer, bool incoming, const char* path);
 
   // "lt_64KiB", "64KiB_1MiB", "1MiB_16MiB", "ge_16MiB".
   static const char* SizeClass(int64_t bytes);
@@ -94,6 +98,7 @@ class WorkerMetrics final : public comm::TransportObserver {
   metrics::Family<metrics::Counter>* bubble_ = nullptr;
   metrics::Family<metrics::Counter>* sent_ = nullptr;
   metrics::Family<metrics::Counter>* received_ = nullptr;
+  metrics::Family<metrics::Gauge>* data_path_ = nullptr;
   metrics::Family<metrics::Histogram>* collective_ = nullptr;
   metrics::Family<metrics::Histogram>* checkpoint_ = nullptr;
   // Each histogram family's buckets (prometheus-cpp takes them with every child); set in Create.

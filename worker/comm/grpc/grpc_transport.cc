@@ -17,6 +17,7 @@
 #include "worker/comm/grpc/outgoing_stream.h"
 #include "worker/comm/grpc/peer_service.h"
 #include "worker/comm/grpc/rank_diagnosis.h"
+#include "worker/comm/grpc/shm_link.h"
 #include "worker/comm/inbox.h"
 
 namespace dtrain::comm {
@@ -88,6 +89,60 @@ class GrpcSendOp : public SendOp {
   bool waited_ = false;
 };
 
+// A send through the shared-memory ring: waits for ShmSender; cancels the stream (which ends
+// the peer, as over gRPC) when the deadline passes.
+class ShmSendOp : public SendOp {
+ public:
+  ShmSendOp(std::shared_ptr<ShmSendState> state, OutgoingStream* stream, std::string what,
+            absl::Time deadline)
+      : state_(std::move(state)), stream_(stream), what_(std::move(what)), deadline_(deadline) {}
+  ~ShmSendOp() override {
+    if (!waited_) Wait(deadline_).IgnoreError();
+  }
+
+  bool Done() override {
+    absl::MutexLock lock(&state_->mu);
+    return state_->done;
+  }
+
+  absl::Status Wait(absl::Time deadline) override {
+    waited_ = true;
+    ShmSendState& s = *state_;
+    auto done = [&s]() ABSL_SHARED_LOCKS_REQUIRED(s.mu) { return s.done; };
+    {
+      absl::MutexLock lock(&s.mu);
+      if (s.mu.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+        return s.status.ok() ? s.status : Annotate(s.status, what_);
+      }
+    }
+    // The peer takes nothing from the ring: give up on it, as over gRPC.
+    s.cancelled.store(true);
+    stream_->Cancel();
+    absl::MutexLock lock(&s.mu);
+    if (!s.mu.AwaitWithTimeout(absl::Condition(&done), kReleaseGrace)) {
+      return absl::InternalError(
+          absl::StrCat(what_, ": the ring's writer still holds the buffer after cancelling"));
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        what_,
+        ": not taken from the shared-memory ring by the deadline; the stream to the peer was "
+        "cancelled"));
+  }
+
+ private:
+  std::shared_ptr<ShmSendState> state_;
+  OutgoingStream* stream_;
+  const std::string what_;
+  const absl::Time deadline_;
+  bool waited_ = false;
+};
+
+// Ring names are ours ("/dtrain-<pid>-<hex>"): a peer cannot make this rank open anything else.
+bool IsRingName(absl::string_view name) {
+  return absl::StartsWith(name, "/dtrain-") && name.size() < 100 &&
+         name.find('/', 1) == absl::string_view::npos;
+}
+
 void TuneMalloc() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -106,17 +161,67 @@ struct GrpcTransport::Peer {
   absl::Mutex mu;  // held while connecting
   std::string address ABSL_GUARDED_BY(mu);
   std::unique_ptr<OutgoingStream> stream ABSL_GUARDED_BY(mu);
-  bool incoming = false;  // a stream from this peer was accepted (guarded by transport mu_)
+  std::unique_ptr<ShmSender> shm_out ABSL_GUARDED_BY(mu);  // set: data goes through the ring
+  DataPath path ABSL_GUARDED_BY(mu) = DataPath::kNone;
+  // Guarded by the transport's mu_:
+  bool incoming = false;                 // a stream from this peer was accepted
+  std::unique_ptr<ShmRing> shm_offered;  // created for it, not yet attached
+  std::unique_ptr<ShmReceiver> shm_in;   // reads its ring into `inbox`
 };
 
 class GrpcTransport::Handler : public HelloHandler {
  public:
   explicit Handler(GrpcTransport* t) : t_(t) {}
 
-  absl::StatusOr<Inbox*> Accept(const PeerFrameHeader& hello) override {
+  absl::StatusOr<Inbox*> Accept(const PeerFrameHeader& hello, PeerFrameHeader* ack) override {
     absl::StatusOr<Inbox*> inbox = Check(hello);
     if (!inbox.ok() && t_->options_.on_refused) t_->options_.on_refused(inbox.status());
+    if (!inbox.ok() || !hello.shm_offer() || !t_->options_.shared_memory) return inbox;
+    // The sender may be on this host: a ring only it can prove it mapped (SHM_ATTACHED).
+    absl::StatusOr<std::unique_ptr<ShmRing>> ring = ShmRing::Create(t_->options_.shm_ring_bytes);
+    if (!ring.ok()) {
+      t_->Report({hello.src_rank(), /*incoming=*/true, DataPath::kGrpc,
+                  absl::StrCat("cannot create a shared-memory ring: ", ring.status().message())});
+      return inbox;
+    }
+    ack->set_shm_name((*ring)->name());
+    absl::MutexLock lock(&t_->mu_);
+    t_->peers_[hello.src_rank()]->shm_offered = *std::move(ring);
     return inbox;
+  }
+
+  absl::Status Attached(int src, const PeerFrameHeader& attached) override {
+    std::unique_ptr<ShmRing> ring;
+    {
+      absl::MutexLock lock(&t_->mu_);
+      ring = std::move(t_->peers_[src]->shm_offered);
+    }
+    if (ring == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("SHM_ATTACHED from rank ", src, ", which was offered no ring"));
+    }
+    if (attached.shm_nonce().empty()) {  // not on this host: the ring goes, the stream stays
+      t_->Report({src, /*incoming=*/true, DataPath::kGrpc,
+                  "the peer could not map this rank's ring (another host, or a /dev/shm not "
+                  "shared with it)"});
+      return absl::OkStatus();
+    }
+    if (!PeerSecretsEqual(attached.shm_nonce(), ring->nonce())) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "rank ", src, " answered a shared-memory ring with another nonce than the ring's"));
+    }
+    ring->Unlink();  // both sides mapped it: nothing of the job stays in /dev/shm
+    absl::MutexLock lock(&t_->mu_);
+    if (t_->shut_down_) return absl::UnavailableError("the transport is shutting down");
+    Peer& peer = *t_->peers_[src];
+    peer.shm_in = std::make_unique<ShmReceiver>(std::move(ring), peer.inbox.get());
+    t_->Report({src, /*incoming=*/true, DataPath::kSharedMemory, ""});
+    return absl::OkStatus();
+  }
+
+  void Ended(int src) override {
+    absl::MutexLock lock(&t_->mu_);
+    t_->peers_[src]->shm_offered.reset();  // unlinks a ring never attached
   }
 
   absl::StatusOr<RankDiagnosis> Diagnose(const DiagnoseRankRequest& request) override {
@@ -305,9 +410,55 @@ absl::StatusOr<OutgoingStream*> GrpcTransport::StreamTo(int peer, absl::Time dea
   hello.set_dst_rank(peer);
   hello.set_job_id(options_.job_id);
   hello.set_job_secret(options_.job_secret);
+  hello.set_shm_offer(options_.shared_memory);
   // A failed stream stays in place: it remembers the failure, and must outlive gRPC's OnDone.
   RETURN_IF_ERROR(p.stream->Start(hello, deadline));
+  RETURN_IF_ERROR(AttachRing(peer, p));
   return p.stream.get();
+}
+
+absl::Status GrpcTransport::AttachRing(int peer, Peer& p) {
+  p.path = DataPath::kGrpc;
+  if (!options_.shared_memory) return absl::OkStatus();
+  const std::string name = p.stream->ack().shm_name();
+  if (name.empty()) {
+    Report({peer, /*incoming=*/false, DataPath::kGrpc,
+            "the peer offered no shared-memory ring (its shared memory is off, or its /dev/shm "
+            "has no room)"});
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<ShmRing>> ring =
+      IsRingName(name)
+          ? ShmRing::Attach(name)
+          : absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a ring name"));
+  PeerFrameHeader attached;
+  attached.set_type(SHM_ATTACHED);
+  if (ring.ok()) attached.set_shm_nonce((*ring)->nonce());
+  std::vector<grpc::ByteBuffer> frame;
+  frame.push_back(EncodeFrame(attached, grpc::Slice()));
+  RETURN_IF_ERROR(p.stream->Enqueue(std::move(frame), nullptr));
+  if (!ring.ok()) {
+    Report({peer, /*incoming=*/false, DataPath::kGrpc,
+            absl::StrCat("cannot map the peer's shared-memory ring (another host, or a /dev/shm "
+                         "not shared with it): ",
+                         ring.status().message())});
+    return absl::OkStatus();
+  }
+  p.shm_out = std::make_unique<ShmSender>(*std::move(ring), p.stream.get());
+  p.path = DataPath::kSharedMemory;
+  Report({peer, /*incoming=*/false, DataPath::kSharedMemory, ""});
+  return absl::OkStatus();
+}
+
+void GrpcTransport::Report(const DataPathEvent& event) const {
+  if (options_.on_data_path) options_.on_data_path(event);
+}
+
+DataPath GrpcTransport::data_path(int peer) const {
+  if (peer < 0 || peer >= options_.size || peer == options_.rank) return DataPath::kNone;
+  Peer& p = *peers_[peer];
+  absl::MutexLock lock(&p.mu);
+  return p.path;
 }
 
 absl::Status GrpcTransport::Connect(absl::Span<const int> peers, absl::Time deadline) {
@@ -332,6 +483,15 @@ absl::StatusOr<SendHandle> GrpcTransport::StartSend(int peer, const MessageKey& 
   }
   absl::StatusOr<OutgoingStream*> stream = StreamTo(peer, deadline);
   if (!stream.ok()) return Annotate(stream.status(), what);
+  ShmSender* shm;
+  {
+    absl::MutexLock lock(&peers_[peer]->mu);
+    shm = peers_[peer]->shm_out.get();
+  }
+  if (shm != nullptr) {
+    return SendHandle(
+        std::make_unique<ShmSendOp>(shm->Enqueue(key, meta, data, ""), *stream, what, deadline));
+  }
 
   const int64_t frame_bytes = options_.frame_bytes;
   const int64_t frames = std::max<int64_t>(1, (total + frame_bytes - 1) / frame_bytes);
@@ -367,13 +527,20 @@ absl::Status GrpcTransport::Post(int peer, const MessageKey& key, std::string pa
   const std::string what = absl::StrCat("posting ", key.ToString(), " to ", PeerName(peer));
   RETURN_IF_ERROR(CheckPeer(peer, what));
   OutgoingStream* stream;
+  ShmSender* shm;
   {
     Peer& p = *peers_[peer];
     absl::MutexLock lock(&p.mu);
     if (p.stream == nullptr) return absl::UnavailableError(absl::StrCat(what, ": no stream"));
     stream = p.stream.get();
+    shm = p.shm_out.get();
   }
   const TensorMeta meta = TensorMeta::Bytes(payload.size());
+  if (shm != nullptr) {  // behind the data already in the ring, like a frame on the stream
+    if (absl::Status s = stream->status(); !s.ok()) return Annotate(s, what);
+    shm->Enqueue(key, meta, {}, std::move(payload));
+    return absl::OkStatus();
+  }
   std::vector<grpc::ByteBuffer> frame;
   frame.push_back(EncodeFrame(DataHeader(key, 0, payload.size(), &meta),
                               payload.empty() ? grpc::Slice() : grpc::Slice(payload)));
@@ -402,6 +569,12 @@ void GrpcTransport::Shutdown(absl::Duration grace) {
   for (auto& peer : peers_) {
     absl::MutexLock lock(&peer->mu);
     if (peer->stream == nullptr) continue;
+    if (peer->shm_out != nullptr) {
+      // Leaving cleanly: the peer reads what is in the ring before the stream's half-close
+      // tells it that nothing more comes.
+      if (grace > absl::ZeroDuration()) peer->shm_out->Drain(deadline);
+      peer->shm_out->Stop();
+    }
     if (grace == absl::ZeroDuration()) peer->stream->Cancel();
     // gRPC never reported the end of the call: leak the reactor rather than free it under gRPC.
     if (!peer->stream->Close(deadline)) peer->stream.release();
@@ -419,6 +592,15 @@ void GrpcTransport::Shutdown(absl::Duration grace) {
     server_->Shutdown(absl::ToChronoTime(absl::Now()));
     server_->Wait();
   }
+  std::vector<std::unique_ptr<ShmReceiver>> receivers;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& peer : peers_) {
+      peer->shm_offered.reset();
+      if (peer->shm_in != nullptr) receivers.push_back(std::move(peer->shm_in));
+    }
+  }
+  receivers.clear();  // stops their threads, outside the lock (a sink may still be running)
 }
 
 }  // namespace dtrain::comm

@@ -22,6 +22,12 @@
 // grace period: half-close, then GOODBYE) is not failed: what it sent is received, receiving
 // anything else from it or sending to it fails at once, and PeerStatus stays OK.
 //
+// Same host: with `shared_memory` (the default), the data to a peer whose /dev/shm is this
+// rank's own goes through a shared-memory ring instead of the stream (grpc/shm_link.h has the
+// handshake that proves it); the stream still carries set-up, GOODBYE and failure, so every
+// property above holds on both paths. Where the handshake fails (another host, a /dev/shm not
+// shared or full) the stream carries the data, and on_data_path says so.
+//
 // Tests on one machine listen on port 0 and exchange ports afterwards:
 //   options.listen_address = "127.0.0.1:0"; ... ; transport->SetPeerAddresses(addresses);
 #ifndef DTRAIN_WORKER_COMM_GRPC_GRPC_TRANSPORT_H_
@@ -40,6 +46,7 @@
 #include "absl/time/time.h"
 #include "common/tls.h"
 #include "worker/comm/flight_recorder.h"
+#include "worker/comm/grpc/shm_link.h"
 #include "worker/comm/transport.h"
 
 namespace grpc {
@@ -91,10 +98,21 @@ struct GrpcTransportOptions {
   // Extra integer gRPC channel arguments, for the server and every channel (tuning, e.g.
   // {"grpc.http2.max_frame_size", 1 << 20}); they override the transport's own.
   std::vector<std::pair<std::string, int>> channel_args;
+  // Same-host data path (grpc/shm_link.h): offer and accept shared-memory rings, of
+  // `shm_ring_bytes` each (one per ordered pair of ranks that exchange data, in /dev/shm while
+  // the job runs; a message larger than the ring goes through in pieces). Off: always the stream.
+  bool shared_memory = true;
+  int64_t shm_ring_bytes = 4 << 20;
+  // Told the data path of every peer this rank sends to (incoming = false) or receives from
+  // (true), once set up, with why it is the stream when shared memory was wanted: the worker
+  // logs it and counts it. On the connecting or a gRPC thread; may be empty; must not block.
+  std::function<void(const DataPathEvent&)> on_data_path;
 };
 
 class OutgoingStream;
 class PeerServiceImpl;
+class ShmSender;
+class ShmReceiver;
 
 class GrpcTransport final : public Transport {
  public:
@@ -124,6 +142,9 @@ class GrpcTransport final : public Transport {
   absl::Status PeerStatus(int peer) const override;
   absl::Status Post(int peer, const MessageKey& key, std::string payload) override;
 
+  // Where messages to `peer` go (kNone before the first send or Connect).
+  DataPath data_path(int peer) const;
+
  private:
   class Handler;
   struct Peer;
@@ -131,6 +152,9 @@ class GrpcTransport final : public Transport {
   absl::Status CheckPeer(int peer, absl::string_view what) const;
   // The stream to `peer`, opening it if needed.
   absl::StatusOr<OutgoingStream*> StreamTo(int peer, absl::Time deadline);
+  // After the HELLO_ACK: maps the ring it named, if any, and answers SHM_ATTACHED.
+  absl::Status AttachRing(int peer, Peer& p);  // p.mu held
+  void Report(const DataPathEvent& event) const;
 
   GrpcTransportOptions options_;
   int port_ = 0;

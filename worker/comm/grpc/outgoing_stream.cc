@@ -153,6 +153,7 @@ void OutgoingStream::OnReadDone(bool ok) {
   if (frame.ok() && frame->header.type() == HELLO_ACK) {
     absl::MutexLock lock(&mu_);
     acked_ = true;
+    ack_ = frame->header;
   }
   if (frame.ok() && frame->header.type() == GOODBYE) {
     absl::MutexLock lock(&mu_);
@@ -233,6 +234,11 @@ bool OutgoingStream::Close(absl::Time deadline) {
   }
   if (writes_done) StartWritesDone();
   return Release(deadline);
+}
+
+PeerFrameHeader OutgoingStream::ack() const {
+  absl::MutexLock lock(&mu_);
+  return ack_;
 }
 
 absl::Status OutgoingStream::status() const {

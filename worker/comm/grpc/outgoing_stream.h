@@ -69,6 +69,8 @@ class OutgoingStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   bool Close(absl::Time deadline);
 
   absl::Status status() const;
+  // The peer's HELLO_ACK (after Start succeeded).
+  PeerFrameHeader ack() const;
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -101,6 +103,7 @@ class OutgoingStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
   bool acked_ ABSL_GUARDED_BY(mu_) = false;
+  PeerFrameHeader ack_ ABSL_GUARDED_BY(mu_);
   bool left_ ABSL_GUARDED_BY(mu_) = false;  // the peer said GOODBYE
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;

@@ -91,6 +91,7 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   }
 
   void OnDone() override {
+    if (inbox_ != nullptr) handler_->Ended(src_rank_);
     service_->Forget(this);
     Unref();
   }
@@ -104,10 +105,11 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
       if (h.type() != HELLO) {
         return absl::FailedPreconditionError("the first frame of a stream must be a HELLO");
       }
-      absl::StatusOr<Inbox*> inbox = handler_->Accept(h);
-      if (!inbox.ok()) return inbox.status();
       PeerFrameHeader ack;
       ack.set_type(HELLO_ACK);
+      absl::StatusOr<Inbox*> inbox = handler_->Accept(h, &ack);
+      if (!inbox.ok()) return inbox.status();
+      src_rank_ = h.src_rank();
       ack_ = EncodeFrame(ack, grpc::Slice());
       PeerFrameHeader goodbye;
       goodbye.set_type(GOODBYE);
@@ -121,6 +123,7 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
       StartWrite(&ack_);
       return absl::OkStatus();
     }
+    if (h.type() == SHM_ATTACHED) return handler_->Attached(src_rank_, h);
     if (h.type() != DATA) {
       return absl::InvalidArgumentError(absl::StrCat("unexpected frame type ", h.type()));
     }
@@ -147,6 +150,7 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   grpc::ByteBuffer ack_;
   grpc::ByteBuffer goodbye_;
   Inbox* inbox_ = nullptr;  // set once, on the HELLO (reactions run one at a time)
+  int src_rank_ = -1;       // the accepted HELLO's sender
   absl::Mutex mu_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;

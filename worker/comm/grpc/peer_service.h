@@ -27,7 +27,15 @@ class HelloHandler {
   // The inbox for the sender of `hello`, or why it is refused (PermissionDenied: not the run's
   // secret; FailedPrecondition: another job or rank; AlreadyExists: that peer already has a
   // stream).
-  virtual absl::StatusOr<Inbox*> Accept(const PeerFrameHeader& hello) = 0;
+  // `ack` is the HELLO_ACK to answer; the handler may add to it (a shared-memory ring's name).
+  virtual absl::StatusOr<Inbox*> Accept(const PeerFrameHeader& hello, PeerFrameHeader* ack) = 0;
+  // The accepted sender `src_rank` answered the ring of its HELLO_ACK (SHM_ATTACHED); an error
+  // ends its stream.
+  virtual absl::Status Attached(int src_rank, const PeerFrameHeader& attached) {
+    return absl::FailedPreconditionError("no shared-memory ring was offered");
+  }
+  // The accepted stream from `src_rank` ended (its OnDone).
+  virtual void Ended(int src_rank) {}
   // This rank's flight recorder, or why not (PermissionDenied: not the run's secret;
   // FailedPrecondition: another job; Unimplemented: no recorder). Must not block.
   virtual absl::StatusOr<RankDiagnosis> Diagnose(const DiagnoseRankRequest& request) {

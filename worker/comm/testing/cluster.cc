@@ -15,13 +15,19 @@ std::string KindName(TransportKind kind) {
       return "InprocPieces";
     case TransportKind::kGrpc:
       return "Grpc";
+    case TransportKind::kShm:
+      return "Shm";
   }
   return "Unknown";
 }
 
+bool IsGrpc(TransportKind kind) {
+  return kind == TransportKind::kGrpc || kind == TransportKind::kShm;
+}
+
 std::unique_ptr<Cluster> Cluster::Create(TransportKind kind, int n) {
   std::unique_ptr<Cluster> c(new Cluster(kind, n));
-  if (kind != TransportKind::kGrpc) {
+  if (!IsGrpc(kind)) {
     InprocOptions options;
     if (kind == TransportKind::kInprocPieces) {
       options.frame_bytes = 1000;
@@ -38,6 +44,9 @@ std::unique_ptr<Cluster> Cluster::Create(TransportKind kind, int n) {
     options.listen_address = "127.0.0.1:0";
     options.job_id = "test-job";
     options.frame_bytes = 64 << 10;
+    // Small rings: messages larger than the ring and wrap-arounds happen in every test.
+    options.shared_memory = kind == TransportKind::kShm;
+    options.shm_ring_bytes = 64 << 10;
     absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Start(options);
     if (!t.ok()) {
       // A test helper may stop the test binary; daemons never do.

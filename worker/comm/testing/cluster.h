@@ -21,8 +21,11 @@ namespace dtrain::comm::testing {
 enum class TransportKind {
   kInproc,        // in-process, one piece per frame
   kInprocPieces,  // in-process, frames of 1000 bytes cut into pieces of 7 bytes
-  kGrpc,          // gRPC on 127.0.0.1, frames of 64 KiB
+  kGrpc,          // gRPC on 127.0.0.1, frames of 64 KiB, shared memory off
+  kShm,           // the same with the same-host data path: rings of 64 KiB in /dev/shm
 };
+// True for the kinds whose ranks are GrpcTransports (Cluster::grpc).
+bool IsGrpc(TransportKind kind);
 std::string KindName(TransportKind kind);
 
 class Cluster {

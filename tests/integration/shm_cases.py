@@ -1,0 +1,84 @@
+"""The same-host data path with real workers (worker/comm/grpc/shm_link.h): ranks of one host
+exchange tensors through shared memory, a peer killed with kill -9 fails the ranks linked to it
+within a second with an error naming it, the job recovers, and nothing of it stays in /dev/shm.
+"""
+
+import datetime
+import os
+import re
+import signal
+import time
+
+from harness import Cluster, expect
+from recovery_cases import FINAL, one_recovery, recovery_spec, start, wait_sealed
+
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) dtrain-worker\[")
+
+
+def logged_after(worker, since, pattern):
+    """(seconds after `since`, line) of the worker's first log line after `since` (a local
+    datetime) matching `pattern`, or None."""
+    for line in worker.log_text().splitlines():
+        m = LOG_TIME.match(line)
+        if not m:
+            continue
+        at = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f")
+        if at >= since and re.search(pattern, line):
+            return (at - since).total_seconds(), line
+    return None
+
+
+def rings_of(pids):
+    """The /dev/shm entries of these processes' rings ("dtrain-<pid>-<hex>")."""
+    prefixes = tuple("dtrain-%d-" % p for p in pids)
+    return [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)]
+
+
+def case_shm_peer_killed(args):
+    """pp=2 x tp=2 on 4 workers of this host plus a spare: every rank's data to its peers goes
+    through shared memory (the workers say so); kill -9 of one worker mid-step fails a surviving
+    rank linked to it within 1 s with an error naming the dead worker; the job recovers onto the
+    spare and SUCCEEDS; no ring of any worker stays in /dev/shm."""
+    with Cluster(args.binaries, "shm_peer_killed") as c:
+        ids = ["w1", "w2", "w3", "w4", "w5"]
+        start(c, ids)
+        pids = [c.workers[w].pid for w in ids]
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), parallel={"pp": 2, "tp": 2})
+        job_id = c.submit(c.write_spec("shm.json", dict(spec, name="shm")))
+        wait_sealed(c, job_id, 10)
+        job = c.wait_step(job_id, 13, 60)
+        placed = [r["worker_id"] for r in job["placement"]["ranks"]]
+        for w in placed:
+            text = c.workers[w].log_text()
+            expect("goes through shared memory" in text,
+                   "%s logged no shared-memory data path:\n%s" % (w, text[-2000:]))
+            expect("goes through grpc" not in text, "%s fell back to gRPC on one host" % w)
+        expect(not rings_of(pids), "rings left in /dev/shm while running: %s" % rings_of(pids))
+
+        victim = placed[3]  # pp1 tp1
+        killed_at = datetime.datetime.now()
+        c.workers[victim].signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        # A rank linked to the victim fails at once, naming it (its worker and address).
+        first = None
+        while time.monotonic() - t0 < 10 and first is None:
+            for w in placed[:3]:
+                hit = logged_after(c.workers[w], killed_at, r"job %s (failed|stopped): .*worker %s"
+                                   % (re.escape(job_id), re.escape(victim)))
+                if hit and (first is None or hit[0] < first[0]):
+                    first = (hit[0], w, hit[1])
+            time.sleep(0.1)
+        expect(first is not None, "no surviving rank failed naming %s" % victim)
+        expect(first[0] <= 1.0, "the first rank failed %.2fs after the kill, not within 1s: %s"
+               % (first[0], first[2]))
+
+        done = c.wait_state(job_id, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "after kill -9: %s: %s"
+               % (done["state"], done.get("reason")))
+        r = one_recovery(done)
+        expect(r.get("failed_worker") == victim, "the recovery names %r, not %s"
+               % (r.get("failed_worker"), victim))
+        expect(not rings_of(pids), "rings left in /dev/shm after the job: %s" % rings_of(pids))
+        print("kill -9 %s: %s failed %.3fs later naming it; recovered from step %s; "
+              "nothing left in /dev/shm" % (victim, first[1], first[0],
+                                            r.get("resumed_from_step")))

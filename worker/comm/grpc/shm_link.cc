@@ -1,0 +1,227 @@
+#include "worker/comm/grpc/shm_link.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "worker/comm/grpc/frame_codec.h"
+
+namespace dtrain::comm {
+namespace {
+
+// A frame's header serialized is well below this; the payload gets the rest of half the ring.
+constexpr int64_t kHeaderAllowance = 1024;
+// How long a wait inside the ring sleeps before looking at the stream (and the stop flag) again.
+constexpr absl::Duration kPoll = absl::Milliseconds(5);
+
+// A frame's bytes copied out of the ring (nobody was waiting for it yet).
+class CopiedFrame : public FrameOwner {
+ public:
+  explicit CopiedFrame(int64_t size) : bytes(size) {}
+  std::vector<std::byte> bytes;
+};
+
+void Finish(ShmSendState& state, const absl::Status& status) {
+  absl::MutexLock lock(&state.mu);
+  state.done = true;
+  state.status = status;
+}
+
+}  // namespace
+
+const char* DataPathName(DataPath path) {
+  switch (path) {
+    case DataPath::kNone:
+      return "none";
+    case DataPath::kGrpc:
+      return "grpc";
+    case DataPath::kSharedMemory:
+      return "shared memory";
+  }
+  return "unknown";
+}
+
+ShmSender::ShmSender(std::unique_ptr<ShmRing> ring, OutgoingStream* stream)
+    : ring_(std::move(ring)), stream_(stream), thread_([this] { Run(); }) {}
+
+ShmSender::~ShmSender() { Stop(); }
+
+std::shared_ptr<ShmSendState> ShmSender::Enqueue(const MessageKey& key, const TensorMeta& meta,
+                                                 absl::Span<const std::byte> data,
+                                                 std::string owned) {
+  auto state = std::make_shared<ShmSendState>();
+  Job job{key, meta, data, std::move(owned), state};
+  const absl::Span<const std::byte> bytes = Bytes(job);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) {
+      Finish(*state, absl::CancelledError("the transport was shut down"));
+      return state;
+    }
+    if (!queue_.empty() || writing_ ||
+        static_cast<int64_t>(bytes.size()) > ring_->max_payload_bytes(kHeaderAllowance)) {
+      queue_.push_back(std::move(job));
+      return state;
+    }
+    writing_ = true;  // the writer thread waits
+  }
+  // A message of one frame that fits now (a collective's chunk, usually) goes into the ring on
+  // the caller's thread: no hand-over to the writer thread, whose wake-up costs more than the
+  // copy on a busy machine.
+  absl::StatusOr<bool> written = false;
+  if (absl::Status broken = stream_->status(); !broken.ok()) {
+    written = broken;
+  } else {
+    std::string header;
+    DataHeader(key, 0, bytes.size(), &meta).SerializeToString(&header);
+    written = ring_->TryWrite(
+        absl::MakeConstSpan(reinterpret_cast<const std::byte*>(header.data()), header.size()),
+        bytes);
+  }
+  absl::MutexLock lock(&mu_);
+  writing_ = false;
+  if (!written.ok()) {
+    Finish(*state, written.status());
+  } else if (*written) {
+    Finish(*state, absl::OkStatus());
+  } else if (stop_) {
+    Finish(*state, absl::CancelledError("the transport was shut down before sending it"));
+  } else {
+    queue_.push_front(std::move(job));  // before what others queued meanwhile
+  }
+  return state;
+}
+
+absl::Span<const std::byte> ShmSender::Bytes(const Job& job) {
+  if (job.owned.empty()) return job.data;
+  return {reinterpret_cast<const std::byte*>(job.owned.data()), job.owned.size()};
+}
+
+absl::Status ShmSender::Write(const Job& job) {
+  const absl::Span<const std::byte> data = Bytes(job);
+  const int64_t total = data.size();
+  const int64_t frame_bytes = ring_->max_payload_bytes(kHeaderAllowance);
+  // A stuck receiver is bounded by the caller's deadline (it cancels, and the stream breaks).
+  auto check = [&]() -> absl::Status {
+    if (job.state->cancelled.load()) return absl::CancelledError("the send gave up");
+    if (stopping_.load()) return absl::CancelledError("the transport was shut down");
+    return stream_->status();
+  };
+  std::string header;
+  int64_t offset = 0;
+  do {
+    const int64_t len = std::min(frame_bytes, total - offset);
+    DataHeader(job.key, offset, total, offset == 0 ? &job.meta : nullptr)
+        .SerializeToString(&header);
+    RETURN_IF_ERROR(ring_->Write(
+        absl::MakeConstSpan(reinterpret_cast<const std::byte*>(header.data()), header.size()),
+        data.subspan(offset, len), absl::InfiniteFuture(), check, kPoll));
+    offset += len;
+  } while (offset < total);
+  return absl::OkStatus();
+}
+
+void ShmSender::Run() {
+  while (true) {
+    Job job;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_ || (!queue_.empty() && !writing_);
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;  // stopped
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+    }
+    Finish(*job.state, Write(job));
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+  }
+}
+
+bool ShmSender::Drain(absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto written = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return queue_.empty() && !writing_; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&written), deadline)) return false;
+  }
+  return ring_->WaitDrained(deadline, [this] { return stream_->status(); });
+}
+
+void ShmSender::Stop() {
+  std::deque<Job> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_ && !thread_.joinable()) return;
+    stop_ = true;
+    dropped.swap(queue_);
+  }
+  stopping_.store(true);
+  for (Job& job : dropped) {
+    Finish(*job.state, absl::CancelledError("the transport was shut down before sending it"));
+  }
+  ring_->Wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+ShmReceiver::ShmReceiver(std::unique_ptr<ShmRing> ring, Inbox* inbox)
+    : ring_(std::move(ring)), inbox_(inbox), thread_([this] { Run(); }) {}
+
+ShmReceiver::~ShmReceiver() { Stop(); }
+
+void ShmReceiver::Stop() {
+  stop_.store(true);
+  ring_->Wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ShmReceiver::Run() {
+  PeerFrameHeader h;
+  while (!stop_.load()) {
+    ShmRing::Record record;
+    absl::StatusOr<bool> got = ring_->Peek(&record, absl::Now() + absl::Seconds(1));
+    absl::Status bad;
+    if (!got.ok()) {
+      bad = got.status();
+    } else if (!*got) {
+      continue;
+    } else if (!h.ParseFromArray(record.header.data(), record.header.size()) || h.type() != DATA) {
+      bad = absl::DataLossError("a record in the shared-memory ring is not a DATA frame");
+    }
+    Frame f;
+    if (bad.ok()) {
+      f.key = KeyFromHeader(h);
+      f.offset = h.offset();
+      f.total_bytes = h.total_bytes();
+      if (h.offset() == 0) {
+        absl::StatusOr<TensorMeta> meta = MetaFromHeader(h);
+        if (meta.ok()) f.meta = *std::move(meta);
+        bad = meta.status();
+      }
+    }
+    if (!bad.ok()) {  // the peer writes garbage: nothing more from it can be trusted
+      inbox_->Fail(
+          absl::DataLossError(absl::StrCat("its shared-memory ring is corrupt: ", bad.message())));
+      return;
+    }
+    if (!record.payload.empty()) f.pieces.push_back(record.payload);
+    // Queued rather than consumed at once: copy it out, the ring space is reused.
+    inbox_->Deliver(std::move(f), [](Frame& queued) {
+      auto copy = std::make_unique<CopiedFrame>(queued.size());
+      std::byte* at = copy->bytes.data();
+      for (auto& piece : queued.pieces) {
+        std::copy(piece.begin(), piece.end(), at);
+        piece = absl::MakeConstSpan(at, piece.size());
+        at += piece.size();
+      }
+      queued.owner = std::move(copy);
+    });
+    ring_->Release();
+  }
+}
+
+}  // namespace dtrain::comm
