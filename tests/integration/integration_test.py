@@ -570,13 +570,15 @@ def case_multi_worker_staging(args):
     only the backend may touch, copies on a thread: kernels/cpu/staging_backend.h), so every
     activation, gradient, all-reduce chunk and checkpoint goes through the staging a GPU worker
     uses: the job SUCCEEDS with one worker's losses (1e-5 relative) and weights, and no worker
-    crashed (a dereference of device memory outside the backend is a SIGSEGV)."""
+    crashed (a dereference of device memory outside the backend is a SIGSEGV).
+    DTRAIN_CASE_WORKER_DEVICE=cuda:0 runs it on one GPU shared by the workers (tools/gpu_check.sh)."""
+    device = os.environ.get("DTRAIN_CASE_WORKER_DEVICE", "cpu-staging")
     with Cluster(args.binaries, "multi_worker_staging") as c:
         c.write_corpus()
         c.start_coordinator()
         ids = ["w%d" % i for i in range(1, 5)]
         for w in ids:
-            c.start_worker(w, extra=["--device=cpu-staging", "--comm_timeout=20s",
+            c.start_worker(w, extra=["--device=" + device, "--comm_timeout=20s",
                                      "--connect_timeout=20s"])
         c.wait_workers({w: "IDLE" for w in ids})
         ref_ckpt = os.path.join(c.tmp, "ckpt-single")
@@ -598,9 +600,9 @@ def case_multi_worker_staging(args):
             expect(rel <= LOSS_RTOL, "step %d: loss %.9f, one worker %.9f (rel %.2g)"
                    % (s, got, want, rel))
             worst_loss = max(worst_loss, rel)
-        worst = compare_weights(ref["output"], done["output"], "pp2-tp2 on cpu-staging")
-        print("pp=2 x tp=2 on cpu-staging: %.1fs, worst loss rel diff %.2g, worst weight diff "
-              "%.2g (%s)" % (elapsed, worst_loss, worst[0], worst[1]))
+        worst = compare_weights(ref["output"], done["output"], "pp2-tp2 on " + device)
+        print("pp=2 x tp=2 on %s: %.1fs, worst loss rel diff %.2g, worst weight diff "
+              "%.2g (%s)" % (device, elapsed, worst_loss, worst[0], worst[1]))
         for wid, p in c.workers.items():
             expect(p.alive(), "worker %s died" % wid)
 
