@@ -11,7 +11,6 @@
 #include "worker/parallel/parallel_trainer.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -30,6 +29,7 @@
 #include "worker/local_trainer.h"
 #include "worker/model/parameter_layout.h"
 #include "worker/testing/file_snapshot.h"
+#include "worker/testing/test_device.h"
 #include "worker/testing/text_corpus.h"
 
 namespace dtrain::parallel {
@@ -43,13 +43,8 @@ using pipeline::ScheduleKind;
 constexpr double kWeightTolerance = 5e-4;
 
 // The backend the parallel ranks train on (the single-worker reference is always "cpu").
-std::string TestDevice() {
-  const char* device = std::getenv("DTRAIN_TEST_DEVICE");
-  return device != nullptr && *device != '\0' ? device : "cpu";
-}
-
 std::unique_ptr<kernels::Backend> RankBackend() {
-  return kernels::CreateBackend(TestDevice(), 1).value();
+  return kernels::CreateBackend(dtrain::testing::TestDevice(), 1).value();
 }
 
 std::string WriteText(const std::string& name, int bytes) {
