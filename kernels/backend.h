@@ -7,6 +7,12 @@
 // Shape letters are fixed across dtrain (kernels/README.md): B batch, T time, C channels,
 // V vocabulary, NH heads, hs = C/NH head size, N = B*T rows, OC output channels.
 //
+// Staging (what multi-worker ranks use to hand tensors to the network): pinned host buffers,
+// asynchronous copies on a second stream (the copy stream), and events that order the two
+// streams. A device-to-host copy of a kernel's output is enqueued after an event recorded on
+// the compute stream behind that kernel; the host reads the buffer only after an event recorded
+// on the copy stream behind the copy has completed. kernels/README.md "Staging" has the recipe.
+//
 // Gradient convention: parameter gradients always accumulate (+=), so micro-batches sum into the
 // same buffers; activation gradients overwrite unless the op says otherwise.
 #ifndef DTRAIN_KERNELS_BACKEND_H_
@@ -54,6 +60,17 @@ struct AdamWParams {
   float grad_scale = 1.0f;  // gradients are multiplied by this first (global-norm clipping)
 };
 
+// The two streams of a backend. Work on one stream runs in the order it was enqueued; the two
+// streams run concurrently unless an event orders them.
+enum class Stream { kCompute, kCopy };
+
+// A point in a stream's work (cudaEvent_t on CUDA). Created by Backend::CreateEvent, used only
+// with the backend that created it. An event never recorded counts as completed.
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -71,8 +88,34 @@ class Backend {
   virtual absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
   virtual absl::Status CopyOnDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status Zero(void* dst, size_t bytes) = 0;
-  // Waits until every op enqueued so far has finished; reports asynchronous errors.
+  // Waits until every op enqueued so far, on both streams, has finished; reports asynchronous
+  // errors.
   virtual absl::Status Synchronize() = 0;
+
+  // ---- Staging: pinned host memory, the copy stream, events ---------------------------------
+  // True when device pointers are host memory any thread may read and write (the CPU backend):
+  // staging is then skipped and the transport reads device memory directly. False for CUDA and
+  // for the cpu-staging test backend.
+  virtual bool DeviceMemoryIsHostMemory() const { return false; }
+  // Host memory the copy stream can read and write asynchronously (cudaHostAlloc on CUDA,
+  // ordinary host memory on the CPU backends). Not zero-filled.
+  virtual absl::StatusOr<void*> AllocatePinned(size_t bytes) = 0;
+  virtual void FreePinned(void* ptr) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
+  // Marks the point after everything enqueued on `stream` so far; re-recording moves the mark.
+  virtual absl::Status RecordEvent(Event& event, Stream stream) = 0;
+  // Work enqueued on `stream` after this call starts only once `event` has completed (the
+  // calling thread does not wait, except on the CPU backends' compute stream, which runs ops
+  // on the calling thread).
+  virtual absl::Status StreamWaitEvent(Stream stream, const Event& event) = 0;
+  // Blocks the calling thread until `event` has completed; reports asynchronous errors.
+  virtual absl::Status SynchronizeEvent(const Event& event) = 0;
+  // Copies on the copy stream. The host side must come from AllocatePinned and stay untouched
+  // until an event recorded on kCopy after the copy has completed; the device side is ordered
+  // against compute only by events (a D2H copy of a kernel's output waits on an event recorded
+  // on kCompute after the kernel). Safe to call from any thread.
+  virtual absl::Status CopyToHostAsync(void* pinned_dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status CopyToDeviceAsync(void* dst, const void* pinned_src, size_t bytes) = 0;
 
   // ---- GEMM --------------------------------------------------------------------------------
   // Row-major: c (m,n) = alpha * op(a) (m,k) @ op(b) (k,n) + beta * c, where op(x) is x or x^T.
@@ -152,10 +195,12 @@ class Backend {
   virtual absl::Status Scale(float* x, float s, int64_t n) = 0;
 };
 
-// "cpu", "cuda", "cuda:N" or "auto" (CUDA GPU 0 when this build has CUDA and a GPU is present,
-// else the CPU). `cpu_threads` sets the CPU backend's thread count (0 = all cores); `precision`
-// the CUDA backend's GEMM inputs. Errors name the problem: unknown device string, CUDA not built
-// in, no GPU found, kTf32 or kBf16 for the CPU backend (also when "auto" finds no GPU).
+// "cpu", "cpu-staging", "cuda", "cuda:N" or "auto" (CUDA GPU 0 when this build has CUDA and a
+// GPU is present, else the CPU). "cpu-staging" is the CPU backend with device memory nobody else
+// may touch and asynchronous copies (kernels/cpu/staging_backend.h): the test bed of staging.
+// `cpu_threads` sets the CPU backend's thread count (0 = all cores); `precision` the CUDA backend's
+// GEMM inputs. Errors name the problem: unknown device string, CUDA not built in, no GPU found,
+// kTf32 or kBf16 for the CPU backend (also when "auto" finds no GPU).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     absl::string_view device, int cpu_threads = 0,
     MatmulPrecision precision = MatmulPrecision::kFp32);

@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/staging_backend.h"
 #ifdef DTRAIN_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -78,6 +79,14 @@ absl::string_view MatmulPrecisionName(MatmulPrecision precision) {
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view device, int cpu_threads,
                                                        MatmulPrecision precision) {
   if (device == "cpu") return CreateCpu(cpu_threads, precision);
+  if (device == "cpu-staging") {
+    if (precision != MatmulPrecision::kFp32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--matmul_precision=", MatmulPrecisionName(precision),
+                       " needs a CUDA device; the cpu-staging backend computes in fp32"));
+    }
+    return CreateStagingCpuBackend(cpu_threads);
+  }
   if (device == "auto") {
     if (CudaDevicePresent()) return CreateCuda(0, precision);
     return CreateCpu(cpu_threads, precision, kAutoChoseTheCpu);
@@ -91,8 +100,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view device,
     }
     return CreateCuda(ordinal, precision);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown device \"", device, "\": expected cpu, cuda, cuda:N or auto"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown device \"", device, "\": expected cpu, cpu-staging, cuda, cuda:N or auto"));
 }
 
 }  // namespace dtrain::kernels

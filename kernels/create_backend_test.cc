@@ -15,6 +15,18 @@ TEST(CreateBackend, CpuWithThreads) {
   EXPECT_THAT((*b)->info().name, HasSubstr("2 threads"));
 }
 
+// The staging test backend: CPU ops, device memory that is not host memory.
+TEST(CreateBackend, CpuStaging) {
+  auto b = CreateBackend("cpu-staging", 1);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)->info().kind, DeviceKind::kCpu);
+  EXPECT_THAT((*b)->info().name, HasSubstr("cpu-staging"));
+  EXPECT_FALSE((*b)->DeviceMemoryIsHostMemory());
+  EXPECT_TRUE((*CreateBackend("cpu", 1))->DeviceMemoryIsHostMemory());
+  EXPECT_EQ(CreateBackend("cpu-staging", 1, MatmulPrecision::kBf16).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CreateBackend, UnknownDeviceIsNamed) {
   auto b = CreateBackend("tpu");
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);

@@ -61,7 +61,7 @@ ABSL_FLAG(double, beta2, 0.95, "AdamW beta2");
 ABSL_FLAG(double, eps, 1e-8, "AdamW epsilon");
 ABSL_FLAG(double, grad_clip, 1.0, "max global gradient norm (0 disables)");
 ABSL_FLAG(uint64_t, seed, 1337, "seed of the GPT-2 init");
-ABSL_FLAG(std::string, device, "auto", "cpu, cuda, cuda:N or auto");
+ABSL_FLAG(std::string, device, "auto", "cpu, cuda, cuda:N, auto or cpu-staging (tests)");
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
 ABSL_FLAG(std::string, matmul_precision, "fp32",
           "GEMM inputs: fp32, tf32 or bf16 (tf32 and bf16 need a CUDA device; fp32 accumulation)");

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -96,6 +97,23 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  // ---- Staging: trivially correct, every copy done when it returns --------------------------
+  bool DeviceMemoryIsHostMemory() const override { return true; }
+  absl::StatusOr<void*> AllocatePinned(size_t bytes) override { return Allocate(bytes); }
+  void FreePinned(void* ptr) override { Free(ptr); }
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override {
+    return std::make_unique<Event>();
+  }
+  absl::Status RecordEvent(Event&, Stream) override { return absl::OkStatus(); }
+  absl::Status StreamWaitEvent(Stream, const Event&) override { return absl::OkStatus(); }
+  absl::Status SynchronizeEvent(const Event&) override { return absl::OkStatus(); }
+  absl::Status CopyToHostAsync(void* pinned_dst, const void* src, size_t bytes) override {
+    return Copy("CopyToHostAsync", pinned_dst, src, bytes);
+  }
+  absl::Status CopyToDeviceAsync(void* dst, const void* pinned_src, size_t bytes) override {
+    return Copy("CopyToDeviceAsync", dst, pinned_src, bytes);
+  }
 
   // ---- Ops: forwarded to kernels/cpu/<op>.h ------------------------------------------------
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,

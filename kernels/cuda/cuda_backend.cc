@@ -48,6 +48,15 @@ class CudaBackend final : public Backend {
   absl::Status Zero(void* dst, size_t bytes) override;
   absl::Status Synchronize() override;
 
+  absl::StatusOr<void*> AllocatePinned(size_t bytes) override;
+  void FreePinned(void* ptr) override;
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
+  absl::Status RecordEvent(Event& event, Stream stream) override;
+  absl::Status StreamWaitEvent(Stream stream, const Event& event) override;
+  absl::Status SynchronizeEvent(const Event& event) override;
+  absl::Status CopyToHostAsync(void* pinned_dst, const void* src, size_t bytes) override;
+  absl::Status CopyToDeviceAsync(void* dst, const void* pinned_src, size_t bytes) override;
+
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     int lda, const float* b, int ldb, float beta, float* c, int ldc) override {
     RETURN_IF_ERROR(Activate());
@@ -167,12 +176,16 @@ class CudaBackend final : public Backend {
   // Device memory on the stream, not zeroed; at least one byte, so every pointer is unique.
   absl::StatusOr<void*> RawAllocate(size_t bytes);
   void RawFree(void* ptr);
+  cudaStream_t StreamOf(Stream stream) const {
+    return stream == Stream::kCopy ? copy_stream_ : stream_;
+  }
   cuda::GemmContext gemm() { return cuda::GemmContext{cublas_, stream_, precision_, &scratch_}; }
 
   DeviceInfo info_;
   const MatmulPrecision precision_;
   bool stream_ordered_alloc_ = false;  // cudaMallocAsync/cudaFreeAsync (memory pools)
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // staging copies (CopyToHostAsync, CopyToDeviceAsync)
   cublasHandle_t cublas_ = nullptr;
   Bf16Scratch scratch_;
   // SquaredNorm: [0] the result, [1, 1 + kSquaredNormScratchDoubles) the partial sums.
@@ -201,6 +214,7 @@ absl::Status CudaBackend::Init() {
   }
 
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
   ASSIGN_OR_RETURN(void* norm,
@@ -216,6 +230,10 @@ CudaBackend::~CudaBackend() {
     scratch_.Release();
     RawFree(norm_scratch_);
     if (cudaStreamSynchronize(stream_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  if (copy_stream_ != nullptr) {
+    if (cudaStreamSynchronize(copy_stream_) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaStreamDestroy(copy_stream_) != cudaSuccess) (void)cudaGetLastError();
   }
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (stream_ != nullptr && cudaStreamDestroy(stream_) != cudaSuccess) {
@@ -327,6 +345,75 @@ absl::Status CudaBackend::Zero(void* dst, size_t bytes) {
 absl::Status CudaBackend::Synchronize() {
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_stream_));
+  return absl::OkStatus();
+}
+
+// ---- Staging ------------------------------------------------------------------------------
+
+class CudaEvent final : public Event {
+ public:
+  ~CudaEvent() override {
+    if (event != nullptr && cudaEventDestroy(event) != cudaSuccess) (void)cudaGetLastError();
+  }
+  cudaEvent_t event = nullptr;
+};
+
+cudaEvent_t EventOf(const Event& event) { return static_cast<const CudaEvent&>(event).event; }
+
+absl::StatusOr<void*> CudaBackend::AllocatePinned(size_t bytes) {
+  RETURN_IF_ERROR(Activate());
+  void* ptr = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaHostAlloc(&ptr, bytes == 0 ? 1 : bytes, cudaHostAllocPortable));
+  return ptr;
+}
+
+void CudaBackend::FreePinned(void* ptr) {
+  if (ptr != nullptr && cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+absl::StatusOr<std::unique_ptr<Event>> CudaBackend::CreateEvent() {
+  RETURN_IF_ERROR(Activate());
+  auto event = std::make_unique<CudaEvent>();
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event->event, cudaEventDisableTiming));
+  return std::unique_ptr<Event>(std::move(event));
+}
+
+absl::Status CudaBackend::RecordEvent(Event& event, Stream stream) {
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(EventOf(event), StreamOf(stream)));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::StreamWaitEvent(Stream stream, const Event& event) {
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(StreamOf(stream), EventOf(event), 0));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::SynchronizeEvent(const Event& event) {
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(EventOf(event)));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyToHostAsync(void* pinned_dst, const void* src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  ArgCheck check("CopyToHostAsync");
+  RETURN_IF_ERROR(check.NotNull("pinned_dst", pinned_dst).NotNull("src", src).status());
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(pinned_dst, src, bytes, cudaMemcpyDeviceToHost, copy_stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyToDeviceAsync(void* dst, const void* pinned_src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  ArgCheck check("CopyToDeviceAsync");
+  RETURN_IF_ERROR(check.NotNull("dst", dst).NotNull("pinned_src", pinned_src).status());
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, copy_stream_));
   return absl::OkStatus();
 }
 

@@ -11,8 +11,14 @@
 // once; from pinned memory the copy is asynchronous and the buffer must outlive the next
 // Synchronize.
 //
+// Staging: a second stream (the copy stream) runs CopyToHostAsync / CopyToDeviceAsync
+// (cudaMemcpyAsync), AllocatePinned is cudaHostAlloc, events are cudaEvent_t (timing disabled);
+// Synchronize waits for both streams.
+//
 // Every call makes the backend's GPU current on the calling thread (cudaSetDevice), so several
-// backends on different GPUs may be driven from one thread. One backend is not thread-safe.
+// backends on different GPUs may be driven from one thread. Ops are enqueued from one thread;
+// the staging calls (pinned memory, events, async copies) may come from any thread at once, as
+// the CUDA runtime allows (the gradient sync thread stages while the training thread computes).
 #ifndef DTRAIN_KERNELS_CUDA_CUDA_BACKEND_H_
 #define DTRAIN_KERNELS_CUDA_CUDA_BACKEND_H_
 

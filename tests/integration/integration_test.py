@@ -567,6 +567,48 @@ def case_multi_worker(args):
             expect(p.alive(), "worker %s died" % wid)
 
 
+def case_multi_worker_staging(args):
+    """pp=2 x tp=2 on four worker processes started with --device=cpu-staging (device memory
+    only the backend may touch, copies on a thread: kernels/cpu/staging_backend.h), so every
+    activation, gradient, all-reduce chunk and checkpoint goes through the staging a GPU worker
+    uses: the job SUCCEEDS with one worker's losses (1e-5 relative) and weights, and no worker
+    crashed (a dereference of device memory outside the backend is a SIGSEGV).
+    DTRAIN_CASE_WORKER_DEVICE=cuda:0 runs it on one GPU shared by the workers (tools/gpu_check.sh)."""
+    device = os.environ.get("DTRAIN_CASE_WORKER_DEVICE", "cpu-staging")
+    with Cluster(args.binaries, "multi_worker_staging") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        ids = ["w%d" % i for i in range(1, 5)]
+        for w in ids:
+            c.start_worker(w, extra=["--device=" + device, "--comm_timeout=20s",
+                                     "--connect_timeout=20s"])
+        c.wait_workers({w: "IDLE" for w in ids})
+        ref_ckpt = os.path.join(c.tmp, "ckpt-single")
+        ref_id, ref = run_to_end(c, c.write_spec("single.json", tiny_parallel_spec(ref_ckpt)))
+        _, _, ref_steps = watched_steps(c, ref_id)
+        ckpt = os.path.join(c.tmp, "ckpt-pp2-tp2")
+        spec = tiny_parallel_spec(ckpt, name="pp2-tp2", parallel={"pp": 2, "tp": 2},
+                                  micro_batch_size=2)
+        t0 = time.monotonic()
+        job_id, done = run_to_end(c, c.write_spec("pp2-tp2.json", spec))
+        elapsed = time.monotonic() - t0
+        expect(len(done["placement"]["ranks"]) == 4, "4 ranks placed: %s" % done["placement"])
+        rc, _, steps = watched_steps(c, job_id)
+        expect(rc == 0 and sorted(steps) == list(range(1, 11)), "steps %s" % sorted(steps))
+        worst_loss = 0.0
+        for s in range(1, 11):
+            want, got = ref_steps[s][0], steps[s][0]
+            rel = abs(got - want) / abs(want)
+            expect(rel <= LOSS_RTOL, "step %d: loss %.9f, one worker %.9f (rel %.2g)"
+                   % (s, got, want, rel))
+            worst_loss = max(worst_loss, rel)
+        worst = compare_weights(ref["output"], done["output"], "pp2-tp2 on " + device)
+        print("pp=2 x tp=2 on %s: %.1fs, worst loss rel diff %.2g, worst weight diff "
+              "%.2g (%s)" % (device, elapsed, worst_loss, worst[0], worst[1]))
+        for wid, p in c.workers.items():
+            expect(p.alive(), "worker %s died" % wid)
+
+
 def case_multi_worker_faults(args):
     """Running (2,2,1) jobs with fault_tolerance.max_restarts 0 (fail fast; recovery_cases.py
     has the recoveries): cancel -> CANCELLED (not FAILED) and every worker IDLE within

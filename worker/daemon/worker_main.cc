@@ -80,7 +80,9 @@ ABSL_FLAG(absl::Duration, id_conflict_wait, absl::Seconds(15),
 ABSL_FLAG(std::string, host_label, "",
           "workers with the same label share a host (default: "
           "the hostname)");
-ABSL_FLAG(std::string, device, "auto", "cpu, cuda, cuda:N or auto; decides the hardware");
+ABSL_FLAG(std::string, device, "auto",
+          "cpu, cuda, cuda:N, auto, or cpu-staging (the CPU with GPU-like staging, for tests); "
+          "decides the hardware");
 ABSL_FLAG(int, threads, 0, "CPU threads for --device=cpu (0 = all cores)");
 ABSL_FLAG(std::string, matmul_precision, "fp32",
           "GEMM inputs: fp32, tf32 or bf16 (tf32 and bf16 need a CUDA device; fp32 accumulation)");

@@ -8,10 +8,11 @@
 
 namespace dtrain::parallel {
 
-GradientSync::GradientSync(std::vector<SyncChunk> chunks, comm::Group* dp, comm::Group* tied,
-                           int64_t bucket_floats,
+GradientSync::GradientSync(std::vector<SyncChunk> chunks, DeviceStaging* staging, comm::Group* dp,
+                           comm::Group* tied, int64_t bucket_floats,
                            std::function<void(int64_t bytes, double seconds)> on_reduced)
     : chunks_(std::move(chunks)),
+      staging_(staging),
       dp_(dp),
       tied_(tied),
       bucket_floats_(std::max<int64_t>(1, bucket_floats)),
@@ -121,14 +122,18 @@ absl::Status GradientSync::RunTask(const Task& task) {
   float* data = chunks_[task.chunk].grads + task.begin;
   const int64_t n = task.end - task.begin;
   if (task.tied) {
-    absl::Status s = comm::AllReduce(*tied_, absl::MakeSpan(data, n), comm::ReduceOp::kSum);
+    absl::Status s = staging_->OnHost(data, n, /*chunked=*/true, [&](absl::Span<float> host) {
+      return comm::AllReduce(*tied_, host, comm::ReduceOp::kSum);
+    });
     if (!s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("summing the tied embedding's gradient: ", s.message()));
     }
     return s;
   }
-  absl::Status s = comm::AllReduce(*dp_, absl::MakeSpan(data, n), comm::ReduceOp::kSum);
+  absl::Status s = staging_->OnHost(data, n, /*chunked=*/true, [&](absl::Span<float> host) {
+    return comm::AllReduce(*dp_, host, comm::ReduceOp::kSum);
+  });
   if (!s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("data-parallel gradient bucket [", task.begin, ", ", task.end,

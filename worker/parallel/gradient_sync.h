@@ -28,11 +28,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/comm/collectives/group.h"
+#include "worker/parallel/device_staging.h"
 
 namespace dtrain::parallel {
 
 struct SyncChunk {
-  float* grads = nullptr;  // host memory, `size` floats
+  float* grads = nullptr;  // device memory, `size` floats (staged to the host to be reduced)
   int64_t size = 0;
   // wte's range in the buffer when this chunk is a member of the tied-embedding group.
   std::optional<std::pair<int64_t, int64_t>> tied_range;
@@ -40,11 +41,12 @@ struct SyncChunk {
 
 class GradientSync {
  public:
-  // `dp` (data-parallel all-reduce; null: none) and `tied` (null: this rank holds no tied
-  // copy, or pp == 1) must outlive this object.
+  // `staging`, `dp` (data-parallel all-reduce; null: none) and `tied` (null: this rank holds no
+  // tied copy, or pp == 1) must outlive this object. A bucket is staged to the host after the
+  // kernels enqueued when the sync thread takes it (a superset of those that produced it).
   // `on_reduced(bytes, seconds)`, if set, is called on the sync thread after each all-reduce.
-  GradientSync(std::vector<SyncChunk> chunks, comm::Group* dp, comm::Group* tied,
-               int64_t bucket_floats,
+  GradientSync(std::vector<SyncChunk> chunks, DeviceStaging* staging, comm::Group* dp,
+               comm::Group* tied, int64_t bucket_floats,
                std::function<void(int64_t bytes, double seconds)> on_reduced = {});
   ~GradientSync();
 
@@ -79,6 +81,7 @@ class GradientSync {
   absl::Status RunTask(const Task& task);
 
   const std::vector<SyncChunk> chunks_;
+  DeviceStaging* const staging_;
   comm::Group* const dp_;
   comm::Group* const tied_;
   const int64_t bucket_floats_;

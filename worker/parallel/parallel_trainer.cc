@@ -23,6 +23,7 @@
 #include "worker/model/init.h"
 #include "worker/model/token_dataset.h"
 #include "worker/parallel/checkpoint_writer.h"
+#include "worker/parallel/device_staging.h"
 #include "worker/parallel/gradient_sync.h"
 #include "worker/parallel/sharded_checkpoint.h"
 #include "worker/parallel/stage_executor.h"
@@ -73,6 +74,7 @@ class ParallelTrainer::StepRunner {
  public:
   RankAssignment coord;  // this rank's dp_rank, pp_rank, tp_rank
   std::optional<comm::Group> tp, dp, tied, world;
+  std::unique_ptr<DeviceStaging> staging;  // first: the others hold its buffers
   std::unique_ptr<comm::StageLinks> links;
   std::unique_ptr<StageExecutor> executor;
   std::unique_ptr<GradientSync> sync;
@@ -131,12 +133,6 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
         absl::StrCat("the transport has rank ", transport->rank(), " of ", transport->size(),
                      " but the trainer was given rank ", options.rank, " of dp=", dp, " pp=", pp,
                      " tp=", tp, " (", size, size == 1 ? " rank)" : " ranks)"));
-  }
-  if (backend->info().kind != kernels::DeviceKind::kCpu) {
-    return absl::UnimplementedError(
-        "multi-worker jobs run on CPU workers in this version: activations and gradients go "
-        "to the transport from host memory, and device<->host staging for GPU ranks is not "
-        "implemented");
   }
   std::vector<std::string> problems;
   const int B = run.batch, T = run.seq;
@@ -209,6 +205,8 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   ASSIGN_OR_RETURN(comm::PipelineNeighbours neighbours,
                    comm::PipelineNeighboursOf(layout, options.rank, v > 1));
   r.links = std::make_unique<comm::StageLinks>(transport, neighbours, options.comm_timeout);
+  ASSIGN_OR_RETURN(r.staging, DeviceStaging::Create(
+                                  backend, std::max<int64_t>(1, options.staging_chunk_bytes / 4)));
 
   // Chunks: virtual stage j holds model chunk j * pp + pp_rank.
   model::AllReduceSumFn tp_hook;
@@ -218,7 +216,9 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
     auto observe = options.on_collective;
     tp_hook = [sum, runner, observe](float* data, int64_t n) {
       const auto start = Clock::now();
-      absl::Status s = sum(data, n);
+      absl::Status s = runner->staging->OnHost(data, n, /*chunked=*/true, [&](absl::Span<float> h) {
+        return sum(h.data(), static_cast<int64_t>(h.size()));
+      });
       const double seconds = Since(start);
       runner->tp_seconds += seconds;
       if (observe) observe("all_reduce", n * int64_t{sizeof(float)}, seconds);
@@ -252,13 +252,14 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   }
   std::vector<model::GptStage*> stages;
   for (Chunk& c : t->chunks_) stages.push_back(c.stage.get());
-  r.executor = std::make_unique<StageExecutor>(stages, pp, r.coord.pp_rank(), r.links.get(),
-                                               r.micro_batch_rows, T, 1.0f / (float(B) * T));
+  r.executor =
+      std::make_unique<StageExecutor>(stages, pp, r.coord.pp_rank(), r.links.get(), r.staging.get(),
+                                      r.micro_batch_rows, T, 1.0f / (float(B) * T));
   r.executor->SetTestOnlyForwardDelay(options.test_only.forward_delay_step,
                                       options.test_only.forward_delay);
   const bool dp_buckets = dp > 1 && !layout.zero1();
   r.sync = std::make_unique<GradientSync>(
-      std::move(sync_chunks), dp_buckets ? &*r.dp : nullptr,
+      std::move(sync_chunks), r.staging.get(), dp_buckets ? &*r.dp : nullptr,
       r.tied.has_value() ? &*r.tied : nullptr, std::max<int64_t>(1, layout.bucket_bytes() / 4),
       [observe = options.on_collective](int64_t bytes, double seconds) {
         if (observe) observe("all_reduce", bytes, seconds);
@@ -387,8 +388,9 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
     for (Chunk& c : chunks_) {
       const int64_t n = c.stage->layout().total_size();
       RETURN_IF_ERROR(Timed("reduce_scatter", n, [&] {
-        return comm::ReduceScatter(*r.dp, absl::MakeSpan(c.stage->grads(), n),
-                                   comm::ReduceOp::kSum);
+        return r.staging->OnHost(c.stage->grads(), n, /*chunked=*/false, [&](absl::Span<float> h) {
+          return comm::ReduceScatter(*r.dp, h, comm::ReduceOp::kSum);
+        });
       }));
     }
   }
@@ -420,11 +422,17 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
     for (Chunk& c : chunks_) {
       const int64_t n = c.stage->layout().total_size();
       RETURN_IF_ERROR(Timed("all_gather", n, [&] {
-        return comm::AllGather(*r.dp, absl::MakeSpan(c.stage->params(), n));
+        return r.staging->OnHost(c.stage->params(), n, /*chunked=*/false,
+                                 [&](absl::Span<float> h) { return comm::AllGather(*r.dp, h); });
       }));
     }
   }
   RETURN_IF_ERROR(backend_->Synchronize());
+  const StagingStats staged = r.staging->stats();
+  r.staging->ResetStats();
+  stats_.staging_wait_seconds = staged.wait_seconds;
+  stats_.staging_overlapped_seconds = staged.overlapped_seconds;
+  stats_.staged_bytes = staged.bytes_to_host + staged.bytes_to_device;
   metrics.step_seconds = Since(start);
   metrics.tokens_per_s = static_cast<double>(B) * T / metrics.step_seconds;
   metrics.compute_seconds = std::max(0.0, times.compute - r.tp_seconds);

@@ -69,6 +69,10 @@ struct ParallelTrainingOptions {
   // model chunk j * pp + p). Empty: split n_layer evenly (what tests use).
   std::vector<ChunkRange> chunks;
   absl::Duration comm_timeout = absl::Seconds(60);  // every send, receive and collective
+  // GPU ranks (and --device=cpu-staging): collectives of device memory are staged through pinned
+  // host buffers in chunks of this size, so the copy of one chunk overlaps the collective of the
+  // previous (device_staging.h). The same chunks on every backend.
+  int64_t staging_chunk_bytes = 1 << 20;
   // Called after every collective this rank runs (op: "all_reduce", "reduce_scatter",
   // "all_gather", "barrier"; payload bytes; wall seconds), from the training thread or the
   // gradient sync thread: must be thread-safe. For metrics; may be empty.
@@ -97,6 +101,11 @@ struct ParallelRunStats {
   // Compute seconds of the last step by action kind, summed over its micro-batches and chunks
   // (tp all-reduces inside the layers included): what one F, B or W costs on this stage.
   double forward_seconds = 0, backward_input_seconds = 0, backward_weight_seconds = 0;
+  // Staging (device_staging.h; zero on the CPU backend), last step: bytes copied each way
+  // summed, seconds the rank waited for copies, and seconds of chunked collectives during which
+  // the next chunk's copy could run.
+  int64_t staged_bytes = 0;
+  double staging_wait_seconds = 0, staging_overlapped_seconds = 0;
 };
 
 class ParallelTrainer {

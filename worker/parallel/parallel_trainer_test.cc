@@ -4,6 +4,10 @@
 // is LocalTrainer on the same data, seed and batch: per-step losses within 1e-5 relative and
 // final weights within kWeightTolerance; the recorded schedule trace and the peak of live
 // activations are checked against the schedule's definition.
+//
+// The ranks' backend is DTRAIN_TEST_DEVICE ("cpu" when unset): parallel_trainer_staging_test
+// runs this whole file on --device=cpu-staging, whose device memory only the backend may touch,
+// so every tensor that reaches the transport or the checkpoint files must have been staged.
 #include "worker/parallel/parallel_trainer.h"
 
 #include <cmath>
@@ -25,6 +29,7 @@
 #include "worker/local_trainer.h"
 #include "worker/model/parameter_layout.h"
 #include "worker/testing/file_snapshot.h"
+#include "worker/testing/test_device.h"
 #include "worker/testing/text_corpus.h"
 
 namespace dtrain::parallel {
@@ -36,6 +41,11 @@ using pipeline::ScheduleKind;
 // normalizes each update, so float-rounding differences in tiny gradients move a weight by up
 // to lr per step; measured worst case over the matrix is stated in docs/PERFORMANCE.md.
 constexpr double kWeightTolerance = 5e-4;
+
+// The backend the parallel ranks train on (the single-worker reference is always "cpu").
+std::unique_ptr<kernels::Backend> RankBackend() {
+  return kernels::CreateBackend(dtrain::testing::TestDevice(), 1).value();
+}
 
 std::string WriteText(const std::string& name, int bytes) {
   return dtrain::testing::WriteTextCorpus(::testing::TempDir() + "/" + name, bytes);
@@ -65,7 +75,7 @@ struct Reference {
 const Reference& SingleWorker() {
   static const Reference* ref = [] {
     auto* r = new Reference();
-    auto backend = kernels::CreateBackend("cpu", 1).value();
+    auto backend = kernels::CreateBackend("cpu", 1).value();  // the reference: always the CPU
     auto trainer = LocalTrainer::Create(backend.get(), Base()).value();
     EXPECT_TRUE(trainer
                     ->Run({[&](const TrainStepMetrics& m) {
@@ -135,9 +145,10 @@ ParallelTrainingOptions OptionsFor(const Case& c, int rank) {
 
 RankResult RunRank(const Case& c, comm::Transport* transport, int rank) {
   RankResult out;
-  auto backend = kernels::CreateBackend("cpu", 1).value();
+  auto backend = RankBackend();
   ParallelTrainingOptions o = OptionsFor(c, rank);
   o.layout.set_bucket_bytes(4096);  // many buckets, so overlap and bucket edges are exercised
+  o.staging_chunk_bytes = 512;      // buckets and tp all-reduces in several staged chunks
   auto trainer = ParallelTrainer::Create(backend.get(), transport, o);
   if (!trainer.ok()) {
     out.status = trainer.status();
@@ -153,6 +164,9 @@ RankResult RunRank(const Case& c, comm::Transport* transport, int rank) {
   const Reference& ref = SingleWorker();
   for (int j = 0; j < (*trainer)->num_chunks(); ++j) {
     model::GptStage& stage = (*trainer)->chunk(j);
+    std::vector<float> params(stage.layout().total_size());  // device memory, copied to read
+    EXPECT_TRUE(
+        backend->CopyToHost(params.data(), stage.params(), params.size() * sizeof(float)).ok());
     for (const model::ParameterTensor& t : stage.layout().tensors()) {
       const model::ParameterTensor* whole = ref.layout.Find(t.name);
       std::vector<float> expected(t.local_size());
@@ -164,7 +178,7 @@ RankResult RunRank(const Case& c, comm::Transport* transport, int rank) {
       double max_abs = 1e-12, max_err = 0;
       for (int64_t i = 0; i < t.local_size(); ++i) {
         max_abs = std::max(max_abs, std::fabs(double{expected[i]}));
-        max_err = std::max(max_err, std::fabs(double{stage.params()[t.offset + i]} - expected[i]));
+        max_err = std::max(max_err, std::fabs(double{params[t.offset + i]} - expected[i]));
       }
       out.max_weight_error = std::max(out.max_weight_error, max_err / max_abs);
     }
@@ -257,7 +271,7 @@ TEST(ParallelTrainer, DataParallelBucketsStartDuringBackward) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      auto backend = kernels::CreateBackend("cpu", 1).value();
+      auto backend = RankBackend();
       ParallelTrainingOptions o;
       o.run = Base();
       o.run.steps = 2;
@@ -289,7 +303,7 @@ TEST(ParallelTrainer, APeerThatDiesFailsTheOthersNamingIt) {
   const auto start = absl::Now();
   for (int r = 0; r < 4; ++r) {
     threads.emplace_back([&, r] {
-      auto backend = kernels::CreateBackend("cpu", 1).value();
+      auto backend = RankBackend();
       ParallelTrainingOptions o;
       o.run = Base();
       o.run.steps = 50;
@@ -333,7 +347,7 @@ std::vector<std::vector<TrainStepMetrics>> RunLayout(
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      auto backend = kernels::CreateBackend("cpu", 1).value();
+      auto backend = RankBackend();
       ParallelTrainingOptions o = OptionsFor(c, r);
       adjust(o);
       auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
@@ -402,7 +416,7 @@ TEST(ParallelTrainer, StepsNotBeyondTheCheckpointAreRefusedOnEveryRankAndChangeN
     comm::InprocHub hub(n);
     for (int64_t steps : {10, 7}) {
       for (int r = 0; r < n; ++r) {
-        auto backend = kernels::CreateBackend("cpu", 1).value();
+        auto backend = RankBackend();
         ParallelTrainingOptions o = OptionsFor(c, r);
         o.run.steps = steps;
         o.run.resume_from = dir;
@@ -561,7 +575,7 @@ TEST(ParallelTrainer, DamagedNewestStepResumesFromThePreviousAndSaysSo) {
 
 TEST(ParallelTrainer, BadLayoutArithmeticIsNamed) {
   comm::InprocHub hub(3);
-  auto backend = kernels::CreateBackend("cpu", 1).value();
+  auto backend = RankBackend();
   ParallelTrainingOptions o;
   o.run = Base();
   o.layout = Layout(3, 1, 1);
@@ -575,7 +589,7 @@ TEST(ParallelTrainer, BadLayoutArithmeticIsNamed) {
 // The plan decides every default: what it did not set, the trainer names instead of guessing.
 TEST(ParallelTrainer, UnplannedLayoutIsInvalidArgumentNamingEveryUnsetField) {
   comm::InprocHub hub(2);
-  auto backend = kernels::CreateBackend("cpu", 1).value();
+  auto backend = RankBackend();
   ParallelTrainingOptions o;
   o.run = Base();
   o.layout.set_dp(2);

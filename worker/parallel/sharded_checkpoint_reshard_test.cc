@@ -22,6 +22,7 @@
 #include "worker/comm/inproc/inproc_transport.h"
 #include "worker/local_trainer.h"
 #include "worker/parallel/parallel_trainer.h"
+#include "worker/testing/test_device.h"
 #include "worker/testing/text_corpus.h"
 
 namespace dtrain::parallel {
@@ -72,7 +73,7 @@ std::vector<double> RunJob(const Layout& l, const std::function<void(TrainingRun
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      auto backend = kernels::CreateBackend("cpu", 1).value();
+      auto backend = kernels::CreateBackend(dtrain::testing::TestDevice(), 1).value();
       ParallelTrainingOptions o;
       o.run = Base();
       adjust(o.run);
@@ -198,7 +199,7 @@ TEST(ReshardCut, ResumesOnAnotherCutOfTheSameStages) {
 // The one-worker trainer writes and reads the same format: its step resumes on (2,2,1) with
 // ZeRO-1, and it resumes a (1,2,2) step.
 TEST(LocalTrainerReshard, SavesAndResumesTheLayoutFreeFormat) {
-  auto backend = kernels::CreateBackend("cpu", 1).value();
+  auto backend = kernels::CreateBackend(dtrain::testing::TestDevice(), 1).value();
   auto local_losses = [&](const std::function<void(TrainingRun&)>& adjust) {
     TrainingRun o = Base();
     adjust(o);
@@ -240,7 +241,7 @@ TEST(ReshardRefusals, AnotherBatchOrSeqLenIsRefusedSayingWhichToUse) {
     o.checkpoint_every = kSaved;
     o.steps = kSaved;
   });
-  auto backend = kernels::CreateBackend("cpu", 1).value();
+  auto backend = kernels::CreateBackend(dtrain::testing::TestDevice(), 1).value();
   for (const auto& [batch, seq] : {std::pair{4, 16}, std::pair{8, 8}}) {
     TrainingRun o = Base();
     o.resume_from = dir;

@@ -28,8 +28,8 @@ absl::Status InAction(const absl::Status& s, const Action& a, int64_t step) {
 }  // namespace
 
 StageExecutor::StageExecutor(std::vector<model::GptStage*> chunks, int pp, int pp_rank,
-                             comm::StageLinks* links, int micro_batch_rows, int seq,
-                             float loss_scale)
+                             comm::StageLinks* links, DeviceStaging* staging, int micro_batch_rows,
+                             int seq, float loss_scale)
     : chunks_(std::move(chunks)),
       pp_(pp),
       pp_rank_(pp_rank),
@@ -38,9 +38,23 @@ StageExecutor::StageExecutor(std::vector<model::GptStage*> chunks, int pp, int p
       b_(micro_batch_rows),
       T_(seq),
       loss_scale_(loss_scale),
+      staging_(staging),
       free_(chunks_.size()),
-      draining_(chunks_.size()) {
-  recv_.resize(static_cast<size_t>(b_) * T_ * chunks_.front()->config().n_embd);
+      draining_(chunks_.size()) {}
+
+absl::Status StageExecutor::Receive(bool activation, const comm::StageKey& key,
+                                    const std::vector<int64_t>& shape, StepTimes* times) {
+  const int64_t n = int64_t{b_} * T_ * chunks_.front()->config().n_embd;
+  if (recv_device_.size() == 0) {
+    ASSIGN_OR_RETURN(recv_device_,
+                     kernels::DeviceBuffer<float>::Create(chunks_.front()->backend(), n));
+  }
+  ASSIGN_OR_RETURN(StagedTensor host, staging_->ReceiveBuffer(recv_device_.data(), n));
+  const auto wait = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(activation ? links_->RecvActivation(key, shape, host.host())
+                             : links_->RecvGradient(key, shape, host.host()));
+  times->wait += Since(wait);
+  return staging_->ToDevice(recv_device_.data(), host);
 }
 
 absl::Status StageExecutor::RunStep(
@@ -113,10 +127,8 @@ absl::Status StageExecutor::Forward(int64_t step, const Action& a, const MicroBa
   if (k == 0) input.tokens = mb.tokens;
   if (k == num_model_chunks_ - 1) input.targets = mb.targets;
   if (k > 0) {
-    const auto wait = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(links_->RecvActivation({step, a.micro_batch, k}, shape, absl::MakeSpan(recv_)));
-    times->wait += Since(wait);
-    input.activation = recv_.data();
+    RETURN_IF_ERROR(Receive(/*activation=*/true, {step, a.micro_batch, k}, shape, times));
+    input.activation = recv_device_.data();
   }
   if (step == forward_delay_step_ && a.micro_batch == 0 && a.chunk == 0) {
     absl::SleepFor(forward_delay_);  // test-only: stuck in compute (SetTestOnlyForwardDelay)
@@ -132,9 +144,10 @@ absl::Status StageExecutor::Forward(int64_t step, const Action& a, const MicroBa
   times->compute += forward;
   times->forward += forward;
   if (k < num_model_chunks_ - 1) {
+    ASSIGN_OR_RETURN(f.activation_host, staging_->ToHost(f.acts->output(), int64_t{b_} * T_ * C));
     ASSIGN_OR_RETURN(f.activation_sent,
                      links_->SendActivation({step, a.micro_batch, k + 1}, shape,
-                                            absl::MakeConstSpan(f.acts->output(), recv_.size())));
+                                            absl::MakeConstSpan(f.activation_host.host())));
   }
   return absl::OkStatus();
 }
@@ -148,10 +161,8 @@ absl::Status StageExecutor::BackwardInput(int64_t step, const Action& a, StepTim
   const std::vector<int64_t> shape = {b_, T_, stage.config().n_embd};
   const float* doutput = nullptr;
   if (k < num_model_chunks_ - 1) {
-    const auto wait = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(links_->RecvGradient({step, a.micro_batch, k}, shape, absl::MakeSpan(recv_)));
-    times->wait += Since(wait);
-    doutput = recv_.data();
+    RETURN_IF_ERROR(Receive(/*activation=*/false, {step, a.micro_batch, k}, shape, times));
+    doutput = recv_device_.data();
   }
   const auto compute = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(stage.BackwardInput(*f.acts, doutput, loss_scale_));
@@ -159,9 +170,11 @@ absl::Status StageExecutor::BackwardInput(int64_t step, const Action& a, StepTim
   times->compute += backward_input;
   times->backward_input += backward_input;
   if (k > 0) {
+    ASSIGN_OR_RETURN(f.gradient_host,
+                     staging_->ToHost(f.acts->input_grad(), int64_t{b_} * T_ * shape[2]));
     ASSIGN_OR_RETURN(f.gradient_sent,
                      links_->SendGradient({step, a.micro_batch, k - 1}, shape,
-                                          absl::MakeConstSpan(f.acts->input_grad(), recv_.size())));
+                                          absl::MakeConstSpan(f.gradient_host.host())));
   }
   return absl::OkStatus();
 }

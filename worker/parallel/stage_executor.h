@@ -14,8 +14,9 @@
 // needs (GPipe: m; 1F1B: p - s on stage s). A finished micro-batch's buffers are reused only
 // once its sends have left (sends are zero-copy), so a slow receiver can add a few.
 //
-// Host memory: tensors go to the transport as host pointers, so this runs on the CPU backend
-// (device == host). GPU ranks would need device<->host staging here (not implemented).
+// Device memory: what is sent is staged to host memory first and what is received is copied to
+// the device (DeviceStaging: pinned buffers, the copy stream, events); on the CPU backend the
+// transport reads and writes the device buffers directly.
 #ifndef DTRAIN_WORKER_PARALLEL_STAGE_EXECUTOR_H_
 #define DTRAIN_WORKER_PARALLEL_STAGE_EXECUTOR_H_
 
@@ -28,9 +29,11 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "kernels/device_buffer.h"
 #include "worker/comm/p2p.h"
 #include "worker/model/gpt_stage.h"
 #include "plan/schedule.h"
+#include "worker/parallel/device_staging.h"
 
 namespace dtrain::parallel {
 
@@ -52,8 +55,9 @@ class StageExecutor {
  public:
   // `chunks[j]` is virtual stage j of this rank, holding model chunk j * pp + pp_rank.
   // `loss_scale` is d(step loss)/d(token loss): 1 / (B * T) over the whole batch.
+  // `staging` (outliving this) stages sends and receives.
   StageExecutor(std::vector<model::GptStage*> chunks, int pp, int pp_rank, comm::StageLinks* links,
-                int micro_batch_rows, int seq, float loss_scale);
+                DeviceStaging* staging, int micro_batch_rows, int seq, float loss_scale);
 
   // Runs `actions` (this stage's schedule) for `step`. `data(mb)` gives micro-batch mb's
   // tokens/targets. `weights_final(j)` is called when chunk j's last W of the step starts, and
@@ -82,6 +86,8 @@ class StageExecutor {
     std::unique_ptr<model::StageActivations> acts;
     comm::SendHandle activation_sent;  // to model chunk k+1
     comm::SendHandle gradient_sent;    // to model chunk k-1
+    // The host copies those sends read (pinned, back to the pool once the sends have left).
+    StagedTensor activation_host, gradient_host;
   };
   int ModelChunk(int j) const { return j * pp_ + pp_rank_; }
   absl::Status Forward(int64_t step, const pipeline::Action& a, const MicroBatch& mb,
@@ -96,13 +102,17 @@ class StageExecutor {
   // Waits for every retired micro-batch's sends (end of step: every receiver has run all of
   // its actions' receives by then or will, without waiting for this rank).
   absl::Status DrainAll(StepTimes* times);
+  // Receives (key, shape) into recv_device_ through a staging buffer.
+  absl::Status Receive(bool activation, const comm::StageKey& key,
+                       const std::vector<int64_t>& shape, StepTimes* times);
 
   std::vector<model::GptStage*> chunks_;
   int pp_, pp_rank_, num_model_chunks_;
   comm::StageLinks* links_;
   int b_, T_;
   float loss_scale_;
-  std::vector<float> recv_;  // (b,T,C) staging for received tensors
+  DeviceStaging* staging_;
+  kernels::DeviceBuffer<float> recv_device_;  // (b,T,C) the received tensor, on the device
   std::vector<std::vector<std::unique_ptr<model::StageActivations>>> free_;  // per chunk
   std::map<std::pair<int, int>, InFlight> in_flight_;                        // (chunk, mb)
   // Retired micro-batches whose sends may still read their buffers, per chunk. Not waited for
