@@ -1070,7 +1070,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
     }
     case ReportProgressRequest::kOutcome: {
       const JobOutcome& outcome = request.outcome();
-      registry_.Release(request.worker_id(), job->id);
+      registry_.Release(request.worker_id(), job->id, now);
       Wake();
       if (!outcome.succeeded()) {
         RankFailure failure;

@@ -77,6 +77,9 @@ TEST(JobManager, JobRunsFromQueuedToSucceeded) {
   EXPECT_EQ(done.latest().step(), 3);
   EXPECT_THAT(States(done), ElementsAre(QUEUED, PLACING, RUNNING, SUCCEEDED));
   EXPECT_EQ(h.m().store().MetricsAfter("job-000001", 0)->size(), 3u);
+  // Idle once its heartbeat no longer names the job (it left the job).
+  EXPECT_EQ(h.m().ListWorkers().workers(0).state(), BUSY);
+  h.Beat("w1", "s-w1");
   EXPECT_EQ(h.m().ListWorkers().workers(0).state(), IDLE);
 }
 
