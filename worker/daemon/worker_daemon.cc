@@ -1,5 +1,7 @@
 #include "worker/daemon/worker_daemon.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <random>
 #include <utility>
@@ -471,6 +473,10 @@ bool WorkerDaemon::ReapJob() {
   }
   LogLine(options_.worker_id, absl::StrCat("job ", job_->id, " done; idle"));
   job_.reset();  // closes the job's transport: its peer service no longer answers
+  // The job's weights, optimizer state, activations and messages were freed, much of it by
+  // threads that are gone; glibc keeps such memory in its per-thread arenas, so an idle worker
+  // would stay at its largest job's size. Give it back (docs/PERFORMANCE.md "Worker memory").
+  malloc_trim(0);
   return true;
 }
 
