@@ -6,10 +6,12 @@ real coordinator, workers and CLI (harness.Cluster).
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 
-from harness import Cluster, expect, small_job_spec
+from harness import Cluster, TestFailure, expect, small_job_spec
 
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
@@ -92,3 +94,81 @@ def case_report_not_utf8(args):
                        "worker %s registered again (a report taken for a refusal)" % w)
     finally:
         shutil.rmtree(outside.encode(), ignore_errors=True)
+
+
+def _in_own_network_namespace(case):
+    """Runs `case` again inside a new user + network namespace (unshare -rn) with its loopback
+    up, so that its iptables rules touch nothing outside; True when this process is that run."""
+    if os.environ.get("DTRAIN_NETNS_CASE") == case:
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        return True
+    env = dict(os.environ, DTRAIN_NETNS_CASE=case)
+    r = subprocess.run(["unshare", "-rn", sys.executable] + sys.argv, env=env)
+    if r.returncode != 0:
+        raise TestFailure("%s inside `unshare -rn` exited %d (its output is above; user and "
+                          "network namespaces must be allowed)" % (case, r.returncode))
+    return False
+
+
+def _partition(ports, on):
+    """Drops (on) or lets through (off) every TCP packet to or from `ports` in this namespace."""
+    for port in ports:
+        for direction in ("--dport", "--sport"):
+            subprocess.run(["iptables", "-A" if on else "-D", "INPUT", "-p", "tcp", direction,
+                            str(port), "-j", "DROP"], check=True)
+
+
+def case_partition_not_a_crime(args):
+    """A pp=2 job on w1 and w2, in a network namespace of its own: iptables drops every packet of
+    both workers' peer services for 8 s (the link between them; both keep heartbeating to the
+    coordinator). Within 2.5 s `dtrain status` says the run stalled (not "all 2 workers
+    running"); each failure it causes names the link, never a worker (Recovery.failed_worker
+    empty: neither is excluded); once the link is back the job runs on both workers again and
+    steps on."""
+    if not _in_own_network_namespace("partition_not_a_crime"):
+        return
+    with Cluster(args.binaries, "partition_not_a_crime") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_idle_workers(["w1", "w2"], extra=["--comm_timeout=3s", "--connect_timeout=3s"])
+        ports = [int(c.workers_by_id()[w]["address"].rsplit(":", 1)[1]) for w in ("w1", "w2")]
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 100000, 5, name="partitioned",
+                              parallel={"pp": 2}, fault_tolerance={"max_restarts": 20})
+        job_id = c.submit(c.write_spec("partitioned.json", spec))
+        before = c.wait_step(job_id, 5, 60)
+        print("before the cut: %s, %s" % (before.get("reason"), [
+            r["worker_id"] for r in before.get("placement", {}).get("ranks", [])]), flush=True)
+        _partition(ports, True)
+        cut = time.monotonic()
+        seen = []
+
+        def shows_stall(j):
+            seen[:] = ["%s step %d: %s" % (j.get("state"), int(j.get("latest", {}).get("step", 0)
+                                                                 or 0), j.get("reason"))]
+            return "stalled?" in j.get("reason", "")
+        try:
+            stalled = c.wait_job(job_id, shows_stall, 10, "a status that shows the stall")
+        except TestFailure as e:
+            raise TestFailure("%s; last seen: %s" % (e, seen)) from None
+        shown_after = time.monotonic() - cut
+        expect(stalled["state"] == "RUNNING" and shown_after < 2.5,
+               "the stall showed after %.1fs as %s: %s"
+               % (shown_after, stalled["state"], stalled.get("reason")))
+        time.sleep(max(0.0, 8 - (time.monotonic() - cut)))
+        _partition(ports, False)
+        healed = c.job(job_id)
+        step_healed = int(healed.get("latest", {}).get("step", 0) or 0)
+        job = c.wait_job(job_id, lambda j: j.get("state") == "RUNNING"
+                         and int(j.get("latest", {}).get("step", 0) or 0) >= step_healed + 5
+                         and len(j.get("placement", {}).get("ranks", [])) == 2, 90,
+                         "running on 2 workers again, 5 steps past the healed link")
+        recoveries = job.get("recoveries", [])
+        expect(recoveries, "the partition caused no recovery: %s" % job.get("reason"))
+        for r in recoveries:
+            expect(not r.get("failed_worker") and "the link between" in r.get("cause", ""),
+                   "a recovery blamed a worker for the partition: %s" % r)
+        workers = sorted(r["worker_id"] for r in job["placement"]["ranks"])
+        expect(workers == ["w1", "w2"], "placed on %s after the partition" % workers)
+        print("stall shown after %.1fs; %d recoveries, each naming the link; back on w1, w2"
+              % (shown_after, len(recoveries)))
+        c.cli("cancel", job_id, check=True)
