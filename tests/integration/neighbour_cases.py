@@ -96,14 +96,23 @@ def case_report_not_utf8(args):
         shutil.rmtree(outside.encode(), ignore_errors=True)
 
 
+def _tool(name):
+    """`name` on PATH or in the sbin folders (Bazel's strict PATH has none of them)."""
+    found = shutil.which(name, path=os.pathsep.join(
+        [os.environ.get("PATH", ""), "/usr/sbin", "/sbin", "/usr/bin", "/bin"]))
+    if found is None:
+        raise TestFailure("%s not found (tools/setup.sh installs it)" % name)
+    return found
+
+
 def _in_own_network_namespace(case):
     """Runs `case` again inside a new user + network namespace (unshare -rn) with its loopback
     up, so that its iptables rules touch nothing outside; True when this process is that run."""
     if os.environ.get("DTRAIN_NETNS_CASE") == case:
-        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        subprocess.run([_tool("ip"), "link", "set", "lo", "up"], check=True)
         return True
     env = dict(os.environ, DTRAIN_NETNS_CASE=case)
-    r = subprocess.run(["unshare", "-rn", sys.executable] + sys.argv, env=env)
+    r = subprocess.run([_tool("unshare"), "-rn", sys.executable] + sys.argv, env=env)
     if r.returncode != 0:
         raise TestFailure("%s inside `unshare -rn` exited %d (its output is above; user and "
                           "network namespaces must be allowed)" % (case, r.returncode))
@@ -114,8 +123,8 @@ def _partition(ports, on):
     """Drops (on) or lets through (off) every TCP packet to or from `ports` in this namespace."""
     for port in ports:
         for direction in ("--dport", "--sport"):
-            subprocess.run(["iptables", "-A" if on else "-D", "INPUT", "-p", "tcp", direction,
-                            str(port), "-j", "DROP"], check=True)
+            subprocess.run([_tool("iptables"), "-A" if on else "-D", "INPUT", "-p", "tcp",
+                            direction, str(port), "-j", "DROP"], check=True)
 
 
 def case_partition_not_a_crime(args):
