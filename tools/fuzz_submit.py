@@ -33,7 +33,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
-from harness import Cluster, TestFailure, add_binary_flags, binaries_of, small_job_spec  # noqa: E402
+from harness import (Cluster, TestFailure, add_binary_flags, binaries_of,  # noqa: E402
+                     small_job_spec)
 
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
