@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -35,6 +36,31 @@ std::string Describe(const Placement& placement, const RankFailure& f) {
       return absl::StrCat(who, " failed: ", f.error.empty() ? "no error message" : f.error);
   }
   return who;
+}
+
+// "the link between worker w1 (..) and worker w2 (..) failed: ..." when every failure is a
+// peer's and every blame is returned (A blames B and B blames A: both alive, both reporting,
+// each lost the other); "" otherwise.
+std::string BrokenLinks(const Placement& placement, const std::vector<RankFailure>& failures) {
+  std::map<std::string, std::set<std::string>> blames;  // accuser -> suspects
+  for (const RankFailure& f : failures) {
+    if (f.cause != RankFailure::kPeer || f.suspects.empty()) return "";
+    blames[f.worker_id].insert(f.suspects.begin(), f.suspects.end());
+  }
+  std::vector<std::string> links;
+  for (const auto& [accuser, suspects] : blames) {
+    for (const std::string& s : suspects) {
+      auto back = blames.find(s);
+      if (back == blames.end() || back->second.count(accuser) == 0) return "";
+      if (accuser < s) {
+        links.push_back(absl::StrCat(Who(placement, accuser), " and ", Who(placement, s)));
+      }
+    }
+  }
+  return absl::StrCat(links.size() == 1 ? "the link between " : "the links between ",
+                      absl::StrJoin(links, "; "),
+                      " failed: each side lost its connection to the other and reported it, "
+                      "so neither worker is the cause (a network partition?)");
 }
 
 }  // namespace
@@ -133,8 +159,12 @@ RootCause FindRootCause(const Placement& placement, const std::vector<RankFailur
         absl::StrAppend(&root, absl::StrFormat("; its last heartbeat was %.1fs ago",
                                                absl::ToDoubleSeconds(age->second)));
       }
+    } else if (std::string links = BrokenLinks(placement, failures); !links.empty()) {
+      // 5: no worker is the common factor: the link (or links) is. Nobody is recorded as the
+      // failed worker, so nobody is excluded from the job for it (recovery.h).
+      root = std::move(links);
     } else {
-      root = Describe(placement, failures.front());  // 5
+      root = Describe(placement, failures.front());  // 6
       root_failure = &failures.front();
       cause.worker_id = root_failure->worker_id;
     }

@@ -10,7 +10,10 @@
 //   3. a rank that failed on its own (bad data, device, disk: FAILURE_LOCAL);
 //   4. a worker its peers blame (JobOutcome.suspect_workers) that reported nothing itself:
 //      killed or hung, with how long its heartbeats have been silent;
-//   5. otherwise the first report.
+//   5. when every failure is a peer's and every blame is returned (w1 blames w2, w2 blames w1:
+//      both alive, each lost the other), the link: no worker is named (RootCause.worker_id
+//      empty), so none is excluded from the job for a partition;
+//   6. otherwise the first report.
 // The reason is the root cause on its first line and the first other rank's transport detail
 // on a second line, so people read the cause and scripts still find the detail:
 //   worker w4 (dp0 pp1 tp1) stopped: worker stopped by SIGTERM after step 20

@@ -78,6 +78,29 @@ TEST(RootCauseReason, NoSuspectFallsBackToTheFirstReport) {
             "worker w2 (dp0 pp0 tp1) failed: first\n  then worker w1 (dp0 pp0 tp0) failed: second");
 }
 
+// A partition: two live workers blaming each other across one link. Neither is the common
+// factor, so neither is named (and so neither is excluded after two such failures).
+TEST(FindRootCause, TwoWorkersBlamingEachOtherIsTheLinkNotAWorker) {
+  const std::vector<RankFailure> failures = {
+      Peer(1, {"w1"}, "receiving activation from rank 0: stream broke"),
+      Peer(0, {"w2"}, "sending activation to rank 1: stream broke"),
+  };
+  const RootCause cause = FindRootCause(FourRanks(), failures, {});
+  EXPECT_EQ(cause.worker_id, "");
+  EXPECT_TRUE(cause.curable);
+  EXPECT_THAT(cause.reason, StartsWith("the link between worker w1 (dp0 pp0 tp0) and worker w2 "
+                                       "(dp0 pp0 tp1) failed: each side lost its connection to "
+                                       "the other and reported it, so neither worker is the "
+                                       "cause (a network partition?)\n  then worker w2"));
+}
+
+TEST(FindRootCause, ABlameNotReturnedStillNamesTheFirstReport) {
+  // w2 blames w1, but w1 blames w3: not one link; w1 is named as before.
+  const std::vector<RankFailure> failures = {Peer(0, {"w3"}, "a"), Peer(1, {"w1"}, "b"),
+                                             Peer(2, {"w1"}, "c")};
+  EXPECT_EQ(FindRootCause(FourRanks(), failures, {}).worker_id, "w1");
+}
+
 TEST(RootCauseReason, OneFailureHasNoDetailLine) {
   EXPECT_EQ(RootCauseReason(FourRanks(), {{RankFailure::kLocal, 0, "w1", "disk full", {}}}, {}),
             "worker w1 (dp0 pp0 tp0) failed: disk full");

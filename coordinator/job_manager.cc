@@ -1178,7 +1178,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
     }
     case ReportProgressRequest::kOutcome: {
       const JobOutcome& outcome = request.outcome();
-      registry_.Release(request.worker_id(), job->id);
+      registry_.Release(request.worker_id(), job->id, now);
       Wake();
       if (!outcome.succeeded()) {
         RankFailure failure;
@@ -1356,6 +1356,21 @@ absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {
   ASSIGN_OR_RETURN(Job job, store_->GetJob(job_id, /*with_history=*/true));
   JobsLock lock(this);
   AddStragglerScores(&job);
+  // A run that made no step for longer than two heartbeats says so instead of its start's
+  // "all N workers running" (a partition between workers shows no other way until a timeout).
+  // Live only: nothing is stored, so the history keeps its transitions.
+  const ActiveJob* active = FindActive(job_id);
+  const absl::Duration quiet =
+      active != nullptr ? Now() - active->progress_at : absl::ZeroDuration();
+  if (active != nullptr && job.state() == RUNNING && quiet > 2 * options_.heartbeat_interval) {
+    job.set_reason(absl::StrFormat(
+        "stalled? no step for %.1fs %s (its workers heartbeat every %s; `dtrain diagnose %s` "
+        "shows where each rank waits)",
+        absl::ToDoubleSeconds(quiet),
+        active->last_step > 0 ? absl::StrCat("after step ", active->last_step)
+                              : std::string("since the run started"),
+        absl::FormatDuration(options_.heartbeat_interval), job_id));
+  }
   return job;
 }
 

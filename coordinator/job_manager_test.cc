@@ -25,6 +25,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+using ::testing::StartsWith;
 
 constexpr const char* kSpec = kTinySpec;
 
@@ -77,6 +78,9 @@ TEST(JobManager, JobRunsFromQueuedToSucceeded) {
   EXPECT_EQ(done.latest().step(), 3);
   EXPECT_THAT(States(done), ElementsAre(QUEUED, PLACING, RUNNING, SUCCEEDED));
   EXPECT_EQ(h.m().store().MetricsAfter("job-000001", 0)->size(), 3u);
+  // Idle once its heartbeat no longer names the job (it left the job).
+  EXPECT_EQ(h.m().ListWorkers().workers(0).state(), BUSY);
+  h.Beat("w1", "s-w1");
   EXPECT_EQ(h.m().ListWorkers().workers(0).state(), IDLE);
 }
 
@@ -138,6 +142,24 @@ TEST(JobManager, APeerFailureWaitsForTheRootCauseThenNamesTheSilentSuspect) {
             "worker w2 (dp0 pp1 tp0) stopped answering: its peer w3 lost its connection to it "
             "and it reported no error (process killed, host down, or hung?); its last heartbeat "
             "was 4.6s ago\n  then worker w3 (dp0 pp2 tp0) failed: receive from rank 1 timed out");
+}
+
+// A partition between workers stops the steps while every worker heartbeats: the status says
+// the run stalled instead of "all 3 workers running", and steps make it say so again.
+TEST(JobManager, ARunWithoutAStepForTwoHeartbeatsShowsTheStallInItsStatus) {
+  Harness h(TempDb("stall-shown"));
+  h.RunOn(3, kPp3Spec);
+  ASSERT_TRUE(h.Step("w3", "s-w3", "job-000001", 1, 5.0).ok());
+  h.Advance(absl::Milliseconds(1500));  // within two heartbeats (1 s each)
+  EXPECT_THAT(h.Get("job-000001").reason(), Not(HasSubstr("stalled")));
+  h.Advance(absl::Milliseconds(1000));
+  h.Beat("w1", "s-w1", "job-000001");
+  const Job stalled = h.Get("job-000001");
+  EXPECT_EQ(stalled.state(), RUNNING);
+  EXPECT_THAT(stalled.reason(), StartsWith("stalled? no step for 2.5s after step 1 (its workers "
+                                           "heartbeat every 1s; `dtrain diagnose job-000001`"));
+  ASSERT_TRUE(h.Step("w3", "s-w3", "job-000001", 2, 4.9).ok());
+  EXPECT_THAT(h.Get("job-000001").reason(), Not(HasSubstr("stalled")));
 }
 
 TEST(JobManager, AStoppedWorkerIsTheCauseEvenWhenItsPeersReportFirst) {

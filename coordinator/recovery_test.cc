@@ -272,6 +272,7 @@ TEST(Recovery, AWorkerThatFailedTheJobTwiceIsNotPlacedOnItAgain) {
     r.mutable_outcome()->set_error_code(static_cast<int>(absl::StatusCode::kUnavailable));
     ASSERT_TRUE(h.m().ReportProgress(r).ok());
     h.Beat("w1", "s-w1");  // w1's run stopped
+    h.Beat("w2", "s-w2");  // w2 left its failed run (idle only now)
     h.m().RunSchedulerPass();
     ASSERT_EQ(h.Get("job-000001").recoveries_size(), round);
     if (round == 2) break;

@@ -31,6 +31,7 @@ void WorkerRegistry::SetJob(Record& r, const std::string& job_id) {
   r.info.set_state(job_id.empty() ? IDLE : BUSY);
   r.acked = false;
   r.cancel_requested = false;
+  r.finishing_since.reset();
   r.pending.reset();
   r.delivered_at = absl::InfinitePast();
   r.dropped_since.reset();
@@ -203,6 +204,15 @@ void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time
     AddCancel(&response, running);  // a job this worker should not be running
   }
   if (assigned.empty()) return;
+  if (r.finishing_since.has_value()) {
+    if (running != assigned) {
+      SetJob(r, "");  // it left the job (and its peer service): idle again
+      result->released = true;
+    } else if (now - *r.finishing_since > lease_) {
+      AddCancel(&response, assigned);  // stuck delivering the job's last reports
+    }
+    return;
+  }
   if (r.cancel_requested) {
     if (running != assigned) {
       SetJob(r, "");  // it stopped: idle again
@@ -242,7 +252,7 @@ absl::StatusOr<bool> WorkerRegistry::Report(const std::string& worker_id,
                                                       " is not registered; register again"));
   }
   Record& r = it->second;
-  if (r.info.job_id() != job_id || r.cancel_requested) {
+  if (r.info.job_id() != job_id || r.cancel_requested || r.finishing_since.has_value()) {
     return absl::FailedPreconditionError(
         absl::StrCat(job_id, " is no longer assigned to worker ", worker_id));
   }
@@ -294,12 +304,14 @@ void WorkerRegistry::CancelJob(const std::string& job_id, absl::Span<const std::
   }
 }
 
-void WorkerRegistry::Release(const std::string& worker_id, const std::string& job_id) {
+void WorkerRegistry::Release(const std::string& worker_id, const std::string& job_id,
+                             absl::Time now) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.info.job_id() != job_id) return;
-  SetJob(it->second, "");
-  it->second.finished_job = job_id;
+  Record& r = it->second;
+  if (!r.finishing_since.has_value()) r.finishing_since = now;
+  r.finished_job = job_id;
 }
 
 absl::StatusOr<std::string> WorkerRegistry::Deregister(const std::string& worker_id,
@@ -336,14 +348,16 @@ std::vector<WorkerFault> WorkerRegistry::Sweep(absl::Time now) {
   for (auto& [id, r] : workers_) {
     if (r.lost) continue;
     if (now > r.deadline) {
-      faults.push_back(WorkerFault{WorkerFault::kLost, id, r.info.job_id(),
+      // A worker lost after its outcome arrived owes the job nothing.
+      faults.push_back(WorkerFault{WorkerFault::kLost, id,
+                                   r.finishing_since.has_value() ? "" : r.info.job_id(),
                                    now - absl::FromUnixMillis(r.info.last_heartbeat_unix_ms())});
       SetJob(r, "");
       r.lost = true;
       r.info.set_state(LOST);
       continue;
     }
-    if (r.info.job_id().empty() || r.cancel_requested) continue;
+    if (r.info.job_id().empty() || r.cancel_requested || r.finishing_since.has_value()) continue;
     if (r.acked && r.dropped_since.has_value() && now - *r.dropped_since > lease_) {
       faults.push_back(WorkerFault{WorkerFault::kDropped, id, r.info.job_id(), {}});
       SetJob(r, "");

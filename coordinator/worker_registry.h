@@ -6,8 +6,10 @@
 // progress report). A worker is
 //   IDLE  live, no job;
 //   BUSY  live, with a job: assigned (assignment queued or delivered, not yet acknowledged),
-//         running (acknowledged: it reported running_job_id), or being cancelled (until it
-//         reports that it no longer runs the job);
+//         running (acknowledged: it reported running_job_id), being cancelled, or finishing
+//         (its outcome arrived); in the last two until a heartbeat no longer names the job:
+//         until then the worker may still serve the job's peer service on its address, which
+//         would refuse the next job's ranks (the worker heartbeats as soon as it has left);
 //   LOST  its lease ran out (Sweep); kept for listings until it registers again.
 // A live worker may be drained (SetDraining: maintenance): it takes no new job, and is listed
 // DRAINED instead of IDLE.
@@ -114,7 +116,7 @@ class WorkerRegistry {
   struct HeartbeatResult {
     HeartbeatResponse response;
     std::string acked_job;  // set when this heartbeat first reported the assigned job running
-    bool released = false;  // the worker became idle (it stopped a cancelled job)
+    bool released = false;  // the worker became idle (it left a cancelled or finished job)
   };
   // Renews the lease and answers with queued work: the assignment (once), cancels for jobs the
   // worker should not run. register_again for an unknown or expired session. InvalidArgument
@@ -134,8 +136,10 @@ class WorkerRegistry {
   // once); otherwise the worker is told to cancel in its heartbeats and stays BUSY until it
   // reports that it no longer runs the job.
   void CancelJob(const std::string& job_id, absl::Span<const std::string> workers);
-  // The worker finished `job_id` (its outcome arrived): it is idle again.
-  void Release(const std::string& worker_id, const std::string& job_id);
+  // The worker finished `job_id` (its outcome arrived): it becomes idle once a heartbeat no
+  // longer names the job (HeartbeatResult::released); still naming it a lease later, it is
+  // told to cancel it (it drops the job's last reports and leaves).
+  void Release(const std::string& worker_id, const std::string& job_id, absl::Time now);
 
   // Removes the live session (worker_id, session_id): a worker leaving on purpose. Returns the
   // job it held ("" when none); NotFound when that session is not the worker's live one.
@@ -178,7 +182,8 @@ class WorkerRegistry {
     // The job, when BUSY (also info.job_id).
     bool acked = false;
     bool cancel_requested = false;
-    std::optional<Delivery> pending;  // assignment not yet delivered
+    std::optional<absl::Time> finishing_since;  // Release: its outcome arrived
+    std::optional<Delivery> pending;            // assignment not yet delivered
     absl::Time delivered_at = absl::InfinitePast();
     std::optional<absl::Time> dropped_since;
     std::string finished_job;  // last job it finished; no cancels for it while it winds down

@@ -201,16 +201,54 @@ TEST(WorkerRegistry, AJobTheWorkerShouldNotRunIsCancelled) {
   EXPECT_THAT(hb->response.cancel_job_ids(), ElementsAre("job-000007"));
 }
 
-TEST(WorkerRegistry, AFinishedJobStillReportedIsNotCancelled) {
-  WorkerRegistry reg(kLease);
+// w1 registered, was assigned job-000001, ran it, and its outcome arrived at kT0.
+void RunJobUntilItsOutcome(WorkerRegistry& reg) {
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
   ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
   reg.Heartbeat(Beat("w1", "s1"), kT0).IgnoreError();
   reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0).IgnoreError();
-  reg.Release("w1", "job-000001");
+  reg.Release("w1", "job-000001", kT0);
+}
+
+// Its outcome arrived, but the worker may still serve the job's peer service on its address:
+// placing another job's rank on it now would have that job's peers refused by the old run.
+TEST(WorkerRegistry, AFinishedWorkerIsIdleOnlyOnceItNoLongerNamesTheJob) {
+  WorkerRegistry reg(kLease);
+  RunJobUntilItsOutcome(reg);
+  EXPECT_EQ(reg.Counts().busy, 1);
+  EXPECT_THAT(reg.IdleWorkers(), IsEmpty());
+  auto hb = reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0 + absl::Milliseconds(10));
+  EXPECT_FALSE(hb->released);
+  EXPECT_THAT(hb->response.cancel_job_ids(), IsEmpty());  // not cancelled: it is winding down
+  // Reports after the outcome are refused; a silence now is not the job's loss.
+  EXPECT_EQ(reg.Report("w1", "s1", "job-000001", kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(reg.Sweep(kT0 + kLease / 2), IsEmpty());
+  hb = reg.Heartbeat(Beat("w1", "s1"), kT0 + absl::Milliseconds(20));
+  EXPECT_TRUE(hb->released);
   EXPECT_EQ(reg.Counts().idle, 1);
+  // It may still name the job once more (a heartbeat in flight): no cancel for it.
   EXPECT_THAT(reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0)->response.cancel_job_ids(),
               IsEmpty());
+}
+
+TEST(WorkerRegistry, AFinishedWorkerStillNamingTheJobALeaseLaterIsToldToCancelIt) {
+  WorkerRegistry reg(kLease);
+  RunJobUntilItsOutcome(reg);
+  reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0 + kLease / 2).IgnoreError();
+  const absl::Time later = kT0 + kLease + absl::Milliseconds(1);
+  EXPECT_THAT(reg.Heartbeat(Beat("w1", "s1", "job-000001"), later)->response.cancel_job_ids(),
+              ElementsAre("job-000001"));
+  EXPECT_TRUE(reg.Heartbeat(Beat("w1", "s1"), later)->released);
+}
+
+TEST(WorkerRegistry, AWorkerLostAfterItsOutcomeOwesTheJobNothing) {
+  WorkerRegistry reg(kLease);
+  RunJobUntilItsOutcome(reg);
+  std::vector<WorkerFault> faults = reg.Sweep(kT0 + 2 * kLease);
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults[0].kind, WorkerFault::kLost);
+  EXPECT_EQ(faults[0].job_id, "");
 }
 
 TEST(WorkerRegistry, ReAttachesAWorkerThatRegistersWithItsJob) {

@@ -84,16 +84,34 @@ void CheckOptimizer(const OptimizerConfig& o, Problems* problems) {
   auto add = [&](absl::string_view field, auto value, absl::string_view rule) {
     problems->push_back(absl::StrCat("optimizer.", field, "=", value, " ", rule));
   };
+  // Every comparison is written so that NaN fails it; Infinity fails the caps.
   if (!(o.lr() >= 0)) add("lr", o.lr(), "must be >= 0");
+  if (o.lr() > kMaxLearningRate) {
+    add("lr", o.lr(), absl::StrCat("exceeds ", kMaxLearningRate, " (training diverges at once)"));
+  }
   if (o.lr() == 0 && !(o.max_lr() > 0)) add("max_lr", o.max_lr(), "must be positive");
+  if (o.lr() == 0 && o.max_lr() > kMaxLearningRate) {
+    add("max_lr", o.max_lr(),
+        absl::StrCat("exceeds ", kMaxLearningRate, " (training diverges at once)"));
+  }
   if (!(o.min_lr_ratio() >= 0 && o.min_lr_ratio() <= 1)) {
     add("min_lr_ratio", o.min_lr_ratio(), "must be in [0, 1]");
   }
   if (o.warmup_steps() < 0) add("warmup_steps", o.warmup_steps(), "must be >= 0");
-  if (!(o.weight_decay() >= 0)) add("weight_decay", o.weight_decay(), "must be >= 0");
+  if (!(o.weight_decay() >= 0 && std::isfinite(o.weight_decay()))) {
+    add("weight_decay", o.weight_decay(), "must be finite and >= 0");
+  }
+  // AdamW scales every weight by (1 - rate * weight_decay) each step: past 1 it flips and grows.
+  const double peak = o.lr() > 0 ? o.lr() : o.max_lr();
+  if (peak > 0 && peak <= kMaxLearningRate && o.weight_decay() * peak > 1) {
+    add("weight_decay", o.weight_decay(),
+        absl::StrCat("times the learning rate ", peak,
+                     " exceeds 1 (each step would scale the weights by 1 - ",
+                     o.weight_decay() * peak, ")"));
+  }
   if (!(o.beta1() >= 0 && o.beta1() < 1)) add("beta1", o.beta1(), "must be in [0, 1)");
   if (!(o.beta2() >= 0 && o.beta2() < 1)) add("beta2", o.beta2(), "must be in [0, 1)");
-  if (!(o.eps() > 0)) add("eps", o.eps(), "must be positive");
+  if (!(o.eps() > 0 && std::isfinite(o.eps()))) add("eps", o.eps(), "must be finite and positive");
   if (!(o.grad_clip() >= 0)) add("grad_clip", o.grad_clip(), "must be >= 0 (0 disables clipping)");
 }
 

@@ -51,6 +51,9 @@ inline constexpr int64_t kMaxContext = 1 << 20;
 inline constexpr int64_t kMaxLayers = 4096;
 inline constexpr int64_t kMaxEmbd = 1 << 16;
 inline constexpr int64_t kMaxMicroBatchTokens = 1 << 24;  // micro_batch_size * seq_len
+// optimizer.lr and max_lr: AdamW moves every weight by about the rate each step, so a rate above
+// this diverges in a step or two (a NaN loss at step 2, found by tools/fuzz_submit.py).
+inline constexpr double kMaxLearningRate = 10;
 
 // What one coordinator's operator lets a job ask for (dtrain-coordinator's --max_job_* flags),
 // within the caps above that bound what any coordinator accepts. The defaults let any job of

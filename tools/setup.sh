@@ -22,6 +22,7 @@ PACKAGES=(
   prometheus                 # promtool, which checks our /metrics output in tests
   clang libclang-rt-14-dev   # tools/fuzz.sh: libFuzzer targets, -fsanitize=fuzzer,address
   docker.io docker-compose debootstrap python3-yaml  # tests/deploy: the compose stack, for real
+  iptables iproute2 util-linux  # partition_not_a_crime: unshare -rn, ip, iptables in its netns
 )
 
 missing=()

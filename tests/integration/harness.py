@@ -89,6 +89,22 @@ def tls_flags(tls_dir, name):
             "--tls_key=%s" % os.path.join(tls_dir, name + ".key")]
 
 
+def add_binary_flags(parser):
+    """--coordinator, --worker and --cli for a tool run outside Bazel (tools/fuzz_submit.py,
+    tools/bench_worker_memory.py), defaulting to the repository's bazel-bin."""
+    bazel_bin = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bazel-bin")
+    parser.add_argument("--coordinator", default=os.path.join(bazel_bin, "coordinator",
+                                                              "dtrain-coordinator"))
+    parser.add_argument("--worker", default=os.path.join(bazel_bin, "worker", "dtrain-worker"))
+    parser.add_argument("--cli", default=os.path.join(bazel_bin, "client", "dtrain"))
+
+
+def binaries_of(args):
+    """The Cluster's binaries from add_binary_flags's flags."""
+    return {"coordinator": os.path.abspath(args.coordinator),
+            "worker": os.path.abspath(args.worker), "cli": os.path.abspath(args.cli)}
+
+
 def demo_corpus(path):
     """Writes the demo corpus to `path` by running tools/demo_corpus.py, the one recipe that
     tools/make_demo_data.sh runs too (a data dependency of these tests)."""

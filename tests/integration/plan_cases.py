@@ -48,6 +48,8 @@ RULES = [
     ({"checkpoint": {}}, "checkpoint.dir is required for a job on 2 workers"),
     ({"device": "tpu"}, 'device="tpu" is not one of cpu, cuda, auto'),
     ({"optimizer": {"beta2": 1.5}}, "optimizer.beta2=1.5 must be in [0, 1)"),
+    ({"optimizer": {"lr": "Infinity"}}, "optimizer.lr=inf exceeds 10"),
+    ({"optimizer": {"max_lr": 9.2e18}}, "optimizer.max_lr=9.2e+18 exceeds 10"),
     ({"steps": 0}, "steps=0 must be positive"),
     ({"dataset": ""}, "dataset is required"),
     ({"fault_tolerance": {"on_worker_loss": "pray"}},

@@ -101,6 +101,10 @@ class FakeCoordinator final : public Coordinator::Service {
     if (sessions_.count(request->session_id()) == 0) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown session");
     }
+    if (request->has_outcome() && internal_answers_left_ > 0) {
+      --internal_answers_left_;
+      return grpc::Status(grpc::StatusCode::INTERNAL, "");
+    }
     if (request->job_id() == reject_job_) {
       ++rejected_;
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job is not assigned to you");
@@ -152,6 +156,12 @@ class FakeCoordinator final : public Coordinator::Service {
   void RejectReportsOf(const std::string& job_id) {
     absl::MutexLock lock(&mu_);
     reject_job_ = job_id;
+  }
+  // Answers the next `n` outcomes with an empty INTERNAL (what gRPC answers to a request the
+  // server cannot parse).
+  void AnswerInternalToOutcomes(int n) {
+    absl::MutexLock lock(&mu_);
+    internal_answers_left_ = n;
   }
   // Answers every registration with `status` (e.g. ALREADY_EXISTS); OK: accept again.
   void RefuseRegistrations(grpc::Status status) {
@@ -208,6 +218,7 @@ class FakeCoordinator final : public Coordinator::Service {
   int64_t cancel_sent_at_ ABSL_GUARDED_BY(mu_) = -1;  // heartbeat count when first sent
   std::string cancel_in_reports_ ABSL_GUARDED_BY(mu_);
   std::string reject_job_ ABSL_GUARDED_BY(mu_);
+  int internal_answers_left_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::Status refuse_registrations_ ABSL_GUARDED_BY(mu_);
   grpc::Status refuse_deregistrations_ ABSL_GUARDED_BY(mu_);
   int rejected_ ABSL_GUARDED_BY(mu_) = 0;

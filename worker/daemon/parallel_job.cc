@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "common/tls.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/peer.grpc.pb.h"
 #include "worker/comm/grpc/grpc_transport.h"
 
 namespace dtrain::worker {
@@ -30,6 +31,29 @@ std::shared_ptr<grpc::Channel> ProbeChannel(const std::string& address, const Tl
   // Files that became unreadable: the transport's own channel says so; this one never connects.
   return grpc::CreateCustomChannel(
       address, credentials.ok() ? *credentials : grpc::InsecureChannelCredentials(), args);
+}
+
+// What the peer service at the end of `channel` serves, asked with this run's job id and secret
+// (a clock-only Diagnose: nothing is created on the peer): OK for this run; PermissionDenied
+// or FailedPrecondition while it serves another run (the previous job of its worker, not left
+// yet); any other error (Unavailable: it is shutting down) says nothing either way.
+absl::Status AskWhatItServes(const std::shared_ptr<grpc::Channel>& channel,
+                             const std::string& job_id, const std::string& secret,
+                             absl::Time deadline) {
+  auto stub = PeerService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  DiagnoseRankRequest request;
+  request.set_job_id(job_id);
+  request.set_job_secret(secret);
+  request.set_clock_only(true);
+  RankDiagnosis answer;
+  const grpc::Status s = stub->Diagnose(&context, request, &answer);
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+bool ServesAnotherRun(const absl::Status& s) {
+  return absl::IsPermissionDenied(s) || absl::IsFailedPrecondition(s);
 }
 
 }  // namespace
@@ -221,19 +245,36 @@ absl::Status ParallelJob::ConnectTo(int peer, absl::Time deadline) {
   const absl::Time start = absl::Now();
   std::shared_ptr<grpc::Channel> probe =
       ProbeChannel(placement_.ranks(peer).worker_address(), options_.tls);
+  absl::Status other_run;  // the last refusal of a peer service that serves another run
   while (true) {
     if (aborted()) return absl::CancelledError("aborted while connecting to the peers");
     const grpc_connectivity_state state = probe->GetState(/*try_to_connect=*/true);
-    if (state == GRPC_CHANNEL_READY) break;
     const absl::Time now = absl::Now();
-    if (now >= deadline) {
+    if (state == GRPC_CHANNEL_READY) {
+      // Its worker may not have left its previous job yet: that job's peer service, still up
+      // on the same address, would refuse this run's HELLO. Wait until it serves this run.
+      other_run = AskWhatItServes(probe, job_id_, placement_.peer_secret(),
+                                  std::min(deadline, now + absl::Seconds(2)));
+      if (!ServesAnotherRun(other_run)) break;
+    }
+    if (absl::Now() >= deadline) {
+      const std::string waited = absl::StrFormat("%.1fs", absl::ToDoubleSeconds(now - start));
+      if (ServesAnotherRun(other_run)) {
+        // Unavailable, naming the peer: the job's failure is owed to it (curable by a restart).
+        return absl::UnavailableError(absl::StrCat(
+            "peer ", plan::DescribeRank(placement_, peer), " still served another run after ",
+            waited, " (its worker did not leave its previous job): ", other_run.message()));
+      }
       return absl::UnavailableError(absl::StrCat(
           "peer ", plan::DescribeRank(placement_, peer), " did not accept connections within ",
-          absl::StrFormat("%.1fs", absl::ToDoubleSeconds(now - start)),
-          " (its worker did not start the job, or the address is unreachable from here)"));
+          waited, " (its worker did not start the job, or the address is unreachable from here)"));
     }
-    probe->WaitForStateChange(state,
-                              absl::ToChronoTime(std::min(deadline, now + options_.connect_poll)));
+    if (state == GRPC_CHANNEL_READY) {
+      absl::SleepFor(std::min(deadline - absl::Now(), options_.connect_poll));
+    } else {
+      probe->WaitForStateChange(
+          state, absl::ToChronoTime(std::min(deadline, absl::Now() + options_.connect_poll)));
+    }
   }
   probe.reset();
   std::shared_ptr<comm::GrpcTransport> t = transport();

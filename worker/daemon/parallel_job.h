@@ -21,8 +21,13 @@
 // Connecting: peers get their assignments in their own heartbeats, so they start up to a
 // heartbeat interval apart (more after a coordinator restart). Connect waits for each peer's
 // peer service to accept connections, polling every 100 ms (so Abort is honoured at once),
-// then opens the job's stream to it; all within `connect_timeout`. A peer that never comes is
-// Unavailable naming its rank, worker and address.
+// and to serve this run: a worker may still serve its previous job's peer service on the same
+// address for a moment after that job ended (until its outcome is delivered), which refuses
+// this run's secret; Connect asks (a clock-only Diagnose with this run's job id and secret)
+// and waits while the answer is a refusal. Then it opens the job's stream to the peer; all
+// within `connect_timeout`. A peer that never comes, or still serves another run at the
+// deadline, is Unavailable naming its rank, worker and address (a FAILURE_PEER blaming it,
+// which a restart can cure).
 //
 // Diagnosis: the rank keeps a flight recorder (worker/comm/flight_recorder.h) of its sends,
 // receives, collectives, F / B / W and checkpoint phases, which its peer service answers to

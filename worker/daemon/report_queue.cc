@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/utf8.h"
 
 namespace dtrain::worker {
 
@@ -29,6 +30,9 @@ void ReportQueue::Push(ReportProgressRequest request) {
       }
     }
   }
+  // Text quoted from files and peers (a dataset path, a damaged manifest) in any field: a
+  // string that is not UTF-8 makes the whole report unparseable at the coordinator.
+  MakeStringsValidUtf8(&request);
   Pending r;
   r.seq = next_seq_++;
   r.request = std::move(request);
@@ -55,6 +59,12 @@ void ReportQueue::PushOutcome(const std::string& job_id, const JobOutcome& outco
   r.set_job_id(job_id);
   *r.mutable_outcome() = outcome;
   Push(std::move(r));
+}
+
+void ReportQueue::ReplaceFrontIf(uint64_t seq, ReportProgressRequest request) {
+  if (reports_.empty() || reports_.front().seq != seq) return;
+  MakeStringsValidUtf8(&request);
+  reports_.front().request = std::move(request);
 }
 
 void ReportQueue::PopIf(uint64_t seq) {

@@ -15,6 +15,10 @@
 //   if (const ReportQueue::Pending* next = queue.front()) { send next->request ... }
 //   queue.PopIf(seq);  // once delivered
 //
+// Every report is built here (Push, Warn, PushOutcome, ReplaceFrontIf): each string field is
+// made valid UTF-8 (common/utf8.h: invalid bytes written as \xNN), so that text quoted from
+// files and peers never makes a report impossible to deliver.
+//
 // Not thread-safe: the worker daemon calls it under its own lock.
 #ifndef DTRAIN_WORKER_DAEMON_REPORT_QUEUE_H_
 #define DTRAIN_WORKER_DAEMON_REPORT_QUEUE_H_
@@ -56,6 +60,9 @@ class ReportQueue {
   // Removes the oldest report if it is still the one numbered `seq` (it may have been dropped
   // while it was being sent).
   void PopIf(uint64_t seq);
+  // Replaces the oldest report if it is still the one numbered `seq` (a shorter form of a report
+  // the coordinator could not take).
+  void ReplaceFrontIf(uint64_t seq, ReportProgressRequest request);
   // Removes every report of `job_id`.
   void DropJob(const std::string& job_id);
   // Removes the outcomes queued more than outcome_retry_for before `now`, logging each.

@@ -126,5 +126,45 @@ TEST(ReportQueue, DropJobRemovesOnlyThatJobsReports) {
   EXPECT_EQ(q.size(), 1);
 }
 
+// Every report is built here: text quoted from files and peers that is not UTF-8 is escaped, so
+// the report parses at the coordinator (protobuf is the oracle).
+TEST(ReportQueue, EveryReportIsBuiltWithValidUtf8) {
+  ReportQueue q({100, absl::Minutes(5)}, nullptr);
+  ReportProgressRequest event;
+  event.set_job_id("job-000001");
+  event.set_event("checkpoint sealed at step 4: /ckpt/caf\xe9/step_00000004");
+  q.Push(event);
+  q.Warn("job-000001", "latest holds \xff\xfe");
+  q.PushOutcome("job-000001", Failed("manifest entry \xc0\xaf../etc/shadow"));
+  std::vector<std::string> texts;
+  while (const ReportQueue::Pending* p = q.front()) {
+    std::string wire;
+    ASSERT_TRUE(p->request.SerializeToString(&wire));
+    ReportProgressRequest parsed;
+    ASSERT_TRUE(parsed.ParseFromString(wire)) << p->request.ShortDebugString();
+    texts.push_back(parsed.has_outcome() ? parsed.outcome().error()
+                    : parsed.has_log()   ? parsed.log().text()
+                                         : parsed.event());
+    q.PopIf(p->seq);
+  }
+  EXPECT_THAT(texts,
+              ElementsAre("checkpoint sealed at step 4: /ckpt/caf\\xe9/step_00000004",
+                          "latest holds \\xff\\xfe", "manifest entry \\xc0\\xaf../etc/shadow"));
+}
+
+TEST(ReportQueue, ReplaceFrontIfReplacesOnlyThatReportAndKeepsItValid) {
+  ReportQueue q({100, absl::Minutes(5)}, nullptr);
+  q.PushOutcome("job-000001", Failed("long"));
+  const uint64_t seq = q.front()->seq;
+  ReportProgressRequest shorter;
+  shorter.set_job_id("job-000001");
+  *shorter.mutable_outcome() = Failed("short \x80");
+  q.ReplaceFrontIf(seq + 1, shorter);  // not the front: nothing happens
+  EXPECT_EQ(q.front()->request.outcome().error(), "long");
+  q.ReplaceFrontIf(seq, shorter);
+  EXPECT_EQ(q.front()->request.outcome().error(), "short \\x80");
+  EXPECT_EQ(q.front()->seq, seq);
+}
+
 }  // namespace
 }  // namespace dtrain::worker

@@ -9,6 +9,7 @@
 //   --test_only_step_delay=DURATION        sleep this long after every training step
 //   --test_only_skip_collective=N          this rank's tp group (dp when tp=1) skips seq N
 //   --test_only_forward_delay=STEP:DURATION  F of micro-batch 0 of STEP sleeps DURATION
+//   --test_only_linger_after_job=DURATION  keep a finished job's peer service up this long
 #ifndef DTRAIN_WORKER_DAEMON_TEST_ONLY_FAULTS_H_
 #define DTRAIN_WORKER_DAEMON_TEST_ONLY_FAULTS_H_
 
@@ -17,7 +18,7 @@
 
 namespace dtrain::worker {
 
-// Sets `options`' test-only faults (after_step, test_only) from the --test_only_* flags of this
+// Sets `options`' test-only faults (after_step, test_only, test_only_linger_after_job) from the --test_only_* flags of this
 // binary; does nothing in dtrain-worker. InvalidArgument naming a malformed flag.
 absl::Status ApplyTestOnlyFaultFlags(WorkerOptions& options);
 

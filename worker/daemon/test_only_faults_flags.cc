@@ -18,6 +18,10 @@ ABSL_FLAG(int64_t, test_only_skip_collective, -1,
           "test-only: in multi-worker jobs this rank's tensor-parallel group (data-parallel "
           "when tp=1) skips collective sequence number N, so its later collectives are one "
           "ahead of its partners' (a mismatched collective, for `dtrain diagnose`); -1: off");
+ABSL_FLAG(absl::Duration, test_only_linger_after_job, absl::ZeroDuration(),
+          "test-only: keep a finished job (a multi-worker rank's peer service up) this long "
+          "after its last report was delivered before leaving it (the window in which another "
+          "job's ranks could meet the old peer service, held open); 0: leave at once");
 ABSL_FLAG(std::string, test_only_forward_delay, "",
           "test-only: STEP:DURATION, e.g. 3:8s: in multi-worker jobs, F of micro-batch 0 of "
           "step STEP sleeps DURATION once its input arrived (a rank stuck in compute, for "
@@ -31,6 +35,7 @@ absl::Status ApplyTestOnlyFaultFlags(WorkerOptions& options) {
     options.after_step = [delay](int64_t) { absl::SleepFor(delay); };
   }
   options.test_only.skip_collective_seq = absl::GetFlag(FLAGS_test_only_skip_collective);
+  options.test_only_linger_after_job = absl::GetFlag(FLAGS_test_only_linger_after_job);
   if (const std::string delay = absl::GetFlag(FLAGS_test_only_forward_delay); !delay.empty()) {
     const std::vector<std::string> parts = absl::StrSplit(delay, absl::MaxSplits(':', 1));
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &options.test_only.forward_delay_step) ||

@@ -1,9 +1,13 @@
 #include "worker/daemon/worker_daemon.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <random>
 #include <utility>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -24,6 +28,11 @@ DeviceInfo DeviceToProto(const kernels::DeviceInfo& d) {
 // Reports of the running job refused this many times in a row, with a successful registration
 // before each retry, mean the coordinator no longer assigns it here.
 constexpr int kRefusalsBeforeDisowning = 3;
+
+// The same report answered INTERNAL this many times is sent in a shorter form (SendReports).
+constexpr int kInternalAnswersBeforeShortening = 3;
+constexpr char kShortened[] =
+    " [shortened to ASCII: the coordinator answered INTERNAL to the full report]";
 
 // Failures worth retrying as they are: the coordinator is down, slow or restarting.
 bool IsTransient(const absl::Status& s) {
@@ -170,7 +179,9 @@ absl::Status WorkerDaemon::Run() {
     }
   } end_memory_watch{this, &memory_watch};
   while (true) {
-    ReapJob();
+    // A job left (its transport and peer service gone): say so at once, the coordinator holds
+    // this worker busy until a heartbeat no longer names the job.
+    if (ReapJob()) next_heartbeat = absl::Now();
     bool registered, leaving;
     absl::Duration interval;
     {
@@ -484,18 +495,30 @@ void WorkerDaemon::RunJob(ActiveJob* job) {
   EnqueueLocked(std::move(r));
 }
 
-void WorkerDaemon::ReapJob() {
+bool WorkerDaemon::ReapJob() {
   std::thread thread;
   {
     absl::MutexLock lock(&mu_);
-    if (job_ == nullptr || !job_->finished) return;
+    if (job_ == nullptr || !job_->finished) return false;
     thread = std::move(job_->thread);
   }
   if (thread.joinable()) thread.join();
   absl::MutexLock lock(&mu_);
-  if (reports_.HasJob(job_->id)) return;  // still running for the coordinator
+  if (reports_.HasJob(job_->id)) return false;  // still running for the coordinator
+  if (options_.test_only_linger_after_job > absl::ZeroDuration()) {
+    const absl::Time now = absl::Now();
+    if (job_->linger_until == absl::InfiniteFuture()) {
+      job_->linger_until = now + options_.test_only_linger_after_job;
+    }
+    if (now < job_->linger_until) return false;
+  }
   LogLine(options_.worker_id, absl::StrCat("job ", job_->id, " done; idle"));
-  job_.reset();
+  job_.reset();  // closes the job's transport: its peer service no longer answers
+  // The job's weights, optimizer state, activations and messages were freed, much of it by
+  // threads that are gone; glibc keeps such memory in its per-thread arenas, so an idle worker
+  // would stay at its largest job's size. Give it back (docs/PERFORMANCE.md "Worker memory").
+  malloc_trim(0);
+  return true;
 }
 
 void WorkerDaemon::WatchMemory() {
@@ -575,6 +598,39 @@ void WorkerDaemon::SendReports(absl::Time until) {
       continue;
     }
     const absl::Status& s = response.status();
+    if (absl::IsInternal(s)) {
+      // Not a refusal of the job: the coordinator (or gRPC on the way) could not take this
+      // report. Retried as an outage would be; the same report answered so a few times is sent
+      // shorter: an outcome keeps its verdict with its text in ASCII, once; anything else is
+      // dropped with a line saying so.
+      if (internal_seq_ != seq) internal_answers_ = 0;
+      internal_seq_ = seq;
+      const bool shortened =
+          request.has_outcome() && absl::EndsWith(request.outcome().error(), kShortened);
+      if (++internal_answers_ >= kInternalAnswersBeforeShortening && !shortened) {
+        internal_answers_ = 0;
+        const std::string why = s.message().empty() ? "INTERNAL" : std::string(s.message());
+        if (request.has_outcome()) {
+          ReportProgressRequest shorter;
+          shorter.set_job_id(request.job_id());
+          *shorter.mutable_outcome() = request.outcome();
+          shorter.mutable_outcome()->set_error(absl::StrCat(
+              absl::CHexEscape(request.outcome().error().substr(0, 2000)), kShortened));
+          LogLine(options_.worker_id,
+                  absl::StrCat("coordinator answered INTERNAL to the outcome "
+                               "of job ",
+                               request.job_id(), " (", why, "); sending it shortened to ASCII"));
+          reports_.ReplaceFrontIf(seq, std::move(shorter));
+        } else {
+          reports_.PopIf(seq);
+          WarnLocked(request.job_id(),
+                     absl::StrCat("dropping a report the coordinator cannot take (", why, ")"));
+        }
+        continue;
+      }
+      reports_retry_at_ = until;
+      return;
+    }
     if (IsTransient(s)) {
       // Kept; the next heartbeat finds out whether the coordinator is gone.
       reports_retry_at_ = until;

@@ -11,12 +11,18 @@
 //
 // Registration carries the running job (running_job_id / running_step) so a restarted
 // coordinator re-attaches a job that kept training while it was down. A job counts as running
-// until its outcome is delivered.
+// until its outcome is delivered and the job is destroyed (a multi-worker rank's peer service
+// with it); the worker then heartbeats at once, and only a heartbeat that no longer names the
+// job makes the coordinator count it idle (another job's ranks would be refused by the old
+// peer service).
 //
 // Reports (one per step, events, the outcome) go out in order from a ReportQueue
 // (report_queue.h). While the coordinator cannot be reached they are kept: steps and events up
 // to `max_buffered_reports` (the oldest are dropped beyond that, with a log line), the outcome
 // until delivered or `outcome_retry_for` has passed.
+// Every string of a report is valid UTF-8 (ReportQueue). An INTERNAL answer is never a refusal:
+// the report is kept and retried like an outage; answered INTERNAL 3 times, an outcome is sent
+// again with its error text in ASCII (once), any other report is dropped with a log line.
 // A report the coordinator refuses (NOT_FOUND / FAILED_PRECONDITION) makes the worker register
 // again (its session may be unknown after a restart). Refused in 3 registrations in a row with
 // no report accepted in between, the job is no longer this worker's: it is stopped and its
@@ -92,6 +98,11 @@ struct WorkerOptions {
   absl::Duration deregister_timeout = absl::Seconds(2);
   std::function<void(int64_t step)> after_step;  // test seam, see JobRunnerOptions
   parallel::TestOnlyFaults test_only;            // see JobRunnerOptions
+  // Test-only: keep a finished job (a multi-worker rank's peer service up) this long after its
+  // last report is delivered before leaving it: the window in which another job's ranks could
+  // meet the old peer service, held open. 0: leave at once.
+  absl::Duration test_only_linger_after_job = absl::ZeroDuration();
+  WorkerMetrics* metrics = nullptr;  // see JobRunnerOptions
   WorkerMetrics* metrics = nullptr;              // see JobRunnerOptions
   // Memory (common/host_memory.h). memory_bytes: what this worker offers the coordinator
   // (--memory, else the smaller of its cgroup limit and the host's memory; 0: the device's own
@@ -142,7 +153,8 @@ class WorkerDaemon {
     std::thread thread;
     // Guarded by WorkerDaemon::mu_:
     bool finished = false;
-    bool cancelled_by_coordinator = false;  // or disowned: no outcome is sent
+    bool cancelled_by_coordinator = false;             // or disowned: no outcome is sent
+    absl::Time linger_until = absl::InfiniteFuture();  // test_only_linger_after_job
     // Refused reports since the last accepted one, counted once per registration epoch.
     int refusals = 0;
     int64_t refused_in_epoch = -1;
@@ -150,7 +162,9 @@ class WorkerDaemon {
   absl::Status Register();
   absl::Status Heartbeat(bool* started_job);
   void SendReports(absl::Time until);
-  void ReapJob();
+  // Joins a finished job whose reports are all delivered and destroys it (its transport and
+  // peer service with it); true when it did.
+  bool ReapJob();
   void RunJob(ActiveJob* job);
   // DeregisterWorker with the stop reason and the running job; on success the daemon leaves
   // for good (see the top). Not under mu_: up to deregister_timeout.
@@ -190,6 +204,9 @@ class WorkerDaemon {
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // successful registrations so far
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   absl::Time reports_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // INTERNAL answers in a row to the report numbered internal_seq_ (SendReports).
+  uint64_t internal_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int internal_answers_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<ActiveJob> job_ ABSL_GUARDED_BY(mu_);
   ReportQueue reports_ ABSL_GUARDED_BY(mu_);
 };

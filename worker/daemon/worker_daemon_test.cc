@@ -3,6 +3,7 @@
 #include "worker/daemon/worker_daemon.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -396,6 +397,43 @@ TEST_F(WorkerDaemonTest, RegisterAgainKeepsTheRunningJob) {
   EXPECT_EQ(registrations[2].session_id(), daemon_->session_id());
   EXPECT_EQ(StepsOf(fake_.reports()), Range(1, 6));
   EXPECT_TRUE(OutcomeOf(fake_.reports()).succeeded());
+}
+
+// Bytes that are not UTF-8 in a quoted path (here where a symlink in the roots points) would
+// make the report unparseable at the coordinator (an empty INTERNAL): the report is built
+// valid, and the outcome arrives at once.
+TEST_F(WorkerDaemonTest, AnErrorQuotingBytesThatAreNotUtf8IsDeliveredEscaped) {
+  // Outside the worker's roots (the test's temporary directory), a name in Latin-1.
+  const std::string outside = absl::StrCat("/tmp/dtrain-caf\xe9-", ::getpid());
+  ::mkdir(outside.c_str(), 0755);
+  std::ofstream(outside + "/data.bin") << "some text";
+  const std::string link = TempPath("latin1-link.bin");
+  ::unlink(link.c_str());
+  ASSERT_EQ(::symlink((outside + "/data.bin").c_str(), link.c_str()), 0);
+  fake_.Assign(TinyJob("job-000012", link, 5));
+  StartWorker();
+  ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
+  const JobOutcome outcome = OutcomeOf(fake_.reports());
+  EXPECT_FALSE(outcome.succeeded());
+  EXPECT_THAT(outcome.error(), HasSubstr(absl::StrCat("/tmp/dtrain-caf\\xe9-", ::getpid())));
+  EXPECT_EQ(fake_.registrations().size(), 1u);  // never taken for a refusal
+  ::unlink((outside + "/data.bin").c_str());
+  ::rmdir(outside.c_str());
+}
+
+// INTERNAL is not "the coordinator refused the job": no registering again, no dropped outcome;
+// answered so 3 times, the outcome goes again with its text in ASCII.
+TEST_F(WorkerDaemonTest, AnOutcomeAnsweredInternalIsRetriedThenSentShortened) {
+  const std::string missing = TempPath("internal/none.bin");
+  fake_.Assign(TinyJob("job-000013", missing, 5));
+  fake_.AnswerInternalToOutcomes(3);
+  StartWorker();
+  ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
+  const JobOutcome outcome = OutcomeOf(fake_.reports());
+  EXPECT_FALSE(outcome.succeeded());
+  EXPECT_THAT(outcome.error(), HasSubstr("dataset " + missing));
+  EXPECT_THAT(outcome.error(), HasSubstr("answered INTERNAL to the full report"));
+  EXPECT_EQ(fake_.registrations().size(), 1u);
 }
 
 TEST_F(WorkerDaemonTest, AJobTheCoordinatorKeepsRefusingIsStopped) {
