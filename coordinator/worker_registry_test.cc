@@ -419,6 +419,8 @@ TEST(WorkerRegistry, ANewSessionNamingTheLiveOneAsItsDeadPredecessorReplacesIt) 
       reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0 + absl::Seconds(2));
   ASSERT_TRUE(old.ok());
   EXPECT_TRUE(old->response.register_again());
+}
+
 constexpr int64_t kGiB = int64_t{1} << 30;
 
 RegisterWorkerRequest CpuOnHost(const std::string& id, const std::string& host_id,

@@ -103,7 +103,6 @@ struct WorkerOptions {
   // meet the old peer service, held open. 0: leave at once.
   absl::Duration test_only_linger_after_job = absl::ZeroDuration();
   WorkerMetrics* metrics = nullptr;  // see JobRunnerOptions
-  WorkerMetrics* metrics = nullptr;              // see JobRunnerOptions
   // Memory (common/host_memory.h). memory_bytes: what this worker offers the coordinator
   // (--memory, else the smaller of its cgroup limit and the host's memory; 0: the device's own
   // figure); host_id and host_memory_bytes: sent at registration so the coordinator divides a
