@@ -792,11 +792,12 @@ import diagnose_cases  # noqa: E402  dtrain diagnose: who waits on whom, live
 import trace_cases  # noqa: E402  dtrain trace: one step of every rank as a Perfetto trace
 import straggler_cases  # noqa: E402  stragglers flagged, reported and replaced
 import rebalance_cases  # noqa: E402  a slowed pipeline stage re-cut: layers move off it
+import checkpoint_cases  # noqa: E402  checkpoints trusted byte for byte; orphans removed
 
 CASES = {}
 for _module in (sys.modules[__name__], cli_cases, safety_cases, plan_cases, recovery_cases,
                 reshard_cases, paths_cases, roles_cases, tls_cases, diagnose_cases,
-                trace_cases, straggler_cases, rebalance_cases):
+                trace_cases, straggler_cases, rebalance_cases, checkpoint_cases):
     for _name, _fn in list(vars(_module).items()):
         if _name.startswith("case_") and callable(_fn):
             CASES[_name[len("case_"):]] = _fn

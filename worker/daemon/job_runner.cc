@@ -19,6 +19,7 @@
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
 #include "plan/spec_paths.h"
+#include "worker/model/checkpoint_dir.h"
 #include "worker/model/config_proto.h"
 
 namespace dtrain::worker {
@@ -221,11 +222,10 @@ absl::StatusOr<std::string> JobRunner::Train() {
   ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(spec));
   ASSIGN_OR_RETURN(plan_, PlanFromSpec(job_plan.spec(), job_dir_));
   if (assignment_.attempt() > 0) {
-    // A recovery's run: from the job's own latest sealed step when there is one (every rank
-    // resolves the same directory, after the previous run's ranks stopped), else as the first
-    // run started.
-    struct stat st;
-    if (stat(absl::StrCat(job_dir_, "/", kLatestFileName).c_str(), &st) == 0) {
+    // A recovery's run: from the job's own newest intact sealed step when there is one (every
+    // rank resolves the same directory, after the previous run's ranks stopped; a missing or
+    // damaged `latest` is no reason to start afresh), else as the first run started.
+    if (model::HasSealedStep(job_dir_)) {
       plan_.resume_from = job_dir_;
       plan_.init_path.clear();
     }

@@ -83,7 +83,9 @@ CheckpointWriterOptions Options(const std::string& dir, int rank, int world, Sea
   o.world_size = world;
   o.run_token = "run-1";
   o.seal_timeout = absl::Seconds(10);
-  if (sealer != nullptr) o.seal = [sealer](int64_t s, auto e) { return (*sealer)(s, e); };
+  if (sealer != nullptr) {
+    o.seal = [sealer](const model::HeldDirectory&, int64_t s, auto e) { return (*sealer)(s, e); };
+  }
   return o;
 }
 
