@@ -132,6 +132,8 @@ absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
     parallel::CheckpointWriterOptions w;
     w.dir = options_.checkpoint_dir;
     w.background = options_.background_checkpoints;
+    w.keep_last = options_.keep_last;
+    w.keep_every = options_.keep_every;
     w.seal = [run = options_](const model::HeldDirectory& dir, int64_t step,
                               std::vector<ShardFileEntry> entries) {
       return parallel::SealStep(dir, step, run.model, parallel::ShardIdentity{}.layout(),

@@ -91,3 +91,39 @@ def case_checkpoint_untrusted_fallback(args):
         print("kill -9 %s at step %s, latest garbage, step 20's manifest edited, step 30 a "
               "symlink: resumed from step 10; log: %s; %s; losses equal"
               % (victim, r["last_step"], line.strip(), removed[0].strip()))
+
+
+def case_checkpoint_retention(args):
+    """checkpoint.keep_last 2 and keep_every 5 with a checkpoint every step of a 12-step job:
+    the job SUCCEEDS and its directory holds exactly the sealed steps 5 and 10 (milestones) and
+    11 and 12 (the newest two), `latest` naming 12; a spec with keep_last -1 is refused at
+    submit naming the field."""
+    with Cluster(args.binaries, "checkpoint_retention") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.wait_workers({"w1": "IDLE"})
+        ckpt = os.path.join(c.tmp, "ckpt")
+        spec = small_job_spec(ckpt, 12, 1, name="retention")
+        spec["checkpoint"].update(keep_last=2, keep_every=5)
+        job_id = c.submit(c.write_spec("retention.json", spec))
+        done = c.wait_state(job_id, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "%s: %s" % (done["state"], done.get("reason")))
+        job_dir = os.path.join(ckpt, job_id)
+        steps = sorted(n for n in os.listdir(job_dir) if n.startswith("step_"))
+        want = ["step_%08d" % s for s in (5, 10, 11, 12)]
+        expect(steps == want, "want exactly %s in %s, found %s" % (want, job_dir, steps))
+        for name in steps:
+            expect(os.path.isfile(os.path.join(job_dir, name, "manifest.json")),
+                   "%s is not sealed" % name)
+        with open(os.path.join(job_dir, "latest")) as f:
+            latest = f.read().strip()
+        expect(latest == "step_00000012", "latest names %r" % latest)
+
+        bad = dict(spec, name="bad-retention")
+        bad["checkpoint"] = dict(spec["checkpoint"], keep_last=-1)
+        rc, out, err = c.cli("submit", c.write_spec("bad.json", bad), timeout=30)
+        expect(rc == 2 and "checkpoint.keep_last=-1 must be >= 1" in err,
+               "keep_last -1 should be refused at submit (exit 2): exit %d\n%s%s" % (rc, out, err))
+        print("keep_last 2, keep_every 5, 12 steps checkpointed every step: %s remain; "
+              "keep_last -1 refused: %s" % (", ".join(steps), err.strip().splitlines()[-1]))

@@ -278,6 +278,23 @@ absl::StatusOr<std::string> RemoveOrphans(const HeldDirectory& dir) {
                       " by an earlier run that did not finish them");
 }
 
+absl::StatusOr<std::vector<std::string>> PruneSealedSteps(const HeldDirectory& dir, int keep_last,
+                                                          int64_t keep_every) {
+  if (keep_last < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("keep_last=", keep_last, " must be >= 1"));
+  }
+  const Latest latest = ReadLatest(dir);
+  const std::vector<std::pair<int64_t, std::string>> sealed = SealedSteps(dir);  // newest first
+  std::vector<std::string> deleted;
+  for (size_t i = sealed.size(); i-- > static_cast<size_t>(keep_last);) {  // oldest first
+    const auto& [step, name] = sealed[i];
+    if ((keep_every > 0 && step % keep_every == 0) || name == latest.name) continue;
+    RETURN_IF_ERROR(dir.Remove(name));
+    deleted.push_back(name);
+  }
+  return deleted;
+}
+
 absl::StatusOr<CheckpointStep> ResolveCheckpoint(const std::string& path, const StepCheck& check) {
   const std::string dir = AbsolutePath(path);
   bool exists = false;

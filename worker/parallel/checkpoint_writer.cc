@@ -164,6 +164,11 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
     RETURN_IF_ERROR(Annotate(options_.seal(*dir_, step, std::move(all)),
                              absl::StrCat(where, ": cannot seal ", step_dir->path())));
     written.sealed = true;
+    if (options_.keep_last > 0) {
+      RETURN_IF_ERROR(
+          Annotate(model::PruneSealedSteps(*dir_, options_.keep_last, options_.keep_every).status(),
+                   absl::StrCat(where, ": retention")));
+    }
   }
   written.seconds = SecondsSince(start);
   // In the foreground training waited for all of it.

@@ -15,7 +15,8 @@
 //      (dtrain.CheckpointRankEntries, with the run token),
 //   3. on rank 0 only: waits, at most options.seal_timeout, until every rank of the run has
 //      published its entries of step N, then seals the step with all of them (options.seal:
-//      SealStep writes manifest.json, then moves `latest`).
+//      SealStep writes manifest.json, then moves `latest`), then deletes the sealed steps
+//      beyond options.keep_last (model::PruneSealedSteps).
 // At most one step is in flight: Submit first waits for the previous one (that wait is
 // reported as part of CheckpointWritten::blocked_seconds). A step that fails to write or seal
 // is an error naming the step, the rank and the file; it never touches an earlier sealed step
@@ -64,6 +65,9 @@ struct CheckpointWriterOptions {
   std::function<absl::Status(const model::HeldDirectory& dir, int64_t step,
                              std::vector<ShardFileEntry> entries)>
       seal;
+  // Rank 0, after each seal: the retention of model::PruneSealedSteps (0: keep every step).
+  int keep_last = 0;
+  int64_t keep_every = 0;
   // false: Submit returns only once the step is written (and sealed, on rank 0): the
   // synchronous checkpoints of earlier versions, kept to measure against.
   bool background = true;

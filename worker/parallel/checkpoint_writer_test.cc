@@ -525,3 +525,51 @@ TEST(PrepareJobDirectory, RemovesOrphansNeverASealedStep) {
 
 }  // namespace
 }  // namespace dtrain::parallel
+
+namespace dtrain::parallel {
+namespace {
+
+std::vector<std::string> StepDirsIn(const std::string& dir) {
+  const absl::StatusOr<model::HeldDirectory> held = model::HeldDirectory::Open(dir);
+  const absl::StatusOr<std::vector<std::string>> all = held->Names();
+  std::vector<std::string> names;
+  for (const std::string& name : *all) {
+    if (name.rfind("step_", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+// keep_last 2, keep_every 20: after each seal only the newest two sealed steps and the
+// milestones remain; an unsealed step and a set-aside damaged one are left to RemoveOrphans.
+TEST(CheckpointWriter, RetentionKeepsTheNewestStepsAndMilestones) {
+  const std::string dir = FreshDir("retention");
+  ASSERT_TRUE(MakeDirectories(dir + "/damaged-step_00000005").ok());
+  Sealer sealer{dir};
+  CheckpointWriterOptions o = Options(dir, 0, 1, &sealer);
+  o.keep_last = 2;
+  o.keep_every = 20;
+  CheckpointWriter writer(o);
+  for (int64_t step = 10; step <= 70; step += 10) {
+    ASSERT_TRUE(writer.Submit(step, FilesOf(0, step), 0.0).ok());
+    ASSERT_TRUE(writer.Finish().ok());
+    if (step == 30) {
+      EXPECT_THAT(StepDirsIn(dir), ElementsAre("step_00000020", "step_00000030"));
+    }
+  }
+  EXPECT_THAT(StepDirsIn(dir),
+              ElementsAre("step_00000020", "step_00000040", "step_00000060", "step_00000070"));
+  EXPECT_EQ(Latest(dir), "step_00000070\n");
+  EXPECT_EQ(access((dir + "/damaged-step_00000005").c_str(), F_OK), 0);
+  // `latest` naming an older step (a seal cut short) keeps that step too.
+  ASSERT_TRUE(model::PointLatestAt(dir, 60).ok());
+  absl::StatusOr<std::vector<std::string>> deleted =
+      model::PruneSealedSteps(*model::HeldDirectory::Open(dir), 1, 0);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_THAT(*deleted, ElementsAre("step_00000020", "step_00000040"));
+  EXPECT_THAT(StepDirsIn(dir), ElementsAre("step_00000060", "step_00000070"));
+  EXPECT_EQ(model::PruneSealedSteps(*model::HeldDirectory::Open(dir), 0, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dtrain::parallel

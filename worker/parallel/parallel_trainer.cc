@@ -464,6 +464,8 @@ absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
   // A rank whose files take longer than any wait on a peer is as stuck as a silent peer.
   w.seal_timeout = options_.comm_timeout;
   w.background = run.background_checkpoints;
+  w.keep_last = run.keep_last;
+  w.keep_every = run.keep_every;
   w.seal = [config = run.model, layout = Identity().layout(), batch = run.batch, seq = run.seq](
                const model::HeldDirectory& dir, int64_t step, std::vector<ShardFileEntry> entries) {
     return SealStep(dir, step, config, layout, DataPositionAfter(step, batch, seq),
