@@ -7,6 +7,7 @@ says why in one line each, and nothing outside the directory is read or written.
 import os
 import shutil
 import signal
+import subprocess
 
 from harness import Cluster, expect, losses, small_job_spec
 from recovery_cases import FINAL, STEP_DELAY, compare, one_recovery, run_reference, wait_sealed
@@ -127,3 +128,47 @@ def case_checkpoint_retention(args):
                "keep_last -1 should be refused at submit (exit 2): exit %d\n%s%s" % (rc, out, err))
         print("keep_last 2, keep_every 5, 12 steps checkpointed every step: %s remain; "
               "keep_last -1 refused: %s" % (", ".join(steps), err.strip().splitlines()[-1]))
+
+
+def case_checkpoint_disk_full(args):
+    """A one-worker job checkpointing every step into a 2 MiB tmpfs (mounted by the test; skipped
+    with a message when mounting is not permitted) with keep_last 2: each step takes about
+    0.7 MiB, so from the third on a checkpoint does not fit and is skipped with an event in the
+    job's log; training goes on, the job SUCCEEDS, and no partial step remains (only sealed
+    step directories)."""
+    with Cluster(args.binaries, "checkpoint_disk_full") as c:
+        small = os.path.join(c.tmp, "small")
+        os.mkdir(small)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", small],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print("SKIPPED checkpoint_disk_full: cannot mount a tmpfs here (%s); the test needs "
+                  "root and CAP_SYS_ADMIN" % (r.stderr.strip() or r.returncode))
+            return
+        try:
+            c.write_corpus()
+            c.start_coordinator()
+            c.start_worker("w1")
+            c.wait_workers({"w1": "IDLE"})
+            spec = small_job_spec(small, 8, 1, name="full")
+            spec["checkpoint"]["keep_last"] = 2
+            job_id = c.submit(c.write_spec("full.json", spec))
+            done = c.wait_state(job_id, FINAL, 120)
+            expect(done["state"] == "SUCCEEDED", "a full disk should not fail the job: %s: %s"
+                   % (done["state"], done.get("reason")))
+            rc, out, err = c.cli("logs", job_id, timeout=30)
+            skips = [l for l in out.splitlines() if "skipped:" in l and "training goes on" in l]
+            expect(skips, "the job's log should say a checkpoint was skipped:\n%s" % out)
+            job_dir = os.path.join(small, job_id)
+            steps = sorted(n for n in os.listdir(job_dir) if n.startswith("step_"))
+            expect(steps, "no sealed step at all in %s" % job_dir)
+            for name in steps:
+                files = os.listdir(os.path.join(job_dir, name))
+                expect("manifest.json" in files and not any(".tmp." in f for f in files),
+                       "%s is a partial step: %s" % (name, files))
+            print("2 MiB tmpfs, a checkpoint every step of 8: SUCCEEDED, %d skipped (%s), "
+                  "left %s" % (len(skips), skips[0].strip(), ", ".join(steps)))
+        finally:
+            for p in reversed(c.processes):  # nothing may hold the tmpfs when it goes
+                p.stop(timeout=5)
+            subprocess.run(["umount", "-l", small], capture_output=True)

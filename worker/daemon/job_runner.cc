@@ -363,6 +363,11 @@ void JobRunner::OnStarted(int64_t start_step, const std::string& resumed_from) {
 
 void JobRunner::OnCheckpoint(const CheckpointWritten& c) {
   if (options_.metrics != nullptr) options_.metrics->OnCheckpoint(c.seconds);
+  if (c.skipped) {
+    callbacks_.event(absl::StrCat("checkpoint at step ", c.step, " skipped: ", c.skip_reason,
+                                  "; training goes on"));
+    return;
+  }
   if (!c.sealed) return;
   callbacks_.event(absl::StrCat("checkpoint sealed at step ", c.step, ": ", c.dir));
   if (callbacks_.checkpoint) {

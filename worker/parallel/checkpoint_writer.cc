@@ -1,6 +1,7 @@
 #include "worker/parallel/checkpoint_writer.h"
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -133,6 +134,28 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
                                                           std::vector<PendingFile> files) {
   const absl::Time start = absl::Now();
   const std::string where = absl::StrCat("checkpoint step ", step, ", rank ", options_.rank);
+  // One writer may skip a step the disk cannot hold; several must all agree, so they fail.
+  const bool may_skip = options_.world_size == 1;
+  auto skipped = [&](const std::string& reason) -> absl::StatusOr<CheckpointWritten> {
+    CheckpointWritten w{step, dir_->PathOf(StepDirName(step)), false, 0, blocked_seconds_};
+    w.skipped = true;
+    w.skip_reason = reason;
+    // No partial step is left behind.
+    RETURN_IF_ERROR(Annotate(dir_->Remove(StepDirName(step)), where));
+    return w;
+  };
+  if (may_skip) {
+    int64_t need = 64 << 10;  // the entries file, the manifest and directory blocks
+    for (const PendingFile& file : files) need += static_cast<int64_t>(file.bytes.size());
+    struct statvfs fs;
+    if (fstatvfs(dir_->fd(), &fs) == 0) {
+      const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * fs.f_frsize;
+      if (free_bytes < need) {
+        return skipped(
+            absl::StrCat(dir_->path(), " has ", free_bytes, " bytes free, the step needs ", need));
+      }
+    }
+  }
   absl::StatusOr<model::HeldDirectory> step_dir =
       model::PrepareStepDirectory(*dir_, step, kManifestFileName);
   if (!step_dir.ok()) return Annotate(step_dir.status(), where);
@@ -146,15 +169,23 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
     entry.set_name(file.name);
     entry.set_bytes(static_cast<int64_t>(file.bytes.size()));
     entry.set_xxh3_64(ChecksumHex(ShardChecksum(file.bytes)));
-    RETURN_IF_ERROR(Annotate(step_dir->WriteFileAtomically(file.name, file.bytes),
-                             absl::StrCat(where, ", file ", file.name)));
+    const absl::Status wrote = step_dir->WriteFileAtomically(file.name, file.bytes);
+    if (may_skip && absl::IsResourceExhausted(wrote)) {
+      return skipped(
+          absl::StrCat("the disk filled while writing ", file.name, " (", wrote.message(), ")"));
+    }
+    RETURN_IF_ERROR(Annotate(wrote, absl::StrCat(where, ", file ", file.name)));
     std::string().swap(file.bytes);  // the snapshot's memory goes back as soon as it is on disk
   }
   // Only now, with every file durable, may rank 0 count this rank's part of the step.
   ASSIGN_OR_RETURN(const std::string json, ToJson(entries));
   const std::string entries_name = RankEntriesFileName(options_.rank);
-  RETURN_IF_ERROR(Annotate(step_dir->WriteFileAtomically(entries_name, json),
-                           absl::StrCat(where, ", file ", entries_name)));
+  const absl::Status published = step_dir->WriteFileAtomically(entries_name, json);
+  if (may_skip && absl::IsResourceExhausted(published)) {
+    return skipped(absl::StrCat("the disk filled while writing ", entries_name, " (",
+                                published.message(), ")"));
+  }
+  RETURN_IF_ERROR(Annotate(published, absl::StrCat(where, ", file ", entries_name)));
   CheckpointWritten written{step, step_dir->path(), /*sealed=*/false, 0, blocked_seconds_};
   if (options_.rank == 0) {
     ASSIGN_OR_RETURN(std::vector<ShardFileEntry> all, AwaitEntries(step, *step_dir));

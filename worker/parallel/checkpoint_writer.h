@@ -17,6 +17,11 @@
 //      published its entries of step N, then seals the step with all of them (options.seal:
 //      SealStep writes manifest.json, then moves `latest`), then deletes the sealed steps
 //      beyond options.keep_last (model::PruneSealedSteps).
+// A job of one writer (world_size 1) skips a step that would not fit: before writing, the
+// file system's free space (fstatvfs) is compared with the step's bytes; a step that does not
+// fit, or that meets ENOSPC while it is written, is removed whole and reported as skipped
+// (CheckpointWritten::skipped), not as a failure, and training goes on. With several ranks a
+// full disk still fails the step (every rank would have to agree to skip it).
 // At most one step is in flight: Submit first waits for the previous one (that wait is
 // reported as part of CheckpointWritten::blocked_seconds). A step that fails to write or seal
 // is an error naming the step, the rank and the file; it never touches an earlier sealed step

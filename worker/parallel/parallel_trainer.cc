@@ -519,7 +519,9 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
         wait ? writer_->Finish() : writer_->TakeFinished();
     if (recorded) recorded->Finish(finished.status());
     ASSIGN_OR_RETURN(std::vector<CheckpointWritten> done, std::move(finished));
-    if (!done.empty()) saved = done.back().dir;
+    for (const CheckpointWritten& c : done) {
+      if (!c.skipped) saved = c.dir;
+    }
     return done;
   };
   RETURN_IF_ERROR(RunTrainingSteps(
