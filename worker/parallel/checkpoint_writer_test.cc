@@ -573,3 +573,24 @@ TEST(CheckpointWriter, RetentionKeepsTheNewestStepsAndMilestones) {
 
 }  // namespace
 }  // namespace dtrain::parallel
+
+namespace dtrain::parallel {
+namespace {
+
+// A one-worker job without checkpoint.dir leaves its final weights and its claim only: `dtrain
+// export` says what the directory is, not that it is an old format.
+TEST(ResolveCheckpoint, AJobDirectoryWithOnlyFinalWeightsSaysSo) {
+  const std::string dir = FreshDir("final_weights_only");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/model.safetensors", "weights").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/job.json", "{}").ok());
+  absl::StatusOr<Manifest> m = ReadManifest(dir);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(m.status().message(),
+              HasSubstr(dir + " holds a job's final weights (model.safetensors) but no "
+                              "checkpoint step"));
+  EXPECT_THAT(m.status().message(), ::testing::Not(HasSubstr("version 1")));
+  EXPECT_FALSE(model::HasSealedStep(dir));
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
