@@ -73,7 +73,7 @@ struct CheckpointWritten {
   int64_t step = 0;
   std::string dir;      // the step directory, absolute
   bool sealed = false;  // this process sealed the step: it is complete and `latest` names it
-  double seconds = 0;  // from handing it to the writer to done (written, and sealed if so)
+  double seconds = 0;   // from handing it to the writer to done (written, and sealed if so)
   // What training stopped for: taking the snapshot, and waiting for the previous checkpoint
   // (at most one is in flight). With background writes the rest overlaps training.
   double blocked_seconds = 0;
