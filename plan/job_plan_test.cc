@@ -167,6 +167,8 @@ TEST(MakeJobPlan, ReportsEveryProblemAtOnceWithFieldNames) {
   in.mutable_parallel()->set_tp(3);
   in.mutable_parallel()->set_schedule("zigzag");
   in.mutable_checkpoint()->set_interval_steps(-1);
+  in.mutable_checkpoint()->set_keep_last(-2);
+  in.mutable_checkpoint()->set_keep_every(-5);
   in.set_init_checkpoint("gpt2.safetensors");
   in.set_resume_from("ckpt/step_00000005");
   absl::StatusOr<JobSpec> spec = Validated(in);
@@ -182,6 +184,9 @@ TEST(MakeJobPlan, ReportsEveryProblemAtOnceWithFieldNames) {
                     HasSubstr("parallel.schedule=\"zigzag\" is not one of"),
                     HasSubstr("device=\"tpu\" is not one of cpu, cuda, auto"),
                     HasSubstr("checkpoint.interval_steps=-1 must be >= 0"),
+                    HasSubstr("checkpoint.keep_last=-2 must be >= 1 (0: keep the newest 3 "
+                              "sealed steps)"),
+                    HasSubstr("checkpoint.keep_every=-5 must be >= 0 (0: no milestones)"),
                     HasSubstr("checkpoint.dir is required for a job on 60 workers"),
                     HasSubstr("resume_from and init_checkpoint exclude each other")));
 }
@@ -206,6 +211,8 @@ TEST(ParseJobPlanJson, ReportsUnknownFieldsAndEveryOtherProblemTogether) {
   spec = ParsedAndValidated(kTinySpec);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->parallel().schedule(), "1f1b") << "defaults are filled in";
+  EXPECT_EQ(spec->checkpoint().keep_last(), kDefaultKeepLast);
+  EXPECT_EQ(spec->checkpoint().keep_every(), 0);
 }
 
 TEST(MakeJobPlan, JobsOnSeveralWorkersNeedACheckpointDir) {

@@ -41,7 +41,7 @@ declare -A SOURCES=(
             gen/proto/coordinator.pb.cc gen/proto/peer.pb.cc gen/proto/job.pb.cc
             gen/proto/plan.pb.cc gen/proto/model.pb.cc"
   [safetensors]="worker/model/safetensors.cc worker/model/header_json.cc common/files.cc"
-  [manifest]="worker/parallel/manifest.cc worker/model/checkpoint_dir.cc
+  [manifest]="worker/parallel/manifest.cc worker/model/checkpoint_dir.cc worker/model/held_directory.cc
               worker/model/config.cc worker/model/config_proto.cc
               worker/model/parameter_layout.cc worker/model/safetensors.cc
               worker/model/header_json.cc common/files.cc common/job_paths.cc

@@ -124,15 +124,21 @@ absl::Status LocalTrainer::StartCheckpoint(int64_t step) {
 absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
   if (!resume_note_.empty() && callbacks.warning) callbacks.warning(resume_note_);
   if (!options_.checkpoint_dir.empty()) {
-    // Steps this run redoes past a damaged checkpoint are written again.
-    RETURN_IF_ERROR(parallel::SetAsideDamagedSteps(options_.checkpoint_dir, damaged_steps_));
+    // Steps this run redoes past a damaged checkpoint are written again; what killed writers
+    // left is removed.
+    ASSIGN_OR_RETURN(const std::string removed,
+                     parallel::PrepareJobDirectory(options_.checkpoint_dir, damaged_steps_));
+    if (!removed.empty() && callbacks.warning) callbacks.warning(removed);
     parallel::CheckpointWriterOptions w;
     w.dir = options_.checkpoint_dir;
     w.background = options_.background_checkpoints;
-    w.seal = [run = options_](int64_t step, std::vector<ShardFileEntry> entries) {
-      return parallel::SealStep(
-          run.checkpoint_dir, step, run.model, parallel::ShardIdentity{}.layout(),
-          parallel::DataPositionAfter(step, run.batch, run.seq), std::move(entries));
+    w.keep_last = options_.keep_last;
+    w.keep_every = options_.keep_every;
+    w.seal = [run = options_](const model::HeldDirectory& dir, int64_t step,
+                              std::vector<ShardFileEntry> entries) {
+      return parallel::SealStep(dir, step, run.model, parallel::ShardIdentity{}.layout(),
+                                parallel::DataPositionAfter(step, run.batch, run.seq),
+                                std::move(entries));
     };
     writer_ = std::make_unique<parallel::CheckpointWriter>(std::move(w));
   }

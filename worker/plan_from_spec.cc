@@ -49,6 +49,8 @@ absl::StatusOr<TrainingRun> PlanFromSpec(const JobSpec& submitted, const std::st
   if (!spec.checkpoint().dir().empty()) {
     plan.checkpoint_dir = job_dir;
     plan.checkpoint_every = spec.checkpoint().interval_steps();
+    plan.keep_last = spec.checkpoint().keep_last();  // defaulted by the plan
+    plan.keep_every = spec.checkpoint().keep_every();
   }
   plan.save_path = absl::StrCat(job_dir, "/", kFinalWeightsFileName);
   return plan;

@@ -37,6 +37,10 @@ struct TrainingRun {
   std::string resume_from;       // a job's checkpoint dir (its `latest`) or a step dir
   std::string checkpoint_dir;    // training state written here: the job's own directory
   int64_t checkpoint_every = 0;  // also every N steps; the final step is always saved
+  // Retention (rank 0, after each seal; model::PruneSealedSteps): the newest keep_last sealed
+  // steps, milestones (multiples of keep_every) and `latest`'s are kept. 0: keep every step.
+  int keep_last = 0;
+  int64_t keep_every = 0;
   // Checkpoints are written while training goes on; false: training waits for each (the
   // synchronous writes of earlier versions, for measurements).
   bool background_checkpoints = true;
@@ -73,6 +77,10 @@ struct CheckpointWritten {
   // What training stopped for: taking the snapshot, and waiting for the previous checkpoint
   // (at most one is in flight). With background writes the rest overlaps training.
   double blocked_seconds = 0;
+  // The step was not written (one writer only: it would not fit on the disk, or the disk
+  // filled while writing, and the partial step was removed); training goes on.
+  bool skipped = false;
+  std::string skip_reason;
 };
 
 // How a trainer reports; either may be empty. Called on the training thread.

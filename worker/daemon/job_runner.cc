@@ -188,11 +188,10 @@ absl::StatusOr<std::string> JobRunner::Train() {
   ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(spec));
   ASSIGN_OR_RETURN(plan_, PlanFromSpec(job_plan.spec(), job_dir_));
   if (assignment_.attempt() > 0) {
-    // A recovery's run: from the job's own latest sealed step when there is one (every rank
-    // resolves the same directory, after the previous run's ranks stopped), else as the first
-    // run started.
-    struct stat st;
-    if (stat(absl::StrCat(job_dir_, "/", kLatestFileName).c_str(), &st) == 0) {
+    // A recovery's run: from the job's own newest intact sealed step when there is one (every
+    // rank resolves the same directory, after the previous run's ranks stopped; a missing or
+    // damaged `latest` is no reason to start afresh), else as the first run started.
+    if (model::HasSealedStep(job_dir_)) {
       plan_.resume_from = job_dir_;
       plan_.init_path.clear();
     }
@@ -360,6 +359,11 @@ void JobRunner::OnStarted(int64_t start_step, const std::string& resumed_from) {
 
 void JobRunner::OnCheckpoint(const CheckpointWritten& c) {
   if (options_.metrics != nullptr) options_.metrics->OnCheckpoint(c.seconds);
+  if (c.skipped) {
+    callbacks_.event(absl::StrCat("checkpoint at step ", c.step, " skipped: ", c.skip_reason,
+                                  "; training goes on"));
+    return;
+  }
   if (!c.sealed) return;
   callbacks_.event(absl::StrCat("checkpoint sealed at step ", c.step, ": ", c.dir));
   if (callbacks_.checkpoint) {

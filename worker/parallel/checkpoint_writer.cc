@@ -1,6 +1,8 @@
 #include "worker/parallel/checkpoint_writer.h"
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -24,11 +26,6 @@ namespace {
 constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
 
 std::string ChecksumHex(uint64_t checksum) { return absl::StrFormat("%016x", checksum); }
 
@@ -58,7 +55,7 @@ std::string RankEntriesFileName(int rank) {
 }
 
 CheckpointWriter::CheckpointWriter(CheckpointWriterOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)), dir_(model::HeldDirectory::Create(options_.dir)) {}
 
 CheckpointWriter::~CheckpointWriter() {
   Abandon(absl::ZeroDuration());
@@ -85,6 +82,9 @@ absl::Status CheckpointWriter::Submit(int64_t step, std::vector<PendingFile> fil
   // At most one step in flight: the previous one must be done (and this wait is the caller's).
   const absl::Time start = absl::Now();
   Join();
+  if (!dir_.ok()) {
+    return Annotate(dir_.status(), absl::StrCat("checkpoint directory of rank ", options_.rank));
+  }
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(failure_);
@@ -134,8 +134,30 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
                                                           std::vector<PendingFile> files) {
   const absl::Time start = absl::Now();
   const std::string where = absl::StrCat("checkpoint step ", step, ", rank ", options_.rank);
-  absl::StatusOr<std::string> step_dir =
-      model::PrepareStepDirectory(options_.dir, step, kManifestFileName);
+  // One writer may skip a step the disk cannot hold; several must all agree, so they fail.
+  const bool may_skip = options_.world_size == 1;
+  auto skipped = [&](const std::string& reason) -> absl::StatusOr<CheckpointWritten> {
+    CheckpointWritten w{step, dir_->PathOf(StepDirName(step)), false, 0, blocked_seconds_};
+    w.skipped = true;
+    w.skip_reason = reason;
+    // No partial step is left behind.
+    RETURN_IF_ERROR(Annotate(dir_->Remove(StepDirName(step)), where));
+    return w;
+  };
+  if (may_skip) {
+    int64_t need = 64 << 10;  // the entries file, the manifest and directory blocks
+    for (const PendingFile& file : files) need += static_cast<int64_t>(file.bytes.size());
+    struct statvfs fs;
+    if (fstatvfs(dir_->fd(), &fs) == 0) {
+      const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * fs.f_frsize;
+      if (free_bytes < need) {
+        return skipped(
+            absl::StrCat(dir_->path(), " has ", free_bytes, " bytes free, the step needs ", need));
+      }
+    }
+  }
+  absl::StatusOr<model::HeldDirectory> step_dir =
+      model::PrepareStepDirectory(*dir_, step, kManifestFileName);
   if (!step_dir.ok()) return Annotate(step_dir.status(), where);
   CheckpointRankEntries entries;
   entries.set_step(step);
@@ -147,25 +169,37 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
     entry.set_name(file.name);
     entry.set_bytes(static_cast<int64_t>(file.bytes.size()));
     entry.set_xxh3_64(ChecksumHex(ShardChecksum(file.bytes)));
-    RETURN_IF_ERROR(
-        Annotate(WriteFileAtomically(absl::StrCat(*step_dir, "/", file.name), file.bytes),
-                 absl::StrCat(where, ", file ", file.name)));
+    const absl::Status wrote = step_dir->WriteFileAtomically(file.name, file.bytes);
+    if (may_skip && absl::IsResourceExhausted(wrote)) {
+      return skipped(
+          absl::StrCat("the disk filled while writing ", file.name, " (", wrote.message(), ")"));
+    }
+    RETURN_IF_ERROR(Annotate(wrote, absl::StrCat(where, ", file ", file.name)));
     std::string().swap(file.bytes);  // the snapshot's memory goes back as soon as it is on disk
   }
   // Only now, with every file durable, may rank 0 count this rank's part of the step.
   ASSIGN_OR_RETURN(const std::string json, ToJson(entries));
   const std::string entries_name = RankEntriesFileName(options_.rank);
-  RETURN_IF_ERROR(Annotate(WriteFileAtomically(absl::StrCat(*step_dir, "/", entries_name), json),
-                           absl::StrCat(where, ", file ", entries_name)));
-  CheckpointWritten written{step, *step_dir, /*sealed=*/false, 0, blocked_seconds_};
+  const absl::Status published = step_dir->WriteFileAtomically(entries_name, json);
+  if (may_skip && absl::IsResourceExhausted(published)) {
+    return skipped(absl::StrCat("the disk filled while writing ", entries_name, " (",
+                                published.message(), ")"));
+  }
+  RETURN_IF_ERROR(Annotate(published, absl::StrCat(where, ", file ", entries_name)));
+  CheckpointWritten written{step, step_dir->path(), /*sealed=*/false, 0, blocked_seconds_};
   if (options_.rank == 0) {
     ASSIGN_OR_RETURN(std::vector<ShardFileEntry> all, AwaitEntries(step, *step_dir));
     if (!options_.seal) {
       return absl::InternalError(absl::StrCat(where, ": rank 0's writer has no seal function"));
     }
-    RETURN_IF_ERROR(Annotate(options_.seal(step, std::move(all)),
-                             absl::StrCat(where, ": cannot seal ", *step_dir)));
+    RETURN_IF_ERROR(Annotate(options_.seal(*dir_, step, std::move(all)),
+                             absl::StrCat(where, ": cannot seal ", step_dir->path())));
     written.sealed = true;
+    if (options_.keep_last > 0) {
+      RETURN_IF_ERROR(
+          Annotate(model::PruneSealedSteps(*dir_, options_.keep_last, options_.keep_every).status(),
+                   absl::StrCat(where, ": retention")));
+    }
   }
   written.seconds = SecondsSince(start);
   // In the foreground training waited for all of it.
@@ -174,7 +208,7 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
 }
 
 absl::StatusOr<std::vector<ShardFileEntry>> CheckpointWriter::AwaitEntries(
-    int64_t step, const std::string& step_dir) {
+    int64_t step, const model::HeldDirectory& step_dir) {
   const int n = options_.world_size;
   std::vector<CheckpointRankEntries> found(n);
   std::vector<bool> have(n, false);
@@ -183,10 +217,11 @@ absl::StatusOr<std::vector<ShardFileEntry>> CheckpointWriter::AwaitEntries(
   while (true) {
     for (int r = 0; r < n; ++r) {
       if (have[r]) continue;
-      const std::string path = absl::StrCat(step_dir, "/", RankEntriesFileName(r));
-      if (!Exists(path)) continue;
+      const std::string name = RankEntriesFileName(r);
+      const std::string path = step_dir.PathOf(name);
+      if (step_dir.KindOf(name) == model::HeldDirectory::Kind::kMissing) continue;
       // Each entries file is written atomically: one that is there is complete.
-      absl::StatusOr<std::string> json = ReadFileToString(path);
+      absl::StatusOr<std::string> json = step_dir.ReadFile(name, model::kMaxManifestBytes);
       if (!json.ok()) return Annotate(json.status(), absl::StrCat("checkpoint step ", step));
       CheckpointRankEntries entries;
       RETURN_IF_ERROR(
@@ -210,8 +245,8 @@ absl::StatusOr<std::vector<ShardFileEntry>> CheckpointWriter::AwaitEntries(
         if (!have[r]) late.push_back(r);
       }
       const std::string what = absl::StrCat(
-          "checkpoint step ", step, ": rank 0 cannot seal ", step_dir, ": no entries from rank",
-          late.size() > 1 ? "s " : " ", absl::StrJoin(late, ", "));
+          "checkpoint step ", step, ": rank 0 cannot seal ", step_dir.path(),
+          ": no entries from rank", late.size() > 1 ? "s " : " ", absl::StrJoin(late, ", "));
       if (now >= abandon_at_) {
         return absl::AbortedError(absl::StrCat(what,
                                                " before the run ended; `latest` still "
@@ -231,13 +266,16 @@ absl::StatusOr<std::vector<ShardFileEntry>> CheckpointWriter::AwaitEntries(
 }
 
 absl::Status VerifySealedStep(const std::string& step_dir) {
-  const std::string manifest_path = absl::StrCat(step_dir, "/", kManifestFileName);
-  // One worker's steps of earlier versions have no checksums to verify; their loader reads
-  // them whole.
-  if (!Exists(manifest_path) && Exists(absl::StrCat(step_dir, "/", model::kOptimizerFileName))) {
+  using Kind = model::HeldDirectory::Kind;
+  absl::StatusOr<model::HeldDirectory> dir = model::OpenStepDirectory(step_dir);
+  if (!dir.ok()) return absl::DataLossError(dir.status().message());
+  // One worker's steps of format version 1 have no checksums to verify; their loader refuses
+  // them saying how to carry them over.
+  if (dir->KindOf(kManifestFileName) == Kind::kMissing &&
+      dir->KindOf(model::kOptimizerFileName) == Kind::kFile) {
     return absl::OkStatus();
   }
-  absl::StatusOr<std::string> json = ReadFileToString(manifest_path);
+  absl::StatusOr<std::string> json = dir->ReadFile(kManifestFileName, model::kMaxManifestBytes);
   if (!json.ok()) {
     return absl::DataLossError(
         absl::StrCat(kManifestFileName, " is unreadable: ", json.status().message()));
@@ -246,44 +284,66 @@ absl::Status VerifySealedStep(const std::string& step_dir) {
   if (absl::Status s = FromJson(*json, &manifest); !s.ok()) {
     return absl::DataLossError(absl::StrCat(kManifestFileName, " does not parse: ", s.message()));
   }
+  RETURN_IF_ERROR(VerifyManifestChecksum(*json, manifest.version(), kManifestFileName));
   const bool xxh3 = manifest.checksum() == ChecksumName(ChecksumKind::kXxh3_64);
   if (!xxh3 && manifest.checksum() != ChecksumName(ChecksumKind::kFnv1a64)) {
-    return absl::DataLossError(
-        absl::StrCat(kManifestFileName, ": unknown checksum \"", manifest.checksum(), "\""));
+    return absl::DataLossError(absl::StrCat(kManifestFileName, ": unknown checksum \"",
+                                            model::QuoteBytes(manifest.checksum()), "\""));
   }
+  const ChecksumKind kind = xxh3 ? ChecksumKind::kXxh3_64 : ChecksumKind::kFnv1a64;
   for (const ShardFileEntry& entry : manifest.files()) {
-    absl::StatusOr<std::string> bytes = ReadFileToString(absl::StrCat(step_dir, "/", entry.name()));
-    if (!bytes.ok()) {
+    const std::string& name = entry.name();
+    if (!model::IsPlainFileName(name)) {
+      return absl::DataLossError(absl::StrCat(kManifestFileName, ": entry \"",
+                                              model::QuoteBytes(name),
+                                              "\" is not a plain file name (refused unopened)"));
+    }
+    int64_t size = 0;
+    absl::StatusOr<int> fd = dir->OpenFile(name, -1, &size);
+    if (!fd.ok()) {
       return absl::DataLossError(absl::StrCat(
-          entry.name(), absl::IsNotFound(bytes.status()) ? ": missing" : ": unreadable"));
+          name,
+          absl::IsNotFound(fd.status()) ? ": missing" : absl::StrCat(": ", fd.status().message())));
     }
-    if (static_cast<int64_t>(bytes->size()) != entry.bytes()) {
-      return absl::DataLossError(absl::StrCat(entry.name(), ": ", bytes->size(),
-                                              " bytes, the manifest says ", entry.bytes()));
+    // The size first: a file of another size is never read (a planted 4 GB one included).
+    if (size != entry.bytes()) {
+      close(*fd);
+      return absl::DataLossError(
+          absl::StrCat(name, ": ", size, " bytes, the manifest says ", entry.bytes()));
     }
-    const uint64_t checksum =
-        ShardChecksum(*bytes, xxh3 ? ChecksumKind::kXxh3_64 : ChecksumKind::kFnv1a64);
-    if (ChecksumHex(checksum) != (xxh3 ? entry.xxh3_64() : entry.fnv1a64())) {
-      return absl::DataLossError(absl::StrCat(entry.name(), ": checksum differs"));
+    absl::StatusOr<uint64_t> checksum = ChecksumOfFile(*fd, kind);
+    close(*fd);
+    if (!checksum.ok()) return absl::DataLossError(absl::StrCat(name, ": unreadable"));
+    if (ChecksumHex(*checksum) != (xxh3 ? entry.xxh3_64() : entry.fnv1a64())) {
+      return absl::DataLossError(absl::StrCat(name, ": checksum differs"));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status SetAsideDamagedSteps(const std::string& dir, const std::vector<std::string>& damaged) {
-  const std::string job_dir = AbsolutePath(dir);
+  if (damaged.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const model::HeldDirectory job, model::HeldDirectory::Open(dir));
   for (const std::string& step_dir : damaged) {
     const size_t slash = step_dir.rfind('/');
-    if (slash == std::string::npos || step_dir.substr(0, slash) != job_dir) continue;
-    const std::string aside = absl::StrCat(job_dir, "/damaged-", step_dir.substr(slash + 1));
+    if (slash == std::string::npos || step_dir.substr(0, slash) != job.path()) continue;
+    const std::string name = step_dir.substr(slash + 1);
+    const std::string aside = absl::StrCat("damaged-", name);
     std::string target = aside;
-    for (int n = 2; Exists(target); ++n) target = absl::StrCat(aside, "-", n);
-    if (rename(step_dir.c_str(), target.c_str()) != 0) {
-      return absl::ErrnoToStatus(
-          errno, absl::StrCat("cannot set the damaged step ", step_dir, " aside as ", target));
+    for (int n = 2; job.KindOf(target) != model::HeldDirectory::Kind::kMissing; ++n) {
+      target = absl::StrCat(aside, "-", n);
     }
+    RETURN_IF_ERROR(Annotate(job.Rename(name, target),
+                             absl::StrCat("cannot set the damaged step ", step_dir, " aside")));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> PrepareJobDirectory(const std::string& dir,
+                                                const std::vector<std::string>& damaged) {
+  RETURN_IF_ERROR(SetAsideDamagedSteps(dir, damaged));
+  ASSIGN_OR_RETURN(const model::HeldDirectory job, model::HeldDirectory::Create(dir));
+  return model::RemoveOrphans(job);
 }
 
 }  // namespace dtrain::parallel

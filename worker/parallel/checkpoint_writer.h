@@ -1,6 +1,10 @@
 // CheckpointWriter: one rank's background writer of checkpoint steps, so that training goes on
 // while a step's files reach the disk (docs/PERFORMANCE.md, "Background checkpoints").
 //
+// The writer opens the job's directory once, when it is made, and holds it
+// (model::HeldDirectory): every later step is written there, relative to that descriptor and
+// never through a symlink, even if the directory is renamed or replaced meanwhile.
+//
 // At a checkpoint step the trainer snapshots its state into host memory (SnapshotShard,
 // sharded_checkpoint.h: each file's complete bytes and manifest entry) and hands the files to
 // Submit; training continues at once. On a thread of its own the writer then
@@ -11,7 +15,13 @@
 //      (dtrain.CheckpointRankEntries, with the run token),
 //   3. on rank 0 only: waits, at most options.seal_timeout, until every rank of the run has
 //      published its entries of step N, then seals the step with all of them (options.seal:
-//      SealStep writes manifest.json, then moves `latest`).
+//      SealStep writes manifest.json, then moves `latest`), then deletes the sealed steps
+//      beyond options.keep_last (model::PruneSealedSteps).
+// A job of one writer (world_size 1) skips a step that would not fit: before writing, the
+// file system's free space (fstatvfs) is compared with the step's bytes; a step that does not
+// fit, or that meets ENOSPC while it is written, is removed whole and reported as skipped
+// (CheckpointWritten::skipped), not as a failure, and training goes on. With several ranks a
+// full disk still fails the step (every rank would have to agree to skip it).
 // At most one step is in flight: Submit first waits for the previous one (that wait is
 // reported as part of CheckpointWritten::blocked_seconds). A step that fails to write or seal
 // is an error naming the step, the rank and the file; it never touches an earlier sealed step
@@ -40,6 +50,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/checkpoint.pb.h"
+#include "worker/model/held_directory.h"
 #include "worker/parallel/manifest.h"
 #include "worker/training_run.h"
 
@@ -54,8 +65,14 @@ struct CheckpointWriterOptions {
   std::string run_token;
   // Rank 0: how long to wait for the other ranks' entries once its own are written.
   absl::Duration seal_timeout = absl::Seconds(60);
-  // Rank 0: seals `step` from every rank's entries (manifest, then `latest`).
-  std::function<absl::Status(int64_t step, std::vector<ShardFileEntry> entries)> seal;
+  // Rank 0: seals `step` from every rank's entries (manifest, then `latest`) in `dir`, the
+  // job directory the writer holds.
+  std::function<absl::Status(const model::HeldDirectory& dir, int64_t step,
+                             std::vector<ShardFileEntry> entries)>
+      seal;
+  // Rank 0, after each seal: the retention of model::PruneSealedSteps (0: keep every step).
+  int keep_last = 0;
+  int64_t keep_every = 0;
   // false: Submit returns only once the step is written (and sealed, on rank 0): the
   // synchronous checkpoints of earlier versions, kept to measure against.
   bool background = true;
@@ -66,6 +83,8 @@ std::string RankEntriesFileName(int rank);
 
 class CheckpointWriter {
  public:
+  // Opens options.dir (created if missing) and holds it; Submit returns the error if it could
+  // not be opened.
   explicit CheckpointWriter(CheckpointWriterOptions options);
   // Waits for this rank's own writes; rank 0 stops waiting for other ranks at once (Abandon).
   ~CheckpointWriter();
@@ -93,12 +112,13 @@ class CheckpointWriter {
   // Steps 1-3 of the header for one step; on the writer's thread.
   absl::StatusOr<CheckpointWritten> Write(int64_t step, std::vector<PendingFile> files);
   absl::StatusOr<std::vector<ShardFileEntry>> AwaitEntries(int64_t step,
-                                                           const std::string& step_dir);
+                                                           const model::HeldDirectory& step_dir);
   void Join();  // joins the thread of the step in flight, if any
 
   const CheckpointWriterOptions options_;
-  std::thread thread_;          // the step in flight (joinable) or none
-  int64_t last_step_ = -1;      // the last step submitted
+  const absl::StatusOr<model::HeldDirectory> dir_;  // options_.dir, held
+  std::thread thread_;                              // the step in flight (joinable) or none
+  int64_t last_step_ = -1;                          // the last step submitted
   double blocked_seconds_ = 0;  // the step in flight's snapshot and wait for its predecessor
   absl::Mutex mu_;
   absl::CondVar changed_;
@@ -108,8 +128,10 @@ class CheckpointWriter {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);  // a step failed: every later call returns it
 };
 
-// Whether the sealed step in `step_dir` is intact: its manifest parses and every file it lists
-// is there with the size and checksum it records. OK, or DataLoss saying what is damaged in
+// Whether the sealed step in `step_dir` is intact: its manifest parses, matches its own
+// checksum (version 3), names only plain file names, and every file it lists is there (a
+// regular file, not a symlink) with the size it records (checked before reading: a larger file
+// is never read) and the checksum it records. OK, or DataLoss saying what is damaged in
 // short words ("model-pp0-tp0-c0.safetensors: checksum differs"). Reads every file once; the
 // model::StepCheck that resuming applies to a job's newest step (model::ResolveCheckpoint).
 // A one-worker step of the format before issue 12 (no manifest) has nothing to verify: OK.
@@ -121,6 +143,13 @@ absl::Status VerifySealedStep(const std::string& step_dir);
 // taken), which no resume takes for a step. Others (another job's directory) are left alone.
 // Call on one rank (rank 0), before any rank can reach those steps.
 absl::Status SetAsideDamagedSteps(const std::string& dir, const std::vector<std::string>& damaged);
+
+// What rank 0 does to job directory `dir` before a run writes its first step: sets `damaged`
+// aside (SetAsideDamagedSteps), then removes what writers killed or cancelled earlier left
+// (model::RemoveOrphans: temporary files, unsealed steps; never a sealed step). Returns a
+// sentence for the job's log when something was removed, else "".
+absl::StatusOr<std::string> PrepareJobDirectory(const std::string& dir,
+                                                const std::vector<std::string>& damaged);
 
 }  // namespace dtrain::parallel
 

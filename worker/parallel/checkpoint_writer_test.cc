@@ -83,7 +83,9 @@ CheckpointWriterOptions Options(const std::string& dir, int rank, int world, Sea
   o.world_size = world;
   o.run_token = "run-1";
   o.seal_timeout = absl::Seconds(10);
-  if (sealer != nullptr) o.seal = [sealer](int64_t s, auto e) { return (*sealer)(s, e); };
+  if (sealer != nullptr) {
+    o.seal = [sealer](const model::HeldDirectory&, int64_t s, auto e) { return (*sealer)(s, e); };
+  }
   return o;
 }
 
@@ -397,6 +399,197 @@ TEST(ResolveCheckpoint, MissingNewestStepFallsBack) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->step, 30);
   EXPECT_EQ(c->note, "step_00000050 is damaged (missing); resuming from step_00000030");
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
+
+namespace dtrain::parallel {
+namespace {
+
+using ::testing::HasSubstr;
+
+void Replace(const std::string& path, const std::string& from, const std::string& to) {
+  std::string text = *ReadFileToString(path);
+  const size_t at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from << " in " << path;
+  ASSERT_TRUE(WriteFileAtomically(path, text.replace(at, from.size(), to)).ok());
+}
+
+// A shared checkpoint directory's writer cannot make a resume read outside it, or read a
+// planted huge file: each is a damaged step, and the resume falls back past it.
+TEST(VerifySealedStep, RefusesEscapingNamesSymlinksAndOversizedFilesUnread) {
+  const std::string dir = ThreeSealedSteps("verify_hostile");
+  const std::string manifest = absl::StrCat(StepDir(dir, 30), "/", kManifestFileName);
+  Replace(manifest, "\"model-r0.safetensors\"", "\"../../etc/shadow\"");
+  EXPECT_EQ(VerifySealedStep(StepDir(dir, 30)),
+            absl::DataLossError("manifest.json: entry \"../../etc/shadow\" is not a plain file "
+                                "name (refused unopened)"));
+  // A 4 GiB sparse file in the shard's place: refused by its size, never read.
+  const std::string shard = absl::StrCat(StepDir(dir, 20), "/model-r0.safetensors");
+  ASSERT_EQ(truncate(shard.c_str(), int64_t{4} << 30), 0);
+  EXPECT_EQ(VerifySealedStep(StepDir(dir, 20)),
+            absl::DataLossError("model-r0.safetensors: 4294967296 bytes, the manifest says 4096"));
+  // A shard that is a symlink (to an identical file) is not followed.
+  const std::string good = absl::StrCat(StepDir(dir, 10), "/model-r0.safetensors");
+  ASSERT_EQ(rename(good.c_str(), (good + ".real").c_str()), 0);
+  ASSERT_EQ(symlink((good + ".real").c_str(), good.c_str()), 0);
+  absl::Status s = VerifySealedStep(StepDir(dir, 10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("is a symbolic link, which a checkpoint never follows"));
+  absl::StatusOr<model::CheckpointStep> c = model::ResolveCheckpoint(dir, VerifySealedStep);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(VerifySealedStep, ASymlinkedStepDirectoryIsNeverACandidate) {
+  const std::string dir = ThreeSealedSteps("symlinked_step");
+  const std::string outside = ThreeSealedSteps("symlinked_step_outside");
+  ASSERT_EQ(symlink(StepDir(outside, 30).c_str(), StepDir(dir, 40).c_str()), 0);
+  ASSERT_TRUE(model::PointLatestAt(dir, 40).ok());
+  absl::StatusOr<model::CheckpointStep> c = model::ResolveCheckpoint(dir, VerifySealedStep);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->step, 30);
+  EXPECT_EQ(c->note,
+            "step_00000040 is damaged (a symbolic link or special file, never followed); "
+            "resuming from step_00000030");
+  EXPECT_THAT(VerifySealedStep(StepDir(dir, 40)).message(), HasSubstr("symbolic link"));
+}
+
+// `latest` deleted, empty or garbage (non-UTF-8 included): the newest intact sealed step, found
+// by scanning, with one note that is valid UTF-8.
+TEST(ResolveCheckpoint, AnUnusableLatestFallsBackByScanning) {
+  const std::string dir = ThreeSealedSteps("latest_unusable");
+  const std::string latest = absl::StrCat(dir, "/", kLatestFileName);
+  for (const auto& [contents, said] : std::vector<std::pair<std::string, std::string>>{
+           {"", "latest is empty"},
+           {"\n  \n", "latest is empty"},
+           {std::string("\xff\xfe step_\0\x80", 10),
+            "latest holds \"\\xff\\xfe step_\\x00\\x80\", not the name of a step directory"},
+           {"step_00000030/../../x", "latest holds \"step_00000030/../../x\", not the name"},
+           {"(none)", "latest is missing"},
+       }) {
+    if (contents == "(none)") {
+      ASSERT_EQ(unlink(latest.c_str()), 0);
+    } else {
+      ASSERT_TRUE(WriteFileAtomically(latest, contents).ok());
+    }
+    for (const model::StepCheck& check : {model::StepCheck(VerifySealedStep), model::StepCheck()}) {
+      absl::StatusOr<model::CheckpointStep> c = model::ResolveCheckpoint(dir, check);
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ(c->step, 30);
+      EXPECT_THAT(c->note, HasSubstr(said));
+      EXPECT_THAT(c->note, HasSubstr("; resuming from step_00000030, the newest intact sealed "
+                                     "step"));
+    }
+  }
+  EXPECT_TRUE(model::HasSealedStep(dir));
+  Corrupt(absl::StrCat(StepDir(dir, 30), "/model-r0.safetensors"));
+  EXPECT_EQ(model::ResolveCheckpoint(dir, VerifySealedStep)->note,
+            "latest is missing, step_00000030 is damaged (model-r0.safetensors: checksum "
+            "differs); resuming from step_00000020, the newest intact sealed step");
+}
+
+TEST(CheckpointWriter, ADirectorySwappedForASymlinkMidRunKeepsReceivingTheSteps) {
+  const std::string parent = FreshDir("swapped");
+  const std::string outside = FreshDir("swapped_outside");
+  const std::string dir = parent + "/job-000001";
+  Sealer sealer{dir};
+  CheckpointWriter writer(Options(dir, 0, 1, &sealer));
+  ASSERT_TRUE(writer.Submit(10, FilesOf(0, 10), 0.0).ok());
+  ASSERT_TRUE(writer.Finish().ok());
+  ASSERT_EQ(rename(dir.c_str(), (parent + "/moved").c_str()), 0);
+  ASSERT_EQ(symlink(outside.c_str(), dir.c_str()), 0);
+  ASSERT_TRUE(writer.Submit(20, FilesOf(0, 20), 0.0).ok());
+  // The test's sealer writes by path (the symlink); the writer's own files must not follow it.
+  (void)writer.Finish();
+  EXPECT_EQ(access((parent + "/moved/step_00000020/model-r0.safetensors").c_str(), F_OK), 0);
+  EXPECT_EQ(access((outside + "/step_00000020/model-r0.safetensors").c_str(), F_OK), -1);
+}
+
+TEST(PrepareJobDirectory, RemovesOrphansNeverASealedStep) {
+  const std::string dir = ThreeSealedSteps("orphans");
+  ASSERT_TRUE(WriteFileAtomically(StepDir(dir, 20) + "/model-r0.safetensors.tmp.4242", "x").ok());
+  ASSERT_TRUE(MakeDirectories(StepDir(dir, 40)).ok());
+  ASSERT_TRUE(WriteFileAtomically(StepDir(dir, 40) + "/model-r0.safetensors.tmp.4242", "x").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/latest.tmp.4242", "x").ok());
+  absl::StatusOr<std::string> said = PrepareJobDirectory(dir, {});
+  ASSERT_TRUE(said.ok()) << said.status();
+  EXPECT_EQ(*said, absl::StrCat("removed 1 unsealed step (step_00000040) and 2 temporary files "
+                                "(latest.tmp.4242, step_00000020/model-r0.safetensors.tmp.4242) "
+                                "left in ",
+                                dir, " by an earlier run that did not finish them"));
+  for (int64_t step : {10, 20, 30}) EXPECT_TRUE(VerifySealedStep(StepDir(dir, step)).ok());
+  EXPECT_EQ(access(StepDir(dir, 40).c_str(), F_OK), -1);
+  EXPECT_EQ(*PrepareJobDirectory(dir, {}), "");
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
+
+namespace dtrain::parallel {
+namespace {
+
+std::vector<std::string> StepDirsIn(const std::string& dir) {
+  const absl::StatusOr<model::HeldDirectory> held = model::HeldDirectory::Open(dir);
+  const absl::StatusOr<std::vector<std::string>> all = held->Names();
+  std::vector<std::string> names;
+  for (const std::string& name : *all) {
+    if (name.rfind("step_", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+// keep_last 2, keep_every 20: after each seal only the newest two sealed steps and the
+// milestones remain; an unsealed step and a set-aside damaged one are left to RemoveOrphans.
+TEST(CheckpointWriter, RetentionKeepsTheNewestStepsAndMilestones) {
+  const std::string dir = FreshDir("retention");
+  ASSERT_TRUE(MakeDirectories(dir + "/damaged-step_00000005").ok());
+  Sealer sealer{dir};
+  CheckpointWriterOptions o = Options(dir, 0, 1, &sealer);
+  o.keep_last = 2;
+  o.keep_every = 20;
+  CheckpointWriter writer(o);
+  for (int64_t step = 10; step <= 70; step += 10) {
+    ASSERT_TRUE(writer.Submit(step, FilesOf(0, step), 0.0).ok());
+    ASSERT_TRUE(writer.Finish().ok());
+    if (step == 30) {
+      EXPECT_THAT(StepDirsIn(dir), ElementsAre("step_00000020", "step_00000030"));
+    }
+  }
+  EXPECT_THAT(StepDirsIn(dir),
+              ElementsAre("step_00000020", "step_00000040", "step_00000060", "step_00000070"));
+  EXPECT_EQ(Latest(dir), "step_00000070\n");
+  EXPECT_EQ(access((dir + "/damaged-step_00000005").c_str(), F_OK), 0);
+  // `latest` naming an older step (a seal cut short) keeps that step too.
+  ASSERT_TRUE(model::PointLatestAt(dir, 60).ok());
+  absl::StatusOr<std::vector<std::string>> deleted =
+      model::PruneSealedSteps(*model::HeldDirectory::Open(dir), 1, 0);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_THAT(*deleted, ElementsAre("step_00000020", "step_00000040"));
+  EXPECT_THAT(StepDirsIn(dir), ElementsAre("step_00000060", "step_00000070"));
+  EXPECT_EQ(model::PruneSealedSteps(*model::HeldDirectory::Open(dir), 0, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
+
+namespace dtrain::parallel {
+namespace {
+
+// A one-worker job without checkpoint.dir leaves its final weights and its claim only: `dtrain
+// export` says what the directory is, not that it is an old format.
+TEST(ResolveCheckpoint, AJobDirectoryWithOnlyFinalWeightsSaysSo) {
+  const std::string dir = FreshDir("final_weights_only");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/model.safetensors", "weights").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/job.json", "{}").ok());
+  absl::StatusOr<Manifest> m = ReadManifest(dir);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(m.status().message(),
+              HasSubstr(dir + " holds a job's final weights (model.safetensors) but no "
+                              "checkpoint step"));
+  EXPECT_THAT(m.status().message(), ::testing::Not(HasSubstr("version 1")));
+  EXPECT_FALSE(model::HasSealedStep(dir));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "worker/parallel/manifest.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 #include <algorithm>
@@ -18,19 +19,17 @@
 #include "proto/checkpoint.pb.h"
 #include "worker/model/checkpoint_dir.h"
 #include "worker/model/config_proto.h"
+#include "worker/model/held_directory.h"
 
 namespace dtrain::parallel {
 namespace {
 
 constexpr char kShardFormat[] = "dtrain-shard-v2";
+constexpr char kSelfChecksumKey[] = "\"manifest_xxh3_64\"";
+constexpr char kSelfChecksumPlaceholder[] = "0000000000000000";
 
 absl::Status Corrupt(const std::string& path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat(path, ": ", what));
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
 }
 
 const char* KindName(ShardFileKind kind) {
@@ -92,6 +91,11 @@ ShardFileEntry ToEntry(const ShardFile& f, ChecksumKind checksum) {
 
 absl::StatusOr<ShardFile> FromEntry(const ShardFileEntry& e, ChecksumKind checksum,
                                     const std::string& where) {
+  // Before anything else: a name is only ever opened inside its step directory.
+  if (!model::IsPlainFileName(e.name())) {
+    return Corrupt(where, absl::StrCat("entry name \"", model::QuoteBytes(e.name()),
+                                       "\" is not a plain file name (refused unopened)"));
+  }
   ShardFile f;
   if (e.kind() != "model" && e.kind() != "optimizer") {
     return Corrupt(where, absl::StrCat("unknown kind \"", e.kind(), "\""));
@@ -289,6 +293,7 @@ absl::StatusOr<std::string> ManifestToJson(const Manifest& m) {
   d.set_batch_size(m.data.batch_size);
   d.set_seq_len(m.data.seq_len);
   for (const ShardFile& f : m.files) *proto.add_files() = ToEntry(f, m.checksum);
+  proto.set_manifest_xxh3_64(kSelfChecksumPlaceholder);  // replaced by the checksum below
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
   options.always_print_primitive_fields = true;  // zero1: false, dp_rank: 0 are written too
@@ -299,7 +304,44 @@ absl::StatusOr<std::string> ManifestToJson(const Manifest& m) {
     return absl::InternalError(
         absl::StrCat("manifest of step ", m.step, " as JSON: ", std::string(status.message())));
   }
+  // The checksum of the bytes as written, with the placeholder, put in the placeholder's place.
+  const size_t key = json.find(kSelfChecksumKey);
+  const size_t at = key == std::string::npos ? key : json.find(kSelfChecksumPlaceholder, key);
+  if (at == std::string::npos) {
+    return absl::InternalError(
+        absl::StrCat("manifest of step ", m.step, " has no ", kSelfChecksumKey, " to fill in"));
+  }
+  const std::string hex = Hex(ShardChecksum(json));
+  json.replace(at, hex.size(), hex);
   return json;
+}
+
+absl::Status VerifyManifestChecksum(absl::string_view json, int version, const std::string& path) {
+  const size_t key = json.find(kSelfChecksumKey);
+  if (key == absl::string_view::npos) {
+    if (version < 3) return absl::OkStatus();
+    return Corrupt(path, absl::StrCat("a version ", version, " manifest must hold its own ",
+                                      "checksum (manifest_xxh3_64) and this one has none"));
+  }
+  if (json.find(kSelfChecksumKey, key + 1) != absl::string_view::npos) {
+    return Corrupt(path, "manifest_xxh3_64 appears twice");
+  }
+  // The value: the first 16 characters after the key's colon and opening quote.
+  size_t at = key + std::strlen(kSelfChecksumKey);
+  while (at < json.size() && (json[at] == ' ' || json[at] == ':' || json[at] == '\n')) ++at;
+  uint64_t recorded = 0;
+  if (at + 17 > json.size() || json[at] != '"' ||
+      !absl::SimpleHexAtoi(json.substr(at + 1, 16), &recorded) || json[at + 17] != '"') {
+    return Corrupt(path, "manifest_xxh3_64 is not 16 hex digits");
+  }
+  std::string zeroed(json);
+  zeroed.replace(at + 1, 16, kSelfChecksumPlaceholder);
+  const uint64_t actual = ShardChecksum(zeroed);
+  if (actual == recorded) return absl::OkStatus();
+  return Corrupt(path,
+                 absl::StrCat("its bytes have xxh3_64 ", Hex(actual), ", not the ", Hex(recorded),
+                              " it records (manifest_xxh3_64): the manifest was "
+                              "altered or damaged after it was sealed"));
 }
 
 absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string& path) {
@@ -312,20 +354,23 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string
   if (proto.format() == kManifestFormat && proto.version() == 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         path,
-        " is a checkpoint of format version 1 (dtrain before issue 12), whose shards "
+        " is a checkpoint of format version 1, whose shards "
         "fit only the layout that wrote them (dp=",
         proto.layout().dp(), " pp=", proto.layout().pp(), " tp=", proto.layout().tp(),
         " virtual_stages=", proto.layout().virtual_stages(), proto.layout().zero1() ? " zero1" : "",
-        "); this dtrain reads version ", kManifestVersion,
+        "); this dtrain reads version ", kManifestVersion, " and ", kOldestReadableVersion,
         ". Resume it with the dtrain version "
         "that wrote it and the same layout, or export it with that version (dtrain export) and "
         "start from the exported file as init_checkpoint"));
   }
-  if (proto.format() != kManifestFormat || proto.version() != kManifestVersion) {
+  if (proto.format() != kManifestFormat || proto.version() < kOldestReadableVersion ||
+      proto.version() > kManifestVersion) {
     return Corrupt(path,
-                   absl::StrCat("format \"", proto.format(), "\" version ", proto.version(),
-                                ", expected \"", kManifestFormat, "\" version ", kManifestVersion));
+                   absl::StrCat("format \"", model::QuoteBytes(proto.format()), "\" version ",
+                                proto.version(), ", expected \"", kManifestFormat, "\" version ",
+                                kOldestReadableVersion, " to ", kManifestVersion));
   }
+  RETURN_IF_ERROR(VerifyManifestChecksum(json, proto.version(), path));
   Manifest m;
   if (proto.checksum() == ChecksumName(ChecksumKind::kXxh3_64)) {
     m.checksum = ChecksumKind::kXxh3_64;
@@ -348,7 +393,7 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string
   for (const ShardFileEntry& e : proto.files()) {
     ASSIGN_OR_RETURN(ShardFile f, FromEntry(e, m.checksum,
                                             absl::StrCat(path, ": files[", m.files.size(), "] (",
-                                                         e.name(), ")")));
+                                                         model::QuoteBytes(e.name()), ")")));
     m.files.push_back(std::move(f));
   }
   return m;
@@ -430,22 +475,43 @@ class StreamingChecksum {
 
 }  // namespace
 
+absl::StatusOr<uint64_t> ChecksumOfFile(int fd, ChecksumKind kind) {
+  StreamingChecksum checksum(kind);
+  std::string piece(4 << 20, '\0');
+  while (true) {
+    const ssize_t n = read(fd, piece.data(), piece.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::ErrnoToStatus(errno, "read");
+    if (n == 0) return checksum.Digest();
+    checksum.Update(absl::string_view(piece.data(), static_cast<size_t>(n)));
+  }
+}
+
 absl::Status ReadVerifiedArrays(const std::string& step_dir, const ShardFile& entry,
                                 ChecksumKind kind,
                                 const std::function<bool(const std::string& name)>& wanted,
                                 const TakeArray& take) {
   const std::string path = absl::StrCat(step_dir, "/", entry.FileName());
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
+  absl::StatusOr<model::HeldDirectory> dir = model::OpenStepDirectory(step_dir);
+  if (!dir.ok()) return absl::DataLossError(dir.status().message());
+  // Never more than the manifest says: a planted 4 GB file is refused before it is read.
+  int64_t file_size = 0;
+  absl::StatusOr<int> fd = dir->OpenFile(entry.FileName(), entry.bytes, &file_size);
+  if (!fd.ok()) {
     return absl::DataLossError(
-        absl::StrCat(path, ": listed in the manifest but unreadable: ", std::strerror(errno)));
+        absl::StrCat(path, ": listed in the manifest but unreadable: ", fd.status().message()));
+  }
+  std::FILE* f = fdopen(*fd, "rb");
+  if (f == nullptr) {
+    close(*fd);
+    return absl::DataLossError(absl::StrCat(path, ": ", std::strerror(errno)));
   }
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, &std::fclose);
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || st.st_size != entry.bytes) {
-    return absl::DataLossError(absl::StrCat(path, ": ", int64_t{st.st_size},
-                                            " bytes, but the manifest says ", entry.bytes,
-                                            " (truncated or rewritten)"));
+  st.st_size = file_size;
+  if (file_size != entry.bytes) {
+    return absl::DataLossError(absl::StrCat(path, ": ", file_size, " bytes, but the manifest says ",
+                                            entry.bytes, " (truncated or rewritten)"));
   }
   StreamingChecksum checksum(kind);
   int64_t offset = 0;  // bytes read so far
@@ -553,12 +619,13 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step
   ASSIGN_OR_RETURN(const model::CheckpointStep checkpoint, model::ResolveCheckpoint(path));
   const std::string& step_dir = checkpoint.step_dir;
   const std::string manifest_path = absl::StrCat(step_dir, "/", kManifestFileName);
-  absl::StatusOr<std::string> json = ReadFileToString(manifest_path);
+  ASSIGN_OR_RETURN(const model::HeldDirectory held, model::OpenStepDirectory(step_dir));
+  absl::StatusOr<std::string> json = held.ReadFile(kManifestFileName, model::kMaxManifestBytes);
   if (absl::IsNotFound(json.status())) {
-    if (Exists(absl::StrCat(step_dir, "/", model::kModelFileName))) {
+    if (held.KindOf(model::kOptimizerFileName) == model::HeldDirectory::Kind::kFile) {
       return absl::FailedPreconditionError(absl::StrCat(
-          step_dir, " is a one-worker checkpoint of dtrain before issue 12 (",
-          model::kModelFileName, ", no ", kManifestFileName,
+          step_dir, " is a one-worker checkpoint of format version 1 (", model::kModelFileName,
+          " sealed by ", model::kOptimizerFileName, ", no ", kManifestFileName,
           "), which this dtrain does not "
           "resume: resume it with the dtrain version that wrote it, or start from its weights "
           "with init_checkpoint=",
@@ -568,7 +635,7 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step
         absl::StrCat(step_dir, " is not a complete sharded checkpoint: it has no ",
                      kManifestFileName, " (its save did not finish)"));
   }
-  RETURN_IF_ERROR(json.status());
+  if (!json.ok()) return absl::DataLossError(json.status().message());
   ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(*json, manifest_path));
   if (manifest.step != checkpoint.step) {
     return absl::DataLossError(absl::StrCat(manifest_path, ": holds step ", manifest.step,

@@ -8,7 +8,7 @@
 //   DIR/step_00000042/manifest.json                         what makes the step complete
 //   DIR/latest                                              "step_00000042", moved last
 //
-// The format is layout-free (version 2): every stored array names its GPT-2 tensor, that
+// The format is layout-free (since version 2): every stored array names its GPT-2 tensor, that
 // tensor's global shape and where the array's elements sit in it (TensorShard: boxes of the
 // global tensor and a flat range of them), as PyTorch DCP and Megatron's ShardedTensor do. A
 // job of any layout loads a step by intersecting what each of its ranks holds with what was
@@ -17,10 +17,11 @@
 //
 // The manifest names every file with its coordinates, its arrays, size and XXH3-64 checksum, so
 // a reader never trusts a half-written step (no manifest) or a damaged file (size or checksum
-// differs). The manifest is the protobuf message dtrain.CheckpointManifest
-// (proto/checkpoint.proto) in protobuf's JSON mapping. This header holds the data types, the
-// file names, the checksum, the manifest's JSON, reading a step's manifest, the verified read
-// of a listed file and the geometry of stored arrays; the save/load logic is in
+// differs), and (version 3) the manifest's checksum of its own bytes, so that an altered step
+// number, data position or AdamW step count is found too. The manifest is the protobuf message
+// dtrain.CheckpointManifest (proto/checkpoint.proto) in protobuf's JSON mapping. This header holds
+// the data types, the file names, the checksum, the manifest's JSON, reading a step's manifest, the
+// verified read of a listed file and the geometry of stored arrays; the save/load logic is in
 // sharded_checkpoint.h, the export in checkpoint_export.h. None of it links the model or the
 // kernels.
 #ifndef DTRAIN_WORKER_PARALLEL_MANIFEST_H_
@@ -46,7 +47,9 @@ namespace dtrain::parallel {
 // Step directories and `latest` are named by common/job_paths.h (StepDirName, kLatestFileName).
 inline constexpr char kManifestFileName[] = "manifest.json";
 inline constexpr char kManifestFormat[] = "dtrain-sharded-checkpoint";
-inline constexpr int kManifestVersion = 2;
+inline constexpr int kManifestVersion = 3;        // written
+inline constexpr int kOldestReadableVersion = 2;  // read: 2 (no checksum of its own) and 3
+// A manifest larger than model::kMaxManifestBytes (checkpoint_dir.h) is refused unread.
 
 // The parallel layout a checkpoint was written under: which files a complete step has. A
 // resume may use any other.
@@ -58,8 +61,8 @@ struct CheckpointLayout {
 
 enum class ShardFileKind { kModel, kOptimizer };
 
-// How a manifest's file checksums are computed. dtrain writes XXH3; manifests written before
-// issue 11 hold FNV-1a and are still verified with it (the manifest's "checksum" says which).
+// How a manifest's file checksums are computed. dtrain writes XXH3; older version 2 manifests
+// may hold FNV-1a and are still verified with it (the manifest's "checksum" says which).
 enum class ChecksumKind { kXxh3_64, kFnv1a64 };
 
 // "xxh3_64", "fnv1a64": the manifest's "checksum" value and the key of each file's checksum.
@@ -69,6 +72,9 @@ absl::string_view ChecksumName(ChecksumKind kind);
 // xxhash.xxh3_64_intdigest), or FNV-1a-64 (offset basis 0xcbf29ce484222325, prime
 // 0x100000001b3, one byte at a time; about 20 times slower, kept to verify old manifests).
 uint64_t ShardChecksum(absl::string_view bytes, ChecksumKind kind = ChecksumKind::kXxh3_64);
+
+// The checksum of everything left to read from open file `fd`, read a piece at a time.
+absl::StatusOr<uint64_t> ChecksumOfFile(int fd, ChecksumKind kind);
 
 // How far into the data a step is (dtrain.DataPosition): a resume must read on from there.
 struct DataPosition {
@@ -167,14 +173,21 @@ struct Manifest {
   const ShardFile* Find(ShardFileKind kind, int dp_rank, int pp_rank, int tp_rank, int chunk) const;
 };
 
-// The manifest as JSON (protobuf's JSON mapping of dtrain.CheckpointManifest, pretty-printed)
-// and back. ParseManifest accepts integers as numbers and FNV-1a checksums. Parse errors are
-// DataLoss naming `path` and the problem (malformed JSON, unknown key, wrong format, a missing
-// checksum); a version 1 manifest (dtrain before issue 12: one layout's local shapes) is
-// FailedPrecondition saying how to carry it over (resume it with the dtrain version that wrote
-// it, or export it with that version and start from init_checkpoint).
+// The manifest as JSON (protobuf's JSON mapping of dtrain.CheckpointManifest, pretty-printed,
+// version 3 with its own checksum) and back. ParseManifest reads versions 2 and 3, accepts
+// integers as numbers and FNV-1a checksums. Parse errors are DataLoss naming `path` and the
+// problem (malformed JSON, unknown key, wrong format, a missing checksum, a manifest whose
+// bytes differ from its own checksum, an entry name that is not a plain file name); a version
+// 1 manifest (one layout's local shapes) is FailedPrecondition saying how to carry it over
+// (resume it with the dtrain version that wrote it, or export it with that version and start
+// from init_checkpoint).
 absl::StatusOr<std::string> ManifestToJson(const Manifest& manifest);
 absl::StatusOr<Manifest> ParseManifest(absl::string_view json, const std::string& path);
+
+// The manifest's checksum of itself (dtrain.CheckpointManifest.manifest_xxh3_64): OK when the
+// bytes of `json` match it; DataLoss naming `path` when they differ or, from version 3 on,
+// when it is missing. Version 2 manifests without one pass. ParseManifest calls it.
+absl::Status VerifyManifestChecksum(absl::string_view json, int version, const std::string& path);
 
 // Every file a complete step of `layout` holds (coordinates only), in manifest order.
 std::vector<ShardFile> ExpectedFiles(const CheckpointLayout& layout);
@@ -182,7 +195,8 @@ std::vector<ShardFile> ExpectedFiles(const CheckpointLayout& layout);
 // Reads the manifest of `path` (a job directory through its `latest`, or a step directory;
 // resolved by model::ResolveCheckpoint, whose errors it returns). NotFound when `path` does not
 // exist; FailedPrecondition when the step has no manifest. `step_dir` gets the absolute step
-// directory. Reads only.
+// directory. Reads only, through model::OpenStepDirectory (no symlink followed; a manifest
+// above model::kMaxManifestBytes refused unread).
 // Checks that the manifest lists exactly the files of its layout (DataLoss naming it).
 absl::StatusOr<Manifest> ReadManifest(const std::string& path, std::string* step_dir = nullptr);
 
@@ -198,7 +212,9 @@ absl::StatusOr<ShardFile> ParseShardMetadata(const std::map<std::string, std::st
 // `take` as fp32, one array in memory at a time (so a rank never holds a whole file). What
 // `take` got is only trustworthy once this returns OK: the size and checksum are compared at
 // the end. Every failure is DataLoss naming the file (missing, another size, another checksum,
-// a header that does not parse), or take's error.
+// a header that does not parse), or take's error. The file is opened under the step directory
+// without following a symlink, and one of another size than its entry says is refused before
+// anything is read.
 using TakeArray =
     std::function<absl::Status(const model::TensorInfo& info, absl::Span<const float> values)>;
 absl::Status ReadVerifiedArrays(const std::string& step_dir, const ShardFile& entry,

@@ -441,7 +441,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   return metrics;
 }
 
-absl::Status ParallelTrainer::StartWriter() {
+absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
   const TrainingRun& run = options_.run;
   // The run's token: rank 0 draws 48 random bits and the others add zeros, as three 16-bit
   // parts (exact in a float sum).
@@ -458,8 +458,11 @@ absl::Status ParallelTrainer::StartWriter() {
   for (int i = 0; i < 3; ++i) token |= static_cast<uint64_t>(parts[i]) << (16 * i);
   // Every rank has resolved its checkpoint (Create) before the all-reduce returns, and none can
   // write a step before rank 0 trains it: the damaged steps it will redo go aside first.
+  // What killed writers of an earlier run left is removed at the same point.
   if (options_.rank == 0) {
-    RETURN_IF_ERROR(SetAsideDamagedSteps(run.checkpoint_dir, damaged_steps_));
+    ASSIGN_OR_RETURN(const std::string removed,
+                     PrepareJobDirectory(run.checkpoint_dir, damaged_steps_));
+    if (!removed.empty() && callbacks.warning) callbacks.warning(removed);
   }
   CheckpointWriterOptions w;
   w.dir = run.checkpoint_dir;
@@ -469,8 +472,10 @@ absl::Status ParallelTrainer::StartWriter() {
   // A rank whose files take longer than any wait on a peer is as stuck as a silent peer.
   w.seal_timeout = options_.comm_timeout;
   w.background = run.background_checkpoints;
-  w.seal = [dir = run.checkpoint_dir, config = run.model, layout = Identity().layout(),
-            batch = run.batch, seq = run.seq](int64_t step, std::vector<ShardFileEntry> entries) {
+  w.keep_last = run.keep_last;
+  w.keep_every = run.keep_every;
+  w.seal = [config = run.model, layout = Identity().layout(), batch = run.batch, seq = run.seq](
+               const model::HeldDirectory& dir, int64_t step, std::vector<ShardFileEntry> entries) {
     return SealStep(dir, step, config, layout, DataPositionAfter(step, batch, seq),
                     std::move(entries));
   };
@@ -510,7 +515,7 @@ absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
 
 absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
   const TrainingRun& run = options_.run;
-  if (!run.checkpoint_dir.empty()) RETURN_IF_ERROR(StartWriter());
+  if (!run.checkpoint_dir.empty()) RETURN_IF_ERROR(StartWriter(callbacks));
   std::string saved;  // the last step directory written
   CheckpointHooks checkpoints;
   checkpoints.start = [this](int64_t step) { return StartCheckpoint(step); };
@@ -522,7 +527,9 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
         wait ? writer_->Finish() : writer_->TakeFinished();
     if (recorded) recorded->Finish(finished.status());
     ASSIGN_OR_RETURN(std::vector<CheckpointWritten> done, std::move(finished));
-    if (!done.empty()) saved = done.back().dir;
+    for (const CheckpointWritten& c : done) {
+      if (!c.skipped) saved = c.dir;
+    }
     return done;
   };
   RETURN_IF_ERROR(RunTrainingSteps(

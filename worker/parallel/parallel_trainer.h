@@ -151,7 +151,7 @@ class ParallelTrainer {
   absl::Status Timed(const char* op, int64_t floats,
                      const std::function<absl::Status()>& collective);
   // The run's checkpoint writer (its token agreed on by every rank first).
-  absl::Status StartWriter();
+  absl::Status StartWriter(const TrainingCallbacks& callbacks);
   // At a checkpoint step's boundary: this rank's state snapshot handed to writer_.
   absl::Status StartCheckpoint(int64_t step);
   absl::Status RunSteps(const TrainingCallbacks& callbacks);

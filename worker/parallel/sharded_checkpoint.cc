@@ -223,8 +223,15 @@ absl::StatusOr<std::vector<PendingFile>> SnapshotShard(int64_t step, const Shard
 absl::Status SealStep(const std::string& dir, int64_t step, const model::GptConfig& config,
                       const CheckpointLayout& layout, const DataPosition& data,
                       std::vector<ShardFileEntry> entries) {
+  ASSIGN_OR_RETURN(const model::HeldDirectory held, model::HeldDirectory::Open(dir));
+  return SealStep(held, step, config, layout, data, std::move(entries));
+}
+
+absl::Status SealStep(const model::HeldDirectory& dir, int64_t step, const model::GptConfig& config,
+                      const CheckpointLayout& layout, const DataPosition& data,
+                      std::vector<ShardFileEntry> entries) {
   RETURN_IF_ERROR(model::Validate(config));
-  const std::string step_dir = absl::StrCat(dir, "/", StepDirName(step));
+  const std::string step_dir = dir.PathOf(StepDirName(step));
   Manifest manifest;
   manifest.step = step;
   manifest.config = config;
@@ -278,7 +285,8 @@ absl::Status SealStep(const std::string& dir, int64_t step, const model::GptConf
   }
   // The manifest seals the step; only then may `latest` name it.
   ASSIGN_OR_RETURN(const std::string json, ManifestToJson(manifest));
-  RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(step_dir, "/", kManifestFileName), json));
+  ASSIGN_OR_RETURN(const model::HeldDirectory held_step, dir.OpenSubdirectory(StepDirName(step)));
+  RETURN_IF_ERROR(held_step.WriteFileAtomically(kManifestFileName, json));
   return model::PointLatestAt(dir, step);
 }
 

@@ -31,6 +31,7 @@
 #include "worker/model/checkpoint.h"
 #include "worker/model/config.h"
 #include "worker/model/gpt_stage.h"
+#include "worker/model/held_directory.h"
 #include "worker/model/optimizer.h"
 #include "worker/parallel/checkpoint_export.h"
 #include "worker/parallel/manifest.h"
@@ -66,6 +67,10 @@ absl::StatusOr<std::vector<PendingFile>> SnapshotShard(int64_t step, const Shard
 // the layout implies exactly once, every element of every tensor and of both moments stored
 // exactly once, one AdamW step count; FailedPrecondition naming what is missing), then writes
 // DIR/step_N/manifest.json atomically and points DIR/latest at step_N. Reads no shard file.
+// The held job directory's (checkpoint_writer.h) or, by path, one opened for the call.
+absl::Status SealStep(const model::HeldDirectory& dir, int64_t step, const model::GptConfig& config,
+                      const CheckpointLayout& layout, const DataPosition& data,
+                      std::vector<ShardFileEntry> entries);
 absl::Status SealStep(const std::string& dir, int64_t step, const model::GptConfig& config,
                       const CheckpointLayout& layout, const DataPosition& data,
                       std::vector<ShardFileEntry> entries);

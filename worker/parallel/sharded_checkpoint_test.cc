@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -563,7 +564,7 @@ TEST_F(ShardedCheckpointTest, FnvChecksumsAreVerified) {
 }
 
 // Old checkpoints are refused saying how to carry them over: a version 1 sharded step and a
-// one-worker step of dtrain before issue 12 (model.safetensors + optimizer.safetensors).
+// one-worker step of format version 1 (model.safetensors sealed by optimizer.safetensors).
 TEST_F(ShardedCheckpointTest, OldCheckpointsAreRefusedSayingHowToCarryThemOver) {
   const std::string dir = TempDir("v1");
   const std::string step_dir = dir + "/step_00000012";
@@ -587,9 +588,10 @@ TEST_F(ShardedCheckpointTest, OldCheckpointsAreRefusedSayingHowToCarryThemOver) 
   ASSERT_TRUE(model::SaveTensors(one + "/model.safetensors", *job[0].stages[0],
                                  job[0].stages[0]->params(), {{"step", "4"}})
                   .ok());
+  WriteAll(one + "/optimizer.safetensors", ReadAll(one + "/model.safetensors"));
   s = Load(one, job[0].id, job[0].chunks(), job[0].optimizers()).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_THAT(s.message(), HasSubstr("one-worker checkpoint of dtrain before issue 12"));
+  EXPECT_THAT(s.message(), HasSubstr("one-worker checkpoint of format version 1"));
   EXPECT_THAT(s.message(), HasSubstr("init_checkpoint=" + one + "/model.safetensors"));
 }
 
@@ -654,7 +656,8 @@ TEST(ManifestTest, JsonRoundTripsWithTheProtoFieldNames) {
   EXPECT_THAT(json, HasSubstr("\"zero1\": true"));
   EXPECT_THAT(json, HasSubstr("\"has_embedding\": false"));
   EXPECT_THAT(json, HasSubstr("\"n_embd\": 32"));
-  EXPECT_THAT(json, HasSubstr("\"version\": 2"));
+  EXPECT_THAT(json, HasSubstr("\"version\": 3"));
+  EXPECT_THAT(json, ::testing::ContainsRegex("\"manifest_xxh3_64\": \"[0-9a-f]{16}\""));
   EXPECT_THAT(json, HasSubstr("\"consumed_sequences\": \"336\""));
   EXPECT_THAT(json, HasSubstr("\"tensor\": \"h.2.attn.c_attn.bias\""));
   EXPECT_THAT(json, ::testing::Not(HasSubstr("fnv1a64")));
@@ -714,6 +717,17 @@ TEST(ManifestTest, ShardRunsMapAStoredArrayIntoItsGlobalTensor) {
   EXPECT_EQ(runs[0].size, 7);
 }
 
+// `json` with its manifest_xxh3_64 recomputed: what a writer who edits a manifest on purpose
+// can do (docs/SECURITY.md).
+std::string Reseal(std::string json) {
+  const size_t key = json.find("\"manifest_xxh3_64\": \"");
+  if (key == std::string::npos) return json;
+  const size_t at = key + std::strlen("\"manifest_xxh3_64\": \"");
+  json.replace(at, 16, "0000000000000000");
+  json.replace(at, 16, absl::StrFormat("%016x", ShardChecksum(json)));
+  return json;
+}
+
 TEST(ManifestTest, MalformedManifestsAreDataLossNamingThePath) {
   const auto parse = [](const std::string& json) {
     return ParseManifest(json, "dir/manifest.json").status();
@@ -723,12 +737,15 @@ TEST(ManifestTest, MalformedManifestsAreDataLossNamingThePath) {
     std::string json = good;
     const size_t at = json.find(from);
     EXPECT_NE(at, std::string::npos) << from;
-    return json.replace(at, from.size(), to);
+    return Reseal(json.replace(at, from.size(), to));
   };
   for (const auto& [json, problem] : std::vector<std::pair<std::string, std::string>>{
            {"{\"format\": 3}", "not a manifest"},
            {"{\"format\": \"dtrain-sharded-checkpoint\", \"extra\": 1}", "extra"},
-           {with("\"version\": 2", "\"version\": 3"), "version 3, expected"},
+           {with("\"version\": 3", "\"version\": 4"), "version 4, expected"},
+           {with("\"name\": \"model-pp1-tp0-c0.safetensors\"", "\"name\": \"../../etc/shadow\""),
+            "files[1] (../../etc/shadow): entry name \"../../etc/shadow\" is not a plain file "
+            "name (refused unopened)"},
            {with("\"checksum\": \"xxh3_64\"", "\"checksum\": \"md5\""), "unknown checksum \"md5\""},
            {with("\"xxh3_64\": \"fedcba9876543210\"", "\"xxh3_64\": \"fedcba98\""),
             "\"xxh3_64\" is missing or not 16 hex digits"},
@@ -820,6 +837,46 @@ TEST_F(ShardedCheckpointTest, ExportTool) {
   EXPECT_EQ(code, 1);
   EXPECT_THAT(out, HasSubstr("dtrain-export: error: NOT_FOUND: checkpoint " + dir +
                              "/missing does not exist"));
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
+
+namespace dtrain::parallel {
+namespace {
+
+// Version 3 manifests checksum their own bytes: one flipped byte anywhere, or an edited AdamW
+// step count, is DataLoss before any value is used; version 2 ones (no checksum) still parse.
+TEST(ManifestTest, TheManifestsOwnChecksumFindsEveryAlteredByte) {
+  const std::string good = ManifestToJson(OneFileManifest(ChecksumKind::kXxh3_64)).value();
+  ASSERT_TRUE(ParseManifest(good, "m.json").ok());
+  std::string edited = good;
+  const size_t at = edited.find("\"adam_step\": \"42\"");
+  ASSERT_NE(at, std::string::npos);
+  edited.replace(at, std::strlen("\"adam_step\": \"42\""), "\"adam_step\": \"1\"");
+  absl::Status s = ParseManifest(edited, "m.json").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("m.json: its bytes have xxh3_64 "));
+  EXPECT_THAT(s.message(), HasSubstr("the manifest was altered or damaged after it was sealed"));
+  // Every byte flipped in turn: never accepted.
+  int accepted = 0;
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string flipped = good;
+    flipped[i] ^= 0x01;
+    accepted += ParseManifest(flipped, "m.json").ok();
+  }
+  EXPECT_EQ(accepted, 0);
+  // Version 3 without its checksum is refused; version 2 without one is read.
+  std::string bare = good;
+  const size_t key = bare.find(",\n \"manifest_xxh3_64\"");
+  ASSERT_NE(key, std::string::npos);
+  bare.erase(key, bare.find('}', key) - key - 1);
+  s = ParseManifest(bare, "m.json").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("must hold its own checksum (manifest_xxh3_64)"));
+  const size_t version = bare.find("\"version\": 3");
+  bare.replace(version, std::strlen("\"version\": 3"), "\"version\": 2");
+  EXPECT_TRUE(ParseManifest(bare, "m.json").ok()) << ParseManifest(bare, "m.json").status();
 }
 
 }  // namespace

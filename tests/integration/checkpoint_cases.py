@@ -1,0 +1,174 @@
+"""Checkpoints trusted byte for byte (docs/SECURITY.md, "Shared checkpoint directories"): a job
+directory altered while its worker is down (garbage in `latest`, an edited manifest, a symlinked
+step, what killed writers leave) is resumed from the newest intact sealed step, the job's log
+says why in one line each, and nothing outside the directory is read or written.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+
+from harness import Cluster, expect, losses, small_job_spec
+from recovery_cases import FINAL, STEP_DELAY, compare, one_recovery, run_reference, wait_sealed
+
+
+def case_checkpoint_untrusted_fallback(args):
+    """A one-worker job with a spare, checkpoints at steps 10 and 20, kill -9 after step 23;
+    then, before the recovery: `latest` overwritten with non-UTF-8 bytes, step 20's manifest
+    edited (adam_step 20 -> 1, its own checksum left as it was), step_00000030 made a symlink to
+    a directory outside the checkpoint root, an orphan temporary file in step 10 and an unsealed
+    step 25. The recovery resumes from step 10 (found by scanning; the symlink is no candidate),
+    says so in the job's log
+    (latest unusable, step 20 damaged naming manifest.json, the orphans removed), the job
+    SUCCEEDS with every loss equal to the uninterrupted run's, step 30 is written as a real
+    directory and the outside directory is untouched."""
+    with Cluster(args.binaries, "checkpoint_untrusted_fallback") as c:
+        ids = ["w1", "w2"]
+        c.write_corpus()
+        c.start_coordinator()
+        for w in ids:
+            c.start_worker(w, extra=[STEP_DELAY])
+        c.wait_workers({w: "IDLE" for w in ids})
+        ckpt = os.path.join(c.tmp, "ckpt")
+        spec = small_job_spec(ckpt, 30, 10, name="trust")
+        want = run_reference(c, spec, "reference")
+        c.wait_workers({w: "IDLE" for w in ids})
+
+        job_id = c.submit(c.write_spec("altered.json", dict(spec, name="altered")))
+        wait_sealed(c, job_id, 20)
+        job = c.wait_step(job_id, 23, 60)
+        victim = job["placement"]["ranks"][0]["worker_id"]
+        c.workers[victim].signal(signal.SIGKILL)
+
+        job_dir = os.path.join(ckpt, job_id)
+        with open(os.path.join(job_dir, "latest"), "wb") as f:
+            f.write(b"\xff\xfestep_\x00\x80garbage\n")
+        manifest = os.path.join(job_dir, "step_00000020", "manifest.json")
+        with open(manifest) as f:
+            text = f.read()
+        expect('"adam_step": "20"' in text, "no adam_step 20 in %s:\n%s" % (manifest, text))
+        with open(manifest, "w") as f:
+            f.write(text.replace('"adam_step": "20"', '"adam_step": "1"'))
+        outside = os.path.join(c.tmp, "outside")
+        shutil.copytree(os.path.join(job_dir, "step_00000010"), outside)
+        before = sorted(os.listdir(outside))
+        os.symlink(outside, os.path.join(job_dir, "step_00000030"))
+        with open(os.path.join(job_dir, "step_00000010",
+                               "model-pp0-tp0-c0.safetensors.tmp.99999"), "wb") as f:
+            f.write(b"half a file")
+        os.mkdir(os.path.join(job_dir, "step_00000025"))
+        with open(os.path.join(job_dir, "step_00000025", "rank-00000.entries.json.tmp.99999"),
+                  "wb") as f:
+            f.write(b"{")
+
+        done = c.wait_state(job_id, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "after kill -9 and the alterations: %s: %s"
+               % (done["state"], done.get("reason")))
+        r = one_recovery(done)
+        expect(int(r.get("resumed_from_step", 0)) == 10,
+               "want the recovery to fall back to step 10: %s" % r)
+        rc, out, err = c.cli("logs", job_id, timeout=30)
+        resumed = [l for l in out.splitlines() if "resuming from step_00000010" in l]
+        expect(resumed, "the job's log should say why it resumed from step 10:\n%s" % out)
+        line = resumed[0]
+        # The symlinked step 30 is no candidate at all: never opened, never named.
+        for words in ("latest holds \"\\xff\\xfestep_", "not the name of a step directory",
+                      "step_00000020 is damaged (manifest.json: its bytes have xxh3_64"):
+            expect(words in line, "the resume line should say %r:\n%s" % (words, line))
+        removed = [l for l in out.splitlines() if "removed 1 unsealed step (step_00000025)" in l]
+        expect(removed and "temporary file" in removed[0],
+               "the job's log should say the orphans were removed:\n%s" % out)
+        compare(losses(c, job_id), want, 0.0, "resumed past an altered checkpoint directory")
+        step30 = os.path.join(job_dir, "step_00000030")
+        expect(not os.path.islink(step30) and os.path.isfile(os.path.join(step30,
+                                                                          "manifest.json")),
+               "step 30 should be written as a real directory in place of the symlink")
+        expect(sorted(os.listdir(outside)) == before,
+               "the directory outside the root was written: %s" % sorted(os.listdir(outside)))
+        expect(not os.path.exists(os.path.join(job_dir, "step_00000025")) and
+               not any(".tmp." in n for n in os.listdir(os.path.join(job_dir, "step_00000010"))),
+               "the orphans should be gone")
+        print("kill -9 %s at step %s, latest garbage, step 20's manifest edited, step 30 a "
+              "symlink: resumed from step 10; log: %s; %s; losses equal"
+              % (victim, r["last_step"], line.strip(), removed[0].strip()))
+
+
+def case_checkpoint_retention(args):
+    """checkpoint.keep_last 2 and keep_every 5 with a checkpoint every step of a 12-step job:
+    the job SUCCEEDS and its directory holds exactly the sealed steps 5 and 10 (milestones) and
+    11 and 12 (the newest two), `latest` naming 12; a spec with keep_last -1 is refused at
+    submit naming the field."""
+    with Cluster(args.binaries, "checkpoint_retention") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1")
+        c.wait_workers({"w1": "IDLE"})
+        ckpt = os.path.join(c.tmp, "ckpt")
+        spec = small_job_spec(ckpt, 12, 1, name="retention")
+        spec["checkpoint"].update(keep_last=2, keep_every=5)
+        job_id = c.submit(c.write_spec("retention.json", spec))
+        done = c.wait_state(job_id, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "%s: %s" % (done["state"], done.get("reason")))
+        job_dir = os.path.join(ckpt, job_id)
+        steps = sorted(n for n in os.listdir(job_dir) if n.startswith("step_"))
+        want = ["step_%08d" % s for s in (5, 10, 11, 12)]
+        expect(steps == want, "want exactly %s in %s, found %s" % (want, job_dir, steps))
+        for name in steps:
+            expect(os.path.isfile(os.path.join(job_dir, name, "manifest.json")),
+                   "%s is not sealed" % name)
+        with open(os.path.join(job_dir, "latest")) as f:
+            latest = f.read().strip()
+        expect(latest == "step_00000012", "latest names %r" % latest)
+
+        bad = dict(spec, name="bad-retention")
+        bad["checkpoint"] = dict(spec["checkpoint"], keep_last=-1)
+        rc, out, err = c.cli("submit", c.write_spec("bad.json", bad), timeout=30)
+        expect(rc == 2 and "checkpoint.keep_last=-1 must be >= 1" in err,
+               "keep_last -1 should be refused at submit (exit 2): exit %d\n%s%s" % (rc, out, err))
+        print("keep_last 2, keep_every 5, 12 steps checkpointed every step: %s remain; "
+              "keep_last -1 refused: %s" % (", ".join(steps), err.strip().splitlines()[-1]))
+
+
+def case_checkpoint_disk_full(args):
+    """A one-worker job checkpointing every step into a 2 MiB tmpfs (mounted by the test; skipped
+    with a message when mounting is not permitted) with keep_last 2: each step takes about
+    0.7 MiB, so from the third on a checkpoint does not fit and is skipped with an event in the
+    job's log; training goes on, the job SUCCEEDS, and no partial step remains (only sealed
+    step directories)."""
+    with Cluster(args.binaries, "checkpoint_disk_full") as c:
+        small = os.path.join(c.tmp, "small")
+        os.mkdir(small)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", small],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print("SKIPPED checkpoint_disk_full: cannot mount a tmpfs here (%s); the test needs "
+                  "root and CAP_SYS_ADMIN" % (r.stderr.strip() or r.returncode))
+            return
+        try:
+            c.write_corpus()
+            c.start_coordinator()
+            c.start_worker("w1")
+            c.wait_workers({"w1": "IDLE"})
+            spec = small_job_spec(small, 8, 1, name="full")
+            spec["checkpoint"]["keep_last"] = 2
+            job_id = c.submit(c.write_spec("full.json", spec))
+            done = c.wait_state(job_id, FINAL, 120)
+            expect(done["state"] == "SUCCEEDED", "a full disk should not fail the job: %s: %s"
+                   % (done["state"], done.get("reason")))
+            rc, out, err = c.cli("logs", job_id, timeout=30)
+            skips = [l for l in out.splitlines() if "skipped:" in l and "training goes on" in l]
+            expect(skips, "the job's log should say a checkpoint was skipped:\n%s" % out)
+            job_dir = os.path.join(small, job_id)
+            steps = sorted(n for n in os.listdir(job_dir) if n.startswith("step_"))
+            expect(steps, "no sealed step at all in %s" % job_dir)
+            for name in steps:
+                files = os.listdir(os.path.join(job_dir, name))
+                expect("manifest.json" in files and not any(".tmp." in f for f in files),
+                       "%s is a partial step: %s" % (name, files))
+            print("2 MiB tmpfs, a checkpoint every step of 8: SUCCEEDED, %d skipped (%s), "
+                  "left %s" % (len(skips), skips[0].strip(), ", ".join(steps)))
+        finally:
+            for p in reversed(c.processes):  # nothing may hold the tmpfs when it goes
+                p.stop(timeout=5)
+            subprocess.run(["umount", "-l", small], capture_output=True)
