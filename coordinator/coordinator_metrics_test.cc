@@ -180,6 +180,7 @@ TEST_F(CoordinatorMetricsTest, CountsJobsWorkersAndRpcs) {
   ReportProgressResponse progress;
   ASSERT_TRUE(stub_->ReportProgress(Ctx().get(), outcome, &progress).ok());
   EXPECT_TRUE(Watch(id, absl::Seconds(5)).ok());  // replays the history, ends after SUCCEEDED
+  Beat("w1", "");  // it left the job: idle again (worker_registry.h: not at the outcome)
 
   // The stream's status is sent after the client sees it: wait for the server to count it.
   ASSERT_TRUE(WaitFor([&] {
