@@ -139,7 +139,10 @@ def case_partition_not_a_crime(args):
     with Cluster(args.binaries, "partition_not_a_crime") as c:
         c.write_corpus()
         c.start_coordinator()
-        c.start_idle_workers(["w1", "w2"], extra=["--comm_timeout=3s", "--connect_timeout=3s"])
+        # Every byte over TCP: on one host the data would otherwise go through shared memory,
+        # which no iptables rule cuts.
+        c.start_idle_workers(["w1", "w2"], extra=["--comm_timeout=3s", "--connect_timeout=3s",
+                                                   "--shared_memory=false"])
         ports = [int(c.workers_by_id()[w]["address"].rsplit(":", 1)[1]) for w in ("w1", "w2")]
         spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 100000, 5, name="partitioned",
                               parallel={"pp": 2}, fault_tolerance={"max_restarts": 20})

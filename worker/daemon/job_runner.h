@@ -96,6 +96,8 @@ struct JobRunnerOptions {
   std::string peer_listen_address;
   absl::Duration connect_timeout = absl::Seconds(60);
   absl::Duration comm_timeout = absl::Seconds(60);
+  // Multi-worker jobs: peers on this host through shared memory (ParallelJobOptions).
+  bool shared_memory = true;
   // Multi-worker jobs: mutual TLS between peers (ParallelJobOptions::tls).
   TlsFiles peer_tls = TlsFiles::Insecure();
   // The worker's Prometheus metrics (worker_metrics.h); null: none. Must outlive the runner.

@@ -210,6 +210,7 @@ absl::Status ParallelJob::Connect() {
   o.job_secret = placement_.peer_secret();
   o.on_refused = options_.on_refused;
   o.on_data_path = options_.on_data_path;
+  o.shared_memory = options_.shared_memory;
   o.recorder = &recorder_;
   o.tls = options_.tls;
   // Another process listening on this port is an error, not a port to share.

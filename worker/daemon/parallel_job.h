@@ -114,6 +114,8 @@ struct ParallelJobOptions {
   // memory on one host, else the stream, and why); on a gRPC or the connecting thread; may be
   // empty; must not block.
   std::function<void(const comm::DataPathEvent&)> on_data_path;
+  // Peers on this host through shared memory (GrpcTransportOptions::shared_memory).
+  bool shared_memory = true;
   // Mutual TLS of the peer service and channels (GrpcTransportOptions::tls).
   TlsFiles tls = TlsFiles::Insecure();
 };

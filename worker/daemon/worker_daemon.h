@@ -84,6 +84,7 @@ struct WorkerOptions {
   std::string peer_listen_address;
   absl::Duration connect_timeout = absl::Seconds(60);
   absl::Duration comm_timeout = absl::Seconds(60);
+  bool shared_memory = true;  // see JobRunnerOptions
   TlsFiles peer_tls = TlsFiles::Insecure();
   // How long the first registration retries while the coordinator says another live session
   // holds this worker id (ALREADY_EXISTS) before Run gives up: long enough for the lease of a

@@ -70,6 +70,10 @@ ABSL_FLAG(std::string, peer_listen, "",
           "on the port of --advertise_address, e.g. [::]:7071)");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(60),
           "multi-worker jobs: how long to wait for every peer of a new job to answer");
+ABSL_FLAG(bool, shared_memory, true,
+          "multi-worker jobs: send to peers on this host through shared memory in /dev/shm "
+          "(proved by a handshake over the peer stream); false: every byte over the gRPC "
+          "stream (a host whose /dev/shm is small or not shared)");
 ABSL_FLAG(absl::Duration, comm_timeout, absl::Seconds(60),
           "multi-worker jobs: deadline of every send, receive and collective; a peer that "
           "hangs fails the job after this");
@@ -176,6 +180,7 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   }
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.comm_timeout = absl::GetFlag(FLAGS_comm_timeout);
+  options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   options.id_conflict_wait = std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_id_conflict_wait));
   options.peer_listen_address = absl::GetFlag(FLAGS_peer_listen);
   options.host_label = absl::GetFlag(FLAGS_host_label);
