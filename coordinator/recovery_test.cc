@@ -483,7 +483,9 @@ TEST(Recovery, ADrainedWorkersJobMovesOffItAtTheNextSealedCheckpoint) {
   ASSERT_TRUE(h.Register("w2", "s-w2-again").ok());
   const ListWorkersResponse again = h.m().ListWorkers();
   for (const WorkerInfo& w : again.workers()) {
-    if (w.worker_id() == "w2") EXPECT_EQ(w.state(), IDLE);
+    if (w.worker_id() == "w2") {
+      EXPECT_EQ(w.state(), IDLE);
+    }
   }
 }
 

@@ -5,9 +5,11 @@
 # (docs/TESTING.md says what each covers, what it costs and why these subsets):
 #   --config=asan  AddressSanitizer + UndefinedBehaviorSanitizer over ASAN_TESTS
 #   --config=tsan  ThreadSanitizer over TSAN_TESTS (communication and coordinator)
-#   tools/fuzz.sh  every libFuzzer target for FUZZ_SECONDS (60) each
-# DTRAIN_SANITIZERS=0 skips the sanitizer builds, FUZZ_SECONDS=0 the fuzzing. Arguments go to
-# the first `bazel test`. Ends with one line "N passed, M failed", counting every Bazel test of
+#   tools/fuzz.sh  every libFuzzer target for FUZZ_SECONDS (20) each, after replaying its corpus
+#                  (a smoke run inside CI's budget; longer runs by hand: docs/TESTING.md)
+# Each phase prints how long it took ("test.sh: PHASE took N s", the figures docs/TESTING.md
+# keeps). DTRAIN_SANITIZERS=0 skips the sanitizer builds, FUZZ_SECONDS=0 the fuzzing. Arguments
+# go to the first `bazel test`. Ends with one line "N passed, M failed", counting every Bazel test of
 # every build and every fuzz target.
 #
 #   tools/test.sh --quick   everyday work: every unit and oracle test, and a handful of
@@ -48,6 +50,11 @@ count() {  # Adds the Bazel summary lines of $log to the totals.
   passed=$((passed + $(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")))
   failed=$((failed + $(grep -cE "$FAIL_RE" "$log")))
 }
+phase_start=0  # setup.sh ran from the script's start
+phase_done() {  # Prints how long the phase named $1 took, then starts the next one's clock.
+  echo "test.sh: $1 took $((SECONDS - phase_start)) s"
+  phase_start=$SECONDS
+}
 run_bazel() {  # bazel test ARGS..., counted; a build that fails without a test summary counts 1
   bazel test --test_summary=short "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
@@ -67,13 +74,17 @@ if [[ ${1:-} == --quick ]]; then
   exit "$status"
 fi
 
+phase_done setup
 run_bazel //... "$@"
+phase_done "bazel test //..."
 if [[ ${DTRAIN_SANITIZERS:-1} != 0 ]]; then
   run_bazel --config=asan --keep_going "${ASAN_TESTS[@]}"
+  phase_done asan
   run_bazel --config=tsan --keep_going --test_filter="$TSAN_FILTER" "${TSAN_TESTS[@]}"
+  phase_done tsan
 fi
-if [[ ${FUZZ_SECONDS:-60} != 0 ]]; then
-  tools/fuzz.sh --seconds "${FUZZ_SECONDS:-60}" 2>&1 | tee "$log"
+if [[ ${FUZZ_SECONDS:-20} != 0 ]]; then
+  tools/fuzz.sh --seconds "${FUZZ_SECONDS:-20}" 2>&1 | tee "$log"
   fuzz_rc=${PIPESTATUS[0]}
   passed=$((passed + $(grep -cE '^fuzz.sh: [a-z]+ PASSED' "$log")))
   fuzz_failed=$(grep -cE '^fuzz.sh: [a-z]+ FAILED' "$log")
@@ -82,6 +93,7 @@ if [[ ${FUZZ_SECONDS:-60} != 0 ]]; then
     ((fuzz_failed > 0)) || fuzz_failed=1  # it did not build
   fi
   failed=$((failed + fuzz_failed))
+  phase_done fuzz
 fi
 echo
 echo "${passed} passed, ${failed} failed"

@@ -191,7 +191,10 @@ def case_rolling_restart(args):
         expect(len(recoveries) == len(ids) and all(r.get("maintenance") for r in recoveries),
                "want %d maintenance restarts: %s" % (len(ids), json.dumps(recoveries)))
         worst = compare(losses(c, job_id), want, 0.0, "after a rolling restart")
-        # An idle worker drained at once, then returned by `undrain`.
+        # An idle worker drained at once, then returned by `undrain`. The job's end reaches the
+        # coordinator before each worker reports itself idle: wait for that first, or the drain
+        # answers for a worker that still runs the finished job.
+        c.wait_workers({"w1": "IDLE"}, timeout=30)
         rc, out, err = c.cli("workers", "drain", "w1", timeout=30)
         expect(rc == 0 and "it is idle and can be stopped" in out, "drain idle w1: %s%s"
                % (out, err))
