@@ -234,8 +234,6 @@ JobSpec SpecSummary(const JobSpec& spec) {
 
 }  // namespace
 
-bool IsFinal(JobState state) { return state == SUCCEEDED || state == FAILED || state == CANCELLED; }
-
 namespace {
 
 // Takes the exclusive lock on `<path>.lock` and writes `owner` into it; returns its fd.
@@ -463,10 +461,8 @@ absl::Status JobStore::UpdateState(absl::string_view job_id, JobState state,
     ASSIGN_OR_RETURN(bool row, current.Bind(1, job_id).Step());
     if (!row) return absl::NotFoundError(absl::StrCat("no job ", job_id));
     const auto from = static_cast<JobState>(current.Int(0));
-    if (IsFinal(from)) {
-      return absl::FailedPreconditionError(absl::StrCat(job_id, " already ended ",
-                                                        JobState_Name(from), "; cannot move it to ",
-                                                        JobState_Name(state)));
+    if (absl::Status allowed = CheckTransition(from, state); !allowed.ok()) {
+      return absl::Status(allowed.code(), absl::StrCat(job_id, ": ", allowed.message()));
     }
     // started_ms: the first RUNNING; ended_ms: the final state.
     Statement update(db_, path_,

@@ -14,9 +14,9 @@
 //                 the job's log: the coordinator's lines (rank -1) and its ranks' (rank >= 0;
 //                 at most kMaxRankLinesPerJob kept, the oldest dropped)
 //   checkpoints   (job_id, step, path, time_ms)                PRIMARY KEY (job_id, step)
-// job_specs.spec, placement, latest, checkpoint and recoveries are serialized protos (JobSpec, Placement,
-// StepMetrics, CheckpointStatus, RecoveryList); summary is the JobSpec a listing shows (name,
-// steps, device, layout), so a listing never reads the specs (up to --max_spec_bytes each).
+// job_specs.spec, placement, latest, checkpoint and recoveries are serialized protos (JobSpec,
+// Placement, StepMetrics, CheckpointStatus, RecoveryList); summary is the JobSpec a listing shows
+// (name, steps, device, layout), so a listing never reads the specs (up to --max_spec_bytes each).
 //
 // Durability: WAL journal with synchronous=FULL, so every call that returns OK has been fsynced
 // and survives a coordinator crash, an OS crash or a power cut ("nothing committed is lost").
@@ -41,6 +41,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "coordinator/job_transitions.h"  // IsFinal
 #include "proto/job.pb.h"
 
 struct sqlite3;
@@ -72,8 +73,6 @@ struct HistoryEntry {
   int64_t seq = 0;
   StateChange change;
 };
-
-bool IsFinal(JobState state);  // SUCCEEDED, FAILED or CANCELLED
 
 // A page of a listing, newest first.
 struct JobPage {

@@ -154,6 +154,7 @@ TEST(JobStore, EverythingSurvivesReopen) {
     ASSERT_TRUE(store.ok());
     ASSERT_TRUE((*store)->CreateJob(Spec("a"), "queued", 1).ok());
     ASSERT_TRUE((*store)->CreateJob(Spec("b"), "queued", 2).ok());
+    ASSERT_TRUE((*store)->UpdateState("job-000002", PLACING, "p", 3).ok());
     ASSERT_TRUE((*store)->UpdateState("job-000002", RUNNING, "r", 3).ok());
     ASSERT_TRUE((*store)->AppendMetrics("job-000002", Step(1, 5)).ok());
     ASSERT_TRUE((*store)->AppendEvent("job-000002", "hello", 4).ok());
@@ -168,7 +169,7 @@ TEST(JobStore, EverythingSurvivesReopen) {
   absl::StatusOr<Job> b = s.GetJob("job-000002");
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->state(), RUNNING);
-  EXPECT_EQ(b->history_size(), 2);
+  EXPECT_EQ(b->history_size(), 3);
   EXPECT_EQ(s.MetricsAfter("job-000002", 0)->size(), 1u);
   EXPECT_EQ(s.EventsFor("job-000002")->size(), 1u);
   // The id counter continues.
@@ -310,7 +311,11 @@ TEST(JobStore, StartAndEndTimesFollowTheStates) {
   auto store = JobStore::Open(TempDb("times"));
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE((*store)->CreateJob(JobSpec(), "queued", 100, "uid-1").ok());
+  ASSERT_TRUE((*store)->UpdateState("job-000001", PLACING, "placed", 150).ok());
   ASSERT_TRUE((*store)->UpdateState("job-000001", RUNNING, "go", 200).ok());
+  // A second run (after a recovery) does not move the start.
+  ASSERT_TRUE((*store)->UpdateState("job-000001", RECOVERING, "lost w1", 250).ok());
+  ASSERT_TRUE((*store)->UpdateState("job-000001", PLACING, "placed again", 260).ok());
   ASSERT_TRUE((*store)->UpdateState("job-000001", RUNNING, "again", 300).ok());
   ASSERT_TRUE((*store)->UpdateState("job-000001", FAILED, "x", 400).ok());
   absl::StatusOr<Job> job = (*store)->GetJob("job-000001");
