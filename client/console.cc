@@ -1,0 +1,450 @@
+#include "client/console.h"
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "civetweb.h"
+#include "client/console_assets.h"
+#include "client/format.h"
+#include "common/tls.h"
+#include "google/protobuf/struct.pb.h"
+
+namespace dtrain {
+namespace client {
+namespace {
+
+constexpr char kTokenCookie[] = "dtrain_console_token";
+constexpr char kPostHeader[] = "X-Dtrain-Console";
+// A comment line on an idle event stream this often, so a browser that has gone is noticed.
+constexpr absl::Duration kStreamPing = absl::Seconds(10);
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (host == "localhost" || host == "::1") return true;
+  // 127.0.0.0/8: four numbers, the first 127.
+  if (!absl::ConsumePrefix(&host, "127.")) return false;
+  int parts = 1;
+  for (absl::string_view part : absl::StrSplit(host, '.')) {
+    int n = -1;
+    if (!absl::SimpleAtoi(part, &n) || n < 0 || n > 255) return false;
+    ++parts;
+  }
+  return parts == 4;
+}
+
+// civetweb's threads have 100 KiB stacks (Debian builds it with USE_STACK_SIZE=102400; see
+// common/metrics/http_exporter.cc), too small for a gRPC call: every call to the coordinator
+// runs on a thread of ours, with the default stack.
+template <typename F>
+auto OnOwnThread(F f) -> decltype(f()) {
+  decltype(f()) result;
+  std::thread thread([&] { result = f(); });
+  thread.join();
+  return result;
+}
+
+const char* ReasonPhrase(int http_status) {
+  switch (http_status) {
+    case 200:
+      return "OK";
+    case 302:
+      return "Found";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 502:
+      return "Bad Gateway";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return "Internal Server Error";
+  }
+}
+
+// "text/html; charset=utf-8" for the asset's extension.
+const char* ContentTypeOf(absl::string_view path) {
+  if (absl::EndsWith(path, ".html")) return "text/html; charset=utf-8";
+  if (absl::EndsWith(path, ".js")) return "text/javascript; charset=utf-8";
+  if (absl::EndsWith(path, ".css")) return "text/css; charset=utf-8";
+  if (absl::EndsWith(path, ".png")) return "image/png";
+  return "application/octet-stream";
+}
+
+int Send(mg_connection* connection, int status, absl::string_view content_type,
+         absl::string_view body, absl::string_view extra_headers = "") {
+  const std::string head = absl::StrCat(
+      "HTTP/1.1 ", status, " ", ReasonPhrase(status), "\r\nContent-Type: ", content_type,
+      "\r\nContent-Length: ", body.size(),
+      "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+      "Content-Security-Policy: default-src 'self'; style-src 'self' 'unsafe-inline'\r\n"
+      "Referrer-Policy: no-referrer\r\nConnection: close\r\n",
+      extra_headers, "\r\n");
+  mg_write(connection, head.data(), head.size());
+  mg_write(connection, body.data(), body.size());
+  return status;
+}
+
+int SendJson(mg_connection* connection, int status, const std::string& json) {
+  return Send(connection, status, "application/json", json);
+}
+
+// {"code": "PERMISSION_DENIED", "error": "..."}.
+std::string ErrorJson(const absl::Status& status) {
+  google::protobuf::Struct body;
+  (*body.mutable_fields())["code"].set_string_value(absl::StatusCodeToString(status.code()));
+  (*body.mutable_fields())["error"].set_string_value(std::string(status.message()));
+  return ToJsonLine(body);
+}
+
+// ErrorJson with HttpStatusFor's status.
+int SendError(mg_connection* connection, const absl::Status& status) {
+  return SendJson(connection, HttpStatusFor(status), ErrorJson(status));
+}
+
+template <typename T>
+int SendResult(mg_connection* connection, const absl::StatusOr<T>& result) {
+  if (!result.ok()) return SendError(connection, result.status());
+  return SendJson(connection, 200, ToJsonLine(*result));
+}
+
+// The value of `name` in a query string or a Cookie header ("" when absent).
+std::string QueryValue(const char* query, const char* name) {
+  if (query == nullptr) return "";
+  char value[256];
+  const int n = mg_get_var(query, std::strlen(query), name, value, sizeof(value));
+  return n > 0 ? std::string(value, n) : "";
+}
+
+std::string CookieValue(const char* cookies, const char* name) {
+  if (cookies == nullptr) return "";
+  char value[256];
+  const int n = mg_get_cookie(cookies, name, value, sizeof(value));
+  return n > 0 ? std::string(value, n) : "";
+}
+
+bool SameSecret(absl::string_view a, absl::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+// Lines of an event stream, handed from the watching thread to the HTTP thread. Shared: the
+// watcher may outlive the request (it stops at its next update once `closed`).
+struct EventQueue {
+  absl::Mutex mu;
+  std::deque<std::string> lines ABSL_GUARDED_BY(mu);
+  bool done ABSL_GUARDED_BY(mu) = false;
+  bool closed ABSL_GUARDED_BY(mu) = false;  // the browser went away
+};
+
+class Console {
+ public:
+  Console(CoordinatorStub& stub, ListenAddress listen, std::string token, std::string identity,
+          bool may_cancel)
+      : stub_(stub),
+        listen_(std::move(listen)),
+        token_(std::move(token)),
+        identity_(std::move(identity)),
+        may_cancel_(may_cancel) {}
+
+  // civetweb's begin_request hook: every request is answered here.
+  static int BeginRequest(mg_connection* connection) {
+    auto* self = static_cast<Console*>(mg_get_user_data(mg_get_context(connection)));
+    return self->Handle(connection);
+  }
+
+ private:
+  int Handle(mg_connection* connection) {
+    const mg_request_info* request = mg_get_request_info(connection);
+    const std::string method = request->request_method ? request->request_method : "";
+    const std::string path = request->local_uri ? request->local_uri : "/";
+    if (!HostAllowed(mg_get_header(connection, "Host"))) {
+      return Send(connection, 403, "text/plain", "dtrain console: unexpected Host header\n");
+    }
+    if (!token_.empty()) {
+      const std::string given = QueryValue(request->query_string, "token");
+      if (!given.empty() && SameSecret(given, token_)) {
+        // Into a cookie, and out of the address bar (and the history).
+        return Send(connection, 302, "text/plain", "",
+                    absl::StrCat("Location: ", path, "\r\nSet-Cookie: ", kTokenCookie, "=", token_,
+                                 "; Path=/; HttpOnly; SameSite=Strict\r\n"));
+      }
+      if (!SameSecret(CookieValue(mg_get_header(connection, "Cookie"), kTokenCookie), token_)) {
+        return Send(connection, 401, "text/plain",
+                    "dtrain console: open the address `dtrain console` printed (with ?token=)\n");
+      }
+    }
+    if (absl::StartsWith(path, "/api/")) return Api(connection, method, path, request);
+    if (method != "GET") return Send(connection, 405, "text/plain", "GET only\n");
+    const ConsoleAsset* asset = FindConsoleAsset(path == "/" ? "/index.html" : path);
+    if (asset == nullptr) return Send(connection, 404, "text/plain", "not found\n");
+    return Send(connection, 200, ContentTypeOf(asset->path), asset->body);
+  }
+
+  // Loopback: only the listen address and localhost as Host (a rebound DNS name is refused).
+  // Public: any name (the token guards it).
+  bool HostAllowed(const char* host) const {
+    if (!listen_.loopback) return true;
+    if (host == nullptr) return false;
+    const std::string port = absl::StrCat(":", listen_.port);
+    absl::string_view name = host;
+    if (!absl::ConsumeSuffix(&name, port)) return false;
+    return name == listen_.host || name == "localhost" || name == "127.0.0.1" || name == "[::1]" ||
+           (absl::StrCat("[", listen_.host, "]") == name);
+  }
+
+  int Api(mg_connection* connection, const std::string& method, const std::string& path,
+          const mg_request_info* request) {
+    absl::string_view rest = path;
+    absl::ConsumePrefix(&rest, "/api/");
+    if (method == "POST") {
+      // A cross-site form or fetch cannot set this header without a preflight we never answer.
+      if (mg_get_header(connection, kPostHeader) == nullptr) {
+        return SendError(connection, absl::PermissionDeniedError(
+                                         absl::StrCat("a POST needs the header ", kPostHeader)));
+      }
+      absl::string_view id = rest;
+      if (absl::ConsumePrefix(&id, "jobs/") && absl::ConsumeSuffix(&id, "/cancel") && !id.empty()) {
+        const std::string job_id(id);
+        return SendResult(connection, OnOwnThread([&] {
+                            return stub_.CancelJob(job_id, "cancelled from dtrain console");
+                          }));
+      }
+      return SendError(connection, absl::NotFoundError(absl::StrCat("no POST ", path)));
+    }
+    if (method != "GET") return Send(connection, 405, "text/plain", "GET or POST only\n");
+    if (rest == "whoami") {
+      google::protobuf::Struct body;
+      (*body.mutable_fields())["identity"].set_string_value(identity_);
+      (*body.mutable_fields())["may_cancel"].set_bool_value(may_cancel_);
+      (*body.mutable_fields())["coordinator"].set_string_value(stub_.address());
+      return SendJson(connection, 200, ToJsonLine(body));
+    }
+    if (rest == "jobs") {
+      return SendResult(connection, OnOwnThread([&] { return stub_.ListJobs(100); }));
+    }
+    if (rest == "workers") {
+      return SendResult(connection, OnOwnThread([&] { return stub_.ListWorkers(); }));
+    }
+    absl::string_view id = rest;
+    if (absl::ConsumePrefix(&id, "jobs/") && !id.empty()) {
+      if (absl::ConsumeSuffix(&id, "/watch")) return Watch(connection, std::string(id));
+      if (id.find('/') == absl::string_view::npos) {
+        const std::string job_id(id);
+        return SendResult(connection, OnOwnThread([&] { return stub_.GetJob(job_id); }));
+      }
+    }
+    return SendError(connection, absl::NotFoundError(absl::StrCat("no GET ", path)));
+  }
+
+  // Server-sent events: `data: <dtrain --json watch line>` per update, `event: end` (data: the
+  // final state) or `event: failed` (data: the error) last.
+  int Watch(mg_connection* connection, const std::string& job_id) {
+    auto queue = std::make_shared<EventQueue>();
+    std::thread watcher([this, queue, job_id] {
+      WatchCallbacks callbacks;
+      callbacks.on_update = [&](const JobUpdate& update) {
+        absl::MutexLock lock(&queue->mu);
+        queue->lines.push_back(absl::StrCat("data: ", WatchJsonLine(update), "\n\n"));
+      };
+      callbacks.keep_watching = [&] {
+        absl::MutexLock lock(&queue->mu);
+        return !queue->closed;
+      };
+      const absl::Status status = stub_.WatchJob(job_id, 0, callbacks);
+      absl::MutexLock lock(&queue->mu);
+      queue->lines.push_back(
+          status.ok() ? "event: end\ndata: {}\n\n"
+                      : absl::StrCat("event: failed\ndata: ", ErrorJson(status), "\n\n"));
+      queue->done = true;
+    });
+    watcher.detach();
+
+    static constexpr char kHead[] =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
+        "X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n";
+    bool open = mg_write(connection, kHead, sizeof(kHead) - 1) > 0;
+    while (open) {
+      std::deque<std::string> lines;
+      bool done = false;
+      {
+        absl::MutexLock lock(&queue->mu);
+        auto ready = [&queue]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue->mu) {
+          return !queue->lines.empty() || queue->done;
+        };
+        queue->mu.AwaitWithTimeout(absl::Condition(&ready), kStreamPing);
+        lines.swap(queue->lines);
+        done = queue->done;
+      }
+      if (lines.empty() && !done) lines.push_back(": ping\n\n");
+      std::string chunk;
+      for (const std::string& line : lines) chunk += line;
+      open = mg_write(connection, chunk.data(), chunk.size()) > 0;
+      if (done) break;
+    }
+    absl::MutexLock lock(&queue->mu);
+    queue->closed = true;
+    return 200;
+  }
+
+  CoordinatorStub& stub_;
+  const ListenAddress listen_;
+  const std::string token_;  // empty: loopback, no token
+  const std::string identity_;
+  const bool may_cancel_;
+};
+
+// 16 random bytes as 32 hex digits.
+absl::StatusOr<std::string> RandomToken() {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+    return absl::InternalError("OpenSSL could not make a random token");
+  }
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
+// Who the console acts as: the certificate's subject, or "insecure".
+std::string IdentityOf(const Invocation& inv) {
+  const TlsFiles tls = TlsFilesOf(inv, std::getenv);
+  if (tls.insecure) return "insecure (no certificate)";
+  absl::StatusOr<std::string> described = DescribeCertificateFile(tls.cert);
+  return described.ok() ? *described : tls.cert;
+}
+
+// Whether the coordinator lets this certificate cancel: the coordinator's role table
+// (coordinator/roles.h) is the one rule, so it is asked: a CancelJob of no job is refused with
+// PERMISSION_DENIED before anything else for a role that may not cancel, and is NOT_FOUND or
+// INVALID_ARGUMENT (cancelling nothing) for one that may.
+bool MayCancel(CoordinatorStub& stub) {
+  absl::StatusOr<Job> probe = OnOwnThread([&] { return stub.CancelJob("", ""); });
+  return probe.status().code() != absl::StatusCode::kPermissionDenied &&
+         probe.status().code() != absl::StatusCode::kUnauthenticated;
+}
+
+}  // namespace
+
+absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view listen, bool listen_public) {
+  const size_t colon = listen.rfind(':');
+  ListenAddress address;
+  const auto bad = [&listen](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad value for --listen: '", listen, "' (", why, "; e.g. 127.0.0.1:8080)"));
+  };
+  if (colon == absl::string_view::npos) return bad("expected HOST:PORT");
+  absl::string_view host = listen.substr(0, colon);
+  const absl::string_view port = listen.substr(colon + 1);
+  if (absl::ConsumePrefix(&host, "[") && !absl::ConsumeSuffix(&host, "]")) {
+    return bad("an IPv6 host is written [HOST]");
+  }
+  if (host.empty()) return bad("no host: name the interface, e.g. 127.0.0.1");
+  if (port.empty() || port.find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(port, &address.port) || address.port < 1 || address.port > 65535) {
+    return bad("the port must be a number in 1..65535");
+  }
+  address.host = std::string(host);
+  address.loopback = IsLoopbackHost(host);
+  if (!address.loopback && !listen_public) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen=", listen,
+        " is not a loopback address: anyone who reaches it would act with your certificate; "
+        "pass --listen_public as well to serve it there, protected by a token printed at start"));
+  }
+  return address;
+}
+
+int HttpStatusFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+      return 400;
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kFailedPrecondition:
+      return 409;
+    case absl::StatusCode::kUnavailable:
+      return 502;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+int RunConsole(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<ListenAddress> listen = ParseListenAddress(inv.listen, inv.listen_public);
+  if (!listen.ok()) {
+    output.err << "dtrain: " << listen.status().message() << "\n";
+    return kExitUsage;
+  }
+  // The credentials work (and the coordinator answers) before anything listens.
+  absl::StatusOr<ListWorkersResponse> check = OnOwnThread([&] { return stub.ListWorkers(); });
+  if (!check.ok()) {
+    output.err << "dtrain: console: " << check.status().message() << "\n";
+    return ExitCodeFor(check.status());
+  }
+  std::string token;
+  if (!listen->loopback) {
+    absl::StatusOr<std::string> random = RandomToken();
+    if (!random.ok()) {
+      output.err << "dtrain: " << random.status().message() << "\n";
+      return kExitOtherError;
+    }
+    token = *random;
+  }
+  const std::string identity = IdentityOf(inv);
+  auto console = std::make_unique<Console>(stub, *listen, token, identity, MayCancel(stub));
+
+  mg_init_library(0);
+  mg_callbacks callbacks{};
+  callbacks.begin_request = &Console::BeginRequest;
+  static std::string* start_error = new std::string();
+  callbacks.log_message = [](const mg_connection*, const char* message) {
+    if (start_error->empty()) *start_error = message;
+    return 1;
+  };
+  const std::string host =
+      absl::StrContains(listen->host, ':') ? absl::StrCat("[", listen->host, "]") : listen->host;
+  const std::string ports = absl::StrCat(host, ":", listen->port);
+  const char* options[] = {"listening_ports",    ports.c_str(), "num_threads", "32",
+                           "request_timeout_ms", "30000",       nullptr};
+  mg_context* context = mg_start(&callbacks, console.get(), options);
+  if (context == nullptr) {
+    output.err << "dtrain: console: cannot listen on " << ports << ": " << *start_error << "\n";
+    return kExitUsage;
+  }
+  output.out << "dtrain console: http://" << ports << "/" << (token.empty() ? "" : "?token=")
+             << token << " (as " << identity << ", coordinator " << stub.address()
+             << "); Ctrl-C stops it\n";
+  output.out.flush();
+  // Serves until a signal ends the process.
+  while (true) absl::SleepFor(absl::Hours(1));
+}
+
+}  // namespace client
+}  // namespace dtrain

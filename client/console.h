@@ -1,0 +1,63 @@
+// `dtrain console`: a web console on a local address that proxies the coordinator's RPCs with
+// the user's own credentials, like `kubectl proxy`. Nothing new listens on the cluster's
+// network: the browser talks to this process, this process to the coordinator, over the same
+// mutual TLS and with the same certificate (and so the same role) as every other command.
+//
+//   dtrain console                      # http://127.0.0.1:8080/
+//   dtrain console --listen=0.0.0.0:8080 --listen_public
+//                                       # http://HOST:8080/?token=<printed at start>
+//
+// The pages (client/console_assets/, embedded at build time with Debian's dygraphs) read:
+//   GET  /api/whoami             {"identity": "CN=... OU=...", "may_cancel": bool, ...}
+//   GET  /api/jobs               ListJobs (the newest 100), as `dtrain --json list` prints it
+//   GET  /api/jobs/ID            GetJob
+//   GET  /api/workers            ListWorkers
+//   GET  /api/jobs/ID/watch      server-sent events: one `dtrain --json watch` line per update
+//                                (the job's history first, then live), `event: end` at the end
+//   POST /api/jobs/ID/cancel     CancelJob; the coordinator's refusal as 403 with its words
+// Errors are {"code": "PERMISSION_DENIED", "error": "CancelJob: certificate ..."} with the HTTP
+// status HttpStatusFor gives.
+//
+// Browser-side protections: requests whose Host header is not the listen address are refused
+// (DNS rebinding); a POST needs the header X-Dtrain-Console (a cross-site form cannot send it);
+// with --listen_public every request needs the token (?token=, then a cookie).
+#ifndef DTRAIN_CLIENT_CONSOLE_H_
+#define DTRAIN_CLIENT_CONSOLE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "client/arguments.h"
+#include "client/commands.h"
+#include "client/coordinator_stub.h"
+
+namespace dtrain {
+namespace client {
+
+// A --listen value split: host ("127.0.0.1", "::1", "0.0.0.0") and port.
+struct ListenAddress {
+  std::string host;
+  int port = 0;
+  bool loopback = false;  // 127.0.0.0/8, ::1 or localhost
+};
+
+// THE rule for --listen: HOST:PORT ([V6]:PORT) with a port in 1..65535; a host that is not
+// loopback only with --listen_public. INVALID_ARGUMENT naming the flag and what to pass.
+absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view listen, bool listen_public);
+
+// The HTTP status for a coordinator call's status: 200 OK, 400 INVALID_ARGUMENT, 403
+// PERMISSION_DENIED / UNAUTHENTICATED, 404 NOT_FOUND, 409 FAILED_PRECONDITION, 502 UNAVAILABLE,
+// 504 DEADLINE_EXCEEDED, 500 otherwise.
+int HttpStatusFor(const absl::Status& status);
+
+// Serves the console until the process is stopped (SIGINT, SIGTERM). Before listening it checks
+// the address (ParseListenAddress) and the credentials: one ListWorkers call must succeed. Prints
+// the URL to open (with the token when public). Exit codes as commands.h.
+int RunConsole(const Invocation& invocation, CoordinatorStub& stub, Output& output);
+
+}  // namespace client
+}  // namespace dtrain
+
+#endif  // DTRAIN_CLIENT_CONSOLE_H_

@@ -1,0 +1,342 @@
+// dtrain console: the pages' code. Everything comes from the console's own /api (console.h);
+// charts are Debian's dygraphs, embedded beside this file. Proto JSON: field names as in
+// proto/*.proto, 64-bit integers as strings, enums by name.
+"use strict";
+
+const FINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
+
+function $(id) { return document.getElementById(id); }
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("data-")) node.setAttribute(k, v);
+    else node[k] = v;
+  }
+  for (const c of children) node.append(c instanceof Node ? c : String(c));
+  return node;
+}
+
+async function api(path, options) {
+  const response = await fetch("/api/" + path, options);
+  const body = await response.json().catch(() => ({error: response.statusText}));
+  if (!response.ok) {
+    const e = new Error(body.error || response.statusText);
+    e.code = body.code;
+    e.status = response.status;
+    throw e;
+  }
+  return body;
+}
+
+function showError(e) {
+  const p = $("error");
+  p.hidden = !e;
+  p.textContent = e ? (e.code ? e.code + ": " : "") + e.message : "";
+}
+
+function num(x) { return x === undefined || x === null || x === "" ? 0 : Number(x); }
+function fmt(x, digits) { return x ? x.toFixed(digits) : "–"; }
+
+function age(unixMs) {
+  const s = Math.max(0, (Date.now() - num(unixMs)) / 1000);
+  if (!num(unixMs)) return "–";
+  if (s < 120) return Math.round(s) + "s";
+  if (s < 7200) return Math.round(s / 60) + "m";
+  if (s < 172800) return Math.round(s / 3600) + "h";
+  return Math.round(s / 86400) + "d";
+}
+
+function layoutOf(spec) {
+  const p = (spec && spec.parallel) || {};
+  return [p.dp || 1, p.pp || 1, p.tp || 1];
+}
+
+function bytes(n) {
+  n = num(n);
+  if (n >= 2 ** 30) return (n / 2 ** 30).toFixed(1) + " GiB";
+  if (n >= 2 ** 20) return (n / 2 ** 20).toFixed(0) + " MiB";
+  return n + " B";
+}
+
+let whoami = null;
+async function loadWhoami() {
+  whoami = await api("whoami");
+  $("whoami").textContent = "as " + whoami.identity + " · coordinator " + whoami.coordinator;
+  document.body.dataset.mayCancel = whoami.may_cancel ? "1" : "0";
+}
+
+// --- jobs ---------------------------------------------------------------------------------
+
+let jobsSort = {key: "id", dir: -1};
+
+function jobRow(j) {
+  const [dp, pp, tp] = layoutOf(j.spec);
+  const latest = j.latest || {};
+  return {
+    id: j.id, name: (j.spec && j.spec.name) || "", state: j.state,
+    layout: dp + "×" + pp + "×" + tp, step: num(latest.step), steps: num(j.spec && j.spec.steps),
+    loss: num(latest.loss), tps: num(latest.tokens_per_s), age: num(j.submitted_unix_ms),
+  };
+}
+
+function renderJobs(jobs) {
+  const state = $("state-filter").value;
+  const name = $("name-filter").value.toLowerCase();
+  const rows = jobs.map(jobRow)
+      .filter(r => (!state || r.state === state) && (!name || r.name.toLowerCase().includes(name)));
+  const {key, dir} = jobsSort;
+  rows.sort((a, b) => (key === "age" ? b.age - a.age : a[key] < b[key] ? -1 : a[key] > b[key] ? 1 : 0) * dir);
+  const body = $("jobs").tBodies[0];
+  body.replaceChildren(...rows.map(r => el("tr", {"data-id": r.id, "data-state": r.state},
+      el("td", {}, el("a", {href: "/job.html?id=" + encodeURIComponent(r.id)}, r.id)),
+      el("td", {}, r.name),
+      el("td", {class: "state " + r.state}, r.state),
+      el("td", {}, r.layout),
+      el("td", {class: "num"}, r.step + " / " + r.steps),
+      el("td", {class: "num"}, fmt(r.loss, 4)),
+      el("td", {class: "num"}, fmt(r.tps, 0)),
+      el("td", {class: "num"}, age(r.age)))));
+}
+
+async function jobsPage() {
+  const select = $("state-filter");
+  for (const s of ["QUEUED", "PLACING", "RUNNING", "RECOVERING", "SUCCEEDED", "FAILED", "CANCELLED"]) {
+    select.append(el("option", {value: s}, s));
+  }
+  let jobs = [];
+  const refresh = async () => {
+    try {
+      jobs = (await api("jobs")).jobs || [];
+      renderJobs(jobs);
+      showError(null);
+      $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+      document.body.dataset.ready = "1";
+    } catch (e) { showError(e); }
+  };
+  select.onchange = $("name-filter").oninput = () => renderJobs(jobs);
+  for (const th of document.querySelectorAll("#jobs th")) {
+    th.onclick = () => {
+      jobsSort = {key: th.dataset.key, dir: jobsSort.key === th.dataset.key ? -jobsSort.dir : 1};
+      renderJobs(jobs);
+    };
+  }
+  await loadWhoami();
+  await refresh();
+  setInterval(refresh, 2000);
+}
+
+// --- workers ------------------------------------------------------------------------------
+
+async function workersPage() {
+  const refresh = async () => {
+    try {
+      const workers = (await api("workers")).workers || [];
+      $("workers").tBodies[0].replaceChildren(...workers.map(w => el("tr",
+          {"data-id": w.worker_id, "data-state": w.state},
+          el("td", {}, w.worker_id),
+          el("td", {class: "state " + w.state}, w.state + (w.draining ? " (draining)" : "")),
+          el("td", {}, (w.device && w.device.name) || ""),
+          el("td", {class: "num"}, bytes(w.device && w.device.memory_bytes)),
+          el("td", {}, (w.allowed_roots || []).join(", ")),
+          el("td", {}, w.job_id ? el("a", {href: "/job.html?id=" + encodeURIComponent(w.job_id)}, w.job_id) : ""),
+          el("td", {class: "num"}, age(w.last_heartbeat_unix_ms)),
+          el("td", {}, w.address))));
+      showError(null);
+      document.body.dataset.ready = "1";
+    } catch (e) { showError(e); }
+  };
+  await loadWhoami();
+  await refresh();
+  setInterval(refresh, 2000);
+}
+
+// --- one job ------------------------------------------------------------------------------
+
+const steps = new Map();  // step -> [loss, tokens/s]
+let job = null;
+let workersById = {};
+let charts = {};
+
+// The curves' marks: each recovery at the last step before it, the newest sealed checkpoint.
+function annotations(series) {
+  const marks = [];
+  for (const r of (job && job.recoveries) || []) {
+    const x = num(r.last_step);
+    if (steps.has(x)) {
+      marks.push({series, x, shortText: "R" + r.number, text: "recovery " + r.number + ": " + r.cause,
+                  cssClass: "mark-recovery", width: 22, height: 16});
+    }
+  }
+  const sealed = num(job && job.checkpoint && job.checkpoint.last_sealed_step);
+  if (steps.has(sealed)) {
+    marks.push({series, x: sealed, shortText: "C", text: "checkpoint sealed at step " + sealed,
+                cssClass: "mark-checkpoint", width: 16, height: 16, attachAtBottom: true});
+  }
+  return marks;
+}
+
+function drawCharts() {
+  const xs = [...steps.keys()].sort((a, b) => a - b);
+  for (const [id, label, index] of [["loss-chart", "loss", 0], ["tps-chart", "tokens/s", 1]]) {
+    const data = xs.map(x => [x, steps.get(x)[index]]);
+    const node = $(id);
+    if (data.length === 0) { node.textContent = "no steps yet"; continue; }
+    if (!charts[id]) {
+      node.textContent = "";
+      charts[id] = new Dygraph(node, data, {labels: ["step", label], xlabel: "step", ylabel: label,
+                                            drawPoints: data.length < 200, strokeWidth: 1.5,
+                                            animatedZooms: false, legend: "follow"});
+    } else {
+      charts[id].updateOptions({file: data, drawPoints: data.length < 200});
+    }
+    charts[id].setAnnotations(annotations(label));
+    node.dataset.points = charts[id].numRows();
+    node.dataset.marks = annotations(label).length;
+  }
+}
+
+let drawPending = false;
+function scheduleDraw() {
+  if (drawPending) return;
+  drawPending = true;
+  setTimeout(() => { drawPending = false; drawCharts(); }, 200);
+}
+
+function cellHealth(rank) {
+  if (FINAL.has(job.state)) return "ended";
+  const w = workersById[rank.worker_id];
+  if (!w || w.state === "LOST") return "lost";
+  const score = ((job.stragglers) || []).find(s => s.worker_id === rank.worker_id);
+  if (score && score.flagged) return "straggler";
+  return w.state === "BUSY" && w.job_id === job.id ? "healthy" : "unknown";
+}
+
+function drawGrid() {
+  const ranks = (job.placement && job.placement.ranks) || [];
+  const [dp, pp, tp] = layoutOf(job.spec);
+  $("grid-layout").textContent = "dp " + dp + " × pp " + pp + " × tp " + tp;
+  const grid = $("grid");
+  if (ranks.length === 0) { grid.textContent = "not placed"; return; }
+  const blocks = new Map();
+  ranks.forEach((r, index) => {
+    const d = num(r.dp_rank);
+    if (!blocks.has(d)) blocks.set(d, []);
+    blocks.get(d).push([index, r]);
+  });
+  grid.replaceChildren(...[...blocks.keys()].sort((a, b) => a - b).map(d => {
+    const block = el("div", {class: "replica"}, el("div", {class: "replica-name"}, "dp " + d));
+    const table = el("div", {class: "stages"});
+    table.style.gridTemplateColumns = "repeat(" + (1 + Math.max(...blocks.get(d).map(([, r]) => num(r.tp_rank)))) + ", auto)";
+    for (const [index, r] of blocks.get(d)) {
+      const health = cellHealth(r);
+      table.append(el("div", {class: "cell " + health, "data-rank": index, "data-dp": d,
+                              "data-pp": num(r.pp_rank), "data-tp": num(r.tp_rank),
+                              "data-worker": r.worker_id, "data-health": health,
+                              title: "rank " + index + " on " + r.worker_id + " (" + r.worker_address + ")"},
+                      el("b", {}, "pp" + num(r.pp_rank) + " tp" + num(r.tp_rank)), el("br"),
+                      r.worker_id));
+    }
+    block.append(table);
+    return block;
+  }));
+}
+
+function drawJob() {
+  $("job-id").textContent = job.id;
+  $("job-name").textContent = (job.spec && job.spec.name) || "";
+  $("job-state").textContent = job.state;
+  $("job-state").className = "state " + job.state;
+  document.body.dataset.state = job.state;
+  $("job-reason").textContent = job.reason || "";
+  const latest = job.latest || {};
+  $("job-summary").textContent = "step " + num(latest.step) + " / " + num(job.spec && job.spec.steps) +
+      " · loss " + fmt(num(latest.loss), 4) + " · " + fmt(num(latest.tokens_per_s), 0) + " tokens/s" +
+      " · submitted " + age(job.submitted_unix_ms) + " ago";
+  const actions = $("actions");
+  actions.replaceChildren();
+  if (whoami.may_cancel && !FINAL.has(job.state)) {
+    actions.append(el("button", {id: "cancel", onclick: cancelJob}, "Cancel job"));
+  }
+  $("history").tBodies[0].replaceChildren(...(job.history || []).map(h => el("tr", {},
+      el("td", {}, new Date(num(h.time_unix_ms)).toLocaleString()),
+      el("td", {class: "state " + h.state}, h.state), el("td", {}, h.reason))));
+  $("recoveries").tBodies[0].replaceChildren(...(job.recoveries || []).map(r => {
+    const l = r.layout || {};
+    return el("tr", {"data-number": r.number},
+        el("td", {}, r.number), el("td", {}, r.cause), el("td", {}, r.failed_worker),
+        el("td", {class: "num"}, num(r.last_step)), el("td", {class: "num"}, num(r.resumed_from_step)),
+        el("td", {}, (l.dp || 1) + "×" + (l.pp || 1) + "×" + (l.tp || 1)), el("td", {}, r.done ? "yes" : "no"));
+  }));
+  drawGrid();
+  scheduleDraw();
+}
+
+async function cancelJob() {
+  if (!confirm("Cancel " + job.id + "? Its ranks stop; a sealed checkpoint can be resumed.")) return;
+  try {
+    job = await api("jobs/" + encodeURIComponent(job.id) + "/cancel",
+                    {method: "POST", headers: {"X-Dtrain-Console": "1"}});
+    showError(null);
+    drawJob();
+  } catch (e) { showError(e); }
+}
+
+async function refreshJob(id) {
+  try {
+    const [j, w] = await Promise.all([api("jobs/" + encodeURIComponent(id)), api("workers")]);
+    job = j;
+    workersById = Object.fromEntries(((w.workers) || []).map(x => [x.worker_id, x]));
+    drawJob();
+    showError(null);
+  } catch (e) { showError(e); }
+}
+
+async function jobPage() {
+  const id = new URLSearchParams(location.search).get("id");
+  await loadWhoami();
+  await refreshJob(id);
+  if (!job) return;
+  document.title = "dtrain console: " + job.id;
+  const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch");
+  let refreshPending = false;
+  const refreshSoon = () => {
+    if (refreshPending) return;
+    refreshPending = true;
+    setTimeout(async () => { refreshPending = false; await refreshJob(id); }, 300);
+  };
+  stream.onmessage = (message) => {
+    const u = JSON.parse(message.data);
+    if (u.type === "step") {
+      steps.set(u.step, [u.loss, u.tokens_per_s]);
+      scheduleDraw();
+    } else if (u.type === "state") {
+      refreshSoon();
+    } else if (u.type === "event") {
+      $("events").append(el("li", {}, u.text));
+      refreshSoon();
+    }
+  };
+  stream.addEventListener("end", async () => {
+    stream.close();
+    const ended = performance.now();
+    await refreshJob(id);
+    drawCharts();
+    // How long the page took to show the whole job: from navigation to the curves drawn.
+    document.body.dataset.streamMs = Math.round(ended);
+    document.body.dataset.loadMs = Math.round(performance.now());
+    document.body.dataset.complete = "1";
+  });
+  stream.addEventListener("failed", (message) => {
+    stream.close();
+    const e = JSON.parse(message.data);
+    showError({code: e.code, message: e.error});
+  });
+  // Placement health follows the workers' heartbeats.
+  setInterval(() => { if (!FINAL.has(job.state)) refreshJob(id); }, 2000);
+  document.body.dataset.ready = "1";
+}
+
+const PAGES = {jobs: jobsPage, workers: workersPage, job: jobPage};
+PAGES[document.body.dataset.page]().catch(showError);

@@ -1,0 +1,71 @@
+// The console's rules that need no server: which --listen it accepts, how coordinator errors
+// become HTTP statuses, and that its pages and Debian's dygraphs are embedded.
+#include "client/console.h"
+
+#include "client/console_assets.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::client {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ParseListenAddress, LoopbackNeedsNoFlag) {
+  for (const char* listen : {"127.0.0.1:8080", "localhost:1", "[::1]:65535", "127.1.2.3:80"}) {
+    absl::StatusOr<ListenAddress> address = ParseListenAddress(listen, false);
+    ASSERT_TRUE(address.ok()) << listen << ": " << address.status();
+    EXPECT_TRUE(address->loopback) << listen;
+  }
+  absl::StatusOr<ListenAddress> v6 = ParseListenAddress("[::1]:8080", false);
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 8080);
+}
+
+TEST(ParseListenAddress, PublicAddressNeedsListenPublic) {
+  for (const char* listen : {"0.0.0.0:8080", "10.0.0.5:8080", "[::]:8080", "127.example:80",
+                             "128.0.0.1:80", "127.0.0.1.5:80"}) {
+    absl::StatusOr<ListenAddress> refused = ParseListenAddress(listen, false);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << listen;
+    EXPECT_THAT(refused.status().message(), HasSubstr("--listen_public")) << listen;
+    absl::StatusOr<ListenAddress> allowed = ParseListenAddress(listen, true);
+    ASSERT_TRUE(allowed.ok()) << listen << ": " << allowed.status();
+    EXPECT_FALSE(allowed->loopback) << listen;
+  }
+}
+
+TEST(ParseListenAddress, MalformedIsRefusedNamingTheFlag) {
+  for (const char* listen : {"8080", "127.0.0.1:", ":8080", "127.0.0.1:0", "127.0.0.1:65536",
+                             "127.0.0.1:80x", "[::1:80", "127.0.0.1:-1"}) {
+    absl::StatusOr<ListenAddress> refused = ParseListenAddress(listen, true);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << listen;
+    EXPECT_THAT(refused.status().message(), HasSubstr("bad value for --listen")) << listen;
+  }
+}
+
+TEST(HttpStatusFor, CoordinatorCodes) {
+  EXPECT_EQ(HttpStatusFor(absl::OkStatus()), 200);
+  EXPECT_EQ(HttpStatusFor(absl::PermissionDeniedError("viewer")), 403);
+  EXPECT_EQ(HttpStatusFor(absl::UnauthenticatedError("")), 403);
+  EXPECT_EQ(HttpStatusFor(absl::NotFoundError("")), 404);
+  EXPECT_EQ(HttpStatusFor(absl::InvalidArgumentError("")), 400);
+  EXPECT_EQ(HttpStatusFor(absl::FailedPreconditionError("ended")), 409);
+  EXPECT_EQ(HttpStatusFor(absl::UnavailableError("")), 502);
+  EXPECT_EQ(HttpStatusFor(absl::DeadlineExceededError("")), 504);
+  EXPECT_EQ(HttpStatusFor(absl::InternalError("")), 500);
+}
+
+TEST(ConsoleAssets, PagesAndDygraphsAreEmbedded) {
+  for (const char* path : {"/index.html", "/job.html", "/workers.html", "/console.js",
+                           "/console.css", "/dygraph.min.js", "/dygraph.min.css"}) {
+    const ConsoleAsset* asset = FindConsoleAsset(path);
+    ASSERT_NE(asset, nullptr) << path;
+    EXPECT_GT(asset->body.size(), 100u) << path;
+  }
+  EXPECT_THAT(std::string(FindConsoleAsset("/dygraph.min.js")->body), HasSubstr("Dygraph"));
+  EXPECT_EQ(FindConsoleAsset("/nothing.html"), nullptr);
+  EXPECT_EQ(FindConsoleAsset("/"), nullptr);
+}
+
+}  // namespace
+}  // namespace dtrain::client
