@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import socket
 
 from browser import Browser
@@ -169,3 +170,46 @@ def case_console(args):
         expect(status == 200 and running in body, "public console, the cookie: %d %s"
                % (status, body[:200]))
         print("public console: 401 without the token, 302 + cookie with it, 200 with the cookie")
+
+
+def case_console_worker_killed(args):
+    """The console follows a fault live: a pp=2 job (on_worker_loss wait, a checkpoint every 5
+    steps) on its page in headless chromium; kill -9 of one of its workers turns that worker's
+    cell red; when the worker comes back the job recovers, the recovery is listed and marked on
+    the loss curve (R1) and the cell is green again; the admin's cancel button (confirmed)
+    cancels the job."""
+    with Cluster(args.binaries, "console_worker_killed") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_idle_workers(["w1", "w2"])
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 100000, interval=5, name="fault",
+                              parallel={"pp": 2},
+                              fault_tolerance={"on_worker_loss": "wait", "wait_for": "120s"})
+        job_id = c.submit(c.write_spec("fault.json", spec))
+        job = c.wait_job(job_id, lambda j: int(j.get("checkpoint", {}).get("last_sealed_step", 0))
+                         >= 5, 60, "a sealed checkpoint")
+        victim = job["placement"]["ranks"][1]["worker_id"]
+        _, port = start_console(c, "admin", None)
+        cell = "document.querySelector('#grid .cell[data-worker=%s]')" % json.dumps(victim)
+        with Browser(c.tmp) as b:
+            b.open("http://127.0.0.1:%d/job.html?id=%s" % (port, job_id))
+            b.wait("%s && %s.dataset.health === 'healthy'" % (cell, cell), 20,
+                   "%s's cell green" % victim)
+            c.workers[victim].signal(signal.SIGKILL)
+            b.wait("%s && %s.dataset.health === 'lost'" % (cell, cell), 30,
+                   "%s's cell red after kill -9" % victim)
+            b.screenshot(os.path.join(c.logs, "job-worker-lost.png"))
+            print("kill -9 %s: its cell is red; the job is %s" % (
+                victim, b.eval("document.body.dataset.state")))
+            c.start_worker(victim)
+            b.wait("document.querySelectorAll('#recoveries tbody tr').length === 1 && "
+                   "document.querySelector('#loss-chart .mark-recovery') && "
+                   "%s && %s.dataset.health === 'healthy'" % (cell, cell), 60,
+                   "the recovery listed, marked R1 on the loss curve, the cell green again")
+            mark = b.eval("document.querySelector('#loss-chart .mark-recovery').textContent")
+            expect(mark == "R1", "the recovery's mark on the curve reads %r" % mark)
+            print("worker back: recovery listed, %r on the loss curve, cell green" % mark)
+            # The admin cancels from the page, confirming the dialog.
+            b.eval("window.confirm = () => true; document.getElementById('cancel').click()")
+            b.wait("document.body.dataset.state === 'CANCELLED'", 20, "the job cancelled")
+        expect(c.job(job_id)["state"] == "CANCELLED", "the job is %s" % c.job(job_id)["state"])
