@@ -21,8 +21,10 @@
 #include "civetweb.h"
 #include "client/console_assets.h"
 #include "client/format.h"
+#include "client/plan.h"
 #include "common/tls.h"
 #include "google/protobuf/struct.pb.h"
+#include "plan/job_plan.h"
 
 namespace dtrain {
 namespace client {
@@ -250,12 +252,33 @@ class Console {
     absl::string_view id = rest;
     if (absl::ConsumePrefix(&id, "jobs/") && !id.empty()) {
       if (absl::ConsumeSuffix(&id, "/watch")) return Watch(connection, std::string(id));
+      if (absl::ConsumeSuffix(&id, "/diagnose")) {
+        const std::string job_id(id);
+        return SendResult(connection, OnOwnThread([&] { return stub_.Diagnose(job_id); }));
+      }
+      if (absl::ConsumeSuffix(&id, "/plan")) {
+        const std::string job_id(id);
+        return SendResult(connection, OnOwnThread([&] { return PlanOfJob(job_id); }));
+      }
       if (id.find('/') == absl::string_view::npos) {
         const std::string job_id(id);
         return SendResult(connection, OnOwnThread([&] { return stub_.GetJob(job_id); }));
       }
     }
     return SendError(connection, absl::NotFoundError(absl::StrCat("no GET ", path)));
+  }
+
+  // `dtrain plan` of the job's spec, on exactly dp*pp*tp hypothetical workers: {"text": ...}.
+  absl::StatusOr<google::protobuf::Struct> PlanOfJob(const std::string& job_id) {
+    absl::StatusOr<Job> job = stub_.GetJob(job_id);
+    if (!job.ok()) return job.status();
+    absl::StatusOr<JobPlan> job_plan = plan::MakeJobPlan(job->spec());
+    if (!job_plan.ok()) return job_plan.status();
+    absl::StatusOr<Plan> made = MakePlan(*job_plan, PlanOptions{});
+    if (!made.ok()) return made.status();
+    google::protobuf::Struct body;
+    (*body.mutable_fields())["text"].set_string_value(PlanText(*made, job_id));
+    return body;
   }
 
   // Server-sent events: `data: <dtrain --json watch line>` per update, `event: end` (data: the

@@ -12,6 +12,8 @@
 //   GET  /api/jobs               ListJobs (the newest 100), as `dtrain --json list` prints it
 //   GET  /api/jobs/ID            GetJob
 //   GET  /api/workers            ListWorkers
+//   GET  /api/jobs/ID/diagnose   Diagnose (what every rank is doing; the root of a stall)
+//   GET  /api/jobs/ID/plan       {"text": `dtrain plan` of the job's spec on dp*pp*tp workers}
 //   GET  /api/jobs/ID/watch      server-sent events: one `dtrain --json watch` line per update
 //                                (the job's history first, then live), `event: end` at the end
 //   POST /api/jobs/ID/cancel     CancelJob; the coordinator's refusal as 403 with its words

@@ -70,6 +70,11 @@ async function loadWhoami() {
 // --- jobs ---------------------------------------------------------------------------------
 
 let jobsSort = {key: "id", dir: -1};
+const checkedJobs = new Set();
+
+function updateCompareLink() {
+  $("compare").href = "/compare.html?ids=" + [...checkedJobs].map(encodeURIComponent).join(",");
+}
 
 function jobRow(j) {
   const [dp, pp, tp] = layoutOf(j.spec);
@@ -90,6 +95,8 @@ function renderJobs(jobs) {
   rows.sort((a, b) => (key === "age" ? b.age - a.age : a[key] < b[key] ? -1 : a[key] > b[key] ? 1 : 0) * dir);
   const body = $("jobs").tBodies[0];
   body.replaceChildren(...rows.map(r => el("tr", {"data-id": r.id, "data-state": r.state},
+      el("td", {}, el("input", {type: "checkbox", checked: checkedJobs.has(r.id),
+                                onchange: (e) => { e.target.checked ? checkedJobs.add(r.id) : checkedJobs.delete(r.id); updateCompareLink(); }})),
       el("td", {}, el("a", {href: "/job.html?id=" + encodeURIComponent(r.id)}, r.id)),
       el("td", {}, r.name),
       el("td", {class: "state " + r.state}, r.state),
@@ -283,6 +290,38 @@ async function cancelJob() {
   } catch (e) { showError(e); }
 }
 
+async function diagnose() {
+  $("diagnosis-summary").textContent = "asking every rank…";
+  try {
+    const d = await api("jobs/" + encodeURIComponent(job.id) + "/diagnose");
+    $("diagnosis-summary").textContent = d.summary;
+    $("findings").replaceChildren(...(d.findings || []).map(f => el("li", {}, f)));
+    const table = $("diagnosis");
+    table.hidden = false;
+    table.tBodies[0].replaceChildren(...(d.ranks || []).map(r => el("tr",
+        {"data-rank": r.rank, class: (d.root_ranks || []).includes(r.rank) ? "root" : ""},
+        el("td", {}, r.rank + " " + r.label), el("td", {}, r.worker_id),
+        el("td", {}, r.answered ? "yes" : "no: " + r.error), el("td", {}, r.doing),
+        el("td", {class: "num"}, fmt(num(r.doing_seconds), 1) + " s"),
+        el("td", {}, (r.waits_on || []).join(", ")),
+        el("td", {class: "num"}, num(r.heartbeat_age_seconds) < 0 ? "?" : fmt(num(r.heartbeat_age_seconds), 1) + " s"))));
+  } catch (e) {
+    // Here, not in #error: the job's periodic refresh clears that.
+    $("diagnosis-summary").textContent = (e.code ? e.code + ": " : "") + e.message;
+    $("diagnosis").hidden = true;
+  }
+}
+
+async function showPlan() {
+  try {
+    const p = await api("jobs/" + encodeURIComponent(job.id) + "/plan");
+    $("plan").textContent = p.text;
+  } catch (e) {
+    $("plan").textContent = (e.code ? e.code + ": " : "") + e.message;
+  }
+  $("plan").hidden = false;
+}
+
 async function refreshJob(id) {
   try {
     const [j, w] = await Promise.all([api("jobs/" + encodeURIComponent(id)), api("workers")]);
@@ -299,6 +338,8 @@ async function jobPage() {
   await refreshJob(id);
   if (!job) return;
   document.title = "dtrain console: " + job.id;
+  $("diagnose-button").onclick = diagnose;
+  $("plan-button").onclick = showPlan;
   const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch");
   let refreshPending = false;
   const refreshSoon = () => {
@@ -338,5 +379,58 @@ async function jobPage() {
   document.body.dataset.ready = "1";
 }
 
-const PAGES = {jobs: jobsPage, workers: workersPage, job: jobPage};
+// --- several jobs' loss curves on one chart -----------------------------------------------
+
+async function comparePage() {
+  await loadWhoami();
+  const ids = (new URLSearchParams(location.search).get("ids") || "").split(",").filter(x => x);
+  if (ids.length === 0) {
+    $("compared").textContent = "Check jobs on the jobs page, then follow its compare link.";
+    return;
+  }
+  const losses = ids.map(() => new Map());  // per job: step -> loss
+  const node = $("compare-chart");
+  let chart = null;
+  let ended = 0;
+  const draw = () => {
+    const xs = [...new Set(losses.flatMap(m => [...m.keys()]))].sort((a, b) => a - b);
+    if (xs.length === 0) return;
+    const data = xs.map(x => [x, ...losses.map(m => m.has(x) ? m.get(x) : null)]);
+    if (!chart) {
+      chart = new Dygraph(node, data, {labels: ["step", ...ids], xlabel: "step", ylabel: "loss",
+                                       connectSeparatedPoints: true, legend: "always", strokeWidth: 1.5});
+    } else {
+      chart.updateOptions({file: data});
+    }
+    node.dataset.series = chart.getLabels().length - 1;
+    node.dataset.points = JSON.stringify(losses.map(m => m.size));
+  };
+  let pending = false;
+  const scheduleCompareDraw = () => {
+    if (pending) return;
+    pending = true;
+    setTimeout(() => { pending = false; draw(); }, 200);
+  };
+  $("compared").textContent = ids.join(" · ");
+  ids.forEach((id, i) => {
+    const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch");
+    stream.onmessage = (message) => {
+      const u = JSON.parse(message.data);
+      if (u.type === "step") { losses[i].set(u.step, u.loss); scheduleCompareDraw(); }
+    };
+    const done = () => {
+      stream.close();
+      if (++ended === ids.length) { draw(); document.body.dataset.complete = "1"; }
+    };
+    stream.addEventListener("end", done);
+    stream.addEventListener("failed", (message) => {
+      const e = JSON.parse(message.data);
+      showError({code: e.code, message: id + ": " + e.error});
+      done();
+    });
+  });
+  document.body.dataset.ready = "1";
+}
+
+const PAGES = {jobs: jobsPage, workers: workersPage, job: jobPage, compare: comparePage};
 PAGES[document.body.dataset.page]().catch(showError);

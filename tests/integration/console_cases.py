@@ -63,7 +63,8 @@ def case_console(args):
     """dtrain console on a TLS cluster, in headless chromium: the jobs page lists the jobs; a
     finished pp=2 job's page draws loss and tokens/s curves with one point per step and a
     placement grid of dp x pp x tp cells; the workers page lists every worker; an admin sees a
-    cancel button on a running job, a viewer does not, and the viewer's console passes on the
+    cancel button on a running job and gets its diagnosis and plan at a click; both jobs' loss
+    curves overlay on the compare page; a viewer sees no cancel button, and the viewer's console passes on the
     coordinator's refusal of a cancel (403 PERMISSION_DENIED; the job keeps running). A POST
     without the console's header and a request with a foreign Host are refused; without
     credentials, or on a non-loopback address without --listen_public, it does not start; with
@@ -79,8 +80,9 @@ def case_console(args):
         ckpt = os.path.join(c.tmp, "ckpt")
         curve = c.submit(c.write_spec("curve.json", small_job_spec(
             ckpt, CURVE_STEPS, name="curve", parallel={"pp": 2})))
-        running = c.submit(c.write_spec("long.json", small_job_spec(ckpt, 100000, name="long")))
         c.wait_state(curve, "SUCCEEDED", 120)
+        running = c.submit(c.write_spec("long.json", small_job_spec(
+            ckpt, 100000, name="long", parallel={"pp": 2})))
         c.wait_step(running, 1, 60)
 
         _, admin = start_console(c, "admin", "admin")
@@ -119,6 +121,26 @@ def case_console(args):
                    "the running job's curve")
             expect(b.eval("!!document.getElementById('cancel')"),
                    "the admin sees no cancel button on a running job")
+            # Diagnose and plan at a click.
+            b.eval("document.getElementById('diagnose-button').click(); "
+                   "document.getElementById('plan-button').click()")
+            diagnosed = b.wait("document.querySelectorAll('#diagnosis tbody tr').length === 2 && "
+                               "!document.getElementById('plan').hidden && "
+                               "[document.getElementById('diagnosis-summary').textContent, "
+                               "document.getElementById('plan').textContent]", 30,
+                               "the diagnosis (two ranks) and the plan")
+            expect(diagnosed[0].startswith("healthy"), "diagnosis: %r" % diagnosed[0])
+            expect("layout: dp=1 pp=2 tp=1" in diagnosed[1], "plan: %r" % diagnosed[1][:300])
+
+            # Both jobs' loss curves on one chart: every step of the finished one.
+            b.open("%s/compare.html?ids=%s,%s" % (base, curve, running))
+            compared = b.wait("document.getElementById('compare-chart').dataset.points", 20,
+                              "the compared curves")
+            b.wait("(p => p[0] === %d && p[1] > 0)(JSON.parse(document.getElementById("
+                   "'compare-chart').dataset.points))" % CURVE_STEPS, 20,
+                   "%d points of %s and some of %s" % (CURVE_STEPS, curve, running))
+            expect(b.eval("document.getElementById('compare-chart').dataset.series") == "2",
+                   "the compare chart does not have two series: %s" % compared)
 
             # Workers: every one, with its state.
             b.open(base + "/workers.html")
