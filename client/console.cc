@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -22,6 +23,7 @@
 #include "client/console_assets.h"
 #include "client/format.h"
 #include "client/plan.h"
+#include "client/trace.h"
 #include "common/tls.h"
 #include "google/protobuf/struct.pb.h"
 #include "plan/job_plan.h"
@@ -255,6 +257,13 @@ class Console {
       if (absl::ConsumeSuffix(&id, "/diagnose")) {
         const std::string job_id(id);
         return SendResult(connection, OnOwnThread([&] { return stub_.Diagnose(job_id); }));
+      }
+      if (absl::ConsumeSuffix(&id, "/trace")) {
+        const std::string job_id(id);
+        absl::StatusOr<JobTrace> trace =
+            OnOwnThread([&] { return stub_.TraceJob(job_id, std::nullopt); });
+        if (!trace.ok()) return SendError(connection, trace.status());
+        return SendJson(connection, 200, ChromeTraceJson(*trace));
       }
       if (absl::ConsumeSuffix(&id, "/plan")) {
         const std::string job_id(id);

@@ -7,12 +7,14 @@
 //   dtrain console --listen=0.0.0.0:8080 --listen_public
 //                                       # http://HOST:8080/?token=<printed at start>
 //
-// The pages (client/console_assets/, embedded at build time with Debian's dygraphs) read:
+// The pages (client/console_assets/, embedded at build time with Debian's dygraphs and d3) read:
 //   GET  /api/whoami             {"identity": "CN=... OU=...", "may_cancel": bool, ...}
 //   GET  /api/jobs               ListJobs (the newest 100), as `dtrain --json list` prints it
 //   GET  /api/jobs/ID            GetJob
 //   GET  /api/workers            ListWorkers
 //   GET  /api/jobs/ID/diagnose   Diagnose (what every rank is doing; the root of a stall)
+//   GET  /api/jobs/ID/trace      TraceJob of the newest complete step, as `dtrain trace` writes it
+//                                (client/trace.h: Chrome trace JSON)
 //   GET  /api/jobs/ID/plan       {"text": `dtrain plan` of the job's spec on dp*pp*tp workers}
 //   GET  /api/jobs/ID/watch      server-sent events: one `dtrain --json watch` line per update
 //                                (the job's history first, then live), `event: end` at the end

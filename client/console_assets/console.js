@@ -312,6 +312,80 @@ async function diagnose() {
   }
 }
 
+// One step of every rank (client/trace.h's Chrome trace JSON) as a Gantt chart drawn with
+// Debian's d3 3.5: a row per rank and track, a bar per operation, an arrow per message.
+function drawGantt(trace) {
+  const events = trace.traceEvents || [];
+  const process = {}, track = {};
+  for (const e of events) {
+    if (e.ph === "M" && e.name === "process_name") process[e.pid] = e.args.name;
+    if (e.ph === "M" && e.name === "thread_name") track[e.pid + "/" + e.tid] = e.args.name;
+  }
+  const slices = events.filter(e => e.ph === "X");
+  const keys = [...new Set(slices.map(e => e.pid + "/" + e.tid))].sort((a, b) => {
+    const [pa, ta] = a.split("/").map(Number), [pb, tb] = b.split("/").map(Number);
+    return pa - pb || ta - tb;
+  });
+  const row = Object.fromEntries(keys.map((k, i) => [k, i]));
+  const labelWidth = 260, rowHeight = 18, width = 1100;
+  const end = d3.max(slices, e => e.ts + e.dur) || 1;
+  const x = d3.scale.linear().domain([0, end]).range([labelWidth, width - 10]);
+  const y = k => 20 + row[k] * rowHeight;
+  const kind = e => {
+    const t = (track[e.pid + "/" + e.tid] || "").split(" ")[0];
+    if (t === "F") return "op-" + e.name[0];  // F, B, b, W
+    return "op-" + t;  // collectives, receives, sends, checkpoint
+  };
+  const node = $("gantt");
+  node.textContent = "";
+  const svg = d3.select(node).append("svg").attr("width", width).attr("height", 30 + keys.length * rowHeight);
+  svg.append("defs").append("marker").attr("id", "arrow").attr("viewBox", "0 0 10 10")
+      .attr("refX", 10).attr("refY", 5).attr("markerWidth", 6).attr("markerHeight", 6)
+      .attr("orient", "auto").append("path").attr("d", "M0,0L10,5L0,10z");
+  const axis = d3.svg.axis().scale(x).orient("top").ticks(8).tickFormat(us => (us / 1000).toFixed(1) + " ms");
+  svg.append("g").attr("class", "axis").attr("transform", "translate(0,18)").call(axis);
+  svg.selectAll("text.row").data(keys).enter().append("text").attr("class", "row")
+      .attr("x", 0).attr("y", k => y(k) + 13)
+      .text(k => { const [pid] = k.split("/"); return process[pid] + " · " + track[k]; });
+  const bars = svg.selectAll("g.slice").data(slices).enter().append("g").attr("class", e => "slice " + kind(e));
+  bars.append("rect").attr("x", e => x(e.ts)).attr("y", e => y(e.pid + "/" + e.tid) + 2)
+      .attr("width", e => Math.max(1, x(e.ts + e.dur) - x(e.ts))).attr("height", rowHeight - 4)
+      .append("title").text(e => e.name + ": " + (e.dur / 1000).toFixed(2) + " ms");
+  bars.filter(e => x(e.ts + e.dur) - x(e.ts) > 24).append("text")
+      .attr("x", e => x(e.ts) + 2).attr("y", e => y(e.pid + "/" + e.tid) + 13)
+      .text(e => e.name.split(" ").slice(0, 2).join(" "));
+  const starts = {}, arrows = [];
+  for (const e of events) if (e.ph === "s") starts[e.id] = e;
+  for (const e of events) if (e.ph === "f" && starts[e.id]) arrows.push([starts[e.id], e]);
+  // Pipeline messages (activations, gradients) always; the collectives' own messages, which
+  // crowd the chart, when asked for.
+  const isCollective = ([s]) => s.name === "collective";
+  svg.selectAll("line.flow").data(arrows).enter().append("line")
+      .attr("class", a => "flow" + (isCollective(a) ? " collective" : ""))
+      .attr("x1", ([s]) => x(s.ts)).attr("y1", ([s]) => y(s.pid + "/" + s.tid) + rowHeight / 2)
+      .attr("x2", ([, f]) => x(f.ts)).attr("y2", ([, f]) => y(f.pid + "/" + f.tid) + rowHeight / 2)
+      .attr("marker-end", "url(#arrow)");
+  node.dataset.slices = slices.length;
+  node.dataset.arrows = arrows.length;
+  node.dataset.pipelineArrows = arrows.filter(a => !isCollective(a)).length;
+  node.classList.toggle("show-collectives", $("show-collectives").checked);
+  node.dataset.ranks = new Set(slices.map(e => e.pid)).size;
+  const m = trace.metadata || {};
+  const orders = (m.schedule_order || []).map(o => "rank " + o.rank + ": " + o.check);
+  $("trace-summary").textContent = "step " + m.step + " of " + m.job_id + ", " + m.schedule +
+      " over " + m.micro_batches + " micro-batches; F / B / W order as the schedule defines: " +
+      (orders.join("; ") || "–");
+}
+
+async function traceStep() {
+  $("trace-summary").textContent = "asking every rank…";
+  try {
+    drawGantt(await api("jobs/" + encodeURIComponent(job.id) + "/trace"));
+  } catch (e) {
+    $("trace-summary").textContent = (e.code ? e.code + ": " : "") + e.message;
+  }
+}
+
 async function showPlan() {
   try {
     const p = await api("jobs/" + encodeURIComponent(job.id) + "/plan");
@@ -340,6 +414,8 @@ async function jobPage() {
   document.title = "dtrain console: " + job.id;
   $("diagnose-button").onclick = diagnose;
   $("plan-button").onclick = showPlan;
+  $("trace-button").onclick = traceStep;
+  $("show-collectives").onchange = (e) => $("gantt").classList.toggle("show-collectives", e.target.checked);
   const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch");
   let refreshPending = false;
   const refreshSoon = () => {

@@ -63,7 +63,8 @@ def case_console(args):
     """dtrain console on a TLS cluster, in headless chromium: the jobs page lists the jobs; a
     finished pp=2 job's page draws loss and tokens/s curves with one point per step and a
     placement grid of dp x pp x tp cells; the workers page lists every worker; an admin sees a
-    cancel button on a running job and gets its diagnosis and plan at a click; both jobs' loss
+    cancel button on a running job and gets its diagnosis, plan and the Gantt chart of its newest
+    step (both ranks' F and B, arrows from stage to stage) at a click; both jobs' loss
     curves overlay on the compare page; a viewer sees no cancel button, and the viewer's console passes on the
     coordinator's refusal of a cancel (403 PERMISSION_DENIED; the job keeps running). A POST
     without the console's header and a request with a foreign Host are refused; without
@@ -131,6 +132,16 @@ def case_console(args):
                                "the diagnosis (two ranks) and the plan")
             expect(diagnosed[0].startswith("healthy"), "diagnosis: %r" % diagnosed[0])
             expect("layout: dp=1 pp=2 tp=1" in diagnosed[1], "plan: %r" % diagnosed[1][:300])
+            # The newest step as a Gantt chart: both ranks' F and B, arrows between stages.
+            b.eval("document.getElementById('trace-button').click()")
+            gantt = b.wait("(g => g.dataset.slices && [Number(g.dataset.ranks), "
+                           "Number(g.dataset.pipelineArrows), "
+                           "[...g.querySelectorAll('.slice.op-F')].length, "
+                           "[...g.querySelectorAll('.slice.op-B')].length])"
+                           "(document.getElementById('gantt'))", 30, "the step's Gantt chart")
+            expect(gantt[0] == 2 and gantt[1] >= 2 and gantt[2] >= 2 and gantt[3] >= 2,
+                   "Gantt chart of a pp=2 step: [ranks, pipeline arrows, F bars, B bars] = %s"
+                   % gantt)
 
             # Both jobs' loss curves on one chart: every step of the finished one.
             b.open("%s/compare.html?ids=%s,%s" % (base, curve, running))
