@@ -5,11 +5,11 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -153,14 +153,39 @@ bool SameSecret(absl::string_view a, absl::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-// Lines of an event stream, handed from the watching thread to the HTTP thread. Shared: the
+// One update of a watch as `dtrain --json watch` prints it, and whether it is a step.
+struct WatchLine {
+  bool step = false;
+  std::string json;
+};
+
+// The updates of a watch, handed from the watching thread to the HTTP thread. Shared: the
 // watcher may outlive the request (it stops at its next update once `closed`).
 struct EventQueue {
   absl::Mutex mu;
-  std::deque<std::string> lines ABSL_GUARDED_BY(mu);
+  std::vector<WatchLine> lines ABSL_GUARDED_BY(mu);
+  std::string last ABSL_GUARDED_BY(mu);  // the closing event, once the watch returned
   bool done ABSL_GUARDED_BY(mu) = false;
   bool closed ABSL_GUARDED_BY(mu) = false;  // the browser went away
 };
+
+// The events of `lines`: each run of steps as one `event: steps` whose data is a JSON array of
+// their lines (a replay of 10,000 steps is a few events, not 10,000), anything else as its own
+// `data:` line.
+std::string EventStreamText(const std::vector<WatchLine>& lines) {
+  std::string text;
+  for (size_t i = 0; i < lines.size();) {
+    if (!lines[i].step) {
+      absl::StrAppend(&text, "data: ", lines[i].json, "\n\n");
+      ++i;
+      continue;
+    }
+    absl::StrAppend(&text, "event: steps\ndata: [", lines[i].json);
+    for (++i; i < lines.size() && lines[i].step; ++i) absl::StrAppend(&text, ",", lines[i].json);
+    absl::StrAppend(&text, "]\n\n");
+  }
+  return text;
+}
 
 class Console {
  public:
@@ -290,15 +315,16 @@ class Console {
     return body;
   }
 
-  // Server-sent events: `data: <dtrain --json watch line>` per update, `event: end` (data: the
-  // final state) or `event: failed` (data: the error) last.
+  // Server-sent events: `data: <dtrain --json watch line>` per update but steps, which come as
+  // `event: steps` with an array of such lines; `event: end` or `event: failed` (data: the
+  // error) last.
   int Watch(mg_connection* connection, const std::string& job_id) {
     auto queue = std::make_shared<EventQueue>();
     std::thread watcher([this, queue, job_id] {
       WatchCallbacks callbacks;
       callbacks.on_update = [&](const JobUpdate& update) {
         absl::MutexLock lock(&queue->mu);
-        queue->lines.push_back(absl::StrCat("data: ", WatchJsonLine(update), "\n\n"));
+        queue->lines.push_back({update.has_step(), WatchJsonLine(update)});
       };
       callbacks.keep_watching = [&] {
         absl::MutexLock lock(&queue->mu);
@@ -306,9 +332,8 @@ class Console {
       };
       const absl::Status status = stub_.WatchJob(job_id, 0, callbacks);
       absl::MutexLock lock(&queue->mu);
-      queue->lines.push_back(
-          status.ok() ? "event: end\ndata: {}\n\n"
-                      : absl::StrCat("event: failed\ndata: ", ErrorJson(status), "\n\n"));
+      queue->last = status.ok() ? "event: end\ndata: {}\n\n"
+                                : absl::StrCat("event: failed\ndata: ", ErrorJson(status), "\n\n");
       queue->done = true;
     });
     watcher.detach();
@@ -318,8 +343,9 @@ class Console {
         "X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n";
     bool open = mg_write(connection, kHead, sizeof(kHead) - 1) > 0;
     while (open) {
-      std::deque<std::string> lines;
+      std::vector<WatchLine> lines;
       bool done = false;
+      std::string last;
       {
         absl::MutexLock lock(&queue->mu);
         auto ready = [&queue]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue->mu) {
@@ -328,10 +354,10 @@ class Console {
         queue->mu.AwaitWithTimeout(absl::Condition(&ready), kStreamPing);
         lines.swap(queue->lines);
         done = queue->done;
+        last = queue->last;
       }
-      if (lines.empty() && !done) lines.push_back(": ping\n\n");
-      std::string chunk;
-      for (const std::string& line : lines) chunk += line;
+      std::string chunk = EventStreamText(lines) + last;
+      if (chunk.empty()) chunk = ": ping\n\n";
       open = mg_write(connection, chunk.data(), chunk.size()) > 0;
       if (done) break;
     }

@@ -17,7 +17,8 @@
 //                                (client/trace.h: Chrome trace JSON)
 //   GET  /api/jobs/ID/plan       {"text": `dtrain plan` of the job's spec on dp*pp*tp workers}
 //   GET  /api/jobs/ID/watch      server-sent events: one `dtrain --json watch` line per update
-//                                (the job's history first, then live), `event: end` at the end
+//                                (the job's history first, then live), but steps: a run of them
+//                                is one `event: steps` of an array of lines; `event: end` last
 //   POST /api/jobs/ID/cancel     CancelJob; the coordinator's refusal as 403 with its words
 // Errors are {"code": "PERMISSION_DENIED", "error": "CancelJob: certificate ..."} with the HTTP
 // status HttpStatusFor gives.

@@ -408,27 +408,21 @@ async function refreshJob(id) {
 
 async function jobPage() {
   const id = new URLSearchParams(location.search).get("id");
-  await loadWhoami();
-  await refreshJob(id);
-  if (!job) return;
-  document.title = "dtrain console: " + job.id;
-  $("diagnose-button").onclick = diagnose;
-  $("plan-button").onclick = showPlan;
-  $("trace-button").onclick = traceStep;
-  $("show-collectives").onchange = (e) => $("gantt").classList.toggle("show-collectives", e.target.checked);
+  // The stream first: the job's history is the longest part to load.
   const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch");
   let refreshPending = false;
   const refreshSoon = () => {
-    if (refreshPending) return;
+    if (refreshPending || !job) return;
     refreshPending = true;
     setTimeout(async () => { refreshPending = false; await refreshJob(id); }, 300);
   };
+  stream.addEventListener("steps", (message) => {
+    for (const u of JSON.parse(message.data)) steps.set(u.step, [u.loss, u.tokens_per_s]);
+    scheduleDraw();
+  });
   stream.onmessage = (message) => {
     const u = JSON.parse(message.data);
-    if (u.type === "step") {
-      steps.set(u.step, [u.loss, u.tokens_per_s]);
-      scheduleDraw();
-    } else if (u.type === "state") {
+    if (u.type === "state") {
       refreshSoon();
     } else if (u.type === "event") {
       $("events").append(el("li", {}, u.text));
@@ -450,6 +444,14 @@ async function jobPage() {
     const e = JSON.parse(message.data);
     showError({code: e.code, message: e.error});
   });
+  await loadWhoami();
+  await refreshJob(id);
+  if (!job) { stream.close(); return; }
+  document.title = "dtrain console: " + job.id;
+  $("diagnose-button").onclick = diagnose;
+  $("plan-button").onclick = showPlan;
+  $("trace-button").onclick = traceStep;
+  $("show-collectives").onchange = (e) => $("gantt").classList.toggle("show-collectives", e.target.checked);
   // Placement health follows the workers' heartbeats.
   setInterval(() => { if (!FINAL.has(job.state)) refreshJob(id); }, 2000);
   document.body.dataset.ready = "1";
@@ -490,10 +492,10 @@ async function comparePage() {
   $("compared").textContent = ids.join(" · ");
   ids.forEach((id, i) => {
     const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch");
-    stream.onmessage = (message) => {
-      const u = JSON.parse(message.data);
-      if (u.type === "step") { losses[i].set(u.step, u.loss); scheduleCompareDraw(); }
-    };
+    stream.addEventListener("steps", (message) => {
+      for (const u of JSON.parse(message.data)) losses[i].set(u.step, u.loss);
+      scheduleCompareDraw();
+    });
     const done = () => {
       stream.close();
       if (++ended === ids.length) { draw(); document.body.dataset.complete = "1"; }
