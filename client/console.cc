@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
@@ -153,6 +154,12 @@ bool SameSecret(absl::string_view a, absl::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+// What the page may offer: the coordinator's answer for this certificate (AskPermissions).
+struct Permissions {
+  bool cancel = false;  // CancelJob
+  bool submit = false;  // SubmitJob: resubmit
+};
+
 // One update of a watch as `dtrain --json watch` prints it, and whether it is a step.
 struct WatchLine {
   bool step = false;
@@ -190,12 +197,12 @@ std::string EventStreamText(const std::vector<WatchLine>& lines) {
 class Console {
  public:
   Console(CoordinatorStub& stub, ListenAddress listen, std::string token, std::string identity,
-          bool may_cancel)
+          Permissions may)
       : stub_(stub),
         listen_(std::move(listen)),
         token_(std::move(token)),
         identity_(std::move(identity)),
-        may_cancel_(may_cancel) {}
+        may_(may) {}
 
   // civetweb's begin_request hook: every request is answered here.
   static int BeginRequest(mg_connection* connection) {
@@ -260,13 +267,21 @@ class Console {
                             return stub_.CancelJob(job_id, "cancelled from dtrain console");
                           }));
       }
+      id = rest;
+      if (absl::ConsumePrefix(&id, "jobs/") && absl::ConsumeSuffix(&id, "/resubmit") &&
+          !id.empty()) {
+        const std::string job_id(id);
+        const bool resume = QueryValue(request->query_string, "resume") == "1";
+        return SendResult(connection, OnOwnThread([&] { return Resubmit(job_id, resume); }));
+      }
       return SendError(connection, absl::NotFoundError(absl::StrCat("no POST ", path)));
     }
     if (method != "GET") return Send(connection, 405, "text/plain", "GET or POST only\n");
     if (rest == "whoami") {
       google::protobuf::Struct body;
       (*body.mutable_fields())["identity"].set_string_value(identity_);
-      (*body.mutable_fields())["may_cancel"].set_bool_value(may_cancel_);
+      (*body.mutable_fields())["may_cancel"].set_bool_value(may_.cancel);
+      (*body.mutable_fields())["may_submit"].set_bool_value(may_.submit);
       (*body.mutable_fields())["coordinator"].set_string_value(stub_.address());
       return SendJson(connection, 200, ToJsonLine(body));
     }
@@ -290,6 +305,12 @@ class Console {
         if (!trace.ok()) return SendError(connection, trace.status());
         return SendJson(connection, 200, ChromeTraceJson(*trace));
       }
+      if (absl::ConsumeSuffix(&id, "/logs")) {
+        const std::string job_id(id);
+        absl::StatusOr<std::string> logs = OnOwnThread([&] { return LogsJson(job_id); });
+        if (!logs.ok()) return SendError(connection, logs.status());
+        return SendJson(connection, 200, *logs);
+      }
       if (absl::ConsumeSuffix(&id, "/plan")) {
         const std::string job_id(id);
         return SendResult(connection, OnOwnThread([&] { return PlanOfJob(job_id); }));
@@ -300,6 +321,26 @@ class Console {
       }
     }
     return SendError(connection, absl::NotFoundError(absl::StrCat("no GET ", path)));
+  }
+
+  // `dtrain resubmit JOB [--resume]`: the job's spec (as the coordinator validated it) again.
+  absl::StatusOr<SubmitJobResponse> Resubmit(const std::string& job_id, bool resume) {
+    absl::StatusOr<Job> job = stub_.GetJob(job_id);
+    if (!job.ok()) return job.status();
+    SubmitJobRequest request;
+    *request.mutable_spec() = job->spec();
+    if (resume) request.mutable_spec()->set_resume_from(job_id);
+    return stub_.SubmitJob(request);
+  }
+
+  // The job's log without following it: {"entries": [LogEntry...]}.
+  absl::StatusOr<std::string> LogsJson(const std::string& job_id) {
+    std::vector<std::string> entries;
+    const absl::Status status =
+        stub_.JobLogs(job_id, std::nullopt, /*follow=*/false,
+                      [&](const LogEntry& e) { entries.push_back(ToJsonLine(e)); });
+    if (!status.ok()) return status;
+    return absl::StrCat("{\"entries\":[", absl::StrJoin(entries, ","), "]}");
   }
 
   // `dtrain plan` of the job's spec, on exactly dp*pp*tp hypothetical workers: {"text": ...}.
@@ -370,7 +411,7 @@ class Console {
   const ListenAddress listen_;
   const std::string token_;  // empty: loopback, no token
   const std::string identity_;
-  const bool may_cancel_;
+  const Permissions may_;
 };
 
 // 16 random bytes as 32 hex digits.
@@ -391,14 +432,20 @@ std::string IdentityOf(const Invocation& inv) {
   return described.ok() ? *described : tls.cert;
 }
 
-// Whether the coordinator lets this certificate cancel: the coordinator's role table
-// (coordinator/roles.h) is the one rule, so it is asked: a CancelJob of no job is refused with
-// PERMISSION_DENIED before anything else for a role that may not cancel, and is NOT_FOUND or
-// INVALID_ARGUMENT (cancelling nothing) for one that may.
-bool MayCancel(CoordinatorStub& stub) {
-  absl::StatusOr<Job> probe = OnOwnThread([&] { return stub.CancelJob("", ""); });
-  return probe.status().code() != absl::StatusCode::kPermissionDenied &&
-         probe.status().code() != absl::StatusCode::kUnauthenticated;
+bool Refused(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kPermissionDenied ||
+         status.code() == absl::StatusCode::kUnauthenticated;
+}
+
+// What the coordinator lets this certificate do. Its role table (coordinator/roles.h) is the
+// one rule, so it is asked: a CancelJob of no job and a SubmitJob of no spec are refused with
+// PERMISSION_DENIED before anything else for a role that may not call them, and fail on their
+// empty input (changing nothing) for one that may.
+Permissions AskPermissions(CoordinatorStub& stub) {
+  Permissions may;
+  may.cancel = !Refused(OnOwnThread([&] { return stub.CancelJob("", ""); }).status());
+  may.submit = !Refused(OnOwnThread([&] { return stub.SubmitJob(SubmitJobRequest()); }).status());
+  return may;
 }
 
 }  // namespace
@@ -476,7 +523,7 @@ int RunConsole(const Invocation& inv, CoordinatorStub& stub, Output& output) {
     token = *random;
   }
   const std::string identity = IdentityOf(inv);
-  auto console = std::make_unique<Console>(stub, *listen, token, identity, MayCancel(stub));
+  auto console = std::make_unique<Console>(stub, *listen, token, identity, AskPermissions(stub));
 
   mg_init_library(0);
   mg_callbacks callbacks{};

@@ -8,7 +8,8 @@
 //                                       # http://HOST:8080/?token=<printed at start>
 //
 // The pages (client/console_assets/, embedded at build time with Debian's dygraphs and d3) read:
-//   GET  /api/whoami             {"identity": "CN=... OU=...", "may_cancel": bool, ...}
+//   GET  /api/whoami             {"identity": "CN=... OU=...", "may_cancel": bool,
+//                                "may_submit": bool, "coordinator": "HOST:PORT"}
 //   GET  /api/jobs               ListJobs (the newest 100), as `dtrain --json list` prints it
 //   GET  /api/jobs/ID            GetJob
 //   GET  /api/workers            ListWorkers
@@ -19,7 +20,10 @@
 //   GET  /api/jobs/ID/watch      server-sent events: one `dtrain --json watch` line per update
 //                                (the job's history first, then live), but steps: a run of them
 //                                is one `event: steps` of an array of lines; `event: end` last
+//   GET  /api/jobs/ID/logs       JobLogs, not followed: {"entries": [LogEntry...]}
 //   POST /api/jobs/ID/cancel     CancelJob; the coordinator's refusal as 403 with its words
+//   POST /api/jobs/ID/resubmit   SubmitJob of its spec (?resume=1: resume_from it), as `dtrain
+//                                resubmit`; the SubmitJobResponse
 // Errors are {"code": "PERMISSION_DENIED", "error": "CancelJob: certificate ..."} with the HTTP
 // status HttpStatusFor gives.
 //

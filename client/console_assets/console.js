@@ -266,6 +266,13 @@ function drawJob() {
   if (whoami.may_cancel && !FINAL.has(job.state)) {
     actions.append(el("button", {id: "cancel", onclick: cancelJob}, "Cancel job"));
   }
+  if (whoami.may_submit) {
+    actions.append(el("button", {id: "resubmit", onclick: () => resubmitJob(false)}, "Resubmit"));
+    if (num(job.checkpoint && job.checkpoint.last_sealed_step) > 0) {
+      actions.append(el("button", {id: "resume", onclick: () => resubmitJob(true)},
+                        "Resume from step " + num(job.checkpoint.last_sealed_step)));
+    }
+  }
   $("history").tBodies[0].replaceChildren(...(job.history || []).map(h => el("tr", {},
       el("td", {}, new Date(num(h.time_unix_ms)).toLocaleString()),
       el("td", {class: "state " + h.state}, h.state), el("td", {}, h.reason))));
@@ -396,6 +403,27 @@ async function showPlan() {
   $("plan").hidden = false;
 }
 
+async function resubmitJob(resume) {
+  const what = resume ? "resume " + job.id + " from its last sealed checkpoint" : "run " + job.id + "'s spec again";
+  if (!confirm("Submit a new job to " + what + "?")) return;
+  try {
+    const r = await api("jobs/" + encodeURIComponent(job.id) + "/resubmit" + (resume ? "?resume=1" : ""),
+                        {method: "POST", headers: {"X-Dtrain-Console": "1"}});
+    location.href = "/job.html?id=" + encodeURIComponent(r.job.id);
+  } catch (e) { showError(e); }
+}
+
+async function showLogs() {
+  try {
+    const logs = await api("jobs/" + encodeURIComponent(job.id) + "/logs");
+    $("logs").replaceChildren(...(logs.entries || []).map(e => el("li",
+        {class: "log " + e.severity, "data-rank": e.rank},
+        new Date(num(e.time_unix_ms)).toLocaleTimeString() + " " +
+        (e.rank < 0 ? "coordinator" : "rank " + e.rank + " (" + e.worker_id + ")") + ": " + e.text)));
+    $("logs").dataset.entries = (logs.entries || []).length;
+  } catch (e) { $("logs").replaceChildren(el("li", {}, (e.code ? e.code + ": " : "") + e.message)); }
+}
+
 async function refreshJob(id) {
   try {
     const [j, w] = await Promise.all([api("jobs/" + encodeURIComponent(id)), api("workers")]);
@@ -451,6 +479,7 @@ async function jobPage() {
   $("diagnose-button").onclick = diagnose;
   $("plan-button").onclick = showPlan;
   $("trace-button").onclick = traceStep;
+  $("logs-button").onclick = showLogs;
   $("show-collectives").onchange = (e) => $("gantt").classList.toggle("show-collectives", e.target.checked);
   // Placement health follows the workers' heartbeats.
   setInterval(() => { if (!FINAL.has(job.state)) refreshJob(id); }, 2000);

@@ -66,7 +66,8 @@ def case_console(args):
     cancel button on a running job and gets its diagnosis, plan and the Gantt chart of its newest
     step (both ranks' F and B, arrows from stage to stage) at a click; both jobs' loss
     curves overlay on the compare page; a viewer sees no cancel button, and the viewer's console passes on the
-    coordinator's refusal of a cancel (403 PERMISSION_DENIED; the job keeps running). A POST
+    coordinator's refusal of a cancel and of a resubmit (403 PERMISSION_DENIED; the job keeps
+    running); the admin's page shows the job's log at a click and offers resubmit. A POST
     without the console's header and a request with a foreign Host are refused; without
     credentials, or on a non-loopback address without --listen_public, it does not start; with
     --listen_public every request needs the printed token."""
@@ -114,6 +115,14 @@ def case_console(args):
             expect(sorted(x[:3] for x in cells) == [["0", "0", "0"], ["0", "1", "0"]],
                    "grid of a dp=1 x pp=2 x tp=1 job: %s" % cells)
             b.screenshot(os.path.join(c.logs, "job.png"))
+            # Its log at a click; an admin may resubmit it.
+            b.eval("document.getElementById('logs-button').click()")
+            entries = b.wait("Number(document.getElementById('logs').dataset.entries)", 20,
+                             "the job's log")
+            expect(b.eval("!!document.getElementById('resubmit')"),
+                   "the admin sees no resubmit button")
+            print("curve job: %s points per curve, %d grid cells, %d log lines"
+                  % (points, len(cells), entries))
 
             # A running job, as an admin: the cancel button is there.
             b.open("%s/job.html?id=%s" % (base, running))
@@ -164,8 +173,9 @@ def case_console(args):
             b.open("http://127.0.0.1:%d/job.html?id=%s" % (viewer, running))
             b.wait("document.body.dataset.state === 'RUNNING' && "
                    "document.body.dataset.mayCancel === '0'", 20, "the viewer's job page")
-            expect(not b.eval("!!document.getElementById('cancel')"),
-                   "the viewer sees a cancel button")
+            expect(not b.eval("!!document.getElementById('cancel') || "
+                              "!!document.getElementById('resubmit')"),
+                   "the viewer sees a cancel or resubmit button")
             identity = b.eval("document.getElementById('whoami').textContent")
             expect("OU=viewer" in identity, "the viewer's page says who it is: %r" % identity)
 
@@ -178,6 +188,10 @@ def case_console(args):
                "viewer cancel through the console: %d %s" % (status, body))
         print("viewer cancel -> %d %s" % (status, answer["error"]))
         expect(c.job(running)["state"] == "RUNNING", "the job stopped after a refused cancel")
+        status, _, body = request(viewer, "/api/jobs/%s/resubmit" % running, "POST",
+                                  {"X-Dtrain-Console": "1"})
+        expect(status == 403 and "may not call SubmitJob" in body,
+               "viewer resubmit through the console: %d %s" % (status, body))
         # Browser-side guards: a POST without the header (a cross-site form), a rebound Host.
         status, _, body = request(admin, path, "POST")
         expect(status == 403 and "X-Dtrain-Console" in body,
@@ -210,7 +224,7 @@ def case_console_worker_killed(args):
     steps) on its page in headless chromium; kill -9 of one of its workers turns that worker's
     cell red; when the worker comes back the job recovers, the recovery is listed and marked on
     the loss curve (R1) and the cell is green again; the admin's cancel button (confirmed)
-    cancels the job."""
+    cancels the job, and its resume button submits a job resuming from it."""
     with Cluster(args.binaries, "console_worker_killed") as c:
         c.write_corpus()
         c.start_coordinator()
@@ -247,4 +261,14 @@ def case_console_worker_killed(args):
             # The admin cancels from the page, confirming the dialog.
             b.eval("window.confirm = () => true; document.getElementById('cancel').click()")
             b.wait("document.body.dataset.state === 'CANCELLED'", 20, "the job cancelled")
-        expect(c.job(job_id)["state"] == "CANCELLED", "the job is %s" % c.job(job_id)["state"])
+            expect(c.job(job_id)["state"] == "CANCELLED", "the job is %s"
+                   % c.job(job_id)["state"])
+            # ... and resumes it from its last sealed checkpoint: a new job, its page opened.
+            b.eval("window.confirm = () => true; document.getElementById('resume').click()")
+            new_id = b.wait("(id => id !== %s && id)(new URLSearchParams(location.search)"
+                            ".get('id'))" % json.dumps(job_id), 20, "the resumed job's page")
+            # The coordinator resolves resume_from=JOB to that job's last sealed step.
+            resumed = c.job(new_id).get("spec", {}).get("resume_from", "")
+            expect("/%s/step_" % job_id in resumed,
+                   "%s resumes from %r, not from a checkpoint of %s" % (new_id, resumed, job_id))
+            print("cancelled from the page, resumed as %s from %s" % (new_id, resumed))
