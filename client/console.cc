@@ -305,6 +305,10 @@ class Console {
         if (!trace.ok()) return SendError(connection, trace.status());
         return SendJson(connection, 200, ChromeTraceJson(*trace));
       }
+      if (absl::ConsumeSuffix(&id, "/checkpoints")) {
+        const std::string job_id(id);
+        return SendResult(connection, OnOwnThread([&] { return stub_.ListCheckpoints(job_id); }));
+      }
       if (absl::ConsumeSuffix(&id, "/logs")) {
         const std::string job_id(id);
         absl::StatusOr<std::string> logs = OnOwnThread([&] { return LogsJson(job_id); });

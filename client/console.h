@@ -20,6 +20,7 @@
 //   GET  /api/jobs/ID/watch      server-sent events: one `dtrain --json watch` line per update
 //                                (the job's history first, then live), but steps: a run of them
 //                                is one `event: steps` of an array of lines; `event: end` last
+//   GET  /api/jobs/ID/checkpoints  ListCheckpoints (the sealed steps kept)
 //   GET  /api/jobs/ID/logs       JobLogs, not followed: {"entries": [LogEntry...]}
 //   POST /api/jobs/ID/cancel     CancelJob; the coordinator's refusal as 403 with its words
 //   POST /api/jobs/ID/resubmit   SubmitJob of its spec (?resume=1: resume_from it), as `dtrain

@@ -166,22 +166,28 @@ let job = null;
 let workersById = {};
 let charts = {};
 
-// The curves' marks: each recovery at the last step before it, the newest sealed checkpoint.
+// The curves' marks: each recovery at the last step before it (R1, R2...), each sealed
+// checkpoint kept (C), each rank flagged a straggler now at the end of its window (S).
+let sealedSteps = [];  // ListCheckpoints' steps
 function annotations(series) {
   const marks = [];
+  const add = (x, shortText, text, cssClass, more) => {
+    if (steps.has(x)) marks.push(Object.assign({series, x, shortText, text, cssClass, width: 22, height: 16}, more));
+  };
   for (const r of (job && job.recoveries) || []) {
-    const x = num(r.last_step);
-    if (steps.has(x)) {
-      marks.push({series, x, shortText: "R" + r.number, text: "recovery " + r.number + ": " + r.cause,
-                  cssClass: "mark-recovery", width: 22, height: 16});
+    add(num(r.last_step), "R" + r.number, "recovery " + r.number + ": " + r.cause, "mark-recovery");
+  }
+  for (const x of sealedSteps) {
+    add(x, "C", "checkpoint sealed at step " + x, "mark-checkpoint", {width: 16, attachAtBottom: true});
+  }
+  for (const t of (job && job.stragglers) || []) {
+    if (t.flagged) {
+      add(num(t.window_end_step), "S", "straggler: rank " + t.rank + " (" + t.worker_id + ", " + t.label +
+          ") " + num(t.score).toFixed(1) + "x its peers' median", "mark-straggler", {width: 16, tickHeight: 30});
     }
   }
-  const sealed = num(job && job.checkpoint && job.checkpoint.last_sealed_step);
-  if (steps.has(sealed)) {
-    marks.push({series, x: sealed, shortText: "C", text: "checkpoint sealed at step " + sealed,
-                cssClass: "mark-checkpoint", width: 16, height: 16, attachAtBottom: true});
-  }
-  return marks;
+  // dygraphs wants them in x order.
+  return marks.sort((a, b) => a.x - b.x);
 }
 
 function drawCharts() {
@@ -426,8 +432,10 @@ async function showLogs() {
 
 async function refreshJob(id) {
   try {
-    const [j, w] = await Promise.all([api("jobs/" + encodeURIComponent(id)), api("workers")]);
+    const [j, w, c] = await Promise.all([api("jobs/" + encodeURIComponent(id)), api("workers"),
+                                         api("jobs/" + encodeURIComponent(id) + "/checkpoints").catch(() => ({}))]);
     job = j;
+    sealedSteps = ((c.checkpoints) || []).map(x => num(x.step));
     workersById = Object.fromEntries(((w.workers) || []).map(x => [x.worker_id, x]));
     drawJob();
     showError(null);

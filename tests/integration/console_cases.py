@@ -257,7 +257,11 @@ def case_console_worker_killed(args):
                    "the recovery listed, marked R1 on the loss curve, the cell green again")
             mark = b.eval("document.querySelector('#loss-chart .mark-recovery').textContent")
             expect(mark == "R1", "the recovery's mark on the curve reads %r" % mark)
-            print("worker back: recovery listed, %r on the loss curve, cell green" % mark)
+            sealed = b.eval("document.querySelectorAll('#loss-chart .mark-checkpoint').length")
+            expect(sealed >= 2, "%d checkpoints marked on the loss curve (one every 5 steps)"
+                   % sealed)
+            print("worker back: recovery listed, %r and %d checkpoints on the loss curve, cell "
+                  "green" % (mark, sealed))
             # The admin cancels from the page, confirming the dialog.
             b.eval("window.confirm = () => true; document.getElementById('cancel').click()")
             b.wait("document.body.dataset.state === 'CANCELLED'", 20, "the job cancelled")
