@@ -1,8 +1,5 @@
 #include "client/console.h"
 
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -11,17 +8,14 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "civetweb.h"
 #include "client/console_assets.h"
+#include "client/console_http.h"
 #include "client/format.h"
 #include "client/plan.h"
 #include "client/trace.h"
@@ -38,19 +32,6 @@ constexpr char kPostHeader[] = "X-Dtrain-Console";
 // A comment line on an idle event stream this often, so a browser that has gone is noticed.
 constexpr absl::Duration kStreamPing = absl::Seconds(10);
 
-bool IsLoopbackHost(absl::string_view host) {
-  if (host == "localhost" || host == "::1") return true;
-  // 127.0.0.0/8: four numbers, the first 127.
-  if (!absl::ConsumePrefix(&host, "127.")) return false;
-  int parts = 1;
-  for (absl::string_view part : absl::StrSplit(host, '.')) {
-    int n = -1;
-    if (!absl::SimpleAtoi(part, &n) || n < 0 || n > 255) return false;
-    ++parts;
-  }
-  return parts == 4;
-}
-
 // civetweb's threads have 100 KiB stacks (Debian builds it with USE_STACK_SIZE=102400; see
 // common/metrics/http_exporter.cc), too small for a gRPC call: every call to the coordinator
 // runs on a thread of ours, with the default stack.
@@ -60,42 +41,6 @@ auto OnOwnThread(F f) -> decltype(f()) {
   std::thread thread([&] { result = f(); });
   thread.join();
   return result;
-}
-
-const char* ReasonPhrase(int http_status) {
-  switch (http_status) {
-    case 200:
-      return "OK";
-    case 302:
-      return "Found";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 409:
-      return "Conflict";
-    case 502:
-      return "Bad Gateway";
-    case 504:
-      return "Gateway Timeout";
-    default:
-      return "Internal Server Error";
-  }
-}
-
-// "text/html; charset=utf-8" for the asset's extension.
-const char* ContentTypeOf(absl::string_view path) {
-  if (absl::EndsWith(path, ".html")) return "text/html; charset=utf-8";
-  if (absl::EndsWith(path, ".js")) return "text/javascript; charset=utf-8";
-  if (absl::EndsWith(path, ".css")) return "text/css; charset=utf-8";
-  if (absl::EndsWith(path, ".png")) return "image/png";
-  return "application/octet-stream";
 }
 
 int Send(mg_connection* connection, int status, absl::string_view content_type,
@@ -150,20 +95,10 @@ std::string CookieValue(const char* cookies, const char* name) {
   return n > 0 ? std::string(value, n) : "";
 }
 
-bool SameSecret(absl::string_view a, absl::string_view b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
-
 // What the page may offer: the coordinator's answer for this certificate (AskPermissions).
 struct Permissions {
   bool cancel = false;  // CancelJob
   bool submit = false;  // SubmitJob: resubmit
-};
-
-// One update of a watch as `dtrain --json watch` prints it, and whether it is a step.
-struct WatchLine {
-  bool step = false;
-  std::string json;
 };
 
 // The updates of a watch, handed from the watching thread to the HTTP thread. Shared: the
@@ -175,24 +110,6 @@ struct EventQueue {
   bool done ABSL_GUARDED_BY(mu) = false;
   bool closed ABSL_GUARDED_BY(mu) = false;  // the browser went away
 };
-
-// The events of `lines`: each run of steps as one `event: steps` whose data is a JSON array of
-// their lines (a replay of 10,000 steps is a few events, not 10,000), anything else as its own
-// `data:` line.
-std::string EventStreamText(const std::vector<WatchLine>& lines) {
-  std::string text;
-  for (size_t i = 0; i < lines.size();) {
-    if (!lines[i].step) {
-      absl::StrAppend(&text, "data: ", lines[i].json, "\n\n");
-      ++i;
-      continue;
-    }
-    absl::StrAppend(&text, "event: steps\ndata: [", lines[i].json);
-    for (++i; i < lines.size() && lines[i].step; ++i) absl::StrAppend(&text, ",", lines[i].json);
-    absl::StrAppend(&text, "]\n\n");
-  }
-  return text;
-}
 
 class Console {
  public:
@@ -215,7 +132,7 @@ class Console {
     const mg_request_info* request = mg_get_request_info(connection);
     const std::string method = request->request_method ? request->request_method : "";
     const std::string path = request->local_uri ? request->local_uri : "/";
-    if (!HostAllowed(mg_get_header(connection, "Host"))) {
+    if (!HostAllowed(listen_, mg_get_header(connection, "Host"))) {
       return Send(connection, 403, "text/plain", "dtrain console: unexpected Host header\n");
     }
     if (!token_.empty()) {
@@ -236,18 +153,6 @@ class Console {
     const ConsoleAsset* asset = FindConsoleAsset(path == "/" ? "/index.html" : path);
     if (asset == nullptr) return Send(connection, 404, "text/plain", "not found\n");
     return Send(connection, 200, ContentTypeOf(asset->path), asset->body);
-  }
-
-  // Loopback: only the listen address and localhost as Host (a rebound DNS name is refused).
-  // Public: any name (the token guards it).
-  bool HostAllowed(const char* host) const {
-    if (!listen_.loopback) return true;
-    if (host == nullptr) return false;
-    const std::string port = absl::StrCat(":", listen_.port);
-    absl::string_view name = host;
-    if (!absl::ConsumeSuffix(&name, port)) return false;
-    return name == listen_.host || name == "localhost" || name == "127.0.0.1" || name == "[::1]" ||
-           (absl::StrCat("[", listen_.host, "]") == name);
   }
 
   int Api(mg_connection* connection, const std::string& method, const std::string& path,
@@ -418,16 +323,6 @@ class Console {
   const Permissions may_;
 };
 
-// 16 random bytes as 32 hex digits.
-absl::StatusOr<std::string> RandomToken() {
-  unsigned char bytes[16];
-  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
-    return absl::InternalError("OpenSSL could not make a random token");
-  }
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
-}
-
 // Who the console acts as: the certificate's subject, or "insecure".
 std::string IdentityOf(const Invocation& inv) {
   const TlsFiles tls = TlsFilesOf(inv, std::getenv);
@@ -453,57 +348,6 @@ Permissions AskPermissions(CoordinatorStub& stub) {
 }
 
 }  // namespace
-
-absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view listen, bool listen_public) {
-  const size_t colon = listen.rfind(':');
-  ListenAddress address;
-  const auto bad = [&listen](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad value for --listen: '", listen, "' (", why, "; e.g. 127.0.0.1:8080)"));
-  };
-  if (colon == absl::string_view::npos) return bad("expected HOST:PORT");
-  absl::string_view host = listen.substr(0, colon);
-  const absl::string_view port = listen.substr(colon + 1);
-  if (absl::ConsumePrefix(&host, "[") && !absl::ConsumeSuffix(&host, "]")) {
-    return bad("an IPv6 host is written [HOST]");
-  }
-  if (host.empty()) return bad("no host: name the interface, e.g. 127.0.0.1");
-  if (port.empty() || port.find_first_not_of("0123456789") != absl::string_view::npos ||
-      !absl::SimpleAtoi(port, &address.port) || address.port < 1 || address.port > 65535) {
-    return bad("the port must be a number in 1..65535");
-  }
-  address.host = std::string(host);
-  address.loopback = IsLoopbackHost(host);
-  if (!address.loopback && !listen_public) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--listen=", listen,
-        " is not a loopback address: anyone who reaches it would act with your certificate; "
-        "pass --listen_public as well to serve it there, protected by a token printed at start"));
-  }
-  return address;
-}
-
-int HttpStatusFor(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk:
-      return 200;
-    case absl::StatusCode::kInvalidArgument:
-      return 400;
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kUnauthenticated:
-      return 403;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kFailedPrecondition:
-      return 409;
-    case absl::StatusCode::kUnavailable:
-      return 502;
-    case absl::StatusCode::kDeadlineExceeded:
-      return 504;
-    default:
-      return 500;
-  }
-}
 
 int RunConsole(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<ListenAddress> listen = ParseListenAddress(inv.listen, inv.listen_public);

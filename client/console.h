@@ -34,33 +34,13 @@
 #ifndef DTRAIN_CLIENT_CONSOLE_H_
 #define DTRAIN_CLIENT_CONSOLE_H_
 
-#include <string>
-
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "client/arguments.h"
 #include "client/commands.h"
+#include "client/console_http.h"
 #include "client/coordinator_stub.h"
 
 namespace dtrain {
 namespace client {
-
-// A --listen value split: host ("127.0.0.1", "::1", "0.0.0.0") and port.
-struct ListenAddress {
-  std::string host;
-  int port = 0;
-  bool loopback = false;  // 127.0.0.0/8, ::1 or localhost
-};
-
-// THE rule for --listen: HOST:PORT ([V6]:PORT) with a port in 1..65535; a host that is not
-// loopback only with --listen_public. INVALID_ARGUMENT naming the flag and what to pass.
-absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view listen, bool listen_public);
-
-// The HTTP status for a coordinator call's status: 200 OK, 400 INVALID_ARGUMENT, 403
-// PERMISSION_DENIED / UNAUTHENTICATED, 404 NOT_FOUND, 409 FAILED_PRECONDITION, 502 UNAVAILABLE,
-// 504 DEADLINE_EXCEEDED, 500 otherwise.
-int HttpStatusFor(const absl::Status& status);
 
 // Serves the console until the process is stopped (SIGINT, SIGTERM). Before listening it checks
 // the address (ParseListenAddress) and the credentials: one ListWorkers call must succeed. Prints
