@@ -489,8 +489,12 @@ async function jobPage() {
   $("trace-button").onclick = traceStep;
   $("logs-button").onclick = showLogs;
   $("show-collectives").onchange = (e) => $("gantt").classList.toggle("show-collectives", e.target.checked);
-  // Placement health follows the workers' heartbeats.
-  setInterval(() => { if (!FINAL.has(job.state)) refreshJob(id); }, 2000);
+  // Placement health follows the workers' heartbeats; a log on show follows the job.
+  setInterval(() => {
+    if (FINAL.has(job.state)) return;
+    refreshJob(id);
+    if ($("logs").dataset.entries !== undefined) showLogs();
+  }, 2000);
   document.body.dataset.ready = "1";
 }
 

@@ -223,7 +223,7 @@ def case_console_worker_killed(args):
     """The console follows a fault live: a pp=2 job (on_worker_loss wait, a checkpoint every 5
     steps) on its page in headless chromium; kill -9 of one of its workers turns that worker's
     cell red; when the worker comes back the job recovers, the recovery is listed and marked on
-    the loss curve (R1) and the cell is green again; the admin's cancel button (confirmed)
+    the loss curve (R1) and the cell is green again, the log shown follows it; the admin's cancel button (confirmed)
     cancels the job, and its resume button submits a job resuming from it."""
     with Cluster(args.binaries, "console_worker_killed") as c:
         c.write_corpus()
@@ -242,6 +242,10 @@ def case_console_worker_killed(args):
             b.open("http://127.0.0.1:%d/job.html?id=%s" % (port, job_id))
             b.wait("%s && %s.dataset.health === 'healthy'" % (cell, cell), 20,
                    "%s's cell green" % victim)
+            b.eval("document.getElementById('logs-button').click()")
+            logged = b.wait("document.getElementById('logs').dataset.entries !== undefined && "
+                            "Number(document.getElementById('logs').dataset.entries) + 1", 20,
+                            "the job's log") - 1
             c.workers[victim].signal(signal.SIGKILL)
             b.wait("%s && %s.dataset.health === 'lost'" % (cell, cell), 30,
                    "%s's cell red after kill -9" % victim)
@@ -257,6 +261,8 @@ def case_console_worker_killed(args):
                    "the recovery listed, marked R1 on the loss curve, the cell green again")
             mark = b.eval("document.querySelector('#loss-chart .mark-recovery').textContent")
             expect(mark == "R1", "the recovery's mark on the curve reads %r" % mark)
+            b.wait("Number(document.getElementById('logs').dataset.entries) > %d" % logged, 20,
+                   "the log shown following the job past its %d lines" % logged)
             sealed = b.eval("document.querySelectorAll('#loss-chart .mark-checkpoint').length")
             expect(sealed >= 2, "%d checkpoints marked on the loss curve (one every 5 steps)"
                    % sealed)
