@@ -305,6 +305,10 @@ const std::vector<CommandInfo>& Commands() {
        "without a coordinator: `data prepare IN.txt OUT.bin` tokenizes a UTF-8 text file "
        "(--tokenizer=gpt2: GPT-2's byte-pair encoding, vocab 50257; byte: vocab 256) into an "
        "llm.c token file, a job's dataset"},
+      {"console", "", 0, 0, "", true,
+       "a web console of the cluster and its jobs on a local address (--listen), acting with "
+       "this certificate and its role, like `kubectl proxy`: jobs, loss and tokens/s curves, "
+       "placement, workers, live; a non-loopback --listen needs --listen_public and a token"},
       {"version", "", 0, 0, "", false, "the version of dtrain and the commit it was built from"},
       {"help", "[COMMAND]", 0, 1, "", false, "this text, or one command's arguments and flags"},
   };
@@ -490,6 +494,23 @@ const std::vector<FlagInfo>& Flags() {
        FlagBound::kNotEmpty,
        {"trace", "export-metrics"},
        "write the trace or the metrics to FILE (also -o FILE)"},
+      {"listen",
+       &I::listen,
+       "HOST:PORT",
+       "127.0.0.1:8080",
+       "",
+       FlagBound::kNotEmpty,
+       {"console"},
+       "where the console serves its pages (loopback unless --listen_public)"},
+      {"listen_public",
+       &I::listen_public,
+       "",
+       "false",
+       "",
+       FlagBound::kAny,
+       {"console"},
+       "allow a --listen that is not loopback; every request then needs the token printed at "
+       "start"},
       {"format",
        &I::format,
        "F",

@@ -82,6 +82,8 @@ struct Invocation {
   std::string device{};            // sample --device
   int n_head{};                    // sample --n_head
   std::string format{};            // export-metrics --format: csv or tfevents
+  std::string listen{};            // console --listen: HOST:PORT
+  bool listen_public{};            // console --listen_public: allow a non-loopback --listen
 };
 
 // A command: `name args` and what it does.

@@ -181,7 +181,9 @@ absl::Status CoordinatorStub::WatchJob(const std::string& job_id, int64_t after_
   bool reconnecting = false;
   absl::Time broken_since = absl::InfiniteFuture();
   absl::Duration backoff = absl::Milliseconds(250);
+  const absl::Status stopped_status = absl::CancelledError("WatchJob: stopped by the caller");
   while (true) {
+    if (callbacks.keep_watching && !callbacks.keep_watching()) return stopped_status;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + options_.stream_renew));
     // The first attempt fails fast when nothing listens; reconnects wait for the coordinator
@@ -212,6 +214,7 @@ absl::Status CoordinatorStub::WatchJob(const std::string& job_id, int64_t after_
 
     JobUpdate update;
     bool ended = false;
+    bool stopped = false;
     while (reader->Read(&update)) {
       if (!first_update.HasBeenNotified()) first_update.Notify();
       seen_update = true;
@@ -224,11 +227,17 @@ absl::Status CoordinatorStub::WatchJob(const std::string& job_id, int64_t after_
       if (update.has_step()) last_step = std::max(last_step, update.step().step());
       if (callbacks.on_update) callbacks.on_update(update);
       if (IsFinalState(update.job().state())) ended = true;
+      if (!ended && callbacks.keep_watching && !callbacks.keep_watching()) {
+        stopped = true;
+        context.TryCancel();
+        break;
+      }
     }
     if (!first_update.HasBeenNotified()) first_update.Notify();
     watchdog.join();
     const grpc::Status finish = reader->Finish();
     if (ended) return absl::OkStatus();
+    if (stopped) return stopped_status;
 
     absl::Status status = FromGrpc(finish, "WatchJob");
     if (watchdog_fired) {

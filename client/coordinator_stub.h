@@ -49,6 +49,9 @@ struct WatchCallbacks {
   std::function<void(const absl::Status& why)> on_reconnecting;
   // A stream is open again after on_reconnecting.
   std::function<void()> on_reconnected;
+  // Asked after each update and before each new stream: false stops the watch (the stream is
+  // cancelled; WatchJob returns CANCELLED). The console stops when its browser has gone.
+  std::function<bool()> keep_watching;
 };
 
 // gRPC status -> absl::Status with the same code and message, the RPC named: "GetJob: ...".

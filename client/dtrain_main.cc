@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/arguments.h"
 #include "client/commands.h"
+#include "client/console.h"
 #include "client/coordinator_stub.h"
 #include "client/format.h"
 #include "common/tls.h"
@@ -93,5 +94,7 @@ int main(int argc, char** argv) {
   output.on_watch = [&](const std::string& job_id) {
     ArmInterruptNote(job_id, inv->coordinator, tty);
   };
+  // The console links a web server (and its pages), which no other command needs.
+  if (inv->command == "console") return RunConsole(*inv, *stub, output);
   return RunInvocation(*inv, *stub, output);
 }

@@ -23,6 +23,8 @@ PACKAGES=(
   clang libclang-rt-14-dev   # tools/fuzz.sh: libFuzzer targets, -fsanitize=fuzzer,address
   docker.io docker-compose debootstrap python3-yaml  # tests/deploy: the compose stack, for real
   iptables iproute2 util-linux  # partition_not_a_crime: unshare -rn, ip, iptables in its netns
+  libjs-dygraphs libjs-d3    # the charts of `dtrain console`, embedded in the dtrain binary
+  chromium fonts-dejavu-core  # a real browser (headless) for the console's integration tests
 )
 
 missing=()

@@ -1,0 +1,555 @@
+// dtrain console: the pages' code. Everything comes from the console's own /api (console.h);
+// charts are Debian's dygraphs, embedded beside this file. Proto JSON: field names as in
+// proto/*.proto, 64-bit integers as strings, enums by name.
+"use strict";
+
+const FINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
+
+function $(id) { return document.getElementById(id); }
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("data-")) node.setAttribute(k, v);
+    else node[k] = v;
+  }
+  for (const c of children) node.append(c instanceof Node ? c : String(c));
+  return node;
+}
+
+async function api(path, options) {
+  const response = await fetch("/api/" + path, options);
+  const body = await response.json().catch(() => ({error: response.statusText}));
+  if (!response.ok) {
+    const e = new Error(body.error || response.statusText);
+    e.code = body.code;
+    e.status = response.status;
+    throw e;
+  }
+  return body;
+}
+
+function showError(e) {
+  const p = $("error");
+  p.hidden = !e;
+  p.textContent = e ? (e.code ? e.code + ": " : "") + e.message : "";
+}
+
+function num(x) { return x === undefined || x === null || x === "" ? 0 : Number(x); }
+function fmt(x, digits) { return x ? x.toFixed(digits) : "–"; }
+
+function age(unixMs) {
+  const s = Math.max(0, (Date.now() - num(unixMs)) / 1000);
+  if (!num(unixMs)) return "–";
+  if (s < 120) return Math.round(s) + "s";
+  if (s < 7200) return Math.round(s / 60) + "m";
+  if (s < 172800) return Math.round(s / 3600) + "h";
+  return Math.round(s / 86400) + "d";
+}
+
+function layoutOf(spec) {
+  const p = (spec && spec.parallel) || {};
+  return [p.dp || 1, p.pp || 1, p.tp || 1];
+}
+
+function bytes(n) {
+  n = num(n);
+  if (n >= 2 ** 30) return (n / 2 ** 30).toFixed(1) + " GiB";
+  if (n >= 2 ** 20) return (n / 2 ** 20).toFixed(0) + " MiB";
+  return n + " B";
+}
+
+let whoami = null;
+async function loadWhoami() {
+  whoami = await api("whoami");
+  $("whoami").textContent = "as " + whoami.identity + " · coordinator " + whoami.coordinator;
+  document.body.dataset.mayCancel = whoami.may_cancel ? "1" : "0";
+}
+
+// --- jobs ---------------------------------------------------------------------------------
+
+let jobsSort = {key: "id", dir: -1};
+const checkedJobs = new Set();
+
+function updateCompareLink() {
+  $("compare").href = "/compare.html?ids=" + [...checkedJobs].map(encodeURIComponent).join(",");
+}
+
+function jobRow(j) {
+  const [dp, pp, tp] = layoutOf(j.spec);
+  const latest = j.latest || {};
+  return {
+    id: j.id, name: (j.spec && j.spec.name) || "", state: j.state,
+    layout: dp + "×" + pp + "×" + tp, step: num(latest.step), steps: num(j.spec && j.spec.steps),
+    loss: num(latest.loss), tps: num(latest.tokens_per_s), age: num(j.submitted_unix_ms),
+  };
+}
+
+function renderJobs(jobs) {
+  const state = $("state-filter").value;
+  const name = $("name-filter").value.toLowerCase();
+  const rows = jobs.map(jobRow)
+      .filter(r => (!state || r.state === state) && (!name || r.name.toLowerCase().includes(name)));
+  const {key, dir} = jobsSort;
+  rows.sort((a, b) => (key === "age" ? b.age - a.age : a[key] < b[key] ? -1 : a[key] > b[key] ? 1 : 0) * dir);
+  const body = $("jobs").tBodies[0];
+  body.replaceChildren(...rows.map(r => el("tr", {"data-id": r.id, "data-state": r.state},
+      el("td", {}, el("input", {type: "checkbox", checked: checkedJobs.has(r.id),
+                                onchange: (e) => { e.target.checked ? checkedJobs.add(r.id) : checkedJobs.delete(r.id); updateCompareLink(); }})),
+      el("td", {}, el("a", {href: "/job.html?id=" + encodeURIComponent(r.id)}, r.id)),
+      el("td", {}, r.name),
+      el("td", {class: "state " + r.state}, r.state),
+      el("td", {}, r.layout),
+      el("td", {class: "num"}, r.step + " / " + r.steps),
+      el("td", {class: "num"}, fmt(r.loss, 4)),
+      el("td", {class: "num"}, fmt(r.tps, 0)),
+      el("td", {class: "num"}, age(r.age)))));
+}
+
+async function jobsPage() {
+  const select = $("state-filter");
+  for (const s of ["QUEUED", "PLACING", "RUNNING", "RECOVERING", "SUCCEEDED", "FAILED", "CANCELLED"]) {
+    select.append(el("option", {value: s}, s));
+  }
+  let jobs = [];
+  const refresh = async () => {
+    try {
+      jobs = (await api("jobs")).jobs || [];
+      renderJobs(jobs);
+      showError(null);
+      $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+      document.body.dataset.ready = "1";
+    } catch (e) { showError(e); }
+  };
+  select.onchange = $("name-filter").oninput = () => renderJobs(jobs);
+  for (const th of document.querySelectorAll("#jobs th")) {
+    th.onclick = () => {
+      jobsSort = {key: th.dataset.key, dir: jobsSort.key === th.dataset.key ? -jobsSort.dir : 1};
+      renderJobs(jobs);
+    };
+  }
+  await loadWhoami();
+  await refresh();
+  setInterval(refresh, 2000);
+}
+
+// --- workers ------------------------------------------------------------------------------
+
+async function workersPage() {
+  const refresh = async () => {
+    try {
+      const workers = (await api("workers")).workers || [];
+      $("workers").tBodies[0].replaceChildren(...workers.map(w => el("tr",
+          {"data-id": w.worker_id, "data-state": w.state},
+          el("td", {}, w.worker_id),
+          el("td", {class: "state " + w.state}, w.state + (w.draining ? " (draining)" : "")),
+          el("td", {}, (w.device && w.device.name) || ""),
+          el("td", {class: "num"}, bytes(w.device && w.device.memory_bytes)),
+          el("td", {}, (w.allowed_roots || []).join(", ")),
+          el("td", {}, w.job_id ? el("a", {href: "/job.html?id=" + encodeURIComponent(w.job_id)}, w.job_id) : ""),
+          el("td", {class: "num"}, age(w.last_heartbeat_unix_ms)),
+          el("td", {}, w.address))));
+      showError(null);
+      document.body.dataset.ready = "1";
+    } catch (e) { showError(e); }
+  };
+  await loadWhoami();
+  await refresh();
+  setInterval(refresh, 2000);
+}
+
+// --- one job ------------------------------------------------------------------------------
+
+const steps = new Map();  // step -> [loss, tokens/s]
+let job = null;
+let workersById = {};
+let charts = {};
+
+// The curves' marks: each recovery at the last step before it (R1, R2...), each sealed
+// checkpoint kept (C), each rank flagged a straggler now at the end of its window (S).
+let sealedSteps = [];  // ListCheckpoints' steps
+function annotations(series) {
+  const marks = [];
+  const add = (x, shortText, text, cssClass, more) => {
+    if (steps.has(x)) marks.push(Object.assign({series, x, shortText, text, cssClass, width: 22, height: 16}, more));
+  };
+  for (const r of (job && job.recoveries) || []) {
+    add(num(r.last_step), "R" + r.number, "recovery " + r.number + ": " + r.cause, "mark-recovery");
+  }
+  for (const x of sealedSteps) {
+    add(x, "C", "checkpoint sealed at step " + x, "mark-checkpoint", {width: 16, attachAtBottom: true});
+  }
+  for (const t of (job && job.stragglers) || []) {
+    if (t.flagged) {
+      add(num(t.window_end_step), "S", "straggler: rank " + t.rank + " (" + t.worker_id + ", " + t.label +
+          ") " + num(t.score).toFixed(1) + "x its peers' median", "mark-straggler", {width: 16, tickHeight: 30});
+    }
+  }
+  // dygraphs wants them in x order.
+  return marks.sort((a, b) => a.x - b.x);
+}
+
+function drawCharts() {
+  const xs = [...steps.keys()].sort((a, b) => a - b);
+  for (const [id, label, index] of [["loss-chart", "loss", 0], ["tps-chart", "tokens/s", 1]]) {
+    const data = xs.map(x => [x, steps.get(x)[index]]);
+    const node = $(id);
+    if (data.length === 0) { node.textContent = "no steps yet"; continue; }
+    if (!charts[id]) {
+      node.textContent = "";
+      charts[id] = new Dygraph(node, data, {labels: ["step", label], xlabel: "step", ylabel: label,
+                                            drawPoints: data.length < 200, strokeWidth: 1.5,
+                                            animatedZooms: false, legend: "follow"});
+    } else {
+      charts[id].updateOptions({file: data, drawPoints: data.length < 200});
+    }
+    charts[id].setAnnotations(annotations(label));
+    node.dataset.points = charts[id].numRows();
+    node.dataset.marks = annotations(label).length;
+  }
+}
+
+let drawPending = false;
+function scheduleDraw() {
+  if (drawPending) return;
+  drawPending = true;
+  setTimeout(() => { drawPending = false; drawCharts(); }, 200);
+}
+
+function cellHealth(rank) {
+  if (FINAL.has(job.state)) return "ended";
+  const w = workersById[rank.worker_id];
+  if (!w || w.state === "LOST") return "lost";
+  const score = ((job.stragglers) || []).find(s => s.worker_id === rank.worker_id);
+  if (score && score.flagged) return "straggler";
+  return w.state === "BUSY" && w.job_id === job.id ? "healthy" : "unknown";
+}
+
+function drawGrid() {
+  const ranks = (job.placement && job.placement.ranks) || [];
+  const [dp, pp, tp] = layoutOf(job.spec);
+  $("grid-layout").textContent = "dp " + dp + " × pp " + pp + " × tp " + tp;
+  const grid = $("grid");
+  if (ranks.length === 0) { grid.textContent = "not placed"; return; }
+  const blocks = new Map();
+  ranks.forEach((r, index) => {
+    const d = num(r.dp_rank);
+    if (!blocks.has(d)) blocks.set(d, []);
+    blocks.get(d).push([index, r]);
+  });
+  grid.replaceChildren(...[...blocks.keys()].sort((a, b) => a - b).map(d => {
+    const block = el("div", {class: "replica"}, el("div", {class: "replica-name"}, "dp " + d));
+    const table = el("div", {class: "stages"});
+    table.style.gridTemplateColumns = "repeat(" + (1 + Math.max(...blocks.get(d).map(([, r]) => num(r.tp_rank)))) + ", auto)";
+    for (const [index, r] of blocks.get(d)) {
+      const health = cellHealth(r);
+      table.append(el("div", {class: "cell " + health, "data-rank": index, "data-dp": d,
+                              "data-pp": num(r.pp_rank), "data-tp": num(r.tp_rank),
+                              "data-worker": r.worker_id, "data-health": health,
+                              title: "rank " + index + " on " + r.worker_id + " (" + r.worker_address + ")"},
+                      el("b", {}, "pp" + num(r.pp_rank) + " tp" + num(r.tp_rank)), el("br"),
+                      r.worker_id));
+    }
+    block.append(table);
+    return block;
+  }));
+}
+
+function drawJob() {
+  $("job-id").textContent = job.id;
+  $("job-name").textContent = (job.spec && job.spec.name) || "";
+  $("job-state").textContent = job.state;
+  $("job-state").className = "state " + job.state;
+  document.body.dataset.state = job.state;
+  $("job-reason").textContent = job.reason || "";
+  const latest = job.latest || {};
+  $("job-summary").textContent = "step " + num(latest.step) + " / " + num(job.spec && job.spec.steps) +
+      " · loss " + fmt(num(latest.loss), 4) + " · " + fmt(num(latest.tokens_per_s), 0) + " tokens/s" +
+      " · submitted " + age(job.submitted_unix_ms) + " ago";
+  const actions = $("actions");
+  actions.replaceChildren();
+  if (whoami.may_cancel && !FINAL.has(job.state)) {
+    actions.append(el("button", {id: "cancel", onclick: cancelJob}, "Cancel job"));
+  }
+  if (whoami.may_submit) {
+    actions.append(el("button", {id: "resubmit", onclick: () => resubmitJob(false)}, "Resubmit"));
+    if (num(job.checkpoint && job.checkpoint.last_sealed_step) > 0) {
+      actions.append(el("button", {id: "resume", onclick: () => resubmitJob(true)},
+                        "Resume from step " + num(job.checkpoint.last_sealed_step)));
+    }
+  }
+  $("history").tBodies[0].replaceChildren(...(job.history || []).map(h => el("tr", {},
+      el("td", {}, new Date(num(h.time_unix_ms)).toLocaleString()),
+      el("td", {class: "state " + h.state}, h.state), el("td", {}, h.reason))));
+  $("recoveries").tBodies[0].replaceChildren(...(job.recoveries || []).map(r => {
+    const l = r.layout || {};
+    return el("tr", {"data-number": r.number},
+        el("td", {}, r.number), el("td", {}, r.cause), el("td", {}, r.failed_worker),
+        el("td", {class: "num"}, num(r.last_step)), el("td", {class: "num"}, num(r.resumed_from_step)),
+        el("td", {}, (l.dp || 1) + "×" + (l.pp || 1) + "×" + (l.tp || 1)), el("td", {}, r.done ? "yes" : "no"));
+  }));
+  drawGrid();
+  scheduleDraw();
+}
+
+async function cancelJob() {
+  if (!confirm("Cancel " + job.id + "? Its ranks stop; a sealed checkpoint can be resumed.")) return;
+  try {
+    job = await api("jobs/" + encodeURIComponent(job.id) + "/cancel",
+                    {method: "POST", headers: {"X-Dtrain-Console": "1"}});
+    showError(null);
+    drawJob();
+  } catch (e) { showError(e); }
+}
+
+async function diagnose() {
+  $("diagnosis-summary").textContent = "asking every rank…";
+  try {
+    const d = await api("jobs/" + encodeURIComponent(job.id) + "/diagnose");
+    $("diagnosis-summary").textContent = d.summary;
+    $("findings").replaceChildren(...(d.findings || []).map(f => el("li", {}, f)));
+    const table = $("diagnosis");
+    table.hidden = false;
+    table.tBodies[0].replaceChildren(...(d.ranks || []).map(r => el("tr",
+        {"data-rank": r.rank, class: (d.root_ranks || []).includes(r.rank) ? "root" : ""},
+        el("td", {}, r.rank + " " + r.label), el("td", {}, r.worker_id),
+        el("td", {}, r.answered ? "yes" : "no: " + r.error), el("td", {}, r.doing),
+        el("td", {class: "num"}, fmt(num(r.doing_seconds), 1) + " s"),
+        el("td", {}, (r.waits_on || []).join(", ")),
+        el("td", {class: "num"}, num(r.heartbeat_age_seconds) < 0 ? "?" : fmt(num(r.heartbeat_age_seconds), 1) + " s"))));
+  } catch (e) {
+    // Here, not in #error: the job's periodic refresh clears that.
+    $("diagnosis-summary").textContent = (e.code ? e.code + ": " : "") + e.message;
+    $("diagnosis").hidden = true;
+  }
+}
+
+// One step of every rank (client/trace.h's Chrome trace JSON) as a Gantt chart drawn with
+// Debian's d3 3.5: a row per rank and track, a bar per operation, an arrow per message.
+function drawGantt(trace) {
+  const events = trace.traceEvents || [];
+  const process = {}, track = {};
+  for (const e of events) {
+    if (e.ph === "M" && e.name === "process_name") process[e.pid] = e.args.name;
+    if (e.ph === "M" && e.name === "thread_name") track[e.pid + "/" + e.tid] = e.args.name;
+  }
+  const slices = events.filter(e => e.ph === "X");
+  const keys = [...new Set(slices.map(e => e.pid + "/" + e.tid))].sort((a, b) => {
+    const [pa, ta] = a.split("/").map(Number), [pb, tb] = b.split("/").map(Number);
+    return pa - pb || ta - tb;
+  });
+  const row = Object.fromEntries(keys.map((k, i) => [k, i]));
+  const labelWidth = 260, rowHeight = 18, width = 1100;
+  const end = d3.max(slices, e => e.ts + e.dur) || 1;
+  const x = d3.scale.linear().domain([0, end]).range([labelWidth, width - 10]);
+  const y = k => 20 + row[k] * rowHeight;
+  const kind = e => {
+    const t = (track[e.pid + "/" + e.tid] || "").split(" ")[0];
+    if (t === "F") return "op-" + e.name[0];  // F, B, b, W
+    return "op-" + t;  // collectives, receives, sends, checkpoint
+  };
+  const node = $("gantt");
+  node.textContent = "";
+  const svg = d3.select(node).append("svg").attr("width", width).attr("height", 30 + keys.length * rowHeight);
+  svg.append("defs").append("marker").attr("id", "arrow").attr("viewBox", "0 0 10 10")
+      .attr("refX", 10).attr("refY", 5).attr("markerWidth", 6).attr("markerHeight", 6)
+      .attr("orient", "auto").append("path").attr("d", "M0,0L10,5L0,10z");
+  const axis = d3.svg.axis().scale(x).orient("top").ticks(8).tickFormat(us => (us / 1000).toFixed(1) + " ms");
+  svg.append("g").attr("class", "axis").attr("transform", "translate(0,18)").call(axis);
+  svg.selectAll("text.row").data(keys).enter().append("text").attr("class", "row")
+      .attr("x", 0).attr("y", k => y(k) + 13)
+      .text(k => { const [pid] = k.split("/"); return process[pid] + " · " + track[k]; });
+  const bars = svg.selectAll("g.slice").data(slices).enter().append("g").attr("class", e => "slice " + kind(e));
+  bars.append("rect").attr("x", e => x(e.ts)).attr("y", e => y(e.pid + "/" + e.tid) + 2)
+      .attr("width", e => Math.max(1, x(e.ts + e.dur) - x(e.ts))).attr("height", rowHeight - 4)
+      .append("title").text(e => e.name + ": " + (e.dur / 1000).toFixed(2) + " ms");
+  bars.filter(e => x(e.ts + e.dur) - x(e.ts) > 24).append("text")
+      .attr("x", e => x(e.ts) + 2).attr("y", e => y(e.pid + "/" + e.tid) + 13)
+      .text(e => e.name.split(" ").slice(0, 2).join(" "));
+  const starts = {}, arrows = [];
+  for (const e of events) if (e.ph === "s") starts[e.id] = e;
+  for (const e of events) if (e.ph === "f" && starts[e.id]) arrows.push([starts[e.id], e]);
+  // Pipeline messages (activations, gradients) always; the collectives' own messages, which
+  // crowd the chart, when asked for.
+  const isCollective = ([s]) => s.name === "collective";
+  svg.selectAll("line.flow").data(arrows).enter().append("line")
+      .attr("class", a => "flow" + (isCollective(a) ? " collective" : ""))
+      .attr("x1", ([s]) => x(s.ts)).attr("y1", ([s]) => y(s.pid + "/" + s.tid) + rowHeight / 2)
+      .attr("x2", ([, f]) => x(f.ts)).attr("y2", ([, f]) => y(f.pid + "/" + f.tid) + rowHeight / 2)
+      .attr("marker-end", "url(#arrow)");
+  node.dataset.slices = slices.length;
+  node.dataset.arrows = arrows.length;
+  node.dataset.pipelineArrows = arrows.filter(a => !isCollective(a)).length;
+  node.classList.toggle("show-collectives", $("show-collectives").checked);
+  node.dataset.ranks = new Set(slices.map(e => e.pid)).size;
+  const m = trace.metadata || {};
+  const orders = (m.schedule_order || []).map(o => "rank " + o.rank + ": " + o.check);
+  $("trace-summary").textContent = "step " + m.step + " of " + m.job_id + ", " + m.schedule +
+      " over " + m.micro_batches + " micro-batches; F / B / W order as the schedule defines: " +
+      (orders.join("; ") || "–");
+}
+
+async function traceStep() {
+  $("trace-summary").textContent = "asking every rank…";
+  try {
+    drawGantt(await api("jobs/" + encodeURIComponent(job.id) + "/trace"));
+  } catch (e) {
+    $("trace-summary").textContent = (e.code ? e.code + ": " : "") + e.message;
+  }
+}
+
+async function showPlan() {
+  try {
+    const p = await api("jobs/" + encodeURIComponent(job.id) + "/plan");
+    $("plan").textContent = p.text;
+  } catch (e) {
+    $("plan").textContent = (e.code ? e.code + ": " : "") + e.message;
+  }
+  $("plan").hidden = false;
+}
+
+async function resubmitJob(resume) {
+  const what = resume ? "resume " + job.id + " from its last sealed checkpoint" : "run " + job.id + "'s spec again";
+  if (!confirm("Submit a new job to " + what + "?")) return;
+  try {
+    const r = await api("jobs/" + encodeURIComponent(job.id) + "/resubmit" + (resume ? "?resume=1" : ""),
+                        {method: "POST", headers: {"X-Dtrain-Console": "1"}});
+    location.href = "/job.html?id=" + encodeURIComponent(r.job.id);
+  } catch (e) { showError(e); }
+}
+
+async function showLogs() {
+  try {
+    const logs = await api("jobs/" + encodeURIComponent(job.id) + "/logs");
+    $("logs").replaceChildren(...(logs.entries || []).map(e => el("li",
+        {class: "log " + e.severity, "data-rank": e.rank},
+        new Date(num(e.time_unix_ms)).toLocaleTimeString() + " " +
+        (e.rank < 0 ? "coordinator" : "rank " + e.rank + " (" + e.worker_id + ")") + ": " + e.text)));
+    $("logs").dataset.entries = (logs.entries || []).length;
+  } catch (e) { $("logs").replaceChildren(el("li", {}, (e.code ? e.code + ": " : "") + e.message)); }
+}
+
+async function refreshJob(id) {
+  try {
+    const [j, w, c] = await Promise.all([api("jobs/" + encodeURIComponent(id)), api("workers"),
+                                         api("jobs/" + encodeURIComponent(id) + "/checkpoints").catch(() => ({}))]);
+    job = j;
+    sealedSteps = ((c.checkpoints) || []).map(x => num(x.step));
+    workersById = Object.fromEntries(((w.workers) || []).map(x => [x.worker_id, x]));
+    drawJob();
+    showError(null);
+  } catch (e) { showError(e); }
+}
+
+async function jobPage() {
+  const id = new URLSearchParams(location.search).get("id");
+  // The stream first: the job's history is the longest part to load.
+  const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch");
+  let refreshPending = false;
+  const refreshSoon = () => {
+    if (refreshPending || !job) return;
+    refreshPending = true;
+    setTimeout(async () => { refreshPending = false; await refreshJob(id); }, 300);
+  };
+  stream.addEventListener("steps", (message) => {
+    for (const u of JSON.parse(message.data)) steps.set(u.step, [u.loss, u.tokens_per_s]);
+    scheduleDraw();
+  });
+  stream.onmessage = (message) => {
+    const u = JSON.parse(message.data);
+    if (u.type === "state") {
+      refreshSoon();
+    } else if (u.type === "event") {
+      $("events").append(el("li", {}, u.text));
+      refreshSoon();
+    }
+  };
+  stream.addEventListener("end", async () => {
+    stream.close();
+    const ended = performance.now();
+    await refreshJob(id);
+    drawCharts();
+    // How long the page took to show the whole job: from navigation to the curves drawn.
+    document.body.dataset.streamMs = Math.round(ended);
+    document.body.dataset.loadMs = Math.round(performance.now());
+    document.body.dataset.complete = "1";
+  });
+  stream.addEventListener("failed", (message) => {
+    stream.close();
+    const e = JSON.parse(message.data);
+    showError({code: e.code, message: e.error});
+  });
+  await loadWhoami();
+  await refreshJob(id);
+  if (!job) { stream.close(); return; }
+  document.title = "dtrain console: " + job.id;
+  $("diagnose-button").onclick = diagnose;
+  $("plan-button").onclick = showPlan;
+  $("trace-button").onclick = traceStep;
+  $("logs-button").onclick = showLogs;
+  $("show-collectives").onchange = (e) => $("gantt").classList.toggle("show-collectives", e.target.checked);
+  // Placement health follows the workers' heartbeats; a log on show follows the job.
+  setInterval(() => {
+    if (FINAL.has(job.state)) return;
+    refreshJob(id);
+    if ($("logs").dataset.entries !== undefined) showLogs();
+  }, 2000);
+  document.body.dataset.ready = "1";
+}
+
+// --- several jobs' loss curves on one chart -----------------------------------------------
+
+async function comparePage() {
+  await loadWhoami();
+  const ids = (new URLSearchParams(location.search).get("ids") || "").split(",").filter(x => x);
+  if (ids.length === 0) {
+    $("compared").textContent = "Check jobs on the jobs page, then follow its compare link.";
+    return;
+  }
+  const losses = ids.map(() => new Map());  // per job: step -> loss
+  const node = $("compare-chart");
+  let chart = null;
+  let ended = 0;
+  const draw = () => {
+    const xs = [...new Set(losses.flatMap(m => [...m.keys()]))].sort((a, b) => a - b);
+    if (xs.length === 0) return;
+    const data = xs.map(x => [x, ...losses.map(m => m.has(x) ? m.get(x) : null)]);
+    if (!chart) {
+      chart = new Dygraph(node, data, {labels: ["step", ...ids], xlabel: "step", ylabel: "loss",
+                                       connectSeparatedPoints: true, legend: "always", strokeWidth: 1.5});
+    } else {
+      chart.updateOptions({file: data});
+    }
+    node.dataset.series = chart.getLabels().length - 1;
+    node.dataset.points = JSON.stringify(losses.map(m => m.size));
+  };
+  let pending = false;
+  const scheduleCompareDraw = () => {
+    if (pending) return;
+    pending = true;
+    setTimeout(() => { pending = false; draw(); }, 200);
+  };
+  $("compared").textContent = ids.join(" · ");
+  ids.forEach((id, i) => {
+    const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch");
+    stream.addEventListener("steps", (message) => {
+      for (const u of JSON.parse(message.data)) losses[i].set(u.step, u.loss);
+      scheduleCompareDraw();
+    });
+    const done = () => {
+      stream.close();
+      if (++ended === ids.length) { draw(); document.body.dataset.complete = "1"; }
+    };
+    stream.addEventListener("end", done);
+    stream.addEventListener("failed", (message) => {
+      const e = JSON.parse(message.data);
+      showError({code: e.code, message: id + ": " + e.error});
+      done();
+    });
+  });
+  document.body.dataset.ready = "1";
+}
+
+const PAGES = {jobs: jobsPage, workers: workersPage, job: jobPage, compare: comparePage};
+PAGES[document.body.dataset.page]().catch(showError);

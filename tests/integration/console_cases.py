@@ -1,0 +1,284 @@
+"""Integration case: `dtrain console` (client/console.h) in a real browser, Debian's headless
+chromium driven over the DevTools protocol (browser.py), against a real coordinator, real
+workers and real jobs on a TLS cluster.
+
+Each case_* function is one Bazel test (listed in BUILD) and states what it checks.
+"""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+
+from browser import Browser
+from harness import Cluster, TestFailure, expect, free_port, small_job_spec
+
+CURVE_STEPS = 30
+
+
+def request(port, path, method="GET", headers=None, host=None):
+    """(status, headers, body text) of one request to 127.0.0.1:port, redirects not followed."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        all_headers = {"Host": host or "127.0.0.1:%d" % port}
+        all_headers.update(headers or {})
+        conn.request(method, path, headers=all_headers)
+        r = conn.getresponse()
+        return r.status, dict(r.getheaders()), r.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def start_console(c, name, cert, listen=None, extra=()):
+    """`dtrain console` with certificate `cert` on a free loopback port (or `listen`); waits until
+    it answers. (process, port)."""
+    port = free_port()
+    argv = [c.bin["cli"], "--coordinator=" + c.address] + c.tls_flags(cert)
+    argv += ["console", "--listen=%s" % (listen or "127.0.0.1:%d" % port)] + list(extra)
+    if listen:
+        port = int(listen.rsplit(":", 1)[1])
+    p = c._spawn("console-" + name, argv)
+    c.wait_until(lambda: "dtrain console: http://" in p.log_text(), 30,
+                 "the %s console listening" % name, process=p)
+    return p, port
+
+
+def refused_to_start(c, what, args, want, cert="admin"):
+    """`dtrain ARGS` (PORT: a free port) exits 2 within seconds saying `want`, and nothing
+    listens on that port."""
+    port = free_port()
+    args = [a.replace("PORT", str(port)) for a in args]
+    rc, out, err = c.cli(*args, timeout=30, cert=cert)
+    expect(rc == 2, "%s: exit %d, not 2\nstdout: %s\nstderr: %s" % (what, rc, out, err))
+    expect(want in err, "%s: the error does not say %r:\n%s" % (what, want, err))
+    with socket.socket() as s:
+        expect(s.connect_ex(("127.0.0.1", port)) != 0, "%s: something listens on %d"
+               % (what, port))
+    print("%s -> exit 2: %s" % (what, err.strip().splitlines()[0]))
+
+
+def case_console(args):
+    """dtrain console on a TLS cluster, in headless chromium: the jobs page lists the jobs; a
+    finished pp=2 job's page draws loss and tokens/s curves with one point per step and a
+    placement grid of dp x pp x tp cells; the workers page lists every worker; an admin sees a
+    cancel button on a running job and gets its diagnosis, plan and the Gantt chart of its newest
+    step (both ranks' F and B, arrows from stage to stage) at a click; both jobs' loss
+    curves overlay on the compare page; a viewer sees no cancel button, and the viewer's console passes on the
+    coordinator's refusal of a cancel and of a resubmit (403 PERMISSION_DENIED; the job keeps
+    running); the admin's page shows the job's log at a click and offers resubmit. A POST
+    without the console's header and a request with a foreign Host are refused; without
+    credentials, or on a non-loopback address without --listen_public, it does not start; with
+    --listen_public every request needs the printed token."""
+    with Cluster(args.binaries, "console", tls=True) as c:
+        refused_to_start(c, "no credentials", ["console", "--listen=127.0.0.1:PORT"], "--tls_ca",
+                         cert=None)
+        refused_to_start(c, "non-loopback address", ["console", "--listen=0.0.0.0:PORT"],
+                         "--listen_public")
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_idle_workers(["w1", "w2", "w3"])
+        ckpt = os.path.join(c.tmp, "ckpt")
+        curve = c.submit(c.write_spec("curve.json", small_job_spec(
+            ckpt, CURVE_STEPS, name="curve", parallel={"pp": 2})))
+        c.wait_state(curve, "SUCCEEDED", 120)
+        running = c.submit(c.write_spec("long.json", small_job_spec(
+            ckpt, 100000, name="long", parallel={"pp": 2})))
+        c.wait_step(running, 1, 60)
+
+        _, admin = start_console(c, "admin", "admin")
+        _, viewer = start_console(c, "viewer", "viewer")
+        base = "http://127.0.0.1:%d" % admin
+        with Browser(c.tmp) as b:
+            # Jobs: both rows, with their states.
+            b.open(base + "/")
+            rows = b.wait("document.querySelectorAll('#jobs tbody tr').length === 2 && "
+                          "[...document.querySelectorAll('#jobs tbody tr')].map("
+                          "r => [r.dataset.id, r.dataset.state])", 20, "two rows of jobs")
+            states = dict(rows)
+            expect(states.get(curve) == "SUCCEEDED" and states.get(running) == "RUNNING",
+                   "jobs page rows: %s" % rows)
+
+            # A finished job: every step on both curves, one cell per rank.
+            b.open("%s/job.html?id=%s" % (base, curve))
+            b.wait("document.body.dataset.complete === '1'", 30, "the curve job's history")
+            points = b.eval("['loss-chart', 'tps-chart'].map("
+                            "id => Number(document.getElementById(id).dataset.points))")
+            expect(points == [CURVE_STEPS, CURVE_STEPS],
+                   "points on the loss and tokens/s curves: %s, want %d each"
+                   % (points, CURVE_STEPS))
+            canvases = b.eval("document.querySelectorAll('#loss-chart canvas').length")
+            expect(canvases >= 1, "dygraphs drew no canvas in #loss-chart")
+            cells = b.eval("[...document.querySelectorAll('#grid .cell')].map("
+                           "e => [e.dataset.dp, e.dataset.pp, e.dataset.tp, e.dataset.worker])")
+            expect(sorted(x[:3] for x in cells) == [["0", "0", "0"], ["0", "1", "0"]],
+                   "grid of a dp=1 x pp=2 x tp=1 job: %s" % cells)
+            b.screenshot(os.path.join(c.logs, "job.png"))
+            # Its log at a click; an admin may resubmit it.
+            b.eval("document.getElementById('logs-button').click()")
+            entries = b.wait("Number(document.getElementById('logs').dataset.entries)", 20,
+                             "the job's log")
+            expect(b.eval("!!document.getElementById('resubmit')"),
+                   "the admin sees no resubmit button")
+            print("curve job: %s points per curve, %d grid cells, %d log lines"
+                  % (points, len(cells), entries))
+
+            # A running job, as an admin: the cancel button is there.
+            b.open("%s/job.html?id=%s" % (base, running))
+            b.wait("document.body.dataset.state === 'RUNNING' && "
+                   "Number(document.getElementById('loss-chart').dataset.points) > 0", 20,
+                   "the running job's curve")
+            expect(b.eval("!!document.getElementById('cancel')"),
+                   "the admin sees no cancel button on a running job")
+            # Diagnose and plan at a click.
+            b.eval("document.getElementById('diagnose-button').click(); "
+                   "document.getElementById('plan-button').click()")
+            diagnosed = b.wait("document.querySelectorAll('#diagnosis tbody tr').length === 2 && "
+                               "!document.getElementById('plan').hidden && "
+                               "[document.getElementById('diagnosis-summary').textContent, "
+                               "document.getElementById('plan').textContent]", 30,
+                               "the diagnosis (two ranks) and the plan")
+            expect(diagnosed[0].startswith("healthy"), "diagnosis: %r" % diagnosed[0])
+            expect("layout: dp=1 pp=2 tp=1" in diagnosed[1], "plan: %r" % diagnosed[1][:300])
+            # The newest step as a Gantt chart: both ranks' F and B, arrows between stages.
+            b.eval("document.getElementById('trace-button').click()")
+            gantt = b.wait("(g => g.dataset.slices && [Number(g.dataset.ranks), "
+                           "Number(g.dataset.pipelineArrows), "
+                           "[...g.querySelectorAll('.slice.op-F')].length, "
+                           "[...g.querySelectorAll('.slice.op-B')].length])"
+                           "(document.getElementById('gantt'))", 30, "the step's Gantt chart")
+            expect(gantt[0] == 2 and gantt[1] >= 2 and gantt[2] >= 2 and gantt[3] >= 2,
+                   "Gantt chart of a pp=2 step: [ranks, pipeline arrows, F bars, B bars] = %s"
+                   % gantt)
+
+            # Both jobs' loss curves on one chart: every step of the finished one.
+            b.open("%s/compare.html?ids=%s,%s" % (base, curve, running))
+            compared = b.wait("document.getElementById('compare-chart').dataset.points", 20,
+                              "the compared curves")
+            b.wait("(p => p[0] === %d && p[1] > 0)(JSON.parse(document.getElementById("
+                   "'compare-chart').dataset.points))" % CURVE_STEPS, 20,
+                   "%d points of %s and some of %s" % (CURVE_STEPS, curve, running))
+            expect(b.eval("document.getElementById('compare-chart').dataset.series") == "2",
+                   "the compare chart does not have two series: %s" % compared)
+
+            # Workers: every one, with its state.
+            b.open(base + "/workers.html")
+            workers = b.wait("document.querySelectorAll('#workers tbody tr').length === 3 && "
+                             "[...document.querySelectorAll('#workers tbody tr')].map("
+                             "r => r.dataset.id)", 20, "three workers")
+            expect(sorted(workers) == ["w1", "w2", "w3"], "workers page: %s" % workers)
+
+            # The same running job, as a viewer: no cancel button.
+            b.open("http://127.0.0.1:%d/job.html?id=%s" % (viewer, running))
+            b.wait("document.body.dataset.state === 'RUNNING' && "
+                   "document.body.dataset.mayCancel === '0'", 20, "the viewer's job page")
+            expect(not b.eval("!!document.getElementById('cancel') || "
+                              "!!document.getElementById('resubmit')"),
+                   "the viewer sees a cancel or resubmit button")
+            identity = b.eval("document.getElementById('whoami').textContent")
+            expect("OU=viewer" in identity, "the viewer's page says who it is: %r" % identity)
+
+        # The viewer's console forwards a cancel; the coordinator refuses it.
+        path = "/api/jobs/%s/cancel" % running
+        status, _, body = request(viewer, path, "POST", {"X-Dtrain-Console": "1"})
+        answer = json.loads(body)
+        expect(status == 403 and answer.get("code") == "PERMISSION_DENIED" and
+               "may not call CancelJob" in answer.get("error", ""),
+               "viewer cancel through the console: %d %s" % (status, body))
+        print("viewer cancel -> %d %s" % (status, answer["error"]))
+        expect(c.job(running)["state"] == "RUNNING", "the job stopped after a refused cancel")
+        status, _, body = request(viewer, "/api/jobs/%s/resubmit" % running, "POST",
+                                  {"X-Dtrain-Console": "1"})
+        expect(status == 403 and "may not call SubmitJob" in body,
+               "viewer resubmit through the console: %d %s" % (status, body))
+        # Browser-side guards: a POST without the header (a cross-site form), a rebound Host.
+        status, _, body = request(admin, path, "POST")
+        expect(status == 403 and "X-Dtrain-Console" in body,
+               "POST without the header: %d %s" % (status, body))
+        status, _, body = request(admin, "/api/jobs", host="attacker.example:%d" % admin)
+        expect(status == 403, "a foreign Host header: %d %s" % (status, body))
+        expect(c.job(running)["state"] == "RUNNING", "the job stopped after refused requests")
+
+        # Public: the token printed at start, then a cookie.
+        p, public = start_console(c, "public", "admin", listen="0.0.0.0:%d" % free_port(),
+                                  extra=["--listen_public"])
+        m = re.search(r"\?token=([0-9a-f]{32})", p.log_text())
+        expect(m, "the public console printed no token:\n%s" % p.log_text())
+        token = m.group(1)
+        for what, path in (("no token", "/api/jobs"), ("a wrong token", "/?token=" + "0" * 32)):
+            status, _, body = request(public, path)
+            expect(status == 401, "public console, %s: %d %s" % (what, status, body))
+        status, headers, _ = request(public, "/?token=" + token)
+        cookie = headers.get("Set-Cookie", "")
+        expect(status == 302 and token in cookie and "HttpOnly" in cookie,
+               "public console, the token: %d %s" % (status, headers))
+        status, _, body = request(public, "/api/jobs", headers={"Cookie": cookie.split(";")[0]})
+        expect(status == 200 and running in body, "public console, the cookie: %d %s"
+               % (status, body[:200]))
+        print("public console: 401 without the token, 302 + cookie with it, 200 with the cookie")
+
+
+def case_console_worker_killed(args):
+    """The console follows a fault live: a pp=2 job (on_worker_loss wait, a checkpoint every 5
+    steps) on its page in headless chromium; kill -9 of one of its workers turns that worker's
+    cell red; when the worker comes back the job recovers, the recovery is listed and marked on
+    the loss curve (R1) and the cell is green again, the log shown follows it; the admin's cancel button (confirmed)
+    cancels the job, and its resume button submits a job resuming from it."""
+    with Cluster(args.binaries, "console_worker_killed") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_idle_workers(["w1", "w2"])
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 100000, interval=5, name="fault",
+                              parallel={"pp": 2},
+                              fault_tolerance={"on_worker_loss": "wait", "wait_for": "120s"})
+        job_id = c.submit(c.write_spec("fault.json", spec))
+        job = c.wait_job(job_id, lambda j: int(j.get("checkpoint", {}).get("last_sealed_step", 0))
+                         >= 5, 60, "a sealed checkpoint")
+        victim = job["placement"]["ranks"][1]["worker_id"]
+        _, port = start_console(c, "admin", None)
+        cell = "document.querySelector('#grid .cell[data-worker=%s]')" % json.dumps(victim)
+        with Browser(c.tmp) as b:
+            b.open("http://127.0.0.1:%d/job.html?id=%s" % (port, job_id))
+            b.wait("%s && %s.dataset.health === 'healthy'" % (cell, cell), 20,
+                   "%s's cell green" % victim)
+            b.eval("document.getElementById('logs-button').click()")
+            logged = b.wait("document.getElementById('logs').dataset.entries !== undefined && "
+                            "Number(document.getElementById('logs').dataset.entries) + 1", 20,
+                            "the job's log") - 1
+            c.workers[victim].signal(signal.SIGKILL)
+            b.wait("%s && %s.dataset.health === 'lost'" % (cell, cell), 30,
+                   "%s's cell red after kill -9" % victim)
+            b.screenshot(os.path.join(c.logs, "job-worker-lost.png"))
+            print("kill -9 %s: its cell is red; the job is %s" % (
+                victim, b.eval("document.body.dataset.state")))
+            # The surviving rank may take its comm timeout (60 s) to stop when it was waiting on
+            # the killed one (seen here: 57 s), so the recovery's placement may wait that long.
+            c.start_worker(victim)
+            b.wait("document.querySelectorAll('#recoveries tbody tr').length === 1 && "
+                   "document.querySelector('#loss-chart .mark-recovery') && "
+                   "%s && %s.dataset.health === 'healthy'" % (cell, cell), 120,
+                   "the recovery listed, marked R1 on the loss curve, the cell green again")
+            mark = b.eval("document.querySelector('#loss-chart .mark-recovery').textContent")
+            expect(mark == "R1", "the recovery's mark on the curve reads %r" % mark)
+            b.wait("Number(document.getElementById('logs').dataset.entries) > %d" % logged, 20,
+                   "the log shown following the job past its %d lines" % logged)
+            sealed = b.eval("document.querySelectorAll('#loss-chart .mark-checkpoint').length")
+            expect(sealed >= 2, "%d checkpoints marked on the loss curve (one every 5 steps)"
+                   % sealed)
+            print("worker back: recovery listed, %r and %d checkpoints on the loss curve, cell "
+                  "green" % (mark, sealed))
+            # The admin cancels from the page, confirming the dialog.
+            b.eval("window.confirm = () => true; document.getElementById('cancel').click()")
+            b.wait("document.body.dataset.state === 'CANCELLED'", 20, "the job cancelled")
+            expect(c.job(job_id)["state"] == "CANCELLED", "the job is %s"
+                   % c.job(job_id)["state"])
+            # ... and resumes it from its last sealed checkpoint: a new job, its page opened.
+            b.eval("window.confirm = () => true; document.getElementById('resume').click()")
+            new_id = b.wait("(id => id !== %s && id)(new URLSearchParams(location.search)"
+                            ".get('id'))" % json.dumps(job_id), 20, "the resumed job's page")
+            # The coordinator resolves resume_from=JOB to that job's last sealed step.
+            resumed = c.job(new_id).get("spec", {}).get("resume_from", "")
+            expect("/%s/step_" % job_id in resumed,
+                   "%s resumes from %r, not from a checkpoint of %s" % (new_id, resumed, job_id))
+            print("cancelled from the page, resumed as %s from %s" % (new_id, resumed))
