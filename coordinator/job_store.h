@@ -14,9 +14,9 @@
 //                 the job's log: the coordinator's lines (rank -1) and its ranks' (rank >= 0;
 //                 at most kMaxRankLinesPerJob kept, the oldest dropped)
 //   checkpoints   (job_id, step, path, time_ms)                PRIMARY KEY (job_id, step)
-// job_specs.spec, placement, latest, checkpoint and recoveries are serialized protos (JobSpec, Placement,
-// StepMetrics, CheckpointStatus, RecoveryList); summary is the JobSpec a listing shows (name,
-// steps, device, layout), so a listing never reads the specs (up to --max_spec_bytes each).
+// job_specs.spec, placement, latest, checkpoint and recoveries are serialized protos (JobSpec,
+// Placement, StepMetrics, CheckpointStatus, RecoveryList); summary is the JobSpec a listing shows
+// (name, steps, device, layout), so a listing never reads the specs (up to --max_spec_bytes each).
 //
 // Durability: WAL journal with synchronous=FULL, so every call that returns OK has been fsynced
 // and survives a coordinator crash, an OS crash or a power cut ("nothing committed is lost").
@@ -114,6 +114,8 @@ class JobStore {
   absl::Status SetPlacement(absl::string_view job_id, const Placement& placement);
   absl::Status SetOutput(absl::string_view job_id, absl::string_view output);
   absl::Status SetOutputHost(absl::string_view job_id, absl::string_view host);
+  // How the job succeeded (Job.end_reason), set before it enters SUCCEEDED.
+  absl::Status SetEndReason(absl::string_view job_id, EndReason reason);
   // The job's directory as its rank 0 resolved it (Job.checkpoint.dir/host/interval_steps) and
   // the step it resumed from (Job.resumed_from_step).
   absl::Status SetLocation(absl::string_view job_id, const std::string& dir,
