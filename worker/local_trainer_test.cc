@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -354,7 +355,7 @@ TEST(LocalTrainer, MissingValidationDataNamesTheField) {
 
 // Early stopping: with patience 1 and a min_delta no evaluation can beat, the run stops after
 // its second evaluation, flags that step, writes its checkpoint and final weights, and
-// retention (keep_last 1) keeps the best step (the first evaluation's) besides the last.
+// retention (keep_last 1) keeps the best evaluation's step besides the last.
 TEST(LocalTrainer, EarlyStoppingEndsTheRunAndRetentionKeepsTheBestStep) {
   TrainingRun o = Tiny(WriteText("early_train.txt", 4000));
   o.steps = 30;
@@ -371,15 +372,19 @@ TEST(LocalTrainer, EarlyStoppingEndsTheRunAndRetentionKeepsTheBestStep) {
   ASSERT_EQ(steps->size(), 4u);
   EXPECT_FALSE(steps->at(1).stopped_early);
   EXPECT_TRUE(steps->back().stopped_early);
-  EXPECT_EQ(steps->back().best_val_step, 2);
-  EXPECT_EQ(steps->back().best_val_loss, *steps->at(1).val_loss);
+  const TrainStepMetrics& best =
+      *steps->at(1).val_loss <= *steps->at(3).val_loss ? steps->at(1) : steps->at(3);
+  EXPECT_EQ(steps->back().best_val_step, best.step);
+  EXPECT_EQ(steps->back().best_val_loss, *best.val_loss);
   std::vector<std::string> kept;
   for (const auto& e : std::filesystem::directory_iterator(o.checkpoint_dir)) {
     const std::string name = e.path().filename().string();
     if (absl::StartsWith(name, "step_")) kept.push_back(name);
   }
   std::sort(kept.begin(), kept.end());
-  EXPECT_EQ(kept, (std::vector<std::string>{"step_00000002", "step_00000004"}));
+  std::vector<std::string> want = {absl::StrFormat("step_%08d", best.step), "step_00000004"};
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  EXPECT_EQ(kept, want);
   EXPECT_TRUE(std::filesystem::exists(o.save_path));
 }
 
@@ -387,19 +392,62 @@ TEST(EarlyStopper, CountsEvaluationsWithoutAnImprovementAboveMinDelta) {
   EarlyStopper off(0, 0);  // patience 0: records the best, never stops
   EXPECT_FALSE(off.Observe(10, 3.0));
   EXPECT_FALSE(off.Observe(20, 4.0));
+  EXPECT_FALSE(off.improved());
   EXPECT_EQ(off.best_step(), 10);
 
   EarlyStopper s(2, 0.1);
-  EXPECT_FALSE(s.Observe(10, 3.0));  // the first is the best
+  EXPECT_FALSE(s.Observe(10, 3.0));  // the first is the best and the reference
   EXPECT_TRUE(s.improved());
-  EXPECT_FALSE(s.Observe(20, 2.95));  // better, but by less than min_delta: not counted
-  EXPECT_FALSE(s.improved());
-  EXPECT_FALSE(s.Observe(30, 2.8));  // better by 0.2: new best, the count starts again
+  EXPECT_FALSE(s.Observe(20, 2.95));  // the lowest (kept), but within min_delta: counted, 1
+  EXPECT_TRUE(s.improved());
+  EXPECT_EQ(s.best_step(), 20);
+  EXPECT_FALSE(s.Observe(30, 2.8));  // 0.2 below the reference 3.0: the count starts again
   EXPECT_EQ(s.best_step(), 30);
   EXPECT_EQ(s.best_loss(), 2.8);
-  EXPECT_FALSE(s.Observe(40, 2.9));
-  EXPECT_TRUE(s.Observe(50, 2.75));  // the second in a row without improving by 0.1
-  EXPECT_EQ(s.best_step(), 30);
+  EXPECT_FALSE(s.Observe(40, 2.9));  // 1
+  EXPECT_FALSE(s.improved());
+  EXPECT_TRUE(s.Observe(50, 2.75));  // 2: within 0.1 of 2.8, though the lowest
+  EXPECT_EQ(s.best_step(), 50);
+  EXPECT_EQ(s.best_loss(), 2.75);
+}
+
+// The step loop with a scripted evaluation: each new best is checkpointed with keep (so
+// retention keeps it), the stopping step is checkpointed and ends the run, flagged.
+TEST(RunTrainingSteps, EvaluationsCheckpointTheBestAndStopEarly) {
+  TrainingRun run;
+  run.steps = 20;
+  run.eval_every = 2;
+  run.early_stopping_patience = 2;
+  run.checkpoint_dir = "/unused";  // the hooks below write nothing
+  const std::map<int64_t, double> val = {{2, 3.0}, {4, 2.0}, {6, 2.5}, {8, 2.6}};
+  std::vector<TrainStepMetrics> reported;
+  std::vector<std::pair<int64_t, bool>> started;  // (step, keep)
+  TrainingCallbacks callbacks;
+  callbacks.step = [&](const TrainStepMetrics& m) {
+    reported.push_back(m);
+    return absl::OkStatus();
+  };
+  CheckpointHooks hooks;
+  hooks.start = [&](int64_t step, bool keep) {
+    started.emplace_back(step, keep);
+    return absl::OkStatus();
+  };
+  hooks.finished = [](bool) { return std::vector<CheckpointWritten>(); };
+  ASSERT_TRUE(RunTrainingSteps(
+                  run, 0, callbacks,
+                  [](int64_t step) -> absl::StatusOr<TrainStepMetrics> {
+                    TrainStepMetrics m;
+                    m.step = step;
+                    return m;
+                  },
+                  [&](int64_t step) -> absl::StatusOr<double> { return val.at(step); }, hooks)
+                  .ok());
+  ASSERT_EQ(reported.size(), 8u);
+  EXPECT_TRUE(reported.back().stopped_early);
+  EXPECT_EQ(reported.back().best_val_step, 4);
+  EXPECT_EQ(reported.back().best_val_loss, 2.0);
+  EXPECT_FALSE(reported[6].val_loss.has_value());
+  EXPECT_EQ(started, (std::vector<std::pair<int64_t, bool>>{{2, true}, {4, true}, {8, false}}));
 }
 
 TEST(TrainingRun, EvaluatesEveryNStepsAndTheLast) {

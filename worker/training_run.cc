@@ -28,14 +28,19 @@ absl::StatusOr<std::unique_ptr<model::TokenDataset>> OpenEvalData(const Training
 }
 
 bool EarlyStopper::Observe(int64_t step, double val_loss) {
-  if (best_step_ == 0 || val_loss < best_loss_ - min_delta_) {
+  improved_ = best_step_ == 0 || val_loss < best_loss_;
+  if (improved_) {
     best_step_ = step;
     best_loss_ = val_loss;
-    since_best_ = 0;
+  }
+  if (!has_reference_ || val_loss < reference_loss_ - min_delta_) {
+    has_reference_ = true;
+    reference_loss_ = val_loss;
+    since_reference_ = 0;
     return false;
   }
-  ++since_best_;
-  return patience_ > 0 && since_best_ >= patience_;
+  ++since_reference_;
+  return patience_ > 0 && since_reference_ >= patience_;
 }
 
 absl::Status RunTrainingSteps(

@@ -69,16 +69,18 @@ struct TrainingRun {
 // eval.dataset ("eval.dataset /data/val.bin: ...").
 absl::StatusOr<std::unique_ptr<model::TokenDataset>> OpenEvalData(const TrainingRun& run);
 
-// The early-stopping rule, one place for every trainer and rank (all see the same val_loss):
-// an evaluation improves when its loss is below the best so far by more than min_delta (the
-// first always does); after `patience` evaluations in a row without an improvement, stop.
+// The early-stopping rule, one place for every trainer and rank (all see the same val_loss).
+// The best evaluation is the lowest val_loss so far (the earliest of equals, as the
+// coordinator's Job.validation): its step's checkpoint is the one retention keeps. Patience
+// counts the evaluations since the last one that improved on its predecessor of that kind by
+// more than min_delta (the first evaluation is one); after `patience` in a row, stop.
 class EarlyStopper {
  public:
   EarlyStopper(int patience, double min_delta) : patience_(patience), min_delta_(min_delta) {}
   // Records the evaluation after `step`; true when the run should stop after it.
   bool Observe(int64_t step, double val_loss);
-  // Whether the last Observe set a new best.
-  bool improved() const { return since_best_ == 0 && best_step_ > 0; }
+  // Whether the last Observe set a new best (lowest) val_loss.
+  bool improved() const { return improved_; }
   int64_t best_step() const { return best_step_; }  // 0: no evaluation yet
   double best_loss() const { return best_loss_; }
 
@@ -87,7 +89,10 @@ class EarlyStopper {
   double min_delta_;
   int64_t best_step_ = 0;
   double best_loss_ = 0;
-  int since_best_ = 0;
+  bool improved_ = false;
+  bool has_reference_ = false;
+  double reference_loss_ = 0;  // the last evaluation that improved by more than min_delta
+  int since_reference_ = 0;
 };
 
 struct TrainStepMetrics {
