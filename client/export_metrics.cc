@@ -25,11 +25,11 @@ absl::StatusOr<std::string> MetricsExport(const std::vector<StepMetrics>& steps,
     return absl::InvalidArgumentError(
         absl::StrCat("unknown format '", format, "' (csv or tfevents)"));
   }
-  std::string csv = "step,loss,lr,grad_norm,tokens_per_s,time_unix_ms\n";
+  std::string csv = "step,loss,lr,grad_norm,tokens_per_s,time_unix_ms,val_loss\n";
   for (const StepMetrics& s : steps) {
     absl::StrAppend(&csv, s.step(), ",", Shortest(s.loss()), ",", Shortest(s.learning_rate()), ",",
                     Shortest(s.grad_norm()), ",", Shortest(s.tokens_per_s()), ",", s.time_unix_ms(),
-                    "\n");
+                    ",", s.has_val_loss() ? Shortest(s.val_loss()) : "", "\n");
   }
   return csv;
 }

@@ -179,10 +179,12 @@ std::string ProgressLine(const Job& job, std::optional<double> eta_seconds) {
   const std::string state = JobStateName(job.state());
   if (job.state() == RUNNING && job.has_latest() && job.latest().step() > 0) {
     const StepMetrics& m = job.latest();
-    return absl::StrCat(job.id(), " ", state, " step ", m.step(), "/", job.spec().steps(), " loss ",
-                        FormatLoss(m.loss()), " ",
-                        FormatThousands(static_cast<int64_t>(std::llround(m.tokens_per_s()))),
-                        " tok/s ETA ", FormatEta(eta_seconds.value_or(-1)));
+    return absl::StrCat(
+        job.id(), " ", state, " step ", m.step(), "/", job.spec().steps(), " loss ",
+        FormatLoss(m.loss()), " ",
+        m.has_val_loss() ? absl::StrCat("val_loss ", FormatLoss(m.val_loss()), " ") : "",
+        FormatThousands(static_cast<int64_t>(std::llround(m.tokens_per_s()))), " tok/s ETA ",
+        FormatEta(eta_seconds.value_or(-1)));
   }
   return absl::StrCat(job.id(), " ", StateText(job.state(), job.reason()));
 }
@@ -462,6 +464,22 @@ std::string JobDetail(const Job& job, absl::Time now) {
     line("resumed", absl::StrCat("from step ", job.resumed_from_step(),
                                  spec.resume_from().empty() ? "" : " of " + spec.resume_from()));
   }
+  if (spec.has_eval()) {
+    const ValidationSummary& v = job.validation();
+    std::string text =
+        absl::StrCat("every ", spec.eval().every_steps(), " steps on ", spec.eval().dataset(), " (",
+                     spec.eval().batches(), " batches)");
+    if (v.step() > 0) {
+      absl::StrAppend(&text, "; val_loss ", FormatLoss(v.val_loss()), " at step ", v.step(),
+                      ", best ", FormatLoss(v.best_val_loss()), " at step ", v.best_step());
+    }
+    if (spec.eval().has_early_stopping()) {
+      absl::StrAppend(&text, "; early stopping: patience ", spec.eval().early_stopping().patience(),
+                      ", min_delta ", spec.eval().early_stopping().min_delta());
+    }
+    if (job.end_reason() == END_EARLY_STOPPED) absl::StrAppend(&text, "; stopped early");
+    line("validation", text);
+  }
   CheckpointLines(job, now, line);
   if (job.stragglers_size() > 0) line("stragglers", StragglersText(job));
   if (job.recoveries_size() > 0) {
@@ -636,6 +654,7 @@ std::string WatchJsonLine(const JobUpdate& update) {
     field("lr", JsonNumber(m.learning_rate()));
     field("tokens_per_s", JsonNumber(m.tokens_per_s()));
     field("time_unix_ms", absl::StrCat(m.time_unix_ms()));
+    if (m.has_val_loss()) field("val_loss", JsonNumber(m.val_loss()));
   } else if (update.has_state_change()) {
     const StateChange& c = update.state_change();
     field("state", JsonString(JobStateName(c.state())));
@@ -644,6 +663,9 @@ std::string WatchJsonLine(const JobUpdate& update) {
     if (IsFinalState(c.state())) {
       field("step", absl::StrCat(job.latest().step()));
       field("output", JsonString(job.output()));
+      if (job.end_reason() != END_REASON_UNSPECIFIED) {
+        field("end_reason", JsonString(EndReason_Name(job.end_reason())));
+      }
     }
   } else if (update.update_case() == JobUpdate::kEvent) {
     field("text", JsonString(update.event()));

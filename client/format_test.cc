@@ -76,6 +76,36 @@ TEST(ProgressLine, UnknownEtaIsDashes) {
             "job-000003 RUNNING step 40/200 loss 2.9312 4,120 tok/s ETA --:--");
 }
 
+TEST(ProgressLine, AStepWithAnEvaluationShowsItsValLoss) {
+  Job job = RunningJob();
+  job.mutable_latest()->set_val_loss(3.125);
+  EXPECT_EQ(ProgressLine(job, 42.0),
+            "job-000003 RUNNING step 40/200 loss 2.9312 val_loss 3.1250 4,120 tok/s ETA 0:42");
+}
+
+TEST(JobDetail, ValidationLineShowsTheLastAndBestEvaluation) {
+  Job job = RunningJob();
+  EvalSpec* eval = job.mutable_spec()->mutable_eval();
+  eval->set_dataset("/data/val.bin");
+  eval->set_every_steps(10);
+  eval->set_batches(4);
+  const absl::Time now = absl::FromUnixSeconds(2000000);
+  EXPECT_NE(JobDetail(job, now).find("validation: every 10 steps on /data/val.bin (4 batches)\n"),
+            std::string::npos)
+      << JobDetail(job, now);
+  job.mutable_validation()->set_step(40);
+  job.mutable_validation()->set_val_loss(3.5);
+  job.mutable_validation()->set_best_step(30);
+  job.mutable_validation()->set_best_val_loss(3.25);
+  eval->mutable_early_stopping()->set_patience(2);
+  job.set_end_reason(END_EARLY_STOPPED);
+  const std::string detail = JobDetail(job, now);
+  EXPECT_NE(detail.find("(4 batches); val_loss 3.5000 at step 40, best 3.2500 at step 30; early "
+                        "stopping: patience 2, min_delta 0; stopped early\n"),
+            std::string::npos)
+      << detail;
+}
+
 TEST(ProgressLine, NotRunningShowsStateAndReason) {
   Job job;
   job.set_id("job-000004");
@@ -536,6 +566,15 @@ TEST(WatchJsonLine, StepIsCompactWithNumbersNotStrings) {
             "{\"type\":\"step\",\"job\":\"job-000003\",\"step\":12,\"loss\":2.5,"
             "\"grad_norm\":0.125,\"lr\":0.0006,\"tokens_per_s\":4120.5,"
             "\"time_unix_ms\":1714572207120}");
+}
+
+TEST(WatchJsonLine, AStepWithAnEvaluationHasItsValLoss) {
+  JobUpdate u;
+  u.mutable_job()->set_id("job-000003");
+  u.mutable_step()->set_step(10);
+  EXPECT_EQ(WatchJsonLine(u).find("val_loss"), std::string::npos) << WatchJsonLine(u);
+  u.mutable_step()->set_val_loss(3.25);
+  EXPECT_NE(WatchJsonLine(u).find(",\"val_loss\":3.25}"), std::string::npos) << WatchJsonLine(u);
 }
 
 TEST(WatchJsonLine, NonFiniteNumbersAreNull) {

@@ -81,10 +81,12 @@ std::string TfEventsScalars(int64_t step, double wall_time_s,
 }
 
 std::vector<std::pair<std::string, double>> TrainingScalars(const StepMetrics& step) {
-  return {{"loss", step.loss()},
-          {"lr", step.learning_rate()},
-          {"grad_norm", step.grad_norm()},
-          {"tokens_per_s", step.tokens_per_s()}};
+  std::vector<std::pair<std::string, double>> scalars = {{"loss", step.loss()},
+                                                         {"lr", step.learning_rate()},
+                                                         {"grad_norm", step.grad_norm()},
+                                                         {"tokens_per_s", step.tokens_per_s()}};
+  if (step.has_val_loss()) scalars.emplace_back("val_loss", step.val_loss());
+  return scalars;
 }
 
 std::string TfEventsFileOf(const std::vector<StepMetrics>& steps) {

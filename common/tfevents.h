@@ -10,7 +10,8 @@
 //   std::string file = TfEventsFileVersion(absl::Now());
 //   file += TfEventsScalars(step, wall_time_s, {{"loss", 2.31}, {"lr", 6e-4}});
 //
-// The tags of a training step are those of TrainingScalars: loss, lr, grad_norm, tokens_per_s.
+// The tags of a training step are those of TrainingScalars: loss, lr, grad_norm, tokens_per_s,
+// and val_loss on the steps with an evaluation.
 #ifndef DTRAIN_COMMON_TFEVENTS_H_
 #define DTRAIN_COMMON_TFEVENTS_H_
 
@@ -40,7 +41,8 @@ std::string TfEventsFileVersion(double wall_time_s);
 std::string TfEventsScalars(int64_t step, double wall_time_s,
                             const std::vector<std::pair<std::string, double>>& scalars);
 
-// The scalars of one training step, tag and value: loss, lr, grad_norm, tokens_per_s.
+// The scalars of one training step, tag and value: loss, lr, grad_norm, tokens_per_s, and
+// val_loss when the step has one (StepMetrics.val_loss).
 std::vector<std::pair<std::string, double>> TrainingScalars(const StepMetrics& step);
 
 // A whole event file of `steps` (wall time: each step's time_unix_ms).

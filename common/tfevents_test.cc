@@ -41,6 +41,16 @@ TEST(TfEvents, ScalarsRecordHoldsAnEventWithOneValuePerTag) {
   EXPECT_EQ(event.summary().value(1).tag(), "lr");
 }
 
+TEST(TfEvents, ValLossIsAScalarOfTheStepsWithAnEvaluation) {
+  StepMetrics step;
+  step.set_loss(2.5);
+  EXPECT_EQ(TrainingScalars(step).size(), 4u);
+  step.set_val_loss(2.75);
+  const std::vector<std::pair<std::string, double>> scalars = TrainingScalars(step);
+  ASSERT_EQ(scalars.size(), 5u);
+  EXPECT_EQ(scalars.back(), (std::pair<std::string, double>("val_loss", 2.75)));
+}
+
 TEST(TfEvents, AFileStartsWithItsVersion) {
   StepMetrics step;
   step.set_step(1);

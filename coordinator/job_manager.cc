@@ -1192,6 +1192,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
         break;
       }
       job->ranks[rank].succeeded = true;
+      if (rank == job->reporting_rank) job->end_reason = outcome.end_reason();
       if (!outcome.output().empty() && (rank == job->reporting_rank || job->output.empty())) {
         job->output = outcome.output();
         if (!outcome.output_host().empty()) {
@@ -1208,6 +1209,15 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
         Event(job->id, absl::StrCat("recovery ", r->number(), " done: ", PhaseSummary(*r)));
       }
       std::string reason = absl::StrCat("finished ", Plural(job->last_step, "step"));
+      const EndReason end =
+          job->end_reason == END_EARLY_STOPPED ? END_EARLY_STOPPED : END_STEPS_DONE;
+      if (end == END_EARLY_STOPPED) {
+        const EarlyStopping& stop = job->spec.eval().early_stopping();
+        reason = absl::StrCat("stopped early at step ", job->last_step, " of ", job->spec.steps(),
+                              ": val_loss did not improve by more than ", stop.min_delta(), " in ",
+                              Plural(stop.patience(), "evaluation"));
+      }
+      RETURN_IF_ERROR(store_->SetEndReason(job->id, end));
       if (!job->output.empty()) absl::StrAppend(&reason, "; weights at ", job->output);
       RETURN_IF_ERROR(EndJob(job->id, SUCCEEDED, reason));
       break;

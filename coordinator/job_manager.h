@@ -188,6 +188,8 @@ class JobManager {
     int reporting_rank = 0;                           // dp=0, tp=0, last pipeline stage
     int64_t last_step = 0;
     std::string output;
+    // The reporting rank's JobOutcome.end_reason (early stopping), once it succeeded.
+    EndReason end_reason = END_REASON_UNSPECIFIED;
     // After a coordinator restart: workers not back yet, and until when they may come.
     absl::flat_hash_set<std::string> awaiting;
     absl::Time recover_deadline = absl::InfiniteFuture();

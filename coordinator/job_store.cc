@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 
 #include <utility>
 
@@ -21,7 +22,7 @@
 namespace dtrain::coordinator {
 namespace {
 
-constexpr int kSchemaVersion = 4;
+constexpr int kSchemaVersion = 5;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -43,7 +44,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   resumed_from_step INTEGER NOT NULL DEFAULT 0,
   recoveries BLOB,
   name TEXT NOT NULL DEFAULT '',
-  summary BLOB);
+  summary BLOB,
+  end_reason INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_by_name ON jobs (name, seq);
 CREATE TABLE IF NOT EXISTS job_specs (seq INTEGER PRIMARY KEY, spec BLOB NOT NULL);
@@ -52,7 +54,8 @@ CREATE TABLE IF NOT EXISTS state_changes (
   time_ms INTEGER NOT NULL, PRIMARY KEY (job_id, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS metrics (
   job_id TEXT NOT NULL, step INTEGER NOT NULL, loss REAL, grad_norm REAL, lr REAL,
-  tokens_per_s REAL, time_ms INTEGER NOT NULL, PRIMARY KEY (job_id, step)) WITHOUT ROWID;
+  tokens_per_s REAL, time_ms INTEGER NOT NULL, val_loss REAL,
+  PRIMARY KEY (job_id, step)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
   job_id TEXT NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL, time_ms INTEGER NOT NULL,
   rank INTEGER NOT NULL DEFAULT -1, worker_id TEXT NOT NULL DEFAULT '',
@@ -98,14 +101,22 @@ UPDATE jobs SET spec = x'';
 UPDATE meta SET value = 4 WHERE key = 'schema_version';
 )sql";
 
+// Version 4 -> 5: the validation loss of a step (StepMetrics.val_loss; NULL: no evaluation) and
+// how a job succeeded (Job.end_reason).
+constexpr const char* kMigrateFrom4 = R"sql(
+ALTER TABLE metrics ADD COLUMN val_loss REAL;
+ALTER TABLE jobs ADD COLUMN end_reason INTEGER NOT NULL DEFAULT 0;
+UPDATE meta SET value = 5 WHERE key = 'schema_version';
+)sql";
+
 constexpr const char* kJobColumns =
     "id, (SELECT spec FROM job_specs WHERE job_specs.seq = jobs.seq), state, reason, "
     "submitted_ms, placement, latest, output, uid, started_ms, ended_ms, "
-    "output_host, checkpoint, resumed_from_step, recoveries";
+    "output_host, checkpoint, resumed_from_step, recoveries, end_reason";
 // The same columns for a listing: the spec's summary in its place, no placement.
 constexpr const char* kSummaryColumns =
     "id, summary, state, reason, submitted_ms, NULL, latest, output, uid, started_ms, ended_ms, "
-    "output_host, checkpoint, resumed_from_step, recoveries";
+    "output_host, checkpoint, resumed_from_step, recoveries, end_reason";
 
 absl::Status SqliteError(int code, absl::string_view path, absl::string_view what,
                          absl::string_view message) {
@@ -145,6 +156,8 @@ class Statement {
   }
   Statement& Bind(int i, int64_t v) { return Check(sqlite3_bind_int64(stmt_, i, v)); }
   Statement& Bind(int i, double v) { return Check(sqlite3_bind_double(stmt_, i, v)); }
+  Statement& BindNull(int i) { return Check(sqlite3_bind_null(stmt_, i)); }
+  bool IsNull(int col) { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
   Statement& Bind(int i, absl::string_view v) {
     return Check(
         sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
@@ -215,6 +228,7 @@ absl::StatusOr<Job> ReadJob(Statement& s, int first = 0) {
   RecoveryList recoveries;
   RETURN_IF_ERROR(ParseInto(s.Blob(first + 14), &recoveries, job.id(), "recoveries"));
   job.mutable_recoveries()->Swap(recoveries.mutable_recoveries());
+  job.set_end_reason(static_cast<EndReason>(s.Int(first + 15)));
   return job;
 }
 
@@ -360,6 +374,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
           RETURN_IF_ERROR(store->Exec(kMigrateFrom3));
           RETURN_IF_ERROR(store->FillSummariesLocked());
         }
+        if (version >= 1 && version <= 4) RETURN_IF_ERROR(store->Exec(kMigrateFrom4));
       }
     }
     RETURN_IF_ERROR(store->Exec(kSchema));
@@ -502,6 +517,13 @@ absl::Status JobStore::UpdateState(absl::string_view job_id, JobState state,
   });
 }
 
+absl::Status JobStore::SetEndReason(absl::string_view job_id, EndReason reason) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckJobExists(job_id));
+  Statement s(db_, path_, "UPDATE jobs SET end_reason = ? WHERE id = ?");
+  return s.Bind(1, int64_t{reason}).Bind(2, job_id).Run();
+}
+
 absl::Status JobStore::SetOutputHost(absl::string_view job_id, absl::string_view host) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckJobExists(job_id));
@@ -610,15 +632,20 @@ absl::Status JobStore::AppendMetrics(absl::string_view job_id, const StepMetrics
       Statement drop(db_, path_, "DELETE FROM metrics WHERE job_id = ? AND step > ?");
       RETURN_IF_ERROR(drop.Bind(1, job_id).Bind(2, step.step()).Run());
     }
-    Statement insert(db_, path_, "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)");
-    return insert.Bind(1, job_id)
+    Statement insert(db_, path_, "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    insert.Bind(1, job_id)
         .Bind(2, step.step())
         .Bind(3, step.loss())
         .Bind(4, step.grad_norm())
         .Bind(5, step.learning_rate())
         .Bind(6, step.tokens_per_s())
-        .Bind(7, step.time_unix_ms())
-        .Run();
+        .Bind(7, step.time_unix_ms());
+    if (step.has_val_loss()) {
+      insert.Bind(8, step.val_loss());
+    } else {
+      insert.BindNull(8);
+    }
+    return insert.Run();
   });
 }
 
@@ -698,6 +725,29 @@ absl::StatusOr<Job> JobStore::GetJob(absl::string_view job_id, bool with_history
       change->set_state(static_cast<JobState>(h.Int(0)));
       change->set_reason(h.Text(1));
       change->set_time_unix_ms(h.Int(2));
+    }
+    // The last evaluation and the best (lowest, earliest of equals): (step, val_loss) of the
+    // first row in `order`, if any.
+    auto evaluation = [&](const char* order) -> absl::StatusOr<std::optional<StepMetrics>> {
+      const std::string sql = absl::StrCat(
+          "SELECT step, val_loss FROM metrics WHERE job_id = ? AND val_loss IS NOT NULL ORDER BY ",
+          order, " LIMIT 1");
+      Statement e(db_, path_, sql.c_str());
+      ASSIGN_OR_RETURN(const bool found, e.Bind(1, job_id).Step());
+      if (!found) return std::nullopt;
+      StepMetrics m;
+      m.set_step(e.Int(0));
+      m.set_val_loss(e.Double(1));
+      return m;
+    };
+    ASSIGN_OR_RETURN(const std::optional<StepMetrics> last, evaluation("step DESC"));
+    ASSIGN_OR_RETURN(const std::optional<StepMetrics> best, evaluation("val_loss, step"));
+    if (last.has_value() && best.has_value()) {
+      ValidationSummary* v = job.mutable_validation();
+      v->set_step(last->step());
+      v->set_val_loss(last->val_loss());
+      v->set_best_step(best->step());
+      v->set_best_val_loss(best->val_loss());
     }
   }
   return job;
@@ -795,7 +845,7 @@ absl::StatusOr<std::vector<StepMetrics>> JobStore::MetricsAfter(absl::string_vie
                                                                 int64_t after_step, int limit) {
   absl::MutexLock lock(&mu_);
   Statement s(db_, path_,
-              "SELECT step, loss, grad_norm, lr, tokens_per_s, time_ms FROM metrics "
+              "SELECT step, loss, grad_norm, lr, tokens_per_s, time_ms, val_loss FROM metrics "
               "WHERE job_id = ? AND step > ? ORDER BY step LIMIT ?");
   s.Bind(1, job_id).Bind(2, after_step).Bind(3, int64_t{limit});
   std::vector<StepMetrics> steps;
@@ -809,6 +859,7 @@ absl::StatusOr<std::vector<StepMetrics>> JobStore::MetricsAfter(absl::string_vie
     m.set_learning_rate(s.Double(3));
     m.set_tokens_per_s(s.Double(4));
     m.set_time_unix_ms(s.Int(5));
+    if (!s.IsNull(6)) m.set_val_loss(s.Double(6));
   }
   return steps;
 }

@@ -113,6 +113,8 @@ class JobStore {
   absl::Status SetPlacement(absl::string_view job_id, const Placement& placement);
   absl::Status SetOutput(absl::string_view job_id, absl::string_view output);
   absl::Status SetOutputHost(absl::string_view job_id, absl::string_view host);
+  // How the job succeeded (Job.end_reason), set before it enters SUCCEEDED.
+  absl::Status SetEndReason(absl::string_view job_id, EndReason reason);
   // The job's directory as its rank 0 resolved it (Job.checkpoint.dir/host/interval_steps) and
   // the step it resumed from (Job.resumed_from_step).
   absl::Status SetLocation(absl::string_view job_id, const std::string& dir,

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -269,6 +270,35 @@ TEST(JobStore, ASecondOpenOfTheSameFileIsRefusedNamingTheHolder) {
   EXPECT_TRUE(JobStore::Open(path).ok());
 }
 
+// val_loss is kept where a step had an evaluation and absent elsewhere; GetJob summarizes the
+// last evaluation and the best (lowest; the earliest of equals).
+TEST(JobStore, ValidationLossesAndTheirSummary) {
+  auto store = JobStore::Open(TempDb("val_loss"));
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  ASSERT_TRUE(s.CreateJob(Spec("a"), "queued", 1).ok());
+  EXPECT_FALSE(s.GetJob("job-000001")->has_validation());
+  const std::map<int64_t, double> evaluated = {{10, 3.5}, {20, 3.25}, {30, 3.25}, {40, 3.75}};
+  for (int i = 1; i <= 45; ++i) {
+    StepMetrics m = Step(i, 5);
+    if (evaluated.count(i)) m.set_val_loss(evaluated.at(i));
+    ASSERT_TRUE(s.AppendMetrics("job-000001", m).ok());
+  }
+  absl::StatusOr<std::vector<StepMetrics>> steps = s.MetricsAfter("job-000001", 0, 100);
+  ASSERT_TRUE(steps.ok());
+  for (const StepMetrics& m : *steps) {
+    EXPECT_EQ(m.has_val_loss(), evaluated.count(m.step()) == 1) << m.step();
+    if (m.has_val_loss()) {
+      EXPECT_EQ(m.val_loss(), evaluated.at(m.step()));
+    }
+  }
+  const Job job = *s.GetJob("job-000001");
+  EXPECT_EQ(job.validation().step(), 40);
+  EXPECT_EQ(job.validation().val_loss(), 3.75);
+  EXPECT_EQ(job.validation().best_step(), 20);
+  EXPECT_EQ(job.validation().best_val_loss(), 3.25);
+}
+
 TEST(JobStore, AVersionOneDatabaseIsMigratedKeepingItsJobs) {
   const std::string path = TempDb("v1");
   {
@@ -305,6 +335,10 @@ INSERT INTO events VALUES ('job-000001', 1, 'an old event', 8);
   EXPECT_EQ((*lines)[0].rank(), -1);
   EXPECT_EQ((*lines)[0].text(), "an old event");
   EXPECT_EQ((*store)->ListJobs(10)->jobs.size(), 1u);  // its summary was filled in
+  StepMetrics evaluated = Step(1, 2);                  // the metrics table gained val_loss
+  evaluated.set_val_loss(2.5);
+  ASSERT_TRUE((*store)->AppendMetrics("job-000001", evaluated).ok());
+  EXPECT_EQ((*store)->MetricsAfter("job-000001", 0)->at(0).val_loss(), 2.5);
 }
 
 TEST(JobStore, StartAndEndTimesFollowTheStates) {

@@ -158,6 +158,36 @@ void CheckStragglers(StragglerSpec* s, Problems* problems) {
   }
 }
 
+// eval.*, when the section is given: a dataset other than the training one, every_steps in
+// [1, steps], batches 0 -> 1 (at most kMaxEvalBatches), early_stopping's patience >= 1 and
+// min_delta >= 0.
+void CheckEval(JobSpec& spec, Problems* problems) {
+  if (!spec.has_eval()) return;
+  EvalSpec& e = *spec.mutable_eval();
+  if (e.dataset().empty()) {
+    problems->push_back("eval.dataset is required: the validation data (an llm.c .bin or text)");
+  } else if (e.dataset() == spec.dataset()) {
+    problems->push_back(absl::StrCat("eval.dataset=\"", e.dataset(),
+                                     "\" is the training dataset: validation needs held-out data"));
+  }
+  if (e.every_steps() <= 0) {
+    problems->push_back(absl::StrCat("eval.every_steps=", e.every_steps(), " must be positive"));
+  } else if (spec.steps() > 0 && e.every_steps() > spec.steps()) {
+    problems->push_back(absl::StrCat("eval.every_steps=", e.every_steps(), " exceeds steps=",
+                                     spec.steps(), ": the job would never evaluate"));
+  }
+  if (e.batches() == 0) e.set_batches(1);
+  CheckRange("eval.batches", e.batches(), kMaxEvalBatches, false, problems);
+  if (e.has_early_stopping()) {
+    const EarlyStopping& stop = e.early_stopping();
+    CheckRange("eval.early_stopping.patience", stop.patience(), kMaxSteps, false, problems);
+    if (!(stop.min_delta() >= 0) || !std::isfinite(stop.min_delta())) {
+      problems->push_back(absl::StrCat("eval.early_stopping.min_delta=", stop.min_delta(),
+                                       " must be a finite number >= 0"));
+    }
+  }
+}
+
 // parallel.stage_layers, when given: one entry per stage, each >= 1, summing to n_layer
 // (`sizes_known`: pp and n_layer passed their own checks), and not with "interleaved".
 void CheckStageLayers(const ParallelLayout& p, int n_layer, bool sizes_known, Problems* problems) {
@@ -358,6 +388,7 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
   if (spec.seed() == 0) spec.set_seed(kDefaultSeed);
   CheckFaultTolerance(spec.mutable_fault_tolerance(), problems);
   CheckStragglers(spec.mutable_stragglers(), problems);
+  CheckEval(spec, problems);
   return model_ok ? micro_batches : 0;
 }
 

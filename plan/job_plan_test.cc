@@ -547,6 +547,45 @@ TEST(MakeJobPlan, StragglerDefaultsAndRules) {
               HasSubstr("stragglers.window_steps=-3 must be positive"));
 }
 
+TEST(MakeJobPlan, EvalDefaultsAndRules) {
+  absl::StatusOr<JobSpec> none = ParsedAndValidated(kTinySpec);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_eval());  // no section, no evaluation, nothing defaulted
+
+  absl::StatusOr<JobSpec> spec = ParsedAndValidated(
+      absl::StrCat(std::string(kTinySpec).substr(0, std::string(kTinySpec).rfind('}')),
+                   R"(, "eval": {"dataset": "/data/val.bin", "every_steps": 5,
+                    "early_stopping": {"patience": 2, "min_delta": 0.01}}})"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->eval().dataset(), "/data/val.bin");
+  EXPECT_EQ(spec->eval().every_steps(), 5);
+  EXPECT_EQ(spec->eval().batches(), 1);  // 0 -> 1
+  EXPECT_EQ(spec->eval().early_stopping().patience(), 2);
+
+  JobSpec bad = Parsed(kTinySpec);
+  bad.mutable_eval()->set_every_steps(0);
+  bad.mutable_eval()->set_batches(-2);
+  bad.mutable_eval()->mutable_early_stopping()->set_min_delta(-1);
+  absl::Status s = Validated(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      s.message(),
+      AllOf(HasSubstr("eval.dataset is required"), HasSubstr("eval.every_steps=0 must be positive"),
+            HasSubstr("eval.batches=-2 must be positive"),
+            HasSubstr("eval.early_stopping.patience=0 must be positive"),
+            HasSubstr("eval.early_stopping.min_delta=-1 must be a finite number >= 0")));
+
+  bad = Parsed(kTinySpec);
+  bad.mutable_eval()->set_dataset(bad.dataset());
+  bad.mutable_eval()->set_every_steps(11);
+  bad.mutable_eval()->set_batches(plan::kMaxEvalBatches + 1);
+  s = Validated(bad).status();
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("eval.dataset=\"/data/tiny.bin\" is the training dataset"),
+                    HasSubstr("eval.every_steps=11 exceeds steps=10"),
+                    HasSubstr("eval.batches=10001 exceeds 10000")));
+}
+
 TEST(ShrinkPlan, FewerReplicasWithTheSameBatch) {
   JobSpec spec = Parsed(kTinySpec);
   spec.mutable_parallel()->set_dp(4);

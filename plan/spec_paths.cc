@@ -41,6 +41,7 @@ std::vector<SpecPath> SpecPaths(const JobSpec& spec) {
   add("init_checkpoint", spec.init_checkpoint());
   if (!IsJobId(spec.resume_from())) add("resume_from", spec.resume_from());
   add("checkpoint.dir", spec.checkpoint().dir());
+  add("eval.dataset", spec.eval().dataset());
   return paths;
 }
 

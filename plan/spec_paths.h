@@ -18,7 +18,7 @@ namespace dtrain::plan {
 
 struct SpecPath {
   std::string field;  // its JSON field: "dataset", "init_checkpoint", "resume_from",
-                      // "checkpoint.dir"
+                      // "checkpoint.dir", "eval.dataset"
   std::string path;   // as the spec names it (never empty)
 };
 

@@ -38,8 +38,8 @@
 #include "kernels/backend.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
-#include "worker/plan_from_spec.h"
 #include "worker/local_trainer.h"
+#include "worker/plan_from_spec.h"
 
 ABSL_FLAG(int, vocab_size, 256, "vocabulary size V (256 for byte-level text)");
 ABSL_FLAG(int, context, 128, "maximum sequence length (rows of wpe)");
@@ -70,6 +70,11 @@ ABSL_FLAG(std::string, dump_grads, "", "write the first step's gradients here (s
 ABSL_FLAG(std::string, checkpoint_dir, "", "write training state (weights + AdamW) here");
 ABSL_FLAG(int64_t, checkpoint_every, 0, "also checkpoint every N steps");
 ABSL_FLAG(std::string, resume, "", "continue from this checkpoint dir (or one step_N dir)");
+ABSL_FLAG(std::string, eval_data, "",
+          "validation data (.bin or text): its mean loss over --eval_batches batches after every "
+          "--eval_every steps and the last; with --steps=0, of the starting weights, once");
+ABSL_FLAG(int64_t, eval_every, 0, "evaluate every N steps (0: only with --steps=0)");
+ABSL_FLAG(int, eval_batches, 1, "validation batches (B x T each) per evaluation");
 ABSL_FLAG(std::string, log_json, "", "one JSON line per step to this file, or - for stdout");
 ABSL_FLAG(std::string, spec, "",
           "run this job spec (JSON, as for `dtrain submit`) with the service's names and defaults");
@@ -108,6 +113,9 @@ TrainingRun OptionsFromFlags() {
   o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   o.save_path = absl::GetFlag(FLAGS_save);
   o.dump_grads_path = absl::GetFlag(FLAGS_dump_grads);
+  o.eval_data_path = absl::GetFlag(FLAGS_eval_data);
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.eval_batches = absl::GetFlag(FLAGS_eval_batches);
   return o;
 }
 
@@ -141,7 +149,10 @@ absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string
                            "grad_clip",
                            "seed",
                            "checkpoint_dir",
-                           "checkpoint_every"}) {
+                           "checkpoint_every",
+                           "eval_data",
+                           "eval_every",
+                           "eval_batches"}) {
     if (Given(flag)) refused.push_back(absl::StrCat("--", flag));
   }
   if (!refused.empty()) {
@@ -231,15 +242,35 @@ absl::Status Main() {
       return absl::PermissionDeniedError(absl::StrCat("cannot open --log_json=", json_path));
     }
   }
+  if (options.steps == 0 && !options.eval_data_path.empty()) {
+    // The starting weights' validation loss, alone: the one-worker oracle of a job's val_loss.
+    absl::StatusOr<double> val_loss = trainer->Evaluate();
+    if (val_loss.ok()) {
+      std::fprintf(stderr, "step %5lld  val_loss %.6f\n",
+                   static_cast<long long>(trainer->start_step()), *val_loss);
+      if (json != nullptr) {
+        std::fprintf(json, "{\"step\": %lld, \"val_loss\": %.9g}\n",
+                     static_cast<long long>(trainer->start_step()), *val_loss);
+      }
+    }
+    if (json != nullptr && json != stdout) std::fclose(json);
+    return val_loss.status();
+  }
   absl::Status status = trainer->Run({[&](const TrainStepMetrics& m) {
-    std::fprintf(stderr, "step %5lld/%lld  loss %.6f  grad_norm %.4f  lr %.3e  %.0f tok/s\n",
+    const std::string val =
+        m.val_loss.has_value() ? absl::StrFormat("  val_loss %.6f", *m.val_loss) : std::string();
+    std::fprintf(stderr, "step %5lld/%lld  loss %.6f  grad_norm %.4f  lr %.3e  %.0f tok/s%s%s\n",
                  static_cast<long long>(m.step), static_cast<long long>(m.total_steps), m.loss,
-                 m.grad_norm, m.lr, m.tokens_per_s);
+                 m.grad_norm, m.lr, m.tokens_per_s, val.c_str(),
+                 m.stopped_early ? "  (early stop)" : "");
     if (json != nullptr) {
+      const std::string json_val =
+          m.val_loss.has_value() ? absl::StrFormat(", \"val_loss\": %.9g", *m.val_loss) : "";
       std::fprintf(json,
                    "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
-                   "\"tokens_per_s\": %.1f}\n",
-                   static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, m.tokens_per_s);
+                   "\"tokens_per_s\": %.1f%s}\n",
+                   static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, m.tokens_per_s,
+                   json_val.c_str());
       std::fflush(json);
     }
     return absl::OkStatus();

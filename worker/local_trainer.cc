@@ -18,9 +18,12 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(kernels::Back
   if (options.steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("steps=", options.steps, " must be >= 0"));
   }
-  // B and T matter only when training: `--steps=0 --save` just writes the initial weights.
+  // B and T matter only when training or evaluating: `--steps=0 --save` just writes the initial
+  // weights.
   const bool training = options.steps > 0;
-  if (training && (options.batch <= 0 || options.seq <= 0 || options.seq > options.model.context)) {
+  const bool evaluating = !options.eval_data_path.empty();
+  if ((training || evaluating) &&
+      (options.batch <= 0 || options.seq <= 0 || options.seq > options.model.context)) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch=", options.batch, " seq=", options.seq,
                      ": need batch > 0 and 0 < seq <= context=", options.model.context));
@@ -49,6 +52,9 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(kernels::Back
     RETURN_IF_ERROR(data.BatchesPerEpoch(options.batch, options.seq).status());
     t->data_ = std::make_unique<model::TokenDataset>(std::move(data));
   }
+  if (evaluating) {
+    ASSIGN_OR_RETURN(t->eval_data_, OpenEvalData(options));
+  }
   if (!options.resume_from.empty()) {
     // The same format as a parallel job's, with one shard per tensor: any layout's step loads.
     model::GptStage* stage = t->model_.get();
@@ -66,7 +72,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(kernels::Back
   } else {
     RETURN_IF_ERROR(model::InitializeGpt2(*t->model_, options.seed));
   }
-  if (training) {
+  if (training || evaluating) {
     ASSIGN_OR_RETURN(t->acts_, t->model_->NewActivations(options.batch, options.seq));
   }
   return t;
@@ -106,7 +112,23 @@ absl::StatusOr<TrainStepMetrics> LocalTrainer::TrainStep(int64_t step) {
   return metrics;
 }
 
-absl::Status LocalTrainer::StartCheckpoint(int64_t step) {
+absl::StatusOr<double> LocalTrainer::Evaluate() {
+  if (eval_data_ == nullptr) {
+    return absl::FailedPreconditionError("no validation data: the run has no eval_data_path");
+  }
+  const int B = options_.batch, T = options_.seq;
+  std::vector<int32_t> inputs(int64_t{B} * T), targets(int64_t{B} * T);
+  double sum = 0;
+  for (int k = 0; k < options_.eval_batches; ++k) {
+    RETURN_IF_ERROR(eval_data_->GetBatch(k, B, T, absl::MakeSpan(inputs), absl::MakeSpan(targets)));
+    RETURN_IF_ERROR(model_->Forward(*acts_, {inputs, targets, nullptr}));
+    ASSIGN_OR_RETURN(const double loss, acts_->MeanLoss());
+    sum += loss;
+  }
+  return sum / options_.eval_batches;
+}
+
+absl::Status LocalTrainer::StartCheckpoint(int64_t step, bool keep) {
   const auto start = std::chrono::steady_clock::now();
   // A parallel job's checkpoint of the layout dp=pp=tp=1 (worker/parallel/sharded_checkpoint.h),
   // written by the same writer: the state as of this step boundary, in host memory.
@@ -118,7 +140,7 @@ absl::Status LocalTrainer::StartCheckpoint(int64_t step) {
                               absl::MakeSpan(&optimizer, 1)));
   return writer_->Submit(
       step, std::move(files),
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), keep);
 }
 
 absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
@@ -143,14 +165,14 @@ absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
     writer_ = std::make_unique<parallel::CheckpointWriter>(std::move(w));
   }
   CheckpointHooks checkpoints;
-  checkpoints.start = [this](int64_t step) { return StartCheckpoint(step); };
+  checkpoints.start = [this](int64_t step, bool keep) { return StartCheckpoint(step, keep); };
   checkpoints.finished = [this](bool wait) -> absl::StatusOr<std::vector<CheckpointWritten>> {
     if (writer_ == nullptr) return std::vector<CheckpointWritten>();
     return wait ? writer_->Finish() : writer_->TakeFinished();
   };
   RETURN_IF_ERROR(RunTrainingSteps(
       options_, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
-      checkpoints));
+      [this](int64_t) { return Evaluate(); }, checkpoints));
   if (!options_.save_path.empty()) {
     RETURN_IF_ERROR(model::SaveTensors(options_.save_path, *model_, model_->params(),
                                        {{"step", absl::StrCat(optimizer_->step())}}));

@@ -3,6 +3,8 @@
 //
 // Step s (1-based) trains on batch k = s-1 of the dataset (llm.c order, docs/DATA_FORMATS.md):
 // forward, mean cross-entropy, backward, global-norm clipping, AdamW at LearningRate(s-1).
+// An evaluation (TrainingRun::EvaluatesAt) is the forward and mean cross-entropy of validation
+// batches 0 .. eval_batches-1, averaged: the val_loss every parallel layout must reproduce.
 #ifndef DTRAIN_WORKER_LOCAL_TRAINER_H_
 #define DTRAIN_WORKER_LOCAL_TRAINER_H_
 
@@ -38,6 +40,11 @@ class LocalTrainer {
   // the last is waited for before Run returns.
   absl::Status Run(const TrainingCallbacks& callbacks);
 
+  // The mean loss of the current weights over validation batches 0 .. eval_batches-1 of
+  // eval_data_path (B x T each), forward only: what every evaluation of a run computes, and
+  // `dtrain-local --steps=0 --eval_data` alone. FailedPrecondition without eval_data_path.
+  absl::StatusOr<double> Evaluate();
+
   int64_t start_step() const { return start_step_; }
   // The absolute step directory this run resumed from; "" when it started fresh.
   const std::string& resumed_from() const { return resumed_from_; }
@@ -49,8 +56,9 @@ class LocalTrainer {
  private:
   LocalTrainer() = default;
   absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step);
-  // At a checkpoint step's boundary: the state snapshot handed to writer_.
-  absl::Status StartCheckpoint(int64_t step);
+  // At a checkpoint step's boundary: the state snapshot handed to writer_ (`keep`: the best
+  // validation step, kept by retention).
+  absl::Status StartCheckpoint(int64_t step, bool keep);
 
   kernels::Backend* backend_ = nullptr;
   TrainingRun options_;
@@ -58,6 +66,7 @@ class LocalTrainer {
   std::unique_ptr<model::StageActivations> acts_;
   std::unique_ptr<model::AdamW> optimizer_;
   std::unique_ptr<model::TokenDataset> data_;
+  std::unique_ptr<model::TokenDataset> eval_data_;      // with eval_every > 0
   std::unique_ptr<parallel::CheckpointWriter> writer_;  // with a checkpoint_dir, in Run
   int64_t start_step_ = 0;  // steps already done (non-zero after resume)
   std::string resumed_from_;

@@ -2,6 +2,7 @@
 // and never touch what is already saved.
 #include "worker/local_trainer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -9,11 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/model/safetensors.h"
+#include "worker/model/token_dataset.h"
 #include "worker/testing/file_snapshot.h"
 #include "worker/testing/text_corpus.h"
 
@@ -288,6 +292,174 @@ TEST(LocalTrainer, AnErrorFromTheStepCallbackStopsTheRun) {
   }});
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(calls, 2);
+}
+
+// Validation is forward only: the training losses and gradient norms of a run with evaluations
+// are bit-identical to the run without; val_loss appears after every eval_every-th step and the
+// last, and equals a separate forward of the final weights over the same validation batches.
+TEST(LocalTrainer, EvaluationIsForwardOnlyAndLeavesTrainingAlone) {
+  TrainingRun plain = Tiny(WriteText("eval_train.txt", 4000));
+  plain.steps = 10;
+  TrainingRun evaluated = plain;
+  evaluated.eval_data_path = WriteText("eval_val.txt", 3000);
+  evaluated.eval_every = 4;
+  evaluated.eval_batches = 3;
+  auto without = Train(plain);
+  ASSERT_TRUE(without.ok()) << without.status();
+
+  auto backend = Cpu();
+  auto trainer = LocalTrainer::Create(backend.get(), evaluated).value();
+  std::vector<TrainStepMetrics> with;
+  ASSERT_TRUE(trainer
+                  ->Run({[&](const TrainStepMetrics& m) {
+                    with.push_back(m);
+                    return absl::OkStatus();
+                  }})
+                  .ok());
+  ASSERT_EQ(with.size(), without->size());
+  for (size_t i = 0; i < with.size(); ++i) {
+    EXPECT_EQ(with[i].loss, (*without)[i].loss) << "step " << i + 1;  // bit-identical
+    EXPECT_EQ(with[i].grad_norm, (*without)[i].grad_norm) << "step " << i + 1;
+    EXPECT_FALSE((*without)[i].val_loss.has_value());
+    const int64_t step = with[i].step;
+    EXPECT_EQ(with[i].val_loss.has_value(), step == 4 || step == 8 || step == 10) << step;
+  }
+  // The oracle: the final weights' forward over validation batches 0..2, one at a time.
+  auto data = model::TokenDataset::Open(evaluated.eval_data_path, 256).value();
+  auto acts = trainer->model().NewActivations(evaluated.batch, evaluated.seq).value();
+  const int n = evaluated.batch * evaluated.seq;
+  std::vector<int32_t> inputs(n), targets(n);
+  double sum = 0;
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_TRUE(data.GetBatch(k, evaluated.batch, evaluated.seq, absl::MakeSpan(inputs),
+                              absl::MakeSpan(targets))
+                    .ok());
+    ASSERT_TRUE(trainer->model().Forward(*acts, {inputs, targets, nullptr}).ok());
+    sum += acts->MeanLoss().value();
+  }
+  EXPECT_NEAR(*with.back().val_loss, sum / 3, 1e-12);
+  EXPECT_NE(*with[3].val_loss, *with.back().val_loss);  // the weights moved between them
+  // Alone (dtrain-local --steps=0 --eval_data): the same number for the same weights.
+  EXPECT_NEAR(trainer->Evaluate().value(), sum / 3, 1e-12);
+}
+
+TEST(LocalTrainer, MissingValidationDataNamesTheField) {
+  TrainingRun o = Tiny(WriteText("eval_missing.txt", 4000));
+  o.eval_data_path = TempPath("no_such_val.txt");
+  o.eval_every = 2;
+  auto backend = Cpu();
+  const absl::Status s = LocalTrainer::Create(backend.get(), o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("eval.dataset " + o.eval_data_path));
+}
+
+// Early stopping: with patience 1 and a min_delta no evaluation can beat, the run stops after
+// its second evaluation, flags that step, writes its checkpoint and final weights, and
+// retention (keep_last 1) keeps the best evaluation's step besides the last.
+TEST(LocalTrainer, EarlyStoppingEndsTheRunAndRetentionKeepsTheBestStep) {
+  TrainingRun o = Tiny(WriteText("early_train.txt", 4000));
+  o.steps = 30;
+  o.eval_data_path = WriteText("early_val.txt", 3000);
+  o.eval_every = 2;
+  o.early_stopping_patience = 1;
+  o.early_stopping_min_delta = 100;
+  o.checkpoint_dir = TempPath("early_ckpt");
+  o.checkpoint_every = 1;
+  o.keep_last = 1;
+  o.save_path = TempPath("early_final.safetensors");
+  auto steps = Train(o);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  ASSERT_EQ(steps->size(), 4u);
+  EXPECT_FALSE(steps->at(1).stopped_early);
+  EXPECT_TRUE(steps->back().stopped_early);
+  const TrainStepMetrics& best =
+      *steps->at(1).val_loss <= *steps->at(3).val_loss ? steps->at(1) : steps->at(3);
+  EXPECT_EQ(steps->back().best_val_step, best.step);
+  EXPECT_EQ(steps->back().best_val_loss, *best.val_loss);
+  std::vector<std::string> kept;
+  for (const auto& e : std::filesystem::directory_iterator(o.checkpoint_dir)) {
+    const std::string name = e.path().filename().string();
+    if (absl::StartsWith(name, "step_")) kept.push_back(name);
+  }
+  std::sort(kept.begin(), kept.end());
+  std::vector<std::string> want = {absl::StrFormat("step_%08d", best.step), "step_00000004"};
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  EXPECT_EQ(kept, want);
+  EXPECT_TRUE(std::filesystem::exists(o.save_path));
+}
+
+TEST(EarlyStopper, CountsEvaluationsWithoutAnImprovementAboveMinDelta) {
+  EarlyStopper off(0, 0);  // patience 0: records the best, never stops
+  EXPECT_FALSE(off.Observe(10, 3.0));
+  EXPECT_FALSE(off.Observe(20, 4.0));
+  EXPECT_FALSE(off.improved());
+  EXPECT_EQ(off.best_step(), 10);
+
+  EarlyStopper s(2, 0.1);
+  EXPECT_FALSE(s.Observe(10, 3.0));  // the first is the best and the reference
+  EXPECT_TRUE(s.improved());
+  EXPECT_FALSE(s.Observe(20, 2.95));  // the lowest (kept), but within min_delta: counted, 1
+  EXPECT_TRUE(s.improved());
+  EXPECT_EQ(s.best_step(), 20);
+  EXPECT_FALSE(s.Observe(30, 2.8));  // 0.2 below the reference 3.0: the count starts again
+  EXPECT_EQ(s.best_step(), 30);
+  EXPECT_EQ(s.best_loss(), 2.8);
+  EXPECT_FALSE(s.Observe(40, 2.9));  // 1
+  EXPECT_FALSE(s.improved());
+  EXPECT_TRUE(s.Observe(50, 2.75));  // 2: within 0.1 of 2.8, though the lowest
+  EXPECT_EQ(s.best_step(), 50);
+  EXPECT_EQ(s.best_loss(), 2.75);
+}
+
+// The step loop with a scripted evaluation: each new best is checkpointed with keep (so
+// retention keeps it), the stopping step is checkpointed and ends the run, flagged.
+TEST(RunTrainingSteps, EvaluationsCheckpointTheBestAndStopEarly) {
+  TrainingRun run;
+  run.steps = 20;
+  run.eval_every = 2;
+  run.early_stopping_patience = 2;
+  run.checkpoint_dir = "/unused";  // the hooks below write nothing
+  const std::map<int64_t, double> val = {{2, 3.0}, {4, 2.0}, {6, 2.5}, {8, 2.6}};
+  std::vector<TrainStepMetrics> reported;
+  std::vector<std::pair<int64_t, bool>> started;  // (step, keep)
+  TrainingCallbacks callbacks;
+  callbacks.step = [&](const TrainStepMetrics& m) {
+    reported.push_back(m);
+    return absl::OkStatus();
+  };
+  CheckpointHooks hooks;
+  hooks.start = [&](int64_t step, bool keep) {
+    started.emplace_back(step, keep);
+    return absl::OkStatus();
+  };
+  hooks.finished = [](bool) { return std::vector<CheckpointWritten>(); };
+  ASSERT_TRUE(RunTrainingSteps(
+                  run, 0, callbacks,
+                  [](int64_t step) -> absl::StatusOr<TrainStepMetrics> {
+                    TrainStepMetrics m;
+                    m.step = step;
+                    return m;
+                  },
+                  [&](int64_t step) -> absl::StatusOr<double> { return val.at(step); }, hooks)
+                  .ok());
+  ASSERT_EQ(reported.size(), 8u);
+  EXPECT_TRUE(reported.back().stopped_early);
+  EXPECT_EQ(reported.back().best_val_step, 4);
+  EXPECT_EQ(reported.back().best_val_loss, 2.0);
+  EXPECT_FALSE(reported[6].val_loss.has_value());
+  EXPECT_EQ(started, (std::vector<std::pair<int64_t, bool>>{{2, true}, {4, true}, {8, false}}));
+}
+
+TEST(TrainingRun, EvaluatesEveryNStepsAndTheLast) {
+  TrainingRun r;
+  r.steps = 25;
+  EXPECT_FALSE(r.EvaluatesAt(25));  // eval_every 0: never
+  r.eval_every = 10;
+  std::vector<int64_t> at;
+  for (int64_t s = 1; s <= 25; ++s) {
+    if (r.EvaluatesAt(s)) at.push_back(s);
+  }
+  EXPECT_EQ(at, (std::vector<int64_t>{10, 20, 25}));
 }
 
 TEST(LocalTrainer, NonsenseConfigListsEveryProblem) {

@@ -52,6 +52,13 @@ absl::StatusOr<TrainingRun> PlanFromSpec(const JobSpec& submitted, const std::st
     plan.keep_last = spec.checkpoint().keep_last();  // defaulted by the plan
     plan.keep_every = spec.checkpoint().keep_every();
   }
+  if (spec.has_eval()) {
+    plan.eval_data_path = AbsolutePath(spec.eval().dataset());
+    plan.eval_every = spec.eval().every_steps();
+    plan.eval_batches = spec.eval().batches();  // defaulted by the plan
+    plan.early_stopping_patience = spec.eval().early_stopping().patience();
+    plan.early_stopping_min_delta = spec.eval().early_stopping().min_delta();
+  }
   plan.save_path = absl::StrCat(job_dir, "/", kFinalWeightsFileName);
   return plan;
 }

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "worker/model/config.h"
 #include "worker/model/optimizer.h"
+#include "worker/model/token_dataset.h"
 
 namespace dtrain {
 
@@ -46,10 +49,50 @@ struct TrainingRun {
   bool background_checkpoints = true;
   std::string save_path;        // final weights as GPT-2 safetensors
   std::string dump_grads_path;  // gradients of the first step run, before clipping (one worker)
+  // Validation (JobSpec.eval): the mean loss over batches 0 .. eval_batches-1 of eval_data_path
+  // (B x T each) after every eval_every-th step and the last; eval_every 0: none.
+  std::string eval_data_path;
+  int64_t eval_every = 0;
+  int eval_batches = 1;
+  // Early stopping (JobSpec.eval.early_stopping; EarlyStopper below); patience 0: off.
+  int early_stopping_patience = 0;
+  double early_stopping_min_delta = 0;
 
   // Whether step `step` writes a checkpoint: with a checkpoint_dir, every checkpoint_every
   // steps and the last step.
   bool CheckpointsAt(int64_t step) const;
+  // Whether step `step` is followed by an evaluation: every eval_every steps and the last step.
+  bool EvaluatesAt(int64_t step) const;
+};
+
+// The validation data of `run` (eval_data_path), with at least one B x T batch; errors name
+// eval.dataset ("eval.dataset /data/val.bin: ...").
+absl::StatusOr<std::unique_ptr<model::TokenDataset>> OpenEvalData(const TrainingRun& run);
+
+// The early-stopping rule, one place for every trainer and rank (all see the same val_loss).
+// The best evaluation is the lowest val_loss so far (the earliest of equals, as the
+// coordinator's Job.validation): its step's checkpoint is the one retention keeps. Patience
+// counts the evaluations since the last one that improved on its predecessor of that kind by
+// more than min_delta (the first evaluation is one); after `patience` in a row, stop.
+class EarlyStopper {
+ public:
+  EarlyStopper(int patience, double min_delta) : patience_(patience), min_delta_(min_delta) {}
+  // Records the evaluation after `step`; true when the run should stop after it.
+  bool Observe(int64_t step, double val_loss);
+  // Whether the last Observe set a new best (lowest) val_loss.
+  bool improved() const { return improved_; }
+  int64_t best_step() const { return best_step_; }  // 0: no evaluation yet
+  double best_loss() const { return best_loss_; }
+
+ private:
+  int patience_;  // 0: never stops
+  double min_delta_;
+  int64_t best_step_ = 0;
+  double best_loss_ = 0;
+  bool improved_ = false;
+  bool has_reference_ = false;
+  double reference_loss_ = 0;  // the last evaluation that improved by more than min_delta
+  int since_reference_ = 0;
 };
 
 struct TrainStepMetrics {
@@ -66,6 +109,14 @@ struct TrainStepMetrics {
   double compute_seconds = 0.0;
   double communication_seconds = 0.0;
   double bubble_seconds = 0.0;
+  // After an evaluation (TrainingRun::EvaluatesAt): the validation loss with this step's weights.
+  std::optional<double> val_loss;
+  // The run stops after this step (early stopping): its checkpoint is written and its weights
+  // are the final ones.
+  bool stopped_early = false;
+  // The best evaluation so far (0: none yet), for the job's end reason.
+  int64_t best_val_step = 0;
+  double best_val_loss = 0;
 };
 
 // A checkpoint step this process finished writing.
@@ -103,17 +154,23 @@ struct TrainingCallbacks {
 // while it is written); `finished` returns the steps done since the last call, with `wait`
 // after the one in flight finished.
 struct CheckpointHooks {
-  std::function<absl::Status(int64_t step)> start;
+  // `keep`: the step is the best evaluation so far; retention keeps it (and only the newest
+  // such step) whatever keep_last says.
+  std::function<absl::Status(int64_t step, bool keep)> start;
   std::function<absl::StatusOr<std::vector<CheckpointWritten>>(bool wait)> finished;
 };
 
 // The step loop both trainers run: steps start_step+1 .. run.steps, each trained by
-// `train_step` and reported; checkpointed (checkpoints.start) when run.CheckpointsAt(step);
-// finished checkpoints reported at each step boundary and, waited for, at the end. A step
-// callback's error is returned after that step's checkpoint finished.
+// `train_step`, evaluated by `evaluate` (forward only, may be empty without eval) when
+// run.EvaluatesAt(step), and reported; checkpointed (checkpoints.start) when
+// run.CheckpointsAt(step), when the evaluation is the best so far (so retention can keep the
+// best step, model::PruneSealedSteps) and when early stopping ends the run there; finished
+// checkpoints reported at each step boundary and, waited for, at the end. A step callback's
+// error is returned after that step's checkpoint finished.
 absl::Status RunTrainingSteps(
     const TrainingRun& run, int64_t start_step, const TrainingCallbacks& callbacks,
     const std::function<absl::StatusOr<TrainStepMetrics>(int64_t step)>& train_step,
+    const std::function<absl::StatusOr<double>(int64_t step)>& evaluate,
     const CheckpointHooks& checkpoints);
 
 }  // namespace dtrain

@@ -854,6 +854,7 @@ def main():
     parser.add_argument("--peer_dial", help="worker/comm's peer_dial_for_testing (roles_cases)")
     parser.add_argument("--sample", help="worker's dtrain-sample (metrics_cases: dtrain sample)")
     parser.add_argument("--fill_store", help="coordinator's fill_store_for_testing (bounds_cases)")
+    parser.add_argument("--local", help="worker's dtrain-local (eval_cases: the one-process oracle)")
     args = parser.parse_args()
     args.binaries = {"coordinator": os.path.abspath(args.coordinator),
                      "worker": os.path.abspath(args.worker),
@@ -866,6 +867,8 @@ def main():
         args.sample = os.path.abspath(args.sample)
     if args.fill_store:
         args.fill_store = os.path.abspath(args.fill_store)
+    if args.local:
+        args.local = os.path.abspath(args.local)
     # Bazel ends a test that runs too long with SIGTERM: turn it into an exception so every
     # Cluster's cleanup runs (children also die with us through PR_SET_PDEATHSIG).
     signal.signal(signal.SIGTERM, _on_sigterm)

@@ -109,6 +109,10 @@ def expect_scalars_equal(what, got, history):
     for (step, scalars), h in zip(got, history):
         want = {"loss": h["loss"], "lr": h["lr"], "grad_norm": h["grad_norm"],
                 "tokens_per_s": h["tokens_per_s"]}
+        if "val_loss" in h:
+            want["val_loss"] = h["val_loss"]
+        expect(set(scalars) == set(want), "%s step %d: tags %s, want %s" %
+               (what, step, sorted(scalars), sorted(want)))
         for tag, value in want.items():
             expect(scalars.get(tag) == f32(value),
                    "%s step %d %s: %r, history %r" % (what, step, tag, scalars.get(tag), value))
@@ -146,9 +150,10 @@ def case_metrics_export(args):
 
         rc, out, err = c.cli("export-metrics", job_id, check=True)
         lines = out.splitlines()
-        expect(lines[0] == "step,loss,lr,grad_norm,tokens_per_s,time_unix_ms", lines[0])
+        expect(lines[0] == "step,loss,lr,grad_norm,tokens_per_s,time_unix_ms,val_loss", lines[0])
         for line, h in zip(lines[1:], history):
-            step, loss, lr, grad_norm, tps, t = line.split(",")
+            step, loss, lr, grad_norm, tps, t, val_loss = line.split(",")
+            expect(val_loss == "", "no evaluation, yet val_loss %r" % val_loss)
             expect((int(step), float(loss), float(lr), float(grad_norm), float(tps), int(t)) ==
                    (h["step"], h["loss"], h["lr"], h["grad_norm"], h["tokens_per_s"],
                     h["time_unix_ms"]), "csv %r, history %r" % (line, h))

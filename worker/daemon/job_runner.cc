@@ -151,6 +151,8 @@ JobOutcome JobRunner::Run() {
   if (output.ok()) {
     outcome.set_succeeded(true);
     outcome.set_output(*output);
+    absl::MutexLock lock(&mu_);
+    outcome.set_end_reason(stopped_early_ ? END_EARLY_STOPPED : END_STEPS_DONE);
     if (!output->empty()) outcome.set_output_host(options_.host_label);
     return outcome;
   }
@@ -395,6 +397,7 @@ absl::Status JobRunner::OnStep(const TrainStepMetrics& r) {
   {
     absl::MutexLock lock(&mu_);
     last_step_ = r.step;
+    stopped_early_ = r.stopped_early;
     if (parallel_ != nullptr) {
       if (timings_.size() >= kMaxPendingTimings) timings_.erase(timings_.begin());
       RankTiming& t = timings_.emplace_back();
@@ -411,6 +414,7 @@ absl::Status JobRunner::OnStep(const TrainStepMetrics& r) {
   m.set_grad_norm(r.grad_norm);
   m.set_learning_rate(r.lr);
   m.set_tokens_per_s(r.tokens_per_s);
+  if (r.val_loss.has_value()) m.set_val_loss(*r.val_loss);
   m.set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   callbacks_.step(m, reports_steps_);
   if (reports_steps_) WriteEvents(m);

@@ -187,6 +187,7 @@ class JobRunner {
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
   bool cancel_is_failure_ ABSL_GUARDED_BY(mu_) = false;  // Fail, not Cancel
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_early_ ABSL_GUARDED_BY(mu_) = false;             // the last step ended the run early
   std::vector<RankTiming> timings_ ABSL_GUARDED_BY(mu_);        // see TakeTimings
   std::shared_ptr<ParallelJob> parallel_ ABSL_GUARDED_BY(mu_);  // several workers
 };

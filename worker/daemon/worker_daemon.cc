@@ -433,11 +433,15 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   JobRunner::Callbacks callbacks;
   callbacks.step = [this, raw](const StepMetrics& m, bool report) {
     absl::MutexLock lock(&mu_);
-    if (options_.log_every > 0 && (m.step() == 1 || m.step() % options_.log_every == 0)) {
-      LogLine(options_.worker_id,
-              absl::StrFormat("job %s step %d/%d loss %.4f grad_norm %.4f lr %.3e %.0f tok/s",
-                              raw->id, m.step(), raw->total_steps, m.loss(), m.grad_norm(),
-                              m.learning_rate(), m.tokens_per_s()));
+    // Every log_every-th step, and every step with an evaluation.
+    if (options_.log_every > 0 &&
+        (m.step() == 1 || m.step() % options_.log_every == 0 || m.has_val_loss())) {
+      LogLine(
+          options_.worker_id,
+          absl::StrFormat("job %s step %d/%d loss %.4f grad_norm %.4f lr %.3e %.0f tok/s%s",
+                          raw->id, m.step(), raw->total_steps, m.loss(), m.grad_norm(),
+                          m.learning_rate(), m.tokens_per_s(),
+                          m.has_val_loss() ? absl::StrFormat(" val_loss %.4f", m.val_loss()) : ""));
     }
     if (!report || raw->cancelled_by_coordinator) return;
     ReportProgressRequest r;

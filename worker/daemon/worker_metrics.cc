@@ -73,6 +73,13 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(metrics::Re
                               "Tokens of the whole batch per second of the last step.", kJob));
   ASSIGN_OR_RETURN(m->loss_, r.AddGauge("dtrain_worker_loss",
                                         "Mean cross-entropy of the last step's batch.", kJob));
+  ASSIGN_OR_RETURN(m->val_loss_,
+                   r.AddGauge("dtrain_worker_val_loss",
+                              "Mean loss over the validation batches at the last evaluation "
+                              "(JobSpec.eval); absent before the first.",
+                              kJob));
+  ASSIGN_OR_RETURN(m->val_step_,
+                   r.AddGauge("dtrain_worker_val_step", "Step of the last evaluation.", kJob));
   ASSIGN_OR_RETURN(
       m->lr_, r.AddGauge("dtrain_worker_learning_rate", "Learning rate of the last step.", kJob));
   ASSIGN_OR_RETURN(m->grad_norm_, r.AddGauge("dtrain_worker_grad_norm",
@@ -184,6 +191,10 @@ void WorkerMetrics::OnStep(const TrainStepMetrics& s) {
   // Gauges that only mean something once a step ran appear with the first one.
   Child(tokens_per_s_).Set(s.tokens_per_s);
   Child(loss_).Set(s.loss);
+  if (s.val_loss.has_value()) {
+    Child(val_loss_).Set(*s.val_loss);
+    Child(val_step_).Set(static_cast<double>(s.step));
+  }
   Child(lr_).Set(s.lr);
   Child(grad_norm_).Set(s.grad_norm);
   Child(compute_).Increment(s.compute_seconds);

@@ -11,6 +11,7 @@
 //   dtrain_worker_step_duration_seconds                        histogram
 //   dtrain_worker_steps_total, dtrain_worker_step               counter, last step
 //   dtrain_worker_tokens_per_second, _loss, _learning_rate, _grad_norm   gauges
+//   dtrain_worker_val_loss, dtrain_worker_val_step     gauges, from the first evaluation on
 //   dtrain_worker_{compute,communication,bubble}_seconds_total          counters
 //   dtrain_worker_{sent,received}_bytes_total{peer,kind}      kind: activation|gradient|collective
 //   dtrain_worker_peer_data_path{peer,direction,path}         1: direction send|receive, path
@@ -91,6 +92,8 @@ class WorkerMetrics final : public comm::TransportObserver {
   metrics::Family<metrics::Gauge>* step_ = nullptr;
   metrics::Family<metrics::Gauge>* tokens_per_s_ = nullptr;
   metrics::Family<metrics::Gauge>* loss_ = nullptr;
+  metrics::Family<metrics::Gauge>* val_loss_ = nullptr;  // and its step
+  metrics::Family<metrics::Gauge>* val_step_ = nullptr;
   metrics::Family<metrics::Gauge>* lr_ = nullptr;
   metrics::Family<metrics::Gauge>* grad_norm_ = nullptr;
   metrics::Family<metrics::Counter>* compute_ = nullptr;

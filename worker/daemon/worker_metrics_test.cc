@@ -38,6 +38,13 @@ TEST(WorkerMetrics, ExportsStepsBytesAndCollectivesPerRank) {
   EXPECT_THAT(text, HasSubstr(R"m(dtrain_worker_info{worker_id="w3",device="cpu (1 thread)"} 1)m"));
   EXPECT_THAT(text, HasSubstr("dtrain_worker_step" + job + "} 12"));
   EXPECT_THAT(text, HasSubstr("dtrain_worker_loss" + job + "} 2.5"));
+  EXPECT_THAT(text, Not(HasSubstr("dtrain_worker_val_loss{")));  // no evaluation yet
+  step.step = 13;
+  step.val_loss = 2.75;
+  m->OnStep(step);
+  const std::string evaluated = registry.SerializeText();
+  EXPECT_THAT(evaluated, HasSubstr("dtrain_worker_val_loss" + job + "} 2.75"));
+  EXPECT_THAT(evaluated, HasSubstr("dtrain_worker_val_step" + job + "} 13"));
   EXPECT_THAT(text, HasSubstr("dtrain_worker_steps_total" + job + "} 1"));
   EXPECT_THAT(text, HasSubstr("dtrain_worker_sent_bytes_total" + job +
                               R"(,peer="4",kind="activation"} 1024)"));

@@ -279,7 +279,7 @@ absl::StatusOr<std::string> RemoveOrphans(const HeldDirectory& dir) {
 }
 
 absl::StatusOr<std::vector<std::string>> PruneSealedSteps(const HeldDirectory& dir, int keep_last,
-                                                          int64_t keep_every) {
+                                                          int64_t keep_every, int64_t keep_step) {
   if (keep_last < 1) {
     return absl::InvalidArgumentError(absl::StrCat("keep_last=", keep_last, " must be >= 1"));
   }
@@ -288,7 +288,9 @@ absl::StatusOr<std::vector<std::string>> PruneSealedSteps(const HeldDirectory& d
   std::vector<std::string> deleted;
   for (size_t i = sealed.size(); i-- > static_cast<size_t>(keep_last);) {  // oldest first
     const auto& [step, name] = sealed[i];
-    if ((keep_every > 0 && step % keep_every == 0) || name == latest.name) continue;
+    if ((keep_every > 0 && step % keep_every == 0) || name == latest.name || step == keep_step) {
+      continue;
+    }
     RETURN_IF_ERROR(dir.Remove(name));
     deleted.push_back(name);
   }

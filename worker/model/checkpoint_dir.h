@@ -70,10 +70,12 @@ absl::StatusOr<std::string> RemoveOrphans(const HeldDirectory& dir);
 
 // Retention, after a step sealed in job directory `dir`: deletes the sealed steps beyond the
 // newest `keep_last` (>= 1), oldest first, except milestones (steps that are multiples of
-// `keep_every` > 0) and the step `latest` names. Unsealed steps and set-aside damaged ones are
-// not its business (RemoveOrphans). Returns the names deleted, oldest first.
+// `keep_every` > 0), the step `latest` names and `keep_step` (> 0: the job's best validation
+// step, JobSpec.eval). Unsealed steps and set-aside damaged ones are not its business
+// (RemoveOrphans). Returns the names deleted, oldest first.
 absl::StatusOr<std::vector<std::string>> PruneSealedSteps(const HeldDirectory& dir, int keep_last,
-                                                          int64_t keep_every);
+                                                          int64_t keep_every,
+                                                          int64_t keep_step = 0);
 
 // Points DIR/latest at step_<step> ("step_00000040\n"), atomically; call after the step is
 // sealed.

@@ -73,7 +73,7 @@ void CheckpointWriter::Abandon(absl::Duration grace) {
 }
 
 absl::Status CheckpointWriter::Submit(int64_t step, std::vector<PendingFile> files,
-                                      double snapshot_seconds) {
+                                      double snapshot_seconds, bool keep) {
   if (step <= last_step_) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint step ", step, " submitted after step ", last_step_, " (rank ",
@@ -91,6 +91,7 @@ absl::Status CheckpointWriter::Submit(int64_t step, std::vector<PendingFile> fil
     done_ = false;
   }
   last_step_ = step;
+  if (keep) keep_step_ = step;
   blocked_seconds_ = snapshot_seconds + SecondsSince(start);
   auto run = [this, step, files = std::move(files)]() mutable {
     absl::StatusOr<CheckpointWritten> written = Write(step, std::move(files));
@@ -196,9 +197,10 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
                              absl::StrCat(where, ": cannot seal ", step_dir->path())));
     written.sealed = true;
     if (options_.keep_last > 0) {
-      RETURN_IF_ERROR(
-          Annotate(model::PruneSealedSteps(*dir_, options_.keep_last, options_.keep_every).status(),
-                   absl::StrCat(where, ": retention")));
+      RETURN_IF_ERROR(Annotate(
+          model::PruneSealedSteps(*dir_, options_.keep_last, options_.keep_every, keep_step_)
+              .status(),
+          absl::StrCat(where, ": retention")));
     }
   }
   written.seconds = SecondsSince(start);

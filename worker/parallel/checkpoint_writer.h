@@ -95,7 +95,10 @@ class CheckpointWriter {
   // checksum) and returns; `snapshot_seconds` is what taking them cost the caller. Waits first
   // for the previous step, whose failure it returns (FailedPrecondition for a step not above
   // the previous one). Foreground (options.background false): returns once the step is done.
-  absl::Status Submit(int64_t step, std::vector<PendingFile> files, double snapshot_seconds);
+  // `keep`: retention keeps this step from now on (the best validation step; a later kept step
+  // replaces it).
+  absl::Status Submit(int64_t step, std::vector<PendingFile> files, double snapshot_seconds,
+                      bool keep = false);
 
   // The steps finished since the last call (at most one), without waiting; the error of one
   // that failed.
@@ -119,6 +122,7 @@ class CheckpointWriter {
   const absl::StatusOr<model::HeldDirectory> dir_;  // options_.dir, held
   std::thread thread_;                              // the step in flight (joinable) or none
   int64_t last_step_ = -1;                          // the last step submitted
+  int64_t keep_step_ = 0;       // Submit's last `keep` step; set only while no thread runs
   double blocked_seconds_ = 0;  // the step in flight's snapshot and wait for its predecessor
   absl::Mutex mu_;
   absl::CondVar changed_;

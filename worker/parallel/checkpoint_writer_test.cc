@@ -571,6 +571,26 @@ TEST(CheckpointWriter, RetentionKeepsTheNewestStepsAndMilestones) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A step submitted with `keep` (the best validation step) outlives keep_last until a later
+// kept step replaces it.
+TEST(CheckpointWriter, RetentionKeepsTheLastKeptStep) {
+  const std::string dir = FreshDir("retention_keep");
+  Sealer sealer{dir};
+  CheckpointWriterOptions o = Options(dir, 0, 1, &sealer);
+  o.keep_last = 1;
+  CheckpointWriter writer(o);
+  for (int64_t step = 10; step <= 50; step += 10) {
+    ASSERT_TRUE(writer.Submit(step, FilesOf(0, step), 0.0, /*keep=*/step == 20).ok());
+    ASSERT_TRUE(writer.Finish().ok());
+  }
+  EXPECT_THAT(StepDirsIn(dir), ElementsAre("step_00000020", "step_00000050"));
+  ASSERT_TRUE(writer.Submit(60, FilesOf(0, 60), 0.0, /*keep=*/true).ok());
+  ASSERT_TRUE(writer.Finish().ok());
+  ASSERT_TRUE(writer.Submit(70, FilesOf(0, 70), 0.0).ok());
+  ASSERT_TRUE(writer.Finish().ok());
+  EXPECT_THAT(StepDirsIn(dir), ElementsAre("step_00000060", "step_00000070"));
+}
+
 }  // namespace
 }  // namespace dtrain::parallel
 

@@ -79,8 +79,10 @@ class ParallelTrainer::StepRunner {
   std::unique_ptr<StageExecutor> executor;
   std::unique_ptr<GradientSync> sync;
   std::unique_ptr<model::TokenDataset> data;
+  std::unique_ptr<model::TokenDataset> eval_data;  // with eval_every, where data is
   pipeline::ScheduleSpec schedule;
   std::vector<pipeline::Action> actions;
+  std::vector<pipeline::Action> forwards;  // the F actions of `actions`, in order
   int micro_batch_rows = 0;
   double tp_seconds = 0;  // time inside tp all-reduces (part of the layers' compute calls)
 };
@@ -182,6 +184,9 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   r.schedule = {schedule, pp, per_replica / options.micro_batch_size, v};
   RETURN_IF_ERROR(pipeline::ValidateSchedule(r.schedule));
   ASSIGN_OR_RETURN(r.actions, pipeline::StageActions(r.schedule, r.coord.pp_rank()));
+  for (const pipeline::Action& a : r.actions) {
+    if (a.type == pipeline::ActionType::kForward) r.forwards.push_back(a);
+  }
 
   // Groups. Each is used by one thread: tp and world by the training thread, dp and tied by
   // the gradient sync thread (or, with ZeRO-1, dp by the training thread after the sync).
@@ -272,6 +277,9 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
                      model::TokenDataset::Open(run.data_path, run.model.vocab_size));
     RETURN_IF_ERROR(data.BatchesPerEpoch(B, T).status());
     r.data = std::make_unique<model::TokenDataset>(std::move(data));
+    if (run.eval_every > 0) {
+      ASSIGN_OR_RETURN(r.eval_data, OpenEvalData(run));
+    }
   }
 
   // Initial state: a checkpoint of any layout, a GPT-2 file, or the seeded init (the same
@@ -441,6 +449,47 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   return metrics;
 }
 
+absl::StatusOr<double> ParallelTrainer::Evaluate(int64_t step) {
+  StepRunner& r = *runner_;
+  const TrainingRun& run = options_.run;
+  const int B = run.batch, T = run.seq, b = r.micro_batch_rows;
+  const int M = r.schedule.micro_batches;
+  const int64_t replica_row = int64_t{r.coord.dp_rank()} * (B / options_.layout.dp());
+  std::vector<int32_t> inputs, targets;
+  if (r.eval_data != nullptr) {
+    inputs.resize(int64_t{B} * T);
+    targets.resize(int64_t{B} * T);
+  }
+  double sum = 0;  // this rank's micro-batch losses (last stage, tp rank 0)
+  StepTimes times;
+  for (int k = 0; k < run.eval_batches; ++k) {
+    if (r.eval_data != nullptr) {
+      RETURN_IF_ERROR(
+          r.eval_data->GetBatch(k, B, T, absl::MakeSpan(inputs), absl::MakeSpan(targets)));
+    }
+    // Validation batch k's micro-batches travel as numbers base.. base+M-1 of this step: apart
+    // from the step's own 0..M-1 and from the other validation batches'.
+    const int base = M * (k + 1);
+    std::vector<pipeline::Action> forwards = r.forwards;
+    for (pipeline::Action& a : forwards) a.micro_batch += base;
+    auto micro_batch = [&](int mb) -> MicroBatch {
+      if (inputs.empty()) return {};
+      const int64_t offset = (replica_row + int64_t{mb - base} * b) * T;
+      return {absl::MakeConstSpan(inputs).subspan(offset, int64_t{b} * T),
+              absl::MakeConstSpan(targets).subspan(offset, int64_t{b} * T)};
+    };
+    RETURN_IF_ERROR(r.executor->RunForward(step, forwards, micro_batch, &times));
+    if (r.coord.tp_rank() == 0) {
+      for (double loss : r.executor->losses()) sum += loss;
+    }
+  }
+  r.staging->ResetStats();
+  std::vector<double> mean = {sum /
+                              (static_cast<double>(M) * options_.layout.dp() * run.eval_batches)};
+  RETURN_IF_ERROR(Timed("all_reduce", 2, [&] { return AllReducePrecise(*r.world, mean); }));
+  return mean[0];
+}
+
 absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
   const TrainingRun& run = options_.run;
   // The run's token: rank 0 draws 48 random bits and the others add zeros, as three 16-bit
@@ -483,7 +532,7 @@ absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
   return absl::OkStatus();
 }
 
-absl::Status ParallelTrainer::StartCheckpoint(int64_t step) {
+absl::Status ParallelTrainer::StartCheckpoint(int64_t step, bool keep) {
   const auto start = Clock::now();
   std::vector<model::GptStage*> stages;
   std::vector<model::AdamW*> optimizers;
@@ -497,7 +546,7 @@ absl::Status ParallelTrainer::StartCheckpoint(int64_t step) {
   absl::StatusOr<std::vector<PendingFile>> files =
       SnapshotShard(step, Identity(), stages, optimizers);
   if (!files.ok()) return recorded.Finish(files.status());
-  return recorded.Finish(writer_->Submit(step, *std::move(files), Since(start)));
+  return recorded.Finish(writer_->Submit(step, *std::move(files), Since(start), keep));
 }
 
 absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
@@ -518,7 +567,7 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
   if (!run.checkpoint_dir.empty()) RETURN_IF_ERROR(StartWriter(callbacks));
   std::string saved;  // the last step directory written
   CheckpointHooks checkpoints;
-  checkpoints.start = [this](int64_t step) { return StartCheckpoint(step); };
+  checkpoints.start = [this](int64_t step, bool keep) { return StartCheckpoint(step, keep); };
   checkpoints.finished = [&](bool wait) -> absl::StatusOr<std::vector<CheckpointWritten>> {
     if (writer_ == nullptr) return std::vector<CheckpointWritten>();
     std::optional<comm::FlightScope> recorded;  // waiting for the last seal
@@ -533,12 +582,13 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
     return done;
   };
   RETURN_IF_ERROR(RunTrainingSteps(
-      run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); }, checkpoints));
+      run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
+      [this](int64_t step) { return Evaluate(step); }, checkpoints));
   if (!run.save_path.empty()) {
     // steps == 0 on a fresh start saves the initial state as step 0. A resume always trains
     // (Create refuses steps not beyond the checkpoint), so a loaded step is never written.
     if (saved.empty()) {
-      RETURN_IF_ERROR(StartCheckpoint(start_step_));
+      RETURN_IF_ERROR(StartCheckpoint(start_step_, /*keep=*/false));
       ASSIGN_OR_RETURN(std::vector<CheckpointWritten> initial, checkpoints.finished(true));
       for (const CheckpointWritten& c : initial) {
         if (callbacks.checkpoint) callbacks.checkpoint(c);

@@ -9,7 +9,9 @@
 // Every layout trains to the numbers of LocalTrainer (one worker): step s trains on batch
 // s-1 of the dataset (B = options.run.batch sequences); data-parallel replica d takes rows
 // [d*B/dp, (d+1)*B/dp) and cuts them into micro-batches of micro_batch_size rows; the loss is
-// the mean over all B*T tokens, so each micro-batch's backward is scaled by 1/(B*T).
+// the mean over all B*T tokens, so each micro-batch's backward is scaled by 1/(B*T). An
+// evaluation runs the same micro-batches of each validation batch through the schedule's
+// forwards only, so val_loss is LocalTrainer's for every layout.
 //
 // All ranks of a job call Create and Run with the same options except `rank`; every rank
 // returns the same metrics for each step (loss and gradient norm are global).
@@ -26,13 +28,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/backend.h"
+#include "plan/schedule.h"
 #include "proto/job.pb.h"
 #include "worker/comm/transport.h"
 #include "worker/model/gpt_stage.h"
 #include "worker/model/optimizer.h"
 #include "worker/parallel/checkpoint_writer.h"
 #include "worker/parallel/sharded_checkpoint.h"
-#include "plan/schedule.h"
 #include "worker/training_run.h"
 
 namespace dtrain::parallel {
@@ -146,6 +148,9 @@ class ParallelTrainer {
   class StepRunner;
   ParallelTrainer() = default;
   absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step);
+  // The validation loss after `step` (TrainingRun::eval_*): the schedule's forwards only, on
+  // every rank, for each validation batch; the mean loss all-reduced over the job.
+  absl::StatusOr<double> Evaluate(int64_t step);
   absl::StatusOr<double> OwnedSquaredNorm();
   // Runs a collective of `floats` floats, reporting it to options_.on_collective.
   absl::Status Timed(const char* op, int64_t floats,
@@ -153,7 +158,7 @@ class ParallelTrainer {
   // The run's checkpoint writer (its token agreed on by every rank first).
   absl::Status StartWriter(const TrainingCallbacks& callbacks);
   // At a checkpoint step's boundary: this rank's state snapshot handed to writer_.
-  absl::Status StartCheckpoint(int64_t step);
+  absl::Status StartCheckpoint(int64_t step, bool keep);
   absl::Status RunSteps(const TrainingCallbacks& callbacks);
   ShardIdentity Identity() const;
 

@@ -111,6 +111,26 @@ absl::Status StageExecutor::RunStep(
   return absl::OkStatus();
 }
 
+absl::Status StageExecutor::RunForward(int64_t step, absl::Span<const Action> forwards,
+                                       const std::function<MicroBatch(int)>& data,
+                                       StepTimes* times) {
+  losses_.clear();
+  for (const Action& a : forwards) {
+    if (a.type != ActionType::kForward) {
+      return absl::InternalError(
+          absl::StrCat("forward-only pass of step ", step, " given ", pipeline::ActionToString(a)));
+    }
+    comm::FlightScope recorded(
+        links_->recorder(),
+        comm::FlightRecord::Action(comm::FlightOp::kForward, step, a.micro_batch, a.chunk));
+    absl::Status s = Forward(step, a, data(a.micro_batch), times);
+    if (s.ok()) Retire(a.chunk, a.micro_batch);  // its sends are waited for before reuse
+    recorded.Finish(s);
+    RETURN_IF_ERROR(InAction(s, a, step));
+  }
+  return DrainAll(times);
+}
+
 absl::Status StageExecutor::Forward(int64_t step, const Action& a, const MicroBatch& mb,
                                     StepTimes* times) {
   model::GptStage& stage = *chunks_[a.chunk];

@@ -30,9 +30,9 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/device_buffer.h"
+#include "plan/schedule.h"
 #include "worker/comm/p2p.h"
 #include "worker/model/gpt_stage.h"
-#include "plan/schedule.h"
 #include "worker/parallel/device_staging.h"
 
 namespace dtrain::parallel {
@@ -66,6 +66,13 @@ class StageExecutor {
                        const std::function<MicroBatch(int mb)>& data,
                        const std::function<model::GptStage::GradReadyFn(int chunk)>& weights_final,
                        StepTimes* times);
+
+  // A forward-only pass (validation): `forwards`, F actions only (a schedule's, in its order;
+  // their micro-batch numbers are the keys of their messages and the argument of `data`), each
+  // micro-batch retired after its F: no backward, no gradient touched. losses() then holds the
+  // last model chunk's losses by micro-batch number; trace() is left as the last step's.
+  absl::Status RunForward(int64_t step, absl::Span<const pipeline::Action> forwards,
+                          const std::function<MicroBatch(int mb)>& data, StepTimes* times);
 
   // Test-only (dtrain-worker --test_only_forward_delay): F of micro-batch 0 of `step` on this
   // rank's first chunk sleeps `delay` after its input arrived and before it computes, so the
