@@ -18,8 +18,8 @@
 // a frame nobody waits for yet is copied out before its ring space is released. A receive from
 // the peer consumes the ring itself, on its own thread (Pump): the record goes from the ring
 // into the destination (reduced on the way) with no other thread woken. A reader thread takes
-// the ring over once no receive has pumped it for 5 ms, so the sender never waits for
-// a receive that is not posted yet (messages nobody receives still leave the ring).
+// the ring over once no receive from the peer has been in progress for 5 ms, so the sender never
+// waits for a receive that is not posted yet (messages nobody receives still leave the ring).
 #ifndef DTRAIN_WORKER_COMM_GRPC_SHM_LINK_H_
 #define DTRAIN_WORKER_COMM_GRPC_SHM_LINK_H_
 
