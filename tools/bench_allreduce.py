@@ -5,14 +5,23 @@ measured in the same run; with --tls, dtrain over gRPC with TLS off and on side 
 
     /usr/bin/python3 tools/bench_allreduce.py [--ranks 2,4] [--sizes_mib 1,2,4,8,16,32,64]
         [--rounds 3] [--seconds 2] [--p2p_sizes_mib 1,16,64] [--benchmark PATH]
-        [--paths job,shm,grpc,grpc+tls] [--tls] [--no_gloo] [--dtrain PATH]
+        [--paths job,plain,hier,shm,grpc,grpc+tls] [--tls] [--no_gloo] [--dtrain PATH] [--hosts 2]
 
 Paths (--paths, default `job`): how dtrain's ranks move data. `job` is what a job does: mutual
 TLS on every stream (the `worker` certificate of `dtrain certs init` on every rank), and the
 data through shared memory between ranks of one host (proved by the transport's handshake;
 the stream otherwise); `shm` the same without TLS, failing unless shared memory is used;
-`grpc` and `grpc+tls` force the gRPC stream, plaintext or mutual TLS. The first path is the
-one compared with gloo and iperf3; --tls adds grpc and grpc+tls and their tables.
+`grpc` and `grpc+tls` force the gRPC stream, plaintext or mutual TLS; `plain` is `job` with
+plaintext streams; `hier` is `job` with the hierarchical all-reduce (HierarchicalAllReduce, each
+rank's host from its address, as the gradient sync picks it; the ring with one host). Every path gets its table against gloo and iperf3; --tls adds grpc and
+grpc+tls and their table side by side (and `job` against `plain` when both run).
+
+Two hosts (--hosts 2, as root; tools/bench_hosts.py): two network namespaces joined by a veth
+pair, addresses from 198.18.0.0/15, each with a /dev/shm of its own; ranks in blocks (2 ranks:
+one per host; 4 ranks: 0-1 on the first, 2-3 on the second), so ranks of one host share memory
+and cross-host traffic crosses the veth; gloo (GLOO_SOCKET_IFNAME the veth) and iperf3 (client
+on the second host, server on the first) across the same veth. Default paths: job,plain. The
+namespaces go at exit.
 
 All-reduce: for each rank count, `--rounds` rounds; a round runs dtrain
 (//worker/comm:allreduce_benchmark, one process per rank, 127.0.0.1) on each path and gloo
@@ -52,6 +61,8 @@ import sys
 import tempfile
 import time
 
+from bench_hosts import Hosts
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_PYTHON = "/usr/bin/python3"  # Debian's python, which has python3-torch
 
@@ -64,8 +75,9 @@ def cpu():
     return r.ru_utime + r.ru_stime
 
 rank, n, port, seconds = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], float(sys.argv[5])
+master = sys.argv[6]  # rank 0's address
 torch.set_num_threads(1)
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
+dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank, world_size=n)
 for mib in sys.argv[4].split(","):
     nbytes = int(float(mib) * (1 << 20)) // 4 * 4
     x = torch.zeros(nbytes // 4)
@@ -103,64 +115,79 @@ def free_ports(k):
     return ports
 
 
-def run_ranks(cmds, what, timeout):
-    """Starts one process per command; returns their JSON lines."""
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for c in cmds]
-    records = []
+def run_ranks(cmds, what, timeout, hosts):
+    """Runs one process per rank (rank r on hosts.host_of(r, n)); returns their JSON lines."""
+    n = len(cmds)
+    by_host = {}
+    for r, c in enumerate(cmds):
+        by_host.setdefault(hosts.host_of(r, n), []).append(c)
+    outdir = tempfile.mkdtemp(prefix="bench_ranks_")
+    procs = [hosts.popen(h, group, outdir) for h, group in by_host.items()]
     try:
         for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            if p.returncode != 0:
-                raise SystemExit(f"bench_allreduce: {what} exited {p.returncode}:\n{err[-3000:]}")
-            records += [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+            p.wait(timeout=timeout)
+        records, errors = [], []
+        for h, group in by_host.items():
+            for i in range(len(group)):
+                with open(os.path.join(outdir, f"out.{h}.{i}")) as f:
+                    records += [json.loads(l) for l in f if l.startswith("{")]
+                with open(os.path.join(outdir, f"err.{h}.{i}")) as f:
+                    errors.append(f.read()[-3000:])
+        if any(p.returncode != 0 for p in procs):
+            raise SystemExit(f"bench_allreduce: {what} failed:\n" + "\n".join(errors))
+        return records
     finally:
         for p in procs:
             if p.poll() is None:
-                p.kill()
-    return records
+                os.killpg(p.pid, 9)  # the ranks of that host, started by its shell
+                p.wait()
+        shutil.rmtree(outdir, ignore_errors=True)
 
 
-# path -> (allreduce_benchmark --path, mutual TLS on the streams)
-PATHS = {"job": ("auto", True), "shm": ("shm", False), "grpc": ("grpc", False),
-         "grpc+tls": ("grpc", True)}
+# path -> (allreduce_benchmark --path, mutual TLS on the streams, its --allreduce)
+PATHS = {"job": ("auto", True, "flat"), "plain": ("auto", False, "flat"),
+         "hier": ("auto", True, "hierarchical"), "shm": ("shm", False, "flat"),
+         "grpc": ("grpc", False, "flat"), "grpc+tls": ("grpc", True, "flat")}
 
 
-def run_dtrain(binary, n, sizes, seconds, mode="allreduce", path="grpc", tls_dir=None):
+def run_dtrain(binary, n, sizes, seconds, hosts, mode="allreduce", path="grpc", tls_dir=None):
     """One run of `path` (PATHS); tls_dir: a `dtrain certs init` directory."""
-    peers = ",".join(f"127.0.0.1:{p}" for p in free_ports(n))
-    flag, tls = PATHS[path]
-    extra = [f"--path={flag}"] + ([f"--tls_dir={tls_dir}"] if tls else [])
+    peers = ",".join(f"{hosts.address(hosts.host_of(r, n))}:{p}"
+                     for r, p in enumerate(free_ports(n)))
+    flag, tls, algorithm = PATHS[path]
+    extra = [f"--path={flag}", f"--allreduce={algorithm}"] + ([f"--tls_dir={tls_dir}"] if tls
+                                                              else [])
     cmds = [[binary, f"--rank={r}", f"--peers={peers}", f"--mode={mode}",
              f"--sizes_mib={sizes}", f"--seconds={seconds}"] + extra for r in range(n)]
-    return run_ranks(cmds, f"dtrain {mode} ({n} ranks, {path})", timeout=600)
+    return run_ranks(cmds, f"dtrain {mode} ({n} ranks, {path})", 600, hosts)
 
 
 def run_memcpy(binary, sizes, seconds):
     """bytes -> GB/s of one thread's memcpy."""
     recs = run_ranks([[binary, "--mode=memcpy", f"--sizes_mib={sizes}",
-                       f"--seconds={seconds / 4}"]], "memcpy", timeout=600)
+                       f"--seconds={seconds / 4}"]], "memcpy", 600, Hosts(1))
     return {r["bytes"]: r["gbs"] for r in recs}
 
 
-def run_gloo(script, n, sizes, seconds):
+def run_gloo(script, n, sizes, seconds, hosts):
     port = free_ports(1)[0]
-    cmds = [[TORCH_PYTHON, script, str(r), str(n), str(port), sizes, str(seconds)]
-            for r in range(n)]
-    return run_ranks(cmds, f"gloo ({n} ranks)", timeout=600)
+    cmds = [[TORCH_PYTHON, script, str(r), str(n), str(port), sizes, str(seconds),
+             hosts.address(0)] for r in range(n)]
+    return run_ranks(cmds, f"gloo ({n} ranks)", 600, hosts)
 
 
-def run_iperf(seconds):
-    """One TCP stream over loopback; returns GB/s received and CPU % (both ends)."""
+def run_iperf(seconds, hosts):
+    """One TCP stream from the last host to the first (loopback with one host); returns GB/s
+    received and CPU % (both ends)."""
     for attempt in range(20):
         port = free_ports(1)[0]
-        server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port)],
+        server = subprocess.Popen(hosts.wrap(0, ["iperf3", "-s", "-1", "-p", str(port)]),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.3)  # no probe connection: the one-off server (-1) would take it as its client
         try:
-            out = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t",
-                                  str(seconds), "-J"], capture_output=True, text=True,
-                                 timeout=seconds + 60)
+            out = subprocess.run(hosts.wrap(hosts.count - 1, [
+                "iperf3", "-c", hosts.address(0), "-p", str(port), "-t", str(seconds), "-J"]),
+                capture_output=True, text=True, timeout=seconds + 60)
             end = json.loads(out.stdout).get("end", {})
             if "sum_received" in end:
                 cpu = end["cpu_utilization_percent"]
@@ -205,8 +232,10 @@ def main():
     ap.add_argument("--benchmark", help="allreduce_benchmark binary (default: build it)")
     ap.add_argument("--bazel_output_base", help="bazel --output_base for the build")
     ap.add_argument("--skip_p2p", action="store_true")
-    ap.add_argument("--paths", default="job",
-                    help="dtrain paths, comma-separated: job (default), shm, grpc, grpc+tls")
+    ap.add_argument("--paths", help="dtrain paths, comma-separated: job, plain, hier, shm, grpc, "
+                    "grpc+tls (default: job; job,plain with --hosts 2)")
+    ap.add_argument("--hosts", type=int, default=1,
+                    help="2: two network namespaces joined by a veth pair (as root)")
     ap.add_argument("--tls", action="store_true",
                     help="also run grpc and grpc+tls in every round (TLS off/on tables)")
     ap.add_argument("--no_gloo", action="store_true", help="leave gloo out")
@@ -216,7 +245,10 @@ def main():
         raise SystemExit("bench_allreduce: needs /usr/bin/python3 with python3-torch")
     if not args.skip_p2p and shutil.which("iperf3") is None:
         raise SystemExit("bench_allreduce: needs iperf3 (tools/setup.sh installs it)")
-    paths = [p for p in args.paths.split(",") if p]
+    paths = [p for p in (args.paths or ("job,plain" if args.hosts > 1 else "job")).split(",")
+             if p]
+    if args.hosts > 1 and "shm" in paths:
+        raise SystemExit("bench_allreduce: --paths shm needs every rank on one host")
     if args.tls:
         paths += [p for p in ("grpc", "grpc+tls") if p not in paths]
     for p in paths:
@@ -229,8 +261,15 @@ def main():
     binary = args.benchmark or built["//worker/comm:allreduce_benchmark"]
     sizes = [int(float(s) * (1 << 20)) // 4 * 4 for s in args.sizes_mib.split(",")]
 
+    dtrain_cli = (args.dtrain or built["//client:dtrain"]) if need_certs else None
+    with Hosts(args.hosts) as hosts:
+        run(args, paths, binary, dtrain_cli, sizes, hosts)
+
+
+def run(args, paths, binary, dtrain_cli, sizes, hosts):
+    """The rounds (alternated), then the tables."""
     tmp = tempfile.mkdtemp(prefix="bench_allreduce_")
-    tls_dir = make_certs(args.dtrain or built["//client:dtrain"], tmp) if need_certs else None
+    tls_dir = make_certs(dtrain_cli, tmp) if dtrain_cli else None
     impls = paths + ([] if args.no_gloo else ["gloo"])
     memcpy = {}  # bytes -> [GB/s per round]
     gloo_script = os.path.join(tmp, "gloo_worker.py")
@@ -247,9 +286,9 @@ def main():
                 memcpy.setdefault(b, []).append(gbs)
             for impl in order:
                 if impl == "gloo":
-                    recs = run_gloo(gloo_script, n, args.sizes_mib, args.seconds)
+                    recs = run_gloo(gloo_script, n, args.sizes_mib, args.seconds, hosts)
                 else:
-                    recs = run_dtrain(binary, n, args.sizes_mib, args.seconds, path=impl,
+                    recs = run_dtrain(binary, n, args.sizes_mib, args.seconds, hosts, path=impl,
                                       tls_dir=tls_dir)
                 for b in sizes:
                     mine = [r for r in recs if r["bytes"] == b]
@@ -272,9 +311,9 @@ def main():
             runs = paths + ["iperf3"]
             for what in runs[rnd % len(runs):] + runs[:rnd % len(runs)]:
                 if what == "iperf3":
-                    iperf.append(run_iperf(max(2, int(args.seconds * 2))))
+                    iperf.append(run_iperf(max(2, int(args.seconds * 2)), hosts))
                     continue
-                recs = run_dtrain(binary, 2, args.p2p_sizes_mib, args.seconds, mode="p2p",
+                recs = run_dtrain(binary, 2, args.p2p_sizes_mib, args.seconds, hosts, mode="p2p",
                                   path=what, tls_dir=tls_dir)
                 for b in p2p_sizes:
                     recv = [r for r in recs if r["bytes"] == b and r["rank"] == 1][0]
@@ -291,20 +330,23 @@ def main():
 
     print(f"\nload average {load0:.1f} -> {load1:.1f}")
     summary = {"allreduce": [], "p2p": [], "tls_allreduce": [], "tls_p2p": []}
-    if not args.no_gloo:
-        print_gloo_table(args, paths[0], sizes, results, memcpy, summary)
+    where = "one host" if hosts.count == 1 else f"{hosts.count} hosts (namespaces, veth)"
+    for path in paths if not args.no_gloo else []:
+        print_gloo_table(args, path, sizes, results, memcpy, summary, where)
     if args.tls:
-        print_tls_tables(args, sizes, results, p2p, summary)
-    if p2p:
-        print_p2p_table(paths[0], p2p, iperf, summary)
+        print_tls_tables(args, sizes, results, p2p, summary, "grpc", "grpc+tls", where)
+    if "plain" in paths and "job" in paths:
+        print_tls_tables(args, sizes, results, p2p, summary, "plain", "job", where)
+    for path in paths if p2p else []:
+        print_p2p_table(path, p2p, iperf, summary, where)
     summary["memcpy_gbs"] = {b: med(v) for b, v in memcpy.items()}
     summary["load"] = [load0, load1]
     print("BENCH_JSON " + json.dumps(summary))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def print_gloo_table(args, path, sizes, results, memcpy, summary):
-    print(f"\nAll-reduce (sum, float32), one host, dtrain path '{path}', median of "
+def print_gloo_table(args, path, sizes, results, memcpy, summary, where):
+    print(f"\nAll-reduce (sum, float32), {where}, dtrain path '{path}', median of "
           f"{args.rounds} rounds; memcpy: one thread, same run")
     print("| ranks | size | dtrain time (ms) | dtrain algbw | dtrain busbw | gloo time (ms) | "
           "gloo algbw | gloo busbw | busbw dtrain/gloo | memcpy GB/s | dtrain busbw / memcpy | "
@@ -329,45 +371,47 @@ def print_gloo_table(args, path, sizes, results, memcpy, summary):
                                          "gloo_cpu_us": med(g["cpu_us"])})
 
 
-def print_tls_tables(args, sizes, results, p2p, summary):
-    print(f"\nAll-reduce with TLS off and on (dtrain, sum, float32), loopback, median of "
-          f"{args.rounds} rounds")
+def print_tls_tables(args, sizes, results, p2p, summary, plain, tls, where):
+    """Paths `plain` and `tls` side by side: what encryption costs on the same path."""
+    print(f"\nAll-reduce with TLS off and on (dtrain paths '{plain}' and '{tls}', sum, float32), "
+          f"{where}, median of {args.rounds} rounds")
     print("| ranks | size | busbw plaintext | busbw TLS | TLS / plaintext | "
           "CPU-s per all-reduce, plaintext / TLS |")
     print("|---|---|---|---|---|---|")
     for n in [int(x) for x in args.ranks.split(",")]:
         for b in sizes:
-            d, t = results[("grpc", n, b)], results[("grpc+tls", n, b)]
+            d, t = results[(plain, n, b)], results[(tls, n, b)]
             dbus, tbus = med(d["busbw"]), med(t["busbw"])
             dcpu, tcpu = med(d["cpu_us"]), med(t["cpu_us"])
             print(f"| {n} | {b / (1 << 20):g} MiB | {dbus:.3f} | {tbus:.3f} | "
                   f"{tbus / dbus:.2f} | {dcpu / 1e6:.3f} / {tcpu / 1e6:.3f} |")
-            summary["tls_allreduce"].append({"ranks": n, "bytes": b, "busbw_gbs": dbus,
+            summary["tls_allreduce"].append({"ranks": n, "bytes": b, "paths": [plain, tls],
+                                             "busbw_gbs": dbus,
                                              "tls_busbw_gbs": tbus, "ratio": tbus / dbus,
                                              "cpu_us": dcpu, "tls_cpu_us": tcpu})
     if not p2p:
         return
-    print(f"\nActivation stream over gRPC with TLS off and on (2 ranks, two sends in flight), "
-          f"median of {args.rounds} rounds")
+    print(f"\nActivation stream with TLS off and on (paths '{plain}' and '{tls}', 2 ranks, two "
+          f"sends in flight), {where}, median of {args.rounds} rounds")
     print("| size | plaintext GB/s | TLS GB/s | TLS / plaintext | "
           "CPU-s per GB, both ends: plaintext / TLS |")
     print("|---|---|---|---|---|")
     for (path, b), slot in p2p.items():
-        if path != "grpc":
+        if path != plain:
             continue
-        on = p2p[("grpc+tls", b)]
+        on = p2p[(tls, b)]
         g, tg = med(slot["gbs"]), med(on["gbs"])
         cpu, tcpu = (med(x["cpu_us"]) / 1e6 / (b / 1e9) for x in (slot, on))
         print(f"| {b / (1 << 20):g} MiB | {g:.3f} | {tg:.3f} | {tg / g:.2f} | "
               f"{cpu:.2f} / {tcpu:.2f} |")
-        summary["tls_p2p"].append({"bytes": b, "gbs": g, "tls_gbs": tg, "ratio": tg / g,
+        summary["tls_p2p"].append({"bytes": b, "paths": [plain, tls], "gbs": g, "tls_gbs": tg, "ratio": tg / g,
                                    "cpu_s_per_gb": cpu, "tls_cpu_s_per_gb": tcpu})
 
 
-def print_p2p_table(path, p2p, iperf, summary):
+def print_p2p_table(path, p2p, iperf, summary, where):
     ip = med([x["gbs"] for x in iperf])
-    print(f"\nPoint-to-point activation stream (2 ranks, two sends in flight, path '{path}') vs "
-          f"iperf3 (one TCP stream, {ip:.3f} GB/s, CPU "
+    print(f"\nPoint-to-point activation stream ({where}, 2 ranks, two sends in flight, path "
+          f"'{path}') vs iperf3 (one TCP stream, {ip:.3f} GB/s, CPU "
           f"{med([x['cpu_pct'] for x in iperf]):.0f}% of a core, both ends)")
     print("| size | dtrain GB/s | of iperf3 | CPU-s per GB, both ends |")
     print("|---|---|---|---|")

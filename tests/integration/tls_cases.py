@@ -157,3 +157,31 @@ def case_tls(args):
         rc, out, err = c.cli("watch", job_id, "--quiet", timeout=300)
         expect(rc == 0, "the job over TLS: exit %d\n%s\n%s" % (rc, out[-800:], err))
         print("%s (dp=2 on w1 and w2) SUCCEEDED over mutual TLS" % job_id)
+
+
+def case_plaintext_peers(args):
+    """Workers started with --plaintext_peers (and --shared_memory=false, so the tensors cross
+    the peer streams) warn at start; their peer port answers a plaintext HTTP/2 client and not a
+    TLS one, while the coordinator still refuses plaintext; a dp=2 job trains to SUCCEEDED."""
+    with Cluster(args.binaries, "plaintext_peers", tls=True) as c:
+        c.write_corpus()
+        c.start_coordinator()
+        flags = ["--plaintext_peers", "--shared_memory=false"]
+        c.start_worker("w1", flags)
+        c.start_worker("w2", flags)
+        c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 150, name="plain", parallel={"dp": 2})
+        job_id = c.submit(c.write_spec("plain.json", spec))
+        job = c.wait_step(job_id, 2, 120)
+        peer = job["placement"]["ranks"][1]["worker_address"]
+        plain, tls = first_bytes(peer), first_bytes(peer, c.tls_dir, "worker")
+        expect(accepted(plain), "rank 1's peer port refused a plaintext client: %r" % (plain,))
+        expect(not accepted(tls), "rank 1's peer port answered TLS: %r" % (tls,))
+        expect(not accepted(first_bytes(c.address)), "the coordinator answered plaintext")
+        print("rank 1's peer port: plaintext -> %r; TLS -> %r" % (plain, tls))
+        rc, out, err = c.cli("watch", job_id, "--quiet", timeout=300)
+        expect(rc == 0, "the job with plaintext peers: exit %d\n%s\n%s" % (rc, out[-800:], err))
+        for w in ("w1", "w2"):
+            expect("WARNING: --plaintext_peers" in c.workers[w].log_text(),
+                   "%s did not warn about --plaintext_peers" % w)
+        print("%s (dp=2 on w1 and w2, peers in plaintext) SUCCEEDED" % job_id)

@@ -18,6 +18,7 @@
 //   memcpy     no ranks: this machine's memcpy bandwidth on buffers of each size (one thread,
 //              source and destination out of cache), {"impl":"memcpy","bytes":B,"gbs":..}:
 //              the ceiling of any same-host transport, measured in the same run as it.
+// --allreduce=hierarchical: HierarchicalAllReduce with each rank's host from its --peers entry.
 // --path: where the data goes. auto (the default, what a job does): shared memory to ranks on
 // this host, proved by the transport's handshake, else the gRPC stream; shm: the same, but
 // fail unless every peer is reached through shared memory; grpc: always the stream.
@@ -41,6 +42,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
+#include "worker/comm/collectives/allreduce_hierarchical.h"
 #include "worker/comm/collectives/allreduce_ring.h"
 #include "worker/comm/collectives/barrier.h"
 #include "worker/comm/collectives/broadcast.h"
@@ -60,6 +62,8 @@ ABSL_FLAG(int64_t, frame_kib, 1024, "largest gRPC frame payload (KiB)");
 ABSL_FLAG(int64_t, loop_floats, 1 << 18, "loop mode: floats per all-reduce");
 ABSL_FLAG(std::string, grpc_args, "", "extra integer gRPC channel arguments: name=value,...");
 ABSL_FLAG(double, timeout_s, 60, "deadline of every collective and connection (seconds)");
+ABSL_FLAG(std::string, allreduce, "flat",
+          "flat (the ring over all ranks) or hierarchical (inside each host of --peers first)");
 ABSL_FLAG(std::string, path, "auto", "auto (as a job: shared memory on one host), shm or grpc");
 ABSL_FLAG(int64_t, shm_ring_kib, 4096, "shared-memory ring per ordered pair of ranks (KiB)");
 ABSL_FLAG(std::string, tls_dir, "",
@@ -95,16 +99,34 @@ int ItersFor(absl::Duration per_iter) {
   return std::max(absl::GetFlag(FLAGS_min_iters), std::min(iters, 1000));
 }
 
+// The all-reduce --allreduce asks for: hierarchical takes each rank's host from its --peers
+// entry (the address without the port, as the worker daemon does), so ranks of one host reduce
+// among themselves first; flat (or one rank per host) is the ring.
+absl::StatusOr<HierarchicalAllReduce> MakeAllReduce(Group& group) {
+  const std::string algorithm = absl::GetFlag(FLAGS_allreduce);
+  if (algorithm != "flat" && algorithm != "hierarchical") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--allreduce=", algorithm, ": flat or hierarchical"));
+  }
+  std::vector<std::string> hosts(group.size());
+  if (algorithm == "hierarchical") {
+    const std::vector<std::string> peers = absl::StrSplit(absl::GetFlag(FLAGS_peers), ',');
+    for (int i = 0; i < group.size(); ++i) hosts[i] = peers[i].substr(0, peers[i].rfind(':'));
+  }
+  return HierarchicalAllReduce::Create(&group, hosts, /*local_id=*/3, /*leaders_id=*/4);
+}
+
 absl::Status RunAllReduce(GrpcTransport& t, Group& group, Group& control) {
   ASSIGN_OR_RETURN(std::vector<int64_t> sizes, ParseSizes());
   const int n = group.size();
+  ASSIGN_OR_RETURN(HierarchicalAllReduce all_reduce, MakeAllReduce(group));
   for (int64_t bytes : sizes) {
     std::vector<float> data(bytes / 4, 0.0f);
     const int warmup = std::max(1, absl::GetFlag(FLAGS_warmup));
     RETURN_IF_ERROR(Barrier(control));
     absl::Time t0 = absl::Now();
     for (int i = 0; i < warmup; ++i) {
-      RETURN_IF_ERROR(AllReduce(group, absl::MakeSpan(data), ReduceOp::kSum));
+      RETURN_IF_ERROR(all_reduce.Run(absl::MakeSpan(data), ReduceOp::kSum));
     }
     // Every rank must run the same number of iterations: rank 0 decides, and tells the others.
     std::vector<float> iters_f = {static_cast<float>(ItersFor((absl::Now() - t0) / warmup))};
@@ -114,13 +136,13 @@ absl::Status RunAllReduce(GrpcTransport& t, Group& group, Group& control) {
     const double cpu0 = CpuSeconds();
     t0 = absl::Now();
     for (int i = 0; i < iters; ++i) {
-      RETURN_IF_ERROR(AllReduce(group, absl::MakeSpan(data), ReduceOp::kSum));
+      RETURN_IF_ERROR(all_reduce.Run(absl::MakeSpan(data), ReduceOp::kSum));
     }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - t0) / iters;
     const double cpu = (CpuSeconds() - cpu0) / iters;
     // A checked all-reduce: rank r contributes r + 1.
     std::fill(data.begin(), data.end(), static_cast<float>(t.rank() + 1));
-    RETURN_IF_ERROR(AllReduce(group, absl::MakeSpan(data), ReduceOp::kSum));
+    RETURN_IF_ERROR(all_reduce.Run(absl::MakeSpan(data), ReduceOp::kSum));
     int64_t wrong = 0;
     for (float x : data) wrong += x != n * (n + 1) / 2.0f;
     if (wrong != 0) {
@@ -224,6 +246,11 @@ absl::Status RunMemcpy() {
 
 // --path=shm: every peer must be reached through shared memory.
 absl::Status CheckPaths(GrpcTransport& t) {
+  for (int peer = 0; peer < t.size(); ++peer) {  // which path each peer got, for the record
+    if (peer != t.rank()) {
+      fprintf(stderr, "rank %d -> rank %d: %s\n", t.rank(), peer, DataPathName(t.data_path(peer)));
+    }
+  }
   if (absl::GetFlag(FLAGS_path) != "shm") return absl::OkStatus();
   for (int peer = 0; peer < t.size(); ++peer) {
     if (peer != t.rank() && t.data_path(peer) != DataPath::kSharedMemory) {

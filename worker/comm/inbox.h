@@ -85,9 +85,14 @@ class Inbox {
   // peer.
   // `watch`, when set, is called (without the lock) every few milliseconds while waiting; a
   // non-OK result ends the receive with that status.
+  // `pump`, when set, is how this receive waits for frames: it is called (without the lock)
+  // instead of sleeping, delivers frames into this inbox on the calling thread (a shared-memory
+  // ring read by the receiving thread itself) and returns after delivering one or at its
+  // argument, a time at most a few milliseconds away.
   absl::Status Receive(const MessageKey& key, const TensorMeta& expected, PieceSink sink,
                        absl::Time deadline, RecvOrder order,
-                       const std::function<absl::Status()>& watch = nullptr);
+                       const std::function<absl::Status()>& watch = nullptr,
+                       const std::function<void(absl::Time)>& pump = nullptr);
 
   // Drops the queued frames whose tag is `tag` (a send that gave up); returns how many.
   int Retract(const void* tag);

@@ -292,6 +292,67 @@ TEST(ShmTransport, SameHostPeersUseSharedMemoryAndLeaveNothingInDevShm) {
   EXPECT_TRUE(OurRings().empty()) << OurRings().front();
 }
 
+// A receive posted before the data arrives consumes the peer's ring on its own thread: every
+// piece reaches its sink there, straight from shared memory, with no reader thread between.
+TEST(ShmTransport, AWaitingReceiveTakesTheRingOnItsOwnThread) {
+  auto cluster = Cluster::Create(TransportKind::kShm, 2);
+  GrpcTransport& t0 = *cluster->grpc(0);
+  GrpcTransport& t1 = *cluster->grpc(1);
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  std::vector<float> x(200000), out(x.size());  // 800 KB: many records of a 64 KiB ring
+  std::iota(x.begin(), x.end(), 1.0f);
+  const TensorMeta meta = TensorMeta::F32(x.size());
+  // Set up the ring (the first send does the handshake).
+  ASSERT_TRUE(Send(t0, 1, MessageKey::Gradient(0, 0), meta, AsBytes(x), soon).ok());
+  ASSERT_TRUE(
+      RecvInto(t1, 0, MessageKey::Gradient(0, 0), meta, AsWritableBytes(absl::MakeSpan(out)), soon)
+          .ok());
+  ASSERT_EQ(t1.data_path(0), DataPath::kNone);  // t1 sends nothing; the ring is 0 -> 1
+  ASSERT_EQ(t0.data_path(1), DataPath::kSharedMemory);
+  std::fill(out.begin(), out.end(), 0.0f);
+  std::thread sender([&] {
+    absl::SleepFor(absl::Milliseconds(50));  // the receive below is waiting by then
+    EXPECT_TRUE(Send(t0, 1, MessageKey::Gradient(1, 0), meta, AsBytes(x), soon).ok());
+  });
+  const std::thread::id receiving = std::this_thread::get_id();
+  int64_t pieces = 0, elsewhere = 0;
+  std::byte* dst = reinterpret_cast<std::byte*>(out.data());
+  absl::Status s = t1.Recv(
+      0, MessageKey::Gradient(1, 0), meta,
+      [&](int64_t offset, absl::Span<const std::byte> piece) {
+        ++pieces;
+        if (std::this_thread::get_id() != receiving) ++elsewhere;
+        std::memcpy(dst + offset, piece.data(), piece.size());
+      },
+      soon, RecvOptions{});
+  sender.join();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(out, x);
+  EXPECT_GT(pieces, 10);
+  EXPECT_EQ(elsewhere, 0);
+}
+
+// Messages nobody receives yet still leave the ring (the reader thread takes it over), so
+// sends of more than the ring holds complete before any receive is posted.
+TEST(ShmTransport, UnreceivedMessagesLeaveTheRingSoSendsComplete) {
+  auto cluster = Cluster::Create(TransportKind::kShm, 2);
+  GrpcTransport& t0 = *cluster->grpc(0);
+  GrpcTransport& t1 = *cluster->grpc(1);
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  std::vector<float> x(100000, 3.0f), out(x.size());  // 400 KB each, the ring 64 KiB
+  const TensorMeta meta = TensorMeta::F32(x.size());
+  for (int mb = 0; mb < 4; ++mb) {
+    ASSERT_TRUE(Send(t0, 1, MessageKey::Activation(0, mb), meta, AsBytes(x), soon).ok());
+  }
+  EXPECT_EQ(t0.data_path(1), DataPath::kSharedMemory);
+  for (int mb = 3; mb >= 0; --mb) {
+    ASSERT_TRUE(RecvInto(t1, 0, MessageKey::Activation(0, mb), meta,
+                         AsWritableBytes(absl::MakeSpan(out)), soon)
+                    .ok());
+    EXPECT_EQ(out, x);
+  }
+}
+
 // A peer that offers no ring (its shared memory is off; the same answer as a full /dev/shm)
 // gets the data on the stream, and the sender says why.
 TEST(ShmTransport, FallsBackToTheStreamAndSaysWhy) {

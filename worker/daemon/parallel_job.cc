@@ -139,6 +139,12 @@ absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignme
         absl::StrCat("the placement of job ", assignment.job_id(), " gives ",
                      plan::DescribeRank(assignment.placement(), rank), " no layers"));
   }
+  // A rank's host: its worker's peer address without the port ("10.0.0.4:7071" -> "10.0.0.4",
+  // "[::1]:7071" -> "[::1]"), the same on every rank, so all pick the same dp all-reduce.
+  for (const RankAssignment& a : assignment.placement().ranks()) {
+    const std::string& address = a.worker_address();
+    o.rank_hosts.push_back(address.substr(0, address.rfind(':')));
+  }
   o.comm_timeout = comm_timeout;
   return o;
 }

@@ -74,6 +74,10 @@ ABSL_FLAG(bool, shared_memory, true,
           "multi-worker jobs: send to peers on this host through shared memory in /dev/shm "
           "(proved by a handshake over the peer stream); false: every byte over the gRPC "
           "stream (a host whose /dev/shm is small or not shared)");
+ABSL_FLAG(bool, plaintext_peers, false,
+          "multi-worker jobs: the peer service and the connections to peers without TLS (the "
+          "coordinator's channel keeps it), for a network only the cluster can reach; every "
+          "worker of the cluster must say the same. SECURITY.md says what it exposes");
 ABSL_FLAG(absl::Duration, comm_timeout, absl::Seconds(60),
           "multi-worker jobs: deadline of every send, receive and collective; a peer that "
           "hangs fails the job after this");
@@ -164,6 +168,13 @@ absl::Status SetMemory(const std::string& flag, const kernels::DeviceInfo& devic
 absl::Status Main(int signal_fd, const TlsFiles& tls) {
   WorkerOptions options;
   options.peer_tls = tls;
+  if (absl::GetFlag(FLAGS_plaintext_peers) && tls.enabled()) {
+    options.peer_tls = TlsFiles::Insecure();
+    std::fprintf(stderr,
+                 "dtrain-worker: WARNING: --plaintext_peers: tensors, the job's peer secret and "
+                 "diagnostics cross the network between workers in plaintext, and peers are not "
+                 "authenticated by certificate\n");
+  }
   options.worker_id = absl::GetFlag(FLAGS_worker_id);
   if (options.worker_id.empty()) {
     return absl::InvalidArgumentError("--worker_id is required (a stable name, e.g. gpu0)");

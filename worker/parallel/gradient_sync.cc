@@ -8,8 +8,9 @@
 
 namespace dtrain::parallel {
 
-GradientSync::GradientSync(std::vector<SyncChunk> chunks, DeviceStaging* staging, comm::Group* dp,
-                           comm::Group* tied, int64_t bucket_floats,
+GradientSync::GradientSync(std::vector<SyncChunk> chunks, DeviceStaging* staging,
+                           comm::HierarchicalAllReduce* dp, comm::Group* tied,
+                           int64_t bucket_floats,
                            std::function<void(int64_t bytes, double seconds)> on_reduced)
     : chunks_(std::move(chunks)),
       staging_(staging),
@@ -132,7 +133,7 @@ absl::Status GradientSync::RunTask(const Task& task) {
     return s;
   }
   absl::Status s = staging_->OnHost(data, n, /*chunked=*/true, [&](absl::Span<float> host) {
-    return comm::AllReduce(*dp_, host, comm::ReduceOp::kSum);
+    return dp_->Run(host, comm::ReduceOp::kSum);
   });
   if (!s.ok()) {
     return absl::Status(s.code(),

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "worker/comm/collectives/allreduce_hierarchical.h"
 #include "worker/comm/collectives/group.h"
 #include "worker/parallel/device_staging.h"
 
@@ -41,12 +42,13 @@ struct SyncChunk {
 
 class GradientSync {
  public:
-  // `staging`, `dp` (data-parallel all-reduce; null: none) and `tied` (null: this rank holds no
-  // tied copy, or pp == 1) must outlive this object. A bucket is staged to the host after the
-  // kernels enqueued when the sync thread takes it (a superset of those that produced it).
-  // `on_reduced(bytes, seconds)`, if set, is called on the sync thread after each all-reduce.
-  GradientSync(std::vector<SyncChunk> chunks, DeviceStaging* staging, comm::Group* dp,
-               comm::Group* tied, int64_t bucket_floats,
+  // `staging`, `dp` (the data-parallel all-reduce, flat or hierarchical; null: none) and `tied`
+  // (null: this rank holds no tied copy, or pp == 1) must outlive this object. A bucket is staged
+  // to the host after the kernels enqueued when the sync thread takes it (a superset of those that
+  // produced it). `on_reduced(bytes, seconds)`, if set, is called on the sync thread after each
+  // all-reduce.
+  GradientSync(std::vector<SyncChunk> chunks, DeviceStaging* staging,
+               comm::HierarchicalAllReduce* dp, comm::Group* tied, int64_t bucket_floats,
                std::function<void(int64_t bytes, double seconds)> on_reduced = {});
   ~GradientSync();
 
@@ -82,7 +84,7 @@ class GradientSync {
 
   const std::vector<SyncChunk> chunks_;
   DeviceStaging* const staging_;
-  comm::Group* const dp_;
+  comm::HierarchicalAllReduce* const dp_;
   comm::Group* const tied_;
   const int64_t bucket_floats_;
   const std::function<void(int64_t, double)> on_reduced_;

@@ -39,6 +39,9 @@ double Since(Clock::time_point start) {
 
 // Group id of "every rank of the job" (groups.cc uses kinds 1-3 in the top byte).
 constexpr int32_t kWorldGroupId = 4 << 24;
+// The hierarchical dp all-reduce's groups: kind in the high bits (groups.cc has 1 to 3), the dp
+// group's index below, so each dp group's are distinct from every other group's.
+constexpr int32_t kDpHostGroupKind = 5 << 24, kDpLeadersGroupKind = 6 << 24;
 
 // Layers of model chunk k when n_layer is cut evenly into K chunks (the first n_layer % K get
 // one more).
@@ -74,7 +77,8 @@ class ParallelTrainer::StepRunner {
  public:
   RankAssignment coord;  // this rank's dp_rank, pp_rank, tp_rank
   std::optional<comm::Group> tp, dp, tied, world;
-  std::unique_ptr<DeviceStaging> staging;  // first: the others hold its buffers
+  std::optional<comm::HierarchicalAllReduce> dp_sum;  // over dp: by host, or the flat ring
+  std::unique_ptr<DeviceStaging> staging;             // first: the others hold its buffers
   std::unique_ptr<comm::StageLinks> links;
   std::unique_ptr<StageExecutor> executor;
   std::unique_ptr<GradientSync> sync;
@@ -145,6 +149,9 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   } else if (B % dp != 0) {
     problems.push_back(absl::StrCat("batch=", B, " is not divisible by dp=", dp));
   }
+  if (!options.rank_hosts.empty() && static_cast<int>(options.rank_hosts.size()) != size) {
+    problems.push_back(absl::StrCat(options.rank_hosts.size(), " rank hosts for ", size, " ranks"));
+  }
   const int per_replica = B / dp;
   if (per_replica > 0 && per_replica % options.micro_batch_size != 0) {
     problems.push_back(absl::StrCat("micro_batch_size=", options.micro_batch_size,
@@ -200,6 +207,14 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   (tp > 1 ? tp_opts : dp_opts).test_only_skip_seq = options.test_only.skip_collective_seq;
   ASSIGN_OR_RETURN(r.tp, comm::Group::Create(transport, tp_spec.ranks, tp_spec.id, tp_opts));
   ASSIGN_OR_RETURN(r.dp, comm::Group::Create(transport, dp_spec.ranks, dp_spec.id, dp_opts));
+  std::vector<std::string> dp_hosts;
+  for (int rank : dp_spec.ranks) {
+    dp_hosts.push_back(options.rank_hosts.empty() ? std::string() : options.rank_hosts[rank]);
+  }
+  const int32_t dp_index = dp_spec.id & ((1 << 24) - 1);
+  ASSIGN_OR_RETURN(
+      r.dp_sum, comm::HierarchicalAllReduce::Create(&*r.dp, dp_hosts, kDpHostGroupKind | dp_index,
+                                                    kDpLeadersGroupKind | dp_index));
   std::vector<int> all(size);
   for (int i = 0; i < size; ++i) all[i] = i;
   ASSIGN_OR_RETURN(r.world, comm::Group::Create(transport, all, kWorldGroupId, copts));
@@ -264,7 +279,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
                                       options.test_only.forward_delay);
   const bool dp_buckets = dp > 1 && !layout.zero1();
   r.sync = std::make_unique<GradientSync>(
-      std::move(sync_chunks), r.staging.get(), dp_buckets ? &*r.dp : nullptr,
+      std::move(sync_chunks), r.staging.get(), dp_buckets ? &*r.dp_sum : nullptr,
       r.tied.has_value() ? &*r.tied : nullptr, std::max<int64_t>(1, layout.bucket_bytes() / 4),
       [observe = options.on_collective](int64_t bytes, double seconds) {
         if (observe) observe("all_reduce", bytes, seconds);
@@ -392,6 +407,8 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   stats_.dp_reduce_seconds = r.sync->reduce_seconds();
   stats_.dp_overlap_seconds = r.sync->overlap_seconds();
   stats_.reductions_started_in_backward = r.sync->queued_early();
+  stats_.dp_hierarchical =
+      r.dp_sum->hierarchical() && options_.layout.dp() > 1 && !options_.layout.zero1();
   if (options_.layout.zero1() && options_.layout.dp() > 1) {
     for (Chunk& c : chunks_) {
       const int64_t n = c.stage->layout().total_size();

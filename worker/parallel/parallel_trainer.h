@@ -70,6 +70,11 @@ struct ParallelTrainingOptions {
   // This rank's layers, one range per virtual stage in order (chunk j of pipeline rank p is
   // model chunk j * pp + p). Empty: split n_layer evenly (what tests use).
   std::vector<ChunkRange> chunks;
+  // The host of every rank (in rank order; the worker daemon gives its peer address's host), which
+  // picks the data-parallel all-reduce: with several hosts and several members of a dp group on one
+  // of them, HierarchicalAllReduce (inside each host, then across hosts), else the flat ring.
+  // Empty: every rank on one host.
+  std::vector<std::string> rank_hosts;
   absl::Duration comm_timeout = absl::Seconds(60);  // every send, receive and collective
   // GPU ranks (and --device=cpu-staging): collectives of device memory are staged through pinned
   // host buffers in chunks of this size, so the copy of one chunk overlaps the collective of the
@@ -100,6 +105,7 @@ struct ParallelRunStats {
   double dp_reduce_seconds = 0.0;
   // Gradient reductions (dp buckets, tied embedding) started before backward ended (last step).
   int reductions_started_in_backward = 0;
+  bool dp_hierarchical = false;  // the dp all-reduce goes through HierarchicalAllReduce
   // Compute seconds of the last step by action kind, summed over its micro-batches and chunks
   // (tp all-reduces inside the layers included): what one F, B or W costs on this stage.
   double forward_seconds = 0, backward_input_seconds = 0, backward_weight_seconds = 0;

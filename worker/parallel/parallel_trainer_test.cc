@@ -30,6 +30,7 @@
 #include "worker/model/checkpoint.h"
 #include "worker/model/parameter_layout.h"
 #include "worker/model/token_dataset.h"
+#include "worker/parallel/threaded_ranks.h"
 #include "worker/testing/file_snapshot.h"
 #include "worker/testing/test_device.h"
 #include "worker/testing/text_corpus.h"
@@ -377,6 +378,52 @@ TEST(ParallelTrainer, DataParallelBucketsStartDuringBackward) {
     EXPECT_GT(stats[r].reductions_started_in_backward, 10) << "rank " << r;
     EXPECT_GT(stats[r].dp_reduce_seconds, 0) << "rank " << r;
   }
+}
+
+// Two hosts with two data-parallel ranks each: the dp all-reduce goes through the hierarchy
+// (inside each host, across the hosts, back), and training follows the flat ring's numbers (the
+// sums differ only in the order of float additions).
+TEST(ParallelTrainer, DataParallelOverTwoHostsIsHierarchicalWithTheFlatRingsLosses) {
+  auto train = [](const std::vector<std::string>& hosts) {
+    comm::InprocHub hub(4);
+    std::vector<comm::Transport*> transports;
+    for (int r = 0; r < 4; ++r) transports.push_back(hub.transport(r));
+    return TrainRanksOnThreads(transports, [&](int rank) {
+      ParallelTrainingOptions o;
+      o.run = Base();
+      o.run.steps = 3;
+      o.layout = Layout(4, 1, 1);
+      o.layout.set_bucket_bytes(64 << 10);
+      o.micro_batch_size = 2;  // one per replica
+      o.rank_hosts = hosts;
+      return o;
+    });
+  };
+  absl::StatusOr<std::vector<RankRun>> flat = train({});
+  absl::StatusOr<std::vector<RankRun>> hier =
+      train({"10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"});
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  ASSERT_TRUE(hier.ok()) << hier.status();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_FALSE((*flat)[r].stats.dp_hierarchical) << "rank " << r;
+    EXPECT_TRUE((*hier)[r].stats.dp_hierarchical) << "rank " << r;
+  }
+  ASSERT_EQ((*hier)[0].steps.size(), 3u);
+  for (int s = 0; s < 3; ++s) {
+    const double want = (*flat)[0].steps[s].loss;
+    EXPECT_NEAR((*hier)[0].steps[s].loss, want, 1e-5 * std::abs(want)) << "step " << s + 1;
+  }
+  // Rank hosts must name every rank.
+  comm::InprocHub hub(4);
+  auto backend = RankBackend();
+  ParallelTrainingOptions o;
+  o.run = Base();
+  o.layout = Layout(4, 1, 1);
+  o.micro_batch_size = 2;
+  o.rank_hosts = {"10.0.0.1", "10.0.0.2"};
+  auto t = ParallelTrainer::Create(backend.get(), hub.transport(0), o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), ::testing::HasSubstr("2 rank hosts for 4 ranks"));
 }
 
 // A rank that dies mid-run fails the others within the deadline, naming it; nobody hangs.

@@ -166,7 +166,7 @@ struct GrpcTransport::Peer {
   // Guarded by the transport's mu_:
   bool incoming = false;                 // a stream from this peer was accepted
   std::unique_ptr<ShmRing> shm_offered;  // created for it, not yet attached
-  std::unique_ptr<ShmReceiver> shm_in;   // reads its ring into `inbox`
+  std::shared_ptr<ShmReceiver> shm_in;   // reads its ring into `inbox` (receives pump it)
 };
 
 class GrpcTransport::Handler : public HelloHandler {
@@ -214,7 +214,7 @@ class GrpcTransport::Handler : public HelloHandler {
     absl::MutexLock lock(&t_->mu_);
     if (t_->shut_down_) return absl::UnavailableError("the transport is shutting down");
     Peer& peer = *t_->peers_[src];
-    peer.shm_in = std::make_unique<ShmReceiver>(std::move(ring), peer.inbox.get());
+    peer.shm_in = std::make_shared<ShmReceiver>(std::move(ring), peer.inbox.get());
     t_->Report({src, /*incoming=*/true, DataPath::kSharedMemory, ""});
     return absl::OkStatus();
   }
@@ -520,7 +520,21 @@ absl::Status GrpcTransport::Recv(int peer, const MessageKey& key, const TensorMe
   if (!options.watch.empty()) {
     watch = [this, peers = options.watch]() { return WatchPeers(*this, peers); };
   }
-  return peers_[peer]->inbox->Receive(key, expected, sink, deadline, options.order, watch);
+  std::shared_ptr<ShmReceiver> shm;
+  {
+    absl::MutexLock lock(&mu_);
+    shm = peers_[peer]->shm_in;
+  }
+  if (shm == nullptr) {
+    return peers_[peer]->inbox->Receive(key, expected, sink, deadline, options.order, watch);
+  }
+  // The receive consumes the peer's ring itself (ShmReceiver::Pump).
+  shm->ReceiveBegins();
+  absl::Status received =
+      peers_[peer]->inbox->Receive(key, expected, sink, deadline, options.order, watch,
+                                   [&shm](absl::Time until) { shm->Pump(until); });
+  shm->ReceiveEnds();
+  return received;
 }
 
 absl::Status GrpcTransport::Post(int peer, const MessageKey& key, std::string payload) {
@@ -592,7 +606,7 @@ void GrpcTransport::Shutdown(absl::Duration grace) {
     server_->Shutdown(absl::ToChronoTime(absl::Now()));
     server_->Wait();
   }
-  std::vector<std::unique_ptr<ShmReceiver>> receivers;
+  std::vector<std::shared_ptr<ShmReceiver>> receivers;
   {
     absl::MutexLock lock(&mu_);
     for (auto& peer : peers_) {
@@ -600,7 +614,10 @@ void GrpcTransport::Shutdown(absl::Duration grace) {
       if (peer->shm_in != nullptr) receivers.push_back(std::move(peer->shm_in));
     }
   }
-  receivers.clear();  // stops their threads, outside the lock (a sink may still be running)
+  // Stops their threads, outside the lock (a sink may still be running); a receive pumping one
+  // keeps it mapped until it returns.
+  for (auto& receiver : receivers) receiver->Stop();
+  receivers.clear();
 }
 
 }  // namespace dtrain::comm

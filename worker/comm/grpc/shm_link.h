@@ -13,9 +13,13 @@
 // larger than the ring goes through as the receiver takes it), while the caller goes on
 // (sends are asynchronous, as over gRPC). A broken stream (the receiver died) fails the waiting
 // and queued sends with the stream's error.
-// ShmReceiver: a thread that hands each record to the peer's inbox as a frame whose pieces point
-// into the ring: a receive already waiting consumes it straight from shared memory (one copy
-// end to end); a frame nobody waits for yet is copied out before its ring space is released.
+// ShmReceiver: hands each record to the peer's inbox as a frame whose pieces point into the
+// ring: a receive already waiting consumes it straight from shared memory (one copy end to end);
+// a frame nobody waits for yet is copied out before its ring space is released. A receive from
+// the peer consumes the ring itself, on its own thread (Pump): the record goes from the ring
+// into the destination (reduced on the way) with no other thread woken. A reader thread takes
+// the ring over once no receive from the peer has been in progress for 5 ms, so the sender never
+// waits for a receive that is not posted yet (messages nobody receives still leave the ring).
 #ifndef DTRAIN_WORKER_COMM_GRPC_SHM_LINK_H_
 #define DTRAIN_WORKER_COMM_GRPC_SHM_LINK_H_
 
@@ -103,14 +107,37 @@ class ShmReceiver {
   // `inbox` must outlive this object. The ring's name should already be unlinked.
   ShmReceiver(std::unique_ptr<ShmRing> ring, Inbox* inbox);
   ~ShmReceiver();  // Stop()
+  // Stops the reader thread; later Pumps return at once.
   void Stop();
+
+  // A receive from the peer begins / ends: while any is in progress the reader thread leaves
+  // the ring to them (and for 5 ms after the last one).
+  void ReceiveBegins();
+  void ReceiveEnds();
+  // Consumes the ring on the calling thread (a receive waiting on the inbox, Inbox::Receive's
+  // `pump`, between ReceiveBegins and ReceiveEnds) until it delivered one record or `until`: a
+  // record the waiting receive takes goes to its sink here, straight from the ring.
+  void Pump(absl::Time until);
 
  private:
   void Run();
+  // Hands one record to the inbox (then releases it); false when the ring is corrupt (the inbox
+  // failed: nothing more from the peer can be trusted).
+  bool DeliverRecord(const ShmRing::Record& record);
+  // The peer writes garbage: nothing more from it can be trusted (the inbox fails).
+  void Corrupt(const absl::Status& why);
+  // Whether the reader thread should leave the ring to receives now.
+  bool ReaderYields() const;
 
   std::unique_ptr<ShmRing> ring_;
   Inbox* inbox_;
+  absl::Mutex consumer_mu_;        // held by the ring's one consumer: the reader or a Pump
+  std::atomic<int> receiving_{0};  // receives in progress (ReceiveBegins - ReceiveEnds)
+  std::atomic<int64_t> last_receive_ns_{0};  // absl::GetCurrentTimeNanos at the last ReceiveEnds
+  std::atomic<bool> broken_{false};          // the ring is corrupt: nobody consumes it any more
   std::atomic<bool> stop_{false};
+  absl::Mutex idle_mu_;  // the reader thread's sleep while receives pump
+  absl::CondVar idle_cv_;
   std::thread thread_;
 };
 

@@ -304,7 +304,8 @@ bool ShmRing::WaitDrained(absl::Time deadline, const std::function<absl::Status(
   return true;
 }
 
-absl::StatusOr<bool> ShmRing::Peek(Record* record, absl::Time deadline) {
+absl::StatusOr<bool> ShmRing::Peek(Record* record, absl::Time deadline,
+                                   const std::function<bool()>& give_up) {
   Control& c = *control_;
   uint64_t tail = c.tail.load(std::memory_order_relaxed);  // only we write it
   for (int spin = 0;; ++spin) {
@@ -334,13 +335,16 @@ absl::StatusOr<bool> ShmRing::Peek(Record* record, absl::Time deadline) {
       peeked_bytes_ = size;
       return true;
     }
+    if (give_up && give_up()) return false;
     if (spin < kSpins) {
       CpuRelax();
       continue;
     }
     const uint32_t seen = c.data_seq.load();
     c.consumer_sleeping.store(1);
-    if (c.head.load() != tail) {
+    // After `seen`: a give_up set before WakeConsumer's bump is seen here, or the futex sees
+    // the bump and does not sleep.
+    if (c.head.load() != tail || (give_up && give_up())) {
       c.consumer_sleeping.store(0);
       continue;
     }
@@ -361,6 +365,11 @@ void ShmRing::Release() {
   peeked_bytes_ = 0;
   c.space_seq.fetch_add(1);
   if (c.producer_sleeping.load()) FutexWakeAll(&c.space_seq);
+}
+
+void ShmRing::WakeConsumer() {
+  control_->data_seq.fetch_add(1);
+  if (control_->consumer_sleeping.load()) FutexWakeAll(&control_->data_seq);
 }
 
 void ShmRing::Wake() {

@@ -98,13 +98,18 @@ class ShmRing {
   bool WaitDrained(absl::Time deadline, const std::function<absl::Status()>& check = nullptr);
 
   // Consumer: the oldest unreleased record (views into the ring, valid until Release), waiting
-  // until `deadline` or Wake (false: nothing). DataLoss for a malformed record.
-  absl::StatusOr<bool> Peek(Record* record, absl::Time deadline);
+  // until `deadline`, Wake, or `give_up` (if set; asked while spinning and before sleeping)
+  // returns true (false: nothing). DataLoss for a malformed record. A thread that wants the
+  // consumer's place makes give_up true, then calls WakeConsumer: the waiting Peek returns.
+  absl::StatusOr<bool> Peek(Record* record, absl::Time deadline,
+                            const std::function<bool()>& give_up = nullptr);
   // Consumer: frees the record Peek returned.
   void Release();
 
   // Wakes the other side's and this side's sleeping waits (they re-check their conditions).
   void Wake();
+  // Wakes a consumer sleeping in Peek (it re-checks its give_up).
+  void WakeConsumer();
 
  private:
   ShmRing(std::string name, int fd, void* base, int64_t capacity, bool owner);
