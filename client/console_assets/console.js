@@ -161,7 +161,7 @@ async function workersPage() {
 
 // --- one job ------------------------------------------------------------------------------
 
-const steps = new Map();  // step -> [loss, tokens/s]
+const steps = new Map();  // step -> [loss, tokens/s, val_loss or null]
 let job = null;
 let workersById = {};
 let charts = {};
@@ -192,18 +192,24 @@ function annotations(series) {
 
 function drawCharts() {
   const xs = [...steps.keys()].sort((a, b) => a - b);
+  // The loss chart gains a val_loss series (JobSpec.eval) once an evaluation has reported.
+  const evaluated = xs.filter(x => steps.get(x)[2] !== null);
   for (const [id, label, index] of [["loss-chart", "loss", 0], ["tps-chart", "tokens/s", 1]]) {
-    const data = xs.map(x => [x, steps.get(x)[index]]);
+    const withVal = index === 0 && evaluated.length > 0;
+    const data = xs.map(x => withVal ? [x, steps.get(x)[0], steps.get(x)[2]] : [x, steps.get(x)[index]]);
+    const labels = withVal ? ["step", label, "val_loss"] : ["step", label];
     const node = $(id);
     if (data.length === 0) { node.textContent = "no steps yet"; continue; }
     if (!charts[id]) {
       node.textContent = "";
-      charts[id] = new Dygraph(node, data, {labels: ["step", label], xlabel: "step", ylabel: label,
+      charts[id] = new Dygraph(node, data, {labels, xlabel: "step", ylabel: label,
                                             drawPoints: data.length < 200, strokeWidth: 1.5,
+                                            connectSeparatedPoints: true,
                                             animatedZooms: false, legend: "follow"});
     } else {
-      charts[id].updateOptions({file: data, drawPoints: data.length < 200});
+      charts[id].updateOptions({file: data, labels, drawPoints: data.length < 200});
     }
+    if (index === 0) node.dataset.valPoints = evaluated.length;
     charts[id].setAnnotations(annotations(label));
     node.dataset.points = charts[id].numRows();
     node.dataset.marks = annotations(label).length;
@@ -453,7 +459,9 @@ async function jobPage() {
     setTimeout(async () => { refreshPending = false; await refreshJob(id); }, 300);
   };
   stream.addEventListener("steps", (message) => {
-    for (const u of JSON.parse(message.data)) steps.set(u.step, [u.loss, u.tokens_per_s]);
+    for (const u of JSON.parse(message.data)) {
+      steps.set(u.step, [u.loss, u.tokens_per_s, u.val_loss === undefined ? null : u.val_loss]);
+    }
     scheduleDraw();
   });
   stream.onmessage = (message) => {

@@ -13,6 +13,7 @@ import signal
 import socket
 
 from browser import Browser
+from eval_cases import write_validation_text
 from harness import Cluster, TestFailure, expect, free_port, small_job_spec
 
 CURVE_STEPS = 30
@@ -80,8 +81,10 @@ def case_console(args):
         c.start_coordinator()
         c.start_idle_workers(["w1", "w2", "w3"])
         ckpt = os.path.join(c.tmp, "ckpt")
+        write_validation_text(c)
         curve = c.submit(c.write_spec("curve.json", small_job_spec(
-            ckpt, CURVE_STEPS, name="curve", parallel={"pp": 2})))
+            ckpt, CURVE_STEPS, name="curve", parallel={"pp": 2},
+            eval={"dataset": "data/val.txt", "every_steps": 10, "batches": 1})))
         c.wait_state(curve, "SUCCEEDED", 120)
         running = c.submit(c.write_spec("long.json", small_job_spec(
             ckpt, 100000, name="long", parallel={"pp": 2})))
@@ -108,6 +111,10 @@ def case_console(args):
             expect(points == [CURVE_STEPS, CURVE_STEPS],
                    "points on the loss and tokens/s curves: %s, want %d each"
                    % (points, CURVE_STEPS))
+            # Evaluated at steps 10, 20 and 30: a val_loss series of 3 points beside the loss.
+            val_points = b.eval("Number(document.getElementById('loss-chart').dataset.valPoints)")
+            expect(val_points == CURVE_STEPS // 10,
+                   "val_loss points on the loss curve: %s, want %d" % (val_points, CURVE_STEPS // 10))
             canvases = b.eval("document.querySelectorAll('#loss-chart canvas').length")
             expect(canvases >= 1, "dygraphs drew no canvas in #loss-chart")
             cells = b.eval("[...document.querySelectorAll('#grid .cell')].map("
