@@ -109,7 +109,9 @@ JobManager::JobManager(std::unique_ptr<JobStore> store, Options options)
       store_(std::move(store)),
       // A gap above a heartbeat interval (and above two ticks: the scheduler's own rhythm).
       registry_(options_.lease, options_.monotonic_clock,
-                std::max(options_.heartbeat_interval, 2 * options_.tick)) {}
+                std::max(options_.heartbeat_interval, 2 * options_.tick)) {
+  registry_.SetPacing({options_.heartbeat_interval, options_.lease}, options_.max_heartbeat_rate);
+}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<JobStore> store,
                                                                Options options) {
@@ -897,9 +899,16 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
                                const std::vector<WorkerInfo>& candidates,
                                std::vector<WorkerInfo>* idle, WorkerCounts* counts) {
   const absl::Time start = absl::Now();  // the real clock: this times computation
-  // Re-planned from the stored spec (pure and bounded): a spec an older coordinator accepted
-  // that the plan now rejects fails with the plan's words (InvalidArgument).
-  ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(spec));
+  // Planned from the stored spec (pure and bounded), once per spec (ActiveJob::plan): a spec an
+  // older coordinator accepted that the plan now rejects fails with the plan's words
+  // (InvalidArgument).
+  std::string spec_key = spec.SerializeAsString();
+  if (job.plan == nullptr || job.plan_spec != spec_key) {
+    ASSIGN_OR_RETURN(JobPlan planned, plan::MakeJobPlan(spec));
+    job.plan = std::make_shared<const JobPlan>(std::move(planned));
+    job.plan_spec = std::move(spec_key);
+  }
+  const JobPlan& job_plan = *job.plan;
   absl::StatusOr<plan::PlacementResult> computed = plan::PlaceJob(job_plan, candidates);
   if (options_.metrics != nullptr) options_.metrics->PlacementComputed(absl::Now() - start);
   ASSIGN_OR_RETURN(plan::PlacementResult placed, std::move(computed));
@@ -1029,8 +1038,9 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
   }
   Wake();
   RegisterWorkerResponse response;
-  response.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
-  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  const HeartbeatPace pace = registry_.pace();
+  response.set_lease_ms(absl::ToInt64Milliseconds(pace.lease));
+  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(pace.interval));
   return response;
 }
 

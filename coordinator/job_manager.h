@@ -71,6 +71,9 @@ class JobManager {
   struct Options {
     absl::Duration lease = absl::Seconds(10);              // --lease
     absl::Duration heartbeat_interval = absl::Seconds(1);  // told to workers
+    // --max_heartbeat_rate: beyond this many heartbeats a second from the live workers, the
+    // interval and the lease grow with the cluster (heartbeat_pace.h); 0: never.
+    double max_heartbeat_rate = 10'000;
     // Longest time between scheduler passes (it also runs when woken by a submit, a register,
     // a freed worker). Zero: lease / 8, clamped to [10ms, 200ms].
     absl::Duration tick = absl::ZeroDuration();
@@ -183,9 +186,14 @@ class JobManager {
     JobState state = QUEUED;
     std::string reason;
     std::shared_ptr<const JobAssignment> assignment;  // from PLACING on: id, spec, placement
-    std::vector<Rank> ranks;                          // placement order (dp, pp, tp)
-    absl::flat_hash_map<std::string, int> rank_of;    // worker id -> index in ranks
-    int reporting_rank = 0;                           // dp=0, tp=0, last pipeline stage
+    // The plan of the spec Place last planned for this job, and that spec (encoded): a job's
+    // plan is computed once per spec it is placed with, not at every pass that tries to place
+    // it (a job waiting for memory is tried at every pass).
+    std::shared_ptr<const JobPlan> plan;
+    std::string plan_spec;
+    std::vector<Rank> ranks;                        // placement order (dp, pp, tp)
+    absl::flat_hash_map<std::string, int> rank_of;  // worker id -> index in ranks
+    int reporting_rank = 0;                         // dp=0, tp=0, last pipeline stage
     int64_t last_step = 0;
     std::string output;
     // After a coordinator restart: workers not back yet, and until when they may come.

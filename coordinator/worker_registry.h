@@ -38,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "coordinator/heartbeat_pace.h"
 #include "coordinator/pause_detector.h"
 #include "proto/coordinator.pb.h"
 
@@ -58,12 +59,14 @@ struct WorkerFault {
 };
 
 // Work queued for a worker: rank `rank_index` of a placed job. The JobAssignment (job id, spec,
-// placement; rank unset) is shared by every rank of the job and copied only on delivery.
+// whole placement; rank unset) is made once per placement and shared by every rank of the job;
+// only the rank's own part of it is built, on delivery.
 struct Delivery {
   std::shared_ptr<const JobAssignment> job;
   int rank_index = 0;
   std::string job_id() const { return job->job_id(); }
-  // The message a worker receives: the shared part plus its own rank.
+  // The message a worker receives: its own part of the job (rank_assignment.h
+  // AssignmentForRank), whatever the job's size.
   JobAssignment ToProto() const;
 };
 
@@ -92,9 +95,19 @@ class WorkerRegistry {
   // longest gap between two calls that is not a pause (a heartbeat interval).
   explicit WorkerRegistry(absl::Duration lease, MonotonicClock monotonic = nullptr,
                           absl::Duration pause_threshold = absl::Seconds(1))
-      : lease_(lease), pauses_(pause_threshold, std::move(monotonic)) {}
+      : base_{pause_threshold, lease},
+        pace_{pause_threshold, lease},
+        pauses_(pause_threshold, std::move(monotonic)) {}
 
-  absl::Duration lease() const { return lease_; }
+  // Heartbeats paced by the cluster's size (heartbeat_pace.h): `base` (--heartbeat_interval,
+  // --lease) while the live workers' heartbeats stay within `max_rate` a second, longer beyond.
+  // The pace is recomputed at every Sweep; every heartbeat answer carries its interval
+  // (HeartbeatResponse.heartbeat_interval_ms) and each worker's lease is the pace's lease as of
+  // its last heartbeat. Without a call: the constructor's lease, no interval in the answers.
+  void SetPacing(HeartbeatPace base, double max_rate);
+  // The pace now (what RegisterWorker answers).
+  HeartbeatPace pace() const;
+  absl::Duration lease() const { return pace().lease; }
 
   struct RegisterResult {
     bool new_session = false;  // false: the same session registered again (a retry)
@@ -176,7 +189,8 @@ class WorkerRegistry {
   struct Record {
     WorkerInfo info;  // state, job_id and times kept current
     std::string session_id;
-    absl::Time deadline;  // lease end
+    absl::Time deadline;   // lease end
+    absl::Duration lease;  // the lease of the pace it was last told (heartbeat_pace.h)
     bool lost = false;
     bool draining = false;  // also info.draining
     // The job, when BUSY (also info.job_id).
@@ -190,7 +204,7 @@ class WorkerRegistry {
     // What it last said it runs (running_job_id, running_step), whatever it holds.
     std::string running_job;
     int64_t running_step = 0;
-    int64_t reserved = 0;      // its rank's RankAssignment.memory_bytes while BUSY
+    int64_t reserved = 0;  // its rank's RankAssignment.memory_bytes while BUSY
   };
   // The live CPU workers' hosts by host id, and `r.info` with device.memory_bytes set to its
   // MemoryShare (CPU workers with a host id).
@@ -206,8 +220,10 @@ class WorkerRegistry {
   void HeartbeatLocked(const HeartbeatRequest& request, absl::Time now, HeartbeatResult* result,
                        std::optional<Delivery>* delivery) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const absl::Duration lease_;
   mutable absl::Mutex mu_;
+  HeartbeatPace base_ ABSL_GUARDED_BY(mu_);
+  HeartbeatPace pace_ ABSL_GUARDED_BY(mu_);
+  double max_rate_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no pacing, no interval in the answers
   absl::flat_hash_map<std::string, Record> workers_ ABSL_GUARDED_BY(mu_);
   PauseDetector pauses_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Duration> paused_ ABSL_GUARDED_BY(mu_);  // not taken yet

@@ -41,6 +41,7 @@ std::shared_ptr<const JobAssignment> Job(const std::string& job_id,
                                          const std::vector<std::string>& workers) {
   auto job = std::make_shared<JobAssignment>();
   job->set_job_id(job_id);
+  job->mutable_spec()->mutable_parallel()->set_pp(static_cast<int>(workers.size()));
   for (size_t i = 0; i < workers.size(); ++i) {
     RankAssignment* rank = job->mutable_placement()->add_ranks();
     rank->set_pp_rank(static_cast<int>(i));
@@ -486,6 +487,29 @@ TEST(WorkerRegistry, CpuWorkersOfOneHostOfferNoMoreThanTheHostTogether) {
   for (const WorkerInfo& w : reg.IdleWorkers()) {
     if (w.host_id() == "host-1") EXPECT_EQ(w.device().memory_bytes(), 23 * kGiB / 5);
   }
+}
+
+TEST(WorkerRegistry, TheHeartbeatIntervalAndTheLeaseGrowWithTheCluster) {
+  WorkerRegistry reg(kLease);
+  // At most 2 heartbeats a second: 1 s for two workers, 2 s for four.
+  reg.SetPacing({absl::Seconds(1), absl::Seconds(10)}, 2);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
+  reg.Sweep(kT0);
+  EXPECT_EQ(reg.pace().interval, absl::Seconds(1));
+  EXPECT_EQ(reg.Heartbeat(Beat("w1", "s1"), kT0)->response.heartbeat_interval_ms(), 1000);
+  ASSERT_TRUE(reg.Register(Reg("w3", "s3"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w4", "s4"), kT0).ok());
+  reg.Sweep(kT0);
+  EXPECT_EQ(reg.pace().interval, absl::Seconds(2));
+  EXPECT_EQ(reg.pace().lease, absl::Seconds(20));
+  // Told the new interval, and judged by the new lease from this heartbeat on.
+  EXPECT_EQ(reg.Heartbeat(Beat("w1", "s1"), kT0)->response.heartbeat_interval_ms(), 2000);
+  for (const char* w : {"w2", "w3", "w4"}) {
+    ASSERT_FALSE(reg.Heartbeat(Beat(w, absl::StrCat("s", w + 1)), kT0)->response.register_again());
+  }
+  EXPECT_THAT(reg.Sweep(kT0 + absl::Seconds(15)), IsEmpty());
+  EXPECT_THAT(reg.Sweep(kT0 + absl::Seconds(21)), ::testing::SizeIs(4));
 }
 
 }  // namespace
