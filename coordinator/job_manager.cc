@@ -982,7 +982,9 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
   const std::string& worker_id = request.worker_id();
   JobsLock lock(this);
   const absl::Time now = Now();
-  SweepLocked(now);  // an expired old session's job fails before the id is reused
+  // No sweep here (O(workers): a registration storm of 50,000 workers would be quadratic): an
+  // expired old session that still holds a job is reported by Register (`replaced`) and fails
+  // that job below, before the id is reused.
 
   std::string attach;
   std::optional<Delivery> resend;
@@ -1264,6 +1266,18 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
 }
 
 std::optional<std::string> JobManager::NoWorkerCanHold(const JobPlan& job_plan) const {
+  // Fast answer first (no copies): as many live workers with room for the largest rank as the
+  // job has ranks means every rank fits.
+  int64_t largest = 0;
+  for (const StagePlan& stage : job_plan.stages()) {
+    largest = std::max(largest, stage.memory().total());
+  }
+  const std::string& device = job_plan.spec().device();
+  if (registry_.CountWithRoom(largest, [&](const WorkerInfo& w) {
+        return DeviceFits(device, w.device().kind());
+      }) >= plan::WorkersNeeded(job_plan.spec().parallel())) {
+    return std::nullopt;
+  }
   // Every live worker of the job's device kind as if idle, with the memory it would have with
   // nothing running on its host (MemoryShare, not idle).
   std::vector<WorkerInfo> able;

@@ -388,6 +388,22 @@ std::vector<WorkerFault> WorkerRegistry::Sweep(absl::Time now) {
   return faults;
 }
 
+int64_t WorkerRegistry::CountWithRoom(int64_t bytes,
+                                      absl::FunctionRef<bool(const WorkerInfo&)> accept) const {
+  absl::MutexLock lock(&mu_);
+  const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
+  int64_t count = 0;
+  for (const auto& [id, r] : workers_) {
+    if (r.lost || !accept(r.info)) continue;
+    const int64_t room =
+        SharesHostMemory(r.info)
+            ? MemoryShare(r.info.offered_memory_bytes(), hosts.at(r.info.host_id()), /*idle=*/false)
+            : r.info.device().memory_bytes();
+    if (room == 0 || room >= bytes) ++count;
+  }
+  return count;
+}
+
 std::vector<WorkerInfo> WorkerRegistry::IdleWorkers() const {
   std::vector<WorkerInfo> idle;
   {

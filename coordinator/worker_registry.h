@@ -33,6 +33,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -177,6 +178,10 @@ class WorkerRegistry {
   // O(workers).
   std::vector<WorkerInfo> IdleWorkers() const;
   WorkerCounts Counts() const;
+  // Live workers that `accept` takes and that, with nothing running on their host (MemoryShare,
+  // not idle), have at least `bytes` (or do not say how much they have). O(workers) without
+  // copying them: SubmitJob's fast answer to "could the job ever fit" at 50,000 workers.
+  int64_t CountWithRoom(int64_t bytes, absl::FunctionRef<bool(const WorkerInfo&)> accept) const;
   // Every known worker, sorted by worker_id (live CPU workers with their MemoryShare).
   std::vector<WorkerInfo> List() const;
   // The job the worker holds ("" when idle, lost or unknown).

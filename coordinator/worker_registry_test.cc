@@ -512,5 +512,23 @@ TEST(WorkerRegistry, TheHeartbeatIntervalAndTheLeaseGrowWithTheCluster) {
   EXPECT_THAT(reg.Sweep(kT0 + absl::Seconds(21)), ::testing::SizeIs(4));
 }
 
+TEST(WorkerRegistry, CountWithRoomCountsLiveAcceptedWorkersWithEnoughMemory) {
+  WorkerRegistry reg(kLease);
+  const int64_t kGiB = int64_t{1} << 30;
+  for (const auto& [id, bytes] : std::vector<std::pair<std::string, int64_t>>{
+           {"small", 4 * kGiB}, {"large", 8 * kGiB}, {"unsaid", 0}, {"gpu", 80 * kGiB}}) {
+    RegisterWorkerRequest r = Reg(id, "s-" + id);
+    r.mutable_device()->set_memory_bytes(bytes);
+    if (id == "gpu") r.mutable_device()->set_kind("cuda");
+    ASSERT_TRUE(reg.Register(r, kT0).ok());
+  }
+  auto cpu = [](const WorkerInfo& w) { return w.device().kind() != "cuda"; };
+  EXPECT_EQ(reg.CountWithRoom(6 * kGiB, cpu), 2);  // large, and unsaid (taken to fit)
+  EXPECT_EQ(reg.CountWithRoom(kGiB, cpu), 3);
+  EXPECT_EQ(reg.CountWithRoom(6 * kGiB, [](const WorkerInfo&) { return true; }), 3);
+  reg.Sweep(kT0 + 2 * kLease);  // all lost
+  EXPECT_EQ(reg.CountWithRoom(kGiB, cpu), 0);
+}
+
 }  // namespace
 }  // namespace dtrain::coordinator
