@@ -864,10 +864,16 @@ void JobManager::RunSchedulerPass() {
   // Submission order; a job that does not fit does not hold back smaller ones behind it.
   for (ActiveJob* job : queued) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
-    std::vector<WorkerInfo> candidates;
-    for (const WorkerInfo& w : idle) {
-      if (DeviceFits(job->spec.device(), w.device().kind())) candidates.push_back(w);
+    // The idle workers as they are when the job takes any device (no copy of 50,000 workers).
+    std::vector<WorkerInfo> filtered;
+    const bool any_device =
+        DeviceFits(job->spec.device(), "cpu") && DeviceFits(job->spec.device(), "cuda");
+    if (!any_device) {
+      for (const WorkerInfo& w : idle) {
+        if (DeviceFits(job->spec.device(), w.device().kind())) filtered.push_back(w);
+      }
     }
+    const std::vector<WorkerInfo>& candidates = any_device ? idle : filtered;
     if (static_cast<int64_t>(candidates.size()) >= needed) {
       absl::Status status = Place(*job, job->spec, candidates, &idle, &counts);
       if (status.ok()) continue;
@@ -951,6 +957,7 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
     Event(job.id, absl::StrCat(Plural(placed.split_tp_groups, "tensor-parallel group"),
                                " span more than one host"));
   }
+  // `candidates` may be *idle itself: it is not read after this.
   const absl::flat_hash_set<std::string> used(workers.begin(), workers.end());
   idle->erase(std::remove_if(idle->begin(), idle->end(),
                              [&](const WorkerInfo& w) { return used.contains(w.worker_id()); }),

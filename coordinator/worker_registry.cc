@@ -406,15 +406,19 @@ int64_t WorkerRegistry::CountWithRoom(int64_t bytes,
 
 std::vector<WorkerInfo> WorkerRegistry::IdleWorkers() const {
   std::vector<WorkerInfo> idle;
-  {
-    absl::MutexLock lock(&mu_);
-    const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
-    for (const auto& [id, r] : workers_) {
-      if (!r.lost && !r.draining && r.info.job_id().empty()) idle.push_back(WithShare(r, hosts));
-    }
+  absl::MutexLock lock(&mu_);
+  const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
+  // Sorted as pointers, then copied once in order: sorting 50,000 WorkerInfo messages by value
+  // cost as much as copying them.
+  std::vector<const std::pair<const std::string, Record>*> order;
+  for (const auto& entry : workers_) {
+    const Record& r = entry.second;
+    if (!r.lost && !r.draining && r.info.job_id().empty()) order.push_back(&entry);
   }
-  std::sort(idle.begin(), idle.end(),
-            [](const WorkerInfo& a, const WorkerInfo& b) { return a.worker_id() < b.worker_id(); });
+  std::sort(order.begin(), order.end(),
+            [](const auto* a, const auto* b) { return a->first < b->first; });
+  idle.reserve(order.size());
+  for (const auto* entry : order) idle.push_back(WithShare(entry->second, hosts));
   return idle;
 }
 
