@@ -339,8 +339,7 @@ std::vector<int> ParallelJob::SuspectPeers(const absl::Status& s) const {
   if (!waited_on_peers) return {};
   std::shared_ptr<comm::GrpcTransport> t = transport();
   std::vector<int> suspects;
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
+  for (int r : peers_) {  // the only ranks this one talks to
     const bool failed = t != nullptr && !t->PeerStatus(r).ok();
     // The transport names peers as DescribeRank does: "rank 3 (worker w4 at ...".
     const bool named = absl::StrContains(
