@@ -239,7 +239,7 @@ void JobManager::DiagnoseStalledJobs() {
       if (job.timeout_due) {
         job.diagnosis_until = now + options_.diagnosis_deadline + absl::Milliseconds(250);
       } else {
-        job.diagnosed_when = "it stalled";
+        job.diagnosed_when = {DiagnosisOccasion::kStalled};
       }
       job.timeout_due = false;
       Job& ask = asks.emplace_back();
@@ -266,15 +266,27 @@ void JobManager::DiagnoseStalledJobs() {
   }
 }
 
+std::string JobManager::DiagnosisOccasion::Describe() const {
+  switch (kind) {
+    case kStalled:
+      return "it stalled";
+    case kTimedOut:
+      return absl::StrCat("rank ", rank, " (", worker_id, ") timed out");
+    case kNone:
+      break;
+  }
+  return "";
+}
+
 void JobManager::RecordStallDiagnosis(const std::string& job_id, std::string summary) {
   JobsLock lock(this);
   ActiveJob* job = FindActive(job_id);
   if (job == nullptr || job->state != RUNNING || !job->stall_diagnosed) return;  // moved on
   // The occasion in the events: "no step for 30s: root: ...", "rank 0 (w1) timed out: root:".
   const std::string text = absl::StrCat(
-      job->diagnosed_when == "it stalled"
+      job->diagnosed_when.kind == DiagnosisOccasion::kStalled
           ? absl::StrCat("no step for ", absl::FormatDuration(options_.diagnose_stall_after))
-          : job->diagnosed_when,
+          : job->diagnosed_when.Describe(),
       ": ", summary);
   Log(absl::StrCat(job_id, ": ", text));
   Event(job_id, text);
@@ -290,7 +302,7 @@ void JobManager::NoteTimeout(ActiveJob& job, const RankFailure& failure) {
   }
   if (job.timeout_due) return;  // the first timeout names the occasion
   job.timeout_due = true;
-  job.diagnosed_when = absl::StrCat("rank ", failure.rank, " (", failure.worker_id, ") timed out");
+  job.diagnosed_when = {DiagnosisOccasion::kTimedOut, failure.rank, failure.worker_id};
   // Until the scheduler starts it (woken now): the failure does not wait without a diagnosis.
   job.diagnosis_until = Now() + options_.diagnosis_deadline + absl::Milliseconds(250);
   Wake();
@@ -510,9 +522,9 @@ void JobManager::Fail(ActiveJob& job, const std::string& cause, const std::strin
   // which a RECOVERING reason keeps.
   std::string reason = cause;
   if (!job.stall_summary.empty()) {
-    reason.insert(
-        std::min(reason.find('\n'), reason.size()),
-        absl::StrCat(" (diagnosed when ", job.diagnosed_when, ": ", job.stall_summary, ")"));
+    reason.insert(std::min(reason.find('\n'), reason.size()),
+                  absl::StrCat(" (diagnosed when ", job.diagnosed_when.Describe(), ": ",
+                               job.stall_summary, ")"));
   }
   const int max_restarts = job.spec.fault_tolerance().max_restarts();
   const int used = FailureCount(job.recoveries);

@@ -174,6 +174,16 @@ class JobManager {
   // (dp0 pp0 tp0) needs 12.7 GiB; the largest worker has 4.6 GiB (w0)"), nullopt when some
   // could, or when too few workers of its kind are registered to tell.
   std::optional<std::string> NoWorkerCanHold(const JobPlan& job_plan) const;
+  // Why a run's diagnosis was taken: a stall (no step for diagnose_stall_after), or a rank's
+  // communication timeout. A type, so no code branches on the words; Describe words it.
+  struct DiagnosisOccasion {
+    enum Kind { kNone, kStalled, kTimedOut };
+    Kind kind = kNone;
+    int rank = -1;  // kTimedOut: the rank that timed out, and its worker
+    std::string worker_id;
+    // "it stalled", "rank 0 (w1) timed out" (FAILED and RECOVERING reasons).
+    std::string Describe() const;
+  };
   struct Rank {
     std::string worker_id;
     bool acked = false;
@@ -217,13 +227,13 @@ class JobManager {
     // stall was diagnosed, and the diagnosis (Options::diagnose_stall_after). The one diagnosis
     // of a run may instead come from a rank's timeout (NoteTimeout): `timeout_due` until it
     // starts, `diagnosis_until` the longest the failure waits for it; `diagnosed_when` is the
-    // occasion the reason names ("it stalled", "rank 0 (w1) timed out").
+    // occasion (DiagnosisOccasion: the reason words it, "it stalled", "rank 0 (w1) timed out").
     absl::Time progress_at = absl::InfinitePast();
     bool stall_diagnosed = false;
     std::string stall_summary;
     bool timeout_due = false;
     absl::Time diagnosis_until = absl::InfinitePast();
-    std::string diagnosed_when;
+    DiagnosisOccasion diagnosed_when;
     // A rebalance decided, begun at the next sealed checkpoint (job_manager_rebalance.cc): the
     // layers per stage to move to and the decision's summary.
     std::optional<std::vector<int>> pending_cut;
