@@ -1345,20 +1345,14 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
         "the client's deadline passed while the spec was checked; no job was created");
   }
   const WorkerCounts counts = registry_.Counts();
-  // Live workers that could ever run it (its device kind), to warn when there are too few.
-  int64_t able = 0;
-  // Of the live workers it may be placed on, for the paths rule: each must allow every path.
-  std::vector<plan::WorkerRoots> roots;
-  for (const WorkerInfo& w : registry_.List()) {
-    if (w.state() == LOST) continue;
-    if (!DeviceFits(spec.device(), w.device().kind())) continue;
-    ++able;
-    roots.emplace_back(w.worker_id(), std::vector<std::string>(w.allowed_roots().begin(),
-                                                               w.allowed_roots().end()));
-  }
+  // Live workers that could ever run it (its device kind), to warn when there are too few, and
+  // for the paths rule the roots of those that declared any: each must allow every path.
+  const WorkerRegistry::LiveRoots live = registry_.RootsOfLive(
+      [&](const WorkerInfo& w) { return DeviceFits(spec.device(), w.device().kind()); });
+  const int64_t able = live.count;
   // Paths outside any such worker's roots, or climbing out with "..": refused now rather than
   // failing on the worker (which checks them again after symlinks).
-  RETURN_IF_ERROR(plan::CheckSpecPaths(spec, roots));
+  RETURN_IF_ERROR(plan::CheckSpecPaths(spec, live.roots));
   if (able < needed) {
     const bool any_device = DeviceFits(spec.device(), "cpu") && DeviceFits(spec.device(), "cuda");
     const std::string worker =

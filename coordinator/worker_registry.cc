@@ -404,6 +404,24 @@ int64_t WorkerRegistry::CountWithRoom(int64_t bytes,
   return count;
 }
 
+WorkerRegistry::LiveRoots WorkerRegistry::RootsOfLive(
+    absl::FunctionRef<bool(const WorkerInfo&)> accept) const {
+  LiveRoots live;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, r] : workers_) {
+      if (r.lost || !accept(r.info)) continue;
+      ++live.count;
+      if (r.info.allowed_roots().empty()) continue;
+      live.roots.emplace_back(id, std::vector<std::string>(r.info.allowed_roots().begin(),
+                                                           r.info.allowed_roots().end()));
+    }
+  }
+  std::sort(live.roots.begin(), live.roots.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return live;
+}
+
 std::vector<WorkerInfo> WorkerRegistry::IdleWorkers() const {
   std::vector<WorkerInfo> idle;
   absl::MutexLock lock(&mu_);

@@ -182,6 +182,14 @@ class WorkerRegistry {
   // not idle), have at least `bytes` (or do not say how much they have). O(workers) without
   // copying them: SubmitJob's fast answer to "could the job ever fit" at 50,000 workers.
   int64_t CountWithRoom(int64_t bytes, absl::FunctionRef<bool(const WorkerInfo&)> accept) const;
+  // The live workers `accept` takes: how many, and (worker id, allowed_roots) of those that
+  // declared roots, sorted by worker id (what plan/spec_paths.h CheckSpecPaths reads). One pass
+  // without copying the workers: SubmitJob's paths rule at 50,000 workers.
+  struct LiveRoots {
+    int64_t count = 0;
+    std::vector<std::pair<std::string, std::vector<std::string>>> roots;
+  };
+  LiveRoots RootsOfLive(absl::FunctionRef<bool(const WorkerInfo&)> accept) const;
   // Every known worker, sorted by worker_id (live CPU workers with their MemoryShare).
   std::vector<WorkerInfo> List() const;
   // The job the worker holds ("" when idle, lost or unknown).
