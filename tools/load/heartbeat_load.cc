@@ -160,12 +160,12 @@ class CoordinatorProcess {
     p->address_ = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
     p->log_ = dir + "/coordinator.log";
     std::vector<std::string> args = {
-        binary,
-        "--listen=" + p->address_,
-        "--db=" + dir + "/coordinator.db",
+        binary, "--listen=" + p->address_, "--db=" + dir + "/coordinator.db",
         "--lease=" + absl::FormatDuration(lease),
         "--heartbeat_interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_interval)),
-        absl::StrCat("--max_job_workers=", max_job_workers)};
+        absl::StrCat("--max_job_workers=", max_job_workers),
+        // No metrics endpoint: the default port (9464) is shared by whatever else runs here.
+        "--metrics_listen="};
     if (absl::GetFlag(FLAGS_max_heartbeat_rate) >= 0) {
       args.push_back(
           absl::StrCat("--max_heartbeat_rate=", absl::GetFlag(FLAGS_max_heartbeat_rate)));
