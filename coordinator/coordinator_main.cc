@@ -49,6 +49,10 @@ ABSL_FLAG(absl::Duration, lease, absl::Seconds(10),
           "a worker that sends no heartbeat for this long is marked lost and its job fails");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers are told to heartbeat; must be well below --lease");
+ABSL_FLAG(double, max_heartbeat_rate, 10000,
+          "heartbeats a second the live workers may send in all: beyond, the heartbeat interval "
+          "and the lease grow in proportion to the cluster (50,000 workers at the default: every "
+          "5s, lease 5x --lease for --heartbeat_interval=1s); 0: never");
 // The default is best-effort: when its port is taken (a second coordinator on this machine)
 // the coordinator starts without metrics and says so; any other address must work.
 constexpr char kDefaultMetricsListen[] = "0.0.0.0:9464";
@@ -149,6 +153,7 @@ int main(int argc, char** argv) {
   JobManager::Options options;
   options.lease = lease;
   options.heartbeat_interval = interval;
+  options.max_heartbeat_rate = absl::GetFlag(FLAGS_max_heartbeat_rate);
   options.metrics = metrics->get();
   options.max_spec_bytes = absl::GetFlag(FLAGS_max_spec_bytes);
   options.job_limits.max_parameters = absl::GetFlag(FLAGS_max_job_parameters);

@@ -109,7 +109,9 @@ JobManager::JobManager(std::unique_ptr<JobStore> store, Options options)
       store_(std::move(store)),
       // A gap above a heartbeat interval (and above two ticks: the scheduler's own rhythm).
       registry_(options_.lease, options_.monotonic_clock,
-                std::max(options_.heartbeat_interval, 2 * options_.tick)) {}
+                std::max(options_.heartbeat_interval, 2 * options_.tick)) {
+  registry_.SetPacing({options_.heartbeat_interval, options_.lease}, options_.max_heartbeat_rate);
+}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<JobStore> store,
                                                                Options options) {
@@ -237,7 +239,7 @@ void JobManager::DiagnoseStalledJobs() {
       if (job.timeout_due) {
         job.diagnosis_until = now + options_.diagnosis_deadline + absl::Milliseconds(250);
       } else {
-        job.diagnosed_when = "it stalled";
+        job.diagnosed_when = {DiagnosisOccasion::kStalled};
       }
       job.timeout_due = false;
       Job& ask = asks.emplace_back();
@@ -264,15 +266,27 @@ void JobManager::DiagnoseStalledJobs() {
   }
 }
 
+std::string JobManager::DiagnosisOccasion::Describe() const {
+  switch (kind) {
+    case kStalled:
+      return "it stalled";
+    case kTimedOut:
+      return absl::StrCat("rank ", rank, " (", worker_id, ") timed out");
+    case kNone:
+      break;
+  }
+  return "";
+}
+
 void JobManager::RecordStallDiagnosis(const std::string& job_id, std::string summary) {
   JobsLock lock(this);
   ActiveJob* job = FindActive(job_id);
   if (job == nullptr || job->state != RUNNING || !job->stall_diagnosed) return;  // moved on
   // The occasion in the events: "no step for 30s: root: ...", "rank 0 (w1) timed out: root:".
   const std::string text = absl::StrCat(
-      job->diagnosed_when == "it stalled"
+      job->diagnosed_when.kind == DiagnosisOccasion::kStalled
           ? absl::StrCat("no step for ", absl::FormatDuration(options_.diagnose_stall_after))
-          : job->diagnosed_when,
+          : job->diagnosed_when.Describe(),
       ": ", summary);
   Log(absl::StrCat(job_id, ": ", text));
   Event(job_id, text);
@@ -288,7 +302,7 @@ void JobManager::NoteTimeout(ActiveJob& job, const RankFailure& failure) {
   }
   if (job.timeout_due) return;  // the first timeout names the occasion
   job.timeout_due = true;
-  job.diagnosed_when = absl::StrCat("rank ", failure.rank, " (", failure.worker_id, ") timed out");
+  job.diagnosed_when = {DiagnosisOccasion::kTimedOut, failure.rank, failure.worker_id};
   // Until the scheduler starts it (woken now): the failure does not wait without a diagnosis.
   job.diagnosis_until = Now() + options_.diagnosis_deadline + absl::Milliseconds(250);
   Wake();
@@ -508,9 +522,9 @@ void JobManager::Fail(ActiveJob& job, const std::string& cause, const std::strin
   // which a RECOVERING reason keeps.
   std::string reason = cause;
   if (!job.stall_summary.empty()) {
-    reason.insert(
-        std::min(reason.find('\n'), reason.size()),
-        absl::StrCat(" (diagnosed when ", job.diagnosed_when, ": ", job.stall_summary, ")"));
+    reason.insert(std::min(reason.find('\n'), reason.size()),
+                  absl::StrCat(" (diagnosed when ", job.diagnosed_when.Describe(), ": ",
+                               job.stall_summary, ")"));
   }
   const int max_restarts = job.spec.fault_tolerance().max_restarts();
   const int used = FailureCount(job.recoveries);
@@ -862,10 +876,16 @@ void JobManager::RunSchedulerPass() {
   // Submission order; a job that does not fit does not hold back smaller ones behind it.
   for (ActiveJob* job : queued) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
-    std::vector<WorkerInfo> candidates;
-    for (const WorkerInfo& w : idle) {
-      if (DeviceFits(job->spec.device(), w.device().kind())) candidates.push_back(w);
+    // The idle workers as they are when the job takes any device (no copy of 50,000 workers).
+    std::vector<WorkerInfo> filtered;
+    const bool any_device =
+        DeviceFits(job->spec.device(), "cpu") && DeviceFits(job->spec.device(), "cuda");
+    if (!any_device) {
+      for (const WorkerInfo& w : idle) {
+        if (DeviceFits(job->spec.device(), w.device().kind())) filtered.push_back(w);
+      }
     }
+    const std::vector<WorkerInfo>& candidates = any_device ? idle : filtered;
     if (static_cast<int64_t>(candidates.size()) >= needed) {
       absl::Status status = Place(*job, job->spec, candidates, &idle, &counts);
       if (status.ok()) continue;
@@ -897,9 +917,16 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
                                const std::vector<WorkerInfo>& candidates,
                                std::vector<WorkerInfo>* idle, WorkerCounts* counts) {
   const absl::Time start = absl::Now();  // the real clock: this times computation
-  // Re-planned from the stored spec (pure and bounded): a spec an older coordinator accepted
-  // that the plan now rejects fails with the plan's words (InvalidArgument).
-  ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(spec));
+  // Planned from the stored spec (pure and bounded), once per spec (ActiveJob::plan): a spec an
+  // older coordinator accepted that the plan now rejects fails with the plan's words
+  // (InvalidArgument).
+  std::string spec_key = spec.SerializeAsString();
+  if (job.plan == nullptr || job.plan_spec != spec_key) {
+    ASSIGN_OR_RETURN(JobPlan planned, plan::MakeJobPlan(spec));
+    job.plan = std::make_shared<const JobPlan>(std::move(planned));
+    job.plan_spec = std::move(spec_key);
+  }
+  const JobPlan& job_plan = *job.plan;
   absl::StatusOr<plan::PlacementResult> computed = plan::PlaceJob(job_plan, candidates);
   if (options_.metrics != nullptr) options_.metrics->PlacementComputed(absl::Now() - start);
   ASSIGN_OR_RETURN(plan::PlacementResult placed, std::move(computed));
@@ -942,6 +969,7 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
     Event(job.id, absl::StrCat(Plural(placed.split_tp_groups, "tensor-parallel group"),
                                " span more than one host"));
   }
+  // `candidates` may be *idle itself: it is not read after this.
   const absl::flat_hash_set<std::string> used(workers.begin(), workers.end());
   idle->erase(std::remove_if(idle->begin(), idle->end(),
                              [&](const WorkerInfo& w) { return used.contains(w.worker_id()); }),
@@ -973,7 +1001,9 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
   const std::string& worker_id = request.worker_id();
   JobsLock lock(this);
   const absl::Time now = Now();
-  SweepLocked(now);  // an expired old session's job fails before the id is reused
+  // No sweep here (O(workers): a registration storm of 50,000 workers would be quadratic): an
+  // expired old session that still holds a job is reported by Register (`replaced`) and fails
+  // that job below, before the id is reused.
 
   std::string attach;
   std::optional<Delivery> resend;
@@ -1029,8 +1059,9 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
   }
   Wake();
   RegisterWorkerResponse response;
-  response.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
-  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  const HeartbeatPace pace = registry_.pace();
+  response.set_lease_ms(absl::ToInt64Milliseconds(pace.lease));
+  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(pace.interval));
   return response;
 }
 
@@ -1264,6 +1295,18 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
 }
 
 std::optional<std::string> JobManager::NoWorkerCanHold(const JobPlan& job_plan) const {
+  // Fast answer first (no copies): as many live workers with room for the largest rank as the
+  // job has ranks means every rank fits.
+  int64_t largest = 0;
+  for (const StagePlan& stage : job_plan.stages()) {
+    largest = std::max(largest, stage.memory().total());
+  }
+  const std::string& device = job_plan.spec().device();
+  if (registry_.CountWithRoom(largest, [&](const WorkerInfo& w) {
+        return DeviceFits(device, w.device().kind());
+      }) >= plan::WorkersNeeded(job_plan.spec().parallel())) {
+    return std::nullopt;
+  }
   // Every live worker of the job's device kind as if idle, with the memory it would have with
   // nothing running on its host (MemoryShare, not idle).
   std::vector<WorkerInfo> able;
@@ -1312,20 +1355,14 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
         "the client's deadline passed while the spec was checked; no job was created");
   }
   const WorkerCounts counts = registry_.Counts();
-  // Live workers that could ever run it (its device kind), to warn when there are too few.
-  int64_t able = 0;
-  // Of the live workers it may be placed on, for the paths rule: each must allow every path.
-  std::vector<plan::WorkerRoots> roots;
-  for (const WorkerInfo& w : registry_.List()) {
-    if (w.state() == LOST) continue;
-    if (!DeviceFits(spec.device(), w.device().kind())) continue;
-    ++able;
-    roots.emplace_back(w.worker_id(), std::vector<std::string>(w.allowed_roots().begin(),
-                                                               w.allowed_roots().end()));
-  }
+  // Live workers that could ever run it (its device kind), to warn when there are too few, and
+  // for the paths rule the roots of those that declared any: each must allow every path.
+  const WorkerRegistry::LiveRoots live = registry_.RootsOfLive(
+      [&](const WorkerInfo& w) { return DeviceFits(spec.device(), w.device().kind()); });
+  const int64_t able = live.count;
   // Paths outside any such worker's roots, or climbing out with "..": refused now rather than
   // failing on the worker (which checks them again after symlinks).
-  RETURN_IF_ERROR(plan::CheckSpecPaths(spec, roots));
+  RETURN_IF_ERROR(plan::CheckSpecPaths(spec, live.roots));
   if (able < needed) {
     const bool any_device = DeviceFits(spec.device(), "cpu") && DeviceFits(spec.device(), "cuda");
     const std::string worker =

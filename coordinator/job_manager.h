@@ -71,6 +71,9 @@ class JobManager {
   struct Options {
     absl::Duration lease = absl::Seconds(10);              // --lease
     absl::Duration heartbeat_interval = absl::Seconds(1);  // told to workers
+    // --max_heartbeat_rate: beyond this many heartbeats a second from the live workers, the
+    // interval and the lease grow with the cluster (heartbeat_pace.h); 0: never.
+    double max_heartbeat_rate = 10'000;
     // Longest time between scheduler passes (it also runs when woken by a submit, a register,
     // a freed worker). Zero: lease / 8, clamped to [10ms, 200ms].
     absl::Duration tick = absl::ZeroDuration();
@@ -171,6 +174,16 @@ class JobManager {
   // (dp0 pp0 tp0) needs 12.7 GiB; the largest worker has 4.6 GiB (w0)"), nullopt when some
   // could, or when too few workers of its kind are registered to tell.
   std::optional<std::string> NoWorkerCanHold(const JobPlan& job_plan) const;
+  // Why a run's diagnosis was taken: a stall (no step for diagnose_stall_after), or a rank's
+  // communication timeout. A type, so no code branches on the words; Describe words it.
+  struct DiagnosisOccasion {
+    enum Kind { kNone, kStalled, kTimedOut };
+    Kind kind = kNone;
+    int rank = -1;  // kTimedOut: the rank that timed out, and its worker
+    std::string worker_id;
+    // "it stalled", "rank 0 (w1) timed out" (FAILED and RECOVERING reasons).
+    std::string Describe() const;
+  };
   struct Rank {
     std::string worker_id;
     bool acked = false;
@@ -183,9 +196,14 @@ class JobManager {
     JobState state = QUEUED;
     std::string reason;
     std::shared_ptr<const JobAssignment> assignment;  // from PLACING on: id, spec, placement
-    std::vector<Rank> ranks;                          // placement order (dp, pp, tp)
-    absl::flat_hash_map<std::string, int> rank_of;    // worker id -> index in ranks
-    int reporting_rank = 0;                           // dp=0, tp=0, last pipeline stage
+    // The plan of the spec Place last planned for this job, and that spec (encoded): a job's
+    // plan is computed once per spec it is placed with, not at every pass that tries to place
+    // it (a job waiting for memory is tried at every pass).
+    std::shared_ptr<const JobPlan> plan;
+    std::string plan_spec;
+    std::vector<Rank> ranks;                        // placement order (dp, pp, tp)
+    absl::flat_hash_map<std::string, int> rank_of;  // worker id -> index in ranks
+    int reporting_rank = 0;                         // dp=0, tp=0, last pipeline stage
     int64_t last_step = 0;
     std::string output;
     // The reporting rank's JobOutcome.end_reason (early stopping), once it succeeded.
@@ -211,13 +229,13 @@ class JobManager {
     // stall was diagnosed, and the diagnosis (Options::diagnose_stall_after). The one diagnosis
     // of a run may instead come from a rank's timeout (NoteTimeout): `timeout_due` until it
     // starts, `diagnosis_until` the longest the failure waits for it; `diagnosed_when` is the
-    // occasion the reason names ("it stalled", "rank 0 (w1) timed out").
+    // occasion (DiagnosisOccasion: the reason words it, "it stalled", "rank 0 (w1) timed out").
     absl::Time progress_at = absl::InfinitePast();
     bool stall_diagnosed = false;
     std::string stall_summary;
     bool timeout_due = false;
     absl::Time diagnosis_until = absl::InfinitePast();
-    std::string diagnosed_when;
+    DiagnosisOccasion diagnosed_when;
     // A rebalance decided, begun at the next sealed checkpoint (job_manager_rebalance.cc): the
     // layers per stage to move to and the decision's summary.
     std::optional<std::vector<int>> pending_cut;

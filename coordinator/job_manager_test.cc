@@ -726,7 +726,10 @@ TEST(JobManager, Places512RanksOver1000WorkersQuickly) {
   absl::StatusOr<HeartbeatResponse> hb = h.m().Heartbeat(beat);
   ASSERT_TRUE(hb.ok());
   EXPECT_EQ(hb->assignment().rank().dp_rank(), 7);
-  EXPECT_EQ(hb->assignment().placement().ranks_size(), 512);
+  // Its own part of the job (rank_assignment.h), not the 512 ranks: itself and its 7 peers
+  // (pp14 and pp0 of its (dp, tp), tp2 = rank 510 and tp0, dp6 and dp0, and rank 0).
+  EXPECT_EQ(hb->assignment().placement().ranks_size(), 8);
+  EXPECT_EQ(hb->assignment().placement().peer_secret(), placed.placement().peer_secret());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "coordinator/rank_assignment.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -20,11 +21,7 @@ void AddCancel(HeartbeatResponse* response, const std::string& job_id) {
 
 }  // namespace
 
-JobAssignment Delivery::ToProto() const {
-  JobAssignment assignment = *job;
-  *assignment.mutable_rank() = job->placement().ranks(rank_index);
-  return assignment;
-}
+JobAssignment Delivery::ToProto() const { return AssignmentForRank(*job, rank_index); }
 
 void WorkerRegistry::SetJob(Record& r, const std::string& job_id) {
   r.info.set_job_id(job_id);
@@ -80,6 +77,20 @@ WorkerInfo WorkerRegistry::WithShare(const Record& r,
   return info;
 }
 
+void WorkerRegistry::SetPacing(HeartbeatPace base, double max_rate) {
+  absl::MutexLock lock(&mu_);
+  base_ = base;
+  max_rate_ = max_rate;
+  int64_t live = 0;
+  for (const auto& [id, r] : workers_) live += r.lost ? 0 : 1;
+  pace_ = PaceFor(base_, live, max_rate_);
+}
+
+HeartbeatPace WorkerRegistry::pace() const {
+  absl::MutexLock lock(&mu_);
+  return pace_;
+}
+
 void WorkerRegistry::NoticePauseLocked(absl::Time now) {
   const std::optional<absl::Duration> gap = pauses_.Observe();
   if (!gap.has_value()) return;
@@ -88,7 +99,7 @@ void WorkerRegistry::NoticePauseLocked(absl::Time now) {
     if (r.lost) continue;
     // Their heartbeats, reports and acknowledgements of the pause went unheard: the clocks
     // that judge them start again now.
-    r.deadline = std::max(r.deadline, now + lease_);
+    r.deadline = std::max(r.deadline, now + r.lease);
     if (r.dropped_since.has_value()) r.dropped_since = now;
     if (!r.acked && r.delivered_at != absl::InfinitePast()) r.delivered_at = now;
   }
@@ -123,7 +134,7 @@ absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
         "%.1fs); is a second worker running with this --worker_id?",
         request.worker_id(),
         absl::ToDoubleSeconds(now - absl::FromUnixMillis(it->second.info.last_heartbeat_unix_ms())),
-        absl::ToDoubleSeconds(lease_)));
+        absl::ToDoubleSeconds(it->second.lease)));
   }
   if (it == workers_.end()) {
     it = workers_.emplace(request.worker_id(), Record{}).first;
@@ -144,7 +155,8 @@ absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
     r.info.set_registered_unix_ms(absl::ToUnixMillis(now));
   }
   r.lost = false;
-  r.deadline = now + lease_;
+  r.lease = pace_.lease;
+  r.deadline = now + r.lease;
   r.running_job = request.running_job_id();
   r.running_step = request.running_step();
   r.info.set_worker_id(request.worker_id());
@@ -176,7 +188,7 @@ absl::StatusOr<WorkerRegistry::HeartbeatResult> WorkerRegistry::Heartbeat(
     absl::MutexLock lock(&mu_);
     HeartbeatLocked(request, now, &result, &delivery);
   }
-  // Copying the placement (O(ranks)) happens outside the lock.
+  // The rank's part of its job (O(its peers)) is built outside the lock.
   if (delivery.has_value()) *result.response.mutable_assignment() = delivery->ToProto();
   return result;
 }
@@ -193,7 +205,9 @@ void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time
     return;
   }
   Record& r = it->second;
-  r.deadline = now + lease_;
+  r.lease = pace_.lease;
+  r.deadline = now + r.lease;
+  if (max_rate_ > 0) response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(pace_.interval));
   r.info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
   r.running_job = request.running_job_id();
   r.running_step = request.running_step();
@@ -208,7 +222,7 @@ void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time
     if (running != assigned) {
       SetJob(r, "");  // it left the job (and its peer service): idle again
       result->released = true;
-    } else if (now - *r.finishing_since > lease_) {
+    } else if (now - *r.finishing_since > r.lease) {
       AddCancel(&response, assigned);  // stuck delivering the job's last reports
     }
     return;
@@ -262,7 +276,7 @@ absl::StatusOr<bool> WorkerRegistry::Report(const std::string& worker_id,
                                                       " on worker ", worker_id,
                                                       " (the job was placed on it again)"));
   }
-  r.deadline = now + lease_;
+  r.deadline = now + r.lease;
   r.dropped_since.reset();
   if (r.acked) return false;
   r.acked = true;
@@ -345,8 +359,10 @@ std::vector<WorkerFault> WorkerRegistry::Sweep(absl::Time now) {
   std::vector<WorkerFault> faults;
   absl::MutexLock lock(&mu_);
   NoticePauseLocked(now);
+  int64_t live = 0;
   for (auto& [id, r] : workers_) {
     if (r.lost) continue;
+    ++live;
     if (now > r.deadline) {
       // A worker lost after its outcome arrived owes the job nothing.
       faults.push_back(WorkerFault{WorkerFault::kLost, id,
@@ -358,30 +374,69 @@ std::vector<WorkerFault> WorkerRegistry::Sweep(absl::Time now) {
       continue;
     }
     if (r.info.job_id().empty() || r.cancel_requested || r.finishing_since.has_value()) continue;
-    if (r.acked && r.dropped_since.has_value() && now - *r.dropped_since > lease_) {
+    if (r.acked && r.dropped_since.has_value() && now - *r.dropped_since > r.lease) {
       faults.push_back(WorkerFault{WorkerFault::kDropped, id, r.info.job_id(), {}});
       SetJob(r, "");
-    } else if (!r.acked && !r.pending.has_value() && now - r.delivered_at > lease_) {
+    } else if (!r.acked && !r.pending.has_value() && now - r.delivered_at > r.lease) {
       faults.push_back(WorkerFault{WorkerFault::kNotAccepted, id, r.info.job_id(), {}});
       r.cancel_requested = true;  // in case it starts late
     }
   }
+  pace_ = PaceFor(base_, live, max_rate_);
   std::sort(faults.begin(), faults.end(),
             [](const WorkerFault& a, const WorkerFault& b) { return a.worker_id < b.worker_id; });
   return faults;
 }
 
-std::vector<WorkerInfo> WorkerRegistry::IdleWorkers() const {
-  std::vector<WorkerInfo> idle;
+int64_t WorkerRegistry::CountWithRoom(int64_t bytes,
+                                      absl::FunctionRef<bool(const WorkerInfo&)> accept) const {
+  absl::MutexLock lock(&mu_);
+  const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
+  int64_t count = 0;
+  for (const auto& [id, r] : workers_) {
+    if (r.lost || !accept(r.info)) continue;
+    const int64_t room =
+        SharesHostMemory(r.info)
+            ? MemoryShare(r.info.offered_memory_bytes(), hosts.at(r.info.host_id()), /*idle=*/false)
+            : r.info.device().memory_bytes();
+    if (room == 0 || room >= bytes) ++count;
+  }
+  return count;
+}
+
+WorkerRegistry::LiveRoots WorkerRegistry::RootsOfLive(
+    absl::FunctionRef<bool(const WorkerInfo&)> accept) const {
+  LiveRoots live;
   {
     absl::MutexLock lock(&mu_);
-    const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
     for (const auto& [id, r] : workers_) {
-      if (!r.lost && !r.draining && r.info.job_id().empty()) idle.push_back(WithShare(r, hosts));
+      if (r.lost || !accept(r.info)) continue;
+      ++live.count;
+      if (r.info.allowed_roots().empty()) continue;
+      live.roots.emplace_back(id, std::vector<std::string>(r.info.allowed_roots().begin(),
+                                                           r.info.allowed_roots().end()));
     }
   }
-  std::sort(idle.begin(), idle.end(),
-            [](const WorkerInfo& a, const WorkerInfo& b) { return a.worker_id() < b.worker_id(); });
+  std::sort(live.roots.begin(), live.roots.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return live;
+}
+
+std::vector<WorkerInfo> WorkerRegistry::IdleWorkers() const {
+  std::vector<WorkerInfo> idle;
+  absl::MutexLock lock(&mu_);
+  const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
+  // Sorted as pointers, then copied once in order: sorting 50,000 WorkerInfo messages by value
+  // cost as much as copying them.
+  std::vector<const std::pair<const std::string, Record>*> order;
+  for (const auto& entry : workers_) {
+    const Record& r = entry.second;
+    if (!r.lost && !r.draining && r.info.job_id().empty()) order.push_back(&entry);
+  }
+  std::sort(order.begin(), order.end(),
+            [](const auto* a, const auto* b) { return a->first < b->first; });
+  idle.reserve(order.size());
+  for (const auto* entry : order) idle.push_back(WithShare(entry->second, hosts));
   return idle;
 }
 

@@ -33,11 +33,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "coordinator/heartbeat_pace.h"
 #include "coordinator/pause_detector.h"
 #include "proto/coordinator.pb.h"
 
@@ -58,12 +60,14 @@ struct WorkerFault {
 };
 
 // Work queued for a worker: rank `rank_index` of a placed job. The JobAssignment (job id, spec,
-// placement; rank unset) is shared by every rank of the job and copied only on delivery.
+// whole placement; rank unset) is made once per placement and shared by every rank of the job;
+// only the rank's own part of it is built, on delivery.
 struct Delivery {
   std::shared_ptr<const JobAssignment> job;
   int rank_index = 0;
   std::string job_id() const { return job->job_id(); }
-  // The message a worker receives: the shared part plus its own rank.
+  // The message a worker receives: its own part of the job (rank_assignment.h
+  // AssignmentForRank), whatever the job's size.
   JobAssignment ToProto() const;
 };
 
@@ -92,9 +96,19 @@ class WorkerRegistry {
   // longest gap between two calls that is not a pause (a heartbeat interval).
   explicit WorkerRegistry(absl::Duration lease, MonotonicClock monotonic = nullptr,
                           absl::Duration pause_threshold = absl::Seconds(1))
-      : lease_(lease), pauses_(pause_threshold, std::move(monotonic)) {}
+      : base_{pause_threshold, lease},
+        pace_{pause_threshold, lease},
+        pauses_(pause_threshold, std::move(monotonic)) {}
 
-  absl::Duration lease() const { return lease_; }
+  // Heartbeats paced by the cluster's size (heartbeat_pace.h): `base` (--heartbeat_interval,
+  // --lease) while the live workers' heartbeats stay within `max_rate` a second, longer beyond.
+  // The pace is recomputed at every Sweep; every heartbeat answer carries its interval
+  // (HeartbeatResponse.heartbeat_interval_ms) and each worker's lease is the pace's lease as of
+  // its last heartbeat. Without a call: the constructor's lease, no interval in the answers.
+  void SetPacing(HeartbeatPace base, double max_rate);
+  // The pace now (what RegisterWorker answers).
+  HeartbeatPace pace() const;
+  absl::Duration lease() const { return pace().lease; }
 
   struct RegisterResult {
     bool new_session = false;  // false: the same session registered again (a retry)
@@ -164,6 +178,18 @@ class WorkerRegistry {
   // O(workers).
   std::vector<WorkerInfo> IdleWorkers() const;
   WorkerCounts Counts() const;
+  // Live workers that `accept` takes and that, with nothing running on their host (MemoryShare,
+  // not idle), have at least `bytes` (or do not say how much they have). O(workers) without
+  // copying them: SubmitJob's fast answer to "could the job ever fit" at 50,000 workers.
+  int64_t CountWithRoom(int64_t bytes, absl::FunctionRef<bool(const WorkerInfo&)> accept) const;
+  // The live workers `accept` takes: how many, and (worker id, allowed_roots) of those that
+  // declared roots, sorted by worker id (what plan/spec_paths.h CheckSpecPaths reads). One pass
+  // without copying the workers: SubmitJob's paths rule at 50,000 workers.
+  struct LiveRoots {
+    int64_t count = 0;
+    std::vector<std::pair<std::string, std::vector<std::string>>> roots;
+  };
+  LiveRoots RootsOfLive(absl::FunctionRef<bool(const WorkerInfo&)> accept) const;
   // Every known worker, sorted by worker_id (live CPU workers with their MemoryShare).
   std::vector<WorkerInfo> List() const;
   // The job the worker holds ("" when idle, lost or unknown).
@@ -176,7 +202,8 @@ class WorkerRegistry {
   struct Record {
     WorkerInfo info;  // state, job_id and times kept current
     std::string session_id;
-    absl::Time deadline;  // lease end
+    absl::Time deadline;   // lease end
+    absl::Duration lease;  // the lease of the pace it was last told (heartbeat_pace.h)
     bool lost = false;
     bool draining = false;  // also info.draining
     // The job, when BUSY (also info.job_id).
@@ -190,7 +217,7 @@ class WorkerRegistry {
     // What it last said it runs (running_job_id, running_step), whatever it holds.
     std::string running_job;
     int64_t running_step = 0;
-    int64_t reserved = 0;      // its rank's RankAssignment.memory_bytes while BUSY
+    int64_t reserved = 0;  // its rank's RankAssignment.memory_bytes while BUSY
   };
   // The live CPU workers' hosts by host id, and `r.info` with device.memory_bytes set to its
   // MemoryShare (CPU workers with a host id).
@@ -206,8 +233,10 @@ class WorkerRegistry {
   void HeartbeatLocked(const HeartbeatRequest& request, absl::Time now, HeartbeatResult* result,
                        std::optional<Delivery>* delivery) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const absl::Duration lease_;
   mutable absl::Mutex mu_;
+  HeartbeatPace base_ ABSL_GUARDED_BY(mu_);
+  HeartbeatPace pace_ ABSL_GUARDED_BY(mu_);
+  double max_rate_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no pacing, no interval in the answers
   absl::flat_hash_map<std::string, Record> workers_ ABSL_GUARDED_BY(mu_);
   PauseDetector pauses_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Duration> paused_ ABSL_GUARDED_BY(mu_);  // not taken yet

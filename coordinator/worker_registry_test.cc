@@ -41,6 +41,7 @@ std::shared_ptr<const JobAssignment> Job(const std::string& job_id,
                                          const std::vector<std::string>& workers) {
   auto job = std::make_shared<JobAssignment>();
   job->set_job_id(job_id);
+  job->mutable_spec()->mutable_parallel()->set_pp(static_cast<int>(workers.size()));
   for (size_t i = 0; i < workers.size(); ++i) {
     RankAssignment* rank = job->mutable_placement()->add_ranks();
     rank->set_pp_rank(static_cast<int>(i));
@@ -486,6 +487,47 @@ TEST(WorkerRegistry, CpuWorkersOfOneHostOfferNoMoreThanTheHostTogether) {
   for (const WorkerInfo& w : reg.IdleWorkers()) {
     if (w.host_id() == "host-1") EXPECT_EQ(w.device().memory_bytes(), 23 * kGiB / 5);
   }
+}
+
+TEST(WorkerRegistry, TheHeartbeatIntervalAndTheLeaseGrowWithTheCluster) {
+  WorkerRegistry reg(kLease);
+  // At most 2 heartbeats a second: 1 s for two workers, 2 s for four.
+  reg.SetPacing({absl::Seconds(1), absl::Seconds(10)}, 2);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
+  reg.Sweep(kT0);
+  EXPECT_EQ(reg.pace().interval, absl::Seconds(1));
+  EXPECT_EQ(reg.Heartbeat(Beat("w1", "s1"), kT0)->response.heartbeat_interval_ms(), 1000);
+  ASSERT_TRUE(reg.Register(Reg("w3", "s3"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w4", "s4"), kT0).ok());
+  reg.Sweep(kT0);
+  EXPECT_EQ(reg.pace().interval, absl::Seconds(2));
+  EXPECT_EQ(reg.pace().lease, absl::Seconds(20));
+  // Told the new interval, and judged by the new lease from this heartbeat on.
+  EXPECT_EQ(reg.Heartbeat(Beat("w1", "s1"), kT0)->response.heartbeat_interval_ms(), 2000);
+  for (const char* w : {"w2", "w3", "w4"}) {
+    ASSERT_FALSE(reg.Heartbeat(Beat(w, absl::StrCat("s", w + 1)), kT0)->response.register_again());
+  }
+  EXPECT_THAT(reg.Sweep(kT0 + absl::Seconds(15)), IsEmpty());
+  EXPECT_THAT(reg.Sweep(kT0 + absl::Seconds(21)), ::testing::SizeIs(4));
+}
+
+TEST(WorkerRegistry, CountWithRoomCountsLiveAcceptedWorkersWithEnoughMemory) {
+  WorkerRegistry reg(kLease);
+  const int64_t kGiB = int64_t{1} << 30;
+  for (const auto& [id, bytes] : std::vector<std::pair<std::string, int64_t>>{
+           {"small", 4 * kGiB}, {"large", 8 * kGiB}, {"unsaid", 0}, {"gpu", 80 * kGiB}}) {
+    RegisterWorkerRequest r = Reg(id, "s-" + id);
+    r.mutable_device()->set_memory_bytes(bytes);
+    if (id == "gpu") r.mutable_device()->set_kind("cuda");
+    ASSERT_TRUE(reg.Register(r, kT0).ok());
+  }
+  auto cpu = [](const WorkerInfo& w) { return w.device().kind() != "cuda"; };
+  EXPECT_EQ(reg.CountWithRoom(6 * kGiB, cpu), 2);  // large, and unsaid (taken to fit)
+  EXPECT_EQ(reg.CountWithRoom(kGiB, cpu), 3);
+  EXPECT_EQ(reg.CountWithRoom(6 * kGiB, [](const WorkerInfo&) { return true; }), 3);
+  reg.Sweep(kT0 + 2 * kLease);  // all lost
+  EXPECT_EQ(reg.CountWithRoom(kGiB, cpu), 0);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "plan/ranks.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -37,6 +38,28 @@ int ReportingRank(const ParallelLayout& layout) {
   return (std::max(1, layout.pp()) - 1) * std::max(1, layout.tp());
 }
 
+std::vector<int> PeerRanks(const ParallelLayout& layout, int rank) {
+  const int dp = std::max(1, layout.dp()), pp = std::max(1, layout.pp()),
+            tp = std::max(1, layout.tp());
+  const int size = dp * pp * tp;
+  const RankAssignment c = RankCoordinates(layout, rank);
+  auto at = [&](int d, int p, int t) {
+    RankAssignment r;
+    r.set_dp_rank((d + dp) % dp);
+    r.set_pp_rank((p + pp) % pp);
+    r.set_tp_rank((t + tp) % tp);
+    return RankIndex(layout, r);
+  };
+  const int d = c.dp_rank(), p = c.pp_rank(), t = c.tp_rank();
+  std::vector<int> peers = {at(d, p - 1, t),          at(d, p + 1, t),  at(d, p, t - 1),
+                            at(d, p, t + 1),          at(d - 1, p, t),  at(d + 1, p, t),
+                            (rank + size - 1) % size, (rank + 1) % size};
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  peers.erase(std::remove(peers.begin(), peers.end(), rank), peers.end());
+  return peers;
+}
+
 std::string RankLabel(const RankAssignment& r) {
   return absl::StrCat("dp", r.dp_rank(), " pp", r.pp_rank(), " tp", r.tp_rank());
 }
@@ -44,6 +67,7 @@ std::string RankLabel(const RankAssignment& r) {
 std::string DescribeRank(const Placement& placement, int rank) {
   if (rank < 0 || rank >= placement.ranks_size()) return absl::StrCat("rank ", rank);
   const RankAssignment& r = placement.ranks(rank);
+  if (r.worker_id().empty()) return absl::StrCat("rank ", rank, " (", RankLabel(r), ")");
   return absl::StrCat("rank ", rank, " (worker ", r.worker_id(), " at ", r.worker_address(), ", ",
                       RankLabel(r), ")");
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "common/rank_numbering.h"
@@ -33,10 +34,27 @@ struct CurrentLayout {
 };
 CurrentLayout JobCurrentLayout(const JobSpec& spec, absl::Span<const Recovery> recoveries);
 
+// The ranks that `rank` (in [0, WorkersNeeded(layout))) exchanges messages with, ascending,
+// without itself: at most 8, whatever the job's size. The coordinator sends a rank the
+// addresses of these and no others (JobAssignment.placement), and the rank connects to these
+// only. Each set is symmetric (q is a peer of r exactly when r is one of q's):
+//   - pipeline: the same (dp, tp) one stage before and after, wrapping around (the interleaved
+//     schedule's last stage feeds the first; the first and last stages sum the tied
+//     embedding's gradient);
+//   - its tensor-parallel group's ring: tp_rank -+ 1 (mod tp), the same (dp, pp);
+//   - its data-parallel group's ring: dp_rank -+ 1 (mod dp), the same (pp, tp);
+//   - the whole job's ring (losses, norms, checkpoint votes): rank -+ 1 (mod dp*pp*tp).
+// Every collective the trainer runs is a ring over one of these groups (worker/comm/groups.h
+// gives their members in ring order), so these are all it talks to; parallel_job_test checks
+// the rule against the groups.
+std::vector<int> PeerRanks(const ParallelLayout& layout, int rank);
+
 // "dp0 pp1 tp1".
 std::string RankLabel(const RankAssignment& rank);
 
-// "rank 3 (worker w4 at 127.0.0.1:7074, dp1 pp0 tp1)"; "rank 3" outside the placement.
+// "rank 3 (worker w4 at 127.0.0.1:7074, dp1 pp0 tp1)"; "rank 3 (dp1 pp0 tp1)" for an entry
+// without a worker (a rank this worker was not told about: not one of its PeerRanks); "rank 3"
+// outside the placement.
 std::string DescribeRank(const Placement& placement, int rank);
 
 }  // namespace dtrain::plan

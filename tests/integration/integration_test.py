@@ -497,6 +497,21 @@ def run_to_end(c, spec_path, timeout=300):
     return job_id, done
 
 
+def peer_ranks(dp, pp, tp, rank):
+    """The ranks `rank` talks to (plan/ranks.h PeerRanks, written again as the test's oracle):
+    pipeline -+1 stage (wrapping), tp -+1 and dp -+1 (rings), and the job's ring -+1."""
+    n = dp * pp * tp
+    d, p, t = rank // (pp * tp), rank // tp % pp, rank % tp
+
+    def at(dd, pq, tt):
+        return ((dd % dp) * pp + pq % pp) * tp + tt % tp
+
+    peers = {at(d, p - 1, t), at(d, p + 1, t), at(d, p, t - 1), at(d, p, t + 1),
+             at(d - 1, p, t), at(d + 1, p, t), (rank - 1) % n, (rank + 1) % n}
+    peers.discard(rank)
+    return sorted(peers)
+
+
 def case_multi_worker(args):
     """(dp, pp, tp) = (1,2,2) interleaved, (2,2,1) 1f1b with ZeRO-1 and (2,2,2) zb-h1, each on
     real worker processes (4, 4, 8) through the CLI: every job SUCCEEDS, the coordinator records
@@ -554,11 +569,12 @@ def case_multi_worker(args):
                    "%s: output %r" % (name, done["output"]))
             worst = compare_weights(ref["output"], done["output"], name)
             events = [u["text"] for u in updates if u["type"] == "event"]
-            peers = dp * pp * tp - 1
-            connected = [e for e in events
-                         if "connected to %d %s in " % (peers, "peer" if peers == 1 else "peers")
-                         in e]
-            expect(len(connected) == dp * pp * tp, "%s: connected events %s" % (name, connected))
+            # Each rank connects to its peers only (plan/ranks.h PeerRanks), not to every rank.
+            want = sorted(len(peer_ranks(dp, pp, tp, r)) for r in range(dp * pp * tp))
+            connected = sorted(int(m.group(1)) for m in
+                               (re.search(r"connected to (\d+) peers? in ", e) for e in events)
+                               if m)
+            expect(connected == want, "%s: connected to %s peers, want %s" % (name, connected, want))
             print("%s: %.1fs on %d workers, worst loss rel diff %.2g, worst weight diff %.2g of "
                   "max |w| (%s)" % (name, elapsed, len(ranks), worst_loss, worst[0], worst[1]))
             c.wait_workers({w["worker_id"]: "IDLE" for w in ranks}, timeout=15)

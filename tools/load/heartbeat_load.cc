@@ -6,6 +6,8 @@
 //   heartbeat_load --coordinator_binary=bazel-bin/coordinator/dtrain-coordinator --workers=1000
 //   heartbeat_load --coordinator=127.0.0.1:7070 --workers=100 --layouts=6x4x4
 //   heartbeat_load --coordinator_binary=... --workers=1000 --tls_dir=certs   # mutual TLS
+//   heartbeat_load --coordinator_binary=... --workers=50000 --connections=500 --interval=5s \
+//       --lease=50s --layouts=64x16x4                 # 50,000 workers, a 4,096-rank job
 //
 // With --tls_dir (a `dtrain certs init` directory) every call is mutual TLS, as in a secure
 // deployment: the coordinator this tool starts presents DIR/coordinator.pem, the simulated
@@ -13,11 +15,14 @@
 // pays its own handshake) and the submits and cancels DIR/admin.pem.
 //
 // The simulated workers behave as real ones towards the coordinator: one connection each (unless
-// --shared_channel), 8 per host label, they acknowledge an assignment by reporting the job in
-// their next heartbeat and drop it when told to cancel; they never train. Each job is cancelled
-// once measured. A layout needing more workers than there are is reported as not placeable
-// (with the coordinator's QUEUED reason). Ends with one "RESULT key=value ..." line per layout
-// for tools/bench_coordinator.sh. Exit 1 when the coordinator cannot be started or reached.
+// --shared_channel or --connections: 50,000 workers need --connections, their sockets would not
+// fit one machine twice), they heartbeat at the interval the coordinator's answers give (its
+// pace grows with the cluster: coordinator/heartbeat_pace.h), 8 per host label, they acknowledge an
+// assignment by reporting the job in their next heartbeat and drop it when told to cancel; they
+// never train. Each job is cancelled once measured. A layout needing more workers than there are is
+// reported as not placeable (with the coordinator's QUEUED reason). Ends with one "RESULT key=value
+// ..." line per layout for tools/bench_coordinator.sh. Exit 1 when the coordinator cannot be
+// started or reached.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -27,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -70,6 +76,12 @@ ABSL_FLAG(std::vector<std::string>, layouts, std::vector<std::string>({"32x4x4"}
           "jobs to place one after another, DPxPPxTP each (32x4x4 = 512 ranks)");
 ABSL_FLAG(bool, shared_channel, false,
           "all workers on one connection (default: one connection each, as real workers)");
+ABSL_FLAG(int, connections, 0,
+          "spread the workers over this many connections (0: one each, as real workers); for "
+          "tens of thousands of workers, whose connections one machine cannot hold twice");
+ABSL_FLAG(int, register_threads, 8, "registrations in flight at once");
+ABSL_FLAG(double, max_heartbeat_rate, -1,
+          "--max_heartbeat_rate of a coordinator this tool starts (-1: its default)");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every call");
 ABSL_FLAG(std::string, tls_dir, "",
           "a `dtrain certs init` directory: mutual TLS on every call (coordinator.pem for a "
@@ -126,8 +138,10 @@ TlsFiles TlsFilesFor(const std::string& name) {
 // temporary folder; SIGTERM on destruction.
 class CoordinatorProcess {
  public:
+  // `max_job_workers`: its --max_job_workers (the largest job to place).
   static absl::StatusOr<std::unique_ptr<CoordinatorProcess>> Start(const std::string& binary,
-                                                                   absl::Duration lease) {
+                                                                   absl::Duration lease,
+                                                                   int max_job_workers) {
     char dir_template[] = "/tmp/dtrain-load-XXXXXX";
     if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
     const std::string dir = dir_template;
@@ -148,7 +162,14 @@ class CoordinatorProcess {
     std::vector<std::string> args = {
         binary, "--listen=" + p->address_, "--db=" + dir + "/coordinator.db",
         "--lease=" + absl::FormatDuration(lease),
-        "--heartbeat_interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_interval))};
+        "--heartbeat_interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_interval)),
+        absl::StrCat("--max_job_workers=", max_job_workers),
+        // No metrics endpoint: the default port (9464) is shared by whatever else runs here.
+        "--metrics_listen="};
+    if (absl::GetFlag(FLAGS_max_heartbeat_rate) >= 0) {
+      args.push_back(
+          absl::StrCat("--max_heartbeat_rate=", absl::GetFlag(FLAGS_max_heartbeat_rate)));
+    }
     const TlsFiles tls = TlsFilesFor("coordinator");
     if (tls.enabled()) {
       args.insert(args.end(),
@@ -216,6 +237,9 @@ struct SimWorker {
 struct Counters {
   std::atomic<int64_t> sent{0}, ok{0}, errors{0}, skipped{0}, assignments{0}, cancels{0},
       register_again{0};
+  // The largest assignment a heartbeat answer carried (its JobAssignment's encoded bytes), and
+  // when the last assignment arrived (steady clock, ns since its epoch).
+  std::atomic<int64_t> assignment_bytes_max{0}, last_assignment_ns{0};
 };
 
 class Fleet {
@@ -224,15 +248,19 @@ class Fleet {
   Fleet(const std::string& address, int n, int per_host, absl::Duration interval,
         const std::shared_ptr<grpc::ChannelCredentials>& creds)
       : address_(address), interval_(interval) {
-    std::shared_ptr<grpc::Channel> shared;
-    if (absl::GetFlag(FLAGS_shared_channel)) shared = NewChannel(address, -1, creds);
+    // One channel per worker, or `connections` (one with --shared_channel) shared round robin.
+    const int connections =
+        absl::GetFlag(FLAGS_shared_channel) ? 1 : absl::GetFlag(FLAGS_connections);
+    std::vector<std::shared_ptr<grpc::Channel>> shared;
+    for (int c = 0; c < connections; ++c) shared.push_back(NewChannel(address, -1 - c, creds));
     for (int i = 0; i < n; ++i) {
       auto w = std::make_unique<SimWorker>();
       w->index = i;
       w->id = absl::StrFormat("sim-%05d", i);
       w->session = absl::StrFormat("load-%d-%05d", getpid(), i);
       w->host = absl::StrFormat("simhost-%04d", i / per_host);
-      w->stub = Coordinator::NewStub(shared != nullptr ? shared : NewChannel(address, i, creds));
+      w->stub = Coordinator::NewStub(shared.empty() ? NewChannel(address, i, creds)
+                                                    : shared[i % shared.size()]);
       workers_.push_back(std::move(w));
     }
   }
@@ -258,10 +286,29 @@ class Fleet {
     return FromGrpc(w.stub->RegisterWorker(&ctx, req, &resp), "RegisterWorker " + w.id);
   }
 
+  // Registers every worker, register_threads at a time; the first error.
   absl::Status RegisterAll() {
-    for (auto& w : workers_) RETURN_IF_ERROR(Register(*w));
-    return absl::OkStatus();
+    std::atomic<int> next{0};
+    absl::Mutex mu;
+    absl::Status first;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < std::max(1, absl::GetFlag(FLAGS_register_threads)); ++t) {
+      threads.emplace_back([&] {
+        for (int i = next++; i < size(); i = next++) {
+          absl::Status s = Register(*workers_[i]);
+          absl::MutexLock lock(&mu);
+          if (!s.ok() && first.ok()) first = s;
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return first;
   }
+
+  // The interval the coordinator told the workers last (its pace: heartbeat_pace.h); 0: none.
+  absl::Duration told_interval() const { return absl::Milliseconds(told_interval_ms_.load()); }
+  // The interval the workers heartbeat at now: --interval, or the coordinator's pace once told.
+  absl::Duration interval() const { return absl::Nanoseconds(interval_ns_.load()); }
 
   void StartHeartbeats() {
     scheduler_ = std::thread([this] { Schedule(); });
@@ -299,13 +346,22 @@ class Fleet {
 
  private:
   // Fires worker i's k-th heartbeat at start + k*interval + i*interval/N.
+  // The workers follow the coordinator's pace: a new interval told in the answers applies from
+  // the next round on.
   void Schedule() {
     const int n = size();
-    const auto start = Clock::now();
-    const auto interval = absl::ToChronoNanoseconds(interval_);
+    auto start = Clock::now();
+    auto interval = absl::ToChronoNanoseconds(interval_);
     int64_t round = 0;
     int i = 0;
     while (!stop_) {
+      const absl::Duration told = absl::Milliseconds(told_interval_ms_.load());
+      if (i == 0 && told > absl::ZeroDuration() && told != absl::FromChrono(interval)) {
+        start = start + round * interval;
+        round = 0;
+        interval = absl::ToChronoNanoseconds(told);
+        interval_ns_ = absl::ToInt64Nanoseconds(told);
+      }
       const auto due = start + round * interval + interval * i / n;
       const auto now = Clock::now();
       if (due > now) {
@@ -360,6 +416,14 @@ class Fleet {
     ++counters_.ok;
     const HeartbeatResponse& r = call.resp;
     (r.has_assignment() ? assign_latency_ : latency_).Add(ms);
+    if (r.heartbeat_interval_ms() > 0) told_interval_ms_ = r.heartbeat_interval_ms();
+    if (r.has_assignment()) {
+      const int64_t bytes = static_cast<int64_t>(r.assignment().ByteSizeLong());
+      int64_t seen = counters_.assignment_bytes_max;
+      while (bytes > seen && !counters_.assignment_bytes_max.compare_exchange_weak(seen, bytes)) {
+      }
+      counters_.last_assignment_ns = Clock::now().time_since_epoch().count();
+    }
     {
       absl::MutexLock lock(&w.mu);
       if (r.has_assignment()) {
@@ -387,12 +451,14 @@ class Fleet {
           if (Register(*w).ok()) w->must_register = false;
         }
       }
-      absl::SleepFor(absl::Milliseconds(50));
+      absl::SleepFor(absl::Milliseconds(200));
     }
   }
 
   const std::string address_;
   const absl::Duration interval_;
+  std::atomic<int64_t> told_interval_ms_{0};
+  std::atomic<int64_t> interval_ns_{absl::ToInt64Nanoseconds(interval_)};
   std::vector<std::unique_ptr<SimWorker>> workers_;
   LatencyStats latency_, assign_latency_;
   Counters counters_;
@@ -436,6 +502,8 @@ struct PlaceResult {
   double placing_ms = -1;        // submit sent -> PLACING seen by a watcher
   double placing_coord_ms = -1;  // PLACING time - submitted time, both on the coordinator's clock
   double running_ms = -1;        // submit sent -> RUNNING (every rank acknowledged by heartbeat)
+  double delivered_ms = -1;      // PLACING seen -> the last rank's assignment received
+  int64_t assignment_bytes = 0;  // the largest assignment one rank was sent
   Summary heartbeats;            // heartbeat latency while placing, without an assignment
   Summary assigning;             // heartbeats whose response carried an assignment
 };
@@ -444,6 +512,8 @@ absl::StatusOr<PlaceResult> Place(Coordinator::Stub& stub, Fleet& fleet, const L
   PlaceResult r;
   fleet.latency().Reset();
   fleet.assign_latency().Reset();
+  fleet.counters().assignment_bytes_max = 0;
+  Clock::time_point placing_at;
   SubmitJobRequest submit;
   submit.set_spec_json(SpecJson(layout));
   SubmitJobResponse submitted;
@@ -457,7 +527,8 @@ absl::StatusOr<PlaceResult> Place(Coordinator::Stub& stub, Fleet& fleet, const L
   const Job& job = submitted.job();
 
   grpc::ClientContext watch_ctx;
-  watch_ctx.set_deadline(Deadline(absl::Seconds(60)));
+  // RUNNING comes about two heartbeat intervals after PLACING.
+  watch_ctx.set_deadline(Deadline(absl::Seconds(60) + 4 * fleet.interval()));
   WatchJobRequest watch;
   watch.set_job_id(job.id());
   auto reader = stub.WatchJob(&watch_ctx, watch);
@@ -470,12 +541,17 @@ absl::StatusOr<PlaceResult> Place(Coordinator::Stub& stub, Fleet& fleet, const L
       break;  // cannot be placed with this many workers
     }
     if (c.state() == PLACING && r.placing_ms < 0) {
+      placing_at = Clock::now();
       r.placing_ms = MillisSince(t0);
       r.placing_coord_ms = static_cast<double>(c.time_unix_ms() - job.submitted_unix_ms());
       r.placed = true;
     }
     if (c.state() == RUNNING) {
       r.running_ms = MillisSince(t0);
+      // Every rank acknowledged its assignment, so every one has arrived.
+      const Clock::time_point last{Clock::duration(fleet.counters().last_assignment_ns.load())};
+      r.delivered_ms = std::chrono::duration<double, std::milli>(last - placing_at).count();
+      r.assignment_bytes = fleet.counters().assignment_bytes_max;
       break;
     }
     if (c.state() == FAILED || c.state() == CANCELLED || c.state() == SUCCEEDED) {
@@ -496,7 +572,8 @@ absl::StatusOr<PlaceResult> Place(Coordinator::Stub& stub, Fleet& fleet, const L
   ctx.set_deadline(Deadline(absl::GetFlag(FLAGS_rpc_timeout)));
   RETURN_IF_ERROR(FromGrpc(stub.CancelJob(&ctx, cancel, &cancelled), "CancelJob"));
   // The workers hear of the cancel in their next heartbeats.
-  for (int i = 0; i < 100 && fleet.Running(job.id()) > 0; ++i) {
+  for (int i = 0;
+       i < 100 + 20 * absl::ToInt64Seconds(fleet.interval()) && fleet.Running(job.id()) > 0; ++i) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   return r;
@@ -520,8 +597,10 @@ absl::Status Main() {
     if (absl::GetFlag(FLAGS_coordinator_binary).empty()) {
       return absl::InvalidArgumentError("give --coordinator or --coordinator_binary");
     }
+    int largest = 1024;  // the coordinator's default --max_job_workers
+    for (const Layout& l : layouts) largest = std::max(largest, l.ranks());
     ASSIGN_OR_RETURN(child, CoordinatorProcess::Start(absl::GetFlag(FLAGS_coordinator_binary),
-                                                      absl::GetFlag(FLAGS_lease)));
+                                                      absl::GetFlag(FLAGS_lease), largest));
     address = child->address();
     std::printf("started a coordinator on %s (log %s)\n", address.c_str(), child->log().c_str());
   }
@@ -548,15 +627,18 @@ absl::Status Main() {
 
   const bool tls = !absl::GetFlag(FLAGS_tls_dir).empty();
   std::printf("%d simulated workers (%s), %d per host, heartbeat every %s, against %s (%s)\n", n,
-              absl::GetFlag(FLAGS_shared_channel) ? "one shared connection" : "one connection each",
+              absl::GetFlag(FLAGS_shared_channel) ? "one shared connection"
+              : absl::GetFlag(FLAGS_connections) > 0
+                  ? absl::StrCat(absl::GetFlag(FLAGS_connections), " shared connections").c_str()
+                  : "one connection each",
               absl::GetFlag(FLAGS_workers_per_host), absl::FormatDuration(interval).c_str(),
               address.c_str(), tls ? "mutual TLS" : "plaintext");
   Fleet fleet(address, n, absl::GetFlag(FLAGS_workers_per_host), interval, worker_creds);
   const auto reg_start = Clock::now();
   RETURN_IF_ERROR(fleet.RegisterAll());
   const double register_ms = MillisSince(reg_start);
-  std::printf("registered %d workers in %.0f ms (%.2f ms each, one after another)\n", n,
-              register_ms, register_ms / n);
+  std::printf("registered %d workers in %.0f ms (%d at a time)\n", n, register_ms,
+              std::max(1, absl::GetFlag(FLAGS_register_threads)));
   fleet.StartHeartbeats();
   absl::SleepFor(absl::GetFlag(FLAGS_warmup));
   fleet.latency().Reset();
@@ -578,6 +660,10 @@ absl::Status Main() {
       absl::FormatDuration(absl::GetFlag(FLAGS_duration)).c_str(), static_cast<long long>(sent),
       sent / absl::ToDoubleSeconds(absl::GetFlag(FLAGS_duration)), static_cast<long long>(errors),
       static_cast<long long>(skipped), hb.p50, hb.p90, hb.p99, hb.max, hb.mean);
+  std::printf("heartbeat interval told by the coordinator: %s (the workers follow it)\n",
+              fleet.told_interval() > absl::ZeroDuration()
+                  ? absl::FormatDuration(fleet.told_interval()).c_str()
+                  : "none (an older coordinator)");
   std::printf("CPU meanwhile: coordinator %s%% of a core, this tool %.0f%% (of %ld cores)\n",
               coordinator_cpu < 0 ? "?" : absl::StrFormat("%.0f", coordinator_cpu).c_str(), own_cpu,
               sysconf(_SC_NPROCESSORS_ONLN));
@@ -588,10 +674,17 @@ absl::Status Main() {
     ctx.set_deadline(Deadline(absl::GetFlag(FLAGS_rpc_timeout)));
     ListWorkersResponse resp;
     const auto t = Clock::now();
-    RETURN_IF_ERROR(
-        FromGrpc(control->ListWorkers(&ctx, ListWorkersRequest(), &resp), "ListWorkers"));
+    const absl::Status listed =
+        FromGrpc(control->ListWorkers(&ctx, ListWorkersRequest(), &resp), "ListWorkers");
     list_ms = MillisSince(t);
-    std::printf("ListWorkers: %d workers in %.2f ms\n", resp.workers_size(), list_ms);
+    if (listed.ok()) {
+      std::printf("ListWorkers: %d workers in %.2f ms\n", resp.workers_size(), list_ms);
+    } else {
+      // Tens of thousands of workers exceed a client's default 4 MiB message: not this tool's
+      // measurement, so it goes on.
+      std::printf("ListWorkers: %s (%.2f ms)\n", std::string(listed.message()).c_str(), list_ms);
+      list_ms = -1;
+    }
   }
 
   std::vector<std::string> results;
@@ -602,11 +695,19 @@ absl::Status Main() {
           "job %s (%d ranks): submit %.2f ms; PLACING after %.2f ms (coordinator "
           "clock: %.0f ms); RUNNING after %s ms\n"
           "  meanwhile: %lld heartbeats carrying the assignment, latency ms p50 %.2f "
-          "p99 %.2f max %.2f; %lld others, p50 %.2f p99 %.2f max %.2f\n",
+          "p99 %.2f max %.2f; %lld others, p50 %.2f p99 %.2f max %.2f\n"
+          "  every rank's assignment delivered %s ms after PLACING (%s heartbeat intervals of "
+          "%s); the largest one rank was sent: %lld bytes\n",
           layout.name().c_str(), layout.ranks(), p.submit_ms, p.placing_ms, p.placing_coord_ms,
           Fmt(p.running_ms).c_str(), static_cast<long long>(p.assigning.count), p.assigning.p50,
           p.assigning.p99, p.assigning.max, static_cast<long long>(p.heartbeats.count),
-          p.heartbeats.p50, p.heartbeats.p99, p.heartbeats.max);
+          p.heartbeats.p50, p.heartbeats.p99, p.heartbeats.max, Fmt(p.delivered_ms).c_str(),
+          p.delivered_ms < 0 ? "-"
+                             : absl::StrFormat("%.2f", p.delivered_ms / absl::ToDoubleMilliseconds(
+                                                                            fleet.interval()))
+                                   .c_str(),
+          absl::FormatDuration(fleet.interval()).c_str(),
+          static_cast<long long>(p.assignment_bytes));
     } else {
       std::printf("job %s (%d ranks): not placed: %s (submit %.2f ms)\n", layout.name().c_str(),
                   layout.ranks(), p.reason.c_str(), p.submit_ms);
@@ -616,11 +717,12 @@ absl::Status Main() {
         "hb_p90_ms=%.2f hb_p99_ms=%.2f hb_max_ms=%.2f register_ms=%.0f list_workers_ms=%.2f "
         "layout=%s ranks=%d placed=%d submit_ms=%.2f placing_ms=%s placing_coord_ms=%s "
         "running_ms=%s place_hb_p99_ms=%.2f place_assign_p99_ms=%.2f coordinator_cpu_pct=%.0f "
-        "tool_cpu_pct=%.0f",
+        "tool_cpu_pct=%.0f interval_ms=%.0f delivered_ms=%s assignment_bytes=%lld",
         tls ? 1 : 0, n, hb.count, errors, skipped, hb.p50, hb.p90, hb.p99, hb.max, register_ms,
         list_ms, layout.name(), layout.ranks(), p.placed ? 1 : 0, p.submit_ms, Fmt(p.placing_ms),
         Fmt(p.placing_coord_ms), Fmt(p.running_ms), p.heartbeats.p99, p.assigning.p99,
-        coordinator_cpu, own_cpu));
+        coordinator_cpu, own_cpu, absl::ToDoubleMilliseconds(fleet.interval()), Fmt(p.delivered_ms),
+        static_cast<long long>(p.assignment_bytes)));
   }
   fleet.StopHeartbeats();
   for (const std::string& line : results) std::printf("%s\n", line.c_str());

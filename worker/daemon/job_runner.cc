@@ -281,7 +281,7 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
   };
   job_options.tls = options_.peer_tls;
   if (WorkerMetrics* metrics = options_.metrics; metrics != nullptr) {
-    const RankAssignment& me = assignment_.placement().ranks(rank);
+    const RankAssignment me = RankCoordinates(options.layout, rank);
     metrics->StartJob({assignment_.job_id(), rank, me.dp_rank(), me.pp_rank(), me.tp_rank()});
     job_options.observer = metrics;
     options.on_collective = [metrics](const char* op, int64_t bytes, double seconds) {
@@ -304,8 +304,8 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
     // The coordinator prefixes events with the worker and its (dp, pp, tp).
     callbacks_.event(absl::StrFormat(
         "rank %d of %d, layers %s: connected to %d %s in %.2fs", rank, job->size(),
-        layers.empty() ? "(even split)" : absl::StrJoin(layers, " "), job->size() - 1,
-        job->size() == 2 ? "peer" : "peers", absl::ToDoubleSeconds(absl::Now() - start)));
+        layers.empty() ? "(even split)" : absl::StrJoin(layers, " "), job->peers().size(),
+        job->peers().size() == 1 ? "peer" : "peers", absl::ToDoubleSeconds(absl::Now() - start)));
     if (rank == 0) {
       const ParallelLayout& layout = options.layout;
       AnnounceTraining(absl::StrFormat("%d workers (dp=%d pp=%d tp=%d, schedule %s)", job->size(),
@@ -330,7 +330,7 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
     // this runner is destroyed, after the failure is reported (parallel_job.h): peers waiting
     // on this rank learn of the failure from the coordinator.
     for (int peer : job->SuspectPeers(status)) {
-      suspect_workers_.push_back(assignment_.placement().ranks(peer).worker_id());
+      suspect_workers_.push_back(job->WorkerOf(peer));
     }
     if (last == 0) return status;
     return Annotate(status, absl::StrCat("training failed after step ", last));

@@ -5,9 +5,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
@@ -65,38 +67,40 @@ absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string&
   const std::string what =
       absl::StrFormat("job %s (dp=%d pp=%d tp=%d)", assignment.job_id(), std::max(1, layout.dp()),
                       std::max(1, layout.pp()), std::max(1, layout.tp()));
-  if (placement.ranks_size() != n) {
-    return absl::FailedPreconditionError(absl::StrCat("the assignment of ", what, " lists ",
-                                                      placement.ranks_size(), " ranks, not ", n));
-  }
   absl::flat_hash_map<std::string, int> by_address;
-  int mine = -1;
-  for (int i = 0; i < n; ++i) {
+  absl::flat_hash_set<int> listed;
+  int mine = -1, previous = -1;
+  for (int i = 0; i < placement.ranks_size(); ++i) {
     const RankAssignment& r = placement.ranks(i);
-    if (plan::RankIndex(layout, r) != i || r.dp_rank() < 0 || r.pp_rank() < 0 || r.tp_rank() < 0 ||
-        r.pp_rank() >= std::max(1, layout.pp()) || r.tp_rank() >= std::max(1, layout.tp())) {
+    const int index = plan::RankIndex(layout, r);
+    if (r.dp_rank() < 0 || r.pp_rank() < 0 || r.tp_rank() < 0 || index >= n ||
+        r.pp_rank() >= std::max(1, layout.pp()) || r.tp_rank() >= std::max(1, layout.tp()) ||
+        index <= previous) {
       return absl::FailedPreconditionError(absl::StrCat("placement entry ", i, " of ", what, " is ",
                                                         plan::RankLabel(r),
                                                         ", out of (dp, pp, tp) order"));
     }
+    previous = index;
+    listed.insert(index);
     if (r.worker_id().empty() || r.worker_address().empty()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("rank ", i, " of ", what, " has no worker id or no address (worker \"",
+          absl::StrCat("rank ", index, " of ", what, " has no worker id or no address (worker \"",
                        r.worker_id(), "\", address \"", r.worker_address(), "\")"));
     }
     auto [it, inserted] = by_address.emplace(r.worker_address(), i);
     if (!inserted) {
+      const RankAssignment& other = placement.ranks(it->second);
       return absl::FailedPreconditionError(absl::StrCat(
-          "ranks ", it->second, " (worker ", placement.ranks(it->second).worker_id(), ") and ", i,
+          "ranks ", plan::RankIndex(layout, other), " (worker ", other.worker_id(), ") and ", index,
           " (worker ", r.worker_id(), ") of ", what, " have the same peer address ",
           r.worker_address(), ": every worker needs its own --advertise_address"));
     }
     if (r.worker_id() == worker_id) {
       if (mine >= 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("worker ", worker_id, " holds ranks ", mine, " and ", i, " of ", what));
+        return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " holds ranks ",
+                                                          mine, " and ", index, " of ", what));
       }
-      mine = i;
+      mine = index;
     }
   }
   if (mine < 0) {
@@ -106,9 +110,31 @@ absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string&
   if (assignment.has_rank() && plan::RankIndex(layout, assignment.rank()) != mine) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", worker_id, " is assigned ", plan::RankLabel(assignment.rank()), " of ", what,
-        " but the placement puts it at ", plan::RankLabel(placement.ranks(mine))));
+        " but the placement puts it at ", plan::RankLabel(RankCoordinates(layout, mine))));
+  }
+  std::vector<std::string> missing;
+  for (int peer : plan::PeerRanks(layout, mine)) {
+    if (!listed.contains(peer)) missing.push_back(absl::StrCat(peer));
+  }
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the assignment of ", what, " lists ", placement.ranks_size(), " ranks but not rank ", mine,
+        "'s peer", missing.size() == 1 ? " " : "s ", absl::StrJoin(missing, ", ")));
   }
   return mine;
+}
+
+Placement PlacementByRank(const JobAssignment& assignment) {
+  const ParallelLayout& layout = assignment.spec().parallel();
+  const int n = static_cast<int>(plan::WorkersNeeded(layout));
+  Placement all;
+  all.set_peer_secret(assignment.placement().peer_secret());
+  for (int r = 0; r < n; ++r) *all.add_ranks() = RankCoordinates(layout, r);
+  for (const RankAssignment& r : assignment.placement().ranks()) {
+    const int index = plan::RankIndex(layout, r);
+    if (index >= 0 && index < n) *all.mutable_ranks(index) = r;
+  }
+  return all;
 }
 
 absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignment& assignment,
@@ -125,11 +151,15 @@ absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignme
                                                       " is incomplete: ", planned.message()));
   }
   o.rank = rank;
-  if (rank < 0 || rank >= assignment.placement().ranks_size()) {
+  const RankAssignment* listed = nullptr;
+  for (const RankAssignment& r : assignment.placement().ranks()) {
+    if (plan::RankIndex(o.layout, r) == rank) listed = &r;
+  }
+  if (listed == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", rank, " is not in the placement of job ", assignment.job_id()));
   }
-  const RankAssignment& r = assignment.placement().ranks(rank);
+  const RankAssignment& r = *listed;
   if (r.chunks_size() > 0) {
     for (const LayerRange& c : r.chunks()) o.chunks.push_back({c.first_layer(), c.num_layers()});
   } else if (r.num_layers() > 0) {
@@ -137,7 +167,7 @@ absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignme
   } else {
     return absl::FailedPreconditionError(
         absl::StrCat("the placement of job ", assignment.job_id(), " gives ",
-                     plan::DescribeRank(assignment.placement(), rank), " no layers"));
+                     plan::DescribeRank(PlacementByRank(assignment), rank), " no layers"));
   }
   // A rank's host: its worker's peer address without the port ("10.0.0.4:7071" -> "10.0.0.4",
   // "[::1]:7071" -> "[::1]"), the same on every rank, so all pick the same dp all-reduce.
@@ -151,9 +181,11 @@ absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignme
 
 ParallelJob::ParallelJob(const JobAssignment& assignment, int rank, ParallelJobOptions options)
     : job_id_(assignment.job_id()),
-      placement_(assignment.placement()),
+      placement_(PlacementByRank(assignment)),
       rank_(rank),
-      size_(assignment.placement().ranks_size()),
+      size_(placement_.ranks_size()),
+      peers_(rank >= 0 && rank < size_ ? plan::PeerRanks(assignment.spec().parallel(), rank)
+                                       : std::vector<int>()),
       options_(std::move(options)) {}
 
 ParallelJob::~ParallelJob() {
@@ -241,10 +273,7 @@ absl::Status ParallelJob::Connect() {
     t->Shutdown(absl::ZeroDuration());
     return absl::CancelledError("aborted while starting the peer service");
   }
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    RETURN_IF_ERROR(ConnectTo(peer, deadline));
-  }
+  for (int peer : peers_) RETURN_IF_ERROR(ConnectTo(peer, deadline));
   return absl::OkStatus();
 }
 
@@ -316,8 +345,7 @@ std::vector<int> ParallelJob::SuspectPeers(const absl::Status& s) const {
   if (!waited_on_peers) return {};
   std::shared_ptr<comm::GrpcTransport> t = transport();
   std::vector<int> suspects;
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
+  for (int r : peers_) {  // the only ranks this one talks to
     const bool failed = t != nullptr && !t->PeerStatus(r).ok();
     // The transport names peers as DescribeRank does: "rank 3 (worker w4 at ...".
     const bool named = absl::StrContains(

@@ -14,17 +14,18 @@
 //
 // Addresses: rank r listens on its own RankAssignment.worker_address (the address its worker
 // registered with: --advertise_address), on every interface unless --peer_listen says
-// otherwise, and reaches rank q at placement.ranks(q).worker_address. The transport lives for
-// the job only (HELLOs carry the job id and the run's Placement.peer_secret; a worker runs one
-// job at a time, and accepts streams only from workers of the same run).
+// otherwise, and reaches its peers (plan/ranks.h PeerRanks: at most 8, whatever the job's size)
+// at the addresses its assignment lists; it knows no other rank's address and needs none. The
+// transport lives for the job only (HELLOs carry the job id and the run's Placement.peer_secret; a
+// worker runs one job at a time, and accepts streams only from workers of the same run).
 //
-// Connecting: peers get their assignments in their own heartbeats, so they start up to a
-// heartbeat interval apart (more after a coordinator restart). Connect waits for each peer's
-// peer service to accept connections, polling every 100 ms (so Abort is honoured at once),
-// and to serve this run: a worker may still serve its previous job's peer service on the same
-// address for a moment after that job ended (until its outcome is delivered), which refuses
-// this run's secret; Connect asks (a clock-only Diagnose with this run's job id and secret)
-// and waits while the answer is a refusal. Then it opens the job's stream to the peer; all
+// Connecting: only to its peers (PeerRanks). They get their assignments in their own
+// heartbeats, so they start up to a heartbeat interval apart (more after a coordinator restart).
+// Connect waits for each peer's peer service to accept connections, polling every 100 ms (so Abort
+// is honoured at once), and to serve this run: a worker may still serve its previous job's peer
+// service on the same address for a moment after that job ended (until its outcome is delivered),
+// which refuses this run's secret; Connect asks (a clock-only Diagnose with this run's job id and
+// secret) and waits while the answer is a refusal. Then it opens the job's stream to the peer; all
 // within `connect_timeout`. A peer that never comes, or still serves another run at the
 // deadline, is Unavailable naming its rank, worker and address (a FAILURE_PEER blaming it,
 // which a restart can cure).
@@ -80,10 +81,19 @@ class GrpcTransport;
 
 namespace dtrain::worker {
 
-// Checks the placement of a multi-worker assignment (dp*pp*tp entries in (dp, pp, tp) order,
-// each with a worker id and address, and this worker's rank among them) and returns this
-// worker's rank index. FailedPrecondition naming what is wrong.
+// Checks the placement of a multi-worker assignment and returns this worker's rank index. The
+// coordinator sends a rank its own part of the job (coordinator/rank_assignment.h): entries in
+// rank order, each with its coordinates, a worker id and an address, one of them this worker's,
+// and among them every rank it talks to (plan/ranks.h PeerRanks); a whole placement (dp*pp*tp
+// entries) is accepted too. FailedPrecondition naming what is wrong (an entry out of order or
+// outside the layout, no worker or address, two entries with one address, no entry or two for
+// this worker, a peer missing).
 absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string& worker_id);
+
+// The assignment's placement indexed by rank: dp*pp*tp entries, those the assignment lists as
+// they are, every other with its coordinates only (no worker, no address: a rank this one never
+// talks to). Call on an assignment FindRank accepted.
+Placement PlacementByRank(const JobAssignment& assignment);
 
 // The options of rank `rank` of `assignment`: the run (PlanFromSpec: model, optimizer, data,
 // seed, steps, the whole batch, checkpoint dir and interval, save path), the layout and
@@ -153,6 +163,10 @@ class ParallelJob {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // The ranks Connect connects to (plan/ranks.h PeerRanks), ascending.
+  const std::vector<int>& peers() const { return peers_; }
+  // The worker of rank `rank`; empty for a rank this one was not told about (not a peer).
+  const std::string& WorkerOf(int rank) const { return placement_.ranks(rank).worker_id(); }
 
  private:
   std::shared_ptr<comm::GrpcTransport> transport() const;
@@ -164,6 +178,7 @@ class ParallelJob {
   const Placement placement_;
   const int rank_;
   const int size_;
+  const std::vector<int> peers_;
   const ParallelJobOptions options_;
   // What this rank did last (always on): the transport's peer service answers it to
   // `dtrain diagnose`, and the trainer records into it through observed_. Declared before

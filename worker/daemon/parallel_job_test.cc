@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -27,6 +28,8 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "plan/job_plan.h"
+#include "plan/ranks.h"
+#include "worker/comm/groups.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/testing/text_corpus.h"
 
@@ -80,9 +83,11 @@ JobSpec Spec(const std::string& dataset, int steps) {
 }
 
 // The coordinator's assignment of every rank: workers w0, w1, ... on free loopback ports, the
-// layers split evenly over the pipeline stages.
+// layers split evenly over the pipeline stages. Each rank's placement is its part, as the
+// coordinator sends it (coordinator/rank_assignment.h): its own entry and its peers' (plan/ranks.h
+// PeerRanks) with their coordinates, worker and address; with `whole`, every rank's entry.
 std::vector<JobAssignment> Assignments(const std::string& job_id, JobSpec spec, int dp, int pp,
-                                       int tp) {
+                                       int tp, bool whole = false) {
   spec.mutable_parallel()->set_dp(dp);
   spec.mutable_parallel()->set_pp(pp);
   spec.mutable_parallel()->set_tp(tp);
@@ -109,7 +114,22 @@ std::vector<JobAssignment> Assignments(const std::string& job_id, JobSpec spec, 
     a.set_job_uid("uid-" + job_id);
     *a.mutable_spec() = spec;
     *a.mutable_rank() = r;
-    *a.mutable_placement() = placement;
+    if (whole) {
+      *a.mutable_placement() = placement;
+    } else {
+      const int me = RankIndex(spec.parallel(), r);
+      const std::vector<int> peers = plan::PeerRanks(spec.parallel(), me);
+      for (int q = 0; q < placement.ranks_size(); ++q) {
+        if (q == me) {
+          *a.mutable_placement()->add_ranks() = r;
+        } else if (std::find(peers.begin(), peers.end(), q) != peers.end()) {
+          RankAssignment* peer = a.mutable_placement()->add_ranks();
+          *peer = RankCoordinates(spec.parallel(), q);
+          peer->set_worker_id(placement.ranks(q).worker_id());
+          peer->set_worker_address(placement.ranks(q).worker_address());
+        }
+      }
+    }
     out.push_back(a);
   }
   return out;
@@ -191,7 +211,8 @@ TEST(FindRank, FindsThisWorkerAndChecksThePlacement) {
 
   JobAssignment missing = a[0];
   missing.mutable_placement()->mutable_ranks()->RemoveLast();
-  EXPECT_THAT(FindRank(missing, "w0").status().message(), HasSubstr("lists 3 ranks, not 4"));
+  EXPECT_THAT(FindRank(missing, "w0").status().message(),
+              HasSubstr("lists 3 ranks but not rank 0's peer 3"));
 
   JobAssignment same = a[0];
   same.mutable_placement()->mutable_ranks(3)->set_worker_address(
@@ -208,6 +229,71 @@ TEST(FindRank, FindsThisWorkerAndChecksThePlacement) {
   *other.mutable_rank() = a[1].rank();
   EXPECT_THAT(FindRank(other, "w0").status().message(),
               HasSubstr("is assigned dp0 pp1 tp0 of job job-1"));
+}
+
+TEST(FindRank, AcceptsTheRanksPartAndTheWholePlacement) {
+  // 4 x 4 x 2 = 32 ranks: rank 13 (dp1 pp2 tp1) is sent itself and 6 peers, not 31.
+  std::vector<JobAssignment> part = Assignments("job-1", Spec("/d", 1), 4, 4, 2);
+  std::vector<JobAssignment> whole = Assignments("job-1", Spec("/d", 1), 4, 4, 2, true);
+  EXPECT_EQ(part[13].placement().ranks_size(),
+            1 + plan::PeerRanks(part[13].spec().parallel(), 13).size());
+  EXPECT_LT(part[13].placement().ranks_size(), 9);
+  EXPECT_EQ(FindRank(part[13], "w13").value(), 13);
+  EXPECT_EQ(FindRank(whole[13], "w13").value(), 13);
+  const Placement by_rank = PlacementByRank(part[13]);
+  ASSERT_EQ(by_rank.ranks_size(), 32);
+  EXPECT_EQ(by_rank.ranks(14).worker_id(), "w14");  // tp peer
+  EXPECT_EQ(by_rank.ranks(0).worker_id(), "");      // not a peer: coordinates only
+  EXPECT_EQ(plan::DescribeRank(by_rank, 0), "rank 0 (dp0 pp0 tp0)");
+}
+
+// Every rank the trainer's collectives and pipeline links reach (worker/comm/groups.h, in ring
+// order) is one of plan::PeerRanks: the coordinator's rule for which addresses a rank is sent
+// agrees with what the rank talks to, for every rank of many layouts.
+TEST(PeerRanks, CoverEveryRingNeighbourOfEveryGroup) {
+  for (int dp : {1, 2, 3, 5}) {
+    for (int pp : {1, 2, 3, 4}) {
+      for (int tp : {1, 2, 4}) {
+        ParallelLayout layout;
+        layout.set_dp(dp);
+        layout.set_pp(pp);
+        layout.set_tp(tp);
+        const int n = dp * pp * tp;
+        std::vector<int> world(n);
+        for (int i = 0; i < n; ++i) world[i] = i;
+        for (int rank = 0; rank < n; ++rank) {
+          SCOPED_TRACE(absl::StrCat(dp, "x", pp, "x", tp, " rank ", rank));
+          const std::vector<int> peers = plan::PeerRanks(layout, rank);
+          EXPECT_LE(peers.size(), 8u);
+          auto expect_peer = [&](int q, const char* why) {
+            if (q < 0 || q == rank) return;
+            EXPECT_TRUE(std::find(peers.begin(), peers.end(), q) != peers.end())
+                << why << " neighbour " << q << " missing";
+            const std::vector<int> back = plan::PeerRanks(layout, q);
+            EXPECT_TRUE(std::find(back.begin(), back.end(), rank) != back.end())
+                << "not symmetric with " << q;
+          };
+          auto ring = [&](const std::vector<int>& members, const char* why) {
+            const auto at = std::find(members.begin(), members.end(), rank);
+            ASSERT_NE(at, members.end());
+            const int i = static_cast<int>(at - members.begin()), m = members.size();
+            expect_peer(members[(i + 1) % m], why);
+            expect_peer(members[(i + m - 1) % m], why);
+          };
+          ring(comm::TensorParallelGroup(layout, rank)->ranks, "tp");
+          ring(comm::DataParallelGroup(layout, rank)->ranks, "dp");
+          ring(world, "world");
+          if (auto tied = *comm::TiedEmbeddingGroup(layout, rank)) ring(tied->ranks, "tied");
+          for (bool interleaved : {false, true}) {
+            const comm::PipelineNeighbours p =
+                *comm::PipelineNeighboursOf(layout, rank, interleaved);
+            expect_peer(p.prev, "pipeline");
+            expect_peer(p.next, "pipeline");
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(ParallelPlan, TheJobPlansLayoutAndThePlacementsLayers) {
@@ -307,6 +393,10 @@ TEST_P(Layouts, TrainToOneWorkersNumbersAndOnlyOneRankReports) {
   std::vector<JobAssignment> a = Assignments(absl::StrCat("job-", dp, pp, tp), spec, dp, pp, tp);
   std::vector<RankRun> runs = RunRanks(a, dir);
   const int reporting = plan::ReportingRank(a[0].spec().parallel());
+  std::vector<std::vector<int>> peers;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    peers.push_back(plan::PeerRanks(a[0].spec().parallel(), static_cast<int>(r)));
+  }
   for (size_t r = 0; r < runs.size(); ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     ASSERT_TRUE(runs[r].outcome.succeeded()) << runs[r].outcome.error();
@@ -332,8 +422,8 @@ TEST_P(Layouts, TrainToOneWorkersNumbersAndOnlyOneRankReports) {
     ASSERT_FALSE(runs[r].events.empty());
     EXPECT_THAT(runs[r].events.front(), HasSubstr(absl::StrCat("of ", runs.size(), ", layers ")));
     EXPECT_THAT(runs[r].events.front(),
-                HasSubstr(absl::StrCat("connected to ", runs.size() - 1,
-                                       runs.size() == 2 ? " peer in " : " peers in ")));
+                HasSubstr(absl::StrCat("connected to ", peers[r].size(),
+                                       peers[r].size() == 1 ? " peer in " : " peers in ")));
   }
 }
 

@@ -369,6 +369,17 @@ absl::Status WorkerDaemon::Heartbeat(bool* started_job) {
     registered_ = false;
     return absl::OkStatus();
   }
+  if (response->heartbeat_interval_ms() > 0) {
+    // The coordinator paces its cluster (it lengthens the interval as the cluster grows).
+    const absl::Duration interval =
+        absl::Milliseconds(std::clamp<int64_t>(response->heartbeat_interval_ms(), 10, 60000));
+    if (interval != heartbeat_interval_) {
+      LogLine(options_.worker_id,
+              absl::StrCat("heartbeat every ", absl::FormatDuration(interval), " from now on (was ",
+                           absl::FormatDuration(heartbeat_interval_), ")"));
+      heartbeat_interval_ = interval;
+    }
+  }
   for (const std::string& id : response->cancel_job_ids()) {
     CancelByCoordinatorLocked(id, "cancelled by the coordinator");
   }

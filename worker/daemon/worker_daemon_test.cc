@@ -224,8 +224,8 @@ TEST_F(WorkerDaemonTest, MultiWorkerJobWithABadPlacementFailsNamingIt) {
   ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
   const JobOutcome outcome = OutcomeOf(fake_.reports());
   EXPECT_FALSE(outcome.succeeded());
-  EXPECT_THAT(outcome.error(), HasSubstr("the assignment of job job-000005 (dp=2 pp=2 tp=1) "
-                                         "lists 0 ranks, not 4"));
+  EXPECT_THAT(outcome.error(), HasSubstr("the placement of job job-000005 (dp=2 pp=2 tp=1) "
+                                         "gives no rank to worker w1"));
 }
 
 TEST_F(WorkerDaemonTest, AWorkerIdHeldByAnotherLiveSessionEndsRunAfterTheWait) {

@@ -1,0 +1,118 @@
+#include "coordinator/rank_assignment.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "plan/ranks.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+using ::testing::ElementsAreArray;
+
+// A job of dp x pp x tp ranks placed one rank per worker, as the coordinator holds it: the whole
+// placement, stage_layers given (pp entries), every rank with its layers and memory.
+JobAssignment Whole(int dp, int pp, int tp) {
+  JobAssignment job;
+  job.set_job_id("job-000042");
+  job.set_job_uid("0123456789abcdef");
+  job.set_attempt(1);
+  JobSpec& spec = *job.mutable_spec();
+  spec.set_name("scale");
+  spec.set_steps(1000);
+  spec.set_batch_size(4 * dp);
+  spec.mutable_model()->set_n_layer(2 * pp);
+  ParallelLayout& layout = *spec.mutable_parallel();
+  layout.set_dp(dp);
+  layout.set_pp(pp);
+  layout.set_tp(tp);
+  layout.set_schedule("1f1b");
+  for (int s = 0; s < pp; ++s) layout.add_stage_layers(2);
+  Placement& placement = *job.mutable_placement();
+  placement.set_peer_secret(std::string(16, 'k'));
+  for (int r = 0; r < dp * pp * tp; ++r) {
+    RankAssignment a = RankCoordinates(layout, r);
+    // Fixed-width names and addresses, so only the number of entries can change the size.
+    a.set_worker_id(absl::StrFormat("worker-%05d", r));
+    a.set_worker_address(absl::StrFormat("10.%03d.%03d.1:7071", r / 256, r % 256));
+    a.set_first_layer(2 * a.pp_rank());
+    a.set_num_layers(2);
+    a.set_memory_bytes(int64_t{3} << 30);
+    *placement.add_ranks() = a;
+  }
+  for (int s = 0; s < pp; ++s) placement.add_stage_costs(2.0);
+  return job;
+}
+
+TEST(AssignmentForRank, HoldsTheRankItsPeersAndTheSecretInRankOrder) {
+  const JobAssignment whole = Whole(2, 4, 2);  // 16 ranks
+  const int rank = 5;                          // dp0 pp2 tp1
+  const JobAssignment part = AssignmentForRank(whole, rank);
+  EXPECT_EQ(part.job_id(), "job-000042");
+  EXPECT_EQ(part.job_uid(), "0123456789abcdef");
+  EXPECT_EQ(part.attempt(), 1);
+  EXPECT_EQ(part.rank().SerializeAsString(), whole.placement().ranks(rank).SerializeAsString());
+  EXPECT_EQ(part.placement().peer_secret(), whole.placement().peer_secret());
+  EXPECT_TRUE(part.placement().stage_costs().empty());
+  EXPECT_TRUE(part.spec().parallel().stage_layers().empty());
+  EXPECT_EQ(part.spec().parallel().dp(), 2);
+
+  std::vector<int> listed;
+  for (const RankAssignment& r : part.placement().ranks()) {
+    const int index = RankIndex(part.spec().parallel(), r);
+    listed.push_back(index);
+    EXPECT_EQ(r.worker_id(), whole.placement().ranks(index).worker_id());
+    EXPECT_EQ(r.worker_address(), whole.placement().ranks(index).worker_address());
+    if (index != rank) {
+      EXPECT_EQ(r.memory_bytes(), 0) << "a peer's entry is its address only";
+    }
+  }
+  std::vector<int> want = plan::PeerRanks(whole.spec().parallel(), rank);
+  want.push_back(rank);
+  std::sort(want.begin(), want.end());
+  // pipeline pp1 and pp3 (ranks 3, 7), tp0 (4), dp1 (13), the job's ring (4, 6).
+  EXPECT_THAT(want, ElementsAreArray({3, 4, 5, 6, 7, 13}));
+  EXPECT_THAT(listed, ElementsAreArray(want));
+}
+
+// The acceptance of the coordinator's scale: what a rank is sent for its assignment does not
+// grow with the job, from 8 to 4,096 ranks, for every rank's position (first, middle, last).
+TEST(AssignmentForRank, BytesPerRankDoNotGrowWithTheJob) {
+  struct Shape {
+    int dp, pp, tp;
+  };
+  const std::vector<Shape> shapes = {{2, 2, 2},  {4, 4, 4},   {16, 4, 8},
+                                     {64, 8, 4}, {256, 4, 4}, {16, 32, 8}};
+  size_t smallest_whole = 0, largest_whole = 0, largest_part = 0;
+  for (const Shape& s : shapes) {
+    const JobAssignment whole = Whole(s.dp, s.pp, s.tp);
+    const int n = s.dp * s.pp * s.tp;
+    size_t part_max = 0;
+    for (int rank : {0, 1, n / 2, n - 1}) {
+      part_max = std::max(part_max, AssignmentForRank(whole, rank).ByteSizeLong());
+    }
+    const size_t whole_bytes = whole.ByteSizeLong();
+    if (smallest_whole == 0) smallest_whole = whole_bytes;
+    largest_whole = std::max(largest_whole, whole_bytes);
+    largest_part = std::max(largest_part, part_max);
+    // At most 9 entries of about 50 bytes, the spec and the ids: under 1 KiB at any size.
+    EXPECT_LE(part_max, 1024u) << s.dp << "x" << s.pp << "x" << s.tp << " (" << n << " ranks)";
+  }
+  // The whole placement does grow (so the bound above is the view's doing): 4,096 ranks are
+  // hundreds of KiB, 8 ranks a few hundred bytes.
+  EXPECT_GT(largest_whole, 100u * smallest_whole);
+  EXPECT_LE(largest_part, 1024u);
+}
+
+TEST(AssignmentForRank, OneRankJobHasItselfAlone) {
+  const JobAssignment part = AssignmentForRank(Whole(1, 1, 1), 0);
+  ASSERT_EQ(part.placement().ranks_size(), 1);
+  EXPECT_EQ(part.placement().ranks(0).worker_id(), "worker-00000");
+}
+
+}  // namespace
+}  // namespace dtrain::coordinator
