@@ -1325,6 +1325,9 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
                                        Plural(able, worker), able == 1 ? " is" : " are",
                                        " registered: it stays QUEUED until enough register"));
   }
+  if (std::optional<std::string> off = plan::CheckpointsOffWarning(spec)) {
+    response.add_warnings(*off);
+  }
   if (too_big.has_value()) {
     response.add_warnings(absl::StrCat("no registered worker can hold this job: ", *too_big,
                                        "; it stays QUEUED until workers with room register"));

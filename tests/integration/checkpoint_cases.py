@@ -4,6 +4,7 @@ step, what killed writers leave) is resumed from the newest intact sealed step, 
 says why in one line each, and nothing outside the directory is read or written.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -172,3 +173,53 @@ def case_checkpoint_disk_full(args):
             for p in reversed(c.processes):  # nothing may hold the tmpfs when it goes
                 p.stop(timeout=5)
             subprocess.run(["umount", "-l", small], capture_output=True)
+
+
+def case_checkpoint_default(args):
+    """A one-worker job whose spec says nothing about checkpoints (no checkpoint.dir, no
+    interval: README's tiny.json) checkpoints every 100 steps (plan/checkpoint_plan.h) into the
+    worker's <data_root>/jobs/<job id>/; kill -9 of its worker after step 103 and a restart at
+    once: the recovery resumes from step 100 (redoing fewer than an interval's steps, not all
+    103) and the job SUCCEEDS. A spec with checkpoint.interval_steps 0 gets a warning at submit
+    ("turns periodic checkpoints off")."""
+    with Cluster(args.binaries, "checkpoint_default") as c:
+        delay = "--test_only_step_delay=40ms"  # the kill lands between steps 103 and 125
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1", extra=[delay])
+        c.wait_workers({"w1": "IDLE"})
+        spec = small_job_spec("", 125, name="default", fault_tolerance={"max_restarts": 1})
+        del spec["checkpoint"]
+        rc, out, err = c.cli("--json", "submit", c.write_spec("default.json", spec), timeout=30)
+        expect(rc == 0 and "warning" not in err, "submit: exit %d\n%s%s" % (rc, out, err))
+        job_id = json.loads(out)["id"]
+        job_dir = os.path.join(c.tmp, "data-w1", "jobs", job_id)
+        c.wait_step(job_id, 103, 120)
+        expect(os.path.isfile(os.path.join(job_dir, "step_00000100", "manifest.json")),
+               "no sealed step 100 in %s: %s" % (job_dir, os.listdir(job_dir)))
+        c.workers["w1"].signal(signal.SIGKILL)
+        c.workers["w1"].wait(10)
+        c.start_worker("w1", extra=[delay])
+        done = c.wait_state(job_id, FINAL, 180)
+        expect(done["state"] == "SUCCEEDED", "after kill -9: %s: %s"
+               % (done["state"], done.get("reason")))
+        r = one_recovery(done)
+        redone = int(r.get("steps_redone", 0))
+        expect(int(r.get("resumed_from_step", 0)) == 100 and 0 < redone < 100,
+               "the recovery should resume from step 100 and redo fewer than 100 steps: %s" % r)
+        steps = sorted(n for n in os.listdir(job_dir) if n.startswith("step_"))
+        expect(steps == ["step_00000100", "step_00000125"], "sealed steps in %s: %s"
+               % (job_dir, steps))
+
+        off = small_job_spec("", 500, name="off")
+        off["checkpoint"] = {"interval_steps": 0}
+        rc, out, err = c.cli("--json", "submit", c.write_spec("off.json", off), timeout=30)
+        expect(rc == 0 and "warning: checkpoint.interval_steps=0 turns periodic checkpoints off"
+               in err, "interval_steps 0 should be warned about at submit: exit %d\n%s%s"
+               % (rc, out, err))
+        c.cli("cancel", json.loads(out)["id"], timeout=30, check=True)
+        print("no checkpoint settings, 125 steps, kill -9 after step %d: resumed from step 100, "
+              "%d steps redone, SUCCEEDED; %s holds %s; interval_steps 0: %s"
+              % (int(r.get("last_step", 0)), redone, job_dir, ", ".join(steps),
+                 err.strip().splitlines()[-1]))
+
