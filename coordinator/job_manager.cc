@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/job_paths.h"
 #include "common/peer_secret.h"
+#include "common/run_record.h"
 #include "common/status_macros.h"
 #include "coordinator/recovery.h"
 #include "coordinator/submit_spec.h"
@@ -1009,6 +1010,16 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
                    request.host_label(), "\", ", request.device().kind(), " ",
                    request.device().name(), ")", attach.empty() ? "" : " running " + attach));
 
+  if (!request.previous_run().job_id().empty()) {
+    // Its previous process died running that job (common/run_record.h): say how, in the job's
+    // log (the job may have moved on or ended since).
+    const std::string line = DescribePreviousRun(worker_id, request.previous_run());
+    Log(line);
+    if (IsJobId(request.previous_run().job_id()) &&
+        store_->GetJob(request.previous_run().job_id(), /*with_history=*/false).ok()) {
+      Event(request.previous_run().job_id(), line);
+    }
+  }
   auto returned = [&](ActiveJob& job, const std::string& what) {
     if (job.awaiting.erase(worker_id) == 0) return;
     Event(job.id, absl::StrCat("worker ", worker_id, " ", what, " after the coordinator restart"));

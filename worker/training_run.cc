@@ -21,7 +21,13 @@ absl::Status RunTrainingSteps(
     return absl::OkStatus();
   };
   for (int64_t step = start_step + 1; step <= run.steps; ++step) {
-    ASSIGN_OR_RETURN(TrainStepMetrics metrics, train_step(step));
+    absl::StatusOr<TrainStepMetrics> trained = train_step(step);
+    if (!trained.ok()) {
+      // A step stopped in the middle (a cancel): the checkpoint of a step before it still seals.
+      if (absl::IsCancelled(trained.status())) report(/*wait=*/true).IgnoreError();
+      return trained.status();
+    }
+    const TrainStepMetrics& metrics = *trained;
     const absl::Status reported = callbacks.step ? callbacks.step(metrics) : absl::OkStatus();
     if (run.CheckpointsAt(step)) RETURN_IF_ERROR(checkpoints.start(step));
     // A cancelled run still keeps the step it finished.

@@ -124,6 +124,7 @@ void JobRunner::Stop(const std::string& reason, bool failure) {
     cancel_is_failure_ = failure;
     parallel = parallel_;
   }
+  stop_.store(true);
   // The other ranks get the same cancel from the coordinator, each at its own time: waiting
   // for a step boundary would leave them waiting on this rank until their deadline.
   if (parallel != nullptr) parallel->Abort();
@@ -165,6 +166,10 @@ JobOutcome JobRunner::Run() {
     outcome.set_kind(FAILURE_STOPPED);
     outcome.set_error(last_step_ == 0 ? absl::StrCat(cancel_reason_, " before the first step")
                                       : absl::StrCat(cancel_reason_, " after step ", last_step_));
+    if (absl::StartsWith(output.status().message(), "stopped in the ")) {  // GptStage's stop
+      absl::StrAppend(outcome.mutable_error(), "; step ", last_step_ + 1, " ",
+                      output.status().message());
+    }
     return outcome;
   }
   outcome.set_error(std::string(output.status().message()));
@@ -252,6 +257,7 @@ absl::Status JobRunner::TrainLocal(const TrainingCallbacks& callbacks) {
   if (options_.metrics != nullptr) options_.metrics->StartJob({assignment_.job_id(), 0, 0, 0, 0});
   absl::StatusOr<std::unique_ptr<LocalTrainer>> run = LocalTrainer::Create(backend_, plan_);
   if (!run.ok()) return Annotate(run.status(), "cannot start training");
+  (*run)->set_stop_flag(&stop_);
   OnStarted((*run)->start_step(), (*run)->resumed_from());
   AnnounceTraining(backend_->info().name, "");
   absl::Status status = (*run)->Run(callbacks);
