@@ -4,14 +4,17 @@ step, what killed writers leave) is resumed from the newest intact sealed step, 
 says why in one line each, and nothing outside the directory is read or written.
 """
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 
 from harness import Cluster, expect, losses, small_job_spec
-from recovery_cases import FINAL, STEP_DELAY, compare, one_recovery, run_reference, wait_sealed
+from recovery_cases import (FINAL, STEP_DELAY, compare, one_recovery, run_reference, start,
+                            wait_sealed)
 
 
 def case_checkpoint_untrusted_fallback(args):
@@ -131,22 +134,36 @@ def case_checkpoint_retention(args):
               "keep_last -1 refused: %s" % (", ".join(steps), err.strip().splitlines()[-1]))
 
 
+@contextlib.contextmanager
+def small_tmpfs(c, size, case):
+    """A tmpfs of `size` ("2m") mounted at <cluster>/small for the body, or None (the case prints
+    SKIPPED) when mounting is not permitted. Every process of `c` is stopped before it goes."""
+    small = os.path.join(c.tmp, "small")
+    os.mkdir(small)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", small],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print("SKIPPED %s: cannot mount a tmpfs here (%s); the test needs root and CAP_SYS_ADMIN"
+              % (case, r.stderr.strip() or r.returncode))
+        yield None
+        return
+    try:
+        yield small
+    finally:
+        for p in reversed(c.processes):  # nothing may hold the tmpfs when it goes
+            p.stop(timeout=5)
+        subprocess.run(["umount", "-l", small], capture_output=True)
+
+
 def case_checkpoint_disk_full(args):
     """A one-worker job checkpointing every step into a 2 MiB tmpfs (mounted by the test; skipped
     with a message when mounting is not permitted) with keep_last 2: each step takes about
     0.7 MiB, so from the third on a checkpoint does not fit and is skipped with an event in the
     job's log; training goes on, the job SUCCEEDS, and no partial step remains (only sealed
     step directories)."""
-    with Cluster(args.binaries, "checkpoint_disk_full") as c:
-        small = os.path.join(c.tmp, "small")
-        os.mkdir(small)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", small],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            print("SKIPPED checkpoint_disk_full: cannot mount a tmpfs here (%s); the test needs "
-                  "root and CAP_SYS_ADMIN" % (r.stderr.strip() or r.returncode))
-            return
-        try:
+    with Cluster(args.binaries, "checkpoint_disk_full") as c, \
+            small_tmpfs(c, "2m", "checkpoint_disk_full") as small:
+        if small is not None:
             c.write_corpus()
             c.start_coordinator()
             c.start_worker("w1")
@@ -169,10 +186,6 @@ def case_checkpoint_disk_full(args):
                        "%s is a partial step: %s" % (name, files))
             print("2 MiB tmpfs, a checkpoint every step of 8: SUCCEEDED, %d skipped (%s), "
                   "left %s" % (len(skips), skips[0].strip(), ", ".join(steps)))
-        finally:
-            for p in reversed(c.processes):  # nothing may hold the tmpfs when it goes
-                p.stop(timeout=5)
-            subprocess.run(["umount", "-l", small], capture_output=True)
 
 
 def case_checkpoint_default(args):
@@ -223,3 +236,53 @@ def case_checkpoint_default(args):
               % (int(r.get("last_step", 0)), redone, job_dir, ", ".join(steps),
                  err.strip().splitlines()[-1]))
 
+
+def case_checkpoint_disk_full_ranks(args):
+    """A pp=2 job on two workers checkpointing every step into a 3 MiB tmpfs that a 1 MiB
+    ballast file fills further (mounted by the test; skipped with a message when mounting is
+    not permitted), keep_last 2: from the third step on a step does not fit, and every rank
+    skips it (the rank that cannot hold its part says so in its entries; rank 0 then removes
+    the step whole instead of sealing it) with an event naming the rank; training goes on.
+    Once the test deletes the ballast (an operator freeing space), checkpoints seal again, the
+    job SUCCEEDS with its weights exported, and no partial step remains."""
+    with Cluster(args.binaries, "checkpoint_disk_full_ranks") as c, \
+            small_tmpfs(c, "3m", "checkpoint_disk_full_ranks") as small:
+        if small is not None:
+            ballast = os.path.join(small, "ballast")
+            with open(ballast, "wb") as f:
+                f.write(b"\0" * (1 << 20))
+            start(c, ["w1", "w2"])
+            spec = small_job_spec(small, 30, 1, name="full-ranks", parallel={"pp": 2})
+            spec["checkpoint"]["keep_last"] = 2
+            job_id = c.submit(c.write_spec("full.json", spec))
+
+            def skips():
+                out = c.cli("logs", job_id, timeout=30)[1]
+                return [l for l in out.splitlines()
+                        if "skipped:" in l and "training goes on" in l]
+            c.wait_until(skips, 120, "a skipped checkpoint in the job's log")
+            job = c.job(job_id)
+            expect(job["state"] == "RUNNING", "the job should go on after a skipped checkpoint: "
+                   "%s: %s" % (job["state"], job.get("reason")))
+            os.remove(ballast)  # room again
+            done = c.wait_state(job_id, FINAL, 120)
+            expect(done["state"] == "SUCCEEDED", "a full disk should not fail the job: %s: %s"
+                   % (done["state"], done.get("reason")))
+            skipped = skips()
+            for line in skipped:
+                ranks = re.findall(r"rank \d+: ", line.split(" skipped: ", 1)[1])
+                expect(ranks and len(ranks) == len(set(ranks)),
+                       "a skip should name each rank that could not hold its part once:\n%s"
+                       % line)
+            job_dir = os.path.join(small, job_id)
+            steps = sorted(n for n in os.listdir(job_dir) if n.startswith("step_"))
+            expect("step_00000030" in steps, "the last step is not sealed: %s" % steps)
+            for name in steps:
+                files = os.listdir(os.path.join(job_dir, name))
+                expect("manifest.json" in files and not any(".tmp." in f for f in files),
+                       "%s is a partial step: %s" % (name, files))
+            expect(os.path.isfile(os.path.join(job_dir, "model.safetensors")),
+                   "no exported weights in %s" % job_dir)
+            print("pp=2, 3 MiB tmpfs with 1 MiB ballast, a checkpoint every step: %d skipped "
+                  "(%s); ballast removed: SUCCEEDED, left %s"
+                  % (len(skipped), skipped[0].strip(), ", ".join(steps)))

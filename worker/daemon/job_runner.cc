@@ -367,6 +367,9 @@ void JobRunner::OnStarted(int64_t start_step, const std::string& resumed_from) {
 void JobRunner::OnCheckpoint(const CheckpointWritten& c) {
   if (options_.metrics != nullptr) options_.metrics->OnCheckpoint(c.seconds);
   if (c.skipped) {
+    // Several ranks skip a step together: rank 0's reason names every rank that could not
+    // hold its part (parallel/checkpoint_writer.h).
+    if (rank_ != 0) return;
     callbacks_.event(absl::StrCat("checkpoint at step ", c.step, " skipped: ", c.skip_reason,
                                   "; training goes on"));
     return;
