@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/recovery.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -115,8 +116,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
   ASSIGN_OR_RETURN(
       metrics::Family<metrics::Counter> * recoveries,
       registry->AddCounter("dtrain_coordinator_job_recoveries_total",
-                           "Jobs that entered RECOVERING after a failure (fault_tolerance) since "
-                           "the coordinator started."));
+                           "Jobs that entered RECOVERING since the coordinator started, by kind: "
+                           "failure (fault_tolerance), or a planned restart (grow, "
+                           "straggler_replaced, rebalance, maintenance, finishing).",
+                           {"kind"}));
   ASSIGN_OR_RETURN(
       metrics::Family<metrics::Histogram> * recovery,
       registry->AddHistogram("dtrain_coordinator_job_recovery_seconds",
@@ -162,7 +165,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
   m->submitted_ = &submitted->Add({});
   m->queue_wait_ = &queue_wait->Add({}, QueueWaitBuckets());
   m->placement_ = &placement->Add({}, PlacementBuckets());
-  m->recoveries_ = &recoveries->Add({});
+  m->recoveries_ = recoveries;
+  for (absl::string_view kind : kRecoveryKinds) recoveries->Add({{"kind", std::string(kind)}});
   m->recovery_ = &recovery->Add({}, RecoveryBuckets());
   // Every state from the first scrape on, at 0 until a source says otherwise.
   for (const char* state : {"idle", "busy", "lost"}) m->workers_->Add({{"state", state}});
@@ -224,7 +228,9 @@ void CoordinatorMetrics::JobPlaced(absl::Duration queue_wait) {
   queue_wait_->Observe(absl::ToDoubleSeconds(queue_wait));
 }
 
-void CoordinatorMetrics::JobRecoveryStarted() { recoveries_->Increment(); }
+void CoordinatorMetrics::JobRecoveryStarted(absl::string_view kind) {
+  recoveries_->Add({{"kind", std::string(kind)}}).Increment();
+}
 
 void CoordinatorMetrics::JobRecovered(absl::Duration took) {
   recovery_->Observe(absl::ToDoubleSeconds(took));

@@ -66,7 +66,8 @@ class CoordinatorMetrics {
   void JobSubmitted();
   void JobPlaced(absl::Duration queue_wait);  // submitted -> PLACING
   void PlacementComputed(absl::Duration elapsed);
-  void JobRecoveryStarted();               // a job entered RECOVERING
+  // A job entered RECOVERING; `kind` one of coordinator/recovery.h kRecoveryKinds.
+  void JobRecoveryStarted(absl::string_view kind);
   void JobRecovered(absl::Duration took);  // its failure -> the recovered run's first step
   // A running job's latest straggler scores (coordinator/stragglers.h): one
   // dtrain_coordinator_job_straggler_score{job_id,rank,worker} per rank and
@@ -102,7 +103,7 @@ class CoordinatorMetrics {
   metrics::Counter* submitted_ = nullptr;
   metrics::Histogram* queue_wait_ = nullptr;
   metrics::Histogram* placement_ = nullptr;
-  metrics::Counter* recoveries_ = nullptr;
+  metrics::Family<metrics::Counter>* recoveries_ = nullptr;  // by kind
   metrics::Histogram* recovery_ = nullptr;
   metrics::Family<metrics::Gauge>* straggler_score_ = nullptr;
   metrics::Family<metrics::Gauge>* stragglers_ = nullptr;

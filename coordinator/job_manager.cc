@@ -564,11 +564,11 @@ void JobManager::Fail(ActiveJob& job, const std::string& cause, const std::strin
                 absl::StrCat("restart ", used + 1, " of ", max_restarts, ": ",
                              reason.substr(0, reason.find('\n'))),
                 worker);
-  if (options_.metrics != nullptr) options_.metrics->JobRecoveryStarted();
 }
 
 void JobManager::BeginRecovery(ActiveJob& job, Recovery recovery, const std::string& why,
                                const std::string& failed_worker) {
+  if (options_.metrics != nullptr) options_.metrics->JobRecoveryStarted(RecoveryKind(recovery));
   recovery.set_number(static_cast<int>(job.recoveries.size()) + 1);
   recovery.set_started_unix_ms(NowMs());
   recovery.set_last_step(job.last_step);
