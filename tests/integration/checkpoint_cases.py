@@ -193,7 +193,8 @@ def case_checkpoint_default(args):
     interval: README's tiny.json) checkpoints every 100 steps (plan/checkpoint_plan.h) into the
     worker's <data_root>/jobs/<job id>/; kill -9 of its worker after step 103 and a restart at
     once: the recovery resumes from step 100 (redoing fewer than an interval's steps, not all
-    103) and the job SUCCEEDS. A spec with checkpoint.interval_steps 0 gets a warning at submit
+    103) and the job SUCCEEDS. A late `dtrain watch` replays its states, steps and events in
+    time order. A spec with checkpoint.interval_steps 0 gets a warning at submit
     ("turns periodic checkpoints off")."""
     with Cluster(args.binaries, "checkpoint_default") as c:
         delay = "--test_only_step_delay=40ms"  # the kill lands between steps 103 and 125
@@ -223,6 +224,26 @@ def case_checkpoint_default(args):
         steps = sorted(n for n in os.listdir(job_dir) if n.startswith("step_"))
         expect(steps == ["step_00000100", "step_00000125"], "sealed steps in %s: %s"
                % (job_dir, steps))
+
+        # A late `watch` replays the run in time order: states, steps and events interleaved
+        # (the events' times from `logs`, which has them).
+        rc, out, err = c.cli("--json", "logs", job_id, timeout=30)
+        event_times = {}
+        for line in out.splitlines():
+            e = json.loads(line)
+            event_times.setdefault(e["text"], []).append(int(e["time_unix_ms"]))
+        rc, out, err = c.cli("--json", "watch", job_id, timeout=60)
+        times = []
+        for line in out.splitlines():
+            u = json.loads(line)
+            if u["type"] == "event":
+                times.append(event_times[u["text"]].pop(0))
+            elif "time_unix_ms" in u:
+                times.append(int(u["time_unix_ms"]))
+        expect(len(times) > 125 and times == sorted(times),
+               "a late watch should replay in time order: %d updates, first out of order at %s"
+               % (len(times), next((i for i in range(1, len(times))
+                                    if times[i] < times[i - 1]), None)))
 
         off = small_job_spec("", 500, name="off")
         off["checkpoint"] = {"interval_steps": 0}
