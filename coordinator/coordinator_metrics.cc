@@ -156,6 +156,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
                                       "RECOVERING): its spec's name (at most 64 characters) and "
                                       "state, to join on job_id; ended jobs have no series.",
                                       {"job_id", "name", "state"}));
+  ASSIGN_OR_RETURN(m->dir_bytes_,
+                   registry->AddGauge("dtrain_coordinator_job_directory_bytes",
+                                      "A job not ended yet: bytes in its directory (checkpoints, "
+                                      "weights) after its last sealed checkpoint and retention, "
+                                      "as its rank 0 counted them (absent before the first).",
+                                      {"job_id"}));
   ASSIGN_OR_RETURN(m->checkpoint_age_,
                    registry->AddGauge("dtrain_coordinator_job_checkpoint_age_seconds",
                                       "A job not ended yet: time since its last sealed "
@@ -199,8 +205,9 @@ void CoordinatorMetrics::Collect() {
   }
   // The jobs' series are made again each scrape: a job that ended or changed state loses its
   // old ones (a label set that stayed the same gets the same child back).
+  metrics::Family<metrics::Gauge>* const per_job[] = {job_info_, checkpoint_age_, dir_bytes_};
   for (size_t i = 0; i < active_series_.size(); ++i) {
-    (i % 2 == 0 ? job_info_ : checkpoint_age_)->Remove(active_series_[i]);
+    if (active_series_[i] != nullptr) per_job[i % 3]->Remove(active_series_[i]);
   }
   active_series_.clear();
   double oldest = 0;
@@ -217,6 +224,11 @@ void CoordinatorMetrics::Collect() {
     if (job.sealed != absl::InfinitePast()) {
       active_series_.back() = &checkpoint_age_->Add({{"job_id", job.id}});
       active_series_.back()->Set(absl::ToDoubleSeconds(counts->now - job.sealed));
+    }
+    active_series_.push_back(nullptr);
+    if (job.dir_bytes > 0) {
+      active_series_.back() = &dir_bytes_->Add({{"job_id", job.id}});
+      active_series_.back()->Set(static_cast<double>(job.dir_bytes));
     }
   }
   oldest_queued_->Set(oldest);

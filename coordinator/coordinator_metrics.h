@@ -53,6 +53,7 @@ class CoordinatorMetrics {
       JobState state = QUEUED;
       absl::Time submitted;
       absl::Time sealed = absl::InfinitePast();  // its last sealed checkpoint; none: past
+      int64_t dir_bytes = 0;  // its directory's bytes after that seal; 0: not reported
     };
     std::vector<ActiveJob> active;
     absl::Time now;
@@ -112,7 +113,9 @@ class CoordinatorMetrics {
   metrics::Gauge* oldest_queued_ = nullptr;
   metrics::Family<metrics::Gauge>* job_info_ = nullptr;
   metrics::Family<metrics::Gauge>* checkpoint_age_ = nullptr;
-  // The job_info_ and checkpoint_age_ series of the last scrape (Collect, under source_mu_).
+  metrics::Family<metrics::Gauge>* dir_bytes_ = nullptr;
+  // The job_info_, checkpoint_age_ and dir_bytes_ series of the last scrape, three per job
+  // (null: none), in that order (Collect, under source_mu_).
   std::vector<metrics::Gauge*> active_series_ ABSL_GUARDED_BY(source_mu_);
 
   absl::Mutex source_mu_;

@@ -140,6 +140,7 @@ absl::StatusOr<CoordinatorMetrics::StateCounts> JobManager::StateCounts() {
     if (job.checkpoint().sealed_unix_ms() > 0) {
       a.sealed = absl::FromUnixMillis(job.checkpoint().sealed_unix_ms());
     }
+    a.dir_bytes = job.checkpoint().dir_bytes();
   }
   counts.now = Now();
   return counts;
@@ -1143,6 +1144,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
       sealed.set_step(request.checkpoint().step());
       sealed.set_path(request.checkpoint().path());
       sealed.set_time_unix_ms(absl::ToUnixMillis(now));
+      sealed.set_dir_bytes(request.checkpoint().dir_bytes());
       RETURN_IF_ERROR(store_->AddCheckpoint(job->id, sealed));
       to_notify_.push_back(job->id);
       MaybeGrowBack(*job, sealed.step());

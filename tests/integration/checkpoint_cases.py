@@ -101,8 +101,9 @@ def case_checkpoint_untrusted_fallback(args):
 def case_checkpoint_retention(args):
     """checkpoint.keep_last 2 and keep_every 5 with a checkpoint every step of a 12-step job:
     the job SUCCEEDS and its directory holds exactly the sealed steps 5 and 10 (milestones) and
-    11 and 12 (the newest two), `latest` naming 12; a spec with keep_last -1 is refused at
-    submit naming the field."""
+    11 and 12 (the newest two), `latest` naming 12, and `status` shows the directory's size
+    (CheckpointStatus.dir_bytes: at least those steps, at most the whole directory); a spec
+    with keep_last -1 is refused at submit naming the field."""
     with Cluster(args.binaries, "checkpoint_retention") as c:
         c.write_corpus()
         c.start_coordinator()
@@ -124,6 +125,17 @@ def case_checkpoint_retention(args):
         with open(os.path.join(job_dir, "latest")) as f:
             latest = f.read().strip()
         expect(latest == "step_00000012", "latest names %r" % latest)
+        # The job's directory size as rank 0 counted it after its last seal and retention: at
+        # least the sealed steps left, at most everything there now.
+        def du(path):
+            return sum(os.path.getsize(os.path.join(d, f))
+                       for d, _, files in os.walk(path) for f in files)
+        reported = int(done["checkpoint"].get("dir_bytes", 0))
+        sealed = sum(du(os.path.join(job_dir, n)) for n in steps)
+        expect(sealed <= reported <= du(job_dir), "dir_bytes %d: the sealed steps hold %d, the "
+               "directory %d" % (reported, sealed, du(job_dir)))
+        rc, out, err = c.cli("status", job_id, timeout=30)
+        expect(" MiB on disk" in out, "`dtrain status` does not show the disk usage:\n%s" % out)
 
         bad = dict(spec, name="bad-retention")
         bad["checkpoint"] = dict(spec["checkpoint"], keep_last=-1)
@@ -131,7 +143,8 @@ def case_checkpoint_retention(args):
         expect(rc == 2 and "checkpoint.keep_last=-1 must be >= 1" in err,
                "keep_last -1 should be refused at submit (exit 2): exit %d\n%s%s" % (rc, out, err))
         print("keep_last 2, keep_every 5, 12 steps checkpointed every step: %s remain; "
-              "keep_last -1 refused: %s" % (", ".join(steps), err.strip().splitlines()[-1]))
+              "dir_bytes %d (sealed steps %d); keep_last -1 refused: %s"
+              % (", ".join(steps), reported, sealed, err.strip().splitlines()[-1]))
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/files.h"
 #include "common/job_paths.h"
 #include "common/path_policy.h"
 #include "common/status_macros.h"
@@ -380,6 +381,7 @@ void JobRunner::OnCheckpoint(const CheckpointWritten& c) {
     CheckpointSealed sealed;
     sealed.set_step(c.step);
     sealed.set_path(c.dir);
+    sealed.set_dir_bytes(DirectoryBytes(job_dir_));  // after the seal's retention
     callbacks_.checkpoint(sealed);
   }
 }
