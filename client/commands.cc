@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -544,14 +545,48 @@ int Cancel(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   });
 }
 
+// The job's state changes (its history) as the coordinator's lines, for `logs`.
+std::vector<LogEntry> StateLines(CoordinatorStub& stub, const std::string& job_id) {
+  std::vector<LogEntry> lines;
+  absl::StatusOr<Job> job = stub.GetJob(job_id);
+  if (!job.ok()) return lines;  // the log itself says what is wrong
+  for (const StateChange& change : job->history()) {
+    LogEntry& line = lines.emplace_back();
+    line.set_rank(-1);
+    line.set_time_unix_ms(change.time_unix_ms());
+    line.set_text(absl::StrCat("state ", JobState_Name(change.state()), ": ", change.reason()));
+  }
+  return lines;
+}
+
 int Logs(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
   if (!id.ok()) return Fail(id.status(), inv, output);
-  const absl::Status status = stub.JobLogs(*id, inv.rank, inv.follow, [&](const LogEntry& e) {
+  // Text, every rank: the state changes between the recorded lines, in time order.
+  const bool states = !inv.json && !inv.rank.has_value();
+  std::vector<LogEntry> changes = states ? StateLines(stub, *id) : std::vector<LogEntry>();
+  size_t shown = 0;
+  auto print = [&](const LogEntry& e) {
     output.out << (inv.json ? ToJsonLine(e) : LogEntryLine(e)) << "\n";
+  };
+  auto states_until = [&](int64_t time_unix_ms) {
+    for (; shown < changes.size() && changes[shown].time_unix_ms() <= time_unix_ms; ++shown) {
+      print(changes[shown]);
+    }
+  };
+  const absl::Status status = stub.JobLogs(*id, inv.rank, inv.follow, [&](const LogEntry& e) {
+    states_until(e.time_unix_ms());
+    print(e);
     output.out.flush();
   });
   if (!status.ok()) return Fail(WithNewestJobHint(stub, status), inv, output);
+  if (states) {
+    if (inv.follow) {  // the changes while it was followed, the end among them
+      std::vector<LogEntry> now = StateLines(stub, *id);
+      for (size_t i = changes.size(); i < now.size(); ++i) changes.push_back(now[i]);
+    }
+    states_until(std::numeric_limits<int64_t>::max());
+  }
   return kExitOk;
 }
 

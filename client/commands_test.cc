@@ -16,9 +16,11 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
@@ -91,6 +93,12 @@ class FakeCoordinator final : public Coordinator::Service {
   grpc::Status GetJob(grpc::ServerContext*, const GetJobRequest* request, Job* job) override {
     if (request->job_id() == "job-000002") {
       *job = MakeJob("job-000002", SUCCEEDED);
+      for (auto [state, ms] : {std::pair{QUEUED, 1000}, {RUNNING, 3000}, {SUCCEEDED, 9000}}) {
+        StateChange* change = job->add_history();
+        change->set_state(state);
+        change->set_reason(absl::StrCat("reason ", ms));
+        change->set_time_unix_ms(ms);
+      }
       return grpc::Status::OK;
     }
     if (request->job_id() != "job-000001") {
@@ -208,8 +216,21 @@ class FakeCoordinator final : public Coordinator::Service {
   }
 
   // Two lines: the coordinator's (rank -1) and rank 1's error; with a rank, only that rank's.
+  // job-000002: a line at 2 s and one at 4 s, between its state changes (GetJob).
   grpc::Status JobLogs(grpc::ServerContext*, const JobLogsRequest* request,
                        grpc::ServerWriter<LogEntry>* writer) override {
+    if (request->job_id() == "job-000002") {
+      for (int64_t ms : {2000, 4000}) {
+        LogEntry entry;
+        entry.set_seq(ms / 2000);
+        entry.set_rank(ms == 2000 ? -1 : 0);
+        entry.set_worker_id(ms == 2000 ? "" : "w1");
+        entry.set_time_unix_ms(ms);
+        entry.set_text(absl::StrCat("line ", ms));
+        writer->Write(entry);
+      }
+      return grpc::Status::OK;
+    }
     if (request->job_id() != "job-000001") {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + request->job_id());
     }
@@ -723,6 +744,19 @@ TEST_F(CommandsTest, LogsPrintsEveryLineOrOneRanks) {
   EXPECT_THAT(out_.str(), Not(HasSubstr("coordinator")));
   EXPECT_THAT(out_.str(), HasSubstr("rank 1 (w2) ERROR"));
   EXPECT_EQ(Run({"logs", "job-000005"}), 4);
+}
+
+TEST_F(CommandsTest, LogsShowsTheStateChangesInTimeOrderNamingWhoSaidEachLine) {
+  EXPECT_EQ(Run({"logs", "2"}), 0);
+  std::vector<std::string> lines = absl::StrSplit(out_.str(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 5u) << out_.str();
+  EXPECT_THAT(lines[0], HasSubstr(" coordinator INFO state QUEUED: reason 1000"));
+  EXPECT_THAT(lines[1], HasSubstr(" coordinator INFO line 2000"));
+  EXPECT_THAT(lines[2], HasSubstr(" coordinator INFO state RUNNING: reason 3000"));
+  EXPECT_THAT(lines[3], HasSubstr(" rank 0 (w1) INFO line 4000"));
+  EXPECT_THAT(lines[4], HasSubstr(" coordinator INFO state SUCCEEDED: reason 9000"));
+  EXPECT_EQ(Run({"logs", "2", "--rank=0"}), 0);
+  EXPECT_THAT(out_.str(), Not(HasSubstr("state "))) << "one rank's lines only";
 }
 
 TEST_F(CommandsTest, CheckpointsListsTheSealedSteps) {

@@ -363,7 +363,12 @@ void CheckpointLines(const Job& job, absl::Time now,
          absl::StrCat(job.spec().checkpoint().dir(), "/", job.id(), " (not created yet), ", every));
     return;
   }
-  line("checkpoint", absl::StrCat(PathOnHost(c.dir(), c.host()), ", ", every));
+  line("checkpoint",
+       absl::StrCat(PathOnHost(c.dir(), c.host()), ", ", every,
+                    c.dir_bytes() > 0
+                        ? absl::StrFormat(", %.1f MiB on disk",
+                                          static_cast<double>(c.dir_bytes()) / (1 << 20))
+                        : ""));
   const int64_t latest = job.has_latest() ? job.latest().step() : 0;
   if (c.last_sealed_step() <= 0) {
     line("sealed", latest > 0 ? absl::StrCat("none yet; a resume would redo all ", latest, " steps")

@@ -297,6 +297,12 @@ TEST(JobDetail, ShowsTimesCheckpointRedoAndOutputHost) {
   EXPECT_NE(detail.find("checkpoint: /srv/ckpt/job-000003 on hostA, every 10 steps\n"),
             std::string::npos)
       << detail;
+  job.mutable_checkpoint()->set_dir_bytes(int64_t{25} << 19);  // 12.5 MiB
+  EXPECT_NE(JobDetail(job, now).find(
+                "checkpoint: /srv/ckpt/job-000003 on hostA, every 10 steps, 12.5 MiB on disk\n"),
+            std::string::npos)
+      << JobDetail(job, now);
+  job.mutable_checkpoint()->clear_dir_bytes();
   EXPECT_NE(detail.find("sealed:    step 30; a resume would redo 10 steps after it\n"),
             std::string::npos)
       << detail;

@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <system_error>
+
 #include "absl/strings/str_cat.h"
 
 namespace dtrain {
@@ -133,6 +136,23 @@ absl::Status AtomicFileWriter::Commit() {
   close(dir_fd);
   if (rc != 0) return ErrnoError(err, "cannot fsync directory", dir);
   return absl::OkStatus();
+}
+
+int64_t DirectoryBytes(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  int64_t bytes = 0;
+  for (fs::recursive_directory_iterator
+           it(dir, fs::directory_options::skip_permission_denied, error),
+       end;
+       !error && it != end; it.increment(error)) {
+    std::error_code file_error;
+    if (it->is_regular_file(file_error)) {
+      const uintmax_t size = it->file_size(file_error);
+      if (!file_error) bytes += static_cast<int64_t>(size);
+    }
+  }
+  return bytes;
 }
 
 }  // namespace dtrain

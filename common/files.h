@@ -15,6 +15,7 @@
 #ifndef DTRAIN_COMMON_FILES_H_
 #define DTRAIN_COMMON_FILES_H_
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -27,6 +28,10 @@ namespace dtrain {
 // Reads the whole of `path` (a regular file) into a string. InvalidArgument naming the path
 // for a directory or other non-regular file.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// The bytes of the regular files under directory `dir`, recursively (symlinks not followed);
+// what vanishes while it counts is skipped. 0 for a missing directory.
+int64_t DirectoryBytes(const std::string& dir);
 
 // Writes `contents` so that `path` holds either its old contents or all the new ones
 // (AtomicFileWriter). On any error `path` is untouched and no temp file is left.

@@ -29,6 +29,18 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
+TEST(DirectoryBytes, SumsTheRegularFilesBelowWithoutFollowingSymlinks) {
+  const std::string dir = TempDir();
+  EXPECT_EQ(DirectoryBytes(dir + "/missing"), 0);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/a", std::string(1000, 'a')).ok());
+  ASSERT_EQ(mkdir((dir + "/step").c_str(), 0755), 0);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/step/b", std::string(24, 'b')).ok());
+  const std::string outside = TempDir();
+  ASSERT_TRUE(WriteFileAtomically(outside + "/big", std::string(5000, 'c')).ok());
+  ASSERT_EQ(symlink(outside.c_str(), (dir + "/link").c_str()), 0);
+  EXPECT_EQ(DirectoryBytes(dir), 1024);
+}
+
 TEST(WriteFileAtomically, ReplacesTheWholeFileAndLeavesNoTempFile) {
   const std::string path = TempDir() + "/latest";
   ASSERT_TRUE(WriteFileAtomically(path, "step_00000010\n").ok());

@@ -48,25 +48,39 @@ int64_t LimitValue(const std::string& text) {
   return bytes;
 }
 
-// The smallest limit of this process's cgroup and its ancestors up to the mount root (a parent's
-// limit binds its children too). /proc/self/cgroup lines: "0::/path" (v2) or
-// "N:memory:/path" (v1, also "N:cpu,memory:/path").
-int64_t CgroupLimit(const std::string& root) {
-  int64_t limit = 0;
-  const auto take = [&](int64_t v) {
-    if (v > 0) limit = limit == 0 ? v : std::min(limit, v);
-  };
+// This process's memory cgroups: the directory of each (under `root`) and whether it is v2.
+// /proc/self/cgroup lines: "0::/path" (v2) or "N:memory:/path" (v1, also "N:cpu,memory:/path").
+struct MemoryCgroup {
+  std::string mount;  // root + "sys/fs/cgroup" (v2) or root + "sys/fs/cgroup/memory" (v1)
+  std::string path;   // "/dtrain/w0"; "/" at the mount's root
+  bool v2 = false;
+  std::string Dir(absl::string_view p) const { return absl::StrCat(mount, p == "/" ? "" : p); }
+};
+std::vector<MemoryCgroup> MemoryCgroups(const std::string& root) {
+  std::vector<MemoryCgroup> groups;
   for (absl::string_view line : absl::StrSplit(Slurp(root + "proc/self/cgroup"), '\n')) {
     const std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
     if (parts.size() != 3) continue;
     const bool v2 = parts[0] == "0" && parts[1].empty();
     const bool v1 = absl::StrContains(absl::StrCat(",", parts[1], ","), ",memory,");
     if (!v2 && !v1) continue;
-    const std::string mount = root + (v2 ? "sys/fs/cgroup" : "sys/fs/cgroup/memory");
-    const std::string file = v2 ? "memory.max" : "memory.limit_in_bytes";
-    std::string path = parts[2];
+    groups.push_back({root + (v2 ? "sys/fs/cgroup" : "sys/fs/cgroup/memory"), parts[2], v2});
+  }
+  return groups;
+}
+
+// The smallest limit of this process's cgroup and its ancestors up to the mount root (a parent's
+// limit binds its children too).
+int64_t CgroupLimit(const std::string& root) {
+  int64_t limit = 0;
+  const auto take = [&](int64_t v) {
+    if (v > 0) limit = limit == 0 ? v : std::min(limit, v);
+  };
+  for (const MemoryCgroup& group : MemoryCgroups(root)) {
+    const std::string file = group.v2 ? "memory.max" : "memory.limit_in_bytes";
+    std::string path = group.path;
     while (true) {
-      take(LimitValue(Slurp(absl::StrCat(mount, path == "/" ? "" : path, "/", file))));
+      take(LimitValue(Slurp(absl::StrCat(group.Dir(path), "/", file))));
       if (path.empty() || path == "/") break;
       path = path.substr(0, path.rfind('/'));
       if (path.empty()) path = "/";
@@ -75,7 +89,30 @@ int64_t CgroupLimit(const std::string& root) {
   return limit;
 }
 
+// The value of `key` in a "key value" per line file (memory.events, vmstat); -1 when absent.
+int64_t KeyedValue(const std::string& text, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, key) || !absl::ConsumePrefix(&line, " ")) continue;
+    int64_t value = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &value)) return value;
+  }
+  return -1;
+}
+
 }  // namespace
+
+OomKillCount ReadOomKillCount(const std::string& root_in) {
+  const std::string root = absl::EndsWith(root_in, "/") ? root_in : root_in + "/";
+  for (const MemoryCgroup& group : MemoryCgroups(root)) {
+    const std::string file =
+        absl::StrCat(group.Dir(group.path), group.v2 ? "/memory.events" : "/memory.oom_control");
+    const int64_t kills = KeyedValue(Slurp(file), "oom_kill");
+    if (kills >= 0) return {file.substr(root.size() - 1), kills};
+  }
+  const int64_t kills = KeyedValue(Slurp(root + "proc/vmstat"), "oom_kill");
+  if (kills >= 0) return {"/proc/vmstat", kills};
+  return {};
+}
 
 int64_t HostMemory::UsableBytes() const {
   return cgroup_limit_bytes > 0 ? std::min(total_bytes, cgroup_limit_bytes) : total_bytes;

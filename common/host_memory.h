@@ -33,6 +33,15 @@ struct HostMemory {
 // MemTotal; a missing cgroup or id file only leaves its field empty.
 absl::StatusOr<HostMemory> ReadHostMemory(const std::string& root = "/");
 
+// The kernel's count of processes its OOM killer killed in this process's memory cgroup (and
+// below it): "oom_kill N" of memory.events (v2) or memory.oom_control (v1, kernel 4.13+), or,
+// when this process has no memory cgroup file to read, of /proc/vmstat (the whole host).
+struct OomKillCount {
+  std::string file;  // the file read, without `root`; "" when none had the counter
+  int64_t kills = 0;
+};
+OomKillCount ReadOomKillCount(const std::string& root = "/");
+
 // This process's resident memory (VmRSS of /proc/self/status) in bytes.
 absl::StatusOr<int64_t> ResidentBytes();
 

@@ -1,5 +1,6 @@
 #include "common/host_memory.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -96,6 +97,34 @@ TEST(ReadHostMemory, ThisMachine) {
   absl::StatusOr<int64_t> rss = ResidentBytes();
   ASSERT_TRUE(rss.ok()) << rss.status();
   EXPECT_GT(*rss, 0);
+}
+
+TEST(ReadOomKillCount, CgroupV2MemoryEventsThenV1OomControlThenVmstat) {
+  FakeRoot fs;
+  EXPECT_EQ(ReadOomKillCount(fs.root()).file, "") << "nothing to read";
+  fs.Write("proc/vmstat", "pgfault 12\noom_kill 7\n");
+  EXPECT_EQ(ReadOomKillCount(fs.root()).file, "/proc/vmstat");
+  EXPECT_EQ(ReadOomKillCount(fs.root()).kills, 7);
+
+  fs.Write("proc/self/cgroup", "4:memory:/docker/abc\n");
+  fs.Write("sys/fs/cgroup/memory/docker/abc/memory.oom_control",
+           "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n");
+  EXPECT_EQ(ReadOomKillCount(fs.root()).file,
+            "/sys/fs/cgroup/memory/docker/abc/memory.oom_control");
+  EXPECT_EQ(ReadOomKillCount(fs.root()).kills, 2);
+
+  fs.Write("proc/self/cgroup", "0::/dtrain/w0\n");
+  fs.Write("sys/fs/cgroup/dtrain/w0/memory.events",
+           "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n");
+  EXPECT_EQ(ReadOomKillCount(fs.root()).file, "/sys/fs/cgroup/dtrain/w0/memory.events");
+  EXPECT_EQ(ReadOomKillCount(fs.root()).kills, 1) << "oom_kill, not oom or oom_group_kill";
+}
+
+TEST(ReadOomKillCount, ThisMachine) {
+  const OomKillCount count = ReadOomKillCount();
+  EXPECT_GE(count.kills, 0);
+  std::printf("OOM kill counter here: %s = %lld\n", count.file.c_str(),
+              static_cast<long long>(count.kills));
 }
 
 TEST(ParseByteSize, UnitsArePowersOf1024) {

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/recovery.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -115,8 +116,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
   ASSIGN_OR_RETURN(
       metrics::Family<metrics::Counter> * recoveries,
       registry->AddCounter("dtrain_coordinator_job_recoveries_total",
-                           "Jobs that entered RECOVERING after a failure (fault_tolerance) since "
-                           "the coordinator started."));
+                           "Jobs that entered RECOVERING since the coordinator started, by kind: "
+                           "failure (fault_tolerance), or a planned restart (grow, "
+                           "straggler_replaced, rebalance, maintenance, finishing).",
+                           {"kind"}));
   ASSIGN_OR_RETURN(
       metrics::Family<metrics::Histogram> * recovery,
       registry->AddHistogram("dtrain_coordinator_job_recovery_seconds",
@@ -153,6 +156,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
                                       "RECOVERING): its spec's name (at most 64 characters) and "
                                       "state, to join on job_id; ended jobs have no series.",
                                       {"job_id", "name", "state"}));
+  ASSIGN_OR_RETURN(m->dir_bytes_,
+                   registry->AddGauge("dtrain_coordinator_job_directory_bytes",
+                                      "A job not ended yet: bytes in its directory (checkpoints, "
+                                      "weights) after its last sealed checkpoint and retention, "
+                                      "as its rank 0 counted them (absent before the first).",
+                                      {"job_id"}));
   ASSIGN_OR_RETURN(m->checkpoint_age_,
                    registry->AddGauge("dtrain_coordinator_job_checkpoint_age_seconds",
                                       "A job not ended yet: time since its last sealed "
@@ -162,7 +171,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
   m->submitted_ = &submitted->Add({});
   m->queue_wait_ = &queue_wait->Add({}, QueueWaitBuckets());
   m->placement_ = &placement->Add({}, PlacementBuckets());
-  m->recoveries_ = &recoveries->Add({});
+  m->recoveries_ = recoveries;
+  for (absl::string_view kind : kRecoveryKinds) recoveries->Add({{"kind", std::string(kind)}});
   m->recovery_ = &recovery->Add({}, RecoveryBuckets());
   // Every state from the first scrape on, at 0 until a source says otherwise.
   for (const char* state : {"idle", "busy", "lost"}) m->workers_->Add({{"state", state}});
@@ -195,8 +205,9 @@ void CoordinatorMetrics::Collect() {
   }
   // The jobs' series are made again each scrape: a job that ended or changed state loses its
   // old ones (a label set that stayed the same gets the same child back).
+  metrics::Family<metrics::Gauge>* const per_job[] = {job_info_, checkpoint_age_, dir_bytes_};
   for (size_t i = 0; i < active_series_.size(); ++i) {
-    (i % 2 == 0 ? job_info_ : checkpoint_age_)->Remove(active_series_[i]);
+    if (active_series_[i] != nullptr) per_job[i % 3]->Remove(active_series_[i]);
   }
   active_series_.clear();
   double oldest = 0;
@@ -214,6 +225,11 @@ void CoordinatorMetrics::Collect() {
       active_series_.back() = &checkpoint_age_->Add({{"job_id", job.id}});
       active_series_.back()->Set(absl::ToDoubleSeconds(counts->now - job.sealed));
     }
+    active_series_.push_back(nullptr);
+    if (job.dir_bytes > 0) {
+      active_series_.back() = &dir_bytes_->Add({{"job_id", job.id}});
+      active_series_.back()->Set(static_cast<double>(job.dir_bytes));
+    }
   }
   oldest_queued_->Set(oldest);
 }
@@ -224,7 +240,9 @@ void CoordinatorMetrics::JobPlaced(absl::Duration queue_wait) {
   queue_wait_->Observe(absl::ToDoubleSeconds(queue_wait));
 }
 
-void CoordinatorMetrics::JobRecoveryStarted() { recoveries_->Increment(); }
+void CoordinatorMetrics::JobRecoveryStarted(absl::string_view kind) {
+  recoveries_->Add({{"kind", std::string(kind)}}).Increment();
+}
 
 void CoordinatorMetrics::JobRecovered(absl::Duration took) {
   recovery_->Observe(absl::ToDoubleSeconds(took));

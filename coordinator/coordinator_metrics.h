@@ -53,6 +53,7 @@ class CoordinatorMetrics {
       JobState state = QUEUED;
       absl::Time submitted;
       absl::Time sealed = absl::InfinitePast();  // its last sealed checkpoint; none: past
+      int64_t dir_bytes = 0;  // its directory's bytes after that seal; 0: not reported
     };
     std::vector<ActiveJob> active;
     absl::Time now;
@@ -66,7 +67,8 @@ class CoordinatorMetrics {
   void JobSubmitted();
   void JobPlaced(absl::Duration queue_wait);  // submitted -> PLACING
   void PlacementComputed(absl::Duration elapsed);
-  void JobRecoveryStarted();               // a job entered RECOVERING
+  // A job entered RECOVERING; `kind` one of coordinator/recovery.h kRecoveryKinds.
+  void JobRecoveryStarted(absl::string_view kind);
   void JobRecovered(absl::Duration took);  // its failure -> the recovered run's first step
   // A running job's latest straggler scores (coordinator/stragglers.h): one
   // dtrain_coordinator_job_straggler_score{job_id,rank,worker} per rank and
@@ -102,7 +104,7 @@ class CoordinatorMetrics {
   metrics::Counter* submitted_ = nullptr;
   metrics::Histogram* queue_wait_ = nullptr;
   metrics::Histogram* placement_ = nullptr;
-  metrics::Counter* recoveries_ = nullptr;
+  metrics::Family<metrics::Counter>* recoveries_ = nullptr;  // by kind
   metrics::Histogram* recovery_ = nullptr;
   metrics::Family<metrics::Gauge>* straggler_score_ = nullptr;
   metrics::Family<metrics::Gauge>* stragglers_ = nullptr;
@@ -111,7 +113,9 @@ class CoordinatorMetrics {
   metrics::Gauge* oldest_queued_ = nullptr;
   metrics::Family<metrics::Gauge>* job_info_ = nullptr;
   metrics::Family<metrics::Gauge>* checkpoint_age_ = nullptr;
-  // The job_info_ and checkpoint_age_ series of the last scrape (Collect, under source_mu_).
+  metrics::Family<metrics::Gauge>* dir_bytes_ = nullptr;
+  // The job_info_, checkpoint_age_ and dir_bytes_ series of the last scrape, three per job
+  // (null: none), in that order (Collect, under source_mu_).
   std::vector<metrics::Gauge*> active_series_ ABSL_GUARDED_BY(source_mu_);
 
   absl::Mutex source_mu_;

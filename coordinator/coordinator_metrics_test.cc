@@ -232,7 +232,7 @@ TEST(CoordinatorMetrics, ActiveJobsInfoQueuedAgeAndCheckpointAge) {
   CoordinatorMetrics::StateCounts counts;
   counts.now = now;
   counts.active = {
-      {"job-000001", "tiny", RUNNING, now - absl::Minutes(10), now - absl::Seconds(42)},
+      {"job-000001", "tiny", RUNNING, now - absl::Minutes(10), now - absl::Seconds(42), 3 << 20},
       {"job-000002", std::string(100, 'n'), QUEUED, now - absl::Seconds(90)},
       {"job-000003", "", QUEUED, now - absl::Seconds(30)}};
   (*m)->SetStateSource(
@@ -243,6 +243,8 @@ TEST(CoordinatorMetrics, ActiveJobsInfoQueuedAgeAndCheckpointAge) {
             42);
   EXPECT_THAT(text,
               Not(HasSubstr("dtrain_coordinator_job_checkpoint_age_seconds{job_id=\"job-000002")));
+  EXPECT_EQ(Sample(text, "dtrain_coordinator_job_directory_bytes{job_id=\"job-000001\"}"), 3 << 20);
+  EXPECT_THAT(text, Not(HasSubstr("dtrain_coordinator_job_directory_bytes{job_id=\"job-000002")));
   EXPECT_EQ(Sample(text,
                    "dtrain_coordinator_job_info{job_id=\"job-000001\",name=\"tiny\","
                    "state=\"running\"}"),

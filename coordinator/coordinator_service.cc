@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -262,34 +263,71 @@ class WatchFill {
     // of a stream, carry the summary without it.
     Job light = summary;
     light.clear_placement();
-    auto add = [&](bool with_placement = false) -> JobUpdate& {
-      JobUpdate& u = queue->emplace_back();
-      *u.mutable_job() = with_placement ? summary : light;
-      return u;
+    // One batch of each kind, queued in time order (a late watcher replays the run as it
+    // happened: states, steps and events interleaved). A kind that filled its batch may have
+    // more before the other kinds' later items, so only items up to the earliest full batch's
+    // last time go now; the cursors stop at what was queued.
+    struct Item {
+      int64_t time_ms = 0;
+      int64_t history_seq = 0, step = 0, event_seq = 0;  // the cursor it advances
+      JobUpdate update;
+    };
+    std::vector<Item> items;
+    auto item = [&](int64_t time_ms, bool with_placement) -> Item& {
+      Item& it = items.emplace_back();
+      it.time_ms = time_ms;
+      *it.update.mutable_job() = with_placement ? summary : light;
+      return it;
     };
     ASSIGN_OR_RETURN(std::vector<HistoryEntry> history, store.HistoryAfter(job_id_, history_seq_));
+    std::optional<HistoryEntry> final_entry;
     for (HistoryEntry& e : history) {
-      history_seq_ = e.seq;
       if (IsFinal(e.change.state())) {
-        final_ = std::move(e.change);
+        final_entry = std::move(e);
       } else {
-        *add(/*with_placement=*/true).mutable_state_change() = std::move(e.change);
+        Item& it = item(e.change.time_unix_ms(), /*with_placement=*/true);
+        it.history_seq = e.seq;
+        *it.update.mutable_state_change() = std::move(e.change);
       }
     }
     constexpr int kBatch = 256;
+    int64_t limit = std::numeric_limits<int64_t>::max();
     ASSIGN_OR_RETURN(std::vector<StepMetrics> steps,
                      store.MetricsAfter(job_id_, after_step_, kBatch));
+    if (steps.size() == kBatch) limit = std::min(limit, steps.back().time_unix_ms());
     for (StepMetrics& m : steps) {
-      after_step_ = m.step();
-      *add().mutable_step() = std::move(m);
+      Item& it = item(m.time_unix_ms(), false);
+      it.step = m.step();
+      *it.update.mutable_step() = std::move(m);
     }
     ASSIGN_OR_RETURN(std::vector<JobEvent> events, store.EventsAfter(job_id_, event_seq_, kBatch));
+    if (events.size() == kBatch) limit = std::min(limit, events.back().time_unix_ms);
     for (JobEvent& e : events) {
-      event_seq_ = e.seq;
-      add().set_event(std::move(e.text));
+      Item& it = item(e.time_unix_ms, false);
+      it.event_seq = e.seq;
+      it.update.set_event(std::move(e.text));
+    }
+    std::stable_sort(items.begin(), items.end(),
+                     [](const Item& a, const Item& b) { return a.time_ms < b.time_ms; });
+    bool state_held = false;
+    for (Item& it : items) {
+      if (it.time_ms > limit) {
+        state_held = state_held || it.history_seq > 0;
+        continue;
+      }
+      if (it.history_seq > 0) history_seq_ = it.history_seq;
+      if (it.step > 0) after_step_ = it.step;
+      if (it.event_seq > 0) event_seq_ = it.event_seq;
+      queue->push_back(std::move(it.update));
+    }
+    if (final_entry.has_value() && !state_held) {
+      history_seq_ = final_entry->seq;
+      final_ = std::move(final_entry->change);
     }
     if (queue->empty() && final_.has_value()) {
-      *add(/*with_placement=*/true).mutable_state_change() = std::move(*final_);
+      JobUpdate& u = queue->emplace_back();
+      *u.mutable_job() = summary;
+      *u.mutable_state_change() = std::move(*final_);
       final_.reset();
       *ended = true;
     }

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/job_paths.h"
 #include "common/peer_secret.h"
+#include "common/run_record.h"
 #include "common/status_macros.h"
 #include "coordinator/recovery.h"
 #include "coordinator/submit_spec.h"
@@ -141,6 +142,7 @@ absl::StatusOr<CoordinatorMetrics::StateCounts> JobManager::StateCounts() {
     if (job.checkpoint().sealed_unix_ms() > 0) {
       a.sealed = absl::FromUnixMillis(job.checkpoint().sealed_unix_ms());
     }
+    a.dir_bytes = job.checkpoint().dir_bytes();
   }
   counts.now = Now();
   return counts;
@@ -577,11 +579,11 @@ void JobManager::Fail(ActiveJob& job, const std::string& cause, const std::strin
                 absl::StrCat("restart ", used + 1, " of ", max_restarts, ": ",
                              reason.substr(0, reason.find('\n'))),
                 worker);
-  if (options_.metrics != nullptr) options_.metrics->JobRecoveryStarted();
 }
 
 void JobManager::BeginRecovery(ActiveJob& job, Recovery recovery, const std::string& why,
                                const std::string& failed_worker) {
+  if (options_.metrics != nullptr) options_.metrics->JobRecoveryStarted(RecoveryKind(recovery));
   recovery.set_number(static_cast<int>(job.recoveries.size()) + 1);
   recovery.set_started_unix_ms(NowMs());
   recovery.set_last_step(job.last_step);
@@ -1039,6 +1041,16 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
                    request.host_label(), "\", ", request.device().kind(), " ",
                    request.device().name(), ")", attach.empty() ? "" : " running " + attach));
 
+  if (!request.previous_run().job_id().empty()) {
+    // Its previous process died running that job (common/run_record.h): say how, in the job's
+    // log (the job may have moved on or ended since).
+    const std::string line = DescribePreviousRun(worker_id, request.previous_run());
+    Log(line);
+    if (IsJobId(request.previous_run().job_id()) &&
+        store_->GetJob(request.previous_run().job_id(), /*with_history=*/false).ok()) {
+      Event(request.previous_run().job_id(), line);
+    }
+  }
   auto returned = [&](ActiveJob& job, const std::string& what) {
     if (job.awaiting.erase(worker_id) == 0) return;
     Event(job.id, absl::StrCat("worker ", worker_id, " ", what, " after the coordinator restart"));
@@ -1163,6 +1175,7 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
       sealed.set_step(request.checkpoint().step());
       sealed.set_path(request.checkpoint().path());
       sealed.set_time_unix_ms(absl::ToUnixMillis(now));
+      sealed.set_dir_bytes(request.checkpoint().dir_bytes());
       RETURN_IF_ERROR(store_->AddCheckpoint(job->id, sealed));
       to_notify_.push_back(job->id);
       MaybeGrowBack(*job, sealed.step());
@@ -1371,6 +1384,9 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
     response.add_warnings(absl::StrCat("the job needs ", Plural(needed, worker), " and ",
                                        Plural(able, worker), able == 1 ? " is" : " are",
                                        " registered: it stays QUEUED until enough register"));
+  }
+  if (std::optional<std::string> off = plan::CheckpointsOffWarning(spec)) {
+    response.add_warnings(*off);
   }
   if (too_big.has_value()) {
     response.add_warnings(absl::StrCat("no registered worker can hold this job: ", *too_big,

@@ -578,6 +578,7 @@ absl::Status JobStore::AddCheckpoint(absl::string_view job_id, const CheckpointI
     if (sealed.step() > status.last_sealed_step()) {
       status.set_last_sealed_step(sealed.step());
       status.set_sealed_unix_ms(sealed.time_unix_ms());
+      status.set_dir_bytes(sealed.dir_bytes());
       RETURN_IF_ERROR(WriteCheckpointStatusLocked(job_id, status));
     }
     Statement s(db_, path_, "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)");

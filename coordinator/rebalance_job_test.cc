@@ -117,7 +117,7 @@ TEST(RebalanceJob, WithoutACheckpointToComeItRestartsAtOnce) {
   Harness h(TempDb("rebalance-now"));
   std::string spec = kPp3Spec;
   spec.replace(spec.find(R"(, "interval_steps": 10)"),
-               std::string(R"(, "interval_steps": 10)").size(), "");
+               std::string(R"(, "interval_steps": 10)").size(), R"(, "interval_steps": 0)");
   h.RunOn(3, spec);
   ASSERT_TRUE(h.Step("w3", "s-w3", kJob, 7, 4.0).ok());
   absl::StatusOr<RebalanceDecision> d = h.m().RebalanceJob(kJob, {0.2, 0.4, 0.2}, "test");

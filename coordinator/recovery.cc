@@ -15,10 +15,16 @@ bool DeviceFits(absl::string_view device, absl::string_view kind) {
   return true;  // "auto", ""
 }
 
-bool IsPlannedRestart(const Recovery& r) {
-  return r.grow() || !r.replaced_worker().empty() || !r.rebalance_to().empty() || r.maintenance() ||
-         r.finishing();
+absl::string_view RecoveryKind(const Recovery& r) {
+  if (r.finishing()) return "finishing";
+  if (r.maintenance()) return "maintenance";
+  if (r.grow()) return "grow";
+  if (!r.replaced_worker().empty()) return "straggler_replaced";
+  if (!r.rebalance_to().empty()) return "rebalance";
+  return "failure";
 }
+
+bool IsPlannedRestart(const Recovery& r) { return RecoveryKind(r) != "failure"; }
 
 int FailureCount(absl::Span<const Recovery> recoveries) {
   int failures = 0;

@@ -24,8 +24,15 @@ namespace dtrain::coordinator {
 // Whether a worker with a device of `kind` ("cpu", "cuda") can run a job asking for `device`.
 bool DeviceFits(absl::string_view device, absl::string_view kind);
 
-// A restart the coordinator chose, not a failure: a grow back, a straggler replaced, a re-cut,
-// maintenance (a worker stopped on purpose), the end of a job whose last step was sealed.
+// What a recovery is, as the bounded label `kind` of dtrain_coordinator_job_recoveries_total:
+// "failure" (counted against max_restarts), or a restart the coordinator chose: "grow" (back to
+// the submitted layout), "straggler_replaced", "rebalance" (a re-cut), "maintenance" (a worker
+// drained or stopped on purpose), "finishing" (the job's last step was sealed).
+absl::string_view RecoveryKind(const Recovery& recovery);
+inline constexpr absl::string_view kRecoveryKinds[] = {
+    "failure", "grow", "straggler_replaced", "rebalance", "maintenance", "finishing"};
+
+// A restart the coordinator chose, not a failure (RecoveryKind is not "failure").
 bool IsPlannedRestart(const Recovery& recovery);
 
 // Recoveries that followed a failure (not IsPlannedRestart): what max_restarts counts.

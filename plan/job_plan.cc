@@ -360,31 +360,7 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
     problems->push_back(
         absl::StrCat("device=\"", spec.device(), "\" is not one of cpu, cuda, auto"));
   }
-  if (spec.checkpoint().interval_steps() < 0) {
-    problems->push_back(absl::StrCat(
-        "checkpoint.interval_steps=", spec.checkpoint().interval_steps(), " must be >= 0"));
-  }
-  CheckpointSpec& checkpoint = *spec.mutable_checkpoint();
-  if (checkpoint.keep_last() < 0) {
-    problems->push_back(absl::StrCat("checkpoint.keep_last=", checkpoint.keep_last(),
-                                     " must be >= 1 (0: keep the newest ", kDefaultKeepLast,
-                                     " sealed steps)"));
-  } else if (checkpoint.keep_last() == 0) {
-    checkpoint.set_keep_last(kDefaultKeepLast);
-  }
-  if (checkpoint.keep_every() < 0) {
-    problems->push_back(absl::StrCat("checkpoint.keep_every=", checkpoint.keep_every(),
-                                     " must be >= 0 (0: no milestones)"));
-  }
-  if (workers > 1 && spec.checkpoint().dir().empty()) {
-    // A one-worker job saves under the worker's --data_root; ranks of a spread job write shards
-    // that rank 0 exports, so they need one directory they all see.
-    problems->push_back(absl::StrCat(
-        "checkpoint.dir is required for a job on ", workers,
-        " workers: a directory every worker of the job can write (shared storage in a cluster); "
-        "each rank writes its shard there and rank 0 exports the final weights to "
-        "<checkpoint.dir>/model.safetensors"));
-  }
+  PlanCheckpoint(workers, spec.mutable_checkpoint(), problems);
   if (spec.seed() == 0) spec.set_seed(kDefaultSeed);
   CheckFaultTolerance(spec.mutable_fault_tolerance(), problems);
   CheckStragglers(spec.mutable_stragglers(), problems);

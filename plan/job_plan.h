@@ -16,8 +16,8 @@
 // grad_clip 1.0 (worker/model/optimizer.h's OptimizerConfig, which the worker fills from them),
 // fault_tolerance.max_restarts unset -> 3 (0 stays 0: fail fast), on_worker_loss "" -> "shrink",
 // wait_for "" -> "60s", stragglers.threshold 0 -> 1.5, window_steps 0 -> 20, policy "" ->
-// "report", checkpoint.keep_last 0 -> kDefaultKeepLast, eval.batches 0 -> 1 (with an eval
-// section).
+// "report", checkpoint.* as plan/checkpoint_plan.h PlanCheckpoint says (every job checkpoints
+// every 100 steps by default), eval.batches 0 -> 1 (with an eval section).
 //
 // Errors: one InvalidArgument "invalid job spec: <problem>; <problem>; ..." listing every
 // problem at once, each naming its JSON field:
@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "plan/checkpoint_plan.h"
 #include "plan/schedule.h"
 #include "plan/simulate.h"
 #include "proto/job.pb.h"
@@ -56,9 +57,6 @@ inline constexpr int64_t kMaxMicroBatchTokens = 1 << 24;  // micro_batch_size * 
 // this diverges in a step or two (a NaN loss at step 2, found by tools/fuzz_submit.py).
 inline constexpr double kMaxLearningRate = 10;
 inline constexpr int64_t kMaxEvalBatches = 10000;  // eval.batches per evaluation
-
-// Sealed checkpoint steps a job keeps when checkpoint.keep_last is 0 (besides milestones).
-inline constexpr int kDefaultKeepLast = 3;
 
 // What one coordinator's operator lets a job ask for (dtrain-coordinator's --max_job_* flags),
 // within the caps above that bound what any coordinator accepts. The defaults let any job of

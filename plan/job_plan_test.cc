@@ -1,6 +1,7 @@
 #include "plan/job_plan.h"
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::Optional;
 
 constexpr const char* kTinySpec = R"({
   "name": "tiny",
@@ -224,6 +226,29 @@ TEST(MakeJobPlan, JobsOnSeveralWorkersNeedACheckpointDir) {
   ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(spec.status().message(),
               HasSubstr("checkpoint.dir is required for a job on 2 workers"));
+}
+
+TEST(MakeJobPlan, EveryJobCheckpointsByDefaultAndAnExplicitZeroIsWarnedAbout) {
+  JobSpec in = Parsed(kTinySpec);
+  in.clear_checkpoint();  // a one-worker job with no checkpoint settings at all
+  in.set_steps(500);
+  absl::StatusOr<JobSpec> spec = Validated(in);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().interval_steps(), kDefaultCheckpointIntervalSteps);
+  EXPECT_EQ(spec->checkpoint().keep_last(), kDefaultKeepLast);
+  EXPECT_EQ(CheckpointsOffWarning(*spec), std::nullopt);
+  EXPECT_EQ(Validated(*spec)->SerializeAsString(), spec->SerializeAsString()) << "idempotent";
+
+  in.mutable_checkpoint()->set_interval_steps(0);  // explicitly off: stays off, with a warning
+  spec = Validated(in);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().interval_steps(), 0);
+  EXPECT_THAT(CheckpointsOffWarning(*spec),
+              Optional(AllOf(HasSubstr("checkpoint.interval_steps=0 turns periodic checkpoints "
+                                       "off: a crash before step 500 redoes every step"),
+                             HasSubstr("every 100 steps"))));
+  in.set_steps(kDefaultCheckpointIntervalSteps);  // no longer than one interval: no warning
+  EXPECT_EQ(CheckpointsOffWarning(*Validated(in)), std::nullopt);
 }
 
 TEST(MakeJobPlan, MissingModelIsNamed) {

@@ -8,6 +8,7 @@
 #ifndef DTRAIN_WORKER_LOCAL_TRAINER_H_
 #define DTRAIN_WORKER_LOCAL_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,6 +53,9 @@ class LocalTrainer {
   // note), reported by Run as a warning; "" otherwise.
   const std::string& resume_note() const { return resume_note_; }
   model::GptStage& model() { return *model_; }
+  // Stops a step in progress once `*stop` is true: Run returns Cancelled from the middle of the
+  // step (model::GptStage::set_stop_flag), before its update. The flag must outlive Run.
+  void set_stop_flag(const std::atomic<bool>* stop) { model_->set_stop_flag(stop); }
 
  private:
   LocalTrainer() = default;

@@ -3,6 +3,7 @@
 #include "worker/local_trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -460,6 +461,27 @@ TEST(TrainingRun, EvaluatesEveryNStepsAndTheLast) {
     if (r.EvaluatesAt(s)) at.push_back(s);
   }
   EXPECT_EQ(at, (std::vector<int64_t>{10, 20, 25}));
+}
+
+TEST(LocalTrainer, TheStopFlagStopsAStepInProgressBeforeItsUpdate) {
+  auto backend = Cpu();
+  auto trainer = LocalTrainer::Create(backend.get(), Tiny(WriteText("stopflag.txt", 3000))).value();
+  std::atomic<bool> stop{false};
+  trainer->set_stop_flag(&stop);
+  std::vector<float> before;
+  int calls = 0;
+  absl::Status s = trainer->Run({[&](const TrainStepMetrics& m) {
+    ++calls;
+    const float* p = trainer->model().params();
+    before.assign(p, p + trainer->model().layout().total_size());
+    stop = true;  // as a cancel arriving while step 2 runs
+    return absl::OkStatus();
+  }});
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(s.message(), HasSubstr("stopped in the forward pass before layer 0 of"));
+  EXPECT_EQ(calls, 1) << "step 2 never finished";
+  const float* p = trainer->model().params();
+  EXPECT_EQ(std::vector<float>(p, p + before.size()), before) << "no half-step update";
 }
 
 TEST(LocalTrainer, NonsenseConfigListsEveryProblem) {

@@ -46,12 +46,12 @@ absl::StatusOr<TrainingRun> PlanFromSpec(const JobSpec& submitted, const std::st
   plan.seed = spec.seed();
   plan.steps = spec.steps();
   plan.batch = spec.batch_size();
-  if (!spec.checkpoint().dir().empty()) {
-    plan.checkpoint_dir = job_dir;
-    plan.checkpoint_every = spec.checkpoint().interval_steps();
-    plan.keep_last = spec.checkpoint().keep_last();  // defaulted by the plan
-    plan.keep_every = spec.checkpoint().keep_every();
-  }
+  // Every job checkpoints into its directory (the defaults: plan/checkpoint_plan.h), one-worker
+  // jobs without checkpoint.dir included (their directory is under --data_root).
+  plan.checkpoint_dir = job_dir;
+  plan.checkpoint_every = spec.checkpoint().interval_steps();
+  plan.keep_last = spec.checkpoint().keep_last();
+  plan.keep_every = spec.checkpoint().keep_every();
   if (spec.has_eval()) {
     plan.eval_data_path = AbsolutePath(spec.eval().dataset());
     plan.eval_every = spec.eval().every_steps();

@@ -19,7 +19,8 @@ absl::StatusOr<std::string> JobDir(const std::string& job_id, const JobSpec& spe
                                    const std::string& data_root);
 
 // The TrainingRun of a spec for a job whose directory is `job_dir` (JobDir): training
-// state there when the spec names checkpoint.dir, final weights at <job_dir>/model.safetensors,
+// state there every checkpoint.interval_steps (plan/checkpoint_plan.h: every job checkpoints,
+// by default every 100 steps), final weights at <job_dir>/model.safetensors,
 // dataset / init_checkpoint / resume_from made absolute (relative paths resolve from the process's
 // working directory; worker/daemon/job_runner.h says what a worker writes where).
 // InvalidArgument naming every bad field.

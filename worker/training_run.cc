@@ -57,7 +57,13 @@ absl::Status RunTrainingSteps(
   };
   EarlyStopper stopping(run.early_stopping_patience, run.early_stopping_min_delta);
   for (int64_t step = start_step + 1; step <= run.steps; ++step) {
-    ASSIGN_OR_RETURN(TrainStepMetrics metrics, train_step(step));
+    absl::StatusOr<TrainStepMetrics> trained = train_step(step);
+    if (!trained.ok()) {
+      // A step stopped in the middle (a cancel): the checkpoint of a step before it still seals.
+      if (absl::IsCancelled(trained.status())) report(/*wait=*/true).IgnoreError();
+      return trained.status();
+    }
+    TrainStepMetrics metrics = *std::move(trained);
     bool best = false;
     if (run.EvaluatesAt(step) && evaluate) {
       ASSIGN_OR_RETURN(const double val_loss, evaluate(step));

@@ -19,6 +19,8 @@
 #include "CivetServer.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "civetweb.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
@@ -60,13 +62,23 @@ absl::StatusOr<std::string> CivetwebPorts(const std::string& listen) {
 }
 
 // The registry as the Exposer's Collectable (it takes a weak_ptr; the registry is the caller's).
+// Each collect's time goes to `collect_seconds` (when not null), seen from the next scrape on.
 class Page final : public prometheus::Collectable {
  public:
-  explicit Page(Registry* registry) : registry_(registry) {}
-  std::vector<prometheus::MetricFamily> Collect() const override { return registry_->Collect(); }
+  Page(Registry* registry, Histogram* collect_seconds)
+      : registry_(registry), collect_seconds_(collect_seconds) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const absl::Time start = absl::Now();
+    std::vector<prometheus::MetricFamily> page = registry_->Collect();
+    if (collect_seconds_ != nullptr) {
+      collect_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    }
+    return page;
+  }
 
  private:
   Registry* const registry_;
+  Histogram* const collect_seconds_;
 };
 
 // GET /healthz: "ok", answered by civetweb's begin_request hook before the Exposer's handlers
@@ -120,7 +132,16 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
     return absl::InternalError(absl::StrCat("metrics server on ", listen, ": no bound port"));
   }
   server->port_ = bound[0];
-  server->page_ = std::make_shared<Page>(registry);
+  // The scrape's own cost with its unit in the name (the Exposer's exposer_request_latencies is
+  // a summary in microseconds). A second server on the same registry shares the first's.
+  const Buckets buckets = ExponentialBuckets(0.0005, 2, 14);  // 0.5 ms .. 4.1 s
+  absl::StatusOr<Family<Histogram>*> collect = registry->AddHistogram(
+      "dtrain_metrics_scrape_duration_seconds",
+      "Time to collect this process's metrics for one /metrics scrape (every family and "
+      "collect hook), in seconds.",
+      {}, buckets);
+  server->page_ =
+      std::make_shared<Page>(registry, collect.ok() ? &(*collect)->Add({}, buckets) : nullptr);
   server->exposer_->RegisterCollectable(server->page_, "/metrics");
   return server;
 }

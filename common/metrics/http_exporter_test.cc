@@ -58,6 +58,16 @@ TEST_F(MetricsServerTest, EachScrapeSeesCurrentValues) {
   EXPECT_THAT(response->body, HasSubstr("test_level 42\n"));
 }
 
+TEST_F(MetricsServerTest, EachScrapeTimesItsCollectInSeconds) {
+  ASSERT_TRUE(HttpRequest(server_->port(), "/metrics").ok());
+  auto response = HttpRequest(server_->port(), "/metrics");
+  ASSERT_TRUE(response.ok()) << response.status();
+  // The first scrape's collect, seen by the second.
+  EXPECT_THAT(response->body, HasSubstr("\n# TYPE dtrain_metrics_scrape_duration_seconds "
+                                        "histogram\n"));
+  EXPECT_THAT(response->body, HasSubstr("\ndtrain_metrics_scrape_duration_seconds_count 1\n"));
+}
+
 TEST_F(MetricsServerTest, HealthzAnswersOkAndNoMetricsText) {
   auto response = HttpRequest(server_->port(), "/healthz");
   ASSERT_TRUE(response.ok()) << response.status();

@@ -4,13 +4,17 @@ step, what killed writers leave) is resumed from the newest intact sealed step, 
 says why in one line each, and nothing outside the directory is read or written.
 """
 
+import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 
 from harness import Cluster, expect, losses, small_job_spec
-from recovery_cases import FINAL, STEP_DELAY, compare, one_recovery, run_reference, wait_sealed
+from recovery_cases import (FINAL, STEP_DELAY, compare, one_recovery, run_reference, start,
+                            wait_sealed)
 
 
 def case_checkpoint_untrusted_fallback(args):
@@ -97,8 +101,9 @@ def case_checkpoint_untrusted_fallback(args):
 def case_checkpoint_retention(args):
     """checkpoint.keep_last 2 and keep_every 5 with a checkpoint every step of a 12-step job:
     the job SUCCEEDS and its directory holds exactly the sealed steps 5 and 10 (milestones) and
-    11 and 12 (the newest two), `latest` naming 12; a spec with keep_last -1 is refused at
-    submit naming the field."""
+    11 and 12 (the newest two), `latest` naming 12, and `status` shows the directory's size
+    (CheckpointStatus.dir_bytes: at least those steps, at most the whole directory); a spec
+    with keep_last -1 is refused at submit naming the field."""
     with Cluster(args.binaries, "checkpoint_retention") as c:
         c.write_corpus()
         c.start_coordinator()
@@ -120,6 +125,17 @@ def case_checkpoint_retention(args):
         with open(os.path.join(job_dir, "latest")) as f:
             latest = f.read().strip()
         expect(latest == "step_00000012", "latest names %r" % latest)
+        # The job's directory size as rank 0 counted it after its last seal and retention: at
+        # least the sealed steps left, at most everything there now.
+        def du(path):
+            return sum(os.path.getsize(os.path.join(d, f))
+                       for d, _, files in os.walk(path) for f in files)
+        reported = int(done["checkpoint"].get("dir_bytes", 0))
+        sealed = sum(du(os.path.join(job_dir, n)) for n in steps)
+        expect(sealed <= reported <= du(job_dir), "dir_bytes %d: the sealed steps hold %d, the "
+               "directory %d" % (reported, sealed, du(job_dir)))
+        rc, out, err = c.cli("status", job_id, timeout=30)
+        expect(" MiB on disk" in out, "`dtrain status` does not show the disk usage:\n%s" % out)
 
         bad = dict(spec, name="bad-retention")
         bad["checkpoint"] = dict(spec["checkpoint"], keep_last=-1)
@@ -127,7 +143,29 @@ def case_checkpoint_retention(args):
         expect(rc == 2 and "checkpoint.keep_last=-1 must be >= 1" in err,
                "keep_last -1 should be refused at submit (exit 2): exit %d\n%s%s" % (rc, out, err))
         print("keep_last 2, keep_every 5, 12 steps checkpointed every step: %s remain; "
-              "keep_last -1 refused: %s" % (", ".join(steps), err.strip().splitlines()[-1]))
+              "dir_bytes %d (sealed steps %d); keep_last -1 refused: %s"
+              % (", ".join(steps), reported, sealed, err.strip().splitlines()[-1]))
+
+
+@contextlib.contextmanager
+def small_tmpfs(c, size, case):
+    """A tmpfs of `size` ("2m") mounted at <cluster>/small for the body, or None (the case prints
+    SKIPPED) when mounting is not permitted. Every process of `c` is stopped before it goes."""
+    small = os.path.join(c.tmp, "small")
+    os.mkdir(small)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", small],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print("SKIPPED %s: cannot mount a tmpfs here (%s); the test needs root and CAP_SYS_ADMIN"
+              % (case, r.stderr.strip() or r.returncode))
+        yield None
+        return
+    try:
+        yield small
+    finally:
+        for p in reversed(c.processes):  # nothing may hold the tmpfs when it goes
+            p.stop(timeout=5)
+        subprocess.run(["umount", "-l", small], capture_output=True)
 
 
 def case_checkpoint_disk_full(args):
@@ -136,16 +174,9 @@ def case_checkpoint_disk_full(args):
     0.7 MiB, so from the third on a checkpoint does not fit and is skipped with an event in the
     job's log; training goes on, the job SUCCEEDS, and no partial step remains (only sealed
     step directories)."""
-    with Cluster(args.binaries, "checkpoint_disk_full") as c:
-        small = os.path.join(c.tmp, "small")
-        os.mkdir(small)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", small],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            print("SKIPPED checkpoint_disk_full: cannot mount a tmpfs here (%s); the test needs "
-                  "root and CAP_SYS_ADMIN" % (r.stderr.strip() or r.returncode))
-            return
-        try:
+    with Cluster(args.binaries, "checkpoint_disk_full") as c, \
+            small_tmpfs(c, "2m", "checkpoint_disk_full") as small:
+        if small is not None:
             c.write_corpus()
             c.start_coordinator()
             c.start_worker("w1")
@@ -168,7 +199,124 @@ def case_checkpoint_disk_full(args):
                        "%s is a partial step: %s" % (name, files))
             print("2 MiB tmpfs, a checkpoint every step of 8: SUCCEEDED, %d skipped (%s), "
                   "left %s" % (len(skips), skips[0].strip(), ", ".join(steps)))
-        finally:
-            for p in reversed(c.processes):  # nothing may hold the tmpfs when it goes
-                p.stop(timeout=5)
-            subprocess.run(["umount", "-l", small], capture_output=True)
+
+
+def case_checkpoint_default(args):
+    """A one-worker job whose spec says nothing about checkpoints (no checkpoint.dir, no
+    interval: README's tiny.json) checkpoints every 100 steps (plan/checkpoint_plan.h) into the
+    worker's <data_root>/jobs/<job id>/; kill -9 of its worker after step 103 and a restart at
+    once: the recovery resumes from step 100 (redoing fewer than an interval's steps, not all
+    103) and the job SUCCEEDS. A late `dtrain watch` replays its states, steps and events in
+    time order. A spec with checkpoint.interval_steps 0 gets a warning at submit
+    ("turns periodic checkpoints off")."""
+    with Cluster(args.binaries, "checkpoint_default") as c:
+        delay = "--test_only_step_delay=40ms"  # the kill lands between steps 103 and 125
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1", extra=[delay])
+        c.wait_workers({"w1": "IDLE"})
+        spec = small_job_spec("", 125, name="default", fault_tolerance={"max_restarts": 1})
+        del spec["checkpoint"]
+        rc, out, err = c.cli("--json", "submit", c.write_spec("default.json", spec), timeout=30)
+        expect(rc == 0 and "warning" not in err, "submit: exit %d\n%s%s" % (rc, out, err))
+        job_id = json.loads(out)["id"]
+        job_dir = os.path.join(c.tmp, "data-w1", "jobs", job_id)
+        c.wait_step(job_id, 103, 120)
+        expect(os.path.isfile(os.path.join(job_dir, "step_00000100", "manifest.json")),
+               "no sealed step 100 in %s: %s" % (job_dir, os.listdir(job_dir)))
+        c.workers["w1"].signal(signal.SIGKILL)
+        c.workers["w1"].wait(10)
+        c.start_worker("w1", extra=[delay])
+        done = c.wait_state(job_id, FINAL, 180)
+        expect(done["state"] == "SUCCEEDED", "after kill -9: %s: %s"
+               % (done["state"], done.get("reason")))
+        r = one_recovery(done)
+        redone = int(r.get("steps_redone", 0))
+        expect(int(r.get("resumed_from_step", 0)) == 100 and 0 < redone < 100,
+               "the recovery should resume from step 100 and redo fewer than 100 steps: %s" % r)
+        steps = sorted(n for n in os.listdir(job_dir) if n.startswith("step_"))
+        expect(steps == ["step_00000100", "step_00000125"], "sealed steps in %s: %s"
+               % (job_dir, steps))
+
+        # A late `watch` replays the run in time order: states, steps and events interleaved
+        # (the events' times from `logs`, which has them).
+        rc, out, err = c.cli("--json", "logs", job_id, timeout=30)
+        event_times = {}
+        for line in out.splitlines():
+            e = json.loads(line)
+            event_times.setdefault(e["text"], []).append(int(e["time_unix_ms"]))
+        rc, out, err = c.cli("--json", "watch", job_id, timeout=60)
+        times = []
+        for line in out.splitlines():
+            u = json.loads(line)
+            if u["type"] == "event":
+                times.append(event_times[u["text"]].pop(0))
+            elif "time_unix_ms" in u:
+                times.append(int(u["time_unix_ms"]))
+        expect(len(times) > 125 and times == sorted(times),
+               "a late watch should replay in time order: %d updates, first out of order at %s"
+               % (len(times), next((i for i in range(1, len(times))
+                                    if times[i] < times[i - 1]), None)))
+
+        off = small_job_spec("", 500, name="off")
+        off["checkpoint"] = {"interval_steps": 0}
+        rc, out, err = c.cli("--json", "submit", c.write_spec("off.json", off), timeout=30)
+        expect(rc == 0 and "warning: checkpoint.interval_steps=0 turns periodic checkpoints off"
+               in err, "interval_steps 0 should be warned about at submit: exit %d\n%s%s"
+               % (rc, out, err))
+        c.cli("cancel", json.loads(out)["id"], timeout=30, check=True)
+        print("no checkpoint settings, 125 steps, kill -9 after step %d: resumed from step 100, "
+              "%d steps redone, SUCCEEDED; %s holds %s; interval_steps 0: %s"
+              % (int(r.get("last_step", 0)), redone, job_dir, ", ".join(steps),
+                 err.strip().splitlines()[-1]))
+
+
+def case_checkpoint_disk_full_ranks(args):
+    """A pp=2 job on two workers checkpointing every step into a 3 MiB tmpfs that a 1 MiB
+    ballast file fills further (mounted by the test; skipped with a message when mounting is
+    not permitted), keep_last 2: from the third step on a step does not fit, and every rank
+    skips it (the rank that cannot hold its part says so in its entries; rank 0 then removes
+    the step whole instead of sealing it) with an event naming the rank; training goes on.
+    Once the test deletes the ballast (an operator freeing space), checkpoints seal again, the
+    job SUCCEEDS with its weights exported, and no partial step remains."""
+    with Cluster(args.binaries, "checkpoint_disk_full_ranks") as c, \
+            small_tmpfs(c, "3m", "checkpoint_disk_full_ranks") as small:
+        if small is not None:
+            ballast = os.path.join(small, "ballast")
+            with open(ballast, "wb") as f:
+                f.write(b"\0" * (1 << 20))
+            start(c, ["w1", "w2"])
+            spec = small_job_spec(small, 30, 1, name="full-ranks", parallel={"pp": 2})
+            spec["checkpoint"]["keep_last"] = 2
+            job_id = c.submit(c.write_spec("full.json", spec))
+
+            def skips():
+                out = c.cli("logs", job_id, timeout=30)[1]
+                return [l for l in out.splitlines()
+                        if "skipped:" in l and "training goes on" in l]
+            c.wait_until(skips, 120, "a skipped checkpoint in the job's log")
+            job = c.job(job_id)
+            expect(job["state"] == "RUNNING", "the job should go on after a skipped checkpoint: "
+                   "%s: %s" % (job["state"], job.get("reason")))
+            os.remove(ballast)  # room again
+            done = c.wait_state(job_id, FINAL, 120)
+            expect(done["state"] == "SUCCEEDED", "a full disk should not fail the job: %s: %s"
+                   % (done["state"], done.get("reason")))
+            skipped = skips()
+            for line in skipped:
+                ranks = re.findall(r"rank \d+: ", line.split(" skipped: ", 1)[1])
+                expect(ranks and len(ranks) == len(set(ranks)),
+                       "a skip should name each rank that could not hold its part once:\n%s"
+                       % line)
+            job_dir = os.path.join(small, job_id)
+            steps = sorted(n for n in os.listdir(job_dir) if n.startswith("step_"))
+            expect("step_00000030" in steps, "the last step is not sealed: %s" % steps)
+            for name in steps:
+                files = os.listdir(os.path.join(job_dir, name))
+                expect("manifest.json" in files and not any(".tmp." in f for f in files),
+                       "%s is a partial step: %s" % (name, files))
+            expect(os.path.isfile(os.path.join(job_dir, "model.safetensors")),
+                   "no exported weights in %s" % job_dir)
+            print("pp=2, 3 MiB tmpfs with 1 MiB ballast, a checkpoint every step: %d skipped "
+                  "(%s); ballast removed: SUCCEEDED, left %s"
+                  % (len(skipped), skipped[0].strip(), ", ".join(steps)))

@@ -275,12 +275,14 @@ class Cluster:
                             process=self.coordinator)
         return self.coordinator
 
-    def start_worker(self, worker_id, extra=()):
+    def start_worker(self, worker_id, extra=(), wrapper=()):
+        """`wrapper`: a command line the worker's argv is appended to (it must exec it), e.g. one
+        that moves itself into a memory cgroup first."""
         self.metrics_ports["worker-" + worker_id] = free_port()
         # dtrain-worker-testing (the same daemon with the --test_only_* fault flags) only where a
         # case injects a fault: every other worker is the production binary.
         testing = any(str(a).startswith("--test_only_") for a in extra)
-        argv = [self.bin["worker_testing" if testing else "worker"],
+        argv = list(wrapper) + [self.bin["worker_testing" if testing else "worker"],
                 "--coordinator=%s" % self.address,
                 "--metrics_listen=127.0.0.1:%d" % self.metrics_ports["worker-" + worker_id],
                 "--worker_id=%s" % worker_id, "--device=cpu", "--threads=1",

@@ -151,7 +151,7 @@ def case_recovery_spare(args):
         rc, out, err = c.cli("status", job_id)
         expect(rc == 0 and "recoveries" in out and "resumed from step" in out,
                "status shows no recovery:\n%s" % out)
-        expect(coordinator_metric(c, "dtrain_coordinator_job_recoveries_total") == 1 and
+        expect(coordinator_metric(c, 'dtrain_coordinator_job_recoveries_total{kind="failure"}') == 1 and
                coordinator_metric(c, "dtrain_coordinator_job_recovery_seconds_count") == 1,
                "the coordinator's metrics should count one recovery")
         rc, out, err = c.cli("watch", job_id, timeout=60)

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/files.h"
 #include "common/job_paths.h"
 #include "common/path_policy.h"
 #include "common/status_macros.h"
@@ -124,6 +125,7 @@ void JobRunner::Stop(const std::string& reason, bool failure) {
     cancel_is_failure_ = failure;
     parallel = parallel_;
   }
+  stop_.store(true);
   // The other ranks get the same cancel from the coordinator, each at its own time: waiting
   // for a step boundary would leave them waiting on this rank until their deadline.
   if (parallel != nullptr) parallel->Abort();
@@ -167,6 +169,10 @@ JobOutcome JobRunner::Run() {
     outcome.set_kind(FAILURE_STOPPED);
     outcome.set_error(last_step_ == 0 ? absl::StrCat(cancel_reason_, " before the first step")
                                       : absl::StrCat(cancel_reason_, " after step ", last_step_));
+    if (absl::StartsWith(output.status().message(), "stopped in the ")) {  // GptStage's stop
+      absl::StrAppend(outcome.mutable_error(), "; step ", last_step_ + 1, " ",
+                      output.status().message());
+    }
     return outcome;
   }
   outcome.set_error(std::string(output.status().message()));
@@ -254,6 +260,7 @@ absl::Status JobRunner::TrainLocal(const TrainingCallbacks& callbacks) {
   if (options_.metrics != nullptr) options_.metrics->StartJob({assignment_.job_id(), 0, 0, 0, 0});
   absl::StatusOr<std::unique_ptr<LocalTrainer>> run = LocalTrainer::Create(backend_, plan_);
   if (!run.ok()) return Annotate(run.status(), "cannot start training");
+  (*run)->set_stop_flag(&stop_);
   OnStarted((*run)->start_step(), (*run)->resumed_from());
   AnnounceTraining(backend_->info().name, "");
   absl::Status status = (*run)->Run(callbacks);
@@ -363,6 +370,9 @@ void JobRunner::OnStarted(int64_t start_step, const std::string& resumed_from) {
 void JobRunner::OnCheckpoint(const CheckpointWritten& c) {
   if (options_.metrics != nullptr) options_.metrics->OnCheckpoint(c.seconds);
   if (c.skipped) {
+    // Several ranks skip a step together: rank 0's reason names every rank that could not
+    // hold its part (parallel/checkpoint_writer.h).
+    if (rank_ != 0) return;
     callbacks_.event(absl::StrCat("checkpoint at step ", c.step, " skipped: ", c.skip_reason,
                                   "; training goes on"));
     return;
@@ -373,6 +383,7 @@ void JobRunner::OnCheckpoint(const CheckpointWritten& c) {
     CheckpointSealed sealed;
     sealed.set_step(c.step);
     sealed.set_path(c.dir);
+    sealed.set_dir_bytes(DirectoryBytes(job_dir_));  // after the seal's retention
     callbacks_.checkpoint(sealed);
   }
 }

@@ -16,10 +16,10 @@
 //
 // Where it writes: only in the job's own directory (common/job_paths.h JobDirectory, made
 // absolute once at the start): <checkpoint.dir>/<job id>/, or <data_root>/jobs/<job id>/ when
-// the spec has no checkpoint dir (then only the final weights are written). Rank 0 (or the
-// single worker) claims it with the assignment's job_uid (ClaimJobDirectory) before it connects
-// to peers or trains; a directory claimed by another job fails the job with that message, and
-// the other ranks write their shards only after connecting, so nothing is written before the
+// the spec has no checkpoint dir (a one-worker job; it checkpoints there like any other). Rank 0
+// (or the single worker) claims it with the assignment's job_uid (ClaimJobDirectory) before it
+// connects to peers or trains; a directory claimed by another job fails the job with that message,
+// and the other ranks write their shards only after connecting, so nothing is written before the
 // claim. Final weights: <job dir>/model.safetensors (the outcome's absolute `output`, with this
 // worker's host label). Training state: <job dir>/step_NNNNNNNN/ every interval_steps and at
 // the end, `latest` moved last. Several workers: checkpoint.dir is required (the job fails at
@@ -51,11 +51,14 @@
 // with a message naming both, e.g. a "cuda" job on a CPU worker.
 //
 // Threading: Run() blocks on the caller's (training) thread; Cancel() may be called from any
-// thread. One worker stops at the next step boundary; a rank of a multi-worker job stops at
-// once (its transport is shut down, so it does not wait for peers that stopped too).
+// thread. One worker stops the step in progress at its next transformer block
+// (GptStage::set_stop_flag: "stopped in the forward pass before layer 3 of 8"), before the
+// step's update; a rank of a multi-worker job stops at once (its transport is shut down, so it
+// does not wait for peers that stopped too).
 #ifndef DTRAIN_WORKER_DAEMON_JOB_RUNNER_H_
 #define DTRAIN_WORKER_DAEMON_JOB_RUNNER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -184,6 +187,9 @@ class JobRunner {
 
   mutable absl::Mutex mu_;
   bool cancel_ ABSL_GUARDED_BY(mu_) = false;
+  // Set with cancel_: read by a one-worker step in progress between transformer blocks
+  // (GptStage::set_stop_flag), so a cancel does not wait for the end of a long step.
+  std::atomic<bool> stop_{false};
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
   bool cancel_is_failure_ ABSL_GUARDED_BY(mu_) = false;  // Fail, not Cancel
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;

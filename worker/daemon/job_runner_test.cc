@@ -117,7 +117,10 @@ TEST(PlanFromSpec, DefaultsAndOutputInTheJobDirectory) {
   EXPECT_FLOAT_EQ(plan->optimizer.weight_decay, 0.1f);
   EXPECT_FLOAT_EQ(plan->optimizer.min_lr_ratio, 0.1f);
   EXPECT_FLOAT_EQ(plan->optimizer.max_lr, 6e-4f);
-  EXPECT_EQ(plan->checkpoint_dir, "");
+  // A spec without checkpoint settings checkpoints too (plan/checkpoint_plan.h).
+  EXPECT_EQ(plan->checkpoint_dir, "/srv/dtrain/jobs/job-000007");
+  EXPECT_EQ(plan->checkpoint_every, 100);
+  EXPECT_EQ(plan->keep_last, 3);
   EXPECT_EQ(plan->save_path, "/srv/dtrain/jobs/job-000007/model.safetensors");
   EXPECT_EQ(plan->data_path, AbsolutePath("data.txt"));  // resolved once, at the start
 }
@@ -235,7 +238,11 @@ TEST(JobRunner, TrainsAndWritesWeightsInItsDirectoryUnderDataRoot) {
   EXPECT_EQ(rec.locations[0].host(), "host-a");
   EXPECT_EQ(rec.locations[0].resumed_from_step(), 0);
   EXPECT_EQ(rec.locations[0].resumed_from(), "");
-  EXPECT_TRUE(rec.sealed.empty());  // no checkpoint.dir: only the final weights
+  // No checkpoint settings: it checkpoints in its directory under data_root all the same (every
+  // 100 steps and at the end: plan/checkpoint_plan.h).
+  ASSERT_EQ(rec.sealed.size(), 1u);
+  EXPECT_EQ(rec.sealed[0].step(), 5);
+  EXPECT_EQ(rec.sealed[0].path(), dir + "/step_00000005");
   ASSERT_FALSE(rec.events.empty());
   EXPECT_EQ(rec.events.front(), "loaded dataset " + data + " (2000 tokens)");
   EXPECT_EQ(rec.events.back(), "weights written to " + o.output());

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/host_memory.h"
+#include "common/run_record.h"
 #include "plan/job_plan.h"
 
 namespace dtrain::worker {
@@ -71,7 +73,10 @@ WorkerDaemon::WorkerDaemon(WorkerOptions options, CoordinatorClient* client,
       backend_(backend),
       session_id_(options_.session_id.empty() ? NewSessionId() : options_.session_id),
       reports_({options_.max_buffered_reports, options_.outcome_retry_for},
-               [id = options_.worker_id](const std::string& line) { LogLine(id, line); }) {}
+               [id = options_.worker_id](const std::string& line) { LogLine(id, line); }) {
+  absl::MutexLock lock(&mu_);
+  previous_run_ = options_.previous_run;
+}
 
 WorkerDaemon::~WorkerDaemon() {
   Stop("worker daemon shut down");
@@ -312,6 +317,7 @@ absl::Status WorkerDaemon::Register() {
   request.set_host_memory_bytes(options_.host_memory_bytes);
   {
     absl::MutexLock lock(&mu_);
+    if (previous_run_.has_value()) *request.mutable_previous_run() = *previous_run_;
     if (job_ != nullptr) {
       request.set_running_job_id(job_->id);
       request.set_running_step(job_->runner->last_step());
@@ -330,6 +336,7 @@ absl::Status WorkerDaemon::Register() {
   if (stopping) Deregister();
   absl::MutexLock lock(&mu_);
   registered_ = true;
+  previous_run_.reset();  // delivered
   ++epoch_;
   const int64_t ms =
       response->heartbeat_interval_ms() > 0 ? response->heartbeat_interval_ms() : 1000;
@@ -479,6 +486,15 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   job->runner = std::make_unique<JobRunner>(assignment, backend_, std::move(runner_options),
                                             std::move(callbacks));
   job_ = std::move(job);
+  if (!options_.run_record.empty()) {
+    // Until the job ends in this process: if this process dies first, its successor finds it.
+    int rank = 0;
+    for (int r = 0; r < assignment.placement().ranks_size(); ++r) {
+      if (assignment.placement().ranks(r).worker_id() == options_.worker_id) rank = r;
+    }
+    const absl::Status written = WriteRunRecord(options_.run_record, id, rank, ReadOomKillCount());
+    if (!written.ok()) LogLine(options_.worker_id, std::string(written.message()));
+  }
   job_->thread = std::thread([this, raw] { RunJob(raw); });
 }
 
@@ -491,6 +507,10 @@ void WorkerDaemon::Report(ActiveJob* job, ReportProgressRequest request) {
 
 void WorkerDaemon::RunJob(ActiveJob* job) {
   const JobOutcome outcome = job->runner->Run();
+  if (!options_.run_record.empty()) {
+    const absl::Status removed = RemoveRunRecord(options_.run_record);
+    if (!removed.ok()) LogLine(options_.worker_id, std::string(removed.message()));
+  }
   absl::MutexLock lock(&mu_);
   job->finished = true;
   wake_ = true;
@@ -563,7 +583,7 @@ void WorkerDaemon::CancelByCoordinatorLocked(const std::string& job_id, const st
   if (!job_->finished) {
     job_->runner->Cancel(why);
     LogLine(options_.worker_id,
-            absl::StrCat("job ", job_id, " ", why, "; stopping at the next step boundary"));
+            absl::StrCat("job ", job_id, " ", why, "; stopping the step in progress"));
   } else {
     DropReportsLocked(job_id);
   }

@@ -29,7 +29,8 @@
 // reports dropped. (The coordinator normally says so itself, with cancel_job_ids.)
 //
 // Cancellation (HeartbeatResponse.cancel_job_ids, ReportProgressResponse.cancelled) stops the
-// job at its next step boundary (a rank of a multi-worker job: at once); no outcome is sent for
+// job's step in progress at its next transformer block (a rank of a multi-worker job: at once,
+// its transport shut down); no outcome is sent for
 // it (the coordinator already decided).
 // Stop() (SIGTERM) first deregisters (DeregisterWorker with the reason and the running job and
 // step, within `deregister_timeout`), so that the coordinator hears the cause from this worker
@@ -48,6 +49,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -73,6 +75,10 @@ struct WorkerOptions {
   // previous process on this host (session_lock.h), sent at registration.
   std::string session_id;
   std::string previous_session_id;
+  // The run record (common/run_record.h) this process keeps while a job runs ("" : none), and
+  // what its dead predecessor's record said (sent at the first registration).
+  std::string run_record;
+  std::optional<PreviousRun> previous_run;
   std::string advertise_address;  // host:port of the peer service, as peers reach it
   std::string host_label;
   std::string data_root = "./dtrain-data";
@@ -201,6 +207,8 @@ class WorkerDaemon {
   absl::Time drain_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool wake_ ABSL_GUARDED_BY(mu_) = false;  // reports queued, job finished, or stop
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  // options_.previous_run until a registration delivered it.
+  std::optional<PreviousRun> previous_run_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // successful registrations so far
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   absl::Time reports_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -7,8 +7,8 @@
 // One worker per GPU. The worker's --device decides the hardware a job runs on; a job whose
 // spec asks for another kind of device fails with a message naming both.
 // SIGTERM / SIGINT: the worker deregisters from the coordinator with the reason (so nothing is
-// placed on it and its job's failure names it as the cause), then the running job stops at its
-// next step boundary (a multi-worker rank at once) and is reported failed ("worker stopped by
+// placed on it and its job's failure names it as the cause), then the running job stops in the
+// step in progress (a multi-worker rank at once) and is reported failed ("worker stopped by
 // SIGTERM after step N"), pending reports get up to 10 s to be delivered, then the process
 // exits 0 (a second signal while stopping changes nothing). Mutual TLS to the coordinator and
 // between peers: --tls_ca, --tls_cert, --tls_key (a worker certificate), or an explicit
@@ -48,6 +48,7 @@
 #include "common/metrics/process_metrics.h"
 #include "common/metrics/registry.h"
 #include "common/path_policy.h"
+#include "common/run_record.h"
 #include "common/status_macros.h"
 #include "common/tls_probe.h"
 #include "common/version.h"
@@ -220,6 +221,14 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   ASSIGN_OR_RETURN(SessionLock session,
                    SessionLock::Claim(options.data_root, options.worker_id, options.session_id));
   options.previous_session_id = session.previous_session();
+  // Proven dead: if it died running a job, say how (the OOM killer or not) here and to the
+  // coordinator (common/run_record.h).
+  options.run_record = RunRecordPath(options.data_root, options.worker_id);
+  options.previous_run = TakeRunRecord(options.run_record, ReadOomKillCount());
+  if (options.previous_run.has_value()) {
+    std::fprintf(stderr, "dtrain-worker: %s\n",
+                 DescribePreviousRun(options.worker_id, *options.previous_run).c_str());
+  }
   std::vector<std::string> roots = {options.data_root};
   for (std::string& path : SplitPathList(absl::GetFlag(FLAGS_allowed_paths))) {
     roots.push_back(std::move(path));

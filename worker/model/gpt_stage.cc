@@ -177,6 +177,12 @@ absl::Status CheckIds(absl::Span<const int32_t> ids, int64_t n, int vocab, const
 
 }  // namespace
 
+absl::Status GptStage::StopRequested(const char* pass, int l) const {
+  if (stop_ == nullptr || !stop_->load(std::memory_order_relaxed)) return absl::OkStatus();
+  return absl::CancelledError(absl::StrCat("stopped in the ", pass, " before layer ",
+                                           stage_.first_layer + l, " of ", config_.n_layer));
+}
+
 absl::Status GptStage::Forward(StageActivations& acts, const StageInput& input) {
   const int B = acts.B_, T = acts.T_, C = config_.n_embd, V = config_.vocab_size;
   const int N = B * T;
@@ -193,6 +199,7 @@ absl::Status GptStage::Forward(StageActivations& acts, const StageInput& input) 
     RETURN_IF_ERROR(be->CopyOnDevice(acts.input_.data(), input.activation, acts.input_.bytes()));
   }
   for (int l = 0; l < stage_.num_layers; ++l) {
+    RETURN_IF_ERROR(StopRequested("forward pass", l));
     const float* x = l == 0 ? acts.input_.data() : acts.layers_[l - 1].out.data();
     RETURN_IF_ERROR(BlockForward(l, acts, x));
   }
@@ -267,6 +274,7 @@ absl::Status GptStage::BackwardInput(StageActivations& acts, const float* doutpu
     RETURN_IF_ERROR(be->CopyOnDevice(dout, doutput, acts.dres_.back().bytes()));
   }
   for (int l = stage_.num_layers - 1; l >= 0; --l) {
+    RETURN_IF_ERROR(StopRequested("backward pass", l));
     const float* x = l == 0 ? acts.input_.data() : acts.layers_[l - 1].out.data();
     RETURN_IF_ERROR(BlockBackwardInput(l, acts, x));
   }
@@ -334,6 +342,7 @@ absl::Status GptStage::BackwardWeight(StageActivations& acts, const GradReadyFn&
     RETURN_IF_ERROR(report(lnf_w_));
   }
   for (int l = stage_.num_layers - 1; l >= 0; --l) {
+    RETURN_IF_ERROR(StopRequested("weight gradients", l));
     RETURN_IF_ERROR(BlockBackwardWeight(l, acts));
     RETURN_IF_ERROR(report(layers_[l].ln1_w));
   }

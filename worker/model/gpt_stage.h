@@ -14,6 +14,7 @@
 #ifndef DTRAIN_WORKER_MODEL_GPT_STAGE_H_
 #define DTRAIN_WORKER_MODEL_GPT_STAGE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -61,6 +62,13 @@ class GptStage {
 
   absl::Status ZeroGrads();
 
+  // A cancel that reaches a step in progress: once `*stop` is true, Forward, BackwardInput and
+  // BackwardWeight return Cancelled ("stopped in the forward pass before layer 3 of 8") at the
+  // next transformer block instead of finishing the micro-batch, whose results are then
+  // meaningless (the parameters are untouched: only the optimizer changes them). Null: never.
+  // The flag must outlive the stage.
+  void set_stop_flag(const std::atomic<bool>* stop) { stop_ = stop; }
+
   // Buffers for one micro-batch of B sequences of T tokens (T <= context).
   absl::StatusOr<std::unique_ptr<StageActivations>> NewActivations(int B, int T);
 
@@ -85,6 +93,7 @@ class GptStage {
            const TensorParallelSpec& tp, AllReduceSumFn all_reduce, ParameterLayout layout);
   absl::Status ResolveOffsets();
   absl::Status TpAllReduce(float* data, int64_t n);
+  absl::Status StopRequested(const char* pass, int l) const;
   absl::Status BlockForward(int l, StageActivations& acts, const float* x);
   absl::Status BlockBackwardInput(int l, StageActivations& acts, const float* x);
   absl::Status BlockBackwardWeight(int l, StageActivations& acts);
@@ -101,6 +110,7 @@ class GptStage {
   kernels::DeviceBuffer<float> grads_;
   std::vector<LayerWeights> layers_;
   int64_t wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
+  const std::atomic<bool>* stop_ = nullptr;
 };
 
 // Everything one micro-batch keeps between forward and backward. Sizes use the local widths

@@ -135,26 +135,27 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
                                                           std::vector<PendingFile> files) {
   const absl::Time start = absl::Now();
   const std::string where = absl::StrCat("checkpoint step ", step, ", rank ", options_.rank);
-  // One writer may skip a step the disk cannot hold; several must all agree, so they fail.
-  const bool may_skip = options_.world_size == 1;
   auto skipped = [&](const std::string& reason) -> absl::StatusOr<CheckpointWritten> {
     CheckpointWritten w{step, dir_->PathOf(StepDirName(step)), false, 0, blocked_seconds_};
     w.skipped = true;
     w.skip_reason = reason;
-    // No partial step is left behind.
-    RETURN_IF_ERROR(Annotate(dir_->Remove(StepDirName(step)), where));
+    // No partial step is left behind (with several ranks: only rank 0, once every rank has
+    // published, so that nobody writes into it afterwards).
+    if (options_.world_size == 1 || options_.rank == 0) {
+      RETURN_IF_ERROR(Annotate(dir_->Remove(StepDirName(step)), where));
+    }
     return w;
   };
-  if (may_skip) {
-    int64_t need = 64 << 10;  // the entries file, the manifest and directory blocks
-    for (const PendingFile& file : files) need += static_cast<int64_t>(file.bytes.size());
-    struct statvfs fs;
-    if (fstatvfs(dir_->fd(), &fs) == 0) {
-      const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * fs.f_frsize;
-      if (free_bytes < need) {
-        return skipped(
-            absl::StrCat(dir_->path(), " has ", free_bytes, " bytes free, the step needs ", need));
-      }
+  // Why this rank cannot hold the step ("": it can): too little free space before writing, or
+  // ENOSPC while writing.
+  std::string skip;
+  int64_t need = 64 << 10;  // the entries file, the manifest and directory blocks
+  for (const PendingFile& file : files) need += static_cast<int64_t>(file.bytes.size());
+  struct statvfs fs;
+  if (fstatvfs(dir_->fd(), &fs) == 0) {
+    const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * fs.f_frsize;
+    if (free_bytes < need) {
+      skip = absl::StrCat(dir_->path(), " has ", free_bytes, " bytes free, the step needs ", need);
     }
   }
   absl::StatusOr<model::HeldDirectory> step_dir =
@@ -165,35 +166,58 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
   entries.set_rank(options_.rank);
   entries.set_run_token(options_.run_token);
   for (PendingFile& file : files) {
+    if (!skip.empty()) break;
     // The checksum of the very bytes written: nobody reads the file back to compute it.
     ShardFileEntry& entry = *entries.add_files() = std::move(file.entry);
     entry.set_name(file.name);
     entry.set_bytes(static_cast<int64_t>(file.bytes.size()));
     entry.set_xxh3_64(ChecksumHex(ShardChecksum(file.bytes)));
     const absl::Status wrote = step_dir->WriteFileAtomically(file.name, file.bytes);
-    if (may_skip && absl::IsResourceExhausted(wrote)) {
-      return skipped(
-          absl::StrCat("the disk filled while writing ", file.name, " (", wrote.message(), ")"));
+    if (absl::IsResourceExhausted(wrote)) {
+      skip = absl::StrCat("the disk filled while writing ", file.name, " (", wrote.message(), ")");
+      break;
     }
     RETURN_IF_ERROR(Annotate(wrote, absl::StrCat(where, ", file ", file.name)));
     std::string().swap(file.bytes);  // the snapshot's memory goes back as soon as it is on disk
   }
   // Only now, with every file durable, may rank 0 count this rank's part of the step.
-  ASSIGN_OR_RETURN(const std::string json, ToJson(entries));
   const std::string entries_name = RankEntriesFileName(options_.rank);
-  const absl::Status published = step_dir->WriteFileAtomically(entries_name, json);
-  if (may_skip && absl::IsResourceExhausted(published)) {
-    return skipped(absl::StrCat("the disk filled while writing ", entries_name, " (",
-                                published.message(), ")"));
+  if (skip.empty()) {
+    ASSIGN_OR_RETURN(const std::string json, ToJson(entries));
+    const absl::Status published = step_dir->WriteFileAtomically(entries_name, json);
+    if (absl::IsResourceExhausted(published)) {
+      skip = absl::StrCat("the disk filled while writing ", entries_name, " (", published.message(),
+                          ")");
+    } else {
+      RETURN_IF_ERROR(Annotate(published, absl::StrCat(where, ", file ", entries_name)));
+    }
   }
-  RETURN_IF_ERROR(Annotate(published, absl::StrCat(where, ", file ", entries_name)));
+  if (!skip.empty()) {
+    if (options_.world_size == 1) return skipped(skip);
+    // Several ranks: this rank's entries say that it skips instead of listing files, so that
+    // rank 0 skips the step for every rank. A few hundred bytes: when even they do not fit,
+    // the step fails as any other write error.
+    CheckpointRankEntries skips;
+    skips.set_step(step);
+    skips.set_rank(options_.rank);
+    skips.set_run_token(options_.run_token);
+    skips.set_skipped(skip);
+    ASSIGN_OR_RETURN(const std::string json, ToJson(skips));
+    RETURN_IF_ERROR(Annotate(step_dir->WriteFileAtomically(entries_name, json),
+                             absl::StrCat(where, ": cannot say that it skips the step (", skip,
+                                          "), file ", entries_name)));
+  }
   CheckpointWritten written{step, step_dir->path(), /*sealed=*/false, 0, blocked_seconds_};
   if (options_.rank == 0) {
-    ASSIGN_OR_RETURN(std::vector<ShardFileEntry> all, AwaitEntries(step, *step_dir));
+    ASSIGN_OR_RETURN(RankEntries all, AwaitEntries(step, *step_dir));
+    // Every rank has published: the step is sealed for all of them, or skipped for all.
+    // Every skipping rank's reason, rank 0's own among them (it published its skip too).
+    if (!all.skipped.empty()) return skipped(all.skipped);
+    if (!skip.empty()) return skipped(absl::StrCat("rank 0: ", skip));  // (not reached)
     if (!options_.seal) {
       return absl::InternalError(absl::StrCat(where, ": rank 0's writer has no seal function"));
     }
-    RETURN_IF_ERROR(Annotate(options_.seal(*dir_, step, std::move(all)),
+    RETURN_IF_ERROR(Annotate(options_.seal(*dir_, step, std::move(all.files)),
                              absl::StrCat(where, ": cannot seal ", step_dir->path())));
     written.sealed = true;
     if (options_.keep_last > 0) {
@@ -202,6 +226,8 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
               .status(),
           absl::StrCat(where, ": retention")));
     }
+  } else if (!skip.empty()) {
+    return skipped(skip);
   }
   written.seconds = SecondsSince(start);
   // In the foreground training waited for all of it.
@@ -209,7 +235,7 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
   return written;
 }
 
-absl::StatusOr<std::vector<ShardFileEntry>> CheckpointWriter::AwaitEntries(
+absl::StatusOr<CheckpointWriter::RankEntries> CheckpointWriter::AwaitEntries(
     int64_t step, const model::HeldDirectory& step_dir) {
   const int n = options_.world_size;
   std::vector<CheckpointRankEntries> found(n);
@@ -260,9 +286,13 @@ absl::StatusOr<std::vector<ShardFileEntry>> CheckpointWriter::AwaitEntries(
     }
     changed_.WaitWithTimeout(&mu_, std::min(kPollInterval, std::min(deadline, abandon_at_) - now));
   }
-  std::vector<ShardFileEntry> all;
+  RankEntries all;
   for (CheckpointRankEntries& entries : found) {
-    for (ShardFileEntry& entry : *entries.mutable_files()) all.push_back(std::move(entry));
+    if (!entries.skipped().empty()) {
+      absl::StrAppend(&all.skipped, all.skipped.empty() ? "" : "; ", "rank ", entries.rank(), ": ",
+                      entries.skipped());
+    }
+    for (ShardFileEntry& entry : *entries.mutable_files()) all.files.push_back(std::move(entry));
   }
   return all;
 }

@@ -17,11 +17,14 @@
 //      published its entries of step N, then seals the step with all of them (options.seal:
 //      SealStep writes manifest.json, then moves `latest`), then deletes the sealed steps
 //      beyond options.keep_last (model::PruneSealedSteps).
-// A job of one writer (world_size 1) skips a step that would not fit: before writing, the
-// file system's free space (fstatvfs) is compared with the step's bytes; a step that does not
-// fit, or that meets ENOSPC while it is written, is removed whole and reported as skipped
-// (CheckpointWritten::skipped), not as a failure, and training goes on. With several ranks a
-// full disk still fails the step (every rank would have to agree to skip it).
+// A step that would not fit is skipped, not failed: before writing, the file system's free
+// space (fstatvfs) is compared with the rank's bytes of the step; a rank whose part does not
+// fit, or meets ENOSPC while it is written, skips it and training goes on. One writer removes
+// the step whole. With several, the rank publishes entries that say it skips (a few hundred
+// bytes: CheckpointRankEntries.skipped) in place of its file list, and rank 0, once every rank
+// has published, removes the step whole instead of sealing it when any rank skipped: every
+// rank skips the same steps, and no partial step is left behind. Each reports the step as
+// CheckpointWritten::skipped (rank 0 with every skipping rank's reason).
 // At most one step is in flight: Submit first waits for the previous one (that wait is
 // reported as part of CheckpointWritten::blocked_seconds). A step that fails to write or seal
 // is an error naming the step, the rank and the file; it never touches an earlier sealed step
@@ -114,8 +117,12 @@ class CheckpointWriter {
  private:
   // Steps 1-3 of the header for one step; on the writer's thread.
   absl::StatusOr<CheckpointWritten> Write(int64_t step, std::vector<PendingFile> files);
-  absl::StatusOr<std::vector<ShardFileEntry>> AwaitEntries(int64_t step,
-                                                           const model::HeldDirectory& step_dir);
+  // Rank 0: every rank's entries of `step`, once all are published.
+  struct RankEntries {
+    std::vector<ShardFileEntry> files;
+    std::string skipped;  // "rank 1: <why>; rank 3: <why>" for the ranks that skip the step
+  };
+  absl::StatusOr<RankEntries> AwaitEntries(int64_t step, const model::HeldDirectory& step_dir);
   void Join();  // joins the thread of the step in flight, if any
 
   const CheckpointWriterOptions options_;

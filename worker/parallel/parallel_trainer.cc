@@ -582,7 +582,8 @@ absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
 absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
   const TrainingRun& run = options_.run;
   if (!run.checkpoint_dir.empty()) RETURN_IF_ERROR(StartWriter(callbacks));
-  std::string saved;  // the last step directory written
+  std::string saved;          // the last step directory written
+  std::string final_skipped;  // why the last step's checkpoint was skipped ("": it was not)
   CheckpointHooks checkpoints;
   checkpoints.start = [this](int64_t step, bool keep) { return StartCheckpoint(step, keep); };
   checkpoints.finished = [&](bool wait) -> absl::StatusOr<std::vector<CheckpointWritten>> {
@@ -595,6 +596,7 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
     ASSIGN_OR_RETURN(std::vector<CheckpointWritten> done, std::move(finished));
     for (const CheckpointWritten& c : done) {
       if (!c.skipped) saved = c.dir;
+      if (c.skipped && c.step == run.steps) final_skipped = c.skip_reason;
     }
     return done;
   };
@@ -602,6 +604,13 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
       run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
       [this](int64_t step) { return Evaluate(step); }, checkpoints));
   if (!run.save_path.empty()) {
+    if (options_.rank == 0 && !final_skipped.empty()) {
+      // The weights are exported from the last step's shards, which the disk could not hold.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the checkpoint of step ", run.steps, ", the last, was skipped (", final_skipped,
+          "): its weights cannot be exported; free space in ", run.checkpoint_dir,
+          " and submit again with resume_from this job (its newest sealed step is kept)"));
+    }
     // steps == 0 on a fresh start saves the initial state as step 0. A resume always trains
     // (Create refuses steps not beyond the checkpoint), so a loaded step is never written.
     if (saved.empty()) {
