@@ -169,12 +169,10 @@ absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignme
         absl::StrCat("the placement of job ", assignment.job_id(), " gives ",
                      plan::DescribeRank(PlacementByRank(assignment), rank), " no layers"));
   }
-  // A rank's host: its worker's peer address without the port ("10.0.0.4:7071" -> "10.0.0.4",
-  // "[::1]:7071" -> "[::1]"), the same on every rank, so all pick the same dp all-reduce.
-  for (const RankAssignment& a : assignment.placement().ranks()) {
-    const std::string& address = a.worker_address();
-    o.rank_hosts.push_back(address.substr(0, address.rfind(':')));
-  }
+  // o.rank_hosts stays empty (the flat dp ring): every rank of a job must pick the same dp
+  // all-reduce, and a rank now receives only its own peers' addresses (at most 8), not every
+  // rank's host. The coordinator, which sees the whole placement, is where that choice belongs
+  // (not made yet; ParallelTrainerOptions.rank_hosts and its tests stay for it).
   o.comm_timeout = comm_timeout;
   return o;
 }

@@ -194,7 +194,11 @@ std::vector<double> SingleWorkerLosses(const JobSpec& spec) {
   a.set_job_uid("uid-ref");
   *a.mutable_spec() = spec;
   a.mutable_rank()->set_worker_id("w-ref");
-  std::vector<RankRun> runs = RunRanks({a}, TempPath("ref"));
+  // A data root per reference run: every job checkpoints by default (into
+  // <data_root>/jobs/<job id>/), and a second run of the same job id there would find the
+  // first one's sealed steps.
+  static int runs_so_far = 0;
+  std::vector<RankRun> runs = RunRanks({a}, TempPath(absl::StrCat("ref-", runs_so_far++)));
   EXPECT_TRUE(runs[0].outcome.succeeded()) << runs[0].outcome.error();
   std::vector<double> losses;
   for (const StepMetrics& m : runs[0].steps) losses.push_back(m.loss());
