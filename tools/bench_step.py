@@ -14,6 +14,23 @@ the median over the measured steps. As a second opinion that background load bar
 tokens per CPU-second of each process (a warm-up-only run subtracted from the full runs).
 Prints a table and one machine-readable JSON line (prefix "BENCH_JSON "). Uses only the
 standard library itself.
+
+Every run is a fresh process (neither side inherits the other's thread pools, allocator or
+caches), and the rounds alternate which side goes first. Each run records the machine's load
+average when it started and the cores it used (its CPU seconds / wall seconds): a side that
+used more cores than --threads is flagged, as its tokens/s is then not an N-thread figure.
+That is what makes a plain PyTorch script look faster than this benchmark's PyTorch side:
+torch.set_num_threads(N) bounds PyTorch's OpenMP pool but not OpenBLAS's own pthread pool
+(Debian's torch calls OpenBLAS, which starts one thread per core unless OPENBLAS_NUM_THREADS is
+set before it loads), so a script that only calls torch.set_num_threads(1) runs its GEMMs, ~75%
+of the step, on every core. gpt_reference.py and this tool set the variables first.
+With more than one thread both sides run with OMP_WAIT_POLICY=PASSIVE (--omp_wait_policy):
+with libgomp's default, idle OpenMP workers spin after every parallel region, PyTorch's on the
+core OpenBLAS's pthread needs for its GEMMs, and dtrain-local's on the core another process
+holds (measured at 2 threads under load: PyTorch 2.6x, dtrain-local 1.75x faster with PASSIVE).
+
+--smoke: a tiny config and 2 steps on 1 thread, to check in CI that the benchmark runs end to
+end and prints its JSON (no timing is asserted).
 """
 
 import argparse
@@ -53,7 +70,9 @@ def children_cpu():
 
 
 def run_logged(cmd, env, log_path, what, timeout):
-    """Runs one training; returns (log records, wall seconds, CPU seconds of the process)."""
+    """Runs one training in a fresh process; returns (log records, wall seconds, CPU seconds of
+    the process, 1-minute load average when it started)."""
+    load = os.getloadavg()[0]
     c0 = children_cpu()
     t0 = time.time()
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -64,17 +83,20 @@ def run_logged(cmd, env, log_path, what, timeout):
         raise SystemExit(f"bench_step: {what} exited with {p.returncode}: {' '.join(cmd)}")
     with open(log_path) as f:
         recs = [json.loads(line) for line in f if line.strip()]
-    return recs, wall, children_cpu() - c0
+    return recs, wall, children_cpu() - c0, load
 
 
 def summarize(runs, warmup):
     """runs: [(records, wall, cpu)]; the median etc. over the steady steps of every run."""
-    steady = [r["tokens_per_s"] for recs, _, _ in runs for r in recs if r["step"] > warmup]
+    steady = [r["tokens_per_s"] for recs, _, _, _ in runs for r in recs if r["step"] > warmup]
     if not steady:
         raise SystemExit("bench_step: no steady-state steps logged")
     recs = runs[0][0]
+    loads = [load for _, _, _, load in runs]
     return {"median": statistics.median(steady), "min": min(steady), "max": max(steady),
-            "n": len(steady), "loss_step1": recs[0]["loss"], "loss_last": recs[-1]["loss"]}
+            "n": len(steady), "loss_step1": recs[0]["loss"], "loss_last": recs[-1]["loss"],
+            "load_min": min(loads), "load_max": max(loads),
+            "cores_used": max(cpu / wall for _, wall, cpu, _ in runs if wall > 0)}
 
 
 def main():
@@ -82,6 +104,9 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtrain_local", default=os.path.join(ROOT, "bazel-bin/worker/dtrain-local"))
     ap.add_argument("--torch_python", default="/usr/bin/python3")
+    ap.add_argument("--gpt_reference", default=GPT_REF, help="the PyTorch side's script")
+    ap.add_argument("--omp_wait_policy", default="PASSIVE", choices=["PASSIVE", "ACTIVE"],
+                    help="OMP_WAIT_POLICY of both sides (see the docstring)")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--steps", type=int, default=30, help="measured steps")
     ap.add_argument("--warmup", type=int, default=5, help="unmeasured first steps")
@@ -97,7 +122,14 @@ def main():
                     help="rounds per thread count, dtrain and torch alternating; the median is "
                          "over the steady steps of all rounds (evens out background load)")
     ap.add_argument("--timeout", type=int, default=1800, help="per run, seconds")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI check that it runs: tiny config, 1 thread, 2+1 steps, 2 rounds")
     args = ap.parse_args()
+    gpt_ref = os.path.abspath(args.gpt_reference)
+    if args.smoke:
+        args.threads, args.steps, args.warmup, args.repeats = "1", 2, 1, 2
+        args.vocab_size, args.context, args.n_layer, args.n_head, args.n_embd = 256, 16, 1, 2, 32
+        args.batch, args.seq = 2, 16
 
     threads = [int(t) for t in args.threads.split(",") if t.strip()]
     total = args.warmup + args.steps
@@ -113,32 +145,37 @@ def main():
         with open(data, "wb") as f:  # enough for every step without wrapping around
             f.write(make_text(args.batch * args.seq * total + 1))
         init = os.path.join(tmp, "init.safetensors")
-        subprocess.run([args.torch_python, GPT_REF, "init"] + cfg_flags +
+        subprocess.run([args.torch_python, gpt_ref, "init"] + cfg_flags +
                        ["--seed=1337", f"--out={init}", "--threads=1"], check=True)
         common = [f"--init={init}", f"--data={data}", f"--steps={total}",
                   f"--batch={args.batch}", f"--seq={args.seq}", "--lr=6e-4"]
         for n in threads:
             env = dict(os.environ, OMP_NUM_THREADS=str(n), OPENBLAS_NUM_THREADS=str(n),
                        MKL_NUM_THREADS=str(n))
+            # Both sides at their best on a shared machine (docstring): idle OpenMP workers
+            # sleep instead of spinning on the cores the other threads need.
+            env["OMP_WAIT_POLICY"] = args.omp_wait_policy
             row = {"threads": n}
             runs = {"dtrain": [], "torch": []}
             for rep in range(args.repeats):
-                if args.only != "torch":
-                    log = os.path.join(tmp, f"dtrain_{n}_{rep}.jsonl")
-                    runs["dtrain"].append(run_logged([dtrain] + cfg_flags + common + [
-                        "--device=cpu", f"--threads={n}", f"--log_json={log}"], env, log,
-                        "dtrain-local", args.timeout))
-                if args.only != "dtrain":
-                    log = os.path.join(tmp, f"torch_{n}_{rep}.jsonl")
-                    runs["torch"].append(run_logged(
-                        [args.torch_python, GPT_REF, "train"] + cfg_flags + common +
-                        [f"--threads={n}", f"--log_json={log}"], env, log,
-                        "gpt_reference (torch)", args.timeout))
+                # Odd rounds run PyTorch first, so neither side always follows the other.
+                for side in (("dtrain", "torch") if rep % 2 == 0 else ("torch", "dtrain")):
+                    if args.only not in (None, side):
+                        continue
+                    log = os.path.join(tmp, f"{side}_{n}_{rep}.jsonl")
+                    if side == "dtrain":
+                        cmd = [dtrain] + cfg_flags + common + ["--device=cpu", f"--threads={n}"]
+                    else:
+                        cmd = ([args.torch_python, gpt_ref, "train"] + cfg_flags + common +
+                               [f"--threads={n}"])
+                    runs[side].append(run_logged(cmd + [f"--log_json={log}"], env, log,
+                                                 "dtrain-local" if side == "dtrain" else
+                                                 "gpt_reference (torch)", args.timeout))
             for side, rs in runs.items():
                 if not rs:
                     continue
                 row[side] = dict(summarize(rs, args.warmup),
-                                 wall_s=round(sum(w for _, w, _ in rs), 2))
+                                 wall_s=round(sum(w for _, w, _, _ in rs), 2))
                 # Load-insensitive second opinion: CPU seconds per measured step, from a run of
                 # the warm-up steps only subtracted from the full runs (start-up, init and
                 # warm-up cancel). tokens per CPU-second; with N threads it counts all of them.
@@ -147,13 +184,17 @@ def main():
                     f"--steps={args.warmup}"]
                 cmd = ([dtrain] + cfg_flags + short + ["--device=cpu", f"--threads={n}"]
                        if side == "dtrain" else
-                       [args.torch_python, GPT_REF, "train"] + cfg_flags + short +
+                       [args.torch_python, gpt_ref, "train"] + cfg_flags + short +
                        [f"--threads={n}"])
-                _, _, cpu_short = run_logged(cmd + [f"--log_json={log}"], env, log,
+                _, _, cpu_short, _ = run_logged(cmd + [f"--log_json={log}"], env, log,
                                              f"{side} (warm-up only)", args.timeout)
-                per_step = (statistics.mean(c for _, _, c in rs) - cpu_short) / args.steps
+                per_step = (statistics.mean(c for _, _, c, _ in rs) - cpu_short) / args.steps
                 row[side]["tokens_per_cpu_s"] = (args.batch * args.seq / per_step
                                                  if per_step > 0 else None)
+                if row[side]["cores_used"] > n * 1.1 + 0.1:
+                    print(f"bench_step: WARNING: {side} used {row[side]['cores_used']:.2f} cores "
+                          f"with --threads={n}: its tokens/s is not a {n}-thread figure",
+                          file=sys.stderr)
             if "dtrain" in row and "torch" in row:
                 row["ratio"] = row["dtrain"]["median"] / row["torch"]["median"]
             results.append(row)
@@ -164,7 +205,8 @@ def main():
           f"(min..max in brackets); {os.cpu_count()} cores, load average {load[0]:.2f} "
           f"(other processes running distort the numbers)")
     print(f"{'threads':>7s} {'dtrain-local tok/s':>28s} {'torch tok/s':>28s} {'dtrain/torch':>12s}"
-          f" {'tok/CPU-s dtrain, torch, ratio':>32s} {'step-1 loss dtrain/torch':>26s}")
+          f" {'tok/CPU-s dtrain, torch, ratio':>32s} {'step-1 loss dtrain/torch':>26s}"
+          f" {'load at start d, t':>22s} {'cores used d, t':>16s}")
 
     def cell(r):
         return (f"{r['median']:9.1f} [{r['min']:.0f}..{r['max']:.0f}]" if r else "-")
@@ -177,19 +219,33 @@ def main():
         tc = t.get("tokens_per_cpu_s") if t else None
         cpu = ", ".join([f"{dc:.0f}" if dc else "-", f"{tc:.0f}" if tc else "-",
                          f"{dc / tc:.3f}" if dc and tc else "-"])
+        loads = ", ".join(f"{r['load_min']:.1f}..{r['load_max']:.1f}" if r else "-"
+                          for r in (d, t))
+        cores = ", ".join(f"{r['cores_used']:.2f}" if r else "-" for r in (d, t))
         print(f"{row['threads']:7d} {cell(d):>28s} {cell(t):>28s} {ratio:>12s} {cpu:>32s} "
-              f"{losses:>26s}")
+              f"{losses:>26s} {loads:>22s} {cores:>16s}")
     print("BENCH_JSON " + json.dumps({
         "bench": "bench_step", "config": cfg, "batch": args.batch, "seq": args.seq,
         "warmup_steps": args.warmup, "measured_steps": args.steps, "repeats": args.repeats,
-        "cpu_count": os.cpu_count(), "loadavg_1min": round(load[0], 2), "results": [
+        "cpu_count": os.cpu_count(), "loadavg_1min": round(load[0], 2),
+        "omp_wait_policy": args.omp_wait_policy, "results": [
             {"threads": r["threads"],
              "dtrain_tokens_per_s": r.get("dtrain", {}).get("median"),
              "torch_tokens_per_s": r.get("torch", {}).get("median"),
              "ratio_dtrain_over_torch": r.get("ratio"),
              "dtrain_tokens_per_cpu_s": r.get("dtrain", {}).get("tokens_per_cpu_s"),
-             "torch_tokens_per_cpu_s": r.get("torch", {}).get("tokens_per_cpu_s")}
+             "torch_tokens_per_cpu_s": r.get("torch", {}).get("tokens_per_cpu_s"),
+             "dtrain_loss_step1": r.get("dtrain", {}).get("loss_step1"),
+             "torch_loss_step1": r.get("torch", {}).get("loss_step1"),
+             **{f"{side}_{k}": r[side][k] for side in ("dtrain", "torch") if side in r
+                for k in ("load_min", "load_max", "cores_used")}}
             for r in results]}))
+    if args.smoke:  # the two sides ran the same model on the same data: same first loss
+        for r in results:
+            d, t = r.get("dtrain"), r.get("torch")
+            if d and t and abs(d["loss_step1"] - t["loss_step1"]) > 1e-4:
+                raise SystemExit(f"bench_step: step-1 losses differ: dtrain {d['loss_step1']}, "
+                                 f"torch {t['loss_step1']}")
     return 0
 
 

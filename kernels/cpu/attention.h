@@ -10,10 +10,12 @@
 //              dq = dpreatt @ k / sqrt(hs);  dk = dpreatt^T @ q / sqrt(hs)
 //
 // Every product is a cblas_sgemm on strided views of qkv (row stride 3C), so q, k and v are never
-// copied out. The (b,h) pairs are independent and are spread over the OpenMP threads, one
-// single-threaded sgemm each (see gemm.h).
-// Errors: InvalidArgument for null pointers, B < 0, T < 0, C <= 0, NH <= 0, C % NH != 0,
-// num_threads < 1.
+// copied out. The rows of the scores go in blocks of 32: row block [r0, r1) only multiplies
+// columns [0, r1), so the blocks above the diagonal are skipped (10/16 of the full products at
+// T = 128) and a block's scores stay in cache from its sgemm through the softmax to the next. The
+// (b,h) pairs are independent and are spread over the OpenMP threads, one single-threaded sgemm
+// each (see gemm.h). Errors: InvalidArgument for null pointers, B < 0, T < 0, C <= 0, NH <= 0, C %
+// NH != 0, num_threads < 1.
 #ifndef DTRAIN_KERNELS_CPU_ATTENTION_H_
 #define DTRAIN_KERNELS_CPU_ATTENTION_H_
 

@@ -20,8 +20,10 @@ struct Shape {
                               << " hs=" << s.C / s.NH;
 }
 
-// Small enough for one finite difference per qkv element: odd head sizes, T = 1, hs = 1.
-const Shape kSmallShapes[] = {{2, 5, 12, 3}, {1, 1, 4, 1}, {2, 7, 15, 3}, {1, 4, 8, 8}};
+// Small enough for one finite difference per qkv element: odd head sizes, T = 1, hs = 1, and
+// T = 37, which the CPU backend cuts into a full 32-row block of scores and a partial one.
+const Shape kSmallShapes[] = {
+    {2, 5, 12, 3}, {1, 1, 4, 1}, {2, 7, 15, 3}, {1, 4, 8, 8}, {1, 37, 4, 2}};
 // Large enough for the CPU backend to spread (b,h) pairs over threads, with T = 64.
 const Shape kLargeShape = {3, 64, 64, 4};
 
