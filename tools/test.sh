@@ -21,11 +21,15 @@ bash tools/setup.sh || exit 1
 
 # Every unit test but ops_test: under -fsanitize=address,undefined g++ rounds one LayerNorm
 # output differently and it misses its tolerance by 1e-6 (docs/TESTING.md).
-# Nor the cpu-staging twins of the parallel matrix: the same code as their CPU twins under ASan,
-# 3 minutes more (the normal build runs them).
+# Nor the parallel layout matrices (parallel_trainer, sharded_checkpoint_reshard and their
+# cpu-staging twins): minutes of instrumented arithmetic over the same trainer code that
+# worker/daemon's tests run under ASan in every layout (parallel_job_test); the normal build
+# runs them all.
 ASAN_TESTS=(-- //plan/... //common/... //worker/... //coordinator/... //client/... //kernels/...
             -//kernels/tests:ops_test -//worker/parallel:parallel_trainer_staging_test
-            -//worker/parallel:sharded_checkpoint_reshard_staging_test)
+            -//worker/parallel:sharded_checkpoint_reshard_staging_test
+            -//worker/parallel:parallel_trainer_test
+            -//worker/parallel:sharded_checkpoint_reshard_test)
 # Not the gRPC transport's cases (TSAN_FILTER) nor the coordinator tests that parse a job spec
 # (job_manager, recovery, coordinator_service, coordinator_metrics): with Debian's uninstrumented
 # gRPC and protobuf, TSan cannot see gRPC's callback ordering and crashes iterating a protobuf
