@@ -91,7 +91,9 @@ echo
 dtrain plan "$spec"
 echo
 job=$(dtrain --json submit "$spec" | sed -E 's/^\{"id":"([^"]+)".*/\1/')
-say "submitted $spec as $job (training on $data); watching it"
+# The spec's own dataset (QUICKSTART_SPEC may name another than the demo corpus).
+dataset=$(sed -nE 's/.*"dataset": *"([^"]+)".*/\1/p' "$spec" | head -1)
+say "submitted $spec as $job (training on ${dataset:-$data}); watching it"
 status=0
 dtrain watch "$job" || status=$?
 echo
