@@ -32,10 +32,12 @@ done
 
 # The sources each target links, besides fuzz/<target>_fuzzer.cc (gen/ = generated protos).
 declare -A SOURCES=(
-  [spec]="plan/spec_json.cc plan/spec_bounds.cc plan/job_plan.cc plan/memory.cc plan/ranks.cc common/rank_numbering.cc plan/stage_cuts.cc
+  [spec]="plan/spec_json.cc plan/spec_bounds.cc plan/job_plan.cc plan/checkpoint_plan.cc plan/memory.cc
+          plan/ranks.cc common/rank_numbering.cc plan/stage_cuts.cc
           plan/schedule.cc plan/simulate.cc
           gen/proto/job.pb.cc gen/proto/plan.pb.cc gen/proto/model.pb.cc"
   [submit]="coordinator/submit_spec.cc plan/spec_json.cc plan/spec_bounds.cc plan/job_plan.cc
+            plan/checkpoint_plan.cc
             plan/memory.cc plan/ranks.cc common/rank_numbering.cc plan/stage_cuts.cc
             plan/schedule.cc plan/simulate.cc
             gen/proto/coordinator.pb.cc gen/proto/peer.pb.cc gen/proto/job.pb.cc

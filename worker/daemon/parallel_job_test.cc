@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,6 +94,9 @@ std::vector<JobAssignment> Assignments(const std::string& job_id, JobSpec spec, 
   spec.mutable_parallel()->set_tp(tp);
   Placement placement;
   const int n_layer = spec.model().n_layer();
+  // Distinct ports: a port closed after the kernel picked it may be picked again at once, and
+  // the job refuses two ranks at one address.
+  std::set<int> ports;
   for (int d = 0; d < dp; ++d) {
     for (int p = 0; p < pp; ++p) {
       for (int t = 0; t < tp; ++t) {
@@ -101,7 +105,9 @@ std::vector<JobAssignment> Assignments(const std::string& job_id, JobSpec spec, 
         r->set_pp_rank(p);
         r->set_tp_rank(t);
         r->set_worker_id(absl::StrCat("w", placement.ranks_size() - 1));
-        r->set_worker_address(absl::StrCat("127.0.0.1:", FreePort()));
+        int port = FreePort();
+        while (!ports.insert(port).second) port = FreePort();
+        r->set_worker_address(absl::StrCat("127.0.0.1:", port));
         r->set_first_layer(p * n_layer / pp);
         r->set_num_layers((p + 1) * n_layer / pp - p * n_layer / pp);
       }
