@@ -70,7 +70,7 @@ class CoordinatorMetrics {
   // A job entered RECOVERING; `kind` one of coordinator/recovery.h kRecoveryKinds.
   void JobRecoveryStarted(absl::string_view kind);
   void JobRecovered(absl::Duration took);  // its failure -> the recovered run's first step
-  // A running job's latest straggler scores (coordinator/stragglers.h): one
+  // A running job's latest straggler scores (coordinator/policy/stragglers.h): one
   // dtrain_coordinator_job_straggler_score{job_id,rank,worker} per rank and
   // dtrain_coordinator_job_stragglers{job_id}, the ranks flagged now; replaces the job's series
   // (a new run may have other workers). ClearStragglerScores removes them (the job ended).

@@ -1,4 +1,4 @@
-#include "coordinator/diagnosis.h"
+#include "coordinator/policy/diagnosis.h"
 
 #include <algorithm>
 #include <map>
