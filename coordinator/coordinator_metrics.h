@@ -86,6 +86,9 @@ class CoordinatorMetrics {
 
  private:
   explicit CoordinatorMetrics(metrics::Registry* registry) : registry_(registry) {}
+  // Create's two halves: the families and their first children, in the order they are scraped.
+  absl::Status AddLifecycleFamilies();
+  absl::Status AddRpcAndJobFamilies();
   void Collect();  // the collect hook
   // Removes one job's straggler series (its scores, then its flagged count) and empties it.
   void RemoveStragglerSeries(std::vector<metrics::Gauge*>& series)
