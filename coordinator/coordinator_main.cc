@@ -33,6 +33,7 @@
 #include "common/metrics/http_exporter.h"
 #include "common/metrics/process_metrics.h"
 #include "common/metrics/registry.h"
+#include "common/status_macros.h"
 #include "common/tls.h"
 #include "common/version.h"
 #include "coordinator/coordinator_metrics.h"
@@ -80,6 +81,11 @@ ABSL_FLAG(absl::Duration, diagnose_stall_after, absl::Seconds(30),
 
 namespace {
 
+using dtrain::coordinator::CoordinatorMetrics;
+using dtrain::coordinator::CoordinatorService;
+using dtrain::coordinator::JobManager;
+using dtrain::coordinator::JobStore;
+
 volatile std::sig_atomic_t g_signal = 0;
 
 extern "C" void OnSignal(int signal) { g_signal = signal; }
@@ -89,10 +95,8 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // --help lists this file's flags (absl's default looks for a file named after the binary).
+// --help lists this file's flags (absl's default looks for a file named after the binary).
+void SetUsage() {
   absl::FlagsUsageConfig usage;
   usage.version_string = [] { return dtrain::VersionText("dtrain-coordinator") + "\n"; };
   usage.contains_help_flags = [](absl::string_view file) {
@@ -105,14 +109,97 @@ int main(int argc, char** argv) {
       "dtrain-coordinator --listen=HOST:PORT --db=FILE (--tls_ca=CA --tls_cert=CERT "
       "--tls_key=KEY | --insecure) [--lease=10s] [--heartbeat_interval=1s] "
       "[--metrics_listen=0.0.0.0:9464]");
+}
+
+absl::Status CheckLease(absl::Duration lease, absl::Duration interval) {
+  if (lease <= absl::ZeroDuration() || interval <= absl::ZeroDuration() || interval >= lease) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--heartbeat_interval=", absl::FormatDuration(interval),
+                     " must be positive and below --lease=", absl::FormatDuration(lease)));
+  }
+  return absl::OkStatus();
+}
+
+// The TLS files' expiry gauges (re-read when the files change) and the process's own metrics.
+absl::StatusOr<std::unique_ptr<dtrain::CertificateWatch>> ExportDaemonMetrics(
+    const dtrain::TlsFiles& tls, dtrain::metrics::Registry* registry) {
+  RETURN_IF_ERROR(dtrain::ExportTlsMetric(tls, "coordinator", registry));
+  ASSIGN_OR_RETURN(std::unique_ptr<dtrain::CertificateWatch> watch,
+                   dtrain::CertificateWatch::Start(tls, "dtrain-coordinator", registry));
+  RETURN_IF_ERROR(dtrain::metrics::ExportProcessMetrics(registry));
+  return watch;
+}
+
+// The store, locked by this process (the lock names it: pid, host, address).
+absl::StatusOr<std::unique_ptr<JobStore>> OpenStore() {
+  char host[256] = "unknown";
+  gethostname(host, sizeof(host) - 1);
+  return JobStore::Open(absl::GetFlag(FLAGS_db),
+                        absl::StrCat("pid ", getpid(), " on host ", host, ", listening on ",
+                                     absl::GetFlag(FLAGS_listen)));
+}
+
+// A stalled job's diagnosis: every rank's flight recorder gathered over the peer service, then
+// analysed once every rank answered or not, with the ranks that timed out by then.
+decltype(JobManager::Options::diagnose) DiagnoseOverPeers(const dtrain::TlsFiles& tls,
+                                                          absl::Duration deadline) {
+  return [tls, deadline](const dtrain::Job& job, const dtrain::ListWorkersResponse& workers,
+                         std::function<std::vector<dtrain::coordinator::TimedOutRank>()> timed_out,
+                         std::function<void(std::string)> done) {
+    dtrain::coordinator::GatherOptions gather;
+    gather.tls = tls;
+    gather.deadline = deadline;
+    dtrain::coordinator::DiagnosisOptions analysis = gather.analysis;
+    analysis.deadline = deadline;
+    absl::Status started = dtrain::coordinator::StartGathering(
+        job, workers.workers(), gather, [analysis, timed_out, done](dtrain::JobDiagnosis d) {
+          dtrain::coordinator::DiagnosisOptions o = analysis;
+          o.timed_out = timed_out();
+          done(dtrain::coordinator::Analyse(std::move(d), o).summary());
+        });
+    if (!started.ok()) done(absl::StrCat("cannot diagnose: ", started.message()));
+  };
+}
+
+JobManager::Options ManagerOptionsFromFlags(const dtrain::TlsFiles& tls,
+                                            CoordinatorMetrics* metrics) {
+  JobManager::Options options;
+  options.lease = absl::GetFlag(FLAGS_lease);
+  options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.max_heartbeat_rate = absl::GetFlag(FLAGS_max_heartbeat_rate);
+  options.metrics = metrics;
+  options.max_spec_bytes = absl::GetFlag(FLAGS_max_spec_bytes);
+  options.job_limits.max_parameters = absl::GetFlag(FLAGS_max_job_parameters);
+  options.job_limits.max_steps = absl::GetFlag(FLAGS_max_job_steps);
+  options.job_limits.max_workers = absl::GetFlag(FLAGS_max_job_workers);
+  options.diagnose_stall_after = absl::GetFlag(FLAGS_diagnose_stall_after);
+  options.diagnose = DiagnoseOverPeers(tls, options.diagnosis_deadline);
+  return options;
+}
+
+// The /metrics endpoint, or null: none asked for (empty --metrics_listen), or the default
+// address taken (a warning: a second coordinator on this machine). An explicit address that
+// cannot be bound is an error.
+absl::StatusOr<std::unique_ptr<dtrain::metrics::MetricsServer>> StartMetricsServer(
+    const std::string& listen, dtrain::metrics::Registry* registry) {
+  if (listen.empty()) return nullptr;
+  auto started = dtrain::metrics::MetricsServer::Start(listen, registry);
+  if (started.ok() || listen != kDefaultMetricsListen) return started;
+  std::fprintf(stderr,
+               "dtrain-coordinator: warning: %s; running without metrics "
+               "(choose another --metrics_listen, or --metrics_listen= to silence this)\n",
+               std::string(started.status().message()).c_str());
+  return nullptr;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  SetUsage();
   absl::ParseCommandLine(argc, argv);
   // Before anything slow, so a signal during startup still ends in a clean shutdown.
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  using dtrain::coordinator::CoordinatorMetrics;
-  using dtrain::coordinator::CoordinatorService;
-  using dtrain::coordinator::JobManager;
-  using dtrain::coordinator::JobStore;
 
   absl::StatusOr<dtrain::TlsFiles> tls = dtrain::TlsFilesFromFlags("the coordinator");
   if (!tls.ok()) {
@@ -122,13 +209,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       dtrain::ServerCredentials(*tls);
   if (!credentials.ok()) return Fail(credentials.status());
-
   const absl::Duration lease = absl::GetFlag(FLAGS_lease);
-  const absl::Duration interval = absl::GetFlag(FLAGS_heartbeat_interval);
-  if (lease <= absl::ZeroDuration() || interval <= absl::ZeroDuration() || interval >= lease) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--heartbeat_interval=", absl::FormatDuration(interval),
-                     " must be positive and below --lease=", absl::FormatDuration(lease))));
+  if (absl::Status s = CheckLease(lease, absl::GetFlag(FLAGS_heartbeat_interval)); !s.ok()) {
+    return Fail(s);
   }
 
   // Declared before the manager and the servers, so destroyed after them.
@@ -136,67 +219,20 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics =
       CoordinatorMetrics::Create(&registry);
   if (!metrics.ok()) return Fail(metrics.status());
-  if (absl::Status s = dtrain::ExportTlsMetric(*tls, "coordinator", &registry); !s.ok()) {
-    return Fail(s);
-  }
   absl::StatusOr<std::unique_ptr<dtrain::CertificateWatch>> certificate_watch =
-      dtrain::CertificateWatch::Start(*tls, "dtrain-coordinator", &registry);
+      ExportDaemonMetrics(*tls, &registry);
   if (!certificate_watch.ok()) return Fail(certificate_watch.status());
-  if (absl::Status s = dtrain::metrics::ExportProcessMetrics(&registry); !s.ok()) return Fail(s);
 
-  char host[256] = "unknown";
-  gethostname(host, sizeof(host) - 1);
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(
-      absl::GetFlag(FLAGS_db), absl::StrCat("pid ", getpid(), " on host ", host, ", listening on ",
-                                            absl::GetFlag(FLAGS_listen)));
+  absl::StatusOr<std::unique_ptr<JobStore>> store = OpenStore();
   if (!store.ok()) return Fail(store.status());
-  JobManager::Options options;
-  options.lease = lease;
-  options.heartbeat_interval = interval;
-  options.max_heartbeat_rate = absl::GetFlag(FLAGS_max_heartbeat_rate);
-  options.metrics = metrics->get();
-  options.max_spec_bytes = absl::GetFlag(FLAGS_max_spec_bytes);
-  options.job_limits.max_parameters = absl::GetFlag(FLAGS_max_job_parameters);
-  options.job_limits.max_steps = absl::GetFlag(FLAGS_max_job_steps);
-  options.job_limits.max_workers = absl::GetFlag(FLAGS_max_job_workers);
-  options.diagnose_stall_after = absl::GetFlag(FLAGS_diagnose_stall_after);
-  options.diagnose = [tls = *tls, deadline = options.diagnosis_deadline](
-                         const dtrain::Job& job, const dtrain::ListWorkersResponse& workers,
-                         std::function<std::vector<dtrain::coordinator::TimedOutRank>()> timed_out,
-                         std::function<void(std::string)> done) {
-    dtrain::coordinator::GatherOptions gather;
-    gather.tls = tls;
-    gather.deadline = deadline;
-    dtrain::coordinator::DiagnosisOptions analysis = gather.analysis;
-    analysis.deadline = deadline;
-    // Analysed once every rank answered or not, with the ranks that timed out by then.
-    absl::Status started = dtrain::coordinator::StartGathering(
-        job, workers.workers(), gather, [analysis, timed_out, done](dtrain::JobDiagnosis d) {
-          dtrain::coordinator::DiagnosisOptions o = analysis;
-          o.timed_out = timed_out();
-          done(dtrain::coordinator::Analyse(std::move(d), o).summary());
-        });
-    if (!started.ok()) done(absl::StrCat("cannot diagnose: ", started.message()));
-  };
   absl::StatusOr<std::unique_ptr<JobManager>> manager =
-      JobManager::Create(std::move(*store), options);
+      JobManager::Create(std::move(*store), ManagerOptionsFromFlags(*tls, metrics->get()));
   if (!manager.ok()) return Fail(manager.status());
 
-  std::unique_ptr<dtrain::metrics::MetricsServer> metrics_server;
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  if (!metrics_listen.empty()) {
-    auto started = dtrain::metrics::MetricsServer::Start(metrics_listen, &registry);
-    if (started.ok()) {
-      metrics_server = std::move(*started);
-    } else if (metrics_listen == kDefaultMetricsListen) {
-      std::fprintf(stderr,
-                   "dtrain-coordinator: warning: %s; running without metrics "
-                   "(choose another --metrics_listen, or --metrics_listen= to silence this)\n",
-                   std::string(started.status().message()).c_str());
-    } else {
-      return Fail(started.status());
-    }
-  }
+  absl::StatusOr<std::unique_ptr<dtrain::metrics::MetricsServer>> metrics_server =
+      StartMetricsServer(metrics_listen, &registry);
+  if (!metrics_server.ok()) return Fail(metrics_server.status());
 
   CoordinatorService service(manager->get(), absl::GetFlag(FLAGS_max_watches_per_client));
   service.set_peer_tls(*tls);  // Diagnose asks the workers' peer services
@@ -206,8 +242,8 @@ int main(int argc, char** argv) {
   (*manager)->Start();
   dtrain::AnnounceTls(*tls, "dtrain-coordinator", absl::GetFlag(FLAGS_listen));
   const std::string metrics_where =
-      metrics_server != nullptr
-          ? absl::StrCat("metrics on ", metrics_listen, " (port ", metrics_server->port(), ")")
+      *metrics_server != nullptr
+          ? absl::StrCat("metrics on ", metrics_listen, " (port ", (*metrics_server)->port(), ")")
           : "no metrics";
   std::fprintf(stderr, "dtrain-coordinator: listening on %s (port %d), %s, db %s, lease %s\n",
                absl::GetFlag(FLAGS_listen).c_str(), server->port, metrics_where.c_str(),
@@ -221,7 +257,7 @@ int main(int argc, char** argv) {
   service.Shutdown();  // end watches so Shutdown below does not wait for them
   server->server->Shutdown(absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_shutdown_grace)));
   server->server->Wait();
-  metrics_server.reset();
+  metrics_server->reset();
   (*manager)->Stop();
   manager->reset();  // closes the database
   std::fprintf(stderr, "dtrain-coordinator: stopped\n");

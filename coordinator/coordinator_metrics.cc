@@ -90,97 +90,110 @@ class RpcInterceptorFactory final : public grpc::experimental::ServerInterceptor
 absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
     metrics::Registry* registry) {
   std::unique_ptr<CoordinatorMetrics> m(new CoordinatorMetrics(registry));
-  ASSIGN_OR_RETURN(m->workers_,
-                   registry->AddGauge("dtrain_coordinator_workers",
-                                      "Workers known to the coordinator, by state (idle, busy, "
-                                      "lost); computed at scrape time.",
-                                      {"state"}));
-  ASSIGN_OR_RETURN(m->jobs_,
-                   registry->AddGauge("dtrain_coordinator_jobs",
-                                      "Jobs in the coordinator's database, by state; computed "
-                                      "at scrape time.",
-                                      {"state"}));
-  ASSIGN_OR_RETURN(
-      metrics::Family<metrics::Counter> * submitted,
-      registry->AddCounter("dtrain_coordinator_jobs_submitted_total",
-                           "Jobs accepted by SubmitJob since the coordinator started."));
-  ASSIGN_OR_RETURN(
-      metrics::Family<metrics::Histogram> * queue_wait,
-      registry->AddHistogram("dtrain_coordinator_job_queue_wait_seconds",
-                             "Time from a job's submission to its placement (QUEUED to PLACING).",
-                             {}, QueueWaitBuckets()));
-  ASSIGN_OR_RETURN(
-      metrics::Family<metrics::Histogram> * placement,
-      registry->AddHistogram("dtrain_coordinator_placement_seconds",
-                             "Time spent computing one job's placement.", {}, PlacementBuckets()));
-  ASSIGN_OR_RETURN(
-      metrics::Family<metrics::Counter> * recoveries,
-      registry->AddCounter("dtrain_coordinator_job_recoveries_total",
-                           "Jobs that entered RECOVERING since the coordinator started, by kind: "
-                           "failure (fault_tolerance), or a planned restart (grow, "
-                           "straggler_replaced, rebalance, maintenance, finishing).",
-                           {"kind"}));
-  ASSIGN_OR_RETURN(
-      metrics::Family<metrics::Histogram> * recovery,
-      registry->AddHistogram("dtrain_coordinator_job_recovery_seconds",
-                             "Time from a failed worker's last sign of life to the first step "
-                             "of the recovered run (detect + stop + place + load + first step).",
-                             {}, RecoveryBuckets()));
-  ASSIGN_OR_RETURN(m->rpcs_, registry->AddCounter("dtrain_coordinator_rpcs_total",
-                                                  "Coordinator RPCs finished, by method and gRPC "
-                                                  "status code.",
-                                                  {"method", "code"}));
-  ASSIGN_OR_RETURN(m->rpc_duration_,
-                   registry->AddHistogram("dtrain_coordinator_rpc_duration_seconds",
-                                          "Time from an RPC's arrival to its status being sent "
-                                          "(WatchJob: the whole stream), by method.",
-                                          {"method"}, RpcBuckets()));
-  ASSIGN_OR_RETURN(m->straggler_score_,
-                   registry->AddGauge("dtrain_coordinator_job_straggler_score",
-                                      "A running job's rank: its compute per step per unit of "
-                                      "planned cost over the last window, over its peers' median "
-                                      "(1.0: at their pace; JobSpec.stragglers).",
-                                      {"job_id", "rank", "worker"}));
-  ASSIGN_OR_RETURN(m->stragglers_,
-                   registry->AddGauge("dtrain_coordinator_job_stragglers",
-                                      "A running job's ranks flagged as stragglers now (score at "
-                                      "or over stragglers.threshold until it recovers).",
-                                      {"job_id"}));
-  ASSIGN_OR_RETURN(metrics::Family<metrics::Gauge> * oldest_queued,
-                   registry->AddGauge("dtrain_coordinator_oldest_queued_job_age_seconds",
-                                      "How long the oldest QUEUED job has waited since its "
-                                      "submission (0: none queued); computed at scrape time."));
-  ASSIGN_OR_RETURN(m->job_info_,
-                   registry->AddGauge("dtrain_coordinator_job_info",
-                                      "1 for every job not ended yet (QUEUED, PLACING, RUNNING, "
-                                      "RECOVERING): its spec's name (at most 64 characters) and "
-                                      "state, to join on job_id; ended jobs have no series.",
-                                      {"job_id", "name", "state"}));
-  ASSIGN_OR_RETURN(m->dir_bytes_,
-                   registry->AddGauge("dtrain_coordinator_job_directory_bytes",
-                                      "A job not ended yet: bytes in its directory (checkpoints, "
-                                      "weights) after its last sealed checkpoint and retention, "
-                                      "as its rank 0 counted them (absent before the first).",
-                                      {"job_id"}));
-  ASSIGN_OR_RETURN(m->checkpoint_age_,
-                   registry->AddGauge("dtrain_coordinator_job_checkpoint_age_seconds",
-                                      "A job not ended yet: time since its last sealed "
-                                      "checkpoint (absent before its first).",
-                                      {"job_id"}));
-  m->oldest_queued_ = &oldest_queued->Add({});
-  m->submitted_ = &submitted->Add({});
-  m->queue_wait_ = &queue_wait->Add({}, QueueWaitBuckets());
-  m->placement_ = &placement->Add({}, PlacementBuckets());
-  m->recoveries_ = recoveries;
-  for (absl::string_view kind : kRecoveryKinds) recoveries->Add({{"kind", std::string(kind)}});
-  m->recovery_ = &recovery->Add({}, RecoveryBuckets());
-  // Every state from the first scrape on, at 0 until a source says otherwise.
-  for (const char* state : {"idle", "busy", "lost"}) m->workers_->Add({{"state", state}});
-  for (JobState state : kJobStates) {
-    m->jobs_->Add({{"state", absl::AsciiStrToLower(JobState_Name(state))}});
-  }
+  RETURN_IF_ERROR(m->AddLifecycleFamilies());
+  RETURN_IF_ERROR(m->AddRpcAndJobFamilies());
   m->hook_ = registry->AddCollectHook([p = m.get()] { p->Collect(); });
   return m;
+}
+
+// Workers and jobs by state, submissions, queue wait, placement, recoveries.
+absl::Status CoordinatorMetrics::AddLifecycleFamilies() {
+  ASSIGN_OR_RETURN(workers_,
+                   registry_->AddGauge("dtrain_coordinator_workers",
+                                       "Workers known to the coordinator, by state (idle, busy, "
+                                       "lost); computed at scrape time.",
+                                       {"state"}));
+  ASSIGN_OR_RETURN(jobs_,
+                   registry_->AddGauge("dtrain_coordinator_jobs",
+                                       "Jobs in the coordinator's database, by state; computed "
+                                       "at scrape time.",
+                                       {"state"}));
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Counter> * submitted,
+      registry_->AddCounter("dtrain_coordinator_jobs_submitted_total",
+                            "Jobs accepted by SubmitJob since the coordinator started."));
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Histogram> * queue_wait,
+      registry_->AddHistogram("dtrain_coordinator_job_queue_wait_seconds",
+                              "Time from a job's submission to its placement (QUEUED to PLACING).",
+                              {}, QueueWaitBuckets()));
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Histogram> * placement,
+      registry_->AddHistogram("dtrain_coordinator_placement_seconds",
+                              "Time spent computing one job's placement.", {}, PlacementBuckets()));
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Counter> * recoveries,
+      registry_->AddCounter("dtrain_coordinator_job_recoveries_total",
+                            "Jobs that entered RECOVERING since the coordinator started, by kind: "
+                            "failure (fault_tolerance), or a planned restart (grow, "
+                            "straggler_replaced, rebalance, maintenance, finishing).",
+                            {"kind"}));
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Histogram> * recovery,
+      registry_->AddHistogram("dtrain_coordinator_job_recovery_seconds",
+                              "Time from a failed worker's last sign of life to the first step "
+                              "of the recovered run (detect + stop + place + load + first step).",
+                              {}, RecoveryBuckets()));
+  submitted_ = &submitted->Add({});
+  queue_wait_ = &queue_wait->Add({}, QueueWaitBuckets());
+  placement_ = &placement->Add({}, PlacementBuckets());
+  recoveries_ = recoveries;
+  for (absl::string_view kind : kRecoveryKinds) recoveries->Add({{"kind", std::string(kind)}});
+  recovery_ = &recovery->Add({}, RecoveryBuckets());
+  // Every state from the first scrape on, at 0 until a source says otherwise.
+  for (const char* state : {"idle", "busy", "lost"}) workers_->Add({{"state", state}});
+  for (JobState state : kJobStates) {
+    jobs_->Add({{"state", absl::AsciiStrToLower(JobState_Name(state))}});
+  }
+  return absl::OkStatus();
+}
+
+// Per RPC, per running job (straggler scores, info, directory, checkpoint age), the queue's
+// oldest job.
+absl::Status CoordinatorMetrics::AddRpcAndJobFamilies() {
+  ASSIGN_OR_RETURN(rpcs_, registry_->AddCounter("dtrain_coordinator_rpcs_total",
+                                                "Coordinator RPCs finished, by method and gRPC "
+                                                "status code.",
+                                                {"method", "code"}));
+  ASSIGN_OR_RETURN(rpc_duration_,
+                   registry_->AddHistogram("dtrain_coordinator_rpc_duration_seconds",
+                                           "Time from an RPC's arrival to its status being sent "
+                                           "(WatchJob: the whole stream), by method.",
+                                           {"method"}, RpcBuckets()));
+  ASSIGN_OR_RETURN(straggler_score_,
+                   registry_->AddGauge("dtrain_coordinator_job_straggler_score",
+                                       "A running job's rank: its compute per step per unit of "
+                                       "planned cost over the last window, over its peers' median "
+                                       "(1.0: at their pace; JobSpec.stragglers).",
+                                       {"job_id", "rank", "worker"}));
+  ASSIGN_OR_RETURN(stragglers_,
+                   registry_->AddGauge("dtrain_coordinator_job_stragglers",
+                                       "A running job's ranks flagged as stragglers now (score at "
+                                       "or over stragglers.threshold until it recovers).",
+                                       {"job_id"}));
+  ASSIGN_OR_RETURN(metrics::Family<metrics::Gauge> * oldest_queued,
+                   registry_->AddGauge("dtrain_coordinator_oldest_queued_job_age_seconds",
+                                       "How long the oldest QUEUED job has waited since its "
+                                       "submission (0: none queued); computed at scrape time."));
+  ASSIGN_OR_RETURN(job_info_,
+                   registry_->AddGauge("dtrain_coordinator_job_info",
+                                       "1 for every job not ended yet (QUEUED, PLACING, RUNNING, "
+                                       "RECOVERING): its spec's name (at most 64 characters) and "
+                                       "state, to join on job_id; ended jobs have no series.",
+                                       {"job_id", "name", "state"}));
+  ASSIGN_OR_RETURN(dir_bytes_,
+                   registry_->AddGauge("dtrain_coordinator_job_directory_bytes",
+                                       "A job not ended yet: bytes in its directory (checkpoints, "
+                                       "weights) after its last sealed checkpoint and retention, "
+                                       "as its rank 0 counted them (absent before the first).",
+                                       {"job_id"}));
+  ASSIGN_OR_RETURN(checkpoint_age_,
+                   registry_->AddGauge("dtrain_coordinator_job_checkpoint_age_seconds",
+                                       "A job not ended yet: time since its last sealed "
+                                       "checkpoint (absent before its first).",
+                                       {"job_id"}));
+  oldest_queued_ = &oldest_queued->Add({});
+  return absl::OkStatus();
 }
 
 CoordinatorMetrics::~CoordinatorMetrics() { registry_->RemoveCollectHook(hook_); }

@@ -70,7 +70,7 @@ class CoordinatorMetrics {
   // A job entered RECOVERING; `kind` one of coordinator/recovery.h kRecoveryKinds.
   void JobRecoveryStarted(absl::string_view kind);
   void JobRecovered(absl::Duration took);  // its failure -> the recovered run's first step
-  // A running job's latest straggler scores (coordinator/stragglers.h): one
+  // A running job's latest straggler scores (coordinator/policy/stragglers.h): one
   // dtrain_coordinator_job_straggler_score{job_id,rank,worker} per rank and
   // dtrain_coordinator_job_stragglers{job_id}, the ranks flagged now; replaces the job's series
   // (a new run may have other workers). ClearStragglerScores removes them (the job ended).
@@ -86,6 +86,9 @@ class CoordinatorMetrics {
 
  private:
   explicit CoordinatorMetrics(metrics::Registry* registry) : registry_(registry) {}
+  // Create's two halves: the families and their first children, in the order they are scraped.
+  absl::Status AddLifecycleFamilies();
+  absl::Status AddRpcAndJobFamilies();
   void Collect();  // the collect hook
   // Removes one job's straggler series (its scores, then its flagged count) and empties it.
   void RemoveStragglerSeries(std::vector<metrics::Gauge*>& series)

@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/tls.h"
-#include "coordinator/diagnosis.h"
+#include "coordinator/policy/diagnosis.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 

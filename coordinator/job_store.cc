@@ -307,6 +307,28 @@ absl::Status OwnerOnly(const std::string& path) {
   return absl::OkStatus();
 }
 
+// Refuses a damaged file (quick_check) and some other program's database (tables, but no meta
+// table): nothing is added to either.
+absl::Status CheckUsable(sqlite3* db, const std::string& path) {
+  {
+    Statement s(db, path, "PRAGMA quick_check(1)");
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row || s.Text(0) != "ok") {
+      return absl::DataLossError(absl::StrCat(
+          "coordinator db ", path, ": damaged (quick_check: ", row ? s.Text(0) : "no answer", ")"));
+    }
+  }
+  Statement s(db, path,
+              "SELECT (SELECT COUNT(*) FROM sqlite_master WHERE type='table'), "
+              "(SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='meta')");
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (row && s.Int(0) > 0 && s.Int(1) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "coordinator db ", path, ": an SQLite database, but not a dtrain coordinator's"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path,
@@ -339,25 +361,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     }
   }
   RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
-  {
-    Statement s(db, path, "PRAGMA quick_check(1)");
-    ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row || s.Text(0) != "ok") {
-      return absl::DataLossError(absl::StrCat(
-          "coordinator db ", path, ": damaged (quick_check: ", row ? s.Text(0) : "no answer", ")"));
-    }
-  }
-  {
-    // Refuse to add tables to some other program's database.
-    Statement s(db, path,
-                "SELECT (SELECT COUNT(*) FROM sqlite_master WHERE type='table'), "
-                "(SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='meta')");
-    ASSIGN_OR_RETURN(bool row, s.Step());
-    if (row && s.Int(0) > 0 && s.Int(1) == 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "coordinator db ", path, ": an SQLite database, but not a dtrain coordinator's"));
-    }
-  }
+  RETURN_IF_ERROR(CheckUsable(db, path));
   RETURN_IF_ERROR(store->Transaction([&]() -> absl::Status {
     {
       // A version-1 or -2 database gains its new columns before kSchema (which would skip the

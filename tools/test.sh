@@ -34,7 +34,7 @@ ASAN_TESTS=(-- //plan/... //common/... //worker/... //coordinator/... //client/.
 # (job_manager, recovery, coordinator_service, coordinator_metrics): with Debian's uninstrumented
 # gRPC and protobuf, TSan cannot see gRPC's callback ordering and crashes iterating a protobuf
 # map (docs/TESTING.md).
-TSAN_TESTS=(//worker/comm:all //plan:placement_test //coordinator:failure_report_test
+TSAN_TESTS=(//worker/comm:all //plan:placement_test //coordinator/policy:failure_report_test
             //coordinator:job_store_test //coordinator:job_notifier_test
             //coordinator:worker_registry_test)
 TSAN_FILTER='-*Grpc*:*/Shm:*/Shm_*:ShmTransport.*:PeerDeath.*:JobSecret.*:RankDiagnosis.*'

@@ -1,5 +1,5 @@
-"""The straggler policy `rebalance` on real processes (coordinator/rebalance.h): a pp=3 job whose
-middle stage's worker is slowed by a SIGSTOP/SIGCONT duty cycle from here is flagged as a
+"""The straggler policy `rebalance` on real processes (coordinator/policy/rebalance.h): a pp=3 job
+whose middle stage's worker is slowed by a SIGSTOP/SIGCONT duty cycle from here is flagged as a
 straggler, its pipeline is re-cut from the measured per-stage compute times (layers move off the
 slow stage), the job restarts on the new cut from its next sealed checkpoint (a planned restart,
 not a failure) and its measured step time drops.

@@ -1,4 +1,4 @@
-"""Stragglers on real processes (JobSpec.stragglers, coordinator/stragglers.h): every rank
+"""Stragglers on real processes (JobSpec.stragglers, coordinator/policy/stragglers.h): every rank
 sends its per-step compute time in its heartbeats, the coordinator scores each rank against the
 median of its peers over a window, flags a persistently slower one and applies the spec's
 policy.

@@ -174,9 +174,9 @@ INSTANTIATE_TEST_SUITE_P(Sources, ReshardTest,
                            return s;
                          });
 
-// A rebalance (coordinator/rebalance.h) moves a pipeline to another cut of the same stages: a
-// step saved on 2,1,1 layers per stage resumes on 1,2,1 and 1,1,2, and on other layouts, with
-// the losses of the run that goes on (within 1e-5 relative).
+// A rebalance (coordinator/policy/rebalance.h) moves a pipeline to another cut of the same
+// stages: a step saved on 2,1,1 layers per stage resumes on 1,2,1 and 1,1,2, and on other
+// layouts, with the losses of the run that goes on (within 1e-5 relative).
 TEST(ReshardCut, ResumesOnAnotherCutOfTheSameStages) {
   const Layout from{1, 3, 1, false, 1, ScheduleKind::kOneFOneB, {2, 1, 1}};
   const std::string dir = absl::StrCat(::testing::TempDir(), "/reshard-", from.Name());

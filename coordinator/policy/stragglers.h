@@ -21,8 +21,8 @@
 //   scorer.Add(1, timing);                      // every rank's timings, in any order
 //   if (std::optional<StragglerScorer::Result> r = scorer.Score()) { ... r->flagged ... }
 // A new run (a recovery, a replace, a rebalance) gets a new scorer: its window starts again.
-#ifndef DTRAIN_COORDINATOR_STRAGGLERS_H_
-#define DTRAIN_COORDINATOR_STRAGGLERS_H_
+#ifndef DTRAIN_COORDINATOR_POLICY_STRAGGLERS_H_
+#define DTRAIN_COORDINATOR_POLICY_STRAGGLERS_H_
 
 #include <cstdint>
 #include <map>
@@ -87,4 +87,4 @@ std::string StragglerCleared(const StragglerScore& score, int window_steps);
 
 }  // namespace dtrain::coordinator
 
-#endif  // DTRAIN_COORDINATOR_STRAGGLERS_H_
+#endif  // DTRAIN_COORDINATOR_POLICY_STRAGGLERS_H_

@@ -1,4 +1,4 @@
-#include "coordinator/failure_report.h"
+#include "coordinator/policy/failure_report.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"

@@ -1,4 +1,4 @@
-#include "coordinator/diagnosis.h"
+#include "coordinator/policy/diagnosis.h"
 
 #include <algorithm>
 #include <map>
@@ -271,6 +271,101 @@ std::string RankList(std::vector<int> ranks) {
   return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(parts, ", "));
 }
 
+namespace {
+
+// Each waiting rank's chain followed to where it ends: a rank that waits on nobody (a root, with
+// every rank whose chain ends there) or one already on the chain (a cycle, smallest rank first).
+struct WaitChains {
+  std::map<int, std::vector<int>> waiters_of_root;
+  std::set<std::vector<int>> cycles;
+};
+
+WaitChains FollowWaits(const JobDiagnosis& d, const std::map<int, RankState*>& by_rank) {
+  auto next = [&](int rank) -> int {
+    auto it = by_rank.find(rank);
+    if (it == by_rank.end() || it->second->waits_on_size() == 0) return -1;
+    return it->second->waits_on(0);
+  };
+  WaitChains chains;
+  for (const RankState& r : d.ranks()) {
+    if (r.waits_on_size() == 0) continue;
+    std::vector<int> chain = {r.rank()};
+    int cur = r.rank();
+    while (true) {
+      const int n = next(cur);
+      if (n < 0) {
+        chains.waiters_of_root[cur].push_back(r.rank());
+        break;
+      }
+      auto seen = std::find(chain.begin(), chain.end(), n);
+      if (seen != chain.end()) {
+        std::vector<int> cycle(seen, chain.end());
+        std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
+        chains.cycles.insert(cycle);
+        break;
+      }
+      chain.push_back(n);
+      cur = n;
+    }
+  }
+  return chains;
+}
+
+std::string CycleFinding(const std::vector<int>& cycle) {
+  std::vector<std::string> names;
+  for (int r : cycle) names.push_back(absl::StrCat(r));
+  names.push_back(names.front());
+  return absl::StrCat("ranks ", absl::StrJoin(names, " -> "),
+                      " wait on each other in a cycle (a deadlock)");
+}
+
+// "root: rank 5 (...) is in F ...; rank 6 waits on its activation; ranks 1-4 wait on those".
+std::string RootFinding(int root, const std::vector<int>& waiters,
+                        const std::map<int, RankState*>& by_rank,
+                        const std::map<int, const TimedOutRank*>& timed_out,
+                        const DiagnosisOptions& options) {
+  const RankState& r = *by_rank.at(root);
+  std::string line = absl::StrCat("root: ", Who(r), " ");
+  if (!r.answered()) {
+    absl::StrAppend(&line, "did not answer in ", absl::FormatDuration(options.deadline),
+                    " (process stopped or hung?");
+    if (r.heartbeat_age_seconds() >= 0) {
+      absl::StrAppend(&line, " last heartbeat ", Seconds(r.heartbeat_age_seconds()), " ago");
+    }
+    absl::StrAppend(&line, ")");
+  } else {
+    absl::StrAppend(&line, r.doing());
+  }
+  // Direct waiters grouped by what they wait for (those that timed out first); the rest wait
+  // on those.
+  std::vector<int> gave_up;
+  std::map<std::string, std::vector<int>> direct;
+  std::vector<int> indirect;
+  for (int w : waiters) {
+    const RankState& ws = *by_rank.at(w);
+    if (ws.waits_on(0) != root) {
+      indirect.push_back(w);
+    } else if (timed_out.count(w) > 0) {
+      gave_up.push_back(w);
+    } else {
+      direct[WaitsFor(ws)].push_back(w);
+    }
+  }
+  if (!gave_up.empty()) {
+    absl::StrAppend(&line, "; ", RankList(gave_up), " timed out waiting on it");
+  }
+  for (const auto& [what, ranks] : direct) {
+    absl::StrAppend(&line, "; ", RankList(ranks), ranks.size() == 1 ? " waits " : " wait ", what);
+  }
+  if (!indirect.empty()) {
+    absl::StrAppend(&line, "; ", RankList(indirect),
+                    indirect.size() == 1 ? " waits on those" : " wait on those");
+  }
+  return line;
+}
+
+}  // namespace
+
 JobDiagnosis Analyse(JobDiagnosis d, const DiagnosisOptions& options) {
   const double threshold = absl::ToDoubleSeconds(options.wait_threshold);
   d.set_wait_threshold_seconds(threshold);
@@ -299,87 +394,16 @@ JobDiagnosis Analyse(JobDiagnosis d, const DiagnosisOptions& options) {
   SequenceMismatches(d, threshold, &findings);
   MissingSends(d, threshold, &findings);
 
-  // Follow each waiting rank's chain to where it ends: a rank that waits on nobody (the root)
-  // or one already on the chain (a cycle).
-  auto next = [&](int rank) -> int {
-    auto it = by_rank.find(rank);
-    if (it == by_rank.end() || it->second->waits_on_size() == 0) return -1;
-    return it->second->waits_on(0);
-  };
-  std::map<int, std::vector<int>> waiters_of_root;
-  std::set<std::vector<int>> cycles;
-  for (const RankState& r : d.ranks()) {
-    if (r.waits_on_size() == 0) continue;
-    std::vector<int> chain = {r.rank()};
-    int cur = r.rank();
-    while (true) {
-      const int n = next(cur);
-      if (n < 0) {
-        waiters_of_root[cur].push_back(r.rank());
-        break;
-      }
-      auto seen = std::find(chain.begin(), chain.end(), n);
-      if (seen != chain.end()) {
-        std::vector<int> cycle(seen, chain.end());
-        std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
-        cycles.insert(cycle);
-        break;
-      }
-      chain.push_back(n);
-      cur = n;
-    }
-  }
-  for (const std::vector<int>& cycle : cycles) {
-    std::vector<std::string> names;
-    for (int r : cycle) names.push_back(absl::StrCat(r));
-    names.push_back(names.front());
-    findings.push_back(absl::StrCat("ranks ", absl::StrJoin(names, " -> "),
-                                    " wait on each other in a cycle (a deadlock)"));
-  }
+  const WaitChains chains = FollowWaits(d, by_rank);
+  for (const std::vector<int>& cycle : chains.cycles) findings.push_back(CycleFinding(cycle));
   // Roots, the one with most waiters first.
-  std::vector<std::pair<int, std::vector<int>>> roots(waiters_of_root.begin(),
-                                                      waiters_of_root.end());
+  std::vector<std::pair<int, std::vector<int>>> roots(chains.waiters_of_root.begin(),
+                                                      chains.waiters_of_root.end());
   std::stable_sort(roots.begin(), roots.end(),
                    [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
   std::string summary;
   for (const auto& [root, waiters] : roots) {
-    const RankState& r = *by_rank.at(root);
-    std::string line = absl::StrCat("root: ", Who(r), " ");
-    if (!r.answered()) {
-      absl::StrAppend(&line, "did not answer in ", absl::FormatDuration(options.deadline),
-                      " (process stopped or hung?");
-      if (r.heartbeat_age_seconds() >= 0) {
-        absl::StrAppend(&line, " last heartbeat ", Seconds(r.heartbeat_age_seconds()), " ago");
-      }
-      absl::StrAppend(&line, ")");
-    } else {
-      absl::StrAppend(&line, r.doing());
-    }
-    // Direct waiters grouped by what they wait for (those that timed out first); the rest wait
-    // on those.
-    std::vector<int> gave_up;
-    std::map<std::string, std::vector<int>> direct;
-    std::vector<int> indirect;
-    for (int w : waiters) {
-      const RankState& ws = *by_rank.at(w);
-      if (ws.waits_on(0) != root) {
-        indirect.push_back(w);
-      } else if (timed_out.count(w) > 0) {
-        gave_up.push_back(w);
-      } else {
-        direct[WaitsFor(ws)].push_back(w);
-      }
-    }
-    if (!gave_up.empty()) {
-      absl::StrAppend(&line, "; ", RankList(gave_up), " timed out waiting on it");
-    }
-    for (const auto& [what, ranks] : direct) {
-      absl::StrAppend(&line, "; ", RankList(ranks), ranks.size() == 1 ? " waits " : " wait ", what);
-    }
-    if (!indirect.empty()) {
-      absl::StrAppend(&line, "; ", RankList(indirect),
-                      indirect.size() == 1 ? " waits on those" : " wait on those");
-    }
+    std::string line = RootFinding(root, waiters, by_rank, timed_out, options);
     d.add_root_ranks(root);
     if (summary.empty()) summary = line;
     findings.push_back(line);

@@ -1,4 +1,4 @@
-#include "coordinator/rebalance.h"
+#include "coordinator/policy/rebalance.h"
 
 #include <algorithm>
 #include <cmath>

@@ -27,8 +27,8 @@
 // waiting longer than 1.0 s".
 //
 //   JobDiagnosis d = Analyse(std::move(gathered), {.wait_threshold = absl::Seconds(1)});
-#ifndef DTRAIN_COORDINATOR_DIAGNOSIS_H_
-#define DTRAIN_COORDINATOR_DIAGNOSIS_H_
+#ifndef DTRAIN_COORDINATOR_POLICY_DIAGNOSIS_H_
+#define DTRAIN_COORDINATOR_POLICY_DIAGNOSIS_H_
 
 #include <string>
 #include <vector>
@@ -66,4 +66,4 @@ std::string RankList(std::vector<int> ranks);
 
 }  // namespace dtrain::coordinator
 
-#endif  // DTRAIN_COORDINATOR_DIAGNOSIS_H_
+#endif  // DTRAIN_COORDINATOR_POLICY_DIAGNOSIS_H_

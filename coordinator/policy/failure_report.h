@@ -18,8 +18,8 @@
 // on a second line, so people read the cause and scripts still find the detail:
 //   worker w4 (dp0 pp1 tp1) stopped: worker stopped by SIGTERM after step 20
 //     then worker w3 (dp0 pp1 tp0) failed: receiving collective group=... stream broke
-#ifndef DTRAIN_COORDINATOR_FAILURE_REPORT_H_
-#define DTRAIN_COORDINATOR_FAILURE_REPORT_H_
+#ifndef DTRAIN_COORDINATOR_POLICY_FAILURE_REPORT_H_
+#define DTRAIN_COORDINATOR_POLICY_FAILURE_REPORT_H_
 
 #include <string>
 #include <vector>
@@ -79,4 +79,4 @@ std::string RootCauseReason(const Placement& placement, const std::vector<RankFa
 
 }  // namespace dtrain::coordinator
 
-#endif  // DTRAIN_COORDINATOR_FAILURE_REPORT_H_
+#endif  // DTRAIN_COORDINATOR_POLICY_FAILURE_REPORT_H_

@@ -1,5 +1,5 @@
 // The straggler policy "rebalance"'s decision (rebalance.h), with closed-form cases.
-#include "coordinator/rebalance.h"
+#include "coordinator/policy/rebalance.h"
 
 #include <string>
 #include <tuple>

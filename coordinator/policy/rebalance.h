@@ -15,8 +15,8 @@
 //   d.to;              // 3, 1, 2 (from 2, 2, 2)
 //   d.summary;         // "stage 1 measured 4.0x slower per layer: cut 2,2,2 -> 3,1,2
 //                      //  (slowest stage predicted 0.40 s per step, measured 0.80 s)"
-#ifndef DTRAIN_COORDINATOR_REBALANCE_H_
-#define DTRAIN_COORDINATOR_REBALANCE_H_
+#ifndef DTRAIN_COORDINATOR_POLICY_REBALANCE_H_
+#define DTRAIN_COORDINATOR_POLICY_REBALANCE_H_
 
 #include <string>
 #include <vector>
@@ -77,4 +77,4 @@ std::string CutText(absl::Span<const int> layers);
 
 }  // namespace dtrain::coordinator
 
-#endif  // DTRAIN_COORDINATOR_REBALANCE_H_
+#endif  // DTRAIN_COORDINATOR_POLICY_REBALANCE_H_

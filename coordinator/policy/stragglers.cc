@@ -1,4 +1,4 @@
-#include "coordinator/stragglers.h"
+#include "coordinator/policy/stragglers.h"
 
 #include <algorithm>
 #include <utility>

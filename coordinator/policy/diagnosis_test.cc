@@ -1,6 +1,6 @@
 // The analysis of `dtrain diagnose` on hand-built recorders: each case is a moment of a job
 // (who is in which operation since when) and the findings a person should read.
-#include "coordinator/diagnosis.h"
+#include "coordinator/policy/diagnosis.h"
 
 #include <string>
 
