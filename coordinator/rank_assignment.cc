@@ -3,6 +3,17 @@
 #include "plan/ranks.h"
 
 namespace dtrain::coordinator {
+namespace {
+
+// The rank's dp all-reduce, chosen here for every member of its group alike: the group's hosts
+// when the hierarchical all-reduce is the choice (plan/ranks.h DpHostIndex), else nothing.
+void AddDpHostIndex(const JobAssignment& whole, int rank_index, JobAssignment* part) {
+  for (int host : plan::DpHostIndex(whole.placement(), whole.spec().parallel(), rank_index)) {
+    part->add_dp_host_index(host);
+  }
+}
+
+}  // namespace
 
 JobAssignment AssignmentForRank(const JobAssignment& whole, int rank_index) {
   JobAssignment part;
@@ -21,7 +32,8 @@ JobAssignment AssignmentForRank(const JobAssignment& whole, int rank_index) {
     *placement.add_ranks() = own;
     own_listed = true;
   };
-  for (int peer : plan::PeerRanks(whole.spec().parallel(), rank_index)) {
+  AddDpHostIndex(whole, rank_index, &part);
+  for (int peer : plan::PeerRanks(whole.spec().parallel(), rank_index, part.dp_host_index())) {
     if (peer >= all.ranks_size()) continue;  // a placement that does not match its layout
     if (!own_listed && peer > rank_index) add_own();
     const RankAssignment& p = all.ranks(peer);

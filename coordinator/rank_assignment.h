@@ -11,7 +11,9 @@
 // RankAssignment); `rank`, the rank's own RankAssignment, whole; `placement` with the rank's own
 // entry and one entry per peer it talks to (plan/ranks.h PeerRanks: at most 8), each peer's
 // holding only its coordinates, worker id and address, in rank order; the run's peer_secret;
-// no stage_costs.
+// no stage_costs. With ranks of its dp group on several hosts: dp_host_index, the group's hosts
+// (plan/ranks.h DpHostIndex: at most 64), and the peers the hierarchical all-reduce adds (at
+// most 4 more entries).
 #ifndef DTRAIN_COORDINATOR_RANK_ASSIGNMENT_H_
 #define DTRAIN_COORDINATOR_RANK_ASSIGNMENT_H_
 

@@ -15,8 +15,9 @@ namespace {
 using ::testing::ElementsAreArray;
 
 // A job of dp x pp x tp ranks placed one rank per worker, as the coordinator holds it: the whole
-// placement, stage_layers given (pp entries), every rank with its layers and memory.
-JobAssignment Whole(int dp, int pp, int tp) {
+// placement, stage_layers given (pp entries), every rank with its layers and memory; with
+// `ranks_per_host` > 0, ranks r on host r / ranks_per_host (RankAssignment.host_label).
+JobAssignment Whole(int dp, int pp, int tp, int ranks_per_host = 0) {
   JobAssignment job;
   job.set_job_id("job-000042");
   job.set_job_uid("0123456789abcdef");
@@ -42,6 +43,7 @@ JobAssignment Whole(int dp, int pp, int tp) {
     a.set_first_layer(2 * a.pp_rank());
     a.set_num_layers(2);
     a.set_memory_bytes(int64_t{3} << 30);
+    if (ranks_per_host > 0) a.set_host_label(absl::StrFormat("host-%05d", r / ranks_per_host));
     *placement.add_ranks() = a;
   }
   for (int s = 0; s < pp; ++s) placement.add_stage_costs(2.0);
@@ -85,11 +87,13 @@ TEST(AssignmentForRank, BytesPerRankDoNotGrowWithTheJob) {
   struct Shape {
     int dp, pp, tp;
   };
-  const std::vector<Shape> shapes = {{2, 2, 2},  {4, 4, 4},   {16, 4, 8},
-                                     {64, 8, 4}, {256, 4, 4}, {16, 32, 8}};
+  const std::vector<Shape> shapes = {{2, 2, 2},   {4, 4, 4},   {16, 4, 8}, {64, 8, 4},
+                                     {256, 4, 4}, {16, 32, 8}, {64, 1, 1}, {4096, 1, 1}};
   size_t smallest_whole = 0, largest_whole = 0, largest_part = 0;
   for (const Shape& s : shapes) {
-    const JobAssignment whole = Whole(s.dp, s.pp, s.tp);
+    // 8 ranks per host, so that with tp < 8 every dp group that fits the bound is hierarchical:
+    // its hosts and the hierarchy's peers are sent too.
+    const JobAssignment whole = Whole(s.dp, s.pp, s.tp, /*ranks_per_host=*/8);
     const int n = s.dp * s.pp * s.tp;
     size_t part_max = 0;
     for (int rank : {0, 1, n / 2, n - 1}) {
@@ -99,13 +103,37 @@ TEST(AssignmentForRank, BytesPerRankDoNotGrowWithTheJob) {
     if (smallest_whole == 0) smallest_whole = whole_bytes;
     largest_whole = std::max(largest_whole, whole_bytes);
     largest_part = std::max(largest_part, part_max);
-    // At most 9 entries of about 50 bytes, the spec and the ids: under 1 KiB at any size.
+    // At most 13 entries of about 50 bytes, 64 hosts, the spec and the ids: under 1 KiB at any
+    // size.
     EXPECT_LE(part_max, 1024u) << s.dp << "x" << s.pp << "x" << s.tp << " (" << n << " ranks)";
   }
   // The whole placement does grow (so the bound above is the view's doing): 4,096 ranks are
   // hundreds of KiB, 8 ranks a few hundred bytes.
   EXPECT_GT(largest_whole, 100u * smallest_whole);
   EXPECT_LE(largest_part, 1024u);
+}
+
+// dp=4 with ranks 0, 2 on one host and 1, 3 on another (2 ranks per host, pp=1): every rank is
+// sent the same hosts, and the peers the hierarchical all-reduce adds (rank 0: its host's rank 2).
+TEST(AssignmentForRank, ADpGroupOnSeveralHostsGetsItsHostsAndTheirPeers) {
+  JobAssignment whole = Whole(4, 1, 1);
+  for (int r = 0; r < 4; ++r) {
+    whole.mutable_placement()->mutable_ranks(r)->set_host_label(r % 2 ? "odd" : "even");
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    const JobAssignment part = AssignmentForRank(whole, rank);
+    EXPECT_THAT(part.dp_host_index(), ElementsAreArray({0, 1, 0, 1})) << rank;
+    std::vector<int> listed;
+    for (const RankAssignment& r : part.placement().ranks()) {
+      listed.push_back(RankIndex(part.spec().parallel(), r));
+    }
+    EXPECT_THAT(listed, ElementsAreArray({0, 1, 2, 3})) << rank;
+  }
+  // All on one host: the flat ring, nothing more sent.
+  for (int r = 0; r < 4; ++r) whole.mutable_placement()->mutable_ranks(r)->set_host_label("one");
+  const JobAssignment flat = AssignmentForRank(whole, 0);
+  EXPECT_TRUE(flat.dp_host_index().empty());
+  EXPECT_EQ(flat.placement().ranks_size(), 3);  // itself, 1 and 3
 }
 
 TEST(AssignmentForRank, OneRankJobHasItselfAlone) {

@@ -88,6 +88,7 @@ absl::Status PlaceBySize(const JobPlan& plan, const std::vector<const WorkerInfo
     }
     r.set_worker_id(by_memory[k]->worker_id());
     r.set_worker_address(by_memory[k]->address());
+    r.set_host_label(by_memory[k]->host_label());
     r.set_memory_bytes(need);
   }
   return absl::OkStatus();
@@ -169,6 +170,7 @@ absl::StatusOr<PlacementResult> PlaceJob(const JobPlan& plan,
       rank->set_tp_rank(t);
       rank->set_worker_id(w.worker_id());
       rank->set_worker_address(w.address());
+      rank->set_host_label(w.host_label());
       rank->set_first_layer(stage.chunks(0).first_layer());
       rank->set_num_layers(stage.chunks(0).num_layers());
       rank->set_memory_bytes(stage.memory().total());

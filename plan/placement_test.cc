@@ -111,6 +111,10 @@ TEST(PlaceJob, KeepsEachTensorParallelGroupOnOneHost) {
       EXPECT_EQ(HostOf(workers, r->placement.ranks(g * 4 + t).worker_id()), host);
     }
   }
+  // Each rank records its worker's host label (what groups a dp group by host).
+  for (const RankAssignment& rank : r->placement.ranks()) {
+    EXPECT_EQ(rank.host_label(), HostOf(workers, rank.worker_id()));
+  }
 }
 
 TEST(PlaceJob, PrefersWholeHostsOverFragments) {
@@ -233,6 +237,7 @@ TEST(PlaceJob, NeverPutsARankOnAWorkerTooSmallForIt) {
   }
   const int bigger = need0 >= need1 ? 0 : 1;
   EXPECT_EQ(r->placement.ranks(bigger).worker_id(), "w0002");
+  EXPECT_EQ(r->placement.ranks(bigger).host_label(), "host000");  // placed by size: labelled too
 }
 
 TEST(PlaceJob, ARankThatFitsNowhereIsResourceExhaustedNamingItsNeed) {

@@ -47,7 +47,26 @@ CurrentLayout JobCurrentLayout(const JobSpec& spec, absl::Span<const Recovery> r
 // Every collective the trainer runs is a ring over one of these groups (worker/comm/groups.h
 // gives their members in ring order), so these are all it talks to; parallel_job_test checks
 // the rule against the groups.
-std::vector<int> PeerRanks(const ParallelLayout& layout, int rank);
+// With a `dp_host_index` (DpHostIndex: the hierarchical all-reduce), also the ranks that
+// all-reduce talks to (its per-host ring, the leaders' ring, the broadcast chain): the ring
+// neighbours among the dp group's members on the rank's host and, on a host's leader (its first
+// member), among the hosts' leaders; at most 4 more, still symmetric.
+std::vector<int> PeerRanks(const ParallelLayout& layout, int rank,
+                           absl::Span<const int> dp_host_index = {});
+
+// The largest data-parallel group whose hosts a rank is sent: a larger group runs the flat ring,
+// so what a rank receives stays bounded (64 bytes of hosts).
+inline constexpr int kMaxDpHostIndex = 64;
+
+// How the data-parallel all-reduce of `rank`'s group runs (worker/comm/collectives/
+// allreduce_hierarchical.h), from `whole`, the job's whole placement (rank order) with each
+// rank's RankAssignment.host_label: for member i of the group (dp order) the number of its host,
+// hosts numbered 0, 1, ... in order of their first member. Empty: the flat ring, when every
+// member is on one host, when no host has two members (the hierarchy would not help), when the
+// group has more than kMaxDpHostIndex members, or when an entry has no host label. Every member
+// of a group gets the same list, so all make the same choice. O(min(dp, kMaxDpHostIndex)).
+//   dp=4, hosts a b a b -> {0, 1, 0, 1};  a a a a -> {};  a b c d -> {}
+std::vector<int> DpHostIndex(const Placement& whole, const ParallelLayout& layout, int rank);
 
 // "dp0 pp1 tp1".
 std::string RankLabel(const RankAssignment& rank);

@@ -9,8 +9,9 @@ import re
 import signal
 import time
 
-from harness import Cluster, expect
-from recovery_cases import FINAL, one_recovery, recovery_spec, start, wait_sealed
+from harness import Cluster, expect, losses, small_job_spec
+from recovery_cases import (FINAL, LOSS_RTOL, compare, one_recovery, recovery_spec, run_reference,
+                            start, wait_sealed)
 
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) dtrain-worker\[")
 
@@ -82,3 +83,32 @@ def case_shm_peer_killed(args):
         print("kill -9 %s: %s failed %.3fs later naming it; recovered from step %s; "
               "nothing left in /dev/shm" % (victim, first[1], first[0],
                                             r.get("resumed_from_step")))
+
+
+def case_hierarchical_dp_on_two_hosts(args):
+    """dp=4 on workers of two host labels, two each: the coordinator places dp0, dp1 on the first
+    host and dp2, dp3 on the second and sends every rank its dp group's hosts, so the gradient
+    all-reduce is hierarchical (per host, across the two leaders, back): the leaders dp0 and dp2
+    connect to 3 peers, the others to 2 (the flat ring: 2 each); the job's losses are those of
+    the same job on one worker."""
+    with Cluster(args.binaries, "hierarchical_dp") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        for w, host in (("w1", "host-a"), ("w2", "host-a"), ("w3", "host-b"), ("w4", "host-b")):
+            c.start_worker(w, extra=["--host_label=" + host])
+        c.wait_workers({w: "IDLE" for w in ("w1", "w2", "w3", "w4")})
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 6)
+        want = run_reference(c, spec, "one-worker")
+        job_id = c.submit(c.write_spec("dp4.json", dict(spec, name="dp4",
+                                                         parallel={"dp": 4})))
+        done = c.wait_state(job_id, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "dp=4: %s: %s" % (done["state"], done.get("reason")))
+        worst = compare(losses(c, job_id), want, LOSS_RTOL, "dp=4 on two hosts")
+        rc, out, err = c.cli("--json", "watch", job_id, timeout=60)
+        connected = sorted(int(m.group(1)) for m in
+                           (re.search(r"connected to (\d+) peers? in ", line) for line in
+                            out.splitlines()) if m)
+        expect(connected == [2, 2, 3, 3], "dp=4 on two hosts: ranks connected to %s peers, want "
+               "[2, 2, 3, 3] (the hierarchy's)" % connected)
+        print("dp=4 on 2 hosts: hierarchical (peers %s), losses within %.2g of one worker's"
+              % (connected, worst))

@@ -58,6 +58,21 @@ bool ServesAnotherRun(const absl::Status& s) {
   return absl::IsPermissionDenied(s) || absl::IsFailedPrecondition(s);
 }
 
+// ParallelTrainingOptions.rank_hosts from the coordinator's choice of dp all-reduce
+// (JobAssignment.dp_host_index): a name per host number for the members of `rank`'s dp group,
+// the only entries the trainer reads; empty (the flat ring) when the coordinator chose that.
+std::vector<std::string> DpRankHosts(const JobAssignment& assignment, int rank) {
+  const ParallelLayout& layout = assignment.spec().parallel();
+  if (assignment.dp_host_index().empty()) return {};
+  std::vector<std::string> hosts(plan::WorkersNeeded(layout));
+  RankAssignment member = RankCoordinates(layout, rank);
+  for (int d = 0; d < assignment.dp_host_index_size(); ++d) {
+    member.set_dp_rank(d);
+    hosts[plan::RankIndex(layout, member)] = absl::StrCat("host ", assignment.dp_host_index(d));
+  }
+  return hosts;
+}
+
 }  // namespace
 
 absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string& worker_id) {
@@ -112,8 +127,14 @@ absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string&
         "worker ", worker_id, " is assigned ", plan::RankLabel(assignment.rank()), " of ", what,
         " but the placement puts it at ", plan::RankLabel(RankCoordinates(layout, mine))));
   }
+  const int dp = std::max(1, layout.dp());
+  if (!assignment.dp_host_index().empty() && assignment.dp_host_index_size() != dp) {
+    return absl::FailedPreconditionError(absl::StrCat("the assignment of ", what, " gives ",
+                                                      assignment.dp_host_index_size(),
+                                                      " dp hosts for dp=", dp));
+  }
   std::vector<std::string> missing;
-  for (int peer : plan::PeerRanks(layout, mine)) {
+  for (int peer : plan::PeerRanks(layout, mine, assignment.dp_host_index())) {
     if (!listed.contains(peer)) missing.push_back(absl::StrCat(peer));
   }
   if (!missing.empty()) {
@@ -169,10 +190,7 @@ absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignme
         absl::StrCat("the placement of job ", assignment.job_id(), " gives ",
                      plan::DescribeRank(PlacementByRank(assignment), rank), " no layers"));
   }
-  // o.rank_hosts stays empty (the flat dp ring): every rank of a job must pick the same dp
-  // all-reduce, and a rank now receives only its own peers' addresses (at most 8), not every
-  // rank's host. The coordinator, which sees the whole placement, is where that choice belongs
-  // (not made yet; ParallelTrainerOptions.rank_hosts and its tests stay for it).
+  o.rank_hosts = DpRankHosts(assignment, rank);
   o.comm_timeout = comm_timeout;
   return o;
 }
@@ -182,8 +200,9 @@ ParallelJob::ParallelJob(const JobAssignment& assignment, int rank, ParallelJobO
       placement_(PlacementByRank(assignment)),
       rank_(rank),
       size_(placement_.ranks_size()),
-      peers_(rank >= 0 && rank < size_ ? plan::PeerRanks(assignment.spec().parallel(), rank)
-                                       : std::vector<int>()),
+      peers_(rank >= 0 && rank < size_
+                 ? plan::PeerRanks(assignment.spec().parallel(), rank, assignment.dp_host_index())
+                 : std::vector<int>()),
       options_(std::move(options)) {}
 
 ParallelJob::~ParallelJob() {

@@ -87,8 +87,11 @@ JobSpec Spec(const std::string& dataset, int steps) {
 // layers split evenly over the pipeline stages. Each rank's placement is its part, as the
 // coordinator sends it (coordinator/rank_assignment.h): its own entry and its peers' (plan/ranks.h
 // PeerRanks) with their coordinates, worker and address; with `whole`, every rank's entry.
+// `host_labels` (rank order; empty: none): the hosts of the workers, from which each rank gets
+// its dp group's hosts (JobAssignment.dp_host_index) as the coordinator sends them.
 std::vector<JobAssignment> Assignments(const std::string& job_id, JobSpec spec, int dp, int pp,
-                                       int tp, bool whole = false) {
+                                       int tp, bool whole = false,
+                                       const std::vector<std::string>& host_labels = {}) {
   spec.mutable_parallel()->set_dp(dp);
   spec.mutable_parallel()->set_pp(pp);
   spec.mutable_parallel()->set_tp(tp);
@@ -110,6 +113,7 @@ std::vector<JobAssignment> Assignments(const std::string& job_id, JobSpec spec, 
         r->set_worker_address(absl::StrCat("127.0.0.1:", port));
         r->set_first_layer(p * n_layer / pp);
         r->set_num_layers((p + 1) * n_layer / pp - p * n_layer / pp);
+        if (!host_labels.empty()) r->set_host_label(host_labels[placement.ranks_size() - 1]);
       }
     }
   }
@@ -120,11 +124,12 @@ std::vector<JobAssignment> Assignments(const std::string& job_id, JobSpec spec, 
     a.set_job_uid("uid-" + job_id);
     *a.mutable_spec() = spec;
     *a.mutable_rank() = r;
+    const int me = RankIndex(spec.parallel(), r);
+    for (int host : plan::DpHostIndex(placement, spec.parallel(), me)) a.add_dp_host_index(host);
     if (whole) {
       *a.mutable_placement() = placement;
     } else {
-      const int me = RankIndex(spec.parallel(), r);
-      const std::vector<int> peers = plan::PeerRanks(spec.parallel(), me);
+      const std::vector<int> peers = plan::PeerRanks(spec.parallel(), me, a.dp_host_index());
       for (int q = 0; q < placement.ranks_size(); ++q) {
         if (q == me) {
           *a.mutable_placement()->add_ranks() = r;
@@ -349,6 +354,39 @@ TEST(ParallelPlan, TheJobPlansLayoutAndThePlacementsLayers) {
   EXPECT_EQ(o->chunks[0].num_layers, 2);
 }
 
+// The coordinator's hosts of the rank's dp group become the trainer's rank_hosts (its dp group's
+// entries; the flat ring without them), and a list that does not match dp is refused.
+TEST(ParallelPlan, TheDpGroupsHostsPickTheAllReduce) {
+  JobSpec spec = Spec("/d", 7);
+  spec.mutable_checkpoint()->set_dir("/ckpt");
+  spec.set_micro_batch_size(1);
+  spec.mutable_model()->set_n_layer(4);
+  // dp=2 pp=2, rank = 2 * dp + pp: the dp groups are {0, 2} and {1, 3}.
+  std::vector<JobAssignment> a =
+      Assignments("job-h", spec, 2, 2, 1, /*whole=*/false, {"x", "x", "y", "x"});
+  absl::StatusOr<JobPlan> job = plan::MakeJobPlan(a[0].spec());
+  ASSERT_TRUE(job.ok()) << job.status();
+  TrainingRun run;
+  run.batch = 4;
+  // pp0's group is on x and y, a host each: the flat ring, no hosts sent.
+  EXPECT_TRUE(a[0].dp_host_index().empty());
+  absl::StatusOr<parallel::ParallelTrainingOptions> o =
+      ParallelPlan(a[0], *job, 0, run, absl::Seconds(7));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->rank_hosts.empty());
+  // With dp=4 on x y x y, rank 1 (dp0 pp1) gets its group's hosts: ranks 1, 3, 5, 7.
+  a = Assignments("job-h", spec, 4, 2, 1, /*whole=*/false,
+                  {"x", "x", "y", "y", "x", "x", "y", "y"});
+  job = plan::MakeJobPlan(a[1].spec());
+  ASSERT_TRUE(job.ok()) << job.status();
+  o = ParallelPlan(a[1], *job, 1, run, absl::Seconds(7));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_THAT(o->rank_hosts, ElementsAre("", "host 0", "", "host 1", "", "host 0", "", "host 1"));
+  EXPECT_EQ(FindRank(a[1], "w1").value(), 1);
+  a[1].add_dp_host_index(0);
+  EXPECT_THAT(FindRank(a[1], "w1").status().message(), HasSubstr("5 dp hosts for dp=4"));
+}
+
 TEST(ParallelPlan, AnUnsetValueIsAnErrorNotADefault) {
   JobSpec spec = Spec("/d", 7);
   spec.mutable_checkpoint()->set_dir("/ckpt");
@@ -434,6 +472,34 @@ TEST_P(Layouts, TrainToOneWorkersNumbersAndOnlyOneRankReports) {
     EXPECT_THAT(runs[r].events.front(),
                 HasSubstr(absl::StrCat("connected to ", peers[r].size(),
                                        peers[r].size() == 1 ? " peer in " : " peers in ")));
+  }
+}
+
+// dp=4 with ranks 0, 2 on one host and 1, 3 on another: the coordinator's hosts make every rank
+// run the hierarchical all-reduce (per host, across the hosts' leaders, back), which connects
+// each rank to one peer more than the flat ring (its host's other member; rank 0's dp ring
+// already holds the other leader), and the job trains to one worker's losses.
+TEST(ParallelJobRunner, DataParallelOnTwoHostsIsHierarchicalWithOneWorkersLosses) {
+  JobSpec spec = Spec(WriteText("hosts.txt", 8000), 4);
+  const std::vector<double> reference = SingleWorkerLosses(spec);
+  ASSERT_EQ(reference.size(), 4u);
+  const std::string dir = TempPath("two-hosts");
+  spec.set_micro_batch_size(1);
+  spec.mutable_checkpoint()->set_dir(dir + "/ckpt");
+  std::vector<JobAssignment> a = Assignments("job-000404", spec, 4, 1, 1, /*whole=*/false,
+                                             {"host-a", "host-b", "host-a", "host-b"});
+  std::vector<RankRun> runs = RunRanks(a, dir);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_THAT(a[r].dp_host_index(), ElementsAre(0, 1, 0, 1));
+    ASSERT_TRUE(runs[r].outcome.succeeded()) << runs[r].outcome.error();
+    ASSERT_EQ(runs[r].steps.size(), reference.size());
+    for (size_t s = 0; s < reference.size(); ++s) {
+      EXPECT_NEAR(runs[r].steps[s].loss(), reference[s], 1e-5 * std::abs(reference[s]))
+          << "step " << s + 1;
+    }
+    ASSERT_FALSE(runs[r].events.empty());
+    EXPECT_THAT(runs[r].events.front(), HasSubstr("connected to 3 peers in "));
   }
 }
 

@@ -70,9 +70,10 @@ struct ParallelTrainingOptions {
   // This rank's layers, one range per virtual stage in order (chunk j of pipeline rank p is
   // model chunk j * pp + p). Empty: split n_layer evenly (what tests use).
   std::vector<ChunkRange> chunks;
-  // The host of every rank (in rank order; the worker daemon gives its peer address's host), which
-  // picks the data-parallel all-reduce: with several hosts and several members of a dp group on one
-  // of them, HierarchicalAllReduce (inside each host, then across hosts), else the flat ring.
+  // The host of every rank (in rank order; only the entries of this rank's dp group are read: the
+  // worker daemon names them from the coordinator's JobAssignment.dp_host_index), which picks the
+  // data-parallel all-reduce: with several hosts and several members of a dp group on one of
+  // them, HierarchicalAllReduce (inside each host, then across hosts), else the flat ring.
   // Empty: every rank on one host.
   std::vector<std::string> rank_hosts;
   absl::Duration comm_timeout = absl::Seconds(60);  // every send, receive and collective
