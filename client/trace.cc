@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "plan/ready_work.h"
 #include "plan/schedule.h"
 
 namespace dtrain::client {
@@ -150,6 +151,9 @@ std::string Args(const FlightEntry& e, int64_t true_dur_ns) {
   return absl::StrCat("{", absl::StrJoin(a, ","), "}");
 }
 
+// The verdict of an order that differs from the list but keeps ready work's rules.
+constexpr char kReordered[] = "ok: reordered by ready work within plan/ready_work.h's rules";
+
 // The schedule's F / B / W order for `stage`, and the recorded one with its check.
 struct ScheduleCheck {
   std::vector<std::string> expected;
@@ -194,6 +198,11 @@ ScheduleCheck CheckSchedule(const JobTrace& trace, const RankState& rank, int st
   }
   const absl::Status matches = pipeline::CheckTrace(spec, stage, recorded);
   check.verdict = matches.ok() ? "ok" : std::string(matches.message());
+  // Ready work runs an allowed reordering of the list (plan/ready_work.h), recorded as run.
+  if (!matches.ok() &&
+      pipeline::CheckExecutedTrace(spec, stage, pipeline::Execution::kReadyWork, recorded).ok()) {
+    check.verdict = kReordered;
+  }
   return check;
 }
 
@@ -321,7 +330,7 @@ std::string ChromeTraceJson(const JobTrace& trace) {
 
 std::string TraceSummary(const JobTrace& trace, const std::string& path) {
   int64_t max_offset = 0, max_error = 0;
-  std::vector<std::string> problems;
+  std::vector<std::string> problems, reordered;
   int answered = 0;
   for (const RankState& r : trace.ranks()) {
     if (!r.answered()) {
@@ -334,7 +343,9 @@ std::string TraceSummary(const JobTrace& trace, const std::string& path) {
     max_error = std::max(max_error, r.clock_error_ns());
     const int stage = r.rank() < trace.rank_stages_size() ? trace.rank_stages(r.rank()) : 0;
     const ScheduleCheck check = CheckSchedule(trace, r, stage);
-    if (check.verdict != "ok") {
+    if (check.verdict == kReordered) {
+      reordered.push_back(absl::StrCat(r.rank()));
+    } else if (check.verdict != "ok") {
       problems.push_back(absl::StrCat("rank ", r.rank(), "'s F / B / W order: ", check.verdict));
     }
   }
@@ -346,6 +357,10 @@ std::string TraceSummary(const JobTrace& trace, const std::string& path) {
   if (problems.empty()) {
     absl::StrAppend(&text, "F / B / W order as the schedule (", trace.schedule(),
                     ") defines on every rank");
+    if (!reordered.empty()) {
+      absl::StrAppend(&text, " (reordered by ready work within its rules on rank",
+                      reordered.size() > 1 ? "s " : " ", absl::StrJoin(reordered, ", "), ")");
+    }
   } else {
     absl::StrAppend(&text, absl::StrJoin(problems, "; "));
   }

@@ -19,7 +19,8 @@
 // bound, ranks that did not answer, and per rank the F / B / W order the schedule defines
 // (plan/schedule.h StageActions, in this file's names: "F0", "B0", "W0", fused
 // backward "B0", with ".v" for a virtual stage v > 0) beside the order recorded, and whether
-// they match ("ok" or CheckTrace's words).
+// they match ("ok", "ok: reordered by ready work ..." for an order plan/ready_work.h allows,
+// or CheckTrace's words).
 #ifndef DTRAIN_CLIENT_TRACE_H_
 #define DTRAIN_CLIENT_TRACE_H_
 

@@ -203,6 +203,43 @@ TEST(ChromeTraceJson, AnOrderOtherThanTheSchedulesIsReported) {
   EXPECT_THAT(Str(order.values(0).struct_value(), "check"), HasSubstr("position 2"));
 }
 
+// ZB-H1 on 2 stages, 2 micro-batches: stage 1's list is F0 B0 F1 B1 W0 W1; under ready work it
+// ran W0 before F1 (F1's activation was late). The recorded order is the one run, and it passes.
+TEST(ChromeTraceJson, AReadyWorkReorderingShowsTheOrderRunAndPasses) {
+  JobTrace t = TwoStages();
+  t.set_schedule("zb-h1");
+  const FlightEntry::Op F = FlightEntry::FORWARD, B = FlightEntry::BACKWARD_INPUT,
+                        W = FlightEntry::BACKWARD_WEIGHT;
+  int64_t at = 0;
+  auto record = [&](int rank, const std::vector<std::pair<FlightEntry::Op, int>>& actions) {
+    RankDiagnosis& r = *t.mutable_ranks(rank)->mutable_recorder();
+    r.clear_entries();
+    for (const auto& [op, mb] : actions) {
+      *r.add_entries() = Action(op, mb, at, at + 100);
+      at += 100;
+    }
+    return &r;
+  };
+  record(0, {{F, 0}, {F, 1}, {B, 0}, {W, 0}, {B, 1}, {W, 1}});  // its list
+  RankDiagnosis& r1 = *record(1, {{F, 0}, {B, 0}, {W, 0}, {F, 1}, {B, 1}, {W, 1}});
+  const std::string json = ChromeTraceJson(t);
+  const Struct parsed = Parse(json);
+  const auto& order =
+      parsed.fields().at("metadata").struct_value().fields().at("schedule_order").list_value();
+  EXPECT_EQ(Str(order.values(0).struct_value(), "check"), "ok");
+  EXPECT_THAT(Str(order.values(1).struct_value(), "check"), HasSubstr("reordered by ready work"));
+  EXPECT_THAT(json, HasSubstr("\"expected\":[\"F0\",\"B0\",\"F1\",\"B1\",\"W0\",\"W1\"]"));
+  EXPECT_THAT(json, HasSubstr("\"recorded\":[\"F0\",\"B0\",\"W0\",\"F1\",\"B1\",\"W1\"]"));
+  const std::string summary = TraceSummary(t, "trace.json");
+  EXPECT_THAT(summary, HasSubstr("defines on every rank (reordered by ready work within its "
+                                 "rules on rank 1)"))
+      << summary;
+  // B1 before B0 breaks a rule (B's in the list's order): reported.
+  r1.mutable_entries(1)->set_micro_batch(1);
+  r1.mutable_entries(4)->set_micro_batch(0);
+  EXPECT_THAT(TraceSummary(t, "trace.json"), HasSubstr("rank 1's F / B / W order"));
+}
+
 TEST(ChromeTraceJson, ARankThatDidNotAnswerIsNamedWithItsError) {
   JobTrace t = TwoStages();
   RankState& r1 = *t.mutable_ranks(1);

@@ -72,6 +72,46 @@ class Simulator {
     return absl::OkStatus();
   }
 
+  // Ready work: the stage that can start an action soonest starts it (an input not produced yet
+  // comes from an action that starts no earlier, so nothing it enables could start before).
+  absl::StatusOr<SimResult> RunReadyWork() {
+    done_.assign(static_cast<size_t>(m_) * p_ * v_, Done{});
+    std::vector<ReadyWork> work;
+    for (const auto& list : lists_) work.emplace_back(list, Execution::kReadyWork);
+    std::vector<double> free_at(p_, 0);
+    SimResult result;
+    result.stages.resize(p_);
+    while (true) {
+      int best_stage = -1;
+      Action best;
+      double best_start = 0;
+      bool any_left = false;
+      for (int s = 0; s < p_; ++s) {
+        if (work[s].finished()) continue;
+        any_left = true;
+        for (const Action& a : work[s].Allowed()) {  // the list's order: first wins a tie
+          const std::optional<double> ready = ReadyTime(a, s);
+          if (!ready.has_value()) continue;
+          const double start = std::max(free_at[s], *ready);
+          if (best_stage < 0 || start < best_start) best_stage = s, best = a, best_start = start;
+        }
+      }
+      if (!any_left) break;
+      if (best_stage < 0) {
+        std::vector<size_t> next(p_);
+        for (int s = 0; s < p_; ++s) next[s] = work[s].next_in_list();
+        return absl::FailedPreconditionError(DeadlockReport(next));
+      }
+      const double end = best_start + Cost(best.type, best_stage);
+      if (absl::Status ran = work[best_stage].Ran(best); !ran.ok()) return ran;
+      Record(best, best_stage, end);
+      result.stages[best_stage].timeline.push_back({best, best_start, end});
+      free_at[best_stage] = end;
+    }
+    Summarize(result);
+    return result;
+  }
+
   absl::StatusOr<SimResult> Run() {
     done_.assign(static_cast<size_t>(m_) * p_ * v_, Done{});
     std::vector<size_t> next(p_, 0);
@@ -240,14 +280,16 @@ class Simulator {
 
 absl::StatusOr<SimResult> SimulateActions(const std::vector<std::vector<Action>>& stage_actions,
                                           int micro_batches, int virtual_stages,
-                                          absl::Span<const StageCosts> costs, double latency) {
+                                          absl::Span<const StageCosts> costs, double latency,
+                                          Execution execution) {
   Simulator sim(stage_actions, micro_batches, virtual_stages, costs, latency);
   if (absl::Status valid = sim.Validate(); !valid.ok()) return valid;
-  return sim.Run();
+  return execution == Execution::kReadyWork ? sim.RunReadyWork() : sim.Run();
 }
 
 absl::StatusOr<SimResult> SimulateSchedule(const ScheduleSpec& spec,
-                                           absl::Span<const StageCosts> costs, double latency) {
+                                           absl::Span<const StageCosts> costs, double latency,
+                                           Execution execution) {
   if (absl::Status valid = ValidateSchedule(spec); !valid.ok()) return valid;
   std::vector<std::vector<Action>> lists;
   for (int s = 0; s < spec.stages; ++s) {
@@ -255,7 +297,7 @@ absl::StatusOr<SimResult> SimulateSchedule(const ScheduleSpec& spec,
     if (!actions.ok()) return actions.status();
     lists.push_back(*std::move(actions));
   }
-  return SimulateActions(lists, spec.micro_batches, spec.virtual_stages, costs, latency);
+  return SimulateActions(lists, spec.micro_batches, spec.virtual_stages, costs, latency, execution);
 }
 
 }  // namespace dtrain::pipeline

@@ -1,5 +1,7 @@
 // A discrete-event simulator of one training step of a pipeline: every stage runs its action
-// list strictly in order, an action starts when the stage is free and its inputs have arrived,
+// list strictly in order (Execution::kFixedOrder), or runs the first action ready_work.h's rules
+// allow whose inputs have arrived (kReadyWork: the earliest to become ready when none is, the
+// list's first on a tie); an action starts when the stage is free and its inputs have arrived,
 // and runs for a fixed cost. It gives each stage's timeline, busy time, bubble (idle) fraction
 // and peak live activations, or a deadlock report when the lists wait on each other.
 //
@@ -22,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "plan/ready_work.h"
 #include "plan/schedule.h"
 
 namespace dtrain::pipeline {
@@ -66,11 +69,13 @@ struct SimResult {
 //    stage 1 waits at F1 for the activation of micro-batch 1 from stage 0"
 absl::StatusOr<SimResult> SimulateActions(const std::vector<std::vector<Action>>& stage_actions,
                                           int micro_batches, int virtual_stages,
-                                          absl::Span<const StageCosts> costs, double latency);
+                                          absl::Span<const StageCosts> costs, double latency,
+                                          Execution execution = Execution::kFixedOrder);
 
 // StageActions of every stage of `spec` (validated), simulated.
 absl::StatusOr<SimResult> SimulateSchedule(const ScheduleSpec& spec,
-                                           absl::Span<const StageCosts> costs, double latency);
+                                           absl::Span<const StageCosts> costs, double latency,
+                                           Execution execution = Execution::kFixedOrder);
 
 }  // namespace dtrain::pipeline
 

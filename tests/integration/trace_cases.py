@@ -186,3 +186,61 @@ def case_trace(args):
         rc, out, err = c.cli("trace", job_id, "--step", str(step), timeout=30, cert="viewer")
         expect(rc == 0 and json.loads(out)["metadata"]["step"] == step,
                "dtrain trace --step %d to standard output exited %d: %s" % (step, rc, err))
+
+
+def case_trace_ready_work(args):
+    """pp=2 (tp=1) zb-h1 on two workers, 8 micro-batches a step: the stages run as ready work
+    (plan/ready_work.h) over real gRPC processes. `dtrain trace` of a step shows each rank's
+    F / B / W blocks in the order they ran (the metadata's recorded list equals the blocks in
+    time order), and that order keeps ready work's rules: every action of the schedule once,
+    each kind (F, B, W) in the schedule's order, B after its F and W after its B; the check is
+    "ok" or "ok: reordered by ready work ...", and the summary says the order is the schedule's
+    (naming the ranks that ran a reordering)."""
+    with Cluster(args.binaries, "trace_ready_work", tls=True) as c:
+        ids = ["w1", "w2"]
+        c.write_corpus()
+        c.start_coordinator()
+        for w in ids:
+            c.start_worker(w)
+        c.wait_workers({w: "IDLE" for w in ids})
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), 100000, name="ready",
+                              micro_batch_size=1, parallel={"pp": 2, "schedule": "zb-h1"},
+                              fault_tolerance={"max_restarts": 0})
+        job_id = c.submit(c.write_spec("ready.json", spec))
+        c.wait_step(job_id, 3, 120)
+        out_path = os.path.join(c.tmp, "trace.json")
+        rc, out, err = c.cli("trace", job_id, "-o", out_path, timeout=30, cert="viewer")
+        expect(rc == 0, "dtrain trace exited %d: %s" % (rc, err))
+        print(out.strip())
+        expect("F / B / W order as the schedule (zb-h1) defines on every rank" in out,
+               "summary: %r" % out)
+        with open(out_path) as f:
+            trace = json.load(f)
+        meta = trace["metadata"]
+        expect(meta["schedule"] == "zb-h1" and meta["micro_batches"] == 8, "metadata %s" % meta)
+        xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+        for rank in range(2):
+            blocks = sorted((x for x in xs if x["pid"] == rank + 1 and x["cat"] == "F / B / W"),
+                            key=lambda x: x["ts"])
+            recorded = []
+            for x in blocks:
+                m = re.match(r"([FBW]) mb(\d+) vs0$", x["name"])
+                expect(m, "block name %r" % x["name"])
+                recorded.append(m.group(1) + m.group(2))
+            listed = meta["schedule_order"][rank]
+            expected = listed["expected"]
+            expect(listed["recorded"] == recorded, "rank %d: metadata's recorded %s, blocks %s"
+                   % (rank, listed["recorded"], recorded))
+            expect(sorted(recorded) == sorted(expected) and len(expected) == 24,
+                   "rank %d ran %s, zb-h1 lists %s" % (rank, recorded, expected))
+            for kind in "FBW":
+                expect([a for a in recorded if a[0] == kind] == [a for a in expected
+                                                                 if a[0] == kind],
+                       "rank %d: %s's out of the schedule's order: %s" % (rank, kind, recorded))
+            for i, a in enumerate(recorded):
+                before = {"B": "F", "W": "B"}.get(a[0])
+                expect(before is None or before + a[1:] in recorded[:i],
+                       "rank %d: %s before its %s: %s" % (rank, a, before, recorded))
+            expect(listed["check"] == "ok" or listed["check"].startswith("ok: reordered by ready"),
+                   "rank %d's check: %s" % (rank, listed["check"]))
+            print("rank %d ran %s (%s)" % (rank, " ".join(recorded), listed["check"]))

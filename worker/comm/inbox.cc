@@ -143,6 +143,15 @@ int Inbox::Retract(const void* tag) {
   return static_cast<int>(dropped.size());
 }
 
+bool Inbox::Arrived(const MessageKey& key) const {
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok() || !closed_.ok()) return true;
+  for (const Frame& f : frames_) {
+    if (f.key == key) return true;
+  }
+  return false;
+}
+
 std::deque<Frame>::iterator Inbox::FindLocked(const MessageKey& key) {
   for (auto it = frames_.begin(); it != frames_.end(); ++it) {
     if (it->key == key) return it;

@@ -94,6 +94,10 @@ class Inbox {
                        const std::function<absl::Status()>& watch = nullptr,
                        const std::function<void(absl::Time)>& pump = nullptr);
 
+  // Whether a Receive of `key` would start at once: a frame of it is queued, or the peer failed
+  // or left (Transport::Arrived).
+  bool Arrived(const MessageKey& key) const;
+
   // Drops the queued frames whose tag is `tag` (a send that gave up); returns how many.
   int Retract(const void* tag);
 

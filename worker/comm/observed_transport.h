@@ -44,6 +44,7 @@ class ObservedTransport final : public Transport {
   }
   absl::Status Recv(int peer, const MessageKey& key, const TensorMeta& expected, PieceSink sink,
                     absl::Time deadline, const RecvOptions& options = {}) override;
+  bool Arrived(int peer, const MessageKey& key) override { return inner_->Arrived(peer, key); }
   absl::Status PeerStatus(int peer) const override { return inner_->PeerStatus(peer); }
   FlightRecorder* recorder() const override { return recorder_; }
 

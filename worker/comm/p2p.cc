@@ -31,6 +31,18 @@ absl::Status StageLinks::RecvGradient(const StageKey& k, absl::Span<const int64_
               "next", shape, out);
 }
 
+bool StageLinks::ActivationArrived(const StageKey& k) {
+  return neighbours_.prev < 0 ||
+         transport_->Arrived(neighbours_.prev,
+                             MessageKey::Activation(k.step, k.micro_batch, k.virtual_stage));
+}
+
+bool StageLinks::GradientArrived(const StageKey& k) {
+  return neighbours_.next < 0 ||
+         transport_->Arrived(neighbours_.next,
+                             MessageKey::Gradient(k.step, k.micro_batch, k.virtual_stage));
+}
+
 absl::Status StageLinks::Wait(SendHandle& sent) {
   if (sent == nullptr) return absl::OkStatus();
   absl::Status s = sent->Wait(absl::Now() + timeout_);

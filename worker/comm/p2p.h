@@ -53,6 +53,12 @@ class StageLinks {
 
   absl::Status Wait(SendHandle& sent);
 
+  // Whether RecvActivation / RecvGradient of `key` would start at once (Transport::Arrived):
+  // lets a stage run other ready work instead of blocking. True without such a neighbour (the
+  // receive fails at once).
+  bool ActivationArrived(const StageKey& key);
+  bool GradientArrived(const StageKey& key);
+
   // Where the stage's actions are recorded (Transport::recorder()); may be null.
   FlightRecorder* recorder() const { return transport_->recorder(); }
 

@@ -170,6 +170,13 @@ class Transport {
                             PieceSink sink, absl::Time deadline,
                             const RecvOptions& options = {}) = 0;
 
+  // Whether a Recv of `key` from `peer` would start at once: the message's first frame is here,
+  // or the receive would fail at once (the peer is gone or gave up). Never waits and takes
+  // nothing, so a caller can do other ready work instead of blocking in a receive (the
+  // pipeline executor); deadlines and aborts stay with Recv. An implementation that cannot
+  // tell answers true: the caller then receives, and waits, as before.
+  virtual bool Arrived(int peer, const MessageKey& key) { return true; }
+
   // OK while `peer` is believed alive; once its stream broke or it shut down, the error that
   // receives from it get (Unavailable naming it).
   virtual absl::Status PeerStatus(int peer) const = 0;

@@ -167,6 +167,29 @@ TEST_P(TransportTest, KilledPeerFailsReceivesWithUnavailableNamingIt) {
   EXPECT_TRUE(Contains(s, "rank 0")) << s;
 }
 
+TEST_P(TransportTest, ArrivedSaysWhetherAReceiveWouldStartWithoutTakingTheMessage) {
+  const MessageKey key = MessageKey::Gradient(2, 5), other = MessageKey::Gradient(2, 6);
+  EXPECT_FALSE(t(1).Arrived(0, key));
+  std::vector<float> x = {1, 2, 3};
+  auto h = t(0).StartSend(1, key, TensorMeta::F32(3), AsBytes(x), Soon());
+  ASSERT_TRUE(h.ok()) << h.status();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!t(1).Arrived(0, key) && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_TRUE(t(1).Arrived(0, key));
+  EXPECT_FALSE(t(1).Arrived(0, other));  // matched by key
+  std::vector<float> got(3);
+  ASSERT_TRUE(
+      RecvInto(t(1), 0, key, TensorMeta::F32(3), AsWritableBytes(absl::MakeSpan(got)), Soon())
+          .ok());
+  EXPECT_EQ(got, x);
+  EXPECT_FALSE(t(1).Arrived(0, key));  // received: gone from the inbox
+  EXPECT_TRUE((*h)->Wait(Soon()).ok());
+  // A receive from a dead peer fails at once, so it counts as arrived (Recv says why).
+  cluster_->Kill(0);
+  while (!t(1).Arrived(0, other) && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_TRUE(t(1).Arrived(0, other));
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, TransportTest,
                          ::testing::Values(TransportKind::kInproc, TransportKind::kInprocPieces,
                                            TransportKind::kGrpc, TransportKind::kShm),

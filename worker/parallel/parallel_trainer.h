@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/backend.h"
+#include "plan/ready_work.h"
 #include "plan/schedule.h"
 #include "proto/job.pb.h"
 #include "worker/comm/transport.h"
@@ -77,6 +79,9 @@ struct ParallelTrainingOptions {
   // Empty: every rank on one host.
   std::vector<std::string> rank_hosts;
   absl::Duration comm_timeout = absl::Seconds(60);  // every send, receive and collective
+  // The order the stage runs its actions in (plan/ready_work.h ChooseExecution: unset, ready
+  // work for ZB-H1; the list's order with tp > 1 whatever is asked).
+  std::optional<pipeline::Execution> execution;
   // GPU ranks (and --device=cpu-staging): collectives of device memory are staged through pinned
   // host buffers in chunks of this size, so the copy of one chunk overlaps the collective of the
   // previous (device_staging.h). The same chunks on every backend.

@@ -69,7 +69,9 @@ absl::Status StageExecutor::RunStep(
       ++weights_left[a.chunk];
     }
   }
-  for (const Action& a : actions) {
+  pipeline::ReadyWork work(actions, execution_);
+  while (!work.finished()) {
+    const Action a = Next(step, work, times);
     absl::Status s;
     // A fused backward is recorded as B: the record says what the rank waits in, not its parts.
     comm::FlightScope recorded(
@@ -99,6 +101,7 @@ absl::Status StageExecutor::RunStep(
     }
     recorded.Finish(s);
     RETURN_IF_ERROR(InAction(s, a, step));
+    RETURN_IF_ERROR(InAction(work.Ran(a), a, step));
     trace_.push_back(a);
   }
   RETURN_IF_ERROR(DrainAll(times));
@@ -109,6 +112,40 @@ absl::Status StageExecutor::RunStep(
                                             " without its weight backward"));
   }
   return absl::OkStatus();
+}
+
+bool StageExecutor::InputArrived(int64_t step, const Action& a) {
+  const int k = ModelChunk(a.chunk);
+  switch (a.type) {
+    case ActionType::kForward:
+      return k == 0 || links_->ActivationArrived({step, a.micro_batch, k});
+    case ActionType::kBackward:
+    case ActionType::kBackwardInput:
+      return k == num_model_chunks_ - 1 || links_->GradientArrived({step, a.micro_batch, k});
+    case ActionType::kBackwardWeight:
+      return true;
+  }
+  return true;
+}
+
+Action StageExecutor::Next(int64_t step, const pipeline::ReadyWork& work, StepTimes* times) {
+  const std::vector<Action> allowed = work.Allowed();
+  // One choice (always under the fixed order): its receive waits, with its deadline.
+  if (allowed.size() == 1) return allowed.front();
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Time block_at = absl::Now() + kPollBeforeBlocking;
+  while (true) {
+    for (const Action& a : allowed) {
+      if (InputArrived(step, a)) {
+        times->wait += Since(start);
+        return a;
+      }
+    }
+    if (absl::Now() >= block_at) break;
+    absl::SleepFor(absl::Microseconds(20));
+  }
+  times->wait += Since(start);
+  return allowed.front();  // the list's next action: wait in its receive as the fixed order does
 }
 
 absl::Status StageExecutor::RunForward(int64_t step, absl::Span<const Action> forwards,

@@ -9,6 +9,15 @@
 // BackwardInput and sends the input gradient to chunk k-1. W runs BackwardWeight. Messages are
 // keyed (step, micro-batch, receiving model chunk).
 //
+// Order: with Execution::kFixedOrder the actions run in the list's order and a stage waits in
+// its next action's receive. With kReadyWork (plan/ready_work.h) the stage runs the first action
+// the rules allow whose input has arrived (Transport::Arrived): a stage whose next receive is
+// not there runs a deferred W, or an F or B further down its list, instead of blocking; each
+// kind keeps the list's order, so gradients are bit-identical, and the live micro-batches stay
+// within the list's peak. When nothing allowed has arrived it polls; after kPollBeforeBlocking
+// it waits in the list's next action's receive, as the fixed order does (its deadline and its
+// flight record). trace() and the flight recorder hold the order actually run.
+//
 // Memory: each (micro-batch, chunk) in flight holds one StageActivations from its F until its
 // W; they come from a per-chunk pool, so what is allocated is about the peak the schedule
 // needs (GPipe: m; 1F1B: p - s on stage s). A finished micro-batch's buffers are reused only
@@ -30,6 +39,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/device_buffer.h"
+#include "plan/ready_work.h"
 #include "plan/schedule.h"
 #include "worker/comm/p2p.h"
 #include "worker/model/gpt_stage.h"
@@ -58,6 +68,14 @@ class StageExecutor {
   // `staging` (outliving this) stages sends and receives.
   StageExecutor(std::vector<model::GptStage*> chunks, int pp, int pp_rank, comm::StageLinks* links,
                 DeviceStaging* staging, int micro_batch_rows, int seq, float loss_scale);
+
+  // How RunStep orders the actions (default: the list's order). Ready work needs a stage whose
+  // actions run no collectives of their own (tp = 1): a tp group's ranks must agree on the order.
+  void set_execution(pipeline::Execution execution) { execution_ = execution; }
+  pipeline::Execution execution() const { return execution_; }
+
+  // How long ready work polls for an input before it waits in the list's next action.
+  static constexpr absl::Duration kPollBeforeBlocking = absl::Seconds(1);
 
   // Runs `actions` (this stage's schedule) for `step`. `data(mb)` gives micro-batch mb's
   // tokens/targets. `weights_final(j)` is called when chunk j's last W of the step starts, and
@@ -97,6 +115,12 @@ class StageExecutor {
     StagedTensor activation_host, gradient_host;
   };
   int ModelChunk(int j) const { return j * pp_ + pp_rank_; }
+  // Whether `a`'s input (the activation for F, the output gradient for B) is here, or it needs
+  // none.
+  bool InputArrived(int64_t step, const pipeline::Action& a);
+  // The action to run next under `work`'s rules: the first allowed whose input has arrived;
+  // time spent polling counts as wait.
+  pipeline::Action Next(int64_t step, const pipeline::ReadyWork& work, StepTimes* times);
   absl::Status Forward(int64_t step, const pipeline::Action& a, const MicroBatch& mb,
                        StepTimes* times);
   absl::Status BackwardInput(int64_t step, const pipeline::Action& a, StepTimes* times);
@@ -129,6 +153,7 @@ class StageExecutor {
   std::vector<double> losses_;
   std::vector<pipeline::Action> trace_;
   int peak_live_ = 0;
+  pipeline::Execution execution_ = pipeline::Execution::kFixedOrder;
   int64_t forward_delay_step_ = 0;
   absl::Duration forward_delay_ = absl::ZeroDuration();
 };

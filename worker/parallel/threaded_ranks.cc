@@ -20,6 +20,7 @@ ParallelTrainingOptions PipelineOptions(const PipelineJob& job) {
   o.layout.set_virtual_stages(job.virtual_stages);
   o.layout.set_bucket_bytes(1 << 20);  // unused: dp = 1 reduces no gradients
   o.micro_batch_size = 1;
+  o.execution = job.execution;
   return o;
 }
 
@@ -46,9 +47,16 @@ absl::StatusOr<std::vector<RankRun>> TrainRanksOnThreads(
       }
       status[r] = (*trainer)->Run({[&](const TrainStepMetrics& s) {
         runs[r].steps.push_back(s);
+        runs[r].step_stats.push_back((*trainer)->stats());
         return absl::OkStatus();
       }});
       runs[r].stats = (*trainer)->stats();
+      runs[r].last_trace = (*trainer)->last_trace();
+      for (int j = 0; j < (*trainer)->num_chunks(); ++j) {
+        model::GptStage& stage = (*trainer)->chunk(j);
+        const float* p = stage.params();
+        runs[r].params.insert(runs[r].params.end(), p, p + stage.layout().total_size());
+      }
     });
   }
   for (std::thread& t : threads) t.join();

@@ -10,6 +10,7 @@
 #define DTRAIN_WORKER_PARALLEL_THREADED_RANKS_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,11 @@
 namespace dtrain::parallel {
 
 struct RankRun {
-  std::vector<TrainStepMetrics> steps;  // every step, in order
-  ParallelRunStats stats;
+  std::vector<TrainStepMetrics> steps;       // every step, in order
+  ParallelRunStats stats;                    // at the end
+  std::vector<ParallelRunStats> step_stats;  // after each step, in order
+  std::vector<pipeline::Action> last_trace;  // the actions of its last step, in the order run
+  std::vector<float> params;                 // its chunks' parameters at the end, in order
 };
 
 // A dp=1, tp=1 pipeline of `stages` ranks training a byte-level GPT-2 of width n_embd (heads of
@@ -36,6 +40,7 @@ struct PipelineJob {
   std::string schedule = "1f1b";
   int virtual_stages = 1;
   std::string data;
+  std::optional<pipeline::Execution> execution;  // ParallelTrainingOptions::execution
 };
 ParallelTrainingOptions PipelineOptions(const PipelineJob& job);
 

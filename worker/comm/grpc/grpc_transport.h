@@ -139,6 +139,8 @@ class GrpcTransport final : public Transport {
                                        absl::Time deadline) override;
   absl::Status Recv(int peer, const MessageKey& key, const TensorMeta& expected, PieceSink sink,
                     absl::Time deadline, const RecvOptions& options) override;
+  // Over shared memory, first takes what the peer's ring holds (without waiting).
+  bool Arrived(int peer, const MessageKey& key) override;
   absl::Status PeerStatus(int peer) const override;
   absl::Status Post(int peer, const MessageKey& key, std::string payload) override;
 

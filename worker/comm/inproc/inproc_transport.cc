@@ -184,6 +184,11 @@ class InprocTransport : public Transport {
     return hub_->inbox(rank_, peer).Receive(key, expected, sink, deadline, options.order, watch);
   }
 
+  bool Arrived(int peer, const MessageKey& key) override {
+    if (peer < 0 || peer >= size() || peer == rank_ || killed_.load()) return true;  // Recv fails
+    return hub_->inbox(rank_, peer).Arrived(key);
+  }
+
   void Kill() { killed_.store(true); }
 
  private:
