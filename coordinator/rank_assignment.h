@@ -12,16 +12,25 @@
 // entry and one entry per peer it talks to (plan/ranks.h PeerRanks: at most 8), each peer's
 // holding only its coordinates, worker id and address, in rank order; the run's peer_secret;
 // no stage_costs.
+// `rank_plan`: the rank's part of the job's plan (plan/rank_plan.h RankPlanOf), cut from the
+// whole assignment's job_plan, which the coordinator computed once for the placement and which
+// is never sent (assignment format 2: a worker never plans a spec).
 #ifndef DTRAIN_COORDINATOR_RANK_ASSIGNMENT_H_
 #define DTRAIN_COORDINATOR_RANK_ASSIGNMENT_H_
 
+#include "absl/status/status.h"
 #include "proto/coordinator.pb.h"
 
 namespace dtrain::coordinator {
 
+// Sets whole->job_plan to the plan of whole->spec() (plan::MakeJobPlan), for an assignment
+// rebuilt without one (a coordinator restart's, from the stored placement). The plan's error
+// when the spec no longer plans (the assignment is left without it).
+absl::Status AttachJobPlan(JobAssignment* whole);
+
 // Rank `rank_index` (RankIndex order, in [0, whole.placement().ranks_size())) of `whole`, a
-// job's JobAssignment with its whole placement (rank unset). O(its peers), whatever the job's
-// size.
+// job's JobAssignment with its whole placement and its job_plan (rank unset). O(its peers),
+// whatever the job's size.
 JobAssignment AssignmentForRank(const JobAssignment& whole, int rank_index);
 
 }  // namespace dtrain::coordinator
