@@ -1,6 +1,7 @@
 #include "coordinator/rank_assignment.h"
 
 #include <algorithm>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,8 @@ TEST(AssignmentForRank, BytesPerRankDoNotGrowWithTheJob) {
   // hundreds of KiB, 8 ranks a few hundred bytes.
   EXPECT_GT(largest_whole, 100u * smallest_whole);
   EXPECT_LE(largest_part, 1024u);
+  std::cout << "largest rank part: " << largest_part
+            << " bytes (RankPlan included); largest whole: " << largest_whole << " bytes\n";
 }
 
 TEST(AssignmentForRank, OneRankJobHasItselfAlone) {
