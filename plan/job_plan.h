@@ -2,8 +2,9 @@
 // from it (proto/plan.proto JobPlan): the spec with every default filled in, the layout, the
 // micro-batches per replica, the schedule checked and simulated (a deadlock is an error), the
 // stage cuts, and each rank's memory. The coordinator's SubmitJob and placement, `dtrain plan`,
-// `dtrain submit` (through SubmitJob) and the workers use it and nothing else, so what one
-// rejects every other rejects with the same words.
+// `dtrain submit` (through SubmitJob) and dtrain-local use it and nothing else, so what one
+// rejects every other rejects with the same words; a worker is sent its rank's part of the plan
+// the coordinator made for the placement (plan/rank_plan.h RankPlan) and never plans.
 //
 //   ASSIGN_OR_RETURN(JobPlan plan, ParseJobPlanJson(json));   // or MakeJobPlan(spec)
 //   plan.spec().parallel().schedule();                         // "1f1b" (defaulted)
