@@ -943,9 +943,11 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
   assignment->set_job_id(job.id);
   assignment->set_job_uid(job.uid);
   assignment->set_attempt(static_cast<int>(job.recoveries.size()));
-  *assignment->mutable_spec() = spec;
+  // The planned spec (every default set: workers plan nothing) and the plan, of which each rank
+  // is sent its part (rank_assignment.h).
+  *assignment->mutable_spec() = job_plan.spec();
   *assignment->mutable_placement() = placed.placement;
-  *assignment->mutable_job_plan() = job_plan;  // each rank is sent its part (rank_assignment.h)
+  *assignment->mutable_job_plan() = job_plan;
   RETURN_IF_ERROR(registry_.Assign(assignment, Now()));
 
   std::vector<std::string> workers;

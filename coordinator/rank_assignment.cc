@@ -9,6 +9,7 @@ namespace dtrain::coordinator {
 absl::Status AttachJobPlan(JobAssignment* whole) {
   absl::StatusOr<JobPlan> planned = plan::MakeJobPlan(whole->spec());
   if (!planned.ok()) return planned.status();
+  *whole->mutable_spec() = planned->spec();  // every default set: the workers plan nothing
   *whole->mutable_job_plan() = *std::move(planned);
   return absl::OkStatus();
 }

@@ -23,7 +23,8 @@
 
 namespace dtrain::coordinator {
 
-// Sets whole->job_plan to the plan of whole->spec() (plan::MakeJobPlan), for an assignment
+// Sets whole->job_plan to the plan of whole->spec() (plan::MakeJobPlan) and whole->spec to the
+// planned spec (unchanged for a spec the coordinator stored planned), for an assignment
 // rebuilt without one (a coordinator restart's, from the stored placement). The plan's error
 // when the spec no longer plans (the assignment is left without it).
 absl::Status AttachJobPlan(JobAssignment* whole);
