@@ -9,6 +9,7 @@
 #include "client/format.h"
 #include "google/protobuf/util/json_util.h"
 #include "plan/job_plan.h"
+#include "plan/spec_enums.h"
 
 namespace dtrain {
 namespace client {
@@ -181,17 +182,17 @@ std::string PlanText(const Plan& plan, const std::string& path) {
   absl::StrAppend(&out, ", ", sched.micro_batches, " micro-batches of ", spec.micro_batch_size(),
                   " sequences per replica per step\n");
   const FaultTolerance& ft = spec.fault_tolerance();
-  absl::StrAppend(
-      &out, "on a failure: ",
-      ft.max_restarts() == 0
-          ? "the job fails (fault_tolerance.max_restarts 0)"
-          : absl::StrCat("up to ", ft.max_restarts(),
-                         " recoveries from the latest "
-                         "sealed checkpoint; too few workers: ",
-                         ft.on_worker_loss() == "shrink" ? "continue on fewer replicas, else wait "
-                                                         : "wait ",
-                         ft.wait_for()),
-      "\n");
+  absl::StrAppend(&out, "on a failure: ",
+                  ft.max_restarts() == 0
+                      ? "the job fails (fault_tolerance.max_restarts 0)"
+                      : absl::StrCat("up to ", ft.max_restarts(),
+                                     " recoveries from the latest "
+                                     "sealed checkpoint; too few workers: ",
+                                     plan::PlannedWorkerLossPolicy(spec) == WORKER_LOSS_SHRINK
+                                         ? "continue on fewer replicas, else wait "
+                                         : "wait ",
+                                     ft.wait_for()),
+                  "\n");
   std::vector<std::string> hosts;
   for (const WorkerInfo& w : plan.workers) {
     if (hosts.empty() || hosts.back() != w.host_label()) hosts.push_back(w.host_label());

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "plan/ready_work.h"
 #include "plan/schedule.h"
+#include "plan/spec_enums.h"
 
 namespace dtrain::client {
 namespace {
@@ -161,10 +162,18 @@ struct ScheduleCheck {
   std::string verdict;  // "ok", or why not
 };
 
+// The trace's schedule: its kind, or its text parsed (a coordinator of an earlier release sent
+// the text only); UNSPECIFIED when neither names one.
+PipelineSchedule ScheduleOf(const JobTrace& trace) {
+  if (trace.schedule_kind() != SCHEDULE_UNSPECIFIED) return trace.schedule_kind();
+  return plan::ParseSchedule(trace.schedule()).value_or(SCHEDULE_UNSPECIFIED);
+}
+
 ScheduleCheck CheckSchedule(const JobTrace& trace, const RankState& rank, int stage) {
   ScheduleCheck check;
   std::vector<Action> recorded;
-  const bool split = trace.schedule() == "zb-h1";
+  const PipelineSchedule schedule = ScheduleOf(trace);
+  const bool split = schedule == SCHEDULE_ZB_H1;
   for (const FlightEntry& e : rank.recorder().entries()) {
     if (!IsAction(e)) continue;
     Action a;
@@ -177,13 +186,12 @@ ScheduleCheck CheckSchedule(const JobTrace& trace, const RankState& rank, int st
     recorded.push_back(a);
     check.recorded.push_back(ActionName(a.type, a.micro_batch, a.chunk));
   }
-  absl::StatusOr<pipeline::ScheduleKind> kind = pipeline::ParseScheduleKind(trace.schedule());
-  if (!kind.ok()) {
-    check.verdict = std::string(kind.status().message());
+  if (schedule == SCHEDULE_UNSPECIFIED) {
+    check.verdict = absl::StrCat("unknown schedule \"", trace.schedule(), "\"");
     return check;
   }
   pipeline::ScheduleSpec spec;
-  spec.kind = *kind;
+  spec.kind = plan::ScheduleKindOf(schedule);
   spec.stages = 1;
   for (int s : trace.rank_stages()) spec.stages = std::max(spec.stages, s + 1);
   spec.micro_batches = trace.micro_batches();

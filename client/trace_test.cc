@@ -192,6 +192,23 @@ TEST(ChromeTraceJson, MetadataHasClocksAndTheScheduleCheckPerRank) {
   EXPECT_THAT(json, HasSubstr("\"expected\":[\"F0\",\"B0\",\"F1\",\"B1\"]"));
 }
 
+// The check follows the schedule's kind (JobTrace.schedule_kind), not its text; a trace with
+// the text only (a coordinator of an earlier release) is checked by the text parsed.
+TEST(ChromeTraceJson, TheScheduleCheckFollowsTheScheduleKind) {
+  JobTrace t = TwoStages();
+  t.set_schedule_kind(SCHEDULE_GPIPE);  // all F then all B: stage 1's F0 B0 F1 B1 is out of order
+  Struct trace = Parse(ChromeTraceJson(t));
+  auto order =
+      trace.fields().at("metadata").struct_value().fields().at("schedule_order").list_value();
+  EXPECT_EQ(Str(order.values(0).struct_value(), "check"), "ok");
+  EXPECT_NE(Str(order.values(1).struct_value(), "check"), "ok");
+  t.set_schedule_kind(SCHEDULE_UNSPECIFIED);
+  t.set_schedule("zigzag");
+  trace = Parse(ChromeTraceJson(t));
+  order = trace.fields().at("metadata").struct_value().fields().at("schedule_order").list_value();
+  EXPECT_EQ(Str(order.values(0).struct_value(), "check"), "unknown schedule \"zigzag\"");
+}
+
 TEST(ChromeTraceJson, AnOrderOtherThanTheSchedulesIsReported) {
   JobTrace t = TwoStages();
   // Rank 0 ran B0 after B1.

@@ -18,6 +18,7 @@
 #include "common/peer_secret.h"
 #include "common/run_record.h"
 #include "common/status_macros.h"
+#include "coordinator/rank_assignment.h"
 #include "coordinator/recovery.h"
 #include "coordinator/submit_spec.h"
 #include "plan/job_plan.h"
@@ -188,6 +189,9 @@ absl::Status JobManager::Recover() {
       assignment->set_attempt(static_cast<int>(job.recoveries.size()));
       *assignment->mutable_spec() = job.run_spec;
       *assignment->mutable_placement() = stored.placement();
+      // Each rank's part of the plan is cut from it when (re)sent (rank_assignment.h).
+      absl::Status planned = AttachJobPlan(assignment.get());
+      if (!planned.ok()) Log(absl::StrCat(job.id, ": cannot plan its spec: ", planned.message()));
       SetRanks(job, std::move(assignment));
       std::vector<std::string> workers;
       for (const Rank& r : job.ranks) workers.push_back(r.worker_id);
@@ -939,8 +943,11 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
   assignment->set_job_id(job.id);
   assignment->set_job_uid(job.uid);
   assignment->set_attempt(static_cast<int>(job.recoveries.size()));
-  *assignment->mutable_spec() = spec;
+  // The planned spec (every default set: workers plan nothing) and the plan, of which each rank
+  // is sent its part (rank_assignment.h).
+  *assignment->mutable_spec() = job_plan.spec();
   *assignment->mutable_placement() = placed.placement;
+  *assignment->mutable_job_plan() = job_plan;
   RETURN_IF_ERROR(registry_.Assign(assignment, Now()));
 
   std::vector<std::string> workers;

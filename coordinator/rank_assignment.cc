@@ -1,5 +1,7 @@
 #include "coordinator/rank_assignment.h"
 
+#include "plan/job_plan.h"
+#include "plan/rank_plan.h"
 #include "plan/ranks.h"
 
 namespace dtrain::coordinator {
@@ -15,6 +17,14 @@ void AddDpHostIndex(const JobAssignment& whole, int rank_index, JobAssignment* p
 
 }  // namespace
 
+absl::Status AttachJobPlan(JobAssignment* whole) {
+  absl::StatusOr<JobPlan> planned = plan::MakeJobPlan(whole->spec());
+  if (!planned.ok()) return planned.status();
+  *whole->mutable_spec() = planned->spec();  // every default set: the workers plan nothing
+  *whole->mutable_job_plan() = *std::move(planned);
+  return absl::OkStatus();
+}
+
 JobAssignment AssignmentForRank(const JobAssignment& whole, int rank_index) {
   JobAssignment part;
   part.set_job_id(whole.job_id());
@@ -25,6 +35,8 @@ JobAssignment AssignmentForRank(const JobAssignment& whole, int rank_index) {
   const Placement& all = whole.placement();
   const RankAssignment& own = all.ranks(rank_index);
   *part.mutable_rank() = own;
+  if (whole.has_job_plan())
+    *part.mutable_rank_plan() = plan::RankPlanOf(whole.job_plan(), rank_index);
   Placement& placement = *part.mutable_placement();
   placement.set_peer_secret(all.peer_secret());
   bool own_listed = false;

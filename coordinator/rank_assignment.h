@@ -14,16 +14,27 @@
 // no stage_costs. With ranks of its dp group on several hosts: dp_host_index, the group's hosts
 // (plan/ranks.h DpHostIndex: at most 64), and the peers the hierarchical all-reduce adds (at
 // most 4 more entries).
+// no stage_costs.
+// `rank_plan`: the rank's part of the job's plan (plan/rank_plan.h RankPlanOf), cut from the
+// whole assignment's job_plan, which the coordinator computed once for the placement and which
+// is never sent (assignment format 2: a worker never plans a spec).
 #ifndef DTRAIN_COORDINATOR_RANK_ASSIGNMENT_H_
 #define DTRAIN_COORDINATOR_RANK_ASSIGNMENT_H_
 
+#include "absl/status/status.h"
 #include "proto/coordinator.pb.h"
 
 namespace dtrain::coordinator {
 
+// Sets whole->job_plan to the plan of whole->spec() (plan::MakeJobPlan) and whole->spec to the
+// planned spec (unchanged for a spec the coordinator stored planned), for an assignment
+// rebuilt without one (a coordinator restart's, from the stored placement). The plan's error
+// when the spec no longer plans (the assignment is left without it).
+absl::Status AttachJobPlan(JobAssignment* whole);
+
 // Rank `rank_index` (RankIndex order, in [0, whole.placement().ranks_size())) of `whole`, a
-// job's JobAssignment with its whole placement (rank unset). O(its peers), whatever the job's
-// size.
+// job's JobAssignment with its whole placement and its job_plan (rank unset). O(its peers),
+// whatever the job's size.
 JobAssignment AssignmentForRank(const JobAssignment& whole, int rank_index);
 
 }  // namespace dtrain::coordinator

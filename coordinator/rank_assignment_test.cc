@@ -1,12 +1,14 @@
 #include "coordinator/rank_assignment.h"
 
 #include <algorithm>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/rank_plan.h"
 #include "plan/ranks.h"
 
 namespace dtrain::coordinator {
@@ -26,7 +28,14 @@ JobAssignment Whole(int dp, int pp, int tp, int ranks_per_host = 0) {
   spec.set_name("scale");
   spec.set_steps(1000);
   spec.set_batch_size(4 * dp);
-  spec.mutable_model()->set_n_layer(2 * pp);
+  ModelConfig& model = *spec.mutable_model();
+  model.set_vocab_size(256);
+  model.set_context(64);
+  model.set_n_layer(2 * pp);
+  model.set_n_head(8);
+  model.set_n_embd(64);
+  spec.set_dataset("/data/scale.bin");
+  spec.mutable_checkpoint()->set_dir("/ckpt");
   ParallelLayout& layout = *spec.mutable_parallel();
   layout.set_dp(dp);
   layout.set_pp(pp);
@@ -47,6 +56,8 @@ JobAssignment Whole(int dp, int pp, int tp, int ranks_per_host = 0) {
     *placement.add_ranks() = a;
   }
   for (int s = 0; s < pp; ++s) placement.add_stage_costs(2.0);
+  const absl::Status planned = AttachJobPlan(&job);  // what Place keeps with the whole
+  EXPECT_TRUE(planned.ok()) << planned;
   return job;
 }
 
@@ -62,6 +73,13 @@ TEST(AssignmentForRank, HoldsTheRankItsPeersAndTheSecretInRankOrder) {
   EXPECT_TRUE(part.placement().stage_costs().empty());
   EXPECT_TRUE(part.spec().parallel().stage_layers().empty());
   EXPECT_EQ(part.spec().parallel().dp(), 2);
+  // The rank's part of the plan, never the whole plan.
+  EXPECT_FALSE(part.has_job_plan());
+  EXPECT_EQ(part.rank_plan().SerializeAsString(),
+            plan::RankPlanOf(whole.job_plan(), rank).SerializeAsString());
+  EXPECT_EQ(part.rank_plan().schedule(), SCHEDULE_1F1B);
+  ASSERT_EQ(part.rank_plan().chunks_size(), 1);
+  EXPECT_EQ(part.rank_plan().chunks(0).first_layer(), 4);  // pp2 of 2-layer stages
 
   std::vector<int> listed;
   for (const RankAssignment& r : part.placement().ranks()) {
@@ -111,6 +129,8 @@ TEST(AssignmentForRank, BytesPerRankDoNotGrowWithTheJob) {
   // hundreds of KiB, 8 ranks a few hundred bytes.
   EXPECT_GT(largest_whole, 100u * smallest_whole);
   EXPECT_LE(largest_part, 1024u);
+  std::cout << "largest rank part: " << largest_part
+            << " bytes (RankPlan included); largest whole: " << largest_whole << " bytes\n";
 }
 
 // dp=4 with ranks 0, 2 on one host and 1, 3 on another (2 ranks per host, pp=1): every rank is

@@ -1,18 +1,17 @@
 #include "coordinator/recovery.h"
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "plan/ranks.h"
+#include "plan/spec_enums.h"
 
 namespace dtrain::coordinator {
 
 bool DeviceFits(absl::string_view device, absl::string_view kind) {
-  if (device == "cuda" || absl::StartsWith(device, "cuda:")) return kind == "cuda";
-  if (device == "cpu") return kind == "cpu";
-  return true;  // "auto", ""
+  return plan::DeviceFits(plan::ParseDevice(device).value_or(DEVICE_AUTO),
+                          plan::ParseDevice(kind).value_or(JOB_DEVICE_UNSPECIFIED));
 }
 
 absl::string_view RecoveryKind(const Recovery& r) {

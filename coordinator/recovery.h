@@ -21,7 +21,9 @@
 
 namespace dtrain::coordinator {
 
-// Whether a worker with a device of `kind` ("cpu", "cuda") can run a job asking for `device`.
+// Whether a worker with a device of `kind` ("cpu", "cuda": DeviceInfo.kind) can run a job whose
+// planned spec asks for `device` ("cpu", "cuda", "auto"): both parsed by plan/spec_enums.h,
+// then plan::DeviceFits.
 bool DeviceFits(absl::string_view device, absl::string_view kind);
 
 // What a recovery is, as the bounded label `kind` of dtrain_coordinator_job_recoveries_total:

@@ -156,6 +156,7 @@ absl::Status StartTrace(const Job& job,
   absl::StatusOr<JobPlan> plan = plan::MakeJobPlan(job.spec());
   if (plan.ok()) {
     schedule.set_schedule(plan->spec().parallel().schedule());
+    schedule.set_schedule_kind(plan->schedule());
     schedule.set_micro_batches(plan->micro_batches());
     schedule.set_virtual_stages(std::max(1, plan->spec().parallel().virtual_stages()));
   }

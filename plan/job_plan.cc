@@ -1,8 +1,8 @@
 #include "plan/job_plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
-#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "plan/memory.h"
 #include "plan/ranks.h"
+#include "plan/spec_enums.h"
 #include "plan/spec_json.h"
 #include "plan/stage_cuts.h"
 
@@ -37,9 +38,8 @@ constexpr double kMaxStragglerThreshold = 100;
 constexpr int kDefaultStragglerWindow = 20;
 constexpr int kMaxStragglerWindow = 10000;
 
-bool IsOneOf(absl::string_view value, std::initializer_list<absl::string_view> options) {
-  return std::find(options.begin(), options.end(), value) != options.end();
-}
+// How many plans PlanChecked made (PlansMadeForTesting).
+std::atomic<int64_t> plans_made{0};
 
 // `name`=value must be in [1, cap] (0 allowed when `zero_ok`: a default follows).
 void CheckRange(absl::string_view name, int64_t value, int64_t cap, bool zero_ok,
@@ -124,7 +124,7 @@ void CheckFaultTolerance(FaultTolerance* f, Problems* problems) {
                                      " must be in [0, ", kMaxRestarts, "]"));
   }
   if (f->on_worker_loss().empty()) f->set_on_worker_loss("shrink");
-  if (!IsOneOf(f->on_worker_loss(), {"wait", "shrink"})) {
+  if (!ParseWorkerLossPolicy(f->on_worker_loss()).has_value()) {
     problems->push_back(absl::StrCat("fault_tolerance.on_worker_loss=\"", f->on_worker_loss(),
                                      "\" is not one of wait, shrink"));
   }
@@ -152,7 +152,7 @@ void CheckStragglers(StragglerSpec* s, Problems* problems) {
     problems->push_back("stragglers.window_steps=1 must be at least 2 (one slow step is noise)");
   }
   if (s->policy().empty()) s->set_policy("report");
-  if (!IsOneOf(s->policy(), {"report", "replace", "rebalance"})) {
+  if (!ParseStragglerPolicy(s->policy()).has_value()) {
     problems->push_back(absl::StrCat("stragglers.policy=\"", s->policy(),
                                      "\" is not one of report, replace, rebalance"));
   }
@@ -194,7 +194,7 @@ void CheckStageLayers(const ParallelLayout& p, int n_layer, bool sizes_known, Pr
   if (p.stage_layers().empty()) return;
   const std::string given =
       absl::StrCat("parallel.stage_layers=[", absl::StrJoin(p.stage_layers(), ", "), "]");
-  if (p.schedule() == "interleaved") {
+  if (ParseSchedule(p.schedule()) == SCHEDULE_INTERLEAVED) {
     problems->push_back(absl::StrCat(
         given, " cannot be used with schedule \"interleaved\" (its chunks are cut by the plan)"));
     return;
@@ -302,10 +302,11 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
     problems->push_back(absl::StrCat("parallel.pp=", p->pp(), " exceeds model.n_layer=",
                                      m.n_layer(), " (every stage needs a layer)"));
   }
-  if (!IsOneOf(p->schedule(), {"gpipe", "1f1b", "interleaved", "zb-h1"})) {
+  const std::optional<PipelineSchedule> schedule = ParseSchedule(p->schedule());
+  if (!schedule.has_value()) {
     problems->push_back(absl::StrCat("parallel.schedule=\"", p->schedule(),
                                      "\" is not one of gpipe, 1f1b, interleaved, zb-h1"));
-  } else if (p->schedule() == "interleaved") {
+  } else if (*schedule == SCHEDULE_INTERLEAVED) {
     const size_t before = problems->size();
     if (p->virtual_stages() < 2) {
       problems->push_back(absl::StrCat("parallel.virtual_stages=", p->virtual_stages(),
@@ -356,7 +357,7 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
 
   // --- device, checkpoints, seed ---
   if (spec.device().empty()) spec.set_device("auto");
-  if (!IsOneOf(spec.device(), {"cpu", "cuda", "auto"})) {
+  if (!ParseDevice(spec.device()).has_value()) {
     problems->push_back(
         absl::StrCat("device=\"", spec.device(), "\" is not one of cpu, cuda, auto"));
   }
@@ -490,8 +491,7 @@ absl::Status CheckJobLimits(const JobSpec& planned, const JobLimits& limits) {
 pipeline::ScheduleSpec ScheduleOf(const JobPlan& plan) {
   const ParallelLayout& layout = plan.spec().parallel();
   pipeline::ScheduleSpec s;
-  s.kind =
-      pipeline::ParseScheduleKind(layout.schedule()).value_or(pipeline::ScheduleKind::kOneFOneB);
+  s.kind = ScheduleKindOf(plan.schedule());
   s.stages = layout.pp();
   s.micro_batches = plan.micro_batches();
   s.virtual_stages = layout.virtual_stages();
@@ -524,22 +524,22 @@ const LayerRange& ChunkOf(const JobPlan& plan, int stage, int chunk) {
   return plan.stages(stage).chunks(chunk);
 }
 
-std::string FormatBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 6) bytes /= 1024, ++u;
-  return u == 0 ? absl::StrFormat("%.0f B", bytes) : absl::StrFormat("%.1f %s", bytes, units[u]);
-}
+int64_t PlansMadeForTesting() { return plans_made.load(std::memory_order_relaxed); }
 
 namespace {
 
 absl::StatusOr<JobPlan> PlanChecked(JobSpec spec, Problems problems) {
+  plans_made.fetch_add(1, std::memory_order_relaxed);
   const int64_t micro_batches = CheckAndDefault(spec, &problems);
   if (!problems.empty()) return InvalidSpec(problems);
   JobPlan plan;
   *plan.mutable_spec() = std::move(spec);
   plan.set_ranks(static_cast<int32_t>(WorkersNeeded(plan.spec().parallel())));
   plan.set_micro_batches(static_cast<int32_t>(micro_batches));
+  plan.set_schedule(PlannedSchedule(plan.spec()));
+  plan.set_device(PlannedDevice(plan.spec()));
+  plan.set_on_worker_loss(PlannedWorkerLossPolicy(plan.spec()));
+  plan.set_straggler_policy(PlannedStragglerPolicy(plan.spec()));
   RETURN_IF_ERROR(CutStages(plan));
   absl::StatusOr<pipeline::SimResult> sim = SimulatePlan(plan);
   if (!sim.ok()) {

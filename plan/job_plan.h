@@ -2,11 +2,13 @@
 // from it (proto/plan.proto JobPlan): the spec with every default filled in, the layout, the
 // micro-batches per replica, the schedule checked and simulated (a deadlock is an error), the
 // stage cuts, and each rank's memory. The coordinator's SubmitJob and placement, `dtrain plan`,
-// `dtrain submit` (through SubmitJob) and the workers use it and nothing else, so what one
-// rejects every other rejects with the same words.
+// `dtrain submit` (through SubmitJob) and dtrain-local use it and nothing else, so what one
+// rejects every other rejects with the same words; a worker is sent its rank's part of the plan
+// the coordinator made for the placement (plan/rank_plan.h RankPlan) and never plans.
 //
 //   ASSIGN_OR_RETURN(JobPlan plan, ParseJobPlanJson(json));   // or MakeJobPlan(spec)
 //   plan.spec().parallel().schedule();                         // "1f1b" (defaulted)
+//   plan.schedule();                                           // SCHEDULE_1F1B (spec_enums.h)
 //   plan.stages(1).memory().total();                           // bytes per rank of stage 1
 //
 // Defaults: parallel.dp/pp/tp 0 -> 1, parallel.schedule "" -> "1f1b", parallel.virtual_stages
@@ -35,6 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "plan/checkpoint_plan.h"
+#include "plan/format_bytes.h"
 #include "plan/schedule.h"
 #include "plan/simulate.h"
 #include "proto/job.pb.h"
@@ -113,8 +116,10 @@ absl::StatusOr<pipeline::SimResult> SimulatePlan(
 // The layers of chunk j of stage s.
 const LayerRange& ChunkOf(const JobPlan& plan, int stage, int chunk);
 
-// "31.2 GiB", "353.0 KiB", "12 B".
-std::string FormatBytes(double bytes);
+// How many plans MakeJobPlan and ParseJobPlanJson made in this process (ShrinkPlan's tries
+// included), for the tests that count them: the coordinator plans once per placement, a worker
+// never.
+int64_t PlansMadeForTesting();
 
 }  // namespace dtrain::plan
 

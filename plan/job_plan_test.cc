@@ -131,6 +131,31 @@ TEST(MakeJobPlan, FillsEveryDefault) {
   EXPECT_EQ(WorkersNeeded(spec->parallel()), 1);
 }
 
+// The spec's choice strings stay its text; the plan carries them as enums (spec_enums.h).
+TEST(MakeJobPlan, TheSpecsChoicesAreTypedInThePlan) {
+  absl::StatusOr<JobPlan> plan = ParseJobPlanJson(kTinySpec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->schedule(), SCHEDULE_1F1B);
+  EXPECT_EQ(plan->device(), DEVICE_AUTO);
+  EXPECT_EQ(plan->on_worker_loss(), WORKER_LOSS_SHRINK);
+  EXPECT_EQ(plan->straggler_policy(), STRAGGLERS_REPORT);
+  JobSpec spec = plan->spec();
+  spec.mutable_parallel()->set_schedule("zb-h1");
+  spec.set_device("cpu");
+  spec.mutable_fault_tolerance()->set_on_worker_loss("wait");
+  spec.mutable_stragglers()->set_policy("replace");
+  plan = MakeJobPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->schedule(), SCHEDULE_ZB_H1);
+  EXPECT_EQ(plan->device(), DEVICE_CPU);
+  EXPECT_EQ(plan->on_worker_loss(), WORKER_LOSS_WAIT);
+  EXPECT_EQ(plan->straggler_policy(), STRAGGLERS_REPLACE);
+  EXPECT_EQ(plan->spec().parallel().schedule(), "zb-h1");  // the JSON text is unchanged
+  spec.set_device("cuda:0");  // a worker's --device, never a job's
+  EXPECT_THAT(MakeJobPlan(spec).status().message(),
+              HasSubstr("device=\"cuda:0\" is not one of cpu, cuda, auto"));
+}
+
 TEST(MakeJobPlan, KeepsExplicitZerosOfOptionalOptimizerFields) {
   JobSpec in = Parsed(kTinySpec);
   in.mutable_optimizer()->set_grad_clip(0);

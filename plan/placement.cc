@@ -100,7 +100,7 @@ absl::StatusOr<PlacementResult> PlaceJob(const JobPlan& plan,
                                          absl::Span<const WorkerInfo> idle_workers) {
   const ParallelLayout& layout = plan.spec().parallel();
   const int dp = layout.dp(), pp = layout.pp(), tp = layout.tp();
-  const bool interleaved = layout.schedule() == "interleaved";
+  const bool interleaved = plan.schedule() == SCHEDULE_INTERLEAVED;
   if (dp < 1 || pp < 1 || tp < 1 || plan.stages_size() != pp) {
     return absl::InvalidArgumentError(absl::StrCat("layout dp=", dp, " pp=", pp, " tp=", tp,
                                                    " with ", plan.stages_size(),

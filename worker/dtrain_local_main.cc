@@ -8,8 +8,9 @@
 // Prints a progress line per step to stderr; --log_json writes one JSON object per step.
 //
 // --spec runs a service job spec (the file `dtrain submit` takes) in this process: parsed and
-// defaulted by the coordinator's rules (plan/job_plan.h) and planned as a worker plans it
-// (worker/plan_from_spec.h PlanFromSpec), so names and defaults are the service's. The run is
+// planned by the coordinator's rules (plan/job_plan.h ParseJobPlanJson, once) and run as a
+// worker runs a planned spec (worker/run_of_plan.h TrainingRunOf), so names and defaults are
+// the service's. The run is
 // job --job_id (default job-000000, an id no coordinator issues) and writes only in its
 // directory, <checkpoint.dir>/<job id>/ (or <--data_root>/jobs/<job id>/), which must not hold
 // an earlier run's files. A layout other than 1x1x1 runs on this one process: every layout
@@ -39,7 +40,7 @@
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
 #include "worker/local_trainer.h"
-#include "worker/plan_from_spec.h"
+#include "worker/run_of_plan.h"
 
 ABSL_FLAG(int, vocab_size, 256, "vocabulary size V (256 for byte-level text)");
 ABSL_FLAG(int, context, 128, "maximum sequence length (rows of wpe)");
@@ -174,7 +175,7 @@ absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string
                                        absl::GetFlag(FLAGS_data_root)));
   }
   if (Given("resume")) spec->set_resume_from(absl::GetFlag(FLAGS_resume));
-  ASSIGN_OR_RETURN(TrainingRun o, worker::PlanFromSpec(*spec, job_dir));
+  ASSIGN_OR_RETURN(TrainingRun o, worker::TrainingRunOf(*spec, job_dir));  // planned above
   if (Given("steps")) o.steps = absl::GetFlag(FLAGS_steps);  // as `dtrain resubmit --steps`
   if (Given("save")) o.save_path = AbsolutePath(absl::GetFlag(FLAGS_save));
   o.dump_grads_path = absl::GetFlag(FLAGS_dump_grads);

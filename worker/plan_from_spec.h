@@ -1,7 +1,6 @@
-// A job spec as a worker runs it: the job's directory on this worker and the TrainingRun
-// (training_run.h) of a spec that the job plan (plan/job_plan.h) accepted. One function for every
-// trainer: the worker daemon's JobRunner and dtrain-local plan a spec the same way, so names,
-// defaults and errors are the service's; dtrain-local links it without any daemon code.
+// A job spec planned (plan/job_plan.h MakeJobPlan, the one rule every part applies), then the
+// TrainingRun of the planned spec (run_of_plan.h TrainingRunOf, what the worker daemon uses on
+// the spec the coordinator planned): for tests of a spec's run. The worker daemon never links it.
 #ifndef DTRAIN_WORKER_PLAN_FROM_SPEC_H_
 #define DTRAIN_WORKER_PLAN_FROM_SPEC_H_
 
@@ -9,21 +8,13 @@
 
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
+#include "worker/run_of_plan.h"  // JobDir, TrainingRunOf
 #include "worker/training_run.h"
 
 namespace dtrain::worker {
 
-// The job's own directory on this worker, absolute (common/job_paths.h JobDirectory from the
-// spec's checkpoint.dir and `data_root`). InvalidArgument when `job_id` is not a job id.
-absl::StatusOr<std::string> JobDir(const std::string& job_id, const JobSpec& spec,
-                                   const std::string& data_root);
-
-// The TrainingRun of a spec for a job whose directory is `job_dir` (JobDir): training
-// state there every checkpoint.interval_steps (plan/checkpoint_plan.h: every job checkpoints,
-// by default every 100 steps), final weights at <job_dir>/model.safetensors,
-// dataset / init_checkpoint / resume_from made absolute (relative paths resolve from the process's
-// working directory; worker/daemon/job_runner.h says what a worker writes where).
-// InvalidArgument naming every bad field.
+// MakeJobPlan(spec), then TrainingRunOf its spec for a job whose directory is `job_dir`
+// (JobDir). InvalidArgument naming every bad field.
 absl::StatusOr<TrainingRun> PlanFromSpec(const JobSpec& spec, const std::string& job_dir);
 
 }  // namespace dtrain::worker

@@ -3,7 +3,7 @@
 // rank), and the callbacks through which both report steps and checkpoints. The worker daemon
 // (worker/daemon/job_runner.h) and dtrain-local build a TrainingRun once and hand it to either.
 //
-//   TrainingRun run;                       // or worker::PlanFromSpec(spec, job_dir)
+//   TrainingRun run;                       // or worker::TrainingRunOf(planned_spec, job_dir)
 //   run.model = ...; run.data_path = "data/demo.txt"; run.steps = 200;
 //   TrainingCallbacks callbacks;
 //   callbacks.step = [](const TrainStepMetrics& m) { return absl::OkStatus(); };

@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "worker/daemon/planned_for_testing.h"
 
 namespace dtrain::worker {
 
@@ -138,9 +139,10 @@ class FakeCoordinator final : public Coordinator::Service {
     size_t heartbeats_before = 0;
   };
 
+  // Sends `a` planned as the coordinator sends it (PlannedIfValidForTesting).
   void Assign(const JobAssignment& a) {
     absl::MutexLock lock(&mu_);
-    assignments_.push_back(a);
+    assignments_.push_back(PlannedIfValidForTesting(a));
   }
   void Cancel(const std::string& job_id) {
     absl::MutexLock lock(&mu_);

@@ -17,8 +17,8 @@
 #include "common/job_paths.h"
 #include "common/path_policy.h"
 #include "common/status_macros.h"
-#include "plan/job_plan.h"
 #include "plan/ranks.h"
+#include "plan/spec_enums.h"
 #include "plan/spec_paths.h"
 #include "worker/model/checkpoint_dir.h"
 #include "worker/parallel/checkpoint_export.h"
@@ -75,26 +75,26 @@ absl::Status CheckAllowedPaths(const JobSpec& spec, const std::string& job_dir,
 
 }  // namespace
 
-absl::Status CheckDevice(const std::string& spec_device, const kernels::DeviceInfo& worker) {
-  const std::string kind = worker.kind == kernels::DeviceKind::kCuda ? "cuda" : "cpu";
-  if (spec_device.empty() || spec_device == "auto") return absl::OkStatus();
-  std::string want;
-  if (spec_device == "cpu") {
-    want = "cpu";
-  } else if (spec_device == "cuda" || absl::StartsWith(spec_device, "cuda:")) {
-    want = "cuda";
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("the job asks for unknown device \"",
-                                                   spec_device, "\": expected cpu, cuda or auto"));
-  }
-  if (want == kind) return absl::OkStatus();
-  const std::string device = absl::StartsWith(worker.name, kind)
+absl::Status CheckDevice(JobDevice job, const kernels::DeviceInfo& worker) {
+  const JobDevice kind = worker.kind == kernels::DeviceKind::kCuda ? DEVICE_CUDA : DEVICE_CPU;
+  if (plan::DeviceFits(job, kind)) return absl::OkStatus();
+  const std::string name = plan::DeviceText(kind);
+  const std::string device = absl::StartsWith(worker.name, name)
                                  ? worker.name
-                                 : absl::StrCat(kind, " (", worker.name, ")");
+                                 : absl::StrCat(name, " (", worker.name, ")");
   return absl::FailedPreconditionError(absl::StrCat(
-      "the job asks for device \"", spec_device, "\" but this worker runs on ", device,
+      "the job asks for device \"", plan::DeviceText(job), "\" but this worker runs on ", device,
       "; the worker's --device decides the hardware: submit the job with device \"auto\" or \"",
-      kind, "\", or use a worker started with --device=", want == "cuda" ? "cuda:N" : "cpu"));
+      name, "\", or use a worker started with --device=", job == DEVICE_CUDA ? "cuda:N" : "cpu"));
+}
+
+absl::Status CheckAssignmentFormat(const JobAssignment& assignment) {
+  if (assignment.has_rank_plan()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the assignment of job ", assignment.job_id(),
+      " has no rank_plan: it comes from a coordinator of assignment format 1; this worker takes "
+      "assignment format 2 only (the coordinator's plan of each rank): deploy the coordinator "
+      "and workers of one release together"));
 }
 
 JobRunner::JobRunner(JobAssignment assignment, kernels::Backend* backend, JobRunnerOptions options,
@@ -188,13 +188,12 @@ absl::StatusOr<std::string> JobRunner::Train() {
   if (several) {
     ASSIGN_OR_RETURN(rank_, FindRank(assignment_, options_.worker_id));
   }
-  RETURN_IF_ERROR(CheckDevice(spec.device(), backend_->info()));
+  RETURN_IF_ERROR(CheckAssignmentFormat(assignment_));
+  RETURN_IF_ERROR(CheckDevice(assignment_.rank_plan().device(), backend_->info()));
   ASSIGN_OR_RETURN(job_dir_, JobDir(job_id(), spec, options_.data_root));
   RETURN_IF_ERROR(CheckAllowedPaths(spec, job_dir_, options_));
-  // The job's plan (plan/job_plan.h): every default and layout value the trainers use (and
-  // checkpoint.dir required on several workers).
-  ASSIGN_OR_RETURN(const JobPlan job_plan, plan::MakeJobPlan(spec));
-  ASSIGN_OR_RETURN(plan_, PlanFromSpec(job_plan.spec(), job_dir_));
+  // The spec as the coordinator planned it (every default set; rank_plan: this rank's part).
+  ASSIGN_OR_RETURN(plan_, TrainingRunOf(spec, job_dir_));
   if (assignment_.attempt() > 0) {
     // A recovery's run: from the job's own newest intact sealed step when there is one (every
     // rank resolves the same directory, after the previous run's ranks stopped; a missing or
@@ -230,7 +229,7 @@ absl::StatusOr<std::string> JobRunner::Train() {
   callbacks.warning = [this](const std::string& w) {
     if (rank_ == 0) callbacks_.event(absl::StrCat("warning: ", w));
   };
-  RETURN_IF_ERROR(several ? TrainParallel(job_plan, rank_, callbacks) : TrainLocal(callbacks));
+  RETURN_IF_ERROR(several ? TrainParallel(rank_, callbacks) : TrainLocal(callbacks));
   if (rank_ != 0) return std::string();  // rank 0 exports the final weights
   callbacks_.event(absl::StrCat("weights written to ", plan_.save_path));
   return plan_.save_path;
@@ -271,10 +270,9 @@ absl::Status JobRunner::TrainLocal(const TrainingCallbacks& callbacks) {
   return absl::OkStatus();
 }
 
-absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
-                                      const TrainingCallbacks& callbacks) {
+absl::Status JobRunner::TrainParallel(int rank, const TrainingCallbacks& callbacks) {
   ASSIGN_OR_RETURN(parallel::ParallelTrainingOptions options,
-                   ParallelPlan(assignment_, job_plan, rank, plan_, options_.comm_timeout));
+                   ParallelPlan(assignment_, rank, plan_, options_.comm_timeout));
   options.test_only = options_.test_only;
   ParallelJobOptions job_options;
   job_options.listen_address = options_.peer_listen_address;
@@ -288,7 +286,7 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
   };
   job_options.tls = options_.peer_tls;
   if (WorkerMetrics* metrics = options_.metrics; metrics != nullptr) {
-    const RankAssignment me = RankCoordinates(options.layout, rank);
+    const RankAssignment me = RankCoordinates(options.plan.layout(), rank);
     metrics->StartJob({assignment_.job_id(), rank, me.dp_rank(), me.pp_rank(), me.tp_rank()});
     job_options.observer = metrics;
     options.on_collective = [metrics](const char* op, int64_t bytes, double seconds) {
@@ -302,8 +300,9 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
     parallel_ = job;
   }
   std::vector<std::string> layers;
-  for (const parallel::ChunkRange& c : options.chunks) {
-    layers.push_back(absl::StrFormat("[%d, %d)", c.first_layer, c.first_layer + c.num_layers));
+  for (const LayerRange& c : options.plan.chunks()) {
+    layers.push_back(
+        absl::StrFormat("[%d, %d)", c.first_layer(), c.first_layer() + c.num_layers()));
   }
   const absl::Time start = absl::Now();
   absl::Status status = job->Connect();
@@ -314,10 +313,11 @@ absl::Status JobRunner::TrainParallel(const JobPlan& job_plan, int rank,
         layers.empty() ? "(even split)" : absl::StrJoin(layers, " "), job->peers().size(),
         job->peers().size() == 1 ? "peer" : "peers", absl::ToDoubleSeconds(absl::Now() - start)));
     if (rank == 0) {
-      const ParallelLayout& layout = options.layout;
-      AnnounceTraining(absl::StrFormat("%d workers (dp=%d pp=%d tp=%d, schedule %s)", job->size(),
-                                       layout.dp(), layout.pp(), layout.tp(), layout.schedule()),
-                       absl::StrCat(", micro-batches of ", options.micro_batch_size));
+      const ParallelLayout& layout = options.plan.layout();
+      AnnounceTraining(
+          absl::StrFormat("%d workers (dp=%d pp=%d tp=%d, schedule %s)", job->size(), layout.dp(),
+                          layout.pp(), layout.tp(), plan::ScheduleText(options.plan.schedule())),
+          absl::StrCat(", micro-batches of ", options.plan.micro_batch_size()));
     }
     status = job->Train(
         backend_, std::move(options),

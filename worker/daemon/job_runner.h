@@ -5,13 +5,18 @@
 // transport for the job on this worker's advertised address, streams to every peer, and
 // parallel::ParallelTrainer; every rank computes the same global loss.
 //
+// What it trains is what the coordinator planned (assignment format 2): the JobSpec as the plan
+// defaulted it and the rank's RankPlan (proto/plan.proto: layout, schedule, micro-batches, its
+// chunks, the device); it never plans a spec (it links no planner: //tests/layers) and checks
+// none of the plan's rules again. An assignment without rank_plan (a coordinator of format 1)
+// fails at once, FailedPrecondition naming the format (CheckAssignmentFormat).
 // From the JobSpec (proto/job.proto), already validated and defaulted by the coordinator:
 //   model, dataset, init_checkpoint, resume_from, steps, batch_size (B, the whole batch over all
 //   replicas), seq_len (T; 0 means model.context), seed (0 means 1337), optimizer (lr > 0:
 //   constant rate, else warmup + cosine from max_lr; the coordinator sets every optional field,
 //   and one left unset takes model::OptimizerConfig's default while an explicit 0 stays 0),
-//   checkpoint.dir / interval_steps; for several workers also micro_batch_size, parallel.*
-//   and the placement (ParallelPlan). One worker ignores micro_batch_size: it trains the whole
+//   checkpoint.dir / interval_steps; for several workers the RankPlan and the placement
+//   (ParallelPlan). One worker ignores micro_batch_size: it trains the whole
 //   batch at once (the same mean gradient as accumulating micro-batches).
 //
 // Where it writes: only in the job's own directory (common/job_paths.h JobDirectory, made
@@ -46,9 +51,9 @@
 // coordinator records steps from (ReportingRank: dp 0, last stage, tp 0) calls
 // Callbacks::step with report = true, the others with false (log it, do not send it).
 //
-// Device: the worker's --device decides the hardware (one worker per GPU). spec.device "" or
-// "auto" runs on it; "cpu" or "cuda" (or "cuda:N") must match its kind, else the job fails
-// with a message naming both, e.g. a "cuda" job on a CPU worker.
+// Device: the worker's --device decides the hardware (one worker per GPU). The plan's device
+// (RankPlan.device) DEVICE_AUTO runs on it; DEVICE_CPU or DEVICE_CUDA must match its kind, else
+// the job fails with a message naming both, e.g. a "cuda" job on a CPU worker.
 //
 // Threading: Run() blocks on the caller's (training) thread; Cancel() may be called from any
 // thread. One worker stops the step in progress at its next transformer block
@@ -80,7 +85,7 @@
 #include "worker/daemon/worker_metrics.h"
 #include "worker/local_trainer.h"
 #include "worker/model/checkpoint_dir.h"
-#include "worker/plan_from_spec.h"
+#include "worker/run_of_plan.h"
 
 namespace dtrain::worker {
 
@@ -159,7 +164,7 @@ class JobRunner {
   // A recovery's run when the job's last step is already sealed: reports where it resumed,
   // and rank 0 exports that step's weights to the job's model.safetensors. The output path.
   absl::StatusOr<std::string> FinishFromSeal(const model::CheckpointStep& sealed);
-  absl::Status TrainParallel(const JobPlan& job_plan, int rank, const TrainingCallbacks& callbacks);
+  absl::Status TrainParallel(int rank, const TrainingCallbacks& callbacks);
   // The events that open a job (rank 0): the dataset, and "training <model> on <on>: N steps of
   // B x T tokens<detail>".
   void AnnounceTraining(const std::string& on, const std::string& detail);
@@ -198,9 +203,13 @@ class JobRunner {
   std::shared_ptr<ParallelJob> parallel_ ABSL_GUARDED_BY(mu_);  // several workers
 };
 
-// OK when `spec_device` ("", "auto", "cpu", "cuda", "cuda:N") can run on `worker`; else
+// OK when a job planned for `job` can run on `worker` (plan/spec_enums.h DeviceFits); else
 // FailedPrecondition naming both.
-absl::Status CheckDevice(const std::string& spec_device, const kernels::DeviceInfo& worker);
+absl::Status CheckDevice(JobDevice job, const kernels::DeviceInfo& worker);
+
+// OK when `assignment` carries its rank's plan (JobAssignment.rank_plan, assignment format 2);
+// FailedPrecondition naming the format otherwise (a coordinator of an earlier release).
+absl::Status CheckAssignmentFormat(const JobAssignment& assignment);
 
 }  // namespace dtrain::worker
 

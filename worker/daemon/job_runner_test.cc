@@ -14,6 +14,8 @@
 #include "common/path_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/daemon/planned_for_testing.h"
+#include "worker/plan_from_spec.h"
 #include "worker/testing/text_corpus.h"
 
 namespace dtrain::worker {
@@ -61,24 +63,44 @@ kernels::DeviceInfo Device(kernels::DeviceKind kind) {
   return d;
 }
 
-TEST(CheckDevice, AutoAndEmptyRunAnywhere) {
-  EXPECT_TRUE(CheckDevice("", Device(kernels::DeviceKind::kCpu)).ok());
-  EXPECT_TRUE(CheckDevice("auto", Device(kernels::DeviceKind::kCuda)).ok());
-  EXPECT_TRUE(CheckDevice("cpu", Device(kernels::DeviceKind::kCpu)).ok());
-  EXPECT_TRUE(CheckDevice("cuda", Device(kernels::DeviceKind::kCuda)).ok());
-  EXPECT_TRUE(CheckDevice("cuda:3", Device(kernels::DeviceKind::kCuda)).ok());
+TEST(CheckDevice, AutoRunsAnywhereAndAKindOnItsOwn) {
+  EXPECT_TRUE(CheckDevice(DEVICE_AUTO, Device(kernels::DeviceKind::kCpu)).ok());
+  EXPECT_TRUE(CheckDevice(DEVICE_AUTO, Device(kernels::DeviceKind::kCuda)).ok());
+  EXPECT_TRUE(CheckDevice(DEVICE_CPU, Device(kernels::DeviceKind::kCpu)).ok());
+  EXPECT_TRUE(CheckDevice(DEVICE_CUDA, Device(kernels::DeviceKind::kCuda)).ok());
 }
 
 TEST(CheckDevice, CudaJobOnCpuWorkerNamesBoth) {
-  absl::Status s = CheckDevice("cuda", Device(kernels::DeviceKind::kCpu));
+  absl::Status s = CheckDevice(DEVICE_CUDA, Device(kernels::DeviceKind::kCpu));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("asks for device \"cuda\""));
   EXPECT_THAT(s.message(), HasSubstr("cpu (1 threads)"));
   EXPECT_THAT(s.message(), HasSubstr("--device=cuda:N"));
-  EXPECT_EQ(CheckDevice("cpu", Device(kernels::DeviceKind::kCuda)).code(),
+  EXPECT_EQ(CheckDevice(DEVICE_CPU, Device(kernels::DeviceKind::kCuda)).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(CheckDevice("tpu", Device(kernels::DeviceKind::kCpu)).code(),
-            absl::StatusCode::kInvalidArgument);
+}
+
+// Coordinator and workers of one release are deployed together: an assignment of format 1 (no
+// rank_plan) is refused before anything is read or written, naming the format.
+TEST(JobRunner, AnAssignmentWithoutItsRankPlanFailsNamingTheFormat) {
+  auto backend = kernels::CreateBackend("cpu", 1).value();
+  JobAssignment a;
+  a.set_job_id("job-000030");
+  a.set_job_uid("uid-30");
+  *a.mutable_spec() = TinySpec(WriteText("format1.txt", 2000));
+  JobRunnerOptions options;
+  options.worker_id = "w-test";
+  options.data_root = TempPath("root-format1");
+  std::vector<std::string> events;
+  JobRunner runner(
+      a, backend.get(), options,
+      {[](const StepMetrics&, bool) {}, [&](const std::string& e) { events.push_back(e); }});
+  const JobOutcome o = runner.Run();
+  EXPECT_FALSE(o.succeeded());
+  EXPECT_EQ(o.error_code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(o.error(), HasSubstr("has no rank_plan"));
+  EXPECT_THAT(o.error(), HasSubstr("assignment format 2"));
+  EXPECT_FALSE(Exists(TempPath("root-format1") + "/jobs/job-000030"));
 }
 
 TEST(JobDir, UnderCheckpointDirOrDataRootAndAbsolute) {
@@ -206,7 +228,7 @@ JobOutcome RunJob(const JobSpec& spec, const std::string& job_id, Recorded& rec,
   cb.event = [&](const std::string& e) { rec.events.push_back(e); };
   cb.location = [&](const JobLocation& l) { rec.locations.push_back(l); };
   cb.checkpoint = [&](const CheckpointSealed& c) { rec.sealed.push_back(c); };
-  JobRunner runner(a, backend.get(), options, cb);
+  JobRunner runner(PlannedIfValidForTesting(a), backend.get(), options, cb);
   self = &runner;
   return runner.Run();
 }

@@ -159,37 +159,17 @@ Placement PlacementByRank(const JobAssignment& assignment) {
 }
 
 absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignment& assignment,
-                                                               const JobPlan& job, int rank,
-                                                               TrainingRun run,
+                                                               int rank, TrainingRun run,
                                                                absl::Duration comm_timeout) {
+  const RankPlan& planned = assignment.rank_plan();
+  if (planned.rank() != rank) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the plan of job ", assignment.job_id(), " was made for rank ", planned.rank(),
+                     " but the placement puts this worker at rank ", rank));
+  }
   parallel::ParallelTrainingOptions o;
   o.run = std::move(run);
-  o.layout = job.spec().parallel();
-  o.micro_batch_size = job.spec().micro_batch_size();
-  absl::Status planned = parallel::CheckPlannedLayout(o.layout, o.micro_batch_size).status();
-  if (!planned.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("the plan of job ", assignment.job_id(),
-                                                      " is incomplete: ", planned.message()));
-  }
-  o.rank = rank;
-  const RankAssignment* listed = nullptr;
-  for (const RankAssignment& r : assignment.placement().ranks()) {
-    if (plan::RankIndex(o.layout, r) == rank) listed = &r;
-  }
-  if (listed == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("rank ", rank, " is not in the placement of job ", assignment.job_id()));
-  }
-  const RankAssignment& r = *listed;
-  if (r.chunks_size() > 0) {
-    for (const LayerRange& c : r.chunks()) o.chunks.push_back({c.first_layer(), c.num_layers()});
-  } else if (r.num_layers() > 0) {
-    o.chunks.push_back({r.first_layer(), r.num_layers()});
-  } else {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the placement of job ", assignment.job_id(), " gives ",
-                     plan::DescribeRank(PlacementByRank(assignment), rank), " no layers"));
-  }
+  o.plan = planned;
   o.rank_hosts = DpRankHosts(assignment, rank);
   o.comm_timeout = comm_timeout;
   return o;

@@ -3,9 +3,8 @@
 // parallel::ParallelTrainer over them.
 //
 //   ASSIGN_OR_RETURN(int rank, FindRank(assignment, worker_id));
-//   ASSIGN_OR_RETURN(JobPlan plan, plan::MakeJobPlan(assignment.spec()));
 //   ASSIGN_OR_RETURN(parallel::ParallelTrainingOptions o,
-//                    ParallelPlan(assignment, plan, rank, run, comm_timeout));
+//                    ParallelPlan(assignment, rank, run, comm_timeout));
 //   ParallelJob job(assignment, rank, {listen_address, connect_timeout});
 //   RETURN_IF_ERROR(job.Connect());           // every peer answered, or the deadline passed
 //   absl::Status s = job.Train(backend, o, on_started, callbacks);
@@ -95,16 +94,14 @@ absl::StatusOr<int> FindRank(const JobAssignment& assignment, const std::string&
 // talks to). Call on an assignment FindRank accepted.
 Placement PlacementByRank(const JobAssignment& assignment);
 
-// The options of rank `rank` of `assignment`: the run (PlanFromSpec: model, optimizer, data,
-// seed, steps, the whole batch, checkpoint dir and interval, save path), the layout and
-// micro_batch_size of the job's plan (`job`: plan::MakeJobPlan of the assignment's spec) as
-// they are, and this rank's layer chunks from the placement (RankAssignment.chunks when set,
-// else first_layer/num_layers). Nothing is defaulted here: FailedPrecondition naming the job
-// when the plan leaves a field unset (parallel::CheckPlannedLayout) or the placement gives the
-// rank no layers.
+// The options of rank `rank` of `assignment`: the run (TrainingRunOf the planned spec: model,
+// optimizer, data, seed, steps, the whole batch, checkpoint dir and interval, save path) and
+// the rank's part of the coordinator's plan (JobAssignment.rank_plan: layout, schedule,
+// micro-batches, its chunks) as they are; nothing is planned, defaulted or checked again here.
+// FailedPrecondition when the rank plan was made for another rank than the placement gives
+// this worker.
 absl::StatusOr<parallel::ParallelTrainingOptions> ParallelPlan(const JobAssignment& assignment,
-                                                               const JobPlan& job, int rank,
-                                                               TrainingRun run,
+                                                               int rank, TrainingRun run,
                                                                absl::Duration comm_timeout);
 
 struct ParallelJobOptions {

@@ -32,6 +32,7 @@
 #include "plan/ranks.h"
 #include "worker/comm/groups.h"
 #include "worker/daemon/job_runner.h"
+#include "worker/daemon/planned_for_testing.h"
 #include "worker/testing/text_corpus.h"
 
 namespace dtrain::worker {
@@ -141,7 +142,7 @@ std::vector<JobAssignment> Assignments(const std::string& job_id, JobSpec spec, 
         }
       }
     }
-    out.push_back(a);
+    out.push_back(PlannedIfValidForTesting(a));  // as the coordinator sends it
   }
   return out;
 }
@@ -205,6 +206,7 @@ std::vector<double> SingleWorkerLosses(const JobSpec& spec) {
   a.set_job_uid("uid-ref");
   *a.mutable_spec() = spec;
   a.mutable_rank()->set_worker_id("w-ref");
+  a = PlannedIfValidForTesting(a);
   // A data root per reference run: every job checkpoints by default (into
   // <data_root>/jobs/<job id>/), and a second run of the same job id there would find the
   // first one's sealed steps.
@@ -311,7 +313,7 @@ TEST(PeerRanks, CoverEveryRingNeighbourOfEveryGroup) {
   }
 }
 
-TEST(ParallelPlan, TheJobPlansLayoutAndThePlacementsLayers) {
+TEST(ParallelPlan, TheRankPlanIsTakenAsTheCoordinatorMadeIt) {
   JobSpec spec = Spec("/d", 7);
   spec.mutable_checkpoint()->set_dir("/ckpt");
   spec.set_micro_batch_size(1);
@@ -320,38 +322,26 @@ TEST(ParallelPlan, TheJobPlansLayoutAndThePlacementsLayers) {
   spec.mutable_parallel()->set_zero1(true);
   spec.mutable_model()->set_n_layer(4);
   std::vector<JobAssignment> a = Assignments("job-1", spec, 1, 2, 1);
-  LayerRange* c = a[1].mutable_placement()->mutable_ranks(1)->add_chunks();
-  c->set_first_layer(1);
-  c->set_num_layers(1);
-  c = a[1].mutable_placement()->mutable_ranks(1)->add_chunks();
-  c->set_first_layer(3);
-  c->set_num_layers(1);
-  absl::StatusOr<JobPlan> job = plan::MakeJobPlan(a[1].spec());
-  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(a[1].has_rank_plan());
   TrainingRun run;
   run.batch = 4;
   absl::StatusOr<parallel::ParallelTrainingOptions> o =
-      ParallelPlan(a[1], *job, 1, run, absl::Seconds(7));
+      ParallelPlan(a[1], 1, run, absl::Seconds(7));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->run.batch, 4);
-  EXPECT_EQ(o->rank, 1);
-  // The plan's layout as it is: its defaults (bucket_bytes) included, none decided here.
-  EXPECT_EQ(o->layout.SerializeAsString(), job->spec().parallel().SerializeAsString());
-  EXPECT_EQ(o->layout.pp(), 2);
-  EXPECT_EQ(o->layout.schedule(), "interleaved");
-  EXPECT_GT(o->layout.bucket_bytes(), 0);
-  EXPECT_EQ(o->micro_batch_size, 1);
-  ASSERT_EQ(o->chunks.size(), 2u);
-  EXPECT_EQ(o->chunks[1].first_layer, 3);
-  EXPECT_EQ(o->chunks[1].num_layers, 1);
+  // The coordinator's plan of the rank as it is: its defaults (bucket_bytes) included, none
+  // decided here.
+  EXPECT_EQ(o->plan.SerializeAsString(), a[1].rank_plan().SerializeAsString());
+  EXPECT_EQ(o->plan.rank(), 1);
+  EXPECT_EQ(o->plan.layout().pp(), 2);
+  EXPECT_EQ(o->plan.schedule(), SCHEDULE_INTERLEAVED);
+  EXPECT_GT(o->plan.layout().bucket_bytes(), 0);
+  EXPECT_EQ(o->plan.micro_batch_size(), 1);
+  // Stage 1 of 2, two chunks each: model chunks 1 and 3 of four one-layer chunks.
+  ASSERT_EQ(o->plan.chunks_size(), 2);
+  EXPECT_EQ(o->plan.chunks(1).first_layer(), 3);
+  EXPECT_EQ(o->plan.chunks(1).num_layers(), 1);
   EXPECT_EQ(o->comm_timeout, absl::Seconds(7));
-
-  // Without chunks: the stage's own layers.
-  o = ParallelPlan(a[0], *job, 0, run, absl::Seconds(7));
-  ASSERT_TRUE(o.ok()) << o.status();
-  ASSERT_EQ(o->chunks.size(), 1u);
-  EXPECT_EQ(o->chunks[0].first_layer, 0);
-  EXPECT_EQ(o->chunks[0].num_layers, 2);
 }
 
 // The coordinator's hosts of the rank's dp group become the trainer's rank_hosts (its dp group's
@@ -364,22 +354,18 @@ TEST(ParallelPlan, TheDpGroupsHostsPickTheAllReduce) {
   // dp=2 pp=2, rank = 2 * dp + pp: the dp groups are {0, 2} and {1, 3}.
   std::vector<JobAssignment> a =
       Assignments("job-h", spec, 2, 2, 1, /*whole=*/false, {"x", "x", "y", "x"});
-  absl::StatusOr<JobPlan> job = plan::MakeJobPlan(a[0].spec());
-  ASSERT_TRUE(job.ok()) << job.status();
   TrainingRun run;
   run.batch = 4;
   // pp0's group is on x and y, a host each: the flat ring, no hosts sent.
   EXPECT_TRUE(a[0].dp_host_index().empty());
   absl::StatusOr<parallel::ParallelTrainingOptions> o =
-      ParallelPlan(a[0], *job, 0, run, absl::Seconds(7));
+      ParallelPlan(a[0], 0, run, absl::Seconds(7));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_TRUE(o->rank_hosts.empty());
   // With dp=4 on x y x y, rank 1 (dp0 pp1) gets its group's hosts: ranks 1, 3, 5, 7.
   a = Assignments("job-h", spec, 4, 2, 1, /*whole=*/false,
                   {"x", "x", "y", "y", "x", "x", "y", "y"});
-  job = plan::MakeJobPlan(a[1].spec());
-  ASSERT_TRUE(job.ok()) << job.status();
-  o = ParallelPlan(a[1], *job, 1, run, absl::Seconds(7));
+  o = ParallelPlan(a[1], 1, run, absl::Seconds(7));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_THAT(o->rank_hosts, ElementsAre("", "host 0", "", "host 1", "", "host 0", "", "host 1"));
   EXPECT_EQ(FindRank(a[1], "w1").value(), 1);
@@ -387,42 +373,29 @@ TEST(ParallelPlan, TheDpGroupsHostsPickTheAllReduce) {
   EXPECT_THAT(FindRank(a[1], "w1").status().message(), HasSubstr("5 dp hosts for dp=4"));
 }
 
-TEST(ParallelPlan, AnUnsetValueIsAnErrorNotADefault) {
+TEST(ParallelPlan, ARankPlanOfAnotherRankIsFailedPrecondition) {
   JobSpec spec = Spec("/d", 7);
   spec.mutable_checkpoint()->set_dir("/ckpt");
   std::vector<JobAssignment> a = Assignments("job-1", spec, 1, 2, 1);
-  absl::StatusOr<JobPlan> job = plan::MakeJobPlan(a[0].spec());
-  ASSERT_TRUE(job.ok()) << job.status();
-  JobPlan unplanned = *job;
-  unplanned.mutable_spec()->mutable_parallel()->clear_bucket_bytes();
-  unplanned.mutable_spec()->mutable_parallel()->clear_schedule();
-  absl::Status s = ParallelPlan(a[0], unplanned, 0, {}, absl::Seconds(7)).status();
+  absl::Status s = ParallelPlan(a[0], 1, {}, absl::Seconds(7)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(s.message(), HasSubstr("the plan of job job-1 is incomplete: "
-                                     "parallel.bucket_bytes=0 is unset; parallel.schedule is "
-                                     "unset"));
-
-  JobPlan zigzag = *job;
-  zigzag.mutable_spec()->mutable_parallel()->set_schedule("zigzag");
-  EXPECT_THAT(ParallelPlan(a[0], zigzag, 0, {}, absl::Seconds(7)).status().message(),
-              HasSubstr("parallel.schedule"));
-
-  JobAssignment no_layers = a[1];
-  no_layers.mutable_placement()->mutable_ranks(1)->set_num_layers(0);
-  s = ParallelPlan(no_layers, *job, 1, {}, absl::Seconds(7)).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(s.message(), HasSubstr("gives rank 1 (worker w1 at 127.0.0.1:"));
-  EXPECT_THAT(s.message(), HasSubstr("no layers"));
+  EXPECT_THAT(s.message(), HasSubstr("the plan of job job-1 was made for rank 0 but the placement "
+                                     "puts this worker at rank 1"));
 }
 
+// Several workers need one checkpoint dir: the plan's rule, so the coordinator never sends such
+// a job; a worker handed its spec unplanned refuses it before training.
 TEST(ParallelJobRunner, MultiWorkerJobNeedsACheckpointDir) {
   std::vector<JobAssignment> a =
       Assignments("job-2", Spec(WriteText("nockpt.txt", 4000), 3), 1, 2, 1);
+  EXPECT_THAT(std::string(PlannedForTesting(a[0]).status().message()),
+              HasSubstr("checkpoint.dir is required for a job on 2 workers"));
   std::vector<RankRun> runs = RunRanks(a, TempPath("nockpt"));
   for (const RankRun& r : runs) {
     EXPECT_FALSE(r.outcome.succeeded());
-    EXPECT_THAT(r.outcome.error(), HasSubstr("checkpoint.dir is required for a job on 2 workers"));
+    EXPECT_THAT(r.outcome.error(), HasSubstr("has no rank_plan"));
     EXPECT_EQ(r.outcome.kind(), FAILURE_LOCAL);
+    EXPECT_TRUE(r.steps.empty());
   }
 }
 

@@ -13,7 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/host_memory.h"
 #include "common/run_record.h"
-#include "plan/job_plan.h"
+#include "plan/format_bytes.h"
 
 namespace dtrain::worker {
 namespace {

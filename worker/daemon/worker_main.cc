@@ -53,7 +53,7 @@
 #include "common/tls_probe.h"
 #include "common/version.h"
 #include "kernels/backend.h"
-#include "plan/job_plan.h"
+#include "plan/format_bytes.h"
 #include "worker/daemon/coordinator_client.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/session_lock.h"

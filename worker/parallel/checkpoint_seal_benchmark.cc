@@ -34,6 +34,7 @@
 #include "kernels/backend.h"
 #include "worker/comm/inproc/inproc_transport.h"
 #include "worker/parallel/parallel_trainer.h"
+#include "worker/parallel/threaded_ranks.h"
 #include "worker/testing/text_corpus.h"
 
 ABSL_FLAG(std::string, dir, "/tmp/dtrain_checkpoint_benchmark",
@@ -118,14 +119,14 @@ absl::StatusOr<Measured> RunOnce(const Config& config, const std::string& data,
         o.run.checkpoint_every = config.every;
         o.run.background_checkpoints = config.background;
       }
-      o.layout.set_dp(1);
-      o.layout.set_pp(kPp);
-      o.layout.set_tp(kTp);
-      o.layout.set_schedule("1f1b");
-      o.layout.set_virtual_stages(1);
-      o.layout.set_bucket_bytes(25 << 20);
-      o.micro_batch_size = 3;
-      o.rank = r;
+      ParallelLayout layout;
+      layout.set_dp(1);
+      layout.set_pp(kPp);
+      layout.set_tp(kTp);
+      layout.set_schedule("1f1b");
+      layout.set_virtual_stages(1);
+      layout.set_bucket_bytes(25 << 20);
+      o.plan = PlannedRank(layout, o.run.batch, 3, r);
       absl::StatusOr<std::unique_ptr<ParallelTrainer>> trainer =
           ParallelTrainer::Create(backend->get(), hub.transport(r), o);
       if (!trainer.ok()) {

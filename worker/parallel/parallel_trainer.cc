@@ -12,6 +12,7 @@
 #include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "plan/ranks.h"
+#include "plan/spec_enums.h"
 #include "worker/comm/collectives/all_gather.h"
 #include "worker/comm/collectives/allreduce_ring.h"
 #include "worker/comm/collectives/barrier.h"
@@ -91,35 +92,6 @@ class ParallelTrainer::StepRunner {
   double tp_seconds = 0;  // time inside tp all-reduces (part of the layers' compute calls)
 };
 
-absl::StatusOr<pipeline::ScheduleKind> CheckPlannedLayout(const ParallelLayout& layout,
-                                                          int micro_batch_size) {
-  std::vector<std::string> unset;
-  auto require = [&](absl::string_view field, int64_t value) {
-    if (value <= 0) {
-      unset.push_back(
-          absl::StrCat(field, "=", value, value == 0 ? " is unset" : " must be positive"));
-    }
-  };
-  require("parallel.dp", layout.dp());
-  require("parallel.pp", layout.pp());
-  require("parallel.tp", layout.tp());
-  require("parallel.virtual_stages", layout.virtual_stages());
-  require("parallel.bucket_bytes", layout.bucket_bytes());
-  require("micro_batch_size", micro_batch_size);
-  absl::StatusOr<pipeline::ScheduleKind> schedule = pipeline::ParseScheduleKind(layout.schedule());
-  if (layout.schedule().empty()) {
-    unset.push_back("parallel.schedule is unset");
-  } else if (!schedule.ok()) {
-    unset.push_back(absl::StrCat("parallel.schedule: ", schedule.status().message()));
-  }
-  if (!unset.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        absl::StrJoin(unset, "; "),
-        ": the job plan (plan::MakeJobPlan) sets every field, the trainer assumes none"));
-  }
-  return schedule;
-}
-
 ParallelTrainer::~ParallelTrainer() = default;
 
 int ParallelTrainer::num_chunks() const { return static_cast<int>(chunks_.size()); }
@@ -128,49 +100,31 @@ model::AdamW& ParallelTrainer::optimizer(int i) { return *chunks_[i].optimizer; 
 
 absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
     kernels::Backend* backend, comm::Transport* transport, ParallelTrainingOptions options) {
+  // What the plan checked (layout, schedule, batch arithmetic, chunks) is trusted; what only
+  // this process holds is checked.
   const TrainingRun& run = options.run;
-  ASSIGN_OR_RETURN(const pipeline::ScheduleKind schedule,
-                   CheckPlannedLayout(options.layout, options.micro_batch_size));
-  const ParallelLayout& layout = options.layout;
+  const RankPlan& planned = options.plan;
+  const ParallelLayout& layout = planned.layout();
   const int dp = layout.dp(), pp = layout.pp(), tp = layout.tp();
-  const int size = dp * pp * tp;
-  if (transport->size() != size || transport->rank() != options.rank) {
+  const int size = dp * pp * tp, rank = planned.rank();
+  if (transport->size() != size || transport->rank() != rank) {
     return absl::InvalidArgumentError(
         absl::StrCat("the transport has rank ", transport->rank(), " of ", transport->size(),
-                     " but the trainer was given rank ", options.rank, " of dp=", dp, " pp=", pp,
+                     " but the trainer was given rank ", rank, " of dp=", dp, " pp=", pp,
                      " tp=", tp, " (", size, size == 1 ? " rank)" : " ranks)"));
   }
   std::vector<std::string> problems;
   const int B = run.batch, T = run.seq;
-  if (run.steps < 0) problems.push_back(absl::StrCat("steps=", run.steps, " must be >= 0"));
-  if (B <= 0 || T <= 0 || T > run.model.context) {
-    problems.push_back(absl::StrCat("batch=", B, " seq=", T,
-                                    ": need batch > 0 and 0 < seq <= context=", run.model.context));
-  } else if (B % dp != 0) {
-    problems.push_back(absl::StrCat("batch=", B, " is not divisible by dp=", dp));
-  }
   if (!options.rank_hosts.empty() && static_cast<int>(options.rank_hosts.size()) != size) {
     problems.push_back(absl::StrCat(options.rank_hosts.size(), " rank hosts for ", size, " ranks"));
-  }
-  const int per_replica = B / dp;
-  if (per_replica > 0 && per_replica % options.micro_batch_size != 0) {
-    problems.push_back(absl::StrCat("micro_batch_size=", options.micro_batch_size,
-                                    " must divide the per-replica batch ", per_replica));
   }
   if (!run.save_path.empty() && run.checkpoint_dir.empty()) {
     problems.push_back(
         "save_path needs checkpoint_dir: the final weights are exported from "
         "the checkpoint's shards");
   }
-  const int v = layout.virtual_stages(), K = pp * v;
-  if (!options.chunks.empty() && static_cast<int>(options.chunks.size()) != v) {
-    problems.push_back(absl::StrCat(options.chunks.size(), " chunks given for virtual_stages=", v));
-  }
-  if (K > run.model.n_layer) {
-    problems.push_back(absl::StrCat("pp*virtual_stages=", K, " exceeds n_layer=", run.model.n_layer,
-                                    ": every chunk needs a layer"));
-  }
   if (!problems.empty()) return absl::InvalidArgumentError(absl::StrJoin(problems, "; "));
+  const int v = layout.virtual_stages(), K = pp * v;
   // The checkpoint's step before anything else: a resume with nothing to train is refused on
   // every rank alike, before a shard is loaded or a file written.
   model::CheckpointStep checkpoint;
@@ -186,10 +140,9 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   t->options_ = options;
   t->runner_ = std::make_unique<StepRunner>();
   StepRunner& r = *t->runner_;
-  r.coord = plan::RankCoordinates(layout, options.rank);
-  r.micro_batch_rows = options.micro_batch_size;
-  r.schedule = {schedule, pp, per_replica / options.micro_batch_size, v};
-  RETURN_IF_ERROR(pipeline::ValidateSchedule(r.schedule));
+  r.coord = plan::RankCoordinates(layout, rank);
+  r.micro_batch_rows = planned.micro_batch_size();
+  r.schedule = {plan::ScheduleKindOf(planned.schedule()), pp, planned.micro_batches(), v};
   ASSIGN_OR_RETURN(r.actions, pipeline::StageActions(r.schedule, r.coord.pp_rank()));
   for (const pipeline::Action& a : r.actions) {
     if (a.type == pipeline::ActionType::kForward) r.forwards.push_back(a);
@@ -199,10 +152,10 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   // the gradient sync thread (or, with ZeRO-1, dp by the training thread after the sync).
   comm::CollectiveOptions copts;
   copts.timeout = options.comm_timeout;
-  ASSIGN_OR_RETURN(comm::GroupSpec tp_spec, comm::TensorParallelGroup(layout, options.rank));
-  ASSIGN_OR_RETURN(comm::GroupSpec dp_spec, comm::DataParallelGroup(layout, options.rank));
+  ASSIGN_OR_RETURN(comm::GroupSpec tp_spec, comm::TensorParallelGroup(layout, rank));
+  ASSIGN_OR_RETURN(comm::GroupSpec dp_spec, comm::DataParallelGroup(layout, rank));
   ASSIGN_OR_RETURN(std::optional<comm::GroupSpec> tied_spec,
-                   comm::TiedEmbeddingGroup(layout, options.rank));
+                   comm::TiedEmbeddingGroup(layout, rank));
   comm::CollectiveOptions tp_opts = copts, dp_opts = copts;  // the test-only skip: one group
   (tp > 1 ? tp_opts : dp_opts).test_only_skip_seq = options.test_only.skip_collective_seq;
   ASSIGN_OR_RETURN(r.tp, comm::Group::Create(transport, tp_spec.ranks, tp_spec.id, tp_opts));
@@ -223,7 +176,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
                      comm::Group::Create(transport, tied_spec->ranks, tied_spec->id, copts));
   }
   ASSIGN_OR_RETURN(comm::PipelineNeighbours neighbours,
-                   comm::PipelineNeighboursOf(layout, options.rank, v > 1));
+                   comm::PipelineNeighboursOf(layout, rank, v > 1));
   r.links = std::make_unique<comm::StageLinks>(transport, neighbours, options.comm_timeout);
   ASSIGN_OR_RETURN(r.staging, DeviceStaging::Create(
                                   backend, std::max<int64_t>(1, options.staging_chunk_bytes / 4)));
@@ -248,8 +201,9 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   std::vector<SyncChunk> sync_chunks;
   for (int j = 0; j < v; ++j) {
     const int k = j * pp + r.coord.pp_rank();
-    const ChunkRange range =
-        options.chunks.empty() ? EvenChunk(run.model.n_layer, K, k) : options.chunks[j];
+    const ChunkRange range = planned.chunks().empty() ? EvenChunk(run.model.n_layer, K, k)
+                                                      : ChunkRange{planned.chunks(j).first_layer(),
+                                                                   planned.chunks(j).num_layers()};
     const model::StageSpec spec{range.first_layer, range.num_layers, k == 0, k == K - 1};
     Chunk chunk;
     ASSIGN_OR_RETURN(chunk.stage, model::GptStage::Create(backend, run.model, spec,
@@ -275,8 +229,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   r.executor =
       std::make_unique<StageExecutor>(stages, pp, r.coord.pp_rank(), r.links.get(), r.staging.get(),
                                       r.micro_batch_rows, T, 1.0f / (float(B) * T));
-  r.executor->set_execution(
-      pipeline::ChooseExecution(r.schedule.kind, options.layout.tp(), options.execution));
+  r.executor->set_execution(pipeline::ChooseExecution(r.schedule.kind, tp, options.execution));
   r.executor->SetTestOnlyForwardDelay(options.test_only.forward_delay_step,
                                       options.test_only.forward_delay);
   const bool dp_buckets = dp > 1 && !layout.zero1();
@@ -327,11 +280,11 @@ ShardIdentity ParallelTrainer::Identity() const {
   id.dp_rank = runner_->coord.dp_rank();
   id.pp_rank = runner_->coord.pp_rank();
   id.tp_rank = runner_->coord.tp_rank();
-  id.dp = options_.layout.dp();
-  id.pp = options_.layout.pp();
-  id.tp = options_.layout.tp();
-  id.virtual_stages = options_.layout.virtual_stages();
-  id.zero1 = options_.layout.zero1();
+  id.dp = options_.plan.layout().dp();
+  id.pp = options_.plan.layout().pp();
+  id.tp = options_.plan.layout().tp();
+  id.virtual_stages = options_.plan.layout().virtual_stages();
+  id.zero1 = options_.plan.layout().zero1();
   return id;
 }
 
@@ -350,7 +303,7 @@ absl::StatusOr<double> ParallelTrainer::OwnedSquaredNorm() {
   // only; the tied head's wte copy not at all (the first stage counts wte); without ZeRO-1 on
   // dp rank 0 only (replicas hold the same reduced gradients), with it each rank its shard.
   const StepRunner& r = *runner_;
-  if (!options_.layout.zero1() && r.coord.dp_rank() != 0) return 0.0;
+  if (!options_.plan.layout().zero1() && r.coord.dp_rank() != 0) return 0.0;
   double sq = 0;
   for (Chunk& c : chunks_) {
     const int64_t lo = c.optimizer->range_begin(), hi = c.optimizer->range_end();
@@ -381,7 +334,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
         r.data->GetBatch(step - 1, B, T, absl::MakeSpan(inputs), absl::MakeSpan(targets)));
   }
   // Replica d trains rows [d*B/dp, (d+1)*B/dp); micro-batch mb the b rows from d*B/dp + mb*b.
-  const int64_t replica_row = int64_t{r.coord.dp_rank()} * (B / options_.layout.dp());
+  const int64_t replica_row = int64_t{r.coord.dp_rank()} * (B / options_.plan.layout().dp());
   auto micro_batch = [&](int mb) -> MicroBatch {
     if (inputs.empty()) return {};
     const int64_t offset = (replica_row + int64_t{mb} * b) * T;
@@ -409,9 +362,9 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   stats_.dp_reduce_seconds = r.sync->reduce_seconds();
   stats_.dp_overlap_seconds = r.sync->overlap_seconds();
   stats_.reductions_started_in_backward = r.sync->queued_early();
-  stats_.dp_hierarchical =
-      r.dp_sum->hierarchical() && options_.layout.dp() > 1 && !options_.layout.zero1();
-  if (options_.layout.zero1() && options_.layout.dp() > 1) {
+  stats_.dp_hierarchical = r.dp_sum->hierarchical() && options_.plan.layout().dp() > 1 &&
+                           !options_.plan.layout().zero1();
+  if (options_.plan.layout().zero1() && options_.plan.layout().dp() > 1) {
     for (Chunk& c : chunks_) {
       const int64_t n = c.stage->layout().total_size();
       RETURN_IF_ERROR(Timed("reduce_scatter", n, [&] {
@@ -426,7 +379,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   ASSIGN_OR_RETURN(sums[0], OwnedSquaredNorm());
   if (!r.executor->losses().empty() && r.coord.tp_rank() == 0) {
     for (double loss : r.executor->losses()) sums[1] += loss;
-    sums[1] /= static_cast<double>(r.schedule.micro_batches) * options_.layout.dp();
+    sums[1] /= static_cast<double>(r.schedule.micro_batches) * options_.plan.layout().dp();
   }
   RETURN_IF_ERROR(Timed("all_reduce", 4, [&] { return AllReducePrecise(*r.world, sums); }));
 
@@ -445,7 +398,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   for (Chunk& c : chunks_) {
     RETURN_IF_ERROR(c.optimizer->Step(c.stage->params(), c.stage->grads(), metrics.lr, scale));
   }
-  if (options_.layout.zero1() && options_.layout.dp() > 1) {
+  if (options_.plan.layout().zero1() && options_.plan.layout().dp() > 1) {
     for (Chunk& c : chunks_) {
       const int64_t n = c.stage->layout().total_size();
       RETURN_IF_ERROR(Timed("all_gather", n, [&] {
@@ -473,7 +426,7 @@ absl::StatusOr<double> ParallelTrainer::Evaluate(int64_t step) {
   const TrainingRun& run = options_.run;
   const int B = run.batch, T = run.seq, b = r.micro_batch_rows;
   const int M = r.schedule.micro_batches;
-  const int64_t replica_row = int64_t{r.coord.dp_rank()} * (B / options_.layout.dp());
+  const int64_t replica_row = int64_t{r.coord.dp_rank()} * (B / options_.plan.layout().dp());
   std::vector<int32_t> inputs, targets;
   if (r.eval_data != nullptr) {
     inputs.resize(int64_t{B} * T);
@@ -503,8 +456,8 @@ absl::StatusOr<double> ParallelTrainer::Evaluate(int64_t step) {
     }
   }
   r.staging->ResetStats();
-  std::vector<double> mean = {sum /
-                              (static_cast<double>(M) * options_.layout.dp() * run.eval_batches)};
+  std::vector<double> mean = {
+      sum / (static_cast<double>(M) * options_.plan.layout().dp() * run.eval_batches)};
   RETURN_IF_ERROR(Timed("all_reduce", 2, [&] { return AllReducePrecise(*r.world, mean); }));
   return mean[0];
 }
@@ -514,7 +467,7 @@ absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
   // The run's token: rank 0 draws 48 random bits and the others add zeros, as three 16-bit
   // parts (exact in a float sum).
   std::vector<float> parts(3, 0.0f);
-  if (options_.rank == 0) {
+  if (options_.plan.rank() == 0) {
     std::random_device random;
     const uint64_t bits = (uint64_t{random()} << 32) | random();
     for (int i = 0; i < 3; ++i) parts[i] = static_cast<float>((bits >> (16 * i)) & 0xffff);
@@ -527,14 +480,14 @@ absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
   // Every rank has resolved its checkpoint (Create) before the all-reduce returns, and none can
   // write a step before rank 0 trains it: the damaged steps it will redo go aside first.
   // What killed writers of an earlier run left is removed at the same point.
-  if (options_.rank == 0) {
+  if (options_.plan.rank() == 0) {
     ASSIGN_OR_RETURN(const std::string removed,
                      PrepareJobDirectory(run.checkpoint_dir, damaged_steps_));
     if (!removed.empty() && callbacks.warning) callbacks.warning(removed);
   }
   CheckpointWriterOptions w;
   w.dir = run.checkpoint_dir;
-  w.rank = options_.rank;
+  w.rank = options_.plan.rank();
   w.world_size = transport_->size();
   w.run_token = absl::StrFormat("%012x", token);
   // A rank whose files take longer than any wait on a peer is as stuck as a silent peer.
@@ -606,7 +559,7 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
       run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
       [this](int64_t step) { return Evaluate(step); }, checkpoints));
   if (!run.save_path.empty()) {
-    if (options_.rank == 0 && !final_skipped.empty()) {
+    if (options_.plan.rank() == 0 && !final_skipped.empty()) {
       // The weights are exported from the last step's shards, which the disk could not hold.
       return absl::ResourceExhaustedError(absl::StrCat(
           "the checkpoint of step ", run.steps, ", the last, was skipped (", final_skipped,
@@ -623,7 +576,8 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
       }
     }
     // Export the step this run wrote, not whatever `latest` says.
-    if (options_.rank == 0) RETURN_IF_ERROR(ExportSafetensors(saved, run.save_path).status());
+    if (options_.plan.rank() == 0)
+      RETURN_IF_ERROR(ExportSafetensors(saved, run.save_path).status());
   }
   return absl::OkStatus();
 }

@@ -32,6 +32,7 @@
 #include "plan/ready_work.h"
 #include "plan/schedule.h"
 #include "proto/job.pb.h"
+#include "proto/plan.pb.h"
 #include "worker/comm/transport.h"
 #include "worker/model/gpt_stage.h"
 #include "worker/model/optimizer.h"
@@ -60,18 +61,13 @@ struct TestOnlyFaults {
 
 struct ParallelTrainingOptions {
   // The run, as one worker would train it (save_path: the final weights as one GPT-2
-  // safetensors, exported from the shards by rank 0; dump_grads_path unused). The rest of
-  // these options is this rank's place in the layout.
+  // safetensors, exported from the shards by rank 0; dump_grads_path unused).
   TrainingRun run;
-  // The job's layout as its plan leaves it (plan/job_plan.h MakeJobPlan: dp, pp, tp, schedule,
-  // virtual_stages, bucket_bytes and zero1 all set) and the planned micro_batch_size. The
-  // trainer decides no default: an unset one is InvalidArgument (CheckPlannedLayout).
-  ParallelLayout layout;
-  int micro_batch_size = 0;
-  int rank = 0;  // plan/ranks.h RankIndex: (dp_rank * pp + pp_rank) * tp + tp_rank
-  // This rank's layers, one range per virtual stage in order (chunk j of pipeline rank p is
-  // model chunk j * pp + p). Empty: split n_layer evenly (what tests use).
-  std::vector<ChunkRange> chunks;
+  // This rank's part of the job's plan (proto/plan.proto RankPlan, plan/rank_plan.h
+  // RankPlanOf): its rank, the layout, schedule, micro-batches and its chunks. The plan checked
+  // every rule of them (plan/job_plan.h MakeJobPlan) and the trainer checks none again. Empty
+  // chunks: n_layer split evenly (what tests use).
+  RankPlan plan;
   // The host of every rank (in rank order; only the entries of this rank's dp group are read: the
   // worker daemon names them from the coordinator's JobAssignment.dp_host_index), which picks the
   // data-parallel all-reduce: with several hosts and several members of a dp group on one of
@@ -92,13 +88,6 @@ struct ParallelTrainingOptions {
   std::function<void(const char* op, int64_t bytes, double seconds)> on_collective;
   TestOnlyFaults test_only;
 };
-
-// The schedule of `layout` when it and `micro_batch_size` are complete as the job plan leaves
-// them: dp, pp, tp, virtual_stages, micro_batch_size and bucket_bytes positive, a known
-// schedule. InvalidArgument naming every unset field otherwise ("parallel.bucket_bytes=0 is
-// unset; ...: the job plan (plan::MakeJobPlan) sets every field"): no default is decided here.
-absl::StatusOr<pipeline::ScheduleKind> CheckPlannedLayout(const ParallelLayout& layout,
-                                                          int micro_batch_size);
 
 // Statistics of the run so far, for tests and metrics.
 struct ParallelRunStats {
@@ -124,11 +113,12 @@ struct ParallelRunStats {
 
 class ParallelTrainer {
  public:
-  // Validates the layout, schedule and batch arithmetic up front; errors name the field
-  // ("batch=8 is not divisible by dp=3"). `transport` (size dp*pp*tp, this rank) must outlive
-  // the trainer. With resume_from, the checkpoint's step is read first: `steps` not beyond it
-  // is InvalidArgument (model::CheckStepsBeyond) on every rank before any shard is loaded, so
-  // no rank writes while another still reads.
+  // Trusts options.plan (the plan checked the layout, schedule and batch arithmetic); checks
+  // only what this process holds: the transport is the plan's rank of dp*pp*tp, rank_hosts has
+  // one entry per rank, save_path has a checkpoint_dir. `transport` must outlive the trainer. With
+  // resume_from, the checkpoint's step is read first: `steps` not beyond it is InvalidArgument
+  // (model::CheckStepsBeyond) on every rank before any shard is loaded, so no rank writes while
+  // another still reads.
   static absl::StatusOr<std::unique_ptr<ParallelTrainer>> Create(kernels::Backend* backend,
                                                                  comm::Transport* transport,
                                                                  ParallelTrainingOptions options);

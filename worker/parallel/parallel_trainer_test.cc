@@ -140,9 +140,7 @@ ParallelLayout Layout(int dp, int pp, int tp, ScheduleKind schedule = ScheduleKi
 ParallelTrainingOptions OptionsFor(const Case& c, int rank) {
   ParallelTrainingOptions o;
   o.run = Base();
-  o.layout = Layout(c.dp, c.pp, c.tp, c.schedule, c.v, c.zero1);
-  o.rank = rank;
-  o.micro_batch_size = 1;
+  o.plan = PlannedRank(Layout(c.dp, c.pp, c.tp, c.schedule, c.v, c.zero1), o.run.batch, 1, rank);
   o.comm_timeout = absl::Seconds(30);
   return o;
 }
@@ -151,8 +149,9 @@ RankResult RunRank(const Case& c, comm::Transport* transport, int rank) {
   RankResult out;
   auto backend = RankBackend();
   ParallelTrainingOptions o = OptionsFor(c, rank);
-  o.layout.set_bucket_bytes(4096);  // many buckets, so overlap and bucket edges are exercised
-  o.staging_chunk_bytes = 512;      // buckets and tp all-reduces in several staged chunks
+  // Many buckets, so overlap and bucket edges are exercised.
+  o.plan.mutable_layout()->set_bucket_bytes(4096);
+  o.staging_chunk_bytes = 512;  // buckets and tp all-reduces in several staged chunks
   auto trainer = ParallelTrainer::Create(backend.get(), transport, o);
   if (!trainer.ok()) {
     out.status = trainer.status();
@@ -363,10 +362,8 @@ TEST(ParallelTrainer, DataParallelBucketsStartDuringBackward) {
       ParallelTrainingOptions o;
       o.run = Base();
       o.run.steps = 2;
-      o.layout = Layout(2, 1, 1);
-      o.layout.set_bucket_bytes(4096);
-      o.micro_batch_size = 4;  // one per replica
-      o.rank = r;
+      o.plan = PlannedRank(Layout(2, 1, 1), o.run.batch, 4, r);  // one micro-batch per replica
+      o.plan.mutable_layout()->set_bucket_bytes(4096);
       auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
       status[r] = t.status();
       if (!t.ok()) return;
@@ -395,9 +392,8 @@ TEST(ParallelTrainer, DataParallelOverTwoHostsIsHierarchicalWithTheFlatRingsLoss
       ParallelTrainingOptions o;
       o.run = Base();
       o.run.steps = 3;
-      o.layout = Layout(4, 1, 1);
-      o.layout.set_bucket_bytes(64 << 10);
-      o.micro_batch_size = 2;  // one per replica
+      o.plan = PlannedRank(Layout(4, 1, 1), o.run.batch, 2);  // one micro-batch per replica
+      o.plan.mutable_layout()->set_bucket_bytes(64 << 10);
       o.rank_hosts = hosts;
       return o;
     });
@@ -421,8 +417,7 @@ TEST(ParallelTrainer, DataParallelOverTwoHostsIsHierarchicalWithTheFlatRingsLoss
   auto backend = RankBackend();
   ParallelTrainingOptions o;
   o.run = Base();
-  o.layout = Layout(4, 1, 1);
-  o.micro_batch_size = 2;
+  o.plan = PlannedRank(Layout(4, 1, 1), o.run.batch, 2);
   o.rank_hosts = {"10.0.0.1", "10.0.0.2"};
   auto t = ParallelTrainer::Create(backend.get(), hub.transport(0), o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
@@ -441,9 +436,7 @@ TEST(ParallelTrainer, APeerThatDiesFailsTheOthersNamingIt) {
       ParallelTrainingOptions o;
       o.run = Base();
       o.run.steps = 50;
-      o.layout = Layout(2, 2, 1);
-      o.micro_batch_size = 4;  // one per replica
-      o.rank = r;
+      o.plan = PlannedRank(Layout(2, 2, 1), o.run.batch, 4, r);  // one micro-batch per replica
       o.comm_timeout = absl::Seconds(20);
       auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
       status[r] = t.status();
@@ -707,45 +700,19 @@ TEST(ParallelTrainer, DamagedNewestStepResumesFromThePreviousAndSaysSo) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/damaged-step_00000010/" + damaged));
 }
 
-TEST(ParallelTrainer, BadLayoutArithmeticIsNamed) {
+// The trainer trusts its RankPlan and checks what only its process holds: the transport it was
+// given is the plan's rank of the plan's size.
+TEST(ParallelTrainer, ATransportOfAnotherSizeThanThePlanIsInvalidArgument) {
   comm::InprocHub hub(3);
   auto backend = RankBackend();
   ParallelTrainingOptions o;
   o.run = Base();
-  o.layout = Layout(3, 1, 1);
-  o.micro_batch_size = 1;
-  auto t = ParallelTrainer::Create(backend.get(), hub.transport(0), o);
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(t.status().message().find("batch=8 is not divisible by dp=3"), std::string::npos)
-      << t.status();
-}
-
-// The plan decides every default: what it did not set, the trainer names instead of guessing.
-TEST(ParallelTrainer, UnplannedLayoutIsInvalidArgumentNamingEveryUnsetField) {
-  comm::InprocHub hub(2);
-  auto backend = RankBackend();
-  ParallelTrainingOptions o;
-  o.run = Base();
-  o.layout.set_dp(2);
+  o.plan = PlannedRank(Layout(2, 1, 1), o.run.batch, 4);
   auto t = ParallelTrainer::Create(backend.get(), hub.transport(0), o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(t.status().message(),
-            "parallel.pp=0 is unset; parallel.tp=0 is unset; parallel.virtual_stages=0 is unset; "
-            "parallel.bucket_bytes=0 is unset; micro_batch_size=0 is unset; parallel.schedule "
-            "is unset: the job plan (plan::MakeJobPlan) sets every field, the trainer assumes "
-            "none");
-  o.layout = Layout(2, 1, 1);
-  o.layout.set_schedule("zigzag");
-  o.micro_batch_size = 4;
-  EXPECT_EQ(CheckPlannedLayout(o.layout, o.micro_batch_size).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(CheckPlannedLayout(o.layout, o.micro_batch_size)
-                .status()
-                .message()
-                .find("parallel.schedule: "),
-            std::string::npos);
-  o.layout.set_schedule("zb-h1");
-  EXPECT_EQ(*CheckPlannedLayout(o.layout, o.micro_batch_size), ScheduleKind::kZeroBubbleH1);
+            "the transport has rank 0 of 3 but the trainer was given rank 0 of dp=2 pp=1 tp=1 (2 "
+            "ranks)");
 }
 
 }  // namespace

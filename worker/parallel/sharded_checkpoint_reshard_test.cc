@@ -22,6 +22,7 @@
 #include "worker/comm/inproc/inproc_transport.h"
 #include "worker/local_trainer.h"
 #include "worker/parallel/parallel_trainer.h"
+#include "worker/parallel/threaded_ranks.h"
 #include "worker/testing/test_device.h"
 #include "worker/testing/text_corpus.h"
 
@@ -77,21 +78,23 @@ std::vector<double> RunJob(const Layout& l, const std::function<void(TrainingRun
       ParallelTrainingOptions o;
       o.run = Base();
       adjust(o.run);
-      o.layout.set_dp(l.dp);
-      o.layout.set_pp(l.pp);
-      o.layout.set_tp(l.tp);
-      o.layout.set_schedule(pipeline::ScheduleName(l.schedule));
-      o.layout.set_virtual_stages(l.v);
-      o.layout.set_bucket_bytes(4096);
-      o.layout.set_zero1(l.zero1);
-      o.rank = r;
+      ParallelLayout layout;
+      layout.set_dp(l.dp);
+      layout.set_pp(l.pp);
+      layout.set_tp(l.tp);
+      layout.set_schedule(pipeline::ScheduleName(l.schedule));
+      layout.set_virtual_stages(l.v);
+      layout.set_bucket_bytes(4096);
+      layout.set_zero1(l.zero1);
+      o.plan = PlannedRank(layout, o.run.batch, 1, r);
       if (!l.cut.empty()) {  // this rank's stage's layers, as the job plan's stages give them
         const int stage = r / l.tp % l.pp;
         int first = 0;
         for (int s = 0; s < stage; ++s) first += l.cut[s];
-        o.chunks = {{first, l.cut[stage]}};
+        LayerRange& chunk = *o.plan.add_chunks();
+        chunk.set_first_layer(first);
+        chunk.set_num_layers(l.cut[stage]);
       }
-      o.micro_batch_size = 1;
       o.comm_timeout = absl::Seconds(30);
       auto t = ParallelTrainer::Create(backend.get(), hub.transport(r), o);
       ASSERT_TRUE(t.ok()) << l.Name() << " rank " << r << ": " << t.status();

@@ -22,6 +22,7 @@
 #include "kernels/backend.h"
 #include "worker/comm/inproc/inproc_transport.h"
 #include "worker/parallel/parallel_trainer.h"
+#include "worker/parallel/threaded_ranks.h"
 #include "worker/testing/text_corpus.h"
 
 ABSL_FLAG(int, steps, 20, "steps per run");
@@ -69,15 +70,15 @@ absl::StatusOr<Measured> RunOnce(const Config& config, const std::string& data) 
       o.run.batch = 12;
       o.run.seq = 128;
       o.run.seed = 1337;
-      o.layout.set_dp(1);
-      o.layout.set_pp(2);
-      o.layout.set_tp(2);
-      o.layout.set_schedule("1f1b");
-      o.layout.set_virtual_stages(1);
-      o.layout.set_bucket_bytes(25 << 20);
-      o.micro_batch_size = 3;
+      ParallelLayout layout;
+      layout.set_dp(1);
+      layout.set_pp(2);
+      layout.set_tp(2);
+      layout.set_schedule("1f1b");
+      layout.set_virtual_stages(1);
+      layout.set_bucket_bytes(25 << 20);
+      o.plan = PlannedRank(layout, o.run.batch, 3, r);
       o.staging_chunk_bytes = config.chunk_bytes;
-      o.rank = r;
       absl::StatusOr<std::unique_ptr<ParallelTrainer>> trainer =
           ParallelTrainer::Create(backend->get(), hub.transport(r), o);
       if (!trainer.ok()) {

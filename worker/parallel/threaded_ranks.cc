@@ -2,7 +2,10 @@
 
 #include <thread>
 
+#include <algorithm>
+
 #include "kernels/backend.h"
+#include "plan/spec_enums.h"
 
 namespace dtrain::parallel {
 
@@ -13,15 +16,26 @@ ParallelTrainingOptions PipelineOptions(const PipelineJob& job) {
   o.run.steps = job.steps;
   o.run.batch = job.micro_batches;
   o.run.seq = job.seq;
-  o.layout.set_dp(1);
-  o.layout.set_pp(job.stages);
-  o.layout.set_tp(1);
-  o.layout.set_schedule(job.schedule);
-  o.layout.set_virtual_stages(job.virtual_stages);
-  o.layout.set_bucket_bytes(1 << 20);  // unused: dp = 1 reduces no gradients
-  o.micro_batch_size = 1;
+  ParallelLayout layout;
+  layout.set_dp(1);
+  layout.set_pp(job.stages);
+  layout.set_tp(1);
+  layout.set_schedule(job.schedule);
+  layout.set_virtual_stages(job.virtual_stages);
+  layout.set_bucket_bytes(1 << 20);  // unused: dp = 1 reduces no gradients
+  o.plan = PlannedRank(layout, job.micro_batches, 1);
   o.execution = job.execution;
   return o;
+}
+
+RankPlan PlannedRank(const ParallelLayout& layout, int batch, int micro_batch_size, int rank) {
+  RankPlan plan;
+  plan.set_rank(rank);
+  *plan.mutable_layout() = layout;
+  plan.set_schedule(plan::ParseSchedule(layout.schedule()).value_or(SCHEDULE_UNSPECIFIED));
+  plan.set_micro_batch_size(micro_batch_size);
+  plan.set_micro_batches(batch / std::max(1, layout.dp()) / std::max(1, micro_batch_size));
+  return plan;
 }
 
 absl::StatusOr<std::vector<RankRun>> TrainRanksOnThreads(
@@ -39,7 +53,7 @@ absl::StatusOr<std::vector<RankRun>> TrainRanksOnThreads(
         return;
       }
       ParallelTrainingOptions o = options(r);
-      o.rank = r;
+      o.plan.set_rank(r);
       auto trainer = ParallelTrainer::Create(backend->get(), transports[r], o);
       if (!trainer.ok()) {
         status[r] = trainer.status();

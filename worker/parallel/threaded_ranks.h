@@ -44,7 +44,13 @@ struct PipelineJob {
 };
 ParallelTrainingOptions PipelineOptions(const PipelineJob& job);
 
-// `options(rank)` for each rank of `transports` (options.rank is set here). The first rank's
+// What a job plan gives rank `rank` of `layout` (a layout with every field set; its schedule's
+// text parsed by plan/spec_enums.h) for a batch of `batch` sequences in micro-batches of
+// `micro_batch_size`, chunks left empty (n_layer split evenly): for the tests and benchmarks
+// that make trainers without a JobSpec.
+RankPlan PlannedRank(const ParallelLayout& layout, int batch, int micro_batch_size, int rank = 0);
+
+// `options(rank)` for each rank of `transports` (options.plan's rank is set here). The first rank's
 // error, if any.
 absl::StatusOr<std::vector<RankRun>> TrainRanksOnThreads(
     const std::vector<comm::Transport*>& transports,
