@@ -9,9 +9,9 @@ import re
 import signal
 import time
 
-from harness import Cluster, expect, losses, small_job_spec
-from recovery_cases import (FINAL, LOSS_RTOL, compare, one_recovery, recovery_spec, run_reference,
-                            start, wait_sealed)
+from harness import Cluster, expect, latest_step, losses, small_job_spec
+from recovery_cases import (FINAL, LOSS_RTOL, compare, one_recovery, phases, recovery_spec,
+                            run_reference, start, wait_sealed)
 
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) dtrain-worker\[")
 
@@ -112,3 +112,84 @@ def case_hierarchical_dp_on_two_hosts(args):
                "[2, 2, 3, 3] (the hierarchy's)" % connected)
         print("dp=4 on 2 hosts: hierarchical (peers %s), losses within %.2g of one worker's"
               % (connected, worst))
+# Kills of the same-host stop case (case_shm_peer_killed_stops_fast); DTRAIN_STOP_KILLS more to
+# hunt a slow path by hand.
+STOP_KILLS = int(os.environ.get("DTRAIN_STOP_KILLS", "3"))
+# The survivor's stop, bounded: a killed peer fails its receives at once (a broken stream, or
+# the coordinator's cancel), far below the comm timeout (60 s); room for a loaded 2-core machine.
+STOP_BOUND_S = 5.0
+
+
+def await_unpublished_rank1(job_dir, timeout=10):
+    """Returns once the newest step in `job_dir` has rank 0's entries and not yet rank 1's
+    (rank 0 waits for them to seal it; 2 of 3 such kills of rank 1 left rank 0 waiting its comm
+    timeout before the seal watched its peers), or after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            steps = sorted(d for d in os.listdir(job_dir) if d.startswith("step_"))
+        except OSError:
+            steps = []
+        if steps:
+            have = lambda r: os.path.exists(os.path.join(job_dir, steps[-1],
+                                                         "rank-%05d.entries.json" % r))
+            if have(0) and not have(1):
+                return
+        time.sleep(0.001)
+
+
+def case_shm_peer_killed_stops_fast(args):
+    """pp=2 on 2 workers of this host (shared memory) plus a spare, full-speed steps, a
+    checkpoint every step: kill -9 of rank 1 while rank 0 waits for its part of a checkpoint
+    (await_unpublished_rank1), of rank 0 mid-step, alternately, STOP_KILLS times, a fresh
+    worker joining as the next spare after each: every time the
+    recovery's stop and place phases (which wait for the surviving rank to stop its run) take
+    under STOP_BOUND_S together, and that rank's worker logs the run's end within a lease plus
+    STOP_BOUND_S of the kill: nothing waits for the comm timeout (60 s)."""
+    with Cluster(args.binaries, "shm_peer_killed_stops_fast") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_idle_workers(["w1", "w2", "w3"])
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), steps=100000, interval=1,
+                             name="stopfast", parallel={"pp": 2},
+                             fault_tolerance={"max_restarts": STOP_KILLS + 1,
+                                              "on_worker_loss": "wait", "wait_for": "90s"})
+        job_id = c.submit(c.write_spec("stopfast.json", spec))
+        stops = []
+        for i in range(STOP_KILLS):
+            job = c.wait_job(job_id, lambda j: j.get("state") == "RUNNING" and
+                             len(j.get("recoveries", [])) == i, 60, "running after %d kills" % i)
+            job = c.wait_step(job_id, latest_step(job) + 3, 60)
+            ranks = [r["worker_id"] for r in job["placement"]["ranks"]]
+            victim, survivor = ranks[(i + 1) % 2], ranks[i % 2]
+            if victim == ranks[1]:
+                await_unpublished_rank1(os.path.join(c.tmp, "ckpt", job_id))
+            else:
+                time.sleep(0.011 * (i % 7))  # somewhere else in a step
+            killed_at = datetime.datetime.now()
+            c.workers[victim].signal(signal.SIGKILL)
+            done = c.wait_job(job_id, lambda j: len(j.get("recoveries", [])) > i and
+                              j["recoveries"][i].get("done") or j.get("state") in FINAL, 90,
+                              "recovery %d done" % (i + 1))
+            expect(done["state"] not in FINAL, "after kill %d: %s: %s"
+                   % (i + 1, done["state"], done.get("reason")))
+            r = done["recoveries"][i]
+            hit = logged_after(c.workers[survivor], killed_at,
+                               r"job %s (failed|stopped):" % re.escape(job_id))
+            expect(hit is not None, "%s logged no end of its run after the kill" % survivor)
+            # The stop phase ends after at most a lease even if the survivor still runs; the
+            # placement then waits for it ("wait": the layout needs it and the spare).
+            waited = sum(int(r.get(k, 0) or 0) for k in ("stop_ms", "place_ms")) / 1000.0
+            stops.append(hit[0])
+            print("kill %d of %s (rank %d) after step %s: %s stopped %.2fs later; %s"
+                  % (i + 1, victim, (i + 1) % 2, r.get("last_step"), survivor, hit[0], phases(r)))
+            # (A survivor that did not see the death itself is stopped once the lease expires.)
+            expect(hit[0] < c.lease_s + STOP_BOUND_S and waited < STOP_BOUND_S,
+                   "kill %d of %s: %s stopped %.2fs later, stop + place %.2fs (bounds %gs, %gs): "
+                   "%s" % (i + 1, victim, survivor, hit[0], waited, c.lease_s + STOP_BOUND_S,
+                           STOP_BOUND_S, hit[1]))
+            c.start_idle_workers(["s%d" % (i + 1)])  # a fresh spare: the victim failed once
+        rc, _, err = c.cli("cancel", job_id)
+        expect(rc == 0, "cancel: %s" % err)
+        print("%d kills: the survivor stopped after %s s"
+              % (len(stops), ", ".join("%.2f" % s for s in stops)))

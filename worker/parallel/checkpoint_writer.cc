@@ -24,6 +24,9 @@ namespace {
 
 // How often rank 0 looks for the other ranks' entries while it waits.
 constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
+// Rank 0 of a stopped run: how long it still waits for the other ranks' entries of the step in
+// flight (a recovery's stop phase waits for it).
+constexpr absl::Duration kStoppedSealGrace = absl::Seconds(1);
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
@@ -265,16 +268,31 @@ absl::StatusOr<CheckpointWriter::RankEntries> CheckpointWriter::AwaitEntries(
       --missing;
     }
     if (missing == 0) break;
-    absl::MutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
-    if (now >= std::min(deadline, abandon_at_)) {
+    auto cannot_seal = [&] {
       std::vector<int> late;
       for (int r = 0; r < n; ++r) {
         if (!have[r]) late.push_back(r);
       }
-      const std::string what = absl::StrCat(
-          "checkpoint step ", step, ": rank 0 cannot seal ", step_dir.path(),
-          ": no entries from rank", late.size() > 1 ? "s " : " ", absl::StrJoin(late, ", "));
+      return absl::StrCat("checkpoint step ", step, ": rank 0 cannot seal ", step_dir.path(),
+                          ": no entries from rank", late.size() > 1 ? "s " : " ",
+                          absl::StrJoin(late, ", "));
+    };
+    // A rank that died writes nothing more: not a wait of seal_timeout, which would hold the
+    // training thread (its next Submit, or a stopped run's last Finish, joins this one).
+    if (options_.peers_failed) {
+      absl::Status gone = options_.peers_failed();
+      if (absl::IsCancelled(gone)) {
+        // This rank was stopped (its transport shut down): the other ranks are stopped too and
+        // publish at once if they are alive; a dead one is no longer told apart.
+        Abandon(kStoppedSealGrace);
+      } else if (!gone.ok()) {
+        return absl::Status(gone.code(), absl::StrCat(cannot_seal(), ": ", gone.message()));
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    if (now >= std::min(deadline, abandon_at_)) {
+      const std::string what = cannot_seal();
       if (now >= abandon_at_) {
         return absl::AbortedError(absl::StrCat(what,
                                                " before the run ended; `latest` still "

@@ -13,7 +13,8 @@
 //      rank, rank 0 included, ever reads a shard back),
 //   2. publishes this rank's entries, durably: DIR/step_N/rank-00003.entries.json
 //      (dtrain.CheckpointRankEntries, with the run token),
-//   3. on rank 0 only: waits, at most options.seal_timeout, until every rank of the run has
+//   3. on rank 0 only: waits, at most options.seal_timeout (and no longer than every other rank
+//      is alive: options.peers_failed), until every rank of the run has
 //      published its entries of step N, then seals the step with all of them (options.seal:
 //      SealStep writes manifest.json, then moves `latest`), then deletes the sealed steps
 //      beyond options.keep_last (model::PruneSealedSteps).
@@ -68,6 +69,10 @@ struct CheckpointWriterOptions {
   std::string run_token;
   // Rank 0: how long to wait for the other ranks' entries once its own are written.
   absl::Duration seal_timeout = absl::Seconds(60);
+  // Rank 0, asked while it waits for the other ranks' entries (when set): a non-OK status (a
+  // rank gone) ends the wait with that error, since its entries will never come; Cancelled
+  // (this rank's transport shut down: the run is being stopped) shortens it to a second.
+  std::function<absl::Status()> peers_failed;
   // Rank 0: seals `step` from every rank's entries (manifest, then `latest`) in `dir`, the
   // job directory the writer holds.
   std::function<absl::Status(const model::HeldDirectory& dir, int64_t step,

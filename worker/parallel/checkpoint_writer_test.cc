@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -234,6 +235,47 @@ TEST(CheckpointWriter, AbandonStopsRankZeroWaitingAtOnce) {
   absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(done.status().message(), HasSubstr("no entries from rank 1 before the run ended"));
+  EXPECT_EQ(Latest(dir), "(none)");
+}
+
+TEST(CheckpointWriter, ADeadRankStopsRankZeroWaitingAtOnce) {
+  // Rank 1 died before publishing step 4: the next Submit (which joins step 4 on the training
+  // thread) fails with the peer's error at once, not after the seal timeout.
+  const std::string dir = FreshDir("dead_rank");
+  Sealer sealer{dir};
+  std::atomic<bool> dead{false};
+  CheckpointWriterOptions o = Options(dir, 0, 2, &sealer);  // 10 s seal timeout
+  o.peers_failed = [&dead] {
+    return dead ? absl::UnavailableError("rank 1 (worker w2 at 10.0.0.2:7070): its stream broke")
+                : absl::OkStatus();
+  };
+  CheckpointWriter rank0(o);
+  ASSERT_TRUE(rank0.Submit(4, FilesOf(0, 4), 0.0).ok());
+  absl::SleepFor(absl::Milliseconds(20));
+  const auto start = std::chrono::steady_clock::now();
+  dead = true;
+  absl::Status next = rank0.Submit(8, FilesOf(0, 8), 0.0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(next.code(), absl::StatusCode::kUnavailable) << next;
+  EXPECT_THAT(next.message(), HasSubstr("step 4: rank 0 cannot seal"));
+  EXPECT_THAT(next.message(), HasSubstr("no entries from rank 1: rank 1 (worker w2 at"));
+  EXPECT_EQ(Latest(dir), "(none)");
+}
+
+TEST(CheckpointWriter, AStoppedRankZeroWaitsForTheOthersOnlyASecond) {
+  // This rank's transport was shut down (Cancelled): a live peer publishes within moments, a
+  // dead one never, and the two are no longer told apart.
+  const std::string dir = FreshDir("stopped_rank");
+  Sealer sealer{dir};
+  CheckpointWriterOptions o = Options(dir, 0, 2, &sealer);  // 10 s seal timeout
+  o.peers_failed = [] { return absl::CancelledError("rank 0's transport was shut down"); };
+  CheckpointWriter rank0(o);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(rank0.Submit(4, FilesOf(0, 4), 0.0).ok());
+  absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted) << done.status();
   EXPECT_THAT(done.status().message(), HasSubstr("no entries from rank 1 before the run ended"));
   EXPECT_EQ(Latest(dir), "(none)");
 }
