@@ -68,18 +68,17 @@ absl::flat_hash_map<std::string, HostShare> WorkerRegistry::HostSharesLocked() c
   return hosts;
 }
 
-int64_t WorkerRegistry::IdleMemory(const Record& r,
-                                   const absl::flat_hash_map<std::string, HostShare>& hosts) {
+int64_t WorkerRegistry::MemoryOf(const Record& r,
+                                 const absl::flat_hash_map<std::string, HostShare>& hosts) {
   if (r.lost || !SharesHostMemory(r.info)) return r.info.device().memory_bytes();
-  return MemoryShare(r.info.offered_memory_bytes(), hosts.at(r.info.host_id()), /*idle=*/true);
+  return MemoryShare(r.info.offered_memory_bytes(), hosts.at(r.info.host_id()),
+                     r.info.job_id().empty());
 }
 
 WorkerInfo WorkerRegistry::WithShare(const Record& r,
                                      const absl::flat_hash_map<std::string, HostShare>& hosts) {
   WorkerInfo info = r.info;
-  if (r.lost || !SharesHostMemory(info)) return info;
-  info.mutable_device()->set_memory_bytes(
-      MemoryShare(info.offered_memory_bytes(), hosts.at(info.host_id()), info.job_id().empty()));
+  info.mutable_device()->set_memory_bytes(MemoryOf(r, hosts));
   return info;
 }
 
@@ -491,8 +490,9 @@ std::vector<plan::Candidate> WorkerRegistry::IdleCandidates() const {
   if (!shares) return idle;
   // Rare at this size (CPU workers that said which host they share): a second pass.
   const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
-  for (plan::Candidate& c : idle)
-    c.memory_bytes = IdleMemory(workers_.at(c.worker->worker_id()), hosts);
+  for (plan::Candidate& c : idle) {
+    c.memory_bytes = MemoryOf(workers_.at(c.worker->worker_id()), hosts);
+  }
   return idle;
 }
 
@@ -514,14 +514,41 @@ WorkerCounts WorkerRegistry::Counts() const {
 }
 
 std::vector<WorkerInfo> WorkerRegistry::List() const {
-  std::vector<WorkerInfo> all;
+  // Under the mutex only what changed since each registration (a few words a worker); the
+  // WorkerInfo messages (50,000 copies at full scale: a second of heartbeats held up when
+  // they were made under it) are built after.
+  struct Current {
+    std::shared_ptr<const WorkerInfo> registered;
+    WorkerState state;
+    std::string job_id;
+    int64_t last_heartbeat_unix_ms;
+    bool draining;
+    int64_t memory_bytes;
+  };
+  std::vector<Current> current;
   {
     absl::MutexLock lock(&mu_);
     const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
-    for (const auto& [id, r] : workers_) all.push_back(Listed(r, WithShare(r, hosts)));
+    current.reserve(workers_.size());
+    for (const auto& [id, r] : workers_) {
+      current.push_back(Current{r.registered, ListedState(r), r.info.job_id(),
+                                r.info.last_heartbeat_unix_ms(), r.info.draining(),
+                                MemoryOf(r, hosts)});
+    }
   }
-  std::sort(all.begin(), all.end(),
-            [](const WorkerInfo& a, const WorkerInfo& b) { return a.worker_id() < b.worker_id(); });
+  std::sort(current.begin(), current.end(), [](const Current& a, const Current& b) {
+    return a.registered->worker_id() < b.registered->worker_id();
+  });
+  std::vector<WorkerInfo> all;
+  all.reserve(current.size());
+  for (const Current& c : current) {
+    WorkerInfo& info = all.emplace_back(*c.registered);
+    info.set_state(c.state);
+    info.set_job_id(c.job_id);
+    info.set_last_heartbeat_unix_ms(c.last_heartbeat_unix_ms);
+    info.set_draining(c.draining);
+    info.mutable_device()->set_memory_bytes(c.memory_bytes);
+  }
   return all;
 }
 
@@ -532,8 +559,12 @@ std::string WorkerRegistry::JobOf(const std::string& worker_id) const {
   return it->second.info.job_id();
 }
 
+WorkerState WorkerRegistry::ListedState(const Record& r) {
+  return r.draining && !r.lost && r.info.job_id().empty() ? DRAINED : r.info.state();
+}
+
 WorkerInfo WorkerRegistry::Listed(const Record& r, WorkerInfo info) {
-  if (r.draining && !r.lost && info.job_id().empty()) info.set_state(DRAINED);
+  info.set_state(ListedState(r));
   return info;
 }
 

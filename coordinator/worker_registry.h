@@ -240,12 +240,14 @@ class WorkerRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static WorkerInfo WithShare(const Record& r,
                               const absl::flat_hash_map<std::string, HostShare>& hosts);
-  // The memory an idle `r` may be given (what WithShare sets as device.memory_bytes).
-  static int64_t IdleMemory(const Record& r,
-                            const absl::flat_hash_map<std::string, HostShare>& hosts);
+  // The memory `r` may be given (what WithShare sets as device.memory_bytes): its MemoryShare
+  // for a live CPU worker with a host id, else what it offered.
+  static int64_t MemoryOf(const Record& r,
+                          const absl::flat_hash_map<std::string, HostShare>& hosts);
   static void SetJob(Record& r, const std::string& job_id);
   // `info` (r.info, or WithShare's) with its listed state (DRAINED for a drained idle worker).
   static WorkerInfo Listed(const Record& r, WorkerInfo info);
+  static WorkerState ListedState(const Record& r);
   // Observes the process working at `now`; after a pause, a lease of grace for every worker.
   void NoticePauseLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLocked(const HeartbeatRequest& request, absl::Time now, HeartbeatResult* result,
