@@ -27,11 +27,21 @@ struct HostGroup {
   size_t next = 0;                        // first worker not yet taken
   bool sorted = false;
   size_t left() const { return workers.size() - next; }
-  void Sort() {
-    if (sorted) return;
+  // Sorts the workers once the host is used, and checks that their host numbers stood for one
+  // label (a caller's mistake would otherwise put tp groups across hosts unseen).
+  absl::Status Sort() {
+    if (sorted) return absl::OkStatus();
+    for (const Candidate* w : workers) {
+      if (w->worker->host_label() != *label) {
+        return absl::InvalidArgumentError(absl::StrCat("host number ", w->host,
+                                                       " stands for host labels \"", *label,
+                                                       "\" and \"", w->worker->host_label(), "\""));
+      }
+    }
     std::sort(workers.begin(), workers.end(),
               [](const Candidate* a, const Candidate* b) { return Id(a) < Id(b); });
     sorted = true;
+    return absl::OkStatus();
   }
 };
 
@@ -169,7 +179,7 @@ absl::StatusOr<PlacementResult> PlaceJobOnCandidates(const JobPlan& plan,
   for (HostGroup& host : hosts) {
     if (static_cast<int64_t>(taken.size()) == needed) break;
     while (host.left() >= static_cast<size_t>(tp) && static_cast<int64_t>(taken.size()) < needed) {
-      host.Sort();
+      RETURN_IF_ERROR(host.Sort());
       taken.insert(taken.end(), host.workers.begin() + host.next,
                    host.workers.begin() + host.next + tp);
       host.next += tp;
@@ -178,7 +188,7 @@ absl::StatusOr<PlacementResult> PlaceJobOnCandidates(const JobPlan& plan,
   // Pass 2: the rest from leftovers, host order kept so a group spans as few hosts as it can.
   for (HostGroup& host : hosts) {
     if (static_cast<int64_t>(taken.size()) == needed) break;
-    host.Sort();
+    RETURN_IF_ERROR(host.Sort());
     const size_t n = std::min<size_t>(host.left(), needed - taken.size());
     taken.insert(taken.end(), host.workers.begin() + host.next,
                  host.workers.begin() + host.next + n);

@@ -296,5 +296,13 @@ TEST(PlaceJob, ACandidatesMemoryIsWhatItMayBeGivenNotWhatItOffered) {
   EXPECT_EQ(PlaceJobOnCandidates(plan, idle).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+TEST(PlaceJob, CandidatesWhoseHostNumberStandsForTwoLabelsAreRefused) {
+  std::vector<Candidate> idle = Candidates(Workers(4, 2));
+  for (Candidate& c : idle) c.host = 0;  // host000 and host001 under one number
+  absl::StatusOr<PlacementResult> r = PlaceJobOnCandidates(Spec(4, 1, 2, 2), idle);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("host number 0 stands for host labels"));
+}
+
 }  // namespace
 }  // namespace dtrain::plan
