@@ -672,7 +672,7 @@ int64_t JobManager::EndPhase(ActiveJob& job) {
   return std::max<int64_t>(ms, 0);
 }
 
-void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
+void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<plan::Candidate>* idle,
                                  WorkerCounts* counts) {
   Recovery* r = OpenRecovery(job);
   if (r == nullptr) return;
@@ -697,9 +697,10 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle,
   // Place phase: the same layout on idle workers, or fewer replicas ("shrink"), or wait.
   absl::flat_hash_set<std::string> excluded = WorkersFailedTwice(job.recoveries);
   if (!r->replaced_worker().empty()) excluded.insert(r->replaced_worker());  // the straggler
-  std::vector<WorkerInfo> candidates;
-  for (const WorkerInfo& w : *idle) {
-    if (DeviceFits(job.spec.device(), w.device().kind()) && !excluded.contains(w.worker_id())) {
+  std::vector<plan::Candidate> candidates;
+  for (const plan::Candidate& w : *idle) {
+    if (DeviceFits(job.spec.device(), w.worker->device().kind()) &&
+        !excluded.contains(w.worker->worker_id())) {
       candidates.push_back(w);
     }
   }
@@ -874,24 +875,24 @@ void JobManager::RunSchedulerPass() {
   for (const ActiveJob* job : queued) {
     smallest = std::min(smallest, plan::WorkersNeeded(job->spec.parallel()));
   }
-  // Copy the idle workers only when some job can use them. Recovering jobs go first: they
-  // hold checkpoints and their users' time.
-  std::vector<WorkerInfo> idle;
-  if (!recovering.empty() || counts.idle >= smallest) idle = registry_.IdleWorkers();
+  // The idle workers (shared, not copied) only when some job can use them. Recovering jobs go
+  // first: they hold checkpoints and their users' time.
+  std::vector<plan::Candidate> idle;
+  if (!recovering.empty() || counts.idle >= smallest) idle = registry_.IdleCandidates();
   for (ActiveJob* job : recovering) AdvanceRecovery(*job, &idle, &counts);
   // Submission order; a job that does not fit does not hold back smaller ones behind it.
   for (ActiveJob* job : queued) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
     // The idle workers as they are when the job takes any device (no copy of 50,000 workers).
-    std::vector<WorkerInfo> filtered;
+    std::vector<plan::Candidate> filtered;
     const bool any_device =
         DeviceFits(job->spec.device(), "cpu") && DeviceFits(job->spec.device(), "cuda");
     if (!any_device) {
-      for (const WorkerInfo& w : idle) {
-        if (DeviceFits(job->spec.device(), w.device().kind())) filtered.push_back(w);
+      for (const plan::Candidate& w : idle) {
+        if (DeviceFits(job->spec.device(), w.worker->device().kind())) filtered.push_back(w);
       }
     }
-    const std::vector<WorkerInfo>& candidates = any_device ? idle : filtered;
+    const std::vector<plan::Candidate>& candidates = any_device ? idle : filtered;
     if (static_cast<int64_t>(candidates.size()) >= needed) {
       absl::Status status = Place(*job, job->spec, candidates, &idle, &counts);
       if (status.ok()) continue;
@@ -920,8 +921,8 @@ void JobManager::RunSchedulerPass() {
 }
 
 absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
-                               const std::vector<WorkerInfo>& candidates,
-                               std::vector<WorkerInfo>* idle, WorkerCounts* counts) {
+                               const std::vector<plan::Candidate>& candidates,
+                               std::vector<plan::Candidate>* idle, WorkerCounts* counts) {
   const absl::Time start = absl::Now();  // the real clock: this times computation
   // Planned from the stored spec (pure and bounded), once per spec (ActiveJob::plan): a spec an
   // older coordinator accepted that the plan now rejects fails with the plan's words
@@ -933,7 +934,7 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
     job.plan_spec = std::move(spec_key);
   }
   const JobPlan& job_plan = *job.plan;
-  absl::StatusOr<plan::PlacementResult> computed = plan::PlaceJob(job_plan, candidates);
+  absl::StatusOr<plan::PlacementResult> computed = plan::PlaceJobOnCandidates(job_plan, candidates);
   if (options_.metrics != nullptr) options_.metrics->PlacementComputed(absl::Now() - start);
   ASSIGN_OR_RETURN(plan::PlacementResult placed, std::move(computed));
   // Every run its own secret: a worker of an earlier run (or of another job) cannot open a
@@ -980,8 +981,9 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
   }
   // `candidates` may be *idle itself: it is not read after this.
   const absl::flat_hash_set<std::string> used(workers.begin(), workers.end());
-  idle->erase(std::remove_if(idle->begin(), idle->end(),
-                             [&](const WorkerInfo& w) { return used.contains(w.worker_id()); }),
+  idle->erase(std::remove_if(
+                  idle->begin(), idle->end(),
+                  [&](const plan::Candidate& w) { return used.contains(w.worker->worker_id()); }),
               idle->end());
   counts->idle -= static_cast<int>(workers.size());
   counts->busy += static_cast<int>(workers.size());

@@ -62,6 +62,7 @@
 #include "coordinator/policy/stragglers.h"
 #include "coordinator/worker_registry.h"
 #include "plan/job_plan.h"
+#include "plan/placement.h"
 #include "proto/coordinator.pb.h"
 
 namespace dtrain::coordinator {
@@ -340,7 +341,7 @@ class JobManager {
   void MaybeGrowBack(ActiveJob& job, int64_t sealed_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One scheduler step of a RECOVERING job: wait for the old ranks to stop, then place it on
   // `idle` (which loses the workers it takes), shrink it, wait, or fail it.
-  void AdvanceRecovery(ActiveJob& job, std::vector<WorkerInfo>* idle, WorkerCounts* counts)
+  void AdvanceRecovery(ActiveJob& job, std::vector<plan::Candidate>* idle, WorkerCounts* counts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The recovery in progress, or nullptr.
   static Recovery* OpenRecovery(ActiveJob& job);
@@ -361,8 +362,9 @@ class JobManager {
   // Places a queued job on `idle` workers (removing those it takes) and moves it to PLACING.
   // `candidates`: the idle workers that can run it (its device kind).
   // `spec`: the run's spec (job.spec, or a recovery's CurrentRunSpec or shrunk one).
-  absl::Status Place(ActiveJob& job, const JobSpec& spec, const std::vector<WorkerInfo>& candidates,
-                     std::vector<WorkerInfo>* idle, WorkerCounts* counts)
+  absl::Status Place(ActiveJob& job, const JobSpec& spec,
+                     const std::vector<plan::Candidate>& candidates,
+                     std::vector<plan::Candidate>* idle, WorkerCounts* counts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string WaitingReason(const JobSpec& spec, const WorkerCounts& counts);
   void Event(const std::string& job_id, const std::string& text, const LineSource& source = {})

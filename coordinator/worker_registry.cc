@@ -68,12 +68,17 @@ absl::flat_hash_map<std::string, HostShare> WorkerRegistry::HostSharesLocked() c
   return hosts;
 }
 
+int64_t WorkerRegistry::MemoryOf(const Record& r,
+                                 const absl::flat_hash_map<std::string, HostShare>& hosts) {
+  if (r.lost || !SharesHostMemory(r.info)) return r.info.device().memory_bytes();
+  return MemoryShare(r.info.offered_memory_bytes(), hosts.at(r.info.host_id()),
+                     r.info.job_id().empty());
+}
+
 WorkerInfo WorkerRegistry::WithShare(const Record& r,
                                      const absl::flat_hash_map<std::string, HostShare>& hosts) {
   WorkerInfo info = r.info;
-  if (r.lost || !SharesHostMemory(info)) return info;
-  info.mutable_device()->set_memory_bytes(
-      MemoryShare(info.offered_memory_bytes(), hosts.at(info.host_id()), info.job_id().empty()));
+  info.mutable_device()->set_memory_bytes(MemoryOf(r, hosts));
   return info;
 }
 
@@ -102,7 +107,18 @@ void WorkerRegistry::NoticePauseLocked(absl::Time now) {
     r.deadline = std::max(r.deadline, now + r.lease);
     if (r.dropped_since.has_value()) r.dropped_since = now;
     if (!r.acked && r.delivered_at != absl::InfinitePast()) r.delivered_at = now;
+    WatchLocked(r);
   }
+}
+
+void WorkerRegistry::WatchLocked(const Record& r) {
+  absl::Time at = r.deadline;
+  // Sweep's two waits, under Sweep's own conditions.
+  if (!r.info.job_id().empty() && !r.cancel_requested && !r.finishing_since.has_value()) {
+    if (r.acked && r.dropped_since.has_value()) at = std::min(at, *r.dropped_since + r.lease);
+    if (!r.acked && !r.pending.has_value()) at = std::min(at, r.delivered_at + r.lease);
+  }
+  next_check_ = std::min(next_check_, at);
 }
 
 std::optional<absl::Duration> WorkerRegistry::TakePause() {
@@ -136,10 +152,12 @@ absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
         absl::ToDoubleSeconds(now - absl::FromUnixMillis(it->second.info.last_heartbeat_unix_ms())),
         absl::ToDoubleSeconds(it->second.lease)));
   }
+  const bool counted = it != workers_.end() && !it->second.lost;  // in live_
   if (it == workers_.end()) {
     it = workers_.emplace(request.worker_id(), Record{}).first;
   }
   Record& r = it->second;
+  if (!counted) ++live_;
   result.new_session = !live || r.session_id != request.session_id();
   if (result.new_session) {
     if (!r.lost && !r.info.job_id().empty()) {
@@ -176,6 +194,11 @@ absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
     r.pending = *assign;
   }
   if (r.info.job_id().empty()) r.info.set_state(IDLE);
+  r.registered = std::make_shared<const WorkerInfo>(r.info);
+  WatchLocked(r);
+  r.host =
+      host_numbers_.try_emplace(request.host_label(), static_cast<uint32_t>(host_numbers_.size()))
+          .first->second;
   return result;
 }
 
@@ -207,6 +230,7 @@ void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time
   Record& r = it->second;
   r.lease = pace_.lease;
   r.deadline = now + r.lease;
+  WatchLocked(r);  // again below if it starts a wait
   if (max_rate_ > 0) response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(pace_.interval));
   r.info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
   r.running_job = request.running_job_id();
@@ -252,6 +276,7 @@ void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time
     r.pending.reset();
     r.delivered_at = now;
   }
+  WatchLocked(r);
 }
 
 absl::StatusOr<bool> WorkerRegistry::Report(const std::string& worker_id,
@@ -277,6 +302,7 @@ absl::StatusOr<bool> WorkerRegistry::Report(const std::string& worker_id,
                                                       " (the job was placed on it again)"));
   }
   r.deadline = now + r.lease;
+  WatchLocked(r);
   r.dropped_since.reset();
   if (r.acked) return false;
   r.acked = true;
@@ -338,6 +364,7 @@ absl::StatusOr<std::string> WorkerRegistry::Deregister(const std::string& worker
   }
   std::string job = it->second.info.job_id();
   workers_.erase(it);
+  --live_;
   return job;
 }
 
@@ -359,7 +386,13 @@ std::vector<WorkerFault> WorkerRegistry::Sweep(absl::Time now) {
   std::vector<WorkerFault> faults;
   absl::MutexLock lock(&mu_);
   NoticePauseLocked(now);
+  if (now <= next_check_) {
+    // No lease and no wait for a worker ends before next_check_: nothing to find.
+    pace_ = PaceFor(base_, live_, max_rate_);
+    return faults;
+  }
   int64_t live = 0;
+  next_check_ = absl::InfiniteFuture();
   for (auto& [id, r] : workers_) {
     if (r.lost) continue;
     ++live;
@@ -371,17 +404,21 @@ std::vector<WorkerFault> WorkerRegistry::Sweep(absl::Time now) {
       SetJob(r, "");
       r.lost = true;
       r.info.set_state(LOST);
+      --live;
       continue;
     }
-    if (r.info.job_id().empty() || r.cancel_requested || r.finishing_since.has_value()) continue;
-    if (r.acked && r.dropped_since.has_value() && now - *r.dropped_since > r.lease) {
-      faults.push_back(WorkerFault{WorkerFault::kDropped, id, r.info.job_id(), {}});
-      SetJob(r, "");
-    } else if (!r.acked && !r.pending.has_value() && now - r.delivered_at > r.lease) {
-      faults.push_back(WorkerFault{WorkerFault::kNotAccepted, id, r.info.job_id(), {}});
-      r.cancel_requested = true;  // in case it starts late
+    if (!r.info.job_id().empty() && !r.cancel_requested && !r.finishing_since.has_value()) {
+      if (r.acked && r.dropped_since.has_value() && now - *r.dropped_since > r.lease) {
+        faults.push_back(WorkerFault{WorkerFault::kDropped, id, r.info.job_id(), {}});
+        SetJob(r, "");
+      } else if (!r.acked && !r.pending.has_value() && now - r.delivered_at > r.lease) {
+        faults.push_back(WorkerFault{WorkerFault::kNotAccepted, id, r.info.job_id(), {}});
+        r.cancel_requested = true;  // in case it starts late
+      }
     }
+    WatchLocked(r);
   }
+  live_ = live;
   pace_ = PaceFor(base_, live, max_rate_);
   std::sort(faults.begin(), faults.end(),
             [](const WorkerFault& a, const WorkerFault& b) { return a.worker_id < b.worker_id; });
@@ -440,6 +477,25 @@ std::vector<WorkerInfo> WorkerRegistry::IdleWorkers() const {
   return idle;
 }
 
+std::vector<plan::Candidate> WorkerRegistry::IdleCandidates() const {
+  std::vector<plan::Candidate> idle;
+  absl::MutexLock lock(&mu_);
+  idle.reserve(workers_.size());
+  bool shares = false;  // some idle worker's memory is its share of its host's
+  for (const auto& [id, r] : workers_) {
+    if (r.lost || r.draining || !r.info.job_id().empty()) continue;
+    idle.push_back(plan::Candidate{r.registered, r.info.device().memory_bytes(), r.host});
+    shares = shares || SharesHostMemory(r.info);
+  }
+  if (!shares) return idle;
+  // Rare at this size (CPU workers that said which host they share): a second pass.
+  const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
+  for (plan::Candidate& c : idle) {
+    c.memory_bytes = MemoryOf(workers_.at(c.worker->worker_id()), hosts);
+  }
+  return idle;
+}
+
 WorkerCounts WorkerRegistry::Counts() const {
   WorkerCounts counts;
   absl::MutexLock lock(&mu_);
@@ -458,14 +514,41 @@ WorkerCounts WorkerRegistry::Counts() const {
 }
 
 std::vector<WorkerInfo> WorkerRegistry::List() const {
-  std::vector<WorkerInfo> all;
+  // Under the mutex only what changed since each registration (a few words a worker); the
+  // WorkerInfo messages (50,000 copies at full scale: a second of heartbeats held up when
+  // they were made under it) are built after.
+  struct Current {
+    std::shared_ptr<const WorkerInfo> registered;
+    WorkerState state;
+    std::string job_id;
+    int64_t last_heartbeat_unix_ms;
+    bool draining;
+    int64_t memory_bytes;
+  };
+  std::vector<Current> current;
   {
     absl::MutexLock lock(&mu_);
     const absl::flat_hash_map<std::string, HostShare> hosts = HostSharesLocked();
-    for (const auto& [id, r] : workers_) all.push_back(Listed(r, WithShare(r, hosts)));
+    current.reserve(workers_.size());
+    for (const auto& [id, r] : workers_) {
+      current.push_back(Current{r.registered, ListedState(r), r.info.job_id(),
+                                r.info.last_heartbeat_unix_ms(), r.info.draining(),
+                                MemoryOf(r, hosts)});
+    }
   }
-  std::sort(all.begin(), all.end(),
-            [](const WorkerInfo& a, const WorkerInfo& b) { return a.worker_id() < b.worker_id(); });
+  std::sort(current.begin(), current.end(), [](const Current& a, const Current& b) {
+    return a.registered->worker_id() < b.registered->worker_id();
+  });
+  std::vector<WorkerInfo> all;
+  all.reserve(current.size());
+  for (const Current& c : current) {
+    WorkerInfo& info = all.emplace_back(*c.registered);
+    info.set_state(c.state);
+    info.set_job_id(c.job_id);
+    info.set_last_heartbeat_unix_ms(c.last_heartbeat_unix_ms);
+    info.set_draining(c.draining);
+    info.mutable_device()->set_memory_bytes(c.memory_bytes);
+  }
   return all;
 }
 
@@ -476,8 +559,12 @@ std::string WorkerRegistry::JobOf(const std::string& worker_id) const {
   return it->second.info.job_id();
 }
 
+WorkerState WorkerRegistry::ListedState(const Record& r) {
+  return r.draining && !r.lost && r.info.job_id().empty() ? DRAINED : r.info.state();
+}
+
 WorkerInfo WorkerRegistry::Listed(const Record& r, WorkerInfo info) {
-  if (r.draining && !r.lost && info.job_id().empty()) info.set_state(DRAINED);
+  info.set_state(ListedState(r));
   return info;
 }
 

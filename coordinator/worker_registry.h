@@ -15,7 +15,10 @@
 // DRAINED instead of IDLE.
 //
 // Heartbeat is O(1) under one short hold of the registry mutex; every scan over all workers
-// (Sweep, IdleWorkers, Counts, List) runs on the scheduler's thread, not on heartbeats.
+// (Sweep, IdleCandidates, Counts, List) runs on the scheduler's thread, not on heartbeats, and
+// copies no worker under the mutex on the scheduler's path: each worker's registration is kept
+// as an immutable shared WorkerInfo (Record::registered) that IdleCandidates hands out by
+// pointer, so a pass over 50,000 idle workers holds the mutex for pointer copies only.
 // Time is a parameter (absl::Time now), so lease tests take no wall time.
 //
 // A pause of the coordinator's own process (pause_detector.h) is noticed at the first call
@@ -41,6 +44,7 @@
 #include "absl/types/span.h"
 #include "coordinator/heartbeat_pace.h"
 #include "coordinator/pause_detector.h"
+#include "plan/placement.h"
 #include "proto/coordinator.pb.h"
 
 namespace dtrain::coordinator {
@@ -168,15 +172,22 @@ class WorkerRegistry {
   // The worker as List shows it. NotFound for an unknown id.
   absl::StatusOr<WorkerInfo> Get(const std::string& worker_id) const;
 
-  // Marks workers whose lease ran out LOST and finds stuck assignments; O(workers).
+  // Marks workers whose lease ran out LOST and finds stuck assignments: O(workers) when a lease
+  // or a wait may have ended by `now`, O(1) before (the earliest such time is kept: most of the
+  // scheduler's passes at 50,000 workers then hold the mutex for a comparison, not a scan).
   std::vector<WorkerFault> Sweep(absl::Time now);
 
   // The pauses of this process noticed since the last call (their total length), once.
   std::optional<absl::Duration> TakePause();
 
   // Live idle workers, sorted by worker_id, each with its memory share (MemoryShare);
-  // O(workers).
+  // O(workers), each copied: for the rare scans (a spare for a straggler, growing back).
   std::vector<WorkerInfo> IdleWorkers() const;
+  // The same workers as placement reads them, in no particular order: each worker as it
+  // registered (shared, not copied: its state, job and heartbeat time are not current there)
+  // and the memory it may be given (memory_bytes: its MemoryShare). What the scheduler places
+  // with: O(workers) pointer copies under the mutex, no WorkerInfo copied.
+  std::vector<plan::Candidate> IdleCandidates() const;
   WorkerCounts Counts() const;
   // Live workers that `accept` takes and that, with nothing running on their host (MemoryShare,
   // not idle), have at least `bytes` (or do not say how much they have). O(workers) without
@@ -201,6 +212,10 @@ class WorkerRegistry {
  private:
   struct Record {
     WorkerInfo info;  // state, job_id and times kept current
+    // `info` as of its last registration, shared with the placements that read it
+    // (IdleCandidates); replaced, never changed, by the next registration.
+    std::shared_ptr<const WorkerInfo> registered;
+    uint32_t host = 0;  // its host label's number (host_numbers_)
     std::string session_id;
     absl::Time deadline;   // lease end
     absl::Duration lease;  // the lease of the pace it was last told (heartbeat_pace.h)
@@ -225,19 +240,34 @@ class WorkerRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static WorkerInfo WithShare(const Record& r,
                               const absl::flat_hash_map<std::string, HostShare>& hosts);
+  // The memory `r` may be given (what WithShare sets as device.memory_bytes): its MemoryShare
+  // for a live CPU worker with a host id, else what it offered.
+  static int64_t MemoryOf(const Record& r,
+                          const absl::flat_hash_map<std::string, HostShare>& hosts);
   static void SetJob(Record& r, const std::string& job_id);
   // `info` (r.info, or WithShare's) with its listed state (DRAINED for a drained idle worker).
   static WorkerInfo Listed(const Record& r, WorkerInfo info);
+  static WorkerState ListedState(const Record& r);
   // Observes the process working at `now`; after a pause, a lease of grace for every worker.
   void NoticePauseLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLocked(const HeartbeatRequest& request, absl::Time now, HeartbeatResult* result,
                        std::optional<Delivery>* delivery) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings next_check_ down to the first time Sweep may find something about `r`: its lease's
+  // end, and the end of its wait for a job it dropped or did not acknowledge. Called wherever
+  // those times are set.
+  void WatchLocked(const Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   HeartbeatPace base_ ABSL_GUARDED_BY(mu_);
   HeartbeatPace pace_ ABSL_GUARDED_BY(mu_);
   double max_rate_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no pacing, no interval in the answers
   absl::flat_hash_map<std::string, Record> workers_ ABSL_GUARDED_BY(mu_);
+  // Sweep scans every worker only after this (a lower bound of WatchLocked's times, made exact
+  // by each scan); live_ counts the workers not LOST, for the pace.
+  absl::Time next_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t live_ ABSL_GUARDED_BY(mu_) = 0;
+  // Every host label registered so far, numbered from 0 (plan::Candidate::host); never shrinks.
+  absl::flat_hash_map<std::string, uint32_t> host_numbers_ ABSL_GUARDED_BY(mu_);
   PauseDetector pauses_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Duration> paused_ ABSL_GUARDED_BY(mu_);  // not taken yet
 };

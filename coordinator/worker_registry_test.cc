@@ -1,7 +1,9 @@
 #include "coordinator/worker_registry.h"
 
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -424,6 +426,17 @@ TEST(WorkerRegistry, ANewSessionNamingTheLiveOneAsItsDeadPredecessorReplacesIt) 
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
+// A one-rank job on `worker` whose rank needs `bytes`.
+std::shared_ptr<const JobAssignment> OneRank(const std::string& job_id, const std::string& worker,
+                                             int64_t bytes) {
+  auto job = std::make_shared<JobAssignment>();
+  job->set_job_id(job_id);
+  RankAssignment* rank = job->mutable_placement()->add_ranks();
+  rank->set_worker_id(worker);
+  rank->set_memory_bytes(bytes);
+  return job;
+}
+
 RegisterWorkerRequest CpuOnHost(const std::string& id, const std::string& host_id,
                                 int64_t host_bytes, int64_t offered) {
   RegisterWorkerRequest r = Reg(id, id + "-s");
@@ -471,12 +484,7 @@ TEST(WorkerRegistry, CpuWorkersOfOneHostOfferNoMoreThanTheHostTogether) {
   EXPECT_GE(host1, 23 * kGiB - 5);
 
   // A rank of 10 GiB on "a": the other four share the 13 GiB left.
-  auto job = std::make_shared<JobAssignment>();
-  job->set_job_id("job-1");
-  RankAssignment* rank = job->mutable_placement()->add_ranks();
-  rank->set_worker_id("a");
-  rank->set_memory_bytes(10 * kGiB);
-  ASSERT_TRUE(reg.Assign(job, kT0).ok());
+  ASSERT_TRUE(reg.Assign(OneRank("job-1", "a", 10 * kGiB), kT0).ok());
   int64_t idle = 0;
   for (const WorkerInfo& w : reg.IdleWorkers()) {
     if (w.host_id() == "host-1") idle += w.device().memory_bytes();
@@ -510,6 +518,70 @@ TEST(WorkerRegistry, TheHeartbeatIntervalAndTheLeaseGrowWithTheCluster) {
   }
   EXPECT_THAT(reg.Sweep(kT0 + absl::Seconds(15)), IsEmpty());
   EXPECT_THAT(reg.Sweep(kT0 + absl::Seconds(21)), ::testing::SizeIs(4));
+}
+
+TEST(WorkerRegistry, IdleCandidatesAreTheIdleWorkersSharedNotCopied) {
+  WorkerRegistry reg(kLease);
+  for (const char* id : {"a", "b", "c", "d", "e"}) {
+    ASSERT_TRUE(reg.Register(CpuOnHost(id, "host-1", 23 * kGiB, 23 * kGiB), kT0).ok());
+  }
+  RegisterWorkerRequest x = CpuOnHost("x", "host-2", 8 * kGiB, 3 * kGiB);
+  x.set_host_label("h2");
+  ASSERT_TRUE(reg.Register(x, kT0).ok());
+  ASSERT_TRUE(reg.Assign(OneRank("job-1", "a", 10 * kGiB), kT0).ok());
+  ASSERT_TRUE(reg.SetDraining("b", true).ok());
+  // The same workers and memory as IdleWorkers (busy "a" and drained "b" left out).
+  std::map<std::string, int64_t> listed, candidates;
+  for (const WorkerInfo& w : reg.IdleWorkers()) listed[w.worker_id()] = w.device().memory_bytes();
+  const std::vector<plan::Candidate> idle = reg.IdleCandidates();
+  std::map<std::string, uint32_t> host_of;
+  for (const plan::Candidate& c : idle) {
+    candidates[c.worker->worker_id()] = c.memory_bytes;
+    host_of[c.worker->worker_id()] = c.host;
+  }
+  EXPECT_EQ(candidates, listed);
+  EXPECT_EQ(candidates.size(), 4u);
+  EXPECT_EQ(host_of["c"], host_of["e"]);
+  EXPECT_NE(host_of["c"], host_of["x"]);
+  // Shared: a second call hands out the same registrations; a new registration a new one.
+  std::map<std::string, const WorkerInfo*> first;
+  for (const plan::Candidate& c : idle) first[c.worker->worker_id()] = c.worker.get();
+  for (const plan::Candidate& c : reg.IdleCandidates()) {
+    EXPECT_EQ(c.worker.get(), first[c.worker->worker_id()]) << c.worker->worker_id();
+  }
+  x.set_address("x:7072");
+  ASSERT_TRUE(reg.Register(x, kT0).ok());  // the same session again, at a new address
+  for (const plan::Candidate& c : reg.IdleCandidates()) {
+    if (c.worker->worker_id() == "x") EXPECT_EQ(c.worker->address(), "x:7072");
+  }
+  EXPECT_EQ(first["x"]->address(), "x:7071");  // what the earlier pass read stays as it was
+}
+
+TEST(WorkerRegistry, SweepsBetweenLeasesFindEachEndOnTime) {
+  // Sweeps every 100 ms (the scheduler's tick) while w2 heartbeats: each fault comes at the
+  // first sweep after its lease or wait ran out, not before, although most sweeps scan nothing.
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w3", "s3"), kT0).ok());
+  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w3"}), kT0).ok());
+  // w3 takes its assignment 1 s in, never acknowledges it, and keeps heartbeating.
+  std::vector<std::pair<absl::Duration, WorkerFault>> seen;
+  for (absl::Duration t = absl::ZeroDuration(); t <= absl::Seconds(8);
+       t += absl::Milliseconds(100)) {
+    reg.Heartbeat(Beat("w2", "s2"), kT0 + t).IgnoreError();
+    if (t >= absl::Seconds(1)) reg.Heartbeat(Beat("w3", "s3"), kT0 + t).IgnoreError();
+    for (const WorkerFault& f : reg.Sweep(kT0 + t)) seen.push_back({t, f});
+  }
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].first, kLease + absl::Milliseconds(100));  // w1 silent since kT0
+  EXPECT_EQ(seen[0].second.worker_id, "w1");
+  EXPECT_EQ(seen[0].second.kind, WorkerFault::kLost);
+  EXPECT_EQ(seen[1].first, absl::Seconds(1) + kLease + absl::Milliseconds(100));
+  EXPECT_EQ(seen[1].second.worker_id, "w3");
+  EXPECT_EQ(seen[1].second.kind, WorkerFault::kNotAccepted);
+  EXPECT_EQ(reg.Counts().lost, 1);
+  EXPECT_EQ(reg.JobOf("w2"), "");
 }
 
 TEST(WorkerRegistry, CountWithRoomCountsLiveAcceptedWorkersWithEnoughMemory) {

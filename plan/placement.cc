@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
@@ -17,33 +18,49 @@
 namespace dtrain::plan {
 namespace {
 
+const std::string& Id(const Candidate* c) { return c->worker->worker_id(); }
+
+// The idle workers of one host label.
 struct HostGroup {
   const std::string* label;
-  std::vector<const WorkerInfo*> workers;  // sorted by worker_id
-  size_t next = 0;                         // first worker not yet taken
+  std::vector<const Candidate*> workers;  // sorted by worker_id once the host is used
+  size_t next = 0;                        // first worker not yet taken
+  bool sorted = false;
   size_t left() const { return workers.size() - next; }
+  // Sorts the workers once the host is used, and checks that their host numbers stood for one
+  // label (a caller's mistake would otherwise put tp groups across hosts unseen).
+  absl::Status Sort() {
+    if (sorted) return absl::OkStatus();
+    for (const Candidate* w : workers) {
+      if (w->worker->host_label() != *label) {
+        return absl::InvalidArgumentError(absl::StrCat("host number ", w->host,
+                                                       " stands for host labels \"", *label,
+                                                       "\" and \"", w->worker->host_label(), "\""));
+      }
+    }
+    std::sort(workers.begin(), workers.end(),
+              [](const Candidate* a, const Candidate* b) { return Id(a) < Id(b); });
+    sorted = true;
+    return absl::OkStatus();
+  }
 };
 
-}  // namespace
-
-namespace {
-
 // Workers that can hold a rank: 0 means unknown memory, taken to fit anything.
-bool Fits(const WorkerInfo& w, int64_t need) {
-  return w.device().memory_bytes() == 0 || w.device().memory_bytes() >= need;
+bool Fits(const Candidate& w, int64_t need) {
+  return w.memory_bytes == 0 || w.memory_bytes >= need;
 }
 
 int64_t Need(const JobPlan& plan, const RankAssignment& r) {
   return plan.stages(r.pp_rank()).memory().total();
 }
 
-int SplitGroups(const Placement& placement, int tp,
-                const absl::flat_hash_map<std::string, const WorkerInfo*>& by_id) {
+// tp groups (ranks g*tp .. g*tp+tp-1) whose workers span more than one host label.
+int SplitGroups(const std::vector<const Candidate*>& worker_of_rank, int tp) {
   int split = 0;
-  for (int g = 0; g * tp < placement.ranks_size(); ++g) {
-    const std::string& host = by_id.at(placement.ranks(g * tp).worker_id())->host_label();
+  for (size_t g = 0; g * tp < worker_of_rank.size(); ++g) {
+    const std::string& host = worker_of_rank[g * tp]->worker->host_label();
     for (int t = 1; t < tp; ++t) {
-      if (by_id.at(placement.ranks(g * tp + t).worker_id())->host_label() != host) {
+      if (worker_of_rank[g * tp + t]->worker->host_label() != host) {
         ++split;
         break;
       }
@@ -53,22 +70,26 @@ int SplitGroups(const Placement& placement, int tp,
 }
 
 // The ranks by memory need (largest first) on the workers by memory (largest first, unknown
-// first of all): it fits if any assignment does. ResourceExhausted naming the first rank that
-// does not fit.
-absl::Status PlaceBySize(const JobPlan& plan, const std::vector<const WorkerInfo*>& workers,
-                         Placement* placement) {
+// first of all; ties in host label then worker id order): it fits if any assignment does.
+// ResourceExhausted naming the first rank that does not fit.
+absl::Status PlaceBySize(const JobPlan& plan, absl::Span<const Candidate> idle,
+                         Placement* placement, std::vector<const Candidate*>* worker_of_rank) {
   std::vector<int> ranks(placement->ranks_size());
   for (size_t i = 0; i < ranks.size(); ++i) ranks[i] = static_cast<int>(i);
   std::stable_sort(ranks.begin(), ranks.end(), [&](int a, int b) {
     return Need(plan, placement->ranks(a)) > Need(plan, placement->ranks(b));
   });
-  std::vector<const WorkerInfo*> by_memory = workers;
-  const auto memory = [](const WorkerInfo* w) {
-    return w->device().memory_bytes() == 0 ? std::numeric_limits<int64_t>::max()
-                                           : w->device().memory_bytes();
+  std::vector<const Candidate*> by_memory;
+  by_memory.reserve(idle.size());
+  for (const Candidate& c : idle) by_memory.push_back(&c);
+  const auto memory = [](const Candidate* w) {
+    return w->memory_bytes == 0 ? std::numeric_limits<int64_t>::max() : w->memory_bytes;
   };
-  std::stable_sort(by_memory.begin(), by_memory.end(),
-                   [&](const WorkerInfo* a, const WorkerInfo* b) { return memory(a) > memory(b); });
+  std::sort(by_memory.begin(), by_memory.end(), [&](const Candidate* a, const Candidate* b) {
+    const int64_t ma = memory(a), mb = memory(b);
+    if (ma != mb) return ma > mb;
+    return std::tie(a->worker->host_label(), Id(a)) < std::tie(b->worker->host_label(), Id(b));
+  });
   for (size_t k = 0; k < ranks.size(); ++k) {
     RankAssignment& r = *placement->mutable_ranks(ranks[k]);
     const int64_t need = Need(plan, r);
@@ -76,20 +97,20 @@ absl::Status PlaceBySize(const JobPlan& plan, const std::vector<const WorkerInfo
       const std::string rank = absl::StrCat("rank ", ranks[k], " (", plan::RankLabel(r), ") needs ",
                                             plan::FormatBytes(need));
       if (k == 0) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat(rank, "; the largest idle worker has ",
-                         plan::FormatBytes(by_memory[0]->device().memory_bytes()), " (",
-                         by_memory[0]->worker_id(), ")"));
+        return absl::ResourceExhaustedError(absl::StrCat(
+            rank, "; the largest idle worker has ", plan::FormatBytes(by_memory[0]->memory_bytes),
+            " (", Id(by_memory[0]), ")"));
       }
       return absl::ResourceExhaustedError(
           absl::StrCat(rank, "; only ", k, " idle workers have room for the job's ", k + 1,
                        " largest ranks (the next largest worker has ",
-                       plan::FormatBytes(by_memory[k]->device().memory_bytes()), ")"));
+                       plan::FormatBytes(by_memory[k]->memory_bytes), ")"));
     }
-    r.set_worker_id(by_memory[k]->worker_id());
-    r.set_worker_address(by_memory[k]->address());
-    r.set_host_label(by_memory[k]->host_label());
+    r.set_worker_id(Id(by_memory[k]));
+    r.set_worker_address(by_memory[k]->worker->address());
+    r.set_host_label(by_memory[k]->worker->host_label());
     r.set_memory_bytes(need);
+    (*worker_of_rank)[ranks[k]] = by_memory[k];
   }
   return absl::OkStatus();
 }
@@ -98,6 +119,26 @@ absl::Status PlaceBySize(const JobPlan& plan, const std::vector<const WorkerInfo
 
 absl::StatusOr<PlacementResult> PlaceJob(const JobPlan& plan,
                                          absl::Span<const WorkerInfo> idle_workers) {
+  std::vector<Candidate> candidates;
+  candidates.reserve(idle_workers.size());
+  absl::flat_hash_set<absl::string_view> ids;
+  absl::flat_hash_map<absl::string_view, uint32_t> hosts;
+  for (const WorkerInfo& w : idle_workers) {
+    if (!ids.insert(w.worker_id()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker \"", w.worker_id(), "\" is listed twice"));
+    }
+    // Not owned (an aliasing pointer to nothing): `w` outlives the call.
+    candidates.push_back(Candidate{
+        std::shared_ptr<const WorkerInfo>(std::shared_ptr<const WorkerInfo>(), &w),
+        w.device().memory_bytes(),
+        hosts.try_emplace(w.host_label(), static_cast<uint32_t>(hosts.size())).first->second});
+  }
+  return PlaceJobOnCandidates(plan, candidates);
+}
+
+absl::StatusOr<PlacementResult> PlaceJobOnCandidates(const JobPlan& plan,
+                                                     absl::Span<const Candidate> idle) {
   const ParallelLayout& layout = plan.spec().parallel();
   const int dp = layout.dp(), pp = layout.pp(), tp = layout.tp();
   const bool interleaved = plan.schedule() == SCHEDULE_INTERLEAVED;
@@ -107,70 +148,71 @@ absl::StatusOr<PlacementResult> PlaceJob(const JobPlan& plan,
                                                    " planned stages is not a job plan"));
   }
   const int64_t needed = plan::WorkersNeeded(layout);
-  if (static_cast<int64_t>(idle_workers.size()) < needed) {
+  if (static_cast<int64_t>(idle.size()) < needed) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("needs ", needed, " workers, ", idle_workers.size(), " idle"));
+        absl::StrCat("needs ", needed, " workers, ", idle.size(), " idle"));
   }
 
-  // --- workers, host by host ---
-  std::vector<const WorkerInfo*> sorted;
-  sorted.reserve(idle_workers.size());
-  for (const WorkerInfo& w : idle_workers) sorted.push_back(&w);
-  std::sort(sorted.begin(), sorted.end(), [](const WorkerInfo* a, const WorkerInfo* b) {
-    return std::tie(a->host_label(), a->worker_id()) < std::tie(b->host_label(), b->worker_id());
-  });
-  absl::flat_hash_map<std::string, const WorkerInfo*> by_id;
+  // --- workers, host by host: most idle workers first, then by label ---
   std::vector<HostGroup> hosts;
-  for (const WorkerInfo* w : sorted) {
-    if (!by_id.emplace(w->worker_id(), w).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("worker \"", w->worker_id(), "\" is listed twice"));
+  {
+    constexpr size_t kNone = std::numeric_limits<size_t>::max();
+    std::vector<size_t> index;  // Candidate::host -> its group in `hosts`
+    for (const Candidate& c : idle) {
+      if (c.host >= index.size())
+        index.resize(std::max<size_t>(c.host + 1, 2 * index.size()), kNone);
+      if (index[c.host] == kNone) {
+        index[c.host] = hosts.size();
+        hosts.push_back(HostGroup{&c.worker->host_label(), {}});
+      }
+      hosts[index[c.host]].workers.push_back(&c);
     }
-    if (hosts.empty() || *hosts.back().label != w->host_label()) {
-      hosts.push_back(HostGroup{&w->host_label(), {}});
-    }
-    hosts.back().workers.push_back(w);
   }
-  std::stable_sort(hosts.begin(), hosts.end(), [](const HostGroup& a, const HostGroup& b) {
-    return a.workers.size() > b.workers.size();  // ties keep label order
+  std::sort(hosts.begin(), hosts.end(), [](const HostGroup& a, const HostGroup& b) {
+    if (a.workers.size() != b.workers.size()) return a.workers.size() > b.workers.size();
+    return *a.label < *b.label;
   });
 
   const int64_t groups_needed = int64_t{dp} * pp;
-  std::vector<std::vector<const WorkerInfo*>> groups;
-  groups.reserve(groups_needed);
+  std::vector<const Candidate*> taken;  // groups_needed whole tp groups, one after another
+  taken.reserve(needed);
   // Pass 1: whole tp groups from one host each.
   for (HostGroup& host : hosts) {
-    while (host.left() >= static_cast<size_t>(tp) &&
-           static_cast<int64_t>(groups.size()) < groups_needed) {
-      groups.emplace_back(host.workers.begin() + host.next, host.workers.begin() + host.next + tp);
+    if (static_cast<int64_t>(taken.size()) == needed) break;
+    while (host.left() >= static_cast<size_t>(tp) && static_cast<int64_t>(taken.size()) < needed) {
+      RETURN_IF_ERROR(host.Sort());
+      taken.insert(taken.end(), host.workers.begin() + host.next,
+                   host.workers.begin() + host.next + tp);
       host.next += tp;
     }
   }
   // Pass 2: the rest from leftovers, host order kept so a group spans as few hosts as it can.
-  std::vector<const WorkerInfo*> leftovers;
-  for (const HostGroup& host : hosts) {
-    leftovers.insert(leftovers.end(), host.workers.begin() + host.next, host.workers.end());
-  }
-  for (size_t i = 0; static_cast<int64_t>(groups.size()) < groups_needed; i += tp) {
-    groups.emplace_back(leftovers.begin() + i, leftovers.begin() + i + tp);
+  for (HostGroup& host : hosts) {
+    if (static_cast<int64_t>(taken.size()) == needed) break;
+    RETURN_IF_ERROR(host.Sort());
+    const size_t n = std::min<size_t>(host.left(), needed - taken.size());
+    taken.insert(taken.end(), host.workers.begin() + host.next,
+                 host.workers.begin() + host.next + n);
+    host.next += n;
   }
 
   // --- ranks in (dp, pp, tp) order; group g serves (dp = g / pp, pp = g % pp) ---
   PlacementResult result;
   Placement& placement = result.placement;
+  placement.mutable_ranks()->Reserve(static_cast<int>(needed));
   bool all_fit = true;
   for (int64_t g = 0; g < groups_needed; ++g) {
     const int d = static_cast<int>(g / pp), p = static_cast<int>(g % pp);
     const StagePlan& stage = plan.stages(p);
     for (int t = 0; t < tp; ++t) {
-      const WorkerInfo& w = *groups[g][t];
+      const Candidate& w = *taken[g * tp + t];
       RankAssignment* rank = placement.add_ranks();
       rank->set_dp_rank(d);
       rank->set_pp_rank(p);
       rank->set_tp_rank(t);
-      rank->set_worker_id(w.worker_id());
-      rank->set_worker_address(w.address());
-      rank->set_host_label(w.host_label());
+      rank->set_worker_id(w.worker->worker_id());
+      rank->set_worker_address(w.worker->address());
+      rank->set_host_label(w.worker->host_label());
       rank->set_first_layer(stage.chunks(0).first_layer());
       rank->set_num_layers(stage.chunks(0).num_layers());
       rank->set_memory_bytes(stage.memory().total());
@@ -179,8 +221,8 @@ absl::StatusOr<PlacementResult> PlaceJob(const JobPlan& plan,
     }
   }
   for (const StagePlan& stage : plan.stages()) placement.add_stage_costs(stage.cost());
-  if (!all_fit) RETURN_IF_ERROR(PlaceBySize(plan, sorted, &placement));
-  result.split_tp_groups = SplitGroups(placement, tp, by_id);
+  if (!all_fit) RETURN_IF_ERROR(PlaceBySize(plan, idle, &placement, &taken));
+  result.split_tp_groups = SplitGroups(taken, tp);
   return result;
 }
 

@@ -7,6 +7,8 @@
 #ifndef DTRAIN_PLAN_PLACEMENT_H_
 #define DTRAIN_PLAN_PLACEMENT_H_
 
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +23,17 @@ struct PlacementResult {
   Placement placement;
   // tp groups whose workers span more than one host label (0 when every group fits on a host).
   int split_tp_groups = 0;
+};
+
+// A worker placement may use: the worker as it registered (shared with whoever keeps it, e.g. the
+// coordinator's registry: never copied) and the memory it may be given now, which placement reads
+// instead of worker->device().memory_bytes() (0: unknown, taken to fit anything).
+// `host`: a number that stands for worker->host_label() (equal labels, equal numbers), so that
+// grouping 50,000 workers by host reads no string; numbers small enough to index a vector.
+struct Candidate {
+  std::shared_ptr<const WorkerInfo> worker;
+  int64_t memory_bytes = 0;
+  uint32_t host = 0;
 };
 
 // Places a job's plan (plan::MakeJobPlan) on `idle_workers`.
@@ -39,9 +52,14 @@ struct PlacementResult {
 //
 // Errors: ResourceExhausted "needs 8 workers, 3 idle" when there are too few, or the memory
 // error above; InvalidArgument for a plan without its stages or for duplicate worker ids.
-// Cost: O(W log W + ranks) for W idle workers.
+// Cost: O(W + H log H + ranks) for W idle workers on H host labels (the workers of a host are
+// sorted only when the host is used); O(W log W) only when memory forces placing by size.
 absl::StatusOr<PlacementResult> PlaceJob(const JobPlan& plan,
                                          absl::Span<const WorkerInfo> idle_workers);
+// The same over candidates, whose worker ids the caller guarantees distinct (not checked: a
+// registry's are): what the coordinator's scheduler places with, without copying a worker.
+absl::StatusOr<PlacementResult> PlaceJobOnCandidates(const JobPlan& plan,
+                                                     absl::Span<const Candidate> idle);
 
 }  // namespace dtrain::plan
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <string>
@@ -255,6 +257,56 @@ TEST(PlaceJob, ARankThatFitsNowhereIsResourceExhaustedNamingItsNeed) {
 TEST(PlaceJob, UnknownMemoryFitsAnything) {
   std::vector<WorkerInfo> workers = Workers(1, 1);  // memory_bytes 0: not reported
   EXPECT_TRUE(PlaceJob(Spec(4, 1, 1, 1), workers).ok());
+}
+
+// --- candidates (the coordinator's registry: shared workers, memory given beside them) ---
+
+std::vector<Candidate> Candidates(const std::vector<WorkerInfo>& workers) {
+  std::vector<Candidate> out;
+  std::map<std::string, uint32_t> hosts;
+  for (const WorkerInfo& w : workers) {
+    const uint32_t host = hosts.try_emplace(w.host_label(), hosts.size()).first->second;
+    out.push_back(
+        Candidate{std::make_shared<const WorkerInfo>(w), w.device().memory_bytes(), host});
+  }
+  return out;
+}
+
+TEST(PlaceJob, CandidatesArePlacedAsTheWorkersThemselves) {
+  // 7 per host, so that whole hosts, leftovers and split groups all occur.
+  std::vector<WorkerInfo> workers = Workers(90, 7);
+  std::reverse(workers.begin(), workers.end());
+  const JobPlan plan = Spec(8, 5, 4, 4);
+  absl::StatusOr<PlacementResult> from_workers = PlaceJob(plan, workers);
+  absl::StatusOr<PlacementResult> from_candidates = PlaceJobOnCandidates(plan, Candidates(workers));
+  ASSERT_TRUE(from_workers.ok()) << from_workers.status();
+  ASSERT_TRUE(from_candidates.ok()) << from_candidates.status();
+  EXPECT_EQ(from_candidates->placement.SerializeAsString(),
+            from_workers->placement.SerializeAsString());
+  EXPECT_EQ(from_candidates->split_tp_groups, from_workers->split_tp_groups);
+  EXPECT_GT(from_workers->split_tp_groups, 0);
+}
+
+TEST(PlaceJob, ACandidatesMemoryIsWhatItMayBeGivenNotWhatItOffered) {
+  const JobPlan plan = Spec(4, 1, 1, 1);
+  const int64_t need = plan.stages(0).memory().total();
+  std::vector<WorkerInfo> workers = Workers(2, 1);
+  SetMemory(workers, {4 * need, 4 * need});  // both offered room
+  std::vector<Candidate> idle = Candidates(workers);
+  idle[0].memory_bytes = need - 1;  // w0000's host has less left: its share is too small
+  absl::StatusOr<PlacementResult> r = PlaceJobOnCandidates(plan, idle);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->placement.ranks(0).worker_id(), "w0001");
+  idle[1].memory_bytes = need - 1;
+  EXPECT_EQ(PlaceJobOnCandidates(plan, idle).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(PlaceJob, CandidatesWhoseHostNumberStandsForTwoLabelsAreRefused) {
+  std::vector<Candidate> idle = Candidates(Workers(4, 2));
+  for (Candidate& c : idle) c.host = 0;  // host000 and host001 under one number
+  absl::StatusOr<PlacementResult> r = PlaceJobOnCandidates(Spec(4, 1, 2, 2), idle);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("host number 0 stands for host labels"));
 }
 
 }  // namespace

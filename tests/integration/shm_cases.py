@@ -112,6 +112,8 @@ def case_hierarchical_dp_on_two_hosts(args):
                "[2, 2, 3, 3] (the hierarchy's)" % connected)
         print("dp=4 on 2 hosts: hierarchical (peers %s), losses within %.2g of one worker's"
               % (connected, worst))
+
+
 # Kills of the same-host stop case (case_shm_peer_killed_stops_fast); DTRAIN_STOP_KILLS more to
 # hunt a slow path by hand.
 STOP_KILLS = int(os.environ.get("DTRAIN_STOP_KILLS", "3"))
