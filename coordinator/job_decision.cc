@@ -46,7 +46,7 @@ Decision DecideRun(const JobRecord& job, absl::Time now) {
   if (job.abandoned || (job.awaiting > 0 && now > job.recover_deadline)) {
     return Do(Action::kWorkersNotReturned, job.state);
   }
-  if (job.planned_restart && job.phase == RecoveryPhase::kNone) {
+  if (job.planned_restart) {
     return Do(Action::kBeginRecovery, RECOVERING, RestartKind::kPlanned);
   }
   if (job.state == PLACING && job.ranks > 0 && job.acked >= job.ranks) {
@@ -111,10 +111,11 @@ Decision Decide(const JobRecord& job, const ClusterView& cluster, absl::Time now
   if (job.cancel_requested) return Do(Action::kCancel, CANCELLED);
   switch (job.state) {
     case QUEUED:
-      return cluster.usable_idle >= cluster.needed && !cluster.placement_deferred
+      return cluster.known && cluster.usable_idle >= cluster.needed && !cluster.placement_deferred
                  ? Do(Action::kPlace, PLACING)
                  : Do(Action::kWait, QUEUED);
     case RECOVERING:
+      if (!cluster.known) return Do(Action::kWait, RECOVERING);
       return DecideRecovering(job, cluster, now, limits);
     case PLACING:
     case RUNNING:

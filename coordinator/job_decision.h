@@ -69,8 +69,11 @@ struct JobRecord {
   absl::Duration wait_for = absl::Seconds(60);  // fault_tolerance.wait_for
 };
 
-// The cluster as the job's next step needs it (computed only where the step needs it).
+// The cluster as the job's next step needs it (computed only where the step needs it). Only
+// the scheduler's pass knows it: without it (an RPC handler's decision) nothing is placed and no
+// recovery phase ends.
 struct ClusterView {
+  bool known = false;
   int old_ranks_running = 0;        // stop phase: the previous run's workers still running it
   int usable_idle = 0;              // idle workers that fit the job (device kind, none excluded)
   int needed = 0;                   // workers the run's layout needs

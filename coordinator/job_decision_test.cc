@@ -39,19 +39,17 @@ std::vector<Row> Table() {
   return {
       {"QUEUED waits for idle workers",
        [](JobRecord& j, ClusterView& c) {
-         c = {0, 1, 2};
+         c = {true, 0, 1, 2};
        },
        QUEUED, Action::kWait, QUEUED},
       {"QUEUED -> PLACING: enough idle workers",
        [](JobRecord& j, ClusterView& c) {
-         c = {0, 2, 2};
+         c = {true, 0, 2, 2};
        },
        QUEUED, Action::kPlace, PLACING},
       {"QUEUED waits when the placement was deferred (memory)",
-       [](JobRecord& j, ClusterView& c) {
-         c = {0, 2, 2, 0, true};
-       },
-       QUEUED, Action::kWait, QUEUED},
+       [](JobRecord& j, ClusterView& c) { c = {true, 0, 2, 2, 0, true}; }, QUEUED, Action::kWait,
+       QUEUED},
       {"QUEUED -> CANCELLED", [](JobRecord& j, ClusterView&) { j.cancel_requested = true; }, QUEUED,
        Action::kCancel, CANCELLED},
       {"PLACING waits for acks", [](JobRecord& j, ClusterView&) { j.ranks = 2, j.acked = 1; },
@@ -124,40 +122,46 @@ std::vector<Row> Table() {
        RUNNING, Action::kWorkersNotReturned, RUNNING},
       {"RECOVERING stop phase waits for the old ranks",
        [](JobRecord& j, ClusterView& c) {
-         j.phase = RecoveryPhase::kStop, j.phase_start = kT0, c.old_ranks_running = 1;
+         j.phase = RecoveryPhase::kStop, j.phase_start = kT0, c.known = true,
+         c.old_ranks_running = 1;
        },
        RECOVERING, Action::kWait, RECOVERING, absl::Seconds(1)},
       {"RECOVERING stop phase ends when they stopped",
-       [](JobRecord& j, ClusterView&) { j.phase = RecoveryPhase::kStop, j.phase_start = kT0; },
+       [](JobRecord& j, ClusterView& c) {
+         j.phase = RecoveryPhase::kStop, j.phase_start = kT0, c.known = true;
+       },
        RECOVERING, Action::kEndStopPhase, RECOVERING},
       {"RECOVERING stop phase ends after a lease anyway",
        [](JobRecord& j, ClusterView& c) {
-         j.phase = RecoveryPhase::kStop, j.phase_start = kT0, c.old_ranks_running = 1;
+         j.phase = RecoveryPhase::kStop, j.phase_start = kT0, c.known = true,
+         c.old_ranks_running = 1;
        },
        RECOVERING, Action::kEndStopPhase, RECOVERING, absl::Seconds(10)},
       {"RECOVERING -> PLACING: placed again",
        [](JobRecord& j, ClusterView& c) {
-         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, c = {0, 2, 2};
+         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, c = {true, 0, 2, 2};
        },
        RECOVERING, Action::kPlace, PLACING},
       {"RECOVERING waits for workers (wait)",
        [](JobRecord& j, ClusterView& c) {
-         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, c = {0, 1, 2};
+         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, c = {true, 0, 1, 2};
        },
        RECOVERING, Action::kWait, RECOVERING, absl::Seconds(59)},
       {"RECOVERING -> FAILED: no workers within wait_for",
        [](JobRecord& j, ClusterView& c) {
-         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, c = {0, 1, 2};
+         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, c = {true, 0, 1, 2};
        },
        RECOVERING, Action::kFailRecovery, FAILED, absl::Seconds(60)},
       {"RECOVERING (shrink) settles before shrinking",
        [](JobRecord& j, ClusterView& c) {
-         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.shrink = true, c = {0, 1, 2, 1};
+         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.shrink = true,
+         c = {true, 0, 1, 2, 1};
        },
        RECOVERING, Action::kWait, RECOVERING, absl::Seconds(1)},
       {"RECOVERING -> PLACING on fewer workers (shrink)",
        [](JobRecord& j, ClusterView& c) {
-         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.shrink = true, c = {0, 1, 2, 1};
+         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.shrink = true,
+         c = {true, 0, 1, 2, 1};
        },
        RECOVERING, Action::kPlaceShrunk, PLACING, absl::Seconds(2)},
       {"RECOVERING -> CANCELLED", [](JobRecord& j, ClusterView&) { j.cancel_requested = true; },
@@ -168,6 +172,14 @@ std::vector<Row> Table() {
          j.cancel_requested = true;
        },
        RUNNING, Action::kRetryEnd, FAILED},
+      {"an RPC handler's decision places nothing",
+       [](JobRecord& j, ClusterView& c) {
+         c = {false, 0, 5, 1};
+       },
+       QUEUED, Action::kWait, QUEUED},
+      {"an RPC handler's decision ends no recovery phase",
+       [](JobRecord& j, ClusterView&) { j.phase = RecoveryPhase::kStop; }, RECOVERING,
+       Action::kWait, RECOVERING},
       {"an ended job: nothing follows", none, SUCCEEDED, Action::kWait, SUCCEEDED},
   };
 }
@@ -236,8 +248,11 @@ TEST(JobDecision, NoSequenceOfObservationsLeavesTheTable) {
           now += absl::Seconds(static_cast<int>(random() % 30));
           break;
         case 5:
-          cluster = {static_cast<int>(random() % 3), static_cast<int>(random() % 5),
-                     1 + static_cast<int>(random() % 4), static_cast<int>(random() % 3),
+          cluster = {random() % 5 != 0,
+                     static_cast<int>(random() % 3),
+                     static_cast<int>(random() % 5),
+                     1 + static_cast<int>(random() % 4),
+                     static_cast<int>(random() % 3),
                      random() % 4 == 0};
           break;
         case 7:
