@@ -33,9 +33,8 @@ JobRecord Running(int ranks) {
 }
 
 // Every transition the README's "States" and job_manager.h document, as (state, observation)
-// -> action and the state it leads to.
-std::vector<Row> Table() {
-  auto none = [](JobRecord&, ClusterView&) {};
+// -> action and the state it leads to: a job before and at the start of its run,
+std::vector<Row> QueuedAndPlacingRows() {
   return {
       {"QUEUED waits for idle workers",
        [](JobRecord& j, ClusterView& c) {
@@ -66,6 +65,12 @@ std::vector<Row> Table() {
       {"RUNNING waits for the other rank's outcome",
        [](JobRecord& j, ClusterView&) { j = Running(2), j.succeeded = 1; }, RUNNING, Action::kWait,
        RUNNING},
+  };
+}
+
+// a run's failures and restarts,
+std::vector<Row> FailureRows() {
+  return {
       {"RUNNING: a rank's own failure is decided at once",
        [](JobRecord& j, ClusterView&) {
          j = Running(2), j.failures = 1, j.failed_workers = 1, j.conclusive_failure = true;
@@ -101,6 +106,12 @@ std::vector<Row> Table() {
       {"PLACING -> RECOVERING: a planned restart before the run started",
        [](JobRecord& j, ClusterView&) { j.ranks = 2, j.planned_restart = true; }, PLACING,
        Action::kBeginRecovery, RECOVERING},
+  };
+}
+
+// a coordinator restart's re-attach,
+std::vector<Row> CoordinatorRestartRows() {
+  return {
       {"restart: RUNNING waits a lease for its workers to re-attach",
        [](JobRecord& j, ClusterView&) {
          j = Running(2), j.awaiting = 1, j.recover_deadline = kT0 + absl::Seconds(10);
@@ -120,6 +131,13 @@ std::vector<Row> Table() {
       {"restart: a worker back without the job fails the run",
        [](JobRecord& j, ClusterView&) { j = Running(2), j.awaiting = 1, j.abandoned = true; },
        RUNNING, Action::kWorkersNotReturned, RUNNING},
+  };
+}
+
+// a recovery's phases, and what any state does with a cancel or a refused end.
+std::vector<Row> RecoveringRows() {
+  auto none = [](JobRecord&, ClusterView&) {};
+  return {
       {"RECOVERING stop phase waits for the old ranks",
        [](JobRecord& j, ClusterView& c) {
          j.phase = RecoveryPhase::kStop, j.phase_start = kT0, c.known = true,
@@ -184,6 +202,14 @@ std::vector<Row> Table() {
   };
 }
 
+std::vector<Row> Table() {
+  std::vector<Row> rows;
+  for (auto part : {QueuedAndPlacingRows, FailureRows, CoordinatorRestartRows, RecoveringRows}) {
+    for (Row& row : part()) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 TEST(JobDecision, TableOfStateAndObservationToAction) {
   for (const Row& row : Table()) {
     JobRecord job;
@@ -213,10 +239,90 @@ TEST(JobDecision, WhatAFailureMeans) {
   EXPECT_EQ(DecideAfterFailure(f).restart, RestartKind::kFinishing);  // done is done
 }
 
+// One observation, any of them, whatever the state.
+void Observe(std::mt19937& random, JobRecord& job, ClusterView& cluster, absl::Time& now) {
+  switch (random() % 14) {
+    case 0:
+      job.acked = std::min(job.ranks, job.acked + 1);
+      break;
+    case 1:
+      job.succeeded = std::min(job.ranks, job.succeeded + 1);
+      break;
+    case 2:
+      ++job.failures;
+      job.failed_workers = std::min(job.ranks, job.failed_workers + 1);
+      job.conclusive_failure |= random() % 3 == 0;
+      if (job.decide_failure_at == absl::InfiniteFuture()) {
+        job.decide_failure_at = now + absl::Seconds(1);
+      }
+      break;
+    case 3:
+      job.cancel_requested = random() % 8 == 0;
+      break;
+    case 4:
+      now += absl::Seconds(static_cast<int>(random() % 30));
+      break;
+    case 5:
+      cluster = {random() % 5 != 0,
+                 static_cast<int>(random() % 3),
+                 static_cast<int>(random() % 5),
+                 1 + static_cast<int>(random() % 4),
+                 static_cast<int>(random() % 3),
+                 random() % 4 == 0};
+      break;
+    case 7:
+      job.awaiting = job.ranks, job.recover_deadline = now + absl::Seconds(10);
+      break;
+    case 8:
+      job.awaiting = std::max(0, job.awaiting - 1);
+      break;
+    case 9:
+      job.abandoned = random() % 6 == 0;
+      break;
+    case 10:
+      job.planned_restart = random() % 3 == 0;
+      break;
+    case 11:
+      job.awaits_diagnosis = random() % 2 == 0;
+      break;
+    case 12:
+      job.shrink = random() % 2 == 0;
+      break;
+    default:
+      break;  // a pass with nothing new
+  }
+}
+
+// A model of JobManager::Apply's effect on the record: the state the decision names, the run's
+// record reset as the manager resets it.
+void ApplyToRecord(const Decision& d, const ClusterView& cluster, absl::Time now, JobRecord& job) {
+  switch (d.action) {
+    case Action::kPlace:
+    case Action::kPlaceShrunk:
+      job.ranks = d.action == Action::kPlace ? cluster.needed : cluster.shrunk_needed;
+      job.acked = job.succeeded = job.failures = job.failed_workers = 0;
+      job.conclusive_failure = false;
+      job.decide_failure_at = absl::InfiniteFuture();
+      job.phase = job.state == RECOVERING ? RecoveryPhase::kLoad : RecoveryPhase::kNone;
+      break;
+    case Action::kBeginRecovery:
+      job = JobRecord{RECOVERING};
+      job.phase = RecoveryPhase::kStop;
+      job.phase_start = now;
+      break;
+    case Action::kEndStopPhase:
+      job.phase = RecoveryPhase::kPlace;
+      job.phase_start = now;
+      break;
+    default:
+      break;
+  }
+  job.state = d.to;
+}
+
 // The property: whatever the handlers observe, in whatever order, Decide (and
 // DecideAfterFailure after it) never asks for a transition outside job_transitions' table, and
-// a model of Apply (the state the decision names, the run's record reset as the manager does)
-// keeps every job's walk inside it until it ends.
+// with a model of Apply every job's walk stays inside it until it ends.
 TEST(JobDecision, NoSequenceOfObservationsLeavesTheTable) {
   std::mt19937 random(20261127);
   int moves = 0;
@@ -226,56 +332,7 @@ TEST(JobDecision, NoSequenceOfObservationsLeavesTheTable) {
     ClusterView cluster;
     absl::Time now = kT0;
     for (int i = 0; i < 60 && !IsFinal(job.state); ++i) {
-      // One observation, any of them, whatever the state.
-      switch (random() % 14) {
-        case 0:
-          job.acked = std::min(job.ranks, job.acked + 1);
-          break;
-        case 1:
-          job.succeeded = std::min(job.ranks, job.succeeded + 1);
-          break;
-        case 2:
-          ++job.failures;
-          job.failed_workers = std::min(job.ranks, job.failed_workers + 1);
-          job.conclusive_failure |= random() % 3 == 0;
-          if (job.decide_failure_at == absl::InfiniteFuture())
-            job.decide_failure_at = now + absl::Seconds(1);
-          break;
-        case 3:
-          job.cancel_requested = random() % 8 == 0;
-          break;
-        case 4:
-          now += absl::Seconds(static_cast<int>(random() % 30));
-          break;
-        case 5:
-          cluster = {random() % 5 != 0,
-                     static_cast<int>(random() % 3),
-                     static_cast<int>(random() % 5),
-                     1 + static_cast<int>(random() % 4),
-                     static_cast<int>(random() % 3),
-                     random() % 4 == 0};
-          break;
-        case 7:
-          job.awaiting = job.ranks, job.recover_deadline = now + absl::Seconds(10);
-          break;
-        case 8:
-          job.awaiting = std::max(0, job.awaiting - 1);
-          break;
-        case 9:
-          job.abandoned = random() % 6 == 0;
-          break;
-        case 10:
-          job.planned_restart = random() % 3 == 0;
-          break;
-        case 11:
-          job.awaits_diagnosis = random() % 2 == 0;
-          break;
-        case 12:
-          job.shrink = random() % 2 == 0;
-          break;
-        default:
-          break;  // a pass with nothing new
-      }
+      Observe(random, job, cluster, now);
       Decision d = Decide(job, cluster, now, kLimits);
       ++seen[static_cast<int>(d.action)];
       if (d.action == Action::kDecideFailure || d.action == Action::kWorkersNotReturned) {
@@ -298,29 +355,7 @@ TEST(JobDecision, NoSequenceOfObservationsLeavesTheTable) {
         continue;
       }
       if (d.to != job.state) ++moves;
-      // Apply's effect on the record (JobManager::Apply).
-      switch (d.action) {
-        case Action::kPlace:
-        case Action::kPlaceShrunk:
-          job.ranks = d.action == Action::kPlace ? cluster.needed : cluster.shrunk_needed;
-          job.acked = job.succeeded = job.failures = job.failed_workers = 0;
-          job.conclusive_failure = false;
-          job.decide_failure_at = absl::InfiniteFuture();
-          job.phase = job.state == RECOVERING ? RecoveryPhase::kLoad : RecoveryPhase::kNone;
-          break;
-        case Action::kBeginRecovery:
-          job = JobRecord{RECOVERING};
-          job.phase = RecoveryPhase::kStop;
-          job.phase_start = now;
-          break;
-        case Action::kEndStopPhase:
-          job.phase = RecoveryPhase::kPlace;
-          job.phase_start = now;
-          break;
-        default:
-          break;
-      }
-      job.state = d.to;
+      ApplyToRecord(d, cluster, now, job);
     }
   }
   EXPECT_GT(moves, 2000);

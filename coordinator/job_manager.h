@@ -28,6 +28,11 @@
 // their workers to re-register with running_job_id (they are re-attached and the job goes on);
 // a PLACING job's worker that comes back without it gets its assignment again.
 //
+// How (README "How the manager decides"): handlers record observations into the job's
+// ActiveJob (active_job.h); Decide (job_decision.h) says what follows from its record, the
+// cluster view and the time; Apply (job_manager_apply.cc) is the one place a decision takes
+// effect: checked against job_transitions.h, saved, then memory changed and workers told.
+//
 // Locking: mu_ guards the active jobs and is taken before the registry's and the store's own
 // mutexes, never after. Heartbeat takes only the registry's mutex, except on the rare
 // heartbeat that acknowledges an assignment.

@@ -74,7 +74,9 @@ void JobManager::ScoreStragglers() {
     for (int rank : result->flagged) {
       const StragglerScore score = job.stragglers.scores[rank];
       Event(job.id, StragglerFlagged(score, window));
-      if (job.state == RUNNING && job.stragglers.scored_run == job.assignment.get()) {
+      // (Not after a restart this window already proposed: the run is about to stop.)
+      if (job.state == RUNNING && job.stragglers.scored_run == job.assignment.get() &&
+          !job.planned.restart.has_value()) {
         ActOnStraggler(job, score);
       }
     }
