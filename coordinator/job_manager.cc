@@ -6,17 +6,13 @@
 #include <random>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "common/job_paths.h"
 #include "common/peer_secret.h"
-#include "common/run_record.h"
 #include "common/status_macros.h"
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/recovery.h"
@@ -24,7 +20,6 @@
 #include "plan/job_plan.h"
 #include "plan/placement.h"
 #include "plan/ranks.h"
-#include "plan/spec_json.h"
 #include "plan/spec_paths.h"
 
 namespace dtrain::coordinator {
