@@ -28,6 +28,11 @@
 // their workers to re-register with running_job_id (they are re-attached and the job goes on);
 // a PLACING job's worker that comes back without it gets its assignment again.
 //
+// How (README "How the manager decides"): handlers record observations into the job's
+// ActiveJob (active_job.h); Decide (job_decision.h) says what follows from its record, the
+// cluster view and the time; Apply (job_manager_apply.cc) is the one place a decision takes
+// effect: checked against job_transitions.h, saved, then memory changed and workers told.
+//
 // Locking: mu_ guards the active jobs and is taken before the registry's and the store's own
 // mutexes, never after. Heartbeat takes only the registry's mutex, except on the rare
 // heartbeat that acknowledges an assignment.
@@ -52,12 +57,14 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/active_job.h"
 #include "coordinator/coordinator_metrics.h"
-#include "coordinator/policy/diagnosis.h"
-#include "coordinator/policy/failure_report.h"
+#include "coordinator/job_decision.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_store.h"
 #include "coordinator/pause_detector.h"
+#include "coordinator/policy/diagnosis.h"
+#include "coordinator/policy/failure_report.h"
 #include "coordinator/policy/rebalance.h"
 #include "coordinator/policy/stragglers.h"
 #include "coordinator/worker_registry.h"
@@ -171,97 +178,141 @@ class JobManager {
   const Options& options() const { return options_; }
 
  private:
-  // Why no live worker could ever hold `job_plan` (placement's ResourceExhausted words: "rank 0
-  // (dp0 pp0 tp0) needs 12.7 GiB; the largest worker has 4.6 GiB (w0)"), nullopt when some
-  // could, or when too few workers of its kind are registered to tell.
-  std::optional<std::string> NoWorkerCanHold(const JobPlan& job_plan) const;
-  // Why a run's diagnosis was taken: a stall (no step for diagnose_stall_after), or a rank's
-  // communication timeout. A type, so no code branches on the words; Describe words it.
-  struct DiagnosisOccasion {
-    enum Kind { kNone, kStalled, kTimedOut };
-    Kind kind = kNone;
-    int rank = -1;  // kTimedOut: the rank that timed out, and its worker
-    std::string worker_id;
-    // "it stalled", "rank 0 (w1) timed out" (FAILED and RECOVERING reasons).
-    std::string Describe() const;
-  };
-  struct Rank {
-    std::string worker_id;
-    bool acked = false;
-    bool succeeded = false;
-  };
-  struct ActiveJob {
-    std::string id;
-    JobSpec spec;
-    absl::Time submitted;
-    JobState state = QUEUED;
-    std::string reason;
-    std::shared_ptr<const JobAssignment> assignment;  // from PLACING on: id, spec, placement
-    // The plan of the spec Place last planned for this job, and that spec (encoded): a job's
-    // plan is computed once per spec it is placed with, not at every pass that tries to place
-    // it (a job waiting for memory is tried at every pass).
-    std::shared_ptr<const JobPlan> plan;
-    std::string plan_spec;
-    std::vector<Rank> ranks;                        // placement order (dp, pp, tp)
-    absl::flat_hash_map<std::string, int> rank_of;  // worker id -> index in ranks
-    int reporting_rank = 0;                         // dp=0, tp=0, last pipeline stage
-    int64_t last_step = 0;
-    std::string output;
-    // The reporting rank's JobOutcome.end_reason (early stopping), once it succeeded.
-    EndReason end_reason = END_REASON_UNSPECIFIED;
-    // After a coordinator restart: workers not back yet, and until when they may come.
-    absl::flat_hash_set<std::string> awaiting;
-    absl::Time recover_deadline = absl::InfiniteFuture();
-    // A final state the store refused (disk full...); retried every pass.
-    std::optional<std::pair<JobState, std::string>> pending_end;
-    std::string uid;  // Job.uid
-    // Failures heard so far (failure_report.h) and when to stop waiting for the root cause.
-    std::vector<RankFailure> failures;
-    absl::Time decide_failure_at = absl::InfiniteFuture();
-    // Recoveries (recovery.h), as stored; the last one is in progress while !done().
-    std::vector<Recovery> recoveries;
-    JobSpec run_spec;  // the current run's spec (CurrentRunSpec): its layout may have shrunk
-    // RECOVERING: the previous run's workers still to stop, and when the current phase began.
-    std::vector<std::string> stopping;
-    bool stopped = false;
-    absl::Time phase_start = absl::InfinitePast();
-    bool run_located = false;  // rank 0 of the current run reported its location
-    // Since when the run has made no step (RUNNING entered, or the last step), whether that
-    // stall was diagnosed, and the diagnosis (Options::diagnose_stall_after). The one diagnosis
-    // of a run may instead come from a rank's timeout (NoteTimeout): `timeout_due` until it
-    // starts, `diagnosis_until` the longest the failure waits for it; `diagnosed_when` is the
-    // occasion (DiagnosisOccasion: the reason words it, "it stalled", "rank 0 (w1) timed out").
-    absl::Time progress_at = absl::InfinitePast();
-    bool stall_diagnosed = false;
-    std::string stall_summary;
-    bool timeout_due = false;
-    absl::Time diagnosis_until = absl::InfinitePast();
-    DiagnosisOccasion diagnosed_when;
-    // A rebalance decided, begun at the next sealed checkpoint (job_manager_rebalance.cc): the
-    // layers per stage to move to and the decision's summary.
-    std::optional<std::vector<int>> pending_cut;
-    std::string pending_cut_summary;
-    // RUNNING multi-rank runs (job_manager_stragglers.cc): the scorer of the run `scored_run`
-    // (the assignment it was made for: a new run starts a new window) and its latest scores.
-    std::unique_ptr<StragglerScorer> stragglers;
-    const JobAssignment* scored_run = nullptr;
-    std::vector<StragglerScore> straggler_scores;
-    // A drained worker of the run: the job moves off it at its next sealed checkpoint.
-    std::string drain_at_seal;
+  // A placement the scheduler's pass may apply (kPlace, kPlaceShrunk): the idle workers (Place
+  // removes those it takes), the candidates that fit the job, the run's spec and its words.
+  struct Placing {
+    std::vector<plan::Candidate>* idle = nullptr;
+    WorkerCounts* counts = nullptr;
+    std::vector<plan::Candidate> candidates;
+    JobSpec spec;    // the layout to place (a recovery's full, current or shrunk one)
+    JobSpec shrunk;  // the smaller layout "shrink" would take (kPlaceShrunk)
+    std::string shrink_note;
+    absl::flat_hash_set<std::string> excluded;  // workers that failed the job twice
   };
 
   class JobsLock;  // mu_, plus the notifications it defers until unlock
 
   JobManager(std::unique_ptr<JobStore> store, Options options);
+  // Why no live worker could ever hold `job_plan` (placement's ResourceExhausted words: "rank 0
+  // (dp0 pp0 tp0) needs 12.7 GiB; the largest worker has 4.6 GiB (w0)"), nullopt when some
+  // could, or when too few workers of its kind are registered to tell.
+  std::optional<std::string> NoWorkerCanHold(const JobPlan& job_plan) const;
+  // --- restart (job_manager_restart.cc) ---
   absl::Status Recover();
+  ActiveJob Restored(const Job& stored, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pause of this process ended (the registry gave every worker a lease of grace): says so
+  // in the log and in every active job's events; a restart's wait for workers starts again.
+  void NotePause(absl::Duration paused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RegisterWorker: the active job the worker's registration concerns, and how.
+  struct Returning {
+    std::string attach;  // it runs this job's rank: re-attached
+    std::optional<Delivery> resend;
+    std::string resend_job;     // a PLACING job's assignment, sent again
+    std::string abandoned_job;  // it came back without this job after a restart
+  };
+  Returning MatchReturning(const RegisterWorkerRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordReturning(const std::string& worker_id, const RegisterWorkerRequest& request,
+                       const Returning& match) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Workers by state (registry) and jobs by state (store), for the metrics at scrape time.
   absl::StatusOr<CoordinatorMetrics::StateCounts> StateCounts();
-  static void SetRanks(ActiveJob& job, std::shared_ptr<const JobAssignment> assignment);
 
   absl::Time Now() const { return options_.clock(); }
   void Log(absl::string_view line) const { options_.log(line); }
   void Wake();
   void SchedulerLoop();
+
+  // --- deciding and applying (job_manager_apply.cc; job_decision.h) ---
+  DecisionLimits Limits() const;
+  // Decides what `job_id` does next from its record and `cluster`, applies it, and again until
+  // the decision is to wait (or the job ended). The first failed application's status; the
+  // record keeps what was observed, so the next pass decides again.
+  absl::Status Reconcile(const std::string& job_id, const ClusterView& cluster = {},
+                         Placing* placing = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The one place a decision takes effect: the transition is checked against
+  // job_transitions.h, saved, and only then memory changes and workers are told.
+  absl::Status Apply(ActiveJob& job, const Decision& decision, Placing* placing)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits a non-final state change (checked against the table), then updates memory, logs,
+  // notifies.
+  absl::Status Transition(ActiveJob& job, JobState state, const std::string& reason,
+                          const Placement* placement = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits a final state (with the job's output for SUCCEEDED), stops the job's workers and
+  // forgets it. When the store fails the job keeps its state in memory and the pass retries.
+  absl::Status EndJob(const std::string& job_id, JobState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank succeeded: a finishing recovery is done, the end reason saved, SUCCEEDED.
+  absl::Status Succeed(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PLACING -> RUNNING.
+  absl::Status MarkRunning(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a coordinator restart a worker did not come back (or came back without the job).
+  absl::Status WorkersNotReturned(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RECOVERING: records `recovery` (its number, start and last step filled in here) and the
+  // state, saved first; then stops every rank of the run (`failed_worker` aside, if any) and
+  // says `why`. On a failed save nothing in memory changed: the decision is taken again.
+  absl::Status BeginRecovery(ActiveJob& job, Recovery recovery, const std::string& why,
+                             const std::string& failed_worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- failures and recoveries (job_manager_recovery.cc) ---
+  void HandleFault(const WorkerFault& fault) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a rank's failure, then reconciles: the job ends now when the root cause is known
+  // (or it has one rank, or every rank has failed), else within the failure window.
+  void AddFailure(ActiveJob& job, RankFailure failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Names the root cause of the job's failures, then Fail.
+  absl::Status FailWithRootCause(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job failed for `cause`, naming `worker` ("" if none): DecideAfterFailure says whether
+  // it recovers (a restart, maintenance when `stopped`, finishing when its last step is
+  // sealed) or ends FAILED naming every failure. `silent`: how long the failed worker had been
+  // silent (the detect phase), when known.
+  absl::Status Fail(ActiveJob& job, const std::string& cause, const std::string& worker,
+                    bool curable, absl::Duration silent = absl::ZeroDuration(),
+                    bool stopped = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's latest sealed checkpoint is at its last step, and no recovery finished it yet.
+  bool FinalStepSealed(const ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a planned restart a policy proposes, unless one is proposed already; the caller
+  // reconciles (the decision begins it), never while iterating jobs_.
+  void ProposeRestart(ActiveJob& job, Recovery recovery, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A job "shrink" put on fewer workers goes back to its submitted layout at the checkpoint of
+  // `sealed_step` when enough workers are idle again (a Recovery with grow set).
+  void MaybeGrowBack(ActiveJob& job, int64_t sealed_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One scheduler step of a RECOVERING job: its view of the cluster, decided and applied: wait
+  // for the old ranks to stop, then place it on `idle` (which loses the workers it takes),
+  // shrink it, wait, or fail it.
+  void AdvanceRecovery(ActiveJob& job, std::vector<plan::Candidate>* idle, WorkerCounts* counts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ClusterView RecoveryView(ActiveJob& job, Placing* placing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndStopPhase(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // kPlace/kPlaceShrunk of a recovery; false when the placement was deferred.
+  bool PlaceRecovery(ActiveJob& job, bool shrunk, Placing& placing)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The recovery waits for workers (`settling`: "shrink" waits for returning ones first): its
+  // reason restated; FAILED once fault_tolerance.wait_for passed (`expired`).
+  void RecoveryWaits(ActiveJob& job, const Placing& placing, int needed, bool settling,
+                     bool expired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveRecoveries(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the current phase of the open recovery: its duration (ms) since its start.
+  int64_t EndPhase(ActiveJob& job);
+  // A worker of the run a recovery replaced says it got to `step`: the recovery's last step
+  // (and steps redone) count it. The coordinator may not have heard of those steps (a pause).
+  void NoteOldRunStep(ActiveJob& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- progress reports (job_manager_report.cc) ---
+  struct Reporter {
+    int rank;
+    std::string who;  // "worker w2 (dp0 pp1 tp0)"
+    LineSource source;
+  };
+  absl::Status OnStep(ActiveJob& job, const Reporter& from, StepMetrics step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status OnCheckpoint(ActiveJob& job, const CheckpointSealed& sealed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status OnLocation(ActiveJob& job, const JobLocation& at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status OnOutcome(ActiveJob& job, const Reporter& from, const ReportProgressRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker reported its job; PLACING -> RUNNING once every rank has.
+  void MarkAcked(ActiveJob& job, const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- diagnosis (job_manager_diagnosis.cc) ---
   // Starts the diagnosis of every RUNNING multi-rank job without a step for
   // diagnose_stall_after, or with a rank that timed out (once per run; outside mu_);
   // RecordStallDiagnosis takes its answer.
@@ -270,8 +321,6 @@ class JobManager {
   // A rank of `job` timed out waiting on peers (`failure`, not recorded yet): the run is to be
   // diagnosed before it is stopped (Options::diagnose), and its failure waits for the answer.
   void NoteTimeout(ActiveJob& job, const RankFailure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the failure decision waits for a timeout's diagnosis at `now`.
-  static bool AwaitsDiagnosis(const ActiveJob& job, absl::Time now);
   // The ranks of `job_id`'s run that reported a communication timeout so far, with the ranks
   // they blamed (Options::diagnose's timed_out).
   std::vector<TimedOutRank> TimedOutRanks(const std::string& job_id);
@@ -307,58 +356,13 @@ class JobManager {
   // Begins the rebalance decided for `job`, if any, at the checkpoint of `step`.
   void MaybeRebalanceAt(ActiveJob& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // --- the scheduler's pass (job_manager.cc) ---
   ActiveJob* FindActive(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Commits a non-final state change, updates memory, logs, notifies.
-  absl::Status Transition(ActiveJob& job, JobState state, const std::string& reason,
-                          const Placement* placement = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Commits a final state (with the job's output for SUCCEEDED), stops the job's workers and
-  // forgets it. When the store fails the job keeps its state in memory and the pass retries.
-  absl::Status EndJob(const std::string& job_id, JobState state, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HandleFault(const WorkerFault& fault) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records a rank's failure; ends the job now when the root cause is known (or it has one
-  // rank, or every rank has failed), else within the failure window.
-  void AddFailure(ActiveJob& job, RankFailure failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the job FAILED naming the root cause of its failures, or recovers it (Fail).
-  void FailWithRootCause(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job failed for `reason`, naming `worker` ("" if none): RECOVERING when `curable` and
-  // restarts are left, else FAILED naming every failure. `silent`: how long the failed worker
-  // had been silent (the detect phase), when known.
-  // `stopped`: the worker was stopped on purpose (SIGTERM), so the restart is maintenance, not
-  // counted against max_restarts. Whatever failed, a job whose last step is sealed
-  // (FinalStepSealed) recovers once to export its weights and end SUCCEEDED.
-  void Fail(ActiveJob& job, const std::string& reason, const std::string& worker, bool curable,
-            absl::Duration silent = absl::ZeroDuration(), bool stopped = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job's latest sealed checkpoint is at its last step, and no recovery finished it yet.
-  bool FinalStepSealed(const ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // RECOVERING: records `recovery` (its number, start and last step filled in here), stops
-  // every rank of the run (`failed_worker` aside, if any) and says `why`.
-  void BeginRecovery(ActiveJob& job, Recovery recovery, const std::string& why,
-                     const std::string& failed_worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A job "shrink" put on fewer workers goes back to its submitted layout at the checkpoint of
-  // `sealed_step` when enough workers are idle again (a Recovery with grow set).
-  void MaybeGrowBack(ActiveJob& job, int64_t sealed_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One scheduler step of a RECOVERING job: wait for the old ranks to stop, then place it on
-  // `idle` (which loses the workers it takes), shrink it, wait, or fail it.
-  void AdvanceRecovery(ActiveJob& job, std::vector<plan::Candidate>* idle, WorkerCounts* counts)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The recovery in progress, or nullptr.
-  static Recovery* OpenRecovery(ActiveJob& job);
-  void SaveRecoveries(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the current phase of the open recovery: its duration (ms) since job.phase_start.
-  int64_t EndPhase(ActiveJob& job);
   // resume_from = a job id -> that job's latest sealed step (absolute), noted in `notes`.
   absl::Status ResolveResumeFrom(JobSpec* spec, std::vector<std::string>* notes);
+  // Expired leases become failures; every job's record is reconciled (a final state to retry,
+  // a failure window over, workers not back after a restart, a planned restart to retry).
   void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A pause of this process ended (the registry gave every worker a lease of grace): says so
-  // in the log and in every active job's events; a restart's wait for workers starts again.
-  void NotePause(absl::Duration paused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A worker of the run a recovery replaced says it got to `step`: the recovery's last step
-  // (and steps redone) count it. The coordinator may not have heard of those steps (a pause).
-  void NoteOldRunStep(ActiveJob& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The worker reported its job; PLACING -> RUNNING once every rank has.
-  void MarkAcked(ActiveJob& job, const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places a queued job on `idle` workers (removing those it takes) and moves it to PLACING.
   // `candidates`: the idle workers that can run it (its device kind).
   // `spec`: the run's spec (job.spec, or a recovery's CurrentRunSpec or shrunk one).

@@ -25,11 +25,12 @@ absl::StatusOr<DrainWorkerResponse> JobManager::DrainLocked(const DrainWorkerReq
                          job->spec.checkpoint().interval_steps() > 0 &&
                          job->last_step < job->spec.steps();
     if (at_seal) {
-      job->drain_at_seal = worker_id;
+      job->planned.drain_at_seal = worker_id;
       Event(job->id, absl::StrCat("worker ", worker_id,
                                   " drained: the job moves off it at its next sealed checkpoint"));
     } else {
       MoveOffDrained(*job, worker_id);
+      Reconcile(job->id).IgnoreError();  // logged; the pass decides again
       response.set_moved_now(true);
     }
   }
@@ -45,12 +46,15 @@ void JobManager::MoveOffDrained(ActiveJob& job, const std::string& worker_id) {
       "maintenance (not counted against max_restarts): ", move.cause(), "; moving off it");
   // Every rank stops and the job resumes from its latest sealed checkpoint on workers that are
   // not drained (IdleWorkers leaves drained ones out).
-  BeginRecovery(job, std::move(move), why, "");
+  ProposeRestart(job, std::move(move), why);
 }
 
 void JobManager::MaybeMoveOffDrained(ActiveJob& job) {
-  if (job.drain_at_seal.empty() || job.state != RUNNING) return;
-  const std::string worker_id = std::exchange(job.drain_at_seal, "");
+  if (job.planned.drain_at_seal.empty() || job.state != RUNNING ||
+      job.planned.restart.has_value()) {
+    return;
+  }
+  const std::string worker_id = std::exchange(job.planned.drain_at_seal, "");
   if (!job.rank_of.contains(worker_id)) return;
   MoveOffDrained(job, worker_id);
 }

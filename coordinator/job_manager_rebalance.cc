@@ -21,26 +21,26 @@ absl::StatusOr<RebalanceDecision> JobManager::RebalanceLocked(
     return absl::FailedPreconditionError(absl::StrCat(job.id, " is ", JobState_Name(job.state),
                                                       ": only a running job can be rebalanced"));
   }
-  if (const Recovery* r = OpenRecovery(job); r != nullptr) {
+  if (const Recovery* r = job.OpenRecovery(); r != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(job.id, " is still in recovery ", r->number(),
                                                       " (no step trained since): try again "
                                                       "once it trains"));
   }
-  if (job.pending_cut.has_value()) {
+  if (job.planned.pending_cut.has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(job.id, " already moves to cut ",
-                                                      CutText(*job.pending_cut),
+                                                      CutText(*job.planned.pending_cut),
                                                       " at its next sealed checkpoint"));
   }
   ASSIGN_OR_RETURN(const JobPlan plan, plan::MakeJobPlan(job.run_spec));
   std::vector<double> window;
   if (stage_compute_s.empty()) {  // the latest straggler window's (`dtrain rebalance`)
-    if (job.straggler_scores.empty()) {
+    if (job.stragglers.scores.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           job.id, " has no straggler window scored yet: every rank reports its compute for ",
           job.spec.stragglers().window_steps(), " steps first (stragglers.window_steps)"));
     }
     window =
-        StageComputeSeconds(job.assignment->placement(), plan.stages_size(), job.straggler_scores);
+        StageComputeSeconds(job.assignment->placement(), plan.stages_size(), job.stragglers.scores);
     stage_compute_s = window;
   }
   ASSIGN_OR_RETURN(RebalanceDecision d,
@@ -50,8 +50,8 @@ absl::StatusOr<RebalanceDecision> JobManager::RebalanceLocked(
     Event(job.id, absl::StrCat("rebalance (", why, "): not re-cut: ", d.summary));
     return d;
   }
-  job.pending_cut = d.to;
-  job.pending_cut_summary = d.summary;
+  job.planned.pending_cut = d.to;
+  job.planned.pending_cut_summary = d.summary;
   const int64_t interval = job.spec.checkpoint().interval_steps();
   if (interval > 0 && job.last_step + interval < job.spec.steps()) {
     // The next sealed checkpoint is the cheapest restart: no step is trained twice.
@@ -69,19 +69,21 @@ absl::StatusOr<RebalanceDecision> JobManager::RebalanceLocked(
 }
 
 void JobManager::MaybeRebalanceAt(ActiveJob& job, int64_t step) {
-  if (!job.pending_cut.has_value() || job.state != RUNNING || OpenRecovery(job) != nullptr) {
+  if (!job.planned.pending_cut.has_value() || job.state != RUNNING ||
+      job.OpenRecovery() != nullptr || job.planned.restart.has_value()) {
     return;
   }
   if (step >= job.spec.steps()) {  // the last step's checkpoint: nothing left to train
-    job.pending_cut.reset();
+    job.planned.pending_cut.reset();
     return;
   }
   Recovery rebalance;
-  for (int layers : *job.pending_cut) rebalance.add_rebalance_to(layers);
-  rebalance.set_cause(absl::StrCat("rebalance: ", job.pending_cut_summary, " at step ", step));
-  job.pending_cut.reset();
+  for (int layers : *job.planned.pending_cut) rebalance.add_rebalance_to(layers);
+  rebalance.set_cause(
+      absl::StrCat("rebalance: ", job.planned.pending_cut_summary, " at step ", step));
+  job.planned.pending_cut.reset();
   const std::string why = rebalance.cause();
-  BeginRecovery(job, std::move(rebalance), why, "");
+  ProposeRestart(job, std::move(rebalance), why);
 }
 
 }  // namespace dtrain::coordinator

@@ -39,44 +39,44 @@ void JobManager::ScoreStragglers() {
     const bool scored = job.state == RUNNING && job.ranks.size() > 1 &&
                         job.spec.stragglers().threshold() > 1;  // (specs from before: none)
     if (!scored) {
-      if (job.stragglers != nullptr && options_.metrics != nullptr) {
+      if (job.stragglers.scorer != nullptr && options_.metrics != nullptr) {
         options_.metrics->ClearStragglerScores(job.id);
       }
-      job.stragglers.reset();
-      job.scored_run = nullptr;
-      job.straggler_scores.clear();
+      job.stragglers = ActiveJob::StragglerState();
       continue;
     }
-    if (job.scored_run != job.assignment.get()) {  // a new run: its own window
-      job.stragglers =
+    if (job.stragglers.scored_run != job.assignment.get()) {  // a new run: its own window
+      job.stragglers.scorer =
           std::make_unique<StragglerScorer>(job.spec.stragglers(), job.assignment->placement());
-      job.scored_run = job.assignment.get();
-      job.straggler_scores.clear();
+      job.stragglers.scored_run = job.assignment.get();
+      job.stragglers.scores.clear();
     }
     auto it = queued.find(job.id);
     if (it == queued.end()) continue;
     for (const auto& [worker, timing] : it->second) {
       auto rank = job.rank_of.find(worker);
-      if (rank != job.rank_of.end()) job.stragglers->Add(rank->second, timing);
+      if (rank != job.rank_of.end()) job.stragglers.scorer->Add(rank->second, timing);
     }
-    std::optional<StragglerScorer::Result> result = job.stragglers->Score();
+    std::optional<StragglerScorer::Result> result = job.stragglers.scorer->Score();
     if (!result.has_value()) continue;
-    job.straggler_scores = std::move(result->scores);
+    job.stragglers.scores = std::move(result->scores);
     if (options_.metrics != nullptr) {
-      options_.metrics->SetStragglerScores(job.id, job.straggler_scores);
+      options_.metrics->SetStragglerScores(job.id, job.stragglers.scores);
     }
-    const int window = job.stragglers->window_steps();
+    const int window = job.stragglers.scorer->window_steps();
     for (int rank : result->recovered) {
-      Event(job.id, StragglerCleared(job.straggler_scores[rank], window));
+      Event(job.id, StragglerCleared(job.stragglers.scores[rank], window));
     }
     // The slowest flagged rank first; one action per window: a replace starts a new run.
     std::sort(result->flagged.begin(), result->flagged.end(), [&](int a, int b) {
-      return job.straggler_scores[a].score() > job.straggler_scores[b].score();
+      return job.stragglers.scores[a].score() > job.stragglers.scores[b].score();
     });
     for (int rank : result->flagged) {
-      const StragglerScore score = job.straggler_scores[rank];
+      const StragglerScore score = job.stragglers.scores[rank];
       Event(job.id, StragglerFlagged(score, window));
-      if (job.state == RUNNING && job.scored_run == job.assignment.get()) {
+      // (Not after a restart this window already proposed: the run is about to stop.)
+      if (job.state == RUNNING && job.stragglers.scored_run == job.assignment.get() &&
+          !job.planned.restart.has_value()) {
         ActOnStraggler(job, score);
       }
     }
@@ -115,8 +115,8 @@ void JobManager::ActOnStraggler(ActiveJob& job, const StragglerScore& score) {
   replace.set_cause(absl::StrFormat(
       "replacing straggler %s (rank %d, %s): %.1fx the median of its peers over the last %d "
       "steps; an idle spare (%s) is there; not a failure",
-      score.worker_id(), score.rank(), score.label(), score.score(), job.stragglers->window_steps(),
-      spare));
+      score.worker_id(), score.rank(), score.label(), score.score(),
+      job.stragglers.scorer->window_steps(), spare));
   const std::string why = replace.cause();
   Event(job.id, absl::StrFormat("straggler policy replace: swapping %s (rank %d, %s) for the "
                                 "idle spare %s; the job resumes from its latest sealed "
@@ -125,13 +125,13 @@ void JobManager::ActOnStraggler(ActiveJob& job, const StragglerScore& score) {
                                 score.worker_id(), score.rank(), score.label(), spare));
   // Every rank stops now (the straggler too) and the job resumes from its latest sealed
   // checkpoint without the straggler (AdvanceRecovery excludes it).
-  BeginRecovery(job, std::move(replace), why, "");
+  ProposeRestart(job, std::move(replace), why);
 }
 
 void JobManager::AddStragglerScores(Job* job) {
   const ActiveJob* active = FindActive(job->id());
   if (active == nullptr) return;
-  for (const StragglerScore& s : active->straggler_scores) *job->add_stragglers() = s;
+  for (const StragglerScore& s : active->stragglers.scores) *job->add_stragglers() = s;
 }
 
 }  // namespace dtrain::coordinator

@@ -244,6 +244,15 @@ TEST(JobManager, AStalledRunIsDiagnosedOnceAndItsRootGoesIntoEventsAndReason) {
                                       "(w2, dp0 pp1 tp0) is in F of micro-batch 0"));
 }
 
+// What the analysis is told when the answers are in: "rank 0 on 1: <its error>".
+std::vector<std::string> TimedOutWords(const std::vector<TimedOutRank>& timed_out) {
+  std::vector<std::string> ranks;
+  for (const TimedOutRank& t : timed_out) {
+    ranks.push_back(absl::StrCat("rank ", t.rank, " on ", absl::StrJoin(t.on, ","), ": ", t.error));
+  }
+  return ranks;
+}
+
 // A rank that reports a communication timeout (FAILURE_PEER, DEADLINE_EXCEEDED) has the run
 // diagnosed at once, with no --diagnose_stall_after: the analysis learns which rank timed out on
 // whom, and the failure waits for the answer (not past the diagnosis deadline) so the still-live
@@ -262,15 +271,7 @@ TEST(JobManager, ACommunicationTimeoutIsDiagnosedBeforeTheRunIsStopped) {
       answer = std::move(done);
     };
   });
-  // What the analysis is told when the answers are in: "rank 0 on 1: <its error>".
-  auto timed_out = [&] {
-    std::vector<std::string> ranks;
-    for (const TimedOutRank& t : timed_out_now()) {
-      ranks.push_back(
-          absl::StrCat("rank ", t.rank, " on ", absl::StrJoin(t.on, ","), ": ", t.error));
-    }
-    return ranks;
-  };
+  auto timed_out = [&] { return TimedOutWords(timed_out_now()); };
   h.RunOn(3, kPp3Spec);
   auto timeout = [&](const std::string& worker, const std::string& suspect) {
     ReportProgressRequest r;

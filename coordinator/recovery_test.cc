@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <sqlite3.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/job_manager_harness.h"
@@ -508,6 +510,38 @@ TEST(Recovery, DrainNowMovesTheJobAtOnceAndUndrainReturnsTheWorker) {
   EXPECT_EQ(h.Get("job-000001").state(), PLACING);  // on w1 and w2 again
   drain.set_worker_id("nobody");
   EXPECT_EQ(h.m().DrainWorker(drain).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Save first, then act: a recovery the store cannot record changes nothing (the job stays
+// RUNNING, no worker is told to stop, no recovery is kept in memory) and the next pass, deciding
+// again from the same record, begins it once the store answers.
+TEST(Recovery, ARecoveryTheStoreCannotRecordIsNotActedOnAndIsRetried) {
+  const std::string db = TempDb("recover-save-first");
+  Harness h(db);
+  h.RunOn(2, Pp2Spec(""));
+  ASSERT_TRUE(h.Failure("w1", "job-000001", FAILURE_PEER, "stream to rank 1 broke", {"w2"}).ok());
+  // Another connection holds the write lock: the store's writes fail (after its 5 s busy wait).
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  h.Advance(absl::Seconds(3));  // past the failure window
+  h.Beat("w1", "s-w1");         // w1's runner ended; w2 is silent
+  h.m().RunSchedulerPass();
+  EXPECT_THAT(h.Log(), HasSubstr("cannot record its recovery (the next pass tries again)"));
+  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), RUNNING);
+  EXPECT_EQ(job.recoveries_size(), 0);
+  h.m().RunSchedulerPass();
+  job = h.Get("job-000001");
+  EXPECT_THAT(States(job), ElementsAre(QUEUED, PLACING, RUNNING, RECOVERING));
+  ASSERT_EQ(job.recoveries_size(), 1);
+  EXPECT_EQ(job.recoveries(0).number(), 1);
+  EXPECT_EQ(job.recoveries(0).failed_worker(), "w2");
+  // The run's ranks were kept for the retry: the surviving one is told to stop.
+  EXPECT_THAT(h.Log(), HasSubstr("job-000001: RUNNING -> RECOVERING: restart 1 of 3: "));
+  EXPECT_THAT(h.Log(), HasSubstr("; stopping the other 1 rank"));
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+// What the JobManager's files share (job_manager*.cc only): the lock of its jobs, and words
+// (durations, worker lists, plurals, job numbers).
+#ifndef DTRAIN_COORDINATOR_JOB_MANAGER_INTERNAL_H_
+#define DTRAIN_COORDINATOR_JOB_MANAGER_INTERNAL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "coordinator/job_manager.h"
+
+namespace dtrain::coordinator {
+
+// "job-000042" -> 42; -1 for anything else.
+inline int64_t JobNumber(absl::string_view id) {
+  int64_t n = -1;
+  if (!absl::ConsumePrefix(&id, "job-") || !absl::SimpleAtoi(id, &n)) return -1;
+  return n;
+}
+
+// "1.5s"
+inline std::string Seconds(absl::Duration d) {
+  return absl::StrFormat("%.1fs", absl::ToDoubleSeconds(d));
+}
+
+// "w1, w2, w3" or "w1, ..., w8 and 504 more".
+inline std::string WorkerList(const std::vector<std::string>& ids) {
+  constexpr size_t kShown = 8;
+  if (ids.size() <= kShown) return absl::StrJoin(ids, ", ");
+  return absl::StrCat(absl::StrJoin(ids.begin(), ids.begin() + kShown, ", "), " and ",
+                      ids.size() - kShown, " more");
+}
+
+// "1 worker", "3 workers".
+inline std::string Plural(int64_t n, absl::string_view word) {
+  return absl::StrCat(n, " ", word, n == 1 ? "" : "s");
+}
+
+// Holds mu_ and, on release, wakes the watchers of the jobs changed meanwhile, so watcher
+// callbacks (store reads, stream writes) never run under mu_.
+class JobManager::JobsLock {
+ public:
+  explicit JobsLock(JobManager* m) ABSL_EXCLUSIVE_LOCK_FUNCTION(m->mu_) : m_(m) { m_->mu_.Lock(); }
+  ~JobsLock() ABSL_UNLOCK_FUNCTION() {
+    std::vector<std::string> notify, forget;
+    notify.swap(m_->to_notify_);
+    forget.swap(m_->to_forget_);
+    m_->mu_.Unlock();
+    for (const std::string& id : notify) m_->notifier_.Notify(id);
+    for (const std::string& id : forget) m_->notifier_.Forget(id);
+  }
+
+ private:
+  JobManager* m_;
+};
+
+}  // namespace dtrain::coordinator
+
+#endif  // DTRAIN_COORDINATOR_JOB_MANAGER_INTERNAL_H_

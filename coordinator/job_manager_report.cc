@@ -1,0 +1,208 @@
+// JobManager's ReportProgress: a rank's steps, events, logs, sealed checkpoints, location and
+// outcome are recorded into the job; what follows from them (RUNNING, SUCCEEDED, a failure
+// decided, a planned restart) is job_decision.h's, reconciled at once so that the last rank's
+// success ends the job before its answer.
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_manager_internal.h"
+#include "coordinator/recovery.h"
+#include "plan/ranks.h"
+
+namespace dtrain::coordinator {
+
+absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
+    const ReportProgressRequest& request) {
+  if (request.worker_id().empty() || request.job_id().empty()) {
+    return absl::InvalidArgumentError("worker_id and job_id must not be empty");
+  }
+  ReportProgressResponse response;
+  JobsLock lock(this);
+  const absl::Time now = Now();
+  ActiveJob* job = FindActive(request.job_id());
+  if (job == nullptr) {
+    // Unknown: NotFound. Ended (cancelled, or failed by another rank): stop.
+    RETURN_IF_ERROR(store_->GetJob(request.job_id(), /*with_history=*/false).status());
+    response.set_cancelled(true);
+    return response;
+  }
+  auto rank_it = job->rank_of.find(request.worker_id());
+  if (rank_it == job->rank_of.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job->id, " has no rank on worker ", request.worker_id()));
+  }
+  const int rank = rank_it->second;
+  ASSIGN_OR_RETURN(bool first,
+                   registry_.Report(request.worker_id(), request.session_id(), job->id, now));
+  const std::string id = job->id;
+  if (first) MarkAcked(*job, request.worker_id());
+  job = FindActive(id);
+  if (job == nullptr) return response;  // (an ack cannot end a job; defensive)
+  const Reporter from{rank,
+                      absl::StrCat("worker ", request.worker_id(), " (",
+                                   plan::RankLabel(job->assignment->placement().ranks(rank)), ")"),
+                      {rank, request.worker_id(), LOG_INFO}};
+  switch (request.report_case()) {
+    case ReportProgressRequest::kStep:
+      RETURN_IF_ERROR(OnStep(*job, from, request.step()));
+      break;
+    case ReportProgressRequest::kEvent:
+      RETURN_IF_ERROR(store_
+                          ->AppendEvent(id, absl::StrCat(from.who, ": ", request.event()),
+                                        absl::ToUnixMillis(now), from.source)
+                          .status());
+      to_notify_.push_back(id);
+      break;
+    case ReportProgressRequest::kLog: {
+      LineSource line = from.source;
+      line.severity = request.log().severity();
+      RETURN_IF_ERROR(store_
+                          ->AppendEvent(id, absl::StrCat(from.who, ": ", request.log().text()),
+                                        absl::ToUnixMillis(now), line)
+                          .status());
+      to_notify_.push_back(id);
+      break;
+    }
+    case ReportProgressRequest::kCheckpoint:
+      RETURN_IF_ERROR(OnCheckpoint(*job, request.checkpoint()));
+      break;
+    case ReportProgressRequest::kLocation:
+      RETURN_IF_ERROR(OnLocation(*job, request.location()));
+      break;
+    case ReportProgressRequest::kOutcome:
+      RETURN_IF_ERROR(OnOutcome(*job, from, request));
+      break;
+    case ReportProgressRequest::REPORT_NOT_SET:
+      return absl::InvalidArgumentError("report carries none of step, event, outcome");
+  }
+  return response;
+}
+
+void JobManager::MarkAcked(ActiveJob& job, const std::string& worker_id) {
+  auto it = job.rank_of.find(worker_id);
+  if (it == job.rank_of.end()) return;
+  job.MarkAcked(it->second);
+  absl::Status status = Reconcile(job.id);  // PLACING -> RUNNING once every rank has
+  if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
+}
+
+absl::Status JobManager::OnStep(ActiveJob& job, const Reporter& from, StepMetrics step) {
+  if (from.rank != job.reporting_rank) return absl::OkStatus();  // one rank speaks for the job
+  const absl::Time now = Now();
+  if (step.time_unix_ms() == 0) step.set_time_unix_ms(absl::ToUnixMillis(now));
+  Recovery* r = job.OpenRecovery();
+  // The first step of a recovery's run replaces the old run's rows from it on: the steps
+  // after it are redone, and watchers are sent them again (coordinator_service.cc).
+  RETURN_IF_ERROR(store_->AppendMetrics(job.id, step, /*drop_later=*/r != nullptr));
+  job.last_step = std::max(job.last_step, step.step());
+  job.diagnosis.progress_at = now;
+  job.diagnosis.stall_diagnosed = false;
+  job.diagnosis.summary.clear();
+  if (r != nullptr) {
+    // The recovery is done. Rank 0's location (the step it resumed from) may come later,
+    // from another worker: the run resumed from the step before its first.
+    if (!job.run_located) {
+      r->set_resumed_from_step(step.step() - 1);
+      r->set_steps_redone(std::max<int64_t>(0, r->last_step() - r->resumed_from_step()));
+      r->set_load_ms(EndPhase(job));
+    }
+    r->set_first_step_ms(EndPhase(job));
+    r->set_done(true);
+    job.recovery.phase = RecoveryPhase::kNone;
+    job.last_step = step.step();
+    SaveRecoveries(job);
+    const int64_t total =
+        r->detect_ms() + r->stop_ms() + r->place_ms() + r->load_ms() + r->first_step_ms();
+    if (options_.metrics != nullptr) options_.metrics->JobRecovered(absl::Milliseconds(total));
+    Event(job.id, absl::StrCat("recovery ", r->number(), " done: training again at step ",
+                               step.step(), "; ", PhaseSummary(*r)));
+  }
+  to_notify_.push_back(job.id);
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::OnCheckpoint(ActiveJob& job, const CheckpointSealed& checkpoint) {
+  CheckpointInfo sealed;
+  sealed.set_step(checkpoint.step());
+  sealed.set_path(checkpoint.path());
+  sealed.set_time_unix_ms(NowMs());
+  sealed.set_dir_bytes(checkpoint.dir_bytes());
+  RETURN_IF_ERROR(store_->AddCheckpoint(job.id, sealed));
+  to_notify_.push_back(job.id);
+  // The policies a sealed checkpoint wakes; the first to propose a restart has it.
+  const std::string id = job.id;
+  MaybeGrowBack(job, sealed.step());
+  MaybeRebalanceAt(job, sealed.step());
+  MaybeMoveOffDrained(job);
+  Reconcile(id).IgnoreError();  // logged; the pass decides again
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::OnLocation(ActiveJob& job, const JobLocation& at) {
+  Recovery* r = job.recoveries.empty() || job.run_located ? nullptr : &job.recoveries.back();
+  job.run_located = true;
+  int64_t resumed_from_step = at.resumed_from_step();
+  if (!job.recoveries.empty()) {
+    // Job.resumed_from_step stays the first run's (a resume_from of the spec).
+    ASSIGN_OR_RETURN(Job stored, store_->GetJob(job.id, /*with_history=*/false));
+    resumed_from_step = stored.resumed_from_step();
+  }
+  RETURN_IF_ERROR(store_->SetLocation(job.id, at.dir(), at.host(),
+                                      job.spec.checkpoint().interval_steps(), resumed_from_step));
+  if (r == nullptr || r->workers_size() == 0) return absl::OkStatus();
+  // The new run loaded its checkpoint: the steps after it are trained again.
+  r->set_resumed_from_step(at.resumed_from_step());
+  r->set_steps_redone(std::max<int64_t>(0, r->last_step() - at.resumed_from_step()));
+  // The run found the last step sealed (its seal was not reported before the failure): it only
+  // finishes the job, which is no failure either.
+  if (at.resumed_from_step() >= job.spec.steps()) r->set_finishing(true);
+  if (!r->done()) {
+    r->set_load_ms(EndPhase(job));
+    job.recovery.phase = RecoveryPhase::kFirstStep;
+    job.last_step = at.resumed_from_step();
+  }
+  SaveRecoveries(job);
+  Event(job.id,
+        absl::StrCat(
+            "recovery ", r->number(), ": resumed from ",
+            at.resumed_from_step() > 0
+                ? absl::StrCat("step ", at.resumed_from_step(), " (", at.resumed_from(), ")")
+                : "the start (no checkpoint sealed yet)",
+            r->steps_redone() > 0
+                ? absl::StrCat("; redoing steps ", at.resumed_from_step() + 1, "-", r->last_step())
+                : ""));
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::OnOutcome(ActiveJob& job, const Reporter& from,
+                                   const ReportProgressRequest& request) {
+  const JobOutcome& outcome = request.outcome();
+  registry_.Release(request.worker_id(), job.id, Now());
+  Wake();
+  if (!outcome.succeeded()) {
+    RankFailure failure;
+    failure.cause = CauseOf(outcome.kind());
+    failure.rank = from.rank;
+    failure.worker_id = request.worker_id();
+    failure.error = outcome.error().empty() ? "no error message" : outcome.error();
+    failure.error_code = outcome.error_code();
+    failure.suspects.assign(outcome.suspect_workers().begin(), outcome.suspect_workers().end());
+    AddFailure(job, std::move(failure));
+    return absl::OkStatus();
+  }
+  job.MarkSucceeded(from.rank);
+  if (from.rank == job.reporting_rank) job.end_reason = outcome.end_reason();
+  if (!outcome.output().empty() && (from.rank == job.reporting_rank || job.output.empty())) {
+    job.output = outcome.output();
+    if (!outcome.output_host().empty()) {
+      RETURN_IF_ERROR(store_->SetOutputHost(job.id, outcome.output_host()));
+    }
+  }
+  return Reconcile(job.id);  // SUCCEEDED once every rank has, before the answer
+}
+
+}  // namespace dtrain::coordinator
