@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "plan/ranks.h"
+#include "plan/spec_enums.h"
 
 namespace dtrain::coordinator {
 
@@ -71,7 +72,7 @@ JobRecord RecordOf(const ActiveJob& job, absl::Time now) {
   r.planned_restart = job.planned.restart.has_value();
   r.phase = job.recovery.phase;
   r.phase_start = job.recovery.phase_start;
-  r.shrink = job.spec.fault_tolerance().on_worker_loss() == "shrink";
+  r.shrink = plan::PlannedWorkerLossPolicy(job.spec) == WORKER_LOSS_SHRINK;
   r.wait_for = plan::RecoveryWaitFor(job.spec);
   return r;
 }

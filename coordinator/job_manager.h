@@ -161,7 +161,7 @@ class JobManager {
   absl::StatusOr<DrainWorkerResponse> DrainWorker(const DrainWorkerRequest& request);
   absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
   // Re-cuts the pipeline of a RUNNING job from each stage's measured compute seconds per step
-  // (pp entries, or none: those of its latest straggler window; coordinator/rebalance.h
+  // (pp entries, or none: those of its latest straggler window; coordinator/policy/rebalance.h
   // decides) and restarts it on the new cut at its next sealed checkpoint (at once when none
   // comes before its end), resuming from it: a Recovery with rebalance_to, not counted against
   // max_restarts. `why` ("straggler policy, w2 flagged", "dtrain rebalance") starts the job's

@@ -13,6 +13,7 @@
 #include "coordinator/recovery.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
+#include "plan/spec_enums.h"
 
 namespace dtrain::coordinator {
 
@@ -172,7 +173,8 @@ void JobManager::ProposeRestart(ActiveJob& job, Recovery recovery, const std::st
 
 void JobManager::MaybeGrowBack(ActiveJob& job, int64_t sealed_step) {
   if (job.state != RUNNING || job.OpenRecovery() != nullptr || job.planned.restart.has_value() ||
-      job.spec.fault_tolerance().on_worker_loss() != "shrink" || sealed_step >= job.spec.steps()) {
+      plan::PlannedWorkerLossPolicy(job.spec) != WORKER_LOSS_SHRINK ||
+      sealed_step >= job.spec.steps()) {
     return;  // (the last step's checkpoint: nothing left to train)
   }
   const int64_t full = plan::WorkersNeeded(job.spec.parallel());
@@ -265,7 +267,7 @@ ClusterView JobManager::RecoveryView(ActiveJob& job, Placing* placing) {
               usable >= plan::WorkersNeeded(job.spec.parallel()) ? job.spec : job.run_spec);
   view.usable_idle = static_cast<int>(usable);
   view.needed = static_cast<int>(plan::WorkersNeeded(placing->spec.parallel()));
-  if (usable < view.needed && job.spec.fault_tolerance().on_worker_loss() == "shrink") {
+  if (usable < view.needed && plan::PlannedWorkerLossPolicy(job.spec) == WORKER_LOSS_SHRINK) {
     absl::StatusOr<JobPlan> smaller = plan::ShrinkPlan(placing->spec, usable);
     if (smaller.ok()) {
       const ParallelLayout& from = placing->spec.parallel();

@@ -1,5 +1,5 @@
 // JobManager's straggler handling (JobSpec.stragglers): the timings heartbeats carry, the scores
-// of coordinator/stragglers.h each scheduler pass, and the spec's policy for a flagged rank.
+// of coordinator/policy/stragglers.h each scheduler pass, and the spec's policy for a flagged rank.
 // Apart from job_manager.cc so the job life cycle there stays readable; the same class.
 #include <algorithm>
 #include <memory>
@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/recovery.h"
+#include "plan/spec_enums.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -84,8 +85,8 @@ void JobManager::ScoreStragglers() {
 }
 
 void JobManager::ActOnStraggler(ActiveJob& job, const StragglerScore& score) {
-  const std::string& policy = job.spec.stragglers().policy();
-  if (policy == "rebalance") {  // re-cut from the window's per-stage compute (rebalance.h)
+  const StragglerPolicy policy = plan::PlannedStragglerPolicy(job.spec);
+  if (policy == STRAGGLERS_REBALANCE) {  // re-cut from the window's per-stage compute (rebalance.h)
     const absl::StatusOr<RebalanceDecision> d =
         RebalanceLocked(job, {}, absl::StrCat("straggler policy, ", score.worker_id(), " flagged"));
     if (!d.ok()) {
@@ -94,7 +95,7 @@ void JobManager::ActOnStraggler(ActiveJob& job, const StragglerScore& score) {
     }
     return;
   }
-  if (policy != "replace") return;  // "report": the event is all
+  if (policy != STRAGGLERS_REPLACE) return;  // "report": the event is all
   // An idle spare that fits: not a worker of this job, not one that failed it twice.
   const absl::flat_hash_set<std::string> excluded = WorkersFailedTwice(job.recoveries);
   std::string spare;
