@@ -492,7 +492,7 @@ absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
   w.run_token = absl::StrFormat("%012x", token);
   // A rank whose files take longer than any wait on a peer is as stuck as a silent peer.
   w.seal_timeout = options_.comm_timeout;
-  if (options_.rank == 0) {
+  if (options_.plan.rank() == 0) {
     std::vector<int> others;
     for (int r = 1; r < transport_->size(); ++r) others.push_back(r);
     w.peers_failed = [transport = transport_, others = std::move(others)] {
