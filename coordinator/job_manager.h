@@ -225,8 +225,9 @@ class JobManager {
   DecisionLimits Limits() const;
   // Decides what `job_id` does next from its record and `cluster`, applies it, and again until
   // the decision is to wait (or the job ended). The first failed application's status; the
-  // record keeps what was observed, so the next pass decides again.
-  absl::Status Reconcile(const std::string& job_id, const ClusterView& cluster = {},
+  // record keeps what was observed, so the next pass decides again. `job_id` by value: callers
+  // pass job.id, which an ending job frees.
+  absl::Status Reconcile(std::string job_id, const ClusterView& cluster = {},
                          Placing* placing = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The one place a decision takes effect: the transition is checked against
   // job_transitions.h, saved, and only then memory changes and workers are told.

@@ -23,7 +23,7 @@ DecisionLimits JobManager::Limits() const {
   return limits;
 }
 
-absl::Status JobManager::Reconcile(const std::string& job_id, const ClusterView& cluster,
+absl::Status JobManager::Reconcile(std::string job_id, const ClusterView& cluster,
                                    Placing* placing) {
   // Each applied decision moves the job on (a state, a phase): a few rounds at most.
   for (int round = 0; round < 4; ++round) {

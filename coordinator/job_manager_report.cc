@@ -86,8 +86,9 @@ void JobManager::MarkAcked(ActiveJob& job, const std::string& worker_id) {
   auto it = job.rank_of.find(worker_id);
   if (it == job.rank_of.end()) return;
   job.MarkAcked(it->second);
-  absl::Status status = Reconcile(job.id);  // PLACING -> RUNNING once every rank has
-  if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
+  const std::string id = job.id;        // `job` is gone if the decision ended it
+  absl::Status status = Reconcile(id);  // PLACING -> RUNNING once every rank has
+  if (!status.ok()) Log(absl::StrCat(id, ": ", status.ToString()));
 }
 
 absl::Status JobManager::OnStep(ActiveJob& job, const Reporter& from, StepMetrics step) {

@@ -34,12 +34,14 @@ done
 declare -A SOURCES=(
   [spec]="plan/spec_json.cc plan/spec_bounds.cc plan/job_plan.cc plan/checkpoint_plan.cc plan/memory.cc
           plan/ranks.cc common/rank_numbering.cc plan/stage_cuts.cc
-          plan/schedule.cc plan/simulate.cc
+          plan/schedule.cc plan/simulate.cc plan/ready_work.cc plan/spec_enums.cc
+          plan/format_bytes.cc
           gen/proto/job.pb.cc gen/proto/plan.pb.cc gen/proto/model.pb.cc"
   [submit]="coordinator/submit_spec.cc plan/spec_json.cc plan/spec_bounds.cc plan/job_plan.cc
             plan/checkpoint_plan.cc
             plan/memory.cc plan/ranks.cc common/rank_numbering.cc plan/stage_cuts.cc
-            plan/schedule.cc plan/simulate.cc
+            plan/schedule.cc plan/simulate.cc plan/ready_work.cc plan/spec_enums.cc
+            plan/format_bytes.cc
             gen/proto/coordinator.pb.cc gen/proto/peer.pb.cc gen/proto/job.pb.cc
             gen/proto/plan.pb.cc gen/proto/model.pb.cc"
   [safetensors]="worker/model/safetensors.cc worker/model/header_json.cc common/files.cc"
