@@ -26,7 +26,8 @@ fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "gpu_check: $gpu"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# GPU_CHECK_LOGS=DIR keeps every step's whole log there (the device tool's $OUT, say).
+trap 'if [[ -n "${GPU_CHECK_LOGS:-}" ]]; then mkdir -p "$GPU_CHECK_LOGS"; cp "$work"/*.log "$GPU_CHECK_LOGS"/ 2>/dev/null; fi; rm -rf "$work"' EXIT
 python=${PYTHON:-python3}
 F="$work/corpus.txt" "$python" -c 'import os; open(os.environ["F"], "wb").write(bytes((i * 7919 + i // 13) % 251 for i in range(2_000_000)))'
 failed=0
@@ -66,7 +67,8 @@ multi_worker() {  # 4 workers on GPU 0, pp=2 x tp=2, against one worker
   done
   DTRAIN_CASE_WORKER_DEVICE=cuda:0 timeout 240 "$python" "$here/integration/integration_test.py" \
     --case=multi_worker_staging --coordinator="$work/wrap/dtrain-coordinator" \
-    --worker="$work/wrap/dtrain-worker" --cli="$work/wrap/dtrain" --examples="$here/examples"
+    --worker="$work/wrap/dtrain-worker" --worker_testing="$work/wrap/dtrain-worker" \
+    --cli="$work/wrap/dtrain" --examples="$here/examples"
 }
 
 throughput() {  # GPT-2 124M shape: dtrain-local and PyTorch, fp32 / tf32 / bf16
