@@ -8,7 +8,7 @@ autocast to bfloat16). Run by tools/gpu_check.sh from the bundle:
 
 MFU = model FLOPs per token (6 N + 12 L C T, N = 12 L C^2 + V C: the matmul weights with the
 tied head; PaLM's appendix B) x tokens/s / the GPU's dense peak for that precision. Prints one
-"RESULT" line per precision. Prepared for a GPU machine; never run on one yet.
+"RESULT" line per precision. Figures of an H100: docs/PERFORMANCE.md "On a GPU".
 """
 
 import argparse

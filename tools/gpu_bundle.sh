@@ -5,6 +5,7 @@
 # glibc version does not matter), into one folder (gpu-bundle/, ignored by git) with a launcher:
 #
 #   tools/gpu_bundle.sh [DIR]          # default gpu-bundle; refuses a result over 60 MiB
+#   GPU_BUNDLE_MODE=fastbuild tools/gpu_bundle.sh DIR   # the test suite's own build (its rehearsal)
 #   DIR/run dtrain-local --version     # on the GPU machine: the bundled loader and libraries
 #                                      # (the first run unpacks the gzipped large ones),
 #                                      # then CUDA from $CUDA_LIB_DIR (/usr/local/cuda/lib64)
@@ -21,8 +22,9 @@ limit_mib=60
 
 targets=(//worker:dtrain-local //worker:dtrain-worker //coordinator:dtrain-coordinator
          //client:dtrain //kernels/tests:ops_test)
-bazel build -c opt "${targets[@]}" >&2
-bin_dir=$(bazel info -c opt bazel-bin 2>/dev/null)
+mode=${GPU_BUNDLE_MODE:-opt}
+bazel build -c "$mode" "${targets[@]}" >&2
+bin_dir=$(bazel info -c "$mode" bazel-bin 2>/dev/null)
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
@@ -68,8 +70,11 @@ exec "\$here/lib/$loader" --argv0 "\$name" \\
 LAUNCHER
 chmod 755 "$out/run"
 install -m 755 tools/gpu_check.sh tools/gpt2_throughput.py "$out/"
-mkdir -p "$out/integration" "$out/examples"  # the multi-worker step's harness and specs
-cp tests/integration/*.py "$out/integration/"
+# The multi-worker step's harness and specs, laid out as in the repository (the harness runs
+# ../../tools/demo_corpus.py from its own folder).
+mkdir -p "$out/tests/integration" "$out/tools" "$out/examples"
+cp tests/integration/*.py "$out/tests/integration/"
+cp tools/demo_corpus.py "$out/tools/"
 cp deploy/examples/*.json "$out/examples/"
 
 size_kib=$(du -sk "$out" | cut -f1)

@@ -5,7 +5,9 @@
 # protobuf, Abseil, OpenBLAS, OpenSSL and glibc live) is hidden under an empty tmpfs, and every
 # bundled binary must still start (--version; ops_test lists its tests) with the bundle's loader
 # and libraries, plus CUDA's from /usr/local/cuda/lib64. Then gpu_check.sh, run from the bundle
-# on this GPU-less machine, must print exactly one line and exit 0.
+# on this GPU-less machine, must print exactly one line and exit 0, and its rehearsal
+# (--rehearse: every step but throughput on cpu-staging, from a copy of the bundle elsewhere)
+# must pass.
 #
 #   tools/gpu_bundle_test.sh [DIR]     # builds DIR (default gpu-bundle) first
 set -euo pipefail
@@ -45,4 +47,13 @@ if [[ $rc != 0 || $(printf '%s\n' "$lines" | wc -l) != 1 ]]; then
   exit 1
 fi
 echo "gpu_bundle_test: gpu_check.sh without a GPU: \"$lines\", exit 0"
+# The rehearsal: every step but throughput on cpu-staging, from a copy of the bundle outside the
+# repository, so the launcher, the harness's flags and the bundle's layout are what a GPU run uses.
+copy=$(mktemp -d)
+trap 'rm -rf "$copy"' EXIT
+cp -a "$out/." "$copy/"
+if ! "$copy/gpu_check.sh" --rehearse; then
+  echo "gpu_bundle_test: gpu_check.sh --rehearse failed" >&2
+  exit 1
+fi
 echo "gpu_bundle_test: ok"

@@ -11,19 +11,37 @@
 # Without a GPU it prints one line and exits 0. Each step's outcome is one line "gpu_check: ...";
 # the exit code is the number of failed steps.
 #
-#   ./gpu_check.sh [--skip=ops,local,multi,throughput]
+#   ./gpu_check.sh [--skip=ops,local,multi,throughput] [--rehearse]
 #
-# Status: prepared and run here only in its no-GPU branch; the GPU steps have never run.
+# --rehearse, on a machine without a GPU: the same steps with --device=cpu-staging where they say
+# cuda (throughput skipped), so the bundle, its launcher and the harness's flags are checked
+# where the project is built (tools/gpu_bundle_test.sh runs it).
+#
+# Run on one NVIDIA H100 on 2026-11-27: every step passed (docs/PERFORMANCE.md "On a GPU").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 skip=""
-if [[ "${1:-}" == --skip=* ]]; then skip=${1#--skip=}; fi
-
-if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+rehearse=0
+for arg in "$@"; do
+  case $arg in
+    --skip=*) skip=${arg#--skip=} ;;
+    --rehearse) rehearse=1 ;;
+    *) echo "gpu_check: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+device=cuda
+worker_device=cuda:0
+if ((rehearse)); then
+  device=cpu-staging
+  worker_device=cpu-staging
+  skip="$skip,throughput"
+  gpu="none (rehearsal on $device)"
+elif ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "gpu_check: no NVIDIA GPU on this machine (nvidia-smi lists none): nothing to check"
   exit 0
+else
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 fi
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "gpu_check: $gpu"
 work=$(mktemp -d)
 # GPU_CHECK_LOGS=DIR keeps every step's whole log there (the device tool's $OUT, say).
@@ -46,11 +64,11 @@ step() {  # step NAME COMMAND...: runs unless skipped, one line of outcome
 }
 
 local_losses() {  # dtrain-local on cuda and on cpu: the same losses
-  for d in cuda cpu; do
+  for d in "$device" cpu; do
     timeout 120 "$here/run" dtrain-local --device=$d --data="$work/corpus.txt" --steps=10 \
       --batch=4 --seq=64 --n_embd=128 --log_json="$work/local-$d.jsonl" || return 1
   done
-  "$python" - "$work/local-cuda.jsonl" "$work/local-cpu.jsonl" <<'PY'
+  "$python" - "$work/local-$device.jsonl" "$work/local-cpu.jsonl" <<'PY'
 import json, sys
 cuda, cpu = ([json.loads(l)["loss"] for l in open(p) if l.strip()] for p in sys.argv[1:3])
 worst = max(abs(a - b) / abs(b) for a, b in zip(cuda, cpu))
@@ -65,7 +83,7 @@ multi_worker() {  # 4 workers on GPU 0, pp=2 x tp=2, against one worker
     printf '#!/bin/sh\nexec "%s/run" %s "$@"\n' "$here" "$b" > "$work/wrap/$b"
     chmod 755 "$work/wrap/$b"
   done
-  DTRAIN_CASE_WORKER_DEVICE=cuda:0 timeout 240 "$python" "$here/integration/integration_test.py" \
+  DTRAIN_CASE_WORKER_DEVICE=$worker_device timeout 240 "$python" "$here/tests/integration/integration_test.py" \
     --case=multi_worker_staging --coordinator="$work/wrap/dtrain-coordinator" \
     --worker="$work/wrap/dtrain-worker" --worker_testing="$work/wrap/dtrain-worker" \
     --cli="$work/wrap/dtrain" --examples="$here/examples"

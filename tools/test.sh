@@ -5,6 +5,7 @@
 # (docs/TESTING.md says what each covers, what it costs and why these subsets):
 #   --config=asan  AddressSanitizer + UndefinedBehaviorSanitizer over ASAN_TESTS
 #   --config=tsan  ThreadSanitizer over TSAN_TESTS (communication and coordinator)
+#   tools/gpu_bundle_test.sh  the GPU check's bundle and its rehearsal on cpu-staging
 #   tools/fuzz.sh  every libFuzzer target for FUZZ_SECONDS (20) each, after replaying its corpus
 #                  (a smoke run inside CI's budget; longer runs by hand: docs/TESTING.md)
 # Each phase prints how long it took ("test.sh: PHASE took N s", the figures docs/TESTING.md
@@ -81,6 +82,17 @@ fi
 phase_done setup
 run_bazel //... "$@"
 phase_done "bazel test //..."
+# The GPU check's rehearsal (tools/gpu_bundle_test.sh) from a bundle of the build just tested:
+# the check that runs when a GPU is lent must keep working where there is none.
+bundle_dir=$(mktemp -d)
+if GPU_BUNDLE_MODE=fastbuild tools/gpu_bundle_test.sh "$bundle_dir/gpu-bundle"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  status=1
+fi
+rm -rf "$bundle_dir"
+phase_done "gpu bundle rehearsal"
 if [[ ${DTRAIN_SANITIZERS:-1} != 0 ]]; then
   run_bazel --config=asan --keep_going "${ASAN_TESTS[@]}"
   phase_done asan
