@@ -23,7 +23,8 @@ inline std::atomic<bool>& Avx512DisabledForTest() {
 
 // Whether this CPU (and OS, which libgcc checks through XCR0) runs the AVX-512 variants.
 inline bool CpuHasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+  static const bool has = (__builtin_cpu_init(), true) && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return has;
 }
