@@ -1,7 +1,7 @@
 // Running a loop with AVX-512 where the CPU has it, while the build targets x86-64-v3 (AVX2) so
 // the binaries run on every CI machine. A kernel compiles its inner loop twice, once plain and
 // once under DTRAIN_TARGET_AVX512, and picks one per call with UseAvx512(). What it gains: with
-// -ffast-math, libmvec's 16-lane tanhf/expf (_ZGVeN16v_*) instead of the 8-lane AVX2 ones, half
+// -ffast-math, libmvec's 16-lane tanhf (_ZGVeN16v_tanhf) instead of the 8-lane AVX2 one, half
 // the calls; the results differ from the AVX2 path by rounding only (a few ulp).
 #ifndef DTRAIN_KERNELS_CPU_AVX512_H_
 #define DTRAIN_KERNELS_CPU_AVX512_H_

@@ -7,6 +7,7 @@
 #include "kernels/common/arg_check.h"
 #include "kernels/common/elementwise.h"
 #include "kernels/cpu/avx512.h"
+#include "kernels/cpu/partition.h"
 
 namespace dtrain::kernels::cpu {
 namespace {
@@ -33,11 +34,6 @@ DTRAIN_TARGET_AVX512 void BackwardPartAvx512(float* dinp, const float* inp, cons
   for (int64_t i = 0; i < n; ++i) dinp[i] = GeluTanhGrad(inp[i]) * dout[i];
 }
 
-// Start of thread t's part of [0, n), a multiple of 64 elements (whole cache lines).
-int64_t PartStart(int64_t n, int t, int num_threads) {
-  return t >= num_threads ? n : n * t / num_threads / 64 * 64;
-}
-
 }  // namespace
 
 absl::Status GeluForward(float* out, const float* inp, int64_t n, int num_threads) {
@@ -48,7 +44,9 @@ absl::Status GeluForward(float* out, const float* inp, int64_t n, int num_thread
   const bool avx512 = UseAvx512();
 #pragma omp parallel for num_threads(num_threads) schedule(static)
   for (int t = 0; t < num_threads; ++t) {
-    const int64_t begin = PartStart(n, t, num_threads), end = PartStart(n, t + 1, num_threads);
+    // Parts start at multiples of 64 elements: whole cache lines per thread.
+    const int64_t begin = SplitPoint(n, t, num_threads, 64);
+    const int64_t end = SplitPoint(n, t + 1, num_threads, 64);
     if (avx512) {
       ForwardPartAvx512(out + begin, inp + begin, end - begin);
     } else {
@@ -67,7 +65,9 @@ absl::Status GeluBackward(float* dinp, const float* inp, const float* dout, int6
   const bool avx512 = UseAvx512();
 #pragma omp parallel for num_threads(num_threads) schedule(static)
   for (int t = 0; t < num_threads; ++t) {
-    const int64_t begin = PartStart(n, t, num_threads), end = PartStart(n, t + 1, num_threads);
+    // Parts start at multiples of 64 elements: whole cache lines per thread.
+    const int64_t begin = SplitPoint(n, t, num_threads, 64);
+    const int64_t end = SplitPoint(n, t + 1, num_threads, 64);
     if (avx512) {
       BackwardPartAvx512(dinp + begin, inp + begin, dout + begin, end - begin);
     } else {
