@@ -6,6 +6,7 @@
 // Times are wall-clock (UseRealTime): the ops are multi-threaded.
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -15,6 +16,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gelu.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/residual.h"
@@ -86,6 +88,52 @@ void MatmulShapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_MatmulForward)->Apply(MatmulShapes);
 BENCHMARK(BM_MatmulBackward)->Apply(MatmulShapes);
+
+// ---- The dense GEMMs of one training step, and nothing else ---------------------------------
+// The floor under a step of dtrain's CPU backend and of PyTorch alike, which call the same
+// OpenBLAS for the same products: per layer, the forward, input-gradient and weight-gradient
+// GEMMs of qkv, attention projection, fc and fc projection (transposes and betas as matmul.cc
+// calls them), 4 layers, then the tied head's logits, dlnf and dwte (gpt_stage.cc). Not in it:
+// attention's causal blocks (about 1% of the FLOPs) and everything that is not a GEMM. The
+// operands stay warm in cache between calls, so this is, if anything, optimistic.
+struct GemmCall {
+  bool trans_a, trans_b;
+  int m, n, k;
+  float beta;
+};
+
+std::vector<GemmCall> StepDenseGemms() {
+  std::vector<GemmCall> layer;
+  for (const auto& [C, OC] : {std::pair{kC, 3 * kC}, {kC, kC}, {kC, 4 * kC}, {4 * kC, kC}}) {
+    layer.push_back({false, false, kN, OC, C, 1.0f});  // out (N,OC) = inp @ w + bias
+    layer.push_back({false, true, kN, C, OC, 0.0f});   // dinp (N,C) = dout @ w^T
+    layer.push_back({true, false, C, OC, kN, 1.0f});   // dw (C,OC) += inp^T @ dout
+  }
+  std::vector<GemmCall> calls;
+  for (int l = 0; l < 4; ++l) calls.insert(calls.end(), layer.begin(), layer.end());
+  calls.push_back({false, true, kN, kV, kC, 0.0f});   // logits (N,V) = lnf @ wte^T
+  calls.push_back({false, false, kN, kC, kV, 0.0f});  // dlnf (N,C) = dlogits @ wte
+  calls.push_back({true, false, kV, kC, kN, 1.0f});   // dwte (V,C) += dlogits^T @ lnf
+  return calls;
+}
+
+void BM_StepDenseGemms(benchmark::State& state) {
+  const int threads = state.range(0);
+  const std::vector<GemmCall> calls = StepDenseGemms();
+  const int64_t most = int64_t{kN} * 4 * kC;  // the largest operand, (N,4C)
+  auto a = Random(most), b = Random(most);
+  std::vector<float> c(most);
+  double flops = 0;
+  for (const GemmCall& g : calls) flops += 2.0 * g.m * g.n * g.k;
+  for (auto _ : state) {
+    for (const GemmCall& g : calls) {
+      ParallelSgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.data(), g.trans_a ? g.m : g.k,
+                    b.data(), g.trans_b ? g.k : g.n, g.beta, c.data(), g.n, threads);
+    }
+  }
+  CountFlops(state, flops);
+}
+BENCHMARK(BM_StepDenseGemms)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
 // ---- Attention ----------------------------------------------------------------------------
 void BM_AttentionForward(benchmark::State& state) {

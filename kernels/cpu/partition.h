@@ -9,9 +9,11 @@ namespace dtrain::kernels::cpu {
 // Start of part `part` of [0, extent) cut into `parts` near-equal pieces whose inner bounds are
 // multiples of `align`; SplitPoint(extent, parts, parts, align) == extent. Some pieces may be
 // empty when extent < parts * align. Part p is [SplitPoint(p), SplitPoint(p + 1)).
-inline int SplitPoint(int extent, int part, int parts, int align) {
+// Int is int or int64_t (element counts of whole tensors).
+template <typename Int>
+inline Int SplitPoint(Int extent, int part, int parts, int align) {
   if (part >= parts) return extent;
-  return static_cast<int>(int64_t{extent} * part / parts) / align * align;
+  return static_cast<Int>(int64_t{extent} * part / parts) / align * align;
 }
 
 }  // namespace dtrain::kernels::cpu

@@ -76,6 +76,18 @@ Vec Gelu(const Vec& x) {
   return out;
 }
 
+Vec GeluBackwardByDifferences(const Vec& x, const Vec& dy, double h) {
+  Vec plus(x.size()), minus(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    plus[i] = x[i] + h;
+    minus[i] = x[i] - h;
+  }
+  const Vec fp = Gelu(plus), fm = Gelu(minus);
+  Vec want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = (fp[i] - fm[i]) / (2 * h) * dy[i];
+  return want;
+}
+
 AttentionResult Attention(const Vec& qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));

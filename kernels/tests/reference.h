@@ -32,6 +32,8 @@ Vec Matmul(const Vec& inp, const Vec& weight, const Vec& bias, int N, int C, int
 
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), element-wise.
 Vec Gelu(const Vec& x);
+// GELU's backward by central differences of Gelu, element-wise: (gelu(x+h) - gelu(x-h)) / 2h * dy.
+Vec GeluBackwardByDifferences(const Vec& x, const Vec& dy, double h = 1e-5);
 
 struct AttentionResult {
   Vec out, att;  // out (B,T,C), att (B,NH,T,T)
