@@ -133,7 +133,7 @@ TEST_P(PeerDeathTest, SilentRankFailsTheStepAtTheDeadlineNamingIt) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, PeerDeathTest,
                          ::testing::Values(TransportKind::kInproc, TransportKind::kGrpc,
-                                           TransportKind::kShm),
+                                           TransportKind::kShm, TransportKind::kTlsSockets),
                          [](const ::testing::TestParamInfo<TransportKind>& info) {
                            return testing::KindName(info.param);
                          });
