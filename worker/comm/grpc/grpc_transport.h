@@ -62,7 +62,7 @@ namespace dtrain::comm {
 
 // Data connections per peer pair by default with mutual TLS (docs/PERFORMANCE.md, "Two hosts
 // on one machine": measured 1, 2 and 4).
-inline constexpr int kDefaultDataConnections = 2;
+inline constexpr int kDefaultDataConnections = 4;
 
 struct GrpcTransportOptions {
   int rank = 0;
