@@ -39,6 +39,8 @@ constexpr int64_t kMinPartBytes = 64 << 10;
 constexpr uint32_t kMaxHeaderBytes = 64 << 10;
 constexpr uint64_t kMaxPayloadBytes = 64 << 20;
 constexpr size_t kReadBufferBytes = 256 << 10;
+// Frames a connection's reader may hold, read but not yet its turn.
+constexpr int kReadAheadFrames = 2;
 
 // Sent first on every connection, inside TLS.
 struct Preamble {
@@ -619,6 +621,7 @@ absl::Status TlsReceiver::Add(std::unique_ptr<DataConnection> connection, int in
   if (count_ == 0 && count >= 1 && count <= 64) {
     count_ = count;
     connections_.resize(count);
+    held_.assign(count, 0);
   }
   if (count != count_ || index < 0 || index >= count_ || connections_[index] != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("data connection ", index, " of ", count,
@@ -679,8 +682,12 @@ void TlsReceiver::Run(int index, int count, DataConnection* connection) {
   for (uint64_t seq = index;; seq += count) {
     Frame frame;
     absl::Status read = ReadFrame(*connection, seq, &frame);
-    if (absl::IsOutOfRange(read)) {  // close_notify: every frame of it was delivered
-      connection->AnswerClose();
+    if (absl::IsOutOfRange(read)) {  // close_notify: answered once its frames were delivered
+      absl::MutexLock lock(&mu_);
+      auto delivered = [this, index]()
+                           ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || held_[index] == 0; };
+      mu_.Await(absl::Condition(&delivered));
+      if (!stop_) connection->AnswerClose();
       return;
     }
     if (!read.ok()) {
@@ -689,16 +696,31 @@ void TlsReceiver::Run(int index, int count, DataConnection* connection) {
     }
     {
       absl::MutexLock lock(&mu_);
-      auto turn = [this, seq]()
-                      ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || next_seq_ == seq; };
-      mu_.Await(absl::Condition(&turn));
+      // Its turn, or room to hold it until then: a connection whose thread is descheduled
+      // holds up the others only after kReadAheadFrames each.
+      auto room = [this, index, seq]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_ || next_seq_ == seq || held_[index] < kReadAheadFrames;
+      };
+      mu_.Await(absl::Condition(&room));
       if (stop_) return;
+      if (next_seq_ != seq) {  // whoever delivers the frame before it delivers it
+        ready_.emplace(seq, std::move(frame));
+        ++held_[index];
+        continue;
+      }
     }
-    // In the order of the frames' numbers, which is the order the sender sent them in; a
-    // waiting receive consumes it here, on this connection's thread.
-    inbox_->Deliver(std::move(frame));
-    absl::MutexLock lock(&mu_);
-    ++next_seq_;
+    // In the order of the frames' numbers, which is the order the sender sent them in: this
+    // one, then those other connections read ahead. A waiting receive consumes them here.
+    while (true) {
+      inbox_->Deliver(std::move(frame));
+      absl::MutexLock lock(&mu_);
+      ++next_seq_;
+      auto next = ready_.find(next_seq_);
+      if (next == ready_.end()) break;
+      frame = std::move(next->second);
+      --held_[next_seq_ % count];
+      ready_.erase(next);
+    }
   }
 }
 

@@ -21,7 +21,9 @@
 // each connection on its own thread, into a buffer of the frame's size, and hands the frames
 // to the peer's inbox in the order of their numbers: the inbox sees exactly the stream's order,
 // and a receive already waiting consumes each part on the reading thread (its sink posts it
-// into its range of the destination) while the other connections decrypt the next parts.
+// into its range of the destination) while the other connections decrypt the next parts. A
+// reader whose frame is not next holds it and reads on (two frames at most), so a reader
+// thread the scheduler leaves waiting holds up the others only after that.
 //
 // Leaving cleanly: the sender's Drain sends TLS close_notify on every connection once its
 // frames are written, and waits for the receiver's close_notify, which each reader answers
@@ -207,6 +209,8 @@ class TlsReceiver {
   std::vector<std::unique_ptr<DataConnection>> connections_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;  // the next frame to hand to the inbox
+  absl::flat_hash_map<uint64_t, Frame> ready_ ABSL_GUARDED_BY(mu_);  // read ahead, by number
+  std::vector<int> held_ ABSL_GUARDED_BY(mu_);  // per connection: its frames in ready_
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> stopping_{false};
 };
