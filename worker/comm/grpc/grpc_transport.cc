@@ -29,6 +29,9 @@ constexpr int64_t kMaxFrameBytes = (4 << 20) - (64 << 10);
 constexpr absl::Duration kReleaseGrace = absl::Seconds(10);
 // Data connections a receiver admits per peer pair at most.
 constexpr int kMaxDataConnections = 16;
+// How long opening them may take before the stream carries the data instead (a data port a
+// firewall drops must not take the whole connect deadline).
+constexpr absl::Duration kDataConnectTimeout = absl::Seconds(5);
 
 // "127.0.0.1:7000" -> "127.0.0.1", "[::]:7000" -> "[::]"; unix addresses have none.
 std::string HostOf(const std::string& address) {
@@ -563,7 +566,8 @@ absl::Status GrpcTransport::AttachDataConnections(int peer, Peer& p, absl::Time 
   absl::StatusOr<std::vector<std::unique_ptr<DataConnection>>> connections =
       HostOf(p.address).empty()
           ? absl::FailedPreconditionError(absl::StrCat("'", p.address, "' is no TCP address"))
-          : ConnectData(HostOf(p.address), ack.data_port(), psk, data_connections_, deadline);
+          : ConnectData(HostOf(p.address), ack.data_port(), psk, data_connections_,
+                        std::min(deadline, absl::Now() + kDataConnectTimeout));
   PeerFrameHeader attached;
   attached.set_type(DATA_ATTACHED);
   if (connections.ok()) {

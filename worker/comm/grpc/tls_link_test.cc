@@ -21,8 +21,9 @@ struct Pair {
   std::unique_ptr<GrpcTransport> a, b;  // rank 0 sends to rank 1
 };
 
-Pair Start(int connections, std::vector<DataPathEvent>* events = nullptr,
-           absl::Mutex* mu = nullptr) {
+// `receiver_connections`: rank 1's own setting (-1: the same as rank 0's).
+Pair Start(int connections, std::vector<DataPathEvent>* events = nullptr, absl::Mutex* mu = nullptr,
+           int receiver_connections = -1) {
   Pair pair;
   for (int r = 0; r < 2; ++r) {
     GrpcTransportOptions o;
@@ -31,7 +32,7 @@ Pair Start(int connections, std::vector<DataPathEvent>* events = nullptr,
     o.listen_address = "127.0.0.1:0";
     o.job_id = "tls-link-test";
     o.shared_memory = false;  // as between two hosts
-    o.data_connections = connections;
+    o.data_connections = r == 1 && receiver_connections >= 0 ? receiver_connections : connections;
     o.frame_bytes = 256 << 10;
     if (events != nullptr) {
       o.on_data_path = [events, mu](const DataPathEvent& e) {
@@ -107,6 +108,28 @@ TEST(TlsLink, MessagesOfEverySizeArriveWholeAndInOrder) {
   }
   EXPECT_EQ(outgoing, 1);
   EXPECT_EQ(incoming, 1);
+}
+
+// A receiver without data connections: the stream carries the data, and the sender says why.
+TEST(TlsLink, FallsBackToTheStreamAndSaysWhy) {
+  std::vector<DataPathEvent> events;
+  absl::Mutex mu;
+  Pair p = Start(2, &events, &mu, /*receiver_connections=*/0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  std::vector<float> x = Pattern(100000, 3.0f), out(x.size());
+  ASSERT_TRUE(
+      Send(*p.a, 1, MessageKey::Activation(0, 0), TensorMeta::F32(x.size()), AsBytes(x), deadline)
+          .ok());
+  ASSERT_TRUE(RecvInto(*p.b, 0, MessageKey::Activation(0, 0), TensorMeta::F32(x.size()),
+                       AsWritableBytes(absl::MakeSpan(out)), deadline)
+                  .ok());
+  EXPECT_EQ(out, x);
+  EXPECT_EQ(p.a->data_path(1), DataPath::kGrpc);
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_FALSE(events[0].incoming);
+  EXPECT_EQ(events[0].path, DataPath::kGrpc);
+  EXPECT_NE(events[0].why.find("offered no data connections"), std::string::npos) << events[0].why;
 }
 
 // A listener admits only the keys it registered, and a registered identity only with its key.
