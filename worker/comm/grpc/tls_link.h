@@ -11,7 +11,8 @@
 // handshake with that PSK (TLS_AES_128_GCM_SHA256, no certificates, no tickets) followed by its
 // index, and sends DATA_ATTACHED with K, or with 0 and why (then the stream carries the data:
 // the fallback). A connection that does not present a registered PSK fails its handshake and is
-// closed; a PSK admits K connections, then it is forgotten.
+// closed; a PSK is forgotten once the sender confirmed its connections (DATA_ATTACHED) or its
+// stream ended, and admits 16 connections at most before.
 //
 // On a connection, inside TLS, every frame is a FramePrefix (little-endian), then the
 // PeerFrameHeader of a DATA frame (grpc/frame_codec.h), then the payload. The sender numbers
