@@ -10,7 +10,10 @@ measured in the same run; with --tls, dtrain over gRPC with TLS off and on side 
 Paths (--paths, default `job`): how dtrain's ranks move data. `job` is what a job does: mutual
 TLS on every stream (the `worker` certificate of `dtrain certs init` on every rank), and the
 data through shared memory between ranks of one host (proved by the transport's handshake;
-the stream otherwise); `shm` the same without TLS, failing unless shared memory is used;
+across hosts TLS 1.3 data connections of the transport's own, keyed by a pre-shared key sent on
+the mutual-TLS stream: worker/comm/grpc/tls_link.h); `job-stream` is `job` with the gRPC
+stream across hosts (mutual TLS, the path before the data connections), `job-k<N>` `job` with N
+data connections per pair; `shm` the same without TLS, failing unless shared memory is used;
 `grpc` and `grpc+tls` force the gRPC stream, plaintext or mutual TLS; `plain` is `job` with
 plaintext streams; `hier` is `job` with the hierarchical all-reduce (HierarchicalAllReduce, each
 rank's host from its address, as the gradient sync picks it; the ring with one host). Every path gets its table against gloo and iperf3; --tls adds grpc and
@@ -144,19 +147,23 @@ def run_ranks(cmds, what, timeout, hosts):
         shutil.rmtree(outdir, ignore_errors=True)
 
 
-# path -> (allreduce_benchmark --path, mutual TLS on the streams, its --allreduce)
-PATHS = {"job": ("auto", True, "flat"), "plain": ("auto", False, "flat"),
-         "hier": ("auto", True, "hierarchical"), "shm": ("shm", False, "flat"),
-         "grpc": ("grpc", False, "flat"), "grpc+tls": ("grpc", True, "flat")}
+# path -> (allreduce_benchmark --path, mutual TLS on the streams, its --allreduce, more flags)
+PATHS = {"job": ("auto", True, "flat", []), "plain": ("auto", False, "flat", []),
+         "job-stream": ("auto", True, "flat", ["--data_connections=0"]),
+         "hier": ("auto", True, "hierarchical", []), "shm": ("shm", False, "flat", []),
+         "grpc": ("grpc", False, "flat", []), "grpc+tls": ("grpc", True, "flat", [])}
+# job-k<N>: `job` with N data connections per pair of ranks across hosts.
+for _k in (1, 2, 3, 4, 6, 8):
+    PATHS[f"job-k{_k}"] = ("auto", True, "flat", [f"--data_connections={_k}"])
 
 
 def run_dtrain(binary, n, sizes, seconds, hosts, mode="allreduce", path="grpc", tls_dir=None):
     """One run of `path` (PATHS); tls_dir: a `dtrain certs init` directory."""
     peers = ",".join(f"{hosts.address(hosts.host_of(r, n))}:{p}"
                      for r, p in enumerate(free_ports(n)))
-    flag, tls, algorithm = PATHS[path]
-    extra = [f"--path={flag}", f"--allreduce={algorithm}"] + ([f"--tls_dir={tls_dir}"] if tls
-                                                              else [])
+    flag, tls, algorithm, more = PATHS[path]
+    extra = [f"--path={flag}", f"--allreduce={algorithm}"] + more + (
+        [f"--tls_dir={tls_dir}"] if tls else [])
     cmds = [[binary, f"--rank={r}", f"--peers={peers}", f"--mode={mode}",
              f"--sizes_mib={sizes}", f"--seconds={seconds}"] + extra for r in range(n)]
     return run_ranks(cmds, f"dtrain {mode} ({n} ranks, {path})", 600, hosts)

@@ -64,7 +64,9 @@ def case_tls(args):
     and so is a TLS CLI at a coordinator started with --insecure (which warns at start);
     a plaintext client and a TLS client without a certificate get nothing from the coordinator
     nor from a worker's peer port, while the worker certificate does; a dp=2 job trains to
-    SUCCEEDED over TLS with the admin certificate."""
+    SUCCEEDED over TLS with the admin certificate, its tensors through TLS data connections in
+    both directions (w2 has no shared memory, as a worker of another host: both workers log
+    `goes through tls sockets` for their peer, never the gRPC stream)."""
     with Cluster(args.binaries, "tls", tls=True) as c:
         d, cli = c.tls_dir, c.bin["cli"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("DTRAIN_")}
@@ -94,7 +96,7 @@ def case_tls(args):
         c.write_corpus()
         c.start_coordinator()  # waits for `dtrain workers` with the admin certificate
         c.start_worker("w1")
-        c.start_worker("w2")
+        c.start_worker("w2", ["--shared_memory=false"])  # as if on another host
         c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
         for process, gauge in (("coordinator", "dtrain_coordinator_tls_enabled"),
                                ("worker-w1", "dtrain_worker_tls_enabled")):
@@ -156,7 +158,13 @@ def case_tls(args):
 
         rc, out, err = c.cli("watch", job_id, "--quiet", timeout=300)
         expect(rc == 0, "the job over TLS: exit %d\n%s\n%s" % (rc, out[-800:], err))
-        print("%s (dp=2 on w1 and w2) SUCCEEDED over mutual TLS" % job_id)
+        for w in ("w1", "w2"):
+            text = c.workers[w].log_text()
+            expect("goes through tls sockets" in text and "goes through grpc" not in text,
+                   "%s: its peer's data did not go through TLS data connections:\n%s"
+                   % (w, "\n".join(l for l in text.splitlines() if "goes through" in l)))
+        print("%s (dp=2 on w1 and w2) SUCCEEDED over mutual TLS, data through TLS data "
+              "connections" % job_id)
 
 
 def case_plaintext_peers(args):

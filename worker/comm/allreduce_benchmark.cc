@@ -20,8 +20,11 @@
 //              the ceiling of any same-host transport, measured in the same run as it.
 // --allreduce=hierarchical: HierarchicalAllReduce with each rank's host from its --peers entry.
 // --path: where the data goes. auto (the default, what a job does): shared memory to ranks on
-// this host, proved by the transport's handshake, else the gRPC stream; shm: the same, but
-// fail unless every peer is reached through shared memory; grpc: always the stream.
+// this host, proved by the transport's handshake, else (with --tls_dir) TLS data connections
+// of the transport's own (grpc/tls_link.h), else the gRPC stream; shm: the same, but fail
+// unless every peer is reached through shared memory; grpc: always the stream; sockets: always
+// the data connections (also on one host, also with plaintext streams).
+// --data_connections: data connections per peer pair (-1: as a job, 0: none, the stream).
 // With --listen=127.0.0.1:0 the process prints "port N" first (its own --peers entry is then
 // ignored by the others only if they learn N; the fault test does).
 // With --tls_dir=DIR (a `dtrain certs init` directory) every stream is mutual TLS, as between
@@ -64,7 +67,10 @@ ABSL_FLAG(std::string, grpc_args, "", "extra integer gRPC channel arguments: nam
 ABSL_FLAG(double, timeout_s, 60, "deadline of every collective and connection (seconds)");
 ABSL_FLAG(std::string, allreduce, "flat",
           "flat (the ring over all ranks) or hierarchical (inside each host of --peers first)");
-ABSL_FLAG(std::string, path, "auto", "auto (as a job: shared memory on one host), shm or grpc");
+ABSL_FLAG(std::string, path, "auto",
+          "auto (as a job: shared memory on one host), shm, grpc or sockets");
+ABSL_FLAG(int, data_connections, -1,
+          "TLS data connections per peer pair across hosts (-1: as a job; 0: the gRPC stream)");
 ABSL_FLAG(int64_t, shm_ring_kib, 4096, "shared-memory ring per ordered pair of ranks (KiB)");
 ABSL_FLAG(std::string, tls_dir, "",
           "a `dtrain certs init` directory: mutual TLS with its worker certificate; empty: "
@@ -272,12 +278,18 @@ absl::Status RunLoop(Group& group) {
 
 absl::Status Run() {
   const std::string path = absl::GetFlag(FLAGS_path);
-  if (path != "auto" && path != "shm" && path != "grpc") {
-    return absl::InvalidArgumentError(absl::StrCat("--path=", path, ": auto, shm or grpc"));
+  if (path != "auto" && path != "shm" && path != "grpc" && path != "sockets") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--path=", path, ": auto, shm, grpc or sockets"));
   }
   if (absl::GetFlag(FLAGS_mode) == "memcpy") return RunMemcpy();
   GrpcTransportOptions options;
-  options.shared_memory = path != "grpc";
+  options.shared_memory = path == "auto" || path == "shm";
+  const int connections = absl::GetFlag(FLAGS_data_connections);
+  options.data_connections = path == "grpc"      ? 0
+                             : path != "sockets" ? connections
+                             : connections < 0   ? kDefaultDataConnections
+                                                 : connections;
   options.shm_ring_bytes = absl::GetFlag(FLAGS_shm_ring_kib) << 10;
   options.rank = absl::GetFlag(FLAGS_rank);
   options.peer_addresses = absl::StrSplit(absl::GetFlag(FLAGS_peers), ',');

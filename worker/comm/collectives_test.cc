@@ -259,7 +259,8 @@ TEST_P(CollectivesTest, BarrierReturnsOnlyAfterEveryMemberEntered) {
 INSTANTIATE_TEST_SUITE_P(
     Ranks, CollectivesTest,
     ::testing::Combine(::testing::Values(TransportKind::kInproc, TransportKind::kInprocPieces,
-                                         TransportKind::kGrpc, TransportKind::kShm),
+                                         TransportKind::kGrpc, TransportKind::kShm,
+                                         TransportKind::kTlsSockets),
                        ::testing::Range(1, 9)),
     [](const ::testing::TestParamInfo<CollectivesTest::ParamType>& info) {
       return absl::StrCat(testing::KindName(std::get<0>(info.param)), "_", std::get<1>(info.param),

@@ -133,14 +133,15 @@ TEST_P(PeerDeathTest, SilentRankFailsTheStepAtTheDeadlineNamingIt) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, PeerDeathTest,
                          ::testing::Values(TransportKind::kInproc, TransportKind::kGrpc,
-                                           TransportKind::kShm),
+                                           TransportKind::kShm, TransportKind::kTlsSockets),
                          [](const ::testing::TestParamInfo<TransportKind>& info) {
                            return testing::KindName(info.param);
                          });
 
 // Rank 3 is another process (allreduce_benchmark --mode=loop), killed with SIGKILL while the
-// four ranks all-reduce in a loop.
-TEST(PeerDeath, KilledProcessFailsTheStepWithinTheDeadlineNamingIt) {
+// four ranks all-reduce in a loop; through shared memory (one host), or with `sockets` through
+// TLS data connections (as between hosts).
+void KillProcessMidAllReduce(bool sockets) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   ASSERT_NE(srcdir, nullptr);
   const std::string binary = absl::StrCat(srcdir, "/dtrain/worker/comm/allreduce_benchmark");
@@ -153,6 +154,8 @@ TEST(PeerDeath, KilledProcessFailsTheStepWithinTheDeadlineNamingIt) {
     o.size = 4;
     o.listen_address = "127.0.0.1:0";
     o.job_id = "allreduce-benchmark";
+    o.shared_memory = !sockets;
+    o.data_connections = sockets ? 2 : 0;
     auto t = GrpcTransport::Start(o);
     ASSERT_TRUE(t.ok()) << t.status();
     addresses.push_back(absl::StrCat("127.0.0.1:", (*t)->port()));
@@ -169,6 +172,10 @@ TEST(PeerDeath, KilledProcessFailsTheStepWithinTheDeadlineNamingIt) {
   std::vector<std::string> args = {
       binary,        "--rank=3",     "--peers=" + peers, "--listen=127.0.0.1:0",
       "--mode=loop", "--timeout_s=3"};
+  if (sockets) {
+    args.push_back("--path=sockets");
+    args.push_back("--data_connections=2");
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -203,7 +210,7 @@ TEST(PeerDeath, KilledProcessFailsTheStepWithinTheDeadlineNamingIt) {
   for (int r = 0; r < 3; ++r) printf("rank %d: %s\n", r, outcomes[r].status.ToString().c_str());
   // The ring went through shared memory (one host), and a peer killed with SIGKILL leaves no
   // segment behind: both sides unlinked each ring's name once they had mapped it.
-  EXPECT_EQ(transports[2]->data_path(3), DataPath::kSharedMemory);
+  EXPECT_EQ(transports[2]->data_path(3), sockets ? DataPath::kTlsSockets : DataPath::kSharedMemory);
   for (auto& t : transports) t->Shutdown(absl::Seconds(1));
   for (pid_t pid : {child, getpid()}) {
     const std::string prefix = absl::StrCat("dtrain-", pid, "-");
@@ -212,6 +219,14 @@ TEST(PeerDeath, KilledProcessFailsTheStepWithinTheDeadlineNamingIt) {
     while (dirent* e = readdir(dir)) EXPECT_FALSE(absl::StartsWith(e->d_name, prefix)) << e->d_name;
     closedir(dir);
   }
+}
+
+TEST(PeerDeath, KilledProcessFailsTheStepWithinTheDeadlineNamingIt) {
+  KillProcessMidAllReduce(/*sockets=*/false);
+}
+
+TEST(PeerDeath, KilledProcessOnTlsDataConnectionsFailsTheStepNamingIt) {
+  KillProcessMidAllReduce(/*sockets=*/true);
 }
 
 }  // namespace

@@ -152,7 +152,7 @@ TEST_P(StageLinksTest, InterleavedVirtualStagesAreKeptApart) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, StageLinksTest,
                          ::testing::Values(TransportKind::kInproc, TransportKind::kGrpc,
-                                           TransportKind::kShm),
+                                           TransportKind::kShm, TransportKind::kTlsSockets),
                          [](const ::testing::TestParamInfo<TransportKind>& info) {
                            return testing::KindName(info.param);
                          });

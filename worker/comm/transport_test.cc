@@ -192,7 +192,8 @@ TEST_P(TransportTest, ArrivedSaysWhetherAReceiveWouldStartWithoutTakingTheMessag
 
 INSTANTIATE_TEST_SUITE_P(Kinds, TransportTest,
                          ::testing::Values(TransportKind::kInproc, TransportKind::kInprocPieces,
-                                           TransportKind::kGrpc, TransportKind::kShm),
+                                           TransportKind::kGrpc, TransportKind::kShm,
+                                           TransportKind::kTlsSockets),
                          [](const ::testing::TestParamInfo<TransportKind>& info) {
                            return testing::KindName(info.param);
                          });
@@ -274,7 +275,8 @@ TEST_P(GrpcLeaveTest, APeerThatLeftCleanlyFailsOnlyReceivesFromIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, GrpcLeaveTest,
-                         ::testing::Values(TransportKind::kGrpc, TransportKind::kShm),
+                         ::testing::Values(TransportKind::kGrpc, TransportKind::kShm,
+                                           TransportKind::kTlsSockets),
                          [](const ::testing::TestParamInfo<TransportKind>& info) {
                            return testing::KindName(info.param);
                          });

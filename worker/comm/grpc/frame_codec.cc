@@ -194,8 +194,10 @@ absl::StatusOr<DecodedFrame> DecodeFrame(grpc::ByteBuffer& buffer) {
   return frame;
 }
 
-absl::StatusOr<Frame> InboxFrame(DecodedFrame decoded) {
-  const PeerFrameHeader& h = decoded.header;
+absl::StatusOr<Frame> FrameOfHeader(const PeerFrameHeader& h) {
+  if (h.type() != DATA) {
+    return absl::InvalidArgumentError(absl::StrCat("a frame of type ", h.type(), ", not DATA"));
+  }
   Frame f;
   f.key = KeyFromHeader(h);
   f.offset = h.offset();
@@ -205,9 +207,16 @@ absl::StatusOr<Frame> InboxFrame(DecodedFrame decoded) {
     if (!meta.ok()) return meta.status();
     f.meta = *std::move(meta);
   }
+  return f;
+}
+
+absl::StatusOr<Frame> InboxFrame(DecodedFrame decoded) {
+  absl::StatusOr<Frame> frame = FrameOfHeader(decoded.header);
+  if (!frame.ok()) return frame.status();
+  Frame& f = *frame;
   f.pieces = decoded.payload;  // views into the slices the owner keeps
   f.owner = std::make_unique<SliceOwner>(std::move(decoded.slices));
-  return f;
+  return frame;
 }
 
 }  // namespace dtrain::comm

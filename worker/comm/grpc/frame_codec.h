@@ -46,6 +46,10 @@ struct DecodedFrame {
 // frame.
 absl::StatusOr<DecodedFrame> DecodeFrame(grpc::ByteBuffer& buffer);
 
+// The inbox frame of a DATA frame's header, without payload: key, offset, total, and the meta on
+// the frame at offset 0. InvalidArgument for another frame type or an unknown element type.
+absl::StatusOr<Frame> FrameOfHeader(const PeerFrameHeader& header);
+
 // The inbox frame of a decoded DATA frame (the peer service delivers it): key, offset, total and
 // payload from the wire, the meta on the frame at offset 0 (InvalidArgument for an unknown
 // element type); its owner keeps the received slices alive. The inbox checks the numbers

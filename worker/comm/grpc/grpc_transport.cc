@@ -18,6 +18,7 @@
 #include "worker/comm/grpc/peer_service.h"
 #include "worker/comm/grpc/rank_diagnosis.h"
 #include "worker/comm/grpc/shm_link.h"
+#include "worker/comm/grpc/tls_link.h"
 #include "worker/comm/inbox.h"
 
 namespace dtrain::comm {
@@ -26,6 +27,18 @@ namespace {
 constexpr int64_t kMaxFrameBytes = (4 << 20) - (64 << 10);
 // How long a send that gave up waits for gRPC to let go of its buffer.
 constexpr absl::Duration kReleaseGrace = absl::Seconds(10);
+// Data connections a receiver admits per peer pair at most.
+constexpr int kMaxDataConnections = 16;
+// How long opening them may take before the stream carries the data instead (a data port a
+// firewall drops must not take the whole connect deadline).
+constexpr absl::Duration kDataConnectTimeout = absl::Seconds(5);
+
+// "127.0.0.1:7000" -> "127.0.0.1", "[::]:7000" -> "[::]"; unix addresses have none.
+std::string HostOf(const std::string& address) {
+  if (absl::StartsWith(address, "unix:")) return "";
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
 
 grpc::ChannelArguments ChannelArgs(const GrpcTransportOptions& o) {
   grpc::ChannelArguments args;
@@ -89,14 +102,19 @@ class GrpcSendOp : public SendOp {
   bool waited_ = false;
 };
 
-// A send through the shared-memory ring: waits for ShmSender; cancels the stream (which ends
-// the peer, as over gRPC) when the deadline passes.
-class ShmSendOp : public SendOp {
+// A send through a link of the transport's own (the shared-memory ring, the data connections):
+// waits for its ShmSender or TlsSender; cancels the stream (which ends the peer, as over gRPC)
+// when the deadline passes. `link` names it in errors.
+class LinkSendOp : public SendOp {
  public:
-  ShmSendOp(std::shared_ptr<ShmSendState> state, OutgoingStream* stream, std::string what,
-            absl::Time deadline)
-      : state_(std::move(state)), stream_(stream), what_(std::move(what)), deadline_(deadline) {}
-  ~ShmSendOp() override {
+  LinkSendOp(std::shared_ptr<LinkSendState> state, OutgoingStream* stream, std::string what,
+             const char* link, absl::Time deadline)
+      : state_(std::move(state)),
+        stream_(stream),
+        what_(std::move(what)),
+        link_(link),
+        deadline_(deadline) {}
+  ~LinkSendOp() override {
     if (!waited_) Wait(deadline_).IgnoreError();
   }
 
@@ -107,7 +125,7 @@ class ShmSendOp : public SendOp {
 
   absl::Status Wait(absl::Time deadline) override {
     waited_ = true;
-    ShmSendState& s = *state_;
+    LinkSendState& s = *state_;
     auto done = [&s]() ABSL_SHARED_LOCKS_REQUIRED(s.mu) { return s.done; };
     {
       absl::MutexLock lock(&s.mu);
@@ -115,24 +133,24 @@ class ShmSendOp : public SendOp {
         return s.status.ok() ? s.status : Annotate(s.status, what_);
       }
     }
-    // The peer takes nothing from the ring: give up on it, as over gRPC.
+    // The peer takes nothing: give up on it, as over gRPC.
     s.cancelled.store(true);
     stream_->Cancel();
     absl::MutexLock lock(&s.mu);
     if (!s.mu.AwaitWithTimeout(absl::Condition(&done), kReleaseGrace)) {
-      return absl::InternalError(
-          absl::StrCat(what_, ": the ring's writer still holds the buffer after cancelling"));
+      return absl::InternalError(absl::StrCat(what_, ": the writer of ", link_,
+                                              " still holds the buffer after cancelling"));
     }
-    return absl::DeadlineExceededError(absl::StrCat(
-        what_,
-        ": not taken from the shared-memory ring by the deadline; the stream to the peer was "
-        "cancelled"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(what_, ": not taken from ", link_,
+                     " by the deadline; the stream to the peer was cancelled"));
   }
 
  private:
-  std::shared_ptr<ShmSendState> state_;
+  std::shared_ptr<LinkSendState> state_;
   OutgoingStream* stream_;
   const std::string what_;
+  const char* link_;
   const absl::Time deadline_;
   bool waited_ = false;
 };
@@ -162,11 +180,15 @@ struct GrpcTransport::Peer {
   std::string address ABSL_GUARDED_BY(mu);
   std::unique_ptr<OutgoingStream> stream ABSL_GUARDED_BY(mu);
   std::unique_ptr<ShmSender> shm_out ABSL_GUARDED_BY(mu);  // set: data goes through the ring
+  std::unique_ptr<TlsSender> tls_out ABSL_GUARDED_BY(mu);  // set: through data connections
   DataPath path ABSL_GUARDED_BY(mu) = DataPath::kNone;
   // Guarded by the transport's mu_:
-  bool incoming = false;                 // a stream from this peer was accepted
-  std::unique_ptr<ShmRing> shm_offered;  // created for it, not yet attached
-  std::shared_ptr<ShmReceiver> shm_in;   // reads its ring into `inbox` (receives pump it)
+  bool incoming = false;                     // a stream from this peer was accepted
+  std::unique_ptr<ShmRing> shm_offered;      // created for it, not yet attached
+  std::shared_ptr<ShmReceiver> shm_in;       // reads its ring into `inbox` (receives pump it)
+  std::string data_identity;                 // of the PSK offered to it, not yet attached
+  std::shared_ptr<TlsReceiver> tls_offered;  // reads the connections opened with that PSK
+  std::shared_ptr<TlsReceiver> tls_in;       // attached (DATA_ATTACHED)
 };
 
 class GrpcTransport::Handler : public HelloHandler {
@@ -176,7 +198,9 @@ class GrpcTransport::Handler : public HelloHandler {
   absl::StatusOr<Inbox*> Accept(const PeerFrameHeader& hello, PeerFrameHeader* ack) override {
     absl::StatusOr<Inbox*> inbox = Check(hello);
     if (!inbox.ok() && t_->options_.on_refused) t_->options_.on_refused(inbox.status());
-    if (!inbox.ok() || !hello.shm_offer() || !t_->options_.shared_memory) return inbox;
+    if (!inbox.ok()) return inbox;
+    if (hello.data_offer()) OfferDataConnections(hello.src_rank(), **inbox, ack);
+    if (!hello.shm_offer() || !t_->options_.shared_memory) return inbox;
     // The sender may be on this host: a ring only it can prove it mapped (SHM_ATTACHED).
     absl::StatusOr<std::unique_ptr<ShmRing>> ring = ShmRing::Create(t_->options_.shm_ring_bytes);
     if (!ring.ok()) {
@@ -201,6 +225,11 @@ class GrpcTransport::Handler : public HelloHandler {
           absl::StrCat("SHM_ATTACHED from rank ", src, ", which was offered no ring"));
     }
     if (attached.shm_nonce().empty()) {  // not on this host: the ring goes, the stream stays
+      {
+        absl::MutexLock lock(&t_->mu_);
+        // Data connections may follow: DataAttached reports the path.
+        if (t_->peers_[src]->tls_offered != nullptr) return absl::OkStatus();
+      }
       t_->Report({src, /*incoming=*/true, DataPath::kGrpc,
                   "the peer could not map this rank's ring (another host, or a /dev/shm not "
                   "shared with it)"});
@@ -214,14 +243,36 @@ class GrpcTransport::Handler : public HelloHandler {
     absl::MutexLock lock(&t_->mu_);
     if (t_->shut_down_) return absl::UnavailableError("the transport is shutting down");
     Peer& peer = *t_->peers_[src];
+    WithdrawDataOfferLocked(peer);  // same host: no data connections
     peer.shm_in = std::make_shared<ShmReceiver>(std::move(ring), peer.inbox.get());
     t_->Report({src, /*incoming=*/true, DataPath::kSharedMemory, ""});
+    return absl::OkStatus();
+  }
+
+  absl::Status DataAttached(int src, const PeerFrameHeader& attached) override {
+    absl::MutexLock lock(&t_->mu_);
+    Peer& peer = *t_->peers_[src];
+    std::shared_ptr<TlsReceiver> receiver = peer.tls_offered;
+    WithdrawDataOfferLocked(peer);
+    if (receiver == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("DATA_ATTACHED from rank ", src, ", which was offered no data connections"));
+    }
+    if (attached.data_connections() <= 0) {
+      t_->Report({src, /*incoming=*/true, DataPath::kGrpc,
+                  absl::StrCat("the peer could not open data connections: ", attached.data_why())});
+      return absl::OkStatus();
+    }
+    if (t_->shut_down_) return absl::UnavailableError("the transport is shutting down");
+    peer.tls_in = std::move(receiver);
+    t_->Report({src, /*incoming=*/true, DataPath::kTlsSockets, ""});
     return absl::OkStatus();
   }
 
   void Ended(int src) override {
     absl::MutexLock lock(&t_->mu_);
     t_->peers_[src]->shm_offered.reset();  // unlinks a ring never attached
+    WithdrawDataOfferLocked(*t_->peers_[src]);
   }
 
   absl::StatusOr<RankDiagnosis> Diagnose(const DiagnoseRankRequest& request) override {
@@ -283,6 +334,33 @@ class GrpcTransport::Handler : public HelloHandler {
     return peer.inbox.get();
   }
 
+  // A fresh PSK for the sender of a HELLO, registered with the listener, in the HELLO_ACK.
+  void OfferDataConnections(int src, Inbox& inbox, PeerFrameHeader* ack) {
+    if (t_->data_listener_ == nullptr) return;  // the sender says so (AttachDataConnections)
+    absl::StatusOr<DataPsk> psk = DataPsk::New();
+    if (!psk.ok()) {
+      t_->Report({src, /*incoming=*/true, DataPath::kGrpc,
+                  absl::StrCat("no key for data connections: ", psk.status().message())});
+      return;
+    }
+    auto receiver = std::make_shared<TlsReceiver>(&inbox);
+    t_->data_listener_->Register(*psk, receiver, kMaxDataConnections);
+    ack->set_data_port(t_->data_listener_->port());
+    ack->set_data_psk_identity(psk->identity);
+    ack->set_data_psk(psk->key);
+    absl::MutexLock lock(&t_->mu_);
+    Peer& peer = *t_->peers_[src];
+    peer.data_identity = psk->identity;
+    peer.tls_offered = std::move(receiver);
+  }
+
+  // The PSK offered to `peer` admits no more connections (those opened stay with tls_offered).
+  void WithdrawDataOfferLocked(Peer& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t_->mu_) {
+    if (!peer.data_identity.empty()) t_->data_listener_->Unregister(peer.data_identity);
+    peer.data_identity.clear();
+    peer.tls_offered.reset();
+  }
+
   GrpcTransport* t_;
 };
 
@@ -325,6 +403,22 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Start(GrpcTranspor
   }
   if (!opt.peer_addresses.empty()) RETURN_IF_ERROR(t->SetPeerAddresses(opt.peer_addresses));
 
+  t->data_connections_ = opt.data_connections >= 0
+                             ? opt.data_connections
+                             : (opt.tls.enabled() ? kDefaultDataConnections : 0);
+  if (t->data_connections_ > kMaxDataConnections) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_connections ", t->data_connections_, " above ", kMaxDataConnections));
+  }
+  if (t->data_connections_ > 0 && !HostOf(opt.listen_address).empty()) {
+    // Without a listener, senders are told so and use the stream (AttachDataConnections).
+    absl::StatusOr<std::unique_ptr<DataListener>> listener =
+        DataListener::Start(HostOf(opt.listen_address));
+    if (listener.ok()) {
+      t->data_listener_ = *std::move(listener);
+      if (opt.on_refused) t->data_listener_->set_on_refused(opt.on_refused);
+    }
+  }
   t->handler_ = std::make_unique<Handler>(t.get());
   t->service_ = std::make_unique<PeerServiceImpl>(t->handler_.get());
   grpc::ServerBuilder builder;
@@ -411,20 +505,28 @@ absl::StatusOr<OutgoingStream*> GrpcTransport::StreamTo(int peer, absl::Time dea
   hello.set_job_id(options_.job_id);
   hello.set_job_secret(options_.job_secret);
   hello.set_shm_offer(options_.shared_memory);
+  hello.set_data_offer(data_connections_ > 0);
   // A failed stream stays in place: it remembers the failure, and must outlive gRPC's OnDone.
   RETURN_IF_ERROR(p.stream->Start(hello, deadline));
-  RETURN_IF_ERROR(AttachRing(peer, p));
+  std::string why;  // the stream although another path was wanted: why
+  RETURN_IF_ERROR(AttachRing(peer, p, &why));
+  if (p.path != DataPath::kSharedMemory && data_connections_ > 0) {
+    RETURN_IF_ERROR(AttachDataConnections(peer, p, deadline, &why));
+  }
+  if (p.path == DataPath::kGrpc && !why.empty()) {
+    Report({peer, /*incoming=*/false, DataPath::kGrpc, why});
+  }
   return p.stream.get();
 }
 
-absl::Status GrpcTransport::AttachRing(int peer, Peer& p) {
+absl::Status GrpcTransport::AttachRing(int peer, Peer& p, std::string* why) {
   p.path = DataPath::kGrpc;
   if (!options_.shared_memory) return absl::OkStatus();
   const std::string name = p.stream->ack().shm_name();
   if (name.empty()) {
-    Report({peer, /*incoming=*/false, DataPath::kGrpc,
-            "the peer offered no shared-memory ring (its shared memory is off, or its /dev/shm "
-            "has no room)"});
+    *why =
+        "the peer offered no shared-memory ring (its shared memory is off, or its /dev/shm has "
+        "no room)";
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<ShmRing>> ring =
@@ -438,15 +540,52 @@ absl::Status GrpcTransport::AttachRing(int peer, Peer& p) {
   frame.push_back(EncodeFrame(attached, grpc::Slice()));
   RETURN_IF_ERROR(p.stream->Enqueue(std::move(frame), nullptr));
   if (!ring.ok()) {
-    Report({peer, /*incoming=*/false, DataPath::kGrpc,
-            absl::StrCat("cannot map the peer's shared-memory ring (another host, or a /dev/shm "
-                         "not shared with it): ",
-                         ring.status().message())});
+    *why = absl::StrCat(
+        "cannot map the peer's shared-memory ring (another host, or a /dev/shm not shared with "
+        "it): ",
+        ring.status().message());
     return absl::OkStatus();
   }
   p.shm_out = std::make_unique<ShmSender>(*std::move(ring), p.stream.get());
   p.path = DataPath::kSharedMemory;
   Report({peer, /*incoming=*/false, DataPath::kSharedMemory, ""});
+  return absl::OkStatus();
+}
+
+absl::Status GrpcTransport::AttachDataConnections(int peer, Peer& p, absl::Time deadline,
+                                                  std::string* why) {
+  const PeerFrameHeader& ack = p.stream->ack();
+  auto add_why = [why](absl::string_view more) {
+    *why = why->empty() ? std::string(more) : absl::StrCat(*why, "; ", more);
+  };
+  if (ack.data_port() == 0) {
+    add_why("the peer offered no data connections (they are off there, or it cannot listen)");
+    return absl::OkStatus();
+  }
+  const DataPsk psk{ack.data_psk_identity(), ack.data_psk()};
+  absl::StatusOr<std::vector<std::unique_ptr<DataConnection>>> connections =
+      HostOf(p.address).empty()
+          ? absl::FailedPreconditionError(absl::StrCat("'", p.address, "' is no TCP address"))
+          : ConnectData(HostOf(p.address), ack.data_port(), psk, data_connections_,
+                        std::min(deadline, absl::Now() + kDataConnectTimeout));
+  PeerFrameHeader attached;
+  attached.set_type(DATA_ATTACHED);
+  if (connections.ok()) {
+    attached.set_data_connections(data_connections_);
+  } else {
+    attached.set_data_why(std::string(connections.status().message()));
+  }
+  std::vector<grpc::ByteBuffer> frame;
+  frame.push_back(EncodeFrame(attached, grpc::Slice()));
+  RETURN_IF_ERROR(p.stream->Enqueue(std::move(frame), nullptr));
+  if (!connections.ok()) {
+    add_why(absl::StrCat("cannot open data connections: ", connections.status().message()));
+    return absl::OkStatus();
+  }
+  p.tls_out =
+      std::make_unique<TlsSender>(*std::move(connections), p.stream.get(), options_.frame_bytes);
+  p.path = DataPath::kTlsSockets;
+  Report({peer, /*incoming=*/false, DataPath::kTlsSockets, ""});
   return absl::OkStatus();
 }
 
@@ -484,13 +623,19 @@ absl::StatusOr<SendHandle> GrpcTransport::StartSend(int peer, const MessageKey& 
   absl::StatusOr<OutgoingStream*> stream = StreamTo(peer, deadline);
   if (!stream.ok()) return Annotate(stream.status(), what);
   ShmSender* shm;
+  TlsSender* tls;
   {
     absl::MutexLock lock(&peers_[peer]->mu);
     shm = peers_[peer]->shm_out.get();
+    tls = peers_[peer]->tls_out.get();
   }
   if (shm != nullptr) {
-    return SendHandle(
-        std::make_unique<ShmSendOp>(shm->Enqueue(key, meta, data, ""), *stream, what, deadline));
+    return SendHandle(std::make_unique<LinkSendOp>(shm->Enqueue(key, meta, data, ""), *stream, what,
+                                                   "the shared-memory ring", deadline));
+  }
+  if (tls != nullptr) {
+    return SendHandle(std::make_unique<LinkSendOp>(tls->Enqueue(key, meta, data, ""), *stream, what,
+                                                   "the data connections", deadline));
   }
 
   const int64_t frame_bytes = options_.frame_bytes;
@@ -559,17 +704,24 @@ absl::Status GrpcTransport::Post(int peer, const MessageKey& key, std::string pa
   RETURN_IF_ERROR(CheckPeer(peer, what));
   OutgoingStream* stream;
   ShmSender* shm;
+  TlsSender* tls;
   {
     Peer& p = *peers_[peer];
     absl::MutexLock lock(&p.mu);
     if (p.stream == nullptr) return absl::UnavailableError(absl::StrCat(what, ": no stream"));
     stream = p.stream.get();
     shm = p.shm_out.get();
+    tls = p.tls_out.get();
   }
   const TensorMeta meta = TensorMeta::Bytes(payload.size());
   if (shm != nullptr) {  // behind the data already in the ring, like a frame on the stream
     if (absl::Status s = stream->status(); !s.ok()) return Annotate(s, what);
     shm->Enqueue(key, meta, {}, std::move(payload));
+    return absl::OkStatus();
+  }
+  if (tls != nullptr) {  // behind the data already on the connections
+    if (absl::Status s = stream->status(); !s.ok()) return Annotate(s, what);
+    tls->Enqueue(key, meta, {}, std::move(payload));
     return absl::OkStatus();
   }
   std::vector<grpc::ByteBuffer> frame;
@@ -606,6 +758,12 @@ void GrpcTransport::Shutdown(absl::Duration grace) {
       if (grace > absl::ZeroDuration()) peer->shm_out->Drain(deadline);
       peer->shm_out->Stop();
     }
+    if (peer->tls_out != nullptr) {
+      // The same through the data connections: the peer answers every close_notify once it
+      // delivered what came before it.
+      if (grace > absl::ZeroDuration()) peer->tls_out->Drain(deadline);
+      peer->tls_out->Stop();
+    }
     if (grace == absl::ZeroDuration()) peer->stream->Cancel();
     // gRPC never reported the end of the call: leak the reactor rather than free it under gRPC.
     if (!peer->stream->Close(deadline)) peer->stream.release();
@@ -623,14 +781,20 @@ void GrpcTransport::Shutdown(absl::Duration grace) {
     server_->Shutdown(absl::ToChronoTime(absl::Now()));
     server_->Wait();
   }
+  if (data_listener_ != nullptr) data_listener_->Stop();
   std::vector<std::shared_ptr<ShmReceiver>> receivers;
+  std::vector<std::shared_ptr<TlsReceiver>> tls_receivers;
   {
     absl::MutexLock lock(&mu_);
     for (auto& peer : peers_) {
       peer->shm_offered.reset();
       if (peer->shm_in != nullptr) receivers.push_back(std::move(peer->shm_in));
+      if (peer->tls_offered != nullptr) tls_receivers.push_back(std::move(peer->tls_offered));
+      if (peer->tls_in != nullptr) tls_receivers.push_back(std::move(peer->tls_in));
     }
   }
+  for (auto& receiver : tls_receivers) receiver->Stop();
+  tls_receivers.clear();
   // Stops their threads, outside the lock (a sink may still be running); a receive pumping one
   // keeps it mapped until it returns.
   for (auto& receiver : receivers) receiver->Stop();

@@ -22,6 +22,11 @@
 // grace period: half-close, then GOODBYE) is not failed: what it sent is received, receiving
 // anything else from it or sending to it fails at once, and PeerStatus stays OK.
 //
+// Other hosts: with mutual TLS, the data to a peer goes through data connections of the
+// transport's own, TLS 1.3 with a pre-shared key sent on the stream (grpc/tls_link.h), several
+// per peer so that encryption runs on several cores; the stream again keeps set-up, GOODBYE and
+// failure, and carries the data where they cannot be opened.
+//
 // Same host: with `shared_memory` (the default), the data to a peer whose /dev/shm is this
 // rank's own goes through a shared-memory ring instead of the stream (grpc/shm_link.h has the
 // handshake that proves it); the stream still carries set-up, GOODBYE and failure, so every
@@ -54,6 +59,10 @@ class Server;
 }  // namespace grpc
 
 namespace dtrain::comm {
+
+// Data connections per peer pair by default with mutual TLS (docs/PERFORMANCE.md, "Two hosts
+// on one machine": measured 1, 2 and 4).
+inline constexpr int kDefaultDataConnections = 4;
 
 struct GrpcTransportOptions {
   int rank = 0;
@@ -103,6 +112,15 @@ struct GrpcTransportOptions {
   // the job runs; a message larger than the ring goes through in pieces). Off: always the stream.
   bool shared_memory = true;
   int64_t shm_ring_bytes = 4 << 20;
+  // Cross-host data path (grpc/tls_link.h): to a peer not reached through shared memory, send
+  // through `data_connections` TCP connections of the transport's own, each a TLS 1.3 session
+  // keyed by a random pre-shared key that the receiver sends on the (mutual-TLS) stream, so a
+  // large message is encrypted and decrypted on that many threads at once. -1 (the default):
+  // kDefaultDataConnections when `tls` is mutual TLS, else none (plaintext streams: the data
+  // goes on the stream; a test may still ask for connections, whose key then crossed a
+  // plaintext stream). 0: never. Where the peer offers none or they cannot be opened, the
+  // stream carries the data and on_data_path says why.
+  int data_connections = -1;
   // Told the data path of every peer this rank sends to (incoming = false) or receives from
   // (true), once set up, with why it is the stream when shared memory was wanted: the worker
   // logs it and counts it. On the connecting or a gRPC thread; may be empty; must not block.
@@ -113,6 +131,7 @@ class OutgoingStream;
 class PeerServiceImpl;
 class ShmSender;
 class ShmReceiver;
+class DataListener;
 
 class GrpcTransport final : public Transport {
  public:
@@ -154,8 +173,13 @@ class GrpcTransport final : public Transport {
   absl::Status CheckPeer(int peer, absl::string_view what) const;
   // The stream to `peer`, opening it if needed.
   absl::StatusOr<OutgoingStream*> StreamTo(int peer, absl::Time deadline);
-  // After the HELLO_ACK: maps the ring it named, if any, and answers SHM_ATTACHED.
-  absl::Status AttachRing(int peer, Peer& p);  // p.mu held
+  // After the HELLO_ACK: maps the ring it named, if any, and answers SHM_ATTACHED; `why` says
+  // why not, if shared memory was wanted.
+  absl::Status AttachRing(int peer, Peer& p, std::string* why);  // p.mu held
+  // Then, unless shared memory was set up: opens the data connections the HELLO_ACK offered, if
+  // any, and answers DATA_ATTACHED; adds to `why` why not.
+  absl::Status AttachDataConnections(int peer, Peer& p, absl::Time deadline,
+                                     std::string* why);  // p.mu held
   void Report(const DataPathEvent& event) const;
 
   GrpcTransportOptions options_;
@@ -163,7 +187,9 @@ class GrpcTransport final : public Transport {
   std::unique_ptr<Handler> handler_;
   std::unique_ptr<PeerServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::vector<std::unique_ptr<Peer>> peers_;  // indexed by rank
+  std::vector<std::unique_ptr<Peer>> peers_;     // indexed by rank
+  int data_connections_ = 0;                     // options_.data_connections resolved
+  std::unique_ptr<DataListener> data_listener_;  // null: no data connections accepted
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

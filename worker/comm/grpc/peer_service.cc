@@ -124,6 +124,7 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
       return absl::OkStatus();
     }
     if (h.type() == SHM_ATTACHED) return handler_->Attached(src_rank_, h);
+    if (h.type() == DATA_ATTACHED) return handler_->DataAttached(src_rank_, h);
     if (h.type() != DATA) {
       return absl::InvalidArgumentError(absl::StrCat("unexpected frame type ", h.type()));
     }

@@ -34,6 +34,11 @@ class HelloHandler {
   virtual absl::Status Attached(int src_rank, const PeerFrameHeader& attached) {
     return absl::FailedPreconditionError("no shared-memory ring was offered");
   }
+  // The accepted sender `src_rank` says whether it opened the data connections its HELLO_ACK
+  // offered (DATA_ATTACHED); an error ends its stream.
+  virtual absl::Status DataAttached(int src_rank, const PeerFrameHeader& attached) {
+    return absl::FailedPreconditionError("no data connections were offered");
+  }
   // The accepted stream from `src_rank` ended (its OnDone).
   virtual void Ended(int src_rank) {}
   // This rank's flight recorder, or why not (PermissionDenied: not the run's secret;

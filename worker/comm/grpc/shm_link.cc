@@ -28,12 +28,6 @@ class CopiedFrame : public FrameOwner {
   std::vector<std::byte> bytes;
 };
 
-void Finish(ShmSendState& state, const absl::Status& status) {
-  absl::MutexLock lock(&state.mu);
-  state.done = true;
-  state.status = status;
-}
-
 }  // namespace
 
 const char* DataPathName(DataPath path) {
@@ -44,6 +38,8 @@ const char* DataPathName(DataPath path) {
       return "grpc";
     case DataPath::kSharedMemory:
       return "shared memory";
+    case DataPath::kTlsSockets:
+      return "tls sockets";
   }
   return "unknown";
 }
@@ -53,16 +49,16 @@ ShmSender::ShmSender(std::unique_ptr<ShmRing> ring, OutgoingStream* stream)
 
 ShmSender::~ShmSender() { Stop(); }
 
-std::shared_ptr<ShmSendState> ShmSender::Enqueue(const MessageKey& key, const TensorMeta& meta,
-                                                 absl::Span<const std::byte> data,
-                                                 std::string owned) {
-  auto state = std::make_shared<ShmSendState>();
+std::shared_ptr<LinkSendState> ShmSender::Enqueue(const MessageKey& key, const TensorMeta& meta,
+                                                  absl::Span<const std::byte> data,
+                                                  std::string owned) {
+  auto state = std::make_shared<LinkSendState>();
   Job job{key, meta, data, std::move(owned), state};
   const absl::Span<const std::byte> bytes = Bytes(job);
   {
     absl::MutexLock lock(&mu_);
     if (stop_) {
-      Finish(*state, absl::CancelledError("the transport was shut down"));
+      state->Finish(absl::CancelledError("the transport was shut down"));
       return state;
     }
     if (!queue_.empty() || writing_ ||
@@ -88,11 +84,11 @@ std::shared_ptr<ShmSendState> ShmSender::Enqueue(const MessageKey& key, const Te
   absl::MutexLock lock(&mu_);
   writing_ = false;
   if (!written.ok()) {
-    Finish(*state, written.status());
+    state->Finish(written.status());
   } else if (*written) {
-    Finish(*state, absl::OkStatus());
+    state->Finish(absl::OkStatus());
   } else if (stop_) {
-    Finish(*state, absl::CancelledError("the transport was shut down before sending it"));
+    state->Finish(absl::CancelledError("the transport was shut down before sending it"));
   } else {
     queue_.push_front(std::move(job));  // before what others queued meanwhile
   }
@@ -142,7 +138,7 @@ void ShmSender::Run() {
       queue_.pop_front();
       writing_ = true;
     }
-    Finish(*job.state, Write(job));
+    job.state->Finish(Write(job));
     absl::MutexLock lock(&mu_);
     writing_ = false;
   }
@@ -167,7 +163,7 @@ void ShmSender::Stop() {
   }
   stopping_.store(true);
   for (Job& job : dropped) {
-    Finish(*job.state, absl::CancelledError("the transport was shut down before sending it"));
+    job.state->Finish(absl::CancelledError("the transport was shut down before sending it"));
   }
   ring_->Wake();
   if (thread_.joinable()) thread_.join();
@@ -196,25 +192,15 @@ void ShmReceiver::Corrupt(const absl::Status& why) {
 
 bool ShmReceiver::DeliverRecord(const ShmRing::Record& record) {
   PeerFrameHeader h;
-  absl::Status bad;
-  if (!h.ParseFromArray(record.header.data(), record.header.size()) || h.type() != DATA) {
-    bad = absl::DataLossError("a record in the shared-memory ring is not a DATA frame");
-  }
-  Frame f;
-  if (bad.ok()) {
-    f.key = KeyFromHeader(h);
-    f.offset = h.offset();
-    f.total_bytes = h.total_bytes();
-    if (h.offset() == 0) {
-      absl::StatusOr<TensorMeta> meta = MetaFromHeader(h);
-      if (meta.ok()) f.meta = *std::move(meta);
-      bad = meta.status();
-    }
-  }
-  if (!bad.ok()) {  // the peer writes garbage: nothing more from it can be trusted
-    Corrupt(bad);
+  absl::StatusOr<Frame> frame =
+      h.ParseFromArray(record.header.data(), record.header.size())
+          ? FrameOfHeader(h)
+          : absl::DataLossError("a record in the shared-memory ring is not a DATA frame");
+  if (!frame.ok()) {  // the peer writes garbage: nothing more from it can be trusted
+    Corrupt(frame.status());
     return false;
   }
+  Frame& f = *frame;
   if (!record.payload.empty()) f.pieces.push_back(record.payload);
   // Queued rather than consumed at once: copy it out, the ring space is reused.
   inbox_->Deliver(std::move(f), [](Frame& queued) {

@@ -45,6 +45,7 @@ enum class DataPath {
   kNone,          // nothing sent to that peer yet
   kGrpc,          // the gRPC stream (another host, or no shared /dev/shm)
   kSharedMemory,  // a shared-memory ring (same host, proved by the handshake)
+  kTlsSockets,    // data connections of the transport's own, TLS 1.3 with a PSK (grpc/tls_link.h)
 };
 const char* DataPathName(DataPath path);
 
@@ -53,15 +54,22 @@ struct DataPathEvent {
   int peer = -1;
   bool incoming = false;  // the peer sends to this rank
   DataPath path = DataPath::kNone;
-  std::string why;  // kGrpc although shared memory was wanted: why
+  std::string why;  // kGrpc although shared memory or data connections were wanted: why
 };
 
-// What one shared-memory send is waiting for.
-struct ShmSendState {
+// What one send through a link of the transport's own (a shared-memory ring, data
+// connections: grpc/tls_link.h) is waiting for.
+struct LinkSendState {
   absl::Mutex mu;
   bool done ABSL_GUARDED_BY(mu) = false;
   absl::Status status ABSL_GUARDED_BY(mu);
   std::atomic<bool> cancelled{false};  // the sender gave up (deadline): stop copying
+
+  void Finish(const absl::Status& s) {
+    absl::MutexLock lock(&mu);
+    done = true;
+    status = s;
+  }
 };
 
 class ShmSender {
@@ -72,8 +80,8 @@ class ShmSender {
 
   // Queues `data` (read until the returned state is done) or, when `owned` is not empty, its
   // own copy of a small payload. The sender thread writes frames of at most the ring's limit.
-  std::shared_ptr<ShmSendState> Enqueue(const MessageKey& key, const TensorMeta& meta,
-                                        absl::Span<const std::byte> data, std::string owned);
+  std::shared_ptr<LinkSendState> Enqueue(const MessageKey& key, const TensorMeta& meta,
+                                         absl::Span<const std::byte> data, std::string owned);
   // Waits until every queued message was written and the receiver took it from the ring (true),
   // or `deadline`: a clean leave must not half-close the stream before its data was received.
   bool Drain(absl::Time deadline);
@@ -86,7 +94,7 @@ class ShmSender {
     TensorMeta meta;
     absl::Span<const std::byte> data;
     std::string owned;
-    std::shared_ptr<ShmSendState> state;
+    std::shared_ptr<LinkSendState> state;
   };
   static absl::Span<const std::byte> Bytes(const Job& job);  // data, or the owned copy
   void Run();

@@ -17,12 +17,15 @@ std::string KindName(TransportKind kind) {
       return "Grpc";
     case TransportKind::kShm:
       return "Shm";
+    case TransportKind::kTlsSockets:
+      return "TlsSockets";
   }
   return "Unknown";
 }
 
 bool IsGrpc(TransportKind kind) {
-  return kind == TransportKind::kGrpc || kind == TransportKind::kShm;
+  return kind == TransportKind::kGrpc || kind == TransportKind::kShm ||
+         kind == TransportKind::kTlsSockets;
 }
 
 std::unique_ptr<Cluster> Cluster::Create(TransportKind kind, int n) {
@@ -47,6 +50,8 @@ std::unique_ptr<Cluster> Cluster::Create(TransportKind kind, int n) {
     // Small rings: messages larger than the ring and wrap-arounds happen in every test.
     options.shared_memory = kind == TransportKind::kShm;
     options.shm_ring_bytes = 64 << 10;
+    // Plaintext streams carry the key here (tests); 3 connections: messages split unevenly.
+    options.data_connections = kind == TransportKind::kTlsSockets ? 3 : 0;
     absl::StatusOr<std::unique_ptr<GrpcTransport>> t = GrpcTransport::Start(options);
     if (!t.ok()) {
       // A test helper may stop the test binary; daemons never do.

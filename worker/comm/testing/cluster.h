@@ -23,6 +23,7 @@ enum class TransportKind {
   kInprocPieces,  // in-process, frames of 1000 bytes cut into pieces of 7 bytes
   kGrpc,          // gRPC on 127.0.0.1, frames of 64 KiB, shared memory off
   kShm,           // the same with the same-host data path: rings of 64 KiB in /dev/shm
+  kTlsSockets,    // kGrpc with the cross-host data path: 3 TLS data connections per pair
 };
 // True for the kinds whose ranks are GrpcTransports (Cluster::grpc).
 bool IsGrpc(TransportKind kind);

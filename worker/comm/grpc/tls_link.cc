@@ -1,0 +1,727 @@
+#include "worker/comm/grpc/tls_link.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "worker/comm/grpc/frame_codec.h"
+
+namespace dtrain::comm {
+namespace {
+
+// TLS_AES_128_GCM_SHA256 (RFC 8446 B.4): its hash is SHA-256, the PSK's 32 bytes.
+constexpr unsigned char kSuiteId[] = {0x13, 0x01};
+constexpr char kSuiteName[] = "TLS_AES_128_GCM_SHA256";
+constexpr uint32_t kPreambleMagic = 0x31445444;  // "DTD1"
+// How often a blocked read or write looks at its stop conditions.
+constexpr int kPollMs = 100;
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
+// A part smaller than this is not split further across connections.
+constexpr int64_t kMinPartBytes = 64 << 10;
+constexpr uint32_t kMaxHeaderBytes = 64 << 10;
+constexpr uint64_t kMaxPayloadBytes = 64 << 20;
+constexpr size_t kReadBufferBytes = 256 << 10;
+// Frames a connection's reader may hold, read but not yet its turn.
+constexpr int kReadAheadFrames = 2;
+
+// Sent first on every connection, inside TLS.
+struct Preamble {
+  uint32_t magic;
+  uint32_t index;  // of count
+  uint32_t count;
+};
+// Before every frame, inside TLS (little-endian: both ends are x86-64 or aarch64 Linux).
+struct FramePrefix {
+  uint64_t seq;  // the frame's number among the frames to this peer
+  uint32_t header_bytes;
+  uint32_t reserved;
+  uint64_t payload_bytes;
+};
+
+std::string SslErrors() {
+  std::string text;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    absl::StrAppend(&text, text.empty() ? "" : "; ", buf);
+  }
+  return text.empty() ? std::string(strerror(errno)) : text;
+}
+
+// The socket's blocking calls return every kPollMs (EAGAIN), so waits can look at their
+// conditions; no Nagle delay for the small frames of collectives.
+void TuneSocket(int fd) {
+  timeval tv{0, kPollMs * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// OpenSSL writes with write(2): a connection the peer reset must fail the write, not kill the
+// process.
+void IgnoreSigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] { signal(SIGPIPE, SIG_IGN); });
+}
+
+void RestrictToPskTls13(SSL_CTX* ctx) {
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_set_ciphersuites(ctx, kSuiteName);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+  SSL_CTX_set_num_tickets(ctx, 0);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // Read several records per recv(2) instead of a header and a body each.
+  SSL_CTX_set_read_ahead(ctx, 1);
+  SSL_CTX_set_default_read_buffer_len(ctx, kReadBufferBytes);
+}
+
+SSL_SESSION* PskSession(SSL* ssl, const std::string& key) {
+  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kSuiteId);
+  if (cipher == nullptr) return nullptr;
+  SSL_SESSION* session = SSL_SESSION_new();
+  if (session == nullptr ||
+      !SSL_SESSION_set1_master_key(session, reinterpret_cast<const unsigned char*>(key.data()),
+                                   key.size()) ||
+      !SSL_SESSION_set_cipher(session, cipher) ||
+      !SSL_SESSION_set_protocol_version(session, TLS1_3_VERSION)) {
+    SSL_SESSION_free(session);
+    return nullptr;
+  }
+  return session;
+}
+
+// Client: the PSK this connection presents (SSL app data: the DataPsk).
+int UsePsk(SSL* ssl, const EVP_MD* /*md*/, const unsigned char** id, size_t* id_len,
+           SSL_SESSION** session) {
+  const auto* psk = static_cast<const DataPsk*>(SSL_get_app_data(ssl));
+  if (psk == nullptr) return 0;
+  *session = PskSession(ssl, psk->key);
+  if (*session == nullptr) return 0;
+  *id = reinterpret_cast<const unsigned char*>(psk->identity.data());
+  *id_len = psk->identity.size();
+  return 1;
+}
+
+// Server: the key of a registered identity, else the handshake fails (no certificate to fall
+// back on). SSL app data: where the identity's receiver goes.
+int FindPsk(SSL* ssl, const unsigned char* id, size_t id_len, SSL_SESSION** session) {
+  auto* listener = static_cast<DataListener*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
+  const std::string identity(reinterpret_cast<const char*>(id), id_len);
+  std::string key;
+  auto* found = static_cast<DataListener::Found*>(SSL_get_app_data(ssl));
+  if (listener == nullptr || !listener->Find(identity, &key, &found->receiver)) return 0;
+  found->identity = identity;
+  *session = PskSession(ssl, key);
+  return *session == nullptr ? 0 : 1;
+}
+
+SSL_CTX* ClientContext() {
+  static SSL_CTX* ctx = [] {
+    SSL_CTX* c = SSL_CTX_new(TLS_client_method());
+    RestrictToPskTls13(c);
+    SSL_CTX_set_verify(c, SSL_VERIFY_NONE, nullptr);  // the PSK authenticates the server
+    SSL_CTX_set_psk_use_session_callback(c, UsePsk);
+    return c;
+  }();
+  return ctx;
+}
+
+// Runs an SSL handshake step until done, failed or `deadline`.
+absl::Status Handshake(SSL* ssl, int (*step)(SSL*), absl::Time deadline) {
+  while (true) {
+    ERR_clear_error();
+    const int r = step(ssl);
+    if (r == 1) return absl::OkStatus();
+    const int e = SSL_get_error(ssl, r);
+    if ((e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) && absl::Now() < deadline) {
+      continue;
+    }
+    return absl::UnavailableError(absl::StrCat("TLS handshake failed: ", SslErrors()));
+  }
+}
+
+// "[::1]" -> "::1"; "" and "[::]" -> any.
+std::string BareHost(std::string host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+absl::StatusOr<int> Dial(const std::string& host, int port, absl::Time deadline) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string bare = BareHost(host);
+  if (int e = getaddrinfo(bare.c_str(), std::to_string(port).c_str(), &hints, &found); e != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve '", host, "': ", gai_strerror(e)));
+  }
+  const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int r = fd < 0 ? -1 : connect(fd, found->ai_addr, found->ai_addrlen);
+  freeaddrinfo(found);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", strerror(errno)));
+  if (r != 0 && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+    int err = ETIMEDOUT;
+    socklen_t len = sizeof(err);
+    if (poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, 1 << 30))) == 1) {
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+    r = err == 0 ? 0 : -1;
+    errno = err;
+  }
+  if (r != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to ", host, ":", port, ": ", strerror(err)));
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  TuneSocket(fd);
+  return fd;
+}
+
+// A received frame's payload, handed to the inbox with the frame.
+class PayloadBuffer : public FrameOwner {
+ public:
+  explicit PayloadBuffer(size_t size) : bytes(new std::byte[size]) {}
+  std::unique_ptr<std::byte[]> bytes;
+};
+
+}  // namespace
+
+absl::StatusOr<DataPsk> DataPsk::New() {
+  DataPsk psk;
+  psk.identity.resize(16);
+  psk.key.resize(32);
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(psk.identity.data()), psk.identity.size()) != 1 ||
+      RAND_bytes(reinterpret_cast<unsigned char*>(psk.key.data()), psk.key.size()) != 1) {
+    return absl::InternalError("OpenSSL's random generator failed");
+  }
+  return psk;
+}
+
+// --- DataConnection ---
+
+DataConnection::~DataConnection() {
+  SSL_free(ssl_);
+  close(fd_);
+}
+
+absl::Status DataConnection::Write(const void* data, size_t n,
+                                   const std::function<absl::Status()>& check) {
+  const auto* p = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    ERR_clear_error();
+    size_t written = 0;
+    const int r = SSL_write_ex(ssl_, p + done, n - done, &written);
+    if (r == 1) {
+      done += written;
+      continue;
+    }
+    const int e = SSL_get_error(ssl_, r);
+    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+      RETURN_IF_ERROR(check());
+      continue;
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "its data connection broke (the peer died or the network failed): ", SslErrors()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DataConnection::Read(void* data, size_t n,
+                                  const std::function<absl::Status()>& check) {
+  auto* p = static_cast<char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    ERR_clear_error();
+    size_t got = 0;
+    const int r = SSL_read_ex(ssl_, p + done, n - done, &got);
+    if (r == 1) {
+      done += got;
+      continue;
+    }
+    const int e = SSL_get_error(ssl_, r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+      RETURN_IF_ERROR(check());
+      continue;
+    }
+    if (e == SSL_ERROR_ZERO_RETURN && done == 0) {
+      return absl::OutOfRangeError("the peer closed the data connection");
+    }
+    return absl::UnavailableError(
+        absl::StrCat("its data connection broke (the peer died or the network failed): ",
+                     e == SSL_ERROR_ZERO_RETURN ? "closed inside a frame" : SslErrors()));
+  }
+  return absl::OkStatus();
+}
+
+bool DataConnection::Close(absl::Time deadline) {
+  ERR_clear_error();
+  if (SSL_shutdown(ssl_) < 0) return false;
+  char byte;
+  const absl::Status answered = Read(&byte, 1, [deadline] {
+    return absl::Now() < deadline ? absl::OkStatus() : absl::DeadlineExceededError("");
+  });
+  return absl::IsOutOfRange(answered);
+}
+
+void DataConnection::AnswerClose() {
+  ERR_clear_error();
+  SSL_shutdown(ssl_);
+}
+
+void DataConnection::Abort() { ::shutdown(fd_, SHUT_RDWR); }
+
+absl::StatusOr<std::vector<std::unique_ptr<DataConnection>>> ConnectData(
+    const std::string& host, int port, const DataPsk& psk, int count, absl::Time deadline) {
+  IgnoreSigpipe();
+  std::vector<std::unique_ptr<DataConnection>> connections;
+  for (int i = 0; i < count; ++i) {
+    ASSIGN_OR_RETURN(int fd, Dial(host, port, deadline));
+    SSL* ssl = SSL_new(ClientContext());
+    if (ssl == nullptr) {
+      close(fd);
+      return absl::InternalError(absl::StrCat("SSL_new: ", SslErrors()));
+    }
+    SSL_set_fd(ssl, fd);
+    SSL_set_app_data(ssl, const_cast<DataPsk*>(&psk));
+    auto connection = std::make_unique<DataConnection>(fd, ssl);
+    absl::Status s = Handshake(ssl, SSL_connect, deadline);
+    SSL_set_app_data(ssl, nullptr);
+    if (!s.ok()) {
+      return absl::UnavailableError(absl::StrCat("data connection ", i, " to ", host, ":", port,
+                                                 " (the peer refused the key?): ", s.message()));
+    }
+    const Preamble preamble{kPreambleMagic, static_cast<uint32_t>(i), static_cast<uint32_t>(count)};
+    RETURN_IF_ERROR(connection->Write(&preamble, sizeof(preamble), [deadline] {
+      return absl::Now() < deadline ? absl::OkStatus()
+                                    : absl::DeadlineExceededError("writing the preamble");
+    }));
+    connections.push_back(std::move(connection));
+  }
+  return connections;
+}
+
+// --- DataListener ---
+
+DataListener::DataListener(int fd, int port) : fd_(fd), port_(port) {}
+
+absl::StatusOr<std::unique_ptr<DataListener>> DataListener::Start(const std::string& host) {
+  IgnoreSigpipe();
+  std::string bare = BareHost(host);
+  if (bare.empty()) bare = "::";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
+  addrinfo* found = nullptr;
+  if (int e = getaddrinfo(bare.c_str(), "0", &hints, &found); e != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("data listener: bad host '", host, "': ", gai_strerror(e)));
+  }
+  const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int zero = 0, one = 1;
+  if (fd >= 0 && found->ai_family == AF_INET6) {
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));  // IPv4 peers too
+  }
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const bool bound =
+      fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 && listen(fd, 64) == 0;
+  freeaddrinfo(found);
+  if (!bound) {
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("data listener: cannot listen on ", host, ": ", strerror(err)));
+  }
+  sockaddr_storage address{};
+  socklen_t len = sizeof(address);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &len);
+  const int port =
+      ntohs(address.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+  std::unique_ptr<DataListener> listener(new DataListener(fd, port));
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  RestrictToPskTls13(ctx);
+  SSL_CTX_set_app_data(ctx, listener.get());
+  SSL_CTX_set_psk_find_session_callback(ctx, FindPsk);
+  listener->ctx_ = ctx;
+  listener->thread_ = std::thread([l = listener.get()] { l->Run(); });
+  return listener;
+}
+
+DataListener::~DataListener() {
+  Stop();
+  SSL_CTX_free(static_cast<SSL_CTX*>(ctx_));
+  close(fd_);
+}
+
+void DataListener::Register(const DataPsk& psk, std::shared_ptr<TlsReceiver> receiver,
+                            int connections) {
+  absl::MutexLock lock(&mu_);
+  psks_[psk.identity] = Entry{psk.key, std::move(receiver), connections};
+}
+
+void DataListener::Unregister(const std::string& identity) {
+  absl::MutexLock lock(&mu_);
+  psks_.erase(identity);
+}
+
+void DataListener::set_on_refused(std::function<void(const absl::Status&)> on_refused) {
+  absl::MutexLock lock(&mu_);
+  on_refused_ = std::move(on_refused);
+}
+
+bool DataListener::Find(const std::string& identity, std::string* key,
+                        std::shared_ptr<TlsReceiver>* receiver) {
+  absl::MutexLock lock(&mu_);
+  auto it = psks_.find(identity);
+  if (it == psks_.end()) return false;
+  *key = it->second.key;
+  *receiver = it->second.receiver;
+  return true;
+}
+
+void DataListener::Stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  psks_.clear();
+}
+
+void DataListener::Run() {
+  while (!stop_.load()) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, kPollMs) != 1) continue;
+    const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    absl::Status admitted = Accept(fd);
+    if (!admitted.ok()) {
+      std::function<void(const absl::Status&)> on_refused;
+      {
+        absl::MutexLock lock(&mu_);
+        on_refused = on_refused_;
+      }
+      if (on_refused) on_refused(admitted);
+    }
+  }
+}
+
+absl::Status DataListener::Accept(int fd) {
+  TuneSocket(fd);
+  SSL* ssl = SSL_new(static_cast<SSL_CTX*>(ctx_));
+  if (ssl == nullptr) {
+    close(fd);
+    return absl::InternalError(absl::StrCat("SSL_new: ", SslErrors()));
+  }
+  SSL_set_fd(ssl, fd);
+  Found found;  // set by the handshake (FindPsk)
+  SSL_set_app_data(ssl, &found);
+  auto connection = std::make_unique<DataConnection>(fd, ssl);
+  const absl::Time deadline = absl::Now() + kHandshakeTimeout;
+  absl::Status handshake = Handshake(ssl, SSL_accept, deadline);
+  SSL_set_app_data(ssl, nullptr);
+  if (!handshake.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "refused a data connection (no key of this job's peers): ", handshake.message()));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = psks_.find(found.identity);  // gone if withdrawn meanwhile: it was admitted before
+    if (it != psks_.end() && --it->second.left <= 0) psks_.erase(it);  // a key admits K, no more
+  }
+  Preamble preamble{};
+  absl::Status read = connection->Read(&preamble, sizeof(preamble), [deadline] {
+    return absl::Now() < deadline ? absl::OkStatus()
+                                  : absl::DeadlineExceededError("no preamble in time");
+  });
+  if (!read.ok()) return read;
+  if (preamble.magic != kPreambleMagic) {
+    return absl::InvalidArgumentError("a data connection without dtrain's preamble");
+  }
+  return found.receiver->Add(std::move(connection), preamble.index, preamble.count);
+}
+
+// --- TlsSender ---
+
+struct TlsSender::Message {
+  std::string owned;
+  std::shared_ptr<LinkSendState> state;
+  int pending = 0;  // pieces not yet written; guarded by the sender's mu_
+  absl::Status status;
+};
+
+TlsSender::TlsSender(std::vector<std::unique_ptr<DataConnection>> connections,
+                     OutgoingStream* stream, int64_t frame_bytes)
+    : stream_(stream), frame_bytes_(frame_bytes), lanes_(connections.size()) {
+  for (size_t i = 0; i < lanes_.size(); ++i) lanes_[i].connection = std::move(connections[i]);
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    lanes_[i].thread = std::thread([this, i] { Run(static_cast<int>(i)); });
+  }
+}
+
+TlsSender::~TlsSender() { Stop(); }
+
+std::shared_ptr<LinkSendState> TlsSender::Enqueue(const MessageKey& key, const TensorMeta& meta,
+                                                  absl::Span<const std::byte> data,
+                                                  std::string owned) {
+  auto message = std::make_shared<Message>();
+  message->state = std::make_shared<LinkSendState>();
+  message->owned = std::move(owned);
+  if (!message->owned.empty()) {
+    data = {reinterpret_cast<const std::byte*>(message->owned.data()), message->owned.size()};
+  }
+  const int64_t total = data.size();
+  const int64_t lanes = lanes_.size();
+  // Parts of about total / K, so that every connection carries one of a message alone.
+  const int64_t part = std::min(
+      frame_bytes_, std::max(kMinPartBytes, (total + lanes - 1) / std::max<int64_t>(lanes, 1)));
+  const int64_t frames = std::max<int64_t>(1, (total + part - 1) / part);
+  std::shared_ptr<LinkSendState> state = message->state;
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok() || stop_) {
+    state->Finish(!broken_.ok() ? broken_ : absl::CancelledError("the transport was shut down"));
+    return state;
+  }
+  message->pending = static_cast<int>(frames);
+  std::string header;
+  for (int64_t i = 0, offset = 0; i < frames; ++i, offset += part) {
+    const int64_t len = std::min(part, total - offset);
+    DataHeader(key, offset, total, offset == 0 ? &meta : nullptr).SerializeToString(&header);
+    const uint64_t seq = next_seq_++;
+    const FramePrefix prefix{seq, static_cast<uint32_t>(header.size()), 0,
+                             static_cast<uint64_t>(len)};
+    Piece piece;
+    piece.head.assign(reinterpret_cast<const char*>(&prefix), sizeof(prefix));
+    piece.head += header;
+    piece.payload = data.subspan(offset, len);
+    piece.message = message;
+    lanes_[seq % lanes].queue.push_back(std::move(piece));
+  }
+  return state;
+}
+
+void TlsSender::Finished(Message& message, const absl::Status& status) {
+  if (!status.ok() && message.status.ok()) message.status = status;
+  if (--message.pending == 0) message.state->Finish(message.status);
+}
+
+void TlsSender::Break(const absl::Status& why) {
+  if (broken_.ok()) broken_ = why;
+  for (Lane& lane : lanes_) {
+    for (Piece& piece : lane.queue) Finished(*piece.message, why);
+    lane.queue.clear();
+    lane.connection->Abort();
+  }
+}
+
+void TlsSender::Run(int index) {
+  Lane& lane = lanes_[index];
+  while (true) {
+    Piece piece;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this, &lane]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !lane.queue.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (lane.queue.empty()) return;  // stopped
+      piece = std::move(lane.queue.front());
+      lane.queue.pop_front();
+      lane.writing = true;
+    }
+    LinkSendState& state = *piece.message->state;
+    auto check = [this, &state]() -> absl::Status {
+      if (state.cancelled.load()) return absl::CancelledError("the send gave up");
+      {
+        absl::MutexLock lock(&mu_);
+        if (stop_) return absl::CancelledError("the transport was shut down");
+      }
+      return stream_->status();
+    };
+    absl::Status s = lane.connection->Write(piece.head.data(), piece.head.size(), check);
+    if (s.ok()) s = lane.connection->Write(piece.payload.data(), piece.payload.size(), check);
+    absl::MutexLock lock(&mu_);
+    lane.writing = false;
+    Finished(*piece.message, s);
+    if (!s.ok()) Break(s);  // a frame half-written: nothing more can follow on this link
+  }
+}
+
+bool TlsSender::Drain(absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto written = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      if (!broken_.ok()) return true;
+      for (const Lane& lane : lanes_) {
+        if (!lane.queue.empty() || lane.writing) return false;
+      }
+      return true;
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&written), deadline) || !broken_.ok()) {
+      return false;
+    }
+    stop_ = true;  // the writers are idle: they end
+  }
+  for (Lane& lane : lanes_) {
+    if (lane.thread.joinable()) lane.thread.join();
+  }
+  bool answered = true;
+  for (Lane& lane : lanes_) answered = lane.connection->Close(deadline) && answered;
+  return answered;
+}
+
+void TlsSender::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    for (Lane& lane : lanes_) {
+      for (Piece& piece : lane.queue) {
+        Finished(*piece.message,
+                 absl::CancelledError("the transport was shut down before sending it"));
+      }
+      lane.queue.clear();
+      lane.connection->Abort();
+    }
+  }
+  for (Lane& lane : lanes_) {
+    if (lane.thread.joinable()) lane.thread.join();
+  }
+}
+
+// --- TlsReceiver ---
+
+TlsReceiver::~TlsReceiver() { Stop(); }
+
+absl::Status TlsReceiver::Add(std::unique_ptr<DataConnection> connection, int index, int count) {
+  absl::MutexLock lock(&mu_);
+  if (stop_) return absl::CancelledError("the transport is shutting down");
+  if (count_ == 0 && count >= 1 && count <= 64) {
+    count_ = count;
+    connections_.resize(count);
+    held_.assign(count, 0);
+  }
+  if (count != count_ || index < 0 || index >= count_ || connections_[index] != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("data connection ", index, " of ", count,
+                                                   " does not fit this peer's ", count_,
+                                                   " connections"));
+  }
+  DataConnection* c = connection.get();
+  connections_[index] = std::move(connection);
+  threads_.emplace_back([this, index, count, c] { Run(index, count, c); });
+  return absl::OkStatus();
+}
+
+void TlsReceiver::Stop() {
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    stopping_.store(true);
+    for (auto& c : connections_) {
+      if (c != nullptr) c->Abort();
+    }
+    threads.swap(threads_);
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+absl::Status TlsReceiver::ReadFrame(DataConnection& c, uint64_t want_seq, Frame* frame) {
+  auto check = [this]() -> absl::Status {
+    return stopping_.load() ? absl::CancelledError("stopped") : absl::OkStatus();
+  };
+  FramePrefix prefix;
+  RETURN_IF_ERROR(c.Read(&prefix, sizeof(prefix), check));
+  if (prefix.seq != want_seq || prefix.header_bytes > kMaxHeaderBytes ||
+      prefix.payload_bytes > kMaxPayloadBytes) {
+    return absl::DataLossError(absl::StrCat(
+        "its data connection carries a malformed frame (number ", prefix.seq, ", expected ",
+        want_seq, ", header ", prefix.header_bytes, " bytes, payload ", prefix.payload_bytes, ")"));
+  }
+  std::string header(prefix.header_bytes, '\0');
+  RETURN_IF_ERROR(c.Read(header.data(), header.size(), check));
+  PeerFrameHeader h;
+  absl::StatusOr<Frame> f =
+      h.ParseFromString(header)
+          ? FrameOfHeader(h)
+          : absl::DataLossError("its data connection carries a header that does not parse");
+  if (!f.ok()) return absl::DataLossError(f.status().message());
+  if (prefix.payload_bytes > 0) {
+    auto payload = std::make_unique<PayloadBuffer>(prefix.payload_bytes);
+    RETURN_IF_ERROR(c.Read(payload->bytes.get(), prefix.payload_bytes, check));
+    f->pieces.push_back(absl::MakeConstSpan(payload->bytes.get(), prefix.payload_bytes));
+    f->owner = std::move(payload);
+  }
+  *frame = *std::move(f);
+  return absl::OkStatus();
+}
+
+void TlsReceiver::Run(int index, int count, DataConnection* connection) {
+  for (uint64_t seq = index;; seq += count) {
+    Frame frame;
+    absl::Status read = ReadFrame(*connection, seq, &frame);
+    if (absl::IsOutOfRange(read)) {  // close_notify: answered once its frames were delivered
+      absl::MutexLock lock(&mu_);
+      auto delivered = [this, index]()
+                           ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || held_[index] == 0; };
+      mu_.Await(absl::Condition(&delivered));
+      if (!stop_) connection->AnswerClose();
+      return;
+    }
+    if (!read.ok()) {
+      if (!stopping_.load()) inbox_->Fail(read);
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      // Its turn, or room to hold it until then: a connection whose thread is descheduled
+      // holds up the others only after kReadAheadFrames each.
+      auto room = [this, index, seq]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_ || next_seq_ == seq || held_[index] < kReadAheadFrames;
+      };
+      mu_.Await(absl::Condition(&room));
+      if (stop_) return;
+      if (next_seq_ != seq) {  // whoever delivers the frame before it delivers it
+        ready_.emplace(seq, std::move(frame));
+        ++held_[index];
+        continue;
+      }
+    }
+    // In the order of the frames' numbers, which is the order the sender sent them in: this
+    // one, then those other connections read ahead. A waiting receive consumes them here.
+    while (true) {
+      inbox_->Deliver(std::move(frame));
+      absl::MutexLock lock(&mu_);
+      ++next_seq_;
+      auto next = ready_.find(next_seq_);
+      if (next == ready_.end()) break;
+      frame = std::move(next->second);
+      --held_[next_seq_ % count];
+      ready_.erase(next);
+    }
+  }
+}
+
+}  // namespace dtrain::comm
