@@ -69,9 +69,10 @@ struct CheckpointWriterOptions {
   std::string run_token;
   // Rank 0: how long to wait for the other ranks' entries once its own are written.
   absl::Duration seal_timeout = absl::Seconds(60);
-  // Rank 0, asked while it waits for the other ranks' entries (when set): a non-OK status (a
-  // rank gone) ends the wait with that error, since its entries will never come; Cancelled
-  // (this rank's transport shut down: the run is being stopped) shortens it to a second.
+  // Rank 0, asked while it waits for the other ranks' entries (when set; every 2 to 50 ms): a
+  // non-OK status (a rank gone) ends the wait with that error, since its entries will never
+  // come; Cancelled (this rank's transport shut down, or a rank left the run: the run is
+  // ending) shortens it to a second, and the error then carries its message.
   std::function<absl::Status()> peers_failed;
   // Rank 0: seals `step` from every rank's entries (manifest, then `latest`) in `dir`, the
   // job directory the writer holds.

@@ -26,6 +26,7 @@
 #include "worker/parallel/checkpoint_writer.h"
 #include "worker/parallel/device_staging.h"
 #include "worker/parallel/gradient_sync.h"
+#include "worker/parallel/seal_watch.h"
 #include "worker/parallel/sharded_checkpoint.h"
 #include "worker/parallel/stage_executor.h"
 
@@ -496,7 +497,7 @@ absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
     std::vector<int> others;
     for (int r = 1; r < transport_->size(); ++r) others.push_back(r);
     w.peers_failed = [transport = transport_, others = std::move(others)] {
-      return comm::WatchPeers(*transport, others);
+      return WatchSealPeers(*transport, others);  // a peer failed, or left: seal_watch.h
     };
   }
   w.background = run.background_checkpoints;
