@@ -251,7 +251,7 @@ absl::StatusOr<CheckpointWriter::RankEntries> CheckpointWriter::AwaitEntries(
   int missing = n;
   const absl::Time deadline = absl::Now() + options_.seal_timeout;
   absl::Duration poll = kFirstPoll;
-  std::string why_ending;  // what options.peers_failed said when it ended the run's wait
+  std::string why_ending;  // the rank that left the run (options.peer_left), once seen
   while (true) {
     const int missing_before = missing;
     for (int r = 0; r < n; ++r) {
@@ -290,13 +290,18 @@ absl::StatusOr<CheckpointWriter::RankEntries> CheckpointWriter::AwaitEntries(
     if (options_.peers_failed) {
       absl::Status gone = options_.peers_failed();
       if (absl::IsCancelled(gone)) {
-        // This rank was stopped (its transport shut down), or a peer left the run (closed its
-        // stream): a live rank publishes at once, a dead one never, and the two are no longer
-        // told apart.
-        if (why_ending.empty()) why_ending = std::string(gone.message());
+        // This rank was stopped (its transport shut down): the other ranks are stopped too and
+        // publish at once if they are alive; a dead one is no longer told apart.
         Abandon(kStoppedSealGrace);
       } else if (!gone.ok()) {
         return absl::Status(gone.code(), absl::StrCat(cannot_seal(), ": ", gone.message()));
+      }
+    }
+    if (options_.peer_left && why_ending.empty()) {
+      const std::string left = options_.peer_left();
+      if (!left.empty()) {
+        why_ending = absl::StrCat(left, " left the run");
+        Abandon(options_.left_peer_grace);
       }
     }
     absl::MutexLock lock(&mu_);

@@ -281,15 +281,14 @@ TEST(CheckpointWriter, AStoppedRankZeroWaitsForTheOthersOnlyASecond) {
   EXPECT_EQ(Latest(dir), "(none)");
 }
 
-TEST(CheckpointWriter, APeerThatLeftIsWaitedForOnlyASecondAndNamed) {
-  // Rank 1 closed its stream (seal_watch.h: Cancelled naming it) and died before publishing:
-  // a second of grace for its writer, not the 10 s seal timeout.
+TEST(CheckpointWriter, APeerThatLeftIsWaitedForOnlyItsGraceAndNamed) {
+  // Rank 1 closed its stream (seal_watch.h) and died before publishing: left_peer_grace, not
+  // the 10 s seal timeout.
   const std::string dir = FreshDir("left_rank");
   Sealer sealer{dir};
   CheckpointWriterOptions o = Options(dir, 0, 2, &sealer);  // 10 s seal timeout
-  o.peers_failed = [] {
-    return absl::CancelledError("rank 1 (worker w2 at 10.0.0.2:7070) left the run");
-  };
+  o.peer_left = [] { return std::string("rank 1 (worker w2 at 10.0.0.2:7070)"); };
+  o.left_peer_grace = absl::Milliseconds(300);
   CheckpointWriter rank0(o);
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(rank0.Submit(4, FilesOf(0, 4), 0.0).ok());
@@ -302,11 +301,12 @@ TEST(CheckpointWriter, APeerThatLeftIsWaitedForOnlyASecondAndNamed) {
   EXPECT_EQ(Latest(dir), "(none)");
 }
 
-TEST(CheckpointWriter, ALeftPeerThatPublishesWithinTheGraceIsSealed) {
+TEST(CheckpointWriter, ALeftPeerWhoseEntriesShowWithinTheGraceIsSealed) {
   const std::string dir = FreshDir("left_publishes");
   Sealer sealer{dir};
   CheckpointWriterOptions o = Options(dir, 0, 2, &sealer);
-  o.peers_failed = [] { return absl::CancelledError("rank 1 left the run"); };
+  o.peer_left = [] { return std::string("rank 1"); };
+  o.left_peer_grace = absl::Seconds(5);
   CheckpointWriter rank0(o);
   CheckpointWriter rank1(Options(dir, 1, 2, &sealer));
   ASSERT_TRUE(rank0.Submit(4, FilesOf(0, 4), 0.0).ok());

@@ -496,8 +496,11 @@ absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
   if (options_.plan.rank() == 0) {
     std::vector<int> others;
     for (int r = 1; r < transport_->size(); ++r) others.push_back(r);
-    w.peers_failed = [transport = transport_, others = std::move(others)] {
-      return WatchSealPeers(*transport, others);  // a peer failed, or left: seal_watch.h
+    w.peers_failed = [transport = transport_, others] {
+      return comm::WatchPeers(*transport, others);
+    };
+    w.peer_left = [transport = transport_, others = std::move(others)] {
+      return FirstPeerLeft(*transport, others);  // seal_watch.h
     };
   }
   w.background = run.background_checkpoints;

@@ -1,8 +1,5 @@
 #include "worker/parallel/seal_watch.h"
 
-#include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-
 namespace dtrain::parallel {
 namespace {
 
@@ -11,16 +8,12 @@ const comm::MessageKey kNeverSent = comm::MessageKey::Activation(-1, -1);
 
 }  // namespace
 
-absl::Status WatchSealPeers(comm::Transport& transport, absl::Span<const int> peers) {
-  RETURN_IF_ERROR(comm::WatchPeers(transport, peers));
+std::string FirstPeerLeft(comm::Transport& transport, absl::Span<const int> peers) {
   for (int peer : peers) {
-    if (peer == transport.rank()) continue;
-    if (transport.Arrived(peer, kNeverSent)) {
-      return absl::CancelledError(
-          absl::StrCat(transport.PeerName(peer), " left the run (closed its stream)"));
-    }
+    if (peer == transport.rank() || !transport.PeerStatus(peer).ok()) continue;  // failed
+    if (transport.Arrived(peer, kNeverSent)) return transport.PeerName(peer);
   }
-  return absl::OkStatus();
+  return "";
 }
 
 }  // namespace dtrain::parallel
