@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_limits.h"
 #include "common/grpc_status.h"
@@ -34,7 +35,12 @@ constexpr const char* kSpec = kTinySpec;
 // A coordinator (store, manager, service, server) in this process.
 class Coordinator {
  public:
-  explicit Coordinator(const std::string& db) : db_(db) { Start(); }
+  // `tweak` adjusts the manager's options (a fake clock) before each Start.
+  explicit Coordinator(const std::string& db,
+                       std::function<void(JobManager::Options*)> tweak = nullptr)
+      : db_(db), tweak_(std::move(tweak)) {
+    Start();
+  }
   ~Coordinator() { Stop(); }
 
   void Start() {
@@ -44,6 +50,7 @@ class Coordinator {
     options.lease = kLease;
     options.heartbeat_interval = absl::Milliseconds(50);
     options.log = [](absl::string_view) {};
+    if (tweak_) tweak_(&options);
     auto manager = JobManager::Create(std::move(*store), options);
     ASSERT_TRUE(manager.ok()) << manager.status();
     manager_ = std::move(*manager);
@@ -93,6 +100,7 @@ class Coordinator {
 
  private:
   std::string db_;
+  std::function<void(JobManager::Options*)> tweak_;
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<CoordinatorService> service_;
   RunningServer server_;
@@ -362,8 +370,22 @@ TEST(CoordinatorService, LeaseExpiryFailsTheJobNamingTheWorker) {
   EXPECT_EQ(workers.workers(0).state(), LOST);
 }
 
+// On the manager's clock, which the test moves: the lease is the promise (refused up to its
+// last instant, free just after), whatever the machine's load does to the real time between
+// the calls. A fake clock also turns off the pause detector, which would (rightly) extend the
+// lease when this process stalls for longer than a tick under load.
 TEST(CoordinatorService, DuplicateWorkerIdIsAlreadyExists) {
-  Coordinator c(TempDb("svc-dup"));
+  absl::Mutex mu;
+  absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  const auto clock = [&] {
+    absl::MutexLock lock(&mu);
+    return now;
+  };
+  const auto advance = [&](absl::Duration d) {
+    absl::MutexLock lock(&mu);
+    now += d;
+  };
+  Coordinator c(TempDb("svc-dup"), [&](JobManager::Options* o) { o->clock = clock; });
   FakeWorker first(&c.stub(), "w1");
   ASSERT_TRUE(first.Register().ok());
   RegisterWorkerRequest request;
@@ -373,8 +395,11 @@ TEST(CoordinatorService, DuplicateWorkerIdIsAlreadyExists) {
   grpc::Status status = c.stub().RegisterWorker(Ctx().get(), request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_THAT(status.error_message(), HasSubstr("w1"));
+  advance(kLease);  // the lease's last instant: still held
+  status = c.stub().RegisterWorker(Ctx().get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   // Once the first one's lease runs out, the id is free.
-  absl::SleepFor(kLease + absl::Milliseconds(100));
+  advance(absl::Milliseconds(1));
   EXPECT_TRUE(c.stub().RegisterWorker(Ctx().get(), request, &response).ok());
   EXPECT_EQ(response.lease_ms(), 300);
   EXPECT_EQ(response.heartbeat_interval_ms(), 50);

@@ -287,8 +287,11 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
   *assignment->mutable_spec() = job_plan.spec();
   *assignment->mutable_placement() = placed.placement;
   *assignment->mutable_job_plan() = job_plan;
+  // The reconciler's rule (job_manager_apply.cc): check, save, then tell the workers. The
+  // workers are reserved (held: no heartbeat delivers it yet), PLACING is saved, and only then
+  // are the assignments published. A failed save frees them again: no worker saw the job, which
+  // stays as it was (QUEUED or RECOVERING) for a later pass to place.
   RETURN_IF_ERROR(registry_.Assign(assignment, Now()));
-
   std::vector<std::string> workers;
   for (const RankAssignment& r : placed.placement.ranks()) workers.push_back(r.worker_id());
   const std::string reason =
@@ -296,9 +299,10 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
                    "); waiting for ", workers.size() == 1 ? "it" : "them", " to start");
   absl::Status status = Transition(job, PLACING, reason, &placed.placement);
   if (!status.ok()) {
-    registry_.CancelJob(job.id, workers);  // undelivered: frees them at once
+    registry_.CancelJob(job.id, workers);  // held, never delivered: frees them at once
     return status;
   }
+  registry_.Publish(*assignment);
   if (options_.metrics != nullptr && job.recoveries.empty()) {
     options_.metrics->JobPlaced(Now() - job.submitted);
   }

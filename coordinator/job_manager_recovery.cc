@@ -251,8 +251,9 @@ ClusterView JobManager::RecoveryView(ActiveJob& job, Placing* placing) {
     return view;
   }
   const Recovery& r = *job.OpenRecovery();
-  placing->excluded = WorkersFailedTwice(job.recoveries);
-  if (!r.replaced_worker().empty()) placing->excluded.insert(r.replaced_worker());  // straggler
+  // A straggler replace (this one's straggler among them) takes no worker found slow before.
+  placing->excluded = r.replaced_worker().empty() ? WorkersFailedTwice(job.recoveries)
+                                                  : NotSparesForReplace(job.recoveries);
   placing->candidates.clear();
   for (const plan::Candidate& w : *placing->idle) {
     if (DeviceFits(job.spec.device(), w.worker->device().kind()) &&

@@ -96,8 +96,9 @@ void JobManager::ActOnStraggler(ActiveJob& job, const StragglerScore& score) {
     return;
   }
   if (policy != STRAGGLERS_REPLACE) return;  // "report": the event is all
-  // An idle spare that fits: not a worker of this job, not one that failed it twice.
-  const absl::flat_hash_set<std::string> excluded = WorkersFailedTwice(job.recoveries);
+  // An idle spare that fits: not a worker of this job, not one that failed it twice or that it
+  // replaced as a straggler before.
+  const absl::flat_hash_set<std::string> excluded = NotSparesForReplace(job.recoveries);
   std::string spare;
   for (const WorkerInfo& w : registry_.IdleWorkers()) {
     if (DeviceFits(job.spec.device(), w.device().kind()) && !excluded.contains(w.worker_id()) &&

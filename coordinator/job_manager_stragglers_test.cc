@@ -143,5 +143,32 @@ TEST(JobStragglers, ReplaceSwapsTheSlowWorkerForASpareWithoutCountingAFailure) {
   EXPECT_THAT(job.stragglers(), IsEmpty());       // a new run: a new window
 }
 
+// Swapped out once, the slow worker is idle again, but not this job's spare: a healthy rank's
+// noisy window (here w1 at 2x) would otherwise swap it back in, to be flagged again.
+TEST(JobStragglers, AReplacedStragglerIsNotTheSpareAgain) {
+  Harness h(TempDb("stragglers-not-again"));
+  h.RunOn(2, Spec("replace"));
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());
+  Steps(h, 1, 4, 0.1, 0.3);
+  h.Beat("w1", "s-w1");
+  h.Beat("w2", "s-w2");
+  h.m().RunSchedulerPass();
+  ASSERT_EQ(h.Get("job-000001").state(), PLACING);
+  ASSERT_TRUE(h.Beat("w1", "s-w1").has_assignment());  // the new run's ranks, then their acks
+  ASSERT_TRUE(h.Beat("w3", "s-w3").has_assignment());
+  h.Beat("w1", "s-w1", "job-000001");
+  h.Beat("w3", "s-w3", "job-000001");
+  h.m().RunSchedulerPass();
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  Timings(h, "w1", 1 - kWarm, 4, 0.2);
+  Timings(h, "w3", 1 - kWarm, 4, 0.1);
+  h.m().RunSchedulerPass();
+  const Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), RUNNING) << job.reason();
+  EXPECT_EQ(job.recoveries_size(), 1);
+  EXPECT_THAT(Events(h), HasSubstr("straggler policy replace: no idle spare to replace w1 with; "
+                                   "reporting only"));
+}
+
 }  // namespace
 }  // namespace dtrain::coordinator

@@ -1,16 +1,20 @@
 #include "coordinator/job_manager.h"
 
+#include <sqlite3.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "coordinator/job_manager_harness.h"
 #include "coordinator/test_util.h"
 #include "gmock/gmock.h"
@@ -731,6 +735,44 @@ TEST(JobManager, Places512RanksOver1000WorkersQuickly) {
   // (pp14 and pp0 of its (dp, tp), tp2 = rank 510 and tp0, dp6 and dp0, and rank 0).
   EXPECT_EQ(hb->assignment().placement().ranks_size(), 8);
   EXPECT_EQ(hb->assignment().placement().peer_secret(), placed.placement().peer_secret());
+}
+
+// Save first, then publish (job_manager_apply.cc's rule): while the store cannot record
+// PLACING, the worker the job is placed on heartbeats every millisecond through the save's 5 s
+// busy wait and never receives the assignment; the job stays QUEUED and the worker idle, and
+// the next pass places it once the store answers.
+TEST(JobManager, APlacementTheStoreCannotRecordIsNeverDeliveredAndIsRetried) {
+  const std::string db = TempDb("place-save-first");
+  Harness h(db);
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  sqlite3* other = nullptr;  // holds the write lock: the store's writes fail
+  ASSERT_EQ(sqlite3_open(db.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  std::atomic<bool> done{false};
+  std::atomic<int> beats{0}, delivered{0};
+  std::thread worker([&] {
+    while (!done.load()) {
+      if (h.Beat("w1", "s-w1").has_assignment()) ++delivered;
+      ++beats;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  h.m().RunSchedulerPass();
+  done = true;
+  worker.join();
+  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  EXPECT_GT(beats.load(), 100);  // heartbeats all through the save
+  EXPECT_EQ(delivered.load(), 0);
+  EXPECT_THAT(h.Log(), HasSubstr("job-000001: placement deferred: "));
+  EXPECT_EQ(h.Get("job-000001").state(), QUEUED);
+  EXPECT_EQ(h.m().ListWorkers().workers(0).state(), IDLE);
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").state(), PLACING);
+  const HeartbeatResponse r = h.Beat("w1", "s-w1");
+  ASSERT_TRUE(r.has_assignment());
+  EXPECT_EQ(r.assignment().job_id(), "job-000001");
 }
 
 }  // namespace

@@ -43,6 +43,14 @@ absl::flat_hash_set<std::string> WorkersFailedTwice(absl::Span<const Recovery> r
   return twice;
 }
 
+absl::flat_hash_set<std::string> NotSparesForReplace(absl::Span<const Recovery> recoveries) {
+  absl::flat_hash_set<std::string> excluded = WorkersFailedTwice(recoveries);
+  for (const Recovery& r : recoveries) {
+    if (!r.replaced_worker().empty()) excluded.insert(r.replaced_worker());
+  }
+  return excluded;
+}
+
 JobSpec CurrentRunSpec(const JobSpec& spec, absl::Span<const Recovery> recoveries) {
   JobSpec current = spec;
   *current.mutable_parallel() = plan::JobCurrentLayout(spec, recoveries).layout;

@@ -44,6 +44,12 @@ int FailureCount(absl::Span<const Recovery> recoveries);
 // it again.
 absl::flat_hash_set<std::string> WorkersFailedTwice(absl::Span<const Recovery> recoveries);
 
+// The workers a straggler replace may not swap in (its spare, its new placement): those of
+// WorkersFailedTwice and every worker the job already replaced as a straggler. A worker found
+// slow on this job is not its spare again: swapped back in on a healthy rank's noisy window it
+// would be flagged again, and the two would trade places for the rest of the run.
+absl::flat_hash_set<std::string> NotSparesForReplace(absl::Span<const Recovery> recoveries);
+
 // The spec of the job's current run: `spec` (as planned at submit) with its current layout
 // (plan::JobCurrentLayout: the latest placed recovery's, which "shrink" may have made smaller).
 JobSpec CurrentRunSpec(const JobSpec& spec, absl::Span<const Recovery> recoveries);

@@ -306,6 +306,16 @@ TEST(Recovery, AWorkerThatFailedTheJobTwiceIsNotUsedAgain) {
   EXPECT_TRUE(WorkersFailedTwice({a, b}).empty());
 }
 
+TEST(Recovery, AStragglerReplaceTakesNoWorkerReplacedBeforeNorOneThatFailedTwice) {
+  Recovery a, b, c;
+  a.set_failed_worker("w2");
+  b.set_replaced_worker("w4");
+  c.set_failed_worker("w2");
+  EXPECT_THAT(NotSparesForReplace({a, b, c}), UnorderedElementsAre("w2", "w4"));
+  EXPECT_THAT(NotSparesForReplace({a, b}), UnorderedElementsAre("w4"));
+  EXPECT_TRUE(NotSparesForReplace({a}).empty());
+}
+
 // The coordinator's own process was stopped for three leases (SIGSTOP, a VM stall): the
 // workers' silence was its own, so nobody is lost and no restart is used.
 TEST(Recovery, APauseOfTheCoordinatorLosesNoWorkerAndUsesNoRestart) {

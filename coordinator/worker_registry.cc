@@ -30,6 +30,7 @@ void WorkerRegistry::SetJob(Record& r, const std::string& job_id) {
   r.cancel_requested = false;
   r.finishing_since.reset();
   r.pending.reset();
+  r.held = false;
   r.delivered_at = absl::InfinitePast();
   r.dropped_since.reset();
   r.reserved = 0;
@@ -271,7 +272,7 @@ void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time
     }
   } else if (r.acked) {
     if (!r.dropped_since.has_value()) r.dropped_since = now;
-  } else if (r.pending.has_value()) {
+  } else if (r.pending.has_value() && !r.held) {
     *delivery = std::move(r.pending);
     r.pending.reset();
     r.delivered_at = now;
@@ -325,9 +326,19 @@ absl::Status WorkerRegistry::Assign(std::shared_ptr<const JobAssignment> job, ab
     Record& r = workers_.at(placement.ranks(i).worker_id());
     SetJob(r, job->job_id());
     r.pending = Delivery{job, i};
+    r.held = true;
     r.reserved = placement.ranks(i).memory_bytes();
   }
   return absl::OkStatus();
+}
+
+void WorkerRegistry::Publish(const JobAssignment& job) {
+  absl::MutexLock lock(&mu_);
+  for (const RankAssignment& rank : job.placement().ranks()) {
+    auto it = workers_.find(rank.worker_id());
+    if (it == workers_.end() || it->second.info.job_id() != job.job_id()) continue;
+    it->second.held = false;
+  }
 }
 
 void WorkerRegistry::CancelJob(const std::string& job_id, absl::Span<const std::string> workers) {

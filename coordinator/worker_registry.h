@@ -148,8 +148,14 @@ class WorkerRegistry {
                               const std::string& job_id, absl::Time now);
 
   // Reserves the worker of every rank of `job`'s placement, all or none: FailedPrecondition
-  // (nothing changed) unless each is live and idle. Deliveries happen in heartbeat responses.
+  // (nothing changed) unless each is live and idle. The assignment is held: no heartbeat
+  // delivers it before Publish, so that the job manager saves the placement first (a failed
+  // save is undone by CancelJob, and no worker ever saw the job).
   absl::Status Assign(std::shared_ptr<const JobAssignment> job, absl::Time now);
+  // Releases `job`'s held assignment (Assign) to its workers: each receives its rank in its
+  // next heartbeat response. A worker no longer holding the job (lost, re-registered meanwhile)
+  // is skipped: its loss is reported as for any other.
+  void Publish(const JobAssignment& job);
   // Stops `job_id` on `workers`: an undelivered assignment is dropped (the worker is idle at
   // once); otherwise the worker is told to cancel in its heartbeats and stays BUSY until it
   // reports that it no longer runs the job.
@@ -226,6 +232,7 @@ class WorkerRegistry {
     bool cancel_requested = false;
     std::optional<absl::Time> finishing_since;  // Release: its outcome arrived
     std::optional<Delivery> pending;            // assignment not yet delivered
+    bool held = false;  // `pending` waits for Publish: no heartbeat delivers it yet
     absl::Time delivered_at = absl::InfinitePast();
     std::optional<absl::Time> dropped_since;
     std::string finished_job;  // last job it finished; no cancels for it while it winds down

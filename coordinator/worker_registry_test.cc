@@ -52,6 +52,13 @@ std::shared_ptr<const JobAssignment> Job(const std::string& job_id,
   return job;
 }
 
+// What JobManager::Place does once the placement is saved: reserve, then publish.
+absl::Status Placed(WorkerRegistry& reg, std::shared_ptr<const JobAssignment> job, absl::Time now) {
+  absl::Status status = reg.Assign(job, now);
+  if (status.ok()) reg.Publish(*job);
+  return status;
+}
+
 TEST(WorkerRegistry, RegisterThenHeartbeatKeepsTheWorkerIdle) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
@@ -117,7 +124,7 @@ TEST(WorkerRegistry, SilentWorkerIsLostWithItsJob) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
   ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w1"}), kT0).ok());
   EXPECT_THAT(reg.Sweep(kT0 + kLease), IsEmpty());  // exactly the lease: still live
   reg.Heartbeat(Beat("w2", "s2"), kT0 + kLease).IgnoreError();
   std::vector<WorkerFault> faults = reg.Sweep(kT0 + kLease + absl::Milliseconds(1));
@@ -136,11 +143,49 @@ TEST(WorkerRegistry, SilentWorkerIsLostWithItsJob) {
   EXPECT_EQ(reg.List()[0].state(), IDLE);
 }
 
+TEST(WorkerRegistry, AnAssignmentIsHeldUntilPublished) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
+  std::shared_ptr<const JobAssignment> job = Job("job-000001", {"w1"});
+  ASSERT_TRUE(reg.Assign(job, kT0).ok());
+  // Reserved (BUSY, not placeable again) but not delivered, and not a delivery left
+  // unacknowledged: no fault however long the save takes, as long as w1 heartbeats.
+  EXPECT_EQ(reg.Counts().busy, 1);
+  EXPECT_EQ(reg.Assign(Job("job-000002", {"w1"}), kT0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  for (int i = 0; i <= 2; ++i) {
+    const absl::Time t = kT0 + i * kLease;
+    EXPECT_FALSE(reg.Heartbeat(Beat("w1", "s1"), t)->response.has_assignment());
+    reg.Heartbeat(Beat("w2", "s2"), t).IgnoreError();
+    EXPECT_THAT(reg.Sweep(t), IsEmpty());
+  }
+  reg.Publish(*job);
+  absl::StatusOr<WorkerRegistry::HeartbeatResult> hb =
+      reg.Heartbeat(Beat("w1", "s1"), kT0 + 2 * kLease);
+  ASSERT_TRUE(hb->response.has_assignment());
+  EXPECT_EQ(hb->response.assignment().job_id(), "job-000001");
+}
+
+TEST(WorkerRegistry, AHeldAssignmentCancelledIsNeverDelivered) {
+  WorkerRegistry reg(kLease);
+  ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
+  std::shared_ptr<const JobAssignment> job = Job("job-000001", {"w1"});
+  ASSERT_TRUE(reg.Assign(job, kT0).ok());
+  const std::vector<std::string> workers = {"w1"};
+  reg.CancelJob("job-000001", workers);  // the placement's save failed
+  EXPECT_EQ(reg.Counts().idle, 1);       // free at once
+  reg.Publish(*job);                     // too late: the worker no longer holds it
+  absl::StatusOr<WorkerRegistry::HeartbeatResult> hb = reg.Heartbeat(Beat("w1", "s1"), kT0);
+  EXPECT_FALSE(hb->response.has_assignment());
+  EXPECT_THAT(hb->response.cancel_job_ids(), IsEmpty());
+}
+
 TEST(WorkerRegistry, AssignmentIsDeliveredOnceAndAcknowledged) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
   ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1", "w2"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w1", "w2"}), kT0).ok());
   EXPECT_THAT(reg.IdleWorkers(), IsEmpty());
 
   auto hb = reg.Heartbeat(Beat("w2", "s2"), kT0);
@@ -162,7 +207,7 @@ TEST(WorkerRegistry, AssignIsAllOrNothing) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
   ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w2"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w2"}), kT0).ok());
   EXPECT_EQ(reg.Assign(Job("job-000002", {"w1", "w2"}), kT0).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(reg.JobOf("w1"), "");
@@ -173,7 +218,7 @@ TEST(WorkerRegistry, AssignIsAllOrNothing) {
 TEST(WorkerRegistry, CancelIsRepeatedUntilTheWorkerStops) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w1"}), kT0).ok());
   reg.Heartbeat(Beat("w1", "s1"), kT0).IgnoreError();                // delivered
   reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0).IgnoreError();  // running
   const std::string workers[] = {"w1"};
@@ -190,7 +235,7 @@ TEST(WorkerRegistry, CancelIsRepeatedUntilTheWorkerStops) {
 TEST(WorkerRegistry, CancelBeforeDeliveryFreesTheWorkerAtOnce) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w1"}), kT0).ok());
   const std::string workers[] = {"w1"};
   reg.CancelJob("job-000001", workers);
   EXPECT_EQ(reg.Counts().idle, 1);
@@ -207,7 +252,7 @@ TEST(WorkerRegistry, AJobTheWorkerShouldNotRunIsCancelled) {
 // w1 registered, was assigned job-000001, ran it, and its outcome arrived at kT0.
 void RunJobUntilItsOutcome(WorkerRegistry& reg) {
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w1"}), kT0).ok());
   reg.Heartbeat(Beat("w1", "s1"), kT0).IgnoreError();
   reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0).IgnoreError();
   reg.Release("w1", "job-000001", kT0);
@@ -270,7 +315,7 @@ TEST(WorkerRegistry, ReAttachesAWorkerThatRegistersWithItsJob) {
 TEST(WorkerRegistry, ReportAcknowledgesAndChecksTheJob) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w1"}), kT0).ok());
   reg.Heartbeat(Beat("w1", "s1"), kT0).IgnoreError();  // delivered
   EXPECT_EQ(*reg.Report("w1", "s1", "job-000001", kT0), true);
   EXPECT_EQ(*reg.Report("w1", "s1", "job-000001", kT0), false);
@@ -284,7 +329,7 @@ TEST(WorkerRegistry, AnEarlierRunOfAJobPlacedAgainIsStoppedBeforeTheNewAssignmen
   // A recovery placed job-000001 on w1 again while w1 still runs (or reports) its earlier run.
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w1"}), kT0).ok());
   EXPECT_EQ(reg.Report("w1", "s1", "job-000001", kT0).status().code(),
             absl::StatusCode::kFailedPrecondition);
   auto hb = reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0);
@@ -300,8 +345,8 @@ TEST(WorkerRegistry, StuckAssignmentsAreFaults) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
   ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000002", {"w2"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w1"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000002", {"w2"}), kT0).ok());
   // w1 takes its assignment but never reports running it.
   reg.Heartbeat(Beat("w1", "s1"), kT0).IgnoreError();
   // w2 runs its job, then drops it without an outcome.
@@ -336,7 +381,7 @@ TEST(WorkerRegistryPause, APauseOfTheCoordinatorGivesEveryWorkerALeaseOfGrace) {
       kLease, [&] { return mono; }, absl::Seconds(1));
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
   ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1", "w2"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w1", "w2"}), kT0).ok());
   ASSERT_TRUE(reg.Heartbeat(Beat("w1", "s1"), kT0).ok());                // delivered
   ASSERT_TRUE(reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0).ok());  // acknowledged
   ASSERT_TRUE(reg.Heartbeat(Beat("w2", "s2"), kT0).ok());
@@ -398,7 +443,7 @@ TEST(WorkerRegistry, RunningStepIsWhatTheWorkerLastSaidOfThatJob) {
 TEST(WorkerRegistry, ANewSessionNamingTheLiveOneAsItsDeadPredecessorReplacesIt) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w1"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w1"}), kT0).ok());
   ASSERT_TRUE(reg.Heartbeat(Beat("w1", "s1"), kT0).ok());
   ASSERT_TRUE(reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0).ok());
   // Without the proof: refused while the lease lasts.
@@ -484,7 +529,7 @@ TEST(WorkerRegistry, CpuWorkersOfOneHostOfferNoMoreThanTheHostTogether) {
   EXPECT_GE(host1, 23 * kGiB - 5);
 
   // A rank of 10 GiB on "a": the other four share the 13 GiB left.
-  ASSERT_TRUE(reg.Assign(OneRank("job-1", "a", 10 * kGiB), kT0).ok());
+  ASSERT_TRUE(Placed(reg, OneRank("job-1", "a", 10 * kGiB), kT0).ok());
   int64_t idle = 0;
   for (const WorkerInfo& w : reg.IdleWorkers()) {
     if (w.host_id() == "host-1") idle += w.device().memory_bytes();
@@ -528,7 +573,7 @@ TEST(WorkerRegistry, IdleCandidatesAreTheIdleWorkersSharedNotCopied) {
   RegisterWorkerRequest x = CpuOnHost("x", "host-2", 8 * kGiB, 3 * kGiB);
   x.set_host_label("h2");
   ASSERT_TRUE(reg.Register(x, kT0).ok());
-  ASSERT_TRUE(reg.Assign(OneRank("job-1", "a", 10 * kGiB), kT0).ok());
+  ASSERT_TRUE(Placed(reg, OneRank("job-1", "a", 10 * kGiB), kT0).ok());
   ASSERT_TRUE(reg.SetDraining("b", true).ok());
   // The same workers and memory as IdleWorkers (busy "a" and drained "b" left out).
   std::map<std::string, int64_t> listed, candidates;
@@ -564,7 +609,7 @@ TEST(WorkerRegistry, SweepsBetweenLeasesFindEachEndOnTime) {
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
   ASSERT_TRUE(reg.Register(Reg("w2", "s2"), kT0).ok());
   ASSERT_TRUE(reg.Register(Reg("w3", "s3"), kT0).ok());
-  ASSERT_TRUE(reg.Assign(Job("job-000001", {"w3"}), kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000001", {"w3"}), kT0).ok());
   // w3 takes its assignment 1 s in, never acknowledges it, and keeps heartbeating.
   std::vector<std::pair<absl::Duration, WorkerFault>> seen;
   for (absl::Duration t = absl::ZeroDuration(); t <= absl::Seconds(8);

@@ -7,6 +7,11 @@ The slow worker is made slow from here, by a SIGSTOP/SIGCONT duty cycle (DutyCyc
 200 ms of every 250 ms): its lost wall time lands in its own compute, its peer's in waiting for
 it. A pp=2 job's stages have different planned costs (the head on the last one): the scores are
 per unit of planned cost, so the healthy steps before the duty cycle score ~1.0 and flag nothing.
+
+The threshold is 2.0: the duty cycle makes its rank 5-6x slower, while a healthy rank of a
+2-core machine busy with other work scores up to 1.5 over a window of 10 steps (measured beside
+3 `yes` hogs: rank 0, which also seals the checkpoints, 0.8-1.5; at 1.5 these cases flagged a
+healthy rank in 2 of 6 and 1 of 6 runs).
 """
 
 import os
@@ -47,12 +52,12 @@ class DutyCycle:
 
 def straggler_spec(c, name, steps, policy, interval=0, **overrides):
     """small_job_spec as pp=2 at width 128 and context 64 (tens of ms a step: a window of 10
-    steps spans a few duty cycles), scored over windows of 10 steps at threshold 1.5."""
+    steps spans a few duty cycles), scored over windows of 10 steps at threshold 2.0."""
     return small_job_spec(os.path.join(c.tmp, "ckpt"), steps, interval=interval, name=name,
                           model={"vocab_size": 256, "context": 64, "n_layer": 4, "n_head": 4,
                                  "n_embd": 128},
                           seq_len=64, parallel={"pp": 2},
-                          stragglers={"threshold": 1.5, "window_steps": 10, "policy": policy},
+                          stragglers={"threshold": 2.0, "window_steps": 10, "policy": policy},
                           **overrides)
 
 
@@ -76,7 +81,7 @@ def case_stragglers_flagged(args):
     scored ~1.0, none flagged, no 'straggler:' event); then the worker of rank 1 is slowed by
     the duty cycle and within 3 windows it is flagged: the event names its rank and worker,
     `dtrain status` shows it FLAGGED, `dtrain watch` the event, the coordinator's /metrics its
-    score over 1.5 and one straggler for the job; with no idle spare the job says so and goes
+    score over 2.0 and one straggler for the job; with no idle spare the job says so and goes
     on (no recovery)."""
     with Cluster(args.binaries, "stragglers_flagged") as c:
         c.write_corpus()
@@ -88,7 +93,7 @@ def case_stragglers_flagged(args):
         healthy = {s["rank"]: s["score"] for s in job["stragglers"]}
         print("healthy scores (steps to %s): %s" % (job["stragglers"][0]["window_end_step"],
                                                    healthy))
-        expect(len(healthy) == 2 and all(0.67 < v < 1.5 for v in healthy.values()),
+        expect(len(healthy) == 2 and all(0.5 < v < 2.0 for v in healthy.values()),
                "a healthy pp=2 job should score ~1.0 on both ranks: %s" % job["stragglers"])
         expect(not any(s.get("flagged") for s in job["stragglers"]), "flagged while healthy")
         expect("straggler:" not in logs(c, job_id), "a straggler event while healthy")
@@ -112,15 +117,15 @@ def case_stragglers_flagged(args):
         print(scores, count)
         m = re.search(r"is ([0-9.]+)x the median of its peers over the last 10 steps \(compute "
                       r"[0-9.e-]+ s/step vs [0-9.e-]+ s\)", line)
-        expect(m is not None and float(m.group(1)) >= 1.5, "event: %s" % line)
+        expect(m is not None and float(m.group(1)) >= 2.0, "event: %s" % line)
         expect(flagged_step - start_step <= 30, "flagged %d steps after the slowdown began"
                % (flagged_step - start_step))
         expect(rc == 0 and re.search(r"^stragglers: 1 flagged over steps \d+-\d+ \(threshold "
-                                     r"1.5x, policy replace\): rank 1 \(%s, dp0 pp1 tp0\) "
+                                     r"2x, policy replace\): rank 1 \(%s, dp0 pp1 tp0\) "
                                      r"[0-9.]+x FLAGGED" % slow, status, re.M),
                "dtrain status lacks the flagged line:\n%s" % status)
         key = 'job_id="%s",rank="1",worker="%s"' % (job_id, slow)
-        expect(scores.get(key, 0) >= 1.5, "metric %s: %s" % (key, scores))
+        expect(scores.get(key, 0) >= 2.0, "metric %s: %s" % (key, scores))
         expect(count.get('job_id="%s"' % job_id) == 1, "flagged count: %s" % count)
         no_spare = ("straggler policy replace: no idle spare to replace %s with; reporting only"
                     % slow)

@@ -22,8 +22,13 @@
 namespace dtrain::parallel {
 namespace {
 
-// How often rank 0 looks for the other ranks' entries while it waits.
-constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
+// How often rank 0 looks for the other ranks' entries (and asks options.peers_failed) while it
+// waits: 2 ms after each entries file found (the others are usually moments behind), doubling up
+// to 50 ms while none comes. The other ranks' files (on another host, over a shared file
+// system) and their failures have no event to wait on here; a stop (Abandon) wakes it at once.
+// 50 ms is what a dead peer adds at most to a wait that ends at its failure.
+constexpr absl::Duration kFirstPoll = absl::Milliseconds(2);
+constexpr absl::Duration kLongestPoll = absl::Milliseconds(50);
 // Rank 0 of a stopped run: how long it still waits for the other ranks' entries of the step in
 // flight (a recovery's stop phase waits for it).
 constexpr absl::Duration kStoppedSealGrace = absl::Seconds(1);
@@ -245,7 +250,10 @@ absl::StatusOr<CheckpointWriter::RankEntries> CheckpointWriter::AwaitEntries(
   std::vector<bool> have(n, false);
   int missing = n;
   const absl::Time deadline = absl::Now() + options_.seal_timeout;
+  absl::Duration poll = kFirstPoll;
+  std::string why_ending;  // the rank that left the run (options.peer_left), once seen
   while (true) {
+    const int missing_before = missing;
     for (int r = 0; r < n; ++r) {
       if (have[r]) continue;
       const std::string name = RankEntriesFileName(r);
@@ -289,20 +297,29 @@ absl::StatusOr<CheckpointWriter::RankEntries> CheckpointWriter::AwaitEntries(
         return absl::Status(gone.code(), absl::StrCat(cannot_seal(), ": ", gone.message()));
       }
     }
+    if (options_.peer_left && why_ending.empty()) {
+      const std::string left = options_.peer_left();
+      if (!left.empty()) {
+        why_ending = absl::StrCat(left, " left the run");
+        Abandon(options_.left_peer_grace);
+      }
+    }
     absl::MutexLock lock(&mu_);
     const absl::Time now = absl::Now();
     if (now >= std::min(deadline, abandon_at_)) {
       const std::string what = cannot_seal();
       if (now >= abandon_at_) {
-        return absl::AbortedError(absl::StrCat(what,
-                                               " before the run ended; `latest` still "
-                                               "names the previous sealed step"));
+        return absl::AbortedError(
+            absl::StrCat(what, " before the run ended",
+                         why_ending.empty() ? "" : absl::StrCat(" (", why_ending, ")"),
+                         "; `latest` still names the previous sealed step"));
       }
       return absl::DeadlineExceededError(absl::StrCat(
           what, " within ", absl::FormatDuration(options_.seal_timeout),
           " (their files are not all durable); `latest` still names the previous sealed step"));
     }
-    changed_.WaitWithTimeout(&mu_, std::min(kPollInterval, std::min(deadline, abandon_at_) - now));
+    poll = missing < missing_before ? kFirstPoll : std::min(2 * poll, kLongestPoll);
+    changed_.WaitWithTimeout(&mu_, std::min(poll, std::min(deadline, abandon_at_) - now));
   }
   RankEntries all;
   for (CheckpointRankEntries& entries : found) {

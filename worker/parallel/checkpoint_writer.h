@@ -69,10 +69,17 @@ struct CheckpointWriterOptions {
   std::string run_token;
   // Rank 0: how long to wait for the other ranks' entries once its own are written.
   absl::Duration seal_timeout = absl::Seconds(60);
-  // Rank 0, asked while it waits for the other ranks' entries (when set): a non-OK status (a
-  // rank gone) ends the wait with that error, since its entries will never come; Cancelled
-  // (this rank's transport shut down: the run is being stopped) shortens it to a second.
+  // Rank 0, asked while it waits for the other ranks' entries (when set; every 2 to 50 ms): a
+  // non-OK status (a rank gone) ends the wait with that error, since its entries will never
+  // come; Cancelled (this rank's transport shut down: the run is being stopped) shortens it to
+  // a second.
   std::function<absl::Status()> peers_failed;
+  // Rank 0, asked beside peers_failed (when set): the first rank that left the run cleanly
+  // (seal_watch.h FirstPeerLeft), or "". Its entries are there or never coming: the wait ends
+  // left_peer_grace later (time for a shared file system to show what it published), with an
+  // Aborted error naming it.
+  std::function<std::string()> peer_left;
+  absl::Duration left_peer_grace = absl::Seconds(10);
   // Rank 0: seals `step` from every rank's entries (manifest, then `latest`) in `dir`, the
   // job directory the writer holds.
   std::function<absl::Status(const model::HeldDirectory& dir, int64_t step,

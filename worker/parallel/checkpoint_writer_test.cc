@@ -4,6 +4,7 @@
 // rank and file and leave `latest` alone; and resuming falls back from a damaged newest step.
 #include "worker/parallel/checkpoint_writer.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -278,6 +279,86 @@ TEST(CheckpointWriter, AStoppedRankZeroWaitsForTheOthersOnlyASecond) {
   EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted) << done.status();
   EXPECT_THAT(done.status().message(), HasSubstr("no entries from rank 1 before the run ended"));
   EXPECT_EQ(Latest(dir), "(none)");
+}
+
+TEST(CheckpointWriter, APeerThatLeftIsWaitedForOnlyItsGraceAndNamed) {
+  // Rank 1 closed its stream (seal_watch.h) and died before publishing: left_peer_grace, not
+  // the 10 s seal timeout.
+  const std::string dir = FreshDir("left_rank");
+  Sealer sealer{dir};
+  CheckpointWriterOptions o = Options(dir, 0, 2, &sealer);  // 10 s seal timeout
+  o.peer_left = [] { return std::string("rank 1 (worker w2 at 10.0.0.2:7070)"); };
+  o.left_peer_grace = absl::Milliseconds(300);
+  CheckpointWriter rank0(o);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(rank0.Submit(4, FilesOf(0, 4), 0.0).ok());
+  absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted) << done.status();
+  EXPECT_THAT(done.status().message(),
+              HasSubstr("no entries from rank 1 before the run ended (rank 1 (worker w2 at "
+                        "10.0.0.2:7070) left the run)"));
+  EXPECT_EQ(Latest(dir), "(none)");
+}
+
+TEST(CheckpointWriter, ALeftPeerWhoseEntriesShowWithinTheGraceIsSealed) {
+  const std::string dir = FreshDir("left_publishes");
+  Sealer sealer{dir};
+  CheckpointWriterOptions o = Options(dir, 0, 2, &sealer);
+  o.peer_left = [] { return std::string("rank 1"); };
+  o.left_peer_grace = absl::Seconds(5);
+  CheckpointWriter rank0(o);
+  CheckpointWriter rank1(Options(dir, 1, 2, &sealer));
+  ASSERT_TRUE(rank0.Submit(4, FilesOf(0, 4), 0.0).ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(rank1.Submit(4, FilesOf(1, 4), 0.0).ok());
+  absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(Latest(dir), "step_00000004\n");
+}
+
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// While a seal waits for a slow rank, rank 0 looks (its peers, the entries files) every 2 ms
+// at first, then backs off to every 50 ms: about 25 looks in the first second, not 500. Printed:
+// the process's CPU over that second (docs/PERFORMANCE.md).
+TEST(CheckpointWriter, ASealWaitingForASlowRankBacksOff) {
+  const std::string dir = FreshDir("backoff");
+  Sealer sealer{dir};
+  CheckpointWriterOptions o = Options(dir, 0, 4, &sealer);
+  std::atomic<int> looks{0};
+  o.peers_failed = [&looks] {
+    ++looks;
+    return absl::OkStatus();
+  };
+  CheckpointWriter rank0(o);
+  std::vector<std::unique_ptr<CheckpointWriter>> others;
+  for (int r = 1; r < 4; ++r) {
+    others.push_back(std::make_unique<CheckpointWriter>(Options(dir, r, 4, &sealer)));
+  }
+  ASSERT_TRUE(rank0.Submit(4, FilesOf(0, 4), 0.0).ok());
+  absl::SleepFor(absl::Milliseconds(100));  // rank 0's own files written, its wait begun
+  const int looks_before = looks.load();
+  const double cpu_before = CpuSeconds();
+  const auto start = std::chrono::steady_clock::now();
+  absl::SleepFor(absl::Seconds(1));
+  const double cpu = CpuSeconds() - cpu_before;
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int looked = looks.load() - looks_before;
+  std::printf("seal wait of %.2f s for 3 ranks: %d looks, %.1f ms of CPU\n", waited, looked,
+              cpu * 1e3);
+  EXPECT_LE(looked, 30);  // 50 ms apart (at most: a loaded machine wakes it later, not sooner)
+  EXPECT_GE(looked, 1);
+  // The slow ranks publish: sealed after at most one more poll.
+  for (int r = 1; r < 4; ++r) ASSERT_TRUE(others[r - 1]->Submit(4, FilesOf(r, 4), 0.0).ok());
+  absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(Latest(dir), "step_00000004\n");
 }
 
 TEST(CheckpointWriter, WriteFailureNamesStepRankAndFile) {

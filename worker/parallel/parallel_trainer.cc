@@ -26,6 +26,7 @@
 #include "worker/parallel/checkpoint_writer.h"
 #include "worker/parallel/device_staging.h"
 #include "worker/parallel/gradient_sync.h"
+#include "worker/parallel/seal_watch.h"
 #include "worker/parallel/sharded_checkpoint.h"
 #include "worker/parallel/stage_executor.h"
 
@@ -495,8 +496,11 @@ absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
   if (options_.plan.rank() == 0) {
     std::vector<int> others;
     for (int r = 1; r < transport_->size(); ++r) others.push_back(r);
-    w.peers_failed = [transport = transport_, others = std::move(others)] {
+    w.peers_failed = [transport = transport_, others] {
       return comm::WatchPeers(*transport, others);
+    };
+    w.peer_left = [transport = transport_, others = std::move(others)] {
+      return FirstPeerLeft(*transport, others);  // seal_watch.h
     };
   }
   w.background = run.background_checkpoints;
