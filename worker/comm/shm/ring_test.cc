@@ -76,9 +76,9 @@ TEST(ShmRing, StaleRingsOfDeadCreatorsAreSwept) {
     close(fd);
   }
   struct stat st;
-  EXPECT_EQ(SweepStaleRings(absl::Hours(2)), 0);  // not old enough
+  EXPECT_EQ(SweepStaleSegments(absl::Hours(2)), 0);  // not old enough
   EXPECT_EQ(stat(dead.c_str(), &st), 0);
-  EXPECT_GE(SweepStaleRings(absl::Minutes(5)), 1);
+  EXPECT_GE(SweepStaleSegments(absl::Minutes(5)), 1);
   EXPECT_NE(stat(dead.c_str(), &st), 0);  // gone
   EXPECT_EQ(stat(live.c_str(), &st), 0);  // its creator runs
   unlink(live.c_str());
