@@ -101,6 +101,9 @@ struct ParallelRunStats {
   // Gradient reductions (dp buckets, tied embedding) started before backward ended (last step).
   int reductions_started_in_backward = 0;
   bool dp_hierarchical = false;  // the dp all-reduce goes through HierarchicalAllReduce
+  // The dp buckets are all-reduced in place, over gradient buffers that the dp group's ranks
+  // share on one host (comm/collectives/allreduce_shared.h); false: through the ring.
+  bool dp_shared_buffers = false;
   // Compute seconds of the last step by action kind, summed over its micro-batches and chunks
   // (tp all-reduces inside the layers included): what one F, B or W costs on this stage.
   double forward_seconds = 0, backward_input_seconds = 0, backward_weight_seconds = 0;
@@ -110,6 +113,8 @@ struct ParallelRunStats {
   int64_t staged_bytes = 0;
   double staging_wait_seconds = 0, staging_overlapped_seconds = 0;
 };
+
+struct SyncChunk;  // gradient_sync.h
 
 class ParallelTrainer {
  public:
@@ -144,6 +149,10 @@ class ParallelTrainer {
   // The actions this rank ran in the last step, in order.
   const std::vector<pipeline::Action>& last_trace() const { return last_trace_; }
   const ParallelRunStats& stats() const { return stats_; }
+  // Why the dp group's gradients are not in shared buffers (stats().dp_shared_buffers) where
+  // they could have been (one host, the CPU backend, dp buckets), for the worker's log; "" when
+  // they are, or when the layout has no dp buckets.
+  const std::string& dp_shared_why_not() const { return dp_shared_why_not_; }
 
  private:
   struct Chunk;
@@ -163,6 +172,8 @@ class ParallelTrainer {
   absl::Status StartCheckpoint(int64_t step, bool keep);
   absl::Status RunSteps(const TrainingCallbacks& callbacks);
   ShardIdentity Identity() const;
+  // Puts the chunks' gradients in buffers the dp group shares, when it can (set-up).
+  static absl::Status ShareGradients(ParallelTrainer& t, std::vector<SyncChunk>& chunks);
 
   kernels::Backend* backend_ = nullptr;
   comm::Transport* transport_ = nullptr;
@@ -171,6 +182,7 @@ class ParallelTrainer {
   int64_t start_step_ = 0;
   std::string resumed_from_;
   std::string resume_note_;
+  std::string dp_shared_why_not_;
   std::vector<std::string> damaged_steps_;  // skipped when resuming (CheckpointStep::damaged)
   std::vector<pipeline::Action> last_trace_;
   ParallelRunStats stats_;

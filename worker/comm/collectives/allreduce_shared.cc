@@ -20,36 +20,52 @@ namespace {
 constexpr uint64_t kMagic = 0x3152414873687364;  // "dshHAR1"
 constexpr int kMaxMembers = 256;
 constexpr int kNonceBytes = 32;
+// The part of the message MemberFailure receives (never sent).
+constexpr int32_t kProbePart = -2;
 // A barrier spins this many pauses (a few microseconds) before sleeping: with more ranks than
 // cores, a longer spin takes the core from the member it waits for.
 constexpr int kSpins = 100;
 // A sleeping barrier looks at the deadline and at the members' streams this often.
 constexpr absl::Duration kPoll = absl::Milliseconds(5);
-// Phase 1 reduces blocks of this many floats from every peer in turn, so the destination block
-// stays in cache while the peers' blocks stream through.
+// Blocks of this many floats are reduced from every peer in turn and pushed to every peer, so
+// the block stays in cache (L2) from its first read to its last copy.
 constexpr int64_t kBlockFloats = 16 << 10;
 
-// One member's set-up message: two fields of at most 63 bytes each (a segment's name or a
-// nonce, then a reason), as the 32 floats a collective message carries.
-using Message = std::array<float, 32>;
-Message Pack(absl::string_view first, absl::string_view second) {
+// A set-up message: a segment's name, a nonce and a reason (each field at most its size less
+// one byte), as the 64 floats a collective message carries.
+struct SetUp {
+  std::string name, nonce, why;
+};
+using Message = std::array<float, 64>;
+constexpr int kFieldBytes[3] = {64, 64, 128};
+Message Pack(const SetUp& m) {
   unsigned char bytes[sizeof(Message)] = {};
-  first = first.substr(0, 63);
-  second = second.substr(0, 63);
-  bytes[0] = static_cast<unsigned char>(first.size());
-  memcpy(bytes + 1, first.data(), first.size());
-  bytes[64] = static_cast<unsigned char>(second.size());
-  memcpy(bytes + 65, second.data(), second.size());
-  Message m;
-  memcpy(m.data(), bytes, sizeof(bytes));
-  return m;
+  int at = 0;
+  for (int f = 0; f < 3; ++f) {
+    const std::string& v = f == 0 ? m.name : f == 1 ? m.nonce : m.why;
+    const size_t len = std::min<size_t>(v.size(), kFieldBytes[f] - 1);
+    bytes[at] = static_cast<unsigned char>(len);
+    memcpy(bytes + at + 1, v.data(), len);
+    at += kFieldBytes[f];
+  }
+  Message out;
+  memcpy(out.data(), bytes, sizeof(bytes));
+  return out;
 }
-std::pair<std::string, std::string> Unpack(const Message& m) {
+SetUp Unpack(const Message& in) {
   unsigned char bytes[sizeof(Message)];
-  memcpy(bytes, m.data(), sizeof(bytes));
-  const int a = std::min<int>(bytes[0], 63), b = std::min<int>(bytes[64], 63);
-  return {std::string(reinterpret_cast<char*>(bytes + 1), a),
-          std::string(reinterpret_cast<char*>(bytes + 65), b)};
+  memcpy(bytes, in.data(), sizeof(bytes));
+  SetUp m;
+  int at = 0;
+  for (int f = 0; f < 3; ++f) {
+    const int len = std::min<int>(bytes[at], kFieldBytes[f] - 1);
+    (f == 0   ? m.name
+     : f == 1 ? m.nonce
+              : m.why)
+        .assign(reinterpret_cast<char*>(bytes + at + 1), len);
+    at += kFieldBytes[f];
+  }
+  return m;
 }
 
 int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
@@ -95,19 +111,33 @@ absl::StatusOr<std::unique_ptr<SharedAllReduce>> SharedAllReduce::Create(Group* 
   CollectiveOp op(
       *group, absl::StrCat("setting up shared all-reduce buffers of ", capacity_floats, " floats"));
   Message in;
-  auto into = [&in](int64_t offset, absl::Span<const std::byte> piece) {
-    memcpy(reinterpret_cast<std::byte*>(in.data()) + offset, piece.data(), piece.size());
+  auto receive = [&](int from, int32_t part) -> absl::StatusOr<SetUp> {
+    RETURN_IF_ERROR(
+        op.Recv(from, part, in.size(), [&in](int64_t offset, absl::Span<const std::byte> piece) {
+          memcpy(reinterpret_cast<std::byte*>(in.data()) + offset, piece.data(), piece.size());
+        }));
+    return Unpack(in);
   };
+  auto send = [&](int to, int32_t part, const SetUp& m) -> absl::Status {
+    const Message out = Pack(m);
+    ASSIGN_OR_RETURN(SendHandle h, op.Send(to, part, out));
+    return op.Wait(h);
+  };
+  // Around the ring, so that every member talks only to its ring neighbours (the peers a worker
+  // is told about, plan/ranks.h PeerRanks): part 0, the offer, from member 0 to n-1, each member
+  // mapping the segment and passing on the nonce it read there (or why it could not); part 1,
+  // member n-1 to member 0: the nonce every member read; part 2, the verdict, from member 0 to
+  // n-1.
+  const int me = group->index();
   std::string why_not;
-  // Messages: part 0 the offer (member 0 to each), 1 the answer, 2 the verdict.
   absl::Status handshake = [&]() -> absl::Status {
-    if (group->index() == 0) {
-      // 1. Create the segment and offer its name to every member.
+    if (me == 0) {
       absl::StatusOr<ShmSegment> segment =
           n > kMaxMembers ? absl::StatusOr<ShmSegment>(absl::UnimplementedError(
                                 absl::StrCat("more than ", kMaxMembers, " members")))
                           : ShmSegment::Create(bytes);
-      std::string name;
+      SetUp offer;
+      std::string nonce;
       if (segment.ok()) {
         s->segment_ = *std::move(segment);
         Control* c = new (s->segment_.base()) Control();
@@ -117,65 +147,50 @@ absl::StatusOr<std::unique_ptr<SharedAllReduce>> SharedAllReduce::Create(Group* 
           return absl::UnavailableError("getrandom failed");
         }
         c->magic.store(kMagic, std::memory_order_release);
-        name = s->segment_.name();
+        offer.name = s->segment_.name();
+        nonce.assign(reinterpret_cast<const char*>(c->nonce), kNonceBytes);
       } else {
-        why_not =
+        offer.why =
             absl::StrCat("member 0 could not create the segment: ", segment.status().message());
       }
-      const Message offer = Pack(name, why_not);
-      std::vector<SendHandle> sends;
-      for (int j = 1; j < n; ++j) {
-        ASSIGN_OR_RETURN(SendHandle h, op.Send(j, 0, offer));
-        sends.push_back(std::move(h));
+      RETURN_IF_ERROR(send(1, 0, offer));
+      ASSIGN_OR_RETURN(SetUp answer, receive(n - 1, 1));
+      why_not = answer.why;
+      if (why_not.empty() && !PeerSecretsEqual(answer.nonce, nonce)) {
+        why_not = "the members mapped another segment";
       }
-      // 2. Every member answers the nonce it read (or why it could not map the segment).
-      const std::string nonce =
-          s->segment_.base() == nullptr
-              ? std::string()
-              : std::string(
-                    reinterpret_cast<const char*>(static_cast<Control*>(s->segment_.base())->nonce),
-                    kNonceBytes);
-      for (int j = 1; j < n; ++j) {
-        RETURN_IF_ERROR(op.Recv(j, 1, in.size(), into));
-        auto [their_nonce, why] = Unpack(in);
-        if (why_not.empty() && (nonce.empty() || !PeerSecretsEqual(their_nonce, nonce))) {
-          why_not = absl::StrCat("member ", j, " (", group->transport().PeerName(group->rank_at(j)),
-                                 ") could not map it: ", why.empty() ? "another segment" : why);
-        }
-      }
-      // 3. Everyone mapped it (or gave up): the name goes, and everyone learns the verdict.
-      s->segment_.Unlink();
-      const Message verdict = Pack(why_not.empty() ? "1" : "", why_not);
-      for (int j = 1; j < n; ++j) {
-        ASSIGN_OR_RETURN(SendHandle h, op.Send(j, 2, verdict));
-        sends.push_back(std::move(h));
-      }
-      for (SendHandle& h : sends) RETURN_IF_ERROR(op.Wait(h));
-    } else {
-      RETURN_IF_ERROR(op.Recv(0, 0, in.size(), into));
-      auto [name, why_none] = Unpack(in);
-      std::string nonce, why;
-      if (name.empty()) {
-        why = why_none;
-      } else if (absl::StatusOr<ShmSegment> segment = ShmSegment::Attach(name, bytes);
-                 !segment.ok()) {
+      s->segment_.Unlink();  // every member mapped it, or gave up: the name goes
+      return send(1, 2, SetUp{why_not.empty() ? "1" : "", "", why_not});
+    }
+    ASSIGN_OR_RETURN(SetUp offer, receive(me - 1, 0));
+    if (offer.why.empty()) {
+      absl::StatusOr<ShmSegment> segment = ShmSegment::Attach(offer.name, bytes);
+      std::string why;
+      if (!segment.ok()) {
         why = std::string(segment.status().message());
       } else {
         const Control* c = static_cast<const Control*>(segment->base());
+        const std::string nonce(reinterpret_cast<const char*>(c->nonce), kNonceBytes);
         if (c->magic.load(std::memory_order_acquire) != kMagic || c->members != n ||
             c->capacity != capacity_floats || segment->bytes() != bytes) {
           why = "not a segment of this version and size";
+        } else if (me > 1 && !PeerSecretsEqual(offer.nonce, nonce)) {
+          why = "another segment than the previous member's";
         } else {
-          nonce.assign(reinterpret_cast<const char*>(c->nonce), kNonceBytes);
+          offer.nonce = nonce;
           s->segment_ = *std::move(segment);
         }
       }
-      ASSIGN_OR_RETURN(SendHandle h, op.Send(0, 1, Pack(nonce, why)));
-      RETURN_IF_ERROR(op.Wait(h));
-      RETURN_IF_ERROR(op.Recv(0, 2, in.size(), into));
-      auto [ok, verdict_why] = Unpack(in);
-      if (ok != "1") why_not = verdict_why.empty() ? "member 0 gave up" : verdict_why;
+      if (!why.empty()) {
+        offer.why =
+            absl::StrCat("member ", me, " (", group->transport().PeerName(group->rank_at(me)),
+                         ") could not map it: ", why);
+      }
     }
+    RETURN_IF_ERROR(me == n - 1 ? send(0, 1, offer) : send(me + 1, 0, offer));
+    ASSIGN_OR_RETURN(SetUp verdict, receive(me - 1, 2));
+    if (me < n - 1) RETURN_IF_ERROR(send(me + 1, 2, verdict));
+    if (verdict.name != "1") why_not = verdict.why.empty() ? "member 0 gave up" : verdict.why;
     return absl::OkStatus();
   }();
   RETURN_IF_ERROR(op.Finish(handshake));
@@ -214,6 +229,18 @@ void SharedAllReduce::RecordFailure(int member) {
   shm::FutexWakeAll(&control_->seq);
 }
 
+absl::Status SharedAllReduce::MemberFailure(int member) const {
+  Transport& t = group_->transport();
+  const int rank = group_->rank_at(member);
+  RETURN_IF_ERROR(t.PeerStatus(rank));
+  // A message nobody sends: a receive of it ends at once only with the member's failure.
+  const MessageKey probe = MessageKey::Collective(group_->id(), -1, kProbePart);
+  if (!t.Arrived(rank, probe)) return absl::OkStatus();
+  absl::Status s = t.Recv(
+      rank, probe, TensorMeta::Bytes(0), [](int64_t, absl::Span<const std::byte>) {}, absl::Now());
+  return absl::IsDeadlineExceeded(s) ? absl::OkStatus() : s;
+}
+
 absl::Status SharedAllReduce::Barrier(uint64_t k, CollectiveOp& op) {
   Control& c = *control_;
   const int n = group_->size();
@@ -241,10 +268,10 @@ absl::Status SharedAllReduce::Barrier(uint64_t k, CollectiveOp& op) {
       c.sleepers.fetch_sub(1);
       continue;
     }
-    // A member whose stream broke (it died) fails everyone now, naming it.
+    // A member that died, left or gave up fails everyone now, naming it.
     for (int j = 0; j < n; ++j) {
-      if (j == group_->index()) continue;
-      if (absl::Status gone = group_->transport().PeerStatus(group_->rank_at(j)); !gone.ok()) {
+      if (c.slots[j].arrived.load() >= k) continue;
+      if (absl::Status gone = MemberFailure(j); !gone.ok()) {
         c.sleepers.fetch_sub(1);
         RecordFailure(j);
         return op.Fail(gone);
@@ -280,7 +307,7 @@ absl::Status SharedAllReduce::Run(absl::Span<float> data, ReduceOp op) {
   slot.count = count;
   slot.op = static_cast<int32_t>(op);
   const uint64_t k = barriers_;
-  barriers_ += 3;
+  barriers_ += 2;
   // Barrier 1: every member's data is in place (and so is its description of the op).
   RETURN_IF_ERROR(c.Finish(Barrier(k + 1, c)));
   // Every member compares every member's op with member 0's, so all name the same one.
@@ -296,7 +323,10 @@ absl::Status SharedAllReduce::Run(absl::Span<float> data, ReduceOp op) {
           first.count, " at ", first.offset))));
     }
   }
-  // Phase 1: segment `me` of every buffer, reduced into ours, block by block.
+  // Phases 1 and 2, block by block, so that a block is pushed while it is still in cache:
+  // segment `me` of every buffer reduced into ours, then copied, final, into every peer's buffer.
+  // Nobody else touches segment `me` of any buffer (each member reduces its own segment only),
+  // so no barrier separates the phases.
   const Segment seg = RingSegment(count, n, me);
   float* mine = mine_.data() + offset;
   const float divisor = op == ReduceOp::kMean ? static_cast<float>(n) : 0;
@@ -307,17 +337,12 @@ absl::Status SharedAllReduce::Run(absl::Span<float> data, ReduceOp op) {
       ReduceInto(mine + b, reinterpret_cast<const std::byte*>(theirs + b), len, op,
                  i == n - 1 ? divisor : 0);
     }
+    for (int i = 1; i < n; ++i) {
+      memcpy(BufferOf((me + i) % n) + offset + b, mine + b, len * sizeof(float));
+    }
   }
-  // Barrier 2: every segment is final in its owner's buffer.
-  RETURN_IF_ERROR(c.Finish(Barrier(k + 2, c)));
-  // Phase 2: every other segment, from its owner.
-  for (int i = 1; i < n; ++i) {
-    const int q = (me + i) % n;
-    const Segment theirs = RingSegment(count, n, q);
-    memcpy(mine + theirs.begin, BufferOf(q) + offset + theirs.begin, theirs.size * sizeof(float));
-  }
-  // Barrier 3: nobody reads our buffer any more.
-  return c.Finish(Barrier(k + 3, c));
+  // Barrier 2: every buffer holds every segment, and nobody touches another's buffer any more.
+  return c.Finish(Barrier(k + 2, c));
 }
 
 }  // namespace dtrain::comm

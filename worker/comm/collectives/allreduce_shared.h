@@ -7,9 +7,11 @@
 //   barrier 1  every member's data is in its buffer;
 //   phase 1    member r reduces segment r of all n buffers into B_r's segment r, reading the
 //              peers' segment r straight from their buffers (reduce-scatter without messages);
-//   barrier 2  every segment is final in its owner's buffer;
-//   phase 2    member r copies segment q of B_q into B_r, for every q != r (all-gather);
-//   barrier 3  nobody reads B_r any more: the caller may write it again.
+//   phase 2    member r copies its final segment r into every peer's buffer (all-gather); only
+//              member r ever touches segment r of a buffer during the op, so no barrier
+//              separates the phases;
+//   barrier 2  every buffer holds every segment, and nobody touches another member's buffer
+//              any more: the caller may write its own again.
 // Per member: about 1.75 S read and 1 S written for S bytes (n = 4), against about 3 S of
 // copies through the rings; no message, no thread hand-over (docs/PERFORMANCE.md "Same-host
 // data path"). Each element is reduced by one member only, so every member ends with the same
@@ -17,17 +19,20 @@
 //
 // Barriers are a counter per member and one futex word in the segment's control page: a short
 // spin, then a futex sleep that wakes every few milliseconds to look at the deadline (the
-// group's timeout from the op's start) and at the transport's view of the members (a member
-// whose stream broke: Unavailable naming it). The member that sees a failure records it in the
+// group's timeout from the op's start) and at the transport's view of the members not arrived
+// yet (a member whose stream broke: Unavailable naming it; one that gave up, AbortJob: Aborted
+// with its error). The member that sees a failure records it in the
 // control page, so every other member fails at once (Aborted) naming the same member; the
 // buffers then stay failed (the step fails and the job restarts, as with the ring).
 //
-// Set-up (Create, a collective of the group): member 0 creates the segment (shm/segment.h: a
-// random name, mode 0600, unlinked once mapped) and tells its name to every member over the
-// transport (mutual TLS, after the job's secret); each maps it and answers the random nonce it
-// read there, which proves it mapped this very segment, on this host; member 0 then unlinks the
-// name and tells everyone whether all of them mapped it. If any could not (another host, a
-// /dev/shm of its own, no room), nobody uses it: Run is the ring, and why_not() says why.
+// Set-up (Create, a collective of the group), around the ring so that each member talks only to
+// its ring neighbours (the peers a worker is told about): member 0 creates the segment
+// (shm/segment.h: a random name, mode 0600) and passes its name to member 1 over the transport
+// (mutual TLS, after the job's secret); each member maps it and passes on the name and the
+// random nonce it read there, which proves it mapped this very segment, on this host; the last
+// hands the nonce back to member 0, which unlinks the name (nothing stays in /dev/shm) and sends
+// the verdict around. If any member could not map it (another host, a /dev/shm of its own, no
+// room), nobody uses it: Run is the ring, and why_not() says why.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<SharedAllReduce> ar, SharedAllReduce::Create(&group, n));
 //   absl::Span<float> grads = ar->buffer().subspan(0, n);   // empty when !ar->shared()
@@ -79,6 +84,8 @@ class SharedAllReduce {
   float* BufferOf(int member) const;
   // Barrier number `k` (counted from 1): arrives, then waits for every member.
   absl::Status Barrier(uint64_t k, CollectiveOp& op);
+  // The transport's news of `member`: its stream broke, it left, or it gave up (AbortJob).
+  absl::Status MemberFailure(int member) const;
   // The failure recorded in the control page, if any (Aborted naming the member).
   absl::Status RecordedFailure() const;
   // Records that `member` failed the group's collectives (first one wins) and wakes everyone.
