@@ -27,9 +27,9 @@ namespace dtrain::comm {
 namespace {
 
 using testing::Cluster;
-using testing::TransportKind;
 using testing::Expected;
 using testing::Input;
+using testing::TransportKind;
 
 std::vector<float> Inputs(int rank, int64_t count) {
   std::vector<float> v(count);

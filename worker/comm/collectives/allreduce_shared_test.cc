@@ -26,9 +26,9 @@ namespace dtrain::comm {
 namespace {
 
 using testing::Cluster;
-using testing::TransportKind;
 using testing::Expected;
 using testing::Input;
+using testing::TransportKind;
 
 // Segments of this process in /dev/shm ("dtrain-<pid>-...").
 std::vector<std::string> OurSegments() {
