@@ -214,10 +214,25 @@ absl::Status SharedAllReduce::RecordedFailure() const {
   if (failed == 0) return absl::OkStatus();
   const int member = failed - 1;
   const int by = control_->failed_seen_by.load();
-  return absl::AbortedError(absl::StrCat("member ", member, " (",
-                                         group_->transport().PeerName(group_->rank_at(member)),
-                                         ") failed the shared all-reduce buffers (seen by ",
-                                         group_->transport().PeerName(group_->rank_at(by)), ")"));
+  // Named as the transport names ranks; a worker knows the workers of its ring neighbours only
+  // (plan/ranks.h PeerRanks) and blames the ones its error names, so the error names one of
+  // them, as the ring's aborts do: the failed member if it is one, else the member that saw it
+  // if that one is, else this member's predecessor, which fails with the same error.
+  const Transport& t = group_->transport();
+  const int n = group_->size(), me = group_->index();
+  const auto neighbour = [&](int j) { return j == (me + 1) % n || j == (me + n - 1) % n; };
+  const auto name = [&](int j) { return t.PeerName(group_->rank_at(j)); };
+  std::string seen = absl::StrCat("seen by member ", by);
+  if (!neighbour(member)) {
+    if (neighbour(by)) {
+      absl::StrAppend(&seen, " (", name(by), ")");
+    } else {
+      const int before = (me + n - 1) % n;
+      absl::StrAppend(&seen, "; member ", before, " (", name(before), ") fails with it");
+    }
+  }
+  return absl::AbortedError(absl::StrCat("member ", member, " (", name(member),
+                                         ") failed the shared all-reduce buffers (", seen, ")"));
 }
 
 void SharedAllReduce::RecordFailure(int member) {
