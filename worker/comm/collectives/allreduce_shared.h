@@ -12,8 +12,8 @@
 //              separates the phases;
 //   barrier 2  every buffer holds every segment, and nobody touches another member's buffer
 //              any more: the caller may write its own again.
-// Per member: about 1.75 S read and 1 S written for S bytes (n = 4), against about 3 S of
-// copies through the rings; no message, no thread hand-over (docs/PERFORMANCE.md "Same-host
+// Per member, for S bytes: S read (its segment of every buffer) and S written (its segment, then
+// its copies, pushed block by block from cache), against about 3 S of copies through the rings; no message, no thread hand-over (docs/PERFORMANCE.md "Same-host
 // data path"). Each element is reduced by one member only, so every member ends with the same
 // bits; in another order than the ring's (equal results whenever the reduction is exact).
 //
@@ -21,9 +21,9 @@
 // spin, then a futex sleep that wakes every few milliseconds to look at the deadline (the
 // group's timeout from the op's start) and at the transport's view of the members not arrived
 // yet (a member whose stream broke: Unavailable naming it; one that gave up, AbortJob: Aborted
-// with its error). The member that sees a failure records it in the
-// control page, so every other member fails at once (Aborted) naming the same member; the
-// buffers then stay failed (the step fails and the job restarts, as with the ring).
+// with its error). The member that sees a failure records it in the control page, so every
+// other member fails at once (Aborted) naming the same member; the buffers then stay failed
+// (the step fails and the job restarts, as with the ring).
 //
 // Set-up (Create, a collective of the group), around the ring so that each member talks only to
 // its ring neighbours (the peers a worker is told about): member 0 creates the segment
