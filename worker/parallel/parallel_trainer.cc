@@ -109,8 +109,15 @@ absl::Status ParallelTrainer::ShareGradients(ParallelTrainer& t, std::vector<Syn
   for (const SyncChunk& c : chunks)
     floats += (c.size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
   ASSIGN_OR_RETURN(r.dp_shared, comm::SharedAllReduce::Create(&*r.dp, floats));
-  t.dp_shared_why_not_ = r.dp_shared->why_not();
-  if (!r.dp_shared->shared()) return absl::OkStatus();
+  if (!r.dp_shared->shared()) {
+    t.dp_shared_fell_back_ = true;
+    t.dp_gradient_path_ = absl::StrCat("data-parallel gradient buckets go through the ring: ",
+                                       r.dp_shared->why_not());
+    return absl::OkStatus();
+  }
+  t.dp_gradient_path_ =
+      "data-parallel gradient buckets are all-reduced in place, in buffers the dp group shares "
+      "on this host";
   int64_t at = 0;
   for (size_t j = 0; j < chunks.size(); ++j) {
     const absl::Span<float> storage = r.dp_shared->buffer().subspan(at, chunks[j].size);
@@ -260,8 +267,14 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   r.executor->SetTestOnlyForwardDelay(options.test_only.forward_delay_step,
                                       options.test_only.forward_delay);
   const bool dp_buckets = dp > 1 && !layout.zero1();
-  if (dp_buckets && backend->DeviceMemoryIsHostMemory() && !r.dp_sum->hierarchical()) {
-    RETURN_IF_ERROR(ShareGradients(*t, sync_chunks));
+  if (dp_buckets && !r.dp_sum->hierarchical()) {
+    if (backend->DeviceMemoryIsHostMemory()) {
+      RETURN_IF_ERROR(ShareGradients(*t, sync_chunks));
+    } else {
+      t->dp_gradient_path_ =
+          "data-parallel gradient buckets go through the ring: the backend's memory is not host "
+          "memory (its staging copies them to the host anyway)";
+    }
   }
   r.sync = std::make_unique<GradientSync>(
       std::move(sync_chunks), r.staging.get(), dp_buckets ? &*r.dp_sum : nullptr,
@@ -562,6 +575,11 @@ absl::Status ParallelTrainer::StartCheckpoint(int64_t step, bool keep) {
 
 absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
   if (!resume_note_.empty() && callbacks.warning) callbacks.warning(resume_note_);
+  // Shared buffers were possible but could not be had (a /dev/shm too small, or not shared):
+  // the job runs, slower; dp member 0 says why, once.
+  if (dp_shared_fell_back_ && runner_->dp->index() == 0 && callbacks.warning) {
+    callbacks.warning(dp_gradient_path_);
+  }
   absl::Status status = RunSteps(callbacks);
   if (!status.ok()) {
     // A checkpoint in flight cannot be sealed now: the other ranks stop too.

@@ -149,10 +149,11 @@ class ParallelTrainer {
   // The actions this rank ran in the last step, in order.
   const std::vector<pipeline::Action>& last_trace() const { return last_trace_; }
   const ParallelRunStats& stats() const { return stats_; }
-  // Why the dp group's gradients are not in shared buffers (stats().dp_shared_buffers) where
-  // they could have been (one host, the CPU backend, dp buckets), for the worker's log; "" when
-  // they are, or when the layout has no dp buckets.
-  const std::string& dp_shared_why_not() const { return dp_shared_why_not_; }
+  // How the dp gradient buckets are all-reduced on one host, for the worker's log: over buffers
+  // the dp group shares (stats().dp_shared_buffers), or through the ring and why; "" without dp
+  // buckets or with the hierarchy (several hosts). Run warns (dp member 0) when shared buffers
+  // were possible but could not be had.
+  const std::string& dp_gradient_path() const { return dp_gradient_path_; }
 
  private:
   struct Chunk;
@@ -182,7 +183,8 @@ class ParallelTrainer {
   int64_t start_step_ = 0;
   std::string resumed_from_;
   std::string resume_note_;
-  std::string dp_shared_why_not_;
+  std::string dp_gradient_path_;
+  bool dp_shared_fell_back_ = false;        // one host and host memory, but no shared buffers
   std::vector<std::string> damaged_steps_;  // skipped when resuming (CheckpointStep::damaged)
   std::vector<pipeline::Action> last_trace_;
   ParallelRunStats stats_;

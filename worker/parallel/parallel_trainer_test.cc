@@ -358,6 +358,7 @@ TEST(ParallelTrainer, DataParallelBucketsStartDuringBackward) {
   std::vector<ParallelRunStats> stats(2);
   std::vector<absl::Status> status(2);
   std::vector<bool> host_memory(2);
+  std::vector<std::string> path(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -373,11 +374,13 @@ TEST(ParallelTrainer, DataParallelBucketsStartDuringBackward) {
       if (!t.ok()) return;
       status[r] = (*t)->Run({});
       stats[r] = (*t)->stats();
+      path[r] = (*t)->dp_gradient_path();
     });
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(status[r].ok()) << status[r];
+    EXPECT_THAT(path[r], ::testing::HasSubstr(host_memory[r] ? "in place" : "not host memory"));
     // 4 blocks of 12.6k floats in 4 KiB buckets: dozens; all but the embedding's go early.
     EXPECT_GT(stats[r].reductions_started_in_backward, 10) << "rank " << r;
     EXPECT_GT(stats[r].dp_reduce_seconds, 0) << "rank " << r;
