@@ -216,6 +216,25 @@ TEST(SharedAllReduce, WithoutRoomForTheSegmentRunIsTheRing) {
   EXPECT_TRUE(OurSegments().empty());
 }
 
+// A member in the middle of the ring that cannot use the segment (here: it expects another
+// size; on another host: it cannot open it) makes every member use the ring, saying who.
+TEST(SharedAllReduce, AMemberThatCannotMapTheSegmentMakesEveryoneUseTheRing) {
+  auto cluster = Cluster::Create(TransportKind::kInproc, 3);
+  std::vector<absl::Status> results = cluster->Run([&](int r) -> absl::Status {
+    ASSIGN_OR_RETURN(Group group, Group::Create(cluster->transport(r), AllRanks(3), 5));
+    ASSIGN_OR_RETURN(std::unique_ptr<SharedAllReduce> ar,
+                     SharedAllReduce::Create(&group, r == 1 ? 200 : 100));
+    if (ar->shared() || !absl::StrContains(ar->why_not(), "member 1")) {
+      return absl::InternalError(absl::StrCat("shared, or why not: '", ar->why_not(), "'"));
+    }
+    std::vector<float> data(100, static_cast<float>(r + 1));
+    RETURN_IF_ERROR(ar->Run(absl::MakeSpan(data), ReduceOp::kSum));
+    return data[99] == 6.0f ? absl::OkStatus() : absl::InternalError("wrong sum");
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+  EXPECT_TRUE(OurSegments().empty());
+}
+
 TEST(SharedAllReduce, AGroupOfOneSharesNothingAndRunsAtOnce) {
   auto cluster = Cluster::Create(TransportKind::kInproc, 1);
   Group group = *Group::Create(cluster->transport(0), {0}, 5);
