@@ -82,9 +82,6 @@ absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Create(int64_t capacity) {
 
 absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Attach(const std::string& name) {
   absl::StatusOr<ShmSegment> segment = ShmSegment::Attach(name, kControlBytes + kMinCapacity);
-  if (absl::IsInvalidArgument(segment.status())) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " is not a ring (too small)"));
-  }
   RETURN_IF_ERROR(segment.status());
   const Control* c = static_cast<const Control*>(segment->base());
   const uint64_t magic = c->magic.load(std::memory_order_acquire);

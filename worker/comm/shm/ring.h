@@ -62,7 +62,7 @@ class ShmRing {
   // when it cannot be used.
   static absl::StatusOr<std::unique_ptr<ShmRing>> Create(int64_t capacity);
   // The producer opens a segment by name. NotFound: no such segment here (another host, or
-  // another /dev/shm); InvalidArgument: not a ring of this version.
+  // another /dev/shm); InvalidArgument: not a name of ours, or not a ring of this version.
   static absl::StatusOr<std::unique_ptr<ShmRing>> Attach(const std::string& name);
   ~ShmRing() = default;  // unmaps; unlinks the name if still linked and this side created it
 

@@ -47,6 +47,14 @@ TEST(ShmRing, CreatesAPrivateSegmentThatTheProducerMapsByName) {
   EXPECT_EQ(ShmRing::Attach((*ring)->name()).status().code(), absl::StatusCode::kNotFound);
 }
 
+// A name a peer sends is opened only if it is one of ours (IsSegmentName).
+TEST(ShmRing, OnlyNamesOfOurSegmentsAreOpened) {
+  for (const char* name : {"/sem.other", "/dtrain-1-ab/../x", "dtrain-1-ab", ""}) {
+    EXPECT_EQ(ShmRing::Attach(name).status().code(), absl::StatusCode::kInvalidArgument) << name;
+  }
+  EXPECT_TRUE(IsSegmentName("/dtrain-42-0123456789abcdef0123456789abcdef"));
+}
+
 TEST(ShmRing, DestroyingTheCreatorUnlinksAnUnattachedSegment) {
   std::string name;
   {

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -50,6 +51,11 @@ int SweepStaleSegments(absl::Duration min_age) {
   }
   closedir(dir);
   return removed;
+}
+
+bool IsSegmentName(absl::string_view name) {
+  return absl::StartsWith(name, "/dtrain-") && name.size() < 100 &&
+         name.find('/', 1) == absl::string_view::npos;
 }
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
@@ -115,6 +121,9 @@ absl::StatusOr<ShmSegment> ShmSegment::Create(int64_t bytes) {
 }
 
 absl::StatusOr<ShmSegment> ShmSegment::Attach(const std::string& name, int64_t min_bytes) {
+  if (!IsSegmentName(name)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a dtrain segment's name"));
+  }
   ShmSegment s;
   s.name_ = name;
   s.fd_ = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);

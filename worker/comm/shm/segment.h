@@ -26,6 +26,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace dtrain::comm {
@@ -37,13 +38,17 @@ namespace dtrain::comm {
 // it removed.
 int SweepStaleSegments(absl::Duration min_age = absl::Minutes(5));
 
+// Whether `name` has the form of our segments' names ("/dtrain-..." with no other slash): a name
+// a peer sends is opened only then, so a peer cannot make a rank map anything else.
+bool IsSegmentName(absl::string_view name);
+
 class ShmSegment {
  public:
   // A new segment of `bytes` (> 0, a multiple of 4096), zero-filled. ResourceExhausted when
   // /dev/shm has no room; Unavailable when it cannot be used.
   static absl::StatusOr<ShmSegment> Create(int64_t bytes);
   // Maps the whole segment `name`. NotFound: no such segment here (another host, or another
-  // /dev/shm); InvalidArgument: smaller than `min_bytes`.
+  // /dev/shm); InvalidArgument: not a name of ours (IsSegmentName), or smaller than `min_bytes`.
   static absl::StatusOr<ShmSegment> Attach(const std::string& name, int64_t min_bytes);
 
   ShmSegment() = default;
