@@ -1,4 +1,5 @@
-// DeviceBuffer<T>: owning handle to `size` elements of T in a Backend's memory.
+// DeviceBuffer<T>: owning handle to `size` elements of T in a Backend's memory (or, Borrow, a
+// view of memory someone else owns).
 //
 //   ASSIGN_OR_RETURN(auto logits, DeviceBuffer<float>::Create(backend, N * V));
 //   RETURN_IF_ERROR(backend->MatmulForward(logits.data(), ...));
@@ -25,6 +26,14 @@ class DeviceBuffer {
     ASSIGN_OR_RETURN(void* ptr, backend->Allocate(size * sizeof(T)));
     return DeviceBuffer(backend, static_cast<T*>(ptr), size);
   }
+  // A view of `size` elements at `data`, which the caller owns and keeps alive (never freed
+  // here): memory the backend can use as its own, e.g. host memory shared with other processes
+  // on a backend whose device memory is host memory (Backend::DeviceMemoryIsHostMemory).
+  static DeviceBuffer Borrow(Backend* backend, T* data, size_t size) {
+    DeviceBuffer b(backend, data, size);
+    b.owned_ = false;
+    return b;
+  }
   DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
@@ -32,6 +41,7 @@ class DeviceBuffer {
       std::swap(backend_, other.backend_);
       std::swap(data_, other.data_);
       std::swap(size_, other.size_);
+      std::swap(owned_, other.owned_);
     }
     return *this;
   }
@@ -62,8 +72,9 @@ class DeviceBuffer {
   DeviceBuffer(Backend* backend, T* data, size_t size)
       : backend_(backend), data_(data), size_(size) {}
   void Reset() {
-    if (backend_ != nullptr && data_ != nullptr) backend_->Free(data_);
+    if (backend_ != nullptr && data_ != nullptr && owned_) backend_->Free(data_);
     backend_ = nullptr;
+    owned_ = true;
     data_ = nullptr;
     size_ = 0;
   }
@@ -71,6 +82,7 @@ class DeviceBuffer {
   Backend* backend_ = nullptr;
   T* data_ = nullptr;
   size_t size_ = 0;
+  bool owned_ = true;
 };
 
 }  // namespace dtrain::kernels

@@ -8,15 +8,20 @@ measured in the same run; with --tls, dtrain over gRPC with TLS off and on side 
         [--paths job,plain,hier,shm,grpc,grpc+tls] [--tls] [--no_gloo] [--dtrain PATH] [--hosts 2]
 
 Paths (--paths, default `job`): how dtrain's ranks move data. `job` is what a job does: mutual
-TLS on every stream (the `worker` certificate of `dtrain certs init` on every rank), and the
-data through shared memory between ranks of one host (proved by the transport's handshake;
-across hosts TLS 1.3 data connections of the transport's own, keyed by a pre-shared key sent on
-the mutual-TLS stream: worker/comm/grpc/tls_link.h); `job-stream` is `job` with the gRPC
-stream across hosts (mutual TLS, the path before the data connections), `job-k<N>` `job` with N
-data connections per pair; `shm` the same without TLS, failing unless shared memory is used;
-`grpc` and `grpc+tls` force the gRPC stream, plaintext or mutual TLS; `plain` is `job` with
-plaintext streams; `hier` is `job` with the hierarchical all-reduce (HierarchicalAllReduce, each
-rank's host from its address, as the gradient sync picks it; the ring with one host). Every path gets its table against gloo and iperf3; --tls adds grpc and
+TLS on every stream (the `worker` certificate of `dtrain certs init` on every rank); when every
+rank is on one host (proved by the set-up handshake), the all-reduce runs over buffers in one
+shared-memory segment that every rank maps (SharedAllReduce, zero-copy, as a job's data-parallel
+gradient buckets), else the ring, through shared-memory rings between ranks of one host and,
+across hosts, TLS 1.3 data connections of the transport's own, keyed by a pre-shared key sent on
+the mutual-TLS stream (worker/comm/grpc/tls_link.h); `job-stream` is `job` with the gRPC stream
+across hosts (mutual TLS, the path before the data connections), `job-k<N>` `job` with N data
+connections per pair; `shm` forces the ring through the shared-memory rings, without TLS,
+failing unless shared memory is used (the same-host path before shared buffers, still what a
+pipeline's activations and a multi-host ring use); `grpc` and `grpc+tls` force the gRPC stream,
+plaintext or mutual TLS; `plain` is `job` with plaintext streams; `hier` is `job` with the
+hierarchical all-reduce (HierarchicalAllReduce, each rank's host from its address, as the
+gradient sync picks it; the ring with one host). Every path gets its table against gloo and
+iperf3; --tls adds grpc and
 grpc+tls and their table side by side (and `job` against `plain` when both run).
 
 Two hosts (--hosts 2, as root; tools/bench_hosts.py): two network namespaces joined by a veth
@@ -29,7 +34,8 @@ namespaces go at exit.
 All-reduce: for each rank count, `--rounds` rounds; a round runs dtrain
 (//worker/comm:allreduce_benchmark, one process per rank, 127.0.0.1) on each path and gloo
 (torch.distributed, one /usr/bin/python3 process per rank, torch.set_num_threads(1)) on every
-size, which one first alternating between rounds so slow spells of background load hit both.
+size, which one first alternating between rounds so slow spells of background load hit both
+(the table also gives the ratio of each round, whose runs saw the same minutes of load).
 Both sum float32 tensors of the same sizes, time the same way (warm-up, then as many iterations
 as fill --seconds, iteration count fixed by rank 0, mean time per all-reduce on rank 0) and
 report algbw = bytes / time and busbw = algbw * 2(n-1)/n (nccl-tests). The table gives the
@@ -357,8 +363,8 @@ def print_gloo_table(args, path, sizes, results, memcpy, summary, where):
           f"{args.rounds} rounds; memcpy: one thread, same run")
     print("| ranks | size | dtrain time (ms) | dtrain algbw | dtrain busbw | gloo time (ms) | "
           "gloo algbw | gloo busbw | busbw dtrain/gloo | memcpy GB/s | dtrain busbw / memcpy | "
-          "CPU-s per all-reduce dtrain / gloo |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "CPU-s per all-reduce dtrain / gloo | busbw dtrain/gloo per round |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in [int(x) for x in args.ranks.split(",")]:
         for b in sizes:
             d, g = results[(path, n, b)], results[("gloo", n, b)]
@@ -369,12 +375,15 @@ def print_gloo_table(args, path, sizes, results, memcpy, summary, where):
             print(f"| {n} | {b / (1 << 20):g} MiB | {dt / 1e3:.2f} | {dbus / factor:.3f} | "
                   f"{dbus:.3f} | {gt / 1e3:.2f} | {gbus / factor:.3f} | {gbus:.3f} | "
                   f"{dbus / gbus:.2f} | {mc:.2f} | {dbus / mc:.2f} | "
-                  f"{med(d['cpu_us']) / 1e6:.3f} / {med(g['cpu_us']) / 1e6:.3f} |")
+                  f"{med(d['cpu_us']) / 1e6:.3f} / {med(g['cpu_us']) / 1e6:.3f} | "
+                  f"{' '.join(f'{x / y:.2f}' for x, y in zip(d['busbw'], g['busbw']))} |")
             summary["allreduce"].append({"ranks": n, "bytes": b, "path": path,
                                          "memcpy_gbs": mc, "dtrain_time_us": dt,
                                          "dtrain_busbw_gbs": dbus, "gloo_time_us": gt,
                                          "gloo_busbw_gbs": gbus, "ratio": dbus / gbus,
                                          "dtrain_cpu_us": med(d["cpu_us"]),
+                                         "ratio_per_round": [x / y for x, y in
+                                                             zip(d["busbw"], g["busbw"])],
                                          "gloo_cpu_us": med(g["cpu_us"])})
 
 

@@ -38,7 +38,7 @@ ASAN_TESTS=(-- //plan/... //common/... //worker/... //coordinator/... //client/.
 TSAN_TESTS=(//worker/comm:all //plan:placement_test //coordinator/policy:failure_report_test
             //coordinator:job_store_test //coordinator:job_notifier_test
             //coordinator:worker_registry_test)
-TSAN_FILTER='-*Grpc*:*/Shm:*/Shm_*:*/TlsSockets:*/TlsSockets_*:TlsLink.*:ShmTransport.*:PeerDeath.*:JobSecret.*:RankDiagnosis.*'
+TSAN_FILTER='-*Grpc*:*/Shm:*/Shm_*:*/TlsSockets:*/TlsSockets_*:TlsLink.*:ShmTransport.*:PeerDeath.*:*KilledProcess*:JobSecret.*:RankDiagnosis.*'
 
 # --quick: the end-to-end cases that cover the most of the service in the least time.
 QUICK_CASES=(happy_path multi_worker recovery_spare tls cli_offline)

@@ -40,11 +40,22 @@ def case_shm_peer_killed(args):
     through shared memory (the workers say so); kill -9 of one worker mid-step fails a surviving
     rank linked to it within 1 s with an error naming the dead worker; the job recovers onto the
     spare and SUCCEEDS; no ring of any worker stays in /dev/shm."""
-    with Cluster(args.binaries, "shm_peer_killed") as c:
+    peer_killed(args, "shm_peer_killed", {"pp": 2, "tp": 2})
+
+
+def case_shm_dp_peer_killed(args):
+    """The same with dp=4: the four ranks' gradients live in buffers they all map, and the
+    gradient buckets are all-reduced in place (collectives/allreduce_shared.h); kill -9 of one
+    fails a survivor within 1 s naming it, the job recovers, no segment stays in /dev/shm."""
+    peer_killed(args, "shm_dp_peer_killed", {"dp": 4})
+
+
+def peer_killed(args, name, parallel):
+    with Cluster(args.binaries, name) as c:
         ids = ["w1", "w2", "w3", "w4", "w5"]
         start(c, ids)
         pids = [c.workers[w].pid for w in ids]
-        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), parallel={"pp": 2, "tp": 2})
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), parallel=parallel)
         job_id = c.submit(c.write_spec("shm.json", dict(spec, name="shm")))
         wait_sealed(c, job_id, 10)
         job = c.wait_step(job_id, 13, 60)
@@ -56,7 +67,7 @@ def case_shm_peer_killed(args):
             expect("goes through grpc" not in text, "%s fell back to gRPC on one host" % w)
         expect(not rings_of(pids), "rings left in /dev/shm while running: %s" % rings_of(pids))
 
-        victim = placed[3]  # pp1 tp1
+        victim = placed[3]  # pp1 tp1, or dp3
         killed_at = datetime.datetime.now()
         c.workers[victim].signal(signal.SIGKILL)
         t0 = time.monotonic()

@@ -6,7 +6,8 @@
 // Modes:
 //   allreduce  ring all-reduce (sum) of each --sizes_mib; every rank prints one JSON line per
 //              size: {"impl":"dtrain","rank":r,"ranks":n,"bytes":B,"iters":k,"time_us":t,
-//              "cpu_us":c,"algbw_gbs":..,"busbw_gbs":..}: time and process CPU (all threads)
+//              "cpu_us":c,"algbw_gbs":..,"busbw_gbs":..,"shared_buffers":b}: time and process
+//              CPU (all threads)
 //              per all-reduce, algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests'
 //              definitions, docs/PERFORMANCE.md). The timed loop all-reduces zeros; a last,
 //              checked all-reduce of rank+1 must give n(n+1)/2 everywhere.
@@ -19,11 +20,14 @@
 //              source and destination out of cache), {"impl":"memcpy","bytes":B,"gbs":..}:
 //              the ceiling of any same-host transport, measured in the same run as it.
 // --allreduce=hierarchical: HierarchicalAllReduce with each rank's host from its --peers entry.
-// --path: where the data goes. auto (the default, what a job does): shared memory to ranks on
-// this host, proved by the transport's handshake, else (with --tls_dir) TLS data connections
-// of the transport's own (grpc/tls_link.h), else the gRPC stream; shm: the same, but fail
-// unless every peer is reached through shared memory; grpc: always the stream; sockets: always
-// the data connections (also on one host, also with plaintext streams).
+// --path: where the data goes. auto (the default, what a job does): when every rank is on this
+// host (proved by SharedAllReduce's handshake), the all-reduce runs over buffers in one shared
+// segment (collectives/allreduce_shared.h, zero-copy); else the ring, through shared-memory
+// rings to ranks on this host and, to the others, (with --tls_dir) TLS data connections of the
+// transport's own (grpc/tls_link.h), else the gRPC stream; shm: the ring through the
+// shared-memory rings (failing unless every peer is reached through them), the path before
+// shared buffers; grpc: the ring over the gRPC stream; sockets: the ring over the data
+// connections (also on one host, also with plaintext streams). stderr says which one ran.
 // --data_connections: data connections per peer pair (-1: as a job, 0: none, the stream).
 // With --listen=127.0.0.1:0 the process prints "port N" first (its own --peers entry is then
 // ignored by the others only if they learn N; the fault test does).
@@ -47,6 +51,7 @@
 #include "common/tls.h"
 #include "worker/comm/collectives/allreduce_hierarchical.h"
 #include "worker/comm/collectives/allreduce_ring.h"
+#include "worker/comm/collectives/allreduce_shared.h"
 #include "worker/comm/collectives/barrier.h"
 #include "worker/comm/collectives/broadcast.h"
 #include "worker/comm/grpc/grpc_transport.h"
@@ -122,17 +127,47 @@ absl::StatusOr<HierarchicalAllReduce> MakeAllReduce(Group& group) {
   return HierarchicalAllReduce::Create(&group, hosts, /*local_id=*/3, /*leaders_id=*/4);
 }
 
+// With --path=auto and the flat all-reduce, buffers of `floats` shared by the group's members
+// when they are all on this host (what a job's gradient buckets use), else null.
+absl::StatusOr<std::unique_ptr<SharedAllReduce>> MakeShared(Group& group, int64_t floats) {
+  if (absl::GetFlag(FLAGS_path) != "auto" || absl::GetFlag(FLAGS_allreduce) != "flat") {
+    return nullptr;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<SharedAllReduce> shared,
+                   SharedAllReduce::Create(&group, std::max<int64_t>(1, floats)));
+  fprintf(stderr, "rank %d: all-reduce %s\n", group.transport().rank(),
+          shared->shared() ? "over shared buffers"
+                           : absl::StrCat("through the ring: ", shared->why_not()).c_str());
+  if (!shared->shared()) return nullptr;
+  return shared;
+}
+
+// `floats` to all-reduce: in this rank's shared buffer, or in `own` (resized).
+absl::Span<float> DataFor(SharedAllReduce* shared, int64_t floats, std::vector<float>& own) {
+  if (shared != nullptr) return shared->buffer().subspan(0, floats);
+  own.assign(floats, 0.0f);
+  return absl::MakeSpan(own);
+}
+
 absl::Status RunAllReduce(GrpcTransport& t, Group& group, Group& control) {
   ASSIGN_OR_RETURN(std::vector<int64_t> sizes, ParseSizes());
   const int n = group.size();
-  ASSIGN_OR_RETURN(HierarchicalAllReduce all_reduce, MakeAllReduce(group));
+  ASSIGN_OR_RETURN(HierarchicalAllReduce hierarchical, MakeAllReduce(group));
+  ASSIGN_OR_RETURN(std::unique_ptr<SharedAllReduce> shared,
+                   MakeShared(group, *std::max_element(sizes.begin(), sizes.end()) / 4));
+  auto all_reduce = [&](absl::Span<float> data) {
+    return shared != nullptr ? shared->Run(data, ReduceOp::kSum)
+                             : hierarchical.Run(data, ReduceOp::kSum);
+  };
+  std::vector<float> own;
   for (int64_t bytes : sizes) {
-    std::vector<float> data(bytes / 4, 0.0f);
+    const absl::Span<float> data = DataFor(shared.get(), bytes / 4, own);
+    std::fill(data.begin(), data.end(), 0.0f);
     const int warmup = std::max(1, absl::GetFlag(FLAGS_warmup));
     RETURN_IF_ERROR(Barrier(control));
     absl::Time t0 = absl::Now();
     for (int i = 0; i < warmup; ++i) {
-      RETURN_IF_ERROR(all_reduce.Run(absl::MakeSpan(data), ReduceOp::kSum));
+      RETURN_IF_ERROR(all_reduce(data));
     }
     // Every rank must run the same number of iterations: rank 0 decides, and tells the others.
     std::vector<float> iters_f = {static_cast<float>(ItersFor((absl::Now() - t0) / warmup))};
@@ -142,13 +177,13 @@ absl::Status RunAllReduce(GrpcTransport& t, Group& group, Group& control) {
     const double cpu0 = CpuSeconds();
     t0 = absl::Now();
     for (int i = 0; i < iters; ++i) {
-      RETURN_IF_ERROR(all_reduce.Run(absl::MakeSpan(data), ReduceOp::kSum));
+      RETURN_IF_ERROR(all_reduce(data));
     }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - t0) / iters;
     const double cpu = (CpuSeconds() - cpu0) / iters;
     // A checked all-reduce: rank r contributes r + 1.
     std::fill(data.begin(), data.end(), static_cast<float>(t.rank() + 1));
-    RETURN_IF_ERROR(all_reduce.Run(absl::MakeSpan(data), ReduceOp::kSum));
+    RETURN_IF_ERROR(all_reduce(data));
     int64_t wrong = 0;
     for (float x : data) wrong += x != n * (n + 1) / 2.0f;
     if (wrong != 0) {
@@ -159,9 +194,10 @@ absl::Status RunAllReduce(GrpcTransport& t, Group& group, Group& control) {
     const double algbw = bytes / seconds / 1e9;
     printf(
         "{\"impl\":\"dtrain\",\"rank\":%d,\"ranks\":%d,\"bytes\":%lld,\"iters\":%d,"
-        "\"time_us\":%.1f,\"cpu_us\":%.1f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f}\n",
+        "\"time_us\":%.1f,\"cpu_us\":%.1f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,"
+        "\"shared_buffers\":%s}\n",
         t.rank(), n, static_cast<long long>(bytes), iters, seconds * 1e6, cpu * 1e6, algbw,
-        algbw * 2.0 * (n - 1) / n);
+        algbw * 2.0 * (n - 1) / n, shared != nullptr ? "true" : "false");
     fflush(stdout);
   }
   return absl::OkStatus();
@@ -268,9 +304,14 @@ absl::Status CheckPaths(GrpcTransport& t) {
 }
 
 absl::Status RunLoop(Group& group) {
-  std::vector<float> data(absl::GetFlag(FLAGS_loop_floats), 1.0f);
+  const int64_t floats = absl::GetFlag(FLAGS_loop_floats);
+  ASSIGN_OR_RETURN(std::unique_ptr<SharedAllReduce> shared, MakeShared(group, floats));
+  std::vector<float> own;
+  const absl::Span<float> data = DataFor(shared.get(), floats, own);
+  std::fill(data.begin(), data.end(), 1.0f);
   for (int64_t i = 0;; ++i) {
-    RETURN_IF_ERROR(AllReduce(group, absl::MakeSpan(data), ReduceOp::kMax));
+    RETURN_IF_ERROR(shared != nullptr ? shared->Run(data, ReduceOp::kMax)
+                                      : AllReduce(group, data, ReduceOp::kMax));
     printf("iteration %lld\n", static_cast<long long>(i));
     fflush(stdout);
   }

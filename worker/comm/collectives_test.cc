@@ -20,38 +20,16 @@
 #include "worker/comm/collectives/barrier.h"
 #include "worker/comm/collectives/broadcast.h"
 #include "worker/comm/collectives/reduce_scatter.h"
+#include "worker/comm/testing/closed_forms.h"
 #include "worker/comm/testing/cluster.h"
 
 namespace dtrain::comm {
 namespace {
 
 using testing::Cluster;
+using testing::Expected;
+using testing::Input;
 using testing::TransportKind;
-
-// Rank r's element i: an integer in [-8, 15].
-float Input(int rank, int64_t i) {
-  return static_cast<float>((i * 7 + rank * 13) % 17 - 8 + rank % 8);
-}
-
-float Expected(ReduceOp op, int n, int64_t i) {
-  double sum = 0, lo = Input(0, i), hi = Input(0, i);
-  for (int r = 0; r < n; ++r) {
-    sum += Input(r, i);
-    lo = std::min<double>(lo, Input(r, i));
-    hi = std::max<double>(hi, Input(r, i));
-  }
-  switch (op) {
-    case ReduceOp::kSum:
-      return static_cast<float>(sum);
-    case ReduceOp::kMean:
-      return static_cast<float>(sum) / static_cast<float>(n);  // one rounding, as the ring
-    case ReduceOp::kMin:
-      return static_cast<float>(lo);
-    case ReduceOp::kMax:
-      return static_cast<float>(hi);
-  }
-  return 0;
-}
 
 std::vector<float> Inputs(int rank, int64_t count) {
   std::vector<float> v(count);

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "worker/comm/collectives/allreduce_ring.h"
+#include "worker/comm/collectives/allreduce_shared.h"
 #include "worker/comm/grpc/grpc_transport.h"
 #include "worker/comm/testing/cluster.h"
 
@@ -45,16 +47,29 @@ struct Outcome {
   absl::Time failed_at;
 };
 
-// All-reduces on ranks [0, ranks) until one fails; `ready` counts iterations completed.
-Outcome LoopAllReduce(Transport* t, int n, std::atomic<int>* done_iterations) {
+// All-reduces on ranks [0, ranks) until one fails; `ready` counts iterations completed. With
+// `shared`, over buffers shared by the ranks (as allreduce_benchmark --path=auto), else the ring.
+Outcome LoopAllReduce(Transport* t, int n, std::atomic<int>* done_iterations, bool shared = false) {
   std::vector<int> ranks(n);
   for (int r = 0; r < n; ++r) ranks[r] = r;
   CollectiveOptions options;
   options.timeout = kTimeout;
   Group group = *Group::Create(t, ranks, 1, options);
-  std::vector<float> data(1 << 18, 1.0f);
+  std::unique_ptr<SharedAllReduce> buffers;
+  std::vector<float> own(1 << 18, 1.0f);
+  absl::Span<float> data = absl::MakeSpan(own);
+  if (shared) {
+    absl::StatusOr<std::unique_ptr<SharedAllReduce>> created =
+        SharedAllReduce::Create(&group, data.size());
+    if (!created.ok()) return {created.status(), absl::Now()};
+    if (!(*created)->shared()) return {absl::InternalError((*created)->why_not()), absl::Now()};
+    buffers = *std::move(created);
+    data = buffers->buffer();
+    std::fill(data.begin(), data.end(), 1.0f);
+  }
   while (true) {
-    absl::Status s = AllReduce(group, absl::MakeSpan(data), ReduceOp::kMax);
+    absl::Status s = buffers != nullptr ? buffers->Run(data, ReduceOp::kMax)
+                                        : AllReduce(group, data, ReduceOp::kMax);
     if (!s.ok()) return {s, absl::Now()};
     if (t->rank() == 0) done_iterations->fetch_add(1);
   }
@@ -139,9 +154,16 @@ INSTANTIATE_TEST_SUITE_P(Kinds, PeerDeathTest,
                          });
 
 // Rank 3 is another process (allreduce_benchmark --mode=loop), killed with SIGKILL while the
-// four ranks all-reduce in a loop; through shared memory (one host), or with `sockets` through
-// TLS data connections (as between hosts).
-void KillProcessMidAllReduce(bool sockets) {
+// four ranks all-reduce in a loop: through the shared-memory rings (--path=shm), over buffers
+// the four share (--path=auto, what a job's gradient buckets use on one host), or through TLS
+// data connections (--path=sockets, as between hosts).
+enum class KilledPath { kRings, kSharedBuffers, kTlsSockets };
+
+class KilledProcess : public ::testing::TestWithParam<KilledPath> {};
+
+TEST_P(KilledProcess, FailsTheStepWithinTheDeadlineNamingIt) {
+  const bool shared = GetParam() == KilledPath::kSharedBuffers;
+  const bool sockets = GetParam() == KilledPath::kTlsSockets;
   const char* srcdir = std::getenv("TEST_SRCDIR");
   ASSERT_NE(srcdir, nullptr);
   const std::string binary = absl::StrCat(srcdir, "/dtrain/worker/comm/allreduce_benchmark");
@@ -170,11 +192,13 @@ void KillProcessMidAllReduce(bool sockets) {
   posix_spawn_file_actions_addclose(&actions, out[0]);
   const std::string peers = absl::StrCat(absl::StrJoin(addresses, ","), ",127.0.0.1:0");
   std::vector<std::string> args = {
-      binary,        "--rank=3",     "--peers=" + peers, "--listen=127.0.0.1:0",
-      "--mode=loop", "--timeout_s=3"};
+      binary,        "--rank=3",      "--peers=" + peers,    "--listen=127.0.0.1:0",
+      "--mode=loop", "--timeout_s=3", "--loop_floats=262144"};
   if (sockets) {
     args.push_back("--path=sockets");
     args.push_back("--data_connections=2");
+  } else {
+    args.push_back(shared ? "--path=auto" : "--path=shm");
   }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -194,7 +218,7 @@ void KillProcessMidAllReduce(bool sockets) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back(
-        [&, r] { outcomes[r] = LoopAllReduce(transports[r].get(), 4, &iterations); });
+        [&, r] { outcomes[r] = LoopAllReduce(transports[r].get(), 4, &iterations, shared); });
   }
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
   while (iterations.load() < 5 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
@@ -207,9 +231,16 @@ void KillProcessMidAllReduce(bool sockets) {
   fclose(child_out);
   posix_spawn_file_actions_destroy(&actions);
   ExpectFailedInTimeNamingPeer(outcomes, killed_at, addresses[3]);
-  for (int r = 0; r < 3; ++r) printf("rank %d: %s\n", r, outcomes[r].status.ToString().c_str());
-  // The ring went through shared memory (one host), and a peer killed with SIGKILL leaves no
-  // segment behind: both sides unlinked each ring's name once they had mapped it.
+  for (int r = 0; r < 3; ++r) {
+    printf("rank %d after %.3f s: %s\n", r,
+           absl::ToDoubleSeconds(outcomes[r].failed_at - killed_at),
+           outcomes[r].status.ToString().c_str());
+    // The bound for a peer killed mid-transfer.
+    EXPECT_LT(outcomes[r].failed_at - killed_at, absl::Seconds(1)) << "rank " << r;
+  }
+  // The data went through shared memory (one host) or the TLS data connections, and a peer
+  // killed with SIGKILL leaves no segment behind: every segment's name was unlinked once its
+  // peers had mapped it.
   EXPECT_EQ(transports[2]->data_path(3), sockets ? DataPath::kTlsSockets : DataPath::kSharedMemory);
   for (auto& t : transports) t->Shutdown(absl::Seconds(1));
   for (pid_t pid : {child, getpid()}) {
@@ -221,13 +252,20 @@ void KillProcessMidAllReduce(bool sockets) {
   }
 }
 
-TEST(PeerDeath, KilledProcessFailsTheStepWithinTheDeadlineNamingIt) {
-  KillProcessMidAllReduce(/*sockets=*/false);
-}
-
-TEST(PeerDeath, KilledProcessOnTlsDataConnectionsFailsTheStepNamingIt) {
-  KillProcessMidAllReduce(/*sockets=*/true);
-}
+INSTANTIATE_TEST_SUITE_P(Paths, KilledProcess,
+                         ::testing::Values(KilledPath::kRings, KilledPath::kSharedBuffers,
+                                           KilledPath::kTlsSockets),
+                         [](const ::testing::TestParamInfo<KilledPath>& info) {
+                           switch (info.param) {
+                             case KilledPath::kRings:
+                               return "Rings";
+                             case KilledPath::kSharedBuffers:
+                               return "SharedBuffers";
+                             case KilledPath::kTlsSockets:
+                               return "TlsSockets";
+                           }
+                           return "Unknown";
+                         });
 
 }  // namespace
 }  // namespace dtrain::comm

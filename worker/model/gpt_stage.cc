@@ -83,6 +83,19 @@ absl::Status GptStage::ResolveOffsets() {
 
 absl::Status GptStage::ZeroGrads() { return grads_.SetZero(); }
 
+absl::Status GptStage::UseGradientStorage(absl::Span<float> storage) {
+  if (!backend_->DeviceMemoryIsHostMemory()) {
+    return absl::FailedPreconditionError(
+        "gradients in host memory need a backend whose device memory is host memory");
+  }
+  if (static_cast<int64_t>(storage.size()) != layout_.total_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient storage of ", storage.size(), " floats for ", layout_.total_size()));
+  }
+  grads_ = DeviceBuffer<float>::Borrow(backend_, storage.data(), storage.size());
+  return grads_.SetZero();
+}
+
 absl::StatusOr<std::unique_ptr<StageActivations>> GptStage::NewActivations(int B, int T) {
   if (B <= 0 || T <= 0 || T > config_.context) {
     return absl::InvalidArgumentError(absl::StrCat(

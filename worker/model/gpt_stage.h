@@ -59,6 +59,12 @@ class GptStage {
   kernels::Backend* backend() const { return backend_; }
   float* params() { return params_.data(); }
   float* grads() { return grads_.data(); }
+  // Keeps the gradients in `storage` (layout().total_size() floats, zeroed here, owned by the
+  // caller and alive as long as this stage) instead of memory of its own: the data-parallel
+  // buffer that the group's ranks share on one host (comm/collectives/allreduce_shared.h).
+  // FailedPrecondition unless the backend's device memory is host memory; InvalidArgument for
+  // another size.
+  absl::Status UseGradientStorage(absl::Span<float> storage);
 
   absl::Status ZeroGrads();
 

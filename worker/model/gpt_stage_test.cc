@@ -112,6 +112,30 @@ TEST(GptStage, SplitBackwardEqualsFusedBackwardBitForBit) {
   EXPECT_EQ(Host(be.get(), fused->grads(), n), Host(be.get(), split->grads(), n));
 }
 
+// Gradients kept in the caller's memory (the dp group's shared buffers) are the same gradients,
+// written there; the storage must have the layout's size.
+TEST(GptStage, GradientsInTheCallersStorageAreTheSame) {
+  auto be = Cpu();
+  const Batch b = MakeBatch(kTiny.vocab_size);
+  auto own = WholeModel(be.get());
+  auto borrowed = WholeModel(be.get());
+  const int64_t n = own->layout().total_size();
+  std::vector<float> storage(n + 1, 7.0f);
+  EXPECT_EQ(borrowed->UseGradientStorage(absl::MakeSpan(storage)).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(borrowed->UseGradientStorage(absl::MakeSpan(storage).subspan(0, n)).ok());
+  EXPECT_EQ(borrowed->grads(), storage.data());
+  EXPECT_EQ(storage[0], 0.0f);  // zeroed
+  for (GptStage* s : {own.get(), borrowed.get()}) {
+    auto a = s->NewActivations(kB, kT).value();
+    ASSERT_TRUE(s->Forward(*a, {b.tokens, b.targets, nullptr}).ok());
+    ASSERT_TRUE(s->Backward(*a, nullptr, 0.5f).ok());
+  }
+  EXPECT_EQ(Host(be.get(), own->grads(), n),
+            std::vector<float>(storage.begin(), storage.begin() + n));
+  EXPECT_EQ(storage[n], 7.0f);  // nothing written past it
+}
+
 TEST(GptStage, OrderOfCallsIsEnforced) {
   auto be = Cpu();
   auto s = WholeModel(be.get());

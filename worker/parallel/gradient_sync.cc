@@ -9,12 +9,13 @@
 namespace dtrain::parallel {
 
 GradientSync::GradientSync(std::vector<SyncChunk> chunks, DeviceStaging* staging,
-                           comm::HierarchicalAllReduce* dp, comm::Group* tied,
-                           int64_t bucket_floats,
+                           comm::HierarchicalAllReduce* dp, comm::SharedAllReduce* dp_shared,
+                           comm::Group* tied, int64_t bucket_floats,
                            std::function<void(int64_t bytes, double seconds)> on_reduced)
     : chunks_(std::move(chunks)),
       staging_(staging),
       dp_(dp),
+      dp_shared_(dp_shared),
       tied_(tied),
       bucket_floats_(std::max<int64_t>(1, bucket_floats)),
       on_reduced_(std::move(on_reduced)),
@@ -133,7 +134,8 @@ absl::Status GradientSync::RunTask(const Task& task) {
     return s;
   }
   absl::Status s = staging_->OnHost(data, n, /*chunked=*/true, [&](absl::Span<float> host) {
-    return dp_->Run(host, comm::ReduceOp::kSum);
+    return dp_shared_ != nullptr ? dp_shared_->Run(host, comm::ReduceOp::kSum)
+                                 : dp_->Run(host, comm::ReduceOp::kSum);
   });
   if (!s.ok()) {
     return absl::Status(s.code(),

@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/comm/collectives/allreduce_hierarchical.h"
+#include "worker/comm/collectives/allreduce_shared.h"
 #include "worker/comm/collectives/group.h"
 #include "worker/parallel/device_staging.h"
 
@@ -42,13 +43,16 @@ struct SyncChunk {
 
 class GradientSync {
  public:
-  // `staging`, `dp` (the data-parallel all-reduce, flat or hierarchical; null: none) and `tied`
+  // `staging`, `dp` (the data-parallel all-reduce, flat or hierarchical; null: none),
+  // `dp_shared` (null, or buffers shared by the dp group on one host that hold every chunk's
+  // gradients: buckets are then all-reduced in place, collectives/allreduce_shared.h) and `tied`
   // (null: this rank holds no tied copy, or pp == 1) must outlive this object. A bucket is staged
   // to the host after the kernels enqueued when the sync thread takes it (a superset of those that
   // produced it). `on_reduced(bytes, seconds)`, if set, is called on the sync thread after each
   // all-reduce.
   GradientSync(std::vector<SyncChunk> chunks, DeviceStaging* staging,
-               comm::HierarchicalAllReduce* dp, comm::Group* tied, int64_t bucket_floats,
+               comm::HierarchicalAllReduce* dp, comm::SharedAllReduce* dp_shared, comm::Group* tied,
+               int64_t bucket_floats,
                std::function<void(int64_t bytes, double seconds)> on_reduced = {});
   ~GradientSync();
 
@@ -85,6 +89,7 @@ class GradientSync {
   const std::vector<SyncChunk> chunks_;
   DeviceStaging* const staging_;
   comm::HierarchicalAllReduce* const dp_;
+  comm::SharedAllReduce* const dp_shared_;
   comm::Group* const tied_;
   const int64_t bucket_floats_;
   const std::function<void(int64_t, double)> on_reduced_;

@@ -15,6 +15,7 @@
 #include "plan/spec_enums.h"
 #include "worker/comm/collectives/all_gather.h"
 #include "worker/comm/collectives/allreduce_ring.h"
+#include "worker/comm/collectives/allreduce_shared.h"
 #include "worker/comm/collectives/barrier.h"
 #include "worker/comm/collectives/group.h"
 #include "worker/comm/collectives/reduce_scatter.h"
@@ -80,7 +81,10 @@ class ParallelTrainer::StepRunner {
   RankAssignment coord;  // this rank's dp_rank, pp_rank, tp_rank
   std::optional<comm::Group> tp, dp, tied, world;
   std::optional<comm::HierarchicalAllReduce> dp_sum;  // over dp: by host, or the flat ring
-  std::unique_ptr<DeviceStaging> staging;             // first: the others hold its buffers
+  // Over dp when its ranks share a host (and the backend's memory is host memory): buffers they
+  // all map, which hold the chunks' gradients, so dp buckets are all-reduced in place.
+  std::unique_ptr<comm::SharedAllReduce> dp_shared;
+  std::unique_ptr<DeviceStaging> staging;  // first: the others hold its buffers
   std::unique_ptr<comm::StageLinks> links;
   std::unique_ptr<StageExecutor> executor;
   std::unique_ptr<GradientSync> sync;
@@ -94,6 +98,36 @@ class ParallelTrainer::StepRunner {
 };
 
 ParallelTrainer::~ParallelTrainer() = default;
+
+// Gradients in buffers the dp group shares (comm/collectives/allreduce_shared.h): one buffer of
+// every chunk's gradients, each chunk 64-byte aligned. A collective of the dp group, in the same
+// place of every member's set-up. Where the members cannot share (not one host, no room in
+// /dev/shm) the chunks keep their own memory and the buckets go through the ring.
+absl::Status ParallelTrainer::ShareGradients(ParallelTrainer& t, std::vector<SyncChunk>& chunks) {
+  StepRunner& r = *t.runner_;
+  constexpr int64_t kAlignFloats = 16;
+  int64_t floats = 0;
+  for (const SyncChunk& c : chunks)
+    floats += (c.size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  ASSIGN_OR_RETURN(r.dp_shared, comm::SharedAllReduce::Create(&*r.dp, floats));
+  if (!r.dp_shared->shared()) {
+    t.dp_shared_fell_back_ = true;
+    t.dp_gradient_path_ = absl::StrCat("data-parallel gradient buckets go through the ring: ",
+                                       r.dp_shared->why_not());
+    return absl::OkStatus();
+  }
+  t.dp_gradient_path_ =
+      "data-parallel gradient buckets are all-reduced in place, in buffers the dp group shares "
+      "on this host";
+  int64_t at = 0;
+  for (size_t j = 0; j < chunks.size(); ++j) {
+    const absl::Span<float> storage = r.dp_shared->buffer().subspan(at, chunks[j].size);
+    RETURN_IF_ERROR(t.chunks_[j].stage->UseGradientStorage(storage));
+    chunks[j].grads = storage.data();
+    at += (chunks[j].size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  }
+  return absl::OkStatus();
+}
 
 int ParallelTrainer::num_chunks() const { return static_cast<int>(chunks_.size()); }
 model::GptStage& ParallelTrainer::chunk(int i) { return *chunks_[i].stage; }
@@ -234,8 +268,18 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
   r.executor->SetTestOnlyForwardDelay(options.test_only.forward_delay_step,
                                       options.test_only.forward_delay);
   const bool dp_buckets = dp > 1 && !layout.zero1();
+  if (dp_buckets && !r.dp_sum->hierarchical()) {
+    if (backend->DeviceMemoryIsHostMemory()) {
+      RETURN_IF_ERROR(ShareGradients(*t, sync_chunks));
+    } else {
+      t->dp_gradient_path_ =
+          "data-parallel gradient buckets go through the ring: the backend's memory is not host "
+          "memory (its staging copies them to the host anyway)";
+    }
+  }
   r.sync = std::make_unique<GradientSync>(
       std::move(sync_chunks), r.staging.get(), dp_buckets ? &*r.dp_sum : nullptr,
+      r.dp_shared != nullptr && r.dp_shared->shared() ? r.dp_shared.get() : nullptr,
       r.tied.has_value() ? &*r.tied : nullptr, std::max<int64_t>(1, layout.bucket_bytes() / 4),
       [observe = options.on_collective](int64_t bytes, double seconds) {
         if (observe) observe("all_reduce", bytes, seconds);
@@ -365,6 +409,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
   stats_.reductions_started_in_backward = r.sync->queued_early();
   stats_.dp_hierarchical = r.dp_sum->hierarchical() && options_.plan.layout().dp() > 1 &&
                            !options_.plan.layout().zero1();
+  stats_.dp_shared_buffers = r.dp_shared != nullptr && r.dp_shared->shared();
   if (options_.plan.layout().zero1() && options_.plan.layout().dp() > 1) {
     for (Chunk& c : chunks_) {
       const int64_t n = c.stage->layout().total_size();
@@ -534,6 +579,11 @@ absl::Status ParallelTrainer::StartCheckpoint(int64_t step, bool keep) {
 
 absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
   if (!resume_note_.empty() && callbacks.warning) callbacks.warning(resume_note_);
+  // Shared buffers were possible but could not be had (a /dev/shm too small, or not shared):
+  // the job runs, slower; dp member 0 says why, once.
+  if (dp_shared_fell_back_ && runner_->dp->index() == 0 && callbacks.warning) {
+    callbacks.warning(dp_gradient_path_);
+  }
   absl::Status status = RunSteps(callbacks);
   if (!status.ok()) {
     // A checkpoint in flight cannot be sealed now: the other ranks stop too.

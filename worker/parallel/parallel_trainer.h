@@ -101,6 +101,9 @@ struct ParallelRunStats {
   // Gradient reductions (dp buckets, tied embedding) started before backward ended (last step).
   int reductions_started_in_backward = 0;
   bool dp_hierarchical = false;  // the dp all-reduce goes through HierarchicalAllReduce
+  // The dp buckets are all-reduced in place, over gradient buffers that the dp group's ranks
+  // share on one host (comm/collectives/allreduce_shared.h); false: through the ring.
+  bool dp_shared_buffers = false;
   // Compute seconds of the last step by action kind, summed over its micro-batches and chunks
   // (tp all-reduces inside the layers included): what one F, B or W costs on this stage.
   double forward_seconds = 0, backward_input_seconds = 0, backward_weight_seconds = 0;
@@ -110,6 +113,8 @@ struct ParallelRunStats {
   int64_t staged_bytes = 0;
   double staging_wait_seconds = 0, staging_overlapped_seconds = 0;
 };
+
+struct SyncChunk;  // gradient_sync.h
 
 class ParallelTrainer {
  public:
@@ -144,6 +149,11 @@ class ParallelTrainer {
   // The actions this rank ran in the last step, in order.
   const std::vector<pipeline::Action>& last_trace() const { return last_trace_; }
   const ParallelRunStats& stats() const { return stats_; }
+  // How the dp gradient buckets are all-reduced on one host, for the worker's log: over buffers
+  // the dp group shares (stats().dp_shared_buffers), or through the ring and why; "" without dp
+  // buckets or with the hierarchy (several hosts). Run warns (dp member 0) when shared buffers
+  // were possible but could not be had.
+  const std::string& dp_gradient_path() const { return dp_gradient_path_; }
 
  private:
   struct Chunk;
@@ -163,6 +173,8 @@ class ParallelTrainer {
   absl::Status StartCheckpoint(int64_t step, bool keep);
   absl::Status RunSteps(const TrainingCallbacks& callbacks);
   ShardIdentity Identity() const;
+  // Puts the chunks' gradients in buffers the dp group shares, when it can (set-up).
+  static absl::Status ShareGradients(ParallelTrainer& t, std::vector<SyncChunk>& chunks);
 
   kernels::Backend* backend_ = nullptr;
   comm::Transport* transport_ = nullptr;
@@ -171,6 +183,8 @@ class ParallelTrainer {
   int64_t start_step_ = 0;
   std::string resumed_from_;
   std::string resume_note_;
+  std::string dp_gradient_path_;
+  bool dp_shared_fell_back_ = false;        // one host and host memory, but no shared buffers
   std::vector<std::string> damaged_steps_;  // skipped when resuming (CheckpointStep::damaged)
   std::vector<pipeline::Action> last_trace_;
   ParallelRunStats stats_;

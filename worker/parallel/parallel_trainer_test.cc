@@ -350,15 +350,20 @@ TEST(ParallelTrainer, EvaluationThroughThePipelineIsForwardOnly) {
 }
 
 // With dp = 2 and small buckets, gradient buckets start reducing while backward still runs:
-// the ready ranges of each block queue their buckets before the step's backward has ended.
+// the ready ranges of each block queue their buckets before the step's backward has ended. The
+// two ranks share a host: on the CPU backend their gradients live in buffers both map, and the
+// buckets are all-reduced in place.
 TEST(ParallelTrainer, DataParallelBucketsStartDuringBackward) {
   comm::InprocHub hub(2);
   std::vector<ParallelRunStats> stats(2);
   std::vector<absl::Status> status(2);
+  std::vector<bool> host_memory(2);
+  std::vector<std::string> path(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       auto backend = RankBackend();
+      host_memory[r] = backend->DeviceMemoryIsHostMemory();
       ParallelTrainingOptions o;
       o.run = Base();
       o.run.steps = 2;
@@ -369,14 +374,17 @@ TEST(ParallelTrainer, DataParallelBucketsStartDuringBackward) {
       if (!t.ok()) return;
       status[r] = (*t)->Run({});
       stats[r] = (*t)->stats();
+      path[r] = (*t)->dp_gradient_path();
     });
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(status[r].ok()) << status[r];
+    EXPECT_THAT(path[r], ::testing::HasSubstr(host_memory[r] ? "in place" : "not host memory"));
     // 4 blocks of 12.6k floats in 4 KiB buckets: dozens; all but the embedding's go early.
     EXPECT_GT(stats[r].reductions_started_in_backward, 10) << "rank " << r;
     EXPECT_GT(stats[r].dp_reduce_seconds, 0) << "rank " << r;
+    EXPECT_EQ(stats[r].dp_shared_buffers, host_memory[r]) << "rank " << r;
   }
 }
 
@@ -406,6 +414,7 @@ TEST(ParallelTrainer, DataParallelOverTwoHostsIsHierarchicalWithTheFlatRingsLoss
   for (int r = 0; r < 4; ++r) {
     EXPECT_FALSE((*flat)[r].stats.dp_hierarchical) << "rank " << r;
     EXPECT_TRUE((*hier)[r].stats.dp_hierarchical) << "rank " << r;
+    EXPECT_FALSE((*hier)[r].stats.dp_shared_buffers) << "rank " << r;
   }
   ASSERT_EQ((*hier)[0].steps.size(), 3u);
   for (int s = 0; s < 3; ++s) {

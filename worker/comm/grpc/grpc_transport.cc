@@ -155,12 +155,6 @@ class LinkSendOp : public SendOp {
   bool waited_ = false;
 };
 
-// Ring names are ours ("/dtrain-<pid>-<hex>"): a peer cannot make this rank open anything else.
-bool IsRingName(absl::string_view name) {
-  return absl::StartsWith(name, "/dtrain-") && name.size() < 100 &&
-         name.find('/', 1) == absl::string_view::npos;
-}
-
 void TuneMalloc() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -530,7 +524,7 @@ absl::Status GrpcTransport::AttachRing(int peer, Peer& p, std::string* why) {
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<ShmRing>> ring =
-      IsRingName(name)
+      IsSegmentName(name)
           ? ShmRing::Attach(name)
           : absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a ring name"));
   PeerFrameHeader attached;

@@ -1,23 +1,15 @@
 #include "worker/comm/shm/ring.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <linux/futex.h>
-#include <signal.h>
-#include <sys/mman.h>
 #include <sys/random.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 
 namespace dtrain::comm {
 namespace {
@@ -42,52 +34,13 @@ int64_t PayloadOffset(int64_t header_bytes) {
   return AlignUp(static_cast<int64_t>(sizeof(RecordHead)) + header_bytes);
 }
 
-void CpuRelax() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#endif
-}
-
-// Sleeps while *word == seen, at most `timeout` (shared futex: the word is in a shared mapping).
-void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, absl::Duration timeout) {
-  if (timeout <= absl::ZeroDuration()) return;
-  const timespec ts = absl::ToTimespec(timeout);
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
-}
-void FutexWakeAll(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-}
-
 std::string Errno(absl::string_view what) { return absl::StrCat(what, ": ", strerror(errno)); }
 
-}  // namespace
+using shm::CpuRelax;
+using shm::FutexWait;
+using shm::FutexWakeAll;
 
-int SweepStaleRings(absl::Duration min_age) {
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return 0;
-  int removed = 0;
-  const int64_t now = absl::ToUnixSeconds(absl::Now());
-  while (dirent* e = readdir(dir)) {
-    int pid = 0;
-    char hex[33];
-    int end = 0;
-    // "dtrain-<pid>-<32 hex>": a ring's name (ShmRing::Create).
-    if (sscanf(e->d_name, "dtrain-%d-%32[0-9a-f]%n", &pid, hex, &end) != 2 ||
-        e->d_name[end] != '\0' || strlen(hex) != 32 || pid <= 0) {
-      continue;
-    }
-    struct stat st;
-    const std::string path = absl::StrCat("/dev/shm/", e->d_name);
-    if (stat(path.c_str(), &st) != 0 || st.st_uid != geteuid() ||
-        now - st.st_mtime < absl::ToInt64Seconds(min_age)) {
-      continue;
-    }
-    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // its creator may still be running
-    if (shm_unlink(absl::StrCat("/", e->d_name).c_str()) == 0) ++removed;
-  }
-  closedir(dir);
-  return removed;
-}
+}  // namespace
 
 struct ShmRing::Control {
   std::atomic<uint64_t> magic;  // set last by the creator
@@ -103,55 +56,20 @@ struct ShmRing::Control {
 static_assert(sizeof(ShmRing::Control) <= kControlBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
-ShmRing::ShmRing(std::string name, int fd, void* base, int64_t capacity, bool owner)
-    : name_(std::move(name)),
-      fd_(fd),
-      base_(base),
-      control_(static_cast<Control*>(base)),
-      data_(static_cast<std::byte*>(base) + kControlBytes),
-      capacity_(capacity),
-      owner_(owner),
-      linked_(owner) {}
-
-ShmRing::~ShmRing() {
-  if (owner_) Unlink();
-  munmap(base_, kControlBytes + capacity_);
-  close(fd_);
-}
+ShmRing::ShmRing(ShmSegment segment, int64_t capacity)
+    : segment_(std::move(segment)),
+      control_(static_cast<Control*>(segment_.base())),
+      data_(static_cast<std::byte*>(segment_.base()) + kControlBytes),
+      capacity_(capacity) {}
 
 absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Create(int64_t capacity) {
   if (capacity < kMinCapacity || capacity % 4096 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ring capacity ", capacity, ": need a multiple of 4096, at least ", kMinCapacity));
   }
-  SweepStaleRings();
-  unsigned char random[16];
-  if (getrandom(random, sizeof(random), 0) != sizeof(random)) {
-    return absl::UnavailableError(Errno("getrandom"));
-  }
-  const std::string name = absl::StrCat(
-      "/dtrain-", getpid(), "-",
-      absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(random), sizeof(random))));
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::UnavailableError(Errno(absl::StrCat("shm_open ", name)));
-  const int64_t bytes = kControlBytes + capacity;
-  // Reserve the pages now: a /dev/shm too small for the ring fails here, cleanly.
-  if (const int err = posix_fallocate(fd, 0, bytes); err != 0) {
-    shm_unlink(name.c_str());
-    close(fd);
-    const std::string why =
-        absl::StrCat("reserving ", bytes, " bytes in /dev/shm for ", name, ": ", strerror(err));
-    return err == ENOSPC ? absl::ResourceExhaustedError(why) : absl::UnavailableError(why);
-  }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const std::string why = Errno(absl::StrCat("mmap ", name));
-    shm_unlink(name.c_str());
-    close(fd);
-    return absl::UnavailableError(why);
-  }
-  std::unique_ptr<ShmRing> ring(new ShmRing(name, fd, base, capacity, /*owner=*/true));
-  Control* c = new (base) Control();
+  ASSIGN_OR_RETURN(ShmSegment segment, ShmSegment::Create(kControlBytes + capacity));
+  std::unique_ptr<ShmRing> ring(new ShmRing(std::move(segment), capacity));
+  Control* c = new (ring->segment_.base()) Control();
   c->capacity = capacity;
   if (getrandom(c->nonce, kNonceBytes, 0) != kNonceBytes) {
     return absl::UnavailableError(Errno("getrandom"));
@@ -163,42 +81,22 @@ absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Create(int64_t capacity) {
 }
 
 absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Attach(const std::string& name) {
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) {
-    const std::string why = Errno(absl::StrCat("shm_open ", name));
-    return errno == ENOENT ? absl::NotFoundError(why) : absl::UnavailableError(why);
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size < kControlBytes + kMinCapacity) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(name, " is not a ring (too small)"));
-  }
-  void* base = mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const std::string why = Errno(absl::StrCat("mmap ", name));
-    close(fd);
-    return absl::UnavailableError(why);
-  }
-  const Control* c = static_cast<const Control*>(base);
+  absl::StatusOr<ShmSegment> segment = ShmSegment::Attach(name, kControlBytes + kMinCapacity);
+  RETURN_IF_ERROR(segment.status());
+  const Control* c = static_cast<const Control*>(segment->base());
   const uint64_t magic = c->magic.load(std::memory_order_acquire);
-  if (magic != kMagic || c->capacity != st.st_size - kControlBytes) {
-    munmap(base, st.st_size);
-    close(fd);
+  const int64_t capacity = segment->bytes() - kControlBytes;
+  if (magic != kMagic || c->capacity != capacity) {
     return absl::InvalidArgumentError(absl::StrCat(name, " is not a ring of this version"));
   }
-  return std::unique_ptr<ShmRing>(
-      new ShmRing(name, fd, base, st.st_size - kControlBytes, /*owner=*/false));
+  return std::unique_ptr<ShmRing>(new ShmRing(*std::move(segment), capacity));
 }
 
 std::string ShmRing::nonce() const {
   return std::string(reinterpret_cast<const char*>(control_->nonce), kNonceBytes);
 }
 
-void ShmRing::Unlink() {
-  if (!linked_) return;
-  linked_ = false;
-  shm_unlink(name_.c_str());
-}
+void ShmRing::Unlink() { segment_.Unlink(); }
 
 int64_t ShmRing::max_payload_bytes(int64_t header_bytes) const {
   return capacity_ / 2 - PayloadOffset(header_bytes);

@@ -40,16 +40,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "worker/comm/shm/segment.h"
 
 namespace dtrain::comm {
-
-// Removes rings that outlived their creator: a process killed inside the handshake's round trip
-// (after creating a ring, before the peer mapped it and the name was unlinked) leaves its file.
-// Only names of rings ("/dtrain-<pid>-<hex>"), of this uid, at least `min_age` old (longer than
-// any handshake), whose creator's pid is gone (in a shared /dev/shm with another pid namespace a
-// pid may look gone while its process runs: min_age keeps such a ring safe during its
-// handshake). Create calls it. Returns how many it removed.
-int SweepStaleRings(absl::Duration min_age = absl::Minutes(5));
 
 class ShmRing {
  public:
@@ -63,20 +56,20 @@ class ShmRing {
   static constexpr int64_t kMinCapacity = 4096;
   static constexpr int kNonceBytes = 32;
 
-  // The consumer creates the segment: a fresh random name ("/dtrain-<pid>-<random hex>"),
-  // O_EXCL, mode 0600, `capacity` bytes (a multiple of 4096, at least kMinCapacity) reserved
-  // with posix_fallocate (so a full /dev/shm is an error now, not a SIGBUS later), and a random
-  // nonce. ResourceExhausted when /dev/shm has no room; Unavailable when it cannot be used.
+  // The consumer creates the segment (segment.h: a fresh random name, mode 0600, pages
+  // reserved) of a control page and `capacity` bytes (a multiple of 4096, at least
+  // kMinCapacity), with a random nonce. ResourceExhausted when /dev/shm has no room; Unavailable
+  // when it cannot be used.
   static absl::StatusOr<std::unique_ptr<ShmRing>> Create(int64_t capacity);
   // The producer opens a segment by name. NotFound: no such segment here (another host, or
-  // another /dev/shm); InvalidArgument: not a ring of this version.
+  // another /dev/shm); InvalidArgument: not a name of ours, or not a ring of this version.
   static absl::StatusOr<std::unique_ptr<ShmRing>> Attach(const std::string& name);
-  ~ShmRing();  // unmaps; unlinks the name if still linked and this side created it
+  ~ShmRing() = default;  // unmaps; unlinks the name if still linked and this side created it
 
   ShmRing(const ShmRing&) = delete;
   ShmRing& operator=(const ShmRing&) = delete;
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return segment_.name(); }
   // The creator's random nonce: a producer that reads it proves it mapped this very segment.
   std::string nonce() const;
   // Removes the name from /dev/shm (both sides keep their mapping). Idempotent.
@@ -112,21 +105,17 @@ class ShmRing {
   void WakeConsumer();
 
  private:
-  ShmRing(std::string name, int fd, void* base, int64_t capacity, bool owner);
+  ShmRing(ShmSegment segment, int64_t capacity);
   // Bytes a record takes, including the wrap marker before it if it must wrap (0: too large).
   uint64_t Need(int64_t header_bytes, int64_t payload_bytes, uint64_t head) const;
   bool HasRoom(uint64_t head, uint64_t need) const;
   void Put(absl::Span<const std::byte> header, absl::Span<const std::byte> payload, uint64_t head,
            uint64_t need);
 
-  std::string name_;
-  int fd_;
-  void* base_;
+  ShmSegment segment_;
   Control* control_;
   std::byte* data_;
   int64_t capacity_;
-  bool owner_;
-  bool linked_;
   uint64_t peeked_bytes_ = 0;  // consumer: size of the record Peek returned (0: none)
 };
 

@@ -47,6 +47,14 @@ TEST(ShmRing, CreatesAPrivateSegmentThatTheProducerMapsByName) {
   EXPECT_EQ(ShmRing::Attach((*ring)->name()).status().code(), absl::StatusCode::kNotFound);
 }
 
+// A name a peer sends is opened only if it is one of ours (IsSegmentName).
+TEST(ShmRing, OnlyNamesOfOurSegmentsAreOpened) {
+  for (const char* name : {"/sem.other", "/dtrain-1-ab/../x", "dtrain-1-ab", ""}) {
+    EXPECT_EQ(ShmRing::Attach(name).status().code(), absl::StatusCode::kInvalidArgument) << name;
+  }
+  EXPECT_TRUE(IsSegmentName("/dtrain-42-0123456789abcdef0123456789abcdef"));
+}
+
 TEST(ShmRing, DestroyingTheCreatorUnlinksAnUnattachedSegment) {
   std::string name;
   {
@@ -76,9 +84,9 @@ TEST(ShmRing, StaleRingsOfDeadCreatorsAreSwept) {
     close(fd);
   }
   struct stat st;
-  EXPECT_EQ(SweepStaleRings(absl::Hours(2)), 0);  // not old enough
+  EXPECT_EQ(SweepStaleSegments(absl::Hours(2)), 0);  // not old enough
   EXPECT_EQ(stat(dead.c_str(), &st), 0);
-  EXPECT_GE(SweepStaleRings(absl::Minutes(5)), 1);
+  EXPECT_GE(SweepStaleSegments(absl::Minutes(5)), 1);
   EXPECT_NE(stat(dead.c_str(), &st), 0);  // gone
   EXPECT_EQ(stat(live.c_str(), &st), 0);  // its creator runs
   unlink(live.c_str());
