@@ -106,6 +106,9 @@ struct JobRunnerOptions {
   absl::Duration comm_timeout = absl::Seconds(60);
   // Multi-worker jobs: peers on this host through shared memory (ParallelJobOptions).
   bool shared_memory = true;
+  // Multi-worker jobs: TLS data connections per pair of ranks on different hosts
+  // (ParallelJobOptions).
+  int data_connections = -1;
   // Multi-worker jobs: mutual TLS between peers (ParallelJobOptions::tls).
   TlsFiles peer_tls = TlsFiles::Insecure();
   // The worker's Prometheus metrics (worker_metrics.h); null: none. Must outlive the runner.

@@ -246,6 +246,7 @@ absl::Status ParallelJob::Connect() {
   o.on_refused = options_.on_refused;
   o.on_data_path = options_.on_data_path;
   o.shared_memory = options_.shared_memory;
+  o.data_connections = options_.data_connections;
   o.recorder = &recorder_;
   o.tls = options_.tls;
   // Another process listening on this port is an error, not a port to share.

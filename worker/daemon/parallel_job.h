@@ -123,6 +123,8 @@ struct ParallelJobOptions {
   std::function<void(const comm::DataPathEvent&)> on_data_path;
   // Peers on this host through shared memory (GrpcTransportOptions::shared_memory).
   bool shared_memory = true;
+  // TLS data connections to peers on other hosts (GrpcTransportOptions::data_connections).
+  int data_connections = -1;
   // Mutual TLS of the peer service and channels (GrpcTransportOptions::tls).
   TlsFiles tls = TlsFiles::Insecure();
 };

@@ -54,6 +54,7 @@
 #include "common/version.h"
 #include "kernels/backend.h"
 #include "plan/format_bytes.h"
+#include "worker/comm/grpc/grpc_transport.h"
 #include "worker/daemon/coordinator_client.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/session_lock.h"
@@ -75,6 +76,11 @@ ABSL_FLAG(bool, shared_memory, true,
           "multi-worker jobs: send to peers on this host through shared memory in /dev/shm "
           "(proved by a handshake over the peer stream); false: every byte over the gRPC "
           "stream (a host whose /dev/shm is small or not shared)");
+ABSL_FLAG(int, data_connections, -1,
+          "multi-worker jobs: TLS data connections per pair of ranks on different hosts (a "
+          "listener on a port the kernel picks; SECURITY.md): -1 (default) 4 with mutual TLS, "
+          "none with --plaintext_peers; 0: the data stays on the gRPC stream (a firewall that "
+          "lets only the peer port through); N: N connections, encrypted on N threads");
 ABSL_FLAG(bool, plaintext_peers, false,
           "multi-worker jobs: the peer service and the connections to peers without TLS (the "
           "coordinator's channel keeps it), for a network only the cluster can reach; every "
@@ -193,6 +199,13 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.comm_timeout = absl::GetFlag(FLAGS_comm_timeout);
   options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  options.data_connections = absl::GetFlag(FLAGS_data_connections);
+  if (options.data_connections < -1 || options.data_connections > comm::kMaxDataConnections) {
+    return absl::InvalidArgumentError(absl::StrCat("--data_connections=", options.data_connections,
+                                                   " must be -1 (default), 0 "
+                                                   "(none) or at most ",
+                                                   comm::kMaxDataConnections));
+  }
   options.id_conflict_wait = std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_id_conflict_wait));
   options.peer_listen_address = absl::GetFlag(FLAGS_peer_listen);
   options.host_label = absl::GetFlag(FLAGS_host_label);

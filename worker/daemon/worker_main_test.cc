@@ -94,7 +94,7 @@ TEST(DtrainWorker, HelpListsTheWorkersOwnFlags) {
   EXPECT_THAT(text, HasSubstr("The dtrain worker daemon"));
   for (const char* flag : {"--worker_id", "--coordinator", "--device", "--data_root",
                            "--advertise_address", "--comm_timeout", "--metrics_listen", "--tls_ca",
-                           "--tls_cert", "--tls_key", "--insecure"}) {
+                           "--tls_cert", "--tls_key", "--insecure", "--data_connections"}) {
     EXPECT_THAT(text, HasSubstr(flag));
   }
   EXPECT_THAT(text, Not(HasSubstr("No flags matched")));
@@ -126,6 +126,17 @@ TEST(DtrainWorker, NeitherTlsFilesNorInsecureRefusesToStart) {
             "dtrain-worker: error: the worker needs --tls_ca, --tls_cert and --tls_key (make them "
             "with `dtrain certs init DIR`), or --insecure to run without TLS (anyone who can "
             "reach the port controls the cluster)\n");
+}
+
+TEST(DtrainWorker, DataConnectionsOutOfRangeExitsOneNamingTheFlag) {
+  const std::string log = TempPath("bad_connections.log");
+  pid_t pid = Spawn({"--worker_id=w", "--coordinator=127.0.0.1:1", "--device=cpu",
+                     "--data_connections=17", "--data_root=" + TempPath("bad_connections")},
+                    log);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, kWait), 1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("--data_connections=17 must be -1 (default), 0 (none) or "
+                                       "at most 16"));
 }
 
 TEST(DtrainWorker, AdvertiseAddressNeedsAPort) {

@@ -27,8 +27,6 @@ namespace {
 constexpr int64_t kMaxFrameBytes = (4 << 20) - (64 << 10);
 // How long a send that gave up waits for gRPC to let go of its buffer.
 constexpr absl::Duration kReleaseGrace = absl::Seconds(10);
-// Data connections a receiver admits per peer pair at most.
-constexpr int kMaxDataConnections = 16;
 // How long opening them may take before the stream carries the data instead (a data port a
 // firewall drops must not take the whole connect deadline).
 constexpr absl::Duration kDataConnectTimeout = absl::Seconds(5);

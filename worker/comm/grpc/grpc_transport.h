@@ -63,6 +63,8 @@ namespace dtrain::comm {
 // Data connections per peer pair by default with mutual TLS (docs/PERFORMANCE.md, "Two hosts
 // on one machine": measured 1, 2 and 4).
 inline constexpr int kDefaultDataConnections = 4;
+// Data connections a receiver admits per peer pair at most (and a sender may ask for).
+inline constexpr int kMaxDataConnections = 16;
 
 struct GrpcTransportOptions {
   int rank = 0;
