@@ -147,6 +147,8 @@ struct TrainingCallbacks {
   std::function<void(const CheckpointWritten&)> checkpoint;
   // A warning for the job's log, e.g. that resuming skipped a damaged checkpoint step.
   std::function<void(const std::string&)> warning;
+  // A fact about how the run goes for the job's events, e.g. the path of the dp gradients.
+  std::function<void(const std::string&)> note;
 };
 
 // How RunTrainingSteps drives a trainer's checkpoints (worker/parallel/checkpoint_writer.h):

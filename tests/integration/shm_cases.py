@@ -65,6 +65,11 @@ def peer_killed(args, name, parallel):
             expect("goes through shared memory" in text,
                    "%s logged no shared-memory data path:\n%s" % (w, text[-2000:]))
             expect("goes through grpc" not in text, "%s fell back to gRPC on one host" % w)
+        if parallel.get("dp", 1) > 1:  # rank 0 says how the dp gradients go, in its events
+            text = c.workers[placed[0]].log_text()
+            expect("gradient buckets are all-reduced in place" in text,
+                   "%s did not say the dp buckets use shared buffers:\n%s"
+                   % (placed[0], text[-2000:]))
         expect(not rings_of(pids), "rings left in /dev/shm while running: %s" % rings_of(pids))
 
         victim = placed[3]  # pp1 tp1, or dp3

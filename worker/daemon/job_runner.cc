@@ -229,6 +229,9 @@ absl::StatusOr<std::string> JobRunner::Train() {
   callbacks.warning = [this](const std::string& w) {
     if (rank_ == 0) callbacks_.event(absl::StrCat("warning: ", w));
   };
+  callbacks.note = [this](const std::string& n) {
+    if (rank_ == 0) callbacks_.event(n);
+  };
   RETURN_IF_ERROR(several ? TrainParallel(rank_, callbacks) : TrainLocal(callbacks));
   if (rank_ != 0) return std::string();  // rank 0 exports the final weights
   callbacks_.event(absl::StrCat("weights written to ", plan_.save_path));

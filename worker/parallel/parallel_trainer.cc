@@ -583,6 +583,8 @@ absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
   // the job runs, slower; dp member 0 says why, once.
   if (dp_shared_fell_back_ && runner_->dp->index() == 0 && callbacks.warning) {
     callbacks.warning(dp_gradient_path_);
+  } else if (!dp_gradient_path_.empty() && runner_->dp->index() == 0 && callbacks.note) {
+    callbacks.note(dp_gradient_path_);
   }
   absl::Status status = RunSteps(callbacks);
   if (!status.ok()) {
