@@ -34,6 +34,16 @@ DTRAIN_TARGET_AVX512 void BackwardPartAvx512(float* dinp, const float* inp, cons
   for (int64_t i = 0; i < n; ++i) dinp[i] = GeluTanhGrad(inp[i]) * dout[i];
 }
 
+// Runs part(begin, end) for each of num_threads parts of [0, n), one per OpenMP thread; parts
+// start at multiples of 64 elements: whole cache lines per thread.
+template <typename Part>
+void ForEachPart(int64_t n, int num_threads, const Part& part) {
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+  for (int t = 0; t < num_threads; ++t) {
+    part(SplitPoint(n, t, num_threads, 64), SplitPoint(n, t + 1, num_threads, 64));
+  }
+}
+
 }  // namespace
 
 absl::Status GeluForward(float* out, const float* inp, int64_t n, int num_threads) {
@@ -42,17 +52,13 @@ absl::Status GeluForward(float* out, const float* inp, int64_t n, int num_thread
   check.Positive("num_threads", num_threads);
   RETURN_IF_ERROR(check.status());
   const bool avx512 = UseAvx512();
-#pragma omp parallel for num_threads(num_threads) schedule(static)
-  for (int t = 0; t < num_threads; ++t) {
-    // Parts start at multiples of 64 elements: whole cache lines per thread.
-    const int64_t begin = SplitPoint(n, t, num_threads, 64);
-    const int64_t end = SplitPoint(n, t + 1, num_threads, 64);
+  ForEachPart(n, num_threads, [&](int64_t begin, int64_t end) {
     if (avx512) {
       ForwardPartAvx512(out + begin, inp + begin, end - begin);
     } else {
       ForwardPart(out + begin, inp + begin, end - begin);
     }
-  }
+  });
   return absl::OkStatus();
 }
 
@@ -63,17 +69,13 @@ absl::Status GeluBackward(float* dinp, const float* inp, const float* dout, int6
   check.Positive("num_threads", num_threads);
   RETURN_IF_ERROR(check.status());
   const bool avx512 = UseAvx512();
-#pragma omp parallel for num_threads(num_threads) schedule(static)
-  for (int t = 0; t < num_threads; ++t) {
-    // Parts start at multiples of 64 elements: whole cache lines per thread.
-    const int64_t begin = SplitPoint(n, t, num_threads, 64);
-    const int64_t end = SplitPoint(n, t + 1, num_threads, 64);
+  ForEachPart(n, num_threads, [&](int64_t begin, int64_t end) {
     if (avx512) {
       BackwardPartAvx512(dinp + begin, inp + begin, dout + begin, end - begin);
     } else {
       BackwardPart(dinp + begin, inp + begin, dout + begin, end - begin);
     }
-  }
+  });
   return absl::OkStatus();
 }
 
