@@ -2,7 +2,6 @@
 // other ranks within the group's deadline, with an error naming the peer; nothing hangs.
 // In-process (InprocHub::Kill, a rank that never calls), over gRPC in one process (an abrupt
 // transport shutdown), and over gRPC with a real process killed by SIGKILL.
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -24,6 +23,7 @@
 #include "worker/comm/collectives/allreduce_ring.h"
 #include "worker/comm/collectives/allreduce_shared.h"
 #include "worker/comm/grpc/grpc_transport.h"
+#include "worker/comm/shm/segment.h"
 #include "worker/comm/testing/cluster.h"
 
 extern char** environ;
@@ -243,13 +243,7 @@ TEST_P(KilledProcess, FailsTheStepWithinTheDeadlineNamingIt) {
   // peers had mapped it.
   EXPECT_EQ(transports[2]->data_path(3), sockets ? DataPath::kTlsSockets : DataPath::kSharedMemory);
   for (auto& t : transports) t->Shutdown(absl::Seconds(1));
-  for (pid_t pid : {child, getpid()}) {
-    const std::string prefix = absl::StrCat("dtrain-", pid, "-");
-    DIR* dir = opendir("/dev/shm");
-    ASSERT_NE(dir, nullptr);
-    while (dirent* e = readdir(dir)) EXPECT_FALSE(absl::StartsWith(e->d_name, prefix)) << e->d_name;
-    closedir(dir);
-  }
+  for (pid_t pid : {child, getpid()}) EXPECT_EQ(SegmentsOf(pid), std::vector<std::string>{});
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, KilledProcess,

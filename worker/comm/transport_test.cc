@@ -1,6 +1,5 @@
 // The Transport contract (transport.h), over both implementations: matching by key, shapes
 // checked, frames and pieces reassembled, deadlines kept, peers named in errors.
-#include <dirent.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "worker/comm/shm/segment.h"
 #include "worker/comm/testing/cluster.h"
 #include "worker/comm/transport.h"
 
@@ -282,17 +282,7 @@ INSTANTIATE_TEST_SUITE_P(Kinds, GrpcLeaveTest,
                          });
 
 // The names of this process's rings still in /dev/shm ("dtrain-<pid>-...").
-std::vector<std::string> OurRings() {
-  std::vector<std::string> found;
-  const std::string prefix = absl::StrCat("dtrain-", getpid(), "-");
-  if (DIR* dir = opendir("/dev/shm")) {
-    while (dirent* e = readdir(dir)) {
-      if (absl::StartsWith(e->d_name, prefix)) found.push_back(e->d_name);
-    }
-    closedir(dir);
-  }
-  return found;
-}
+std::vector<std::string> OurRings() { return SegmentsOf(getpid()); }
 
 // Ranks of one host exchange data through shared memory, proved by the handshake, and the
 // rings' names are gone from /dev/shm as soon as both sides mapped them.

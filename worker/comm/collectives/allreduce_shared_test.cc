@@ -4,7 +4,6 @@
 // every reduction is exact and results must equal the ring's bit for bit. Then the failures: a
 // member that stops, a member killed, members that disagree, a segment that cannot be shared;
 // and nothing of any segment in /dev/shm once the buffers are set up.
-#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "worker/comm/collectives/allreduce_ring.h"
 #include "worker/comm/collectives/allreduce_shared.h"
+#include "worker/comm/shm/segment.h"
 #include "worker/comm/testing/closed_forms.h"
 #include "worker/comm/testing/cluster.h"
 
@@ -31,17 +31,7 @@ using testing::Input;
 using testing::TransportKind;
 
 // Segments of this process in /dev/shm ("dtrain-<pid>-...").
-std::vector<std::string> OurSegments() {
-  std::vector<std::string> found;
-  const std::string prefix = absl::StrCat("dtrain-", getpid(), "-");
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return found;
-  while (dirent* e = readdir(dir)) {
-    if (absl::StartsWith(e->d_name, prefix)) found.push_back(e->d_name);
-  }
-  closedir(dir);
-  return found;
-}
+std::vector<std::string> OurSegments() { return SegmentsOf(getpid()); }
 
 std::vector<int> AllRanks(int n) {
   std::vector<int> ranks(n);

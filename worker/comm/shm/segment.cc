@@ -53,6 +53,18 @@ int SweepStaleSegments(absl::Duration min_age) {
   return removed;
 }
 
+std::vector<std::string> SegmentsOf(int pid) {
+  std::vector<std::string> found;
+  const std::string prefix = absl::StrCat("dtrain-", pid, "-");
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* e = readdir(dir)) {
+      if (absl::StartsWith(e->d_name, prefix)) found.push_back(e->d_name);
+    }
+    closedir(dir);
+  }
+  return found;
+}
+
 bool IsSegmentName(absl::string_view name) {
   return absl::StartsWith(name, "/dtrain-") && name.size() < 100 &&
          name.find('/', 1) == absl::string_view::npos;

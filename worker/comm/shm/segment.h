@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -37,6 +38,10 @@ namespace dtrain::comm {
 // keeps such a segment safe during its handshake). ShmSegment::Create calls it. Returns how many
 // it removed.
 int SweepStaleSegments(absl::Duration min_age = absl::Minutes(5));
+
+// The names (without the leading slash) of the segments in /dev/shm that process `pid` created
+// and that are still there: what a test asserts empty once a job is over.
+std::vector<std::string> SegmentsOf(int pid);
 
 // Whether `name` has the form of our segments' names ("/dtrain-..." with no other slash): a name
 // a peer sends is opened only then, so a peer cannot make a rank map anything else.
