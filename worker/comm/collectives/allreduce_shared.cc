@@ -271,7 +271,13 @@ absl::Status SharedAllReduce::Barrier(uint64_t k, CollectiveOp& op) {
   };
   for (int spin = 0;; ++spin) {
     if (missing() < 0) return absl::OkStatus();
-    if (absl::Status failed = RecordedFailure(); !failed.ok()) return op.Fail(failed);
+    if (absl::Status failed = RecordedFailure(); !failed.ok()) {
+      // Every member stores its arrival before it can record a failure past this barrier (the
+      // op check after barrier 1), so a failure seen here with everyone arrived is theirs: the
+      // barrier passed, and this member finds the same mismatch itself.
+      if (missing() < 0) return absl::OkStatus();
+      return op.Fail(failed);
+    }
     if (spin < kSpins) {
       shm::CpuRelax();
       continue;
