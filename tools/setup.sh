@@ -10,6 +10,7 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler
   libgrpc++-dev protobuf-compiler-grpc
   libopenblas-dev            # CPU GEMM; also makes PyTorch use OpenBLAS instead of reference BLAS
+  libxsmm-dev                # CPU GEMM of small shapes (JIT kernels), where it beats OpenBLAS
   libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev libcivetweb-dev
   libicu-dev                 # ICU: Unicode letter/number categories of GPT-2's pre-tokenizer

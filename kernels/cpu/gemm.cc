@@ -1,9 +1,12 @@
 #include "kernels/cpu/gemm.h"
 
 #include <cblas.h>
+#include <libxsmm.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "common/status_macros.h"
 #include "kernels/common/arg_check.h"
@@ -14,6 +17,42 @@ namespace {
 
 // Below this many multiply-adds one sgemm call beats splitting it across threads.
 constexpr int64_t kMinParallelMacs = int64_t{64} * 64 * 64;
+
+// libxsmm's kernels do not pack their operands: on one core of this EPYC they beat OpenBLAS by
+// 1-24 % where c is at most 256 columns wide and the product at most 2^28 multiply-adds (the
+// model's products at C = 128-256 and per tensor-parallel rank, attention's per-head ones), and
+// lose up to 17 % on wider or larger ones, whose operands they stream from outside the caches
+// (docs/PERFORMANCE.md "Training step" has the table).
+constexpr int kMaxXsmmColumns = 256;
+constexpr int64_t kMaxXsmmMacs = int64_t{256} * 1024 * 1024;
+
+// c = op(a) @ op(b) (+ c when beta = 1) by a libxsmm kernel made for the shape, if there is one:
+// alpha 1, beta 0 or 1, b not transposed (libxsmm 1.17 generates no kernel whose first
+// column-major operand is transposed, which row-major trans_b would be). Row-major c (m,n) is
+// column-major c^T (n,m) = op(b)^T @ op(a)^T, so b goes first. False: nothing was done.
+bool XsmmSgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+               int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  static const bool openblas_only = [] {
+    const char* forced = std::getenv("DTRAIN_CPU_GEMM");
+    return forced != nullptr && std::string_view(forced) == "openblas";
+  }();
+  if (openblas_only || trans_b || n > kMaxXsmmColumns || int64_t{m} * n * k > kMaxXsmmMacs) {
+    return false;
+  }
+  if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f) || k == 0) return false;
+  static const bool ready = [] {
+    libxsmm_init();
+    return true;
+  }();
+  (void)ready;
+  const libxsmm_blasint xm = n, xn = m, xk = k, xlda = ldb, xldb = lda, xldc = ldc;
+  const int flags = trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
+  const libxsmm_smmfunction kernel =
+      libxsmm_smmdispatch(xm, xn, xk, &xlda, &xldb, &xldc, &alpha, &beta, &flags, nullptr);
+  if (kernel == nullptr) return false;
+  kernel(b, a, c);
+  return true;
+}
 
 }  // namespace
 
@@ -28,6 +67,7 @@ void UseSingleThreadedBlas() {
 void SerialSgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                  int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   if (m == 0 || n == 0) return;
+  if (XsmmSgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -1,4 +1,6 @@
-// GEMM on the CPU: OpenBLAS cblas_sgemm, row-major.
+// GEMM on the CPU, row-major: libxsmm's JIT kernels for the small shapes they are faster at,
+// OpenBLAS cblas_sgemm for the rest (gemm.cc says which). DTRAIN_CPU_GEMM=openblas in the
+// environment sends every product to OpenBLAS, so that benchmarks can compare the two.
 //
 // Threading: the CPU ops run OpenBLAS single-threaded and split work across OpenMP threads
 // themselves (ParallelSgemm splits the output into row or column blocks; attention runs one

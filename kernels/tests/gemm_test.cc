@@ -64,6 +64,20 @@ TEST_P(Ops, GemmLargeShapesSplitAcrossThreadsMatchReference) {
   }
 }
 
+// The CPU backend gives products up to 256 columns wide with alpha 1 and beta 0 or 1 to
+// libxsmm's kernels and the rest to OpenBLAS (kernels/cpu/gemm.cc): both sides of each limit.
+TEST_P(Ops, GemmEitherSideOfTheSmallKernelsLimitsMatchesReference) {
+  for (bool trans_a : {false, true}) {
+    for (bool trans_b : {false, true}) {
+      for (float beta : {0.0f, 1.0f}) {
+        ExpectGemmMatchesReference(*this, {trans_a, trans_b, 33, 256, 70, /*pad=*/3, 1.0f, beta});
+        ExpectGemmMatchesReference(*this, {trans_a, trans_b, 33, 257, 70, /*pad=*/3, 1.0f, beta});
+        ExpectGemmMatchesReference(*this, {trans_a, trans_b, 96, 64, 128, /*pad=*/0, 1.0f, beta});
+      }
+    }
+  }
+}
+
 // beta = 0 overwrites c: NaNs already in c must not leak into the result (BLAS semantics).
 TEST_P(Ops, GemmBetaZeroIgnoresNanInC) {
   const std::vector<float> a = RandomFloats(6, 1), b = RandomFloats(6, 2);
