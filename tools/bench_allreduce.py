@@ -73,7 +73,7 @@ import time
 from bench_hosts import Hosts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TORCH_PYTHON = "/usr/bin/python3"  # Debian's python, which has python3-torch
+TORCH_PYTHON = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")  # Debian's has python3-torch
 
 GLOO_WORKER = r'''
 import json, resource, sys, time
@@ -157,10 +157,14 @@ def run_ranks(cmds, what, timeout, hosts):
 PATHS = {"job": ("auto", True, "flat", []), "plain": ("auto", False, "flat", []),
          "job-stream": ("auto", True, "flat", ["--data_connections=0"]),
          "hier": ("auto", True, "hierarchical", []), "shm": ("shm", False, "flat", []),
-         "grpc": ("grpc", False, "flat", []), "grpc+tls": ("grpc", True, "flat", [])}
-# job-k<N>: `job` with N data connections per pair of ranks across hosts.
+         "grpc": ("grpc", False, "flat", []), "grpc+tls": ("grpc", True, "flat", []),
+         # The TLS data connections a rank uses across hosts, forced between ranks of one host:
+         # the encrypted path measured where no veth can be made (against `grpc`, plaintext).
+         "sockets": ("sockets", True, "flat", [])}
+# job-k<N>, sockets-k<N>: `job`, `sockets` with N data connections per pair of ranks.
 for _k in (1, 2, 3, 4, 6, 8):
     PATHS[f"job-k{_k}"] = ("auto", True, "flat", [f"--data_connections={_k}"])
+    PATHS[f"sockets-k{_k}"] = ("sockets", True, "flat", [f"--data_connections={_k}"])
 
 
 def run_dtrain(binary, n, sizes, seconds, hosts, mode="allreduce", path="grpc", tls_dir=None):
@@ -246,7 +250,7 @@ def main():
     ap.add_argument("--bazel_output_base", help="bazel --output_base for the build")
     ap.add_argument("--skip_p2p", action="store_true")
     ap.add_argument("--paths", help="dtrain paths, comma-separated: job, plain, hier, shm, grpc, "
-                    "grpc+tls (default: job; job,plain with --hosts 2)")
+                    "grpc+tls, sockets (default: job; job,plain with --hosts 2)")
     ap.add_argument("--hosts", type=int, default=1,
                     help="2: two network namespaces joined by a veth pair (as root)")
     ap.add_argument("--tls", action="store_true",
