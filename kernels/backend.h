@@ -101,6 +101,11 @@ class Backend {
   // ordinary host memory on the CPU backends). Not zero-filled.
   virtual absl::StatusOr<void*> AllocatePinned(size_t bytes) = 0;
   virtual void FreePinned(void* ptr) = 0;
+  // Makes host memory allocated elsewhere (a segment the data-parallel ranks share) a valid
+  // host side of the copies below, as AllocatePinned's is (cudaHostRegister on CUDA), until
+  // UnregisterPinned(ptr), which must come before the memory is unmapped.
+  virtual absl::Status RegisterPinned(void* ptr, size_t bytes) = 0;
+  virtual void UnregisterPinned(void* ptr) = 0;
   virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
   // Marks the point after everything enqueued on `stream` so far; re-recording moves the mark.
   virtual absl::Status RecordEvent(Event& event, Stream stream) = 0;

@@ -101,6 +101,8 @@ class CpuBackend : public Backend {
   // ---- Staging: trivially correct, every copy done when it returns --------------------------
   bool DeviceMemoryIsHostMemory() const override { return true; }
   absl::StatusOr<void*> AllocatePinned(size_t bytes) override { return Allocate(bytes); }
+  absl::Status RegisterPinned(void*, size_t) override { return absl::OkStatus(); }
+  void UnregisterPinned(void*) override {}
   void FreePinned(void* ptr) override { Free(ptr); }
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override {
     return std::make_unique<Event>();

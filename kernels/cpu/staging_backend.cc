@@ -123,6 +123,17 @@ class StagingCpuBackend final : public Backend {
     }
     std::free(ptr);
   }
+  // The range becomes valid for the copies' pinned check; it stays the caller's to free.
+  absl::Status RegisterPinned(void* ptr, size_t bytes) override {
+    if (ptr == nullptr) return absl::InvalidArgumentError("RegisterPinned: null pointer");
+    absl::MutexLock lock(&mu_);
+    registered_[reinterpret_cast<uintptr_t>(ptr)] = bytes;
+    return absl::OkStatus();
+  }
+  void UnregisterPinned(void* ptr) override {
+    absl::MutexLock lock(&mu_);
+    registered_.erase(reinterpret_cast<uintptr_t>(ptr));
+  }
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override {
     return std::make_unique<StagingEvent>();
   }
@@ -352,12 +363,15 @@ class StagingCpuBackend final : public Backend {
   absl::Status CheckPinned(absl::string_view op, const void* p, size_t bytes) {
     const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
     absl::MutexLock lock(&mu_);
-    auto it = pinned_.upper_bound(addr);
-    if (it != pinned_.begin() && addr + bytes <= std::prev(it)->first + std::prev(it)->second) {
-      return absl::OkStatus();
+    for (const std::map<uintptr_t, size_t>* ranges : {&pinned_, &registered_}) {
+      auto it = ranges->upper_bound(addr);
+      if (it != ranges->begin() && addr + bytes <= std::prev(it)->first + std::prev(it)->second) {
+        return absl::OkStatus();
+      }
     }
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: host buffer %p (%d bytes) is not inside memory from AllocatePinned", op, p, bytes));
+        "%s: host buffer %p (%d bytes) is not inside memory from AllocatePinned or RegisterPinned",
+        op, p, bytes));
   }
 
   // ---- The copy stream ---------------------------------------------------------------------
@@ -397,7 +411,8 @@ class StagingCpuBackend final : public Backend {
   DeviceInfo info_;
   absl::Mutex mu_;
   std::map<uintptr_t, Allocation> allocations_ ABSL_GUARDED_BY(mu_);
-  std::map<uintptr_t, size_t> pinned_ ABSL_GUARDED_BY(mu_);  // base -> bytes
+  std::map<uintptr_t, size_t> pinned_ ABSL_GUARDED_BY(mu_);      // base -> bytes
+  std::map<uintptr_t, size_t> registered_ ABSL_GUARDED_BY(mu_);  // base -> bytes, not ours
   int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Mutex queue_mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(queue_mu_);

@@ -101,6 +101,23 @@ TEST(StagingCpuBackend, AsyncCopiesNeedPinnedHostMemoryAndDeviceMemory) {
   b->FreePinned(pinned);
 }
 
+// Memory the caller allocated (the dp group's shared segment) serves as pinned memory between
+// RegisterPinned and UnregisterPinned, and only inside the registered range.
+TEST(StagingCpuBackend, RegisteredHostMemoryIsPinnedUntilUnregistered) {
+  std::unique_ptr<Backend> b = Staging();
+  auto x = DeviceBuffer<float>::Create(b.get(), 16).value();
+  std::vector<float> host(32, 1.0f);
+  ASSERT_TRUE(b->RegisterPinned(host.data(), 16 * sizeof(float)).ok());
+  ASSERT_TRUE(b->CopyToDeviceAsync(x.data(), host.data(), 16 * sizeof(float)).ok());
+  ASSERT_TRUE(b->Synchronize().ok());
+  EXPECT_EQ(b->SquaredNorm(x.data(), 16).value(), 16.0);
+  EXPECT_THAT(b->CopyToHostAsync(host.data() + 8, x.data(), 16 * sizeof(float)).message(),
+              HasSubstr("not inside memory from AllocatePinned or RegisterPinned"));
+  b->UnregisterPinned(host.data());
+  EXPECT_THAT(b->CopyToHostAsync(host.data(), x.data(), 16 * sizeof(float)).message(),
+              HasSubstr("not inside memory from AllocatePinned or RegisterPinned"));
+}
+
 // Windows are counted: an op on another thread keeps the allocation open only while it runs.
 TEST(StagingCpuBackend, OpsOnSeveralThreadsShareTheWindows) {
   std::unique_ptr<Backend> b = Staging();

@@ -50,6 +50,8 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<void*> AllocatePinned(size_t bytes) override;
   void FreePinned(void* ptr) override;
+  absl::Status RegisterPinned(void* ptr, size_t bytes) override;
+  void UnregisterPinned(void* ptr) override;
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
   absl::Status RecordEvent(Event& event, Stream stream) override;
   absl::Status StreamWaitEvent(Stream stream, const Event& event) override;
@@ -370,6 +372,16 @@ absl::StatusOr<void*> CudaBackend::AllocatePinned(size_t bytes) {
 
 void CudaBackend::FreePinned(void* ptr) {
   if (ptr != nullptr && cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+absl::Status CudaBackend::RegisterPinned(void* ptr, size_t bytes) {
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable));
+  return absl::OkStatus();
+}
+
+void CudaBackend::UnregisterPinned(void* ptr) {
+  if (ptr != nullptr && cudaHostUnregister(ptr) != cudaSuccess) (void)cudaGetLastError();
 }
 
 absl::StatusOr<std::unique_ptr<Event>> CudaBackend::CreateEvent() {

@@ -438,6 +438,23 @@ def watched_steps(c, job_id):
     return rc, updates, steps
 
 
+def expect_one_workers_losses(name, ref_steps, steps, grad_norms=False):
+    """Steps 1-10 of `steps` ({step: (loss, grad_norm)}) against one worker's: each loss within
+    LOSS_RTOL (and grad norm within 1e-4, relative, if `grad_norms`). The worst loss difference."""
+    worst = 0.0
+    for s in range(1, 11):
+        want, got = ref_steps[s][0], steps[s][0]
+        rel = abs(got - want) / abs(want)
+        expect(rel <= LOSS_RTOL, "%s step %d: loss %.9f, one worker %.9f (rel %.2g)"
+               % (name, s, got, want, rel))
+        if grad_norms:
+            gw, gg = ref_steps[s][1], steps[s][1]
+            expect(abs(gg - gw) <= 1e-4 * abs(gw), "%s step %d: grad norm %.9f, one worker %.9f"
+                   % (name, s, gg, gw))
+        worst = max(worst, rel)
+    return worst
+
+
 def read_safetensors(path):
     """{name: (shape, array of floats)} of an F32 safetensors file (standard library only)."""
     import array
@@ -555,16 +572,7 @@ def case_multi_worker(args):
             rc, updates, steps = watched_steps(c, job_id)
             expect(rc == 0, "%s: watch exited %d" % (name, rc))
             expect(sorted(steps) == list(range(1, 11)), "%s: steps %s" % (name, sorted(steps)))
-            worst_loss = 0.0
-            for s in range(1, 11):
-                want, got = ref_steps[s][0], steps[s][0]
-                rel = abs(got - want) / abs(want)
-                expect(rel <= LOSS_RTOL, "%s step %d: loss %.9f, one worker %.9f (rel %.2g)"
-                       % (name, s, got, want, rel))
-                gw, gg = ref_steps[s][1], steps[s][1]
-                expect(abs(gg - gw) <= 1e-4 * abs(gw), "%s step %d: grad norm %.9f, one worker "
-                       "%.9f" % (name, s, gg, gw))
-                worst_loss = max(worst_loss, rel)
+            worst_loss = expect_one_workers_losses(name, ref_steps, steps, grad_norms=True)
             expect(done["output"] == os.path.join(ckpt, job_id, "model.safetensors"),
                    "%s: output %r" % (name, done["output"]))
             worst = compare_weights(ref["output"], done["output"], name)
@@ -584,11 +592,13 @@ def case_multi_worker(args):
 
 
 def case_multi_worker_staging(args):
-    """pp=2 x tp=2 on four worker processes started with --device=cpu-staging (device memory
-    only the backend may touch, copies on a thread: kernels/cpu/staging_backend.h), so every
-    activation, gradient, all-reduce chunk and checkpoint goes through the staging a GPU worker
-    uses: the job SUCCEEDS with one worker's losses (1e-5 relative) and weights, and no worker
-    crashed (a dereference of device memory outside the backend is a SIGSEGV).
+    """pp=2 x tp=2, then dp=2 x pp=2, on four worker processes started with
+    --device=cpu-staging (device memory only the backend may touch, copies on a thread:
+    kernels/cpu/staging_backend.h), so every activation, gradient, all-reduce chunk and checkpoint
+    goes through the staging a GPU worker uses, and the dp gradient buckets through the buffers
+    the dp group shares (copied there, all-reduced in place, copied back): each job SUCCEEDS with
+    one worker's losses (1e-5 relative) and weights, and no worker crashed (a dereference of device
+    memory outside the backend is a SIGSEGV).
     DTRAIN_CASE_WORKER_DEVICE=cuda:0 runs it on one GPU shared by the workers (tools/gpu_check.sh)."""
     device = os.environ.get("DTRAIN_CASE_WORKER_DEVICE", "cpu-staging")
     with Cluster(args.binaries, "multi_worker_staging") as c:
@@ -602,25 +612,24 @@ def case_multi_worker_staging(args):
         ref_ckpt = os.path.join(c.tmp, "ckpt-single")
         ref_id, ref = run_to_end(c, c.write_spec("single.json", tiny_parallel_spec(ref_ckpt)))
         _, _, ref_steps = watched_steps(c, ref_id)
-        ckpt = os.path.join(c.tmp, "ckpt-pp2-tp2")
-        spec = tiny_parallel_spec(ckpt, name="pp2-tp2", parallel={"pp": 2, "tp": 2},
-                                  micro_batch_size=2)
-        t0 = time.monotonic()
-        job_id, done = run_to_end(c, c.write_spec("pp2-tp2.json", spec))
-        elapsed = time.monotonic() - t0
-        expect(len(done["placement"]["ranks"]) == 4, "4 ranks placed: %s" % done["placement"])
-        rc, _, steps = watched_steps(c, job_id)
-        expect(rc == 0 and sorted(steps) == list(range(1, 11)), "steps %s" % sorted(steps))
-        worst_loss = 0.0
-        for s in range(1, 11):
-            want, got = ref_steps[s][0], steps[s][0]
-            rel = abs(got - want) / abs(want)
-            expect(rel <= LOSS_RTOL, "step %d: loss %.9f, one worker %.9f (rel %.2g)"
-                   % (s, got, want, rel))
-            worst_loss = max(worst_loss, rel)
-        worst = compare_weights(ref["output"], done["output"], "pp2-tp2 on " + device)
-        print("pp=2 x tp=2 on %s: %.1fs, worst loss rel diff %.2g, worst weight diff "
-              "%.2g (%s)" % (device, elapsed, worst_loss, worst[0], worst[1]))
+        for name, parallel in (("pp2-tp2", {"pp": 2, "tp": 2}), ("dp2-pp2", {"dp": 2, "pp": 2})):
+            ckpt = os.path.join(c.tmp, "ckpt-" + name)
+            spec = tiny_parallel_spec(ckpt, name=name, parallel=parallel, micro_batch_size=2)
+            t0 = time.monotonic()
+            job_id, done = run_to_end(c, c.write_spec(name + ".json", spec))
+            elapsed = time.monotonic() - t0
+            expect(len(done["placement"]["ranks"]) == 4, "4 ranks placed: %s" % done["placement"])
+            rc, _, steps = watched_steps(c, job_id)
+            expect(rc == 0 and sorted(steps) == list(range(1, 11)), "steps %s" % sorted(steps))
+            worst_loss = expect_one_workers_losses(name, ref_steps, steps)
+            worst = compare_weights(ref["output"], done["output"], "%s on %s" % (name, device))
+            if "dp" in parallel:  # rank 0 says how the dp gradients went, in its log
+                rank0 = c.workers[done["placement"]["ranks"][0]["worker_id"]].log_text()
+                expect("copied to buffers the dp group shares" in rank0,
+                       "rank 0 did not say the dp buckets use the shared buffers:\n%s"
+                       % rank0[-2000:])
+            print("%s on %s: %.1fs, worst loss rel diff %.2g, worst weight diff %.2g (%s)"
+                  % (name, device, elapsed, worst_loss, worst[0], worst[1]))
         for wid, p in c.workers.items():
             expect(p.alive(), "worker %s died" % wid)
 

@@ -130,6 +130,17 @@ absl::Status DeviceStaging::ToDevice(float* device, const StagedTensor& host) {
 
 absl::Status DeviceStaging::OnHost(float* data, int64_t n, bool chunked,
                                    const std::function<absl::Status(absl::Span<float>)>& on_host) {
+  return Stage(data, n, /*host_dst=*/nullptr, chunked, on_host);
+}
+
+absl::Status DeviceStaging::OnHostIn(
+    float* data, int64_t n, float* host, bool chunked,
+    const std::function<absl::Status(absl::Span<float>)>& on_host) {
+  return Stage(data, n, host, chunked, on_host);
+}
+
+absl::Status DeviceStaging::Stage(float* data, int64_t n, float* host_dst, bool chunked,
+                                  const std::function<absl::Status(absl::Span<float>)>& on_host) {
   const int64_t chunk = chunked ? chunk_floats_ : std::max<int64_t>(n, 1);
   const int64_t count = (n + chunk - 1) / chunk;
   if (n == 0) return on_host(absl::MakeSpan(data, 0));
@@ -140,7 +151,9 @@ absl::Status DeviceStaging::OnHost(float* data, int64_t n, bool chunked,
     }
     return absl::OkStatus();
   }
-  std::vector<StagedTensor> host(count);
+  // Chunk i's host copy: a pool buffer, or [begin, begin + size) of host_dst.
+  std::vector<StagedTensor> pooled(host_dst == nullptr ? count : 0);
+  std::vector<absl::Span<float>> host(count);
   std::vector<std::unique_ptr<kernels::Event>> landed(count);
   double waited = 0, overlapped = 0;
   // Every chunk's copy to the host is enqueued first: chunk i's collective waits for chunk i
@@ -150,9 +163,14 @@ absl::Status DeviceStaging::OnHost(float* data, int64_t n, bool chunked,
     RETURN_IF_ERROR(backend_->StreamWaitEvent(Stream::kCopy, *produced));
     for (int64_t i = 0; i < count; ++i) {
       const int64_t begin = i * chunk, size = std::min(chunk, n - begin);
-      ASSIGN_OR_RETURN(host[i], Acquire(size));
+      if (host_dst == nullptr) {
+        ASSIGN_OR_RETURN(pooled[i], Acquire(size));
+        host[i] = pooled[i].host();
+      } else {
+        host[i] = absl::MakeSpan(host_dst + begin, size);
+      }
       RETURN_IF_ERROR(
-          backend_->CopyToHostAsync(host[i].buffer_, data + begin, size * sizeof(float)));
+          backend_->CopyToHostAsync(host[i].data(), data + begin, size * sizeof(float)));
       ASSIGN_OR_RETURN(landed[i], Record(Stream::kCopy));
     }
     for (int64_t i = 0; i < count; ++i) {
@@ -161,10 +179,10 @@ absl::Status DeviceStaging::OnHost(float* data, int64_t n, bool chunked,
       RETURN_IF_ERROR(backend_->SynchronizeEvent(*landed[i]));
       waited += Since(wait);
       const auto start = std::chrono::steady_clock::now();
-      RETURN_IF_ERROR(on_host(host[i].host()));
+      RETURN_IF_ERROR(on_host(host[i]));
       if (i + 1 < count) overlapped += Since(start);  // chunk i+1's copy ran meanwhile
-      RETURN_IF_ERROR(backend_->CopyToDeviceAsync(data + begin, host[i].buffer_,
-                                                  host[i].host().size() * sizeof(float)));
+      RETURN_IF_ERROR(backend_->CopyToDeviceAsync(data + begin, host[i].data(),
+                                                  host[i].size() * sizeof(float)));
     }
     ASSIGN_OR_RETURN(auto back, Record(Stream::kCopy));
     RETURN_IF_ERROR(backend_->StreamWaitEvent(Stream::kCompute, *back));
@@ -175,7 +193,7 @@ absl::Status DeviceStaging::OnHost(float* data, int64_t n, bool chunked,
   };
   absl::Status s = run();
   // The copy stream may still hold copies into or out of `host`: they finish before the
-  // buffers go back to the pool.
+  // buffers go back to the pool (or host_dst is used again).
   if (!s.ok()) (void)backend_->Synchronize();
   absl::MutexLock lock(&mu_);
   stats_.bytes_to_host += n * int64_t{sizeof(float)};

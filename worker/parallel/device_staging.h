@@ -95,6 +95,12 @@ class DeviceStaging {
   // are the same on every backend, so every rank of a job runs the same collectives.
   absl::Status OnHost(float* data, int64_t n, bool chunked,
                       const std::function<absl::Status(absl::Span<float>)>& on_host);
+  // OnHost with the host copy of `data` [0, n) in `host` [0, n) instead of the pool's buffers:
+  // memory from RegisterPinned (the data-parallel gradients' shared buffers, which on_host's
+  // all-reduce then reads in place). The same chunks as OnHost. On the CPU backend on_host
+  // runs over `data` itself, as in OnHost, and `host` is not used.
+  absl::Status OnHostIn(float* data, int64_t n, float* host, bool chunked,
+                        const std::function<absl::Status(absl::Span<float>)>& on_host);
 
   StagingStats stats() const;
   void ResetStats();
@@ -105,6 +111,8 @@ class DeviceStaging {
       : backend_(backend),
         copies_(!backend->DeviceMemoryIsHostMemory()),
         chunk_floats_(chunk_floats) {}
+  absl::Status Stage(float* data, int64_t n, float* host_dst, bool chunked,
+                     const std::function<absl::Status(absl::Span<float>)>& on_host);
   absl::StatusOr<StagedTensor> Acquire(int64_t n);
   void Release(float* buffer, int64_t capacity);
   // An event recorded on `stream` now.

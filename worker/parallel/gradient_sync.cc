@@ -133,10 +133,14 @@ absl::Status GradientSync::RunTask(const Task& task) {
     }
     return s;
   }
-  absl::Status s = staging_->OnHost(data, n, /*chunked=*/true, [&](absl::Span<float> host) {
+  const auto reduce = [&](absl::Span<float> host) {
     return dp_shared_ != nullptr ? dp_shared_->Run(host, comm::ReduceOp::kSum)
                                  : dp_->Run(host, comm::ReduceOp::kSum);
-  });
+  };
+  float* mirror = chunks_[task.chunk].host_mirror;
+  absl::Status s = dp_shared_ != nullptr && mirror != nullptr
+                       ? staging_->OnHostIn(data, n, mirror + task.begin, /*chunked=*/true, reduce)
+                       : staging_->OnHost(data, n, /*chunked=*/true, reduce);
   if (!s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("data-parallel gradient bucket [", task.begin, ", ", task.end,

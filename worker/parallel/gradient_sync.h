@@ -39,6 +39,9 @@ struct SyncChunk {
   int64_t size = 0;
   // wte's range in the buffer when this chunk is a member of the tied-embedding group.
   std::optional<std::pair<int64_t, int64_t>> tied_range;
+  // With `dp_shared` on a backend that stages: this chunk's `size` floats in the shared buffers
+  // (registered with the backend), where its buckets are staged and all-reduced in place.
+  float* host_mirror = nullptr;
 };
 
 class GradientSync {

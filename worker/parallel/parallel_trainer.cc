@@ -70,6 +70,23 @@ absl::Status AllReducePrecise(comm::Group& group, std::vector<double>& values) {
 
 }  // namespace
 
+// Host memory the backend's asynchronous copies may use (Backend::RegisterPinned) for as long as
+// this lives; destroyed before the memory is unmapped.
+class PinnedRegistration {
+ public:
+  static absl::StatusOr<std::unique_ptr<PinnedRegistration>> Create(kernels::Backend* backend,
+                                                                    absl::Span<float> memory) {
+    RETURN_IF_ERROR(backend->RegisterPinned(memory.data(), memory.size() * sizeof(float)));
+    return std::unique_ptr<PinnedRegistration>(new PinnedRegistration(backend, memory.data()));
+  }
+  ~PinnedRegistration() { backend_->UnregisterPinned(ptr_); }
+
+ private:
+  PinnedRegistration(kernels::Backend* backend, void* ptr) : backend_(backend), ptr_(ptr) {}
+  kernels::Backend* const backend_;
+  void* const ptr_;
+};
+
 struct ParallelTrainer::Chunk {
   std::unique_ptr<model::GptStage> stage;
   std::unique_ptr<model::AdamW> optimizer;
@@ -84,6 +101,8 @@ class ParallelTrainer::StepRunner {
   // Over dp when its ranks share a host (and the backend's memory is host memory): buffers they
   // all map, which hold the chunks' gradients, so dp buckets are all-reduced in place.
   std::unique_ptr<comm::SharedAllReduce> dp_shared;
+  // dp_shared's buffer as the host side of the backend's copies, where the backend stages.
+  std::unique_ptr<PinnedRegistration> dp_shared_pinned;
   std::unique_ptr<DeviceStaging> staging;  // first: the others hold its buffers
   std::unique_ptr<comm::StageLinks> links;
   std::unique_ptr<StageExecutor> executor;
@@ -101,9 +120,12 @@ ParallelTrainer::~ParallelTrainer() = default;
 
 // Gradients in buffers the dp group shares (comm/collectives/allreduce_shared.h): one buffer of
 // every chunk's gradients, each chunk 64-byte aligned. A collective of the dp group, in the same
-// place of every member's set-up. Where the members cannot share (not one host, no room in
-// /dev/shm) the chunks keep their own memory and the buckets go through the ring.
-absl::Status ParallelTrainer::ShareGradients(ParallelTrainer& t, std::vector<SyncChunk>& chunks) {
+// place of every member's set-up. Where the backend's memory is host memory the chunks keep their
+// gradients there; where it stages (CUDA), each bucket is copied into its place there, reduced in
+// place and copied back. Where the members cannot share (not one host, no room in /dev/shm) the
+// chunks keep their own memory and the buckets go through the ring.
+absl::Status ParallelTrainer::ShareGradients(ParallelTrainer& t, kernels::Backend* backend,
+                                             std::vector<SyncChunk>& chunks) {
   StepRunner& r = *t.runner_;
   constexpr int64_t kAlignFloats = 16;
   int64_t floats = 0;
@@ -116,14 +138,25 @@ absl::Status ParallelTrainer::ShareGradients(ParallelTrainer& t, std::vector<Syn
                                        r.dp_shared->why_not());
     return absl::OkStatus();
   }
+  const bool in_place = backend->DeviceMemoryIsHostMemory();
   t.dp_gradient_path_ =
-      "data-parallel gradient buckets are all-reduced in place, in buffers the dp group shares "
-      "on this host";
+      in_place ? "data-parallel gradient buckets are all-reduced in place, in buffers the dp group "
+                 "shares on this host"
+               : "data-parallel gradient buckets are copied to buffers the dp group shares on "
+                 "this host and all-reduced there";
+  if (!in_place) {
+    ASSIGN_OR_RETURN(r.dp_shared_pinned,
+                     PinnedRegistration::Create(backend, r.dp_shared->buffer()));
+  }
   int64_t at = 0;
   for (size_t j = 0; j < chunks.size(); ++j) {
     const absl::Span<float> storage = r.dp_shared->buffer().subspan(at, chunks[j].size);
-    RETURN_IF_ERROR(t.chunks_[j].stage->UseGradientStorage(storage));
-    chunks[j].grads = storage.data();
+    if (in_place) {
+      RETURN_IF_ERROR(t.chunks_[j].stage->UseGradientStorage(storage));
+      chunks[j].grads = storage.data();
+    } else {
+      chunks[j].host_mirror = storage.data();
+    }
     at += (chunks[j].size + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
   }
   return absl::OkStatus();
@@ -269,13 +302,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
                                       options.test_only.forward_delay);
   const bool dp_buckets = dp > 1 && !layout.zero1();
   if (dp_buckets && !r.dp_sum->hierarchical()) {
-    if (backend->DeviceMemoryIsHostMemory()) {
-      RETURN_IF_ERROR(ShareGradients(*t, sync_chunks));
-    } else {
-      t->dp_gradient_path_ =
-          "data-parallel gradient buckets go through the ring: the backend's memory is not host "
-          "memory (its staging copies them to the host anyway)";
-    }
+    RETURN_IF_ERROR(ShareGradients(*t, backend, sync_chunks));
   }
   r.sync = std::make_unique<GradientSync>(
       std::move(sync_chunks), r.staging.get(), dp_buckets ? &*r.dp_sum : nullptr,

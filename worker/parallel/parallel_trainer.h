@@ -174,7 +174,8 @@ class ParallelTrainer {
   absl::Status RunSteps(const TrainingCallbacks& callbacks);
   ShardIdentity Identity() const;
   // Puts the chunks' gradients in buffers the dp group shares, when it can (set-up).
-  static absl::Status ShareGradients(ParallelTrainer& t, std::vector<SyncChunk>& chunks);
+  static absl::Status ShareGradients(ParallelTrainer& t, kernels::Backend* backend,
+                                     std::vector<SyncChunk>& chunks);
 
   kernels::Backend* backend_ = nullptr;
   comm::Transport* transport_ = nullptr;

@@ -380,11 +380,14 @@ TEST(ParallelTrainer, DataParallelBucketsStartDuringBackward) {
   for (auto& t : threads) t.join();
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(status[r].ok()) << status[r];
-    EXPECT_THAT(path[r], ::testing::HasSubstr(host_memory[r] ? "in place" : "not host memory"));
+    // On a backend that stages (cpu-staging here, CUDA) each bucket is copied into the shared
+    // buffers and reduced there; on the CPU backend the gradients live in them.
+    EXPECT_THAT(path[r], ::testing::HasSubstr(host_memory[r] ? "all-reduced in place"
+                                                             : "copied to buffers the dp group"));
     // 4 blocks of 12.6k floats in 4 KiB buckets: dozens; all but the embedding's go early.
     EXPECT_GT(stats[r].reductions_started_in_backward, 10) << "rank " << r;
     EXPECT_GT(stats[r].dp_reduce_seconds, 0) << "rank " << r;
-    EXPECT_EQ(stats[r].dp_shared_buffers, host_memory[r]) << "rank " << r;
+    EXPECT_TRUE(stats[r].dp_shared_buffers) << "rank " << r;
   }
 }
 
