@@ -4,8 +4,9 @@
 # minutes:
 #   1. ops:        ops_test, every op on CUDA against the CPU backend;
 #   2. local:      dtrain-local 10 steps on cuda against the same run on cpu (losses 1e-4 rel.);
-#   3. multi:      pp=2 x tp=2 on 4 dtrain-worker processes sharing GPU 0 against one worker
-#                  (the integration case multi_worker_staging with DTRAIN_CASE_WORKER_DEVICE);
+#   3. multi:      pp=2 x tp=2 and dp=2 x pp=2 on 4 dtrain-worker processes sharing GPU 0
+#                  against one worker (the integration case multi_worker_staging with
+#                  DTRAIN_CASE_WORKER_DEVICE; dp's buckets through the shared buffers);
 #   4. throughput: tokens/s and MFU of a GPT-2 124M-shaped model (L=12, C=768, NH=12, V=50257,
 #                  T=1024) in fp32, tf32 and bf16, dtrain-local beside PyTorch in the same run.
 # Without a GPU it prints one line and exits 0. Each step's outcome is one line "gpu_check: ...";
@@ -55,7 +56,7 @@ step() {  # step NAME COMMAND...: runs unless skipped, one line of outcome
   if [[ ",$skip," == *",$name,"* ]]; then echo "gpu_check: $name skipped"; return; fi
   local start=$SECONDS
   if "$@" > "$work/$name.log" 2>&1; then
-    echo "gpu_check: $name ok ($((SECONDS - start)) s) $(grep -h '^RESULT \|^pp=2 x tp=2 on' "$work/$name.log" | sed 's/^RESULT //' | tr '\n' ' ')"
+    echo "gpu_check: $name ok ($((SECONDS - start)) s) $(grep -h '^RESULT \|^pp2-tp2 on\|^dp2-pp2 on' "$work/$name.log" | sed 's/^RESULT //' | tr '\n' ' ')"
   else
     echo "gpu_check: $name FAILED ($((SECONDS - start)) s); last lines:"
     tail -20 "$work/$name.log" | sed 's/^/  /'
@@ -77,7 +78,7 @@ print("RESULT worst loss rel diff %.2g over 10 steps" % worst)
 PY
 }
 
-multi_worker() {  # 4 workers on GPU 0, pp=2 x tp=2, against one worker
+multi_worker() {  # 4 workers on GPU 0, pp=2 x tp=2 and dp=2 x pp=2, against one worker
   mkdir -p "$work/wrap"
   for b in dtrain-coordinator dtrain-worker dtrain; do
     printf '#!/bin/sh\nexec "%s/run" %s "$@"\n' "$here" "$b" > "$work/wrap/$b"
