@@ -282,6 +282,7 @@ absl::Status JobRunner::TrainParallel(int rank, const TrainingCallbacks& callbac
   job_options.connect_timeout = options_.connect_timeout;
   job_options.shared_memory = options_.shared_memory;
   job_options.data_connections = options_.data_connections;
+  job_options.data_port = options_.data_port;
   job_options.on_refused = options_.on_peer_refused;
   job_options.on_data_path = [log = options_.on_data_path,
                               metrics = options_.metrics](const comm::DataPathEvent& e) {

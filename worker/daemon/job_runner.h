@@ -109,6 +109,7 @@ struct JobRunnerOptions {
   // Multi-worker jobs: TLS data connections per pair of ranks on different hosts
   // (ParallelJobOptions).
   int data_connections = -1;
+  int data_port = 0;  // their listener's port (ParallelJobOptions)
   // Multi-worker jobs: mutual TLS between peers (ParallelJobOptions::tls).
   TlsFiles peer_tls = TlsFiles::Insecure();
   // The worker's Prometheus metrics (worker_metrics.h); null: none. Must outlive the runner.

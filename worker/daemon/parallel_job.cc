@@ -247,6 +247,7 @@ absl::Status ParallelJob::Connect() {
   o.on_data_path = options_.on_data_path;
   o.shared_memory = options_.shared_memory;
   o.data_connections = options_.data_connections;
+  o.data_port = options_.data_port;
   o.recorder = &recorder_;
   o.tls = options_.tls;
   // Another process listening on this port is an error, not a port to share.

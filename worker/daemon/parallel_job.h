@@ -125,6 +125,8 @@ struct ParallelJobOptions {
   bool shared_memory = true;
   // TLS data connections to peers on other hosts (GrpcTransportOptions::data_connections).
   int data_connections = -1;
+  // Their listener's port (GrpcTransportOptions::data_port); 0: the kernel's choice.
+  int data_port = 0;
   // Mutual TLS of the peer service and channels (GrpcTransportOptions::tls).
   TlsFiles tls = TlsFiles::Insecure();
 };

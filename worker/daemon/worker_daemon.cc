@@ -434,6 +434,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
   runner_options.comm_timeout = options_.comm_timeout;
   runner_options.shared_memory = options_.shared_memory;
   runner_options.data_connections = options_.data_connections;
+  runner_options.data_port = options_.data_port;
   runner_options.peer_tls = options_.peer_tls;
   runner_options.after_step = options_.after_step;
   runner_options.test_only = options_.test_only;

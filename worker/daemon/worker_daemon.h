@@ -92,6 +92,7 @@ struct WorkerOptions {
   absl::Duration comm_timeout = absl::Seconds(60);
   bool shared_memory = true;  // see JobRunnerOptions
   int data_connections = -1;  // see JobRunnerOptions
+  int data_port = 0;          // see JobRunnerOptions
   TlsFiles peer_tls = TlsFiles::Insecure();
   // How long the first registration retries while the coordinator says another live session
   // holds this worker id (ALREADY_EXISTS) before Run gives up: long enough for the lease of a

@@ -78,9 +78,14 @@ ABSL_FLAG(bool, shared_memory, true,
           "stream (a host whose /dev/shm is small or not shared)");
 ABSL_FLAG(int, data_connections, -1,
           "multi-worker jobs: TLS data connections per pair of ranks on different hosts (a "
-          "listener on a port the kernel picks; SECURITY.md): -1 (default) 4 with mutual TLS, "
+          "listener on --data_port; SECURITY.md): -1 (default) 4 with mutual TLS, "
           "none with --plaintext_peers; 0: the data stays on the gRPC stream (a firewall that "
           "lets only the peer port through); N: N connections, encrypted on N threads");
+ABSL_FLAG(int, data_port, 0,
+          "multi-worker jobs: the port the TLS data connections' listener binds (0, the "
+          "default: one the kernel picks), for a firewall between hosts that lets workers "
+          "reach each other only on known ports; if it is taken, peers on other hosts use the "
+          "gRPC stream and the log says why");
 ABSL_FLAG(bool, plaintext_peers, false,
           "multi-worker jobs: the peer service and the connections to peers without TLS (the "
           "coordinator's channel keeps it), for a network only the cluster can reach; every "
@@ -205,6 +210,11 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
                                                    " must be -1 (default), 0 "
                                                    "(none) or at most ",
                                                    comm::kMaxDataConnections));
+  }
+  options.data_port = absl::GetFlag(FLAGS_data_port);
+  if (options.data_port < 0 || options.data_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data_port=", options.data_port, " must be a port, 0 to 65535"));
   }
   options.id_conflict_wait = std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_id_conflict_wait));
   options.peer_listen_address = absl::GetFlag(FLAGS_peer_listen);

@@ -92,9 +92,10 @@ TEST(DtrainWorker, HelpListsTheWorkersOwnFlags) {
   WaitExit(pid, kWait);  // absl's --help exits 1
   const std::string text = ReadFile(log);
   EXPECT_THAT(text, HasSubstr("The dtrain worker daemon"));
-  for (const char* flag : {"--worker_id", "--coordinator", "--device", "--data_root",
-                           "--advertise_address", "--comm_timeout", "--metrics_listen", "--tls_ca",
-                           "--tls_cert", "--tls_key", "--insecure", "--data_connections"}) {
+  for (const char* flag :
+       {"--worker_id", "--coordinator", "--device", "--data_root", "--advertise_address",
+        "--comm_timeout", "--metrics_listen", "--tls_ca", "--tls_cert", "--tls_key", "--insecure",
+        "--data_connections", "--data_port"}) {
     EXPECT_THAT(text, HasSubstr(flag));
   }
   EXPECT_THAT(text, Not(HasSubstr("No flags matched")));
@@ -137,6 +138,16 @@ TEST(DtrainWorker, DataConnectionsOutOfRangeExitsOneNamingTheFlag) {
   EXPECT_EQ(WaitExit(pid, kWait), 1);
   EXPECT_THAT(ReadFile(log), HasSubstr("--data_connections=17 must be -1 (default), 0 (none) or "
                                        "at most 16"));
+}
+
+TEST(DtrainWorker, DataPortOutOfRangeExitsOneNamingTheFlag) {
+  const std::string log = TempPath("bad_data_port.log");
+  pid_t pid = Spawn({"--worker_id=w", "--coordinator=127.0.0.1:1", "--device=cpu",
+                     "--data_port=70000", "--data_root=" + TempPath("bad_data_port")},
+                    log);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, kWait), 1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("--data_port=70000 must be a port, 0 to 65535"));
 }
 
 TEST(DtrainWorker, AdvertiseAddressNeedsAPort) {

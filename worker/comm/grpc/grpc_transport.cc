@@ -191,8 +191,16 @@ class GrpcTransport::Handler : public HelloHandler {
     absl::StatusOr<Inbox*> inbox = Check(hello);
     if (!inbox.ok() && t_->options_.on_refused) t_->options_.on_refused(inbox.status());
     if (!inbox.ok()) return inbox;
-    if (hello.data_offer()) OfferDataConnections(hello.src_rank(), **inbox, ack);
-    if (!hello.shm_offer() || !t_->options_.shared_memory) return inbox;
+    const bool shm = hello.shm_offer() && t_->options_.shared_memory;
+    if (hello.data_offer()) {
+      OfferDataConnections(hello.src_rank(), **inbox, ack);
+      // Without a ring to try first, the stream it is (with one, Attached says why).
+      if (t_->data_listener_ == nullptr && !t_->data_listener_error_.empty() && !shm) {
+        t_->Report({hello.src_rank(), /*incoming=*/true, DataPath::kGrpc,
+                    absl::StrCat("no data connections: ", t_->data_listener_error_)});
+      }
+    }
+    if (!shm) return inbox;
     // The sender may be on this host: a ring only it can prove it mapped (SHM_ATTACHED).
     absl::StatusOr<std::unique_ptr<ShmRing>> ring = ShmRing::Create(t_->options_.shm_ring_bytes);
     if (!ring.ok()) {
@@ -222,9 +230,13 @@ class GrpcTransport::Handler : public HelloHandler {
         // Data connections may follow: DataAttached reports the path.
         if (t_->peers_[src]->tls_offered != nullptr) return absl::OkStatus();
       }
-      t_->Report({src, /*incoming=*/true, DataPath::kGrpc,
-                  "the peer could not map this rank's ring (another host, or a /dev/shm not "
-                  "shared with it)"});
+      std::string why =
+          "the peer could not map this rank's ring (another host, or a /dev/shm not shared "
+          "with it)";
+      if (!t_->data_listener_error_.empty()) {
+        absl::StrAppend(&why, "; no data connections: ", t_->data_listener_error_);
+      }
+      t_->Report({src, /*incoming=*/true, DataPath::kGrpc, std::move(why)});
       return absl::OkStatus();
     }
     if (!PeerSecretsEqual(attached.shm_nonce(), ring->nonce())) {
@@ -405,10 +417,12 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Start(GrpcTranspor
   if (t->data_connections_ > 0 && !HostOf(opt.listen_address).empty()) {
     // Without a listener, senders are told so and use the stream (AttachDataConnections).
     absl::StatusOr<std::unique_ptr<DataListener>> listener =
-        DataListener::Start(HostOf(opt.listen_address));
+        DataListener::Start(HostOf(opt.listen_address), opt.data_port);
     if (listener.ok()) {
       t->data_listener_ = *std::move(listener);
       if (opt.on_refused) t->data_listener_->set_on_refused(opt.on_refused);
+    } else {
+      t->data_listener_error_ = std::string(listener.status().message());
     }
   }
   t->handler_ = std::make_unique<Handler>(t.get());

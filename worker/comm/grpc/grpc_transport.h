@@ -123,6 +123,10 @@ struct GrpcTransportOptions {
   // plaintext stream). 0: never. Where the peer offers none or they cannot be opened, the
   // stream carries the data and on_data_path says why.
   int data_connections = -1;
+  // The port the data connections' listener binds (on listen_address's host); 0: one the
+  // kernel picks. Fixed, a firewall between hosts can let exactly it through. If it cannot be
+  // bound (taken), peers on other hosts use the stream and on_data_path says why.
+  int data_port = 0;
   // Told the data path of every peer this rank sends to (incoming = false) or receives from
   // (true), once set up, with why it is the stream when shared memory was wanted: the worker
   // logs it and counts it. On the connecting or a gRPC thread; may be empty; must not block.
@@ -192,6 +196,7 @@ class GrpcTransport final : public Transport {
   std::vector<std::unique_ptr<Peer>> peers_;     // indexed by rank
   int data_connections_ = 0;                     // options_.data_connections resolved
   std::unique_ptr<DataListener> data_listener_;  // null: no data connections accepted
+  std::string data_listener_error_;              // why there is none, when one was wanted
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

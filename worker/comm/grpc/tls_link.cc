@@ -330,7 +330,8 @@ absl::StatusOr<std::vector<std::unique_ptr<DataConnection>>> ConnectData(
 
 DataListener::DataListener(int fd, int port) : fd_(fd), port_(port) {}
 
-absl::StatusOr<std::unique_ptr<DataListener>> DataListener::Start(const std::string& host) {
+absl::StatusOr<std::unique_ptr<DataListener>> DataListener::Start(const std::string& host,
+                                                                  int port) {
   IgnoreSigpipe();
   std::string bare = BareHost(host);
   if (bare.empty()) bare = "::";
@@ -338,7 +339,10 @@ absl::StatusOr<std::unique_ptr<DataListener>> DataListener::Start(const std::str
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
   addrinfo* found = nullptr;
-  if (int e = getaddrinfo(bare.c_str(), "0", &hints, &found); e != 0) {
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("data listener: port ", port, " out of range"));
+  }
+  if (int e = getaddrinfo(bare.c_str(), std::to_string(port).c_str(), &hints, &found); e != 0) {
     return absl::UnavailableError(
         absl::StrCat("data listener: bad host '", host, "': ", gai_strerror(e)));
   }
@@ -354,16 +358,17 @@ absl::StatusOr<std::unique_ptr<DataListener>> DataListener::Start(const std::str
   if (!bound) {
     const int err = errno;
     if (fd >= 0) close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("data listener: cannot listen on ", host, ": ", strerror(err)));
+    return absl::UnavailableError(absl::StrCat("data listener: cannot listen on ", host, " port ",
+                                               port, port == 0 ? "" : " (--data_port)", ": ",
+                                               strerror(err)));
   }
   sockaddr_storage address{};
   socklen_t len = sizeof(address);
   getsockname(fd, reinterpret_cast<sockaddr*>(&address), &len);
-  const int port =
+  const int bound_port =
       ntohs(address.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
                                           : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
-  std::unique_ptr<DataListener> listener(new DataListener(fd, port));
+  std::unique_ptr<DataListener> listener(new DataListener(fd, bound_port));
   SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
   RestrictToPskTls13(ctx);
   SSL_CTX_set_app_data(ctx, listener.get());

@@ -99,9 +99,9 @@ class TlsReceiver;
 // registered PSK to that PSK's receiver.
 class DataListener {
  public:
-  // `host`: where to bind, as in a gRPC listen address ("[::]", "127.0.0.1"); port 0.
-  // Unavailable if it cannot listen.
-  static absl::StatusOr<std::unique_ptr<DataListener>> Start(const std::string& host);
+  // `host`: where to bind, as in a gRPC listen address ("[::]", "127.0.0.1"); `port`: 0 for one
+  // the kernel picks. Unavailable, naming the address, if it cannot listen (a port taken).
+  static absl::StatusOr<std::unique_ptr<DataListener>> Start(const std::string& host, int port = 0);
   ~DataListener();  // Stop()
   int port() const { return port_; }
   // Connections presenting `psk` go to `receiver`, `connections` of them at most.

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/grpc/grpc_transport.h"
 
@@ -21,9 +22,10 @@ struct Pair {
   std::unique_ptr<GrpcTransport> a, b;  // rank 0 sends to rank 1
 };
 
-// `receiver_connections`: rank 1's own setting (-1: the same as rank 0's).
+// `receiver_connections`: rank 1's own setting (-1: the same as rank 0's); `receiver_data_port`
+// its data listener's port (0: the kernel's choice).
 Pair Start(int connections, std::vector<DataPathEvent>* events = nullptr, absl::Mutex* mu = nullptr,
-           int receiver_connections = -1) {
+           int receiver_connections = -1, int receiver_data_port = 0) {
   Pair pair;
   for (int r = 0; r < 2; ++r) {
     GrpcTransportOptions o;
@@ -33,6 +35,7 @@ Pair Start(int connections, std::vector<DataPathEvent>* events = nullptr, absl::
     o.job_id = "tls-link-test";
     o.shared_memory = false;  // as between two hosts
     o.data_connections = r == 1 && receiver_connections >= 0 ? receiver_connections : connections;
+    o.data_port = r == 1 ? receiver_data_port : 0;
     o.frame_bytes = 256 << 10;
     if (events != nullptr) {
       o.on_data_path = [events, mu](const DataPathEvent& e) {
@@ -130,6 +133,49 @@ TEST(TlsLink, FallsBackToTheStreamAndSaysWhy) {
   EXPECT_FALSE(events[0].incoming);
   EXPECT_EQ(events[0].path, DataPath::kGrpc);
   EXPECT_NE(events[0].why.find("offered no data connections"), std::string::npos) << events[0].why;
+}
+
+// --data_port: the listener binds the port it is given; a port already taken is an error naming
+// it, and a transport that could not bind it sends its peers' data on the stream, saying why.
+TEST(TlsLink, AFixedDataPortIsBoundAndATakenOneNamed) {
+  auto first = DataListener::Start("127.0.0.1");
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int port = (*first)->port();
+  auto taken = DataListener::Start("127.0.0.1", port);
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(taken.status().message()),
+              ::testing::HasSubstr(absl::StrCat("port ", port, " (--data_port)")));
+  EXPECT_EQ(DataListener::Start("127.0.0.1", 65536).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  std::vector<DataPathEvent> events;
+  absl::Mutex mu;
+  {
+    Pair p = Start(2, &events, &mu, /*receiver_connections=*/-1, /*receiver_data_port=*/port);
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    std::vector<float> x = Pattern(1000, 1.0f), out(x.size());
+    ASSERT_TRUE(
+        Send(*p.a, 1, MessageKey::Activation(0, 0), TensorMeta::F32(x.size()), AsBytes(x), deadline)
+            .ok());
+    ASSERT_TRUE(RecvInto(*p.b, 0, MessageKey::Activation(0, 0), TensorMeta::F32(x.size()),
+                         AsWritableBytes(absl::MakeSpan(out)), deadline)
+                    .ok());
+    EXPECT_EQ(out, x);
+    EXPECT_EQ(p.a->data_path(1), DataPath::kGrpc);
+    absl::MutexLock lock(&mu);
+    bool said = false;
+    for (const DataPathEvent& e : events) {
+      said |= e.incoming && e.path == DataPath::kGrpc &&
+              e.why.find(absl::StrCat("port ", port)) != std::string::npos;
+    }
+    EXPECT_TRUE(said) << "rank 1 did not say it could not listen on port " << port;
+  }
+  (*first)->Stop();
+  first->reset();
+  // Free again: a transport binds it, and the data goes through it.
+  Pair p = Start(2, nullptr, nullptr, /*receiver_connections=*/-1, /*receiver_data_port=*/port);
+  ASSERT_TRUE(p.a->Connect({1}, absl::Now() + absl::Seconds(20)).ok());
+  EXPECT_EQ(p.a->data_path(1), DataPath::kTlsSockets);
 }
 
 // A listener admits only the keys it registered, and a registered identity only with its key.
