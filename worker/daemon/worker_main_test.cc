@@ -129,35 +129,30 @@ TEST(DtrainWorker, NeitherTlsFilesNorInsecureRefusesToStart) {
             "reach the port controls the cluster)\n");
 }
 
-TEST(DtrainWorker, DataConnectionsOutOfRangeExitsOneNamingTheFlag) {
-  const std::string log = TempPath("bad_connections.log");
-  pid_t pid = Spawn({"--worker_id=w", "--coordinator=127.0.0.1:1", "--device=cpu",
-                     "--data_connections=17", "--data_root=" + TempPath("bad_connections")},
+// The worker started with one bad flag exits 1 with `want` in its log.
+void ExpectRefused(const std::string& name, const std::string& flag, const std::string& want) {
+  const std::string log = TempPath(name + ".log");
+  pid_t pid = Spawn({"--worker_id=w", "--coordinator=127.0.0.1:1", "--device=cpu", flag,
+                     "--data_root=" + TempPath(name)},
                     log);
   ASSERT_GT(pid, 0);
   EXPECT_EQ(WaitExit(pid, kWait), 1);
-  EXPECT_THAT(ReadFile(log), HasSubstr("--data_connections=17 must be -1 (default), 0 (none) or "
-                                       "at most 16"));
+  EXPECT_THAT(ReadFile(log), HasSubstr(want));
+}
+
+TEST(DtrainWorker, DataConnectionsOutOfRangeExitsOneNamingTheFlag) {
+  ExpectRefused("bad_connections", "--data_connections=17",
+                "--data_connections=17 must be -1 (default), 0 (none) or at most 16");
 }
 
 TEST(DtrainWorker, DataPortOutOfRangeExitsOneNamingTheFlag) {
-  const std::string log = TempPath("bad_data_port.log");
-  pid_t pid = Spawn({"--worker_id=w", "--coordinator=127.0.0.1:1", "--device=cpu",
-                     "--data_port=70000", "--data_root=" + TempPath("bad_data_port")},
-                    log);
-  ASSERT_GT(pid, 0);
-  EXPECT_EQ(WaitExit(pid, kWait), 1);
-  EXPECT_THAT(ReadFile(log), HasSubstr("--data_port=70000 must be a port, 0 to 65535"));
+  ExpectRefused("bad_data_port", "--data_port=70000",
+                "--data_port=70000 must be a port, 0 to 65535");
 }
 
 TEST(DtrainWorker, AdvertiseAddressNeedsAPort) {
-  const std::string log = TempPath("bad_address.log");
-  pid_t pid = Spawn({"--worker_id=w", "--coordinator=127.0.0.1:1", "--device=cpu",
-                     "--advertise_address=10.0.0.1", "--data_root=" + TempPath("bad_address")},
-                    log);
-  ASSERT_GT(pid, 0);
-  EXPECT_EQ(WaitExit(pid, kWait), 1);
-  EXPECT_THAT(ReadFile(log), HasSubstr("--advertise_address=10.0.0.1 must be host:port"));
+  ExpectRefused("bad_address", "--advertise_address=10.0.0.1",
+                "--advertise_address=10.0.0.1 must be host:port");
 }
 
 TEST(DtrainWorker, AnAllowedPathThatDoesNotExistExitsOneNamingIt) {

@@ -60,6 +60,19 @@ std::vector<float> Pattern(int64_t n, float seed) {
   return x;
 }
 
+// Sends `n` floats from rank 0 to rank 1 and expects them to arrive whole.
+void ExpectArrives(Pair& p, int64_t n, int step) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  std::vector<float> x = Pattern(n, 3.0f), out(x.size());
+  ASSERT_TRUE(Send(*p.a, 1, MessageKey::Activation(step, 0), TensorMeta::F32(x.size()), AsBytes(x),
+                   deadline)
+                  .ok());
+  ASSERT_TRUE(RecvInto(*p.b, 0, MessageKey::Activation(step, 0), TensorMeta::F32(x.size()),
+                       AsWritableBytes(absl::MakeSpan(out)), deadline)
+                  .ok());
+  EXPECT_EQ(out, x);
+}
+
 TEST(TlsLink, MessagesOfEverySizeArriveWholeAndInOrder) {
   std::vector<DataPathEvent> events;
   absl::Mutex mu;
@@ -118,15 +131,7 @@ TEST(TlsLink, FallsBackToTheStreamAndSaysWhy) {
   std::vector<DataPathEvent> events;
   absl::Mutex mu;
   Pair p = Start(2, &events, &mu, /*receiver_connections=*/0);
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  std::vector<float> x = Pattern(100000, 3.0f), out(x.size());
-  ASSERT_TRUE(
-      Send(*p.a, 1, MessageKey::Activation(0, 0), TensorMeta::F32(x.size()), AsBytes(x), deadline)
-          .ok());
-  ASSERT_TRUE(RecvInto(*p.b, 0, MessageKey::Activation(0, 0), TensorMeta::F32(x.size()),
-                       AsWritableBytes(absl::MakeSpan(out)), deadline)
-                  .ok());
-  EXPECT_EQ(out, x);
+  ExpectArrives(p, 100000, 0);
   EXPECT_EQ(p.a->data_path(1), DataPath::kGrpc);
   absl::MutexLock lock(&mu);
   ASSERT_EQ(events.size(), 1u);
@@ -152,15 +157,7 @@ TEST(TlsLink, AFixedDataPortIsBoundAndATakenOneNamed) {
   absl::Mutex mu;
   {
     Pair p = Start(2, &events, &mu, /*receiver_connections=*/-1, /*receiver_data_port=*/port);
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    std::vector<float> x = Pattern(1000, 1.0f), out(x.size());
-    ASSERT_TRUE(
-        Send(*p.a, 1, MessageKey::Activation(0, 0), TensorMeta::F32(x.size()), AsBytes(x), deadline)
-            .ok());
-    ASSERT_TRUE(RecvInto(*p.b, 0, MessageKey::Activation(0, 0), TensorMeta::F32(x.size()),
-                         AsWritableBytes(absl::MakeSpan(out)), deadline)
-                    .ok());
-    EXPECT_EQ(out, x);
+    ExpectArrives(p, 1000, 0);
     EXPECT_EQ(p.a->data_path(1), DataPath::kGrpc);
     absl::MutexLock lock(&mu);
     bool said = false;
