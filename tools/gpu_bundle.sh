@@ -47,10 +47,11 @@ done | sort -u | while read -r lib; do
   cp -L "$lib" "$out/lib/$(basename "$lib")"
 done
 strip --strip-unneeded "$out"/lib/*.so* 2>/dev/null || true
-# OpenBLAS alone is 36 MB (kernels for every x86 generation): libraries over 4 MiB travel
-# gzipped, and the launcher unpacks them on its first run.
+# OpenBLAS alone is 36 MB (kernels for every x86 generation): libraries over 2 MiB travel
+# gzipped (the bundle then leaves room for the repository within the device tool's 64 MiB), and
+# the launcher unpacks them on its first run.
 for lib in "$out"/lib/*; do
-  if (($(stat -c %s "$lib") > 4 * 1024 * 1024)); then gzip -9 "$lib"; fi
+  if (($(stat -c %s "$lib") > 2 * 1024 * 1024)); then gzip -9 "$lib"; fi
 done
 loader=$(basename "$(ls "$out"/lib/ld-linux-*.so.* | head -1)")
 
