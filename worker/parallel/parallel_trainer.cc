@@ -76,7 +76,15 @@ class PinnedRegistration {
  public:
   static absl::StatusOr<std::unique_ptr<PinnedRegistration>> Create(kernels::Backend* backend,
                                                                     absl::Span<float> memory) {
-    RETURN_IF_ERROR(backend->RegisterPinned(memory.data(), memory.size() * sizeof(float)));
+    const size_t bytes = memory.size() * sizeof(float);
+    if (absl::Status s = backend->RegisterPinned(memory.data(), bytes); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("registering the dp group's shared gradient "
+                                                 "buffers (",
+                                                 bytes,
+                                                 " bytes) for the device's "
+                                                 "copies: ",
+                                                 s.message()));
+    }
     return std::unique_ptr<PinnedRegistration>(new PinnedRegistration(backend, memory.data()));
   }
   ~PinnedRegistration() { backend_->UnregisterPinned(ptr_); }
