@@ -56,6 +56,21 @@ def refused_in_one_line(what, rc, err, words):
     print("%s -> exit %d: %s" % (what, rc, err.strip()))
 
 
+def listening(port):
+    """Whether a TCP socket of this host listens on `port` (/proc/net/tcp and tcp6)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # LISTEN
+                return True
+    return False
+
+
 def case_tls(args):
     """With mutual TLS: the coordinator and a worker started with neither TLS files nor
     --insecure exit 2 saying what to pass; the daemons export dtrain_*_tls_enabled 1; the CLI
@@ -65,7 +80,8 @@ def case_tls(args):
     a plaintext client and a TLS client without a certificate get nothing from the coordinator
     nor from a worker's peer port, while the worker certificate does; a dp=2 job trains to
     SUCCEEDED over TLS with the admin certificate, its tensors through TLS data connections in
-    both directions (w2 has no shared memory, as a worker of another host: both workers log
+    both directions (w2 has no shared memory, as a worker of another host, and its data
+    listener on a fixed --data_port, listening while the job runs: both workers log
     `goes through tls sockets` for their peer, never the gRPC stream)."""
     with Cluster(args.binaries, "tls", tls=True) as c:
         d, cli = c.tls_dir, c.bin["cli"]
@@ -96,7 +112,9 @@ def case_tls(args):
         c.write_corpus()
         c.start_coordinator()  # waits for `dtrain workers` with the admin certificate
         c.start_worker("w1")
-        c.start_worker("w2", ["--shared_memory=false"])  # as if on another host
+        data_port = free_port()
+        # As if on another host; its data connections' listener on a fixed port (--data_port).
+        c.start_worker("w2", ["--shared_memory=false", "--data_port=%d" % data_port])
         c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
         for process, gauge in (("coordinator", "dtrain_coordinator_tls_enabled"),
                                ("worker-w1", "dtrain_worker_tls_enabled")):
@@ -156,6 +174,7 @@ def case_tls(args):
         refused_in_one_line("the CLI in plaintext at rank 1's peer port", rc, err,
                             ["requires mutual TLS and this client is plaintext"])
 
+        expect(listening(data_port), "w2's data listener is not on --data_port=%d" % data_port)
         rc, out, err = c.cli("watch", job_id, "--quiet", timeout=300)
         expect(rc == 0, "the job over TLS: exit %d\n%s\n%s" % (rc, out[-800:], err))
         for w in ("w1", "w2"):
