@@ -264,6 +264,20 @@ TEST(CheckpointWriter, ADeadRankStopsRankZeroWaitingAtOnce) {
   EXPECT_EQ(Latest(dir), "(none)");
 }
 
+// Rank 0 of two submits step 4 alone and finishes within 3 s (not the 10 s seal timeout),
+// ABORTED with `want` in its message; nothing is sealed.
+void ExpectRankZeroAbortsWithinSeconds(const CheckpointWriterOptions& o, const std::string& dir,
+                                       const std::string& want) {
+  CheckpointWriter rank0(o);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(rank0.Submit(4, FilesOf(0, 4), 0.0).ok());
+  absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted) << done.status();
+  EXPECT_THAT(done.status().message(), HasSubstr(want));
+  EXPECT_EQ(Latest(dir), "(none)");
+}
+
 TEST(CheckpointWriter, AStoppedRankZeroWaitsForTheOthersOnlyASecond) {
   // This rank's transport was shut down (Cancelled): a live peer publishes within moments, a
   // dead one never, and the two are no longer told apart.
@@ -271,14 +285,7 @@ TEST(CheckpointWriter, AStoppedRankZeroWaitsForTheOthersOnlyASecond) {
   Sealer sealer{dir};
   CheckpointWriterOptions o = Options(dir, 0, 2, &sealer);  // 10 s seal timeout
   o.peers_failed = [] { return absl::CancelledError("rank 0's transport was shut down"); };
-  CheckpointWriter rank0(o);
-  const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(rank0.Submit(4, FilesOf(0, 4), 0.0).ok());
-  absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
-  EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted) << done.status();
-  EXPECT_THAT(done.status().message(), HasSubstr("no entries from rank 1 before the run ended"));
-  EXPECT_EQ(Latest(dir), "(none)");
+  ExpectRankZeroAbortsWithinSeconds(o, dir, "no entries from rank 1 before the run ended");
 }
 
 TEST(CheckpointWriter, APeerThatLeftIsWaitedForOnlyItsGraceAndNamed) {
@@ -289,16 +296,9 @@ TEST(CheckpointWriter, APeerThatLeftIsWaitedForOnlyItsGraceAndNamed) {
   CheckpointWriterOptions o = Options(dir, 0, 2, &sealer);  // 10 s seal timeout
   o.peer_left = [] { return std::string("rank 1 (worker w2 at 10.0.0.2:7070)"); };
   o.left_peer_grace = absl::Milliseconds(300);
-  CheckpointWriter rank0(o);
-  const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(rank0.Submit(4, FilesOf(0, 4), 0.0).ok());
-  absl::StatusOr<std::vector<CheckpointWritten>> done = rank0.Finish();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
-  EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted) << done.status();
-  EXPECT_THAT(done.status().message(),
-              HasSubstr("no entries from rank 1 before the run ended (rank 1 (worker w2 at "
-                        "10.0.0.2:7070) left the run)"));
-  EXPECT_EQ(Latest(dir), "(none)");
+  ExpectRankZeroAbortsWithinSeconds(o, dir,
+                                    "no entries from rank 1 before the run ended (rank 1 (worker "
+                                    "w2 at 10.0.0.2:7070) left the run)");
 }
 
 TEST(CheckpointWriter, ALeftPeerWhoseEntriesShowWithinTheGraceIsSealed) {

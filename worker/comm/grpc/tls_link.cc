@@ -229,54 +229,61 @@ DataConnection::~DataConnection() {
   close(fd_);
 }
 
+namespace {
+
+// Moves n bytes through `io(offset, &moved)` (one SSL_write_ex or SSL_read_ex call), calling
+// `check` whenever the socket would block. The SSL error that stopped it (SSL_ERROR_NONE once all
+// n moved), with `*done` the bytes moved; or check()'s error.
+template <typename Io>
+absl::StatusOr<int> MoveBytes(SSL* ssl, size_t n, const Io& io,
+                              const std::function<absl::Status()>& check, size_t* done) {
+  *done = 0;
+  while (*done < n) {
+    ERR_clear_error();
+    size_t moved = 0;
+    const int r = io(*done, &moved);
+    if (r == 1) {
+      *done += moved;
+      continue;
+    }
+    const int e = SSL_get_error(ssl, r);
+    if (e != SSL_ERROR_WANT_WRITE && e != SSL_ERROR_WANT_READ) return e;
+    RETURN_IF_ERROR(check());
+  }
+  return SSL_ERROR_NONE;
+}
+
+constexpr absl::string_view kBroke =
+    "its data connection broke (the peer died or the network failed): ";
+
+}  // namespace
+
 absl::Status DataConnection::Write(const void* data, size_t n,
                                    const std::function<absl::Status()>& check) {
   const auto* p = static_cast<const char*>(data);
   size_t done = 0;
-  while (done < n) {
-    ERR_clear_error();
-    size_t written = 0;
-    const int r = SSL_write_ex(ssl_, p + done, n - done, &written);
-    if (r == 1) {
-      done += written;
-      continue;
-    }
-    const int e = SSL_get_error(ssl_, r);
-    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
-      RETURN_IF_ERROR(check());
-      continue;
-    }
-    return absl::UnavailableError(absl::StrCat(
-        "its data connection broke (the peer died or the network failed): ", SslErrors()));
-  }
-  return absl::OkStatus();
+  const auto write = [&](size_t at, size_t* moved) {
+    return SSL_write_ex(ssl_, p + at, n - at, moved);
+  };
+  ASSIGN_OR_RETURN(const int e, MoveBytes(ssl_, n, write, check, &done));
+  if (e == SSL_ERROR_NONE) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(kBroke, SslErrors()));
 }
 
 absl::Status DataConnection::Read(void* data, size_t n,
                                   const std::function<absl::Status()>& check) {
   auto* p = static_cast<char*>(data);
   size_t done = 0;
-  while (done < n) {
-    ERR_clear_error();
-    size_t got = 0;
-    const int r = SSL_read_ex(ssl_, p + done, n - done, &got);
-    if (r == 1) {
-      done += got;
-      continue;
-    }
-    const int e = SSL_get_error(ssl_, r);
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-      RETURN_IF_ERROR(check());
-      continue;
-    }
-    if (e == SSL_ERROR_ZERO_RETURN && done == 0) {
-      return absl::OutOfRangeError("the peer closed the data connection");
-    }
-    return absl::UnavailableError(
-        absl::StrCat("its data connection broke (the peer died or the network failed): ",
-                     e == SSL_ERROR_ZERO_RETURN ? "closed inside a frame" : SslErrors()));
+  const auto read = [&](size_t at, size_t* moved) {
+    return SSL_read_ex(ssl_, p + at, n - at, moved);
+  };
+  ASSIGN_OR_RETURN(const int e, MoveBytes(ssl_, n, read, check, &done));
+  if (e == SSL_ERROR_NONE) return absl::OkStatus();
+  if (e == SSL_ERROR_ZERO_RETURN && done == 0) {
+    return absl::OutOfRangeError("the peer closed the data connection");
   }
-  return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat(kBroke, e == SSL_ERROR_ZERO_RETURN ? "closed inside a frame" : SslErrors()));
 }
 
 bool DataConnection::Close(absl::Time deadline) {
