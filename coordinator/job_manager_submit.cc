@@ -1,5 +1,5 @@
-// JobManager's SubmitJob helpers: a resume_from naming a job resolved to that job's latest
-// sealed checkpoint.
+// JobManager's SubmitJob helpers: a resume_from naming a job that has ended resolved to that
+// job's latest sealed checkpoint.
 #include <string>
 #include <vector>
 
@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_manager_internal.h"
+#include "coordinator/job_transitions.h"
 #include "plan/job_plan.h"
 #include "plan/spec_json.h"
 
@@ -21,6 +22,13 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
     return plan::InvalidSpec(absl::StrCat("resume_from=\"", from, "\": there is no such job"));
   }
   RETURN_IF_ERROR(source.status());
+  if (!IsFinal(source->state())) {
+    // Its newest steps are still to come, and its retention removes older ones under a copy
+    // that waits in the queue.
+    return plan::InvalidSpec(absl::StrCat(
+        "resume_from=\"", from, "\": ", from, " is ", JobState_Name(source->state()),
+        ": resume it once it has ended (`dtrain cancel ", from, "` ends it now)"));
+  }
   ASSIGN_OR_RETURN(std::vector<CheckpointInfo> sealed, store_->Checkpoints(from));
   if (sealed.empty()) {
     return plan::InvalidSpec(absl::StrCat(

@@ -476,6 +476,13 @@ TEST(JobManager, ResumeFromAJobIdIsItsLatestSealedCheckpoint) {
     req.set_spec_json(json);
     return h.m().SubmitJob(req);
   };
+  // While job-000001 runs, its checkpoints still change: no resume from it yet.
+  absl::StatusOr<SubmitJobResponse> early = resume(30);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(early.status().message(),
+              HasSubstr("job-000001 is RUNNING: resume it once it has ended "
+                        "(`dtrain cancel job-000001` ends it now)"));
+  ASSERT_TRUE(h.m().CancelJob("job-000001", "").ok());
   absl::StatusOr<SubmitJobResponse> low = resume(20);
   EXPECT_EQ(low.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(low.status().message(), HasSubstr("steps=20 is not beyond step 20 of job-000001"));
@@ -487,11 +494,38 @@ TEST(JobManager, ResumeFromAJobIdIsItsLatestSealedCheckpoint) {
   ASSERT_TRUE(listed.ok());
   EXPECT_EQ(listed->checkpoints_size(), 2);
   EXPECT_EQ(listed->status().last_sealed_step(), 20);
-  ListJobsRequest running, queued;
-  running.add_states(RUNNING);
+  ListJobsRequest queued;
   queued.add_states(QUEUED);
-  EXPECT_THAT(h.m().ListJobs(running)->jobs(), testing::SizeIs(1));
   EXPECT_THAT(h.m().ListJobs(queued)->jobs(), testing::SizeIs(2));
+}
+
+TEST(JobManager, StepsThatRetentionRemovedAreForgotten) {
+  Harness h(TempDb("retention-forgotten"));
+  h.RunOn(1, kSpec);
+  ReportProgressRequest r;
+  r.set_worker_id("w1");
+  r.set_session_id("s-w1");
+  r.set_job_id("job-000001");
+  // An earlier run's step on another host's disk is not in this directory's listing.
+  r.mutable_checkpoint()->set_step(5);
+  r.mutable_checkpoint()->set_path("/elsewhere/job-000001/step_00000005");
+  ASSERT_TRUE(h.m().ReportProgress(r).ok());
+  for (int step : {10, 20, 30}) {
+    r.mutable_checkpoint()->set_step(step);
+    r.mutable_checkpoint()->set_path(absl::StrCat("/ckpt/job-000001/step_000000", step));
+    r.mutable_checkpoint()->clear_kept_steps();
+    // keep_last 2: the seal of step 30 removed step 10.
+    for (int kept : {10, 20, 30}) {
+      if (kept <= step && kept > step - 20) r.mutable_checkpoint()->add_kept_steps(kept);
+    }
+    ASSERT_TRUE(h.m().ReportProgress(r).ok());
+  }
+  absl::StatusOr<ListCheckpointsResponse> listed = h.m().ListCheckpoints("job-000001");
+  ASSERT_TRUE(listed.ok());
+  std::vector<int64_t> steps;
+  for (const CheckpointInfo& c : listed->checkpoints()) steps.push_back(c.step());
+  EXPECT_THAT(steps, testing::ElementsAre(5, 20, 30));
+  EXPECT_EQ(listed->status().last_sealed_step(), 30);
 }
 
 TEST(JobManager, ARankErrorFailsTheJobAndStopsTheOthers) {

@@ -12,6 +12,7 @@
 
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -575,7 +576,8 @@ absl::Status JobStore::SetRecoveries(absl::string_view job_id,
   return s.BindBlob(1, list.SerializeAsString()).Bind(2, job_id).Run();
 }
 
-absl::Status JobStore::AddCheckpoint(absl::string_view job_id, const CheckpointInfo& sealed) {
+absl::Status JobStore::AddCheckpoint(absl::string_view job_id, const CheckpointInfo& sealed,
+                                     absl::Span<const int64_t> kept) {
   absl::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
     ASSIGN_OR_RETURN(CheckpointStatus status, CheckpointStatusLocked(job_id));
@@ -586,11 +588,33 @@ absl::Status JobStore::AddCheckpoint(absl::string_view job_id, const CheckpointI
       RETURN_IF_ERROR(WriteCheckpointStatusLocked(job_id, status));
     }
     Statement s(db_, path_, "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)");
-    return s.Bind(1, job_id)
-        .Bind(2, sealed.step())
-        .Bind(3, sealed.path())
-        .Bind(4, sealed.time_unix_ms())
-        .Run();
+    RETURN_IF_ERROR(s.Bind(1, job_id)
+                        .Bind(2, sealed.step())
+                        .Bind(3, sealed.path())
+                        .Bind(4, sealed.time_unix_ms())
+                        .Run());
+    if (kept.empty()) return absl::OkStatus();
+    // Only this directory's rows: an earlier run's steps on another host's disk are not in
+    // this listing.
+    auto parent = [](absl::string_view path) { return path.substr(0, path.rfind('/')); };
+    const absl::flat_hash_set<int64_t> keep(kept.begin(), kept.end());
+    std::vector<int64_t> removed;
+    Statement rows(db_, path_, "SELECT step, path FROM checkpoints WHERE job_id = ?");
+    rows.Bind(1, job_id);
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, rows.Step());
+      if (!row) break;
+      const int64_t step = rows.Int(0);
+      if (step != sealed.step() && !keep.contains(step) &&
+          parent(rows.Text(1)) == parent(sealed.path())) {
+        removed.push_back(step);
+      }
+    }
+    for (int64_t step : removed) {
+      Statement drop(db_, path_, "DELETE FROM checkpoints WHERE job_id = ? AND step = ?");
+      RETURN_IF_ERROR(drop.Bind(1, job_id).Bind(2, step).Run());
+    }
+    return absl::OkStatus();
   });
 }
 

@@ -123,7 +123,11 @@ class JobStore {
   // Replaces the job's recoveries (Job.recoveries). NotFound for an unknown job.
   absl::Status SetRecoveries(absl::string_view job_id, absl::Span<const Recovery> recoveries);
   // Records a sealed checkpoint step; Job.checkpoint.last_sealed_step follows the highest.
-  absl::Status AddCheckpoint(absl::string_view job_id, const CheckpointInfo& sealed);
+  // `kept`: the sealed steps in the step's job directory after its retention (from the
+  // worker's listing); the rows of that directory's other steps go in the same transaction.
+  // Empty: none go.
+  absl::Status AddCheckpoint(absl::string_view job_id, const CheckpointInfo& sealed,
+                             absl::Span<const int64_t> kept = {});
   // Sealed steps, oldest first. NotFound for an unknown job.
   absl::StatusOr<std::vector<CheckpointInfo>> Checkpoints(absl::string_view job_id);
 

@@ -280,7 +280,8 @@ function drawJob() {
   }
   if (whoami.may_submit) {
     actions.append(el("button", {id: "resubmit", onclick: () => resubmitJob(false)}, "Resubmit"));
-    if (num(job.checkpoint && job.checkpoint.last_sealed_step) > 0) {
+    // Only once it has ended: until then its retention may remove the step a copy waits for.
+    if (FINAL.has(job.state) && num(job.checkpoint && job.checkpoint.last_sealed_step) > 0) {
       actions.append(el("button", {id: "resume", onclick: () => resubmitJob(true)},
                         "Resume from step " + num(job.checkpoint.last_sealed_step)));
     }

@@ -102,7 +102,8 @@ def case_checkpoint_retention(args):
     """checkpoint.keep_last 2 and keep_every 5 with a checkpoint every step of a 12-step job:
     the job SUCCEEDS and its directory holds exactly the sealed steps 5 and 10 (milestones) and
     11 and 12 (the newest two), `latest` naming 12, and `status` shows the directory's size
-    (CheckpointStatus.dir_bytes: at least those steps, at most the whole directory); a spec
+    (CheckpointStatus.dir_bytes: at least those steps, at most the whole directory) and
+    `dtrain checkpoints` lists exactly those steps (the coordinator forgets removed ones); a spec
     with keep_last -1 is refused at submit naming the field."""
     with Cluster(args.binaries, "checkpoint_retention") as c:
         c.write_corpus()
@@ -136,6 +137,12 @@ def case_checkpoint_retention(args):
                "directory %d" % (reported, sealed, du(job_dir)))
         rc, out, err = c.cli("status", job_id, timeout=30)
         expect(" MiB on disk" in out, "`dtrain status` does not show the disk usage:\n%s" % out)
+        # The coordinator forgot the steps retention removed: `checkpoints` lists what is there.
+        rc, out, err = c.cli("checkpoints", job_id, timeout=30)
+        listed = [int(line.split()[0]) for line in out.splitlines()
+                  if line.split() and line.split()[0].isdigit()]
+        expect(listed == [5, 10, 11, 12], "`dtrain checkpoints` lists steps %s, the directory "
+               "holds %s:\n%s" % (listed, steps, out))
 
         bad = dict(spec, name="bad-retention")
         bad["checkpoint"] = dict(spec["checkpoint"], keep_last=-1)

@@ -197,7 +197,8 @@ def case_sigterm_cause(args):
 def case_resubmit_resume(args):
     """A pp=2 job cancelled after a sealed checkpoint continues with `dtrain resubmit JOB
     --resume` from its last sealed step, and every step after it has the loss of an
-    uninterrupted run of the same spec (bit-identical resume: within 1e-6 relative)."""
+    uninterrupted run of the same spec (bit-identical resume: within 1e-6 relative). While it
+    ran, the same resubmit was refused naming its state."""
     with Cluster(args.binaries, "resubmit_resume") as c:
         start(c, 2)
         steps = 40
@@ -219,6 +220,10 @@ def case_resubmit_resume(args):
                          or j.get("state") in FINAL, 240, "a sealed checkpoint")
         expect(job.get("state") not in FINAL,
                "the job ended (%s) before it could be cancelled; make it longer" % job.get("state"))
+        # Not while it runs: its retention would remove the step a queued copy waits to load.
+        rc, out, err = c.cli("resubmit", interrupted, "--resume", timeout=60)
+        expect(rc == 2 and re.search(r"is (RUNNING|RECOVERING): resume it once it has ended", err),
+               "resubmit --resume of a running job: exit %d\n%s%s" % (rc, out, err))
         c.cli("cancel", interrupted, check=True)
         cancelled = c.wait_state(interrupted, FINAL, 60)
         expect(cancelled["state"] == "CANCELLED", "cancel: %s" % cancelled["state"])

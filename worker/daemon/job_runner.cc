@@ -389,6 +389,7 @@ void JobRunner::OnCheckpoint(const CheckpointWritten& c) {
     sealed.set_step(c.step);
     sealed.set_path(c.dir);
     sealed.set_dir_bytes(DirectoryBytes(job_dir_));  // after the seal's retention
+    for (int64_t step : model::SealedStepsIn(job_dir_)) sealed.add_kept_steps(step);
     callbacks_.checkpoint(sealed);
   }
 }

@@ -234,6 +234,15 @@ bool HasSealedStep(const std::string& dir) {
   return held.ok() && !SealedSteps(*held).empty();
 }
 
+std::vector<int64_t> SealedStepsIn(const std::string& dir) {
+  absl::StatusOr<HeldDirectory> held = HeldDirectory::Open(dir);
+  if (!held.ok()) return {};
+  std::vector<int64_t> steps;
+  for (const auto& [step, name] : SealedSteps(*held)) steps.push_back(step);
+  std::reverse(steps.begin(), steps.end());
+  return steps;
+}
+
 absl::StatusOr<std::string> RemoveOrphans(const HeldDirectory& dir) {
   auto is_temp = [](absl::string_view name) { return absl::StrContains(name, ".tmp."); };
   std::vector<std::string> steps, temps;

@@ -60,6 +60,10 @@ absl::StatusOr<HeldDirectory> OpenStepDirectory(const std::string& step_dir);
 // a recovery resumes from it, else starts afresh. `latest` alone does not count.
 bool HasSealedStep(const std::string& dir);
 
+// The sealed steps of job directory `dir` (a path), oldest first; empty when it cannot be
+// opened. What rank 0 reports after each seal and its retention (CheckpointSealed.kept_steps).
+std::vector<int64_t> SealedStepsIn(const std::string& dir);
+
 // At the start of a run in job directory `dir` (rank 0, before any rank writes): removes what
 // killed or cancelled writers left behind, never a sealed step: "*.tmp.<pid>" files in the
 // directory and its step directories, and step directories without a seal. Returns what was
