@@ -12,7 +12,7 @@ import shutil
 import signal
 import subprocess
 
-from harness import Cluster, expect, losses, small_job_spec
+from harness import Cluster, expect, job_metric, losses, small_job_spec
 from recovery_cases import (FINAL, STEP_DELAY, compare, one_recovery, run_reference, start,
                             wait_sealed)
 
@@ -179,8 +179,9 @@ def case_checkpoint_disk_full(args):
     """A one-worker job checkpointing every step into a 2 MiB tmpfs (mounted by the test; skipped
     with a message when mounting is not permitted) with keep_last 2: each step takes about
     0.7 MiB, so from the third on a checkpoint does not fit and is skipped with an event in the
-    job's log; training goes on, the job SUCCEEDS, and no partial step remains (only sealed
-    step directories)."""
+    job's log and counted in dtrain_worker_checkpoints_skipped_total (the CheckpointSkipped
+    alert's series); training goes on, the job SUCCEEDS, and no partial step remains (only
+    sealed step directories)."""
     with Cluster(args.binaries, "checkpoint_disk_full") as c, \
             small_tmpfs(c, "2m", "checkpoint_disk_full") as small:
         if small is not None:
@@ -197,6 +198,9 @@ def case_checkpoint_disk_full(args):
             rc, out, err = c.cli("logs", job_id, timeout=30)
             skips = [l for l in out.splitlines() if "skipped:" in l and "training goes on" in l]
             expect(skips, "the job's log should say a checkpoint was skipped:\n%s" % out)
+            counted = job_metric(c, "worker-w1", "dtrain_worker_checkpoints_skipped_total", job_id)
+            expect(counted == len(skips), "dtrain_worker_checkpoints_skipped_total is %s, the "
+                   "log has %d skips" % (counted, len(skips)))
             job_dir = os.path.join(small, job_id)
             steps = sorted(n for n in os.listdir(job_dir) if n.startswith("step_"))
             expect(steps, "no sealed step at all in %s" % job_dir)

@@ -10,9 +10,8 @@ import glob
 import json
 import os
 import subprocess
-import urllib.request
 
-from harness import Cluster, TestFailure, expect, small_job_spec
+from harness import Cluster, TestFailure, expect, job_metric, small_job_spec
 from metrics_cases import events, expect_scalars_equal
 
 
@@ -31,16 +30,6 @@ def step_history(c, job_id):
     """The job's steps as `dtrain --json watch` replays them: [{step, loss, ..., val_loss?}]."""
     rc, out, err = c.cli("--json", "watch", job_id, check=True, timeout=60)
     return [u for u in map(json.loads, out.splitlines()) if u["type"] == "step"]
-
-
-def gauge(c, process, name, job_id):
-    """The value of `name`{job_id=...} on `process`'s /metrics, or None."""
-    url = "http://127.0.0.1:%d/metrics" % c.metrics_ports[process]
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + "{") and 'job_id="%s"' % job_id in line:
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 def case_eval_in_the_loop(args):
@@ -98,7 +87,7 @@ def case_eval_in_the_loop(args):
         expect_scalars_equal("job directory", events(files[0])[1], with_eval)
 
         # Prometheus: every rank computed the same val_loss (an all-reduce over the job).
-        gauges = [gauge(c, "worker-" + w, "dtrain_worker_val_loss", jobs["with_eval"])
+        gauges = [job_metric(c, "worker-" + w, "dtrain_worker_val_loss", jobs["with_eval"])
                   for w in ("w1", "w2", "w3", "w4")]
         expect(all(g is not None and abs(g - val_loss[20]) < 1e-12 for g in gauges),
                "dtrain_worker_val_loss %r, history %r" % (gauges, val_loss[20]))

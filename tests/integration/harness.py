@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 _PR_SET_PDEATHSIG = 1
 
@@ -429,6 +430,17 @@ def losses(c, job_id):
                        % (job_id, update["step"]))
                 steps[update["step"]] = float(update["loss"])
     return steps
+
+
+def job_metric(c, process, name, job_id):
+    """The value of `name`{job_id=...} on `process`'s /metrics ("worker-w1", "coordinator"),
+    or None when it has no such series."""
+    url = "http://127.0.0.1:%d/metrics" % c.metrics_ports[process]
+    with urllib.request.urlopen(url, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + "{") and 'job_id="%s"' % job_id in line:
+                return float(line.rsplit(" ", 1)[1])
+    return None
 
 
 def small_job_spec(ckpt_dir, steps, interval=0, **overrides):

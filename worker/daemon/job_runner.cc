@@ -378,6 +378,7 @@ void JobRunner::OnCheckpoint(const CheckpointWritten& c) {
     // Several ranks skip a step together: rank 0's reason names every rank that could not
     // hold its part (parallel/checkpoint_writer.h).
     if (rank_ != 0) return;
+    if (options_.metrics != nullptr) options_.metrics->OnCheckpointSkipped();
     callbacks_.event(absl::StrCat("checkpoint at step ", c.step, " skipped: ", c.skip_reason,
                                   "; training goes on"));
     return;

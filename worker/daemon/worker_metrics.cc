@@ -116,6 +116,12 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(metrics::Re
                                   "Time to write this rank's checkpoint shard (and the "
                                   "manifest on rank 0).",
                                   kJob, StepBuckets()));
+  ASSIGN_OR_RETURN(m->checkpoints_skipped_,
+                   r.AddCounter("dtrain_worker_checkpoints_skipped_total",
+                                "Checkpoint steps the job skipped because a disk could not hold "
+                                "a rank's part (training goes on; counted by the job's rank 0, "
+                                "whose log line names every rank short of space).",
+                                kJob));
   m->buckets_ = {{m->step_seconds_, StepBuckets()},
                  {m->collective_, CollectiveBuckets()},
                  {m->checkpoint_, StepBuckets()}};
@@ -175,6 +181,7 @@ void WorkerMetrics::StartJob(const RankLabels& labels) {
   Child(communication_);
   Child(bubble_);
   Child(step_seconds_);
+  Child(checkpoints_skipped_);  // at 0 from the start, so that a rule sees its first increase
 }
 
 void WorkerMetrics::EndJob() {
@@ -215,6 +222,12 @@ void WorkerMetrics::OnCheckpoint(double seconds) {
   absl::MutexLock lock(&mu_);
   if (!has_job_) return;
   Child(checkpoint_).Observe(seconds);
+}
+
+void WorkerMetrics::OnCheckpointSkipped() {
+  absl::MutexLock lock(&mu_);
+  if (!has_job_) return;
+  Child(checkpoints_skipped_).Increment();
 }
 
 metrics::Counter& WorkerMetrics::Bytes(metrics::Family<metrics::Counter>* family, int peer,

@@ -18,6 +18,9 @@
 //                                                             "shared memory"|grpc (comm::DataPath)
 //   dtrain_worker_collective_duration_seconds{op,size_class}  histogram
 //   dtrain_worker_checkpoint_write_seconds                     histogram
+//   dtrain_worker_checkpoints_skipped_total                    counter: steps whose checkpoint
+//                                                             the job skipped (a disk could not
+//                                                             hold a rank's part), on rank 0
 //
 // Thread safety: every method may be called from any thread.
 #ifndef DTRAIN_WORKER_DAEMON_WORKER_METRICS_H_
@@ -62,6 +65,8 @@ class WorkerMetrics final : public comm::TransportObserver {
   void OnStep(const TrainStepMetrics& step);
   void OnCollective(const char* op, int64_t bytes, double seconds);
   void OnCheckpoint(double seconds);
+  // The job skipped a checkpoint step (its rank 0 counts it, once for all ranks).
+  void OnCheckpointSkipped();
   void OnSent(int peer, comm::MessageKind kind, int64_t bytes) override;
   void OnReceived(int peer, comm::MessageKind kind, int64_t bytes) override;
   // The data path to (incoming: from) `peer` was set up: `path` is comm::DataPathName's.
@@ -104,6 +109,7 @@ class WorkerMetrics final : public comm::TransportObserver {
   metrics::Family<metrics::Gauge>* data_path_ = nullptr;
   metrics::Family<metrics::Histogram>* collective_ = nullptr;
   metrics::Family<metrics::Histogram>* checkpoint_ = nullptr;
+  metrics::Family<metrics::Counter>* checkpoints_skipped_ = nullptr;
   // Each histogram family's buckets (prometheus-cpp takes them with every child); set in Create.
   std::map<const metrics::Family<metrics::Histogram>*, metrics::Buckets> buckets_;
 
