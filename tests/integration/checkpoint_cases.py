@@ -212,6 +212,48 @@ def case_checkpoint_disk_full(args):
                   "left %s" % (len(skips), skips[0].strip(), ", ".join(steps)))
 
 
+def case_checkpoint_last_step_waits(args):
+    """A pp=2 job on two workers whose only checkpoint is its last step's (6 steps), into a
+    3 MiB tmpfs that a ballast file leaves 200 KiB of: the last step does not fit, and instead of
+    failing at its end (its weights are exported from that step) the job stays RUNNING, every
+    rank keeping its state, with a line in its log (final_checkpoint.h). Once the test deletes
+    the ballast, the next try seals the step and the job SUCCEEDS with its weights exported."""
+    with Cluster(args.binaries, "checkpoint_last_step_waits") as c, \
+            small_tmpfs(c, "3m", "checkpoint_last_step_waits") as small:
+        if small is not None:
+            ballast = os.path.join(small, "ballast")
+            fs = os.statvfs(small)
+            with open(ballast, "wb") as f:
+                f.write(b"\0" * (fs.f_bavail * fs.f_frsize - (200 << 10)))
+            start(c, ["w1", "w2"])
+            spec = small_job_spec(small, 6, name="last-waits", parallel={"pp": 2})
+            job_id = c.submit(c.write_spec("last.json", spec))
+
+            def waiting():
+                out = c.cli("logs", job_id, timeout=30)[1]
+                return [l for l in out.splitlines() if "the last, does not fit" in l]
+            lines = c.wait_until(waiting, 120, "the last step's wait for space in the job's log")
+            expect("free space in %s" % os.path.join(small, job_id) in lines[0],
+                   "the line should say where to free space:\n%s" % lines[0])
+            job = c.job(job_id)
+            expect(job["state"] == "RUNNING", "the job should wait for space at its end: %s: %s"
+                   % (job["state"], job.get("reason")))
+            os.remove(ballast)  # an operator frees space
+            done = c.wait_state(job_id, FINAL, 120)
+            expect(done["state"] == "SUCCEEDED", "after space was freed: %s: %s"
+                   % (done["state"], done.get("reason")))
+            job_dir = os.path.join(small, job_id)
+            expect(os.path.isfile(os.path.join(job_dir, "step_00000006", "manifest.json")),
+                   "the last step is not sealed: %s" % os.listdir(job_dir))
+            expect(os.path.isfile(os.path.join(job_dir, "model.safetensors")),
+                   "no exported weights in %s" % job_dir)
+            out = c.cli("logs", job_id, timeout=30)[1]
+            sealed = [l for l in out.splitlines() if "the last, sealed after" in l]
+            expect(sealed, "the log should say when the last step sealed:\n%s" % out)
+            print("pp=2, the last step into a full tmpfs: RUNNING and waiting (%s); ballast "
+                  "removed: %s; SUCCEEDED" % (lines[0].strip(), sealed[0].strip()))
+
+
 def case_checkpoint_default(args):
     """A one-worker job whose spec says nothing about checkpoints (no checkpoint.dir, no
     interval: README's tiny.json) checkpoints every 100 steps (plan/checkpoint_plan.h) into the

@@ -82,7 +82,9 @@ void CheckpointWriter::Abandon(absl::Duration grace) {
 
 absl::Status CheckpointWriter::Submit(int64_t step, std::vector<PendingFile> files,
                                       double snapshot_seconds, bool keep) {
-  if (step <= last_step_) {
+  const bool rewrite = step == last_step_ && rewrite_last_;
+  rewrite_last_ = false;
+  if (step <= last_step_ && !rewrite) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint step ", step, " submitted after step ", last_step_, " (rank ",
                      options_.rank, "): steps are written in order"));

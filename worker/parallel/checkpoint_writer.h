@@ -112,6 +112,9 @@ class CheckpointWriter {
   // the previous one). Foreground (options.background false): returns once the step is done.
   // `keep`: retention keeps this step from now on (the best validation step; a later kept step
   // replaces it).
+  // The next Submit may write the last step submitted again (it was skipped for want of space:
+  // final_checkpoint.h).
+  void AllowRewriteOfLastStep() { rewrite_last_ = true; }
   absl::Status Submit(int64_t step, std::vector<PendingFile> files, double snapshot_seconds,
                       bool keep = false);
 
@@ -141,6 +144,7 @@ class CheckpointWriter {
   const absl::StatusOr<model::HeldDirectory> dir_;  // options_.dir, held
   std::thread thread_;                              // the step in flight (joinable) or none
   int64_t last_step_ = -1;                          // the last step submitted
+  bool rewrite_last_ = false;                       // AllowRewriteOfLastStep, for one Submit
   int64_t keep_step_ = 0;       // Submit's last `keep` step; set only while no thread runs
   double blocked_seconds_ = 0;  // the step in flight's snapshot and wait for its predecessor
   absl::Mutex mu_;

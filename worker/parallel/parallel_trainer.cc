@@ -632,6 +632,42 @@ absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
   return status;
 }
 
+absl::Status ParallelTrainer::AwaitFinalCheckpoint(const TrainingCallbacks& callbacks,
+                                                   const CheckpointHooks& checkpoints,
+                                                   std::string* final_skipped) {
+  const int64_t last = options_.run.steps;
+  std::vector<int> others;
+  for (int r = 0; r < transport_->size(); ++r) {
+    if (r != options_.plan.rank()) others.push_back(r);
+  }
+  FinalCheckpointHooks hooks;
+  hooks.agree = [this](float value) -> absl::StatusOr<float> {
+    std::vector<float> sum = {value};
+    RETURN_IF_ERROR(comm::AllReduce(*runner_->world, absl::MakeSpan(sum), comm::ReduceOp::kSum));
+    return sum[0];
+  };
+  hooks.peers_ok = [this, &others] { return comm::WatchPeers(*transport_, others); };
+  hooks.write_again = [&]() -> absl::StatusOr<std::string> {
+    writer_->AllowRewriteOfLastStep();
+    RETURN_IF_ERROR(StartCheckpoint(last, /*keep=*/false));
+    final_skipped->clear();
+    ASSIGN_OR_RETURN(std::vector<CheckpointWritten> done, checkpoints.finished(true));
+    for (const CheckpointWritten& c : done) {
+      // A skip again is this wait's business (its log lines), not one more skipped step.
+      if (!c.skipped && callbacks.checkpoint) callbacks.checkpoint(c);
+    }
+    return *final_skipped;
+  };
+  hooks.warning = callbacks.warning;
+  hooks.note = callbacks.note;
+  std::string rank0_skipped = options_.plan.rank() == 0 ? *final_skipped : "";
+  RETURN_IF_ERROR(parallel::AwaitFinalCheckpoint(options_.final_checkpoint_retry, hooks,
+                                                 options_.plan.rank() == 0, last,
+                                                 options_.run.checkpoint_dir, &rank0_skipped));
+  if (options_.plan.rank() == 0) *final_skipped = rank0_skipped;
+  return absl::OkStatus();
+}
+
 absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
   const TrainingRun& run = options_.run;
   if (!run.checkpoint_dir.empty()) RETURN_IF_ERROR(StartWriter(callbacks));
@@ -656,6 +692,9 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
   RETURN_IF_ERROR(RunTrainingSteps(
       run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
       [this](int64_t step) { return Evaluate(step); }, checkpoints));
+  if (!run.save_path.empty() && writer_ != nullptr && transport_->size() > 1) {
+    RETURN_IF_ERROR(AwaitFinalCheckpoint(callbacks, checkpoints, &final_skipped));
+  }
   if (!run.save_path.empty()) {
     if (options_.plan.rank() == 0 && !final_skipped.empty()) {
       // The weights are exported from the last step's shards, which the disk could not hold.

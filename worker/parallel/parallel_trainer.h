@@ -37,6 +37,7 @@
 #include "worker/model/gpt_stage.h"
 #include "worker/model/optimizer.h"
 #include "worker/parallel/checkpoint_writer.h"
+#include "worker/parallel/final_checkpoint.h"
 #include "worker/parallel/sharded_checkpoint.h"
 #include "worker/training_run.h"
 
@@ -75,6 +76,8 @@ struct ParallelTrainingOptions {
   // Empty: every rank on one host.
   std::vector<std::string> rank_hosts;
   absl::Duration comm_timeout = absl::Seconds(60);  // every send, receive and collective
+  // How long the last step's checkpoint is tried again when a disk cannot hold it.
+  FinalCheckpointRetry final_checkpoint_retry;
   // The order the stage runs its actions in (plan/ready_work.h ChooseExecution: unset, ready
   // work for ZB-H1; the list's order with tp > 1 whatever is asked).
   std::optional<pipeline::Execution> execution;
@@ -172,6 +175,11 @@ class ParallelTrainer {
   // At a checkpoint step's boundary: this rank's state snapshot handed to writer_.
   absl::Status StartCheckpoint(int64_t step, bool keep);
   absl::Status RunSteps(const TrainingCallbacks& callbacks);
+  // Every rank, after the last step's checkpoint: when rank 0 skipped it for want of space
+  // (*final_skipped says why), it is written again until it fits (final_checkpoint.h);
+  // *final_skipped is "" once it sealed.
+  absl::Status AwaitFinalCheckpoint(const TrainingCallbacks& callbacks,
+                                    const CheckpointHooks& checkpoints, std::string* final_skipped);
   ShardIdentity Identity() const;
   // Puts the chunks' gradients in buffers the dp group shares, when it can (set-up).
   static absl::Status ShareGradients(ParallelTrainer& t, kernels::Backend* backend,

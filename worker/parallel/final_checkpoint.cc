@@ -1,0 +1,66 @@
+#include "worker/parallel/final_checkpoint.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace dtrain::parallel {
+namespace {
+
+// Sleeps `d` in slices, ending early with peers_ok's error.
+absl::Status SleepWatching(absl::Duration d, const std::function<absl::Status()>& peers_ok) {
+  const absl::Time until = absl::Now() + d;
+  while (true) {
+    if (peers_ok) RETURN_IF_ERROR(peers_ok());
+    const absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) return absl::OkStatus();
+    absl::SleepFor(std::min(left, absl::Milliseconds(200)));
+  }
+}
+
+}  // namespace
+
+absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
+                                  const FinalCheckpointHooks& hooks, bool rank0, int64_t step,
+                                  const std::string& dir, std::string* skipped) {
+  const absl::Time started = absl::Now();
+  absl::Time logged = absl::InfinitePast();
+  absl::Duration delay = retry.first_delay;
+  for (int attempt = 1;; ++attempt) {
+    // Rank 0's verdict, the same on every rank: 0 sealed, 1 try again, 2 give up.
+    float verdict = 0;
+    if (rank0 && !skipped->empty()) verdict = absl::Now() - started < retry.wait ? 1 : 2;
+    ASSIGN_OR_RETURN(const float agreed, hooks.agree(verdict));
+    if (agreed == 0) {
+      if (rank0 && attempt > 1 && hooks.note) {
+        hooks.note(absl::StrCat("the checkpoint of step ", step, ", the last, sealed after ",
+                                   absl::FormatDuration(absl::Trunc(absl::Now() - started,
+                                                                    absl::Seconds(1))),
+                                   " waiting for space"));
+      }
+      return absl::OkStatus();
+    }
+    if (agreed >= 2) {
+      if (rank0) {
+        absl::StrAppend(skipped, "; waited ", absl::FormatDuration(retry.wait), " for space");
+      }
+      return absl::OkStatus();
+    }
+    if (rank0 && hooks.warning && absl::Now() - logged >= retry.log_every) {
+      logged = absl::Now();
+      hooks.warning(absl::StrCat(
+          "the checkpoint of step ", step, ", the last, does not fit (", *skipped,
+          "): every rank keeps its state and writes it again until it fits, for up to ",
+          absl::FormatDuration(retry.wait), " (next try in ", absl::FormatDuration(delay),
+          "); free space in ", dir, " or cancel the job"));
+    }
+    RETURN_IF_ERROR(SleepWatching(delay, hooks.peers_ok));
+    delay = std::min(delay * 2, retry.max_delay);
+    ASSIGN_OR_RETURN(std::string again, hooks.write_again());
+    if (rank0) *skipped = std::move(again);
+  }
+}
+
+}  // namespace dtrain::parallel

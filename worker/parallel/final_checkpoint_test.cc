@@ -1,0 +1,119 @@
+#include "worker/parallel/final_checkpoint.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::parallel {
+namespace {
+
+using ::testing::HasSubstr;
+
+FinalCheckpointRetry Fast() {
+  FinalCheckpointRetry r;
+  r.wait = absl::Seconds(5);
+  r.first_delay = absl::Milliseconds(1);
+  r.max_delay = absl::Milliseconds(4);
+  r.log_every = absl::Minutes(5);
+  return r;
+}
+
+// One rank alone: agree() returns its own value.
+struct OneRank {
+  int writes = 0;
+  int fits_at = 3;  // the write that seals
+  std::vector<std::string> log;
+  FinalCheckpointHooks Hooks() {
+    FinalCheckpointHooks h;
+    h.agree = [](float v) -> absl::StatusOr<float> { return v; };
+    h.peers_ok = [] { return absl::OkStatus(); };
+    h.write_again = [this]() -> absl::StatusOr<std::string> {
+      return ++writes >= fits_at ? "" : "dir has 10 bytes free, the step needs 20";
+    };
+    h.warning = [this](const std::string& line) { log.push_back(line); };
+    h.note = h.warning;
+    return h;
+  }
+};
+
+TEST(FinalCheckpoint, ASealedStepEndsAtOnceWithoutWriting) {
+  OneRank rank;
+  std::string skipped;
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), rank.Hooks(), true, 8, "/c/job-1", &skipped).ok());
+  EXPECT_EQ(rank.writes, 0);
+  EXPECT_TRUE(rank.log.empty());
+}
+
+TEST(FinalCheckpoint, ASkippedStepIsWrittenAgainUntilItFits) {
+  OneRank rank;
+  std::string skipped = "dir has 10 bytes free, the step needs 20";
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), rank.Hooks(), true, 8, "/c/job-1", &skipped).ok());
+  EXPECT_EQ(skipped, "");
+  EXPECT_EQ(rank.writes, 3);
+  ASSERT_EQ(rank.log.size(), 2u);  // the first try, and the seal (logged every 5 minutes)
+  EXPECT_THAT(rank.log[0], HasSubstr("the checkpoint of step 8, the last, does not fit (dir has "
+                                     "10 bytes free, the step needs 20): every rank keeps its "
+                                     "state and writes it again until it fits"));
+  EXPECT_THAT(rank.log[0], HasSubstr("free space in /c/job-1 or cancel the job"));
+  EXPECT_THAT(rank.log[1], HasSubstr("the checkpoint of step 8, the last, sealed after"));
+}
+
+TEST(FinalCheckpoint, TheWaitRunsOutWithTheReasonKept) {
+  OneRank rank;
+  rank.fits_at = 1 << 30;
+  FinalCheckpointRetry retry = Fast();
+  retry.wait = absl::Milliseconds(50);
+  std::string skipped = "no room";
+  ASSERT_TRUE(AwaitFinalCheckpoint(retry, rank.Hooks(), true, 8, "/c/job-1", &skipped).ok());
+  EXPECT_THAT(skipped, HasSubstr("dir has 10 bytes free, the step needs 20; waited 50ms for space"));
+  EXPECT_GE(rank.writes, 2);
+}
+
+TEST(FinalCheckpoint, OtherRanksFollowRankZerosVerdict) {
+  // A rank other than 0 never decides: agree() carries rank 0's verdict (here: try once more,
+  // then sealed), whatever its own skip says.
+  std::vector<float> verdicts = {1, 0};
+  int writes = 0;
+  FinalCheckpointHooks h;
+  h.agree = [&](float mine) -> absl::StatusOr<float> {
+    EXPECT_EQ(mine, 0);
+    float v = verdicts.front();
+    verdicts.erase(verdicts.begin());
+    return v;
+  };
+  h.peers_ok = [] { return absl::OkStatus(); };
+  h.write_again = [&]() -> absl::StatusOr<std::string> {
+    ++writes;
+    return std::string("rank 1's own reason");
+  };
+  std::string skipped;
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), h, false, 8, "/c/job-1", &skipped).ok());
+  EXPECT_EQ(writes, 1);
+  EXPECT_EQ(skipped, "");
+}
+
+TEST(FinalCheckpoint, AStoppedRunEndsTheWaitWithItsError) {
+  OneRank rank;
+  FinalCheckpointHooks h = rank.Hooks();
+  h.peers_ok = [] { return absl::CancelledError("the job was cancelled"); };
+  FinalCheckpointRetry retry = Fast();
+  retry.first_delay = absl::Hours(1);
+  std::string skipped = "no room";
+  const absl::Status s = AwaitFinalCheckpoint(retry, h, true, 8, "/c/job-1", &skipped);
+  EXPECT_TRUE(absl::IsCancelled(s)) << s;
+  EXPECT_EQ(rank.writes, 0);
+}
+
+TEST(FinalCheckpoint, AFailedAgreementIsReturned) {
+  OneRank rank;
+  FinalCheckpointHooks h = rank.Hooks();
+  h.agree = [](float) -> absl::StatusOr<float> { return absl::UnavailableError("rank 1 gone"); };
+  std::string skipped = "no room";
+  EXPECT_TRUE(absl::IsUnavailable(
+      AwaitFinalCheckpoint(Fast(), h, true, 8, "/c/job-1", &skipped)));
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
