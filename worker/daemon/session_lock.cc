@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace dtrain::worker {
 namespace {
@@ -21,21 +22,36 @@ absl::Status Errno(const std::string& what, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<SessionLock> SessionLock::Claim(const std::string& dir, const std::string& worker_id,
-                                               const std::string& session_id) {
+absl::StatusOr<SessionLock> SessionLock::Claim(
+    const std::string& dir, const std::string& worker_id, const std::string& session_id,
+    absl::Duration wait, const std::function<void(const std::string&)>& waiting) {
   std::string name = worker_id;  // a file name: no '/' (ids are free text)
   std::replace(name.begin(), name.end(), '/', '_');
   std::string path = absl::StrCat(dir, "/.worker-", name, ".session");
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("open", path);
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  const std::string held = absl::StrCat("another dtrain-worker process with --worker_id=",
+                                        worker_id, " and this --data_root is running (it holds ",
+                                        path, ")");
+  const absl::Time give_up = absl::Now() + wait;
+  bool said = false;
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
+    if (error == EWOULDBLOCK && absl::Now() < give_up) {
+      if (!said && waiting) {
+        waiting(absl::StrCat(held, "; waiting up to ", absl::FormatDuration(wait),
+                             " for it to exit, in case it is a previous process of this worker "
+                             "still stopping"));
+      }
+      said = true;
+      absl::SleepFor(absl::Milliseconds(100));
+      continue;
+    }
     close(fd);
     if (error == EWOULDBLOCK) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("another dtrain-worker process with --worker_id=", worker_id,
-                       " and this --data_root is running (it holds ", path,
-                       "): every worker process needs its own --worker_id"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          held, said ? absl::StrCat(" and still was after ", absl::FormatDuration(wait)) : "",
+          ": every worker process needs its own --worker_id"));
     }
     errno = error;
     return Errno("lock", path);

@@ -9,24 +9,32 @@
 // that takes the lock knows that the session it finds written there is dead: it says so at
 // registration (RegisterWorkerRequest.previous_session_id) and the coordinator hands it the
 // worker id at once, the dead session's rank counted as lost. A second live process with the
-// same --worker_id and --data_root cannot take the lock and stops at once, saying so. Two
+// same --worker_id and --data_root cannot take the lock: it waits a while (the holder may be
+// the previous process still stopping: a worker stopped by SIGTERM delivers its last reports
+// for up to 10 s) and then stops, saying so. Two
 // processes with the same id on different hosts (or data roots) prove nothing to each other:
 // the coordinator still refuses the second while the first's lease lasts.
 #ifndef DTRAIN_WORKER_DAEMON_SESSION_LOCK_H_
 #define DTRAIN_WORKER_DAEMON_SESSION_LOCK_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace dtrain::worker {
 
 class SessionLock {
  public:
   // Takes the lock of `worker_id` in `dir` (which exists) and writes `session_id` into it.
-  // FailedPrecondition when another live process holds it; the file's I/O errors otherwise.
-  static absl::StatusOr<SessionLock> Claim(const std::string& dir, const std::string& worker_id,
-                                           const std::string& session_id);
+  // While another live process holds it, tries again every 100 ms for up to `wait`, calling
+  // `waiting` once (when set) with the reason; then FailedPrecondition. The file's I/O errors
+  // otherwise.
+  static absl::StatusOr<SessionLock> Claim(
+      const std::string& dir, const std::string& worker_id, const std::string& session_id,
+      absl::Duration wait = absl::ZeroDuration(),
+      const std::function<void(const std::string&)>& waiting = nullptr);
 
   SessionLock(SessionLock&& other) noexcept;
   SessionLock& operator=(SessionLock&& other) = delete;

@@ -94,9 +94,9 @@ ABSL_FLAG(absl::Duration, comm_timeout, absl::Seconds(60),
           "multi-worker jobs: deadline of every send, receive and collective; a peer that "
           "hangs fails the job after this");
 ABSL_FLAG(absl::Duration, id_conflict_wait, absl::Seconds(15),
-          "how long to retry registering while another live process holds --worker_id "
-          "(a previous process of this worker that died, until its lease runs out) before "
-          "exiting 1");
+          "how long to wait while another live process holds --worker_id (a previous process "
+          "of this worker still stopping on this host, or one that died, until its lease runs "
+          "out) before exiting 1");
 ABSL_FLAG(std::string, host_label, "",
           "workers with the same label share a host (default: "
           "the hostname)");
@@ -242,7 +242,10 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   // one dead with it and is accepted at once (session_lock.h).
   options.session_id = NewSessionId();
   ASSIGN_OR_RETURN(SessionLock session,
-                   SessionLock::Claim(options.data_root, options.worker_id, options.session_id));
+                   SessionLock::Claim(options.data_root, options.worker_id, options.session_id,
+                                      options.id_conflict_wait, [](const std::string& why) {
+                                        std::fprintf(stderr, "dtrain-worker: %s\n", why.c_str());
+                                      }));
   options.previous_session_id = session.previous_session();
   // Proven dead: if it died running a job, say how (the OOM killer or not) here and to the
   // coordinator (common/run_record.h).
