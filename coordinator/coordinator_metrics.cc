@@ -103,6 +103,14 @@ absl::Status CoordinatorMetrics::AddLifecycleFamilies() {
                                        "Workers known to the coordinator, by state (idle, busy, "
                                        "lost); computed at scrape time.",
                                        {"state"}));
+  ASSIGN_OR_RETURN(db_errors_,
+                   registry_->AddCounter("dtrain_coordinator_db_errors_total",
+                                         "Errors from the coordinator's database (SQLite) by "
+                                         "kind: full (its disk), corrupt, busy, other. While "
+                                         "they last, job changes and reports are refused and "
+                                         "retried by the workers.",
+                                         {"kind"}));
+  for (const char* kind : {"full", "corrupt", "busy", "other"}) db_errors_->Add({{"kind", kind}});
   ASSIGN_OR_RETURN(jobs_,
                    registry_->AddGauge("dtrain_coordinator_jobs",
                                        "Jobs in the coordinator's database, by state; computed "
@@ -203,8 +211,23 @@ void CoordinatorMetrics::SetStateSource(std::function<absl::StatusOr<StateCounts
   source_ = std::move(source);
 }
 
+void CoordinatorMetrics::SetDatabaseErrorSource(
+    std::function<std::map<std::string, int64_t>()> source) {
+  absl::MutexLock lock(&source_mu_);
+  db_errors_source_ = std::move(source);
+}
+
 void CoordinatorMetrics::Collect() {
   absl::MutexLock lock(&source_mu_);
+  if (db_errors_source_) {
+    // Independent of the state source, which reads the database that may be failing.
+    for (const auto& [kind, count] : db_errors_source_()) {
+      int64_t& counted = db_errors_counted_[kind];
+      metrics::Counter& counter = db_errors_->Add({{"kind", kind}});
+      if (count > counted) counter.Increment(static_cast<double>(count - counted));
+      counted = std::max(counted, count);
+    }
+  }
   if (!source_) return;
   absl::StatusOr<StateCounts> counts = source_();
   if (!counts.ok()) return;

@@ -62,6 +62,10 @@ class CoordinatorMetrics {
   // Waits for a scrape in progress, so once SetStateSource(nullptr) returns the old source is
   // never called again. JobManager sets it in Create and clears it when destroyed.
   void SetStateSource(std::function<absl::StatusOr<StateCounts>()> source);
+  // What dtrain_coordinator_db_errors_total{kind} counts: the database errors so far, by kind
+  // ("full", "corrupt", "busy", "other"; job_store.h DatabaseErrorCounts), read at each
+  // scrape like the state source (and set and cleared with it).
+  void SetDatabaseErrorSource(std::function<std::map<std::string, int64_t>()> source);
 
   // Job events (lock-free).
   void JobSubmitted();
@@ -123,6 +127,9 @@ class CoordinatorMetrics {
 
   absl::Mutex source_mu_;
   std::function<absl::StatusOr<StateCounts>()> source_ ABSL_GUARDED_BY(source_mu_);
+  metrics::Family<metrics::Counter>* db_errors_ = nullptr;  // by kind
+  std::function<std::map<std::string, int64_t>()> db_errors_source_ ABSL_GUARDED_BY(source_mu_);
+  std::map<std::string, int64_t> db_errors_counted_ ABSL_GUARDED_BY(source_mu_);
 
   absl::Mutex stragglers_mu_;
   // Per job: its score series, then its flagged count.

@@ -78,7 +78,9 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<J
   RETURN_IF_ERROR(manager->Recover());
   if (CoordinatorMetrics* metrics = manager->options_.metrics) {
     metrics->SetStateSource([m = manager.get()] { return m->StateCounts(); });
+    metrics->SetDatabaseErrorSource(DatabaseErrorCounts);
   }
+  SetDatabaseErrorLog(manager->options_.log);
   return manager;
 }
 
@@ -107,7 +109,11 @@ absl::StatusOr<CoordinatorMetrics::StateCounts> JobManager::StateCounts() {
 }
 
 JobManager::~JobManager() {
-  if (options_.metrics != nullptr) options_.metrics->SetStateSource(nullptr);
+  SetDatabaseErrorLog(nullptr);
+  if (options_.metrics != nullptr) {
+    options_.metrics->SetStateSource(nullptr);
+    options_.metrics->SetDatabaseErrorSource(nullptr);
+  }
   Stop();
 }
 

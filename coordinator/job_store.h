@@ -29,6 +29,7 @@
 #define DTRAIN_COORDINATOR_JOB_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -193,6 +194,14 @@ class JobStore {
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   const int lock_fd_;  // holds the flock on <path>.lock
 };
+
+// The database errors this process has met since it started (every JobStore's), by kind:
+// "full" (SQLITE_FULL: its disk), "corrupt", "busy" (locked), "other". For
+// dtrain_coordinator_db_errors_total.
+std::map<std::string, int64_t> DatabaseErrorCounts();
+// Where database errors are logged (the coordinator's log): the first one, then at most a line a
+// minute, with the count since the last. Unset: not logged (they are still counted).
+void SetDatabaseErrorLog(std::function<void(absl::string_view)> sink);
 
 }  // namespace dtrain::coordinator
 

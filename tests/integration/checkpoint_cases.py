@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import subprocess
+import urllib.request
 
 from harness import Cluster, expect, job_metric, losses, small_job_spec
 from recovery_cases import (FINAL, STEP_DELAY, compare, one_recovery, run_reference, start,
@@ -252,6 +253,57 @@ def case_checkpoint_last_step_waits(args):
             expect(sealed, "the log should say when the last step sealed:\n%s" % out)
             print("pp=2, the last step into a full tmpfs: RUNNING and waiting (%s); ballast "
                   "removed: %s; SUCCEEDED" % (lines[0].strip(), sealed[0].strip()))
+
+
+def case_coordinator_db_disk_full(args):
+    """The coordinator's --db on a 2 MiB tmpfs that a ballast file fills while a one-worker job
+    trains (mounted by the test; skipped with a message when mounting is not permitted): its
+    writes fail ("database or disk is full"), dtrain_coordinator_db_errors_total{kind="full"}
+    counts them (the CoordinatorDatabaseFailing alert's series) and the worker keeps training
+    and retrying its reports. Once the test deletes the ballast, the job SUCCEEDS with every
+    step recorded, none lost or doubled."""
+    with Cluster(args.binaries, "coordinator_db_disk_full") as c, \
+            small_tmpfs(c, "2m", "coordinator_db_disk_full") as small:
+        if small is not None:
+            c.db = os.path.join(small, "coordinator.db")
+            c.write_corpus()
+            c.start_coordinator()
+            c.start_worker("w1", extra=["--test_only_step_delay=50ms"])
+            c.wait_workers({"w1": "IDLE"})
+            steps = 80
+            job_id = c.submit(c.write_spec("db.json", small_job_spec("", steps, name="db-full")))
+            c.wait_step(job_id, 3, 60)
+            ballast = os.path.join(small, "ballast")
+            with open(ballast, "wb") as f:
+                try:
+                    f.write(b"\0" * (2 << 20))
+                except OSError:
+                    pass  # full: that is the point
+            url = "http://127.0.0.1:%d/metrics" % c.metrics_ports["coordinator"]
+
+            def full_errors():
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    for line in r.read().decode().splitlines():
+                        if line.startswith('dtrain_coordinator_db_errors_total{kind="full"}'):
+                            return float(line.rsplit(" ", 1)[1])
+                return 0
+            counted = c.wait_until(full_errors, 60, "a failed write counted in "
+                                   "dtrain_coordinator_db_errors_total{kind=\"full\"}")
+            expect(c.workers["w1"].alive() and c.coordinator.alive(),
+                   "a full database disk should stop neither daemon")
+            os.remove(ballast)  # an operator frees space
+            done = c.wait_state(job_id, FINAL, 180)
+            expect(done["state"] == "SUCCEEDED", "after space was freed: %s: %s"
+                   % (done["state"], done.get("reason")))
+            recorded = sorted(losses(c, job_id))
+            expect(recorded == list(range(1, steps + 1)), "the job's recorded steps: %d of %d, "
+                   "first missing %s" % (len(recorded), steps,
+                                         sorted(set(range(1, steps + 1)) - set(recorded))[:3]))
+            log = c.coordinator.log_text()
+            expect("database or disk is full" in log,
+                   "the coordinator's log should name the full disk")
+            print("coordinator db on a full tmpfs: %d failed write(s) counted; space freed: "
+                  "SUCCEEDED with all %d steps recorded" % (counted, steps))
 
 
 def case_checkpoint_default(args):
