@@ -90,10 +90,21 @@ absl::StatusOr<HeldDirectory> HeldDirectory::OpenSubdirectory(absl::string_view 
   return HeldDirectory(path, fd);
 }
 
+absl::Status HeldDirectory::CreateError(int err, absl::string_view what,
+                                        const std::string& path) const {
+  struct stat st;
+  if (err == ENOENT && fstat(fd_->fd, &st) == 0 && st.st_nlink == 0) {
+    // Held by its descriptor, it was unlinked under us: say so rather than "no such file".
+    return absl::NotFoundError(absl::StrCat(what, " ", path, ": ", path_,
+                                            " itself was removed while in use"));
+  }
+  return ErrnoError(err, what, path);
+}
+
 absl::StatusOr<HeldDirectory> HeldDirectory::CreateSubdirectory(absl::string_view name) const {
   RETURN_IF_ERROR(CheckName(name));
   if (mkdirat(fd_->fd, std::string(name).c_str(), 0755) != 0 && errno != EEXIST) {
-    return ErrnoError(errno, "cannot create directory", PathOf(name));
+    return CreateError(errno, "cannot create directory", PathOf(name));
   }
   return OpenSubdirectory(name);
 }
@@ -187,7 +198,7 @@ absl::Status HeldDirectory::WriteFileAtomically(absl::string_view name,
   const std::string temp = absl::StrCat(target, ".tmp.", getpid());
   const int fd =
       openat(fd_->fd, temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError(errno, "cannot create", PathOf(temp));
+  if (fd < 0) return CreateError(errno, "cannot create", PathOf(temp));
   auto fail = [&](int err, absl::string_view what) {
     close(fd);
     unlinkat(fd_->fd, temp.c_str(), 0);

@@ -82,6 +82,9 @@ class HeldDirectory {
   absl::Status Remove(absl::string_view name) const;
 
  private:
+  // ErrnoError for creating `path` in this directory; ENOENT while the directory itself has
+  // been removed (no links left) says that instead.
+  absl::Status CreateError(int err, absl::string_view what, const std::string& path) const;
   struct Fd {
     explicit Fd(int f) : fd(f) {}
     ~Fd();

@@ -57,6 +57,20 @@ TEST(HeldDirectory, RefusesAnEscapingNameNamingIt) {
   EXPECT_THAT(read.status().message(), HasSubstr("\"../../etc/shadow\" is not a plain file name"));
 }
 
+TEST(HeldDirectory, CreatingInADirectoryRemovedWhileHeldSaysSo) {
+  // A job's directory removed by hand while the job runs (rm -rf): its next step says why.
+  const std::string dir = FreshDir("held-removed");
+  absl::StatusOr<HeldDirectory> held = HeldDirectory::Open(dir);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_EQ(std::system(absl::StrCat("rm -rf '", dir, "'").c_str()), 0);
+  absl::StatusOr<HeldDirectory> step = held->CreateSubdirectory("step_00000200");
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(step.status().message(),
+              HasSubstr(absl::StrCat(dir, " itself was removed while in use")));
+  const absl::Status file = held->WriteFileAtomically("latest", "step_00000200\n");
+  EXPECT_THAT(file.message(), HasSubstr("itself was removed while in use"));
+}
+
 TEST(HeldDirectory, NeverFollowsASymlinkedFileOrDirectory) {
   const std::string dir = FreshDir("held-symlink");
   const std::string outside = FreshDir("held-symlink-outside");
