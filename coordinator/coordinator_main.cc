@@ -13,6 +13,7 @@
 // bound), with the reason on stderr.
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -75,6 +76,10 @@ ABSL_FLAG(int64_t, max_job_workers, dtrain::plan::JobLimits().max_workers,
 ABSL_FLAG(int, max_watches_per_client, 16,
           "most WatchJob/JobLogs streams one client (certificate name, else address) holds "
           "open at once; 0: no cap");
+ABSL_FLAG(absl::Duration, queue_reservation, absl::Minutes(10),
+          "a queued job that has waited this long, while enough live workers exist to run it, "
+          "holds back the jobs behind it that would take the same workers, so that the workers "
+          "freed go to it (smaller jobs pass a waiting one until then); 0: never");
 ABSL_FLAG(absl::Duration, diagnose_stall_after, absl::Seconds(30),
           "a running multi-worker job with no step for this long is diagnosed as `dtrain "
           "diagnose` would (once per stall): the answer goes into its events and, if the run "
@@ -174,6 +179,7 @@ JobManager::Options ManagerOptionsFromFlags(const dtrain::TlsFiles& tls,
   options.job_limits.max_steps = absl::GetFlag(FLAGS_max_job_steps);
   options.job_limits.max_workers = absl::GetFlag(FLAGS_max_job_workers);
   options.diagnose_stall_after = absl::GetFlag(FLAGS_diagnose_stall_after);
+  options.queue_reservation = std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_queue_reservation));
   options.diagnose = DiagnoseOverPeers(tls, options.diagnosis_deadline);
   return options;
 }

@@ -220,9 +220,30 @@ void JobManager::RunSchedulerPass() {
   std::vector<plan::Candidate> idle;
   if (!recovering.empty() || counts.idle >= smallest) idle = registry_.IdleCandidates();
   for (ActiveJob* job : recovering) AdvanceRecovery(*job, &idle, &counts);
-  // Submission order; a job that does not fit does not hold back smaller ones behind it.
+  PlaceQueued(queued, &idle, &counts);
+}
+
+void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
+                             std::vector<plan::Candidate>* idle_workers, WorkerCounts* counts_now) {
+  std::vector<plan::Candidate>& idle = *idle_workers;
+  WorkerCounts& counts = *counts_now;
+  // Submission order; a job that does not fit does not hold back smaller ones behind it,
+  // unless it has waited past Options::queue_reservation (then `holder`).
+  const ActiveJob* holder = nullptr;
   for (ActiveJob* job : queued) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
+    if (holder != nullptr && SameWorkers(holder->spec.device(), job->spec.device())) {
+      const std::string reason = absl::StrCat(
+          "waiting behind ", holder->id, ", queued ",
+          absl::FormatDuration(absl::Trunc(Now() - holder->submitted, absl::Seconds(1))),
+          " ago for ", Plural(plan::WorkersNeeded(holder->spec.parallel()), "worker"),
+          ": the workers freed go to it first (--queue_reservation)");
+      if (reason != job->reason) {
+        absl::Status status = Transition(*job, QUEUED, reason);
+        if (!status.ok()) Log(absl::StrCat(job->id, ": ", status.ToString()));
+      }
+      continue;
+    }
     // The idle workers as they are when the job takes any device (no copy of 50,000 workers).
     std::vector<plan::Candidate> filtered;
     const bool any_device =
@@ -256,12 +277,31 @@ void JobManager::RunSchedulerPass() {
         continue;
       }
     }
+    if (holder == nullptr && ReservesWorkers(*job, counts)) holder = job;
     const std::string reason = WaitingReason(job->spec, counts);
     if (reason != job->reason) {
       absl::Status status = Transition(*job, QUEUED, reason);
       if (!status.ok()) Log(absl::StrCat(job->id, ": ", status.ToString()));
     }
   }
+}
+
+bool JobManager::ReservesWorkers(const ActiveJob& job, const WorkerCounts& counts) {
+  if (options_.queue_reservation <= absl::ZeroDuration() ||
+      Now() - job.submitted < options_.queue_reservation) {
+    return false;
+  }
+  // Only a job that the live workers could run: one waiting for workers that may never come
+  // (too few of its kind, or without the memory) holds back nobody.
+  const int64_t needed = plan::WorkersNeeded(job.spec.parallel());
+  if (counts.idle + counts.busy < needed) return false;
+  const bool any_device = DeviceFits(job.spec.device(), "cpu") && DeviceFits(job.spec.device(), "cuda");
+  if (any_device) return true;
+  return registry_
+             .RootsOfLive([&](const WorkerInfo& w) {
+               return DeviceFits(job.spec.device(), w.device().kind());
+             })
+             .count >= needed;
 }
 
 absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,

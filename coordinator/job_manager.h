@@ -108,6 +108,12 @@ class JobManager {
     // (--max_job_parameters, --max_job_steps, --max_job_workers). INVALID_ARGUMENT naming the
     // cap and its flag otherwise.
     int64_t max_spec_bytes = 1 << 20;
+    // Queued jobs are placed in submission order, and one that does not fit does not hold back
+    // smaller ones behind it, except once it has waited this long while enough live workers
+    // exist to run it: then the jobs behind it that would take the same workers wait, so that
+    // the workers freed go to it and a large job is not starved by a stream of small ones
+    // (--queue_reservation). Zero: never.
+    absl::Duration queue_reservation = absl::Minutes(10);
     plan::JobLimits job_limits;
     // A RUNNING multi-rank job that reports no step for this long is diagnosed once per stall
     // (`diagnose`): the one-line answer goes into its events and, should the run then fail,
@@ -372,6 +378,13 @@ class JobManager {
                      std::vector<plan::Candidate>* idle, WorkerCounts* counts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string WaitingReason(const JobSpec& spec, const WorkerCounts& counts);
+  // Whether queued `job`, which did not fit in this pass, now holds back the jobs behind it
+  // that would take the same workers (Options::queue_reservation).
+  bool ReservesWorkers(const ActiveJob& job, const WorkerCounts& counts);
+  // The scheduler pass's queued jobs, in submission order, on `idle` (what they take leaves it
+  // and `counts`).
+  void PlaceQueued(const std::vector<ActiveJob*>& queued, std::vector<plan::Candidate>* idle,
+                   WorkerCounts* counts);
   void Event(const std::string& job_id, const std::string& text, const LineSource& source = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t NowMs() const { return absl::ToUnixMillis(Now()); }

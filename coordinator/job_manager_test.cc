@@ -88,6 +88,56 @@ TEST(JobManager, JobRunsFromQueuedToSucceeded) {
   EXPECT_EQ(h.m().ListWorkers().workers(0).state(), IDLE);
 }
 
+// A job of `dp` workers named `name`.
+std::string DpSpec(int dp, const std::string& name) {
+  return absl::StrCat(R"({"parallel": {"dp": )", dp, R"(}, "name": ")", name, R"(", )"
+                      R"("checkpoint": {"dir": "/c"}, "dataset": "/d", "steps": 1, )"
+                      R"("batch_size": 4, "model": {"vocab_size": 256, "context": 32, )"
+                      R"("n_layer": 2, "n_head": 2, "n_embd": 32}})");
+}
+
+TEST(JobManager, ALargeJobThatWaitedPastTheReservationIsNotStarvedBySmallOnes) {
+  Harness h(TempDb("reservation"),
+            [](JobManager::Options* o) { o->queue_reservation = absl::Seconds(3); });
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Register("w2", "s-w2").ok());
+  ASSERT_TRUE(h.Submit(DpSpec(4, "big")).ok());  // job-000001: 4 workers, 2 registered
+  h.Advance(absl::Seconds(4));
+  h.m().RunSchedulerPass();
+  // Too few workers exist to run it: it holds back nobody, however long it waited.
+  ASSERT_TRUE(h.Submit(DpSpec(2, "small-1")).ok());  // job-000002
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000002").state(), PLACING);
+  // Now 4 live workers (2 busy with job-000002): the big job could run, and has waited past
+  // the reservation: the next small job waits behind it instead of taking the 2 idle workers.
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());
+  ASSERT_TRUE(h.Register("w4", "s-w4").ok());
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").state(), QUEUED);
+  ASSERT_TRUE(h.Submit(DpSpec(2, "small-2")).ok());  // job-000003
+  h.m().RunSchedulerPass();
+  Job behind = h.Get("job-000003");
+  EXPECT_EQ(behind.state(), QUEUED);
+  EXPECT_THAT(behind.reason(), HasSubstr("waiting behind job-000001, queued 4s ago for 4 "
+                                         "workers: the workers freed go to it first"));
+}
+
+TEST(JobManager, WithoutAReservationSmallJobsPassALargeOne) {
+  Harness h(TempDb("no-reservation"),
+            [](JobManager::Options* o) { o->queue_reservation = absl::ZeroDuration(); });
+  for (const char* w : {"w1", "w2", "w3", "w4"}) {
+    ASSERT_TRUE(h.Register(w, absl::StrCat("s-", w)).ok());
+  }
+  ASSERT_TRUE(h.Submit(DpSpec(2, "first")).ok());
+  h.m().RunSchedulerPass();
+  ASSERT_TRUE(h.Submit(DpSpec(4, "big")).ok());
+  h.Advance(absl::Seconds(5));
+  ASSERT_TRUE(h.Submit(DpSpec(2, "small")).ok());
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000002").state(), QUEUED);
+  EXPECT_EQ(h.Get("job-000003").state(), PLACING);
+}
+
 TEST(JobManager, JobWaitsForEnoughWorkersAndSaysSo) {
   Harness h(TempDb("waits"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());

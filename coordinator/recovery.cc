@@ -14,6 +14,13 @@ bool DeviceFits(absl::string_view device, absl::string_view kind) {
                           plan::ParseDevice(kind).value_or(JOB_DEVICE_UNSPECIFIED));
 }
 
+bool SameWorkers(absl::string_view a, absl::string_view b) {
+  for (absl::string_view kind : {"cpu", "cuda"}) {
+    if (DeviceFits(a, kind) && DeviceFits(b, kind)) return true;
+  }
+  return false;
+}
+
 absl::string_view RecoveryKind(const Recovery& r) {
   if (r.finishing()) return "finishing";
   if (r.maintenance()) return "maintenance";

@@ -25,6 +25,8 @@ namespace dtrain::coordinator {
 // planned spec asks for `device` ("cpu", "cuda", "auto"): both parsed by plan/spec_enums.h,
 // then plan::DeviceFits.
 bool DeviceFits(absl::string_view device, absl::string_view kind);
+// Whether jobs of devices `a` and `b` (JobSpec.device) could take the same worker.
+bool SameWorkers(absl::string_view a, absl::string_view b);
 
 // What a recovery is, as the bounded label `kind` of dtrain_coordinator_job_recoveries_total:
 // "failure" (counted against max_restarts), or a restart the coordinator chose: "grow" (back to
