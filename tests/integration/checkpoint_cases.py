@@ -217,7 +217,8 @@ def case_checkpoint_last_step_waits(args):
     """A pp=2 job on two workers whose only checkpoint is its last step's (6 steps), into a
     3 MiB tmpfs that a ballast file leaves 200 KiB of: the last step does not fit, and instead of
     failing at its end (its weights are exported from that step) the job stays RUNNING, every
-    rank keeping its state, with a line in its log (final_checkpoint.h). Once the test deletes
+    rank keeping its state, with a line in its log (final_checkpoint.h) and `dtrain diagnose`
+    showing the ranks waiting for disk space. Once the test deletes
     the ballast, the next try seals the step and the job SUCCEEDS with its weights exported."""
     with Cluster(args.binaries, "checkpoint_last_step_waits") as c, \
             small_tmpfs(c, "3m", "checkpoint_last_step_waits") as small:
@@ -239,6 +240,10 @@ def case_checkpoint_last_step_waits(args):
             job = c.job(job_id)
             expect(job["state"] == "RUNNING", "the job should wait for space at its end: %s: %s"
                    % (job["state"], job.get("reason")))
+            # `diagnose` says what the ranks do meanwhile (between tries: their flight records).
+            c.wait_until(lambda: "in checkpoint waiting for disk space" in
+                         c.cli("diagnose", job_id, timeout=30)[1], 30,
+                         "`dtrain diagnose` naming the wait for disk space")
             os.remove(ballast)  # an operator frees space
             done = c.wait_state(job_id, FINAL, 120)
             expect(done["state"] == "SUCCEEDED", "after space was freed: %s: %s"

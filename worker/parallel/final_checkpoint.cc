@@ -56,7 +56,10 @@ absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
           absl::FormatDuration(retry.wait), " (next try in ", absl::FormatDuration(delay),
           "); free space in ", dir, " or cancel the job"));
     }
-    RETURN_IF_ERROR(SleepWatching(delay, hooks.peers_ok));
+    if (hooks.waiting) hooks.waiting(true);
+    const absl::Status slept = SleepWatching(delay, hooks.peers_ok);
+    if (hooks.waiting) hooks.waiting(false);
+    RETURN_IF_ERROR(slept);
     delay = std::min(delay * 2, retry.max_delay);
     ASSIGN_OR_RETURN(std::string again, hooks.write_again());
     if (rank0) *skipped = std::move(again);

@@ -37,6 +37,9 @@ struct FinalCheckpointHooks {
   // Writes the last step again and waits for it; returns why it was skipped again ("" when it
   // sealed: rank 0 then reports it). Rank 0's answer is the verdict.
   std::function<absl::StatusOr<std::string>()> write_again;
+  // Called with true before each wait between tries and false after it (when set): the
+  // flight recorder shows the wait, so that `dtrain diagnose` says what the ranks do.
+  std::function<void(bool waiting)> waiting;
   // Rank 0: lines for the job's log (the wait; its end).
   std::function<void(const std::string&)> warning;
   std::function<void(const std::string&)> note;

@@ -49,9 +49,13 @@ TEST(FinalCheckpoint, ASealedStepEndsAtOnceWithoutWriting) {
 TEST(FinalCheckpoint, ASkippedStepIsWrittenAgainUntilItFits) {
   OneRank rank;
   std::string skipped = "dir has 10 bytes free, the step needs 20";
-  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), rank.Hooks(), true, 8, "/c/job-1", &skipped).ok());
+  std::vector<bool> waits;
+  FinalCheckpointHooks hooks = rank.Hooks();
+  hooks.waiting = [&](bool on) { waits.push_back(on); };
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), hooks, true, 8, "/c/job-1", &skipped).ok());
   EXPECT_EQ(skipped, "");
   EXPECT_EQ(rank.writes, 3);
+  EXPECT_EQ(waits, std::vector<bool>({true, false, true, false, true, false}));
   ASSERT_EQ(rank.log.size(), 2u);  // the first try, and the seal (logged every 5 minutes)
   EXPECT_THAT(rank.log[0], HasSubstr("the checkpoint of step 8, the last, does not fit (dir has "
                                      "10 bytes free, the step needs 20): every rank keeps its "

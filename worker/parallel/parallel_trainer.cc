@@ -660,6 +660,16 @@ absl::Status ParallelTrainer::AwaitFinalCheckpoint(const TrainingCallbacks& call
   };
   hooks.warning = callbacks.warning;
   hooks.note = callbacks.note;
+  std::optional<comm::FlightScope> waiting;
+  hooks.waiting = [&](bool on) {
+    if (on) {
+      waiting.emplace(transport_->recorder(),
+                      comm::FlightRecord::Checkpoint(last, "waiting for disk space"));
+    } else if (waiting.has_value()) {
+      waiting->Finish(absl::OkStatus());
+      waiting.reset();
+    }
+  };
   std::string rank0_skipped = options_.plan.rank() == 0 ? *final_skipped : "";
   RETURN_IF_ERROR(parallel::AwaitFinalCheckpoint(options_.final_checkpoint_retry, hooks,
                                                  options_.plan.rank() == 0, last,
