@@ -179,7 +179,8 @@ JobManager::Options ManagerOptionsFromFlags(const dtrain::TlsFiles& tls,
   options.job_limits.max_steps = absl::GetFlag(FLAGS_max_job_steps);
   options.job_limits.max_workers = absl::GetFlag(FLAGS_max_job_workers);
   options.diagnose_stall_after = absl::GetFlag(FLAGS_diagnose_stall_after);
-  options.queue_reservation = std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_queue_reservation));
+  options.queue_reservation =
+      std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_queue_reservation));
   options.diagnose = DiagnoseOverPeers(tls, options.diagnosis_deadline);
   return options;
 }

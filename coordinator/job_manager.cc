@@ -295,7 +295,8 @@ bool JobManager::ReservesWorkers(const ActiveJob& job, const WorkerCounts& count
   // (too few of its kind, or without the memory) holds back nobody.
   const int64_t needed = plan::WorkersNeeded(job.spec.parallel());
   if (counts.idle + counts.busy < needed) return false;
-  const bool any_device = DeviceFits(job.spec.device(), "cpu") && DeviceFits(job.spec.device(), "cuda");
+  const bool any_device =
+      DeviceFits(job.spec.device(), "cpu") && DeviceFits(job.spec.device(), "cuda");
   if (any_device) return true;
   return registry_
              .RootsOfLive([&](const WorkerInfo& w) {

@@ -25,9 +25,9 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
   if (!IsFinal(source->state())) {
     // Its newest steps are still to come, and its retention removes older ones under a copy
     // that waits in the queue.
-    return plan::InvalidSpec(absl::StrCat(
-        "resume_from=\"", from, "\": ", from, " is ", JobState_Name(source->state()),
-        ": resume it once it has ended (`dtrain cancel ", from, "` ends it now)"));
+    return plan::InvalidSpec(
+        absl::StrCat("resume_from=\"", from, "\": ", from, " is ", JobState_Name(source->state()),
+                     ": resume it once it has ended (`dtrain cancel ", from, "` ends it now)"));
   }
   ASSIGN_OR_RETURN(std::vector<CheckpointInfo> sealed, store_->Checkpoints(from));
   if (sealed.empty()) {

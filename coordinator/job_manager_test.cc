@@ -90,7 +90,8 @@ TEST(JobManager, JobRunsFromQueuedToSucceeded) {
 
 // A job of `dp` workers named `name`.
 std::string DpSpec(int dp, const std::string& name) {
-  return absl::StrCat(R"({"parallel": {"dp": )", dp, R"(}, "name": ")", name, R"(", )"
+  return absl::StrCat(R"({"parallel": {"dp": )", dp, R"(}, "name": ")", name,
+                      R"(", )"
                       R"("checkpoint": {"dir": "/c"}, "dataset": "/d", "steps": 1, )"
                       R"("batch_size": 4, "model": {"vocab_size": 256, "context": 32, )"
                       R"("n_layer": 2, "n_head": 2, "n_embd": 32}})");

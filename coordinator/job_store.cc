@@ -147,8 +147,9 @@ void LogDatabaseError(absl::string_view text) {
   if (!log.sink || now - log.last < absl::Minutes(1)) return;
   log.sink(log.last == absl::InfinitePast()
                ? std::string(text)
-               : absl::StrCat(text, " (", log.since_last, " database errors since the last "
-                                        "such line; dtrain_coordinator_db_errors_total)"));
+               : absl::StrCat(text, " (", log.since_last,
+                              " database errors since the last "
+                              "such line; dtrain_coordinator_db_errors_total)"));
   log.last = now;
   log.since_last = 0;
 }

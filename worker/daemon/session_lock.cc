@@ -30,9 +30,9 @@ absl::StatusOr<SessionLock> SessionLock::Claim(
   std::string path = absl::StrCat(dir, "/.worker-", name, ".session");
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("open", path);
-  const std::string held = absl::StrCat("another dtrain-worker process with --worker_id=",
-                                        worker_id, " and this --data_root is running (it holds ",
-                                        path, ")");
+  const std::string held =
+      absl::StrCat("another dtrain-worker process with --worker_id=", worker_id,
+                   " and this --data_root is running (it holds ", path, ")");
   const absl::Time give_up = absl::Now() + wait;
   bool said = false;
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {

@@ -97,8 +97,8 @@ TEST(SessionLock, TheNextProcessWaitsForAStoppingHolder) {
   char c = 0;
   ASSERT_EQ(read(ready[0], &c, 1), 1);
   int waits = 0;
-  absl::StatusOr<SessionLock> next = SessionLock::Claim(dir, "w1", "s2", absl::Seconds(20),
-                                                        [&](const std::string&) { ++waits; });
+  absl::StatusOr<SessionLock> next =
+      SessionLock::Claim(dir, "w1", "s2", absl::Seconds(20), [&](const std::string&) { ++waits; });
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->previous_session(), "s1");
   EXPECT_EQ(waits, 1);

@@ -95,8 +95,8 @@ absl::Status HeldDirectory::CreateError(int err, absl::string_view what,
   struct stat st;
   if (err == ENOENT && fstat(fd_->fd, &st) == 0 && st.st_nlink == 0) {
     // Held by its descriptor, it was unlinked under us: say so rather than "no such file".
-    return absl::NotFoundError(absl::StrCat(what, " ", path, ": ", path_,
-                                            " itself was removed while in use"));
+    return absl::NotFoundError(
+        absl::StrCat(what, " ", path, ": ", path_, " itself was removed while in use"));
   }
   return ErrnoError(err, what, path);
 }

@@ -35,10 +35,10 @@ absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
     ASSIGN_OR_RETURN(const float agreed, hooks.agree(verdict));
     if (agreed == 0) {
       if (rank0 && attempt > 1 && hooks.note) {
-        hooks.note(absl::StrCat("the checkpoint of step ", step, ", the last, sealed after ",
-                                   absl::FormatDuration(absl::Trunc(absl::Now() - started,
-                                                                    absl::Seconds(1))),
-                                   " waiting for space"));
+        hooks.note(
+            absl::StrCat("the checkpoint of step ", step, ", the last, sealed after ",
+                         absl::FormatDuration(absl::Trunc(absl::Now() - started, absl::Seconds(1))),
+                         " waiting for space"));
       }
       return absl::OkStatus();
     }

@@ -71,7 +71,8 @@ TEST(FinalCheckpoint, TheWaitRunsOutWithTheReasonKept) {
   retry.wait = absl::Milliseconds(50);
   std::string skipped = "no room";
   ASSERT_TRUE(AwaitFinalCheckpoint(retry, rank.Hooks(), true, 8, "/c/job-1", &skipped).ok());
-  EXPECT_THAT(skipped, HasSubstr("dir has 10 bytes free, the step needs 20; waited 50ms for space"));
+  EXPECT_THAT(skipped,
+              HasSubstr("dir has 10 bytes free, the step needs 20; waited 50ms for space"));
   EXPECT_GE(rank.writes, 2);
 }
 
@@ -115,8 +116,7 @@ TEST(FinalCheckpoint, AFailedAgreementIsReturned) {
   FinalCheckpointHooks h = rank.Hooks();
   h.agree = [](float) -> absl::StatusOr<float> { return absl::UnavailableError("rank 1 gone"); };
   std::string skipped = "no room";
-  EXPECT_TRUE(absl::IsUnavailable(
-      AwaitFinalCheckpoint(Fast(), h, true, 8, "/c/job-1", &skipped)));
+  EXPECT_TRUE(absl::IsUnavailable(AwaitFinalCheckpoint(Fast(), h, true, 8, "/c/job-1", &skipped)));
 }
 
 }  // namespace
