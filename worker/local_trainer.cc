@@ -173,10 +173,35 @@ absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
   RETURN_IF_ERROR(RunTrainingSteps(
       options_, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
       [this](int64_t) { return Evaluate(); }, checkpoints));
-  if (!options_.save_path.empty()) {
-    RETURN_IF_ERROR(model::SaveTensors(options_.save_path, *model_, model_->params(),
-                                       {{"step", absl::StrCat(optimizer_->step())}}));
-  }
+  if (!options_.save_path.empty()) RETURN_IF_ERROR(SaveWeights(callbacks));
+  return absl::OkStatus();
+}
+
+absl::Status LocalTrainer::SaveWeights(const TrainingCallbacks& callbacks) {
+  // "" when written; why not when the disk is full; other errors end the run.
+  auto save = [this]() -> absl::StatusOr<std::string> {
+    const absl::Status saved = model::SaveTensors(options_.save_path, *model_, model_->params(),
+                                                  {{"step", absl::StrCat(optimizer_->step())}});
+    if (absl::IsResourceExhausted(saved)) return std::string(saved.message());
+    RETURN_IF_ERROR(saved);
+    return std::string();
+  };
+  ASSIGN_OR_RETURN(std::string full, save());
+  if (full.empty()) return absl::OkStatus();
+  parallel::FinalCheckpointHooks hooks;
+  hooks.agree = [](float verdict) -> absl::StatusOr<float> { return verdict; };  // one rank
+  hooks.peers_ok = [this] {
+    return stop_ != nullptr && stop_->load() ? absl::CancelledError("stopped") : absl::OkStatus();
+  };
+  hooks.write_again = save;
+  hooks.warning = callbacks.warning;
+  hooks.note = callbacks.note;
+  const std::string dir = options_.save_path.substr(0, options_.save_path.rfind('/') + 1);
+  RETURN_IF_ERROR(parallel::AwaitFinalCheckpoint(
+      final_write_retry, hooks, /*rank0=*/true,
+      absl::StrCat("the weights file of step ", optimizer_->step(), " (", options_.save_path, ")"),
+      dir.empty() ? "." : dir, &full));
+  if (!full.empty()) return absl::ResourceExhaustedError(full);
   return absl::OkStatus();
 }
 

@@ -22,6 +22,7 @@
 #include "worker/model/optimizer.h"
 #include "worker/model/token_dataset.h"
 #include "worker/parallel/checkpoint_writer.h"
+#include "worker/parallel/final_checkpoint.h"
 #include "worker/training_run.h"
 
 namespace dtrain {
@@ -55,7 +56,13 @@ class LocalTrainer {
   model::GptStage& model() { return *model_; }
   // Stops a step in progress once `*stop` is true: Run returns Cancelled from the middle of the
   // step (model::GptStage::set_stop_flag), before its update. The flag must outlive Run.
-  void set_stop_flag(const std::atomic<bool>* stop) { model_->set_stop_flag(stop); }
+  void set_stop_flag(const std::atomic<bool>* stop) {
+    stop_ = stop;
+    model_->set_stop_flag(stop);
+  }
+  // How long the weights' file (save_path) is written again when the disk cannot hold it
+  // (parallel/final_checkpoint.h; the wait ends at once when the stop flag is set).
+  parallel::FinalCheckpointRetry final_write_retry;
 
  private:
   LocalTrainer() = default;
@@ -63,6 +70,8 @@ class LocalTrainer {
   // At a checkpoint step's boundary: the state snapshot handed to writer_ (`keep`: the best
   // validation step, kept by retention).
   absl::Status StartCheckpoint(int64_t step, bool keep);
+  // save_path from the weights in memory; on a full disk, written again until it fits.
+  absl::Status SaveWeights(const TrainingCallbacks& callbacks);
 
   kernels::Backend* backend_ = nullptr;
   TrainingRun options_;
@@ -76,6 +85,7 @@ class LocalTrainer {
   std::string resumed_from_;
   std::string resume_note_;
   std::vector<std::string> damaged_steps_;  // skipped when resuming (CheckpointStep::damaged)
+  const std::atomic<bool>* stop_ = nullptr;
 };
 
 }  // namespace dtrain

@@ -219,7 +219,9 @@ def case_checkpoint_last_step_waits(args):
     failing at its end (its weights are exported from that step) the job stays RUNNING, every
     rank keeping its state, with a line in its log (final_checkpoint.h) and `dtrain diagnose`
     showing the ranks waiting for disk space. Once the test deletes
-    the ballast, the next try seals the step and the job SUCCEEDS with its weights exported."""
+    the ballast, the next try seals the step and the job SUCCEEDS with its weights exported.
+    Then a one-worker job whose weights' file does not fit waits the same way and SUCCEEDS
+    once space is freed."""
     with Cluster(args.binaries, "checkpoint_last_step_waits") as c, \
             small_tmpfs(c, "3m", "checkpoint_last_step_waits") as small:
         if small is not None:
@@ -254,10 +256,29 @@ def case_checkpoint_last_step_waits(args):
             expect(os.path.isfile(os.path.join(job_dir, "model.safetensors")),
                    "no exported weights in %s" % job_dir)
             out = c.cli("logs", job_id, timeout=30)[1]
-            sealed = [l for l in out.splitlines() if "the last, sealed after" in l]
+            sealed = [l for l in out.splitlines() if "the last, was written after" in l]
             expect(sealed, "the log should say when the last step sealed:\n%s" % out)
             print("pp=2, the last step into a full tmpfs: RUNNING and waiting (%s); ballast "
                   "removed: %s; SUCCEEDED" % (lines[0].strip(), sealed[0].strip()))
+
+            # One worker: its weights are written from memory; when even they do not fit, the
+            # same wait (LocalTrainer::SaveWeights).
+            with open(ballast, "wb") as f:
+                f.write(b"\0" * (os.statvfs(small).f_bavail * fs.f_frsize - (100 << 10)))
+            one = c.submit(c.write_spec("one.json", small_job_spec(small, 6, name="one-waits")))
+            lines = c.wait_until(
+                lambda: [l for l in c.cli("logs", one, timeout=30)[1].splitlines()
+                         if "the weights file of step 6" in l and "does not fit" in l],
+                120, "the one-worker job's wait for space in its log")
+            expect(c.job(one)["state"] == "RUNNING", "the one-worker job should wait for space")
+            os.remove(ballast)
+            done = c.wait_state(one, FINAL, 120)
+            expect(done["state"] == "SUCCEEDED", "one worker, after space was freed: %s: %s"
+                   % (done["state"], done.get("reason")))
+            expect(os.path.isfile(os.path.join(small, one, "model.safetensors")),
+                   "no weights in %s" % os.path.join(small, one))
+            print("one worker, its weights into a full tmpfs: waited (%s); SUCCEEDED"
+                  % lines[0].strip())
 
 
 def case_coordinator_db_disk_full(args):

@@ -23,8 +23,9 @@ absl::Status SleepWatching(absl::Duration d, const std::function<absl::Status()>
 }  // namespace
 
 absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
-                                  const FinalCheckpointHooks& hooks, bool rank0, int64_t step,
-                                  const std::string& dir, std::string* skipped) {
+                                  const FinalCheckpointHooks& hooks, bool rank0,
+                                  const std::string& what, const std::string& dir,
+                                  std::string* skipped) {
   const absl::Time started = absl::Now();
   absl::Time logged = absl::InfinitePast();
   absl::Duration delay = retry.first_delay;
@@ -36,7 +37,7 @@ absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
     if (agreed == 0) {
       if (rank0 && attempt > 1 && hooks.note) {
         hooks.note(
-            absl::StrCat("the checkpoint of step ", step, ", the last, sealed after ",
+            absl::StrCat(what, " was written after ",
                          absl::FormatDuration(absl::Trunc(absl::Now() - started, absl::Seconds(1))),
                          " waiting for space"));
       }
@@ -51,7 +52,7 @@ absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
     if (rank0 && hooks.warning && absl::Now() - logged >= retry.log_every) {
       logged = absl::Now();
       hooks.warning(absl::StrCat(
-          "the checkpoint of step ", step, ", the last, does not fit (", *skipped,
+          what, " does not fit (", *skipped,
           "): every rank keeps its state and writes it again until it fits, for up to ",
           absl::FormatDuration(retry.wait), " (next try in ", absl::FormatDuration(delay),
           "); free space in ", dir, " or cancel the job"));

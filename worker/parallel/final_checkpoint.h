@@ -48,10 +48,12 @@ struct FinalCheckpointHooks {
 // Called by every rank after the run's last checkpoint was waited for; `skipped` is why rank 0
 // skipped it ("" when it sealed; other ranks pass ""). Returns OK with *skipped "" once the
 // step sealed, OK with *skipped set when the wait ran out (rank 0 then fails the job), or the
-// error that ended the wait. `step` and `dir` name them in the log.
+// error that ended the wait. `what` ("the checkpoint of step 20, the last") and `dir` name
+// them in the log. One worker's run uses it for its weights' file the same way.
 absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
-                                  const FinalCheckpointHooks& hooks, bool rank0, int64_t step,
-                                  const std::string& dir, std::string* skipped);
+                                  const FinalCheckpointHooks& hooks, bool rank0,
+                                  const std::string& what, const std::string& dir,
+                                  std::string* skipped);
 
 }  // namespace dtrain::parallel
 

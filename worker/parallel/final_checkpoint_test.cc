@@ -41,7 +41,7 @@ struct OneRank {
 TEST(FinalCheckpoint, ASealedStepEndsAtOnceWithoutWriting) {
   OneRank rank;
   std::string skipped;
-  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), rank.Hooks(), true, 8, "/c/job-1", &skipped).ok());
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), rank.Hooks(), true, "the checkpoint of step 8, the last,", "/c/job-1", &skipped).ok());
   EXPECT_EQ(rank.writes, 0);
   EXPECT_TRUE(rank.log.empty());
 }
@@ -52,7 +52,7 @@ TEST(FinalCheckpoint, ASkippedStepIsWrittenAgainUntilItFits) {
   std::vector<bool> waits;
   FinalCheckpointHooks hooks = rank.Hooks();
   hooks.waiting = [&](bool on) { waits.push_back(on); };
-  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), hooks, true, 8, "/c/job-1", &skipped).ok());
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), hooks, true, "the checkpoint of step 8, the last,", "/c/job-1", &skipped).ok());
   EXPECT_EQ(skipped, "");
   EXPECT_EQ(rank.writes, 3);
   EXPECT_EQ(waits, std::vector<bool>({true, false, true, false, true, false}));
@@ -61,7 +61,7 @@ TEST(FinalCheckpoint, ASkippedStepIsWrittenAgainUntilItFits) {
                                      "10 bytes free, the step needs 20): every rank keeps its "
                                      "state and writes it again until it fits"));
   EXPECT_THAT(rank.log[0], HasSubstr("free space in /c/job-1 or cancel the job"));
-  EXPECT_THAT(rank.log[1], HasSubstr("the checkpoint of step 8, the last, sealed after"));
+  EXPECT_THAT(rank.log[1], HasSubstr("the checkpoint of step 8, the last, was written after"));
 }
 
 TEST(FinalCheckpoint, TheWaitRunsOutWithTheReasonKept) {
@@ -70,7 +70,7 @@ TEST(FinalCheckpoint, TheWaitRunsOutWithTheReasonKept) {
   FinalCheckpointRetry retry = Fast();
   retry.wait = absl::Milliseconds(50);
   std::string skipped = "no room";
-  ASSERT_TRUE(AwaitFinalCheckpoint(retry, rank.Hooks(), true, 8, "/c/job-1", &skipped).ok());
+  ASSERT_TRUE(AwaitFinalCheckpoint(retry, rank.Hooks(), true, "the checkpoint of step 8, the last,", "/c/job-1", &skipped).ok());
   EXPECT_THAT(skipped,
               HasSubstr("dir has 10 bytes free, the step needs 20; waited 50ms for space"));
   EXPECT_GE(rank.writes, 2);
@@ -94,7 +94,7 @@ TEST(FinalCheckpoint, OtherRanksFollowRankZerosVerdict) {
     return std::string("rank 1's own reason");
   };
   std::string skipped;
-  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), h, false, 8, "/c/job-1", &skipped).ok());
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), h, false, "the checkpoint of step 8, the last,", "/c/job-1", &skipped).ok());
   EXPECT_EQ(writes, 1);
   EXPECT_EQ(skipped, "");
 }
@@ -106,7 +106,7 @@ TEST(FinalCheckpoint, AStoppedRunEndsTheWaitWithItsError) {
   FinalCheckpointRetry retry = Fast();
   retry.first_delay = absl::Hours(1);
   std::string skipped = "no room";
-  const absl::Status s = AwaitFinalCheckpoint(retry, h, true, 8, "/c/job-1", &skipped);
+  const absl::Status s = AwaitFinalCheckpoint(retry, h, true, "the checkpoint of step 8, the last,", "/c/job-1", &skipped);
   EXPECT_TRUE(absl::IsCancelled(s)) << s;
   EXPECT_EQ(rank.writes, 0);
 }
@@ -116,7 +116,7 @@ TEST(FinalCheckpoint, AFailedAgreementIsReturned) {
   FinalCheckpointHooks h = rank.Hooks();
   h.agree = [](float) -> absl::StatusOr<float> { return absl::UnavailableError("rank 1 gone"); };
   std::string skipped = "no room";
-  EXPECT_TRUE(absl::IsUnavailable(AwaitFinalCheckpoint(Fast(), h, true, 8, "/c/job-1", &skipped)));
+  EXPECT_TRUE(absl::IsUnavailable(AwaitFinalCheckpoint(Fast(), h, true, "the checkpoint of step 8, the last,", "/c/job-1", &skipped)));
 }
 
 }  // namespace

@@ -672,7 +672,9 @@ absl::Status ParallelTrainer::AwaitFinalCheckpoint(const TrainingCallbacks& call
   };
   std::string rank0_skipped = options_.plan.rank() == 0 ? *final_skipped : "";
   RETURN_IF_ERROR(parallel::AwaitFinalCheckpoint(options_.final_checkpoint_retry, hooks,
-                                                 options_.plan.rank() == 0, last,
+                                                 options_.plan.rank() == 0,
+                                                 absl::StrCat("the checkpoint of step ", last,
+                                                              ", the last,"),
                                                  options_.run.checkpoint_dir, &rank0_skipped));
   if (options_.plan.rank() == 0) *final_skipped = rank0_skipped;
   return absl::OkStatus();
