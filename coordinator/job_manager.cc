@@ -233,11 +233,7 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
   for (ActiveJob* job : queued) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
     if (holder != nullptr && SameWorkers(holder->spec.device(), job->spec.device())) {
-      const std::string reason = absl::StrCat(
-          "waiting behind ", holder->id, ", queued ",
-          absl::FormatDuration(absl::Trunc(Now() - holder->submitted, absl::Seconds(1))),
-          " ago for ", Plural(plan::WorkersNeeded(holder->spec.parallel()), "worker"),
-          ": the workers freed go to it first (--queue_reservation)");
+      const std::string reason = BehindReason(*holder);
       if (reason != job->reason) {
         absl::Status status = Transition(*job, QUEUED, reason);
         if (!status.ok()) Log(absl::StrCat(job->id, ": ", status.ToString()));
@@ -284,6 +280,26 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
       if (!status.ok()) Log(absl::StrCat(job->id, ": ", status.ToString()));
     }
   }
+}
+
+std::string JobManager::BehindReason(const ActiveJob& holder) {
+  return absl::StrCat("waiting behind ", holder.id, ", queued ",
+                      absl::FormatDuration(absl::Trunc(Now() - holder.submitted, absl::Seconds(1))),
+                      " ago for ", Plural(plan::WorkersNeeded(holder.spec.parallel()), "worker"),
+                      ": the workers freed go to it first (--queue_reservation)");
+}
+
+const ActiveJob* JobManager::HolderFor(const JobSpec& spec, const WorkerCounts& counts) {
+  // The scheduler's order (PlaceQueued): the first queued job that will not fit the idle
+  // workers now and reserves them.
+  for (const auto& [n, job] : jobs_) {
+    if (job.state != QUEUED || job.pending_end.has_value()) continue;
+    if (plan::WorkersNeeded(job.spec.parallel()) <= counts.idle) continue;
+    if (ReservesWorkers(job, counts)) {
+      return SameWorkers(job.spec.device(), spec.device()) ? &job : nullptr;
+    }
+  }
+  return nullptr;
 }
 
 bool JobManager::ReservesWorkers(const ActiveJob& job, const WorkerCounts& counts) {
@@ -475,8 +491,10 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
     response.add_warnings(absl::StrCat("no registered worker can hold this job: ", *too_big,
                                        "; it stays QUEUED until workers with room register"));
   }
-  const std::string reason =
-      counts.idle >= needed ? "queued; placing it now" : WaitingReason(spec, counts);
+  const ActiveJob* holder = HolderFor(spec, counts);
+  const std::string reason = holder != nullptr       ? BehindReason(*holder)
+                             : counts.idle >= needed ? "queued; placing it now"
+                                                     : WaitingReason(spec, counts);
   ASSIGN_OR_RETURN(Job job, store_->CreateJob(spec, reason, NowMs(), NewUid()));
   for (const std::string& note : notes) Event(job.id(), note);
   for (const std::string& warning : response.warnings()) Event(job.id(), warning);

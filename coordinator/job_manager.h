@@ -381,6 +381,10 @@ class JobManager {
   // Whether queued `job`, which did not fit in this pass, now holds back the jobs behind it
   // that would take the same workers (Options::queue_reservation).
   bool ReservesWorkers(const ActiveJob& job, const WorkerCounts& counts);
+  // The queued job that a new job of `spec` would wait behind now, or null.
+  const ActiveJob* HolderFor(const JobSpec& spec, const WorkerCounts& counts);
+  // "waiting behind job-000007, queued 10m0s ago for 4 workers: ..."
+  std::string BehindReason(const ActiveJob& holder);
   // The scheduler pass's queued jobs, in submission order, on `idle` (what they take leaves it
   // and `counts`).
   void PlaceQueued(const std::vector<ActiveJob*>& queued, std::vector<plan::Candidate>* idle,

@@ -115,7 +115,9 @@ TEST(JobManager, ALargeJobThatWaitedPastTheReservationIsNotStarvedBySmallOnes) {
   ASSERT_TRUE(h.Register("w4", "s-w4").ok());
   h.m().RunSchedulerPass();
   EXPECT_EQ(h.Get("job-000001").state(), QUEUED);
-  ASSERT_TRUE(h.Submit(DpSpec(2, "small-2")).ok());  // job-000003
+  absl::StatusOr<Job> submitted = h.Submit(DpSpec(2, "small-2"));  // job-000003
+  ASSERT_TRUE(submitted.ok());
+  EXPECT_THAT(submitted->reason(), HasSubstr("waiting behind job-000001"));  // not "placing"
   h.m().RunSchedulerPass();
   Job behind = h.Get("job-000003");
   EXPECT_EQ(behind.state(), QUEUED);
