@@ -52,21 +52,29 @@ def _ephemeral_ports():
         return 32768, 60999
 
 
+_handed_out = set()  # free_port's answers so far in this process
+
+
 def free_port():
     """A loopback port that was free a moment ago, picked at random BELOW the kernel's ephemeral
     range: a port the kernel picked for port 0 lies in the range every outgoing connection of
     every process (other tests running beside this one included) takes its local port from, so
     it could be taken before the daemon binds it. Below the range only another test's random
-    pick can collide (1 in ~20,000 per port)."""
+    pick can collide (1 in ~20,000 per port). A port this process handed out before is never
+    handed out again: two daemons of one cluster started before either binds (8 workers'
+    peer and metrics ports: about a 1 % chance per cluster) would otherwise share one."""
     lo, _ = _ephemeral_ports()
     first = 10000 if lo > 11000 else 1024
     for _ in range(200):
         port = random.randrange(first, lo)
+        if port in _handed_out:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _handed_out.add(port)
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded host: the kernel's
         s.bind(("127.0.0.1", 0))
