@@ -176,7 +176,7 @@ void JobManager::SweepLocked(absl::Time now) {
 std::string JobManager::WaitingReason(const JobSpec& spec, const WorkerCounts& counts) {
   const int64_t needed = plan::WorkersNeeded(spec.parallel());
   const std::string& device = spec.device();
-  if (DeviceFits(device, "cpu") && DeviceFits(device, "cuda")) {
+  if (AnyDevice(device)) {
     return absl::StrCat("waiting for ", Plural(needed, "idle worker"), "; ", counts.idle, " idle, ",
                         counts.busy, " busy, ", counts.lost, " lost");
   }
@@ -242,8 +242,7 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
     }
     // The idle workers as they are when the job takes any device (no copy of 50,000 workers).
     std::vector<plan::Candidate> filtered;
-    const bool any_device =
-        DeviceFits(job->spec.device(), "cpu") && DeviceFits(job->spec.device(), "cuda");
+    const bool any_device = AnyDevice(job->spec.device());
     if (!any_device) {
       for (const plan::Candidate& w : idle) {
         if (DeviceFits(job->spec.device(), w.worker->device().kind())) filtered.push_back(w);
@@ -311,9 +310,7 @@ bool JobManager::ReservesWorkers(const ActiveJob& job, const WorkerCounts& count
   // (too few of its kind, or without the memory) holds back nobody.
   const int64_t needed = plan::WorkersNeeded(job.spec.parallel());
   if (counts.idle + counts.busy < needed) return false;
-  const bool any_device =
-      DeviceFits(job.spec.device(), "cpu") && DeviceFits(job.spec.device(), "cuda");
-  if (any_device) return true;
+  if (AnyDevice(job.spec.device())) return true;
   return registry_
              .RootsOfLive([&](const WorkerInfo& w) {
                return DeviceFits(job.spec.device(), w.device().kind());
@@ -476,7 +473,7 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   // failing on the worker (which checks them again after symlinks).
   RETURN_IF_ERROR(plan::CheckSpecPaths(spec, live.roots));
   if (able < needed) {
-    const bool any_device = DeviceFits(spec.device(), "cpu") && DeviceFits(spec.device(), "cuda");
+    const bool any_device = AnyDevice(spec.device());
     const std::string worker =
         any_device ? "worker"
                    : absl::StrCat(DeviceFits(spec.device(), "cuda") ? "cuda" : "cpu", " worker");

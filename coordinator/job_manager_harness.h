@@ -109,6 +109,19 @@ class Harness {
         ->assign(text);
     return m().ReportProgress(r);
   }
+  // Rank 0 of `job` on worker w1 reports a sealed checkpoint (and the steps retention kept).
+  absl::StatusOr<ReportProgressResponse> Sealed(const std::string& job, int64_t step,
+                                                const std::string& path,
+                                                std::vector<int64_t> kept = {}) {
+    ReportProgressRequest r;
+    r.set_worker_id("w1");
+    r.set_session_id("s-w1");
+    r.set_job_id(job);
+    r.mutable_checkpoint()->set_step(step);
+    r.mutable_checkpoint()->set_path(path);
+    for (int64_t k : kept) r.mutable_checkpoint()->add_kept_steps(k);
+    return m().ReportProgress(r);
+  }
   // A rank's failure with its kind and the peers it blames.
   absl::StatusOr<ReportProgressResponse> Failure(const std::string& id, const std::string& job,
                                                  FailureKind kind, const std::string& error,

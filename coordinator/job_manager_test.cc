@@ -511,14 +511,9 @@ TEST(JobManager, SpecSizeAndJobLimitsAreTheOperatorsCaps) {
 TEST(JobManager, ResumeFromAJobIdIsItsLatestSealedCheckpoint) {
   Harness h(TempDb("resume-job-id"));
   h.RunOn(1, kSpec);
-  ReportProgressRequest r;
-  r.set_worker_id("w1");
-  r.set_session_id("s-w1");
-  r.set_job_id("job-000001");
   for (int step : {10, 20}) {
-    r.mutable_checkpoint()->set_step(step);
-    r.mutable_checkpoint()->set_path(absl::StrCat("/ckpt/job-000001/step_000000", step));
-    ASSERT_TRUE(h.m().ReportProgress(r).ok());
+    ASSERT_TRUE(
+        h.Sealed("job-000001", step, absl::StrCat("/ckpt/job-000001/step_000000", step)).ok());
   }
   auto resume = [&](int steps) {
     const std::string json = absl::StrCat(
@@ -555,23 +550,17 @@ TEST(JobManager, ResumeFromAJobIdIsItsLatestSealedCheckpoint) {
 TEST(JobManager, StepsThatRetentionRemovedAreForgotten) {
   Harness h(TempDb("retention-forgotten"));
   h.RunOn(1, kSpec);
-  ReportProgressRequest r;
-  r.set_worker_id("w1");
-  r.set_session_id("s-w1");
-  r.set_job_id("job-000001");
   // An earlier run's step on another host's disk is not in this directory's listing.
-  r.mutable_checkpoint()->set_step(5);
-  r.mutable_checkpoint()->set_path("/elsewhere/job-000001/step_00000005");
-  ASSERT_TRUE(h.m().ReportProgress(r).ok());
+  ASSERT_TRUE(h.Sealed("job-000001", 5, "/elsewhere/job-000001/step_00000005").ok());
   for (int step : {10, 20, 30}) {
-    r.mutable_checkpoint()->set_step(step);
-    r.mutable_checkpoint()->set_path(absl::StrCat("/ckpt/job-000001/step_000000", step));
-    r.mutable_checkpoint()->clear_kept_steps();
     // keep_last 2: the seal of step 30 removed step 10.
-    for (int kept : {10, 20, 30}) {
-      if (kept <= step && kept > step - 20) r.mutable_checkpoint()->add_kept_steps(kept);
+    std::vector<int64_t> kept;
+    for (int k : {10, 20, 30}) {
+      if (k <= step && k > step - 20) kept.push_back(k);
     }
-    ASSERT_TRUE(h.m().ReportProgress(r).ok());
+    ASSERT_TRUE(
+        h.Sealed("job-000001", step, absl::StrCat("/ckpt/job-000001/step_000000", step), kept)
+            .ok());
   }
   absl::StatusOr<ListCheckpointsResponse> listed = h.m().ListCheckpoints("job-000001");
   ASSERT_TRUE(listed.ok());

@@ -14,6 +14,10 @@ bool DeviceFits(absl::string_view device, absl::string_view kind) {
                           plan::ParseDevice(kind).value_or(JOB_DEVICE_UNSPECIFIED));
 }
 
+bool AnyDevice(absl::string_view device) {
+  return DeviceFits(device, "cpu") && DeviceFits(device, "cuda");
+}
+
 bool SameWorkers(absl::string_view a, absl::string_view b) {
   for (absl::string_view kind : {"cpu", "cuda"}) {
     if (DeviceFits(a, kind) && DeviceFits(b, kind)) return true;

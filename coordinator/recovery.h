@@ -25,6 +25,8 @@ namespace dtrain::coordinator {
 // planned spec asks for `device` ("cpu", "cuda", "auto"): both parsed by plan/spec_enums.h,
 // then plan::DeviceFits.
 bool DeviceFits(absl::string_view device, absl::string_view kind);
+// Whether a job of `device` runs on a worker of any kind (cpu and cuda alike: "auto").
+bool AnyDevice(absl::string_view device);
 // Whether jobs of devices `a` and `b` (JobSpec.device) could take the same worker.
 bool SameWorkers(absl::string_view a, absl::string_view b);
 
