@@ -233,7 +233,7 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
   for (ActiveJob* job : queued) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
     if (holder != nullptr && SameWorkers(holder->spec.device(), job->spec.device())) {
-      const std::string reason = BehindReason(*holder);
+      const std::string reason = HeldBackReason(job->spec, *holder, counts);
       if (reason != job->reason) {
         absl::Status status = Transition(*job, QUEUED, reason);
         if (!status.ok()) Log(absl::StrCat(job->id, ": ", status.ToString()));
@@ -281,11 +281,15 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
   }
 }
 
-std::string JobManager::BehindReason(const ActiveJob& holder) {
-  return absl::StrCat("waiting behind ", holder.id, ", queued ",
-                      absl::FormatDuration(absl::Trunc(Now() - holder.submitted, absl::Seconds(1))),
-                      " ago for ", Plural(plan::WorkersNeeded(holder.spec.parallel()), "worker"),
-                      ": the workers freed go to it first (--queue_reservation)");
+std::string JobManager::HeldBackReason(const JobSpec& spec, const ActiveJob& holder,
+                                       const WorkerCounts& counts) {
+  // Without enough idle workers it would wait anyway: the reservation is not why.
+  if (plan::WorkersNeeded(spec.parallel()) > counts.idle) return WaitingReason(spec, counts);
+  return absl::StrCat("waiting behind ", holder.id, ", queued for ",
+                      Plural(plan::WorkersNeeded(holder.spec.parallel()), "worker"),
+                      " for longer than --queue_reservation (",
+                      absl::FormatDuration(options_.queue_reservation),
+                      "): the workers freed go to it first");
 }
 
 const ActiveJob* JobManager::HolderFor(const JobSpec& spec, const WorkerCounts& counts) {
@@ -489,7 +493,7 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
                                        "; it stays QUEUED until workers with room register"));
   }
   const ActiveJob* holder = HolderFor(spec, counts);
-  const std::string reason = holder != nullptr       ? BehindReason(*holder)
+  const std::string reason = holder != nullptr       ? HeldBackReason(spec, *holder, counts)
                              : counts.idle >= needed ? "queued; placing it now"
                                                      : WaitingReason(spec, counts);
   ASSIGN_OR_RETURN(Job job, store_->CreateJob(spec, reason, NowMs(), NewUid()));

@@ -383,8 +383,12 @@ class JobManager {
   bool ReservesWorkers(const ActiveJob& job, const WorkerCounts& counts);
   // The queued job that a new job of `spec` would wait behind now, or null.
   const ActiveJob* HolderFor(const JobSpec& spec, const WorkerCounts& counts);
-  // "waiting behind job-000007, queued 10m0s ago for 4 workers: ..."
-  std::string BehindReason(const ActiveJob& holder);
+  // Why a job of `spec` that `holder` holds back waits: "waiting behind job-000007, queued for
+  // 4 workers for longer than --queue_reservation (10m): ..." when the idle workers would fit
+  // it, else WaitingReason. Stored as the job's reason, so its words change only when the cause
+  // does (every change is a write and a log line).
+  std::string HeldBackReason(const JobSpec& spec, const ActiveJob& holder,
+                             const WorkerCounts& counts);
   // The scheduler pass's queued jobs, in submission order, on `idle` (what they take leaves it
   // and `counts`).
   void PlaceQueued(const std::vector<ActiveJob*>& queued, std::vector<plan::Candidate>* idle,

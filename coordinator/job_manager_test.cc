@@ -104,6 +104,8 @@ TEST(JobManager, ALargeJobThatWaitedPastTheReservationIsNotStarvedBySmallOnes) {
   ASSERT_TRUE(h.Register("w2", "s-w2").ok());
   ASSERT_TRUE(h.Submit(DpSpec(4, "big")).ok());  // job-000001: 4 workers, 2 registered
   h.Advance(absl::Seconds(4));
+  h.Beat("w1", "s-w1");
+  h.Beat("w2", "s-w2");
   h.m().RunSchedulerPass();
   // Too few workers exist to run it: it holds back nobody, however long it waited.
   ASSERT_TRUE(h.Submit(DpSpec(2, "small-1")).ok());  // job-000002
@@ -121,8 +123,24 @@ TEST(JobManager, ALargeJobThatWaitedPastTheReservationIsNotStarvedBySmallOnes) {
   h.m().RunSchedulerPass();
   Job behind = h.Get("job-000003");
   EXPECT_EQ(behind.state(), QUEUED);
-  EXPECT_THAT(behind.reason(), HasSubstr("waiting behind job-000001, queued 4s ago for 4 "
-                                         "workers: the workers freed go to it first"));
+  EXPECT_EQ(behind.reason(),
+            "waiting behind job-000001, queued for 4 workers for longer than "
+            "--queue_reservation (3s): the workers freed go to it first");
+  // The stored reason does not change with time (each change is a write and a log line, every
+  // pass, for every job behind).
+  h.Advance(absl::Seconds(2));
+  h.Beat("w1", "s-w1", "job-000002");
+  h.Beat("w2", "s-w2", "job-000002");
+  h.Beat("w3", "s-w3");
+  h.Beat("w4", "s-w4");
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000003").reason(), behind.reason());
+  // A job behind that the idle workers could not run anyway says what it waits for.
+  absl::StatusOr<Job> large = h.Submit(DpSpec(4, "four"));  // job-000004: 2 idle
+  ASSERT_TRUE(large.ok()) << large.status();
+  EXPECT_EQ(large->reason(), "waiting for 4 idle workers; 2 idle, 2 busy, 0 lost");
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000004").reason(), "waiting for 4 idle workers; 2 idle, 2 busy, 0 lost");
 }
 
 TEST(JobManager, WithoutAReservationSmallJobsPassALargeOne) {
