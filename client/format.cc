@@ -122,6 +122,14 @@ std::string JobDuration(const Job& job, absl::Time now) {
   return FormatSpan(end - FromUnixMs(job.started_unix_ms()));
 }
 
+std::string JobReason(const Job& job) {
+  if (job.state() != QUEUED || job.queue_position() <= 0) return job.reason();
+  const std::string position =
+      job.queue_position() == 1 ? std::string("next in the queue")
+                                : absl::StrCat("position ", job.queue_position(), " in the queue");
+  return job.reason().empty() ? position : absl::StrCat(position, "; ", job.reason());
+}
+
 std::string StateText(JobState state, const std::string& reason) {
   const std::string name = JobStateName(state);
   absl::string_view rest = reason;
@@ -186,7 +194,7 @@ std::string ProgressLine(const Job& job, std::optional<double> eta_seconds) {
         FormatThousands(static_cast<int64_t>(std::llround(m.tokens_per_s()))), " tok/s ETA ",
         FormatEta(eta_seconds.value_or(-1)));
   }
-  return absl::StrCat(job.id(), " ", StateText(job.state(), job.reason()));
+  return absl::StrCat(job.id(), " ", StateText(job.state(), JobReason(job)));
 }
 
 std::string StateChangeLine(const std::string& job_id, const StateChange& change) {
@@ -306,7 +314,7 @@ std::string JobsTable(const ListJobsResponse& jobs, absl::Time now) {
                     FormatAge(FromUnixMs(job.submitted_unix_ms()), now) + " ago",
                     FormatClock(FromUnixMs(job.started_unix_ms()), now),
                     FormatClock(FromUnixMs(job.ended_unix_ms()), now), JobDuration(job, now),
-                    job.reason().empty() ? "-" : ReasonCell(job.reason())});
+                    job.reason().empty() ? "-" : ReasonCell(JobReason(job))});
   }
   return FormatTable({"ID", "STATE", "NAME", "STEP", "LOSS", "LAYOUT", "SUBMITTED", "STARTED",
                       "ENDED", "DURATION", "REASON"},
@@ -440,7 +448,7 @@ std::string JobDetail(const Job& job, absl::Time now) {
   };
   line("id", job.id());
   if (!spec.name().empty()) line("name", spec.name());
-  line("state", StateText(job.state(), job.reason()));
+  line("state", StateText(job.state(), JobReason(job)));
   const absl::Time submitted = FromUnixMs(job.submitted_unix_ms());
   line("submitted",
        absl::StrCat(FormatClock(submitted, now), " (", FormatAge(submitted, now), " ago)"));

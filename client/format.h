@@ -49,6 +49,10 @@ absl::Time FromUnixMs(int64_t unix_ms);
 // How long the job ran: ended - started, or now - started while it runs; "-" before it starts.
 std::string JobDuration(const Job& job, absl::Time now);
 
+// The job's reason, after its place in the queue when it is queued ("position 3 in the queue;
+// waiting for 1 idle worker; ...").
+std::string JobReason(const Job& job);
+
 // A state and why, without saying the state twice: (QUEUED, "queued; placing it now") ->
 // "QUEUED: placing it now"; (RUNNING, "") -> "RUNNING".
 std::string StateText(JobState state, const std::string& reason);

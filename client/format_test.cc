@@ -260,6 +260,20 @@ TEST(StateText, DropsTheStateRepeatedInTheReason) {
   EXPECT_EQ(StateText(FAILED, "worker w2 lost"), "FAILED: worker w2 lost");
 }
 
+TEST(JobReason, AQueuedJobSaysItsPlaceInTheQueueFirst) {
+  Job job;
+  job.set_state(QUEUED);
+  job.set_reason("waiting for 1 idle worker; 0 idle, 4 busy, 0 lost");
+  EXPECT_EQ(JobReason(job), job.reason());  // an older coordinator: no position
+  job.set_queue_position(1);
+  EXPECT_EQ(JobReason(job), "next in the queue; waiting for 1 idle worker; 0 idle, 4 busy, 0 lost");
+  job.set_queue_position(41);
+  EXPECT_EQ(StateText(job.state(), JobReason(job)),
+            "QUEUED: position 41 in the queue; waiting for 1 idle worker; 0 idle, 4 busy, 0 lost");
+  job.set_state(RUNNING);  // a stale position is not shown
+  EXPECT_EQ(JobReason(job), job.reason());
+}
+
 TEST(FormatSpan, ShortUnits) {
   EXPECT_EQ(FormatSpan(absl::Seconds(-3)), "0.0s");
   EXPECT_EQ(FormatSpan(absl::Seconds(185)), "3m05s");

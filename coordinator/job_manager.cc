@@ -24,6 +24,9 @@
 #include "plan/spec_paths.h"
 
 namespace dtrain::coordinator {
+
+// The reason of a job submitted while idle workers can run it: the next pass places it.
+constexpr absl::string_view kPlacingNow = "queued; placing it now";
 namespace {
 
 // ListJobs answers at most this many (each job carries its spec and placement).
@@ -494,7 +497,7 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   }
   const ActiveJob* holder = HolderFor(spec, counts);
   const std::string reason = holder != nullptr       ? HeldBackReason(spec, *holder, counts)
-                             : counts.idle >= needed ? "queued; placing it now"
+                             : counts.idle >= needed ? std::string(kPlacingNow)
                                                      : WaitingReason(spec, counts);
   ASSIGN_OR_RETURN(Job job, store_->CreateJob(spec, reason, NowMs(), NewUid()));
   for (const std::string& note : notes) Event(job.id(), note);
@@ -512,6 +515,7 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
                    ": ", reason));
   if (options_.metrics != nullptr) options_.metrics->JobSubmitted();
   Wake();
+  AddQueuePosition(&job);
   *response.mutable_job() = std::move(job);
   return response;
 }
@@ -521,6 +525,7 @@ absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {
   ASSIGN_OR_RETURN(Job job, store_->GetJob(job_id, /*with_history=*/true));
   JobsLock lock(this);
   AddStragglerScores(&job);
+  AddQueuePosition(&job);
   // A run that made no step for longer than two heartbeats says so instead of its start's
   // "all N workers running" (a partition between workers shows no other way until a timeout).
   // Live only: nothing is stored, so the history keeps its transitions.
@@ -539,6 +544,22 @@ absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {
   return job;
 }
 
+void JobManager::AddQueuePosition(Job* job) {
+  if (job->state() != QUEUED || job->reason() == kPlacingNow) return;
+  const ActiveJob* active = FindActive(job->id());
+  if (active == nullptr || active->state != QUEUED) return;
+  // The scheduler tries queued jobs in submission order (PlaceQueued): count those before it.
+  int32_t position = 1;
+  for (const auto& [n, other] : jobs_) {
+    if (&other == active) break;
+    if (other.state == QUEUED && !other.pending_end.has_value() &&
+        SameWorkers(other.spec.device(), active->spec.device())) {
+      ++position;
+    }
+  }
+  job->set_queue_position(position);
+}
+
 absl::StatusOr<ListJobsResponse> JobManager::ListJobs(const ListJobsRequest& request) {
   std::vector<JobState> states;
   for (int state : request.states()) states.push_back(static_cast<JobState>(state));
@@ -554,6 +575,8 @@ absl::StatusOr<ListJobsResponse> JobManager::ListJobs(const ListJobsRequest& req
                                                   before_seq, name));
   ListJobsResponse response;
   for (Job& job : page.jobs) *response.add_jobs() = std::move(job);
+  JobsLock lock(this);
+  for (Job& job : *response.mutable_jobs()) AddQueuePosition(&job);
   if (page.next_before_seq > 0) response.set_next_page_token(absl::StrCat(page.next_before_seq));
   return response;
 }

@@ -344,6 +344,8 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GetJob: the active job's latest scores into job->stragglers.
   void AddStragglerScores(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GetJob and ListJobs: Job.queue_position of a queued `job`, from the scheduler's order now.
+  void AddQueuePosition(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- drain (job_manager_drain.cc) ---
   absl::StatusOr<DrainWorkerResponse> DrainLocked(const DrainWorkerRequest& request)

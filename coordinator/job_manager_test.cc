@@ -159,6 +159,43 @@ TEST(JobManager, WithoutAReservationSmallJobsPassALargeOne) {
   EXPECT_EQ(h.Get("job-000003").state(), PLACING);
 }
 
+TEST(JobManager, AQueuedJobKnowsItsPlaceInTheQueueOfItsKindOfWorkers) {
+  Harness h(TempDb("queue-position"));
+  auto submit = [&h](const std::string& device) {
+    SubmitJobRequest r;
+    r.set_spec_json(absl::StrCat(R"({"device": ")", device, R"(", "dataset": "/d", "steps": 1, )",
+                                 R"("batch_size": 2, "model": {"vocab_size": 256, "context": 32, )",
+                                 R"("n_layer": 1, "n_head": 2, "n_embd": 32}})"));
+    return h.m().SubmitJob(r);
+  };
+  // job-000004 waits for other workers than the cpu jobs, in a queue of its own.
+  for (const char* device : {"cpu", "cpu", "cpu", "cuda"}) ASSERT_TRUE(submit(device).ok());
+  absl::StatusOr<SubmitJobResponse> submitted = submit("cpu");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_EQ(submitted->job().queue_position(), 4);  // the submit line says it too
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").queue_position(), 1);
+  EXPECT_EQ(h.Get("job-000003").queue_position(), 3);
+  EXPECT_EQ(h.Get("job-000004").queue_position(), 1);
+  EXPECT_EQ(h.Get("job-000005").queue_position(), 4);
+  ASSERT_TRUE(h.m().CancelJob("job-000002", "not needed").ok());
+  RegisterWorkerRequest cpu_worker;
+  cpu_worker.set_worker_id("w1");
+  cpu_worker.set_session_id("s-w1");
+  cpu_worker.set_address("w1:7071");
+  cpu_worker.mutable_device()->set_kind("cpu");
+  ASSERT_TRUE(h.m().RegisterWorker(cpu_worker).ok());
+  h.m().RunSchedulerPass();  // job-000001 is placed
+  absl::StatusOr<ListJobsResponse> listed = h.m().ListJobs(ListJobsRequest());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  std::vector<std::string> positions;
+  for (const Job& job : listed->jobs()) {
+    positions.push_back(absl::StrCat(job.id(), ":", job.queue_position()));
+  }
+  EXPECT_THAT(positions, ElementsAre("job-000005:2", "job-000004:1", "job-000003:1", "job-000002:0",
+                                     "job-000001:0"));
+}
+
 TEST(JobManager, JobWaitsForEnoughWorkersAndSaysSo) {
   Harness h(TempDb("waits"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());

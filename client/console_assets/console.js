@@ -83,6 +83,7 @@ function jobRow(j) {
     id: j.id, name: (j.spec && j.spec.name) || "", state: j.state,
     layout: dp + "×" + pp + "×" + tp, step: num(latest.step), steps: num(j.spec && j.spec.steps),
     loss: num(latest.loss), tps: num(latest.tokens_per_s), age: num(j.submitted_unix_ms),
+    queue: num(j.queue_position), reason: j.reason || "",
   };
 }
 
@@ -99,7 +100,8 @@ function renderJobs(jobs) {
                                 onchange: (e) => { e.target.checked ? checkedJobs.add(r.id) : checkedJobs.delete(r.id); updateCompareLink(); }})),
       el("td", {}, el("a", {href: "/job.html?id=" + encodeURIComponent(r.id)}, r.id)),
       el("td", {}, r.name),
-      el("td", {class: "state " + r.state}, r.state),
+      el("td", {class: "state " + r.state, title: r.reason},
+         r.state + (r.queue ? " #" + r.queue : "")),
       el("td", {}, r.layout),
       el("td", {class: "num"}, r.step + " / " + r.steps),
       el("td", {class: "num"}, fmt(r.loss, 4)),
@@ -268,7 +270,9 @@ function drawJob() {
   $("job-state").textContent = job.state;
   $("job-state").className = "state " + job.state;
   document.body.dataset.state = job.state;
-  $("job-reason").textContent = job.reason || "";
+  const position = !job.queue_position ? ""
+      : job.queue_position === 1 ? "next in the queue; " : "position " + job.queue_position + " in the queue; ";
+  $("job-reason").textContent = position + (job.reason || "");
   const latest = job.latest || {};
   $("job-summary").textContent = "step " + num(latest.step) + " / " + num(job.spec && job.spec.steps) +
       " · loss " + fmt(num(latest.loss), 4) + " · " + fmt(num(latest.tokens_per_s), 0) + " tokens/s" +
