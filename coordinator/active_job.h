@@ -124,6 +124,8 @@ struct ActiveJob {
   std::vector<Recovery> recoveries;
   JobSpec run_spec;          // the current run's spec (CurrentRunSpec): its layout may have shrunk
   bool run_located = false;  // rank 0 of the current run reported its location
+  // Rank 0 of the current run: its last step waits for disk space (GetJob's reason says so).
+  std::optional<CheckpointWait> space_wait;
   RestartWait restart;
   Failures failures;
   RecoveryState recovery;

@@ -27,7 +27,21 @@ namespace dtrain::coordinator {
 
 // The reason of a job submitted while idle workers can run it: the next pass places it.
 constexpr absl::string_view kPlacingNow = "queued; placing it now";
+
 namespace {
+
+// A running job's reason while its last step waits for disk space (CheckpointWait).
+std::string SpaceWaitReason(const std::string& job_id, const CheckpointWait& wait) {
+  const std::string what =
+      wait.weights_file() ? absl::StrCat("the weights file of step ", wait.step())
+                          : absl::StrCat("the checkpoint of step ", wait.step(), ", the last,");
+  return absl::StrCat(
+      "waiting for disk space: ", what, " does not fit in ", wait.dir(), " (", wait.why(),
+      "); it is written again until ",
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMillis(wait.until_unix_ms()),
+                       absl::UTCTimeZone()),
+      ", then the job fails: free space there or `dtrain cancel ", job_id, "`");
+}
 
 // ListJobs answers at most this many (each job carries its spec and placement).
 constexpr int kMaxListedJobs = 1000;
@@ -375,6 +389,7 @@ absl::Status JobManager::Place(ActiveJob& job, const JobSpec& spec,
   }
   job.SetRanks(std::move(assignment));
   job.run_located = false;
+  job.space_wait.reset();
 
   std::vector<std::string> stages;
   const Placement& p = placed.placement;
@@ -525,23 +540,31 @@ absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {
   ASSIGN_OR_RETURN(Job job, store_->GetJob(job_id, /*with_history=*/true));
   JobsLock lock(this);
   AddStragglerScores(&job);
-  AddQueuePosition(&job);
-  // A run that made no step for longer than two heartbeats says so instead of its start's
-  // "all N workers running" (a partition between workers shows no other way until a timeout).
-  // Live only: nothing is stored, so the history keeps its transitions.
-  const ActiveJob* active = FindActive(job_id);
-  const absl::Duration quiet =
-      active != nullptr ? Now() - active->diagnosis.progress_at : absl::ZeroDuration();
-  if (active != nullptr && job.state() == RUNNING && quiet > 2 * options_.heartbeat_interval) {
-    job.set_reason(absl::StrFormat(
+  AddLiveState(&job);
+  return job;
+}
+
+void JobManager::AddLiveState(Job* job) {
+  const ActiveJob* active = FindActive(job->id());
+  if (active == nullptr) return;
+  if (job->state() == QUEUED) AddQueuePosition(job);
+  if (job->state() != RUNNING) return;
+  // A last step waiting for disk space, or a run that made no step for longer than two
+  // heartbeats, says so instead of its start's "all N workers running" (a partition between
+  // workers shows no other way until a timeout). Nothing is stored: the history keeps its
+  // transitions.
+  const absl::Duration quiet = Now() - active->diagnosis.progress_at;
+  if (active->space_wait.has_value()) {
+    job->set_reason(SpaceWaitReason(job->id(), *active->space_wait));
+  } else if (quiet > 2 * options_.heartbeat_interval) {
+    job->set_reason(absl::StrFormat(
         "stalled? no step for %.1fs %s (its workers heartbeat every %s; `dtrain diagnose %s` "
         "shows where each rank waits)",
         absl::ToDoubleSeconds(quiet),
         active->last_step > 0 ? absl::StrCat("after step ", active->last_step)
                               : std::string("since the run started"),
-        absl::FormatDuration(options_.heartbeat_interval), job_id));
+        absl::FormatDuration(options_.heartbeat_interval), job->id()));
   }
-  return job;
 }
 
 void JobManager::AddQueuePosition(Job* job) {
@@ -576,7 +599,7 @@ absl::StatusOr<ListJobsResponse> JobManager::ListJobs(const ListJobsRequest& req
   ListJobsResponse response;
   for (Job& job : page.jobs) *response.add_jobs() = std::move(job);
   JobsLock lock(this);
-  for (Job& job : *response.mutable_jobs()) AddQueuePosition(&job);
+  for (Job& job : *response.mutable_jobs()) AddLiveState(&job);
   if (page.next_before_seq > 0) response.set_next_page_token(absl::StrCat(page.next_before_seq));
   return response;
 }

@@ -344,7 +344,10 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GetJob: the active job's latest scores into job->stragglers.
   void AddStragglerScores(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // GetJob and ListJobs: Job.queue_position of a queued `job`, from the scheduler's order now.
+  // GetJob and ListJobs: what the store does not keep of an active `job`: its queue position,
+  // or a running job's live reason (a wait for disk space, a stall).
+  void AddLiveState(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Job.queue_position of a queued `job`, from the scheduler's order now.
   void AddQueuePosition(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- drain (job_manager_drain.cc) ---

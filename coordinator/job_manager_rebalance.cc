@@ -1,6 +1,6 @@
 // JobManager's rebalance (the straggler policy "rebalance", `dtrain rebalance`): re-cut a running
-// pipeline from its stages' measured compute times (coordinator/policy/rebalance.h) and restart it on
-// the new cut at its next sealed checkpoint, through the recovery path (a Recovery with
+// pipeline from its stages' measured compute times (coordinator/policy/rebalance.h) and restart it
+// on the new cut at its next sealed checkpoint, through the recovery path (a Recovery with
 // rebalance_to: planned, not a failure). Apart from job_manager.cc so the job life cycle there
 // stays readable; the same class (RebalanceJob, which takes the lock, is in job_manager.cc).
 #include <string>

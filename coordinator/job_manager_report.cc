@@ -73,6 +73,13 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
     case ReportProgressRequest::kLocation:
       RETURN_IF_ERROR(OnLocation(*job, request.location()));
       break;
+    case ReportProgressRequest::kCheckpointWait:
+      if (request.checkpoint_wait().ended()) {
+        job->space_wait.reset();
+      } else {
+        job->space_wait = request.checkpoint_wait();
+      }
+      break;
     case ReportProgressRequest::kOutcome:
       RETURN_IF_ERROR(OnOutcome(*job, from, request));
       break;

@@ -274,6 +274,37 @@ TEST(JobManager, ARunWithoutAStepForTwoHeartbeatsShowsTheStallInItsStatus) {
   EXPECT_THAT(h.Get("job-000001").reason(), Not(HasSubstr("stalled")));
 }
 
+TEST(JobManager, ALastStepWaitingForDiskSpaceSaysSoInItsStatus) {
+  Harness h(TempDb("space-wait"));
+  h.RunOn(3, kPp3Spec);
+  ASSERT_TRUE(h.Step("w3", "s-w3", "job-000001", 2, 5.0).ok());
+  ReportProgressRequest r;
+  r.set_worker_id("w1");  // rank 0
+  r.set_session_id("s-w1");
+  r.set_job_id("job-000001");
+  CheckpointWait& wait = *r.mutable_checkpoint_wait();
+  wait.set_step(2);
+  wait.set_dir("/c/job-000001");
+  wait.set_why("rank 2 needs 3.0 MiB, 1.0 MiB free");
+  wait.set_until_unix_ms(absl::ToUnixMillis(
+      absl::FromCivil(absl::CivilSecond(2026, 11, 28, 4, 12, 5), absl::UTCTimeZone())));
+  ASSERT_TRUE(h.m().ReportProgress(r).ok());
+  h.Advance(absl::Seconds(3));  // no step: the wait, not "stalled?", is the reason
+  Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), RUNNING);
+  EXPECT_EQ(job.reason(),
+            "waiting for disk space: the checkpoint of step 2, the last, does not fit in "
+            "/c/job-000001 (rank 2 needs 3.0 MiB, 1.0 MiB free); it is written again until "
+            "2026-11-28 04:12:05 UTC, then the job fails: free space there or `dtrain cancel "
+            "job-000001`");
+  absl::StatusOr<ListJobsResponse> listed = h.m().ListJobs(ListJobsRequest());
+  ASSERT_TRUE(listed.ok() && listed->jobs_size() == 1);
+  EXPECT_EQ(listed->jobs(0).reason(), job.reason());  // `dtrain list` and the console too
+  wait.set_ended(true);
+  ASSERT_TRUE(h.m().ReportProgress(r).ok());
+  EXPECT_THAT(h.Get("job-000001").reason(), StartsWith("stalled? no step for 3.0s"));
+}
+
 TEST(JobManager, AStoppedWorkerIsTheCauseEvenWhenItsPeersReportFirst) {
   Harness h(TempDb("stopped-first"));
   h.RunOn(3, kPp3Spec);

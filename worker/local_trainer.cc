@@ -196,11 +196,15 @@ absl::Status LocalTrainer::SaveWeights(const TrainingCallbacks& callbacks) {
   hooks.write_again = save;
   hooks.warning = callbacks.warning;
   hooks.note = callbacks.note;
-  const std::string dir = options_.save_path.substr(0, options_.save_path.rfind('/') + 1);
+  hooks.space_wait = callbacks.space_wait;
+  const size_t slash = options_.save_path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : options_.save_path.substr(0, slash);
   RETURN_IF_ERROR(parallel::AwaitFinalCheckpoint(
       final_write_retry, hooks, /*rank0=*/true,
       absl::StrCat("the weights file of step ", optimizer_->step(), " (", options_.save_path, ")"),
-      dir.empty() ? "." : dir, &full));
+      dir, &full));
   if (!full.empty()) return absl::ResourceExhaustedError(full);
   return absl::OkStatus();
 }

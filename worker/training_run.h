@@ -25,6 +25,7 @@
 #include "worker/model/config.h"
 #include "worker/model/optimizer.h"
 #include "worker/model/token_dataset.h"
+#include "worker/parallel/final_checkpoint.h"
 
 namespace dtrain {
 
@@ -149,6 +150,9 @@ struct TrainingCallbacks {
   std::function<void(const std::string&)> warning;
   // A fact about how the run goes for the job's events, e.g. the path of the dp gradients.
   std::function<void(const std::string&)> note;
+  // Rank 0, when set: the last step's checkpoint (one worker: its weights file) waits for disk
+  // space (parallel/final_checkpoint.h), and when that wait is over.
+  std::function<void(const parallel::SpaceWait&)> space_wait;
 };
 
 // How RunTrainingSteps drives a trainer's checkpoints (worker/parallel/checkpoint_writer.h):

@@ -217,8 +217,8 @@ def case_checkpoint_last_step_waits(args):
     """A pp=2 job on two workers whose only checkpoint is its last step's (6 steps), into a
     3 MiB tmpfs that a ballast file leaves 200 KiB of: the last step does not fit, and instead of
     failing at its end (its weights are exported from that step) the job stays RUNNING, every
-    rank keeping its state, with a line in its log (final_checkpoint.h) and `dtrain diagnose`
-    showing the ranks waiting for disk space. Once the test deletes
+    rank keeping its state, with a line in its log (final_checkpoint.h), its status naming the
+    wait and `dtrain diagnose` showing the ranks waiting for disk space. Once the test deletes
     the ballast, the next try seals the step and the job SUCCEEDS with its weights exported.
     Then a one-worker job whose weights' file does not fit waits the same way and SUCCEEDS
     once space is freed."""
@@ -239,9 +239,15 @@ def case_checkpoint_last_step_waits(args):
             lines = c.wait_until(waiting, 120, "the last step's wait for space in the job's log")
             expect("free space in %s" % os.path.join(small, job_id) in lines[0],
                    "the line should say where to free space:\n%s" % lines[0])
-            job = c.job(job_id)
+            # Its status names the wait (rank 0's CheckpointWait report), not a stall.
+            job = c.wait_until(lambda: (lambda j: j if "waiting for disk space" in
+                                        j.get("reason", "") else None)(c.job(job_id)),
+                               30, "the job's reason naming the wait for disk space")
             expect(job["state"] == "RUNNING", "the job should wait for space at its end: %s: %s"
                    % (job["state"], job.get("reason")))
+            expect("the checkpoint of step 6, the last, does not fit in %s"
+                   % os.path.join(small, job_id) in job["reason"],
+                   "the reason should name the step and the directory: %s" % job["reason"])
             # `diagnose` says what the ranks do meanwhile (between tries: their flight records).
             c.wait_until(lambda: "in checkpoint waiting for disk space" in
                          c.cli("diagnose", job_id, timeout=30)[1], 30,
@@ -258,8 +264,9 @@ def case_checkpoint_last_step_waits(args):
             out = c.cli("logs", job_id, timeout=30)[1]
             sealed = [l for l in out.splitlines() if "the last, was written after" in l]
             expect(sealed, "the log should say when the last step sealed:\n%s" % out)
-            print("pp=2, the last step into a full tmpfs: RUNNING and waiting (%s); ballast "
-                  "removed: %s; SUCCEEDED" % (lines[0].strip(), sealed[0].strip()))
+            print("pp=2, the last step into a full tmpfs: RUNNING (%s) and waiting (%s); "
+                  "ballast removed: %s; SUCCEEDED" % (job["reason"], lines[0].strip(),
+                                                      sealed[0].strip()))
 
             # One worker: its weights are written from memory; when even they do not fit, the
             # same wait (LocalTrainer::SaveWeights).
@@ -270,7 +277,12 @@ def case_checkpoint_last_step_waits(args):
                 lambda: [l for l in c.cli("logs", one, timeout=30)[1].splitlines()
                          if "the weights file of step 6" in l and "does not fit" in l],
                 120, "the one-worker job's wait for space in its log")
-            expect(c.job(one)["state"] == "RUNNING", "the one-worker job should wait for space")
+            job = c.wait_until(lambda: (lambda j: j if "waiting for disk space" in
+                                        j.get("reason", "") else None)(c.job(one)),
+                               30, "the one-worker job's reason naming the wait")
+            expect(job["state"] == "RUNNING" and "the weights file of step 6 does not fit"
+                   in job["reason"], "the one-worker job should wait for space: %s: %s"
+                   % (job["state"], job["reason"]))
             os.remove(ballast)
             done = c.wait_state(one, FINAL, 120)
             expect(done["state"] == "SUCCEEDED", "one worker, after space was freed: %s: %s"

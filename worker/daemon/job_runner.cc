@@ -232,6 +232,17 @@ absl::StatusOr<std::string> JobRunner::Train() {
   callbacks.note = [this](const std::string& n) {
     if (rank_ == 0) callbacks_.event(n);
   };
+  callbacks.space_wait = [this, several](const parallel::SpaceWait& w) {
+    if (rank_ != 0 || !callbacks_.checkpoint_wait) return;
+    CheckpointWait wait;
+    wait.set_step(plan_.steps);
+    wait.set_weights_file(!several);
+    wait.set_dir(w.dir);
+    wait.set_why(w.why);
+    wait.set_until_unix_ms(absl::ToUnixMillis(w.until));
+    wait.set_ended(w.ended);
+    callbacks_.checkpoint_wait(wait);
+  };
   RETURN_IF_ERROR(several ? TrainParallel(rank_, callbacks) : TrainLocal(callbacks));
   if (rank_ != 0) return std::string();  // rank 0 exports the final weights
   callbacks_.event(absl::StrCat("weights written to ", plan_.save_path));

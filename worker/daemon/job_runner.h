@@ -137,6 +137,8 @@ class JobRunner {
     std::function<void(const JobLocation&)> location;
     // Rank 0 only; may be empty. After every step it sealed (a complete checkpoint).
     std::function<void(const CheckpointSealed&)> checkpoint;
+    // Rank 0 only; may be empty. The last step waits for disk space, or the wait ended.
+    std::function<void(const CheckpointWait&)> checkpoint_wait;
   };
 
   JobRunner(JobAssignment assignment, kernels::Backend* backend, JobRunnerOptions options,

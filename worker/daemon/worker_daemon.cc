@@ -485,6 +485,11 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
     *r.mutable_checkpoint() = sealed;
     Report(raw, std::move(r));
   };
+  callbacks.checkpoint_wait = [this, raw](const CheckpointWait& wait) {
+    ReportProgressRequest r;
+    *r.mutable_checkpoint_wait() = wait;
+    Report(raw, std::move(r));
+  };
   job->runner = std::make_unique<JobRunner>(assignment, backend_, std::move(runner_options),
                                             std::move(callbacks));
   job_ = std::move(job);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -29,6 +30,12 @@ absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
   const absl::Time started = absl::Now();
   absl::Time logged = absl::InfinitePast();
   absl::Duration delay = retry.first_delay;
+  // What rank 0 last told space_wait ("" before the first wait; every way out ends it).
+  std::string reported_why;
+  absl::Cleanup end_report = [&] {
+    if (reported_why.empty() || !hooks.space_wait) return;
+    hooks.space_wait({dir, reported_why, started + retry.wait, /*ended=*/true});
+  };
   for (int attempt = 1;; ++attempt) {
     // Rank 0's verdict, the same on every rank: 0 sealed, 1 try again, 2 give up.
     float verdict = 0;
@@ -56,6 +63,10 @@ absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
           "): every rank keeps its state and writes it again until it fits, for up to ",
           absl::FormatDuration(retry.wait), " (next try in ", absl::FormatDuration(delay),
           "); free space in ", dir, " or cancel the job"));
+    }
+    if (rank0 && hooks.space_wait && *skipped != reported_why) {
+      reported_why = *skipped;
+      hooks.space_wait({dir, reported_why, started + retry.wait, /*ended=*/false});
     }
     if (hooks.waiting) hooks.waiting(true);
     const absl::Status slept = SleepWatching(delay, hooks.peers_ok);

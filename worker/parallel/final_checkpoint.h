@@ -6,8 +6,9 @@
 // in memory and the step is written again, after 2 s, then 4, 8, 16 and every 30 s, until it
 // seals or `wait` has passed; the job's log says so at the first try and every 5 minutes, and
 // the CheckpointSkipped alert (deploy/prometheus/alerts.yml) has fired for the skip. Freeing
-// space ends the wait at the next try. Rank 0 alone knows whether the step sealed (it gathers
-// every rank's part), so each round starts with the ranks agreeing on its verdict.
+// space ends the wait at the next try; meanwhile the job's status names the wait (rank 0's
+// CheckpointWait report, proto/coordinator.proto). Rank 0 alone knows whether the step sealed
+// (it gathers every rank's part), so each round starts with the ranks agreeing on its verdict.
 #ifndef DTRAIN_WORKER_PARALLEL_FINAL_CHECKPOINT_H_
 #define DTRAIN_WORKER_PARALLEL_FINAL_CHECKPOINT_H_
 
@@ -28,6 +29,16 @@ struct FinalCheckpointRetry {
   absl::Duration log_every = absl::Minutes(5);
 };
 
+// Rank 0's account of the wait, for the coordinator (a job's status names it): sent when the
+// wait starts, when what does not fit changes, and once more with `ended` when it is over
+// (written, given up, or stopped).
+struct SpaceWait {
+  std::string dir;   // where it does not fit
+  std::string why;   // what did not fit, as the write said it
+  absl::Time until;  // when the wait gives up
+  bool ended = false;
+};
+
 struct FinalCheckpointHooks {
   // Every rank, with the same rounds: the sum over the ranks of `value` (a world all-reduce).
   std::function<absl::StatusOr<float>(float value)> agree;
@@ -40,6 +51,8 @@ struct FinalCheckpointHooks {
   // Called with true before each wait between tries and false after it (when set): the
   // flight recorder shows the wait, so that `dtrain diagnose` says what the ranks do.
   std::function<void(bool waiting)> waiting;
+  // Rank 0, when set: the wait as a SpaceWait.
+  std::function<void(const SpaceWait&)> space_wait;
   // Rank 0: lines for the job's log (the wait; its end).
   std::function<void(const std::string&)> warning;
   std::function<void(const std::string&)> note;

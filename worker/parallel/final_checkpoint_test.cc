@@ -64,6 +64,29 @@ TEST(FinalCheckpoint, ASkippedStepIsWrittenAgainUntilItFits) {
   EXPECT_THAT(rank.log[1], HasSubstr("the checkpoint of step 8, the last, was written after"));
 }
 
+TEST(FinalCheckpoint, RankZeroReportsTheWaitOnceAndItsEnd) {
+  OneRank rank;
+  std::string skipped = "dir has 10 bytes free, the step needs 20";
+  std::vector<SpaceWait> reports;
+  FinalCheckpointHooks hooks = rank.Hooks();
+  hooks.space_wait = [&](const SpaceWait& w) { reports.push_back(w); };
+  const absl::Time before = absl::Now();
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), hooks, true, "the checkpoint of step 8, the last,",
+                                   "/c/job-1", &skipped)
+                  .ok());
+  ASSERT_EQ(reports.size(), 2u);  // three tries, one reason: once, then its end
+  EXPECT_EQ(reports[0].dir, "/c/job-1");
+  EXPECT_EQ(reports[0].why, "dir has 10 bytes free, the step needs 20");
+  EXPECT_FALSE(reports[0].ended);
+  EXPECT_GE(reports[0].until, before + absl::Seconds(5));
+  EXPECT_TRUE(reports[1].ended);
+  // A step that sealed at once, and a rank other than 0, report nothing.
+  reports.clear();
+  skipped.clear();
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), hooks, true, "x", "/c/job-1", &skipped).ok());
+  EXPECT_TRUE(reports.empty());
+}
+
 TEST(FinalCheckpoint, TheWaitRunsOutWithTheReasonKept) {
   OneRank rank;
   rank.fits_at = 1 << 30;

@@ -660,6 +660,7 @@ absl::Status ParallelTrainer::AwaitFinalCheckpoint(const TrainingCallbacks& call
   };
   hooks.warning = callbacks.warning;
   hooks.note = callbacks.note;
+  hooks.space_wait = callbacks.space_wait;
   std::optional<comm::FlightScope> waiting;
   hooks.waiting = [&](bool on) {
     if (on) {
