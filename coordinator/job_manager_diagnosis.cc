@@ -26,8 +26,10 @@ void JobManager::DiagnoseStalledJobs() {
           job.assignment == nullptr) {
         continue;
       }
+      // A last step waiting for disk space is not a stall: rank 0 said why (CheckpointWait).
       const bool stalled = options_.diagnose_stall_after > absl::ZeroDuration() &&
-                           now - d.progress_at >= options_.diagnose_stall_after;
+                           now - d.progress_at >= options_.diagnose_stall_after &&
+                           !job.space_wait.has_value();
       if (!d.timeout_due && !stalled) continue;
       d.stall_diagnosed = true;
       if (d.timeout_due) {

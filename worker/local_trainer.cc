@@ -186,27 +186,14 @@ absl::Status LocalTrainer::SaveWeights(const TrainingCallbacks& callbacks) {
     RETURN_IF_ERROR(saved);
     return std::string();
   };
-  ASSIGN_OR_RETURN(std::string full, save());
-  if (full.empty()) return absl::OkStatus();
   parallel::FinalCheckpointHooks hooks;
-  hooks.agree = [](float verdict) -> absl::StatusOr<float> { return verdict; };  // one rank
-  hooks.peers_ok = [this] {
-    return stop_ != nullptr && stop_->load() ? absl::CancelledError("stopped") : absl::OkStatus();
-  };
-  hooks.write_again = save;
   hooks.warning = callbacks.warning;
   hooks.note = callbacks.note;
   hooks.space_wait = callbacks.space_wait;
-  const size_t slash = options_.save_path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : options_.save_path.substr(0, slash);
-  RETURN_IF_ERROR(parallel::AwaitFinalCheckpoint(
-      final_write_retry, hooks, /*rank0=*/true,
+  return parallel::WriteWaitingForSpace(
+      final_write_retry, std::move(hooks), options_.save_path,
       absl::StrCat("the weights file of step ", optimizer_->step(), " (", options_.save_path, ")"),
-      dir, &full));
-  if (!full.empty()) return absl::ResourceExhaustedError(full);
-  return absl::OkStatus();
+      save, [this] { return stop_ != nullptr && stop_->load(); });
 }
 
 }  // namespace dtrain

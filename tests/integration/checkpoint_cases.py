@@ -220,8 +220,9 @@ def case_checkpoint_last_step_waits(args):
     rank keeping its state, with a line in its log (final_checkpoint.h), its status naming the
     wait and `dtrain diagnose` showing the ranks waiting for disk space. Once the test deletes
     the ballast, the next try seals the step and the job SUCCEEDS with its weights exported.
-    Then a one-worker job whose weights' file does not fit waits the same way and SUCCEEDS
-    once space is freed."""
+    Then a pp=2 job whose last step fits but whose exported weights do not: rank 0 waits alone
+    (w2 IDLE meanwhile), its status naming the weights file, and SUCCEEDS once space is freed;
+    and a one-worker job whose weights' file does not fit waits the same way."""
     with Cluster(args.binaries, "checkpoint_last_step_waits") as c, \
             small_tmpfs(c, "3m", "checkpoint_last_step_waits") as small:
         if small is not None:
@@ -267,6 +268,36 @@ def case_checkpoint_last_step_waits(args):
             print("pp=2, the last step into a full tmpfs: RUNNING (%s) and waiting (%s); "
                   "ballast removed: %s; SUCCEEDED" % (job["reason"], lines[0].strip(),
                                                       sealed[0].strip()))
+
+            # The last step fits but its export does not: rank 0 waits alone (its peer has
+            # left the run and its worker is free), the status naming the weights file.
+            def allocated(path):
+                return os.stat(path).st_blocks * 512
+            weights = allocated(os.path.join(job_dir, "model.safetensors"))
+            step_bytes = sum(allocated(os.path.join(d, f)) for d, _, files in os.walk(job_dir)
+                             for f in files if f != "model.safetensors")
+            with open(ballast, "wb") as f:
+                f.write(b"\0" * (os.statvfs(small).f_bavail * fs.f_frsize -
+                                 (step_bytes + weights // 2)))
+            export_id = c.submit(c.write_spec("export.json", small_job_spec(
+                small, 6, name="export-waits", parallel={"pp": 2})))
+            job = c.wait_until(lambda: (lambda j: j if "waiting for disk space" in
+                                        j.get("reason", "") else None)(c.job(export_id)),
+                               120, "the export's wait named in the job's reason")
+            expect(job["state"] == "RUNNING" and "the weights file of step 6 does not fit in %s"
+                   % os.path.join(small, export_id) in job["reason"],
+                   "the export should wait for space: %s: %s" % (job["state"], job["reason"]))
+            expect(os.path.isfile(os.path.join(small, export_id, "step_00000006",
+                                               "manifest.json")),
+                   "the last step should be sealed before the export waits")
+            c.wait_workers({"w2": "IDLE"}, 30)
+            os.remove(ballast)
+            done = c.wait_state(export_id, FINAL, 120)
+            expect(done["state"] == "SUCCEEDED" and os.path.isfile(
+                os.path.join(small, export_id, "model.safetensors")),
+                "the export, after space was freed: %s: %s" % (done["state"], done.get("reason")))
+            print("pp=2, the export into a full tmpfs: %s; w2 IDLE meanwhile; SUCCEEDED"
+                  % job["reason"])
 
             # One worker: its weights are written from memory; when even they do not fit, the
             # same wait (LocalTrainer::SaveWeights).

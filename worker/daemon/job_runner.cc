@@ -232,11 +232,11 @@ absl::StatusOr<std::string> JobRunner::Train() {
   callbacks.note = [this](const std::string& n) {
     if (rank_ == 0) callbacks_.event(n);
   };
-  callbacks.space_wait = [this, several](const parallel::SpaceWait& w) {
+  callbacks.space_wait = [this](const parallel::SpaceWait& w) {
     if (rank_ != 0 || !callbacks_.checkpoint_wait) return;
     CheckpointWait wait;
     wait.set_step(plan_.steps);
-    wait.set_weights_file(!several);
+    wait.set_weights_file(w.weights_file);
     wait.set_dir(w.dir);
     wait.set_why(w.why);
     wait.set_until_unix_ms(absl::ToUnixMillis(w.until));
@@ -288,6 +288,7 @@ absl::Status JobRunner::TrainParallel(int rank, const TrainingCallbacks& callbac
   ASSIGN_OR_RETURN(parallel::ParallelTrainingOptions options,
                    ParallelPlan(assignment_, rank, plan_, options_.comm_timeout));
   options.test_only = options_.test_only;
+  options.stop = &stop_;
   ParallelJobOptions job_options;
   job_options.listen_address = options_.peer_listen_address;
   job_options.connect_timeout = options_.connect_timeout;

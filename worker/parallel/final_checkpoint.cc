@@ -60,7 +60,9 @@ absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
       logged = absl::Now();
       hooks.warning(absl::StrCat(
           what, " does not fit (", *skipped,
-          "): every rank keeps its state and writes it again until it fits, for up to ",
+          hooks.alone
+              ? "): it is written again until it fits, for up to "
+              : "): every rank keeps its state and writes it again until it fits, for up to ",
           absl::FormatDuration(retry.wait), " (next try in ", absl::FormatDuration(delay),
           "); free space in ", dir, " or cancel the job"));
     }
@@ -76,6 +78,33 @@ absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
     ASSIGN_OR_RETURN(std::string again, hooks.write_again());
     if (rank0) *skipped = std::move(again);
   }
+}
+
+absl::Status WriteWaitingForSpace(const FinalCheckpointRetry& retry, FinalCheckpointHooks hooks,
+                                  const std::string& path, const std::string& what,
+                                  const std::function<absl::StatusOr<std::string>()>& write,
+                                  const std::function<bool()>& stopped) {
+  ASSIGN_OR_RETURN(std::string full, write());
+  if (full.empty()) return absl::OkStatus();
+  hooks.agree = [](float verdict) -> absl::StatusOr<float> { return verdict; };  // alone
+  hooks.peers_ok = [&stopped] {
+    return stopped && stopped() ? absl::CancelledError("stopped") : absl::OkStatus();
+  };
+  hooks.write_again = write;
+  hooks.alone = true;
+  if (hooks.space_wait) {
+    hooks.space_wait = [report = std::move(hooks.space_wait)](SpaceWait w) {
+      w.weights_file = true;
+      report(w);
+    };
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  RETURN_IF_ERROR(AwaitFinalCheckpoint(retry, hooks, /*rank0=*/true, what, dir, &full));
+  if (!full.empty()) return absl::ResourceExhaustedError(full);
+  return absl::OkStatus();
 }
 
 }  // namespace dtrain::parallel

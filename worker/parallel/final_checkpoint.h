@@ -37,6 +37,7 @@ struct SpaceWait {
   std::string why;   // what did not fit, as the write said it
   absl::Time until;  // when the wait gives up
   bool ended = false;
+  bool weights_file = false;  // a file written from memory (WriteWaitingForSpace)
 };
 
 struct FinalCheckpointHooks {
@@ -51,6 +52,9 @@ struct FinalCheckpointHooks {
   // Called with true before each wait between tries and false after it (when set): the
   // flight recorder shows the wait, so that `dtrain diagnose` says what the ranks do.
   std::function<void(bool waiting)> waiting;
+  // One process alone writes it from memory (WriteWaitingForSpace sets it): the log lines say
+  // so instead of "every rank keeps its state".
+  bool alone = false;
   // Rank 0, when set: the wait as a SpaceWait.
   std::function<void(const SpaceWait&)> space_wait;
   // Rank 0: lines for the job's log (the wait; its end).
@@ -67,6 +71,17 @@ absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
                                   const FinalCheckpointHooks& hooks, bool rank0,
                                   const std::string& what, const std::string& dir,
                                   std::string* skipped);
+
+// A file one process writes from memory when its disk cannot hold it: a one-worker run's
+// weights, or rank 0's export of a multi-worker run's last step after its peers left. The same
+// wait, with this process alone. `write` returns "" once written and why not when the disk is
+// full (any other error ends the wait with it); `stopped` ends it (a cancelled job). `hooks`
+// give the log lines and space_wait (SpaceWait.weights_file set); agree, peers_ok and
+// write_again are set here. OK once written; ResourceExhausted naming why when the wait ran out.
+absl::Status WriteWaitingForSpace(const FinalCheckpointRetry& retry, FinalCheckpointHooks hooks,
+                                  const std::string& path, const std::string& what,
+                                  const std::function<absl::StatusOr<std::string>()>& write,
+                                  const std::function<bool()>& stopped);
 
 }  // namespace dtrain::parallel
 

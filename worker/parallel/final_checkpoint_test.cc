@@ -41,7 +41,9 @@ struct OneRank {
 TEST(FinalCheckpoint, ASealedStepEndsAtOnceWithoutWriting) {
   OneRank rank;
   std::string skipped;
-  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), rank.Hooks(), true, "the checkpoint of step 8, the last,", "/c/job-1", &skipped).ok());
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), rank.Hooks(), true,
+                                   "the checkpoint of step 8, the last,", "/c/job-1", &skipped)
+                  .ok());
   EXPECT_EQ(rank.writes, 0);
   EXPECT_TRUE(rank.log.empty());
 }
@@ -52,7 +54,9 @@ TEST(FinalCheckpoint, ASkippedStepIsWrittenAgainUntilItFits) {
   std::vector<bool> waits;
   FinalCheckpointHooks hooks = rank.Hooks();
   hooks.waiting = [&](bool on) { waits.push_back(on); };
-  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), hooks, true, "the checkpoint of step 8, the last,", "/c/job-1", &skipped).ok());
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), hooks, true, "the checkpoint of step 8, the last,",
+                                   "/c/job-1", &skipped)
+                  .ok());
   EXPECT_EQ(skipped, "");
   EXPECT_EQ(rank.writes, 3);
   EXPECT_EQ(waits, std::vector<bool>({true, false, true, false, true, false}));
@@ -87,13 +91,47 @@ TEST(FinalCheckpoint, RankZeroReportsTheWaitOnceAndItsEnd) {
   EXPECT_TRUE(reports.empty());
 }
 
+TEST(FinalCheckpoint, AFileWrittenAloneWaitsUntilItFitsOrTheJobStops) {
+  int writes = 0;
+  auto write = [&]() -> absl::StatusOr<std::string> {
+    return ++writes >= 3 ? "" : "No space left on device";
+  };
+  std::vector<std::string> log;
+  std::vector<SpaceWait> reports;
+  FinalCheckpointHooks hooks;
+  hooks.warning = [&](const std::string& line) { log.push_back(line); };
+  hooks.space_wait = [&](const SpaceWait& w) { reports.push_back(w); };
+  ASSERT_TRUE(WriteWaitingForSpace(Fast(), hooks, "/c/job-1/model.safetensors",
+                                   "the weights file of step 8", write, [] { return false; })
+                  .ok());
+  EXPECT_EQ(writes, 3);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_THAT(log[0], HasSubstr("the weights file of step 8 does not fit (No space left on "
+                                "device): it is written again until it fits"));
+  EXPECT_THAT(log[0], HasSubstr("free space in /c/job-1 or cancel the job"));
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_TRUE(reports[0].weights_file);
+  EXPECT_EQ(reports[0].dir, "/c/job-1");
+  EXPECT_TRUE(reports[1].ended);
+  // A stopped job ends the wait with Cancelled; another error of the write ends it with that.
+  writes = -100;
+  EXPECT_EQ(
+      WriteWaitingForSpace(Fast(), hooks, "/w.safetensors", "w", write, [] { return true; }).code(),
+      absl::StatusCode::kCancelled);
+  auto broken = []() -> absl::StatusOr<std::string> { return absl::DataLossError("bad shard"); };
+  EXPECT_EQ(WriteWaitingForSpace(Fast(), hooks, "w", "w", broken, [] { return false; }).code(),
+            absl::StatusCode::kDataLoss);
+}
+
 TEST(FinalCheckpoint, TheWaitRunsOutWithTheReasonKept) {
   OneRank rank;
   rank.fits_at = 1 << 30;
   FinalCheckpointRetry retry = Fast();
   retry.wait = absl::Milliseconds(50);
   std::string skipped = "no room";
-  ASSERT_TRUE(AwaitFinalCheckpoint(retry, rank.Hooks(), true, "the checkpoint of step 8, the last,", "/c/job-1", &skipped).ok());
+  ASSERT_TRUE(AwaitFinalCheckpoint(retry, rank.Hooks(), true, "the checkpoint of step 8, the last,",
+                                   "/c/job-1", &skipped)
+                  .ok());
   EXPECT_THAT(skipped,
               HasSubstr("dir has 10 bytes free, the step needs 20; waited 50ms for space"));
   EXPECT_GE(rank.writes, 2);
@@ -117,7 +155,9 @@ TEST(FinalCheckpoint, OtherRanksFollowRankZerosVerdict) {
     return std::string("rank 1's own reason");
   };
   std::string skipped;
-  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), h, false, "the checkpoint of step 8, the last,", "/c/job-1", &skipped).ok());
+  ASSERT_TRUE(AwaitFinalCheckpoint(Fast(), h, false, "the checkpoint of step 8, the last,",
+                                   "/c/job-1", &skipped)
+                  .ok());
   EXPECT_EQ(writes, 1);
   EXPECT_EQ(skipped, "");
 }
@@ -129,7 +169,8 @@ TEST(FinalCheckpoint, AStoppedRunEndsTheWaitWithItsError) {
   FinalCheckpointRetry retry = Fast();
   retry.first_delay = absl::Hours(1);
   std::string skipped = "no room";
-  const absl::Status s = AwaitFinalCheckpoint(retry, h, true, "the checkpoint of step 8, the last,", "/c/job-1", &skipped);
+  const absl::Status s = AwaitFinalCheckpoint(retry, h, true, "the checkpoint of step 8, the last,",
+                                              "/c/job-1", &skipped);
   EXPECT_TRUE(absl::IsCancelled(s)) << s;
   EXPECT_EQ(rank.writes, 0);
 }
@@ -139,7 +180,8 @@ TEST(FinalCheckpoint, AFailedAgreementIsReturned) {
   FinalCheckpointHooks h = rank.Hooks();
   h.agree = [](float) -> absl::StatusOr<float> { return absl::UnavailableError("rank 1 gone"); };
   std::string skipped = "no room";
-  EXPECT_TRUE(absl::IsUnavailable(AwaitFinalCheckpoint(Fast(), h, true, "the checkpoint of step 8, the last,", "/c/job-1", &skipped)));
+  EXPECT_TRUE(absl::IsUnavailable(AwaitFinalCheckpoint(
+      Fast(), h, true, "the checkpoint of step 8, the last,", "/c/job-1", &skipped)));
 }
 
 }  // namespace

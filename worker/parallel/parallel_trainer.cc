@@ -672,13 +672,33 @@ absl::Status ParallelTrainer::AwaitFinalCheckpoint(const TrainingCallbacks& call
     }
   };
   std::string rank0_skipped = options_.plan.rank() == 0 ? *final_skipped : "";
-  RETURN_IF_ERROR(parallel::AwaitFinalCheckpoint(options_.final_checkpoint_retry, hooks,
-                                                 options_.plan.rank() == 0,
-                                                 absl::StrCat("the checkpoint of step ", last,
-                                                              ", the last,"),
-                                                 options_.run.checkpoint_dir, &rank0_skipped));
+  RETURN_IF_ERROR(parallel::AwaitFinalCheckpoint(
+      options_.final_checkpoint_retry, hooks, options_.plan.rank() == 0,
+      absl::StrCat("the checkpoint of step ", last, ", the last,"), options_.run.checkpoint_dir,
+      &rank0_skipped));
   if (options_.plan.rank() == 0) *final_skipped = rank0_skipped;
   return absl::OkStatus();
+}
+
+absl::Status ParallelTrainer::ExportWeights(const std::string& step_dir,
+                                            const TrainingCallbacks& callbacks) {
+  const std::string& out = options_.run.save_path;
+  // "" when written; why not when the disk is full; other errors end the run.
+  auto export_once = [&]() -> absl::StatusOr<std::string> {
+    const absl::Status exported = ExportSafetensors(step_dir, out).status();
+    if (absl::IsResourceExhausted(exported)) return std::string(exported.message());
+    RETURN_IF_ERROR(exported);
+    return std::string();
+  };
+  FinalCheckpointHooks hooks;
+  hooks.warning = callbacks.warning;
+  hooks.note = callbacks.note;
+  hooks.space_wait = callbacks.space_wait;
+  const std::atomic<bool>* stop = options_.stop;
+  return WriteWaitingForSpace(
+      options_.final_checkpoint_retry, std::move(hooks), out,
+      absl::StrCat("the weights file of step ", options_.run.steps, " (", out, ")"), export_once,
+      [stop] { return stop != nullptr && stop->load(); });
 }
 
 absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
@@ -726,8 +746,7 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
       }
     }
     // Export the step this run wrote, not whatever `latest` says.
-    if (options_.plan.rank() == 0)
-      RETURN_IF_ERROR(ExportSafetensors(saved, run.save_path).status());
+    if (options_.plan.rank() == 0) RETURN_IF_ERROR(ExportWeights(saved, callbacks));
   }
   return absl::OkStatus();
 }

@@ -18,6 +18,7 @@
 #ifndef DTRAIN_WORKER_PARALLEL_PARALLEL_TRAINER_H_
 #define DTRAIN_WORKER_PARALLEL_PARALLEL_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -76,8 +77,12 @@ struct ParallelTrainingOptions {
   // Empty: every rank on one host.
   std::vector<std::string> rank_hosts;
   absl::Duration comm_timeout = absl::Seconds(60);  // every send, receive and collective
-  // How long the last step's checkpoint is tried again when a disk cannot hold it.
+  // How long the last step's checkpoint (and rank 0's export of it) is tried again when a disk
+  // cannot hold it.
   FinalCheckpointRetry final_checkpoint_retry;
+  // Set when the job is cancelled (the worker daemon's; may be null): ends rank 0's wait for
+  // space to export the weights, when its peers have already left the run.
+  const std::atomic<bool>* stop = nullptr;
   // The order the stage runs its actions in (plan/ready_work.h ChooseExecution: unset, ready
   // work for ZB-H1; the list's order with tp > 1 whatever is asked).
   std::optional<pipeline::Execution> execution;
@@ -180,6 +185,9 @@ class ParallelTrainer {
   // *final_skipped is "" once it sealed.
   absl::Status AwaitFinalCheckpoint(const TrainingCallbacks& callbacks,
                                     const CheckpointHooks& checkpoints, std::string* final_skipped);
+  // Rank 0: the weights exported from the sealed `step_dir` into run.save_path, waiting for
+  // space when the disk cannot hold them (its peers may have left: Options::stop ends the wait).
+  absl::Status ExportWeights(const std::string& step_dir, const TrainingCallbacks& callbacks);
   ShardIdentity Identity() const;
   // Puts the chunks' gradients in buffers the dp group shares, when it can (set-up).
   static absl::Status ShareGradients(ParallelTrainer& t, kernels::Backend* backend,
