@@ -56,8 +56,9 @@ absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
       }
       return absl::OkStatus();
     }
-    if (rank0 && hooks.warning && absl::Now() - logged >= retry.log_every) {
-      logged = absl::Now();
+    const bool log_now = rank0 && absl::Now() - logged >= retry.log_every;
+    if (log_now) logged = absl::Now();
+    if (log_now && hooks.warning) {
       hooks.warning(absl::StrCat(
           what, " does not fit (", *skipped,
           hooks.alone
@@ -66,7 +67,8 @@ absl::Status AwaitFinalCheckpoint(const FinalCheckpointRetry& retry,
           absl::FormatDuration(retry.wait), " (next try in ", absl::FormatDuration(delay),
           "); free space in ", dir, " or cancel the job"));
     }
-    if (rank0 && hooks.space_wait && *skipped != reported_why) {
+    // Again with each log line: a coordinator that restarted meanwhile learns of it.
+    if (rank0 && hooks.space_wait && (*skipped != reported_why || log_now)) {
       reported_why = *skipped;
       hooks.space_wait({dir, reported_why, started + retry.wait, /*ended=*/false});
     }

@@ -30,7 +30,8 @@ struct FinalCheckpointRetry {
 };
 
 // Rank 0's account of the wait, for the coordinator (a job's status names it): sent when the
-// wait starts, when what does not fit changes, and once more with `ended` when it is over
+// wait starts, when what does not fit changes, with each log line (every log_every: a
+// coordinator that restarted learns of it), and once more with `ended` when it is over
 // (written, given up, or stopped).
 struct SpaceWait {
   std::string dir;   // where it does not fit

@@ -84,6 +84,15 @@ TEST(FinalCheckpoint, RankZeroReportsTheWaitOnceAndItsEnd) {
   EXPECT_FALSE(reports[0].ended);
   EXPECT_GE(reports[0].until, before + absl::Seconds(5));
   EXPECT_TRUE(reports[1].ended);
+  // With every log line (each try here), the report is sent again: a coordinator that
+  // restarted during the wait learns of it.
+  reports.clear();
+  rank.writes = 0;
+  skipped = "dir has 10 bytes free, the step needs 20";
+  FinalCheckpointRetry chatty = Fast();
+  chatty.log_every = absl::ZeroDuration();
+  ASSERT_TRUE(AwaitFinalCheckpoint(chatty, hooks, true, "x", "/c/job-1", &skipped).ok());
+  EXPECT_EQ(reports.size(), 4u);  // three tries, then the end
   // A step that sealed at once, and a rank other than 0, report nothing.
   reports.clear();
   skipped.clear();
