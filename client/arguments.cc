@@ -293,9 +293,9 @@ const std::vector<CommandInfo>& Commands() {
        "role; keys 0600; an existing CA is never replaced); `certs issue DIR NAME --role=ROLE` "
        "adds one signed by DIR's CA (e.g. one per worker or user)"},
       {"export-metrics", "JOB", 1, 1, kJobArgument, true,
-       "an ended job's scalars (loss, lr, grad_norm, tokens/s per step) as CSV or a TensorBoard "
-       "event file (-o FILE; a running job's reporting rank writes events.out.tfevents.* into "
-       "its directory as it trains)"},
+       "a job's scalars (loss, lr, grad_norm, tokens/s per step; a running one's so far) as CSV "
+       "or a TensorBoard event file (-o FILE; a running job's reporting rank also writes "
+       "events.out.tfevents.* into its directory as it trains)"},
       {"sample", "CHECKPOINT|JOB", 1, 1,
        "a checkpoint (safetensors file or checkpoint directory) or a job", true,
        "text from a model, on this machine's device (dtrain-sample, beside dtrain or on PATH): "

@@ -321,23 +321,29 @@ int DataPrepare(const Invocation& inv, Output& output) {
   return kExitOk;
 }
 
-// `export-metrics JOB`: the steps an ended job's watch replays, as CSV or TensorBoard events.
+// `export-metrics JOB`: the steps a job's watch replays, as CSV or TensorBoard events; of a job
+// that has not ended, those up to its latest step when asked.
 int ExportMetrics(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
   if (!id.ok()) return Fail(id.status(), inv, output);
   absl::StatusOr<Job> job = stub.GetJob(*id);
   if (!job.ok()) return Fail(job.status(), inv, output);
-  if (!IsFinalState(job->state())) {
-    output.err << "dtrain: " << *id << " is " << JobStateName(job->state())
-               << ": export-metrics takes an ended job (a running one's reporting rank writes "
-                  "events.out.tfevents.* into its directory as it trains)\n";
-    return kExitUsage;
-  }
+  const bool ended = IsFinalState(job->state());
+  const int64_t latest = job->latest().step();
   std::vector<StepMetrics> steps;
-  absl::Status watched = stub.WatchJob(*id, 0, {.on_update = [&](const JobUpdate& u) {
-    if (u.has_step()) steps.push_back(u.step());
-  }});
-  if (!watched.ok()) return Fail(watched, inv, output);
+  if (ended || latest > 0) {
+    bool done = false;  // a job that goes on: every step up to `latest` was replayed
+    absl::Status watched = stub.WatchJob(*id, 0,
+                                         {.on_update =
+                                              [&](const JobUpdate& u) {
+                                                if (!u.has_step()) return;
+                                                steps.push_back(u.step());
+                                                if (!ended && u.step().step() >= latest)
+                                                  done = true;
+                                              },
+                                          .keep_watching = [&] { return !done; }});
+    if (!watched.ok() && !(done && absl::IsCancelled(watched))) return Fail(watched, inv, output);
+  }
   absl::StatusOr<std::string> text = MetricsExport(steps, inv.format);
   if (!text.ok()) return Fail(text.status(), inv, output);
   if (inv.output == "-") {
@@ -348,7 +354,9 @@ int ExportMetrics(const Invocation& inv, CoordinatorStub& stub, Output& output) 
     return Fail(s, inv, output);
   }
   output.out << "wrote " << inv.output << ": " << steps.size() << " steps of " << *id << " ("
-             << inv.format << ")\n";
+             << inv.format
+             << (ended ? ")\n"
+                       : absl::StrCat("; ", JobStateName(job->state()), ": its steps so far)\n"));
   return kExitOk;
 }
 

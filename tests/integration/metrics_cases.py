@@ -122,7 +122,7 @@ def case_metrics_export(args):
     """A 12-step job: its directory holds an event file whose every CRC is valid and whose
     scalars equal the job's history (`watch --json`) as float32; `export-metrics --format=
     tfevents` reads back the same, `--format=csv` the history's exact numbers; an unknown
-    format is exit 2."""
+    format is exit 2; a running job's export holds its steps so far."""
     with Cluster(args.binaries, "metrics_export") as c:
         c.write_corpus()
         c.start_coordinator()
@@ -161,6 +161,18 @@ def case_metrics_export(args):
 
         rc, out, err = c.cli("export-metrics", job_id, "--format=xml")
         expect(rc == 2 and "csv or tfevents" in err, "bad format: %d %r" % (rc, err))
+
+        # A job that is still running: its steps so far, up to its latest when asked.
+        running = c.submit(c.write_spec("long.json", small_job_spec(ckpt, steps=100000)))
+        c.wait_step(running, 5, 60)
+        so_far = os.path.join(c.tmp, "so_far.csv")
+        rc, out, err = c.cli("export-metrics", running, "-o", so_far, timeout=60)
+        expect(rc == 0 and "its steps so far" in out, "a running job: %d %r %r" % (rc, out, err))
+        with open(so_far) as f:
+            rows = f.read().splitlines()[1:]
+        expect(len(rows) >= 5 and [int(r.split(",")[0]) for r in rows] ==
+               list(range(1, len(rows) + 1)), "a running job's steps: %s" % rows[:3])
+        c.cli("cancel", running, check=True)
         print("metrics_export: %d steps; event file %s (%d bytes): every CRC valid, every scalar "
               "equal" % (len(history), os.path.basename(files[0]), os.path.getsize(files[0])))
 
