@@ -32,11 +32,17 @@ namespace {
 
 // A running job's reason while its last step waits for disk space (CheckpointWait).
 std::string SpaceWaitReason(const std::string& job_id, const CheckpointWait& wait) {
+  // One clause per rank short of space: a large job's is cut (its log has them all).
+  constexpr size_t kMaxWhy = 600;
+  const std::string why = wait.why().size() <= kMaxWhy
+                              ? wait.why()
+                              : absl::StrCat(wait.why().substr(0, kMaxWhy), " ... (`dtrain logs ",
+                                             job_id, "` has it all)");
   const std::string what =
       wait.weights_file() ? absl::StrCat("the weights file of step ", wait.step())
                           : absl::StrCat("the checkpoint of step ", wait.step(), ", the last,");
   return absl::StrCat(
-      "waiting for disk space: ", what, " does not fit in ", wait.dir(), " (", wait.why(),
+      "waiting for disk space: ", what, " does not fit in ", wait.dir(), " (", why,
       "); it is written again until ",
       absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMillis(wait.until_unix_ms()),
                        absl::UTCTimeZone()),
