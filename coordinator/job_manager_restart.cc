@@ -99,6 +99,15 @@ JobManager::Returning JobManager::MatchReturning(const RegisterWorkerRequest& re
     if (job != nullptr && job->state != QUEUED && job->state != RECOVERING &&
         job->rank_of.contains(worker_id)) {
       match.attach = job->id;
+    } else if (job == nullptr && absl::IsNotFound(store_
+                                                      ->GetJob(request.running_job_id(),
+                                                               /*with_history=*/false)
+                                                      .status())) {
+      // A coordinator started on another database than the job's (a volume not mounted?).
+      Log(absl::StrCat("worker ", worker_id, " registers running ", request.running_job_id(),
+                       ", which this coordinator's database has never had (was --db changed? "
+                       "the database that has it recovers it from its checkpoints); it will be "
+                       "told to stop"));
     } else {
       Log(absl::StrCat("worker ", worker_id, " registers running ", request.running_job_id(),
                        ", which is not its job; it will be told to stop"));

@@ -512,6 +512,14 @@ TEST(JobManager, ATimeoutDiagnosisDelaysTheFailureAtMostItsDeadline) {
   EXPECT_EQ(h.Get("job-000001").reason(), job.reason());
 }
 
+TEST(JobManager, AWorkerRunningAJobThisDatabaseNeverHadIsToldToStopAndTheLogSaysWhy) {
+  Harness h(TempDb("other-db"));  // a fresh database: the coordinator's --db changed
+  ASSERT_TRUE(h.Register("w1", "s-w1", "job-000042").ok());
+  EXPECT_THAT(h.Log(), HasSubstr("worker w1 registers running job-000042, which this "
+                                 "coordinator's database has never had (was --db changed?"));
+  EXPECT_THAT(h.Beat("w1", "s-w1", "job-000042").cancel_job_ids(), Contains("job-000042"));
+}
+
 TEST(JobManager, ForgetRemovesOnlyLostWorkers) {
   Harness h(TempDb("forget"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());
