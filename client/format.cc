@@ -465,6 +465,7 @@ std::string JobDetail(const Job& job, absl::Time now) {
   line("layout", CurrentLayoutText(job));
   if (const std::string cut = StageCutText(job); !cut.empty()) line("cut", cut);
   line("dataset", spec.dataset());
+  if (spec.priority() != 0) line("priority", absl::StrCat(spec.priority()));
   if (job.has_latest() && job.latest().step() > 0) {
     const StepMetrics& s = job.latest();
     line("step", absl::StrCat(s.step(), "/", spec.steps(), ", loss ", FormatLoss(s.loss()), ", ",

@@ -233,6 +233,8 @@ void JobManager::RunSchedulerPass() {
     if (job.state == RECOVERING) recovering.push_back(&job);
   }
   if (queued.empty() && recovering.empty()) return;
+  std::stable_sort(queued.begin(), queued.end(),
+                   [](const ActiveJob* a, const ActiveJob* b) { return QueuedBefore(*a, *b); });
   WorkerCounts counts = registry_.Counts();
   int64_t smallest = std::numeric_limits<int64_t>::max();
   for (const ActiveJob* job : queued) {
@@ -250,8 +252,8 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
                              std::vector<plan::Candidate>* idle_workers, WorkerCounts* counts_now) {
   std::vector<plan::Candidate>& idle = *idle_workers;
   WorkerCounts& counts = *counts_now;
-  // Submission order; a job that does not fit does not hold back smaller ones behind it,
-  // unless it has waited past Options::queue_reservation (then `holder`).
+  // The queue's order (QueuedBefore); a job that does not fit does not hold back smaller ones
+  // behind it, unless it has waited past Options::queue_reservation (then `holder`).
   const ActiveJob* holder = nullptr;
   for (ActiveJob* job : queued) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
@@ -318,11 +320,16 @@ std::string JobManager::HeldBackReason(const JobSpec& spec, const ActiveJob& hol
 const ActiveJob* JobManager::HolderFor(const JobSpec& spec, const WorkerCounts& counts) {
   // The scheduler's order (PlaceQueued): the first queued job that will not fit the idle
   // workers now and reserves them.
+  std::vector<const ActiveJob*> queued;
   for (const auto& [n, job] : jobs_) {
-    if (job.state != QUEUED || job.pending_end.has_value()) continue;
-    if (plan::WorkersNeeded(job.spec.parallel()) <= counts.idle) continue;
-    if (ReservesWorkers(job, counts)) {
-      return SameWorkers(job.spec.device(), spec.device()) ? &job : nullptr;
+    if (job.state == QUEUED && !job.pending_end.has_value()) queued.push_back(&job);
+  }
+  std::stable_sort(queued.begin(), queued.end(),
+                   [](const ActiveJob* a, const ActiveJob* b) { return QueuedBefore(*a, *b); });
+  for (const ActiveJob* job : queued) {
+    if (plan::WorkersNeeded(job->spec.parallel()) <= counts.idle) continue;
+    if (ReservesWorkers(*job, counts)) {
+      return SameWorkers(job->spec.device(), spec.device()) ? job : nullptr;
     }
   }
   return nullptr;
@@ -577,11 +584,10 @@ void JobManager::AddQueuePosition(Job* job) {
   if (job->state() != QUEUED || job->reason() == kPlacingNow) return;
   const ActiveJob* active = FindActive(job->id());
   if (active == nullptr || active->state != QUEUED) return;
-  // The scheduler tries queued jobs in submission order (PlaceQueued): count those before it.
+  // The scheduler tries queued jobs in the queue's order (PlaceQueued): count those before it.
   int32_t position = 1;
   for (const auto& [n, other] : jobs_) {
-    if (&other == active) break;
-    if (other.state == QUEUED && !other.pending_end.has_value() &&
+    if (other.state == QUEUED && !other.pending_end.has_value() && QueuedBefore(other, *active) &&
         SameWorkers(other.spec.device(), active->spec.device())) {
       ++position;
     }

@@ -394,8 +394,8 @@ class JobManager {
   // does (every change is a write and a log line).
   std::string HeldBackReason(const JobSpec& spec, const ActiveJob& holder,
                              const WorkerCounts& counts);
-  // The scheduler pass's queued jobs, in submission order, on `idle` (what they take leaves it
-  // and `counts`).
+  // The scheduler pass's queued jobs, in the queue's order (QueuedBefore), on `idle` (what they
+  // take leaves it and `counts`).
   void PlaceQueued(const std::vector<ActiveJob*>& queued, std::vector<plan::Candidate>* idle,
                    WorkerCounts* counts);
   void Event(const std::string& job_id, const std::string& text, const LineSource& source = {})

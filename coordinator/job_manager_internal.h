@@ -25,6 +25,14 @@ inline int64_t JobNumber(absl::string_view id) {
   return n;
 }
 
+// The queue's order: JobSpec.priority, higher first, then submission. The scheduler tries the
+// queued jobs in it (PlaceQueued), the reservation's holder is the first in it that reserves
+// (HolderFor), and Job.queue_position counts the jobs before a job in it (AddQueuePosition).
+inline bool QueuedBefore(const ActiveJob& a, const ActiveJob& b) {
+  if (a.spec.priority() != b.spec.priority()) return a.spec.priority() > b.spec.priority();
+  return JobNumber(a.id) < JobNumber(b.id);
+}
+
 // "1.5s"
 inline std::string Seconds(absl::Duration d) {
   return absl::StrFormat("%.1fs", absl::ToDoubleSeconds(d));

@@ -196,6 +196,28 @@ TEST(JobManager, AQueuedJobKnowsItsPlaceInTheQueueOfItsKindOfWorkers) {
                                      "job-000001:0"));
 }
 
+TEST(JobManager, AJobOfHigherPriorityGoesFirstInTheQueue) {
+  Harness h(TempDb("priority"));
+  auto submit = [&h](const std::string& name, int priority) {
+    std::string spec = DpSpec(1, name);
+    spec.insert(1, absl::StrCat(R"("priority": )", priority, ", "));
+    return h.Submit(spec);
+  };
+  ASSERT_TRUE(submit("a", 0).ok());                   // job-000001
+  ASSERT_TRUE(submit("b", 0).ok());                   // job-000002
+  absl::StatusOr<Job> urgent = submit("urgent", 10);  // job-000003
+  ASSERT_TRUE(urgent.ok()) << urgent.status();
+  EXPECT_EQ(urgent->queue_position(), 1);  // ahead of both
+  EXPECT_EQ(h.Get("job-000001").queue_position(), 2);
+  ASSERT_TRUE(submit("later", -5).ok());  // job-000004: after everything
+  EXPECT_EQ(h.Get("job-000004").queue_position(), 4);
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  h.m().RunSchedulerPass();  // one worker: the urgent job takes it
+  EXPECT_EQ(h.Get("job-000003").state(), PLACING);
+  EXPECT_EQ(h.Get("job-000001").state(), QUEUED);
+  EXPECT_EQ(h.Get("job-000001").queue_position(), 1);
+}
+
 TEST(JobManager, JobWaitsForEnoughWorkersAndSaysSo) {
   Harness h(TempDb("waits"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());

@@ -33,6 +33,7 @@ using Problems = std::vector<std::string>;
 constexpr int kDefaultMaxRestarts = 3;
 constexpr char kDefaultWaitFor[] = "60s";
 constexpr int kMaxRestarts = 1000;
+constexpr int kMaxPriority = 100;  // JobSpec.priority: -100..100
 constexpr double kDefaultStragglerThreshold = 1.5;
 constexpr double kMaxStragglerThreshold = 100;
 constexpr int kDefaultStragglerWindow = 20;
@@ -355,7 +356,11 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
                      " forwards per step: use a larger micro_batch_size"));
   }
 
-  // --- device, checkpoints, seed ---
+  // --- device, checkpoints, seed, priority ---
+  if (spec.priority() < -kMaxPriority || spec.priority() > kMaxPriority) {
+    problems->push_back(absl::StrCat("priority=", spec.priority(), " must be in [-", kMaxPriority,
+                                     ", ", kMaxPriority, "]"));
+  }
   if (spec.device().empty()) spec.set_device("auto");
   if (!ParseDevice(spec.device()).has_value()) {
     problems->push_back(

@@ -151,7 +151,7 @@ TEST(MakeJobPlan, TheSpecsChoicesAreTypedInThePlan) {
   EXPECT_EQ(plan->on_worker_loss(), WORKER_LOSS_WAIT);
   EXPECT_EQ(plan->straggler_policy(), STRAGGLERS_REPLACE);
   EXPECT_EQ(plan->spec().parallel().schedule(), "zb-h1");  // the JSON text is unchanged
-  spec.set_device("cuda:0");  // a worker's --device, never a job's
+  spec.set_device("cuda:0");                               // a worker's --device, never a job's
   EXPECT_THAT(MakeJobPlan(spec).status().message(),
               HasSubstr("device=\"cuda:0\" is not one of cpu, cuda, auto"));
 }
@@ -572,6 +572,15 @@ TEST(MakeJobPlan, FaultToleranceDefaultsAndRules) {
               AllOf(HasSubstr("fault_tolerance.max_restarts=-1 must be in [0, 1000]"),
                     HasSubstr("fault_tolerance.on_worker_loss=\"pray\" is not one of wait, shrink"),
                     HasSubstr("fault_tolerance.wait_for=\"soon\" is not a duration")));
+}
+
+TEST(MakeJobPlan, PriorityIsBounded) {
+  JobSpec urgent = Parsed(kTinySpec);
+  urgent.set_priority(100);
+  EXPECT_TRUE(Validated(urgent).ok());
+  urgent.set_priority(-101);
+  EXPECT_THAT(Validated(urgent).status().message(),
+              HasSubstr("priority=-101 must be in [-100, 100]"));
 }
 
 TEST(MakeJobPlan, StragglerDefaultsAndRules) {
