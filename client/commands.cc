@@ -310,7 +310,11 @@ int DataPrepare(const Invocation& inv, Output& output) {
     return kExitUsage;
   }
   absl::StatusOr<PreparedTokens> prepared =
-      PrepareTokenFile(inv.args[1], inv.args[2], inv.tokenizer, inv.tokenizer_dir);
+      PrepareTokenFile(inv.args[1], inv.args[2], inv.tokenizer, inv.tokenizer_dir,
+                       [&output](const std::string& line) {
+                         output.err << "data prepare: " << line << "\n";
+                         output.err.flush();
+                       });
   if (!prepared.ok()) {
     output.err << "dtrain: data prepare: " << prepared.status().message() << "\n";
     return prepared.status().code() == absl::StatusCode::kInternal ? kExitOtherError : kExitUsage;

@@ -12,6 +12,7 @@
 #define DTRAIN_CLIENT_DATA_PREPARE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -25,13 +26,21 @@ struct PreparedTokens {
   int vocab_size = 0;  // the model's vocab_size must be at least this
 };
 
+// A line of progress ("812.4 of 9731.0 MB (8%), 187236000 tokens, 20.3 MB/s"), every 5 s.
+using ProgressSink = std::function<void(const std::string&)>;
+
 // InvalidArgument for an unknown tokenizer or text that is not UTF-8 (gpt2; naming the byte
 // offset); NotFound for a missing input or tokenizer file, with a hint at tools/setup.sh.
-// Writes `out_path` atomically.
+// Reads and encodes the input `part_bytes` at a time, cut where the ids of the parts are those
+// of the whole text (tokenizer::LastSafeCut), so that a corpus larger than memory can be
+// prepared (memory stays a few times `part_bytes`; a part with no such cut, one enormous line,
+// grows until it has one), and writes `out_path` atomically.
 absl::StatusOr<PreparedTokens> PrepareTokenFile(const std::string& in_path,
                                                 const std::string& out_path,
                                                 const std::string& tokenizer,
-                                                const std::string& tokenizer_dir);
+                                                const std::string& tokenizer_dir,
+                                                const ProgressSink& progress = nullptr,
+                                                size_t part_bytes = 16 << 20);
 
 }  // namespace client
 }  // namespace dtrain

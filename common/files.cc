@@ -108,6 +108,18 @@ absl::Status AtomicFileWriter::Append(absl::string_view bytes) {
   return absl::OkStatus();
 }
 
+absl::Status AtomicFileWriter::OverwriteAt(int64_t offset, absl::string_view bytes) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": writer is closed"));
+  while (!bytes.empty()) {
+    ssize_t n = pwrite(fd_, bytes.data(), bytes.size(), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError(errno, "cannot write", temp_path_);
+    bytes.remove_prefix(static_cast<size_t>(n));
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AtomicFileWriter::Commit() {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": writer is closed"));
   if (fsync(fd_) != 0) {

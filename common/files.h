@@ -52,6 +52,9 @@ class AtomicFileWriter {
   ~AtomicFileWriter();
 
   absl::Status Append(absl::string_view bytes);
+  // Writes over bytes already appended, at `offset` (a header whose counts are known only at
+  // the end); the file's end does not move when they lie within it.
+  absl::Status OverwriteAt(int64_t offset, absl::string_view bytes);
   absl::Status Commit();
 
   const std::string& path() const { return path_; }

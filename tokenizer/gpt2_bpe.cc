@@ -165,8 +165,9 @@ void Gpt2Bpe::EncodePiece(absl::string_view piece, std::vector<int32_t>* ids) co
   for (const std::string& symbol : word) ids->push_back(bytes_to_id_.at(symbol));
 }
 
-absl::StatusOr<std::vector<int32_t>> Gpt2Bpe::Encode(absl::string_view text) const {
-  ASSIGN_OR_RETURN(const std::vector<absl::string_view> pieces, Pretokenize(text));
+absl::StatusOr<std::vector<int32_t>> Gpt2Bpe::Encode(absl::string_view text,
+                                                     int64_t first_byte) const {
+  ASSIGN_OR_RETURN(const std::vector<absl::string_view> pieces, Pretokenize(text, first_byte));
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3);
   absl::flat_hash_map<absl::string_view, std::pair<size_t, size_t>> seen;  // piece -> its ids
@@ -197,27 +198,39 @@ absl::StatusOr<std::string> Gpt2Bpe::Decode(absl::Span<const int32_t> ids) const
   return text;
 }
 
-absl::StatusOr<std::string> TokenFileContents(absl::Span<const int32_t> ids) {
+absl::StatusOr<std::string> TokenFileHeader(int64_t count) {
   using model::TokenDataset;
   int32_t header[TokenDataset::kHeaderInts] = {};
   header[0] = TokenDataset::kMagic;
   header[1] = TokenDataset::kVersion;
-  if (ids.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+  if (count < 0 || count > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(ids.size(), " tokens: the llm.c header counts at most 2^31-1"));
+        absl::StrCat(count, " tokens: the llm.c header counts at most 2^31-1"));
   }
-  header[2] = static_cast<int32_t>(ids.size());
-  std::string out(sizeof(header) + 2 * ids.size(), '\0');
+  header[2] = static_cast<int32_t>(count);
+  std::string out(sizeof(header), '\0');
   std::memcpy(out.data(), header, sizeof(header));  // little-endian hosts only, as the reader
+  return out;
+}
+
+absl::StatusOr<std::string> TokenFileTokens(absl::Span<const int32_t> ids, int64_t first) {
+  std::string out(2 * ids.size(), '\0');
   for (size_t k = 0; k < ids.size(); ++k) {
     if (ids[k] < 0 || ids[k] > 0xFFFF) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token ", ids[k], " at position ", k, " does not fit uint16"));
+      return absl::InvalidArgumentError(absl::StrCat("token ", ids[k], " at position ",
+                                                     first + static_cast<int64_t>(k),
+                                                     " does not fit uint16"));
     }
     const uint16_t t = static_cast<uint16_t>(ids[k]);
-    std::memcpy(out.data() + sizeof(header) + 2 * k, &t, 2);
+    std::memcpy(out.data() + 2 * k, &t, 2);
   }
   return out;
+}
+
+absl::StatusOr<std::string> TokenFileContents(absl::Span<const int32_t> ids) {
+  ASSIGN_OR_RETURN(std::string out, TokenFileHeader(static_cast<int64_t>(ids.size())));
+  ASSIGN_OR_RETURN(const std::string tokens, TokenFileTokens(ids));
+  return out + tokens;
 }
 
 }  // namespace tokenizer

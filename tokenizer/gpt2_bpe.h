@@ -44,8 +44,10 @@ class Gpt2Bpe {
   static absl::StatusOr<Gpt2Bpe> FromContents(absl::string_view encoder_json,
                                               absl::string_view vocab_bpe);
 
-  // InvalidArgument for text that is not valid UTF-8, naming the byte offset.
-  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const;
+  // InvalidArgument for text that is not valid UTF-8, naming the byte offset (counted from
+  // `first_byte`: where `text` starts in a larger text encoded part by part, cut at
+  // LastSafeCut).
+  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text, int64_t first_byte = 0) const;
 
   // The bytes the ids stand for (may end inside a UTF-8 character when the ids are a prefix of
   // an encoding). InvalidArgument naming the first id outside the vocabulary.
@@ -67,6 +69,10 @@ class Gpt2Bpe {
 // count) and the tokens as uint16, as model::TokenDataset reads it. InvalidArgument for an id
 // outside [0, 65535].
 absl::StatusOr<std::string> TokenFileContents(absl::Span<const int32_t> ids);
+// The same file written part by part: its header for `count` tokens, then each part's tokens
+// (`first`: the part's first position in the file, for the error message).
+absl::StatusOr<std::string> TokenFileHeader(int64_t count);
+absl::StatusOr<std::string> TokenFileTokens(absl::Span<const int32_t> ids, int64_t first = 0);
 
 }  // namespace tokenizer
 }  // namespace dtrain

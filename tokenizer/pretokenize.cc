@@ -40,8 +40,9 @@ size_t PieceLength(const std::vector<CodePoint>& cps, size_t i) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<absl::string_view>> Pretokenize(absl::string_view text) {
-  ASSIGN_OR_RETURN(const std::vector<CodePoint> cps, DecodeUtf8(text));
+absl::StatusOr<std::vector<absl::string_view>> Pretokenize(absl::string_view text,
+                                                           int64_t first_byte) {
+  ASSIGN_OR_RETURN(const std::vector<CodePoint> cps, DecodeUtf8(text, first_byte));
   std::vector<absl::string_view> pieces;
   for (size_t i = 0; i < cps.size();) {
     const size_t length = PieceLength(cps, i);
@@ -50,6 +51,14 @@ absl::StatusOr<std::vector<absl::string_view>> Pretokenize(absl::string_view tex
     i += length;
   }
   return pieces;
+}
+
+size_t LastSafeCut(absl::string_view text) {
+  auto printable = [](char c) { return c > ' ' && c < 0x7F; };  // ASCII, not a space
+  for (size_t p = text.size(); p-- > 1;) {
+    if (text[p] == '\n' && printable(text[p - 1])) return p;
+  }
+  return 0;
 }
 
 }  // namespace tokenizer

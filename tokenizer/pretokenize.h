@@ -13,6 +13,8 @@
 #ifndef DTRAIN_TOKENIZER_PRETOKENIZE_H_
 #define DTRAIN_TOKENIZER_PRETOKENIZE_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,8 +23,17 @@
 namespace dtrain {
 namespace tokenizer {
 
-// The pieces, views into `text`. InvalidArgument for text that is not valid UTF-8 (DecodeUtf8).
-absl::StatusOr<std::vector<absl::string_view>> Pretokenize(absl::string_view text);
+// The pieces, views into `text`. InvalidArgument for text that is not valid UTF-8 (DecodeUtf8,
+// with `first_byte`).
+absl::StatusOr<std::vector<absl::string_view>> Pretokenize(absl::string_view text,
+                                                           int64_t first_byte = 0);
+
+// Where `text` may be cut so that the pieces of the two parts are those of the whole (for a
+// large text encoded part by part): the last position p of a '\n' after a printable ASCII
+// character, cut before the newline (no alternative runs from a non-space into a space, and
+// the lookahead of \s+(?!\S) only looks past spaces, so a piece ends at p whatever follows;
+// the reference test's chunking, tokenizer/gpt2_node_test.py); 0 when there is none.
+size_t LastSafeCut(absl::string_view text);
 
 }  // namespace tokenizer
 }  // namespace dtrain

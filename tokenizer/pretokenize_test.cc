@@ -2,6 +2,8 @@
 // (String.prototype.matchAll with its pattern), printed once and pasted here.
 #include "tokenizer/pretokenize.h"
 
+#include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,56 @@ TEST(Pretokenize, InvalidUtf8IsRefusedWithItsOffset) {
 TEST(UnicodeText, ReplaceInvalidUtf8KeepsValidCharactersAndReplacesEachBadByte) {
   EXPECT_EQ(ReplaceInvalidUtf8("caf\xC3\xA9"), "caf\xC3\xA9");
   EXPECT_EQ(ReplaceInvalidUtf8("a\xFF\xE2\x82"), "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+// A large text encoded part by part (dtrain data prepare): cut at LastSafeCut, the parts'
+// pieces are the whole's, for texts made of the fragments where pieces meet in odd ways.
+TEST(Pretokenize, PartsCutAtLastSafeCutHaveThePiecesOfTheWhole) {
+  const std::vector<std::string> fragments = {" ",
+                                              "\n",
+                                              "\n\n",
+                                              "word",
+                                              "'s",
+                                              "'ll",
+                                              "12",
+                                              "!!",
+                                              "x\n",
+                                              " \n",
+                                              "\t",
+                                              "\xC2\xA0" /* NBSP */,
+                                              "\xE3\x80\x80" /* U+3000 */,
+                                              "caf\xC3\xA9",
+                                              "  ",
+                                              "\r\n",
+                                              "a"};
+  std::mt19937 rng(1337);
+  for (int round = 0; round < 20; ++round) {
+    std::string whole;
+    for (int k = 0; k < 3000; ++k) whole += fragments[rng() % fragments.size()];
+    absl::StatusOr<std::vector<absl::string_view>> want = Pretokenize(whole);
+    ASSERT_TRUE(want.ok()) << want.status();
+    std::vector<std::string> got;
+    std::string buffer;
+    size_t read = 0, cuts = 0;
+    while (read < whole.size() || !buffer.empty()) {
+      const size_t more = std::min(whole.size() - read, size_t{1} + rng() % 200);
+      buffer += whole.substr(read, more);
+      read += more;
+      const size_t cut = read == whole.size() ? buffer.size() : LastSafeCut(buffer);
+      if (cut == 0) continue;
+      cuts += cut < buffer.size();
+      absl::StatusOr<std::vector<absl::string_view>> part =
+          Pretokenize(absl::string_view(buffer).substr(0, cut));
+      ASSERT_TRUE(part.ok()) << part.status();
+      for (absl::string_view p : *part) got.emplace_back(p);
+      buffer.erase(0, cut);
+    }
+    ASSERT_GT(cuts, 10u);
+    ASSERT_EQ(got, std::vector<std::string>(want->begin(), want->end())) << "round " << round;
+  }
+  EXPECT_EQ(LastSafeCut("no newline"), 0u);
+  EXPECT_EQ(LastSafeCut("a \nb"), 0u);  // after a space: not safe
+  EXPECT_EQ(LastSafeCut("ab\ncd\nef"), 5u);
 }
 
 TEST(UnicodeText, Classes) {

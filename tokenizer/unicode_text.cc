@@ -57,14 +57,14 @@ Decoded DecodeOne(absl::string_view text, int64_t i) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<CodePoint>> DecodeUtf8(absl::string_view text) {
+absl::StatusOr<std::vector<CodePoint>> DecodeUtf8(absl::string_view text, int64_t first_byte) {
   std::vector<CodePoint> out;
   out.reserve(text.size());
   for (int64_t i = 0; i < static_cast<int64_t>(text.size());) {
     const Decoded d = DecodeOne(text, i);
     if (d.invalid != nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("invalid UTF-8 at byte ", d.invalid_at, ": ", d.invalid));
+          absl::StrCat("invalid UTF-8 at byte ", first_byte + d.invalid_at, ": ", d.invalid));
     }
     out.push_back({d.value, i, d.size});
     i += d.size;

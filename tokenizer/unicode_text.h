@@ -31,7 +31,9 @@ struct CodePoint {
 
 // Strict UTF-8 (RFC 3629): InvalidArgument "invalid UTF-8 at byte N: <why>" for a truncated or
 // overlong sequence, a surrogate (U+D800..U+DFFF), a value above U+10FFFF or a stray byte.
-absl::StatusOr<std::vector<CodePoint>> DecodeUtf8(absl::string_view text);
+// `first_byte`: where `text` starts in a larger text that is decoded part by part (N counts
+// from there; CodePoint.offset stays within `text`).
+absl::StatusOr<std::vector<CodePoint>> DecodeUtf8(absl::string_view text, int64_t first_byte = 0);
 
 // `text` with each byte that does not belong to a valid character replaced by U+FFFD: printable
 // text from any bytes (a sampled byte-level model's output).
