@@ -119,8 +119,8 @@ absl::StatusOr<Measured> Run(const Row& row, const std::string& data) {
     }
   }
   Measured out;
-  const double actions =
-      static_cast<double>(m) * row.v;  // per stage and step: m micro-batches x v chunks
+  // Per stage and step: m micro-batches x v chunks.
+  const double actions = static_cast<double>(m) * row.v;
   double windows = 0;
   for (int s = 2; s <= steps; ++s) windows += (window[s].second - window[s].first) * 1e-9;
   for (int r = 0; r < p; ++r) {
