@@ -226,15 +226,12 @@ void JobManager::RunSchedulerPass() {
     if (job.planned.restart.has_value()) planned.push_back(job.id);
   }
   for (const std::string& id : planned) Reconcile(id).IgnoreError();  // logged; retried
-  std::vector<ActiveJob*> queued, recovering;
+  const std::vector<ActiveJob*> queued = QueueInOrder();
+  std::vector<ActiveJob*> recovering;
   for (auto& [n, job] : jobs_) {
-    if (job.pending_end.has_value()) continue;
-    if (job.state == QUEUED) queued.push_back(&job);
-    if (job.state == RECOVERING) recovering.push_back(&job);
+    if (!job.pending_end.has_value() && job.state == RECOVERING) recovering.push_back(&job);
   }
   if (queued.empty() && recovering.empty()) return;
-  std::stable_sort(queued.begin(), queued.end(),
-                   [](const ActiveJob* a, const ActiveJob* b) { return QueuedBefore(*a, *b); });
   WorkerCounts counts = registry_.Counts();
   int64_t smallest = std::numeric_limits<int64_t>::max();
   for (const ActiveJob* job : queued) {
@@ -306,6 +303,16 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
   }
 }
 
+std::vector<ActiveJob*> JobManager::QueueInOrder() {
+  std::vector<ActiveJob*> queued;
+  for (auto& [n, job] : jobs_) {
+    if (job.state == QUEUED && !job.pending_end.has_value()) queued.push_back(&job);
+  }
+  std::stable_sort(queued.begin(), queued.end(),
+                   [](const ActiveJob* a, const ActiveJob* b) { return QueuedBefore(*a, *b); });
+  return queued;
+}
+
 std::string JobManager::HeldBackReason(const JobSpec& spec, const ActiveJob& holder,
                                        const WorkerCounts& counts) {
   // Without enough idle workers it would wait anyway: the reservation is not why.
@@ -320,13 +327,7 @@ std::string JobManager::HeldBackReason(const JobSpec& spec, const ActiveJob& hol
 const ActiveJob* JobManager::HolderFor(const JobSpec& spec, const WorkerCounts& counts) {
   // The scheduler's order (PlaceQueued): the first queued job that will not fit the idle
   // workers now and reserves them.
-  std::vector<const ActiveJob*> queued;
-  for (const auto& [n, job] : jobs_) {
-    if (job.state == QUEUED && !job.pending_end.has_value()) queued.push_back(&job);
-  }
-  std::stable_sort(queued.begin(), queued.end(),
-                   [](const ActiveJob* a, const ActiveJob* b) { return QueuedBefore(*a, *b); });
-  for (const ActiveJob* job : queued) {
+  for (const ActiveJob* job : QueueInOrder()) {
     if (plan::WorkersNeeded(job->spec.parallel()) <= counts.idle) continue;
     if (ReservesWorkers(*job, counts)) {
       return SameWorkers(job->spec.device(), spec.device()) ? job : nullptr;

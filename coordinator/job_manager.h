@@ -386,8 +386,12 @@ class JobManager {
   // Whether queued `job`, which did not fit in this pass, now holds back the jobs behind it
   // that would take the same workers (Options::queue_reservation).
   bool ReservesWorkers(const ActiveJob& job, const WorkerCounts& counts);
+  // The queued jobs (none ending) in the queue's order (QueuedBefore): what the scheduler pass
+  // tries and the reservation's holder is chosen from.
+  std::vector<ActiveJob*> QueueInOrder() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The queued job that a new job of `spec` would wait behind now, or null.
-  const ActiveJob* HolderFor(const JobSpec& spec, const WorkerCounts& counts);
+  const ActiveJob* HolderFor(const JobSpec& spec, const WorkerCounts& counts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why a job of `spec` that `holder` holds back waits: "waiting behind job-000007, queued for
   // 4 workers for longer than --queue_reservation (10m): ..." when the idle workers would fit
   // it, else WaitingReason. Stored as the job's reason, so its words change only when the cause
