@@ -263,6 +263,10 @@ const std::vector<CommandInfo>& Commands() {
        "step, state change and event; Ctrl-C stops watching, not the job (exit 130)"},
       {"cancel", "JOB...", 1, kManyArgs, kJobArgument, true,
        "stop queued or running jobs (one that already ended: a note)"},
+      {"delete", "JOB...", 1, kManyArgs, kJobArgument, true,
+       "admin: forget ended jobs (state, history, metrics, log, checkpoint list); --files also "
+       "removes each one's directory (checkpoints, final weights) through a worker on its host. "
+       "Refused for a job not ended, or whose checkpoints a job not ended resumes from"},
       {"logs", "JOB", 1, 1, kJobArgument, true,
        "the job's events and its ranks' warnings and errors"},
       {"checkpoints", "JOB", 1, 1, kJobArgument, true,
@@ -527,6 +531,15 @@ const std::vector<FlagInfo>& Flags() {
        FlagBound::kAny,
        {"logs"},
        "keep printing new lines until the job ends"},
+      {"files",
+       &I::files,
+       "",
+       "false",
+       "",
+       FlagBound::kAny,
+       {"delete"},
+       "also remove the job's directory on its host (checkpoints, model.safetensors); without "
+       "it the files stay"},
       {"now",
        &I::drain_now,
        "",

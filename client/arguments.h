@@ -58,6 +58,7 @@ struct Invocation {
   std::string page{};              // list --page (a ListJobsResponse.next_page_token)
   std::vector<JobState> states{};  // list --state (empty: every state)
   std::string reason{};            // cancel --reason
+  bool files{};                    // delete --files
   int workers{};                   // plan --workers
   int hosts{};                     // plan --hosts
   bool resume{};                   // resubmit --resume

@@ -32,6 +32,7 @@
 #include "common/status_macros.h"
 #include "common/tls_probe.h"
 #include "common/version.h"
+#include "plan/dir_removal_text.h"
 #include "plan/job_plan.h"
 #include "worker/parallel/checkpoint_export.h"
 #include "worker/parallel/manifest.h"
@@ -557,6 +558,35 @@ int Cancel(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   });
 }
 
+// "deleted job-000005 (SUCCEEDED, "tiny"); " and what became of its directory. A directory
+// left in place is an error (exit 6): the records are gone, the files are not.
+int Delete(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  return ForEachJob(inv, stub, output, [&](const std::string& id) {
+    absl::StatusOr<DeleteJobResponse> deleted = stub.DeleteJob(id, inv.files);
+    if (!deleted.ok()) return Fail(WithNewestJobHint(stub, deleted.status()), inv, output);
+    if (inv.json) {
+      output.out << ToJsonLine(*deleted) << "\n";
+    } else {
+      const Job& job = deleted->job();
+      output.out << "deleted " << job.id() << " (" << JobState_Name(job.state()) << ", \""
+                 << job.spec().name() << "\"): ";
+      if (deleted->has_files()) {
+        output.out << plan::DescribeDirRemoval(deleted->files()) << "\n";
+      } else if (!job.checkpoint().dir().empty()) {
+        output.out << "its directory " << job.checkpoint().dir() << " on "
+                   << job.checkpoint().host() << " stays (`--files` removes it)\n";
+      } else {
+        output.out << "it wrote no files\n";
+      }
+    }
+    if (deleted->files().state() != DIR_REMOVAL_FAILED) return static_cast<int>(kExitOk);
+    output.err << "dtrain: " << id
+               << "'s records were deleted, its directory was not: " << deleted->files().error()
+               << "\n";
+    return static_cast<int>(kExitOtherError);
+  });
+}
+
 // The job's state changes (its history) as the coordinator's lines, for `logs`.
 std::vector<LogEntry> StateLines(CoordinatorStub& stub, const std::string& job_id) {
   std::vector<LogEntry> lines;
@@ -777,6 +807,7 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   if (inv.command == "list") return List(inv, stub, output);
   if (inv.command == "watch") return Watch(inv, stub, output);
   if (inv.command == "cancel") return Cancel(inv, stub, output);
+  if (inv.command == "delete") return Delete(inv, stub, output);
   if (inv.command == "logs") return Logs(inv, stub, output);
   if (inv.command == "checkpoints") return Checkpoints(inv, stub, output);
   if (inv.command == "diagnose") return Diagnose(inv, stub, output);

@@ -99,6 +99,7 @@ std::string CookieValue(const char* cookies, const char* name) {
 struct Permissions {
   bool cancel = false;  // CancelJob
   bool submit = false;  // SubmitJob: resubmit
+  bool remove = false;  // DeleteJob
 };
 
 // The updates of a watch, handed from the watching thread to the HTTP thread. Shared: the
@@ -173,6 +174,12 @@ class Console {
                           }));
       }
       id = rest;
+      if (absl::ConsumePrefix(&id, "jobs/") && absl::ConsumeSuffix(&id, "/delete") && !id.empty()) {
+        const std::string job_id(id);
+        const bool files = QueryValue(request->query_string, "files") == "1";
+        return SendResult(connection, OnOwnThread([&] { return stub_.DeleteJob(job_id, files); }));
+      }
+      id = rest;
       if (absl::ConsumePrefix(&id, "jobs/") && absl::ConsumeSuffix(&id, "/resubmit") &&
           !id.empty()) {
         const std::string job_id(id);
@@ -187,6 +194,7 @@ class Console {
       (*body.mutable_fields())["identity"].set_string_value(identity_);
       (*body.mutable_fields())["may_cancel"].set_bool_value(may_.cancel);
       (*body.mutable_fields())["may_submit"].set_bool_value(may_.submit);
+      (*body.mutable_fields())["may_delete"].set_bool_value(may_.remove);
       (*body.mutable_fields())["coordinator"].set_string_value(stub_.address());
       return SendJson(connection, 200, ToJsonLine(body));
     }
@@ -337,13 +345,15 @@ bool Refused(const absl::Status& status) {
 }
 
 // What the coordinator lets this certificate do. Its role table (coordinator/roles.h) is the
-// one rule, so it is asked: a CancelJob of no job and a SubmitJob of no spec are refused with
+// one rule, so it is asked: a CancelJob or DeleteJob of no job and a SubmitJob of no spec are
+// refused with
 // PERMISSION_DENIED before anything else for a role that may not call them, and fail on their
 // empty input (changing nothing) for one that may.
 Permissions AskPermissions(CoordinatorStub& stub) {
   Permissions may;
   may.cancel = !Refused(OnOwnThread([&] { return stub.CancelJob("", ""); }).status());
   may.submit = !Refused(OnOwnThread([&] { return stub.SubmitJob(SubmitJobRequest()); }).status());
+  may.remove = !Refused(OnOwnThread([&] { return stub.DeleteJob("", false); }).status());
   return may;
 }
 

@@ -9,7 +9,8 @@
 //
 // The pages (client/console_assets/, embedded at build time with Debian's dygraphs and d3) read:
 //   GET  /api/whoami             {"identity": "CN=... OU=...", "may_cancel": bool,
-//                                "may_submit": bool, "coordinator": "HOST:PORT"}
+//                                "may_submit": bool, "may_delete": bool,
+//                                "coordinator": "HOST:PORT"}
 //   GET  /api/jobs               ListJobs (the newest 100), as `dtrain --json list` prints it
 //   GET  /api/jobs/ID            GetJob
 //   GET  /api/workers            ListWorkers
@@ -23,6 +24,8 @@
 //   GET  /api/jobs/ID/checkpoints  ListCheckpoints (the sealed steps kept)
 //   GET  /api/jobs/ID/logs       JobLogs, not followed: {"entries": [LogEntry...]}
 //   POST /api/jobs/ID/cancel     CancelJob; the coordinator's refusal as 403 with its words
+//   POST /api/jobs/ID/delete     DeleteJob (?files=1: its directory too), as `dtrain delete`;
+//                                the DeleteJobResponse
 //   POST /api/jobs/ID/resubmit   SubmitJob of its spec (?resume=1: resume_from it), as `dtrain
 //                                resubmit`; the SubmitJobResponse
 // Errors are {"code": "PERMISSION_DENIED", "error": "CancelJob: certificate ..."} with the HTTP

@@ -106,6 +106,14 @@ absl::StatusOr<Job> CoordinatorStub::CancelJob(const std::string& job_id,
   return Unary(&Coordinator::Stub::CancelJob, request, "CancelJob");
 }
 
+absl::StatusOr<DeleteJobResponse> CoordinatorStub::DeleteJob(const std::string& job_id,
+                                                             bool files) {
+  DeleteJobRequest request;
+  request.set_job_id(job_id);
+  request.set_files(files);
+  return Unary(&Coordinator::Stub::DeleteJob, request, "DeleteJob");
+}
+
 absl::StatusOr<ListWorkersResponse> CoordinatorStub::ListWorkers() {
   return Unary(&Coordinator::Stub::ListWorkers, ListWorkersRequest(), "ListWorkers");
 }

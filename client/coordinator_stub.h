@@ -72,6 +72,7 @@ class CoordinatorStub {
   absl::StatusOr<ListJobsResponse> ListJobs(int limit, const std::vector<JobState>& states = {});
   absl::StatusOr<ListJobsResponse> ListJobs(const ListJobsRequest& request);
   absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
+  absl::StatusOr<DeleteJobResponse> DeleteJob(const std::string& job_id, bool files);
   absl::StatusOr<ListWorkersResponse> ListWorkers();
   absl::Status ForgetWorker(const std::string& worker_id);
   absl::StatusOr<DrainWorkerResponse> DrainWorker(const DrainWorkerRequest& request);

@@ -7,8 +7,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -111,6 +109,35 @@ absl::Status MakeDirectories(const std::string& dir) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<JobClaim> ReadJobClaim(const std::string& dir) {
+  const std::string claim_path = absl::StrCat(dir, "/", kJobClaimFileName);
+  const int fd = open(claim_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(
+          absl::StrCat("job directory ", dir, " has no ", kJobClaimFileName));
+    }
+    return ErrnoError(errno, absl::StrCat("cannot read ", claim_path));
+  }
+  std::string text;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int read_errno = errno;
+      close(fd);
+      return ErrnoError(read_errno, absl::StrCat("cannot read ", claim_path));
+    }
+    if (n == 0) break;
+    // A claim is one short line: a file far larger is not one (read no further).
+    if (text.size() > (1 << 16)) break;
+    text.append(buf, n);
+  }
+  close(fd);
+  return JobClaim{ClaimField(text, "job_id"), ClaimField(text, "job_uid")};
+}
+
 absl::Status ClaimJobDirectory(const std::string& dir, absl::string_view job_id,
                                absl::string_view job_uid) {
   const std::string claim_path = absl::StrCat(dir, "/", kJobClaimFileName);
@@ -120,18 +147,16 @@ absl::Status ClaimJobDirectory(const std::string& dir, absl::string_view job_id,
   const std::string claim =
       absl::StrFormat("{\"job_id\": \"%s\", \"job_uid\": \"%s\"}\n", job_id, job_uid);
   for (int attempt = 0; attempt < 2; ++attempt) {
-    std::ifstream in(claim_path);
-    if (in) {
-      std::stringstream text;
-      text << in.rdbuf();
-      const std::string uid = ClaimField(text.str(), "job_uid");
-      if (uid == job_uid) return absl::OkStatus();
+    absl::StatusOr<JobClaim> found = ReadJobClaim(dir);
+    if (found.ok()) {
+      if (found->job_uid == job_uid) return absl::OkStatus();
       return absl::FailedPreconditionError(absl::StrCat(
-          "job directory ", dir, " belongs to ", ClaimField(text.str(), "job_id"), " (uid ", uid,
+          "job directory ", dir, " belongs to ", found->job_id, " (uid ", found->job_uid,
           "), not to this ", job_id, " (uid ", job_uid,
           "): it comes from another coordinator database; choose another checkpoint.dir or "
           "move that directory away"));
     }
+    if (!absl::IsNotFound(found.status())) return found.status();
     if (existed && HoldsCheckpoints(dir)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job directory ", dir, " already holds checkpoints but no ", kJobClaimFileName,

@@ -60,6 +60,19 @@ absl::Status MakeDirectories(const std::string& dir);
 absl::Status ClaimJobDirectory(const std::string& dir, absl::string_view job_id,
                                absl::string_view job_uid);
 
+// What a job directory's job.json says: whose it is.
+struct JobClaim {
+  std::string job_id;
+  std::string job_uid;
+};
+
+// Reads `dir`/job.json (as ClaimJobDirectory writes it). NotFound naming the file when there is
+// none; the errno's status when it cannot be read. A field missing from the file reads as "".
+//
+//   ASSIGN_OR_RETURN(JobClaim claim, ReadJobClaim("/ckpt/job-000003"));
+//   // claim.job_id == "job-000003", claim.job_uid == "5f0c..."
+absl::StatusOr<JobClaim> ReadJobClaim(const std::string& dir);
+
 }  // namespace dtrain
 
 #endif  // DTRAIN_COMMON_JOB_PATHS_H_

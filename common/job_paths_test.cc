@@ -74,6 +74,24 @@ TEST(ClaimJobDirectory, UnclaimedCheckpointsAreRefused) {
   EXPECT_THAT(s.message(), HasSubstr("already holds checkpoints"));
 }
 
+TEST(ReadJobClaim, ReadsWhatClaimJobDirectoryWrote) {
+  const std::string dir = TempDir() + "/job-000004";
+  ASSERT_TRUE(ClaimJobDirectory(dir, "job-000004", "dddd").ok());
+  const absl::StatusOr<JobClaim> claim = ReadJobClaim(dir);
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_EQ(claim->job_id, "job-000004");
+  EXPECT_EQ(claim->job_uid, "dddd");
+}
+
+TEST(ReadJobClaim, NoClaimIsNotFoundNamingTheDirectory) {
+  const std::string dir = TempDir();
+  const absl::StatusOr<JobClaim> claim = ReadJobClaim(dir);
+  EXPECT_EQ(claim.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(claim.status().message(), HasSubstr(dir));
+  EXPECT_THAT(claim.status().message(), HasSubstr("job.json"));
+  EXPECT_EQ(ReadJobClaim(dir + "/missing").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(MakeDirectories, FileInTheWayIsNamed) {
   const std::string base = TempDir();
   std::ofstream(base + "/file") << "x";

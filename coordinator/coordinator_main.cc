@@ -80,6 +80,11 @@ ABSL_FLAG(absl::Duration, queue_reservation, absl::Minutes(10),
           "a queued job that has waited this long, while enough live workers exist to run it, "
           "holds back the jobs behind it that would take the same workers, so that the workers "
           "freed go to it (smaller jobs pass a waiting one until then); 0: never");
+ABSL_FLAG(absl::Duration, ended_job_retention, absl::ZeroDuration(),
+          "delete ended jobs this long after they ended: their records and their directory "
+          "(checkpoints, final weights), as `dtrain delete --files` does, except one whose "
+          "checkpoints a job not yet ended uses (e.g. 720h: 30 days); 0: keep them until "
+          "deleted by hand");
 ABSL_FLAG(absl::Duration, diagnose_stall_after, absl::Seconds(30),
           "a running multi-worker job with no step for this long is diagnosed as `dtrain "
           "diagnose` would (once per stall): the answer goes into its events and, if the run "
@@ -181,6 +186,8 @@ JobManager::Options ManagerOptionsFromFlags(const dtrain::TlsFiles& tls,
   options.diagnose_stall_after = absl::GetFlag(FLAGS_diagnose_stall_after);
   options.queue_reservation =
       std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_queue_reservation));
+  options.ended_job_retention =
+      std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_ended_job_retention));
   options.diagnose = DiagnoseOverPeers(tls, options.diagnosis_deadline);
   return options;
 }

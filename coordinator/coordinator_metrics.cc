@@ -121,6 +121,26 @@ absl::Status CoordinatorMetrics::AddLifecycleFamilies() {
       registry_->AddCounter("dtrain_coordinator_jobs_submitted_total",
                             "Jobs accepted by SubmitJob since the coordinator started."));
   ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Counter> * deleted,
+      registry_->AddCounter("dtrain_coordinator_jobs_deleted_total",
+                            "Ended jobs deleted (dtrain delete, --ended_job_retention) since the "
+                            "coordinator started."));
+  deleted_ = &deleted->Add({});
+  ASSIGN_OR_RETURN(dirs_removed_,
+                   registry_->AddCounter("dtrain_coordinator_job_dirs_removed_total",
+                                         "Deleted jobs' directories that a worker reported on, "
+                                         "by result: removed, absent (nothing there), failed "
+                                         "(left in place; the coordinator's log says why).",
+                                         {"result"}));
+  for (const char* result : {"removed", "absent", "failed"}) {
+    dirs_removed_->Add({{"result", result}});
+  }
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Counter> * freed,
+      registry_->AddCounter("dtrain_coordinator_job_dir_bytes_removed_total",
+                            "Bytes of the deleted jobs' directories that workers removed."));
+  bytes_removed_ = &freed->Add({});
+  ASSIGN_OR_RETURN(
       metrics::Family<metrics::Histogram> * queue_wait,
       registry_->AddHistogram("dtrain_coordinator_job_queue_wait_seconds",
                               "Time from a job's submission to its placement (QUEUED to PLACING).",
@@ -271,6 +291,14 @@ void CoordinatorMetrics::Collect() {
 }
 
 void CoordinatorMetrics::JobSubmitted() { submitted_->Increment(); }
+
+void CoordinatorMetrics::JobDeleted() { deleted_->Increment(); }
+
+void CoordinatorMetrics::DirRemoved(DirRemovalState state, int64_t bytes) {
+  const char* result = state == DIR_REMOVED ? "removed" : state == DIR_ABSENT ? "absent" : "failed";
+  dirs_removed_->Add({{"result", result}}).Increment();
+  if (state == DIR_REMOVED) bytes_removed_->Increment(static_cast<double>(bytes));
+}
 
 void CoordinatorMetrics::JobPlaced(absl::Duration queue_wait) {
   queue_wait_->Observe(absl::ToDoubleSeconds(queue_wait));

@@ -29,6 +29,7 @@
 #include "common/metrics/registry.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "grpcpp/support/status.h"
+#include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 
 namespace dtrain::coordinator {
@@ -69,6 +70,9 @@ class CoordinatorMetrics {
 
   // Job events (lock-free).
   void JobSubmitted();
+  void JobDeleted();
+  // A worker reported on a deleted job's directory (`bytes` freed when DIR_REMOVED).
+  void DirRemoved(DirRemovalState state, int64_t bytes);
   void JobPlaced(absl::Duration queue_wait);  // submitted -> PLACING
   void PlacementComputed(absl::Duration elapsed);
   // A job entered RECOVERING; `kind` one of coordinator/recovery.h kRecoveryKinds.
@@ -109,6 +113,9 @@ class CoordinatorMetrics {
   metrics::Family<metrics::Gauge>* workers_ = nullptr;
   metrics::Family<metrics::Gauge>* jobs_ = nullptr;
   metrics::Counter* submitted_ = nullptr;
+  metrics::Counter* deleted_ = nullptr;
+  metrics::Family<metrics::Counter>* dirs_removed_ = nullptr;  // by result
+  metrics::Counter* bytes_removed_ = nullptr;
   metrics::Histogram* queue_wait_ = nullptr;
   metrics::Histogram* placement_ = nullptr;
   metrics::Family<metrics::Counter>* recoveries_ = nullptr;  // by kind

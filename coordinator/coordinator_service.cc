@@ -417,6 +417,21 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportProgress(grpc::CallbackServe
   return Reply(context, manager_->ReportProgress(*request), response);
 }
 
+template <typename T>
+grpc::ServerUnaryReactor* CoordinatorService::OffThread(
+    grpc::CallbackServerContext* context, T* response,
+    std::function<absl::StatusOr<T>(absl::Time deadline)> work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  absl::Status queued = submits_.Schedule([reactor, response, deadline, work = std::move(work)] {
+    absl::StatusOr<T> result = work(deadline);
+    if (result.ok()) *response = *std::move(result);
+    reactor->Finish(ToGrpcStatus(result.status()));
+  });
+  if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* context,
                                                         const SubmitJobRequest* request,
                                                         SubmitJobResponse* response) {
@@ -426,18 +441,11 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
   // Off gRPC's threads (bounded_executor.h): heartbeats never wait behind a submit. A submit
   // whose client gave up while it waited is not started, and one whose deadline passes while it
   // is checked creates no job (JobManager::SubmitJob).
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const absl::Time deadline = absl::FromChrono(context->deadline());
-  absl::Status queued = submits_.Schedule([this, reactor, request, response, deadline] {
-    absl::StatusOr<SubmitJobResponse> result =
-        absl::Now() >= deadline
-            ? absl::DeadlineExceededError("the client's deadline passed before the spec was read")
-            : Stripped(manager_->SubmitJob(*request, deadline));
-    if (result.ok()) *response = *std::move(result);
-    reactor->Finish(ToGrpcStatus(result.status()));
+  return OffThread<SubmitJobResponse>(context, response, [this, request](absl::Time deadline) {
+    return absl::Now() >= deadline ? absl::DeadlineExceededError(
+                                         "the client's deadline passed before the spec was read")
+                                   : Stripped(manager_->SubmitJob(*request, deadline));
   });
-  if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,
@@ -465,6 +473,18 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
   }
   return Reply(context, Stripped(manager_->CancelJob(request->job_id(), request->reason())),
                response);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerContext* context,
+                                                        const DeleteJobRequest* request,
+                                                        DeleteJobResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "DeleteJob", *request); !s.ok()) {
+    return Reply<DeleteJobResponse>(context, s, response);
+  }
+  // It waits for a worker's answer (a few heartbeats at most): off gRPC's threads, as a submit.
+  return OffThread<DeleteJobResponse>(context, response, [this, request](absl::Time deadline) {
+    return Stripped(manager_->DeleteJob(*request, deadline));
+  });
 }
 
 grpc::ServerWriteReactor<JobUpdate>* CoordinatorService::WatchJob(

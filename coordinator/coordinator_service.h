@@ -2,8 +2,10 @@
 //
 // Unary calls run JobManager's method inline and finish at once: none of them waits on a worker
 // or another call (work for workers travels in heartbeat responses), so no gRPC thread blocks.
-// SubmitJob is the exception: reading and planning a spec (up to --max_spec_bytes) runs on two
-// threads of the service's own (BoundedExecutor), so heartbeats never wait behind a submit.
+// SubmitJob and DeleteJob are the exceptions: reading and planning a spec (up to
+// --max_spec_bytes), and waiting a few heartbeats for the worker that removes a deleted job's
+// directory, run on two threads of the service's own (BoundedExecutor), so heartbeats never
+// wait behind them.
 // Every request's top-level strings are checked against their caps first (request_bounds.h).
 // WatchJob and JobLogs are ServerWriteReactors that write one message at a time, reading what is
 // new from the store, and when nothing is new parks on the job's JobNotifier entry instead of a
@@ -18,6 +20,7 @@
 #ifndef DTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
 #define DTRAIN_COORDINATOR_COORDINATOR_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -64,6 +67,9 @@ class CoordinatorService final : public Coordinator::CallbackService {
                                      ListJobsResponse* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const CancelJobRequest* request, Job* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const DeleteJobRequest* request,
+                                      DeleteJobResponse* response) override;
   grpc::ServerWriteReactor<JobUpdate>* WatchJob(grpc::CallbackServerContext* context,
                                                 const WatchJobRequest* request) override;
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
@@ -103,7 +109,12 @@ class CoordinatorService final : public Coordinator::CallbackService {
   JobManager* const manager_;
   GatherOptions diagnose_;
   WatchLimiter watches_;
-  // SubmitJob's parse, plan and checks: 2 threads, at most 64 submits waiting.
+  // Runs `work` (given the client's deadline) on submits_ and answers with its result: for the
+  // calls that may take seconds (SubmitJob, DeleteJob).
+  template <typename T>
+  grpc::ServerUnaryReactor* OffThread(grpc::CallbackServerContext* context, T* response,
+                                      std::function<absl::StatusOr<T>(absl::Time deadline)> work);
+  // SubmitJob's parse, plan and checks, DeleteJob's wait: 2 threads, at most 64 calls waiting.
   BoundedExecutor submits_{2, 64};
 };
 

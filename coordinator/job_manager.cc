@@ -99,6 +99,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(std::unique_ptr<J
                                                                Options options) {
   std::unique_ptr<JobManager> manager(new JobManager(std::move(store), std::move(options)));
   RETURN_IF_ERROR(manager->Recover());
+  RETURN_IF_ERROR(manager->RestoreDirRemovals());
   if (CoordinatorMetrics* metrics = manager->options_.metrics) {
     metrics->SetStateSource([m = manager.get()] { return m->StateCounts(); });
     metrics->SetDatabaseErrorSource(DatabaseErrorCounts);
@@ -219,6 +220,7 @@ void JobManager::RunSchedulerPass() {
   DiagnoseStalledJobs();  // under its own lock: the diagnoses start outside it
   JobsLock lock(this);
   SweepLocked(Now());
+  DeleteExpiredLocked(Now());
   if (const std::optional<absl::Duration> paused = registry_.TakePause()) NotePause(*paused);
   ScoreStragglers();
   std::vector<std::string> planned;  // restarts the straggler policies proposed
@@ -436,6 +438,9 @@ absl::StatusOr<HeartbeatResponse> JobManager::Heartbeat(const HeartbeatRequest& 
     if (ActiveJob* job = FindActive(result.acked_job)) MarkAcked(*job, request.worker_id());
   }
   if (result.released) Wake();
+  if (request.dirs_removed_size() > 0 || !removals_.empty()) {
+    TakeDirRemovals(request, &result.response);
+  }
   return std::move(result.response);
 }
 

@@ -59,6 +59,7 @@
 #include "absl/time/time.h"
 #include "coordinator/active_job.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/dir_removals.h"
 #include "coordinator/job_decision.h"
 #include "coordinator/job_notifier.h"
 #include "coordinator/job_store.h"
@@ -114,6 +115,10 @@ class JobManager {
     // the workers freed go to it and a large job is not starved by a stream of small ones
     // (--queue_reservation). Zero: never.
     absl::Duration queue_reservation = absl::Minutes(10);
+    // Ended jobs are deleted this long after they ended, records and directory, as `dtrain
+    // delete --files` would (not one whose checkpoints a job not yet ended uses); checked once
+    // a minute (--ended_job_retention). Zero: kept until deleted by hand.
+    absl::Duration ended_job_retention = absl::ZeroDuration();
     plan::JobLimits job_limits;
     // A RUNNING multi-rank job that reports no step for this long is diagnosed once per stall
     // (`diagnose`): the one-line answer goes into its events and, should the run then fail,
@@ -160,6 +165,11 @@ class JobManager {
   // states, name and page_token filter); InvalidArgument for a page_token it did not give.
   absl::StatusOr<ListJobsResponse> ListJobs(const ListJobsRequest& request);
   absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
+  // Deletes an ended job, and with request.files its directory through a worker on its host
+  // (proto/coordinator.proto DeleteJob; job_manager_delete.cc). Waits for that worker's answer
+  // until a few heartbeat intervals have passed or shortly before `deadline` (real time).
+  absl::StatusOr<DeleteJobResponse> DeleteJob(const DeleteJobRequest& request,
+                                              absl::Time deadline = absl::InfiniteFuture());
   ListWorkersResponse ListWorkers();
   absl::Status DeregisterWorker(const DeregisterWorkerRequest& request);
   absl::Status ForgetWorker(const std::string& worker_id);
@@ -350,6 +360,23 @@ class JobManager {
   // Job.queue_position of a queued `job`, from the scheduler's order now.
   void AddQueuePosition(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // --- deleting ended jobs (job_manager_delete.cc) ---
+  // FailedPrecondition naming the job not ended yet whose resume_from or init_checkpoint lies
+  // in `job`'s directory.
+  absl::Status CheckNotInUse(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The one rule of deleting, for DeleteJob and the retention: `job` must have ended and its
+  // checkpoints be unused; its records go, and with `files` its directory is queued for a
+  // worker (returned). `why` goes in the log line.
+  absl::StatusOr<std::optional<PendingDirRemoval>> DeleteLocked(const Job& job, bool files,
+                                                                absl::string_view why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Heartbeat: the worker's answers about directories, and the removals it is to do now.
+  void TakeDirRemovals(const HeartbeatRequest& request, HeartbeatResponse* response);
+  // Create: the removals the store still holds (a restart does not forget them).
+  absl::Status RestoreDirRemovals();
+  // A pass: the jobs ended longer than Options::ended_job_retention ago go (once a minute).
+  void DeleteExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // --- drain (job_manager_drain.cc) ---
   absl::StatusOr<DrainWorkerResponse> DrainLocked(const DrainWorkerRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -415,6 +442,8 @@ class JobManager {
   std::map<int64_t, ActiveJob> jobs_ ABSL_GUARDED_BY(mu_);   // active, by submission number
   std::vector<std::string> to_notify_ ABSL_GUARDED_BY(mu_);  // watchers to wake on unlock
   std::vector<std::string> to_forget_ ABSL_GUARDED_BY(mu_);  // ended jobs
+  absl::Time retention_swept_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  DirRemovals removals_{absl::Seconds(10)};
 
   absl::Mutex wake_mu_;
   bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;

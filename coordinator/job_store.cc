@@ -28,7 +28,7 @@
 namespace dtrain::coordinator {
 namespace {
 
-constexpr int kSchemaVersion = 5;
+constexpr int kSchemaVersion = 6;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -70,6 +70,9 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE TABLE IF NOT EXISTS checkpoints (
   job_id TEXT NOT NULL, step INTEGER NOT NULL, path TEXT NOT NULL, time_ms INTEGER NOT NULL,
   PRIMARY KEY (job_id, step)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dir_removals (
+  job_id TEXT PRIMARY KEY, uid TEXT NOT NULL, dir TEXT NOT NULL, host TEXT NOT NULL,
+  worker_id TEXT NOT NULL, requested_ms INTEGER NOT NULL) WITHOUT ROWID;
 )sql";
 
 // Version 1 -> 2: job times, uid, output host, checkpoint status; log columns on events.
@@ -113,6 +116,12 @@ constexpr const char* kMigrateFrom4 = R"sql(
 ALTER TABLE metrics ADD COLUMN val_loss REAL;
 ALTER TABLE jobs ADD COLUMN end_reason INTEGER NOT NULL DEFAULT 0;
 UPDATE meta SET value = 5 WHERE key = 'schema_version';
+)sql";
+
+// Version 5 -> 6: the directories of deleted jobs still to be removed (kSchema creates the
+// dir_removals table).
+constexpr const char* kMigrateFrom5 = R"sql(
+UPDATE meta SET value = 6 WHERE key = 'schema_version';
 )sql";
 
 constexpr const char* kJobColumns =
@@ -421,6 +430,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
           RETURN_IF_ERROR(store->FillSummariesLocked());
         }
         if (version >= 1 && version <= 4) RETURN_IF_ERROR(store->Exec(kMigrateFrom4));
+        if (version >= 1 && version <= 5) RETURN_IF_ERROR(store->Exec(kMigrateFrom5));
       }
     }
     RETURN_IF_ERROR(store->Exec(kSchema));
@@ -982,6 +992,82 @@ std::map<std::string, int64_t> DatabaseErrorCounts() {
           {"corrupt", errors_corrupt.load(std::memory_order_relaxed)},
           {"busy", errors_busy.load(std::memory_order_relaxed)},
           {"other", errors_other.load(std::memory_order_relaxed)}};
+}
+
+absl::Status JobStore::DeleteJob(absl::string_view job_id, const PendingDirRemoval* removal) {
+  absl::MutexLock lock(&mu_);
+  return Transaction([&]() -> absl::Status {
+    Statement current(db_, path_, "SELECT state FROM jobs WHERE id = ?");
+    ASSIGN_OR_RETURN(bool row, current.Bind(1, job_id).Step());
+    if (!row) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    const auto state = static_cast<JobState>(current.Int(0));
+    if (!IsFinal(state)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(job_id, " is ", JobState_Name(state), ": only an ended job is deleted"));
+    }
+    for (const char* sql :
+         {"DELETE FROM job_specs WHERE seq = (SELECT seq FROM jobs WHERE id = ?)",
+          "DELETE FROM state_changes WHERE job_id = ?", "DELETE FROM metrics WHERE job_id = ?",
+          "DELETE FROM events WHERE job_id = ?", "DELETE FROM checkpoints WHERE job_id = ?",
+          "DELETE FROM jobs WHERE id = ?"}) {
+      Statement drop(db_, path_, sql);
+      RETURN_IF_ERROR(drop.Bind(1, job_id).Run());
+    }
+    if (removal == nullptr) return absl::OkStatus();
+    Statement keep(db_, path_, "INSERT OR REPLACE INTO dir_removals VALUES (?, ?, ?, ?, ?, ?)");
+    return keep.Bind(1, removal->job_id)
+        .Bind(2, removal->uid)
+        .Bind(3, removal->dir)
+        .Bind(4, removal->host)
+        .Bind(5, removal->worker_id)
+        .Bind(6, removal->requested_ms)
+        .Run();
+  });
+}
+
+absl::StatusOr<std::vector<PendingDirRemoval>> JobStore::PendingDirRemovals() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, path_,
+              "SELECT job_id, uid, dir, host, worker_id, requested_ms FROM dir_removals "
+              "ORDER BY requested_ms, job_id");
+  std::vector<PendingDirRemoval> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    PendingDirRemoval& r = out.emplace_back();
+    r.job_id = s.Text(0);
+    r.uid = s.Text(1);
+    r.dir = s.Text(2);
+    r.host = s.Text(3);
+    r.worker_id = s.Text(4);
+    r.requested_ms = s.Int(5);
+  }
+  return out;
+}
+
+absl::Status JobStore::DirRemovalDone(absl::string_view job_id) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, path_, "DELETE FROM dir_removals WHERE job_id = ?");
+  return s.Bind(1, job_id).Run();
+}
+
+absl::StatusOr<std::vector<std::string>> JobStore::EndedBefore(int64_t before_ms, int limit) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, path_,
+              "SELECT id FROM jobs WHERE state IN (?, ?, ?) AND ended_ms > 0 AND ended_ms < ? "
+              "ORDER BY ended_ms, seq LIMIT ?");
+  s.Bind(1, int64_t{SUCCEEDED})
+      .Bind(2, int64_t{FAILED})
+      .Bind(3, int64_t{CANCELLED})
+      .Bind(4, before_ms)
+      .Bind(5, int64_t{limit});
+  std::vector<std::string> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(s.Text(0));
+  }
+  return out;
 }
 
 }  // namespace dtrain::coordinator

@@ -1,6 +1,6 @@
 // JobStore: the coordinator's durable state in one SQLite file (Debian's libsqlite3).
 //
-// Tables (schema version 4; a version-1, -2 or -3 file is migrated in place when opened):
+// Tables (schema version 6; a file of versions 1 to 5 is migrated in place when opened):
 //   meta          (key, value)                      schema_version
 //   jobs          (seq, id, spec, state, reason, submitted_ms, placement, latest, output, uid,
 //                  started_ms, ended_ms, output_host, checkpoint, resumed_from_step,
@@ -14,6 +14,8 @@
 //                 the job's log: the coordinator's lines (rank -1) and its ranks' (rank >= 0;
 //                 at most kMaxRankLinesPerJob kept, the oldest dropped)
 //   checkpoints   (job_id, step, path, time_ms)                PRIMARY KEY (job_id, step)
+//   dir_removals  (job_id, uid, dir, host, worker_id, requested_ms)   PRIMARY KEY job_id
+//                 deleted jobs whose directory no worker has reported removing yet
 // job_specs.spec, placement, latest, checkpoint and recoveries are serialized protos (JobSpec,
 // Placement, StepMetrics, CheckpointStatus, RecoveryList); summary is the JobSpec a listing shows
 // (name, steps, device, layout), so a listing never reads the specs (up to --max_spec_bytes each).
@@ -64,6 +66,16 @@ struct JobEvent {
   int rank = -1;
   std::string worker_id;
   LogSeverity severity = LOG_INFO;
+};
+
+// A deleted job's directory that a worker is still to remove (DeleteJob with files).
+struct PendingDirRemoval {
+  std::string job_id;
+  std::string uid;        // the job's, which its directory's job.json claim must name
+  std::string dir;        // absolute, on `host`
+  std::string host;       // host label (Job.checkpoint.host)
+  std::string worker_id;  // the worker asked first: the one that ran rank 0 ("" when unknown)
+  int64_t requested_ms = 0;
 };
 
 // Lines from a job's ranks kept per job (the coordinator's own are all kept).
@@ -158,6 +170,17 @@ class JobStore {
   absl::StatusOr<std::vector<Job>> JobsInStates(absl::Span<const JobState> states);
   // How many jobs are in each state (states without jobs are absent); one indexed query.
   absl::StatusOr<std::map<JobState, int64_t>> CountByState();
+
+  // Deletes an ended job's rows from every table and, when `removal` is set, records it in the
+  // same transaction. NotFound for an unknown job; FailedPrecondition for one not ended. Ids
+  // are never reused (AUTOINCREMENT keeps counting).
+  absl::Status DeleteJob(absl::string_view job_id, const PendingDirRemoval* removal = nullptr);
+  // The removals recorded by DeleteJob and not yet done, oldest first.
+  absl::StatusOr<std::vector<PendingDirRemoval>> PendingDirRemovals();
+  // A worker reported what it did with the job's directory: the removal is forgotten.
+  absl::Status DirRemovalDone(absl::string_view job_id);
+  // Ids of jobs that ended before `before_ms` (ended_ms), the earliest first, at most `limit`.
+  absl::StatusOr<std::vector<std::string>> EndedBefore(int64_t before_ms, int limit);
 
   // Steps with step > after_step in step order, at most `limit`.
   absl::StatusOr<std::vector<StepMetrics>> MetricsAfter(absl::string_view job_id,

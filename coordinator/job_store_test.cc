@@ -339,6 +339,66 @@ INSERT INTO events VALUES ('job-000001', 1, 'an old event', 8);
   evaluated.set_val_loss(2.5);
   ASSERT_TRUE((*store)->AppendMetrics("job-000001", evaluated).ok());
   EXPECT_EQ((*store)->MetricsAfter("job-000001", 0)->at(0).val_loss(), 2.5);
+  // Version 6's table of removals is there.
+  PendingDirRemoval removal{"job-000001", "u", "/c/job-000001", "h", "w1", 9};
+  ASSERT_TRUE((*store)->DeleteJob("job-000001", &removal).ok());
+  EXPECT_EQ((*store)->PendingDirRemovals()->size(), 1u);
+}
+
+TEST(JobStore, DeletingAnEndedJobTakesEveryRowAndKeepsItsRemoval) {
+  const std::string path = TempDb("delete");
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobStore& s = **store;
+    for (const char* name : {"a", "b"}) ASSERT_TRUE(s.CreateJob(Spec(name), "queued", 100).ok());
+    const absl::Status running = s.DeleteJob("job-000001");
+    EXPECT_EQ(running.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(running.message(), "job-000001 is QUEUED: only an ended job is deleted");
+    EXPECT_EQ(s.DeleteJob("job-000009").code(), absl::StatusCode::kNotFound);
+    ASSERT_TRUE(s.UpdateState("job-000001", PLACING, "placing", 150).ok());
+    ASSERT_TRUE(s.UpdateState("job-000001", RUNNING, "go", 200).ok());
+    ASSERT_TRUE(s.AppendMetrics("job-000001", Step(1, 3.0)).ok());
+    ASSERT_TRUE(s.AppendEvent("job-000001", "an event", 210).ok());
+    CheckpointInfo sealed;
+    sealed.set_step(1);
+    sealed.set_path("/c/job-000001/step_00000001");
+    ASSERT_TRUE(s.AddCheckpoint("job-000001", sealed).ok());
+    ASSERT_TRUE(s.UpdateState("job-000001", SUCCEEDED, "done", 300).ok());
+    ASSERT_TRUE(s.UpdateState("job-000002", CANCELLED, "no", 400).ok());
+    EXPECT_EQ(*s.EndedBefore(350, 10), std::vector<std::string>{"job-000001"});
+    EXPECT_EQ(s.EndedBefore(401, 10)->size(), 2u);
+    PendingDirRemoval removal{"job-000001", "uid-1", "/c/job-000001", "host-a", "w1", 310};
+    ASSERT_TRUE(s.DeleteJob("job-000001", &removal).ok());
+  }
+  // Every table, read straight from the file: nothing of job-000001 is left.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  for (const char* sql : {"SELECT COUNT(*) FROM jobs WHERE id = 'job-000001'",
+                          "SELECT COUNT(*) FROM job_specs WHERE seq = 1",
+                          "SELECT COUNT(*) FROM state_changes WHERE job_id = 'job-000001'",
+                          "SELECT COUNT(*) FROM metrics WHERE job_id = 'job-000001'",
+                          "SELECT COUNT(*) FROM events WHERE job_id = 'job-000001'",
+                          "SELECT COUNT(*) FROM checkpoints WHERE job_id = 'job-000001'"}) {
+    sqlite3_stmt* stmt = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr), SQLITE_OK) << sql;
+    ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int64(stmt, 0), 0) << sql;
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close(db);
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::vector<PendingDirRemoval>> pending = (*store)->PendingDirRemovals();
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  ASSERT_EQ(pending->size(), 1u);
+  EXPECT_EQ((*pending)[0].uid, "uid-1");
+  EXPECT_EQ((*pending)[0].host, "host-a");
+  EXPECT_EQ((*pending)[0].worker_id, "w1");
+  ASSERT_TRUE((*store)->DirRemovalDone("job-000001").ok());
+  EXPECT_TRUE((*store)->PendingDirRemovals()->empty());
+  EXPECT_TRUE((*store)->GetJob("job-000002").ok());
+  EXPECT_EQ((*store)->CreateJob(Spec("c"), "queued", 500)->id(), "job-000003");  // never reused
 }
 
 TEST(JobStore, StartAndEndTimesFollowTheStates) {

@@ -24,6 +24,7 @@ const std::vector<Rule>& Table() {
       // Users who change things.
       {"SubmitJob", {kRoleAdmin}},
       {"CancelJob", {kRoleAdmin}},
+      {"DeleteJob", {kRoleAdmin}},
       {"ForgetWorker", {kRoleAdmin}},
       {"DrainWorker", {kRoleAdmin}},
       {"RebalanceJob", {kRoleAdmin}},

@@ -1,7 +1,8 @@
 // Who may call what on the Coordinator service: one table, one function. The caller's role is
 // its client certificate's subject OU (common/tls.h PeerIdentityOf):
 //
-//   admin   SubmitJob, CancelJob, ForgetWorker, and everything a viewer may call
+//   admin   SubmitJob, CancelJob, DeleteJob, ForgetWorker, DrainWorker, RebalanceJob, and
+//           everything a viewer may call
 //   viewer  GetJob, ListJobs, WatchJob, ListWorkers, JobLogs, ListCheckpoints, Diagnose
 //   worker  RegisterWorker, Heartbeat, ReportProgress, DeregisterWorker (nothing else)
 //

@@ -131,6 +131,12 @@ async function jobsPage() {
       renderJobs(jobs);
     };
   }
+  // Back from a job page's delete: what became of it.
+  const params = new URLSearchParams(location.search);
+  if (params.get("deleted")) {
+    $("deleted").textContent = "deleted " + params.get("deleted") + "; its files: " + (params.get("files") || "none");
+    $("deleted").hidden = false;
+  }
   await loadWhoami();
   await refresh();
   setInterval(refresh, 2000);
@@ -282,6 +288,9 @@ function drawJob() {
   if (whoami.may_cancel && !FINAL.has(job.state)) {
     actions.append(el("button", {id: "cancel", onclick: cancelJob}, "Cancel job"));
   }
+  if (whoami.may_delete && FINAL.has(job.state)) {
+    actions.append(el("button", {id: "delete", onclick: deleteJob}, "Delete job and files"));
+  }
   if (whoami.may_submit) {
     actions.append(el("button", {id: "resubmit", onclick: () => resubmitJob(false)}, "Resubmit"));
     // Only once it has ended: until then its retention may remove the step a copy waits for.
@@ -312,6 +321,23 @@ async function cancelJob() {
     showError(null);
     drawJob();
   } catch (e) { showError(e); }
+}
+
+// `dtrain delete --files`: its records go, and its directory through a worker on its host. The
+// list page says what became of the files.
+async function deleteJob() {
+  const dir = job.checkpoint && job.checkpoint.dir;
+  if (!confirm("Delete " + job.id + (dir ? " and its directory " + dir + " (checkpoints, weights)" : "") +
+               "? This cannot be undone.")) return;
+  try {
+    const r = await api("jobs/" + encodeURIComponent(job.id) + "/delete?files=1",
+                        {method: "POST", headers: {"X-Dtrain-Console": "1"}});
+    const files = r.files ? r.files.state + (r.files.error ? ": " + r.files.error : "") : "no files";
+    location.href = "/?deleted=" + encodeURIComponent(job.id) + "&files=" + encodeURIComponent(files);
+  } catch (e) {
+    document.body.dataset.deleteError = e.message;  // (#error is cleared by the next refresh)
+    showError(e);
+  }
 }
 
 async function diagnose() {

@@ -231,7 +231,9 @@ def case_console_worker_killed(args):
     steps) on its page in headless chromium; kill -9 of one of its workers turns that worker's
     cell red; when the worker comes back the job recovers, the recovery is listed and marked on
     the loss curve (R1) and the cell is green again, the log shown follows it; the admin's cancel button (confirmed)
-    cancels the job, and its resume button submits a job resuming from it."""
+    cancels the job, and its resume button submits a job resuming from it; its delete button is
+    refused while that job uses its checkpoint, and once it is cancelled deletes the job and its
+    directory."""
     with Cluster(args.binaries, "console_worker_killed") as c:
         c.write_corpus()
         c.start_coordinator()
@@ -291,3 +293,26 @@ def case_console_worker_killed(args):
             expect("/%s/step_" % job_id in resumed,
                    "%s resumes from %r, not from a checkpoint of %s" % (new_id, resumed, job_id))
             print("cancelled from the page, resumed as %s from %s" % (new_id, resumed))
+            # The resumed job uses the first one's checkpoint: deleting that is refused, and
+            # the page says why. Once the resumed job is cancelled, the first one's delete
+            # button removes it and its directory, and the jobs page says so.
+            b.open("http://127.0.0.1:%d/job.html?id=%s" % (port, job_id))
+            b.wait("!!document.getElementById('delete')", 20, "the delete button of an ended job")
+            b.eval("window.confirm = () => true; document.getElementById('delete').click()")
+            b.wait("(document.body.dataset.deleteError || '').includes('resumes from')", 20,
+                   "the refusal: in use")
+            c.cli("cancel", new_id)
+            c.wait_state(new_id, "CANCELLED", 60)
+            job_dir = os.path.join(c.tmp, "ckpt", job_id)
+            expect(os.path.isdir(job_dir), "%s is not there before the delete" % job_dir)
+            b.eval("window.confirm = () => true; document.getElementById('delete').click()")
+            said = b.wait("document.body.dataset.page === 'jobs' && "
+                          "!document.getElementById('deleted').hidden && "
+                          "document.getElementById('deleted').textContent", 30,
+                          "the jobs page after the delete")
+            expect("DIR_REMOVED" in said and not os.path.exists(job_dir),
+                   "after the page's delete: %r, directory there: %s"
+                   % (said, os.path.exists(job_dir)))
+            rc, _, _ = c.cli("status", job_id)
+            expect(rc == 4, "status of the deleted job exits %d" % rc)
+            print("deleted from the page: %s" % said)

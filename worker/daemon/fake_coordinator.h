@@ -3,6 +3,7 @@
 #ifndef DTRAIN_WORKER_DAEMON_FAKE_COORDINATOR_H_
 #define DTRAIN_WORKER_DAEMON_FAKE_COORDINATOR_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -80,6 +81,19 @@ class FakeCoordinator final : public Coordinator::Service {
                          HeartbeatResponse* response) override {
     absl::MutexLock lock(&mu_);
     heartbeats_.push_back(*request);
+    if (request->dirs_removed_size() > 0 && heartbeats_with_answers_to_fail_ > 0) {
+      --heartbeats_with_answers_to_fail_;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "answers lost on the way");
+    }
+    // Answers count whatever the session, as the coordinator's do.
+    for (const JobDirRemoved& answer : request->dirs_removed()) {
+      dirs_removed_.push_back(answer);
+      remove_dirs_.erase(std::remove_if(remove_dirs_.begin(), remove_dirs_.end(),
+                                        [&](const AskedRemoval& r) {
+                                          return r.removal.job_id() == answer.job_id();
+                                        }),
+                         remove_dirs_.end());
+    }
     if (sessions_.count(request->session_id()) == 0 ||
         deregistered_sessions_.count(request->session_id()) > 0) {
       response->set_register_again(true);
@@ -93,6 +107,10 @@ class FakeCoordinator final : public Coordinator::Service {
       response->add_cancel_job_ids(id);
       if (cancel_sent_at_ < 0) cancel_sent_at_ = heartbeats_.size();
     }
+    for (const AskedRemoval& r : remove_dirs_) *response->add_remove_dirs() = r.removal;
+    remove_dirs_.erase(std::remove_if(remove_dirs_.begin(), remove_dirs_.end(),
+                                      [](const AskedRemoval& r) { return !r.until_answered; }),
+                       remove_dirs_.end());
     return grpc::Status::OK;
   }
 
@@ -149,6 +167,20 @@ class FakeCoordinator final : public Coordinator::Service {
     cancel_.push_back(job_id);
   }
 
+  // Asks the worker to remove a deleted job's directory in the next heartbeat answer; with
+  // `until_answered`, in every answer until a heartbeat carries its dirs_removed.
+  void RemoveDir(const JobDirRemoval& removal, bool until_answered) {
+    absl::MutexLock lock(&mu_);
+    remove_dirs_.push_back({removal, until_answered});
+  }
+
+  // Fails the next `n` heartbeats that carry dirs_removed with UNAVAILABLE, their answers not
+  // taken.
+  void FailHeartbeatsWithAnswers(int n) {
+    absl::MutexLock lock(&mu_);
+    heartbeats_with_answers_to_fail_ = n;
+  }
+
   // Answers the job's reports with cancelled = true.
   void CancelInReports(const std::string& job_id) {
     absl::MutexLock lock(&mu_);
@@ -200,11 +232,17 @@ class FakeCoordinator final : public Coordinator::Service {
     absl::MutexLock lock(&mu_);
     return deregistrations_;
   }
+  // Every JobDirRemoved heartbeats carried, in order (a resent one again).
+  std::vector<JobDirRemoved> dirs_removed() const {
+    absl::MutexLock lock(&mu_);
+    return dirs_removed_;
+  }
 
   // Unlocked views for predicates passed to WaitUntil.
   const std::vector<RegisterWorkerRequest>& registrations_locked() const { return registrations_; }
   const std::vector<HeartbeatRequest>& heartbeats_locked() const { return heartbeats_; }
   const std::vector<ReportProgressRequest>& reports_locked() const { return reports_; }
+  const std::vector<JobDirRemoved>& dirs_removed_locked() const { return dirs_removed_; }
   int64_t cancel_sent_at_locked() const { return cancel_sent_at_; }
 
  private:
@@ -217,6 +255,13 @@ class FakeCoordinator final : public Coordinator::Service {
   std::vector<Deregistration> deregistrations_ ABSL_GUARDED_BY(mu_);
   std::vector<JobAssignment> assignments_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> cancel_ ABSL_GUARDED_BY(mu_);
+  struct AskedRemoval {
+    JobDirRemoval removal;
+    bool until_answered = false;
+  };
+  std::vector<AskedRemoval> remove_dirs_ ABSL_GUARDED_BY(mu_);
+  std::vector<JobDirRemoved> dirs_removed_ ABSL_GUARDED_BY(mu_);
+  int heartbeats_with_answers_to_fail_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t cancel_sent_at_ ABSL_GUARDED_BY(mu_) = -1;  // heartbeat count when first sent
   std::string cancel_in_reports_ ABSL_GUARDED_BY(mu_);
   std::string reject_job_ ABSL_GUARDED_BY(mu_);

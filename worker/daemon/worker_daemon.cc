@@ -14,6 +14,7 @@
 #include "common/host_memory.h"
 #include "common/run_record.h"
 #include "plan/format_bytes.h"
+#include "worker/daemon/job_dir_removal.h"
 
 namespace dtrain::worker {
 namespace {
@@ -81,11 +82,14 @@ WorkerDaemon::WorkerDaemon(WorkerOptions options, CoordinatorClient* client,
 WorkerDaemon::~WorkerDaemon() {
   Stop("worker daemon shut down");
   std::thread thread;
+  std::thread removal;
   {
     absl::MutexLock lock(&mu_);
     if (job_ != nullptr) thread = std::move(job_->thread);
+    removal = std::move(removal_thread_);
   }
   if (thread.joinable()) thread.join();
+  if (removal.joinable()) removal.join();  // stops once its removal in progress is done
 }
 
 void WorkerDaemon::Stop(const std::string& reason) {
@@ -367,10 +371,14 @@ absl::Status WorkerDaemon::Heartbeat(bool* started_job) {
       // (Lost with the heartbeat if it fails: the scores wait for the next full window.)
       for (RankTiming& t : job_->runner->TakeTimings()) *request.add_timings() = std::move(t);
     }
+    for (const JobDirRemoved& answer : removals_answered_) *request.add_dirs_removed() = answer;
   }
   absl::StatusOr<HeartbeatResponse> response = client_->Heartbeat(request);
   if (!response.ok()) return response.status();
   absl::MutexLock lock(&mu_);
+  // Delivered (answers found meanwhile come after them, for the next heartbeat).
+  removals_answered_.erase(removals_answered_.begin(),
+                           removals_answered_.begin() + request.dirs_removed_size());
   if (response->register_again()) {
     LogLine(options_.worker_id, "the coordinator does not know this session; registering again");
     registered_ = false;
@@ -390,6 +398,7 @@ absl::Status WorkerDaemon::Heartbeat(bool* started_job) {
   for (const std::string& id : response->cancel_job_ids()) {
     CancelByCoordinatorLocked(id, "cancelled by the coordinator");
   }
+  if (response->remove_dirs_size() > 0) QueueRemovalsLocked(*response);
   if (!response->assignment().job_id().empty()) {
     const std::string before = job_ != nullptr ? job_->id : "";
     StartJobLocked(response->assignment());
@@ -577,6 +586,44 @@ void WorkerDaemon::WatchMemory() {
                      " (--memory, or the smaller of its cgroup limit and the host's memory)");
     WarnLocked(job_->id, reason);
     job_->runner->Fail(reason);
+  }
+}
+
+void WorkerDaemon::QueueRemovalsLocked(const HeartbeatResponse& response) {
+  if (stopping_) return;  // asked again of a live worker later
+  for (const JobDirRemoval& removal : response.remove_dirs()) {
+    if (removals_open_.count(removal.job_id()) > 0) continue;  // queued or running
+    const bool answered =
+        std::any_of(removals_answered_.begin(), removals_answered_.end(),
+                    [&](const JobDirRemoved& a) { return a.job_id() == removal.job_id(); });
+    if (answered) continue;  // the answer goes with the next heartbeat
+    removals_open_.insert(removal.job_id());
+    removals_queued_.push_back(removal);
+  }
+  if (!removals_queued_.empty() && !removal_thread_.joinable()) {
+    removal_thread_ = std::thread([this] { RemoveDirs(); });
+  }
+}
+
+void WorkerDaemon::RemoveDirs() {
+  while (true) {
+    JobDirRemoval removal;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !removals_queued_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      removal = std::move(removals_queued_.front());
+      removals_queued_.pop_front();
+    }
+    JobDirRemoved answer = RemoveJobDirectory(removal, options_.allowed_roots, options_.worker_id,
+                                              options_.host_label);
+    LogLine(options_.worker_id, DescribeJobDirRemoved(answer));
+    absl::MutexLock lock(&mu_);
+    removals_open_.erase(removal.job_id());
+    removals_answered_.push_back(std::move(answer));
   }
 }
 

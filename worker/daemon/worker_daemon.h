@@ -40,6 +40,15 @@
 // refused ones are dropped). A deregistration that fails (coordinator unreachable) leaves the
 // daemon as before: it registers again if need be to deliver the outcome, which says why.
 //
+// Directories of deleted jobs (HeartbeatResponse.remove_dirs, `dtrain delete JOB --files`) are
+// removed one at a time by a third thread, started at the first (job_dir_removal.h says which
+// directories it removes and which it refuses), so that removing gigabytes never delays a
+// heartbeat. Each outcome is one log line, and its JobDirRemoved goes in every heartbeat until
+// one returns OK (HeartbeatRequest.dirs_removed). A removal asked again while it is queued,
+// running or its answer undelivered (the coordinator sends it again every few heartbeats) is
+// not run twice; asked again after its answer was delivered, it is answered again (DIR_ABSENT).
+// Stop() drops the removals not started; the one running finishes (the destructor waits for it).
+//
 // Job-related warnings (the stop notice, reports the coordinator refuses, reports dropped from
 // a full buffer) go to stderr and, as LogLine reports of the job, to the coordinator (dtrain
 // logs). A failure is not sent as a line: the coordinator records the outcome's error itself.
@@ -47,9 +56,11 @@
 #define DTRAIN_WORKER_DAEMON_WORKER_DAEMON_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -139,7 +150,7 @@ class WorkerDaemon {
  public:
   // `client` and `backend` must outlive the daemon; `backend` is the worker's one device.
   WorkerDaemon(WorkerOptions options, CoordinatorClient* client, kernels::Backend* backend);
-  ~WorkerDaemon();  // stops and joins a running job
+  ~WorkerDaemon();  // stops and joins a running job and a running directory removal
 
   // Runs until Stop(). OK after a clean stop; InvalidArgument when the coordinator rejects the
   // first registration as malformed (e.g. an empty worker id); AlreadyExists when another live
@@ -193,6 +204,11 @@ class WorkerDaemon {
   void WaitFor(absl::Duration d, bool wake_on_reports);
   // The memory watch thread (WorkerOptions.resident_bytes): returns once Run returns.
   void WatchMemory();
+  // Queues the response's remove_dirs not already queued, running or answered (undelivered),
+  // starting removal_thread_ at the first.
+  void QueueRemovalsLocked(const HeartbeatResponse& response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // removal_thread_: removes the queued directories one by one until Stop().
+  void RemoveDirs();
 
   const WorkerOptions options_;
   CoordinatorClient* const client_;
@@ -219,6 +235,12 @@ class WorkerDaemon {
   int internal_answers_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<ActiveJob> job_ ABSL_GUARDED_BY(mu_);
   ReportQueue reports_ ABSL_GUARDED_BY(mu_);
+  // Directory removals (see the top): queued, not started; the job ids queued or running;
+  // the answers not yet delivered by a heartbeat, oldest first.
+  std::deque<JobDirRemoval> removals_queued_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> removals_open_ ABSL_GUARDED_BY(mu_);
+  std::vector<JobDirRemoved> removals_answered_ ABSL_GUARDED_BY(mu_);
+  std::thread removal_thread_ ABSL_GUARDED_BY(mu_);  // joined by the destructor
 };
 
 // One stderr line: "2026-01-02 03:04:05.678 dtrain-worker[w1]: message".

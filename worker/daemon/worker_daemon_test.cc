@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/job_paths.h"
 #include "common/path_policy.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -402,6 +403,76 @@ TEST_F(WorkerDaemonTest, RegisterAgainKeepsTheRunningJob) {
 // Bytes that are not UTF-8 in a quoted path (here where a symlink in the roots points) would
 // make the report unparseable at the coordinator (an empty INTERNAL): the report is built
 // valid, and the outcome arrives at once.
+// A claimed job directory with one step of `bytes` bytes, under the test's temporary directory.
+std::string ClaimedJobDir(const std::string& parent, const std::string& job_id, int bytes) {
+  const std::string dir = TempPath(parent) + "/" + job_id;
+  EXPECT_TRUE(ClaimJobDirectory(dir, job_id, "uid-" + job_id).ok());
+  EXPECT_TRUE(MakeDirectories(dir + "/step_00000005").ok());
+  std::ofstream(dir + "/step_00000005/shard_0.safetensors") << std::string(bytes, 'x');
+  return dir;
+}
+
+JobDirRemoval RemovalOf(const std::string& dir, const std::string& job_id, const std::string& uid) {
+  JobDirRemoval r;
+  r.set_job_id(job_id);
+  r.set_job_uid(uid);
+  r.set_dir(dir);
+  return r;
+}
+
+TEST_F(WorkerDaemonTest, ADeletedJobsDirectoryIsRemovedAndItsAnswerResentUntilDelivered) {
+  const std::string dir = ClaimedJobDir("removal-once", "job-000021", 3000);
+  fake_.RemoveDir(RemovalOf(dir, "job-000021", "uid-job-000021"), /*until_answered=*/false);
+  fake_.FailHeartbeatsWithAnswers(2);  // the answer is lost twice on the way
+  StartWorker();
+  ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return !f.dirs_removed_locked().empty(); }));
+  const JobDirRemoved answer = fake_.dirs_removed().at(0);
+  EXPECT_EQ(answer.state(), DIR_REMOVED) << answer.error();
+  EXPECT_GT(answer.bytes(), 3000);  // the step's shard and job.json
+  EXPECT_EQ(answer.job_id(), "job-000021");
+  EXPECT_EQ(answer.dir(), dir);
+  EXPECT_EQ(answer.worker_id(), "w1");
+  EXPECT_EQ(answer.host(), "test-host");
+  struct stat st;
+  EXPECT_NE(lstat(dir.c_str(), &st), 0);
+  // Delivered: the heartbeats after it no longer carry it.
+  const size_t n = fake_.heartbeats().size();
+  ASSERT_TRUE(
+      fake_.WaitUntil([n](FakeCoordinator& f) { return f.heartbeats_locked().size() >= n + 3; }));
+  EXPECT_EQ(fake_.dirs_removed().size(), 1u);
+}
+
+TEST_F(WorkerDaemonTest, ARemovalAskedAgainUntilAnsweredRunsOnceAndAnotherJobsDirIsKept) {
+  const std::string ours = ClaimedJobDir("removal-again", "job-000022", 100);
+  // Enough files that removing them usually spans heartbeats, asked again meanwhile.
+  for (int i = 0; i < 3000; ++i) {
+    std::ofstream(absl::StrCat(ours, "/step_00000005/part_", i)) << "x";
+  }
+  const std::string theirs = ClaimedJobDir("removal-again", "job-000023", 100);
+  // Asked in every heartbeat answer until the worker's answer arrives.
+  fake_.RemoveDir(RemovalOf(ours, "job-000022", "uid-job-000022"), /*until_answered=*/true);
+  fake_.RemoveDir(RemovalOf(theirs, "job-000023", "uid-other"), /*until_answered=*/true);
+  StartWorker();
+  ASSERT_TRUE(
+      fake_.WaitUntil([](FakeCoordinator& f) { return f.dirs_removed_locked().size() >= 2; }));
+  const size_t n = fake_.heartbeats().size();
+  ASSERT_TRUE(
+      fake_.WaitUntil([n](FakeCoordinator& f) { return f.heartbeats_locked().size() >= n + 3; }));
+  const std::vector<JobDirRemoved> answers = fake_.dirs_removed();
+  ASSERT_EQ(answers.size(), 2u);
+  for (const JobDirRemoved& a : answers) {
+    if (a.job_id() == "job-000022") {
+      EXPECT_EQ(a.state(), DIR_REMOVED) << a.error();
+    } else {
+      EXPECT_EQ(a.state(), DIR_REMOVAL_FAILED);
+      EXPECT_THAT(a.error(), HasSubstr("belongs to job-000023 (uid uid-job-000023)"));
+    }
+  }
+  struct stat st;
+  EXPECT_NE(lstat(ours.c_str(), &st), 0);
+  EXPECT_EQ(lstat((theirs + "/step_00000005/shard_0.safetensors").c_str(), &st), 0);
+}
+
 TEST_F(WorkerDaemonTest, AnErrorQuotingBytesThatAreNotUtf8IsDeliveredEscaped) {
   // Outside the worker's roots (the test's temporary directory), a name in Latin-1.
   const std::string outside = absl::StrCat("/tmp/dtrain-caf\xe9-", ::getpid());

@@ -1,0 +1,76 @@
+// DirRemovals: the directories of deleted jobs (DeleteJob with files) that a worker is still to
+// remove, which worker gets each in its heartbeat answer, and the answers DeleteJob waits for.
+//
+// A removal goes to the worker that ran the job's rank 0 (it saw the directory and its roots
+// hold it); only while that worker is not live does any live worker on the same host get it.
+// It is sent again to whoever heartbeats after `resend_after` without an answer (a lost answer,
+// a worker that died while removing). The durable copy is the store's dir_removals table: the
+// job manager adds each removal there first and restores them at start.
+//
+//   DirRemovals removals(absl::Seconds(10));
+//   removals.Add(pending);
+//   for (JobDirRemoval& r : removals.ForWorker("w1", "host-a", is_live, now)) ...
+//   std::optional<PendingDirRemoval> done = removals.Answer(answer);  // then store + log
+//   std::optional<JobDirRemoved> seen = removals.WaitFor("job-000003", deadline);
+//
+// Thread-safe, its own mutex, which is never held while calling out. empty() is one atomic
+// load: a heartbeat pays nothing while no removal is pending.
+#ifndef DTRAIN_COORDINATOR_DIR_REMOVALS_H_
+#define DTRAIN_COORDINATOR_DIR_REMOVALS_H_
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/job_store.h"
+#include "plan/dir_removal_text.h"  // DescribeDirRemoval, for the log
+#include "proto/coordinator.pb.h"
+
+namespace dtrain::coordinator {
+
+class DirRemovals {
+ public:
+  explicit DirRemovals(absl::Duration resend_after) : resend_after_(resend_after) {}
+
+  void Add(const PendingDirRemoval& removal);
+  bool empty() const { return count_.load(std::memory_order_acquire) == 0; }
+  // The removals for worker `worker_id` on host `host` heartbeating at `now`: those that name
+  // it, and those on its host whose named worker `is_live` says is not live; none sent to
+  // anyone within resend_after. Each returned one counts as sent now.
+  std::vector<JobDirRemoval> ForWorker(absl::string_view worker_id, absl::string_view host,
+                                       absl::FunctionRef<bool(const std::string&)> is_live,
+                                       absl::Time now);
+  // A worker's answer: the removal it ends (nullopt when there is none: already answered, or
+  // never asked). Wakes WaitFor.
+  std::optional<PendingDirRemoval> Answer(const JobDirRemoved& answer);
+  // The answer for `job_id` (kept for the last 64 answered), or nullopt at `deadline` (real
+  // time).
+  std::optional<JobDirRemoved> WaitFor(const std::string& job_id, absl::Time deadline);
+  // Who has been asked to remove `job_id`'s directory (the last worker it was sent to; else the
+  // worker named), for a pending answer.
+  std::string AskedOf(const std::string& job_id);
+
+ private:
+  struct Entry {
+    PendingDirRemoval removal;
+    std::string sent_to;
+    absl::Time sent_at = absl::InfinitePast();
+  };
+  const absl::Duration resend_after_;
+  std::atomic<int> count_{0};
+  absl::Mutex mu_;
+  std::map<std::string, Entry> pending_ ABSL_GUARDED_BY(mu_);  // by job id
+  std::deque<JobDirRemoved> answered_ ABSL_GUARDED_BY(mu_);    // newest last
+};
+
+}  // namespace dtrain::coordinator
+
+#endif  // DTRAIN_COORDINATOR_DIR_REMOVALS_H_

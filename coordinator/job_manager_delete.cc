@@ -1,0 +1,170 @@
+// Deleting ended jobs: by request (DeleteJob) and by age (Options::ended_job_retention), and
+// the removal of their directories through the workers' heartbeats (dir_removals.h).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/job_paths.h"
+#include "common/path_policy.h"
+#include "common/status_macros.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_manager_internal.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+// The retention sweep runs at most this often, and deletes at most this many jobs a sweep.
+constexpr absl::Duration kRetentionEvery = absl::Minutes(1);
+constexpr int kRetentionBatch = 100;
+
+}  // namespace
+
+absl::Status JobManager::CheckNotInUse(const Job& job) {
+  // Its directory, and where its sealed steps are (a job that never reported its directory).
+  std::vector<std::string> dirs;
+  if (!job.checkpoint().dir().empty()) dirs.push_back(job.checkpoint().dir());
+  if (absl::StatusOr<std::vector<CheckpointInfo>> sealed = store_->Checkpoints(job.id());
+      sealed.ok()) {
+    for (const CheckpointInfo& c : *sealed) dirs.push_back(c.path());
+  }
+  for (const auto& [n, other] : jobs_) {
+    for (const std::string* path : {&other.spec.resume_from(), &other.spec.init_checkpoint()}) {
+      if (path->empty()) continue;
+      const std::string absolute = AbsolutePath(*path);
+      for (const std::string& dir : dirs) {
+        if (!IsInsideRoot(absolute, dir)) continue;
+        return absl::FailedPreconditionError(absl::StrCat(
+            other.id, " (", JobState_Name(other.state), ") ",
+            path == &other.spec.resume_from() ? "resumes" : "starts", " from ", *path, ", in ",
+            job.id(), "'s directory: delete ", job.id(), " once ", other.id, " has ended"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<PendingDirRemoval>> JobManager::DeleteLocked(const Job& job,
+                                                                          bool files,
+                                                                          absl::string_view why) {
+  if (!IsFinal(job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(job.id(), " is ", JobState_Name(job.state()),
+                                                      ": cancel it first (`dtrain cancel ",
+                                                      job.id(), "`), then delete it"));
+  }
+  RETURN_IF_ERROR(CheckNotInUse(job));
+  std::optional<PendingDirRemoval> removal;
+  if (files && !job.checkpoint().dir().empty()) {
+    removal.emplace();
+    removal->job_id = job.id();
+    removal->uid = job.uid();
+    removal->dir = job.checkpoint().dir();
+    removal->host = job.checkpoint().host();
+    if (job.placement().ranks_size() > 0) removal->worker_id = job.placement().ranks(0).worker_id();
+    removal->requested_ms = NowMs();
+  }
+  RETURN_IF_ERROR(store_->DeleteJob(job.id(), removal.has_value() ? &*removal : nullptr));
+  std::string line =
+      absl::StrCat(job.id(), ": deleted (", why, "; it was ", JobState_Name(job.state()), ")");
+  if (removal.has_value()) {
+    removals_.Add(*removal);
+    absl::StrAppend(&line, "; its directory ", removal->dir, " on ", removal->host,
+                    " goes next (worker ",
+                    removal->worker_id.empty() ? "any there" : removal->worker_id, ")");
+  } else if (!job.checkpoint().dir().empty()) {
+    absl::StrAppend(&line, "; its directory ", job.checkpoint().dir(), " on ",
+                    job.checkpoint().host(), " stays");
+  }
+  Log(line);
+  if (options_.metrics != nullptr) options_.metrics->JobDeleted();
+  return removal;
+}
+
+absl::StatusOr<DeleteJobResponse> JobManager::DeleteJob(const DeleteJobRequest& request,
+                                                        absl::Time deadline) {
+  if (request.job_id().empty()) return absl::InvalidArgumentError("job_id is empty");
+  std::optional<PendingDirRemoval> removal;
+  DeleteJobResponse response;
+  {
+    JobsLock lock(this);
+    ASSIGN_OR_RETURN(Job job, store_->GetJob(request.job_id(), /*with_history=*/false));
+    ASSIGN_OR_RETURN(removal, DeleteLocked(job, request.files(), "dtrain delete"));
+    *response.mutable_job() = std::move(job);
+  }
+  if (!removal.has_value()) return response;
+  // The worker removes it at its next heartbeat: wait a few of them, within the caller's time.
+  const absl::Time until = std::min(deadline - absl::Milliseconds(200),
+                                    absl::Now() + 3 * registry_.pace().interval + absl::Seconds(2));
+  JobDirRemoved* files = response.mutable_files();
+  if (std::optional<JobDirRemoved> answer = removals_.WaitFor(removal->job_id, until)) {
+    *files = std::move(*answer);
+    return response;
+  }
+  files->set_job_id(removal->job_id);
+  files->set_dir(removal->dir);
+  files->set_host(removal->host);
+  files->set_state(DIR_REMOVAL_PENDING);
+  files->set_worker_id(removals_.AskedOf(removal->job_id));
+  return response;
+}
+
+void JobManager::TakeDirRemovals(const HeartbeatRequest& request, HeartbeatResponse* response) {
+  for (const JobDirRemoved& answer : request.dirs_removed()) {
+    std::optional<PendingDirRemoval> done = removals_.Answer(answer);
+    if (!done.has_value()) continue;  // answered before (a heartbeat sent again)
+    absl::Status stored = store_->DirRemovalDone(done->job_id);
+    Log(absl::StrCat(done->job_id, " (deleted): ", plan::DescribeDirRemoval(answer),
+                     stored.ok() ? "" : absl::StrCat(" (not recorded: ", stored.ToString(), ")")));
+    if (options_.metrics != nullptr) options_.metrics->DirRemoved(answer.state(), answer.bytes());
+  }
+  if (removals_.empty() || response->register_again()) return;
+  absl::StatusOr<WorkerInfo> worker = registry_.Get(request.worker_id());
+  if (!worker.ok()) return;
+  auto is_live = [this](const std::string& id) {
+    absl::StatusOr<WorkerInfo> w = registry_.Get(id);
+    return w.ok() && w->state() != LOST;
+  };
+  for (JobDirRemoval& r :
+       removals_.ForWorker(request.worker_id(), worker->host_label(), is_live, Now())) {
+    *response->add_remove_dirs() = std::move(r);
+  }
+}
+
+absl::Status JobManager::RestoreDirRemovals() {
+  ASSIGN_OR_RETURN(std::vector<PendingDirRemoval> pending, store_->PendingDirRemovals());
+  for (const PendingDirRemoval& r : pending) removals_.Add(r);
+  if (!pending.empty()) {
+    Log(absl::StrCat(pending.size(), " deleted jobs' directories still to remove (the first: ",
+                     pending.front().dir, " on ", pending.front().host, ")"));
+  }
+  return absl::OkStatus();
+}
+
+void JobManager::DeleteExpiredLocked(absl::Time now) {
+  if (options_.ended_job_retention <= absl::ZeroDuration() ||
+      now - retention_swept_ < kRetentionEvery) {
+    return;
+  }
+  retention_swept_ = now;
+  absl::StatusOr<std::vector<std::string>> ids =
+      store_->EndedBefore(absl::ToUnixMillis(now - options_.ended_job_retention), kRetentionBatch);
+  if (!ids.ok()) {
+    Log(absl::StrCat("ended-job retention: cannot list the jobs: ", ids.status().ToString()));
+    return;
+  }
+  const std::string why = absl::StrCat("ended more than --ended_job_retention (",
+                                       absl::FormatDuration(options_.ended_job_retention), ") ago");
+  for (const std::string& id : *ids) {
+    absl::StatusOr<Job> job = store_->GetJob(id, /*with_history=*/false);
+    absl::Status deleted = job.status();
+    if (job.ok()) deleted = DeleteLocked(*job, /*files=*/true, why).status();
+    // A job whose checkpoints a queued or running job uses waits for the next sweep.
+    if (!deleted.ok() && !absl::IsFailedPrecondition(deleted)) {
+      Log(absl::StrCat(id, ": not deleted by the retention: ", deleted.ToString()));
+    }
+  }
+}
+
+}  // namespace dtrain::coordinator

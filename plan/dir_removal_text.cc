@@ -1,0 +1,28 @@
+#include "plan/dir_removal_text.h"
+
+#include "absl/strings/str_cat.h"
+#include "plan/format_bytes.h"
+
+namespace dtrain::plan {
+std::string DescribeDirRemoval(const JobDirRemoved& r) {
+  switch (r.state()) {
+    case DIR_REMOVED:
+      return absl::StrCat("removed ", r.dir(), " on ", r.host(), " (",
+                          FormatBytes(static_cast<double>(r.bytes())), ", worker ", r.worker_id(),
+                          ")");
+    case DIR_ABSENT:
+      return absl::StrCat(r.dir(), " was already gone on ", r.host(), " (worker ", r.worker_id(),
+                          " found nothing there)");
+    case DIR_REMOVAL_FAILED:
+      return absl::StrCat("worker ", r.worker_id(), " did not remove ", r.dir(), " on ", r.host(),
+                          ": ", r.error());
+    default:
+      return absl::StrCat(
+          r.dir(), " on ", r.host(), " is to be removed by ",
+          r.worker_id().empty() ? "a worker there" : absl::StrCat("worker ", r.worker_id()),
+          " at its next heartbeat; the coordinator keeps asking (also after "
+          "a restart) and logs the outcome");
+  }
+}
+
+}  // namespace dtrain::plan
