@@ -383,6 +383,7 @@ class LogsFill {
 void CoordinatorService::Shutdown() {
   manager_->notifier().Shutdown();
   submits_.Stop();
+  manager_->EndDeleteWaits();  // a DeleteJob waiting for a worker answers "pending" now
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(grpc::CallbackServerContext* context,
@@ -481,10 +482,20 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
   if (absl::Status s = Allowed(manager_, context, "DeleteJob", *request); !s.ok()) {
     return Reply<DeleteJobResponse>(context, s, response);
   }
-  // It waits for a worker's answer (a few heartbeats at most): off gRPC's threads, as a submit.
-  return OffThread<DeleteJobResponse>(context, response, [this, request](absl::Time deadline) {
-    return Stripped(manager_->DeleteJob(*request, deadline));
+  // Off gRPC's threads, as a submit (the database's write); the worker's answer is then waited
+  // for without a thread: the heartbeat that brings it, or a scheduler pass, finishes the call.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  absl::Status queued = submits_.Schedule([this, reactor, request, response, deadline] {
+    manager_->DeleteJob(*request, deadline,
+                        [reactor, response](absl::StatusOr<DeleteJobResponse> result) {
+                          result = Stripped(std::move(result));
+                          if (result.ok()) *response = *std::move(result);
+                          reactor->Finish(ToGrpcStatus(result.status()));
+                        });
   });
+  if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
+  return reactor;
 }
 
 grpc::ServerWriteReactor<JobUpdate>* CoordinatorService::WatchJob(

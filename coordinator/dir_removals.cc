@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
+
 namespace dtrain::coordinator {
 namespace {
 constexpr size_t kAnswersKept = 64;
@@ -45,35 +47,67 @@ std::vector<JobDirRemoval> DirRemovals::ForWorker(
     r.set_job_id(it->second.removal.job_id);
     r.set_job_uid(it->second.removal.uid);
     r.set_dir(it->second.removal.dir);
+    r.set_spec_checkpoint_dir(it->second.removal.spec_dir);
   }
   return out;
 }
 
 std::optional<PendingDirRemoval> DirRemovals::Answer(const JobDirRemoved& answer) {
-  absl::MutexLock lock(&mu_);
-  auto it = pending_.find(answer.job_id());
-  if (it == pending_.end() || it->second.removal.dir != answer.dir()) return std::nullopt;
-  PendingDirRemoval removal = std::move(it->second.removal);
-  pending_.erase(it);
-  count_.store(static_cast<int>(pending_.size()), std::memory_order_release);
-  answered_.push_back(answer);
-  if (answered_.size() > kAnswersKept) answered_.pop_front();
+  std::vector<Waiter> wake;
+  std::optional<PendingDirRemoval> removal;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(answer.job_id());
+    // (A removal whose directory the coordinator never knew takes the one the worker resolved.)
+    if (it == pending_.end() ||
+        (!it->second.removal.dir.empty() && it->second.removal.dir != answer.dir())) {
+      return std::nullopt;
+    }
+    removal = std::move(it->second.removal);
+    pending_.erase(it);
+    count_.store(static_cast<int>(pending_.size()), std::memory_order_release);
+    answered_.push_back(answer);
+    if (answered_.size() > kAnswersKept) answered_.pop_front();
+    auto [first, last] = waiters_.equal_range(answer.job_id());
+    for (auto w = first; w != last; ++w) wake.push_back(std::move(w->second.second));
+    waiters_.erase(first, last);
+  }
+  for (Waiter& w : wake) w(answer);
   return removal;
 }
 
-std::optional<JobDirRemoved> DirRemovals::WaitFor(const std::string& job_id, absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  auto find = [&]() -> const JobDirRemoved* {
+void DirRemovals::OnAnswer(const std::string& job_id, absl::Time deadline, Waiter done) {
+  std::optional<JobDirRemoved> known;
+  {
+    absl::MutexLock lock(&mu_);
     for (auto it = answered_.rbegin(); it != answered_.rend(); ++it) {
-      if (it->job_id() == job_id) return &*it;
+      if (it->job_id() == job_id) {
+        known = *it;
+        break;
+      }
     }
-    return nullptr;
-  };
-  auto answered = [&]() { return find() != nullptr; };
-  mu_.AwaitWithDeadline(absl::Condition(&answered), deadline);
-  const JobDirRemoved* found = find();
-  if (found == nullptr) return std::nullopt;
-  return *found;
+    if (!known.has_value() && absl::Now() < deadline) {
+      waiters_.emplace(job_id, std::make_pair(deadline, std::move(done)));
+      return;
+    }
+  }
+  done(std::move(known));
+}
+
+void DirRemovals::ExpireWaiters(absl::Time now) {
+  std::vector<Waiter> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->second.first > now) {
+        ++it;
+        continue;
+      }
+      expired.push_back(std::move(it->second.second));
+      it = waiters_.erase(it);
+    }
+  }
+  for (Waiter& w : expired) w(std::nullopt);
 }
 
 std::string DirRemovals::AskedOf(const std::string& job_id) {

@@ -11,7 +11,7 @@
 //   removals.Add(pending);
 //   for (JobDirRemoval& r : removals.ForWorker("w1", "host-a", is_live, now)) ...
 //   std::optional<PendingDirRemoval> done = removals.Answer(answer);  // then store + log
-//   std::optional<JobDirRemoved> seen = removals.WaitFor("job-000003", deadline);
+//   removals.OnAnswer("job-000003", deadline, [](std::optional<JobDirRemoved> seen) {...});
 //
 // Thread-safe, its own mutex, which is never held while calling out. empty() is one atomic
 // load: a heartbeat pays nothing while no removal is pending.
@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -49,11 +50,15 @@ class DirRemovals {
                                        absl::FunctionRef<bool(const std::string&)> is_live,
                                        absl::Time now);
   // A worker's answer: the removal it ends (nullopt when there is none: already answered, or
-  // never asked). Wakes WaitFor.
+  // never asked). Calls its waiters (OnAnswer).
   std::optional<PendingDirRemoval> Answer(const JobDirRemoved& answer);
-  // The answer for `job_id` (kept for the last 64 answered), or nullopt at `deadline` (real
-  // time).
-  std::optional<JobDirRemoved> WaitFor(const std::string& job_id, absl::Time deadline);
+  // Calls `done` with the answer for `job_id` when it comes (at once when it is among the last
+  // 64 answered), or with nullopt from the first ExpireWaiters at or after `deadline` (at once
+  // when that has passed): from the thread of the answer's heartbeat or of ExpireWaiters, with
+  // no lock held.
+  using Waiter = std::function<void(std::optional<JobDirRemoved>)>;
+  void OnAnswer(const std::string& job_id, absl::Time deadline, Waiter done);
+  void ExpireWaiters(absl::Time now);
   // Who has been asked to remove `job_id`'s directory (the last worker it was sent to; else the
   // worker named), for a pending answer.
   std::string AskedOf(const std::string& job_id);
@@ -69,6 +74,7 @@ class DirRemovals {
   absl::Mutex mu_;
   std::map<std::string, Entry> pending_ ABSL_GUARDED_BY(mu_);  // by job id
   std::deque<JobDirRemoved> answered_ ABSL_GUARDED_BY(mu_);    // newest last
+  std::multimap<std::string, std::pair<absl::Time, Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dtrain::coordinator

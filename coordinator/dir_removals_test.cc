@@ -53,24 +53,35 @@ TEST(DirRemovals, TheNamedWorkerFirstOthersOnItsHostOnlyWhileItIsNotLive) {
   EXPECT_EQ(again[0].dir(), "/ckpt/job-000001");
 }
 
-TEST(DirRemovals, AnAnswerEndsTheRemovalOnceAndWakesTheWaiter) {
+TEST(DirRemovals, AnAnswerEndsTheRemovalOnceAndCallsItsWaiters) {
   DirRemovals removals(absl::Seconds(10));
   removals.Add(Removal("job-000001", "w1", "a"));
   // An answer about another directory (a stale one) ends nothing.
   JobDirRemoved other = Done("job-000001", DIR_REMOVED);
   other.set_dir("/elsewhere/job-000001");
   EXPECT_FALSE(removals.Answer(other).has_value());
-  EXPECT_FALSE(removals.WaitFor("job-000001", absl::Now()).has_value());
-  std::thread worker([&] {
-    absl::SleepFor(absl::Milliseconds(50));
-    removals.Answer(Done("job-000001", DIR_ABSENT));
-  });
-  std::optional<JobDirRemoved> answer =
-      removals.WaitFor("job-000001", absl::Now() + absl::Seconds(10));
-  worker.join();
-  ASSERT_TRUE(answer.has_value());
-  EXPECT_EQ(answer->state(), DIR_ABSENT);
+  // A caller whose time is up hears nothing; one still waiting hears the answer.
+  std::optional<JobDirRemoved> late = Done("x", DIR_REMOVED), waiting;
+  bool late_called = false, waiting_called = false;
+  removals.OnAnswer("job-000001", absl::Now() + absl::Seconds(1),
+                    [&](std::optional<JobDirRemoved> a) { late = a, late_called = true; });
+  removals.OnAnswer("job-000001", absl::InfiniteFuture(),
+                    [&](std::optional<JobDirRemoved> a) { waiting = a, waiting_called = true; });
+  removals.ExpireWaiters(absl::Now() + absl::Seconds(2));
+  EXPECT_TRUE(late_called);
+  EXPECT_FALSE(late.has_value());
+  EXPECT_FALSE(waiting_called);
+  removals.Answer(Done("job-000001", DIR_ABSENT));
+  ASSERT_TRUE(waiting_called);
+  ASSERT_TRUE(waiting.has_value());
+  EXPECT_EQ(waiting->state(), DIR_ABSENT);
   EXPECT_TRUE(removals.empty());
+  // Asked after the answer came: at once.
+  std::optional<JobDirRemoved> after;
+  removals.OnAnswer("job-000001", absl::InfiniteFuture(),
+                    [&](std::optional<JobDirRemoved> a) { after = a; });
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->state(), DIR_ABSENT);
   EXPECT_FALSE(removals.Answer(Done("job-000001", DIR_ABSENT)).has_value());  // sent again
 }
 

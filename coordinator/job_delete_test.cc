@@ -155,6 +155,26 @@ TEST(DeleteJob, AnotherWorkerOnTheHostTakesItOverWhenRankZerosIsLost) {
   EXPECT_THAT(h.Beat("w2", "s-w2").remove_dirs(), IsEmpty());
 }
 
+TEST(DeleteJob, ADirectoryNeverReportedIsResolvedByRankZerosWorker) {
+  Harness h(TempDb("delete-unreported"));
+  h.RunOn(1, kTinySpec);  // no checkpoint.dir: its rank 0 claims <data_root>/jobs/job-000001
+  ASSERT_TRUE(h.Outcome("w1", "s-w1", "job-000001", false, "dataset too small").ok());
+  ASSERT_EQ(h.Get("job-000001").state(), FAILED);
+  absl::StatusOr<DeleteJobResponse> deleted =
+      h.m().DeleteJob(Delete("job-000001", true), absl::Now());
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(deleted->files().state(), DIR_REMOVAL_PENDING);
+  EXPECT_EQ(deleted->files().dir(), "<its --data_root>/jobs/job-000001");
+  HeartbeatResponse hb = h.Beat("w1", "s-w1");
+  ASSERT_THAT(hb.remove_dirs(), SizeIs(1));
+  EXPECT_EQ(hb.remove_dirs(0).dir(), "");
+  EXPECT_EQ(hb.remove_dirs(0).spec_checkpoint_dir(), "");
+  Answer(h, "w1", DIR_REMOVED, 72);  // with the directory the worker resolved (kDir here)
+  EXPECT_THAT(h.Log(), HasSubstr("job-000001 (deleted): removed /ckpt/job-000001 on host"));
+  h.Advance(absl::Minutes(1));
+  EXPECT_THAT(h.Beat("w1", "s-w1").remove_dirs(), IsEmpty());
+}
+
 TEST(DeleteJob, RefusesWhatIsNotEndedOrStillUsed) {
   Harness h(TempDb("delete-refused"));
   EXPECT_EQ(h.m().DeleteJob(Delete("", true)).status().code(), absl::StatusCode::kInvalidArgument);

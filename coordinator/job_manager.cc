@@ -221,6 +221,7 @@ void JobManager::RunSchedulerPass() {
   JobsLock lock(this);
   SweepLocked(Now());
   DeleteExpiredLocked(Now());
+  removals_.ExpireWaiters(absl::Now());  // DeleteJob's calls that waited long enough
   if (const std::optional<absl::Duration> paused = registry_.TakePause()) NotePause(*paused);
   ScoreStragglers();
   std::vector<std::string> planned;  // restarts the straggler policies proposed

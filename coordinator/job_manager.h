@@ -166,8 +166,15 @@ class JobManager {
   absl::StatusOr<ListJobsResponse> ListJobs(const ListJobsRequest& request);
   absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
   // Deletes an ended job, and with request.files its directory through a worker on its host
-  // (proto/coordinator.proto DeleteJob; job_manager_delete.cc). Waits for that worker's answer
-  // until a few heartbeat intervals have passed or shortly before `deadline` (real time).
+  // (proto/coordinator.proto DeleteJob; job_manager_delete.cc). Calls `done` once that worker
+  // answered, or a few heartbeat intervals have passed, or shortly before `deadline` (real
+  // time; checked by the scheduler's passes), whichever is first: no thread waits meanwhile.
+  void DeleteJob(const DeleteJobRequest& request, absl::Time deadline,
+                 std::function<void(absl::StatusOr<DeleteJobResponse>)> done);
+  // Every DeleteJob waiting for a worker's answer is answered now (its removal pending): the
+  // server is shutting down.
+  void EndDeleteWaits() { removals_.ExpireWaiters(absl::InfiniteFuture()); }
+  // The same, waiting for `done` (tests).
   absl::StatusOr<DeleteJobResponse> DeleteJob(const DeleteJobRequest& request,
                                               absl::Time deadline = absl::InfiniteFuture());
   ListWorkersResponse ListWorkers();

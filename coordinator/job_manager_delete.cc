@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/job_paths.h"
 #include "common/path_policy.h"
@@ -56,13 +57,19 @@ absl::StatusOr<std::optional<PendingDirRemoval>> JobManager::DeleteLocked(const 
   }
   RETURN_IF_ERROR(CheckNotInUse(job));
   std::optional<PendingDirRemoval> removal;
-  if (files && !job.checkpoint().dir().empty()) {
+  const std::string rank0 =
+      job.placement().ranks_size() > 0 ? job.placement().ranks(0).worker_id() : "";
+  // A job that was placed but ended before its rank 0 reported its directory may still have
+  // claimed it: the worker that ran rank 0 resolves where from the spec.
+  const bool unreported = job.checkpoint().dir().empty() && !rank0.empty();
+  if (files && (!job.checkpoint().dir().empty() || unreported)) {
     removal.emplace();
     removal->job_id = job.id();
     removal->uid = job.uid();
     removal->dir = job.checkpoint().dir();
+    removal->spec_dir = unreported ? job.spec().checkpoint().dir() : "";
     removal->host = job.checkpoint().host();
-    if (job.placement().ranks_size() > 0) removal->worker_id = job.placement().ranks(0).worker_id();
+    removal->worker_id = rank0;
     removal->requested_ms = NowMs();
   }
   RETURN_IF_ERROR(store_->DeleteJob(job.id(), removal.has_value() ? &*removal : nullptr));
@@ -70,9 +77,13 @@ absl::StatusOr<std::optional<PendingDirRemoval>> JobManager::DeleteLocked(const 
       absl::StrCat(job.id(), ": deleted (", why, "; it was ", JobState_Name(job.state()), ")");
   if (removal.has_value()) {
     removals_.Add(*removal);
-    absl::StrAppend(&line, "; its directory ", removal->dir, " on ", removal->host,
-                    " goes next (worker ",
-                    removal->worker_id.empty() ? "any there" : removal->worker_id, ")");
+    absl::StrAppend(
+        &line, "; its directory ",
+        removal->dir.empty()
+            ? absl::StrCat("(never reported; where the spec puts it: ",
+                           JobDirectory(removal->spec_dir, job.id(), "<its --data_root>"), ")")
+            : absl::StrCat(removal->dir, " on ", removal->host),
+        " goes next (worker ", removal->worker_id.empty() ? "any there" : removal->worker_id, ")");
   } else if (!job.checkpoint().dir().empty()) {
     absl::StrAppend(&line, "; its directory ", job.checkpoint().dir(), " on ",
                     job.checkpoint().host(), " stays");
@@ -82,32 +93,62 @@ absl::StatusOr<std::optional<PendingDirRemoval>> JobManager::DeleteLocked(const 
   return removal;
 }
 
-absl::StatusOr<DeleteJobResponse> JobManager::DeleteJob(const DeleteJobRequest& request,
-                                                        absl::Time deadline) {
-  if (request.job_id().empty()) return absl::InvalidArgumentError("job_id is empty");
+void JobManager::DeleteJob(const DeleteJobRequest& request, absl::Time deadline,
+                           std::function<void(absl::StatusOr<DeleteJobResponse>)> done) {
+  if (request.job_id().empty()) return done(absl::InvalidArgumentError("job_id is empty"));
   std::optional<PendingDirRemoval> removal;
   DeleteJobResponse response;
   {
     JobsLock lock(this);
-    ASSIGN_OR_RETURN(Job job, store_->GetJob(request.job_id(), /*with_history=*/false));
-    ASSIGN_OR_RETURN(removal, DeleteLocked(job, request.files(), "dtrain delete"));
-    *response.mutable_job() = std::move(job);
+    absl::StatusOr<Job> job = store_->GetJob(request.job_id(), /*with_history=*/false);
+    if (job.ok()) {
+      absl::StatusOr<std::optional<PendingDirRemoval>> deleted =
+          DeleteLocked(*job, request.files(), "dtrain delete");
+      if (!deleted.ok()) return done(deleted.status());
+      removal = *std::move(deleted);
+      *response.mutable_job() = *std::move(job);
+    } else {
+      return done(job.status());
+    }
   }
-  if (!removal.has_value()) return response;
-  // The worker removes it at its next heartbeat: wait a few of them, within the caller's time.
+  if (!removal.has_value()) return done(std::move(response));
+  // The worker removes it at its next heartbeat: wait a few of them, within the caller's time,
+  // holding no thread (the answer's heartbeat or a scheduler pass calls back).
   const absl::Time until = std::min(deadline - absl::Milliseconds(200),
                                     absl::Now() + 3 * registry_.pace().interval + absl::Seconds(2));
-  JobDirRemoved* files = response.mutable_files();
-  if (std::optional<JobDirRemoved> answer = removals_.WaitFor(removal->job_id, until)) {
-    *files = std::move(*answer);
-    return response;
+  removals_.OnAnswer(
+      removal->job_id, until,
+      [this, removal = *removal, response = std::move(response),
+       done = std::move(done)](std::optional<JobDirRemoved> answer) mutable {
+        JobDirRemoved* files = response.mutable_files();
+        if (answer.has_value()) {
+          *files = *std::move(answer);
+        } else {
+          files->set_job_id(removal.job_id);
+          files->set_dir(!removal.dir.empty()
+                             ? removal.dir
+                             : JobDirectory(removal.spec_dir, removal.job_id, "<its --data_root>"));
+          files->set_host(removal.host);
+          files->set_state(DIR_REMOVAL_PENDING);
+          files->set_worker_id(removals_.AskedOf(removal.job_id));
+        }
+        done(std::move(response));
+      });
+}
+
+absl::StatusOr<DeleteJobResponse> JobManager::DeleteJob(const DeleteJobRequest& request,
+                                                        absl::Time deadline) {
+  absl::Notification answered;
+  absl::StatusOr<DeleteJobResponse> result;
+  DeleteJob(request, deadline, [&](absl::StatusOr<DeleteJobResponse> r) {
+    result = std::move(r);
+    answered.Notify();
+  });
+  // Without the scheduler thread (tests) the wait's end is checked here.
+  while (!answered.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    removals_.ExpireWaiters(absl::Now());
   }
-  files->set_job_id(removal->job_id);
-  files->set_dir(removal->dir);
-  files->set_host(removal->host);
-  files->set_state(DIR_REMOVAL_PENDING);
-  files->set_worker_id(removals_.AskedOf(removal->job_id));
-  return response;
+  return result;
 }
 
 void JobManager::TakeDirRemovals(const HeartbeatRequest& request, HeartbeatResponse* response) {

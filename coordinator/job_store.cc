@@ -72,7 +72,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   PRIMARY KEY (job_id, step)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dir_removals (
   job_id TEXT PRIMARY KEY, uid TEXT NOT NULL, dir TEXT NOT NULL, host TEXT NOT NULL,
-  worker_id TEXT NOT NULL, requested_ms INTEGER NOT NULL) WITHOUT ROWID;
+  worker_id TEXT NOT NULL, requested_ms INTEGER NOT NULL, spec_dir TEXT NOT NULL DEFAULT '')
+  WITHOUT ROWID;
 )sql";
 
 // Version 1 -> 2: job times, uid, output host, checkpoint status; log columns on events.
@@ -1014,13 +1015,14 @@ absl::Status JobStore::DeleteJob(absl::string_view job_id, const PendingDirRemov
       RETURN_IF_ERROR(drop.Bind(1, job_id).Run());
     }
     if (removal == nullptr) return absl::OkStatus();
-    Statement keep(db_, path_, "INSERT OR REPLACE INTO dir_removals VALUES (?, ?, ?, ?, ?, ?)");
+    Statement keep(db_, path_, "INSERT OR REPLACE INTO dir_removals VALUES (?, ?, ?, ?, ?, ?, ?)");
     return keep.Bind(1, removal->job_id)
         .Bind(2, removal->uid)
         .Bind(3, removal->dir)
         .Bind(4, removal->host)
         .Bind(5, removal->worker_id)
         .Bind(6, removal->requested_ms)
+        .Bind(7, removal->spec_dir)
         .Run();
   });
 }
@@ -1028,7 +1030,7 @@ absl::Status JobStore::DeleteJob(absl::string_view job_id, const PendingDirRemov
 absl::StatusOr<std::vector<PendingDirRemoval>> JobStore::PendingDirRemovals() {
   absl::MutexLock lock(&mu_);
   Statement s(db_, path_,
-              "SELECT job_id, uid, dir, host, worker_id, requested_ms FROM dir_removals "
+              "SELECT job_id, uid, dir, host, worker_id, requested_ms, spec_dir FROM dir_removals "
               "ORDER BY requested_ms, job_id");
   std::vector<PendingDirRemoval> out;
   while (true) {
@@ -1041,6 +1043,7 @@ absl::StatusOr<std::vector<PendingDirRemoval>> JobStore::PendingDirRemovals() {
     r.host = s.Text(3);
     r.worker_id = s.Text(4);
     r.requested_ms = s.Int(5);
+    r.spec_dir = s.Text(6);
   }
   return out;
 }

@@ -14,7 +14,8 @@
 //                 the job's log: the coordinator's lines (rank -1) and its ranks' (rank >= 0;
 //                 at most kMaxRankLinesPerJob kept, the oldest dropped)
 //   checkpoints   (job_id, step, path, time_ms)                PRIMARY KEY (job_id, step)
-//   dir_removals  (job_id, uid, dir, host, worker_id, requested_ms)   PRIMARY KEY job_id
+//   dir_removals  (job_id, uid, dir, host, worker_id, requested_ms, spec_dir)
+//                                                               PRIMARY KEY job_id
 //                 deleted jobs whose directory no worker has reported removing yet
 // job_specs.spec, placement, latest, checkpoint and recoveries are serialized protos (JobSpec,
 // Placement, StepMetrics, CheckpointStatus, RecoveryList); summary is the JobSpec a listing shows
@@ -72,10 +73,11 @@ struct JobEvent {
 struct PendingDirRemoval {
   std::string job_id;
   std::string uid;        // the job's, which its directory's job.json claim must name
-  std::string dir;        // absolute, on `host`
+  std::string dir;        // absolute, on `host`; "" when the job never reported it
   std::string host;       // host label (Job.checkpoint.host)
   std::string worker_id;  // the worker asked first: the one that ran rank 0 ("" when unknown)
   int64_t requested_ms = 0;
+  std::string spec_dir;  // dir "": the spec's checkpoint.dir, which the worker resolves
 };
 
 // Lines from a job's ranks kept per job (the coordinator's own are all kept).

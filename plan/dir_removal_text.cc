@@ -5,20 +5,22 @@
 
 namespace dtrain::plan {
 std::string DescribeDirRemoval(const JobDirRemoved& r) {
+  // " on host-a"; nothing when the host is not known (a directory the job never reported).
+  const std::string on = r.host().empty() ? "" : absl::StrCat(" on ", r.host());
   switch (r.state()) {
     case DIR_REMOVED:
-      return absl::StrCat("removed ", r.dir(), " on ", r.host(), " (",
+      return absl::StrCat("removed ", r.dir(), on, " (",
                           FormatBytes(static_cast<double>(r.bytes())), ", worker ", r.worker_id(),
                           ")");
     case DIR_ABSENT:
-      return absl::StrCat(r.dir(), " was already gone on ", r.host(), " (worker ", r.worker_id(),
+      return absl::StrCat(r.dir(), " was already gone", on, " (worker ", r.worker_id(),
                           " found nothing there)");
     case DIR_REMOVAL_FAILED:
-      return absl::StrCat("worker ", r.worker_id(), " did not remove ", r.dir(), " on ", r.host(),
-                          ": ", r.error());
+      return absl::StrCat("worker ", r.worker_id(), " did not remove ", r.dir(), on, ": ",
+                          r.error());
     default:
       return absl::StrCat(
-          r.dir(), " on ", r.host(), " is to be removed by ",
+          r.dir(), on, " is to be removed by ",
           r.worker_id().empty() ? "a worker there" : absl::StrCat("worker ", r.worker_id()),
           " at its next heartbeat; the coordinator keeps asking (also after "
           "a restart) and logs the outcome");

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/host_memory.h"
+#include "common/job_paths.h"
 #include "common/run_record.h"
 #include "plan/format_bytes.h"
 #include "worker/daemon/job_dir_removal.h"
@@ -617,6 +618,11 @@ void WorkerDaemon::RemoveDirs() {
       if (stopping_) return;
       removal = std::move(removals_queued_.front());
       removals_queued_.pop_front();
+    }
+    if (removal.dir().empty()) {
+      // The job ended before its rank 0 reported where its directory is: where it would be here.
+      removal.set_dir(AbsolutePath(
+          JobDirectory(removal.spec_checkpoint_dir(), removal.job_id(), options_.data_root)));
     }
     JobDirRemoved answer = RemoveJobDirectory(removal, options_.allowed_roots, options_.worker_id,
                                               options_.host_label);
