@@ -141,6 +141,12 @@ absl::Status CoordinatorMetrics::AddLifecycleFamilies() {
                             "Bytes of the deleted jobs' directories that workers removed."));
   bytes_removed_ = &freed->Add({});
   ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Gauge> * pending,
+      registry_->AddGauge("dtrain_coordinator_job_dir_removals_pending",
+                          "Deleted jobs' directories that no worker has answered for yet (no "
+                          "live worker on their host); computed at scrape time."));
+  removals_pending_ = &pending->Add({});
+  ASSIGN_OR_RETURN(
       metrics::Family<metrics::Histogram> * queue_wait,
       registry_->AddHistogram("dtrain_coordinator_job_queue_wait_seconds",
                               "Time from a job's submission to its placement (QUEUED to PLACING).",
@@ -288,6 +294,7 @@ void CoordinatorMetrics::Collect() {
     }
   }
   oldest_queued_->Set(oldest);
+  removals_pending_->Set(static_cast<double>(counts->dir_removals_pending));
 }
 
 void CoordinatorMetrics::JobSubmitted() { submitted_->Increment(); }

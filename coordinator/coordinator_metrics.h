@@ -57,6 +57,7 @@ class CoordinatorMetrics {
       int64_t dir_bytes = 0;  // its directory's bytes after that seal; 0: not reported
     };
     std::vector<ActiveJob> active;
+    int64_t dir_removals_pending = 0;  // deleted jobs' directories no worker has answered for
     absl::Time now;
   };
   // Called once per scrape; on an error (or with no source) the gauges keep their last values.
@@ -116,6 +117,7 @@ class CoordinatorMetrics {
   metrics::Counter* deleted_ = nullptr;
   metrics::Family<metrics::Counter>* dirs_removed_ = nullptr;  // by result
   metrics::Counter* bytes_removed_ = nullptr;
+  metrics::Gauge* removals_pending_ = nullptr;
   metrics::Histogram* queue_wait_ = nullptr;
   metrics::Histogram* placement_ = nullptr;
   metrics::Family<metrics::Counter>* recoveries_ = nullptr;  // by kind

@@ -42,7 +42,8 @@ class DirRemovals {
   explicit DirRemovals(absl::Duration resend_after) : resend_after_(resend_after) {}
 
   void Add(const PendingDirRemoval& removal);
-  bool empty() const { return count_.load(std::memory_order_acquire) == 0; }
+  bool empty() const { return pending() == 0; }
+  int pending() const { return count_.load(std::memory_order_acquire); }
   // The removals for worker `worker_id` on host `host` heartbeating at `now`: those that name
   // it, and those on its host whose named worker `is_live` says is not live; none sent to
   // anyone within resend_after. Each returned one counts as sent now.

@@ -128,6 +128,7 @@ absl::StatusOr<CoordinatorMetrics::StateCounts> JobManager::StateCounts() {
     }
     a.dir_bytes = job.checkpoint().dir_bytes();
   }
+  counts.dir_removals_pending = removals_.pending();
   counts.now = Now();
   return counts;
 }

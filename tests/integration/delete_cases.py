@@ -91,6 +91,8 @@ def case_delete_job(args):
         expect(rc == 0 and "at its next heartbeat" in out, "pending: exit %d: %r %r"
                % (rc, out, err))
         expect(os.path.isdir(running_dir), "removed with no worker up?")
+        pending = _metric(c, "dtrain_coordinator_job_dir_removals_pending ")
+        expect(pending == 1, "pending removals gauge with no worker up: %s" % pending)
         c.coordinator.stop()
         c.start_coordinator()
         c.start_idle_workers(["w1", "w2"])
@@ -100,5 +102,7 @@ def case_delete_job(args):
                      "the coordinator logging the removal")
         removed = _metric(c, 'dtrain_coordinator_job_dirs_removed_total{result="removed"}')
         expect(removed == 1, "removed counter after the restart: %s" % removed)
+        pending = _metric(c, "dtrain_coordinator_job_dir_removals_pending ")
+        expect(pending == 0, "pending removals gauge once done: %s" % pending)
         print("delete --files answered in %.2fs; a pending removal was done after a coordinator "
               "restart" % took)
