@@ -97,29 +97,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(
 }
 
 // Workers and jobs by state, submissions, queue wait, placement, recoveries.
-absl::Status CoordinatorMetrics::AddLifecycleFamilies() {
-  ASSIGN_OR_RETURN(workers_,
-                   registry_->AddGauge("dtrain_coordinator_workers",
-                                       "Workers known to the coordinator, by state (idle, busy, "
-                                       "lost); computed at scrape time.",
-                                       {"state"}));
-  ASSIGN_OR_RETURN(db_errors_,
-                   registry_->AddCounter("dtrain_coordinator_db_errors_total",
-                                         "Errors from the coordinator's database (SQLite) by "
-                                         "kind: full (its disk), corrupt, busy, other. While "
-                                         "they last, job changes and reports are refused and "
-                                         "retried by the workers.",
-                                         {"kind"}));
-  for (const char* kind : {"full", "corrupt", "busy", "other"}) db_errors_->Add({{"kind", kind}});
-  ASSIGN_OR_RETURN(jobs_,
-                   registry_->AddGauge("dtrain_coordinator_jobs",
-                                       "Jobs in the coordinator's database, by state; computed "
-                                       "at scrape time.",
-                                       {"state"}));
-  ASSIGN_OR_RETURN(
-      metrics::Family<metrics::Counter> * submitted,
-      registry_->AddCounter("dtrain_coordinator_jobs_submitted_total",
-                            "Jobs accepted by SubmitJob since the coordinator started."));
+// Deleted jobs (dtrain delete, --ended_job_retention) and their directories.
+absl::Status CoordinatorMetrics::AddDeletionFamilies() {
   ASSIGN_OR_RETURN(
       metrics::Family<metrics::Counter> * deleted,
       registry_->AddCounter("dtrain_coordinator_jobs_deleted_total",
@@ -146,6 +125,33 @@ absl::Status CoordinatorMetrics::AddLifecycleFamilies() {
                           "Deleted jobs' directories that no worker has answered for yet (no "
                           "live worker on their host); computed at scrape time."));
   removals_pending_ = &pending->Add({});
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorMetrics::AddLifecycleFamilies() {
+  ASSIGN_OR_RETURN(workers_,
+                   registry_->AddGauge("dtrain_coordinator_workers",
+                                       "Workers known to the coordinator, by state (idle, busy, "
+                                       "lost); computed at scrape time.",
+                                       {"state"}));
+  ASSIGN_OR_RETURN(db_errors_,
+                   registry_->AddCounter("dtrain_coordinator_db_errors_total",
+                                         "Errors from the coordinator's database (SQLite) by "
+                                         "kind: full (its disk), corrupt, busy, other. While "
+                                         "they last, job changes and reports are refused and "
+                                         "retried by the workers.",
+                                         {"kind"}));
+  for (const char* kind : {"full", "corrupt", "busy", "other"}) db_errors_->Add({{"kind", kind}});
+  ASSIGN_OR_RETURN(jobs_,
+                   registry_->AddGauge("dtrain_coordinator_jobs",
+                                       "Jobs in the coordinator's database, by state; computed "
+                                       "at scrape time.",
+                                       {"state"}));
+  ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Counter> * submitted,
+      registry_->AddCounter("dtrain_coordinator_jobs_submitted_total",
+                            "Jobs accepted by SubmitJob since the coordinator started."));
+  RETURN_IF_ERROR(AddDeletionFamilies());
   ASSIGN_OR_RETURN(
       metrics::Family<metrics::Histogram> * queue_wait,
       registry_->AddHistogram("dtrain_coordinator_job_queue_wait_seconds",

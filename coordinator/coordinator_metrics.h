@@ -98,7 +98,8 @@ class CoordinatorMetrics {
   // Create's two halves: the families and their first children, in the order they are scraped.
   absl::Status AddLifecycleFamilies();
   absl::Status AddRpcAndJobFamilies();
-  void Collect();  // the collect hook
+  absl::Status AddDeletionFamilies();  // (called by AddLifecycleFamilies)
+  void Collect();                      // the collect hook
   // Removes one job's straggler series (its scores, then its flagged count) and empties it.
   void RemoveStragglerSeries(std::vector<metrics::Gauge*>& series)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stragglers_mu_);
