@@ -421,14 +421,16 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportProgress(grpc::CallbackServe
 template <typename T>
 grpc::ServerUnaryReactor* CoordinatorService::OffThread(
     grpc::CallbackServerContext* context, T* response,
-    std::function<absl::StatusOr<T>(absl::Time deadline)> work) {
+    std::function<void(absl::Time deadline, Answer<T> answer)> work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Time deadline = absl::FromChrono(context->deadline());
-  absl::Status queued = submits_.Schedule([reactor, response, deadline, work = std::move(work)] {
-    absl::StatusOr<T> result = work(deadline);
+  Answer<T> answer = [reactor, response](absl::StatusOr<T> result) {
+    result = Stripped(std::move(result));
     if (result.ok()) *response = *std::move(result);
     reactor->Finish(ToGrpcStatus(result.status()));
-  });
+  };
+  absl::Status queued = submits_.Schedule(
+      [deadline, work = std::move(work), answer = std::move(answer)] { work(deadline, answer); });
   if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
   return reactor;
 }
@@ -442,11 +444,13 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
   // Off gRPC's threads (bounded_executor.h): heartbeats never wait behind a submit. A submit
   // whose client gave up while it waited is not started, and one whose deadline passes while it
   // is checked creates no job (JobManager::SubmitJob).
-  return OffThread<SubmitJobResponse>(context, response, [this, request](absl::Time deadline) {
-    return absl::Now() >= deadline ? absl::DeadlineExceededError(
-                                         "the client's deadline passed before the spec was read")
-                                   : Stripped(manager_->SubmitJob(*request, deadline));
-  });
+  return OffThread<SubmitJobResponse>(
+      context, response, [this, request](absl::Time deadline, Answer<SubmitJobResponse> answer) {
+        answer(absl::Now() >= deadline
+                   ? absl::DeadlineExceededError(
+                         "the client's deadline passed before the spec was read")
+                   : manager_->SubmitJob(*request, deadline));
+      });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,
@@ -483,19 +487,11 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
     return Reply<DeleteJobResponse>(context, s, response);
   }
   // Off gRPC's threads, as a submit (the database's write); the worker's answer is then waited
-  // for without a thread: the heartbeat that brings it, or a scheduler pass, finishes the call.
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const absl::Time deadline = absl::FromChrono(context->deadline());
-  absl::Status queued = submits_.Schedule([this, reactor, request, response, deadline] {
-    manager_->DeleteJob(*request, deadline,
-                        [reactor, response](absl::StatusOr<DeleteJobResponse> result) {
-                          result = Stripped(std::move(result));
-                          if (result.ok()) *response = *std::move(result);
-                          reactor->Finish(ToGrpcStatus(result.status()));
-                        });
-  });
-  if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
-  return reactor;
+  // for without a thread: the heartbeat that brings it, or a scheduler pass, answers the call.
+  return OffThread<DeleteJobResponse>(
+      context, response, [this, request](absl::Time deadline, Answer<DeleteJobResponse> answer) {
+        manager_->DeleteJob(*request, deadline, std::move(answer));
+      });
 }
 
 grpc::ServerWriteReactor<JobUpdate>* CoordinatorService::WatchJob(

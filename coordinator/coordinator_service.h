@@ -3,9 +3,10 @@
 // Unary calls run JobManager's method inline and finish at once: none of them waits on a worker
 // or another call (work for workers travels in heartbeat responses), so no gRPC thread blocks.
 // SubmitJob and DeleteJob are the exceptions: reading and planning a spec (up to
-// --max_spec_bytes), and waiting a few heartbeats for the worker that removes a deleted job's
-// directory, run on two threads of the service's own (BoundedExecutor), so heartbeats never
-// wait behind them.
+// --max_spec_bytes), and a deletion's database write, run on two threads of the service's own
+// (BoundedExecutor), so heartbeats never wait behind them. DeleteJob then waits a few
+// heartbeats for the worker that removes the job's directory holding no thread: that worker's
+// heartbeat, or a scheduler pass, answers the call.
 // Every request's top-level strings are checked against their caps first (request_bounds.h).
 // WatchJob and JobLogs are ServerWriteReactors that write one message at a time, reading what is
 // new from the store, and when nothing is new parks on the job's JobNotifier entry instead of a
@@ -109,12 +110,15 @@ class CoordinatorService final : public Coordinator::CallbackService {
   JobManager* const manager_;
   GatherOptions diagnose_;
   WatchLimiter watches_;
-  // Runs `work` (given the client's deadline) on submits_ and answers with its result: for the
-  // calls that may take seconds (SubmitJob, DeleteJob).
+  // Runs `work` (given the client's deadline) on submits_; the call is answered (its Job
+  // stripped of secrets) when `work`, or what it hands `answer` to, calls it, once.
   template <typename T>
-  grpc::ServerUnaryReactor* OffThread(grpc::CallbackServerContext* context, T* response,
-                                      std::function<absl::StatusOr<T>(absl::Time deadline)> work);
-  // SubmitJob's parse, plan and checks, DeleteJob's wait: 2 threads, at most 64 calls waiting.
+  using Answer = std::function<void(absl::StatusOr<T>)>;
+  template <typename T>
+  grpc::ServerUnaryReactor* OffThread(
+      grpc::CallbackServerContext* context, T* response,
+      std::function<void(absl::Time deadline, Answer<T> answer)> work);
+  // SubmitJob's parse, plan and checks, DeleteJob's write: 2 threads, at most 64 calls waiting.
   BoundedExecutor submits_{2, 64};
 };
 

@@ -12,44 +12,71 @@ constexpr size_t kAnswersKept = 64;
 
 void DirRemovals::Add(const PendingDirRemoval& removal) {
   absl::MutexLock lock(&mu_);
-  pending_[removal.job_id] = Entry{removal};
+  if (auto old = pending_.find(removal.job_id); old != pending_.end()) EraseLocked(old);
+  Entry& entry = pending_[removal.job_id];
+  entry.removal = removal;
+  AssignLocked(entry, removal.worker_id);
   count_.store(static_cast<int>(pending_.size()), std::memory_order_release);
 }
 
-std::vector<JobDirRemoval> DirRemovals::ForWorker(
-    absl::string_view worker_id, absl::string_view host,
-    absl::FunctionRef<bool(const std::string&)> is_live, absl::Time now) {
-  // (job id, the worker it names) of the removals this worker may get; is_live asks the
-  // registry, so it is called without mu_ held, and what is taken is checked again under it.
-  std::vector<std::pair<std::string, std::string>> candidates;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, entry] : pending_) {
-      if (now - entry.sent_at < resend_after_) continue;
-      const PendingDirRemoval& r = entry.removal;
-      if (r.worker_id == worker_id || (!host.empty() && r.host == host)) {
-        candidates.emplace_back(id, r.worker_id);
-      }
-    }
+void DirRemovals::AssignLocked(Entry& entry, const std::string& worker_id) {
+  if (!entry.assigned.empty()) {
+    auto it = by_worker_.find(entry.assigned);
+    it->second.erase(entry.removal.job_id);
+    if (it->second.empty()) by_worker_.erase(it);
   }
-  std::vector<std::string> take;
-  for (const auto& [id, named] : candidates) {
-    if (named == worker_id || named.empty() || !is_live(named)) take.push_back(id);
-  }
+  entry.assigned = worker_id;
+  entry.sent_at = absl::InfinitePast();
+  if (!worker_id.empty()) by_worker_[worker_id].insert(entry.removal.job_id);
+}
+
+void DirRemovals::EraseLocked(std::map<std::string, Entry>::iterator it) {
+  AssignLocked(it->second, "");
+  pending_.erase(it);
+}
+
+std::vector<JobDirRemoval> DirRemovals::ForWorker(const std::string& worker_id, absl::Time now) {
   std::vector<JobDirRemoval> out;
   absl::MutexLock lock(&mu_);
-  for (const std::string& id : take) {
-    auto it = pending_.find(id);
-    if (it == pending_.end() || now - it->second.sent_at < resend_after_) continue;
-    it->second.sent_to = std::string(worker_id);
-    it->second.sent_at = now;
+  auto mine = by_worker_.find(worker_id);
+  if (mine == by_worker_.end()) return out;
+  for (const std::string& id : mine->second) {
+    Entry& entry = pending_.at(id);
+    if (now - entry.sent_at < resend_after_) continue;
+    entry.sent_at = now;
     JobDirRemoval& r = out.emplace_back();
-    r.set_job_id(it->second.removal.job_id);
-    r.set_job_uid(it->second.removal.uid);
-    r.set_dir(it->second.removal.dir);
-    r.set_spec_checkpoint_dir(it->second.removal.spec_dir);
+    r.set_job_id(entry.removal.job_id);
+    r.set_job_uid(entry.removal.uid);
+    r.set_dir(entry.removal.dir);
+    r.set_spec_checkpoint_dir(entry.removal.spec_dir);
   }
   return out;
+}
+
+void DirRemovals::Reassign(absl::Time now, absl::FunctionRef<bool(const std::string&)> is_live,
+                           absl::FunctionRef<std::string(const std::string&)> live_on_host) {
+  struct Seen {
+    std::string job_id, assigned, host;
+  };
+  std::vector<Seen> seen;
+  {
+    absl::MutexLock lock(&mu_);
+    if (pending_.empty() || now - reassigned_ < resend_after_) return;
+    reassigned_ = now;
+    for (const auto& [id, entry] : pending_)
+      seen.push_back({id, entry.assigned, entry.removal.host});
+  }
+  std::vector<std::pair<std::string, std::string>> moves;  // (job id, worker)
+  for (const Seen& s : seen) {
+    if (!s.assigned.empty() && is_live(s.assigned)) continue;
+    if (s.host.empty()) continue;
+    std::string other = live_on_host(s.host);
+    if (!other.empty() && other != s.assigned) moves.emplace_back(s.job_id, std::move(other));
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, worker] : moves) {
+    if (auto it = pending_.find(id); it != pending_.end()) AssignLocked(it->second, worker);
+  }
 }
 
 std::optional<PendingDirRemoval> DirRemovals::Answer(const JobDirRemoved& answer) {
@@ -63,8 +90,8 @@ std::optional<PendingDirRemoval> DirRemovals::Answer(const JobDirRemoved& answer
         (!it->second.removal.dir.empty() && it->second.removal.dir != answer.dir())) {
       return std::nullopt;
     }
-    removal = std::move(it->second.removal);
-    pending_.erase(it);
+    removal = it->second.removal;
+    EraseLocked(it);
     count_.store(static_cast<int>(pending_.size()), std::memory_order_release);
     answered_.push_back(answer);
     if (answered_.size() > kAnswersKept) answered_.pop_front();
@@ -113,8 +140,7 @@ void DirRemovals::ExpireWaiters(absl::Time now) {
 std::string DirRemovals::AskedOf(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   auto it = pending_.find(job_id);
-  if (it == pending_.end()) return "";
-  return it->second.sent_to.empty() ? it->second.removal.worker_id : it->second.sent_to;
+  return it == pending_.end() ? "" : it->second.assigned;
 }
 
 }  // namespace dtrain::coordinator

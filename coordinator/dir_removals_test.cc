@@ -40,17 +40,27 @@ TEST(DirRemovals, TheNamedWorkerFirstOthersOnItsHostOnlyWhileItIsNotLive) {
   EXPECT_FALSE(removals.empty());
   bool w1_live = true;
   auto live = [&](const std::string& id) { return id != "w1" || w1_live; };
-  EXPECT_THAT(removals.ForWorker("w2", "a", live, kT0), IsEmpty());  // w1 is live
-  EXPECT_THAT(removals.ForWorker("w3", "b", live, kT0), IsEmpty());  // another host
+  auto on_host = [](const std::string& host) { return host == "a" ? "w2" : ""; };
+  removals.Reassign(kT0, live, on_host);  // w1 is live: it keeps it
+  EXPECT_THAT(removals.ForWorker("w2", kT0), IsEmpty());
+  EXPECT_EQ(removals.AskedOf("job-000001"), "w1");
   w1_live = false;
-  ASSERT_THAT(removals.ForWorker("w2", "a", live, kT0), SizeIs(1));
+  removals.Reassign(kT0 + absl::Seconds(5), live, on_host);  // not before resend_after
+  EXPECT_EQ(removals.AskedOf("job-000001"), "w1");
+  removals.Reassign(kT0 + absl::Seconds(10), live, on_host);
   EXPECT_EQ(removals.AskedOf("job-000001"), "w2");
-  // Not again before resend_after, to anyone; then again.
-  EXPECT_THAT(removals.ForWorker("w1", "a", live, kT0 + absl::Seconds(9)), IsEmpty());
-  std::vector<JobDirRemoval> again = removals.ForWorker("w1", "a", live, kT0 + absl::Seconds(10));
+  EXPECT_THAT(removals.ForWorker("w1", kT0 + absl::Seconds(10)), IsEmpty());
+  ASSERT_THAT(removals.ForWorker("w2", kT0 + absl::Seconds(10)), SizeIs(1));
+  // Not again before resend_after; then again.
+  EXPECT_THAT(removals.ForWorker("w2", kT0 + absl::Seconds(19)), IsEmpty());
+  std::vector<JobDirRemoval> again = removals.ForWorker("w2", kT0 + absl::Seconds(20));
   ASSERT_THAT(again, SizeIs(1));
   EXPECT_EQ(again[0].job_uid(), "uid-job-000001");
   EXPECT_EQ(again[0].dir(), "/ckpt/job-000001");
+  // Answered: nobody gets it any more.
+  removals.Answer(Done("job-000001", DIR_REMOVED));
+  EXPECT_THAT(removals.ForWorker("w2", kT0 + absl::Minutes(5)), IsEmpty());
+  EXPECT_TRUE(removals.empty());
 }
 
 TEST(DirRemovals, AnAnswerEndsTheRemovalOnceAndCallsItsWaiters) {

@@ -223,6 +223,10 @@ void JobManager::RunSchedulerPass() {
   SweepLocked(Now());
   DeleteExpiredLocked(Now());
   removals_.ExpireWaiters(absl::Now());  // DeleteJob's calls that waited long enough
+  // A removal whose worker is gone goes to another live worker on its host.
+  removals_.Reassign(
+      Now(), [this](const std::string& id) { return registry_.IsLive(id); },
+      [this](const std::string& host) { return registry_.LiveWorkerOnHost(host); });
   if (const std::optional<absl::Duration> paused = registry_.TakePause()) NotePause(*paused);
   ScoreStragglers();
   std::vector<std::string> planned;  // restarts the straggler policies proposed

@@ -377,7 +377,8 @@ class JobManager {
   absl::StatusOr<std::optional<PendingDirRemoval>> DeleteLocked(const Job& job, bool files,
                                                                 absl::string_view why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Heartbeat: the worker's answers about directories, and the removals it is to do now.
+  // Heartbeat: the worker's answers about directories, and the removals assigned to it (no
+  // registry lookup: the scheduler pass reassigns those of a gone worker).
   void TakeDirRemovals(const HeartbeatRequest& request, HeartbeatResponse* response);
   // Create: the removals the store still holds (a restart does not forget them).
   absl::Status RestoreDirRemovals();

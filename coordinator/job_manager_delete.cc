@@ -98,19 +98,19 @@ void JobManager::DeleteJob(const DeleteJobRequest& request, absl::Time deadline,
   if (request.job_id().empty()) return done(absl::InvalidArgumentError("job_id is empty"));
   std::optional<PendingDirRemoval> removal;
   DeleteJobResponse response;
+  absl::Status deleted;
   {
     JobsLock lock(this);
     absl::StatusOr<Job> job = store_->GetJob(request.job_id(), /*with_history=*/false);
-    if (job.ok()) {
-      absl::StatusOr<std::optional<PendingDirRemoval>> deleted =
-          DeleteLocked(*job, request.files(), "dtrain delete");
-      if (!deleted.ok()) return done(deleted.status());
-      removal = *std::move(deleted);
+    absl::StatusOr<std::optional<PendingDirRemoval>> queued =
+        job.ok() ? DeleteLocked(*job, request.files(), "dtrain delete") : job.status();
+    deleted = queued.status();
+    if (deleted.ok()) {
+      removal = *std::move(queued);
       *response.mutable_job() = *std::move(job);
-    } else {
-      return done(job.status());
     }
   }
+  if (!deleted.ok()) return done(deleted);  // (answered without the lock held)
   if (!removal.has_value()) return done(std::move(response));
   // The worker removes it at its next heartbeat: wait a few of them, within the caller's time,
   // holding no thread (the answer's heartbeat or a scheduler pass calls back).
@@ -161,14 +161,7 @@ void JobManager::TakeDirRemovals(const HeartbeatRequest& request, HeartbeatRespo
     if (options_.metrics != nullptr) options_.metrics->DirRemoved(answer.state(), answer.bytes());
   }
   if (removals_.empty() || response->register_again()) return;
-  absl::StatusOr<WorkerInfo> worker = registry_.Get(request.worker_id());
-  if (!worker.ok()) return;
-  auto is_live = [this](const std::string& id) {
-    absl::StatusOr<WorkerInfo> w = registry_.Get(id);
-    return w.ok() && w->state() != LOST;
-  };
-  for (JobDirRemoval& r :
-       removals_.ForWorker(request.worker_id(), worker->host_label(), is_live, Now())) {
+  for (JobDirRemoval& r : removals_.ForWorker(request.worker_id(), Now())) {
     *response->add_remove_dirs() = std::move(r);
   }
 }

@@ -570,6 +570,21 @@ std::string WorkerRegistry::JobOf(const std::string& worker_id) const {
   return it->second.info.job_id();
 }
 
+bool WorkerRegistry::IsLive(const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  return it != workers_.end() && !it->second.lost;
+}
+
+std::string WorkerRegistry::LiveWorkerOnHost(const std::string& host_label) const {
+  absl::MutexLock lock(&mu_);
+  std::string found;
+  for (const auto& [id, r] : workers_) {
+    if (!r.lost && r.info.host_label() == host_label && (found.empty() || id < found)) found = id;
+  }
+  return found;
+}
+
 WorkerState WorkerRegistry::ListedState(const Record& r) {
   return r.draining && !r.lost && r.info.job_id().empty() ? DRAINED : r.info.state();
 }

@@ -211,6 +211,10 @@ class WorkerRegistry {
   std::vector<WorkerInfo> List() const;
   // The job the worker holds ("" when idle, lost or unknown).
   std::string JobOf(const std::string& worker_id) const;
+  // Whether the worker is registered and not LOST.
+  bool IsLive(const std::string& worker_id) const;
+  // A live worker with this host label (the smallest id), "" when none; O(workers), no copies.
+  std::string LiveWorkerOnHost(const std::string& host_label) const;
   // The last step the worker said (heartbeat, registration) it reached in `job_id`; -1 when it
   // never said it runs that job.
   int64_t RunningStep(const std::string& worker_id, const std::string& job_id) const;
