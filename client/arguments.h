@@ -56,6 +56,8 @@ struct Invocation {
   int every{};                     // watch, submit/resubmit --watch
   int limit{};                     // list --limit
   std::string page{};              // list --page (a ListJobsResponse.next_page_token)
+  std::string owner{};             // list --owner (Job.owner)
+  bool mine{};                     // list --mine
   std::vector<JobState> states{};  // list --state (empty: every state)
   std::string reason{};            // cancel --reason
   bool files{};                    // delete --files

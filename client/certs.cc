@@ -256,8 +256,8 @@ absl::Status IssueWith(const std::string& dir, const std::string& name, const st
 }  // namespace
 
 const std::vector<std::string>& CertificateRoles() {
-  static const auto* roles =
-      new std::vector<std::string>{kRoleCoordinator, kRoleWorker, kRoleAdmin, kRoleViewer};
+  static const auto* roles = new std::vector<std::string>{kRoleCoordinator, kRoleWorker, kRoleAdmin,
+                                                          kRoleViewer, kRoleUser};
   return *roles;
 }
 
@@ -291,7 +291,9 @@ absl::StatusOr<std::vector<std::string>> InitCertificates(const std::string& dir
   }
   std::vector<std::string> written;
   RETURN_IF_ERROR(WritePair(dir, kCaName, ca.get(), ca_key.get(), &written));
-  for (const std::string& role : CertificateRoles()) {
+  // One certificate per role but user: a user's certificate carries a person's name
+  // (`dtrain certs issue DIR alice --role=user`), which the jobs it submits record.
+  for (const char* role : {kRoleCoordinator, kRoleWorker, kRoleAdmin, kRoleViewer}) {
     RETURN_IF_ERROR(IssueWith(dir, role, role, ca.get(), ca_key.get(), options, &written));
   }
   return written;

@@ -517,12 +517,17 @@ int List(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   request.set_limit(inv.limit);
   for (JobState state : inv.states) request.add_states(state);
   request.set_page_token(inv.page);
+  request.set_owner(inv.owner);
+  request.set_mine(inv.mine);
   absl::StatusOr<ListJobsResponse> jobs = stub.ListJobs(request);
   if (!jobs.ok()) return Fail(jobs.status(), inv, output);
   if (inv.json) {
     output.out << ToJsonLine(*jobs) << "\n";
   } else if (jobs->jobs_size() == 0) {
-    output.out << (inv.states.empty() ? "no jobs\n" : "no jobs in those states\n");
+    const bool by_owner = !inv.owner.empty() || inv.mine;
+    output.out << (by_owner             ? "no jobs of that owner match\n"
+                   : inv.states.empty() ? "no jobs\n"
+                                        : "no jobs in those states\n");
   } else {
     output.out << JobsTable(*jobs, absl::Now());
     if (!jobs->next_page_token().empty()) {
@@ -530,6 +535,8 @@ int List(const Invocation& inv, CoordinatorStub& stub, Output& output) {
       for (JobState state : inv.states) states.push_back(JobState_Name(state));
       output.out << "older jobs: dtrain list --page=" << jobs->next_page_token()
                  << (states.empty() ? "" : absl::StrCat(" --state=", absl::StrJoin(states, ",")))
+                 << (inv.owner.empty() ? "" : absl::StrCat(" --owner=", inv.owner))
+                 << (inv.mine ? " --mine" : "")
                  << (inv.limit > 0 ? absl::StrCat(" --limit=", inv.limit) : "") << "\n";
     }
   }

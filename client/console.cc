@@ -19,6 +19,7 @@
 #include "client/format.h"
 #include "client/plan.h"
 #include "client/trace.h"
+#include "common/status_macros.h"
 #include "common/tls.h"
 #include "google/protobuf/struct.pb.h"
 #include "plan/job_plan.h"
@@ -218,6 +219,10 @@ class Console {
         if (!trace.ok()) return SendError(connection, trace.status());
         return SendJson(connection, 200, ChromeTraceJson(*trace));
       }
+      if (absl::ConsumeSuffix(&id, "/access")) {
+        const std::string job_id(id);
+        return SendResult(connection, OnOwnThread([&] { return stub_.Access(job_id); }));
+      }
       if (absl::ConsumeSuffix(&id, "/checkpoints")) {
         const std::string job_id(id);
         return SendResult(connection, OnOwnThread([&] { return stub_.ListCheckpoints(job_id); }));
@@ -339,21 +344,17 @@ std::string IdentityOf(const Invocation& inv) {
   return described.ok() ? *described : tls.cert;
 }
 
-bool Refused(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kPermissionDenied ||
-         status.code() == absl::StatusCode::kUnauthenticated;
-}
-
-// What the coordinator lets this certificate do. Its role table (coordinator/roles.h) is the
-// one rule, so it is asked: a CancelJob or DeleteJob of no job and a SubmitJob of no spec are
-// refused with
-// PERMISSION_DENIED before anything else for a role that may not call them, and fail on their
-// empty input (changing nothing) for one that may.
-Permissions AskPermissions(CoordinatorStub& stub) {
+// What the coordinator lets this certificate do (Coordinator.Access: its role table,
+// coordinator/roles.h, is the one rule). A role that may cancel, delete or resubmit only its own
+// jobs has the method here; the job page asks again for its job (GET /api/jobs/ID/access).
+absl::StatusOr<Permissions> AskPermissions(CoordinatorStub& stub) {
+  ASSIGN_OR_RETURN(AccessResponse access, OnOwnThread([&] { return stub.Access(); }));
   Permissions may;
-  may.cancel = !Refused(OnOwnThread([&] { return stub.CancelJob("", ""); }).status());
-  may.submit = !Refused(OnOwnThread([&] { return stub.SubmitJob(SubmitJobRequest()); }).status());
-  may.remove = !Refused(OnOwnThread([&] { return stub.DeleteJob("", false); }).status());
+  for (const std::string& method : access.methods()) {
+    may.cancel = may.cancel || method == "CancelJob";
+    may.submit = may.submit || method == "SubmitJob";
+    may.remove = may.remove || method == "DeleteJob";
+  }
   return may;
 }
 
@@ -381,7 +382,13 @@ int RunConsole(const Invocation& inv, CoordinatorStub& stub, Output& output) {
     token = *random;
   }
   const std::string identity = IdentityOf(inv);
-  auto console = std::make_unique<Console>(stub, *listen, token, identity, AskPermissions(stub));
+  absl::StatusOr<Permissions> may = AskPermissions(stub);
+  if (!may.ok()) {
+    output.err << "dtrain: console: cannot ask the coordinator what this certificate may do: "
+               << may.status().message() << "\n";
+    return ExitCodeFor(may.status());
+  }
+  auto console = std::make_unique<Console>(stub, *listen, token, identity, *may);
 
   mg_init_library(0);
   mg_callbacks callbacks{};

@@ -156,6 +156,12 @@ absl::StatusOr<RebalanceJobResponse> CoordinatorStub::RebalanceJob(const std::st
   return Unary(&Coordinator::Stub::RebalanceJob, request, "RebalanceJob");
 }
 
+absl::StatusOr<AccessResponse> CoordinatorStub::Access(const std::string& job_id) {
+  AccessRequest request;
+  request.set_job_id(job_id);
+  return Unary(&Coordinator::Stub::Access, request, "Access");
+}
+
 absl::Status CoordinatorStub::JobLogs(const std::string& job_id, std::optional<int> rank,
                                       bool follow,
                                       const std::function<void(const LogEntry&)>& on_entry) {

@@ -80,6 +80,8 @@ class CoordinatorStub {
   absl::StatusOr<JobDiagnosis> Diagnose(const std::string& job_id);
   absl::StatusOr<JobTrace> TraceJob(const std::string& job_id, std::optional<int64_t> step);
   absl::StatusOr<RebalanceJobResponse> RebalanceJob(const std::string& job_id);
+  // Who this client is and what it may call (on `job_id` when not empty).
+  absl::StatusOr<AccessResponse> Access(const std::string& job_id = "");
 
   // Calls on_entry for each of the job's log lines (JobLogsRequest: `rank` unset for all). Without
   // `follow` the stream has the --timeout deadline; with it the stream stays open until the job

@@ -450,8 +450,8 @@ std::string JobDetail(const Job& job, absl::Time now) {
   if (!spec.name().empty()) line("name", spec.name());
   line("state", StateText(job.state(), JobReason(job)));
   const absl::Time submitted = FromUnixMs(job.submitted_unix_ms());
-  line("submitted",
-       absl::StrCat(FormatClock(submitted, now), " (", FormatAge(submitted, now), " ago)"));
+  line("submitted", absl::StrCat(FormatClock(submitted, now), " (", FormatAge(submitted, now),
+                                 " ago)", job.owner().empty() ? "" : " by ", job.owner()));
   if (job.started_unix_ms() > 0) {
     line("started", FormatClock(FromUnixMs(job.started_unix_ms()), now));
   }

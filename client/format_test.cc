@@ -323,6 +323,10 @@ TEST(JobDetail, ShowsTimesCheckpointRedoAndOutputHost) {
   EXPECT_NE(detail.find("output:    /srv/ckpt/job-000003/model.safetensors on hostA\n"),
             std::string::npos)
       << detail;
+  EXPECT_NE(detail.find(" (1m10s ago)\n"), std::string::npos) << detail;  // no owner: nothing
+  job.set_owner("alice");
+  EXPECT_NE(JobDetail(job, now).find(" (1m10s ago) by alice\n"), std::string::npos)
+      << JobDetail(job, now);
 }
 
 TEST(JobDetail, StragglersLineSlowestFirst) {

@@ -11,7 +11,7 @@
 //   if (who.role != kRoleAdmin) return PERMISSION_DENIED;
 //
 // Identity convention: a certificate's subject CN is its holder's NAME (a worker id, a user)
-// and its subject OU is its ROLE, one of kRoleAdmin, kRoleViewer, kRoleWorker,
+// and its subject OU is its ROLE, one of kRoleAdmin, kRoleUser, kRoleViewer, kRoleWorker,
 // kRoleCoordinator. A server started with --insecure sees every caller as role kRoleInsecure.
 //
 // Host names: the coordinator's certificate carries DNS/IP SANs (localhost, 127.0.0.1, ::1,
@@ -61,6 +61,7 @@ struct TlsFiles {
 
 inline constexpr char kRoleAdmin[] = "admin";
 inline constexpr char kRoleViewer[] = "viewer";
+inline constexpr char kRoleUser[] = "user";  // submits jobs, changes only its own
 inline constexpr char kRoleWorker[] = "worker";
 inline constexpr char kRoleCoordinator[] = "coordinator";
 inline constexpr char kRoleInsecure[] = "insecure";  // any caller of an --insecure server

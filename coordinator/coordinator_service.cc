@@ -34,13 +34,14 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, absl::Stat
   return reactor;
 }
 
-// Whether the caller may call `method` (roles.h); for the worker RPCs also whether it may act
-// as `worker_id`; first whether the request's strings are within their caps (request_bounds.h),
+// The caller, when it may call `method` (roles.h); for the worker RPCs also when it may act as
+// `worker_id`; first whether the request's strings are within their caps (request_bounds.h),
 // before anything quotes them. A refusal of the caller is logged: it is either a misconfigured
 // client or an intruder.
-absl::Status Allowed(JobManager* manager, grpc::CallbackServerContext* context,
-                     absl::string_view method, const google::protobuf::Message& request,
-                     const std::string* worker_id = nullptr) {
+absl::StatusOr<PeerIdentity> Caller(JobManager* manager, grpc::CallbackServerContext* context,
+                                    absl::string_view method,
+                                    const google::protobuf::Message& request,
+                                    const std::string* worker_id = nullptr) {
   RETURN_IF_ERROR(CheckRequestBounds(request));
   absl::StatusOr<PeerIdentity> who = PeerIdentityOf(*context);
   absl::Status status = who.status();
@@ -51,8 +52,33 @@ absl::Status Allowed(JobManager* manager, grpc::CallbackServerContext* context,
   if (!status.ok()) {
     manager->options().log(
         absl::StrCat("refused ", method, " from ", context->peer(), ": ", status.message()));
+    return status;
   }
-  return status;
+  return who;
+}
+
+absl::Status Allowed(JobManager* manager, grpc::CallbackServerContext* context,
+                     absl::string_view method, const google::protobuf::Message& request,
+                     const std::string* worker_id = nullptr) {
+  return Caller(manager, context, method, request, worker_id).status();
+}
+
+// Caller, and for a job-scoped method (roles.h IsJobScoped) whether it may act on `job_id`,
+// whose owner the store has. An empty or unknown id passes: the method says so itself.
+absl::StatusOr<PeerIdentity> CallerOnJob(JobManager* manager, grpc::CallbackServerContext* context,
+                                         absl::string_view method,
+                                         const google::protobuf::Message& request,
+                                         const std::string& job_id) {
+  ASSIGN_OR_RETURN(PeerIdentity who, Caller(manager, context, method, request));
+  if (job_id.empty() || !IsJobScoped(method)) return who;
+  absl::StatusOr<Job> job = manager->store().GetJob(job_id, /*with_history=*/false);
+  if (!job.ok()) return who;
+  if (absl::Status s = AuthorizeOnJob(who, method, job_id, job->owner()); !s.ok()) {
+    manager->options().log(
+        absl::StrCat("refused ", method, " from ", context->peer(), ": ", s.message()));
+    return s;
+  }
+  return who;
 }
 
 // A streaming call refused before it starts.
@@ -438,18 +464,18 @@ grpc::ServerUnaryReactor* CoordinatorService::OffThread(
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* context,
                                                         const SubmitJobRequest* request,
                                                         SubmitJobResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "SubmitJob", *request); !s.ok()) {
-    return Reply<SubmitJobResponse>(context, s, response);
-  }
+  absl::StatusOr<PeerIdentity> who = Caller(manager_, context, "SubmitJob", *request);
+  if (!who.ok()) return Reply<SubmitJobResponse>(context, who.status(), response);
   // Off gRPC's threads (bounded_executor.h): heartbeats never wait behind a submit. A submit
   // whose client gave up while it waited is not started, and one whose deadline passes while it
   // is checked creates no job (JobManager::SubmitJob).
   return OffThread<SubmitJobResponse>(
-      context, response, [this, request](absl::Time deadline, Answer<SubmitJobResponse> answer) {
+      context, response,
+      [this, request, owner = who->name](absl::Time deadline, Answer<SubmitJobResponse> answer) {
         answer(absl::Now() >= deadline
                    ? absl::DeadlineExceededError(
                          "the client's deadline passed before the spec was read")
-                   : manager_->SubmitJob(*request, deadline));
+                   : manager_->SubmitJob(*request, deadline, owner));
       });
 }
 
@@ -464,26 +490,31 @@ grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,
                                                        const ListJobsRequest* request,
                                                        ListJobsResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "ListJobs", *request); !s.ok()) {
-    return Reply<ListJobsResponse>(context, s, response);
-  }
-  return Reply(context, Stripped(manager_->ListJobs(*request)), response);
+  absl::StatusOr<PeerIdentity> who = Caller(manager_, context, "ListJobs", *request);
+  if (!who.ok()) return Reply<ListJobsResponse>(context, who.status(), response);
+  if (!request->mine()) return Reply(context, Stripped(manager_->ListJobs(*request)), response);
+  ListJobsRequest mine = *request;
+  mine.set_owner(who->name);
+  return Reply(context, Stripped(manager_->ListJobs(mine)), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* context,
                                                         const CancelJobRequest* request,
                                                         Job* response) {
-  if (absl::Status s = Allowed(manager_, context, "CancelJob", *request); !s.ok()) {
-    return Reply<Job>(context, s, response);
-  }
-  return Reply(context, Stripped(manager_->CancelJob(request->job_id(), request->reason())),
+  absl::StatusOr<PeerIdentity> who =
+      CallerOnJob(manager_, context, "CancelJob", *request, request->job_id());
+  if (!who.ok()) return Reply<Job>(context, who.status(), response);
+  return Reply(context,
+               Stripped(manager_->CancelJob(request->job_id(), request->reason(), who->name)),
                response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerContext* context,
                                                         const DeleteJobRequest* request,
                                                         DeleteJobResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "DeleteJob", *request); !s.ok()) {
+  if (absl::Status s =
+          CallerOnJob(manager_, context, "DeleteJob", *request, request->job_id()).status();
+      !s.ok()) {
     return Reply<DeleteJobResponse>(context, s, response);
   }
   // Off gRPC's threads, as a submit (the database's write); the worker's answer is then waited
@@ -601,7 +632,9 @@ grpc::ServerUnaryReactor* CoordinatorService::TraceJob(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* CoordinatorService::RebalanceJob(grpc::CallbackServerContext* context,
                                                            const RebalanceJobRequest* request,
                                                            RebalanceJobResponse* response) {
-  if (absl::Status s = Allowed(manager_, context, "RebalanceJob", *request); !s.ok()) {
+  if (absl::Status s =
+          CallerOnJob(manager_, context, "RebalanceJob", *request, request->job_id()).status();
+      !s.ok()) {
     return Reply<RebalanceJobResponse>(context, s, response);
   }
   if (request->job_id().empty()) {
@@ -618,6 +651,19 @@ grpc::ServerUnaryReactor* CoordinatorService::RebalanceJob(grpc::CallbackServerC
   for (double t : d->stage_compute_s) out.add_stage_compute_s(t);
   out.set_summary(d->summary);
   return Reply(context, absl::StatusOr<RebalanceJobResponse>(std::move(out)), response);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Access(grpc::CallbackServerContext* context,
+                                                     const AccessRequest* request,
+                                                     AccessResponse* response) {
+  absl::StatusOr<PeerIdentity> who = Caller(manager_, context, "Access", *request);
+  if (!who.ok()) return Reply<AccessResponse>(context, who.status(), response);
+  if (request->job_id().empty()) {
+    return Reply(context, absl::StatusOr<AccessResponse>(AccessOf(*who)), response);
+  }
+  absl::StatusOr<Job> job = manager_->store().GetJob(request->job_id(), /*with_history=*/false);
+  if (!job.ok()) return Reply<AccessResponse>(context, job.status(), response);
+  return Reply(context, absl::StatusOr<AccessResponse>(AccessOf(*who, &*job)), response);
 }
 
 absl::StatusOr<RunningServer> StartServer(

@@ -101,6 +101,8 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* RebalanceJob(grpc::CallbackServerContext* context,
                                          const RebalanceJobRequest* request,
                                          RebalanceJobResponse* response) override;
+  grpc::ServerUnaryReactor* Access(grpc::CallbackServerContext* context,
+                                   const AccessRequest* request, AccessResponse* response) override;
 
   // The coordinator's credentials towards the workers' peer services, which Diagnose calls
   // (common/tls.h; plaintext by default, as in-process tests run).

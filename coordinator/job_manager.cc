@@ -491,7 +491,8 @@ std::optional<std::string> JobManager::NoWorkerCanHold(const JobPlan& job_plan) 
 }
 
 absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& request,
-                                                        absl::Time deadline) {
+                                                        absl::Time deadline,
+                                                        const std::string& owner) {
   ASSIGN_OR_RETURN(JobPlan job_plan,
                    PlanSubmission(request, options_.max_spec_bytes, options_.job_limits));
   std::optional<std::string> too_big = NoWorkerCanHold(job_plan);
@@ -539,7 +540,7 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   const std::string reason = holder != nullptr       ? HeldBackReason(spec, *holder, counts)
                              : counts.idle >= needed ? std::string(kPlacingNow)
                                                      : WaitingReason(spec, counts);
-  ASSIGN_OR_RETURN(Job job, store_->CreateJob(spec, reason, NowMs(), NewUid()));
+  ASSIGN_OR_RETURN(Job job, store_->CreateJob(spec, reason, NowMs(), NewUid(), owner));
   for (const std::string& note : notes) Event(job.id(), note);
   for (const std::string& warning : response.warnings()) Event(job.id(), warning);
   ActiveJob active;
@@ -551,8 +552,9 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   active.state = QUEUED;
   active.reason = reason;
   jobs_.emplace(JobNumber(job.id()), std::move(active));
-  Log(absl::StrCat(job.id(), ": submitted \"", spec.name(), "\" needing ", Plural(needed, "worker"),
-                   ": ", reason));
+  Log(absl::StrCat(job.id(), ": submitted \"", spec.name(), "\"",
+                   owner.empty() ? "" : absl::StrCat(" by ", owner), " needing ",
+                   Plural(needed, "worker"), ": ", reason));
   if (options_.metrics != nullptr) options_.metrics->JobSubmitted();
   Wake();
   AddQueuePosition(&job);
@@ -616,10 +618,11 @@ absl::StatusOr<ListJobsResponse> JobManager::ListJobs(const ListJobsRequest& req
     return absl::InvalidArgumentError(
         absl::StrCat("page_token \"", request.page_token(), "\" is not one this coordinator gave"));
   }
-  std::optional<absl::string_view> name;
+  std::optional<absl::string_view> name, owner;
   if (!request.name().empty()) name = request.name();
+  if (!request.owner().empty()) owner = request.owner();
   ASSIGN_OR_RETURN(JobPage page, store_->ListJobs(std::min(request.limit(), kMaxListedJobs), states,
-                                                  before_seq, name));
+                                                  before_seq, name, owner));
   ListJobsResponse response;
   for (Job& job : page.jobs) *response.add_jobs() = std::move(job);
   JobsLock lock(this);
@@ -628,7 +631,8 @@ absl::StatusOr<ListJobsResponse> JobManager::ListJobs(const ListJobsRequest& req
   return response;
 }
 
-absl::StatusOr<Job> JobManager::CancelJob(const std::string& job_id, const std::string& reason) {
+absl::StatusOr<Job> JobManager::CancelJob(const std::string& job_id, const std::string& reason,
+                                          const std::string& by) {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
   JobsLock lock(this);
   ActiveJob* job = FindActive(job_id);
@@ -637,7 +641,9 @@ absl::StatusOr<Job> JobManager::CancelJob(const std::string& job_id, const std::
     return absl::FailedPreconditionError(absl::StrCat(
         job_id, " already ended ", JobState_Name(ended.state()), ": ", ended.reason()));
   }
-  job->cancel = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
+  const std::string who = by.empty() ? "" : absl::StrCat(" by ", by);
+  job->cancel = reason.empty() ? absl::StrCat("cancelled", by.empty() ? " by user" : who)
+                               : absl::StrCat("cancelled", who, ": ", reason);
   RETURN_IF_ERROR(Reconcile(job_id));  // CANCELLED now, before the answer
   return store_->GetJob(job_id, /*with_history=*/true);
 }

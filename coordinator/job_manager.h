@@ -157,14 +157,19 @@ class JobManager {
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
   absl::StatusOr<ReportProgressResponse> ReportProgress(const ReportProgressRequest& request);
   // `deadline`: the client's; DeadlineExceeded, and no job created, when it passes before the
-  // spec is read and checked.
+  // spec is read and checked. `owner`: the caller's certificate name (Job.owner).
   absl::StatusOr<SubmitJobResponse> SubmitJob(const SubmitJobRequest& request,
-                                              absl::Time deadline = absl::InfiniteFuture());
+                                              absl::Time deadline = absl::InfiniteFuture(),
+                                              const std::string& owner = "");
   absl::StatusOr<Job> GetJob(const std::string& job_id);
   // A page of job summaries, newest first (ListJobsRequest: limit 0 means 100, at most 1000;
-  // states, name and page_token filter); InvalidArgument for a page_token it did not give.
+  // states, name, owner and page_token filter; `mine` is the service's, which sets owner);
+  // InvalidArgument for a page_token it did not give.
   absl::StatusOr<ListJobsResponse> ListJobs(const ListJobsRequest& request);
-  absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
+  // `by`: the caller's certificate name, recorded in the reason ("cancelled by alice: why");
+  // empty for an insecure caller ("cancelled by user").
+  absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason,
+                                const std::string& by = "");
   // Deletes an ended job, and with request.files its directory through a worker on its host
   // (proto/coordinator.proto DeleteJob; job_manager_delete.cc). Calls `done` once that worker
   // answered, or a few heartbeat intervals have passed, or shortly before `deadline` (real

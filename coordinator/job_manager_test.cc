@@ -766,6 +766,12 @@ TEST(JobManager, CancelQueuedAndRunningJobs) {
   ASSERT_TRUE(h.Submit().ok());
   h.StartOn("w1", "job-000003");
   EXPECT_EQ(h.Get("job-000003").state(), RUNNING);
+  // Who cancelled is recorded when known (the caller's certificate name).
+  ASSERT_TRUE(h.m().CancelJob("job-000003", "", "alice").ok());
+  EXPECT_EQ(h.Get("job-000003").reason(), "cancelled by alice");
+  ASSERT_TRUE(h.Submit().ok());
+  ASSERT_TRUE(h.m().CancelJob("job-000004", "a typo in the spec", "admin").ok());
+  EXPECT_EQ(h.Get("job-000004").reason(), "cancelled by admin: a typo in the spec");
 }
 
 TEST(JobManager, ReportsAreChecked) {

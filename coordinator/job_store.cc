@@ -28,7 +28,7 @@
 namespace dtrain::coordinator {
 namespace {
 
-constexpr int kSchemaVersion = 6;
+constexpr int kSchemaVersion = 7;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -51,9 +51,11 @@ CREATE TABLE IF NOT EXISTS jobs (
   recoveries BLOB,
   name TEXT NOT NULL DEFAULT '',
   summary BLOB,
-  end_reason INTEGER NOT NULL DEFAULT 0);
+  end_reason INTEGER NOT NULL DEFAULT 0,
+  owner TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_by_name ON jobs (name, seq);
+CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq);
 CREATE TABLE IF NOT EXISTS job_specs (seq INTEGER PRIMARY KEY, spec BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS state_changes (
   job_id TEXT NOT NULL, seq INTEGER NOT NULL, state INTEGER NOT NULL, reason TEXT NOT NULL,
@@ -125,14 +127,21 @@ constexpr const char* kMigrateFrom5 = R"sql(
 UPDATE meta SET value = 6 WHERE key = 'schema_version';
 )sql";
 
+// Version 6 -> 7: who submitted each job (Job.owner: its certificate's name; '' for the jobs
+// before, which no user owns).
+constexpr const char* kMigrateFrom6 = R"sql(
+ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+UPDATE meta SET value = 7 WHERE key = 'schema_version';
+)sql";
+
 constexpr const char* kJobColumns =
     "id, (SELECT spec FROM job_specs WHERE job_specs.seq = jobs.seq), state, reason, "
     "submitted_ms, placement, latest, output, uid, started_ms, ended_ms, "
-    "output_host, checkpoint, resumed_from_step, recoveries, end_reason";
+    "output_host, checkpoint, resumed_from_step, recoveries, end_reason, owner";
 // The same columns for a listing: the spec's summary in its place, no placement.
 constexpr const char* kSummaryColumns =
     "id, summary, state, reason, submitted_ms, NULL, latest, output, uid, started_ms, ended_ms, "
-    "output_host, checkpoint, resumed_from_step, recoveries, end_reason";
+    "output_host, checkpoint, resumed_from_step, recoveries, end_reason, owner";
 
 // What DatabaseErrorCounts reports, counted as the errors are made.
 std::atomic<int64_t> errors_full{0}, errors_corrupt{0}, errors_busy{0}, errors_other{0};
@@ -281,6 +290,7 @@ absl::StatusOr<Job> ReadJob(Statement& s, int first = 0) {
   RETURN_IF_ERROR(ParseInto(s.Blob(first + 14), &recoveries, job.id(), "recoveries"));
   job.mutable_recoveries()->Swap(recoveries.mutable_recoveries());
   job.set_end_reason(static_cast<EndReason>(s.Int(first + 15)));
+  job.set_owner(s.Text(first + 16));
   return job;
 }
 
@@ -432,6 +442,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
         }
         if (version >= 1 && version <= 4) RETURN_IF_ERROR(store->Exec(kMigrateFrom4));
         if (version >= 1 && version <= 5) RETURN_IF_ERROR(store->Exec(kMigrateFrom5));
+        if (version >= 1 && version <= 6) RETURN_IF_ERROR(store->Exec(kMigrateFrom6));
       }
     }
     RETURN_IF_ERROR(store->Exec(kSchema));
@@ -486,13 +497,14 @@ absl::Status JobStore::CheckJobExists(absl::string_view job_id) {
 }
 
 absl::StatusOr<Job> JobStore::CreateJob(const JobSpec& spec, absl::string_view reason,
-                                        int64_t now_ms, absl::string_view uid) {
+                                        int64_t now_ms, absl::string_view uid,
+                                        absl::string_view owner) {
   absl::MutexLock lock(&mu_);
   std::string id;
   RETURN_IF_ERROR(Transaction([&]() -> absl::Status {
     Statement insert(db_, path_,
-                     "INSERT INTO jobs (id, spec, state, reason, submitted_ms, uid, name, summary) "
-                     "VALUES ('', ?, ?, ?, ?, ?, ?, ?)");
+                     "INSERT INTO jobs (id, spec, state, reason, submitted_ms, uid, name, summary, "
+                     "owner) VALUES ('', ?, ?, ?, ?, ?, ?, ?, ?)");
     RETURN_IF_ERROR(insert.BindBlob(1, "")
                         .Bind(2, int64_t{QUEUED})
                         .Bind(3, reason)
@@ -500,6 +512,7 @@ absl::StatusOr<Job> JobStore::CreateJob(const JobSpec& spec, absl::string_view r
                         .Bind(5, uid)
                         .Bind(6, spec.name())
                         .BindBlob(7, SpecSummary(spec).SerializeAsString())
+                        .Bind(8, owner)
                         .Run());
     const int64_t seq = sqlite3_last_insert_rowid(db_);
     id = JobIdFor(seq);
@@ -517,6 +530,7 @@ absl::StatusOr<Job> JobStore::CreateJob(const JobSpec& spec, absl::string_view r
   job.set_reason(std::string(reason));
   job.set_submitted_unix_ms(now_ms);
   job.set_uid(std::string(uid));
+  job.set_owner(std::string(owner));
   StateChange* change = job.add_history();
   change->set_state(QUEUED);
   change->set_reason(std::string(reason));
@@ -836,7 +850,8 @@ absl::StatusOr<Job> JobStore::GetJob(absl::string_view job_id, bool with_history
 
 absl::StatusOr<JobPage> JobStore::ListJobs(int limit, absl::Span<const JobState> states,
                                            int64_t before_seq,
-                                           std::optional<absl::string_view> name) {
+                                           std::optional<absl::string_view> name,
+                                           std::optional<absl::string_view> owner) {
   if (limit <= 0) limit = 100;
   std::vector<std::string> where;
   if (!states.empty()) {
@@ -846,6 +861,7 @@ absl::StatusOr<JobPage> JobStore::ListJobs(int limit, absl::Span<const JobState>
   }
   if (before_seq > 0) where.push_back("seq < ?1");
   if (name.has_value()) where.push_back("name = ?2");
+  if (owner.has_value()) where.push_back("owner = ?4");
   absl::MutexLock lock(&mu_);
   // One more row than asked for says whether there is a next page.
   const std::string sql =
@@ -856,6 +872,7 @@ absl::StatusOr<JobPage> JobStore::ListJobs(int limit, absl::Span<const JobState>
   if (before_seq > 0) s.Bind(1, before_seq);
   if (name.has_value()) s.Bind(2, *name);
   s.Bind(3, int64_t{limit} + 1);
+  if (owner.has_value()) s.Bind(4, *owner);
   JobPage page;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());

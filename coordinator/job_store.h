@@ -114,8 +114,9 @@ class JobStore {
 
   // Stores a new QUEUED job with its first history entry. Ids are "job-000001", "job-000002", ...
   // from SQLite's AUTOINCREMENT counter, so they grow across restarts and are never reused.
+  // `owner`: the submitting certificate's name (Job.owner).
   absl::StatusOr<Job> CreateJob(const JobSpec& spec, absl::string_view reason, int64_t now_ms,
-                                absl::string_view uid = "");
+                                absl::string_view uid = "", absl::string_view owner = "");
 
   // Sets the job's state and reason and appends the change to its history (unless it is the
   // same state without a placement: a restated reason is no change), in one transaction
@@ -164,10 +165,12 @@ class JobStore {
   // A page of summaries, newest first: no history or placement, the spec's summary (name,
   // steps, device, layout) instead of the spec. At most `limit` (<= 0 means 100); only `states`
   // when not empty; only jobs older than before_seq when it is > 0 (a previous page's
-  // next_before_seq); only jobs whose spec.name is `name` when set (indexed). Never reads a spec.
+  // next_before_seq); only jobs whose spec.name is `name` when set, and only those of `owner`
+  // when set (both indexed). Never reads a spec.
   absl::StatusOr<JobPage> ListJobs(int limit, absl::Span<const JobState> states = {},
                                    int64_t before_seq = 0,
-                                   std::optional<absl::string_view> name = std::nullopt);
+                                   std::optional<absl::string_view> name = std::nullopt,
+                                   std::optional<absl::string_view> owner = std::nullopt);
   // Jobs in any of `states`, oldest first, without history (startup recovery, scheduling).
   absl::StatusOr<std::vector<Job>> JobsInStates(absl::Span<const JobState> states);
   // How many jobs are in each state (states without jobs are absent); one indexed query.

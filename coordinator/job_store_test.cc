@@ -341,6 +341,7 @@ INSERT INTO events VALUES ('job-000001', 1, 'an old event', 8);
   EXPECT_EQ((*store)->MetricsAfter("job-000001", 0)->at(0).val_loss(), 2.5);
   // Version 6's table of removals is there.
   PendingDirRemoval removal{"job-000001", "u", "/c/job-000001", "h", "w1", 9};
+  EXPECT_EQ(job->owner(), "");  // version 7's owner: nobody's
   ASSERT_TRUE((*store)->DeleteJob("job-000001", &removal).ok());
   EXPECT_EQ((*store)->PendingDirRemovals()->size(), 1u);
 }
@@ -506,6 +507,38 @@ TEST(JobStore, FindsJobsByNameWhateverTheirAge) {
   EXPECT_EQ(found->jobs[0].id(), "job-000001");
   EXPECT_TRUE(s.ListJobs(10, {}, 0, "nothing")->jobs.empty());
   EXPECT_EQ(s.ListJobs(10, {}, 0, "hay")->jobs.size(), 10u);
+}
+
+TEST(JobStore, EachJobKeepsItsOwnerAndIsFoundByIt) {
+  const std::string path = TempDb("by-owner");
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    JobStore& s = **store;
+    ASSERT_EQ(s.CreateJob(Spec("a"), "q", 0, "u1", "alice")->owner(), "alice");
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(s.CreateJob(Spec("b"), "q", 1, "u", "bob").ok());
+    ASSERT_TRUE(s.CreateJob(Spec("a"), "q", 2, "u2", "alice").ok());
+    ASSERT_TRUE(s.CreateJob(Spec("c"), "q", 3).ok());  // insecure: nobody's
+  }
+  auto store = JobStore::Open(path);  // across a reopen
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  EXPECT_EQ(s.GetJob("job-000001")->owner(), "alice");
+  EXPECT_EQ(s.GetJob("job-000008")->owner(), "");
+  absl::StatusOr<JobPage> alices = s.ListJobs(10, {}, 0, std::nullopt, "alice");
+  ASSERT_TRUE(alices.ok());
+  ASSERT_EQ(alices->jobs.size(), 2u);
+  EXPECT_EQ(alices->jobs[0].id(), "job-000007");  // newest first, with their owner
+  EXPECT_EQ(alices->jobs[0].owner(), "alice");
+  EXPECT_EQ(alices->jobs[1].id(), "job-000001");
+  // With the other filters and pages.
+  absl::StatusOr<JobPage> page = s.ListJobs(2, {QUEUED}, 0, "b", "bob");
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->jobs.size(), 2u);
+  EXPECT_GT(page->next_before_seq, 0);
+  EXPECT_EQ(s.ListJobs(10, {}, page->next_before_seq, "b", "bob")->jobs.size(), 3u);
+  EXPECT_TRUE(s.ListJobs(10, {}, 0, "a", "bob")->jobs.empty());
+  EXPECT_TRUE(s.ListJobs(10, {}, 0, std::nullopt, "mallory")->jobs.empty());
 }
 
 TEST(JobStore, TheHistoryRecordsChangesNotRestatements) {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace dtrain::coordinator {
 namespace {
@@ -11,7 +12,9 @@ constexpr char kSharedWorkerName[] = "worker";
 
 struct Rule {
   const char* method;
-  std::vector<std::string> roles;
+  std::vector<std::string> roles;  // may call it (a job-scoped one on any job)
+  // May call it only on the jobs they submitted (Job.owner is their certificate's name).
+  std::vector<std::string> own_jobs_roles = {};
 };
 
 const std::vector<Rule>& Table() {
@@ -21,24 +24,39 @@ const std::vector<Rule>& Table() {
       {"Heartbeat", {kRoleWorker}},
       {"ReportProgress", {kRoleWorker}},
       {"DeregisterWorker", {kRoleWorker}},
-      // Users who change things.
-      {"SubmitJob", {kRoleAdmin}},
-      {"CancelJob", {kRoleAdmin}},
-      {"DeleteJob", {kRoleAdmin}},
+      // People who change things: admins on everything, users on their own jobs.
+      {"SubmitJob", {kRoleAdmin, kRoleUser}},
+      {"CancelJob", {kRoleAdmin}, {kRoleUser}},
+      {"DeleteJob", {kRoleAdmin}, {kRoleUser}},
+      {"RebalanceJob", {kRoleAdmin}, {kRoleUser}},
       {"ForgetWorker", {kRoleAdmin}},
       {"DrainWorker", {kRoleAdmin}},
-      {"RebalanceJob", {kRoleAdmin}},
-      // Users who look.
-      {"GetJob", {kRoleViewer, kRoleAdmin}},
-      {"ListJobs", {kRoleViewer, kRoleAdmin}},
-      {"WatchJob", {kRoleViewer, kRoleAdmin}},
-      {"ListWorkers", {kRoleViewer, kRoleAdmin}},
-      {"JobLogs", {kRoleViewer, kRoleAdmin}},
-      {"ListCheckpoints", {kRoleViewer, kRoleAdmin}},
-      {"Diagnose", {kRoleViewer, kRoleAdmin}},
-      {"TraceJob", {kRoleViewer, kRoleAdmin}},
+      // People who look.
+      {"GetJob", {kRoleViewer, kRoleAdmin, kRoleUser}},
+      {"ListJobs", {kRoleViewer, kRoleAdmin, kRoleUser}},
+      {"WatchJob", {kRoleViewer, kRoleAdmin, kRoleUser}},
+      {"ListWorkers", {kRoleViewer, kRoleAdmin, kRoleUser}},
+      {"JobLogs", {kRoleViewer, kRoleAdmin, kRoleUser}},
+      {"ListCheckpoints", {kRoleViewer, kRoleAdmin, kRoleUser}},
+      {"Diagnose", {kRoleViewer, kRoleAdmin, kRoleUser}},
+      {"TraceJob", {kRoleViewer, kRoleAdmin, kRoleUser}},
+      {"Access", {kRoleViewer, kRoleAdmin, kRoleUser, kRoleWorker}},
   };
   return *table;
+}
+
+const Rule* RuleFor(absl::string_view method) {
+  for (const Rule& rule : Table()) {
+    if (rule.method == method) return &rule;
+  }
+  return nullptr;
+}
+
+bool Has(const std::vector<std::string>& roles, absl::string_view role) {
+  for (const std::string& r : roles) {
+    if (r == role) return true;
+  }
+  return false;
 }
 
 std::string Certificate(const PeerIdentity& who) {
@@ -49,25 +67,46 @@ std::string Certificate(const PeerIdentity& who) {
 
 const std::vector<std::string>& RolesFor(absl::string_view method) {
   static const auto* none = new std::vector<std::string>();
-  for (const Rule& rule : Table()) {
-    if (rule.method == method) return rule.roles;
-  }
-  return *none;
+  const Rule* rule = RuleFor(method);
+  return rule == nullptr ? *none : rule->roles;
+}
+
+bool IsJobScoped(absl::string_view method) {
+  const Rule* rule = RuleFor(method);
+  return rule != nullptr && !rule->own_jobs_roles.empty();
 }
 
 absl::Status Authorize(const PeerIdentity& who, absl::string_view method) {
-  if (who.role == kRoleInsecure) return absl::OkStatus();    // --insecure: no authentication
-  const std::vector<std::string>& roles = RolesFor(method);  // every RPC: no copy
-  for (const std::string& role : roles) {
-    if (who.role == role) return absl::OkStatus();
-  }
-  if (roles.empty()) {
+  if (who.role == kRoleInsecure) return absl::OkStatus();  // --insecure: no authentication
+  const Rule* rule = RuleFor(method);                      // every RPC: no copy
+  if (rule == nullptr) {
     return absl::PermissionDeniedError(
         absl::StrCat(Certificate(who), " may not call ", method, ": no role may"));
   }
+  if (Has(rule->roles, who.role) || Has(rule->own_jobs_roles, who.role)) return absl::OkStatus();
+  std::vector<std::string> needed = rule->roles;
+  needed.insert(needed.end(), rule->own_jobs_roles.begin(), rule->own_jobs_roles.end());
   return absl::PermissionDeniedError(absl::StrCat(Certificate(who), " may not call ", method,
                                                   ": it needs role ",
-                                                  absl::StrJoin(roles, " or ")));
+                                                  absl::StrJoin(needed, " or ")));
+}
+
+absl::Status AuthorizeOnJob(const PeerIdentity& who, absl::string_view method,
+                            absl::string_view job_id, absl::string_view owner) {
+  RETURN_IF_ERROR(Authorize(who, method));
+  const Rule* rule = RuleFor(method);
+  if (who.role == kRoleInsecure || rule->own_jobs_roles.empty() || Has(rule->roles, who.role)) {
+    return absl::OkStatus();
+  }
+  if (!owner.empty() && owner == who.name) return absl::OkStatus();
+  const std::string whose = owner.empty()
+                                ? std::string(
+                                      "it has no owner (submitted to an --insecure coordinator or "
+                                      "before owners were recorded)")
+                                : absl::StrCat("it was submitted by ", owner);
+  return absl::PermissionDeniedError(absl::StrCat(
+      Certificate(who), " may not call ", method, " on ", job_id, ": ", whose, "; role ", who.role,
+      " acts only on its own jobs (role ", absl::StrJoin(rule->roles, " or "), " on any)"));
 }
 
 absl::Status AuthorizeWorker(const PeerIdentity& who, absl::string_view method,
@@ -78,6 +117,24 @@ absl::Status AuthorizeWorker(const PeerIdentity& who, absl::string_view method,
   }
   return absl::PermissionDeniedError(
       absl::StrCat(Certificate(who), " may not act as worker ", worker_id, " (", method, ")"));
+}
+
+AccessResponse AccessOf(const PeerIdentity& who, const Job* job) {
+  AccessResponse access;
+  access.set_name(who.name);
+  access.set_role(who.role);
+  for (const Rule& rule : Table()) {
+    if (!Authorize(who, rule.method).ok()) continue;
+    if (job != nullptr && !rule.own_jobs_roles.empty()) {
+      absl::Status on_job = AuthorizeOnJob(who, rule.method, job->id(), job->owner());
+      if (!on_job.ok()) {
+        (*access.mutable_refused())[rule.method] = std::string(on_job.message());
+        continue;
+      }
+    }
+    access.add_methods(rule.method);
+  }
+  return access;
 }
 
 }  // namespace dtrain::coordinator

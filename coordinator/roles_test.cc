@@ -39,7 +39,8 @@ TEST(Roles, ViewerMayOnlyLook) {
     EXPECT_EQ(Authorize(Who("viewer", "viewer"), m).code(), absl::StatusCode::kPermissionDenied);
   }
   EXPECT_EQ(Authorize(Who("viewer", "viewer"), "CancelJob").message(),
-            "certificate 'viewer' (role viewer) may not call CancelJob: it needs role admin");
+            "certificate 'viewer' (role viewer) may not call CancelJob: it needs role admin or "
+            "user");
 }
 
 TEST(Roles, WorkerMayOnlyDoWorkerThings) {
@@ -51,9 +52,11 @@ TEST(Roles, WorkerMayOnlyDoWorkerThings) {
     EXPECT_EQ(Authorize(Who("worker", "worker"), m).code(), absl::StatusCode::kPermissionDenied);
   }
   EXPECT_EQ(Authorize(Who("worker", "worker"), "SubmitJob").message(),
-            "certificate 'worker' (role worker) may not call SubmitJob: it needs role admin");
+            "certificate 'worker' (role worker) may not call SubmitJob: it needs role admin or "
+            "user");
   EXPECT_EQ(Authorize(Who("w1", "worker"), "ListJobs").message(),
-            "certificate 'w1' (role worker) may not call ListJobs: it needs role viewer or admin");
+            "certificate 'w1' (role worker) may not call ListJobs: it needs role viewer or admin "
+            "or user");
 }
 
 TEST(Roles, AClientCertificateCannotRegisterAWorker) {
@@ -78,6 +81,69 @@ TEST(Roles, OtherRolesAndUnknownMethodsMayCallNothing) {
   EXPECT_THAT(RolesFor("Reboot"), ElementsAre());
   EXPECT_EQ(Authorize(Who("admin", "admin"), "Reboot").message(),
             "certificate 'admin' (role admin) may not call Reboot: no role may");
+}
+
+TEST(Roles, AUserSubmitsLooksAndChangesOnlyItsOwnJobs) {
+  const PeerIdentity alice = Who("alice", "user");
+  EXPECT_TRUE(Authorize(alice, "SubmitJob").ok());
+  for (const auto& m : kViewerRpcs) EXPECT_TRUE(Authorize(alice, m).ok()) << m;
+  for (const auto& m : kWorkerRpcs) {
+    EXPECT_EQ(Authorize(alice, m).code(), absl::StatusCode::kPermissionDenied) << m;
+  }
+  for (const char* m : {"ForgetWorker", "DrainWorker"}) {
+    EXPECT_EQ(Authorize(alice, m).code(), absl::StatusCode::kPermissionDenied) << m;
+  }
+  for (const char* m : {"CancelJob", "DeleteJob", "RebalanceJob"}) {
+    EXPECT_TRUE(IsJobScoped(m)) << m;
+    EXPECT_TRUE(Authorize(alice, m).ok()) << m;  // on some job: AuthorizeOnJob says which
+    EXPECT_TRUE(AuthorizeOnJob(alice, m, "job-000001", "alice").ok()) << m;
+    EXPECT_EQ(AuthorizeOnJob(alice, m, "job-000002", "bob").code(),
+              absl::StatusCode::kPermissionDenied)
+        << m;
+    EXPECT_EQ(AuthorizeOnJob(alice, m, "job-000003", "").code(),
+              absl::StatusCode::kPermissionDenied)
+        << m;
+    // An admin on anyone's, and an insecure caller on every job.
+    EXPECT_TRUE(AuthorizeOnJob(Who("admin", "admin"), m, "job-000002", "bob").ok()) << m;
+    EXPECT_TRUE(AuthorizeOnJob(Who("", kRoleInsecure), m, "job-000002", "bob").ok()) << m;
+    EXPECT_EQ(AuthorizeOnJob(Who("viewer", "viewer"), m, "job-000001", "viewer").code(),
+              absl::StatusCode::kPermissionDenied)
+        << m;
+  }
+  EXPECT_EQ(AuthorizeOnJob(alice, "CancelJob", "job-000002", "bob").message(),
+            "certificate 'alice' (role user) may not call CancelJob on job-000002: it was "
+            "submitted by bob; role user acts only on its own jobs (role admin on any)");
+  EXPECT_EQ(AuthorizeOnJob(alice, "DeleteJob", "job-000003", "").message(),
+            "certificate 'alice' (role user) may not call DeleteJob on job-000003: it has no "
+            "owner (submitted to an --insecure coordinator or before owners were recorded); "
+            "role user acts only on its own jobs (role admin on any)");
+  EXPECT_FALSE(IsJobScoped("SubmitJob"));
+  EXPECT_TRUE(AuthorizeOnJob(alice, "GetJob", "job-000002", "bob").ok());
+}
+
+TEST(Roles, AccessListsWhatTheTableAllowsOnAJob) {
+  Job bobs;
+  bobs.set_id("job-000002");
+  bobs.set_owner("bob");
+  const AccessResponse alice = AccessOf(Who("alice", "user"), &bobs);
+  EXPECT_EQ(alice.name(), "alice");
+  EXPECT_EQ(alice.role(), "user");
+  EXPECT_THAT(alice.methods(),
+              ElementsAre("SubmitJob", "GetJob", "ListJobs", "WatchJob", "ListWorkers", "JobLogs",
+                          "ListCheckpoints", "Diagnose", "TraceJob", "Access"));
+  EXPECT_EQ(alice.refused().size(), 3u);
+  EXPECT_THAT(alice.refused().at("CancelJob"), ::testing::HasSubstr("submitted by bob"));
+  const AccessResponse bob = AccessOf(Who("bob", "user"), &bobs);
+  EXPECT_THAT(bob.methods(), ::testing::Contains("CancelJob"));
+  EXPECT_TRUE(bob.refused().empty());
+  // Without a job: what the role may call at all.
+  EXPECT_THAT(AccessOf(Who("alice", "user")).methods(), ::testing::Contains("DeleteJob"));
+  const AccessResponse viewer = AccessOf(Who("viewer", "viewer"), &bobs);
+  EXPECT_THAT(viewer.methods(), ::testing::Not(::testing::Contains("CancelJob")));
+  EXPECT_TRUE(viewer.refused().empty());  // not its role's at all: not "refused on this job"
+  EXPECT_THAT(
+      AccessOf(Who("w1", "worker")).methods(),
+      ElementsAre("RegisterWorker", "Heartbeat", "ReportProgress", "DeregisterWorker", "Access"));
 }
 
 TEST(Roles, APerWorkerCertificateActsOnlyAsItsWorker) {

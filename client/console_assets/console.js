@@ -83,7 +83,7 @@ function jobRow(j) {
     id: j.id, name: (j.spec && j.spec.name) || "", state: j.state,
     layout: dp + "×" + pp + "×" + tp, step: num(latest.step), steps: num(j.spec && j.spec.steps),
     loss: num(latest.loss), tps: num(latest.tokens_per_s), age: num(j.submitted_unix_ms),
-    queue: num(j.queue_position), reason: j.reason || "",
+    queue: num(j.queue_position), reason: j.reason || "", owner: j.owner || "",
   };
 }
 
@@ -100,6 +100,7 @@ function renderJobs(jobs) {
                                 onchange: (e) => { e.target.checked ? checkedJobs.add(r.id) : checkedJobs.delete(r.id); updateCompareLink(); }})),
       el("td", {}, el("a", {href: "/job.html?id=" + encodeURIComponent(r.id)}, r.id)),
       el("td", {}, r.name),
+      el("td", {}, r.owner),
       el("td", {class: "state " + r.state, title: r.reason},
          r.state + (r.queue ? " #" + r.queue : "")),
       el("td", {}, r.layout),
@@ -282,13 +283,16 @@ function drawJob() {
   const latest = job.latest || {};
   $("job-summary").textContent = "step " + num(latest.step) + " / " + num(job.spec && job.spec.steps) +
       " · loss " + fmt(num(latest.loss), 4) + " · " + fmt(num(latest.tokens_per_s), 0) + " tokens/s" +
-      " · submitted " + age(job.submitted_unix_ms) + " ago";
+      " · submitted " + age(job.submitted_unix_ms) + " ago" + (job.owner ? " by " + job.owner : "");
   const actions = $("actions");
   actions.replaceChildren();
-  if (whoami.may_cancel && !FINAL.has(job.state)) {
+  // What the coordinator allows on this job (a user acts only on its own): GET .../access.
+  const mayOnJob = new Set((jobAccess && jobAccess.methods) || []);
+  document.body.dataset.refused = Object.keys((jobAccess && jobAccess.refused) || {}).join(",");
+  if (mayOnJob.has("CancelJob") && !FINAL.has(job.state)) {
     actions.append(el("button", {id: "cancel", onclick: cancelJob}, "Cancel job"));
   }
-  if (whoami.may_delete && FINAL.has(job.state)) {
+  if (mayOnJob.has("DeleteJob") && FINAL.has(job.state)) {
     actions.append(el("button", {id: "delete", onclick: deleteJob}, "Delete job and files"));
   }
   if (whoami.may_submit) {
@@ -467,11 +471,14 @@ async function showLogs() {
   } catch (e) { $("logs").replaceChildren(el("li", {}, (e.code ? e.code + ": " : "") + e.message)); }
 }
 
+let jobAccess = null;  // Coordinator.Access for the job of this page
 async function refreshJob(id) {
   try {
     const [j, w, c] = await Promise.all([api("jobs/" + encodeURIComponent(id)), api("workers"),
                                          api("jobs/" + encodeURIComponent(id) + "/checkpoints").catch(() => ({}))]);
     job = j;
+    // Once per page: the job's owner and this certificate's role do not change.
+    if (!jobAccess) jobAccess = await api("jobs/" + encodeURIComponent(id) + "/access");
     sealedSteps = ((c.checkpoints) || []).map(x => num(x.step));
     workersById = Object.fromEntries(((w.workers) || []).map(x => [x.worker_id, x]));
     drawJob();

@@ -188,3 +188,100 @@ def case_roles(args):
         c.start_worker("w9", extra=c.tls_flags("w9"))
         c.wait_workers({"w9": "IDLE"}, timeout=30)
         print("w9's certificate: registers as w9, refused as w10")
+
+
+def case_owners(args):
+    """Two people share a TLS cluster, each with a certificate of role user (`dtrain certs issue
+    DIR alice --role=user`): a job records who submitted it (status, --json, list --mine and
+    --owner); bob's cancel and delete of alice's job are refused in one line naming her, and
+    her job keeps running; each cancels and deletes their own; an admin cancels anyone's; the
+    reason says who cancelled; a viewer still may not submit; each one's console offers the
+    cancel button only on their own job (Coordinator.Access through /api/jobs/ID/access)."""
+    from console_cases import request, start_console
+
+    with Cluster(args.binaries, "owners", tls=True) as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_idle_workers(["w1", "w2", "w3"])
+        ckpt = os.path.join(c.tmp, "ckpt")
+        for name in ("alice", "bob"):
+            rc, out, err = c.cli("certs", "issue", c.tls_dir, name, "--role=user", cert=None)
+            expect(rc == 0, "certs issue %s: exit %d: %s" % (name, rc, err))
+
+        def submit_as(who, name, steps):
+            spec = c.write_spec(name + ".json", small_job_spec(ckpt, steps, name=name))
+            rc, out, err = c.cli("--json", "submit", spec, cert=who)
+            expect(rc == 0, "%s's submit: exit %d: %s" % (who, rc, err))
+            job = json.loads(out)
+            expect(job.get("owner") == who, "%s's job's owner: %r" % (who, job.get("owner")))
+            return job["id"]
+
+        a = submit_as("alice", "alices", 100000)
+        c.wait_step(a, 1, 60)
+        rc, out, err = c.cli("status", a, cert="bob")
+        expect(rc == 0 and "ago) by alice" in out, "bob's status of %s does not say whose it "
+               "is (exit %d):\n%s%s" % (a, rc, out, err))
+
+        # bob may look at alice's job but not change it.
+        rc, out, err = c.cli("cancel", a, cert="bob")
+        want = ("certificate 'bob' (role user) may not call CancelJob on %s: it was submitted by "
+                "alice; role user acts only on its own jobs (role admin on any)" % a)
+        expect(rc == 6 and want in err and len(err.strip().splitlines()) == 1,
+               "bob's cancel of alice's job: exit %d: %s" % (rc, err))
+        print("bob cancels %s -> exit 6: %s" % (a, err.strip()))
+        expect(c.job(a)["state"] == "RUNNING", "alice's job stopped after bob's refused cancel")
+
+        b = submit_as("bob", "bobs", 5)
+        expect(c.wait_state(b, FINAL, 120)["state"] == "SUCCEEDED", "bob's job did not succeed")
+        rc, out, err = c.cli("delete", b, cert="alice")
+        expect(rc == 6 and "may not call DeleteJob on %s: it was submitted by bob" % b in err,
+               "alice's delete of bob's job: exit %d: %s" % (rc, err))
+        expect(c.job(b)["state"] == "SUCCEEDED", "bob's job is gone after a refused delete")
+
+        # Listing by owner.
+        def listed(*flags, cert="admin"):
+            rc, out, err = c.cli("--json", "list", *flags, cert=cert)
+            expect(rc == 0, "list %s as %s: exit %d: %s" % (" ".join(flags), cert, rc, err))
+            return [j["id"] for j in json.loads(out).get("jobs", [])]
+
+        expect(listed("--mine", cert="alice") == [a], "alice's --mine: %s" % listed(
+            "--mine", cert="alice"))
+        expect(listed("--mine", cert="bob") == [b], "bob's --mine")
+        expect(listed("--owner=alice", cert="viewer") == [a], "the viewer's --owner=alice")
+        expect(listed("--mine") == [], "the admin submitted nothing, yet --mine lists jobs")
+        rc, out, err = c.cli("list", "--mine", cert="viewer")
+        expect(rc == 0 and out.strip() == "no jobs of that owner match",
+               "the viewer's list --mine: exit %d: %r" % (rc, out))
+        rc, out, err = c.cli("submit", c.write_spec("v.json", small_job_spec(ckpt, 5)),
+                             cert="viewer")
+        refused(c, "viewer", "viewer submit", rc, out, err, "SubmitJob", "admin or user")
+
+        # The consoles: the cancel is offered on one's own job only.
+        _, alices = start_console(c, "alice", "alice")
+        _, bobs = start_console(c, "bob", "bob")
+        for port, who, may in ((alices, "alice", True), (bobs, "bob", False)):
+            status, _, body = request(port, "/api/jobs/%s/access" % a)
+            access = json.loads(body)
+            expect(status == 200 and access.get("name") == who,
+                   "%s's console's access: %d %s" % (who, status, body))
+            expect(("CancelJob" in access.get("methods", [])) == may and
+                   ("CancelJob" in access.get("refused", {})) != may,
+                   "%s's console on %s: %s" % (who, a, body))
+        print("the consoles: alice may cancel %s, bob is refused: %s"
+              % (a, json.loads(request(bobs, "/api/jobs/%s/access" % a)[2])["refused"]
+                 ["CancelJob"]))
+
+        # Each acts on their own; an admin on anyone's.
+        rc, out, err = c.cli("delete", b, "--files", cert="bob")
+        expect(rc == 0 and "deleted %s" % b in out, "bob's delete of his job: exit %d: %s%s"
+               % (rc, out, err))
+        rc, out, err = c.cli("cancel", a, cert="alice")
+        expect(rc == 0, "alice's cancel of her job: exit %d: %s" % (rc, err))
+        expect(c.job(a)["reason"] == "cancelled by alice", "the reason: %r" % c.job(a)["reason"])
+        b2 = submit_as("bob", "bobs-long", 100000)
+        rc, out, err = c.cli("cancel", b2, "--reason=the cluster is needed", cert="admin")
+        expect(rc == 0, "the admin's cancel of bob's job: exit %d: %s" % (rc, err))
+        expect(c.job(b2)["reason"] == "cancelled by admin: the cluster is needed",
+               "the reason: %r" % c.job(b2)["reason"])
+        print("owners: alice %s, bob %s and %s; each cancelled by its owner or an admin"
+              % (a, b, b2))
