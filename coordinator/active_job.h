@@ -96,7 +96,8 @@ struct ActiveJob {
   };
 
   std::string id;
-  std::string uid;  // Job.uid
+  std::string uid;    // Job.uid
+  std::string owner;  // Job.owner: whose share of the workers its place in the queue counts
   JobSpec spec;
   absl::Time submitted;
   JobState state = QUEUED;

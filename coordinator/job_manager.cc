@@ -257,7 +257,7 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
                              std::vector<plan::Candidate>* idle_workers, WorkerCounts* counts_now) {
   std::vector<plan::Candidate>& idle = *idle_workers;
   WorkerCounts& counts = *counts_now;
-  // The queue's order (QueuedBefore); a job that does not fit does not hold back smaller ones
+  // The queue's order (QueueOrder); a job that does not fit does not hold back smaller ones
   // behind it, unless it has waited past Options::queue_reservation (then `holder`).
   const ActiveJob* holder = nullptr;
   for (ActiveJob* job : queued) {
@@ -311,13 +311,20 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
   }
 }
 
+QueueOrder JobManager::QueueOrderNow() {
+  absl::flat_hash_map<std::string, int64_t> held;
+  for (const auto& [n, job] : jobs_) {
+    if (job.state != QUEUED) held[job.owner] += static_cast<int64_t>(job.ranks.size());
+  }
+  return QueueOrder(std::move(held));
+}
+
 std::vector<ActiveJob*> JobManager::QueueInOrder() {
   std::vector<ActiveJob*> queued;
   for (auto& [n, job] : jobs_) {
     if (job.state == QUEUED && !job.pending_end.has_value()) queued.push_back(&job);
   }
-  std::stable_sort(queued.begin(), queued.end(),
-                   [](const ActiveJob* a, const ActiveJob* b) { return QueuedBefore(*a, *b); });
+  std::stable_sort(queued.begin(), queued.end(), QueueOrderNow());
   return queued;
 }
 
@@ -546,6 +553,7 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
   ActiveJob active;
   active.id = job.id();
   active.uid = job.uid();
+  active.owner = job.owner();
   active.spec = spec;
   active.run_spec = spec;
   active.submitted = absl::FromUnixMillis(job.submitted_unix_ms());
@@ -599,9 +607,10 @@ void JobManager::AddQueuePosition(Job* job) {
   const ActiveJob* active = FindActive(job->id());
   if (active == nullptr || active->state != QUEUED) return;
   // The scheduler tries queued jobs in the queue's order (PlaceQueued): count those before it.
+  const QueueOrder before = QueueOrderNow();
   int32_t position = 1;
   for (const auto& [n, other] : jobs_) {
-    if (other.state == QUEUED && !other.pending_end.has_value() && QueuedBefore(other, *active) &&
+    if (other.state == QUEUED && !other.pending_end.has_value() && before(other, *active) &&
         SameWorkers(other.spec.device(), active->spec.device())) {
       ++position;
     }

@@ -75,6 +75,8 @@
 
 namespace dtrain::coordinator {
 
+class QueueOrder;  // job_manager_internal.h
+
 class JobManager {
  public:
   struct Options {
@@ -426,7 +428,9 @@ class JobManager {
   // Whether queued `job`, which did not fit in this pass, now holds back the jobs behind it
   // that would take the same workers (Options::queue_reservation).
   bool ReservesWorkers(const ActiveJob& job, const WorkerCounts& counts);
-  // The queued jobs (none ending) in the queue's order (QueuedBefore): what the scheduler pass
+  // The queue's order now (job_manager_internal.h QueueOrder): with each owner's workers held.
+  QueueOrder QueueOrderNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The queued jobs (none ending) in the queue's order (QueueOrderNow): what the scheduler pass
   // tries and the reservation's holder is chosen from.
   std::vector<ActiveJob*> QueueInOrder() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The queued job that a new job of `spec` would wait behind now, or null.
@@ -438,7 +442,7 @@ class JobManager {
   // does (every change is a write and a log line).
   std::string HeldBackReason(const JobSpec& spec, const ActiveJob& holder,
                              const WorkerCounts& counts);
-  // The scheduler pass's queued jobs, in the queue's order (QueuedBefore), on `idle` (what they
+  // The scheduler pass's queued jobs, in the queue's order (QueueOrder), on `idle` (what they
   // take leaves it and `counts`).
   void PlaceQueued(const std::vector<ActiveJob*>& queued, std::vector<plan::Candidate>* idle,
                    WorkerCounts* counts);

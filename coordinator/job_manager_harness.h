@@ -60,10 +60,11 @@ class Harness {
     return absl::StrJoin(log_, "\n");
   }
 
-  absl::StatusOr<Job> Submit(const std::string& json = kTinySpec) {
+  // `owner`: the submitting certificate's name (Job.owner).
+  absl::StatusOr<Job> Submit(const std::string& json = kTinySpec, const std::string& owner = "") {
     SubmitJobRequest r;
     r.set_spec_json(json);
-    absl::StatusOr<SubmitJobResponse> response = m().SubmitJob(r);
+    absl::StatusOr<SubmitJobResponse> response = m().SubmitJob(r, absl::InfiniteFuture(), owner);
     if (!response.ok()) return response.status();
     return response->job();
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,13 +26,36 @@ inline int64_t JobNumber(absl::string_view id) {
   return n;
 }
 
-// The queue's order: JobSpec.priority, higher first, then submission. The scheduler tries the
-// queued jobs in it (PlaceQueued), the reservation's holder is the first in it that reserves
-// (HolderFor), and Job.queue_position counts the jobs before a job in it (AddQueuePosition).
-inline bool QueuedBefore(const ActiveJob& a, const ActiveJob& b) {
-  if (a.spec.priority() != b.spec.priority()) return a.spec.priority() > b.spec.priority();
-  return JobNumber(a.id) < JobNumber(b.id);
-}
+// The queue's order: JobSpec.priority, higher first; then fair share: of two owners
+// (Job.owner), the one whose placed jobs hold fewer workers now goes first, so one person's
+// burst of jobs does not hold back another's first one; then submission. The scheduler tries
+// the queued jobs in it (PlaceQueued), the reservation's holder is the first in it that
+// reserves (HolderFor), and Job.queue_position counts the jobs before a job in it
+// (AddQueuePosition). The shares are those when the order is made (JobManager::QueueOrderNow):
+// once per scheduler pass, so a pass that places several jobs corrects the order at the next.
+class QueueOrder {
+ public:
+  // `held`: workers held by each owner's jobs that are placed (PLACING, RUNNING, RECOVERING).
+  explicit QueueOrder(absl::flat_hash_map<std::string, int64_t> held) : held_(std::move(held)) {}
+
+  bool operator()(const ActiveJob& a, const ActiveJob& b) const {
+    if (a.spec.priority() != b.spec.priority()) return a.spec.priority() > b.spec.priority();
+    if (a.owner != b.owner) {
+      const int64_t held_a = Held(a.owner), held_b = Held(b.owner);
+      if (held_a != held_b) return held_a < held_b;
+    }
+    return JobNumber(a.id) < JobNumber(b.id);
+  }
+  bool operator()(const ActiveJob* a, const ActiveJob* b) const { return (*this)(*a, *b); }
+
+  int64_t Held(const std::string& owner) const {
+    auto it = held_.find(owner);
+    return it == held_.end() ? 0 : it->second;
+  }
+
+ private:
+  absl::flat_hash_map<std::string, int64_t> held_;
+};
 
 // "1.5s"
 inline std::string Seconds(absl::Duration d) {

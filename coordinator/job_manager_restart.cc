@@ -42,6 +42,7 @@ ActiveJob JobManager::Restored(const Job& stored, absl::Time now) {
   job.reason = stored.reason();
   job.last_step = stored.latest().step();
   job.uid = stored.uid();
+  job.owner = stored.owner();
   job.recoveries.assign(stored.recoveries().begin(), stored.recoveries().end());
   job.run_spec = CurrentRunSpec(job.spec, job.recoveries);
   job.recovery.phase_start = now;  // an open recovery's phase times restart here

@@ -218,6 +218,45 @@ TEST(JobManager, AJobOfHigherPriorityGoesFirstInTheQueue) {
   EXPECT_EQ(h.Get("job-000001").queue_position(), 1);
 }
 
+TEST(JobManager, OfTwoOwnersTheOneHoldingFewerWorkersGoesFirst) {
+  Harness h(TempDb("fair-share"));
+  for (const char* w : {"w1", "w2"}) ASSERT_TRUE(h.Register(w, absl::StrCat("s-", w)).ok());
+  // alice's burst: two jobs take both workers, two more wait.
+  for (const char* name : {"a1", "a2", "a3", "a4"}) {
+    ASSERT_TRUE(h.Submit(DpSpec(1, name), "alice").ok());  // job-000001 .. job-000004
+  }
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000002").state(), PLACING);
+  // bob's first job, submitted later, goes ahead of alice's waiting ones: she holds 2 workers,
+  // he none. The same order everywhere: his position, hers, and who gets the next worker.
+  absl::StatusOr<Job> bobs = h.Submit(DpSpec(1, "b1"), "bob");  // job-000005
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  EXPECT_EQ(bobs->owner(), "bob");
+  EXPECT_EQ(bobs->queue_position(), 1);
+  EXPECT_EQ(h.Get("job-000003").queue_position(), 2);
+  EXPECT_EQ(h.Get("job-000004").queue_position(), 3);
+  // A job of a higher priority still goes first, whoever holds what.
+  std::string urgent = DpSpec(1, "a5");
+  urgent.insert(1, R"("priority": 5, )");
+  ASSERT_TRUE(h.Submit(urgent, "alice").ok());  // job-000006
+  EXPECT_EQ(h.Get("job-000006").queue_position(), 1);
+  EXPECT_EQ(h.Get("job-000005").queue_position(), 2);
+  ASSERT_TRUE(h.m().CancelJob("job-000006", "").ok());
+  // alice's first job ends: bob's job takes the worker.
+  ASSERT_TRUE(h.m().CancelJob("job-000001", "").ok());
+  h.Beat("w1", "s-w1");
+  h.Beat("w2", "s-w2", "job-000002");
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000005").state(), PLACING) << h.Get("job-000005").reason();
+  EXPECT_EQ(h.Get("job-000003").state(), QUEUED);
+  // Now each holds one: alice's waiting jobs go in submission order again.
+  EXPECT_EQ(h.Get("job-000003").queue_position(), 1);
+  EXPECT_EQ(h.Get("job-000004").queue_position(), 2);
+  // Ownerless jobs (insecure, or from before owners) are one owner among the others.
+  ASSERT_TRUE(h.Submit(DpSpec(1, "x")).ok());  // job-000007: "" holds nothing
+  EXPECT_EQ(h.Get("job-000007").queue_position(), 1);
+}
+
 TEST(JobManager, JobWaitsForEnoughWorkersAndSaysSo) {
   Harness h(TempDb("waits"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());

@@ -195,7 +195,8 @@ def case_owners(args):
     DIR alice --role=user`): a job records who submitted it (status, --json, list --mine and
     --owner); bob's cancel and delete of alice's job are refused in one line naming her, and
     her job keeps running; each cancels and deletes their own; an admin cancels anyone's; the
-    reason says who cancelled; a viewer still may not submit; each one's console offers the
+    reason says who cancelled; fair share: bob's first job, submitted while alice's burst holds
+    every worker and queues more, goes ahead of her queued one; a viewer still may not submit; each one's console offers the
     cancel button only on their own job (Coordinator.Access through /api/jobs/ID/access)."""
     from console_cases import request, start_console
 
@@ -231,8 +232,24 @@ def case_owners(args):
         print("bob cancels %s -> exit 6: %s" % (a, err.strip()))
         expect(c.job(a)["state"] == "RUNNING", "alice's job stopped after bob's refused cancel")
 
+        # Fair share: alice's burst holds every worker and queues one more; bob's first job,
+        # submitted after it, goes ahead of it and takes the next worker freed.
+        a2, a3, a4 = (submit_as("alice", "alices-%d" % i, 100000) for i in (2, 3, 4))
+        c.wait_step(a3, 1, 60)
         b = submit_as("bob", "bobs", 5)
-        expect(c.wait_state(b, FINAL, 120)["state"] == "SUCCEEDED", "bob's job did not succeed")
+        expect(c.job(b)["queue_position"] == 1 and c.job(a4)["queue_position"] == 2,
+               "bob's job is not ahead of alice's fourth: %s, %s" % (c.job(b).get(
+                   "queue_position"), c.job(a4).get("queue_position")))
+        rc, out, err = c.cli("cancel", a2, cert="alice")
+        expect(rc == 0, "alice's cancel of %s: exit %d: %s" % (a2, rc, err))
+        done = c.wait_state(b, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "bob's job did not succeed")
+        # alice's fourth may have taken the worker once bob's ended, not before.
+        a4_started = int(c.job(a4).get("started_unix_ms", 0))
+        expect(a4_started == 0 or a4_started >= int(done["ended_unix_ms"]),
+               "alice's fourth job started before bob's ended")
+        print("fair share: bob's %s went ahead of alice's queued %s (she held 3 workers)"
+              % (b, a4))
         rc, out, err = c.cli("delete", b, cert="alice")
         expect(rc == 6 and "may not call DeleteJob on %s: it was submitted by bob" % b in err,
                "alice's delete of bob's job: exit %d: %s" % (rc, err))
@@ -244,10 +261,11 @@ def case_owners(args):
             expect(rc == 0, "list %s as %s: exit %d: %s" % (" ".join(flags), cert, rc, err))
             return [j["id"] for j in json.loads(out).get("jobs", [])]
 
-        expect(listed("--mine", cert="alice") == [a], "alice's --mine: %s" % listed(
+        alices = [a4, a3, a2, a]
+        expect(listed("--mine", cert="alice") == alices, "alice's --mine: %s" % listed(
             "--mine", cert="alice"))
         expect(listed("--mine", cert="bob") == [b], "bob's --mine")
-        expect(listed("--owner=alice", cert="viewer") == [a], "the viewer's --owner=alice")
+        expect(listed("--owner=alice", cert="viewer") == alices, "the viewer's --owner=alice")
         expect(listed("--mine") == [], "the admin submitted nothing, yet --mine lists jobs")
         rc, out, err = c.cli("list", "--mine", cert="viewer")
         expect(rc == 0 and out.strip() == "no jobs of that owner match",
@@ -257,9 +275,9 @@ def case_owners(args):
         refused(c, "viewer", "viewer submit", rc, out, err, "SubmitJob", "admin or user")
 
         # The consoles: the cancel is offered on one's own job only.
-        _, alices = start_console(c, "alice", "alice")
-        _, bobs = start_console(c, "bob", "bob")
-        for port, who, may in ((alices, "alice", True), (bobs, "bob", False)):
+        _, alice_port = start_console(c, "alice", "alice")
+        _, bob_port = start_console(c, "bob", "bob")
+        for port, who, may in ((alice_port, "alice", True), (bob_port, "bob", False)):
             status, _, body = request(port, "/api/jobs/%s/access" % a)
             access = json.loads(body)
             expect(status == 200 and access.get("name") == who,
@@ -268,7 +286,7 @@ def case_owners(args):
                    ("CancelJob" in access.get("refused", {})) != may,
                    "%s's console on %s: %s" % (who, a, body))
         print("the consoles: alice may cancel %s, bob is refused: %s"
-              % (a, json.loads(request(bobs, "/api/jobs/%s/access" % a)[2])["refused"]
+              % (a, json.loads(request(bob_port, "/api/jobs/%s/access" % a)[2])["refused"]
                  ["CancelJob"]))
 
         # Each acts on their own; an admin on anyone's.
@@ -278,10 +296,12 @@ def case_owners(args):
         rc, out, err = c.cli("cancel", a, cert="alice")
         expect(rc == 0, "alice's cancel of her job: exit %d: %s" % (rc, err))
         expect(c.job(a)["reason"] == "cancelled by alice", "the reason: %r" % c.job(a)["reason"])
+        for job in (a3, a4):
+            expect(c.cli("cancel", job, cert="alice")[0] == 0, "alice's cancel of %s" % job)
         b2 = submit_as("bob", "bobs-long", 100000)
         rc, out, err = c.cli("cancel", b2, "--reason=the cluster is needed", cert="admin")
         expect(rc == 0, "the admin's cancel of bob's job: exit %d: %s" % (rc, err))
         expect(c.job(b2)["reason"] == "cancelled by admin: the cluster is needed",
                "the reason: %r" % c.job(b2)["reason"])
         print("owners: alice %s, bob %s and %s; each cancelled by its owner or an admin"
-              % (a, b, b2))
+              % (", ".join(alices), b, b2))
