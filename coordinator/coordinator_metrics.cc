@@ -232,6 +232,16 @@ absl::Status CoordinatorMetrics::AddRpcAndJobFamilies() {
                                        "A job not ended yet: time since its last sealed "
                                        "checkpoint (absent before its first).",
                                        {"job_id"}));
+  ASSIGN_OR_RETURN(owner_workers_,
+                   registry_->AddGauge("dtrain_coordinator_owner_workers",
+                                       "Workers held by each owner's placed jobs (owner: the CN "
+                                       "of the certificate that submitted them; empty: no owner): "
+                                       "the share the queue orders fairly by.",
+                                       {"owner"}));
+  ASSIGN_OR_RETURN(
+      owner_queued_,
+      registry_->AddGauge("dtrain_coordinator_owner_queued_jobs",
+                          "Each owner's jobs waiting in the queue (QUEUED).", {"owner"}));
   oldest_queued_ = &oldest_queued->Add({});
   return absl::OkStatus();
 }
@@ -300,7 +310,27 @@ void CoordinatorMetrics::Collect() {
     }
   }
   oldest_queued_->Set(oldest);
+  SetOwnerSeries(counts->active);
   removals_pending_->Set(static_cast<double>(counts->dir_removals_pending));
+}
+
+void CoordinatorMetrics::SetOwnerSeries(const std::vector<StateCounts::ActiveJob>& active) {
+  for (const auto& [family, gauge] : owner_series_) family->Remove(gauge);
+  owner_series_.clear();
+  std::map<std::string, std::pair<int64_t, int64_t>> by_owner;  // workers held, jobs queued
+  for (const StateCounts::ActiveJob& job : active) {
+    auto& [workers, queued] = by_owner[job.owner];
+    workers += job.workers;
+    queued += job.state == QUEUED ? 1 : 0;
+  }
+  for (const auto& [owner, held] : by_owner) {
+    metrics::Gauge* workers = &owner_workers_->Add({{"owner", owner}});
+    workers->Set(static_cast<double>(held.first));
+    metrics::Gauge* queued = &owner_queued_->Add({{"owner", owner}});
+    queued->Set(static_cast<double>(held.second));
+    owner_series_.push_back({owner_workers_, workers});
+    owner_series_.push_back({owner_queued_, queued});
+  }
 }
 
 void CoordinatorMetrics::JobSubmitted() { submitted_->Increment(); }

@@ -55,6 +55,8 @@ class CoordinatorMetrics {
       absl::Time submitted;
       absl::Time sealed = absl::InfinitePast();  // its last sealed checkpoint; none: past
       int64_t dir_bytes = 0;  // its directory's bytes after that seal; 0: not reported
+      std::string owner;      // Job.owner, for dtrain_coordinator_owner_*
+      int64_t workers = 0;    // workers it holds: its placement's ranks once placed
     };
     std::vector<ActiveJob> active;
     int64_t dir_removals_pending = 0;  // deleted jobs' directories no worker has answered for
@@ -100,6 +102,9 @@ class CoordinatorMetrics {
   absl::Status AddRpcAndJobFamilies();
   absl::Status AddDeletionFamilies();  // (called by AddLifecycleFamilies)
   void Collect();                      // the collect hook
+  // The dtrain_coordinator_owner_* series, made again from `active` (Collect's).
+  void SetOwnerSeries(const std::vector<StateCounts::ActiveJob>& active)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(source_mu_);
   // Removes one job's straggler series (its scores, then its flagged count) and empties it.
   void RemoveStragglerSeries(std::vector<metrics::Gauge*>& series)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stragglers_mu_);
@@ -134,6 +139,11 @@ class CoordinatorMetrics {
   // The job_info_, checkpoint_age_ and dir_bytes_ series of the last scrape, three per job
   // (null: none), in that order (Collect, under source_mu_).
   std::vector<metrics::Gauge*> active_series_ ABSL_GUARDED_BY(source_mu_);
+  metrics::Family<metrics::Gauge>* owner_workers_ = nullptr;
+  metrics::Family<metrics::Gauge>* owner_queued_ = nullptr;
+  // Their series of the last scrape (Collect, under source_mu_).
+  std::vector<std::pair<metrics::Family<metrics::Gauge>*, metrics::Gauge*>> owner_series_
+      ABSL_GUARDED_BY(source_mu_);
 
   absl::Mutex source_mu_;
   std::function<absl::StatusOr<StateCounts>()> source_ ABSL_GUARDED_BY(source_mu_);

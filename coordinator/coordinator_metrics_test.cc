@@ -250,12 +250,23 @@ TEST(CoordinatorMetrics, ActiveJobsInfoQueuedAgeAndCheckpointAge) {
                    "state=\"running\"}"),
             1);
   EXPECT_THAT(text, HasSubstr("name=\"" + std::string(64, 'n') + "\",state"));  // bounded
+  // Per owner: the workers their placed jobs hold and their queued jobs.
+  counts.active[0].owner = "alice";
+  counts.active[0].workers = 4;
+  counts.active[1].owner = "alice";
+  counts.active[2].owner = "bob";
+  text = registry.SerializeText();
+  EXPECT_EQ(Sample(text, "dtrain_coordinator_owner_workers{owner=\"alice\"}"), 4);
+  EXPECT_EQ(Sample(text, "dtrain_coordinator_owner_queued_jobs{owner=\"alice\"}"), 1);
+  EXPECT_EQ(Sample(text, "dtrain_coordinator_owner_workers{owner=\"bob\"}"), 0);
+  EXPECT_EQ(Sample(text, "dtrain_coordinator_owner_queued_jobs{owner=\"bob\"}"), 1);
 
   // job-000001 ended, job-000002 runs: their old series are gone.
   counts.active = {{"job-000002", "big", RUNNING, now - absl::Seconds(90)}};
   text = registry.SerializeText();
   EXPECT_THAT(text, Not(HasSubstr("job-000001")));
   EXPECT_THAT(text, Not(HasSubstr("job-000003")));
+  EXPECT_THAT(text, Not(HasSubstr("owner=\"alice\"")));  // her jobs ended: no series
   EXPECT_THAT(text, Not(HasSubstr("dtrain_coordinator_job_info{job_id=\"job-000002\",name=\"nnn")));
   EXPECT_EQ(Sample(text, "dtrain_coordinator_oldest_queued_job_age_seconds"), 0);
   (*m)->SetStateSource(nullptr);

@@ -127,6 +127,8 @@ absl::StatusOr<CoordinatorMetrics::StateCounts> JobManager::StateCounts() {
       a.sealed = absl::FromUnixMillis(job.checkpoint().sealed_unix_ms());
     }
     a.dir_bytes = job.checkpoint().dir_bytes();
+    a.owner = job.owner();
+    if (job.state() != QUEUED) a.workers = job.placement().ranks_size();
   }
   counts.dir_removals_pending = removals_.pending();
   counts.now = Now();

@@ -7,8 +7,10 @@ Each case_* function is one Bazel test (listed in BUILD) and states what it chec
 import base64
 import json
 import os
+import re
 import sqlite3
 import subprocess
+import urllib.request
 
 from harness import Cluster, TestFailure, expect, losses, small_job_spec
 
@@ -190,13 +192,23 @@ def case_roles(args):
         print("w9's certificate: registers as w9, refused as w10")
 
 
+def owner_gauges(c):
+    """{(metric, owner): value} of the coordinator's dtrain_coordinator_owner_* series."""
+    url = "http://127.0.0.1:%d/metrics" % c.metrics_ports["coordinator"]
+    with urllib.request.urlopen(url, timeout=10) as r:
+        found = re.findall(r'^(dtrain_coordinator_owner_\w+)\{owner="([^"]*)"\} (\S+)$',
+                           r.read().decode(), re.M)
+    return {(name, owner): float(value) for name, owner, value in found}
+
+
 def case_owners(args):
     """Two people share a TLS cluster, each with a certificate of role user (`dtrain certs issue
     DIR alice --role=user`): a job records who submitted it (status, --json, list --mine and
     --owner); bob's cancel and delete of alice's job are refused in one line naming her, and
     her job keeps running; each cancels and deletes their own; an admin cancels anyone's; the
     reason says who cancelled; fair share: bob's first job, submitted while alice's burst holds
-    every worker and queues more, goes ahead of her queued one; a viewer still may not submit; each one's console offers the
+    every worker and queues more, goes ahead of her queued one (and the coordinator's
+    dtrain_coordinator_owner_workers / _owner_queued_jobs say so); a viewer still may not submit; each one's console offers the
     cancel button only on their own job (Coordinator.Access through /api/jobs/ID/access)."""
     from console_cases import request, start_console
 
@@ -237,6 +249,11 @@ def case_owners(args):
         a2, a3, a4 = (submit_as("alice", "alices-%d" % i, 100000) for i in (2, 3, 4))
         c.wait_step(a3, 1, 60)
         b = submit_as("bob", "bobs", 5)
+        held = owner_gauges(c)
+        expect(held.get(("dtrain_coordinator_owner_workers", "alice")) == 3 and
+               held.get(("dtrain_coordinator_owner_queued_jobs", "alice")) == 1 and
+               held.get(("dtrain_coordinator_owner_queued_jobs", "bob")) == 1,
+               "the coordinator's per-owner gauges: %s" % held)
         expect(c.job(b)["queue_position"] == 1 and c.job(a4)["queue_position"] == 2,
                "bob's job is not ahead of alice's fourth: %s, %s" % (c.job(b).get(
                    "queue_position"), c.job(a4).get("queue_position")))
