@@ -183,6 +183,11 @@ class Watcher {
       output_.out.flush();
     } else if (u.update_case() == JobUpdate::kEvent) {
       PrintLine(absl::StrCat(job_.id(), " event: ", u.event()));
+    } else if (job_.state() == QUEUED && job_.queue_position() > 0) {
+      // A queued job's new place ("job-000011 QUEUED: position 2 in the queue").
+      Job place = job_;
+      place.clear_reason();
+      PrintLine(absl::StrCat(job_.id(), " ", StateText(QUEUED, JobReason(place))));
     }
   }
 

@@ -683,6 +683,9 @@ std::string WatchJsonLine(const JobUpdate& update) {
     }
   } else if (update.update_case() == JobUpdate::kEvent) {
     field("text", JsonString(update.event()));
+  } else {
+    field("state", JsonString(JobStateName(job.state())));
+    field("queue_position", absl::StrCat(job.queue_position()));
   }
   return line + "}";
 }

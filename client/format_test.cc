@@ -592,6 +592,15 @@ TEST(WatchJsonLine, StepIsCompactWithNumbersNotStrings) {
             "\"time_unix_ms\":1714572207120}");
 }
 
+TEST(WatchJsonLine, AQueuedJobsNewPlaceIsAJobLine) {
+  JobUpdate u;
+  u.mutable_job()->set_id("job-000011");
+  u.mutable_job()->set_state(QUEUED);
+  u.mutable_job()->set_queue_position(2);
+  EXPECT_EQ(WatchJsonLine(u),
+            R"({"type":"job","job":"job-000011","state":"QUEUED","queue_position":2})");
+}
+
 TEST(WatchJsonLine, AStepWithAnEvaluationHasItsValLoss) {
   JobUpdate u;
   u.mutable_job()->set_id("job-000003");

@@ -98,6 +98,7 @@ struct ActiveJob {
   std::string id;
   std::string uid;    // Job.uid
   std::string owner;  // Job.owner: whose share of the workers its place in the queue counts
+  int32_t announced_position = 0;  // QUEUED: the position its watchers were last woken for
   JobSpec spec;
   absl::Time submitted;
   JobState state = QUEUED;

@@ -272,6 +272,7 @@ class WatchFill {
     JobStore& store = manager_->store();
     ASSIGN_OR_RETURN(Job summary, store.GetJob(job_id_, /*with_history=*/false));
     StripSecrets(summary);
+    manager_->FillQueuePosition(&summary);  // a queued job's place, live
     // A recovery redoes the steps after the checkpoint it resumed from: when its first step
     // arrives, the old run's later rows are gone (JobStore::AppendMetrics) and the new ones are
     // sent again from there. (A watcher reconnecting with after_step has seen the recoveries
@@ -346,6 +347,7 @@ class WatchFill {
       if (it.event_seq > 0) event_seq_ = it.event_seq;
       queue->push_back(std::move(it.update));
     }
+    QueuePositionUpdate(light, queue);
     if (final_entry.has_value() && !state_held) {
       history_seq_ = final_entry->seq;
       final_ = std::move(final_entry->change);
@@ -361,8 +363,18 @@ class WatchFill {
   }
 
  private:
+  // A queued job's new place in the queue: an update with the job only (no state change,
+  // step or event), when it differs from the last one sent (the scheduler pass wakes the
+  // watchers of the jobs whose place changed: JobManager::AnnounceQueuePositions).
+  void QueuePositionUpdate(const Job& light, std::deque<JobUpdate>* queue) {
+    if (light.state() != QUEUED || light.queue_position() == position_sent_) return;
+    position_sent_ = light.queue_position();
+    *queue->emplace_back().mutable_job() = light;
+  }
+
   JobManager* const manager_;
   const std::string job_id_;
+  int32_t position_sent_ = 0;  // the queue position in the last update of it
   // Cursors: what has been queued so far.
   int64_t after_step_;
   int64_t history_seq_ = 0;

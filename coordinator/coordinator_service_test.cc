@@ -194,7 +194,10 @@ class Watcher {
     thread_ = std::thread([this, stub, request] {
       auto reader = stub->WatchJob(context_.get(), request);
       JobUpdate update;
-      while (reader->Read(&update)) updates_.push_back(update);
+      while (reader->Read(&update)) {
+        absl::MutexLock lock(&mu_);
+        updates_.push_back(update);
+      }
       status_ = reader->Finish();
     });
   }
@@ -204,6 +207,17 @@ class Watcher {
     return status_;
   }
   void Cancel() { context_->TryCancel(); }
+  // Waits (up to 10 s) until an update satisfies `done`; whether one did.
+  bool WaitFor(const std::function<bool(const JobUpdate&)>& done) {
+    absl::MutexLock lock(&mu_);
+    auto seen = [&] {
+      for (const JobUpdate& u : updates_) {
+        if (done(u)) return true;
+      }
+      return false;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&seen), absl::Seconds(10));
+  }
   // "QUEUED", "step 1", "event ...", one string per update.
   std::vector<std::string> Summary() const {
     std::vector<std::string> out;
@@ -219,7 +233,8 @@ class Watcher {
  private:
   std::unique_ptr<grpc::ClientContext> context_;
   std::thread thread_;
-  std::vector<JobUpdate> updates_;
+  absl::Mutex mu_;
+  std::vector<JobUpdate> updates_;  // written by thread_ under mu_; read after Join
   grpc::Status status_;
 };
 
@@ -346,6 +361,36 @@ TEST(CoordinatorService, CancelStopsTheWorkerAndEndsTheWatch) {
   // Cancelling again is a precondition failure.
   grpc::Status again = c.stub().CancelJob(Ctx().get(), cancel, &cancelled);
   EXPECT_EQ(again.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST(CoordinatorService, AWatchOfAQueuedJobFollowsItsPlaceInTheQueue) {
+  Coordinator c(TempDb("svc-queue-place"));
+  absl::StatusOr<Job> first = c.Submit(kSpec);  // no worker: both wait
+  absl::StatusOr<Job> second = c.Submit(kSpec);
+  ASSERT_TRUE(first.ok() && second.ok());
+  Watcher watch(&c.stub(), second->id());
+  auto place = [](int position) {
+    return [position](const JobUpdate& u) {
+      return u.update_case() == JobUpdate::UPDATE_NOT_SET && u.job().queue_position() == position;
+    };
+  };
+  ASSERT_TRUE(watch.WaitFor(place(2)));
+  CancelJobRequest cancel;
+  cancel.set_job_id(first->id());
+  Job cancelled;
+  ASSERT_TRUE(c.stub().CancelJob(Ctx().get(), cancel, &cancelled).ok());
+  // The scheduler pass after the cancel wakes the watch: "next in the queue".
+  ASSERT_TRUE(watch.WaitFor(place(1)));
+  cancel.set_job_id(second->id());
+  ASSERT_TRUE(c.stub().CancelJob(Ctx().get(), cancel, &cancelled).ok());
+  ASSERT_TRUE(watch.Join().ok());
+  std::vector<std::string> seen;
+  for (const JobUpdate& u : watch.updates()) {
+    if (u.update_case() == JobUpdate::kEvent) continue;  // the submit's warnings
+    seen.push_back(u.has_state_change() ? JobState_Name(u.state_change().state())
+                                        : absl::StrCat("place ", u.job().queue_position()));
+  }
+  EXPECT_THAT(seen, ElementsAre("QUEUED", "place 2", "place 1", "CANCELLED"));
 }
 
 TEST(CoordinatorService, LeaseExpiryFailsTheJobNamingTheWorker) {

@@ -253,6 +253,7 @@ void JobManager::RunSchedulerPass() {
   if (!recovering.empty() || counts.idle >= smallest) idle = registry_.IdleCandidates();
   for (ActiveJob* job : recovering) AdvanceRecovery(*job, &idle, &counts);
   PlaceQueued(queued, &idle, &counts);
+  AnnounceQueuePositions();
 }
 
 void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
@@ -567,7 +568,7 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
                    Plural(needed, "worker"), ": ", reason));
   if (options_.metrics != nullptr) options_.metrics->JobSubmitted();
   Wake();
-  AddQueuePosition(&job);
+  AddLiveState(&job);
   *response.mutable_job() = std::move(job);
   return response;
 }
@@ -581,10 +582,16 @@ absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {
   return job;
 }
 
-void JobManager::AddLiveState(Job* job) {
+void JobManager::AddLiveState(Job* job,
+                              const absl::flat_hash_map<std::string, int32_t>* positions) {
   const ActiveJob* active = FindActive(job->id());
   if (active == nullptr) return;
-  if (job->state() == QUEUED) AddQueuePosition(job);
+  if (job->state() == QUEUED && active->state == QUEUED) {
+    std::optional<absl::flat_hash_map<std::string, int32_t>> mine;
+    if (positions == nullptr) positions = &mine.emplace(QueuePositions());
+    auto it = positions->find(job->id());
+    if (it != positions->end()) job->set_queue_position(it->second);
+  }
   if (job->state() != RUNNING) return;
   // A last step waiting for disk space, or a run that made no step for longer than two
   // heartbeats, says so instead of its start's "all N workers running" (a partition between
@@ -604,20 +611,48 @@ void JobManager::AddLiveState(Job* job) {
   }
 }
 
-void JobManager::AddQueuePosition(Job* job) {
-  if (job->state() != QUEUED || job->reason() == kPlacingNow) return;
-  const ActiveJob* active = FindActive(job->id());
-  if (active == nullptr || active->state != QUEUED) return;
-  // The scheduler tries queued jobs in the queue's order (PlaceQueued): count those before it.
-  const QueueOrder before = QueueOrderNow();
-  int32_t position = 1;
-  for (const auto& [n, other] : jobs_) {
-    if (other.state == QUEUED && !other.pending_end.has_value() && before(other, *active) &&
-        SameWorkers(other.spec.device(), active->spec.device())) {
-      ++position;
+absl::flat_hash_map<std::string, int32_t> JobManager::QueuePositions() {
+  // The scheduler tries queued jobs in the queue's order (PlaceQueued): a job's position counts
+  // those before it that could take the same workers (recovery.h SameWorkers: a kind of worker
+  // both fit), by the kinds each fits.
+  int32_t cpu_only = 0, cuda_only = 0, both = 0;
+  absl::flat_hash_map<std::string, int32_t> positions;
+  for (const ActiveJob* job : QueueInOrder()) {
+    const bool cpu = DeviceFits(job->spec.device(), "cpu");
+    const bool cuda = DeviceFits(job->spec.device(), "cuda");
+    if (job->reason != kPlacingNow) {
+      positions[job->id] =
+          1 + (cpu || cuda ? both : 0) + (cpu ? cpu_only : 0) + (cuda ? cuda_only : 0);
+    }
+    if (cpu && cuda) {
+      ++both;
+    } else if (cpu) {
+      ++cpu_only;
+    } else if (cuda) {
+      ++cuda_only;
     }
   }
-  job->set_queue_position(position);
+  return positions;
+}
+
+void JobManager::AnnounceQueuePositions() {
+  const absl::flat_hash_map<std::string, int32_t> positions = QueuePositions();
+  for (auto& [n, job] : jobs_) {
+    if (job.state != QUEUED) continue;
+    auto it = positions.find(job.id);
+    const int32_t position = it == positions.end() ? 0 : it->second;
+    if (position == job.announced_position) continue;
+    job.announced_position = position;
+    to_notify_.push_back(job.id);
+  }
+}
+
+void JobManager::FillQueuePosition(Job* job) {
+  if (job->state() != QUEUED) return;
+  JobsLock lock(this);
+  const absl::flat_hash_map<std::string, int32_t> positions = QueuePositions();
+  auto it = positions.find(job->id());
+  job->set_queue_position(it == positions.end() ? 0 : it->second);
 }
 
 absl::StatusOr<ListJobsResponse> JobManager::ListJobs(const ListJobsRequest& request) {
@@ -637,7 +672,8 @@ absl::StatusOr<ListJobsResponse> JobManager::ListJobs(const ListJobsRequest& req
   ListJobsResponse response;
   for (Job& job : page.jobs) *response.add_jobs() = std::move(job);
   JobsLock lock(this);
-  for (Job& job : *response.mutable_jobs()) AddLiveState(&job);
+  const absl::flat_hash_map<std::string, int32_t> positions = QueuePositions();
+  for (Job& job : *response.mutable_jobs()) AddLiveState(&job, &positions);
   if (page.next_before_seq > 0) response.set_next_page_token(absl::StrCat(page.next_before_seq));
   return response;
 }

@@ -164,6 +164,8 @@ class JobManager {
                                               absl::Time deadline = absl::InfiniteFuture(),
                                               const std::string& owner = "");
   absl::StatusOr<Job> GetJob(const std::string& job_id);
+  // Sets job->queue_position when it is queued (WatchJob's summaries, read from the store).
+  void FillQueuePosition(Job* job);
   // A page of job summaries, newest first (ListJobsRequest: limit 0 means 100, at most 1000;
   // states, name, owner and page_token filter; `mine` is the service's, which sets owner);
   // InvalidArgument for a page_token it did not give.
@@ -368,11 +370,20 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GetJob: the active job's latest scores into job->stragglers.
   void AddStragglerScores(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // GetJob and ListJobs: what the store does not keep of an active `job`: its queue position,
-  // or a running job's live reason (a wait for disk space, a stall).
-  void AddLiveState(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Job.queue_position of a queued `job`, from the scheduler's order now.
-  void AddQueuePosition(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GetJob and ListJobs: what the store does not keep of an active `job`: its queue position
+  // (from `positions` when given, else QueuePositions()), or a running job's live reason (a
+  // wait for disk space, a stall).
+  void AddLiveState(Job* job, const absl::flat_hash_map<std::string, int32_t>* positions = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Job.queue_position of every queued job (by id), from the scheduler's order now: 1 for the
+  // next that the scheduler tries for its kind of workers, N when N - 1 queued jobs that could
+  // take the same workers come before it. A job being placed now has none (it counts before
+  // the others). One pass over the queue.
+  absl::flat_hash_map<std::string, int32_t> QueuePositions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a scheduler pass: wakes the watchers of each queued job whose position changed since
+  // they were last woken for it (WatchJob sends it: `dtrain watch` prints "position 2 in the
+  // queue" as it moves).
+  void AnnounceQueuePositions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- deleting ended jobs (job_manager_delete.cc) ---
   // FailedPrecondition naming the job not ended yet whose resume_from or init_checkpoint lies

@@ -31,7 +31,7 @@ inline int64_t JobNumber(absl::string_view id) {
 // burst of jobs does not hold back another's first one; then submission. The scheduler tries
 // the queued jobs in it (PlaceQueued), the reservation's holder is the first in it that
 // reserves (HolderFor), and Job.queue_position counts the jobs before a job in it
-// (AddQueuePosition). The shares are those when the order is made (JobManager::QueueOrderNow):
+// (QueuePositions). The shares are those when the order is made (JobManager::QueueOrderNow):
 // once per scheduler pass, so a pass that places several jobs corrects the order at the next.
 class QueueOrder {
  public:

@@ -504,7 +504,7 @@ async function jobPage() {
   });
   stream.onmessage = (message) => {
     const u = JSON.parse(message.data);
-    if (u.type === "state") {
+    if (u.type === "state" || u.type === "job") {  // "job": a queued job's new place
       refreshSoon();
     } else if (u.type === "event") {
       $("events").append(el("li", {}, u.text));
