@@ -187,18 +187,28 @@ class Browser:
         return result.get("result", {}).get("value")
 
     def wait(self, expression, timeout, what):
-        """Polls `expression` until it is truthy; its value. Fails naming `what` after timeout."""
+        """Polls `expression` until it is truthy; its value. Fails naming `what` after timeout.
+        An expression that throws counts as not yet true (between two pages document.body is
+        null for a moment); the timeout's message then has the last exception."""
         deadline = time.monotonic() + timeout
+        thrown = None
         while True:
-            value = self.eval(expression)
+            try:
+                value = self.eval(expression)
+                thrown = None
+            except TestFailure as e:
+                if " threw: " not in str(e):
+                    raise
+                value, thrown = None, e
             if value:
                 return value
             if time.monotonic() > deadline:
                 error = self.eval("document.getElementById('error') && "
                                   "document.getElementById('error').textContent")
-                raise TestFailure("timed out after %ss waiting for %s (%s)%s"
+                raise TestFailure("timed out after %ss waiting for %s (%s)%s%s"
                                   % (timeout, what, expression,
-                                     "; the page says: %s" % error if error else ""))
+                                     "; the page says: %s" % error if error else "",
+                                     "; it threw: %s" % thrown if thrown else ""))
             time.sleep(0.2)
 
     def screenshot(self, path):

@@ -306,7 +306,9 @@ def case_console_worker_killed(args):
             job_dir = os.path.join(c.tmp, "ckpt", job_id)
             expect(os.path.isdir(job_dir), "%s is not there before the delete" % job_dir)
             b.eval("window.confirm = () => true; document.getElementById('delete').click()")
-            said = b.wait("document.body.dataset.page === 'jobs' && "
+            # (document.body is null for a moment while the jobs page loads)
+            said = b.wait("!!document.body && document.body.dataset.page === 'jobs' && "
+                          "!!document.getElementById('deleted') && "
                           "!document.getElementById('deleted').hidden && "
                           "document.getElementById('deleted').textContent", 30,
                           "the jobs page after the delete")
