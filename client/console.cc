@@ -101,6 +101,7 @@ struct Permissions {
   bool cancel = false;  // CancelJob
   bool submit = false;  // SubmitJob: resubmit
   bool remove = false;  // DeleteJob
+  std::string name;     // the certificate's CN: Job.owner of the jobs it submits
 };
 
 // The updates of a watch, handed from the watching thread to the HTTP thread. Shared: the
@@ -196,6 +197,7 @@ class Console {
       (*body.mutable_fields())["may_cancel"].set_bool_value(may_.cancel);
       (*body.mutable_fields())["may_submit"].set_bool_value(may_.submit);
       (*body.mutable_fields())["may_delete"].set_bool_value(may_.remove);
+      (*body.mutable_fields())["name"].set_string_value(may_.name);
       (*body.mutable_fields())["coordinator"].set_string_value(stub_.address());
       return SendJson(connection, 200, ToJsonLine(body));
     }
@@ -350,6 +352,7 @@ std::string IdentityOf(const Invocation& inv) {
 absl::StatusOr<Permissions> AskPermissions(CoordinatorStub& stub) {
   ASSIGN_OR_RETURN(AccessResponse access, OnOwnThread([&] { return stub.Access(); }));
   Permissions may;
+  may.name = access.name();
   for (const std::string& method : access.methods()) {
     may.cancel = may.cancel || method == "CancelJob";
     may.submit = may.submit || method == "SubmitJob";

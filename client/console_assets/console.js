@@ -90,8 +90,11 @@ function jobRow(j) {
 function renderJobs(jobs) {
   const state = $("state-filter").value;
   const name = $("name-filter").value.toLowerCase();
+  // "only mine": the jobs submitted with this console's certificate (Job.owner is its CN).
+  const mine = $("mine-filter").checked && whoami && whoami.name;
   const rows = jobs.map(jobRow)
-      .filter(r => (!state || r.state === state) && (!name || r.name.toLowerCase().includes(name)));
+      .filter(r => (!state || r.state === state) && (!name || r.name.toLowerCase().includes(name)) &&
+                   (!mine || r.owner === whoami.name));
   const {key, dir} = jobsSort;
   rows.sort((a, b) => (key === "age" ? b.age - a.age : a[key] < b[key] ? -1 : a[key] > b[key] ? 1 : 0) * dir);
   const body = $("jobs").tBodies[0];
@@ -125,7 +128,7 @@ async function jobsPage() {
       document.body.dataset.ready = "1";
     } catch (e) { showError(e); }
   };
-  select.onchange = $("name-filter").oninput = () => renderJobs(jobs);
+  select.onchange = $("name-filter").oninput = $("mine-filter").onchange = () => renderJobs(jobs);
   for (const th of document.querySelectorAll("#jobs th")) {
     th.onclick = () => {
       jobsSort = {key: th.dataset.key, dir: jobsSort.key === th.dataset.key ? -jobsSort.dir : 1};
@@ -139,6 +142,7 @@ async function jobsPage() {
     $("deleted").hidden = false;
   }
   await loadWhoami();
+  $("mine-label").hidden = !whoami.name;
   await refresh();
   setInterval(refresh, 2000);
 }

@@ -291,6 +291,8 @@ def case_owners(args):
                              cert="viewer")
         refused(c, "viewer", "viewer submit", rc, out, err, "SubmitJob", "admin or user")
 
+        for job in (a3, a4):
+            expect(c.cli("cancel", job, cert="alice")[0] == 0, "alice's cancel of %s" % job)
         # The consoles: the cancel is offered on one's own job only.
         _, alice_port = start_console(c, "alice", "alice")
         _, bob_port = start_console(c, "bob", "bob")
@@ -305,6 +307,23 @@ def case_owners(args):
         print("the consoles: alice may cancel %s, bob is refused: %s"
               % (a, json.loads(request(bob_port, "/api/jobs/%s/access" % a)[2])["refused"]
                  ["CancelJob"]))
+        # In bob's browser: alice's job page has no cancel button, and "only mine" on the jobs
+        # page shows his job alone.
+        from browser import Browser
+        with Browser(c.tmp) as browser:
+            browser.open("http://127.0.0.1:%d/job.html?id=%s" % (bob_port, a))
+            browser.wait("!!document.body && document.body.dataset.state === 'RUNNING' && "
+                         "document.body.dataset.refused.includes('CancelJob')", 20,
+                         "bob's page of alice's job")
+            expect(not browser.eval("!!document.getElementById('cancel')"),
+                   "bob's page of alice's job has a cancel button")
+            browser.open("http://127.0.0.1:%d/" % bob_port)
+            browser.wait("!!document.body && document.body.dataset.ready === '1' && "
+                         "!document.getElementById('mine-label').hidden", 20, "bob's jobs page")
+            browser.eval("document.getElementById('mine-filter').click()")
+            shown = browser.wait("[...document.querySelectorAll('#jobs tbody tr')].map("
+                                 "r => r.dataset.id).join(',')", 10, "bob's jobs only")
+            expect(shown == b, "bob's jobs page with 'only mine': %s (want %s)" % (shown, b))
 
         # Each acts on their own; an admin on anyone's.
         rc, out, err = c.cli("delete", b, "--files", cert="bob")
@@ -313,8 +332,6 @@ def case_owners(args):
         rc, out, err = c.cli("cancel", a, cert="alice")
         expect(rc == 0, "alice's cancel of her job: exit %d: %s" % (rc, err))
         expect(c.job(a)["reason"] == "cancelled by alice", "the reason: %r" % c.job(a)["reason"])
-        for job in (a3, a4):
-            expect(c.cli("cancel", job, cert="alice")[0] == 0, "alice's cancel of %s" % job)
         b2 = submit_as("bob", "bobs-long", 100000)
         rc, out, err = c.cli("cancel", b2, "--reason=the cluster is needed", cert="admin")
         expect(rc == 0, "the admin's cancel of bob's job: exit %d: %s" % (rc, err))
