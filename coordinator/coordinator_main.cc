@@ -80,6 +80,10 @@ ABSL_FLAG(absl::Duration, queue_reservation, absl::Minutes(10),
           "a queued job that has waited this long, while enough live workers exist to run it, "
           "holds back the jobs behind it that would take the same workers, so that the workers "
           "freed go to it (smaller jobs pass a waiting one until then); 0: never");
+ABSL_FLAG(int64_t, max_workers_per_owner, 0,
+          "the most workers one owner's placed jobs may hold at once (the owner: the CN of the "
+          "certificate that submitted them); a queued job that would pass it waits, one that "
+          "needs more is refused; 0: no cap");
 ABSL_FLAG(absl::Duration, ended_job_retention, absl::ZeroDuration(),
           "delete ended jobs this long after they ended: their records and their directory "
           "(checkpoints, final weights), as `dtrain delete --files` does, except one whose "
@@ -186,6 +190,7 @@ JobManager::Options ManagerOptionsFromFlags(const dtrain::TlsFiles& tls,
   options.diagnose_stall_after = absl::GetFlag(FLAGS_diagnose_stall_after);
   options.queue_reservation =
       std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_queue_reservation));
+  options.max_workers_per_owner = std::max<int64_t>(0, absl::GetFlag(FLAGS_max_workers_per_owner));
   options.ended_job_retention =
       std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_ended_job_retention));
   options.diagnose = DiagnoseOverPeers(tls, options.diagnosis_deadline);

@@ -263,14 +263,16 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
   // The queue's order (QueueOrder); a job that does not fit does not hold back smaller ones
   // behind it, unless it has waited past Options::queue_reservation (then `holder`).
   const ActiveJob* holder = nullptr;
+  absl::flat_hash_map<std::string, int64_t> held = WorkersHeldByOwner();  // grows as jobs go
   for (ActiveJob* job : queued) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
+    // A job over its owner's share waits, holding back nobody.
+    if (std::optional<std::string> over = OwnerQuotaWait(job->owner, needed, held[job->owner])) {
+      SetQueuedReason(*job, *over);
+      continue;
+    }
     if (holder != nullptr && SameWorkers(holder->spec.device(), job->spec.device())) {
-      const std::string reason = HeldBackReason(job->spec, *holder, counts);
-      if (reason != job->reason) {
-        absl::Status status = Transition(*job, QUEUED, reason);
-        if (!status.ok()) Log(absl::StrCat(job->id, ": ", status.ToString()));
-      }
+      SetQueuedReason(*job, HeldBackReason(job->spec, *holder, counts));
       continue;
     }
     // The idle workers as they are when the job takes any device (no copy of 50,000 workers).
@@ -288,7 +290,10 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
     view.needed = static_cast<int>(needed);
     if (Decide(RecordOf(*job, Now()), view, Now(), Limits()).action == Action::kPlace) {
       absl::Status status = Place(*job, job->spec, candidates, &idle, &counts);
-      if (status.ok()) continue;
+      if (status.ok()) {
+        held[job->owner] += needed;
+        continue;
+      }
       if (status.code() == absl::StatusCode::kInvalidArgument) {
         EndJob(job->id, FAILED, absl::StrCat("cannot place the job: ", status.message()))
             .IgnoreError();
@@ -297,29 +302,42 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
       Log(absl::StrCat(job->id, ": placement deferred: ", status.ToString()));
       // Enough workers, but some rank fits on none of them: that is what it waits for.
       if (status.code() == absl::StatusCode::kResourceExhausted) {
-        const std::string reason = absl::StrCat("waiting for memory: ", status.message());
-        if (reason != job->reason) {
-          absl::Status s = Transition(*job, QUEUED, reason);
-          if (!s.ok()) Log(absl::StrCat(job->id, ": ", s.ToString()));
-        }
+        SetQueuedReason(*job, absl::StrCat("waiting for memory: ", status.message()));
         continue;
       }
     }
     if (holder == nullptr && ReservesWorkers(*job, counts)) holder = job;
-    const std::string reason = WaitingReason(job->spec, counts);
-    if (reason != job->reason) {
-      absl::Status status = Transition(*job, QUEUED, reason);
-      if (!status.ok()) Log(absl::StrCat(job->id, ": ", status.ToString()));
-    }
+    SetQueuedReason(*job, WaitingReason(job->spec, counts));
   }
 }
 
-QueueOrder JobManager::QueueOrderNow() {
+void JobManager::SetQueuedReason(ActiveJob& job, const std::string& reason) {
+  if (reason == job.reason) return;  // every change is a write and a log line
+  absl::Status status = Transition(job, QUEUED, reason);
+  if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
+}
+
+absl::flat_hash_map<std::string, int64_t> JobManager::WorkersHeldByOwner() {
   absl::flat_hash_map<std::string, int64_t> held;
   for (const auto& [n, job] : jobs_) {
     if (job.state != QUEUED) held[job.owner] += static_cast<int64_t>(job.ranks.size());
   }
-  return QueueOrder(std::move(held));
+  return held;
+}
+
+QueueOrder JobManager::QueueOrderNow() { return QueueOrder(WorkersHeldByOwner()); }
+
+std::optional<std::string> JobManager::OwnerQuotaWait(const std::string& owner, int64_t needed,
+                                                      int64_t held) const {
+  const int64_t cap = options_.max_workers_per_owner;
+  if (cap <= 0 || owner.empty() || held + needed <= cap) return std::nullopt;
+  if (needed > cap) {
+    return absl::StrCat("it needs ", Plural(needed, "worker"), ", more than the ", cap,
+                        " one owner may hold (--max_workers_per_owner)");
+  }
+  return absl::StrCat("waiting for ", owner, "'s jobs to free workers: they hold ", held,
+                      " and this one needs ", needed, ", more than the ", cap,
+                      " one owner may hold (--max_workers_per_owner)");
 }
 
 std::vector<ActiveJob*> JobManager::QueueInOrder() {
@@ -344,9 +362,11 @@ std::string JobManager::HeldBackReason(const JobSpec& spec, const ActiveJob& hol
 
 const ActiveJob* JobManager::HolderFor(const JobSpec& spec, const WorkerCounts& counts) {
   // The scheduler's order (PlaceQueued): the first queued job that will not fit the idle
-  // workers now and reserves them.
+  // workers now and reserves them (one over its owner's share reserves nothing).
+  absl::flat_hash_map<std::string, int64_t> held = WorkersHeldByOwner();
   for (const ActiveJob* job : QueueInOrder()) {
-    if (plan::WorkersNeeded(job->spec.parallel()) <= counts.idle) continue;
+    const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
+    if (needed <= counts.idle || OwnerQuotaWait(job->owner, needed, held[job->owner])) continue;
     if (ReservesWorkers(*job, counts)) {
       return SameWorkers(job->spec.device(), spec.device()) ? job : nullptr;
     }
@@ -512,6 +532,10 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
                      " (submit with --allow_waiting to queue it for workers that may join)"));
   }
   JobSpec spec = std::move(*job_plan.mutable_spec());
+  if (std::optional<std::string> over =
+          OwnerQuotaWait(owner, plan::WorkersNeeded(spec.parallel()), /*held=*/0)) {
+    return absl::FailedPreconditionError(absl::StrCat(owner, "'s job cannot run here: ", *over));
+  }
   std::vector<std::string> notes;
   RETURN_IF_ERROR(ResolveResumeFrom(&spec, &notes));
   const int64_t needed = plan::WorkersNeeded(spec.parallel());
@@ -547,7 +571,10 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
                                        "; it stays QUEUED until workers with room register"));
   }
   const ActiveJob* holder = HolderFor(spec, counts);
-  const std::string reason = holder != nullptr       ? HeldBackReason(spec, *holder, counts)
+  const std::optional<std::string> over =
+      OwnerQuotaWait(owner, needed, WorkersHeldByOwner()[owner]);
+  const std::string reason = over.has_value()        ? *over
+                             : holder != nullptr     ? HeldBackReason(spec, *holder, counts)
                              : counts.idle >= needed ? std::string(kPlacingNow)
                                                      : WaitingReason(spec, counts);
   ASSIGN_OR_RETURN(Job job, store_->CreateJob(spec, reason, NowMs(), NewUid(), owner));

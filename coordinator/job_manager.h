@@ -117,6 +117,10 @@ class JobManager {
     // the workers freed go to it and a large job is not starved by a stream of small ones
     // (--queue_reservation). Zero: never.
     absl::Duration queue_reservation = absl::Minutes(10);
+    // The most workers one owner's placed jobs may hold at once (Job.owner; jobs without an
+    // owner are not counted): a queued job that would take its owner past it waits, and one that
+    // needs more is refused at submit (--max_workers_per_owner). Zero: no cap.
+    int64_t max_workers_per_owner = 0;
     // Ended jobs are deleted this long after they ended, records and directory, as `dtrain
     // delete --files` would (not one whose checkpoints a job not yet ended uses); checked once
     // a minute (--ended_job_retention). Zero: kept until deleted by hand.
@@ -439,8 +443,19 @@ class JobManager {
   // Whether queued `job`, which did not fit in this pass, now holds back the jobs behind it
   // that would take the same workers (Options::queue_reservation).
   bool ReservesWorkers(const ActiveJob& job, const WorkerCounts& counts);
+  // Workers held by each owner's placed jobs (PLACING, RUNNING, RECOVERING) now.
+  absl::flat_hash_map<std::string, int64_t> WorkersHeldByOwner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The queue's order now (job_manager_internal.h QueueOrder): with each owner's workers held.
   QueueOrder QueueOrderNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The one rule of Options::max_workers_per_owner: why `owner`'s job needing `needed` workers
+  // waits while the owner's jobs hold `held` ("waiting for alice's jobs to free workers: they
+  // hold 6 and this one needs 4, more than the 8 one owner may hold
+  // (--max_workers_per_owner)"), or nothing when it may be placed.
+  std::optional<std::string> OwnerQuotaWait(const std::string& owner, int64_t needed,
+                                            int64_t held) const;
+  // A queued job's reason, changed (a write and a log line) only when it differs.
+  void SetQueuedReason(ActiveJob& job, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The queued jobs (none ending) in the queue's order (QueueOrderNow): what the scheduler pass
   // tries and the reservation's holder is chosen from.
   std::vector<ActiveJob*> QueueInOrder() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

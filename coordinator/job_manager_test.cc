@@ -257,6 +257,41 @@ TEST(JobManager, OfTwoOwnersTheOneHoldingFewerWorkersGoesFirst) {
   EXPECT_EQ(h.Get("job-000007").queue_position(), 1);
 }
 
+TEST(JobManager, AnOwnerHoldsAtMostItsShareOfTheWorkers) {
+  Harness h(TempDb("owner-quota"), [](JobManager::Options* o) { o->max_workers_per_owner = 2; });
+  for (const char* w : {"w1", "w2", "w3", "w4"}) {
+    ASSERT_TRUE(h.Register(w, absl::StrCat("s-", w)).ok());
+  }
+  // More than the cap at once: refused, nothing created.
+  absl::StatusOr<Job> big = h.Submit(DpSpec(4, "big"), "alice");
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(big.status().message(),
+              HasSubstr("alice's job cannot run here: it needs 4 workers, more than the 2 one "
+                        "owner may hold (--max_workers_per_owner)"));
+  // alice's second job would pass her share: it waits, saying why, while bob's later one runs.
+  ASSERT_TRUE(h.Submit(DpSpec(2, "a1"), "alice").ok());  // job-000001
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").state(), PLACING);
+  absl::StatusOr<Job> a2 = h.Submit(DpSpec(1, "a2"), "alice");  // job-000002
+  ASSERT_TRUE(a2.ok()) << a2.status();
+  const std::string waits =
+      "waiting for alice's jobs to free workers: they hold 2 and this one needs 1, more than "
+      "the 2 one owner may hold (--max_workers_per_owner)";
+  EXPECT_EQ(a2->reason(), waits);
+  ASSERT_TRUE(h.Submit(DpSpec(1, "b1"), "bob").ok());  // job-000003
+  ASSERT_TRUE(h.Submit(DpSpec(1, "x")).ok());          // job-000004: no owner, no cap
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000002").state(), QUEUED);
+  EXPECT_EQ(h.Get("job-000002").reason(), waits);
+  EXPECT_EQ(h.Get("job-000003").state(), PLACING);
+  EXPECT_EQ(h.Get("job-000004").state(), PLACING);
+  // Her first job ends: the second goes at the next pass (once a worker is idle).
+  ASSERT_TRUE(h.m().CancelJob("job-000001", "").ok());
+  for (const char* w : {"w1", "w2", "w3", "w4"}) h.Beat(w, absl::StrCat("s-", w));
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000002").state(), PLACING) << h.Get("job-000002").reason();
+}
+
 TEST(JobManager, JobWaitsForEnoughWorkersAndSaysSo) {
   Harness h(TempDb("waits"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());
