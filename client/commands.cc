@@ -763,9 +763,17 @@ int DrainWorker(const Invocation& inv, CoordinatorStub& stub, Output& output) {
 int Workers(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   if (!inv.args.empty()) return DrainWorker(inv, stub, output);
   if (!inv.forget.empty()) {
-    const absl::Status status = stub.ForgetWorker(inv.forget);
-    if (!status.ok()) return Fail(status, inv, output);
+    absl::StatusOr<ForgetWorkerResponse> forgot = stub.ForgetWorker(inv.forget);
+    if (!forgot.ok()) return Fail(forgot.status(), inv, output);
+    if (inv.json) {
+      output.out << ToJsonLine(*forgot) << "\n";
+      return kExitOk;
+    }
     output.out << "forgot worker " << inv.forget << "\n";
+    // Deleted jobs' directories on its host, which no worker is left to remove.
+    for (const JobDirRemoved& left : forgot->abandoned()) {
+      output.out << left.job_id() << " (deleted): " << plan::DescribeDirRemoval(left) << "\n";
+    }
     return kExitOk;
   }
   absl::StatusOr<ListWorkersResponse> workers = stub.ListWorkers();

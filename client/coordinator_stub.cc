@@ -118,10 +118,10 @@ absl::StatusOr<ListWorkersResponse> CoordinatorStub::ListWorkers() {
   return Unary(&Coordinator::Stub::ListWorkers, ListWorkersRequest(), "ListWorkers");
 }
 
-absl::Status CoordinatorStub::ForgetWorker(const std::string& worker_id) {
+absl::StatusOr<ForgetWorkerResponse> CoordinatorStub::ForgetWorker(const std::string& worker_id) {
   ForgetWorkerRequest request;
   request.set_worker_id(worker_id);
-  return Unary(&Coordinator::Stub::ForgetWorker, request, "ForgetWorker").status();
+  return Unary(&Coordinator::Stub::ForgetWorker, request, "ForgetWorker");
 }
 
 absl::StatusOr<DrainWorkerResponse> CoordinatorStub::DrainWorker(

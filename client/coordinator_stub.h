@@ -74,7 +74,7 @@ class CoordinatorStub {
   absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
   absl::StatusOr<DeleteJobResponse> DeleteJob(const std::string& job_id, bool files);
   absl::StatusOr<ListWorkersResponse> ListWorkers();
-  absl::Status ForgetWorker(const std::string& worker_id);
+  absl::StatusOr<ForgetWorkerResponse> ForgetWorker(const std::string& worker_id);
   absl::StatusOr<DrainWorkerResponse> DrainWorker(const DrainWorkerRequest& request);
   absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
   absl::StatusOr<JobDiagnosis> Diagnose(const std::string& job_id);

@@ -109,9 +109,10 @@ absl::Status CoordinatorMetrics::AddDeletionFamilies() {
                    registry_->AddCounter("dtrain_coordinator_job_dirs_removed_total",
                                          "Deleted jobs' directories that a worker reported on, "
                                          "by result: removed, absent (nothing there), failed "
-                                         "(left in place; the coordinator's log says why).",
+                                         "(left in place; the coordinator's log says why), "
+                                         "abandoned (the last worker of its host forgotten).",
                                          {"result"}));
-  for (const char* result : {"removed", "absent", "failed"}) {
+  for (const char* result : {"removed", "absent", "failed", "abandoned"}) {
     dirs_removed_->Add({{"result", result}});
   }
   ASSIGN_OR_RETURN(
@@ -338,7 +339,10 @@ void CoordinatorMetrics::JobSubmitted() { submitted_->Increment(); }
 void CoordinatorMetrics::JobDeleted() { deleted_->Increment(); }
 
 void CoordinatorMetrics::DirRemoved(DirRemovalState state, int64_t bytes) {
-  const char* result = state == DIR_REMOVED ? "removed" : state == DIR_ABSENT ? "absent" : "failed";
+  const char* result = state == DIR_REMOVED             ? "removed"
+                       : state == DIR_ABSENT            ? "absent"
+                       : state == DIR_REMOVAL_ABANDONED ? "abandoned"
+                                                        : "failed";
   dirs_removed_->Add({{"result", result}}).Increment();
   if (state == DIR_REMOVED) bytes_removed_->Increment(static_cast<double>(bytes));
 }

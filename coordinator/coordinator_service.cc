@@ -569,9 +569,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ForgetWorker(grpc::CallbackServerC
   if (absl::Status s = Allowed(manager_, context, "ForgetWorker", *request); !s.ok()) {
     return Reply<ForgetWorkerResponse>(context, s, response);
   }
-  absl::Status status = manager_->ForgetWorker(request->worker_id());
-  if (!status.ok()) return Reply<ForgetWorkerResponse>(context, status, response);
-  return Reply(context, absl::StatusOr<ForgetWorkerResponse>(ForgetWorkerResponse()), response);
+  return Reply(context, manager_->ForgetWorker(request->worker_id()), response);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::DrainWorker(grpc::CallbackServerContext* context,

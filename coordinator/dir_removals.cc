@@ -103,6 +103,15 @@ std::optional<PendingDirRemoval> DirRemovals::Answer(const JobDirRemoved& answer
   return removal;
 }
 
+std::vector<PendingDirRemoval> DirRemovals::OnHost(const std::string& host) {
+  std::vector<PendingDirRemoval> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, entry] : pending_) {
+    if (entry.removal.host == host) out.push_back(entry.removal);
+  }
+  return out;
+}
+
 void DirRemovals::OnAnswer(const std::string& job_id, absl::Time deadline, Waiter done) {
   std::optional<JobDirRemoved> known;
   {

@@ -60,6 +60,8 @@ class DirRemovals {
   // A worker's answer: the removal it ends (nullopt when there is none: already answered, or
   // never asked). Calls its waiters (OnAnswer).
   std::optional<PendingDirRemoval> Answer(const JobDirRemoved& answer);
+  // The pending removals of directories on `host` (PendingDirRemoval.host).
+  std::vector<PendingDirRemoval> OnHost(const std::string& host);
   // Calls `done` with the answer for `job_id` when it comes (at once when it is among the last
   // 64 answered), or with nullopt from the first ExpireWaiters at or after `deadline` (at once
   // when that has passed): from the thread of the answer's heartbeat or of ExpireWaiters, with

@@ -155,6 +155,33 @@ TEST(DeleteJob, AnotherWorkerOnTheHostTakesItOverWhenRankZerosIsLost) {
   EXPECT_THAT(h.Beat("w2", "s-w2").remove_dirs(), IsEmpty());
 }
 
+TEST(DeleteJob, ForgettingTheLastWorkerOfItsHostEndsTheRemovalLeftForTheOperator) {
+  Harness h(TempDb("delete-forget-host"));
+  RunToSuccess(h);
+  ASSERT_TRUE(h.Register("w2", "s-w2").ok());  // a second worker of "host"
+  ASSERT_TRUE(h.m().DeleteJob(Delete("job-000001", true), absl::Now()).ok());
+  h.Advance(kLease + absl::Seconds(1));  // the host is gone: both lost
+  h.m().RunSchedulerPass();
+  absl::StatusOr<ForgetWorkerResponse> first = h.m().ForgetWorker("w1");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(first->abandoned(), IsEmpty());  // w2 of that host is still registered
+  EXPECT_THAT(*h.m().store().PendingDirRemovals(), SizeIs(1));
+  absl::StatusOr<ForgetWorkerResponse> last = h.m().ForgetWorker("w2");
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_THAT(last->abandoned(), SizeIs(1));
+  EXPECT_EQ(last->abandoned(0).state(), DIR_REMOVAL_ABANDONED);
+  EXPECT_EQ(last->abandoned(0).dir(), kDir);
+  EXPECT_THAT(h.Log(), HasSubstr("job-000001 (deleted): /ckpt/job-000001 on host is left in "
+                                 "place: no worker of host host is registered any more (its "
+                                 "last, w2, was forgotten); remove it there by hand"));
+  EXPECT_THAT(*h.m().store().PendingDirRemovals(), IsEmpty());  // nor after a restart
+  // A worker of that host registering later is not asked for it.
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());
+  h.Advance(absl::Minutes(1));
+  h.m().RunSchedulerPass();
+  EXPECT_THAT(h.Beat("w3", "s-w3").remove_dirs(), IsEmpty());
+}
+
 TEST(DeleteJob, ADirectoryNeverReportedIsResolvedByRankZerosWorker) {
   Harness h(TempDb("delete-unreported"));
   h.RunOn(1, kTinySpec);  // no checkpoint.dir: its rank 0 claims <data_root>/jobs/job-000001

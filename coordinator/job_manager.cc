@@ -772,11 +772,28 @@ absl::StatusOr<DrainWorkerResponse> JobManager::DrainWorker(const DrainWorkerReq
   return DrainLocked(request);
 }
 
-absl::Status JobManager::ForgetWorker(const std::string& worker_id) {
+absl::StatusOr<ForgetWorkerResponse> JobManager::ForgetWorker(const std::string& worker_id) {
   if (worker_id.empty()) return absl::InvalidArgumentError("worker_id is empty");
+  ASSIGN_OR_RETURN(const WorkerInfo info, registry_.Get(worker_id));
   RETURN_IF_ERROR(registry_.Forget(worker_id));
   Log(absl::StrCat("worker ", worker_id, " forgotten"));
-  return absl::OkStatus();
+  ForgetWorkerResponse response;
+  const std::string& host = info.host_label();
+  if (host.empty() || registry_.AnyWorkerOnHost(host)) return response;
+  // Its host has no worker left to remove deleted jobs' directories there: they end, each
+  // left for the operator (the answer a worker would give, through the same path).
+  for (const PendingDirRemoval& removal : removals_.OnHost(host)) {
+    JobDirRemoved answer;
+    answer.set_job_id(removal.job_id);
+    answer.set_dir(removal.dir);
+    answer.set_state(DIR_REMOVAL_ABANDONED);
+    answer.set_host(host);
+    answer.set_worker_id(worker_id);
+    answer.set_error(absl::StrCat("no worker of host ", host, " is registered any more (its last, ",
+                                  worker_id, ", was forgotten)"));
+    if (FinishDirRemoval(answer)) *response.add_abandoned() = std::move(answer);
+  }
+  return response;
 }
 
 absl::StatusOr<ListCheckpointsResponse> JobManager::ListCheckpoints(const std::string& job_id) {

@@ -192,7 +192,7 @@ class JobManager {
                                               absl::Time deadline = absl::InfiniteFuture());
   ListWorkersResponse ListWorkers();
   absl::Status DeregisterWorker(const DeregisterWorkerRequest& request);
-  absl::Status ForgetWorker(const std::string& worker_id);
+  absl::StatusOr<ForgetWorkerResponse> ForgetWorker(const std::string& worker_id);
   // Drains or undrains a worker (proto/coordinator.proto DrainWorker; job_manager_drain.cc).
   absl::StatusOr<DrainWorkerResponse> DrainWorker(const DrainWorkerRequest& request);
   absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
@@ -402,6 +402,10 @@ class JobManager {
   // Heartbeat: the worker's answers about directories, and the removals assigned to it (no
   // registry lookup: the scheduler pass reassigns those of a gone worker).
   void TakeDirRemovals(const HeartbeatRequest& request, HeartbeatResponse* response);
+  // An answer about a pending removal (a worker's, or ForgetWorker's DIR_REMOVAL_ABANDONED):
+  // it ends in the store, the log and the metrics, and its DeleteJob waiters hear it. False
+  // when it was answered before.
+  bool FinishDirRemoval(const JobDirRemoved& answer);
   // Create: the removals the store still holds (a restart does not forget them).
   absl::Status RestoreDirRemovals();
   // A pass: the jobs ended longer than Options::ended_job_retention ago go (once a minute).

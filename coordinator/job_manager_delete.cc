@@ -151,14 +151,19 @@ absl::StatusOr<DeleteJobResponse> JobManager::DeleteJob(const DeleteJobRequest& 
   return result;
 }
 
+bool JobManager::FinishDirRemoval(const JobDirRemoved& answer) {
+  std::optional<PendingDirRemoval> done = removals_.Answer(answer);
+  if (!done.has_value()) return false;  // answered before (a heartbeat sent again)
+  absl::Status stored = store_->DirRemovalDone(done->job_id);
+  Log(absl::StrCat(done->job_id, " (deleted): ", plan::DescribeDirRemoval(answer),
+                   stored.ok() ? "" : absl::StrCat(" (not recorded: ", stored.ToString(), ")")));
+  if (options_.metrics != nullptr) options_.metrics->DirRemoved(answer.state(), answer.bytes());
+  return true;
+}
+
 void JobManager::TakeDirRemovals(const HeartbeatRequest& request, HeartbeatResponse* response) {
   for (const JobDirRemoved& answer : request.dirs_removed()) {
-    std::optional<PendingDirRemoval> done = removals_.Answer(answer);
-    if (!done.has_value()) continue;  // answered before (a heartbeat sent again)
-    absl::Status stored = store_->DirRemovalDone(done->job_id);
-    Log(absl::StrCat(done->job_id, " (deleted): ", plan::DescribeDirRemoval(answer),
-                     stored.ok() ? "" : absl::StrCat(" (not recorded: ", stored.ToString(), ")")));
-    if (options_.metrics != nullptr) options_.metrics->DirRemoved(answer.state(), answer.bytes());
+    FinishDirRemoval(answer);
   }
   if (removals_.empty() || response->register_again()) return;
   for (JobDirRemoval& r : removals_.ForWorker(request.worker_id(), Now())) {

@@ -619,8 +619,8 @@ TEST(JobManager, AWorkerRunningAJobThisDatabaseNeverHadIsToldToStopAndTheLogSays
 TEST(JobManager, ForgetRemovesOnlyLostWorkers) {
   Harness h(TempDb("forget"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());
-  EXPECT_EQ(h.m().ForgetWorker("w1").code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(h.m().ForgetWorker("nobody").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(h.m().ForgetWorker("w1").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(h.m().ForgetWorker("nobody").status().code(), absl::StatusCode::kNotFound);
   h.Advance(kLease + absl::Milliseconds(1));
   h.m().RunSchedulerPass();
   ASSERT_EQ(h.m().ListWorkers().workers(0).state(), LOST);

@@ -585,6 +585,14 @@ std::string WorkerRegistry::LiveWorkerOnHost(const std::string& host_label) cons
   return found;
 }
 
+bool WorkerRegistry::AnyWorkerOnHost(const std::string& host_label) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, r] : workers_) {
+    if (r.info.host_label() == host_label) return true;
+  }
+  return false;
+}
+
 WorkerState WorkerRegistry::ListedState(const Record& r) {
   return r.draining && !r.lost && r.info.job_id().empty() ? DRAINED : r.info.state();
 }

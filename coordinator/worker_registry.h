@@ -215,6 +215,8 @@ class WorkerRegistry {
   bool IsLive(const std::string& worker_id) const;
   // A live worker with this host label (the smallest id), "" when none; O(workers), no copies.
   std::string LiveWorkerOnHost(const std::string& host_label) const;
+  // Whether any worker of that host label is registered, live or LOST.
+  bool AnyWorkerOnHost(const std::string& host_label) const;
   // The last step the worker said (heartbeat, registration) it reached in `job_id`; -1 when it
   // never said it runs that job.
   int64_t RunningStep(const std::string& worker_id, const std::string& job_id) const;

@@ -18,6 +18,9 @@ std::string DescribeDirRemoval(const JobDirRemoved& r) {
     case DIR_REMOVAL_FAILED:
       return absl::StrCat("worker ", r.worker_id(), " did not remove ", r.dir(), on, ": ",
                           r.error());
+    case DIR_REMOVAL_ABANDONED:
+      return absl::StrCat(r.dir(), on, " is left in place: ", r.error(),
+                          "; remove it there by hand");
     default:
       return absl::StrCat(
           r.dir(), on, " is to be removed by ",
