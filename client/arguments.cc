@@ -371,7 +371,8 @@ const std::vector<FlagInfo>& Flags() {
        "$DTRAIN_TLS_CERT",
        FlagBound::kAny,
        {},
-       "this client's certificate (PEM; its OU is the role: admin or viewer)"},
+       "this client's certificate (PEM; its OU is the role: admin, user or viewer; its CN the name "
+       "its jobs record)"},
       {"tls_key",
        &I::tls_key,
        "FILE",
