@@ -84,6 +84,9 @@ ABSL_FLAG(int64_t, max_workers_per_owner, 0,
           "the most workers one owner's placed jobs may hold at once (the owner: the CN of the "
           "certificate that submitted them); a queued job that would pass it waits, one that "
           "needs more is refused; 0: no cap");
+ABSL_FLAG(int32_t, max_user_priority, 0,
+          "the highest job priority (-100..100) a caller other than an admin may submit: a "
+          "user's job above the others' would pass the queue's fair share");
 ABSL_FLAG(absl::Duration, ended_job_retention, absl::ZeroDuration(),
           "delete ended jobs this long after they ended: their records and their directory "
           "(checkpoints, final weights), as `dtrain delete --files` does, except one whose "
@@ -191,6 +194,7 @@ JobManager::Options ManagerOptionsFromFlags(const dtrain::TlsFiles& tls,
   options.queue_reservation =
       std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_queue_reservation));
   options.max_workers_per_owner = std::max<int64_t>(0, absl::GetFlag(FLAGS_max_workers_per_owner));
+  options.max_user_priority = absl::GetFlag(FLAGS_max_user_priority);
   options.ended_job_retention =
       std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_ended_job_retention));
   options.diagnose = DiagnoseOverPeers(tls, options.diagnosis_deadline);

@@ -483,11 +483,15 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
   // is checked creates no job (JobManager::SubmitJob).
   return OffThread<SubmitJobResponse>(
       context, response,
-      [this, request, owner = who->name](absl::Time deadline, Answer<SubmitJobResponse> answer) {
+      [this, request, who = *who](absl::Time deadline, Answer<SubmitJobResponse> answer) {
+        const int max_priority = manager_->options().max_user_priority;
+        auto may_submit = [&who, max_priority](const JobSpec& spec) {
+          return AuthorizePriority(who, spec.priority(), max_priority);
+        };
         answer(absl::Now() >= deadline
                    ? absl::DeadlineExceededError(
                          "the client's deadline passed before the spec was read")
-                   : manager_->SubmitJob(*request, deadline, owner));
+                   : manager_->SubmitJob(*request, deadline, who.name, may_submit));
       });
 }
 

@@ -520,9 +520,9 @@ std::optional<std::string> JobManager::NoWorkerCanHold(const JobPlan& job_plan) 
   return message;
 }
 
-absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& request,
-                                                        absl::Time deadline,
-                                                        const std::string& owner) {
+absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(
+    const SubmitJobRequest& request, absl::Time deadline, const std::string& owner,
+    const std::function<absl::Status(const JobSpec&)>& may_submit) {
   ASSIGN_OR_RETURN(JobPlan job_plan,
                    PlanSubmission(request, options_.max_spec_bytes, options_.job_limits));
   std::optional<std::string> too_big = NoWorkerCanHold(job_plan);
@@ -532,6 +532,7 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(const SubmitJobRequest& 
                      " (submit with --allow_waiting to queue it for workers that may join)"));
   }
   JobSpec spec = std::move(*job_plan.mutable_spec());
+  if (may_submit != nullptr) RETURN_IF_ERROR(may_submit(spec));
   if (std::optional<std::string> over =
           OwnerQuotaWait(owner, plan::WorkersNeeded(spec.parallel()), /*held=*/0)) {
     return absl::FailedPreconditionError(absl::StrCat(owner, "'s job cannot run here: ", *over));

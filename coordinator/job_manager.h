@@ -121,6 +121,9 @@ class JobManager {
     // owner are not counted): a queued job that would take its owner past it waits, and one that
     // needs more is refused at submit (--max_workers_per_owner). Zero: no cap.
     int64_t max_workers_per_owner = 0;
+    // The highest JobSpec.priority a job of a caller other than an admin may have
+    // (--max_user_priority; roles.h AuthorizePriority).
+    int32_t max_user_priority = 0;
     // Ended jobs are deleted this long after they ended, records and directory, as `dtrain
     // delete --files` would (not one whose checkpoints a job not yet ended uses); checked once
     // a minute (--ended_job_retention). Zero: kept until deleted by hand.
@@ -164,9 +167,12 @@ class JobManager {
   absl::StatusOr<ReportProgressResponse> ReportProgress(const ReportProgressRequest& request);
   // `deadline`: the client's; DeadlineExceeded, and no job created, when it passes before the
   // spec is read and checked. `owner`: the caller's certificate name (Job.owner).
-  absl::StatusOr<SubmitJobResponse> SubmitJob(const SubmitJobRequest& request,
-                                              absl::Time deadline = absl::InfiniteFuture(),
-                                              const std::string& owner = "");
+  // `may_submit`: the caller's rules on the checked spec (the service's: roles.h
+  // AuthorizePriority); an error refuses the job.
+  absl::StatusOr<SubmitJobResponse> SubmitJob(
+      const SubmitJobRequest& request, absl::Time deadline = absl::InfiniteFuture(),
+      const std::string& owner = "",
+      const std::function<absl::Status(const JobSpec&)>& may_submit = nullptr);
   absl::StatusOr<Job> GetJob(const std::string& job_id);
   // Sets job->queue_position when it is queued (WatchJob's summaries, read from the store).
   void FillQueuePosition(Job* job);

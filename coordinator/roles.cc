@@ -109,6 +109,15 @@ absl::Status AuthorizeOnJob(const PeerIdentity& who, absl::string_view method,
       " acts only on its own jobs (role ", absl::StrJoin(rule->roles, " or "), " on any)"));
 }
 
+absl::Status AuthorizePriority(const PeerIdentity& who, int priority, int max_user_priority) {
+  if (who.role == kRoleInsecure || who.role == kRoleAdmin || priority <= max_user_priority) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      Certificate(who), " may not submit a job of priority ", priority, ": role ", who.role,
+      "'s jobs may have at most ", max_user_priority, " (--max_user_priority; role admin any)"));
+}
+
 absl::Status AuthorizeWorker(const PeerIdentity& who, absl::string_view method,
                              absl::string_view worker_id) {
   if (absl::Status s = Authorize(who, method); !s.ok()) return s;

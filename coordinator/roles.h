@@ -55,6 +55,13 @@ bool IsJobScoped(absl::string_view method);
 absl::Status AuthorizeOnJob(const PeerIdentity& who, absl::string_view method,
                             absl::string_view job_id, absl::string_view owner);
 
+// Whether `who` may submit a job of JobSpec.priority `priority`: any for admin (and insecure);
+// at most `max_user_priority` for the others (a user's job of a higher priority than the others'
+// would pass the queue's fair share). PermissionDenied: "certificate 'alice' (role user) may not
+// submit a job of priority 50: role user's jobs may have at most 0 (--max_user_priority; role
+// admin any)".
+absl::Status AuthorizePriority(const PeerIdentity& who, int priority, int max_user_priority);
+
 // Authorize, and for a worker certificate of one worker (its name is not "worker") also that
 // `worker_id` is that worker: PermissionDenied "certificate 'w1' (role worker) may not act as
 // worker w2".

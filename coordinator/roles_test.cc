@@ -121,6 +121,19 @@ TEST(Roles, AUserSubmitsLooksAndChangesOnlyItsOwnJobs) {
   EXPECT_TRUE(AuthorizeOnJob(alice, "GetJob", "job-000002", "bob").ok());
 }
 
+TEST(Roles, OnlyAnAdminSubmitsAboveTheUsersHighestPriority) {
+  EXPECT_TRUE(AuthorizePriority(Who("alice", "user"), 0, 0).ok());
+  EXPECT_TRUE(AuthorizePriority(Who("alice", "user"), -5, 0).ok());
+  EXPECT_TRUE(AuthorizePriority(Who("alice", "user"), 10, 10).ok());
+  const absl::Status above = AuthorizePriority(Who("alice", "user"), 50, 0);
+  EXPECT_EQ(above.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(above.message(),
+            "certificate 'alice' (role user) may not submit a job of priority 50: role user's "
+            "jobs may have at most 0 (--max_user_priority; role admin any)");
+  EXPECT_TRUE(AuthorizePriority(Who("ops", "admin"), 100, 0).ok());
+  EXPECT_TRUE(AuthorizePriority(Who("", kRoleInsecure), 100, 0).ok());
+}
+
 TEST(Roles, AccessListsWhatTheTableAllowsOnAJob) {
   Job bobs;
   bobs.set_id("job-000002");

@@ -206,7 +206,7 @@ def case_owners(args):
     DIR alice --role=user`): a job records who submitted it (status, --json, list --mine and
     --owner); bob's cancel and delete of alice's job are refused in one line naming her, and
     her job keeps running; each cancels and deletes their own; an admin cancels anyone's; the
-    reason says who cancelled; fair share: bob's first job, submitted while alice's burst holds
+    reason says who cancelled; a user's job above priority 0 is refused; fair share: bob's first job, submitted while alice's burst holds
     every worker and queues more, goes ahead of her queued one (and the coordinator's
     dtrain_coordinator_owner_workers / _owner_queued_jobs say so); a viewer still may not submit; each one's console offers the
     cancel button only on their own job (Coordinator.Access through /api/jobs/ID/access)."""
@@ -229,6 +229,12 @@ def case_owners(args):
             expect(job.get("owner") == who, "%s's job's owner: %r" % (who, job.get("owner")))
             return job["id"]
 
+        # A priority above the others' would pass the fair share: an admin's only.
+        rc, out, err = c.cli("submit", c.write_spec("urgent.json", small_job_spec(
+            ckpt, 5, name="urgent", priority=50)), cert="alice")
+        expect(rc == 6 and "certificate 'alice' (role user) may not submit a job of priority 50: "
+               "role user's jobs may have at most 0 (--max_user_priority; role admin any)" in err,
+               "alice's submit of priority 50: exit %d: %s" % (rc, err))
         a = submit_as("alice", "alices", 100000)
         c.wait_step(a, 1, 60)
         rc, out, err = c.cli("status", a, cert="bob")
