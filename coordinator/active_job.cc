@@ -74,6 +74,8 @@ JobRecord RecordOf(const ActiveJob& job, absl::Time now) {
   r.phase_start = job.recovery.phase_start;
   r.shrink = plan::PlannedWorkerLossPolicy(job.spec) == WORKER_LOSS_SHRINK;
   r.wait_for = plan::RecoveryWaitFor(job.spec);
+  r.preempted = !job.recoveries.empty() && !job.recoveries.back().done() &&
+                !job.recoveries.back().preempted_by().empty();
   return r;
 }
 

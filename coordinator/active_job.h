@@ -82,8 +82,9 @@ struct ActiveJob {
     std::vector<StragglerScore> scores;
   };
   // What the policies planned: a rebalance's cut (begun at the next sealed checkpoint), a
-  // drained worker to move off at the next sealed checkpoint, and a restart proposed now (a
-  // grow back, a rebalance, a drain, a straggler replaced), which the decision begins.
+  // drained worker to move off and a preemption to yield to at the next sealed checkpoint, and
+  // a restart proposed now (a grow back, a rebalance, a drain, a straggler replaced, a
+  // preemption), which the decision begins.
   struct PlannedRestart {
     Recovery recovery;
     std::string why;
@@ -92,6 +93,9 @@ struct ActiveJob {
     std::optional<std::vector<int>> pending_cut;
     std::string pending_cut_summary;
     std::string drain_at_seal;
+    // A queued job of a higher priority this one yields its workers to at its next sealed
+    // checkpoint (JobManager::Options::preempt_after).
+    std::string yield_to;
     std::optional<PlannedRestart> restart;
   };
 
@@ -101,6 +105,7 @@ struct ActiveJob {
   int32_t announced_position = 0;  // QUEUED: the position its watchers were last woken for
   JobSpec spec;
   absl::Time submitted;
+  absl::Time run_started = absl::InfinitePast();  // the current run entered RUNNING
   JobState state = QUEUED;
   std::string reason;
   std::shared_ptr<const JobAssignment> assignment;  // from PLACING on: id, spec, placement

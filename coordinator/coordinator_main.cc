@@ -87,6 +87,11 @@ ABSL_FLAG(int64_t, max_workers_per_owner, 0,
 ABSL_FLAG(int32_t, max_user_priority, 0,
           "the highest job priority (-100..100) a caller other than an admin may submit: a "
           "user's job above the others' would pass the queue's fair share");
+ABSL_FLAG(absl::Duration, preempt_after, absl::ZeroDuration(),
+          "a queued job that has waited this long for workers preempts running jobs of a lower "
+          "priority, each at its next sealed checkpoint: they yield their workers, wait in the "
+          "queue and resume from that checkpoint (no step lost, no restart counted); jobs "
+          "without checkpoints are never preempted; 0: never");
 ABSL_FLAG(absl::Duration, ended_job_retention, absl::ZeroDuration(),
           "delete ended jobs this long after they ended: their records and their directory "
           "(checkpoints, final weights), as `dtrain delete --files` does, except one whose "
@@ -195,6 +200,7 @@ JobManager::Options ManagerOptionsFromFlags(const dtrain::TlsFiles& tls,
       std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_queue_reservation));
   options.max_workers_per_owner = std::max<int64_t>(0, absl::GetFlag(FLAGS_max_workers_per_owner));
   options.max_user_priority = absl::GetFlag(FLAGS_max_user_priority);
+  options.preempt_after = std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_preempt_after));
   options.ended_job_retention =
       std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_ended_job_retention));
   options.diagnose = DiagnoseOverPeers(tls, options.diagnosis_deadline);

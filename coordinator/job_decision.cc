@@ -20,6 +20,12 @@ Decision DecideRecovering(const JobRecord& job, const ClusterView& cluster, absl
       return Do(Action::kWait, RECOVERING);
     return Do(Action::kEndStopPhase, RECOVERING);
   }
+  if (job.preempted) {  // a queued job of its priority, in effect
+    return cluster.queued_ahead == 0 && !cluster.placement_deferred &&
+                   cluster.usable_idle >= cluster.needed
+               ? Do(Action::kPlace, PLACING)
+               : Do(Action::kWait, RECOVERING);
+  }
   const bool settling = job.shrink && in_phase < limits.shrink_settle;
   if (!cluster.placement_deferred) {
     if (cluster.usable_idle >= cluster.needed) return Do(Action::kPlace, PLACING);

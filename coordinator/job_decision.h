@@ -20,6 +20,8 @@
 //               place phase: enough usable idle workers           kPlace           PLACING
 //               place phase: "shrink", settled, fewer suffice     kPlaceShrunk     PLACING
 //               place phase: none within fault_tolerance.wait_for kFailRecovery    FAILED
+//               (a preempted job: enough usable idle workers and  kPlace           PLACING
+//                no queued job of a higher priority ahead; it waits as long as it takes)
 //   otherwise                                                     kWait            (unchanged)
 //
 // DecideAfterFailure then says what a failure means: a restart to export the weights (the last
@@ -67,6 +69,9 @@ struct JobRecord {
   absl::Time phase_start = absl::InfinitePast();
   bool shrink = false;                          // fault_tolerance.on_worker_loss is "shrink"
   absl::Duration wait_for = absl::Seconds(60);  // fault_tolerance.wait_for
+  // The open recovery is a preemption (Recovery.preempted_by): it waits for workers as a queued
+  // job does, for as long as it takes (not wait_for), and never shrinks.
+  bool preempted = false;
 };
 
 // The cluster as the job's next step needs it (computed only where the step needs it). Only
@@ -79,6 +84,9 @@ struct ClusterView {
   int needed = 0;                   // workers the run's layout needs
   int shrunk_needed = 0;            // workers the largest smaller layout needs; 0: none
   bool placement_deferred = false;  // a placement was just tried and deferred: wait
+  // A preempted job's place phase: queued jobs of a higher priority that the live workers could
+  // run. It waits behind them, as it would in the queue.
+  int queued_ahead = 0;
 };
 
 struct DecisionLimits {

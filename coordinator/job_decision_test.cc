@@ -170,6 +170,24 @@ std::vector<Row> RecoveringRows() {
          j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, c = {true, 0, 1, 2};
        },
        RECOVERING, Action::kFailRecovery, FAILED, absl::Seconds(60)},
+      {"RECOVERING (preempted) waits for workers past wait_for, as a queued job does",
+       [](JobRecord& j, ClusterView& c) {
+         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.preempted = true, j.shrink = true,
+         c = {true, 0, 1, 2, 1};
+       },
+       RECOVERING, Action::kWait, RECOVERING, absl::Hours(5)},
+      {"RECOVERING (preempted) waits behind a queued job of a higher priority",
+       [](JobRecord& j, ClusterView& c) {
+         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.preempted = true,
+         c = {true, 0, 2, 2}, c.queued_ahead = 1;
+       },
+       RECOVERING, Action::kWait, RECOVERING},
+      {"RECOVERING (preempted) -> PLACING: enough idle workers, nobody ahead",
+       [](JobRecord& j, ClusterView& c) {
+         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.preempted = true,
+         c = {true, 0, 2, 2};
+       },
+       RECOVERING, Action::kPlace, PLACING, absl::Hours(5)},
       {"RECOVERING (shrink) settles before shrinking",
        [](JobRecord& j, ClusterView& c) {
          j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.shrink = true,

@@ -306,8 +306,14 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
         continue;
       }
     }
-    if (holder == nullptr && ReservesWorkers(*job, counts)) holder = job;
-    SetQueuedReason(*job, WaitingReason(job->spec, counts));
+    // Its preemptions (begun now or earlier) free workers for it: they go to it first.
+    const int64_t coming = MaybePreempt(*job, view.usable_idle);
+    if (holder == nullptr && (coming > 0 || ReservesWorkers(*job, counts))) holder = job;
+    SetQueuedReason(*job, coming == 0 ? WaitingReason(job->spec, counts)
+                                      : absl::StrCat(WaitingReason(job->spec, counts), "; ",
+                                                     Plural(coming, "worker"),
+                                                     " of jobs of a lower priority come free at "
+                                                     "their next sealed checkpoints (preempted)"));
   }
 }
 
@@ -353,6 +359,11 @@ std::string JobManager::HeldBackReason(const JobSpec& spec, const ActiveJob& hol
                                        const WorkerCounts& counts) {
   // Without enough idle workers it would wait anyway: the reservation is not why.
   if (plan::WorkersNeeded(spec.parallel()) > counts.idle) return WaitingReason(spec, counts);
+  if (WorkersComingFreeFor(holder) > 0) {
+    return absl::StrCat("waiting behind ", holder.id, " (priority ", holder.spec.priority(),
+                        "), which preempted jobs of a lower priority: the workers freed go to it "
+                        "first");
+  }
   return absl::StrCat("waiting behind ", holder.id, ", queued for ",
                       Plural(plan::WorkersNeeded(holder.spec.parallel()), "worker"),
                       " for longer than --queue_reservation (",
@@ -367,7 +378,7 @@ const ActiveJob* JobManager::HolderFor(const JobSpec& spec, const WorkerCounts& 
   for (const ActiveJob* job : QueueInOrder()) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
     if (needed <= counts.idle || OwnerQuotaWait(job->owner, needed, held[job->owner])) continue;
-    if (ReservesWorkers(*job, counts)) {
+    if (WorkersComingFreeFor(*job) > 0 || ReservesWorkers(*job, counts)) {
       return SameWorkers(job->spec.device(), spec.device()) ? job : nullptr;
     }
   }

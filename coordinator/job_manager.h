@@ -124,6 +124,12 @@ class JobManager {
     // The highest JobSpec.priority a job of a caller other than an admin may have
     // (--max_user_priority; roles.h AuthorizePriority).
     int32_t max_user_priority = 0;
+    // A queued job that has waited this long for workers preempts running jobs of a lower
+    // priority (policy/preemption.h chooses which), each at its next sealed checkpoint: it
+    // yields its workers, waits as a queued job of its priority would and resumes from that
+    // checkpoint, losing no step and no restart (Recovery.preempted_by). Jobs that keep no
+    // checkpoints are never preempted (--preempt_after). Zero: never.
+    absl::Duration preempt_after = absl::ZeroDuration();
     // Ended jobs are deleted this long after they ended, records and directory, as `dtrain
     // delete --files` would (not one whose checkpoints a job not yet ended uses); checked once
     // a minute (--ended_job_retention). Zero: kept until deleted by hand.
@@ -332,6 +338,9 @@ class JobManager {
   // reason restated; FAILED once fault_tolerance.wait_for passed (`expired`).
   void RecoveryWaits(ActiveJob& job, const Placing& placing, int needed, bool settling,
                      bool expired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A recovering job's reason, changed (a write and a log line) only when it differs.
+  void SetRecoveringReason(ActiveJob& job, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SaveRecoveries(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the current phase of the open recovery: its duration (ms) since its start.
   int64_t EndPhase(ActiveJob& job);
@@ -425,6 +434,21 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A checkpoint of `job` was sealed: it moves off the worker drained meanwhile, if any.
   void MaybeMoveOffDrained(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- preemption (job_manager_preempt.cc) ---
+  // Queued `waiter`, which did not fit in this pass with `usable_idle` workers for it, preempts
+  // running jobs of a lower priority once it has waited Options::preempt_after. Returns the
+  // workers coming free for it (its preemptions begun now or earlier); 0 when none.
+  int64_t MaybePreempt(const ActiveJob& waiter, int64_t usable_idle)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers the preemptions of `waiter` will free: its victims' runs and stopping ranks.
+  int64_t WorkersComingFreeFor(const ActiveJob& waiter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A checkpoint of `job` was sealed at `step`: it yields its workers to the job it was
+  // preempted by (a planned restart), if that one still waits.
+  void MaybeYield(ActiveJob& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A preempted job's place phase: the queued jobs of a higher priority that the live workers
+  // could run, which it waits behind (ClusterView::queued_ahead).
+  int QueuedAheadOfPreempted(const ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- rebalance (job_manager_rebalance.cc) ---
   // RebalanceJob with the lock held (the straggler policy calls it from a pass).

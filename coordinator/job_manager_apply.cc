@@ -89,6 +89,7 @@ absl::Status JobManager::Transition(ActiveJob& job, JobState state, const std::s
   job.state = state;
   job.reason = reason;
   if (state == RUNNING) {  // a new run: its stall clock starts now
+    job.run_started = Now();
     job.diagnosis = ActiveJob::DiagnosisState();
     job.diagnosis.progress_at = Now();
   }

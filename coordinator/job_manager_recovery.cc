@@ -268,6 +268,10 @@ ClusterView JobManager::RecoveryView(ActiveJob& job, Placing* placing) {
               usable >= plan::WorkersNeeded(job.spec.parallel()) ? job.spec : job.run_spec);
   view.usable_idle = static_cast<int>(usable);
   view.needed = static_cast<int>(plan::WorkersNeeded(placing->spec.parallel()));
+  if (!r.preempted_by().empty()) {  // back in the queue, in effect: no shrinking
+    view.queued_ahead = QueuedAheadOfPreempted(job);
+    return view;
+  }
   if (usable < view.needed && plan::PlannedWorkerLossPolicy(job.spec) == WORKER_LOSS_SHRINK) {
     absl::StatusOr<JobPlan> smaller = plan::ShrinkPlan(placing->spec, usable);
     if (smaller.ok()) {
@@ -327,6 +331,17 @@ void JobManager::RecoveryWaits(ActiveJob& job, const Placing& placing, int neede
                                bool expired) {
   const Recovery& r = *job.OpenRecovery();
   const int usable = static_cast<int>(placing.candidates.size());
+  if (!r.preempted_by().empty()) {
+    const int ahead = QueuedAheadOfPreempted(job);
+    SetRecoveringReason(
+        job, absl::StrCat("preempted by ", r.preempted_by(), ": waiting for ",
+                          Plural(needed, "idle worker"), " (", usable, " usable idle)",
+                          ahead == 0 ? ""
+                                     : absl::StrCat(" behind ", Plural(ahead, "queued job"),
+                                                    " of a higher priority"),
+                          "; it resumes from its latest sealed checkpoint"));
+    return;
+  }
   const absl::Duration wait_for = plan::RecoveryWaitFor(job.spec);
   std::string waiting =
       absl::StrCat("waiting up to ", Seconds(wait_for), " (fault_tolerance.wait_for) for ",
@@ -357,7 +372,11 @@ void JobManager::RecoveryWaits(ActiveJob& job, const Placing& placing, int neede
           ? absl::StrCat("replacing straggler ", r.replaced_worker(), ": ", waiting)
           : absl::StrCat("restart ", FailureCount(job.recoveries), " of ",
                          job.spec.fault_tolerance().max_restarts(), ": ", waiting);
-  if (reason == job.reason) return;
+  SetRecoveringReason(job, reason);
+}
+
+void JobManager::SetRecoveringReason(ActiveJob& job, const std::string& reason) {
+  if (reason == job.reason) return;  // every change is a write and a log line
   absl::Status status = Transition(job, RECOVERING, reason);
   if (!status.ok()) Log(absl::StrCat(job.id, ": ", status.ToString()));
 }

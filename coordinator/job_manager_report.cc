@@ -143,6 +143,7 @@ absl::Status JobManager::OnCheckpoint(ActiveJob& job, const CheckpointSealed& ch
   to_notify_.push_back(job.id);
   // The policies a sealed checkpoint wakes; the first to propose a restart has it.
   const std::string id = job.id;
+  MaybeYield(job, sealed.step());  // first: a preempted job stops whatever else was planned
   MaybeGrowBack(job, sealed.step());
   MaybeRebalanceAt(job, sealed.step());
   MaybeMoveOffDrained(job);

@@ -28,6 +28,7 @@ bool SameWorkers(absl::string_view a, absl::string_view b) {
 absl::string_view RecoveryKind(const Recovery& r) {
   if (r.finishing()) return "finishing";
   if (r.maintenance()) return "maintenance";
+  if (!r.preempted_by().empty()) return "preempted";
   if (r.grow()) return "grow";
   if (!r.replaced_worker().empty()) return "straggler_replaced";
   if (!r.rebalance_to().empty()) return "rebalance";

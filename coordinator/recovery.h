@@ -33,10 +33,11 @@ bool SameWorkers(absl::string_view a, absl::string_view b);
 // What a recovery is, as the bounded label `kind` of dtrain_coordinator_job_recoveries_total:
 // "failure" (counted against max_restarts), or a restart the coordinator chose: "grow" (back to
 // the submitted layout), "straggler_replaced", "rebalance" (a re-cut), "maintenance" (a worker
-// drained or stopped on purpose), "finishing" (the job's last step was sealed).
+// drained or stopped on purpose), "preempted" (it yielded its workers to a job of a higher
+// priority), "finishing" (the job's last step was sealed).
 absl::string_view RecoveryKind(const Recovery& recovery);
 inline constexpr absl::string_view kRecoveryKinds[] = {
-    "failure", "grow", "straggler_replaced", "rebalance", "maintenance", "finishing"};
+    "failure", "grow", "straggler_replaced", "rebalance", "maintenance", "preempted", "finishing"};
 
 // A restart the coordinator chose, not a failure (RecoveryKind is not "failure").
 bool IsPlannedRestart(const Recovery& recovery);

@@ -1,6 +1,7 @@
 """What is not a failure (README "Maintenance and pauses"): a pause of the coordinator's own
 process (SIGSTOP), a job whose last step was sealed before its rank 0 died, a worker stopped on
-purpose (SIGTERM) and a worker killed and restarted at once.
+purpose (SIGTERM), a worker killed and restarted at once, and a job preempted by one of a higher
+priority.
 
 Workers run with --test_only_step_delay so that a fault lands at a known point of a run.
 """
@@ -10,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 
 from harness import Cluster, TestFailure, expect, losses
 from recovery_cases import FINAL, STEP_DELAY, compare, recovery_spec, run_reference, start
@@ -205,3 +207,59 @@ def case_rolling_restart(args):
         print("rolling restart (drain, SIGTERM, start) of %d workers: SUCCEEDED with %d "
               "maintenance restarts, none counted; losses equal (worst %.2g)"
               % (len(ids), len(recoveries), worst))
+
+
+def case_preemption(args):
+    """A coordinator with --preempt_after=1s and two workers, both running a pp=2 job of
+    priority 0 that checkpoints every 5 steps: a pp=2 job of priority 5 submitted then takes
+    them at the running job's next sealed checkpoint and SUCCEEDS; the preempted job waits
+    (RECOVERING, "preempted by ..."), resumes from that checkpoint once the workers are free,
+    and SUCCEEDS with losses equal to an undisturbed run's, its restart not counted
+    (max_restarts 0) and counted by dtrain_coordinator_job_recoveries_total{kind="preempted"}."""
+    with Cluster(args.binaries, "preemption") as c:
+        ids = ["w1", "w2"]
+        c.write_corpus()
+        c.start_coordinator(extra=["--preempt_after=1s"])
+        for w in ids:
+            c.start_worker(w, extra=[STEP_DELAY])
+        c.wait_workers({w: "IDLE" for w in ids})
+        ckpt = os.path.join(c.tmp, "ckpt")
+        spec = recovery_spec(ckpt, steps=30, interval=5, parallel={"pp": 2},
+                             fault_tolerance={"max_restarts": 0})
+        want = run_reference(c, spec, "reference")
+        c.wait_workers({w: "IDLE" for w in ids})
+        long_job = c.submit(c.write_spec("long.json", dict(spec, name="long")))
+        c.wait_step(long_job, 2, 60)
+        urgent_job = c.submit(c.write_spec("urgent.json", recovery_spec(
+            ckpt, steps=10, interval=5, name="urgent", priority=5, parallel={"pp": 2})))
+        c.wait_job(long_job, lambda j: j.get("state") == "RECOVERING" or j.get("state") in FINAL,
+                   60, "the long job preempted")
+        urgent = c.wait_state(urgent_job, FINAL, 120)
+        expect(urgent["state"] == "SUCCEEDED", "the urgent job: %s: %s"
+               % (urgent["state"], urgent.get("reason")))
+        done = c.wait_state(long_job, FINAL, 180)
+        expect(done["state"] == "SUCCEEDED", "the preempted job: %s: %s"
+               % (done["state"], done.get("reason")))
+        recoveries = done.get("recoveries", [])
+        expect(len(recoveries) == 1 and recoveries[0].get("preempted_by") == urgent_job,
+               "want one preemption by %s: %s" % (urgent_job, json.dumps(recoveries)))
+        expect(int(done["ended_unix_ms"]) > int(urgent["ended_unix_ms"]),
+               "the preempted job ended before the urgent one")
+        sealed = int(recoveries[0].get("resumed_from_step", 0))
+        expect(sealed % 5 == 0 and sealed > 0, "resumed from step %d, not a sealed checkpoint"
+               % sealed)
+        worst = compare(losses(c, long_job), want, 0.0, "after a preemption")
+        rc, out, err = c.cli("status", long_job, timeout=30)
+        expect(rc == 0 and "preempted by %s (priority 5): yielding its workers at the checkpoint "
+               "of step %d" % (urgent_job, sealed) in out, "dtrain status:\n%s%s" % (out, err))
+        rc, out, err = c.cli("logs", urgent_job, timeout=30)
+        expect("preempting %s (priority 0, 2 workers)" % long_job in out,
+               "the urgent job's log does not name its preemption:\n%s" % out)
+        url = "http://127.0.0.1:%d/metrics" % c.metrics_ports["coordinator"]
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        expect('dtrain_coordinator_job_recoveries_total{kind="preempted"} 1' in text,
+               "no preemption counted:\n%s" % "\n".join(
+                   l for l in text.splitlines() if "recoveries_total" in l))
+        print("preempted at step %d by a job of priority 5, resumed after it: SUCCEEDED, losses "
+              "equal to an undisturbed run's (worst %.2g)" % (sealed, worst))

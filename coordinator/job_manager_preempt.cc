@@ -1,0 +1,122 @@
+// Preemption (Options::preempt_after): a queued job that has waited long enough for workers
+// takes them from running jobs of a lower priority, each at its next sealed checkpoint. The
+// victims are chosen by policy/preemption.h; each yields through a planned restart
+// (Recovery.preempted_by) whose place phase waits as a queued job of its priority would
+// (job_decision.h), so nothing is lost but time, and no restart is counted.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_manager_internal.h"
+#include "coordinator/policy/preemption.h"
+#include "coordinator/recovery.h"
+#include "plan/ranks.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+// Whether every worker a job of `device` may run on could run one of `waiter_device`: its
+// workers, once free, are the waiter's.
+bool WorkersServe(absl::string_view device, absl::string_view waiter_device) {
+  for (absl::string_view kind : {"cpu", "cuda"}) {
+    if (DeviceFits(device, kind) && !DeviceFits(waiter_device, kind)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int64_t JobManager::WorkersComingFreeFor(const ActiveJob& waiter) {
+  int64_t coming = 0;
+  for (const auto& [n, job] : jobs_) {
+    if (job.planned.yield_to == waiter.id && job.state == RUNNING) {
+      coming += static_cast<int64_t>(job.ranks.size());
+    }
+    const Recovery* open =
+        job.recoveries.empty() || job.recoveries.back().done() ? nullptr : &job.recoveries.back();
+    if (open != nullptr && open->preempted_by() == waiter.id &&
+        job.recovery.phase == RecoveryPhase::kStop) {
+      coming += static_cast<int64_t>(job.recovery.stopping.size());
+    }
+  }
+  return coming;
+}
+
+int64_t JobManager::MaybePreempt(const ActiveJob& waiter, int64_t usable_idle) {
+  if (options_.preempt_after <= absl::ZeroDuration()) return 0;
+  const int64_t coming = WorkersComingFreeFor(waiter);
+  if (Now() - waiter.submitted < options_.preempt_after) return coming;
+  const int64_t needed = plan::WorkersNeeded(waiter.spec.parallel());
+  std::vector<PreemptionCandidate> candidates;
+  for (const auto& [n, job] : jobs_) {
+    // Running on workers the waiter can use, checkpointing (it resumes where it stopped), not
+    // about to end or restart, and yielding to nobody already.
+    if (job.state != RUNNING || job.OpenRecovery() != nullptr || job.planned.restart.has_value() ||
+        !job.planned.yield_to.empty() || job.pending_end.has_value() || job.cancel.has_value() ||
+        job.spec.checkpoint().interval_steps() <= 0 || job.last_step >= job.spec.steps() ||
+        !WorkersServe(job.spec.device(), waiter.spec.device())) {
+      continue;
+    }
+    candidates.push_back(PreemptionCandidate{
+        job.id, job.spec.priority(), static_cast<int64_t>(job.ranks.size()), job.run_started});
+  }
+  const std::vector<std::string> victims = ChoosePreemptions(
+      waiter.spec.priority(), needed, usable_idle + coming, std::move(candidates));
+  int64_t freed = 0;
+  for (const std::string& id : victims) {
+    ActiveJob* job = FindActive(id);
+    job->planned.yield_to = waiter.id;
+    const int64_t workers = static_cast<int64_t>(job->ranks.size());
+    freed += workers;
+    Event(id, absl::StrCat(
+                  "preempted by ", waiter.id, " (priority ", waiter.spec.priority(),
+                  ", above this job's ", job->spec.priority(), "; queued ",
+                  absl::FormatDuration(absl::Trunc(Now() - waiter.submitted, absl::Seconds(1))),
+                  " for ", Plural(needed, "worker"), "): it yields its ", Plural(workers, "worker"),
+                  " at its next sealed checkpoint and resumes from it later"));
+    Event(waiter.id, absl::StrCat("preempting ", id, " (priority ", job->spec.priority(), ", ",
+                                  Plural(workers, "worker"), ") at its next sealed checkpoint"));
+  }
+  return coming + freed;
+}
+
+void JobManager::MaybeYield(ActiveJob& job, int64_t step) {
+  if (job.planned.yield_to.empty() || job.state != RUNNING || job.planned.restart.has_value()) {
+    return;
+  }
+  const std::string to = std::exchange(job.planned.yield_to, "");
+  const ActiveJob* waiter = FindActive(to);
+  if (waiter == nullptr || waiter->state != QUEUED || waiter->pending_end.has_value()) {
+    Event(job.id, absl::StrCat("no longer preempted: ", to, " is not queued any more"));
+    return;
+  }
+  if (step >= job.spec.steps()) return;  // its last step: the job ends now anyway
+  Recovery yield;
+  yield.set_preempted_by(to);
+  yield.set_cause(absl::StrCat("preempted by ", to, " (priority ", waiter->spec.priority(),
+                               "): yielding its workers at the checkpoint of step ", step,
+                               "; it resumes from it when workers are free again"));
+  const std::string why = yield.cause();
+  ProposeRestart(job, std::move(yield), why);
+}
+
+int JobManager::QueuedAheadOfPreempted(const ActiveJob& job) {
+  int ahead = 0;
+  std::optional<WorkerCounts> counts;
+  for (const auto& [n, other] : jobs_) {
+    if (other.state != QUEUED || other.pending_end.has_value() ||
+        other.spec.priority() <= job.spec.priority() ||
+        !SameWorkers(other.spec.device(), job.spec.device())) {
+      continue;
+    }
+    // Only a job the live workers could run: one that waits for workers that may never come
+    // holds back nobody (as ReservesWorkers).
+    if (!counts.has_value()) counts = registry_.Counts();
+    if (counts->idle + counts->busy >= plan::WorkersNeeded(other.spec.parallel())) ++ahead;
+  }
+  return ahead;
+}
+
+}  // namespace dtrain::coordinator

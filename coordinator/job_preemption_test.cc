@@ -1,0 +1,128 @@
+// Preemption (JobManager::Options::preempt_after), through the JobManager's RPCs and passes
+// with a clock the test moves: a queued job of a higher priority takes the workers of a running
+// one of a lower priority at that job's next sealed checkpoint; the preempted job waits as a
+// queued job of its priority would and resumes from that checkpoint, nothing counted against
+// max_restarts.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/job_manager_harness.h"
+#include "coordinator/recovery.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dtrain::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A pp=2 job of `priority`, checkpointing every 10 of its 100 steps (interval 0: none).
+std::string Spec(const std::string& name, int priority, int interval = 10) {
+  return absl::StrCat(R"({"name": ")", name, R"(", "priority": )", priority,
+                      R"(, "parallel": {"pp": 2}, "checkpoint": {"dir": "/c", "interval_steps": )",
+                      interval,
+                      R"(}, "dataset": "/d", "steps": 100, "batch_size": 4, )"
+                      R"("fault_tolerance": {"max_restarts": 0}, "model": {"vocab_size": 256, )"
+                      R"("context": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}})");
+}
+
+std::string Events(Harness& h, const std::string& job) {
+  std::vector<std::string> texts;
+  const absl::StatusOr<std::vector<JobEvent>> events = h.m().store().EventsFor(job);
+  for (const JobEvent& e : *events) texts.push_back(e.text);
+  return absl::StrJoin(texts, "\n");
+}
+
+void Tune(JobManager::Options* o) { o->preempt_after = absl::Seconds(30); }
+
+TEST(Preemption, AJobOfAHigherPriorityTakesTheWorkersAtTheNextSealedCheckpoint) {
+  Harness h(TempDb("preempt"), Tune);
+  h.RunOn(2, Spec("long", 0));                    // job-000001 on w1, w2
+  ASSERT_TRUE(h.Submit(Spec("urgent", 5)).ok());  // job-000002: needs both
+  h.m().RunSchedulerPass();
+  EXPECT_THAT(Events(h, "job-000001"), Not(HasSubstr("preempted")));  // not waited long yet
+  h.Advance(absl::Seconds(31));
+  h.m().RunSchedulerPass();
+  EXPECT_THAT(Events(h, "job-000001"),
+              HasSubstr("preempted by job-000002 (priority 5, above this job's 0; queued 31s for "
+                        "2 workers): it yields its 2 workers at its next sealed checkpoint"));
+  EXPECT_THAT(Events(h, "job-000002"), HasSubstr("preempting job-000001 (priority 0, 2 workers)"));
+  EXPECT_THAT(h.Get("job-000002").reason(),
+              HasSubstr("2 workers of jobs of a lower priority come free at their next sealed "
+                        "checkpoints (preempted)"));
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);  // until its checkpoint: no step is lost
+  h.m().RunSchedulerPass();                         // chosen once
+  ASSERT_TRUE(h.Sealed("job-000001", 10, "/c/job-000001/step_00000010").ok());
+  Job preempted = h.Get("job-000001");
+  ASSERT_EQ(preempted.state(), RECOVERING) << preempted.reason();
+  EXPECT_THAT(preempted.reason(), HasSubstr("preempted by job-000002 (priority 5): yielding its "
+                                            "workers at the checkpoint of step 10"));
+  ASSERT_EQ(preempted.recoveries_size(), 1);
+  EXPECT_EQ(preempted.recoveries(0).preempted_by(), "job-000002");
+  EXPECT_EQ(RecoveryKind(preempted.recoveries(0)), "preempted");
+  EXPECT_EQ(FailureCount({preempted.recoveries().begin(), preempted.recoveries().end()}), 0);
+  // Its workers stop: they go to the urgent job, not back to it.
+  h.Beat("w1", "s-w1");
+  h.Beat("w2", "s-w2");
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000002").state(), PLACING);
+  preempted = h.Get("job-000001");
+  EXPECT_EQ(preempted.state(), RECOVERING);
+  EXPECT_THAT(preempted.reason(), HasSubstr("preempted by job-000002: waiting for 2 idle workers "
+                                            "(0 usable idle); it resumes from its latest sealed "
+                                            "checkpoint"));
+  // It waits as long as it takes (not fault_tolerance.wait_for, 60 s).
+  h.Advance(absl::Minutes(10));
+  for (const char* w : {"w1", "w2"}) h.Beat(w, absl::StrCat("s-", w), "job-000002");
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000001").state(), RECOVERING);
+  EXPECT_EQ(h.Get("job-000002").state(), RUNNING);
+  // The urgent job ends: the preempted one resumes on the workers freed.
+  for (const char* w : {"w1", "w2"}) {
+    ASSERT_TRUE(h.Outcome(w, absl::StrCat("s-", w), "job-000002", true, "/c/job-000002").ok());
+  }
+  EXPECT_EQ(h.Get("job-000002").state(), SUCCEEDED);
+  h.Beat("w1", "s-w1");
+  h.Beat("w2", "s-w2");
+  h.m().RunSchedulerPass();
+  preempted = h.Get("job-000001");
+  EXPECT_EQ(preempted.state(), PLACING) << preempted.reason();
+  EXPECT_THAT(preempted.recoveries(0).workers(), ElementsAre("w1", "w2"));
+}
+
+TEST(Preemption, NoJobOfTheSamePriorityOrWithoutCheckpointsIsPreempted) {
+  Harness h(TempDb("preempt-none"), Tune);
+  for (const char* w : {"w1", "w2", "w3", "w4"}) {
+    ASSERT_TRUE(h.Register(w, absl::StrCat("s-", w)).ok());
+  }
+  ASSERT_TRUE(h.Submit(Spec("same", 5)).ok());                            // job-000001
+  ASSERT_TRUE(h.Submit(Spec("no-checkpoints", 0, /*interval=*/0)).ok());  // job-000002
+  h.m().RunSchedulerPass();
+  for (const char* w : {"w1", "w2", "w3", "w4"}) h.Beat(w, absl::StrCat("s-", w));
+  EXPECT_EQ(h.Get("job-000001").state(), PLACING);
+  EXPECT_EQ(h.Get("job-000002").state(), PLACING);
+  ASSERT_TRUE(h.Submit(Spec("urgent", 5)).ok());  // job-000003
+  h.Advance(absl::Minutes(5));
+  h.m().RunSchedulerPass();
+  // job-000001's priority is not below the urgent job's; job-000002 keeps no checkpoints (it
+  // would lose all its steps).
+  EXPECT_THAT(Events(h, "job-000003"), Not(HasSubstr("preempting")));
+  EXPECT_THAT(h.Get("job-000003").reason(), Not(HasSubstr("preempted")));
+}
+
+TEST(Preemption, WithoutPreemptAfterNothingIsPreempted) {
+  Harness h(TempDb("preempt-off"));
+  h.RunOn(2, Spec("long", 0));
+  ASSERT_TRUE(h.Submit(Spec("urgent", 5)).ok());
+  h.Advance(absl::Hours(1));
+  h.m().RunSchedulerPass();
+  EXPECT_THAT(Events(h, "job-000001"), Not(HasSubstr("preempted")));
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+}
+
+}  // namespace
+}  // namespace dtrain::coordinator
