@@ -134,6 +134,30 @@ std::vector<Row> CoordinatorRestartRows() {
   };
 }
 
+// a preempted job's recovery, which waits as a queued job of its priority would,
+std::vector<Row> PreemptedRows() {
+  return {
+      {"RECOVERING (preempted) waits for workers past wait_for, as a queued job does",
+       [](JobRecord& j, ClusterView& c) {
+         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.preempted = true, j.shrink = true,
+         c = {true, 0, 1, 2, 1};
+       },
+       RECOVERING, Action::kWait, RECOVERING, absl::Hours(5)},
+      {"RECOVERING (preempted) waits behind a queued job of a higher priority",
+       [](JobRecord& j, ClusterView& c) {
+         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.preempted = true,
+         c = {true, 0, 2, 2}, c.queued_ahead = 1;
+       },
+       RECOVERING, Action::kWait, RECOVERING},
+      {"RECOVERING (preempted) -> PLACING: enough idle workers, nobody ahead",
+       [](JobRecord& j, ClusterView& c) {
+         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.preempted = true,
+         c = {true, 0, 2, 2};
+       },
+       RECOVERING, Action::kPlace, PLACING, absl::Hours(5)},
+  };
+}
+
 // a recovery's phases, and what any state does with a cancel or a refused end.
 std::vector<Row> RecoveringRows() {
   auto none = [](JobRecord&, ClusterView&) {};
@@ -170,24 +194,6 @@ std::vector<Row> RecoveringRows() {
          j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, c = {true, 0, 1, 2};
        },
        RECOVERING, Action::kFailRecovery, FAILED, absl::Seconds(60)},
-      {"RECOVERING (preempted) waits for workers past wait_for, as a queued job does",
-       [](JobRecord& j, ClusterView& c) {
-         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.preempted = true, j.shrink = true,
-         c = {true, 0, 1, 2, 1};
-       },
-       RECOVERING, Action::kWait, RECOVERING, absl::Hours(5)},
-      {"RECOVERING (preempted) waits behind a queued job of a higher priority",
-       [](JobRecord& j, ClusterView& c) {
-         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.preempted = true,
-         c = {true, 0, 2, 2}, c.queued_ahead = 1;
-       },
-       RECOVERING, Action::kWait, RECOVERING},
-      {"RECOVERING (preempted) -> PLACING: enough idle workers, nobody ahead",
-       [](JobRecord& j, ClusterView& c) {
-         j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.preempted = true,
-         c = {true, 0, 2, 2};
-       },
-       RECOVERING, Action::kPlace, PLACING, absl::Hours(5)},
       {"RECOVERING (shrink) settles before shrinking",
        [](JobRecord& j, ClusterView& c) {
          j.phase = RecoveryPhase::kPlace, j.phase_start = kT0, j.shrink = true,
@@ -222,7 +228,8 @@ std::vector<Row> RecoveringRows() {
 
 std::vector<Row> Table() {
   std::vector<Row> rows;
-  for (auto part : {QueuedAndPlacingRows, FailureRows, CoordinatorRestartRows, RecoveringRows}) {
+  for (auto part :
+       {QueuedAndPlacingRows, FailureRows, CoordinatorRestartRows, PreemptedRows, RecoveringRows}) {
     for (Row& row : part()) rows.push_back(std::move(row));
   }
   return rows;

@@ -50,7 +50,7 @@ int64_t JobManager::MaybePreempt(const ActiveJob& waiter, int64_t usable_idle) {
   if (Now() - waiter.submitted < options_.preempt_after) return coming;
   const int64_t needed = plan::WorkersNeeded(waiter.spec.parallel());
   std::vector<PreemptionCandidate> candidates;
-  for (const auto& [n, job] : jobs_) {
+  for (auto& [n, job] : jobs_) {
     // Running on workers the waiter can use, checkpointing (it resumes where it stopped), not
     // about to end or restart, and yielding to nobody already.
     if (job.state != RUNNING || job.OpenRecovery() != nullptr || job.planned.restart.has_value() ||

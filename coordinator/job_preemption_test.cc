@@ -37,7 +37,11 @@ std::string Events(Harness& h, const std::string& job) {
   return absl::StrJoin(texts, "\n");
 }
 
-void Tune(JobManager::Options* o) { o->preempt_after = absl::Seconds(30); }
+// A lease of an hour: the test's clock moves by minutes without every worker's heartbeat.
+void Tune(JobManager::Options* o) {
+  o->lease = absl::Hours(1);
+  o->preempt_after = absl::Seconds(30);
+}
 
 TEST(Preemption, AJobOfAHigherPriorityTakesTheWorkersAtTheNextSealedCheckpoint) {
   Harness h(TempDb("preempt"), Tune);
@@ -64,7 +68,9 @@ TEST(Preemption, AJobOfAHigherPriorityTakesTheWorkersAtTheNextSealedCheckpoint) 
   ASSERT_EQ(preempted.recoveries_size(), 1);
   EXPECT_EQ(preempted.recoveries(0).preempted_by(), "job-000002");
   EXPECT_EQ(RecoveryKind(preempted.recoveries(0)), "preempted");
-  EXPECT_EQ(FailureCount({preempted.recoveries().begin(), preempted.recoveries().end()}), 0);
+  const std::vector<Recovery> recoveries(preempted.recoveries().begin(),
+                                         preempted.recoveries().end());
+  EXPECT_EQ(FailureCount(recoveries), 0);
   // Its workers stop: they go to the urgent job, not back to it.
   h.Beat("w1", "s-w1");
   h.Beat("w2", "s-w2");
@@ -73,8 +79,14 @@ TEST(Preemption, AJobOfAHigherPriorityTakesTheWorkersAtTheNextSealedCheckpoint) 
   preempted = h.Get("job-000001");
   EXPECT_EQ(preempted.state(), RECOVERING);
   EXPECT_THAT(preempted.reason(), HasSubstr("preempted by job-000002: waiting for 2 idle workers "
-                                            "(0 usable idle); it resumes from its latest sealed "
+                                            "(2 usable idle) behind 1 queued job of a higher "
+                                            "priority; it resumes from its latest sealed "
                                             "checkpoint"));
+  for (const char* w : {"w1", "w2"}) h.Beat(w, absl::StrCat("s-", w));  // their assignments
+  h.m().RunSchedulerPass();
+  EXPECT_THAT(h.Get("job-000001").reason(),
+              HasSubstr("preempted by job-000002: waiting for 2 idle workers (0 usable idle); it "
+                        "resumes from its latest sealed checkpoint"));
   // It waits as long as it takes (not fault_tolerance.wait_for, 60 s).
   h.Advance(absl::Minutes(10));
   for (const char* w : {"w1", "w2"}) h.Beat(w, absl::StrCat("s-", w), "job-000002");
@@ -115,7 +127,7 @@ TEST(Preemption, NoJobOfTheSamePriorityOrWithoutCheckpointsIsPreempted) {
 }
 
 TEST(Preemption, WithoutPreemptAfterNothingIsPreempted) {
-  Harness h(TempDb("preempt-off"));
+  Harness h(TempDb("preempt-off"), [](JobManager::Options* o) { o->lease = absl::Hours(1); });
   h.RunOn(2, Spec("long", 0));
   ASSERT_TRUE(h.Submit(Spec("urgent", 5)).ok());
   h.Advance(absl::Hours(1));
