@@ -791,8 +791,11 @@ int Workers(const Invocation& inv, CoordinatorStub& stub, Output& output) {
 }  // namespace
 
 std::optional<std::string> JobIdFromArgument(const std::string& arg) {
-  if (IsJobId(arg)) return arg;
   int64_t number = 0;
+  // "job-12" is job-000012: the coordinator knows each job by its one spelling (JobNumberOf).
+  if (IsJobId(arg)) {
+    return absl::SimpleAtoi(arg.substr(4), &number) && number > 0 ? JobIdFor(number) : arg;
+  }
   if (!arg.empty() && std::all_of(arg.begin(), arg.end(), absl::ascii_isdigit) &&
       absl::SimpleAtoi(arg, &number) && number > 0) {
     return JobIdFor(number);

@@ -611,6 +611,7 @@ TEST_F(CommandsTest, CancelTakesSeveralIdsAndTriesEvery) {
 TEST(JobIdFromArgument, IdsAndNumbersButNotNames) {
   EXPECT_EQ(JobIdFromArgument("job-000012"), "job-000012");
   EXPECT_EQ(JobIdFromArgument("12"), "job-000012");
+  EXPECT_EQ(JobIdFromArgument("job-12"), "job-000012");  // the coordinator's one spelling
   EXPECT_EQ(JobIdFromArgument("1234567"), "job-1234567");
   EXPECT_EQ(JobIdFromArgument("0"), std::nullopt);
   EXPECT_EQ(JobIdFromArgument("tiny"), std::nullopt);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -50,6 +51,16 @@ bool HoldsCheckpoints(const std::string& dir) {
 }  // namespace
 
 std::string JobIdFor(int64_t number) { return absl::StrFormat("job-%06d", number); }
+
+std::optional<int64_t> JobNumberOf(absl::string_view id) {
+  int64_t number = 0;
+  absl::string_view digits = id;
+  if (!IsJobId(id) || !absl::ConsumePrefix(&digits, "job-") || !absl::SimpleAtoi(digits, &number) ||
+      number <= 0 || JobIdFor(number) != id) {
+    return std::nullopt;
+  }
+  return number;
+}
 
 bool IsJobId(absl::string_view text) {
   if (!absl::ConsumePrefix(&text, "job-") || text.empty()) return false;

@@ -16,6 +16,7 @@
 #define DTRAIN_COMMON_JOB_PATHS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -33,6 +34,12 @@ std::string JobIdFor(int64_t number);
 
 // True for "job-" followed by digits only ("job-000012"): a job id, not a path.
 bool IsJobId(absl::string_view text);
+
+// The number of the job whose id is `id`, in its one spelling (JobIdFor: "job-000012" -> 12);
+// nothing for any other text, "job-12" and "job-0000012" included. The coordinator finds jobs
+// by number and authorizes calls on them by id: both must read an id the same way, or one
+// spelling could name a job the other does not see.
+std::optional<int64_t> JobNumberOf(absl::string_view id);
 
 // The job's own directory, from its spec's checkpoint.dir (may be empty) and the worker's
 // --data_root. Relative inputs give a relative result (resolved from the worker's working

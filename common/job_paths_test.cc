@@ -38,6 +38,15 @@ TEST(IsJobId, OnlyJobDashDigits) {
   EXPECT_FALSE(IsJobId("12"));
 }
 
+TEST(JobNumberOf, OnlyTheOneSpellingOfAnId) {
+  EXPECT_EQ(JobNumberOf("job-000012"), 12);
+  EXPECT_EQ(JobNumberOf("job-1234567"), 1234567);
+  for (const char* other : {"job-12", "job-0000012", "job-000000", "job-", "12", "job-00001a",
+                            "job-+00012", "job--00012", " job-000012"}) {
+    EXPECT_EQ(JobNumberOf(other), std::nullopt) << other;
+  }
+}
+
 TEST(AbsolutePath, LexicallyNormalized) {
   EXPECT_EQ(AbsolutePath(""), "");
   EXPECT_EQ(AbsolutePath("/a/./b//c/../d/"), "/a/b/d");

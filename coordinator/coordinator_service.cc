@@ -71,9 +71,10 @@ absl::StatusOr<PeerIdentity> CallerOnJob(JobManager* manager, grpc::CallbackServ
                                          const std::string& job_id) {
   ASSIGN_OR_RETURN(PeerIdentity who, Caller(manager, context, method, request));
   if (job_id.empty() || !IsJobScoped(method)) return who;
-  absl::StatusOr<Job> job = manager->store().GetJob(job_id, /*with_history=*/false);
-  if (!job.ok()) return who;
-  if (absl::Status s = AuthorizeOnJob(who, method, job_id, job->owner()); !s.ok()) {
+  // Fails closed: a call on a job whose owner cannot be read is refused (as NOT_FOUND for "no
+  // job job-12"), never let through to a manager that might find the job another way.
+  ASSIGN_OR_RETURN(const Job job, manager->store().GetJob(job_id, /*with_history=*/false));
+  if (absl::Status s = AuthorizeOnJob(who, method, job_id, job.owner()); !s.ok()) {
     manager->options().log(
         absl::StrCat("refused ", method, " from ", context->peer(), ": ", s.message()));
     return s;

@@ -15,16 +15,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "common/job_paths.h"
 #include "coordinator/job_manager.h"
 
 namespace dtrain::coordinator {
 
-// "job-000042" -> 42; -1 for anything else.
-inline int64_t JobNumber(absl::string_view id) {
-  int64_t n = -1;
-  if (!absl::ConsumePrefix(&id, "job-") || !absl::SimpleAtoi(id, &n)) return -1;
-  return n;
-}
+// "job-000042" -> 42; -1 for anything else ("job-42" too: common/job_paths.h JobNumberOf).
+inline int64_t JobNumber(absl::string_view id) { return JobNumberOf(id).value_or(-1); }
 
 // The queue's order: JobSpec.priority, higher first; then fair share: of two owners
 // (Job.owner), the one whose placed jobs hold fewer workers now goes first, so one person's

@@ -825,27 +825,35 @@ TEST(JobManager, CancelQueuedAndRunningJobs) {
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(again.status().message(), HasSubstr("already ended CANCELLED"));
   EXPECT_EQ(h.m().CancelJob("job-000077", "").status().code(), absl::StatusCode::kNotFound);
+  // Another spelling of an id names no job: the service authorizes a call by the id as stored
+  // (the job's owner), so "job-2" must not reach job-000002 past it.
+  ASSERT_TRUE(h.Submit().ok());  // job-000002
+  for (const char* other : {"job-2", "job-0000002", "job-+2"}) {
+    EXPECT_EQ(h.m().CancelJob(other, "").status().code(), absl::StatusCode::kNotFound) << other;
+  }
+  EXPECT_EQ(h.Get("job-000002").state(), QUEUED);
+  ASSERT_TRUE(h.m().CancelJob("job-000002", "").ok());
 
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());
   ASSERT_TRUE(h.Submit().ok());
-  h.StartOn("w1", "job-000002");
-  ASSERT_TRUE(h.m().CancelJob("job-000002", "wrong learning rate").ok());
-  EXPECT_EQ(h.Get("job-000002").reason(), "cancelled: wrong learning rate");
-  EXPECT_THAT(h.Beat("w1", "s-w1", "job-000002").cancel_job_ids(), ElementsAre("job-000002"));
-  absl::StatusOr<ReportProgressResponse> r = h.Step("w1", "s-w1", "job-000002", 1, 1.0);
+  h.StartOn("w1", "job-000003");
+  ASSERT_TRUE(h.m().CancelJob("job-000003", "wrong learning rate").ok());
+  EXPECT_EQ(h.Get("job-000003").reason(), "cancelled: wrong learning rate");
+  EXPECT_THAT(h.Beat("w1", "s-w1", "job-000003").cancel_job_ids(), ElementsAre("job-000003"));
+  absl::StatusOr<ReportProgressResponse> r = h.Step("w1", "s-w1", "job-000003", 1, 1.0);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->cancelled());
   // The worker stops; it is idle again and takes the next job.
   h.Beat("w1", "s-w1");
   ASSERT_TRUE(h.Submit().ok());
-  h.StartOn("w1", "job-000003");
-  EXPECT_EQ(h.Get("job-000003").state(), RUNNING);
+  h.StartOn("w1", "job-000004");
+  EXPECT_EQ(h.Get("job-000004").state(), RUNNING);
   // Who cancelled is recorded when known (the caller's certificate name).
-  ASSERT_TRUE(h.m().CancelJob("job-000003", "", "alice").ok());
-  EXPECT_EQ(h.Get("job-000003").reason(), "cancelled by alice");
+  ASSERT_TRUE(h.m().CancelJob("job-000004", "", "alice").ok());
+  EXPECT_EQ(h.Get("job-000004").reason(), "cancelled by alice");
   ASSERT_TRUE(h.Submit().ok());
-  ASSERT_TRUE(h.m().CancelJob("job-000004", "a typo in the spec", "admin").ok());
-  EXPECT_EQ(h.Get("job-000004").reason(), "cancelled by admin: a typo in the spec");
+  ASSERT_TRUE(h.m().CancelJob("job-000005", "a typo in the spec", "admin").ok());
+  EXPECT_EQ(h.Get("job-000005").reason(), "cancelled by admin: a typo in the spec");
 }
 
 TEST(JobManager, ReportsAreChecked) {

@@ -248,6 +248,10 @@ def case_owners(args):
         expect(rc == 6 and want in err and len(err.strip().splitlines()) == 1,
                "bob's cancel of alice's job: exit %d: %s" % (rc, err))
         print("bob cancels %s -> exit 6: %s" % (a, err.strip()))
+        # Nor by another spelling of its id ("job-3" for job-000003).
+        short = "job-%d" % int(a.split("-")[1])
+        rc, out, err = c.cli("cancel", short, cert="bob")
+        expect(rc == 6 and want in err, "bob's cancel of %s: exit %d: %s" % (short, rc, err))
         expect(c.job(a)["state"] == "RUNNING", "alice's job stopped after bob's refused cancel")
 
         # Fair share: alice's burst holds every worker and queues one more; bob's first job,
