@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
@@ -19,7 +20,13 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
   if (!IsJobId(from)) return absl::OkStatus();  // a path on the workers: they check it
   absl::StatusOr<Job> source = store_->GetJob(from, /*with_history=*/false);
   if (absl::IsNotFound(source.status())) {
-    return plan::InvalidSpec(absl::StrCat("resume_from=\"", from, "\": there is no such job"));
+    // One spelling per id (JobNumberOf): "job-12" is named as the id it was meant to be.
+    int64_t number = 0;
+    const bool other_spelling =
+        !JobNumberOf(from).has_value() && absl::SimpleAtoi(from.substr(4), &number) && number > 0;
+    return plan::InvalidSpec(absl::StrCat(
+        "resume_from=\"", from, "\": there is no such job",
+        other_spelling ? absl::StrCat(" (job ids are written ", JobIdFor(number), ")") : ""));
   }
   RETURN_IF_ERROR(source.status());
   if (!IsFinal(source->state())) {

@@ -705,9 +705,9 @@ TEST(JobManager, ResumeFromAJobIdIsItsLatestSealedCheckpoint) {
     ASSERT_TRUE(
         h.Sealed("job-000001", step, absl::StrCat("/ckpt/job-000001/step_000000", step)).ok());
   }
-  auto resume = [&](int steps) {
+  auto resume = [&](int steps, const std::string& from = "job-000001") {
     const std::string json = absl::StrCat(
-        R"({"dataset": "/d", "batch_size": 4, "resume_from": "job-000001", "steps": )", steps,
+        R"({"dataset": "/d", "batch_size": 4, "resume_from": ")", from, R"(", "steps": )", steps,
         R"(, "model": {"vocab_size": 256, "context": 32, "n_layer": 2, "n_head": 2, )"
         R"("n_embd": 32}})");
     SubmitJobRequest req;
@@ -727,6 +727,12 @@ TEST(JobManager, ResumeFromAJobIdIsItsLatestSealedCheckpoint) {
   absl::StatusOr<SubmitJobResponse> ok = resume(30);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->job().spec().resume_from(), "/ckpt/job-000001/step_00000020");
+  // An id has one spelling; another is named as what it was meant to be.
+  absl::StatusOr<SubmitJobResponse> spelled = resume(30, "job-1");
+  EXPECT_EQ(spelled.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spelled.status().message(),
+              HasSubstr("resume_from=\"job-1\": there is no such job (job ids are written "
+                        "job-000001)"));
   EXPECT_EQ(resume(30).ok(), true);
   absl::StatusOr<ListCheckpointsResponse> listed = h.m().ListCheckpoints("job-000001");
   ASSERT_TRUE(listed.ok());
