@@ -106,6 +106,49 @@ TEST(Preemption, AJobOfAHigherPriorityTakesTheWorkersAtTheNextSealedCheckpoint) 
   EXPECT_THAT(preempted.recoveries(0).workers(), ElementsAre("w1", "w2"));
 }
 
+// Runs job-000001 (priority 0) on w1 and w2 and has job-000002 (priority 5) preempt it.
+void Preempt(Harness& h) {
+  h.RunOn(2, Spec("long", 0));
+  ASSERT_TRUE(h.Submit(Spec("urgent", 5)).ok());
+  h.Advance(absl::Seconds(31));
+  h.m().RunSchedulerPass();
+  ASSERT_THAT(Events(h, "job-000002"), HasSubstr("preempting job-000001"));
+}
+
+TEST(Preemption, AWaitingJobCancelledBeforeTheSealLeavesItsVictimRunning) {
+  Harness h(TempDb("preempt-cancelled"), Tune);
+  Preempt(h);
+  ASSERT_TRUE(h.m().CancelJob("job-000002", "").ok());
+  ASSERT_TRUE(h.Sealed("job-000001", 10, "/c/job-000001/step_00000010").ok());
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);
+  EXPECT_EQ(h.Get("job-000001").recoveries_size(), 0);
+  EXPECT_THAT(Events(h, "job-000001"),
+              HasSubstr("no longer preempted: job-000002 is not queued any more"));
+  // And the job may be preempted again later, by another.
+  ASSERT_TRUE(h.Submit(Spec("urgent-again", 5)).ok());  // job-000003
+  h.Advance(absl::Seconds(31));
+  h.m().RunSchedulerPass();
+  ASSERT_TRUE(h.Sealed("job-000001", 20, "/c/job-000001/step_00000020").ok());
+  EXPECT_EQ(h.Get("job-000001").state(), RECOVERING);
+  EXPECT_EQ(h.Get("job-000001").recoveries(0).preempted_by(), "job-000003");
+}
+
+TEST(Preemption, APreemptedJobStillWaitsItsTurnAfterACoordinatorRestart) {
+  Harness h(TempDb("preempt-restart"), Tune);
+  Preempt(h);
+  ASSERT_TRUE(h.Sealed("job-000001", 10, "/c/job-000001/step_00000010").ok());
+  ASSERT_EQ(h.Get("job-000001").state(), RECOVERING);
+  h.Open();  // the coordinator restarts before the urgent job is placed
+  for (const char* w : {"w1", "w2"}) {
+    ASSERT_TRUE(h.Register(w, absl::StrCat("s2-", w)).ok());  // idle: the old run stopped
+  }
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Get("job-000002").state(), PLACING);
+  const Job preempted = h.Get("job-000001");
+  EXPECT_EQ(preempted.state(), RECOVERING);
+  EXPECT_THAT(preempted.reason(), HasSubstr("preempted by job-000002"));
+}
+
 TEST(Preemption, NoJobOfTheSamePriorityOrWithoutCheckpointsIsPreempted) {
   Harness h(TempDb("preempt-none"), Tune);
   for (const char* w : {"w1", "w2", "w3", "w4"}) {
