@@ -307,13 +307,12 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
       }
     }
     // Its preemptions (begun now or earlier) free workers for it: they go to it first.
-    const int64_t coming = MaybePreempt(*job, view.usable_idle);
-    if (holder == nullptr && (coming > 0 || ReservesWorkers(*job, counts))) holder = job;
-    SetQueuedReason(*job, coming == 0 ? WaitingReason(job->spec, counts)
-                                      : absl::StrCat(WaitingReason(job->spec, counts), "; ",
-                                                     Plural(coming, "worker"),
-                                                     " of jobs of a lower priority come free at "
-                                                     "their next sealed checkpoints (preempted)"));
+    const Preemption preemption = MaybePreempt(*job, view.usable_idle);
+    if (holder == nullptr && (preemption.coming > 0 || ReservesWorkers(*job, counts))) {
+      holder = job;
+    }
+    SetQueuedReason(*job,
+                    absl::StrCat(WaitingReason(job->spec, counts), PreemptionNote(preemption)));
   }
 }
 

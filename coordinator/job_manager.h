@@ -66,6 +66,7 @@
 #include "coordinator/pause_detector.h"
 #include "coordinator/policy/diagnosis.h"
 #include "coordinator/policy/failure_report.h"
+#include "coordinator/policy/preemption.h"
 #include "coordinator/policy/rebalance.h"
 #include "coordinator/policy/stragglers.h"
 #include "coordinator/worker_registry.h"
@@ -436,11 +437,24 @@ class JobManager {
   void MaybeMoveOffDrained(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- preemption (job_manager_preempt.cc) ---
+  // What preemption does for a queued job: the workers coming free for it (its preemptions
+  // begun now or earlier), or, before it has waited Options::preempt_after, whether it would
+  // preempt then (as the workers are now).
+  struct Preemption {
+    int64_t coming = 0;
+    bool later = false;
+  };
   // Queued `waiter`, which did not fit in this pass with `usable_idle` workers for it, preempts
-  // running jobs of a lower priority once it has waited Options::preempt_after. Returns the
-  // workers coming free for it (its preemptions begun now or earlier); 0 when none.
-  int64_t MaybePreempt(const ActiveJob& waiter, int64_t usable_idle)
+  // running jobs of a lower priority once it has waited Options::preempt_after.
+  Preemption MaybePreempt(const ActiveJob& waiter, int64_t usable_idle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running jobs `waiter` may preempt (policy/preemption.h chooses among them).
+  std::vector<PreemptionCandidate> PreemptionCandidates(const ActiveJob& waiter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a queued job's reason adds for `preemption`: "; 2 workers of jobs of a lower priority
+  // come free at their next sealed checkpoints (preempted)", "; it preempts jobs of a lower
+  // priority once queued for 2m (--preempt_after)", or nothing.
+  std::string PreemptionNote(const Preemption& preemption) const;
   // The workers the preemptions of `waiter` will free: its victims' runs and stopping ranks.
   int64_t WorkersComingFreeFor(const ActiveJob& waiter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A checkpoint of `job` was sealed at `step`: it yields its workers to the job it was

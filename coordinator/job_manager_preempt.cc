@@ -44,11 +44,7 @@ int64_t JobManager::WorkersComingFreeFor(const ActiveJob& waiter) {
   return coming;
 }
 
-int64_t JobManager::MaybePreempt(const ActiveJob& waiter, int64_t usable_idle) {
-  if (options_.preempt_after <= absl::ZeroDuration()) return 0;
-  const int64_t coming = WorkersComingFreeFor(waiter);
-  if (Now() - waiter.submitted < options_.preempt_after) return coming;
-  const int64_t needed = plan::WorkersNeeded(waiter.spec.parallel());
+std::vector<PreemptionCandidate> JobManager::PreemptionCandidates(const ActiveJob& waiter) {
   std::vector<PreemptionCandidate> candidates;
   for (auto& [n, job] : jobs_) {
     // Running on workers the waiter can use, checkpointing (it resumes where it stopped), not
@@ -62,14 +58,26 @@ int64_t JobManager::MaybePreempt(const ActiveJob& waiter, int64_t usable_idle) {
     candidates.push_back(PreemptionCandidate{
         job.id, job.spec.priority(), static_cast<int64_t>(job.ranks.size()), job.run_started});
   }
-  const std::vector<std::string> victims = ChoosePreemptions(
-      waiter.spec.priority(), needed, usable_idle + coming, std::move(candidates));
-  int64_t freed = 0;
+  return candidates;
+}
+
+JobManager::Preemption JobManager::MaybePreempt(const ActiveJob& waiter, int64_t usable_idle) {
+  Preemption preemption;
+  if (options_.preempt_after <= absl::ZeroDuration()) return preemption;
+  preemption.coming = WorkersComingFreeFor(waiter);
+  const int64_t needed = plan::WorkersNeeded(waiter.spec.parallel());
+  const std::vector<std::string> victims =
+      ChoosePreemptions(waiter.spec.priority(), needed, usable_idle + preemption.coming,
+                        PreemptionCandidates(waiter));
+  if (Now() - waiter.submitted < options_.preempt_after) {
+    preemption.later = !victims.empty();
+    return preemption;
+  }
   for (const std::string& id : victims) {
     ActiveJob* job = FindActive(id);
     job->planned.yield_to = waiter.id;
     const int64_t workers = static_cast<int64_t>(job->ranks.size());
-    freed += workers;
+    preemption.coming += workers;
     Event(id, absl::StrCat(
                   "preempted by ", waiter.id, " (priority ", waiter.spec.priority(),
                   ", above this job's ", job->spec.priority(), "; queued ",
@@ -79,7 +87,20 @@ int64_t JobManager::MaybePreempt(const ActiveJob& waiter, int64_t usable_idle) {
     Event(waiter.id, absl::StrCat("preempting ", id, " (priority ", job->spec.priority(), ", ",
                                   Plural(workers, "worker"), ") at its next sealed checkpoint"));
   }
-  return coming + freed;
+  return preemption;
+}
+
+std::string JobManager::PreemptionNote(const Preemption& preemption) const {
+  if (preemption.coming > 0) {
+    return absl::StrCat("; ", Plural(preemption.coming, "worker"),
+                        " of jobs of a lower priority come free at their next sealed checkpoints "
+                        "(preempted)");
+  }
+  if (preemption.later) {
+    return absl::StrCat("; it preempts jobs of a lower priority once queued for ",
+                        absl::FormatDuration(options_.preempt_after), " (--preempt_after)");
+  }
+  return "";
 }
 
 void JobManager::MaybeYield(ActiveJob& job, int64_t step) {

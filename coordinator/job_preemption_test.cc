@@ -49,6 +49,9 @@ TEST(Preemption, AJobOfAHigherPriorityTakesTheWorkersAtTheNextSealedCheckpoint) 
   ASSERT_TRUE(h.Submit(Spec("urgent", 5)).ok());  // job-000002: needs both
   h.m().RunSchedulerPass();
   EXPECT_THAT(Events(h, "job-000001"), Not(HasSubstr("preempted")));  // not waited long yet
+  EXPECT_THAT(h.Get("job-000002").reason(),
+              HasSubstr("waiting for 2 idle workers; 0 idle, 2 busy, 0 lost; it preempts jobs of "
+                        "a lower priority once queued for 30s (--preempt_after)"));
   h.Advance(absl::Seconds(31));
   h.m().RunSchedulerPass();
   EXPECT_THAT(Events(h, "job-000001"),
@@ -166,6 +169,7 @@ TEST(Preemption, NoJobOfTheSamePriorityOrWithoutCheckpointsIsPreempted) {
   // job-000001's priority is not below the urgent job's; job-000002 keeps no checkpoints (it
   // would lose all its steps).
   EXPECT_THAT(Events(h, "job-000003"), Not(HasSubstr("preempting")));
+  EXPECT_THAT(h.Get("job-000003").reason(), Not(HasSubstr("preempt")));
   EXPECT_THAT(h.Get("job-000003").reason(), Not(HasSubstr("preempted")));
 }
 
