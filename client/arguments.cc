@@ -8,6 +8,7 @@
 #include "absl/flags/marshalling.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -283,6 +284,10 @@ const std::vector<CommandInfo>& Commands() {
        "admin: re-cut a running pipeline job's layers from its stages' compute in its latest "
        "straggler window, when a cut is predicted 10% faster; it restarts on it at its next "
        "sealed checkpoint (the straggler policy rebalance does this by itself)"},
+      {"priority", "JOB N", 2, 2, "a job and its new priority (-100..100)", true,
+       "set a queued or running job's priority: its place in the queue follows at once (and, "
+       "where the coordinator preempts, whom it may preempt); a user on their own jobs up to "
+       "the coordinator's --max_user_priority"},
       {"workers", "[drain|undrain WORKER_ID]", 0, 2, "drain ID or undrain ID", true,
        "registered workers, their jobs and heartbeats; admin: `workers drain ID` takes worker "
        "ID out of service for maintenance (no new jobs; its job moves off it at its next sealed "
@@ -710,7 +715,8 @@ absl::StatusOr<Invocation> ParseArguments(const std::vector<std::string>& args,
       positional.insert(positional.end(), args.begin() + i + 1, args.end());
       break;
     }
-    if (arg.size() < 2 || arg[0] != '-') {
+    int64_t number = 0;  // a negative number ("-5": dtrain priority JOB -5) is no flag
+    if (arg.size() < 2 || arg[0] != '-' || absl::SimpleAtoi(arg, &number)) {
       positional.push_back(arg);
       continue;
     }

@@ -59,6 +59,13 @@ TEST(Arguments, EveryTypeParses) {
   EXPECT_EQ(inv->limit, 4);
 }
 
+TEST(Arguments, ANegativeNumberIsAnArgumentNotAFlag) {
+  absl::StatusOr<Invocation> inv = ParseArguments({"priority", "7", "-5"}, nullptr);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->args, (std::vector<std::string>{"7", "-5"}));
+  EXPECT_THAT(ErrorOf({"priority", "7", "-x"}), HasSubstr("-x"));
+}
+
 TEST(Arguments, TraceTakesAStepAndAnOutputFileAlsoAsDashO) {
   absl::StatusOr<Invocation> inv = ParseArguments({"trace", "7"}, nullptr);
   ASSERT_TRUE(inv.ok()) << inv.status();

@@ -707,6 +707,27 @@ int Rebalance(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   return kExitOk;
 }
 
+// `dtrain priority JOB N`: "job-000007: priority 5; QUEUED: next in the queue; ...".
+int Priority(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  int32_t priority = 0;
+  if (!absl::SimpleAtoi(inv.args[1], &priority)) {
+    return Fail(absl::InvalidArgumentError(
+                    absl::StrCat("priority '", inv.args[1], "' is not a whole number (-100..100)")),
+                inv, output);
+  }
+  absl::StatusOr<Job> job = stub.SetJobPriority(*id, priority);
+  if (!job.ok()) return Fail(WithNewestJobHint(stub, job.status()), inv, output);
+  if (inv.json) {
+    output.out << ToJsonLine(*job) << "\n";
+  } else {
+    output.out << *id << ": priority " << job->spec().priority() << "; "
+               << StateText(job->state(), JobReason(*job)) << "\n";
+  }
+  return kExitOk;
+}
+
 // `dtrain trace JOB [--step N] [-o FILE]`: the trace file (client/trace.h), and a line saying
 // what it holds when it went to a file.
 int Trace(const Invocation& inv, CoordinatorStub& stub, Output& output) {
@@ -862,6 +883,7 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   if (inv.command == "diagnose") return Diagnose(inv, stub, output);
   if (inv.command == "trace") return Trace(inv, stub, output);
   if (inv.command == "rebalance") return Rebalance(inv, stub, output);
+  if (inv.command == "priority") return Priority(inv, stub, output);
   if (inv.command == "workers") return Workers(inv, stub, output);
   if (inv.command == "sample") return SampleJob(inv, stub, output);
   if (inv.command == "export-metrics") return ExportMetrics(inv, stub, output);

@@ -150,6 +150,13 @@ absl::StatusOr<JobTrace> CoordinatorStub::TraceJob(const std::string& job_id,
   return Unary(&Coordinator::Stub::TraceJob, request, "TraceJob");
 }
 
+absl::StatusOr<Job> CoordinatorStub::SetJobPriority(const std::string& job_id, int32_t priority) {
+  SetJobPriorityRequest request;
+  request.set_job_id(job_id);
+  request.set_priority(priority);
+  return Unary(&Coordinator::Stub::SetJobPriority, request, "SetJobPriority");
+}
+
 absl::StatusOr<RebalanceJobResponse> CoordinatorStub::RebalanceJob(const std::string& job_id) {
   RebalanceJobRequest request;
   request.set_job_id(job_id);

@@ -80,6 +80,7 @@ class CoordinatorStub {
   absl::StatusOr<JobDiagnosis> Diagnose(const std::string& job_id);
   absl::StatusOr<JobTrace> TraceJob(const std::string& job_id, std::optional<int64_t> step);
   absl::StatusOr<RebalanceJobResponse> RebalanceJob(const std::string& job_id);
+  absl::StatusOr<Job> SetJobPriority(const std::string& job_id, int32_t priority);
   // Who this client is and what it may call (on `job_id` when not empty).
   absl::StatusOr<AccessResponse> Access(const std::string& job_id = "");
 

@@ -644,6 +644,24 @@ grpc::ServerUnaryReactor* CoordinatorService::TraceJob(grpc::CallbackServerConte
   return reactor;
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::SetJobPriority(grpc::CallbackServerContext* context,
+                                                             const SetJobPriorityRequest* request,
+                                                             Job* response) {
+  absl::StatusOr<PeerIdentity> who =
+      CallerOnJob(manager_, context, "SetJobPriority", *request, request->job_id());
+  if (!who.ok()) return Reply<Job>(context, who.status(), response);
+  // The cap a submit has (roles.h AuthorizePriority), or a user's job could pass it after.
+  if (absl::Status s =
+          AuthorizePriority(*who, request->priority(), manager_->options().max_user_priority);
+      !s.ok()) {
+    return Reply<Job>(context, s, response);
+  }
+  return Reply(
+      context,
+      Stripped(manager_->SetJobPriority(request->job_id(), request->priority(), who->name)),
+      response);
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::RebalanceJob(grpc::CallbackServerContext* context,
                                                            const RebalanceJobRequest* request,
                                                            RebalanceJobResponse* response) {

@@ -98,6 +98,9 @@ class CoordinatorService final : public Coordinator::CallbackService {
   // The same gathering, after clock probes, cut to one step (trace_job.h).
   grpc::ServerUnaryReactor* TraceJob(grpc::CallbackServerContext* context,
                                      const TraceJobRequest* request, JobTrace* response) override;
+  grpc::ServerUnaryReactor* SetJobPriority(grpc::CallbackServerContext* context,
+                                           const SetJobPriorityRequest* request,
+                                           Job* response) override;
   grpc::ServerUnaryReactor* RebalanceJob(grpc::CallbackServerContext* context,
                                          const RebalanceJobRequest* request,
                                          RebalanceJobResponse* response) override;

@@ -191,6 +191,11 @@ class JobManager {
   // empty for an insecure caller ("cancelled by user").
   absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason,
                                 const std::string& by = "");
+  // Sets the JobSpec.priority of a job not ended (SetJobPriorityRequest): checked by the spec's
+  // rules (plan/job_plan.h), kept with the spec, an event naming `by`, the queue's order at the
+  // next pass. The job as GetJob answers. FailedPrecondition for a job that has ended.
+  absl::StatusOr<Job> SetJobPriority(const std::string& job_id, int32_t priority,
+                                     const std::string& by = "");
   // Deletes an ended job, and with request.files its directory through a worker on its host
   // (proto/coordinator.proto DeleteJob; job_manager_delete.cc). Calls `done` once that worker
   // answered, or a few heartbeat intervals have passed, or shortly before `deadline` (real

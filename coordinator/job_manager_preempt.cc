@@ -1,5 +1,6 @@
-// Preemption (Options::preempt_after): a queued job that has waited long enough for workers
-// takes them from running jobs of a lower priority, each at its next sealed checkpoint. The
+// Priorities and preemption. A job's priority may change while it has not ended
+// (SetJobPriority). With Options::preempt_after, a queued job that has waited long enough for
+// workers takes them from running jobs of a lower priority, each at its next sealed checkpoint. The
 // victims are chosen by policy/preemption.h; each yields through a planned restart
 // (Recovery.preempted_by) whose place phase waits as a queued job of its priority would
 // (job_decision.h), so nothing is lost but time, and no restart is counted.
@@ -8,10 +9,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/policy/preemption.h"
 #include "coordinator/recovery.h"
+#include "plan/job_plan.h"
 #include "plan/ranks.h"
 
 namespace dtrain::coordinator {
@@ -27,6 +30,35 @@ bool WorkersServe(absl::string_view device, absl::string_view waiter_device) {
 }
 
 }  // namespace
+
+absl::StatusOr<Job> JobManager::SetJobPriority(const std::string& job_id, int32_t priority,
+                                               const std::string& by) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  {
+    JobsLock lock(this);
+    ActiveJob* job = FindActive(job_id);
+    ASSIGN_OR_RETURN(const Job stored, store_->GetJob(job_id, /*with_history=*/false));
+    if (job == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(job_id, " already ended ",
+                                                        JobState_Name(stored.state()),
+                                                        ": a priority orders only jobs not ended"));
+    }
+    JobSpec spec = stored.spec();
+    const int32_t before = spec.priority();
+    spec.set_priority(priority);
+    RETURN_IF_ERROR(plan::MakeJobPlan(spec).status());  // the spec's rules: its range among them
+    if (priority != before) {
+      RETURN_IF_ERROR(store_->SetSpec(job_id, spec));
+      job->spec.set_priority(priority);
+      job->run_spec.set_priority(priority);
+      Event(job_id, absl::StrCat("priority ", before, " -> ", priority,
+                                 by.empty() ? "" : absl::StrCat(" (set by ", by, ")")));
+      to_notify_.push_back(job_id);
+      Wake();  // its place in the queue, and whom it may preempt, at the next pass
+    }
+  }
+  return GetJob(job_id);
+}
 
 int64_t JobManager::WorkersComingFreeFor(const ActiveJob& waiter) {
   int64_t coming = 0;

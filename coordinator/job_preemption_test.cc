@@ -173,6 +173,33 @@ TEST(Preemption, NoJobOfTheSamePriorityOrWithoutCheckpointsIsPreempted) {
   EXPECT_THAT(h.Get("job-000003").reason(), Not(HasSubstr("preempted")));
 }
 
+TEST(Priority, AJobsPriorityChangesWhileItHasNotEnded) {
+  Harness h(TempDb("set-priority"));
+  for (const char* name : {"a", "b", "c"}) ASSERT_TRUE(h.Submit(Spec(name, 0)).ok());
+  EXPECT_EQ(h.Get("job-000003").queue_position(), 3);
+  absl::StatusOr<Job> raised = h.m().SetJobPriority("job-000003", 7, "alice");
+  ASSERT_TRUE(raised.ok()) << raised.status();
+  EXPECT_EQ(raised->spec().priority(), 7);
+  EXPECT_EQ(raised->queue_position(), 1);  // at once: no pass needed
+  EXPECT_EQ(h.Get("job-000001").queue_position(), 2);
+  EXPECT_THAT(Events(h, "job-000003"), HasSubstr("priority 0 -> 7 (set by alice)"));
+  // The spec's rules, its range among them.
+  absl::StatusOr<Job> out_of_range = h.m().SetJobPriority("job-000003", 500);
+  EXPECT_EQ(out_of_range.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out_of_range.status().message(), HasSubstr("priority=500 must be in [-100, 100]"));
+  EXPECT_EQ(h.m().SetJobPriority("job-3", 5).status().code(), absl::StatusCode::kNotFound);
+  // Kept with the spec: a restarted coordinator orders the queue by it.
+  h.Open();
+  EXPECT_EQ(h.Get("job-000003").spec().priority(), 7);
+  EXPECT_EQ(h.Get("job-000003").queue_position(), 1);
+  ASSERT_TRUE(h.m().CancelJob("job-000003", "").ok());
+  absl::StatusOr<Job> ended = h.m().SetJobPriority("job-000003", 1);
+  EXPECT_EQ(ended.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ended.status().message(),
+              HasSubstr("job-000003 already ended CANCELLED: a priority orders only jobs not "
+                        "ended"));
+}
+
 TEST(Preemption, WithoutPreemptAfterNothingIsPreempted) {
   Harness h(TempDb("preempt-off"), [](JobManager::Options* o) { o->lease = absl::Hours(1); });
   h.RunOn(2, Spec("long", 0));

@@ -642,6 +642,14 @@ absl::Status JobStore::SetRecoveries(absl::string_view job_id,
   return s.BindBlob(1, list.SerializeAsString()).Bind(2, job_id).Run();
 }
 
+absl::Status JobStore::SetSpec(absl::string_view job_id, const JobSpec& spec) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckJobExists(job_id));
+  Statement s(db_, path_,
+              "UPDATE job_specs SET spec = ? WHERE seq = (SELECT seq FROM jobs WHERE id = ?)");
+  return s.BindBlob(1, spec.SerializeAsString()).Bind(2, job_id).Run();
+}
+
 absl::Status JobStore::AddCheckpoint(absl::string_view job_id, const CheckpointInfo& sealed,
                                      absl::Span<const int64_t> kept) {
   absl::MutexLock lock(&mu_);

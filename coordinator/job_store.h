@@ -136,6 +136,8 @@ class JobStore {
   absl::Status SetLocation(absl::string_view job_id, const std::string& dir,
                            const std::string& host, int64_t interval_steps,
                            int64_t resumed_from_step);
+  // Replaces the job's spec (a change of JobSpec.priority). NotFound for an unknown job.
+  absl::Status SetSpec(absl::string_view job_id, const JobSpec& spec);
   // Replaces the job's recoveries (Job.recoveries). NotFound for an unknown job.
   absl::Status SetRecoveries(absl::string_view job_id, absl::Span<const Recovery> recoveries);
   // Records a sealed checkpoint step; Job.checkpoint.last_sealed_step follows the highest.

@@ -29,6 +29,7 @@ const std::vector<Rule>& Table() {
       {"CancelJob", {kRoleAdmin}, {kRoleUser}},
       {"DeleteJob", {kRoleAdmin}, {kRoleUser}},
       {"RebalanceJob", {kRoleAdmin}, {kRoleUser}},
+      {"SetJobPriority", {kRoleAdmin}, {kRoleUser}},
       {"ForgetWorker", {kRoleAdmin}},
       {"DrainWorker", {kRoleAdmin}},
       // People who look.
@@ -114,7 +115,7 @@ absl::Status AuthorizePriority(const PeerIdentity& who, int priority, int max_us
     return absl::OkStatus();
   }
   return absl::PermissionDeniedError(absl::StrCat(
-      Certificate(who), " may not submit a job of priority ", priority, ": role ", who.role,
+      Certificate(who), " may not give a job priority ", priority, ": role ", who.role,
       "'s jobs may have at most ", max_user_priority, " (--max_user_priority; role admin any)"));
 }
 

@@ -1,10 +1,11 @@
 // Who may call what on the Coordinator service: one table, one function. The caller's role is
 // its client certificate's subject OU (common/tls.h PeerIdentityOf):
 //
-//   admin   SubmitJob, CancelJob, DeleteJob, RebalanceJob on any job, ForgetWorker,
-//           DrainWorker, and everything a viewer may call
-//   user    SubmitJob; CancelJob, DeleteJob, RebalanceJob on its own jobs only (Job.owner is
-//           the CN of the certificate that submitted it); everything a viewer may call
+//   admin   SubmitJob, CancelJob, DeleteJob, RebalanceJob, SetJobPriority on any job,
+//           ForgetWorker, DrainWorker, and everything a viewer may call
+//   user    SubmitJob; CancelJob, DeleteJob, RebalanceJob, SetJobPriority on its own jobs only
+//           (Job.owner is the CN of the certificate that submitted it); everything a viewer
+//           may call
 //   viewer  GetJob, ListJobs, WatchJob, ListWorkers, JobLogs, ListCheckpoints, Diagnose,
 //           TraceJob, Access
 //   worker  RegisterWorker, Heartbeat, ReportProgress, DeregisterWorker, Access
@@ -45,7 +46,7 @@ const std::vector<std::string>& RolesFor(absl::string_view method);
 absl::Status Authorize(const PeerIdentity& who, absl::string_view method);
 
 // Whether `method` acts on one job and role user may call it only on its own (CancelJob,
-// DeleteJob, RebalanceJob).
+// DeleteJob, RebalanceJob, SetJobPriority).
 bool IsJobScoped(absl::string_view method);
 
 // For a job-scoped method: OK when `who` may call it on job `job_id` submitted by `owner`
@@ -55,11 +56,11 @@ bool IsJobScoped(absl::string_view method);
 absl::Status AuthorizeOnJob(const PeerIdentity& who, absl::string_view method,
                             absl::string_view job_id, absl::string_view owner);
 
-// Whether `who` may submit a job of JobSpec.priority `priority`: any for admin (and insecure);
-// at most `max_user_priority` for the others (a user's job of a higher priority than the others'
-// would pass the queue's fair share). PermissionDenied: "certificate 'alice' (role user) may not
-// submit a job of priority 50: role user's jobs may have at most 0 (--max_user_priority; role
-// admin any)".
+// Whether `who` may give a job JobSpec.priority `priority`, at submit (SubmitJob) or after
+// (SetJobPriority): any for admin (and insecure); at most `max_user_priority` for the others (a
+// user's job of a higher priority than the others' would pass the queue's fair share).
+// PermissionDenied: "certificate 'alice' (role user) may not give a job priority 50: role user's
+// jobs may have at most 0 (--max_user_priority; role admin any)".
 absl::Status AuthorizePriority(const PeerIdentity& who, int priority, int max_user_priority);
 
 // Authorize, and for a worker certificate of one worker (its name is not "worker") also that

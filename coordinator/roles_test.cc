@@ -15,7 +15,7 @@ using ::testing::ElementsAre;
 const std::vector<std::string> kWorkerRpcs = {"RegisterWorker", "Heartbeat", "ReportProgress",
                                               "DeregisterWorker"};
 const std::vector<std::string> kAdminRpcs = {"SubmitJob", "CancelJob", "ForgetWorker",
-                                             "DrainWorker"};
+                                             "DrainWorker", "SetJobPriority"};
 const std::vector<std::string> kViewerRpcs = {"GetJob",      "ListJobs", "WatchJob",
                                               "ListWorkers", "JobLogs",  "ListCheckpoints",
                                               "Diagnose",    "TraceJob"};
@@ -93,7 +93,7 @@ TEST(Roles, AUserSubmitsLooksAndChangesOnlyItsOwnJobs) {
   for (const char* m : {"ForgetWorker", "DrainWorker"}) {
     EXPECT_EQ(Authorize(alice, m).code(), absl::StatusCode::kPermissionDenied) << m;
   }
-  for (const char* m : {"CancelJob", "DeleteJob", "RebalanceJob"}) {
+  for (const char* m : {"CancelJob", "DeleteJob", "RebalanceJob", "SetJobPriority"}) {
     EXPECT_TRUE(IsJobScoped(m)) << m;
     EXPECT_TRUE(Authorize(alice, m).ok()) << m;  // on some job: AuthorizeOnJob says which
     EXPECT_TRUE(AuthorizeOnJob(alice, m, "job-000001", "alice").ok()) << m;
@@ -128,7 +128,7 @@ TEST(Roles, OnlyAnAdminSubmitsAboveTheUsersHighestPriority) {
   const absl::Status above = AuthorizePriority(Who("alice", "user"), 50, 0);
   EXPECT_EQ(above.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(above.message(),
-            "certificate 'alice' (role user) may not submit a job of priority 50: role user's "
+            "certificate 'alice' (role user) may not give a job priority 50: role user's "
             "jobs may have at most 0 (--max_user_priority; role admin any)");
   EXPECT_TRUE(AuthorizePriority(Who("ops", "admin"), 100, 0).ok());
   EXPECT_TRUE(AuthorizePriority(Who("", kRoleInsecure), 100, 0).ok());
@@ -144,7 +144,7 @@ TEST(Roles, AccessListsWhatTheTableAllowsOnAJob) {
   EXPECT_THAT(alice.methods(),
               ElementsAre("SubmitJob", "GetJob", "ListJobs", "WatchJob", "ListWorkers", "JobLogs",
                           "ListCheckpoints", "Diagnose", "TraceJob", "Access"));
-  EXPECT_EQ(alice.refused().size(), 3u);
+  EXPECT_EQ(alice.refused().size(), 4u);  // CancelJob, DeleteJob, RebalanceJob, SetJobPriority
   EXPECT_THAT(alice.refused().at("CancelJob"), ::testing::HasSubstr("submitted by bob"));
   const AccessResponse bob = AccessOf(Who("bob", "user"), &bobs);
   EXPECT_THAT(bob.methods(), ::testing::Contains("CancelJob"));

@@ -211,7 +211,8 @@ def case_rolling_restart(args):
 
 def case_preemption(args):
     """A coordinator with --preempt_after=1s and two workers, both running a pp=2 job of
-    priority 0 that checkpoints every 5 steps: a pp=2 job of priority 5 submitted then takes
+    priority 0 that checkpoints every 5 steps: a pp=2 job submitted then and raised to priority
+    5 by `dtrain priority` (500 refused naming the range) takes
     them at the running job's next sealed checkpoint and SUCCEEDS; the preempted job waits
     (RECOVERING, "preempted by ..."), resumes from that checkpoint once the workers are free,
     and SUCCEEDS with losses equal to an undisturbed run's, its restart not counted
@@ -230,8 +231,15 @@ def case_preemption(args):
         c.wait_workers({w: "IDLE" for w in ids})
         long_job = c.submit(c.write_spec("long.json", dict(spec, name="long")))
         c.wait_step(long_job, 2, 60)
+        # Submitted at priority 0, raised to 5 by `dtrain priority` while it waits.
         urgent_job = c.submit(c.write_spec("urgent.json", recovery_spec(
-            ckpt, steps=10, interval=5, name="urgent", priority=5, parallel={"pp": 2})))
+            ckpt, steps=10, interval=5, name="urgent", parallel={"pp": 2})))
+        rc, out, err = c.cli("priority", "urgent", "5", timeout=30)
+        expect(rc == 0 and out.startswith("%s: priority 5; QUEUED" % urgent_job),
+               "dtrain priority urgent 5: exit %d: %s%s" % (rc, out, err))
+        rc, out, err = c.cli("priority", "urgent", "500", timeout=30)
+        expect(rc == 2 and "priority=500 must be in [-100, 100]" in err,
+               "dtrain priority urgent 500: exit %d: %s%s" % (rc, out, err))
         c.wait_job(long_job, lambda j: j.get("state") == "RECOVERING" or j.get("state") in FINAL,
                    60, "the long job preempted")
         urgent = c.wait_state(urgent_job, FINAL, 120)

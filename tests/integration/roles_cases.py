@@ -232,7 +232,7 @@ def case_owners(args):
         # A priority above the others' would pass the fair share: an admin's only.
         rc, out, err = c.cli("submit", c.write_spec("urgent.json", small_job_spec(
             ckpt, 5, name="urgent", priority=50)), cert="alice")
-        expect(rc == 6 and "certificate 'alice' (role user) may not submit a job of priority 50: "
+        expect(rc == 6 and "certificate 'alice' (role user) may not give a job priority 50: "
                "role user's jobs may have at most 0 (--max_user_priority; role admin any)" in err,
                "alice's submit of priority 50: exit %d: %s" % (rc, err))
         a = submit_as("alice", "alices", 100000)
