@@ -707,7 +707,7 @@ int Rebalance(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   return kExitOk;
 }
 
-// `dtrain priority JOB N`: "job-000007: priority 5; QUEUED: next in the queue; ...".
+// `dtrain priority JOB N`: "job-000007: priority 5; QUEUED: next in the queue".
 int Priority(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
   if (!id.ok()) return Fail(id.status(), inv, output);
@@ -722,8 +722,12 @@ int Priority(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   if (inv.json) {
     output.out << ToJsonLine(*job) << "\n";
   } else {
-    output.out << *id << ": priority " << job->spec().priority() << "; "
-               << StateText(job->state(), JobReason(*job)) << "\n";
+    // A queued job's place is now's, its reason the scheduler's last pass's (which may speak of
+    // the old priority): the place alone.
+    Job now = *job;
+    if (now.state() == QUEUED) now.clear_reason();
+    output.out << *id << ": priority " << now.spec().priority() << "; "
+               << StateText(now.state(), JobReason(now)) << "\n";
   }
   return kExitOk;
 }
