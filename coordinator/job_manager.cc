@@ -307,8 +307,8 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
       }
     }
     // Its preemptions (begun now or earlier) free workers for it: they go to it first.
-    const Preemption preemption = MaybePreempt(*job, view.usable_idle);
-    if (holder == nullptr && (preemption.coming > 0 || ReservesWorkers(*job, counts))) {
+    const Preemption preemption = MaybePreempt(*job, candidates);
+    if (holder == nullptr && (preemption.holds || ReservesWorkers(*job, counts))) {
       holder = job;
     }
     SetQueuedReason(*job,
@@ -358,7 +358,7 @@ std::string JobManager::HeldBackReason(const JobSpec& spec, const ActiveJob& hol
                                        const WorkerCounts& counts) {
   // Without enough idle workers it would wait anyway: the reservation is not why.
   if (plan::WorkersNeeded(spec.parallel()) > counts.idle) return WaitingReason(spec, counts);
-  if (WorkersComingFreeFor(holder) > 0) {
+  if (PreemptionsOf(holder).holds) {
     return absl::StrCat("waiting behind ", holder.id, " (priority ", holder.spec.priority(),
                         "), which preempted jobs of a lower priority: the workers freed go to it "
                         "first");
@@ -377,7 +377,7 @@ const ActiveJob* JobManager::HolderFor(const JobSpec& spec, const WorkerCounts& 
   for (const ActiveJob* job : QueueInOrder()) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
     if (needed <= counts.idle || OwnerQuotaWait(job->owner, needed, held[job->owner])) continue;
-    if (WorkersComingFreeFor(*job) > 0 || ReservesWorkers(*job, counts)) {
+    if (PreemptionsOf(*job).holds || ReservesWorkers(*job, counts)) {
       return SameWorkers(job->spec.device(), spec.device()) ? job : nullptr;
     }
   }

@@ -445,13 +445,16 @@ class JobManager {
   // What preemption does for a queued job: the workers coming free for it (its preemptions
   // begun now or earlier), or, before it has waited Options::preempt_after, whether it would
   // preempt then (as the workers are now).
+  // `holds`: it has preempted jobs not placed again (their workers are its own: it holds back
+  // the jobs behind it, as a reservation does) and the live workers could run it.
   struct Preemption {
     int64_t coming = 0;
     bool later = false;
+    bool holds = false;
   };
-  // Queued `waiter`, which did not fit in this pass with `usable_idle` workers for it, preempts
-  // running jobs of a lower priority once it has waited Options::preempt_after.
-  Preemption MaybePreempt(const ActiveJob& waiter, int64_t usable_idle)
+  // Queued `waiter`, which did not fit in this pass with the `usable` idle workers for it,
+  // preempts running jobs of a lower priority once it has waited Options::preempt_after.
+  Preemption MaybePreempt(const ActiveJob& waiter, const std::vector<plan::Candidate>& usable)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The running jobs `waiter` may preempt (policy/preemption.h chooses among them).
   std::vector<PreemptionCandidate> PreemptionCandidates(const ActiveJob& waiter)
@@ -460,8 +463,11 @@ class JobManager {
   // come free at their next sealed checkpoints (preempted)", "; it preempts jobs of a lower
   // priority once queued for 2m (--preempt_after)", or nothing.
   std::string PreemptionNote(const Preemption& preemption) const;
-  // The workers the preemptions of `waiter` will free: its victims' runs and stopping ranks.
-  int64_t WorkersComingFreeFor(const ActiveJob& waiter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The preemptions of `waiter` in flight: the workers they will free (its victims' runs, their
+  // ranks stopping, and those stopped but not among `usable`, when given), and whether it holds.
+  Preemption PreemptionsOf(const ActiveJob& waiter,
+                           const std::vector<plan::Candidate>* usable = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A checkpoint of `job` was sealed at `step`: it yields its workers to the job it was
   // preempted by (a planned restart), if that one still waits.
   void MaybeYield(ActiveJob& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -4,6 +4,7 @@
 // victims are chosen by policy/preemption.h; each yields through a planned restart
 // (Recovery.preempted_by) whose place phase waits as a queued job of its priority would
 // (job_decision.h), so nothing is lost but time, and no restart is counted.
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,20 +61,36 @@ absl::StatusOr<Job> JobManager::SetJobPriority(const std::string& job_id, int32_
   return GetJob(job_id);
 }
 
-int64_t JobManager::WorkersComingFreeFor(const ActiveJob& waiter) {
-  int64_t coming = 0;
+JobManager::Preemption JobManager::PreemptionsOf(const ActiveJob& waiter,
+                                                 const std::vector<plan::Candidate>* usable) {
+  Preemption in_flight;
   for (const auto& [n, job] : jobs_) {
     if (job.planned.yield_to == waiter.id && job.state == RUNNING) {
-      coming += static_cast<int64_t>(job.ranks.size());
+      in_flight.coming += static_cast<int64_t>(job.ranks.size());
+      in_flight.holds = true;
+      continue;
     }
     const Recovery* open =
         job.recoveries.empty() || job.recoveries.back().done() ? nullptr : &job.recoveries.back();
-    if (open != nullptr && open->preempted_by() == waiter.id &&
-        job.recovery.phase == RecoveryPhase::kStop) {
-      coming += static_cast<int64_t>(job.recovery.stopping.size());
+    if (job.state != RECOVERING || open == nullptr || open->preempted_by() != waiter.id) continue;
+    // Yielded, not placed again: its workers are the waiter's. Those stopping, and those
+    // stopped but not among the usable idle workers of this pass (its list was taken before
+    // they stopped), are still coming.
+    in_flight.holds = true;
+    for (const std::string& w : job.recovery.stopping) {
+      const bool usable_now =
+          usable != nullptr && job.recovery.phase != RecoveryPhase::kStop &&
+          std::any_of(usable->begin(), usable->end(),
+                      [&w](const plan::Candidate& c) { return c.worker->worker_id() == w; });
+      if (!usable_now && registry_.IsLive(w)) ++in_flight.coming;
     }
   }
-  return coming;
+  // Only while the live workers could run it (as ReservesWorkers): else it holds back nobody.
+  if (in_flight.holds) {
+    const WorkerCounts counts = registry_.Counts();
+    in_flight.holds = counts.idle + counts.busy >= plan::WorkersNeeded(waiter.spec.parallel());
+  }
+  return in_flight;
 }
 
 std::vector<PreemptionCandidate> JobManager::PreemptionCandidates(const ActiveJob& waiter) {
@@ -93,14 +110,14 @@ std::vector<PreemptionCandidate> JobManager::PreemptionCandidates(const ActiveJo
   return candidates;
 }
 
-JobManager::Preemption JobManager::MaybePreempt(const ActiveJob& waiter, int64_t usable_idle) {
-  Preemption preemption;
-  if (options_.preempt_after <= absl::ZeroDuration()) return preemption;
-  preemption.coming = WorkersComingFreeFor(waiter);
+JobManager::Preemption JobManager::MaybePreempt(const ActiveJob& waiter,
+                                                const std::vector<plan::Candidate>& usable) {
+  if (options_.preempt_after <= absl::ZeroDuration()) return Preemption();
+  Preemption preemption = PreemptionsOf(waiter, &usable);
   const int64_t needed = plan::WorkersNeeded(waiter.spec.parallel());
-  const std::vector<std::string> victims =
-      ChoosePreemptions(waiter.spec.priority(), needed, usable_idle + preemption.coming,
-                        PreemptionCandidates(waiter));
+  const std::vector<std::string> victims = ChoosePreemptions(
+      waiter.spec.priority(), needed, static_cast<int64_t>(usable.size()) + preemption.coming,
+      PreemptionCandidates(waiter));
   if (Now() - waiter.submitted < options_.preempt_after) {
     preemption.later = !victims.empty();
     return preemption;
@@ -110,6 +127,7 @@ JobManager::Preemption JobManager::MaybePreempt(const ActiveJob& waiter, int64_t
     job->planned.yield_to = waiter.id;
     const int64_t workers = static_cast<int64_t>(job->ranks.size());
     preemption.coming += workers;
+    preemption.holds = true;
     Event(id, absl::StrCat(
                   "preempted by ", waiter.id, " (priority ", waiter.spec.priority(),
                   ", above this job's ", job->spec.priority(), "; queued ",
@@ -128,6 +146,7 @@ std::string JobManager::PreemptionNote(const Preemption& preemption) const {
                         " of jobs of a lower priority come free at their next sealed checkpoints "
                         "(preempted)");
   }
+  if (preemption.holds) return "; the workers of the jobs it preempted are kept for it";
   if (preemption.later) {
     return absl::StrCat("; it preempts jobs of a lower priority once queued for ",
                         absl::FormatDuration(options_.preempt_after), " (--preempt_after)");
