@@ -819,7 +819,8 @@ std::optional<std::string> JobIdFromArgument(const std::string& arg) {
   int64_t number = 0;
   // "job-12" is job-000012: the coordinator knows each job by its one spelling (JobNumberOf).
   if (IsJobId(arg)) {
-    return absl::SimpleAtoi(arg.substr(4), &number) && number > 0 ? JobIdFor(number) : arg;
+    const std::optional<int64_t> spelled = JobNumberIn(arg);
+    return spelled.has_value() ? JobIdFor(*spelled) : arg;
   }
   if (!arg.empty() && std::all_of(arg.begin(), arg.end(), absl::ascii_isdigit) &&
       absl::SimpleAtoi(arg, &number) && number > 0) {

@@ -52,13 +52,17 @@ bool HoldsCheckpoints(const std::string& dir) {
 
 std::string JobIdFor(int64_t number) { return absl::StrFormat("job-%06d", number); }
 
-std::optional<int64_t> JobNumberOf(absl::string_view id) {
+std::optional<int64_t> JobNumberIn(absl::string_view text) {
   int64_t number = 0;
-  absl::string_view digits = id;
-  if (!IsJobId(id) || !absl::ConsumePrefix(&digits, "job-") || !absl::SimpleAtoi(digits, &number) ||
-      number <= 0 || JobIdFor(number) != id) {
+  if (!IsJobId(text) || !absl::SimpleAtoi(text.substr(4), &number) || number <= 0) {
     return std::nullopt;
   }
+  return number;
+}
+
+std::optional<int64_t> JobNumberOf(absl::string_view id) {
+  const std::optional<int64_t> number = JobNumberIn(id);
+  if (!number.has_value() || JobIdFor(*number) != id) return std::nullopt;
   return number;
 }
 

@@ -35,6 +35,10 @@ std::string JobIdFor(int64_t number);
 // True for "job-" followed by digits only ("job-000012"): a job id, not a path.
 bool IsJobId(absl::string_view text);
 
+// The number an id-shaped text names, however it is spelled ("job-12", "job-000012" -> 12);
+// nothing for text that is not IsJobId or names no job (0).
+std::optional<int64_t> JobNumberIn(absl::string_view text);
+
 // The number of the job whose id is `id`, in its one spelling (JobIdFor: "job-000012" -> 12);
 // nothing for any other text, "job-12" and "job-0000012" included. The coordinator finds jobs
 // by number and authorizes calls on them by id: both must read an id the same way, or one

@@ -38,6 +38,14 @@ TEST(IsJobId, OnlyJobDashDigits) {
   EXPECT_FALSE(IsJobId("12"));
 }
 
+TEST(JobNumberIn, AnySpellingOfAnId) {
+  EXPECT_EQ(JobNumberIn("job-12"), 12);
+  EXPECT_EQ(JobNumberIn("job-000012"), 12);
+  for (const char* other : {"job-0", "job-", "12", "job-1a", "runs/job-1"}) {
+    EXPECT_EQ(JobNumberIn(other), std::nullopt) << other;
+  }
+}
+
 TEST(JobNumberOf, OnlyTheOneSpellingOfAnId) {
   EXPECT_EQ(JobNumberOf("job-000012"), 12);
   EXPECT_EQ(JobNumberOf("job-1234567"), 1234567);

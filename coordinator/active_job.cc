@@ -25,6 +25,10 @@ Recovery* ActiveJob::OpenRecovery() {
   return &recoveries.back();
 }
 
+const Recovery* ActiveJob::OpenRecovery() const {
+  return const_cast<ActiveJob*>(this)->OpenRecovery();
+}
+
 void ActiveJob::SetRanks(std::shared_ptr<const JobAssignment> run) {
   const Placement& placement = run->placement();
   ranks.clear();
@@ -74,8 +78,7 @@ JobRecord RecordOf(const ActiveJob& job, absl::Time now) {
   r.phase_start = job.recovery.phase_start;
   r.shrink = plan::PlannedWorkerLossPolicy(job.spec) == WORKER_LOSS_SHRINK;
   r.wait_for = plan::RecoveryWaitFor(job.spec);
-  r.preempted = !job.recoveries.empty() && !job.recoveries.back().done() &&
-                !job.recoveries.back().preempted_by().empty();
+  r.preempted = job.OpenRecovery() != nullptr && !job.OpenRecovery()->preempted_by().empty();
   return r;
 }
 

@@ -142,6 +142,7 @@ struct ActiveJob {
 
   // The recovery in progress, or nullptr.
   Recovery* OpenRecovery();
+  const Recovery* OpenRecovery() const;
   // The run's ranks from `assignment` (none acked or succeeded yet).
   void SetRanks(std::shared_ptr<const JobAssignment> assignment);
   void MarkAcked(int rank);

@@ -11,6 +11,11 @@ Decision Do(Action action, JobState to, RestartKind restart = RestartKind::kNone
   return d;
 }
 
+// Enough usable idle workers for the run, and no placement just deferred.
+bool Fits(const ClusterView& cluster) {
+  return cluster.usable_idle >= cluster.needed && !cluster.placement_deferred;
+}
+
 // RECOVERING: stop the old run, then place the new one (or shrink it, or give up).
 Decision DecideRecovering(const JobRecord& job, const ClusterView& cluster, absl::Time now,
                           const DecisionLimits& limits) {
@@ -21,10 +26,8 @@ Decision DecideRecovering(const JobRecord& job, const ClusterView& cluster, absl
     return Do(Action::kEndStopPhase, RECOVERING);
   }
   if (job.preempted) {  // a queued job of its priority, in effect
-    return cluster.queued_ahead == 0 && !cluster.placement_deferred &&
-                   cluster.usable_idle >= cluster.needed
-               ? Do(Action::kPlace, PLACING)
-               : Do(Action::kWait, RECOVERING);
+    return cluster.queued_ahead == 0 && Fits(cluster) ? Do(Action::kPlace, PLACING)
+                                                      : Do(Action::kWait, RECOVERING);
   }
   const bool settling = job.shrink && in_phase < limits.shrink_settle;
   if (!cluster.placement_deferred) {
@@ -117,9 +120,8 @@ Decision Decide(const JobRecord& job, const ClusterView& cluster, absl::Time now
   if (job.cancel_requested) return Do(Action::kCancel, CANCELLED);
   switch (job.state) {
     case QUEUED:
-      return cluster.known && cluster.usable_idle >= cluster.needed && !cluster.placement_deferred
-                 ? Do(Action::kPlace, PLACING)
-                 : Do(Action::kWait, QUEUED);
+      return cluster.known && Fits(cluster) ? Do(Action::kPlace, PLACING)
+                                            : Do(Action::kWait, QUEUED);
     case RECOVERING:
       if (!cluster.known) return Do(Action::kWait, RECOVERING);
       return DecideRecovering(job, cluster, now, limits);

@@ -263,6 +263,7 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
   // The queue's order (QueueOrder); a job that does not fit does not hold back smaller ones
   // behind it, unless it has waited past Options::queue_reservation (then `holder`).
   const ActiveJob* holder = nullptr;
+  bool holder_preempts = false;  // it holds the workers of the jobs it preempted
   absl::flat_hash_map<std::string, int64_t> held = WorkersHeldByOwner();  // grows as jobs go
   for (ActiveJob* job : queued) {
     const int64_t needed = plan::WorkersNeeded(job->spec.parallel());
@@ -272,7 +273,7 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
       continue;
     }
     if (holder != nullptr && SameWorkers(holder->spec.device(), job->spec.device())) {
-      SetQueuedReason(*job, HeldBackReason(job->spec, *holder, counts));
+      SetQueuedReason(*job, HeldBackReason(job->spec, *holder, counts, holder_preempts));
       continue;
     }
     // The idle workers as they are when the job takes any device (no copy of 50,000 workers).
@@ -310,6 +311,7 @@ void JobManager::PlaceQueued(const std::vector<ActiveJob*>& queued,
     const Preemption preemption = MaybePreempt(*job, candidates);
     if (holder == nullptr && (preemption.holds || ReservesWorkers(*job, counts))) {
       holder = job;
+      holder_preempts = preemption.holds;
     }
     SetQueuedReason(*job,
                     absl::StrCat(WaitingReason(job->spec, counts), PreemptionNote(preemption)));
@@ -355,10 +357,10 @@ std::vector<ActiveJob*> JobManager::QueueInOrder() {
 }
 
 std::string JobManager::HeldBackReason(const JobSpec& spec, const ActiveJob& holder,
-                                       const WorkerCounts& counts) {
+                                       const WorkerCounts& counts, bool by_preemption) {
   // Without enough idle workers it would wait anyway: the reservation is not why.
   if (plan::WorkersNeeded(spec.parallel()) > counts.idle) return WaitingReason(spec, counts);
-  if (PreemptionsOf(holder).holds) {
+  if (by_preemption) {
     return absl::StrCat("waiting behind ", holder.id, " (priority ", holder.spec.priority(),
                         "), which preempted jobs of a lower priority: the workers freed go to it "
                         "first");
@@ -390,14 +392,17 @@ bool JobManager::ReservesWorkers(const ActiveJob& job, const WorkerCounts& count
     return false;
   }
   // Only a job that the live workers could run: one waiting for workers that may never come
-  // (too few of its kind, or without the memory) holds back nobody.
-  const int64_t needed = plan::WorkersNeeded(job.spec.parallel());
+  // holds back nobody.
+  return LiveWorkersCouldRun(job.spec, counts);
+}
+
+bool JobManager::LiveWorkersCouldRun(const JobSpec& spec, const WorkerCounts& counts) {
+  const int64_t needed = plan::WorkersNeeded(spec.parallel());
   if (counts.idle + counts.busy < needed) return false;
-  if (AnyDevice(job.spec.device())) return true;
+  if (AnyDevice(spec.device())) return true;
   return registry_
-             .RootsOfLive([&](const WorkerInfo& w) {
-               return DeviceFits(job.spec.device(), w.device().kind());
-             })
+             .RootsOfLive(
+                 [&](const WorkerInfo& w) { return DeviceFits(spec.device(), w.device().kind()); })
              .count >= needed;
 }
 
@@ -530,6 +535,18 @@ std::optional<std::string> JobManager::NoWorkerCanHold(const JobPlan& job_plan) 
   return message;
 }
 
+std::string JobManager::ReasonAtSubmit(const JobSpec& spec, const std::string& owner,
+                                       const WorkerCounts& counts) {
+  const int64_t needed = plan::WorkersNeeded(spec.parallel());
+  const ActiveJob* holder = HolderFor(spec, counts);
+  const std::optional<std::string> over =
+      OwnerQuotaWait(owner, needed, WorkersHeldByOwner()[owner]);
+  return over.has_value()    ? *over
+         : holder != nullptr ? HeldBackReason(spec, *holder, counts, PreemptionsOf(*holder).holds)
+         : counts.idle >= needed ? std::string(kPlacingNow)
+                                 : WaitingReason(spec, counts);
+}
+
 absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(
     const SubmitJobRequest& request, absl::Time deadline, const std::string& owner,
     const std::function<absl::Status(const JobSpec&)>& may_submit) {
@@ -581,13 +598,7 @@ absl::StatusOr<SubmitJobResponse> JobManager::SubmitJob(
     response.add_warnings(absl::StrCat("no registered worker can hold this job: ", *too_big,
                                        "; it stays QUEUED until workers with room register"));
   }
-  const ActiveJob* holder = HolderFor(spec, counts);
-  const std::optional<std::string> over =
-      OwnerQuotaWait(owner, needed, WorkersHeldByOwner()[owner]);
-  const std::string reason = over.has_value()        ? *over
-                             : holder != nullptr     ? HeldBackReason(spec, *holder, counts)
-                             : counts.idle >= needed ? std::string(kPlacingNow)
-                                                     : WaitingReason(spec, counts);
+  const std::string reason = ReasonAtSubmit(spec, owner, counts);
   ASSIGN_OR_RETURN(Job job, store_->CreateJob(spec, reason, NowMs(), NewUid(), owner));
   for (const std::string& note : notes) Event(job.id(), note);
   for (const std::string& warning : response.warnings()) Event(job.id(), warning);

@@ -502,6 +502,10 @@ class JobManager {
   // Whether queued `job`, which did not fit in this pass, now holds back the jobs behind it
   // that would take the same workers (Options::queue_reservation).
   bool ReservesWorkers(const ActiveJob& job, const WorkerCounts& counts);
+  // Whether the live workers (`counts`, and those of its device kind) could run a job of
+  // `spec`: a job waiting for workers that may never come (too few of its kind) holds back
+  // nobody, by a reservation or a preemption.
+  bool LiveWorkersCouldRun(const JobSpec& spec, const WorkerCounts& counts);
   // Workers held by each owner's placed jobs (PLACING, RUNNING, RECOVERING) now.
   absl::flat_hash_map<std::string, int64_t> WorkersHeldByOwner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The queue's order now (job_manager_internal.h QueueOrder): with each owner's workers held.
@@ -525,8 +529,12 @@ class JobManager {
   // 4 workers for longer than --queue_reservation (10m): ..." when the idle workers would fit
   // it, else WaitingReason. Stored as the job's reason, so its words change only when the cause
   // does (every change is a write and a log line).
+  // A new queued job's first reason: its owner's cap, the job it waits behind, or the workers.
+  std::string ReasonAtSubmit(const JobSpec& spec, const std::string& owner,
+                             const WorkerCounts& counts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `by_preemption`: the holder holds the workers of the jobs it preempted.
   std::string HeldBackReason(const JobSpec& spec, const ActiveJob& holder,
-                             const WorkerCounts& counts);
+                             const WorkerCounts& counts, bool by_preemption);
   // The scheduler pass's queued jobs, in the queue's order (QueueOrder), on `idle` (what they
   // take leaves it and `counts`).
   void PlaceQueued(const std::vector<ActiveJob*>& queued, std::vector<plan::Candidate>* idle,

@@ -64,14 +64,14 @@ absl::StatusOr<Job> JobManager::SetJobPriority(const std::string& job_id, int32_
 JobManager::Preemption JobManager::PreemptionsOf(const ActiveJob& waiter,
                                                  const std::vector<plan::Candidate>* usable) {
   Preemption in_flight;
+  if (options_.preempt_after <= absl::ZeroDuration()) return in_flight;  // none can be
   for (const auto& [n, job] : jobs_) {
     if (job.planned.yield_to == waiter.id && job.state == RUNNING) {
       in_flight.coming += static_cast<int64_t>(job.ranks.size());
       in_flight.holds = true;
       continue;
     }
-    const Recovery* open =
-        job.recoveries.empty() || job.recoveries.back().done() ? nullptr : &job.recoveries.back();
+    const Recovery* open = job.OpenRecovery();
     if (job.state != RECOVERING || open == nullptr || open->preempted_by() != waiter.id) continue;
     // Yielded, not placed again: its workers are the waiter's. Those stopping, and those
     // stopped but not among the usable idle workers of this pass (its list was taken before
@@ -85,11 +85,8 @@ JobManager::Preemption JobManager::PreemptionsOf(const ActiveJob& waiter,
       if (!usable_now && registry_.IsLive(w)) ++in_flight.coming;
     }
   }
-  // Only while the live workers could run it (as ReservesWorkers): else it holds back nobody.
-  if (in_flight.holds) {
-    const WorkerCounts counts = registry_.Counts();
-    in_flight.holds = counts.idle + counts.busy >= plan::WorkersNeeded(waiter.spec.parallel());
-  }
+  // Only while the live workers could run it: else it holds back nobody.
+  in_flight.holds = in_flight.holds && LiveWorkersCouldRun(waiter.spec, registry_.Counts());
   return in_flight;
 }
 
@@ -184,9 +181,9 @@ int JobManager::QueuedAheadOfPreempted(const ActiveJob& job) {
       continue;
     }
     // Only a job the live workers could run: one that waits for workers that may never come
-    // holds back nobody (as ReservesWorkers).
+    // holds back nobody.
     if (!counts.has_value()) counts = registry_.Counts();
-    if (counts->idle + counts->busy >= plan::WorkersNeeded(other.spec.parallel())) ++ahead;
+    if (LiveWorkersCouldRun(other.spec, *counts)) ++ahead;
   }
   return ahead;
 }

@@ -3,7 +3,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
@@ -21,12 +20,11 @@ absl::Status JobManager::ResolveResumeFrom(JobSpec* spec, std::vector<std::strin
   absl::StatusOr<Job> source = store_->GetJob(from, /*with_history=*/false);
   if (absl::IsNotFound(source.status())) {
     // One spelling per id (JobNumberOf): "job-12" is named as the id it was meant to be.
-    int64_t number = 0;
-    const bool other_spelling =
-        !JobNumberOf(from).has_value() && absl::SimpleAtoi(from.substr(4), &number) && number > 0;
+    const std::optional<int64_t> spelled = JobNumberIn(from);
+    const bool other_spelling = spelled.has_value() && JobIdFor(*spelled) != from;
     return plan::InvalidSpec(absl::StrCat(
         "resume_from=\"", from, "\": there is no such job",
-        other_spelling ? absl::StrCat(" (job ids are written ", JobIdFor(number), ")") : ""));
+        other_spelling ? absl::StrCat(" (job ids are written ", JobIdFor(*spelled), ")") : ""));
   }
   RETURN_IF_ERROR(source.status());
   if (!IsFinal(source->state())) {
