@@ -231,7 +231,7 @@ std::string PlanText(const Plan& plan, const std::string& path) {
                   " cost units:\n", "(F forward = cost, ",
                   sched.kind == pipeline::ScheduleKind::kZeroBubbleH1
                       ? "b input gradient = cost, w weight gradient = cost"
-                      : "B backward = 2 * cost",
+                      : "B backward = 2 * cost, its input gradient sent after the first cost",
                   v > 1 ? "; digits: micro-batch.chunk" : "; digits: micro-batch", "; '.' idle)\n");
   const std::vector<std::string> timeline = TimelineRows(plan.sim, v, width);
   const std::string last_label = absl::StrCat("stage ", p - 1);
@@ -256,8 +256,9 @@ std::string PlanText(const Plan& plan, const std::string& path) {
                   sched.kind == pipeline::ScheduleKind::kZeroBubbleH1 ? " (w)" : "", ")\n");
   absl::StrAppend(&out, "bubble: ", Percent(plan.sim.bubble_fraction),
                   " simulated overall (one step: ", absl::StrFormat("%.2f", plan.sim.makespan),
-                  " cost units)\n1F1B: theory (p-1)/(m+p-1) = ", p - 1, "/",
-                  sched.micro_batches + p - 1, " = ", Percent(plan.one_f_one_b_bubble));
+                  " cost units)\n1F1B: textbook theory (p-1)/(m+p-1) = ", p - 1, "/",
+                  sched.micro_batches + p - 1, " = ", Percent(plan.one_f_one_b_bubble),
+                  " (input gradients sent after the weight gradients)");
   if (sched.kind != pipeline::ScheduleKind::kOneFOneB) {
     absl::StrAppend(&out, "; simulated on these stages ", Percent(plan.one_f_one_b_simulated));
   }

@@ -85,11 +85,13 @@ TEST(Plan, OneFOneBReportHasLayoutRanksStagesTimelineAndBubble) {
   EXPECT_THAT(r.out, HasSubstr("STAGE  LAYERS  COST\n0      0-1     2.00\n"));
   EXPECT_THAT(r.out, HasSubstr("stage 0 |F0-"));
   EXPECT_THAT(r.out, HasSubstr("stage 3 |...."));  // the last stage waits for three forwards
-  EXPECT_THAT(r.out, HasSubstr("\n1F1B: theory (p-1)/(m+p-1) = 3/11 = 27.3%\n"));
+  EXPECT_THAT(r.out, HasSubstr("\n1F1B: textbook theory (p-1)/(m+p-1) = 3/11 = 27.3% (input "
+                               "gradients sent after the weight gradients)\n"));
   EXPECT_THAT(r.out, HasSubstr("STAGE  BUSY   BUBBLE  PEAK LIVE  PEAK LAYERS  PEAK ACTIVATIONS\n"));
   // One activation estimate (plan/memory.h's): the schedule's PEAK ACTIVATIONS of stage 0 is
-  // the memory table's ACTIVATIONS, 4.1 MiB for its 4 live micro-batches.
-  EXPECT_THAT(r.out, HasSubstr("0      48.01  34.6%   4          8            4.1 MiB\n"));
+  // the memory table's ACTIVATIONS, 4.1 MiB for its 4 live micro-batches. Its bubble, 28.4%,
+  // is the executor's (a backward's input gradient leaves before its weight gradients).
+  EXPECT_THAT(r.out, HasSubstr("0      48.01  28.4%   4          8            4.1 MiB\n"));
   EXPECT_THAT(r.out, HasSubstr("(fp32; b=2 T=32 C=64 NH=4 tp=1; the last stage's logits "
                                "included)\n"));
 }
@@ -122,7 +124,8 @@ TEST(Plan, SimulatedBubblesMatchTheScheduleOnEqualStages) {
   };
   const double one = bubble(R"({"pp": 4, "schedule": "1f1b"})");
   EXPECT_DOUBLE_EQ(bubble(R"({"pp": 4, "schedule": "gpipe"})"), one);
-  EXPECT_LT(bubble(R"({"pp": 4, "schedule": "zb-h1"})"), 0.6 * one);
+  // Half of 1F1B's at equal costs (plan/simulate_test.cc); the head makes the last stage longer.
+  EXPECT_LT(bubble(R"({"pp": 4, "schedule": "zb-h1"})"), 0.75 * one);
   EXPECT_LT(bubble(R"({"pp": 2, "schedule": "interleaved", "virtual_stages": 2})"),
             bubble(R"({"pp": 2, "schedule": "1f1b"})"));
 }
@@ -132,8 +135,9 @@ TEST(Plan, ZeroBubbleAndInterleavedTimelinesUseTheirLetters) {
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("b input gradient = cost, w weight gradient = cost"));
   EXPECT_THAT(r.out, HasSubstr("bubble: 7.2% simulated overall (one step: 107.39 cost units)\n"
-                               "1F1B: theory (p-1)/(m+p-1) = 1/9 = 11.1%; simulated on these "
-                               "stages 13.6%\n"));
+                               "1F1B: textbook theory (p-1)/(m+p-1) = 1/9 = 11.1% (input "
+                               "gradients sent after the weight gradients); simulated on these "
+                               "stages 10.2%\n"));
   EXPECT_THAT(r.out, HasSubstr("stage 1 |....F0--b0--F1--b1--w0--F2--b2--w1"));
 
   r = Dtrain({"plan", WriteSpec("il.json", SpecJson(R"({"pp": 2, "schedule": "interleaved",)"

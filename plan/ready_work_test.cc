@@ -185,12 +185,12 @@ TEST(ReadyWork, SimulatedRunsWithRandomCostsRespectTheDag) {
       }
       for (const auto& [key, t] : done) {
         const auto [type, mb, k] = key;
+        // When what `want` produces is out: a fused backward's input gradient after its B part.
         auto end_of = [&](ActionType want, int chunk) {
           auto it = done.find({static_cast<int>(want), mb, chunk});
-          if (it == done.end()) {
-            it = done.find({static_cast<int>(ActionType::kBackward), mb, chunk});
-          }
-          return it->second.end;
+          if (it != done.end()) return it->second.end;
+          it = done.find({static_cast<int>(ActionType::kBackward), mb, chunk});
+          return it->second.start + costs[chunk % p].backward_input;
         };
         if (type == static_cast<int>(ActionType::kForward) && k > 0) {
           EXPECT_GE(t.start, end_of(ActionType::kForward, k - 1) + latency - 1e-9);

@@ -42,6 +42,17 @@ enum class ActionType {
   kBackwardWeight,  // W (zero-bubble)
 };
 
+// When a fused backward (kBackward) hands its input gradient to the previous stage.
+enum class GradientRelease {
+  // As soon as its B part is done, before its W: what the StageExecutor does, so the previous
+  // stage's backward overlaps this stage's weight gradients. 1F1B's bubble is then (p-1)(F+B).
+  kAfterInput,
+  // After the whole backward, B and W: the textbook 1F1B and GPipe (Megatron-LM's, and the
+  // baseline of the zero-bubble paper), whose bubble is (p-1)(F+B+W). For the benchmark that
+  // measures against it and for the closed forms.
+  kAfterWeights,
+};
+
 struct Action {
   ActionType type = ActionType::kForward;
   int micro_batch = 0;  // 0..m-1

@@ -27,13 +27,14 @@ struct Done {
 class Simulator {
  public:
   Simulator(const std::vector<std::vector<Action>>& lists, int m, int v,
-            absl::Span<const StageCosts> costs, double latency)
+            absl::Span<const StageCosts> costs, double latency, GradientRelease release)
       : lists_(lists),
         p_(static_cast<int>(lists.size())),
         m_(m),
         v_(v),
         costs_(costs),
-        latency_(latency) {}
+        latency_(latency),
+        release_(release) {}
 
   absl::Status Validate() const {
     if (p_ < 1) return absl::InvalidArgumentError("no stages: stage_actions is empty");
@@ -104,7 +105,7 @@ class Simulator {
       }
       const double end = best_start + Cost(best.type, best_stage);
       if (absl::Status ran = work[best_stage].Ran(best); !ran.ok()) return ran;
-      Record(best, best_stage, end);
+      Record(best, best_stage, best_start, end);
       result.stages[best_stage].timeline.push_back({best, best_start, end});
       free_at[best_stage] = end;
     }
@@ -130,7 +131,7 @@ class Simulator {
           if (!ready.has_value()) break;
           const double start = std::max(free_at[s], *ready);
           const double end = start + Cost(a.type, s);
-          Record(a, s, end);
+          Record(a, s, start, end);
           result.stages[s].timeline.push_back({a, start, end});
           free_at[s] = end;
           ++next[s];
@@ -185,10 +186,14 @@ class Simulator {
     return std::max(*own, *grad + Hop(StageOf(k + 1), s));
   }
 
-  void Record(const Action& a, int s, double end) {
+  void Record(const Action& a, int s, double start, double end) {
     Done& d = At(a.micro_batch, ChunkOf(a, s));
     if (a.type == ActionType::kForward) d.forward = end;
-    if (ProducesInputGrad(a.type)) d.input_grad = end;
+    if (a.type == ActionType::kBackwardInput) d.input_grad = end;
+    if (a.type == ActionType::kBackward) {  // its B part runs first
+      d.input_grad =
+          release_ == GradientRelease::kAfterInput ? start + costs_[s].backward_input : end;
+    }
     if (FreesActivations(a.type)) d.weight = end;
   }
 
@@ -273,6 +278,7 @@ class Simulator {
   const int p_, m_, v_;
   absl::Span<const StageCosts> costs_;
   const double latency_;
+  const GradientRelease release_;
   std::vector<Done> done_;  // [mb * p * v + model chunk], sized by Run
 };
 
@@ -281,15 +287,15 @@ class Simulator {
 absl::StatusOr<SimResult> SimulateActions(const std::vector<std::vector<Action>>& stage_actions,
                                           int micro_batches, int virtual_stages,
                                           absl::Span<const StageCosts> costs, double latency,
-                                          Execution execution) {
-  Simulator sim(stage_actions, micro_batches, virtual_stages, costs, latency);
+                                          Execution execution, GradientRelease release) {
+  Simulator sim(stage_actions, micro_batches, virtual_stages, costs, latency, release);
   if (absl::Status valid = sim.Validate(); !valid.ok()) return valid;
   return execution == Execution::kReadyWork ? sim.RunReadyWork() : sim.Run();
 }
 
 absl::StatusOr<SimResult> SimulateSchedule(const ScheduleSpec& spec,
                                            absl::Span<const StageCosts> costs, double latency,
-                                           Execution execution) {
+                                           Execution execution, GradientRelease release) {
   if (absl::Status valid = ValidateSchedule(spec); !valid.ok()) return valid;
   std::vector<std::vector<Action>> lists;
   for (int s = 0; s < spec.stages; ++s) {
@@ -297,7 +303,8 @@ absl::StatusOr<SimResult> SimulateSchedule(const ScheduleSpec& spec,
     if (!actions.ok()) return actions.status();
     lists.push_back(*std::move(actions));
   }
-  return SimulateActions(lists, spec.micro_batches, spec.virtual_stages, costs, latency, execution);
+  return SimulateActions(lists, spec.micro_batches, spec.virtual_stages, costs, latency, execution,
+                         release);
 }
 
 }  // namespace dtrain::pipeline

@@ -8,15 +8,18 @@
 // Dependencies (model chunk k = chunk * p + stage; K = p * v chunks in all):
 //   F(mb, k)    needs F(mb, k-1) done (k > 0), plus `latency` when k-1 is on another stage
 //   B(mb, k)    needs its own F(mb, k), and B(mb, k+1) done (k < K-1) plus `latency`
-//               (B here is kBackwardInput or the fused kBackward: both send the input gradient)
+//               (B here is kBackwardInput or the fused kBackward: both send the input gradient;
+//               the fused one after its B part or after all of it, by GradientRelease)
 //   W(mb, k)    needs its own B(mb, k)
 // Sends never block (a receiver buffers what arrives early), matching an executor that posts
 // its receives ahead. Costs are per micro-batch per chunk; a fused kBackward costs
 // backward_input + backward_weight.
 //
 //   ASSIGN_OR_RETURN(SimResult r, SimulateSchedule({ScheduleKind::kOneFOneB, 4, 8, 1},
-//                                                 std::vector<StageCosts>(4, {1, 1, 1}), 0));
-//   r.bubble_fraction;  // 3/11 = (p-1)/(m+p-1)
+//                                                 std::vector<StageCosts>(4, {1, 1, 1}), 0,
+//                                                 Execution::kFixedOrder,
+//                                                 GradientRelease::kAfterWeights));
+//   r.bubble_fraction;  // 3/11 = (p-1)/(m+p-1), the textbook; 6/30 with kAfterInput
 #ifndef DTRAIN_PLAN_SIMULATE_H_
 #define DTRAIN_PLAN_SIMULATE_H_
 
@@ -70,12 +73,14 @@ struct SimResult {
 absl::StatusOr<SimResult> SimulateActions(const std::vector<std::vector<Action>>& stage_actions,
                                           int micro_batches, int virtual_stages,
                                           absl::Span<const StageCosts> costs, double latency,
-                                          Execution execution = Execution::kFixedOrder);
+                                          Execution execution = Execution::kFixedOrder,
+                                          GradientRelease release = GradientRelease::kAfterInput);
 
 // StageActions of every stage of `spec` (validated), simulated.
 absl::StatusOr<SimResult> SimulateSchedule(const ScheduleSpec& spec,
                                            absl::Span<const StageCosts> costs, double latency,
-                                           Execution execution = Execution::kFixedOrder);
+                                           Execution execution = Execution::kFixedOrder,
+                                           GradientRelease release = GradientRelease::kAfterInput);
 
 }  // namespace dtrain::pipeline
 

@@ -1,5 +1,7 @@
 // The simulator against closed forms: 1F1B and GPipe bubbles (p-1)/(m+p-1), ZB-H1's third of
-// it, interleaving's reduction, latency on a two-stage pipe by hand, and deadlocks named.
+// it, interleaving's reduction (all with the textbook's fused backward, whose input gradient
+// leaves after W), the executor's fused backward (it leaves after B), latency on a two-stage
+// pipe by hand, and deadlocks named.
 #include "plan/simulate.h"
 
 #include <iostream>
@@ -18,9 +20,11 @@ std::vector<StageCosts> Equal(int p, int v = 1) {
   return std::vector<StageCosts>(p, StageCosts{1.0 / v, 1.0 / v, 1.0 / v});
 }
 
-SimResult Simulate(const ScheduleSpec& spec, double latency = 0) {
-  absl::StatusOr<SimResult> r =
-      SimulateSchedule(spec, Equal(spec.stages, spec.virtual_stages), latency);
+// The literature's closed forms hold for the textbook release (kAfterWeights).
+SimResult Simulate(const ScheduleSpec& spec, double latency = 0,
+                   GradientRelease release = GradientRelease::kAfterWeights) {
+  absl::StatusOr<SimResult> r = SimulateSchedule(spec, Equal(spec.stages, spec.virtual_stages),
+                                                 latency, Execution::kFixedOrder, release);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : SimResult{};
 }
@@ -71,6 +75,35 @@ TEST(Simulate, ZeroBubbleH1CutsTheBubbleToAThird) {
   EXPECT_LT(few.bubble_fraction, OneFOneBTheory(4, 2));
 }
 
+// The StageExecutor sends a fused backward's input gradient when its B part is done: the
+// previous stage's backward no longer waits for this stage's W, and the bubble of 1F1B and GPipe
+// falls from (p-1)(F+B+W) to (p-1)(F+B) per stage. ZB-H1 (no fused backward) keeps its p-1:
+// exactly half of that, so at equal costs no ZB-H1 measurement can idle less than half of this
+// 1F1B's, and with W cheaper than B ((F+B-W)/(F+B)) it is more than half.
+TEST(Simulate, AFusedBackwardReleasingAfterItsInputPartLeavesABubbleOfFPlusB) {
+  for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kGpipe}) {
+    for (auto [p, m] : {std::pair{1, 4}, {2, 1}, {2, 4}, {2, 8}, {4, 4}, {4, 8}, {8, 16}}) {
+      SCOPED_TRACE(absl::StrCat(ScheduleName(kind), " p=", p, " m=", m));
+      const SimResult r = Simulate({kind, p, m, 1}, 0, GradientRelease::kAfterInput);
+      EXPECT_DOUBLE_EQ(r.makespan, 3.0 * m + 2.0 * (p - 1));
+      const SimResult zb =
+          Simulate({ScheduleKind::kZeroBubbleH1, p, m, 1}, 0, GradientRelease::kAfterInput);
+      if (kind == ScheduleKind::kOneFOneB && m >= p) {
+        EXPECT_DOUBLE_EQ(zb.makespan - 3.0 * m, 0.5 * (r.makespan - 3.0 * m));
+      }
+    }
+  }
+  // By hand, 2 stages, 1 micro-batch, F = 1, B = 2, W = 3: stage 1's BW0 [2,7] sends at 4;
+  // stage 0's BW0 [4,9] (the textbook: [7,12]).
+  const std::vector<StageCosts> costs(2, StageCosts{1, 2, 3});
+  const ScheduleSpec one{ScheduleKind::kOneFOneB, 2, 1, 1};
+  EXPECT_DOUBLE_EQ(SimulateSchedule(one, costs, 0)->makespan, 9);
+  EXPECT_DOUBLE_EQ(
+      SimulateSchedule(one, costs, 0, Execution::kFixedOrder, GradientRelease::kAfterWeights)
+          ->makespan,
+      12);
+}
+
 // Megatron's interleaving divides the warm-up and cool-down by v: (p-1)/v stage-times of bubble.
 TEST(Simulate, InterleavedBeatsOneFOneB) {
   for (auto [p, m, v] : {std::tuple{2, 4, 2}, {4, 8, 2}, {4, 8, 4}, {4, 4, 2}, {8, 16, 2}}) {
@@ -85,7 +118,8 @@ TEST(Simulate, LatencyByHandOnTwoStages) {
   // F0 on stage 0 [0,1]; stage 1 gets it at 1.5: F0 [1.5,2.5], BW0 [2.5,4.5]; the gradient
   // reaches stage 0 at 5: BW0 [5,7].
   const absl::StatusOr<SimResult> r =
-      SimulateSchedule({ScheduleKind::kGpipe, 2, 1, 1}, Equal(2), 0.5);
+      SimulateSchedule({ScheduleKind::kGpipe, 2, 1, 1}, Equal(2), 0.5, Execution::kFixedOrder,
+                       GradientRelease::kAfterWeights);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_DOUBLE_EQ(r->makespan, 7);
   ASSERT_EQ(r->stages[0].timeline.size(), 2u);

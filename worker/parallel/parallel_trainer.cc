@@ -306,6 +306,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
       std::make_unique<StageExecutor>(stages, pp, r.coord.pp_rank(), r.links.get(), r.staging.get(),
                                       r.micro_batch_rows, T, 1.0f / (float(B) * T));
   r.executor->set_execution(pipeline::ChooseExecution(r.schedule.kind, tp, options.execution));
+  r.executor->set_gradient_release(options.gradient_release);
   r.executor->SetTestOnlyForwardDelay(options.test_only.forward_delay_step,
                                       options.test_only.forward_delay);
   const bool dp_buckets = dp > 1 && !layout.zero1();

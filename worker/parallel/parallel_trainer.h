@@ -86,6 +86,9 @@ struct ParallelTrainingOptions {
   // The order the stage runs its actions in (plan/ready_work.h ChooseExecution: unset, ready
   // work for ZB-H1; the list's order with tp > 1 whatever is asked).
   std::optional<pipeline::Execution> execution;
+  // When a fused backward sends its input gradient (StageExecutor::set_gradient_release): after
+  // its B part; kAfterWeights only to measure the textbook 1F1B (pipeline_bubble_benchmark).
+  pipeline::GradientRelease gradient_release = pipeline::GradientRelease::kAfterInput;
   // GPU ranks (and --device=cpu-staging): collectives of device memory are staged through pinned
   // host buffers in chunks of this size, so the copy of one chunk overlaps the collective of the
   // previous (device_staging.h). The same chunks on every backend.

@@ -44,8 +44,9 @@ ABSL_FLAG(int, n_embd, 256, "model width");
 ABSL_FLAG(int, seq, 128, "tokens per sequence");
 ABSL_FLAG(int, layers_per_stage, 2, "transformer blocks per stage");
 ABSL_FLAG(int, rounds, 1, "times every row runs, alternated (round 1 all rows, round 2 ...)");
-ABSL_FLAG(std::string, rows, "gpipe,1f1b,interleaved,zb-h1,zb-h1/ready",
-          "rows to run: gpipe, 1f1b, interleaved (v=2), zb-h1 (fixed order), zb-h1/ready");
+ABSL_FLAG(std::string, rows, "gpipe,1f1b,1f1b/textbook,interleaved,zb-h1,zb-h1/ready",
+          "rows to run: gpipe, 1f1b, 1f1b/textbook (the input gradient sent after W), "
+          "interleaved (v=2), zb-h1 (fixed order), zb-h1/ready");
 
 namespace dtrain::parallel {
 namespace {
@@ -58,6 +59,9 @@ struct Row {
   ScheduleKind kind;
   int v;
   Execution execution;
+  // The fused backward's: dtrain's executor sends its input gradient after B; the textbook
+  // (1f1b/textbook, what the zero-bubble paper compares with) after W.
+  pipeline::GradientRelease release = pipeline::GradientRelease::kAfterInput;
 };
 
 struct Measured {
@@ -102,6 +106,7 @@ absl::StatusOr<Measured> Run(const Row& row, const std::string& data) {
   job.virtual_stages = row.v;
   job.data = data;
   job.execution = row.execution;
+  job.gradient_release = row.release;
   ASSIGN_OR_RETURN(std::vector<RankRun> runs,
                    TrainRanksOnThreads(transports, [&](int) { return PipelineOptions(job); }));
   // The pipeline window of each step: its first action's start to its last action's end, over
@@ -162,13 +167,15 @@ int Main() {
   const std::string data = testing::WriteTextCorpus("/tmp/dtrain_bubble_benchmark.txt", 400000);
   std::printf("pipeline bubble: %d stages, %d micro-batches, %u hardware threads\n", p, m,
               std::thread::hardware_concurrency());
-  std::printf("%-12s %-20s %6s %-20s %6s %6s %6s %7s %7s %7s %6s %6s %5s %s\n", "row",
+  std::printf("%-13s %-20s %6s %-20s %6s %6s %6s %7s %7s %7s %6s %6s %5s %s\n", "row",
               "idle/stage (step)", "mean", "idle/stage (pipe)", "mean", "wait", "sim=", "sim",
               "theory", "step s", "pipe s", "moved", "load", "F:B:W ms (stage 0)");
   const double one_f_one_b = double(p - 1) / (m + p - 1);
   const std::vector<Row> all = {
       {"gpipe", ScheduleKind::kGpipe, 1, Execution::kFixedOrder},
       {"1f1b", ScheduleKind::kOneFOneB, 1, Execution::kFixedOrder},
+      {"1f1b/textbook", ScheduleKind::kOneFOneB, 1, Execution::kFixedOrder,
+       pipeline::GradientRelease::kAfterWeights},
       {"interleaved", ScheduleKind::kInterleaved, 2, Execution::kFixedOrder},
       {"zb-h1", ScheduleKind::kZeroBubbleH1, 1, Execution::kFixedOrder},
       {"zb-h1/ready", ScheduleKind::kZeroBubbleH1, 1, Execution::kReadyWork}};
@@ -182,6 +189,7 @@ int Main() {
     rows.push_back(*it);
   }
   for (int round = 1; round <= absl::GetFlag(FLAGS_rounds); ++round) {
+    std::map<std::string, double> idle;  // row -> mean idle over the pipeline window
     for (const Row& row : rows) {
       const std::string load = LoadAverage();
       absl::StatusOr<Measured> measured = Run(row, data);
@@ -191,9 +199,10 @@ int Main() {
       }
       const pipeline::ScheduleSpec spec{row.kind, p, m, row.v};
       auto equal = pipeline::SimulateSchedule(spec, std::vector<pipeline::StageCosts>(p, {1, 1, 1}),
-                                              0, row.execution);
+                                              0, row.execution, row.release);
       // The same schedule, in the row's execution, simulated with this run's costs per stage.
-      auto sim = pipeline::SimulateSchedule(spec, measured->costs, 0, row.execution);
+      auto sim = pipeline::SimulateSchedule(spec, measured->costs, 0, row.execution, row.release);
+      idle[row.name] = Mean(measured->pipeline_idle);
       const double theory = row.kind == ScheduleKind::kInterleaved
                                 ? (p - 1) / 2.0 / (m + (p - 1) / 2.0)
                             : row.kind == ScheduleKind::kZeroBubbleH1 ? one_f_one_b / 3
@@ -203,7 +212,7 @@ int Main() {
       for (double f : measured->pipeline_idle) pipe_idle += absl::StrFormat("%.3f ", f);
       const pipeline::StageCosts& c0 = measured->costs.front();
       std::printf(
-          "%-12s %-20s %6.3f %-20s %6.3f %6.3f %6.3f %7.3f %7.3f %7.3f %6.3f %6d %5s "
+          "%-13s %-20s %6.3f %-20s %6.3f %6.3f %6.3f %7.3f %7.3f %7.3f %6.3f %6d %5s "
           "%.1f:%.1f:%.1f\n",
           row.name.c_str(), step_idle.c_str(), Mean(measured->idle), pipe_idle.c_str(),
           Mean(measured->pipeline_idle), measured->wait_fraction,
@@ -213,6 +222,15 @@ int Main() {
           c0.backward_weight * 1e3);
       std::fflush(stdout);
     }
+    // ZB-H1's idle against each 1F1B's measured in this round, where both ran.
+    for (const char* zb : {"zb-h1", "zb-h1/ready"}) {
+      for (const char* base : {"1f1b", "1f1b/textbook"}) {
+        if (idle.count(zb) && idle.count(base) && idle[base] > 0) {
+          std::printf("round %d: %s idle / %s idle = %.2f\n", round, zb, base,
+                      idle[zb] / idle[base]);
+        }
+      }
+    }
   }
   std::printf(
       "idle (step): 1 - compute / step time; idle (pipe): 1 - compute / the step's pipeline "
@@ -220,8 +238,9 @@ int Main() {
       "time; sim=: simulated, equal F, B, W costs; sim: simulated with the F, B, W costs measured "
       "on each stage in this run (both in the row's execution: zb-h1/ready simulates ready work); "
       "moved: positions of the last step's traces that differ from the schedule's lists; load: "
-      "1-minute load average before the row\n"
-      "theory: 1F1B and GPipe (p-1)/(m+p-1); interleaved (p-1)/v / (m + (p-1)/v); "
+      "1-minute load average before the row; 1f1b/textbook: a fused backward sends its input "
+      "gradient after its W (dtrain's after its B)\n"
+      "theory (the textbook's): 1F1B and GPipe (p-1)/(m+p-1); interleaved (p-1)/v / (m + (p-1)/v); "
       "ZB-H1 about a third of 1F1B\n");
   return 0;
 }

@@ -6,9 +6,13 @@ set -euo pipefail
 out="$("${1:?benchmark path}" --stages=2 --micro_batches=4 --steps=2 --n_embd=32 --seq=16 \
   --layers_per_stage=2 2>&1)"
 echo "$out"
-for schedule in gpipe 1f1b interleaved zb-h1 zb-h1/ready; do
+for schedule in gpipe 1f1b 1f1b/textbook interleaved zb-h1 zb-h1/ready; do
   if ! grep -q "^${schedule} " <<<"$out"; then
     echo "pipeline_bubble_benchmark_smoke_test: FAILED: no row for ${schedule}" >&2
     exit 1
   fi
 done
+if ! grep -q "zb-h1/ready idle / 1f1b/textbook idle = " <<<"$out"; then
+  echo "pipeline_bubble_benchmark_smoke_test: FAILED: no ratio of ZB-H1 to the textbook 1F1B" >&2
+  exit 1
+fi

@@ -91,11 +91,15 @@ absl::Status StageExecutor::RunStep(
         break;
       case ActionType::kBackwardWeight:
       case ActionType::kBackward: {
-        if (a.type == ActionType::kBackward) s = BackwardInput(step, a, times);
+        const bool fused = a.type == ActionType::kBackward;
+        const bool send_after_weights =
+            fused && gradient_release_ == pipeline::GradientRelease::kAfterWeights;
+        if (fused) s = BackwardInput(step, a, times, /*send=*/!send_after_weights);
         if (!s.ok()) break;
         const bool last = --weights_left[a.chunk] == 0;
         s = BackwardWeight(a, last ? weights_final(a.chunk) : model::GptStage::GradReadyFn(),
                            times);
+        if (s.ok() && send_after_weights) s = SendInputGradient(step, a);
         if (s.ok()) Retire(a.chunk, a.micro_batch);
         break;
       }
@@ -214,7 +218,8 @@ absl::Status StageExecutor::Forward(int64_t step, const Action& a, const MicroBa
   return absl::OkStatus();
 }
 
-absl::Status StageExecutor::BackwardInput(int64_t step, const Action& a, StepTimes* times) {
+absl::Status StageExecutor::BackwardInput(int64_t step, const Action& a, StepTimes* times,
+                                          bool send) {
   auto it = in_flight_.find({a.chunk, a.micro_batch});
   if (it == in_flight_.end()) return absl::InternalError("backward before forward");
   InFlight& f = it->second;
@@ -231,13 +236,19 @@ absl::Status StageExecutor::BackwardInput(int64_t step, const Action& a, StepTim
   const double backward_input = Since(compute);
   times->compute += backward_input;
   times->backward_input += backward_input;
-  if (k > 0) {
-    ASSIGN_OR_RETURN(f.gradient_host,
-                     staging_->ToHost(f.acts->input_grad(), int64_t{b_} * T_ * shape[2]));
-    ASSIGN_OR_RETURN(f.gradient_sent,
-                     links_->SendGradient({step, a.micro_batch, k - 1}, shape,
-                                          absl::MakeConstSpan(f.gradient_host.host())));
-  }
+  return send ? SendInputGradient(step, a) : absl::OkStatus();
+}
+
+absl::Status StageExecutor::SendInputGradient(int64_t step, const Action& a) {
+  const int k = ModelChunk(a.chunk);
+  if (k == 0) return absl::OkStatus();  // the embedding's gradient goes nowhere
+  InFlight& f = in_flight_.at({a.chunk, a.micro_batch});
+  const std::vector<int64_t> shape = {b_, T_, chunks_[a.chunk]->config().n_embd};
+  ASSIGN_OR_RETURN(f.gradient_host,
+                   staging_->ToHost(f.acts->input_grad(), int64_t{b_} * T_ * shape[2]));
+  ASSIGN_OR_RETURN(f.gradient_sent,
+                   links_->SendGradient({step, a.micro_batch, k - 1}, shape,
+                                        absl::MakeConstSpan(f.gradient_host.host())));
   return absl::OkStatus();
 }
 

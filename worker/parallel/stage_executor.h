@@ -73,6 +73,9 @@ class StageExecutor {
   // actions run no collectives of their own (tp = 1): a tp group's ranks must agree on the order.
   void set_execution(pipeline::Execution execution) { execution_ = execution; }
   pipeline::Execution execution() const { return execution_; }
+  // When a fused backward (1F1B, GPipe, interleaved) sends its input gradient: after its B part
+  // (the default) or, to measure the textbook schedule against, after its W too.
+  void set_gradient_release(pipeline::GradientRelease release) { gradient_release_ = release; }
 
   // How long ready work polls for an input before it waits in the list's next action.
   static constexpr absl::Duration kPollBeforeBlocking = absl::Seconds(1);
@@ -123,7 +126,10 @@ class StageExecutor {
   pipeline::Action Next(int64_t step, const pipeline::ReadyWork& work, StepTimes* times);
   absl::Status Forward(int64_t step, const pipeline::Action& a, const MicroBatch& mb,
                        StepTimes* times);
-  absl::Status BackwardInput(int64_t step, const pipeline::Action& a, StepTimes* times);
+  // B; sends the input gradient unless `send` is false (then SendInputGradient does, later).
+  absl::Status BackwardInput(int64_t step, const pipeline::Action& a, StepTimes* times,
+                             bool send = true);
+  absl::Status SendInputGradient(int64_t step, const pipeline::Action& a);
   absl::Status BackwardWeight(const pipeline::Action& a, const model::GptStage::GradReadyFn& ready,
                               StepTimes* times);
   // The micro-batch is done on this chunk; its buffers are reused once its sends have left.
@@ -154,6 +160,7 @@ class StageExecutor {
   std::vector<pipeline::Action> trace_;
   int peak_live_ = 0;
   pipeline::Execution execution_ = pipeline::Execution::kFixedOrder;
+  pipeline::GradientRelease gradient_release_ = pipeline::GradientRelease::kAfterInput;
   int64_t forward_delay_step_ = 0;
   absl::Duration forward_delay_ = absl::ZeroDuration();
 };

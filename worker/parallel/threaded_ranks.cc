@@ -25,6 +25,7 @@ ParallelTrainingOptions PipelineOptions(const PipelineJob& job) {
   layout.set_bucket_bytes(1 << 20);  // unused: dp = 1 reduces no gradients
   o.plan = PlannedRank(layout, job.micro_batches, 1);
   o.execution = job.execution;
+  o.gradient_release = job.gradient_release;
   return o;
 }
 

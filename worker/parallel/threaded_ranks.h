@@ -41,6 +41,8 @@ struct PipelineJob {
   int virtual_stages = 1;
   std::string data;
   std::optional<pipeline::Execution> execution;  // ParallelTrainingOptions::execution
+  pipeline::GradientRelease gradient_release =   // ParallelTrainingOptions::gradient_release
+      pipeline::GradientRelease::kAfterInput;
 };
 ParallelTrainingOptions PipelineOptions(const PipelineJob& job);
 
