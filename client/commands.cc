@@ -711,13 +711,9 @@ int Rebalance(const Invocation& inv, CoordinatorStub& stub, Output& output) {
 int Priority(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
   if (!id.ok()) return Fail(id.status(), inv, output);
-  int32_t priority = 0;
-  if (!absl::SimpleAtoi(inv.args[1], &priority)) {
-    return Fail(absl::InvalidArgumentError(
-                    absl::StrCat("priority '", inv.args[1], "' is not a whole number (-100..100)")),
-                inv, output);
-  }
-  absl::StatusOr<Job> job = stub.SetJobPriority(*id, priority);
+  absl::StatusOr<int32_t> priority = ParsePriority(inv.args[1]);
+  if (!priority.ok()) return Fail(priority.status(), inv, output);
+  absl::StatusOr<Job> job = stub.SetJobPriority(*id, *priority);
   if (!job.ok()) return Fail(WithNewestJobHint(stub, job.status()), inv, output);
   if (inv.json) {
     output.out << ToJsonLine(*job) << "\n";
@@ -814,6 +810,15 @@ int Workers(const Invocation& inv, CoordinatorStub& stub, Output& output) {
 }
 
 }  // namespace
+
+absl::StatusOr<int32_t> ParsePriority(absl::string_view text) {
+  int32_t priority = 0;
+  if (!absl::SimpleAtoi(text, &priority)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("priority '", text, "' is not a whole number (-100..100)"));
+  }
+  return priority;
+}
 
 std::optional<std::string> JobIdFromArgument(const std::string& arg) {
   int64_t number = 0;

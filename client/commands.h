@@ -49,6 +49,11 @@ enum ExitCode : int {
 // "job-000012"; nullopt for anything else (a job name, resolved through ListJobs).
 std::optional<std::string> JobIdFromArgument(const std::string& arg);
 
+// A job priority as typed (`dtrain priority JOB N`, the console's priority field): a whole
+// number; the coordinator checks its range. InvalidArgument "priority 'x' is not a whole number
+// (-100..100)".
+absl::StatusOr<int32_t> ParsePriority(absl::string_view text);
+
 // Where commands write: results to `out`, diagnostics to `err`; `submit -` reads `in`. `tty`
 // selects the in-place progress line of watch (\r redraws) over one line per update.
 // `on_watch`, when set, is called with the job id when a watch starts following it (main arms

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "civetweb.h"
+#include "client/commands.h"
 #include "client/console_assets.h"
 #include "client/console_http.h"
 #include "client/format.h"
@@ -180,6 +181,16 @@ class Console {
         const std::string job_id(id);
         const bool files = QueryValue(request->query_string, "files") == "1";
         return SendResult(connection, OnOwnThread([&] { return stub_.DeleteJob(job_id, files); }));
+      }
+      id = rest;
+      if (absl::ConsumePrefix(&id, "jobs/") && absl::ConsumeSuffix(&id, "/priority") &&
+          !id.empty()) {  // `dtrain priority JOB N`: ?value=N
+        const std::string job_id(id);
+        absl::StatusOr<int32_t> priority =
+            ParsePriority(QueryValue(request->query_string, "value"));
+        if (!priority.ok()) return SendError(connection, priority.status());
+        return SendResult(connection,
+                          OnOwnThread([&] { return stub_.SetJobPriority(job_id, *priority); }));
       }
       id = rest;
       if (absl::ConsumePrefix(&id, "jobs/") && absl::ConsumeSuffix(&id, "/resubmit") &&

@@ -301,6 +301,9 @@ std::string CurrentLayoutCell(const Job& job) {
 }  // namespace
 
 std::string JobsTable(const ListJobsResponse& jobs, absl::Time now) {
+  // A PRIORITY column only where a job listed has one other than the default.
+  const bool priorities = std::any_of(jobs.jobs().begin(), jobs.jobs().end(),
+                                      [](const Job& job) { return job.spec().priority() != 0; });
   std::vector<std::vector<std::string>> rows;
   for (const Job& job : jobs.jobs()) {
     const bool has_step = job.has_latest() && job.latest().step() > 0;
@@ -315,10 +318,13 @@ std::string JobsTable(const ListJobsResponse& jobs, absl::Time now) {
                     FormatClock(FromUnixMs(job.started_unix_ms()), now),
                     FormatClock(FromUnixMs(job.ended_unix_ms()), now), JobDuration(job, now),
                     job.reason().empty() ? "-" : ReasonCell(JobReason(job))});
+    if (priorities)
+      rows.back().insert(rows.back().begin() + 3, absl::StrCat(job.spec().priority()));
   }
-  return FormatTable({"ID", "STATE", "NAME", "STEP", "LOSS", "LAYOUT", "SUBMITTED", "STARTED",
-                      "ENDED", "DURATION", "REASON"},
-                     rows);
+  std::vector<std::string> header = {"ID",        "STATE",   "NAME",  "STEP",     "LOSS",  "LAYOUT",
+                                     "SUBMITTED", "STARTED", "ENDED", "DURATION", "REASON"};
+  if (priorities) header.insert(header.begin() + 3, "PRIORITY");
+  return FormatTable(header, rows);
 }
 
 std::string LayoutString(const ParallelLayout& layout) {

@@ -231,6 +231,28 @@ TEST(JobsTable, ShowsStepLossLayout) {
       << JobsTable(r, now);
 }
 
+TEST(JobsTable, APriorityColumnWhereAJobHasOne) {
+  ListJobsResponse r;
+  Job* a = r.add_jobs();
+  a->set_id("job-000002");
+  a->set_state(QUEUED);
+  a->mutable_spec()->set_name("urgent");
+  a->mutable_spec()->set_priority(5);
+  Job* b = r.add_jobs();
+  b->set_id("job-000001");
+  b->set_state(RUNNING);
+  b->mutable_spec()->set_name("long");
+  const std::string table = JobsTable(r, absl::Now());
+  EXPECT_EQ(table.substr(0, table.find('\n')).substr(0, 43),
+            "ID          STATE    NAME    PRIORITY  STEP")
+      << table;
+  EXPECT_NE(table.find("urgent  5         "), std::string::npos) << table;
+  EXPECT_NE(table.find("long    0         "), std::string::npos) << table;
+  b->mutable_spec()->set_priority(0);
+  a->mutable_spec()->set_priority(0);
+  EXPECT_EQ(JobsTable(r, absl::Now()).find("PRIORITY"), std::string::npos);
+}
+
 TEST(JobsTable, ReasonOnOneShortLineKeepingItsEnds) {
   ListJobsResponse r;
   Job* job = r.add_jobs();

@@ -28,7 +28,7 @@
 namespace dtrain::coordinator {
 namespace {
 
-constexpr int kSchemaVersion = 7;
+constexpr int kSchemaVersion = 8;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -132,6 +132,12 @@ UPDATE meta SET value = 6 WHERE key = 'schema_version';
 constexpr const char* kMigrateFrom6 = R"sql(
 ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 UPDATE meta SET value = 7 WHERE key = 'schema_version';
+)sql";
+
+// Version 7 -> 8: the listing's summary of a spec holds its priority; Open fills the summaries
+// of the jobs already there again (FillSummariesLocked).
+constexpr const char* kMigrateFrom7 = R"sql(
+UPDATE meta SET value = 8 WHERE key = 'schema_version';
 )sql";
 
 constexpr const char* kJobColumns =
@@ -295,11 +301,12 @@ absl::StatusOr<Job> ReadJob(Statement& s, int first = 0) {
 }
 
 // What a listing shows of a spec (ListJobsResponse): its name (cut to the cap a submit holds
-// it to), steps, device and layout, without stage_layers.
+// it to), steps, device, priority and layout, without stage_layers.
 JobSpec SpecSummary(const JobSpec& spec) {
   JobSpec summary;
   summary.set_name(spec.name().substr(0, plan::SpecStringCap("name")));
   summary.set_steps(spec.steps());
+  summary.set_priority(spec.priority());
   summary.set_device(spec.device().substr(0, plan::SpecStringCap("device")));
   *summary.mutable_parallel() = spec.parallel();
   summary.mutable_parallel()->clear_stage_layers();
@@ -436,13 +443,14 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
         const int64_t version = row ? old.Int(0) : 0;
         if (version == 1) RETURN_IF_ERROR(store->Exec(kMigrateFrom1));
         if (version == 1 || version == 2) RETURN_IF_ERROR(store->Exec(kMigrateFrom2));
-        if (version >= 1 && version <= 3) {
-          RETURN_IF_ERROR(store->Exec(kMigrateFrom3));
-          RETURN_IF_ERROR(store->FillSummariesLocked());
-        }
+        if (version >= 1 && version <= 3) RETURN_IF_ERROR(store->Exec(kMigrateFrom3));
         if (version >= 1 && version <= 4) RETURN_IF_ERROR(store->Exec(kMigrateFrom4));
         if (version >= 1 && version <= 5) RETURN_IF_ERROR(store->Exec(kMigrateFrom5));
         if (version >= 1 && version <= 6) RETURN_IF_ERROR(store->Exec(kMigrateFrom6));
+        if (version >= 1 && version <= 7) {
+          RETURN_IF_ERROR(store->Exec(kMigrateFrom7));
+          RETURN_IF_ERROR(store->FillSummariesLocked());
+        }
       }
     }
     RETURN_IF_ERROR(store->Exec(kSchema));
@@ -645,9 +653,13 @@ absl::Status JobStore::SetRecoveries(absl::string_view job_id,
 absl::Status JobStore::SetSpec(absl::string_view job_id, const JobSpec& spec) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckJobExists(job_id));
-  Statement s(db_, path_,
-              "UPDATE job_specs SET spec = ? WHERE seq = (SELECT seq FROM jobs WHERE id = ?)");
-  return s.BindBlob(1, spec.SerializeAsString()).Bind(2, job_id).Run();
+  return Transaction([&]() -> absl::Status {
+    Statement s(db_, path_,
+                "UPDATE job_specs SET spec = ? WHERE seq = (SELECT seq FROM jobs WHERE id = ?)");
+    RETURN_IF_ERROR(s.BindBlob(1, spec.SerializeAsString()).Bind(2, job_id).Run());
+    Statement summary(db_, path_, "UPDATE jobs SET summary = ? WHERE id = ?");
+    return summary.BindBlob(1, SpecSummary(spec).SerializeAsString()).Bind(2, job_id).Run();
+  });
 }
 
 absl::Status JobStore::AddCheckpoint(absl::string_view job_id, const CheckpointInfo& sealed,

@@ -346,6 +346,43 @@ INSERT INTO events VALUES ('job-000001', 1, 'an old event', 8);
   EXPECT_EQ((*store)->PendingDirRemovals()->size(), 1u);
 }
 
+// A listing shows each job's priority: from its summary, which a change of the spec rewrites
+// (SetSpec) and which opening a version-7 database fills for the jobs already there.
+TEST(JobStore, AListingShowsThePriorityAsSetAndAfterAMigration) {
+  const std::string path = TempDb("priority");
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobSpec spec = Spec("urgent");
+    spec.set_priority(5);
+    ASSERT_TRUE((*store)->CreateJob(spec, "queued", 100).ok());
+    EXPECT_EQ((*store)->ListJobs(10)->jobs.at(0).spec().priority(), 5);
+    spec.set_priority(9);
+    ASSERT_TRUE((*store)->SetSpec("job-000001", spec).ok());
+    EXPECT_EQ((*store)->ListJobs(10)->jobs.at(0).spec().priority(), 9);
+  }
+  {  // What a version-7 coordinator wrote: a summary without the priority.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    JobSpec old_summary;
+    old_summary.set_name("urgent");
+    const std::string blob = old_summary.SerializeAsString();
+    sqlite3_stmt* update = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "UPDATE jobs SET summary = ?", -1, &update, nullptr),
+              SQLITE_OK);
+    sqlite3_bind_blob(update, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(update), SQLITE_DONE);
+    sqlite3_finalize(update);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = 7 WHERE key = 'schema_version'", nullptr,
+                           nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->ListJobs(10)->jobs.at(0).spec().priority(), 9);
+}
+
 TEST(JobStore, DeletingAnEndedJobTakesEveryRowAndKeepsItsRemoval) {
   const std::string path = TempDb("delete");
   {

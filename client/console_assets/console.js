@@ -84,6 +84,7 @@ function jobRow(j) {
     layout: dp + "×" + pp + "×" + tp, step: num(latest.step), steps: num(j.spec && j.spec.steps),
     loss: num(latest.loss), tps: num(latest.tokens_per_s), age: num(j.submitted_unix_ms),
     queue: num(j.queue_position), reason: j.reason || "", owner: j.owner || "",
+    priority: num(j.spec && j.spec.priority),
   };
 }
 
@@ -106,6 +107,7 @@ function renderJobs(jobs) {
       el("td", {}, r.owner),
       el("td", {class: "state " + r.state, title: r.reason},
          r.state + (r.queue ? " #" + r.queue : "")),
+      el("td", {class: "num"}, r.priority),
       el("td", {}, r.layout),
       el("td", {class: "num"}, r.step + " / " + r.steps),
       el("td", {class: "num"}, fmt(r.loss, 4)),
@@ -287,7 +289,8 @@ function drawJob() {
   const latest = job.latest || {};
   $("job-summary").textContent = "step " + num(latest.step) + " / " + num(job.spec && job.spec.steps) +
       " · loss " + fmt(num(latest.loss), 4) + " · " + fmt(num(latest.tokens_per_s), 0) + " tokens/s" +
-      " · submitted " + age(job.submitted_unix_ms) + " ago" + (job.owner ? " by " + job.owner : "");
+      " · submitted " + age(job.submitted_unix_ms) + " ago" + (job.owner ? " by " + job.owner : "") +
+      " · priority " + num(job.spec && job.spec.priority);
   const actions = $("actions");
   actions.replaceChildren();
   // What the coordinator allows on this job (a user acts only on its own): GET .../access.
@@ -296,6 +299,11 @@ function drawJob() {
   if (mayOnJob.has("CancelJob") && !FINAL.has(job.state)) {
     actions.append(el("button", {id: "cancel", onclick: cancelJob}, "Cancel job"));
   }
+  // `dtrain priority`: its own field, kept while being typed in (this redraws at every update).
+  const priority = num(job.spec && job.spec.priority);
+  document.body.dataset.priority = priority;
+  $("priority-control").hidden = !(mayOnJob.has("SetJobPriority") && !FINAL.has(job.state));
+  if (document.activeElement !== $("priority-input")) $("priority-input").value = priority;
   if (mayOnJob.has("DeleteJob") && FINAL.has(job.state)) {
     actions.append(el("button", {id: "delete", onclick: deleteJob}, "Delete job and files"));
   }
@@ -454,6 +462,18 @@ async function showPlan() {
   $("plan").hidden = false;
 }
 
+// `dtrain priority JOB N`: the queue's order follows at once (and whom a waiting job preempts).
+async function setPriority() {
+  const value = $("priority-input").value.trim();
+  try {
+    job = await api("jobs/" + encodeURIComponent(job.id) + "/priority?value=" + encodeURIComponent(value),
+                    {method: "POST", headers: {"X-Dtrain-Console": "1"}});
+    showError(null);
+    $("priority-input").blur();
+    drawJob();
+  } catch (e) { showError(e); }
+}
+
 async function resubmitJob(resume) {
   const what = resume ? "resume " + job.id + " from its last sealed checkpoint" : "run " + job.id + "'s spec again";
   if (!confirm("Submit a new job to " + what + "?")) return;
@@ -492,6 +512,7 @@ async function refreshJob(id) {
 
 async function jobPage() {
   const id = new URLSearchParams(location.search).get("id");
+  $("set-priority").onclick = setPriority;
   // The stream first: the job's history is the longest part to load.
   const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch");
   let refreshPending = false;

@@ -65,10 +65,11 @@ def case_console(args):
     finished pp=2 job's page draws loss and tokens/s curves with one point per step and a
     placement grid of dp x pp x tp cells; the workers page lists every worker; an admin sees a
     cancel button on a running job and gets its diagnosis, plan and the Gantt chart of its newest
-    step (both ranks' F and B, arrows from stage to stage) at a click; both jobs' loss
+    step (both ranks' F and B, arrows from stage to stage) at a click, and sets its priority
+    from the page (the coordinator keeps it; the jobs page's column shows it); both jobs' loss
     curves overlay on the compare page; a viewer sees no cancel button, and the viewer's console passes on the
-    coordinator's refusal of a cancel and of a resubmit (403 PERMISSION_DENIED; the job keeps
-    running); the admin's page shows the job's log at a click and offers resubmit. A POST
+    coordinator's refusal of a cancel, a resubmit and a priority (403 PERMISSION_DENIED; the job
+    keeps running), and a priority that is no number is refused (400); the admin's page shows the job's log at a click and offers resubmit. A POST
     without the console's header and a request with a foreign Host are refused; without
     credentials, or on a non-loopback address without --listen_public, it does not start; with
     --listen_public every request needs the printed token."""
@@ -138,6 +139,14 @@ def case_console(args):
                    "the running job's curve")
             expect(b.eval("!!document.getElementById('cancel')"),
                    "the admin sees no cancel button on a running job")
+            # Its priority from the page (`dtrain priority`): kept by the coordinator, and the
+            # jobs page's column shows it.
+            b.eval("document.getElementById('priority-input').value = '3'; "
+                   "document.getElementById('set-priority').click()")
+            b.wait("document.body.dataset.priority === '3'", 20, "the priority set from the page")
+            expect(c.job(running)["spec"].get("priority") == 3,
+                   "the coordinator's priority after the page set 3: %s"
+                   % c.job(running)["spec"].get("priority"))
             # Diagnose and plan at a click.
             b.eval("document.getElementById('diagnose-button').click(); "
                    "document.getElementById('plan-button').click()")
@@ -176,6 +185,12 @@ def case_console(args):
                              "r => r.dataset.id)", 20, "three workers")
             expect(sorted(workers) == ["w1", "w2", "w3"], "workers page: %s" % workers)
 
+            # The jobs page's priority column.
+            b.open(base + "/")
+            cell = b.wait("(r => r && r.cells[5].textContent)(document.querySelector("
+                          "'#jobs tbody tr[data-id=\"%s\"]'))" % running, 20, "the job's row")
+            expect(cell == "3", "the jobs page's priority cell of %s: %r" % (running, cell))
+
             # The same running job, as a viewer: no cancel button.
             b.open("http://127.0.0.1:%d/job.html?id=%s" % (viewer, running))
             b.wait("document.body.dataset.state === 'RUNNING' && "
@@ -199,6 +214,15 @@ def case_console(args):
                                   {"X-Dtrain-Console": "1"})
         expect(status == 403 and "may not call SubmitJob" in body,
                "viewer resubmit through the console: %d %s" % (status, body))
+        status, _, body = request(viewer, "/api/jobs/%s/priority?value=9" % running, "POST",
+                                  {"X-Dtrain-Console": "1"})
+        expect(status == 403 and "may not call SetJobPriority" in body,
+               "viewer priority through the console: %d %s" % (status, body))
+        status, _, body = request(admin, "/api/jobs/%s/priority?value=high" % running, "POST",
+                                  {"X-Dtrain-Console": "1"})
+        expect(status == 400 and "priority 'high' is not a whole number" in body,
+               "a priority that is no number through the console: %d %s" % (status, body))
+        expect(c.job(running)["spec"].get("priority") == 3, "the priority changed after refusals")
         # Browser-side guards: a POST without the header (a cross-site form), a rebound Host.
         status, _, body = request(admin, path, "POST")
         expect(status == 403 and "X-Dtrain-Console" in body,
