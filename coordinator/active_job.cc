@@ -20,6 +20,12 @@ std::string DiagnosisOccasion::Describe() const {
   return "";
 }
 
+bool ActiveJob::WaitsForNextSeal() const {
+  return state == RUNNING && !pending_end.has_value() && !cancel.has_value() &&
+         (!planned.yield_to.empty() || !planned.drain_at_seal.empty() ||
+          planned.pending_cut.has_value());
+}
+
 Recovery* ActiveJob::OpenRecovery() {
   if (recoveries.empty() || recoveries.back().done()) return nullptr;
   return &recoveries.back();

@@ -120,6 +120,7 @@ struct ActiveJob {
   int succeeded = 0;
   int reporting_rank = 0;  // dp=0, tp=0, last pipeline stage
   int64_t last_step = 0;
+  int64_t sealed_step = 0;  // its newest sealed checkpoint's step (0: none)
   std::string output;
   // The reporting rank's JobOutcome.end_reason (early stopping), once it succeeded.
   EndReason end_reason = END_REASON_UNSPECIFIED;
@@ -140,6 +141,10 @@ struct ActiveJob {
   StragglerState stragglers;
   Planned planned;
 
+  // A plan waits for this running job's next sealed checkpoint (a preemption's yield, a drain,
+  // a rebalance): its workers are asked for one at once (HeartbeatResponse.checkpoint_requests)
+  // rather than left to reach the next multiple of its interval.
+  bool WaitsForNextSeal() const;
   // The recovery in progress, or nullptr.
   Recovery* OpenRecovery();
   const Recovery* OpenRecovery() const;

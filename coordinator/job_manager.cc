@@ -236,6 +236,7 @@ void JobManager::RunSchedulerPass() {
     if (job.planned.restart.has_value()) planned.push_back(job.id);
   }
   for (const std::string& id : planned) Reconcile(id).IgnoreError();  // logged; retried
+  PublishCheckpointsWanted();
   const std::vector<ActiveJob*> queued = QueueInOrder();
   std::vector<ActiveJob*> recovering;
   for (auto& [n, job] : jobs_) {
@@ -489,10 +490,31 @@ absl::StatusOr<HeartbeatResponse> JobManager::Heartbeat(const HeartbeatRequest& 
     if (ActiveJob* job = FindActive(result.acked_job)) MarkAcked(*job, request.worker_id());
   }
   if (result.released) Wake();
+  if (!request.running_job_id().empty() && !result.response.register_again()) {
+    AddCheckpointRequest(request.running_job_id(), &result.response);
+  }
   if (request.dirs_removed_size() > 0 || !removals_.empty()) {
     TakeDirRemovals(request, &result.response);
   }
   return std::move(result.response);
+}
+
+void JobManager::PublishCheckpointsWanted() {
+  absl::flat_hash_map<std::string, int64_t> wanted;
+  for (const auto& [n, job] : jobs_) {
+    if (job.WaitsForNextSeal()) wanted[job.id] = job.sealed_step;
+  }
+  absl::MutexLock lock(&wanted_mu_);
+  checkpoints_wanted_ = std::move(wanted);
+}
+
+void JobManager::AddCheckpointRequest(const std::string& job_id, HeartbeatResponse* response) {
+  absl::MutexLock lock(&wanted_mu_);
+  auto it = checkpoints_wanted_.find(job_id);
+  if (it == checkpoints_wanted_.end()) return;
+  CheckpointRequest* wanted = response->add_checkpoint_requests();
+  wanted->set_job_id(job_id);
+  wanted->set_after_step(it->second);
 }
 
 std::optional<std::string> JobManager::NoWorkerCanHold(const JobPlan& job_plan) const {

@@ -409,6 +409,10 @@ class JobManager {
   // they were last woken for it (WatchJob sends it: `dtrain watch` prints "position 2 in the
   // queue" as it moves).
   void AnnounceQueuePositions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rebuilds checkpoints_wanted_ from the active jobs (each scheduler pass).
+  void PublishCheckpointsWanted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running job's entry of checkpoints_wanted_, as a heartbeat of its worker carries it.
+  void AddCheckpointRequest(const std::string& job_id, HeartbeatResponse* response);
 
   // --- deleting ended jobs (job_manager_delete.cc) ---
   // FailedPrecondition naming the job not ended yet whose resume_from or init_checkpoint lies
@@ -554,6 +558,12 @@ class JobManager {
   std::vector<std::string> to_forget_ ABSL_GUARDED_BY(mu_);  // ended jobs
   absl::Time retention_swept_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   DirRemovals removals_{absl::Seconds(10)};
+
+  // The running jobs whose next sealed checkpoint a plan waits for (ActiveJob::WaitsForNextSeal),
+  // by id, with their last sealed step: published by each scheduler pass, read by Heartbeat
+  // under this lock alone (not the jobs' lock, which a heartbeat never takes).
+  absl::Mutex wanted_mu_;
+  absl::flat_hash_map<std::string, int64_t> checkpoints_wanted_ ABSL_GUARDED_BY(wanted_mu_);
 
   absl::Mutex wake_mu_;
   bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;

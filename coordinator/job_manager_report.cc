@@ -140,6 +140,7 @@ absl::Status JobManager::OnCheckpoint(ActiveJob& job, const CheckpointSealed& ch
   sealed.set_time_unix_ms(NowMs());
   sealed.set_dir_bytes(checkpoint.dir_bytes());
   RETURN_IF_ERROR(store_->AddCheckpoint(job.id, sealed, checkpoint.kept_steps()));
+  job.sealed_step = std::max(job.sealed_step, sealed.step());
   to_notify_.push_back(job.id);
   // The policies a sealed checkpoint wakes; the first to propose a restart has it.
   const std::string id = job.id;

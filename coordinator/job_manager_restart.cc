@@ -41,6 +41,7 @@ ActiveJob JobManager::Restored(const Job& stored, absl::Time now) {
   job.state = stored.state();
   job.reason = stored.reason();
   job.last_step = stored.latest().step();
+  job.sealed_step = stored.checkpoint().last_sealed_step();
   job.uid = stored.uid();
   job.owner = stored.owner();
   job.recoveries.assign(stored.recoveries().begin(), stored.recoveries().end());

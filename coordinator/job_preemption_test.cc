@@ -63,6 +63,14 @@ TEST(Preemption, AJobOfAHigherPriorityTakesTheWorkersAtTheNextSealedCheckpoint) 
                         "checkpoints (preempted)"));
   EXPECT_EQ(h.Get("job-000001").state(), RUNNING);  // until its checkpoint: no step is lost
   h.m().RunSchedulerPass();                         // chosen once
+  // Its workers are asked for that checkpoint at once (nothing sealed yet: a step after 0),
+  // not left to reach step 10 by its interval.
+  for (const char* w : {"w1", "w2"}) {
+    const HeartbeatResponse beat = h.Beat(w, absl::StrCat("s-", w), "job-000001");
+    ASSERT_EQ(beat.checkpoint_requests_size(), 1) << w;
+    EXPECT_EQ(beat.checkpoint_requests(0).job_id(), "job-000001");
+    EXPECT_EQ(beat.checkpoint_requests(0).after_step(), 0);
+  }
   ASSERT_TRUE(h.Sealed("job-000001", 10, "/c/job-000001/step_00000010").ok());
   Job preempted = h.Get("job-000001");
   ASSERT_EQ(preempted.state(), RECOVERING) << preempted.reason();
@@ -74,6 +82,8 @@ TEST(Preemption, AJobOfAHigherPriorityTakesTheWorkersAtTheNextSealedCheckpoint) 
   const std::vector<Recovery> recoveries(preempted.recoveries().begin(),
                                          preempted.recoveries().end());
   EXPECT_EQ(FailureCount(recoveries), 0);
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 0);  // answered
   // Its workers stop: they go to the urgent job, not back to it.
   h.Beat("w1", "s-w1");
   h.Beat("w2", "s-w2");

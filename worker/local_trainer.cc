@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(kernels::Back
   return t;
 }
 
-absl::StatusOr<TrainStepMetrics> LocalTrainer::TrainStep(int64_t step) {
+absl::StatusOr<TrainStepMetrics> LocalTrainer::TrainStep(int64_t step, bool checkpoint_asked) {
   const int B = options_.batch, T = options_.seq;
   const auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> inputs(int64_t{B} * T), targets(int64_t{B} * T);
@@ -88,6 +88,7 @@ absl::StatusOr<TrainStepMetrics> LocalTrainer::TrainStep(int64_t step) {
   RETURN_IF_ERROR(m.Forward(*acts_, {inputs, targets, nullptr}));
   RETURN_IF_ERROR(m.Backward(*acts_, nullptr, 1.0f / (B * T)));
   TrainStepMetrics metrics;
+  metrics.checkpoint_requested = checkpoint_asked;
   metrics.step = step;
   metrics.total_steps = options_.steps;
   ASSIGN_OR_RETURN(metrics.loss, acts_->MeanLoss());
@@ -171,7 +172,8 @@ absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
     return wait ? writer_->Finish() : writer_->TakeFinished();
   };
   RETURN_IF_ERROR(RunTrainingSteps(
-      options_, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
+      options_, start_step_, callbacks,
+      [this](int64_t step, bool checkpoint_asked) { return TrainStep(step, checkpoint_asked); },
       [this](int64_t) { return Evaluate(); }, checkpoints));
   if (!options_.save_path.empty()) RETURN_IF_ERROR(SaveWeights(callbacks));
   return absl::OkStatus();

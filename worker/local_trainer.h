@@ -66,7 +66,9 @@ class LocalTrainer {
 
  private:
   LocalTrainer() = default;
-  absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step);
+  // `checkpoint_asked`: passed on as the metrics' checkpoint_requested (one rank: nothing to
+  // agree with).
+  absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step, bool checkpoint_asked = false);
   // At a checkpoint step's boundary: the state snapshot handed to writer_ (`keep`: the best
   // validation step, kept by retention).
   absl::Status StartCheckpoint(int64_t step, bool keep);

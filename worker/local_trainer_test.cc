@@ -25,6 +25,7 @@
 namespace dtrain {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // TempDir() ends with a slash; the trainers report normalized absolute paths.
@@ -412,6 +413,47 @@ TEST(EarlyStopper, CountsEvaluationsWithoutAnImprovementAboveMinDelta) {
   EXPECT_EQ(s.best_loss(), 2.75);
 }
 
+// A checkpoint asked for (TrainingCallbacks::checkpoint_requested: "a step after S"): the next
+// step begins asked and is checkpointed; a checkpoint begun after S answers it, so it is not
+// asked again until the request names a later step; without a checkpoint dir nothing is asked.
+TEST(RunTrainingSteps, ACheckpointAskedForIsTakenOnceAtTheNextStep) {
+  TrainingRun run;
+  run.steps = 12;
+  run.checkpoint_every = 10;
+  run.checkpoint_dir = "/unused";
+  int64_t wanted_after = -1;  // what the coordinator asks, changed after some steps below
+  TrainingCallbacks callbacks;
+  callbacks.checkpoint_requested = [&] { return wanted_after; };
+  std::vector<int64_t> asked, started;
+  callbacks.step = [&](const TrainStepMetrics& m) {
+    if (m.step == 2) wanted_after = 0;  // nothing sealed yet
+    if (m.step == 6) wanted_after = 3;  // its step 3 sealed, another plan asks again
+    return absl::OkStatus();
+  };
+  CheckpointHooks hooks;
+  hooks.start = [&](int64_t step, bool) {
+    started.push_back(step);
+    return absl::OkStatus();
+  };
+  hooks.finished = [](bool) { return std::vector<CheckpointWritten>(); };
+  auto step = [&](int64_t step, bool checkpoint_asked) -> absl::StatusOr<TrainStepMetrics> {
+    if (checkpoint_asked) asked.push_back(step);
+    TrainStepMetrics m;
+    m.step = step;
+    m.checkpoint_requested = checkpoint_asked;  // one rank: what it was asked
+    return m;
+  };
+  ASSERT_TRUE(RunTrainingSteps(run, 0, callbacks, step, nullptr, hooks).ok());
+  EXPECT_THAT(asked, ElementsAre(3, 7));
+  EXPECT_THAT(started, ElementsAre(3, 7, 10, 12));  // asked, asked, the interval, the last
+
+  run.checkpoint_dir.clear();
+  wanted_after = -1;
+  asked.clear();
+  ASSERT_TRUE(RunTrainingSteps(run, 0, callbacks, step, nullptr, hooks).ok());
+  EXPECT_TRUE(asked.empty());
+}
+
 // The step loop with a scripted evaluation: each new best is checkpointed with keep (so
 // retention keeps it), the stopping step is checkpointed and ends the run, flagged.
 TEST(RunTrainingSteps, EvaluationsCheckpointTheBestAndStopEarly) {
@@ -436,7 +478,7 @@ TEST(RunTrainingSteps, EvaluationsCheckpointTheBestAndStopEarly) {
   hooks.finished = [](bool) { return std::vector<CheckpointWritten>(); };
   ASSERT_TRUE(RunTrainingSteps(
                   run, 0, callbacks,
-                  [](int64_t step) -> absl::StatusOr<TrainStepMetrics> {
+                  [](int64_t step, bool) -> absl::StatusOr<TrainStepMetrics> {
                     TrainStepMetrics m;
                     m.step = step;
                     return m;

@@ -45,7 +45,8 @@ bool EarlyStopper::Observe(int64_t step, double val_loss) {
 
 absl::Status RunTrainingSteps(
     const TrainingRun& run, int64_t start_step, const TrainingCallbacks& callbacks,
-    const std::function<absl::StatusOr<TrainStepMetrics>(int64_t step)>& train_step,
+    const std::function<absl::StatusOr<TrainStepMetrics>(int64_t step, bool checkpoint_asked)>&
+        train_step,
     const std::function<absl::StatusOr<double>(int64_t step)>& evaluate,
     const CheckpointHooks& checkpoints) {
   auto report = [&](bool wait) -> absl::Status {
@@ -56,8 +57,12 @@ absl::Status RunTrainingSteps(
     return absl::OkStatus();
   };
   EarlyStopper stopping(run.early_stopping_patience, run.early_stopping_min_delta);
+  int64_t last_begun = start_step;  // the newest checkpoint begun (or resumed from)
   for (int64_t step = start_step + 1; step <= run.steps; ++step) {
-    absl::StatusOr<TrainStepMetrics> trained = train_step(step);
+    const int64_t wanted_after =
+        callbacks.checkpoint_requested ? callbacks.checkpoint_requested() : -1;
+    const bool asked = !run.checkpoint_dir.empty() && wanted_after >= last_begun;
+    absl::StatusOr<TrainStepMetrics> trained = train_step(step, asked);
     if (!trained.ok()) {
       // A step stopped in the middle (a cancel): the checkpoint of a step before it still seals.
       if (absl::IsCancelled(trained.status())) report(/*wait=*/true).IgnoreError();
@@ -74,8 +79,10 @@ absl::Status RunTrainingSteps(
     metrics.best_val_step = stopping.best_step();
     metrics.best_val_loss = stopping.best_loss();
     const absl::Status reported = callbacks.step ? callbacks.step(metrics) : absl::OkStatus();
-    if (!run.checkpoint_dir.empty() && (run.CheckpointsAt(step) || best || metrics.stopped_early)) {
+    if (!run.checkpoint_dir.empty() && (run.CheckpointsAt(step) || best || metrics.stopped_early ||
+                                        metrics.checkpoint_requested)) {
       RETURN_IF_ERROR(checkpoints.start(step, best));
+      last_begun = step;
     }
     // A cancelled run still keeps the step it finished.
     RETURN_IF_ERROR(report(/*wait=*/!reported.ok() || metrics.stopped_early));

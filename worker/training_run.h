@@ -118,6 +118,10 @@ struct TrainStepMetrics {
   // The best evaluation so far (0: none yet), for the job's end reason.
   int64_t best_val_step = 0;
   double best_val_loss = 0;
+  // Some rank of the run was asked for a checkpoint (TrainingCallbacks::checkpoint_requested)
+  // when this step began: every rank learns it from the step's own all-reduce, so all of them
+  // checkpoint this step.
+  bool checkpoint_requested = false;
 };
 
 // A checkpoint step this process finished writing.
@@ -150,6 +154,11 @@ struct TrainingCallbacks {
   std::function<void(const std::string&)> warning;
   // A fact about how the run goes for the job's events, e.g. the path of the dp gradients.
   std::function<void(const std::string&)> note;
+  // Before every step, when set: -1, or S: a checkpoint of a step after S is wanted as soon as
+  // possible (the coordinator's HeartbeatResponse.checkpoint_requests: a preemption, a drain
+  // or a rebalance waits for the next sealed checkpoint). A checkpoint already begun after S
+  // answers it.
+  std::function<int64_t()> checkpoint_requested;
   // Rank 0, when set: the last step's checkpoint (one worker: its weights file) waits for disk
   // space (parallel/final_checkpoint.h), and when that wait is over.
   std::function<void(const parallel::SpaceWait&)> space_wait;
@@ -167,15 +176,18 @@ struct CheckpointHooks {
 };
 
 // The step loop both trainers run: steps start_step+1 .. run.steps, each trained by
-// `train_step`, evaluated by `evaluate` (forward only, may be empty without eval) when
-// run.EvaluatesAt(step), and reported; checkpointed (checkpoints.start) when
+// `train_step` (told whether this rank was asked for a checkpoint no checkpoint has answered
+// yet: callbacks.checkpoint_requested), evaluated by `evaluate` (forward only, may be empty
+// without eval) when run.EvaluatesAt(step), and reported; checkpointed (checkpoints.start) when
 // run.CheckpointsAt(step), when the evaluation is the best so far (so retention can keep the
-// best step, model::PruneSealedSteps) and when early stopping ends the run there; finished
+// best step, model::PruneSealedSteps), when early stopping ends the run there and when the
+// step's metrics say a checkpoint was asked for (checkpoint_requested); finished
 // checkpoints reported at each step boundary and, waited for, at the end. A step callback's
 // error is returned after that step's checkpoint finished.
 absl::Status RunTrainingSteps(
     const TrainingRun& run, int64_t start_step, const TrainingCallbacks& callbacks,
-    const std::function<absl::StatusOr<TrainStepMetrics>(int64_t step)>& train_step,
+    const std::function<absl::StatusOr<TrainStepMetrics>(int64_t step, bool checkpoint_asked)>&
+        train_step,
     const std::function<absl::StatusOr<double>(int64_t step)>& evaluate,
     const CheckpointHooks& checkpoints);
 

@@ -226,6 +226,7 @@ absl::StatusOr<std::string> JobRunner::Train() {
   TrainingCallbacks callbacks;
   callbacks.step = [this](const TrainStepMetrics& m) { return OnStep(m); };
   callbacks.checkpoint = [this](const CheckpointWritten& c) { OnCheckpoint(c); };
+  callbacks.checkpoint_requested = [this] { return checkpoint_after_.load(); };
   callbacks.warning = [this](const std::string& w) {
     if (rank_ == 0) callbacks_.event(absl::StrCat("warning: ", w));
   };

@@ -155,6 +155,10 @@ class JobRunner {
   // budget: ...").
   void Fail(const std::string& reason);
   bool cancel_requested() const;
+  // The coordinator wants a checkpoint of a step after `after_step` soon (its heartbeat's
+  // checkpoint_requests): the ranks checkpoint the next step they all begin after hearing it
+  // (TrainingCallbacks::checkpoint_requested). Any thread.
+  void RequestCheckpoint(int64_t after_step) { checkpoint_after_.store(after_step); }
   int64_t last_step() const;  // last finished step; 0 before the first
   // Multi-worker jobs: this rank's timing of each step finished since the last call (at most
   // kMaxPendingTimings, the newest), oldest first; the daemon sends them in its next heartbeat
@@ -201,6 +205,7 @@ class JobRunner {
   // Set with cancel_: read by a one-worker step in progress between transformer blocks
   // (GptStage::set_stop_flag), so a cancel does not wait for the end of a long step.
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> checkpoint_after_{-1};  // RequestCheckpoint's; -1: none
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
   bool cancel_is_failure_ ABSL_GUARDED_BY(mu_) = false;  // Fail, not Cancel
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;

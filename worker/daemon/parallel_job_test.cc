@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -499,6 +500,23 @@ TEST(ParallelJobRunner, ACancelledRankStopsAtOnceAndItsPeerFailsNamingIt) {
   EXPECT_THAT(runs[1].outcome.suspect_workers(), ElementsAre("w0"));
   std::printf("rank 1 of a job whose rank 0 was cancelled: %s\n", runs[1].outcome.error().c_str());
   for (const RankRun& r : runs) EXPECT_LT(r.took, absl::Seconds(20)) << r.outcome.error();
+}
+
+// The coordinator asks one rank for a checkpoint (JobRunner::RequestCheckpoint, from its
+// heartbeat): every rank learns it from the next step's all-reduce, so the whole job writes and
+// seals that step, long before its interval.
+TEST(ParallelJobRunner, ACheckpointAskedOfOneRankIsSealedByAllAtTheNextStep) {
+  JobSpec spec = Spec(WriteText("asked.txt", 8000), 8);
+  spec.mutable_checkpoint()->set_dir(TempPath("asked/ckpt"));
+  spec.mutable_checkpoint()->set_interval_steps(100);
+  std::vector<JobAssignment> a = Assignments("job-9", spec, 2, 2, 1);
+  std::vector<RankRun> runs =
+      RunRanks(a, TempPath("asked"), [](int rank, JobRunner& r, int64_t step) {
+        if (rank == 3 && step == 3) r.RequestCheckpoint(0);
+      });
+  for (const RankRun& r : runs) ASSERT_TRUE(r.outcome.succeeded()) << r.outcome.error();
+  EXPECT_THAT(runs[0].sealed, ElementsAre(4, 8));  // rank 0 seals: the step asked, the last
+  EXPECT_TRUE(std::filesystem::exists(TempPath("asked/ckpt") + "/job-9/step_00000004"));
 }
 
 TEST(ParallelJobRunner, CancelWhileWaitingForAPeerStopsAtOnce) {

@@ -399,6 +399,11 @@ absl::Status WorkerDaemon::Heartbeat(bool* started_job) {
   for (const std::string& id : response->cancel_job_ids()) {
     CancelByCoordinatorLocked(id, "cancelled by the coordinator");
   }
+  for (const CheckpointRequest& wanted : response->checkpoint_requests()) {
+    if (job_ != nullptr && job_->id == wanted.job_id() && !job_->finished) {
+      job_->runner->RequestCheckpoint(wanted.after_step());
+    }
+  }
   if (response->remove_dirs_size() > 0) QueueRemovalsLocked(*response);
   if (!response->assignment().job_id().empty()) {
     const std::string before = job_ != nullptr ? job_->id : "";

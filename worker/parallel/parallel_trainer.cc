@@ -401,7 +401,7 @@ absl::StatusOr<double> ParallelTrainer::OwnedSquaredNorm() {
   return sq;
 }
 
-absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
+absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step, bool checkpoint_asked) {
   StepRunner& r = *runner_;
   const TrainingRun& run = options_.run;
   const int B = run.batch, T = run.seq, b = r.micro_batch_rows;
@@ -456,17 +456,20 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step) {
       }));
     }
   }
-  // Global loss and gradient norm: one all-reduce over the job.
-  std::vector<double> sums(2, 0.0);
+  // Global loss and gradient norm, and whether any rank was asked for a checkpoint: one
+  // all-reduce over the job.
+  std::vector<double> sums(3, 0.0);
+  sums[2] = checkpoint_asked ? 1.0 : 0.0;
   ASSIGN_OR_RETURN(sums[0], OwnedSquaredNorm());
   if (!r.executor->losses().empty() && r.coord.tp_rank() == 0) {
     for (double loss : r.executor->losses()) sums[1] += loss;
     sums[1] /= static_cast<double>(r.schedule.micro_batches) * options_.plan.layout().dp();
   }
-  RETURN_IF_ERROR(Timed("all_reduce", 4, [&] { return AllReducePrecise(*r.world, sums); }));
+  RETURN_IF_ERROR(Timed("all_reduce", 6, [&] { return AllReducePrecise(*r.world, sums); }));
 
   TrainStepMetrics metrics;
   metrics.step = step;
+  metrics.checkpoint_requested = sums[2] > 0;
   metrics.total_steps = run.steps;
   metrics.loss = sums[1];
   metrics.grad_norm = std::sqrt(sums[0]);
@@ -724,7 +727,8 @@ absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {
     return done;
   };
   RETURN_IF_ERROR(RunTrainingSteps(
-      run, start_step_, callbacks, [this](int64_t step) { return TrainStep(step); },
+      run, start_step_, callbacks,
+      [this](int64_t step, bool checkpoint_asked) { return TrainStep(step, checkpoint_asked); },
       [this](int64_t step) { return Evaluate(step); }, checkpoints));
   if (!run.save_path.empty() && writer_ != nullptr && transport_->size() > 1) {
     RETURN_IF_ERROR(AwaitFinalCheckpoint(callbacks, checkpoints, &final_skipped));

@@ -170,7 +170,9 @@ class ParallelTrainer {
   struct Chunk;
   class StepRunner;
   ParallelTrainer() = default;
-  absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step);
+  // `checkpoint_asked`: this rank was asked for a checkpoint; the step's all-reduce tells every
+  // rank whether any was (TrainStepMetrics::checkpoint_requested).
+  absl::StatusOr<TrainStepMetrics> TrainStep(int64_t step, bool checkpoint_asked = false);
   // The validation loss after `step` (TrainingRun::eval_*): the schedule's forwards only, on
   // every rank, for each validation batch; the mean loss all-reduced over the job.
   absl::StatusOr<double> Evaluate(int64_t step);
