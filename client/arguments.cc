@@ -284,6 +284,10 @@ const std::vector<CommandInfo>& Commands() {
        "admin: re-cut a running pipeline job's layers from its stages' compute in its latest "
        "straggler window, when a cut is predicted 10% faster; it restarts on it at its next "
        "sealed checkpoint (the straggler policy rebalance does this by itself)"},
+      {"checkpoint", "JOB", 1, 1, kJobArgument, true,
+       "ask a running job for a checkpoint now: its ranks take it at their next step, whatever "
+       "its interval; waits until it is sealed (before maintenance, or to `dtrain sample` the "
+       "model as it is); a user on their own jobs"},
       {"priority", "JOB N", 2, 2, "a job and its new priority (-100..100)", true,
        "set a queued or running job's priority: its place in the queue follows at once (and, "
        "where the coordinator preempts, whom it may preempt); a user on their own jobs up to "

@@ -707,6 +707,51 @@ int Rebalance(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   return kExitOk;
 }
 
+// `dtrain checkpoint JOB`: asks, then follows the job until a step after its last sealed one is
+// sealed (checked twice a second, at most kCheckpointWait):
+//   job-000007: checkpoint asked for (last sealed: step 20); waiting for its seal
+//   job-000007: step 23 sealed in 1.6s (/ck/job-000007; dtrain checkpoints lists it)
+constexpr absl::Duration kCheckpointWait = absl::Minutes(10);
+int CheckpointNow(const Invocation& inv, CoordinatorStub& stub, Output& output) {
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Job> job = stub.CheckpointJob(*id);
+  if (!job.ok()) return Fail(WithNewestJobHint(stub, job.status()), inv, output);
+  const int64_t before = job->checkpoint().last_sealed_step();
+  if (!inv.json) {
+    output.out << *id << ": checkpoint asked for (last sealed: "
+               << (before == 0 ? std::string("none") : absl::StrCat("step ", before))
+               << "); waiting for its seal" << std::endl;
+  }
+  while (job->checkpoint().last_sealed_step() <= before) {
+    if (IsFinalState(job->state())) {
+      return Fail(
+          absl::FailedPreconditionError(absl::StrCat(*id, " ended ", JobState_Name(job->state()),
+                                                     " before its checkpoint: ", job->reason())),
+          inv, output);
+    }
+    if (absl::Now() - start > kCheckpointWait) {
+      return Fail(absl::DeadlineExceededError(absl::StrCat(
+                      "no step of ", *id, " sealed in ", absl::FormatDuration(kCheckpointWait),
+                      " (it is ", JobState_Name(job->state()), ": ", job->reason(),
+                      "); `dtrain checkpoints ", *id, "` shows when one is")),
+                  inv, output);
+    }
+    absl::SleepFor(absl::Milliseconds(500));
+    job = stub.GetJob(*id);
+    if (!job.ok()) return Fail(job.status(), inv, output);
+  }
+  if (inv.json) {
+    output.out << ToJsonLine(*job) << "\n";
+  } else {
+    output.out << *id << ": step " << job->checkpoint().last_sealed_step() << " sealed in "
+               << absl::StrFormat("%.1fs", absl::ToDoubleSeconds(absl::Now() - start)) << " ("
+               << job->checkpoint().dir() << "; dtrain checkpoints lists it)\n";
+  }
+  return kExitOk;
+}
+
 // `dtrain priority JOB N`: "job-000007: priority 5; QUEUED: next in the queue".
 int Priority(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
@@ -893,6 +938,7 @@ int RunInvocation(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   if (inv.command == "diagnose") return Diagnose(inv, stub, output);
   if (inv.command == "trace") return Trace(inv, stub, output);
   if (inv.command == "rebalance") return Rebalance(inv, stub, output);
+  if (inv.command == "checkpoint") return CheckpointNow(inv, stub, output);
   if (inv.command == "priority") return Priority(inv, stub, output);
   if (inv.command == "workers") return Workers(inv, stub, output);
   if (inv.command == "sample") return SampleJob(inv, stub, output);

@@ -183,6 +183,12 @@ class Console {
         return SendResult(connection, OnOwnThread([&] { return stub_.DeleteJob(job_id, files); }));
       }
       id = rest;
+      if (absl::ConsumePrefix(&id, "jobs/") && absl::ConsumeSuffix(&id, "/checkpoint") &&
+          !id.empty()) {  // `dtrain checkpoint JOB`, without waiting: the page shows the seal
+        const std::string job_id(id);
+        return SendResult(connection, OnOwnThread([&] { return stub_.CheckpointJob(job_id); }));
+      }
+      id = rest;
       if (absl::ConsumePrefix(&id, "jobs/") && absl::ConsumeSuffix(&id, "/priority") &&
           !id.empty()) {  // `dtrain priority JOB N`: ?value=N
         const std::string job_id(id);

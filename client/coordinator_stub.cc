@@ -157,6 +157,12 @@ absl::StatusOr<Job> CoordinatorStub::SetJobPriority(const std::string& job_id, i
   return Unary(&Coordinator::Stub::SetJobPriority, request, "SetJobPriority");
 }
 
+absl::StatusOr<Job> CoordinatorStub::CheckpointJob(const std::string& job_id) {
+  CheckpointJobRequest request;
+  request.set_job_id(job_id);
+  return Unary(&Coordinator::Stub::CheckpointJob, request, "CheckpointJob");
+}
+
 absl::StatusOr<RebalanceJobResponse> CoordinatorStub::RebalanceJob(const std::string& job_id) {
   RebalanceJobRequest request;
   request.set_job_id(job_id);

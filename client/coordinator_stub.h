@@ -81,6 +81,7 @@ class CoordinatorStub {
   absl::StatusOr<JobTrace> TraceJob(const std::string& job_id, std::optional<int64_t> step);
   absl::StatusOr<RebalanceJobResponse> RebalanceJob(const std::string& job_id);
   absl::StatusOr<Job> SetJobPriority(const std::string& job_id, int32_t priority);
+  absl::StatusOr<Job> CheckpointJob(const std::string& job_id);
   // Who this client is and what it may call (on `job_id` when not empty).
   absl::StatusOr<AccessResponse> Access(const std::string& job_id = "");
 

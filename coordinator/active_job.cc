@@ -23,7 +23,7 @@ std::string DiagnosisOccasion::Describe() const {
 bool ActiveJob::WaitsForNextSeal() const {
   return state == RUNNING && !pending_end.has_value() && !cancel.has_value() &&
          (!planned.yield_to.empty() || !planned.drain_at_seal.empty() ||
-          planned.pending_cut.has_value());
+          planned.pending_cut.has_value() || planned.checkpoint_after.has_value());
 }
 
 Recovery* ActiveJob::OpenRecovery() {

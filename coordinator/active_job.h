@@ -96,6 +96,8 @@ struct ActiveJob {
     // A queued job of a higher priority this one yields its workers to at its next sealed
     // checkpoint (JobManager::Options::preempt_after).
     std::string yield_to;
+    // CheckpointJob: a checkpoint of a step after this one (the last sealed when asked).
+    std::optional<int64_t> checkpoint_after;
     std::optional<PlannedRestart> restart;
   };
 

@@ -662,6 +662,15 @@ grpc::ServerUnaryReactor* CoordinatorService::SetJobPriority(grpc::CallbackServe
       response);
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::CheckpointJob(grpc::CallbackServerContext* context,
+                                                            const CheckpointJobRequest* request,
+                                                            Job* response) {
+  absl::StatusOr<PeerIdentity> who =
+      CallerOnJob(manager_, context, "CheckpointJob", *request, request->job_id());
+  if (!who.ok()) return Reply<Job>(context, who.status(), response);
+  return Reply(context, Stripped(manager_->CheckpointJob(request->job_id(), who->name)), response);
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::RebalanceJob(grpc::CallbackServerContext* context,
                                                            const RebalanceJobRequest* request,
                                                            RebalanceJobResponse* response) {

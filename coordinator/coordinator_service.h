@@ -101,6 +101,9 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* SetJobPriority(grpc::CallbackServerContext* context,
                                            const SetJobPriorityRequest* request,
                                            Job* response) override;
+  grpc::ServerUnaryReactor* CheckpointJob(grpc::CallbackServerContext* context,
+                                          const CheckpointJobRequest* request,
+                                          Job* response) override;
   grpc::ServerUnaryReactor* RebalanceJob(grpc::CallbackServerContext* context,
                                          const RebalanceJobRequest* request,
                                          RebalanceJobResponse* response) override;

@@ -194,6 +194,9 @@ class JobManager {
   // Sets the JobSpec.priority of a job not ended (SetJobPriorityRequest): checked by the spec's
   // rules (plan/job_plan.h), kept with the spec, an event naming `by`, the queue's order at the
   // next pass. The job as GetJob answers. FailedPrecondition for a job that has ended.
+  // Asks a RUNNING job for a checkpoint at its next step (CheckpointJobRequest; `by`: who, for
+  // its event): ActiveJob::Planned::checkpoint_after until a step after it is sealed.
+  absl::StatusOr<Job> CheckpointJob(const std::string& job_id, const std::string& by);
   absl::StatusOr<Job> SetJobPriority(const std::string& job_id, int32_t priority,
                                      const std::string& by = "");
   // Deletes an ended job, and with request.files its directory through a worker on its host

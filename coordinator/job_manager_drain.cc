@@ -1,12 +1,14 @@
 // Maintenance without failure (DrainWorker): a drained worker takes no new job, and the job it
 // runs a rank of restarts without it at the job's next sealed checkpoint (or at once), as a
-// planned restart (Recovery.maintenance) that max_restarts does not count.
+// planned restart (Recovery.maintenance) that max_restarts does not count. And a checkpoint
+// asked for now (CheckpointJob), before maintenance or to sample the model as it is.
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/job_manager_internal.h"
 
 namespace dtrain::coordinator {
 
@@ -57,6 +59,30 @@ void JobManager::MaybeMoveOffDrained(ActiveJob& job) {
   const std::string worker_id = std::exchange(job.planned.drain_at_seal, "");
   if (!job.rank_of.contains(worker_id)) return;
   MoveOffDrained(job, worker_id);
+}
+
+absl::StatusOr<Job> JobManager::CheckpointJob(const std::string& job_id, const std::string& by) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  {
+    JobsLock lock(this);
+    ActiveJob* job = FindActive(job_id);
+    if (job == nullptr || job->state != RUNNING) {
+      ASSIGN_OR_RETURN(const Job stored, store_->GetJob(job_id, /*with_history=*/false));
+      return absl::FailedPreconditionError(
+          absl::StrCat(job_id, " is ", JobState_Name(stored.state()),
+                       ": only a running job is asked for a checkpoint"));
+    }
+    if (!job->planned.checkpoint_after.has_value()) {
+      job->planned.checkpoint_after = job->sealed_step;
+      Event(job_id, absl::StrCat("checkpoint asked for", by.empty() ? "" : absl::StrCat(" by ", by),
+                                 ": its ranks take it at their next step (last sealed: ",
+                                 job->sealed_step == 0 ? std::string("none")
+                                                       : absl::StrCat("step ", job->sealed_step),
+                                 ")"));
+    }
+    PublishCheckpointsWanted();  // heard at the workers' next heartbeats
+  }
+  return GetJob(job_id);
 }
 
 }  // namespace dtrain::coordinator

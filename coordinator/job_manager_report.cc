@@ -141,6 +141,9 @@ absl::Status JobManager::OnCheckpoint(ActiveJob& job, const CheckpointSealed& ch
   sealed.set_dir_bytes(checkpoint.dir_bytes());
   RETURN_IF_ERROR(store_->AddCheckpoint(job.id, sealed, checkpoint.kept_steps()));
   job.sealed_step = std::max(job.sealed_step, sealed.step());
+  if (job.planned.checkpoint_after.has_value() && sealed.step() > *job.planned.checkpoint_after) {
+    job.planned.checkpoint_after.reset();  // CheckpointJob's answered
+  }
   to_notify_.push_back(job.id);
   // The policies a sealed checkpoint wakes; the first to propose a restart has it.
   const std::string id = job.id;

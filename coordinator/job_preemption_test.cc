@@ -183,6 +183,35 @@ TEST(Preemption, NoJobOfTheSamePriorityOrWithoutCheckpointsIsPreempted) {
   EXPECT_THAT(h.Get("job-000003").reason(), Not(HasSubstr("preempted")));
 }
 
+// `dtrain checkpoint JOB`: a running job's workers are asked for a checkpoint after its last
+// sealed step until one is sealed; a job not running is refused naming its state.
+TEST(CheckpointJob, ARunningJobIsAskedUntilAStepAfterItsLastSealedOneIsSealed) {
+  Harness h(TempDb("checkpoint-now"), Tune);
+  h.RunOn(2, Spec("long", 0));  // job-000001 on w1, w2, every 10 steps
+  ASSERT_TRUE(h.Submit(Spec("later", 0)).ok());
+  const absl::Status queued = h.m().CheckpointJob("job-000002", "alice").status();
+  EXPECT_EQ(queued.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(queued.message(), "job-000002 is QUEUED: only a running job is asked for a checkpoint");
+  EXPECT_EQ(h.m().CheckpointJob("job-000009", "alice").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 0);
+  ASSERT_TRUE(h.Sealed("job-000001", 10, "/c/job-000001/step_00000010").ok());
+  ASSERT_TRUE(h.m().CheckpointJob("job-000001", "alice").ok());
+  EXPECT_THAT(Events(h, "job-000001"), HasSubstr("checkpoint asked for by alice: its ranks take it "
+                                                 "at their next step (last sealed: step 10)"));
+  for (const char* w : {"w1", "w2"}) {
+    const HeartbeatResponse beat = h.Beat(w, absl::StrCat("s-", w), "job-000001");
+    ASSERT_EQ(beat.checkpoint_requests_size(), 1) << w;
+    EXPECT_EQ(beat.checkpoint_requests(0).after_step(), 10);
+  }
+  h.m().RunSchedulerPass();  // still wanted: nothing after step 10 sealed
+  EXPECT_EQ(h.Beat("w2", "s-w2", "job-000001").checkpoint_requests_size(), 1);
+  ASSERT_TRUE(h.Sealed("job-000001", 13, "/c/job-000001/step_00000013").ok());
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 0);
+  EXPECT_EQ(h.Get("job-000001").state(), RUNNING);  // a checkpoint, not a restart
+}
+
 TEST(Priority, AJobsPriorityChangesWhileItHasNotEnded) {
   Harness h(TempDb("set-priority"));
   for (const char* name : {"a", "b", "c"}) ASSERT_TRUE(h.Submit(Spec(name, 0)).ok());

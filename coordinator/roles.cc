@@ -30,6 +30,7 @@ const std::vector<Rule>& Table() {
       {"DeleteJob", {kRoleAdmin}, {kRoleUser}},
       {"RebalanceJob", {kRoleAdmin}, {kRoleUser}},
       {"SetJobPriority", {kRoleAdmin}, {kRoleUser}},
+      {"CheckpointJob", {kRoleAdmin}, {kRoleUser}},
       {"ForgetWorker", {kRoleAdmin}},
       {"DrainWorker", {kRoleAdmin}},
       // People who look.

@@ -1,9 +1,10 @@
 // Who may call what on the Coordinator service: one table, one function. The caller's role is
 // its client certificate's subject OU (common/tls.h PeerIdentityOf):
 //
-//   admin   SubmitJob, CancelJob, DeleteJob, RebalanceJob, SetJobPriority on any job,
-//           ForgetWorker, DrainWorker, and everything a viewer may call
-//   user    SubmitJob; CancelJob, DeleteJob, RebalanceJob, SetJobPriority on its own jobs only
+//   admin   SubmitJob, CancelJob, DeleteJob, RebalanceJob, SetJobPriority, CheckpointJob on
+//           any job, ForgetWorker, DrainWorker, and everything a viewer may call
+//   user    SubmitJob; CancelJob, DeleteJob, RebalanceJob, SetJobPriority, CheckpointJob on its
+//           own jobs only
 //           (Job.owner is the CN of the certificate that submitted it); everything a viewer
 //           may call
 //   viewer  GetJob, ListJobs, WatchJob, ListWorkers, JobLogs, ListCheckpoints, Diagnose,

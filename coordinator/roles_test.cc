@@ -14,8 +14,8 @@ using ::testing::ElementsAre;
 
 const std::vector<std::string> kWorkerRpcs = {"RegisterWorker", "Heartbeat", "ReportProgress",
                                               "DeregisterWorker"};
-const std::vector<std::string> kAdminRpcs = {"SubmitJob", "CancelJob", "ForgetWorker",
-                                             "DrainWorker", "SetJobPriority"};
+const std::vector<std::string> kAdminRpcs = {"SubmitJob",   "CancelJob",      "ForgetWorker",
+                                             "DrainWorker", "SetJobPriority", "CheckpointJob"};
 const std::vector<std::string> kViewerRpcs = {"GetJob",      "ListJobs", "WatchJob",
                                               "ListWorkers", "JobLogs",  "ListCheckpoints",
                                               "Diagnose",    "TraceJob"};
@@ -93,7 +93,8 @@ TEST(Roles, AUserSubmitsLooksAndChangesOnlyItsOwnJobs) {
   for (const char* m : {"ForgetWorker", "DrainWorker"}) {
     EXPECT_EQ(Authorize(alice, m).code(), absl::StatusCode::kPermissionDenied) << m;
   }
-  for (const char* m : {"CancelJob", "DeleteJob", "RebalanceJob", "SetJobPriority"}) {
+  for (const char* m :
+       {"CancelJob", "DeleteJob", "RebalanceJob", "SetJobPriority", "CheckpointJob"}) {
     EXPECT_TRUE(IsJobScoped(m)) << m;
     EXPECT_TRUE(Authorize(alice, m).ok()) << m;  // on some job: AuthorizeOnJob says which
     EXPECT_TRUE(AuthorizeOnJob(alice, m, "job-000001", "alice").ok()) << m;
@@ -144,7 +145,8 @@ TEST(Roles, AccessListsWhatTheTableAllowsOnAJob) {
   EXPECT_THAT(alice.methods(),
               ElementsAre("SubmitJob", "GetJob", "ListJobs", "WatchJob", "ListWorkers", "JobLogs",
                           "ListCheckpoints", "Diagnose", "TraceJob", "Access"));
-  EXPECT_EQ(alice.refused().size(), 4u);  // CancelJob, DeleteJob, RebalanceJob, SetJobPriority
+  // CancelJob, DeleteJob, RebalanceJob, SetJobPriority, CheckpointJob
+  EXPECT_EQ(alice.refused().size(), 5u);
   EXPECT_THAT(alice.refused().at("CancelJob"), ::testing::HasSubstr("submitted by bob"));
   const AccessResponse bob = AccessOf(Who("bob", "user"), &bobs);
   EXPECT_THAT(bob.methods(), ::testing::Contains("CancelJob"));

@@ -304,6 +304,9 @@ function drawJob() {
   document.body.dataset.priority = priority;
   $("priority-control").hidden = !(mayOnJob.has("SetJobPriority") && !FINAL.has(job.state));
   if (document.activeElement !== $("priority-input")) $("priority-input").value = priority;
+  if (mayOnJob.has("CheckpointJob") && job.state === "RUNNING") {
+    actions.append(el("button", {id: "checkpoint-now", onclick: checkpointNow}, "Checkpoint now"));
+  }
   if (mayOnJob.has("DeleteJob") && FINAL.has(job.state)) {
     actions.append(el("button", {id: "delete", onclick: deleteJob}, "Delete job and files"));
   }
@@ -460,6 +463,17 @@ async function showPlan() {
     $("plan").textContent = (e.code ? e.code + ": " : "") + e.message;
   }
   $("plan").hidden = false;
+}
+
+// `dtrain checkpoint JOB`: its ranks checkpoint their next step; the checkpoints' marks (C) and
+// the events show the seal.
+async function checkpointNow() {
+  try {
+    job = await api("jobs/" + encodeURIComponent(job.id) + "/checkpoint",
+                    {method: "POST", headers: {"X-Dtrain-Console": "1"}});
+    showError(null);
+    drawJob();
+  } catch (e) { showError(e); }
 }
 
 // `dtrain priority JOB N`: the queue's order follows at once (and whom a waiting job preempts).

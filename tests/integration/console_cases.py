@@ -66,7 +66,8 @@ def case_console(args):
     placement grid of dp x pp x tp cells; the workers page lists every worker; an admin sees a
     cancel button on a running job and gets its diagnosis, plan and the Gantt chart of its newest
     step (both ranks' F and B, arrows from stage to stage) at a click, and sets its priority
-    from the page (the coordinator keeps it; the jobs page's column shows it); both jobs' loss
+    from the page (the coordinator keeps it; the jobs page's column shows it) and has it
+    checkpoint now (a step sealed within seconds); both jobs' loss
     curves overlay on the compare page; a viewer sees no cancel button, and the viewer's console passes on the
     coordinator's refusal of a cancel, a resubmit and a priority (403 PERMISSION_DENIED; the job
     keeps running), and a priority that is no number is refused (400); the admin's page shows the job's log at a click and offers resubmit. A POST
@@ -147,6 +148,11 @@ def case_console(args):
             expect(c.job(running)["spec"].get("priority") == 3,
                    "the coordinator's priority after the page set 3: %s"
                    % c.job(running)["spec"].get("priority"))
+            # `Checkpoint now`: a step after the last sealed one is sealed within seconds.
+            sealed_before = int(c.job(running)["checkpoint"].get("last_sealed_step", 0))
+            b.eval("document.getElementById('checkpoint-now').click()")
+            c.wait_job(running, lambda j: int(j["checkpoint"].get("last_sealed_step", 0)) >
+                       sealed_before, 30, "a checkpoint sealed after the page asked for one")
             # Diagnose and plan at a click.
             b.eval("document.getElementById('diagnose-button').click(); "
                    "document.getElementById('plan-button').click()")

@@ -7,6 +7,7 @@ Workers run with --test_only_step_delay so that a fault lands at a known point o
 """
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -214,7 +215,8 @@ def case_preemption(args):
     of priority 0 whose checkpoint interval (100 steps) it never reaches: a pp=2 job submitted
     then and raised to priority 5 by `dtrain priority` (500 refused naming the range) takes
     them at the running job's next sealed checkpoint, which the coordinator asks its workers
-    for at once (HeartbeatResponse.checkpoint_requests), and SUCCEEDS; the preempted job waits
+    for at once (HeartbeatResponse.checkpoint_requests), and SUCCEEDS (`dtrain checkpoint`
+    before that seals a step within a few); the preempted job waits
     (RECOVERING, "preempted by ..."), resumes from that checkpoint once the workers are free,
     and SUCCEEDS with losses equal to an undisturbed run's, its restart not counted
     (max_restarts 0) and counted by dtrain_coordinator_job_recoveries_total{kind="preempted"}."""
@@ -232,6 +234,12 @@ def case_preemption(args):
         c.wait_workers({w: "IDLE" for w in ids})
         long_job = c.submit(c.write_spec("long.json", dict(spec, name="long")))
         c.wait_step(long_job, 2, 60)
+        # A checkpoint asked for by hand (`dtrain checkpoint`): sealed within a step or two.
+        rc, out, err = c.cli("checkpoint", "long", timeout=60)
+        m = re.search(r"step (\d+) sealed in ", out)
+        expect(rc == 0 and m and 2 <= int(m.group(1)) < 30,
+               "dtrain checkpoint long: exit %d: %s%s" % (rc, out, err))
+        asked = int(m.group(1))
         # Submitted at priority 0, raised to 5 by `dtrain priority` while it waits.
         urgent_job = c.submit(c.write_spec("urgent.json", recovery_spec(
             ckpt, steps=10, interval=5, name="urgent", parallel={"pp": 2})))
@@ -256,7 +264,8 @@ def case_preemption(args):
                "the preempted job ended before the urgent one")
         sealed = int(recoveries[0].get("resumed_from_step", 0))
         # Not a multiple of the interval: the checkpoint asked for, within a few steps.
-        expect(0 < sealed < 30, "resumed from step %d, not the checkpoint asked for" % sealed)
+        expect(asked < sealed < 30, "resumed from step %d, not the checkpoint asked for after "
+               "step %d" % (sealed, asked))
         worst = compare(losses(c, long_job), want, 0.0, "after a preemption")
         rc, out, err = c.cli("status", long_job, timeout=30)
         expect(rc == 0 and "preempted by %s (priority 5): yielding its workers at the checkpoint "
