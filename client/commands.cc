@@ -724,6 +724,7 @@ int CheckpointNow(const Invocation& inv, CoordinatorStub& stub, Output& output) 
                << (before == 0 ? std::string("none") : absl::StrCat("step ", before))
                << "); waiting for its seal" << std::endl;
   }
+  absl::Time last_said = start;
   while (job->checkpoint().last_sealed_step() <= before) {
     if (IsFinalState(job->state())) {
       return Fail(
@@ -741,6 +742,16 @@ int CheckpointNow(const Invocation& inv, CoordinatorStub& stub, Output& output) 
     absl::SleepFor(absl::Milliseconds(500));
     job = stub.GetJob(*id);
     if (!job.ok()) return Fail(job.status(), inv, output);
+    // Long steps or a slow disk: say where it is every 10 s (a skipped checkpoint, a full disk,
+    // is in its log).
+    if (!inv.json && absl::Now() - last_said >= absl::Seconds(10)) {
+      last_said = absl::Now();
+      output.out << *id << ": still waiting after "
+                 << absl::StrFormat("%.0fs", absl::ToDoubleSeconds(last_said - start)) << ": "
+                 << JobState_Name(job->state()) << " at step " << job->latest().step()
+                 << ", no step after " << before << " sealed yet (`dtrain logs " << *id
+                 << "` says if one was skipped)" << std::endl;
+    }
   }
   if (inv.json) {
     output.out << ToJsonLine(*job) << "\n";

@@ -3,6 +3,7 @@
 // check the transition against job_transitions.h, save it to the store, and only then change
 // memory and tell the workers; a failed save leaves memory as it was, so the next pass decides
 // (and tries) again.
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -207,7 +208,12 @@ absl::Status JobManager::BeginRecovery(ActiveJob& job, Recovery recovery, const 
   job.acked = job.succeeded = 0;
   job.failures = ActiveJob::Failures();
   job.restart = ActiveJob::RestartWait();
-  job.planned = ActiveJob::Planned();  // a rebalance not begun yet: the new run is measured again
+  // A rebalance not begun yet is forgotten (the new run is measured again), a preemption's or a
+  // drain's yield is this restart; a checkpoint someone asked for (CheckpointJob) is still
+  // wanted of the new run.
+  const std::optional<int64_t> checkpoint_after = job.planned.checkpoint_after;
+  job.planned = ActiveJob::Planned();
+  job.planned.checkpoint_after = checkpoint_after;
   job.recovery.phase = RecoveryPhase::kStop;
   job.recovery.stopping = std::move(stopping);
   job.recovery.phase_start = Now();

@@ -111,6 +111,26 @@ TEST(Recovery, AKilledRankIsReplacedByASpareAndTheJobResumesFromItsCheckpoint) {
   EXPECT_THAT(Events(h), HasSubstr("recovery 1 done: training again at step 11; detect"));
 }
 
+// `dtrain checkpoint JOB` asked before a rank was lost: the new run's workers are asked too
+// (the restart forgets a rebalance not begun, not a checkpoint someone is waiting for).
+TEST(Recovery, ACheckpointAskedForIsAskedOfTheNewRun) {
+  Harness h(TempDb("recover-asked"));
+  h.RunOn(2, Pp2Spec(""));
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());  // the spare
+  ASSERT_TRUE(h.Step("w2", "s-w2", "job-000001", 3, 5.0).ok());
+  ASSERT_TRUE(h.m().CheckpointJob("job-000001", "").ok());
+  KillW2(h);
+  h.Beat("w1", "s-w1");
+  h.Beat("w3", "s-w3");
+  h.Beat("w1", "s-w1", "job-000001");
+  h.Beat("w3", "s-w3", "job-000001");
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  h.m().RunSchedulerPass();
+  const HeartbeatResponse beat = h.Beat("w3", "s-w3", "job-000001");
+  ASSERT_EQ(beat.checkpoint_requests_size(), 1);
+  EXPECT_EQ(beat.checkpoint_requests(0).after_step(), 0);
+}
+
 TEST(Recovery, FailuresBeyondMaxRestartsFailTheJobNamingEveryFailure) {
   Harness h(TempDb("recover-twice"));
   h.RunOn(2, Pp2Spec(R"("max_restarts": 1)"));
