@@ -160,14 +160,15 @@ def case_worker_kill_restart(args):
 
 def case_rolling_restart(args):
     """A rolling restart of every worker of a running pp=2 x tp=2 job, one after the other:
-    `dtrain workers drain W` (the job moves off W at its next sealed checkpoint and waits for a
-    fourth worker), W shows DRAINED, SIGTERM, start W again (its new session is undrained and
+    `dtrain workers drain W` (the job moves off W at its next sealed checkpoint, which its
+    workers are asked for at once: its interval, 100 steps, is never reached in its 60; it waits
+    for a fourth worker), W shows DRAINED, SIGTERM, start W again (its new session is undrained and
     the job is placed on it). Each move is maintenance, not a failure (max_restarts 0), and the
     job SUCCEEDS with losses equal to an undisturbed run's."""
     with Cluster(args.binaries, "rolling_restart") as c:
         ids = ["w1", "w2", "w3", "w4"]
         start(c, ids)
-        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), steps=60, interval=5,
+        spec = recovery_spec(os.path.join(c.tmp, "ckpt"), steps=60, interval=100,
                              parallel={"pp": 2, "tp": 2},
                              fault_tolerance={"max_restarts": 0, "on_worker_loss": "wait",
                                               "wait_for": "120s"})
