@@ -35,6 +35,14 @@ bool WorkersServe(absl::string_view device, absl::string_view waiter_device) {
 absl::StatusOr<Job> JobManager::SetJobPriority(const std::string& job_id, int32_t priority,
                                                const std::string& by) {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  // The spec's rules (its range among them), checked before the jobs' lock: a plan of a large
+  // spec takes a while, and only the priority changes.
+  {
+    ASSIGN_OR_RETURN(const Job stored, store_->GetJob(job_id, /*with_history=*/false));
+    JobSpec spec = stored.spec();
+    spec.set_priority(priority);
+    RETURN_IF_ERROR(plan::MakeJobPlan(spec).status());
+  }
   {
     JobsLock lock(this);
     ActiveJob* job = FindActive(job_id);
@@ -47,7 +55,6 @@ absl::StatusOr<Job> JobManager::SetJobPriority(const std::string& job_id, int32_
     JobSpec spec = stored.spec();
     const int32_t before = spec.priority();
     spec.set_priority(priority);
-    RETURN_IF_ERROR(plan::MakeJobPlan(spec).status());  // the spec's rules: its range among them
     if (priority != before) {
       RETURN_IF_ERROR(store_->SetSpec(job_id, spec));
       job->spec.set_priority(priority);
