@@ -170,6 +170,12 @@ absl::Status CoordinatorMetrics::AddLifecycleFamilies() {
                             "straggler_replaced, rebalance, maintenance, finishing).",
                             {"kind"}));
   ASSIGN_OR_RETURN(
+      metrics::Family<metrics::Gauge> * awaiting_checkpoint,
+      registry_->AddGauge("dtrain_coordinator_jobs_awaiting_checkpoint",
+                          "Running jobs whose workers are asked for a checkpoint now: a "
+                          "preemption, a drain, a rebalance or `dtrain checkpoint` waits for its "
+                          "seal (HeartbeatResponse.checkpoint_requests)."));
+  ASSIGN_OR_RETURN(
       metrics::Family<metrics::Histogram> * recovery,
       registry_->AddHistogram("dtrain_coordinator_job_recovery_seconds",
                               "Time from a failed worker's last sign of life to the first step "
@@ -181,6 +187,7 @@ absl::Status CoordinatorMetrics::AddLifecycleFamilies() {
   recoveries_ = recoveries;
   for (absl::string_view kind : kRecoveryKinds) recoveries->Add({{"kind", std::string(kind)}});
   recovery_ = &recovery->Add({}, RecoveryBuckets());
+  awaiting_checkpoint_ = &awaiting_checkpoint->Add({});
   // Every state from the first scrape on, at 0 until a source says otherwise.
   for (const char* state : {"idle", "busy", "lost"}) workers_->Add({{"state", state}});
   for (JobState state : kJobStates) {
@@ -353,6 +360,10 @@ void CoordinatorMetrics::JobPlaced(absl::Duration queue_wait) {
 
 void CoordinatorMetrics::JobRecoveryStarted(absl::string_view kind) {
   recoveries_->Add({{"kind", std::string(kind)}}).Increment();
+}
+
+void CoordinatorMetrics::SetJobsAwaitingCheckpoint(int64_t jobs) {
+  awaiting_checkpoint_->Set(static_cast<double>(jobs));
 }
 
 void CoordinatorMetrics::JobRecovered(absl::Duration took) {

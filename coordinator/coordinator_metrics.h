@@ -81,6 +81,8 @@ class CoordinatorMetrics {
   // A job entered RECOVERING; `kind` one of coordinator/recovery.h kRecoveryKinds.
   void JobRecoveryStarted(absl::string_view kind);
   void JobRecovered(absl::Duration took);  // its failure -> the recovered run's first step
+  // How many running jobs are asked for a checkpoint now (JobManager, each scheduler pass).
+  void SetJobsAwaitingCheckpoint(int64_t jobs);
   // A running job's latest straggler scores (coordinator/policy/stragglers.h): one
   // dtrain_coordinator_job_straggler_score{job_id,rank,worker} per rank and
   // dtrain_coordinator_job_stragglers{job_id}, the ranks flagged now; replaces the job's series
@@ -128,6 +130,7 @@ class CoordinatorMetrics {
   metrics::Histogram* placement_ = nullptr;
   metrics::Family<metrics::Counter>* recoveries_ = nullptr;  // by kind
   metrics::Histogram* recovery_ = nullptr;
+  metrics::Gauge* awaiting_checkpoint_ = nullptr;
   metrics::Family<metrics::Gauge>* straggler_score_ = nullptr;
   metrics::Family<metrics::Gauge>* stragglers_ = nullptr;
   metrics::Family<metrics::Counter>* rpcs_ = nullptr;

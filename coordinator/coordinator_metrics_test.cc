@@ -142,6 +142,7 @@ TEST_F(CoordinatorMetricsTest, EveryFamilyIsThereFromTheStartAndPromtoolAcceptsI
   EXPECT_EQ(Sample(text, "dtrain_coordinator_jobs_submitted_total"), 0);
   EXPECT_EQ(Sample(text, "dtrain_coordinator_job_queue_wait_seconds_count"), 0);
   EXPECT_EQ(Sample(text, "dtrain_coordinator_placement_seconds_count"), 0);
+  EXPECT_EQ(Sample(text, "dtrain_coordinator_jobs_awaiting_checkpoint"), 0);
   absl::Status promtool = metrics::testing::PromtoolCheckMetrics(text);
   EXPECT_TRUE(promtool.ok()) << promtool;
 }
@@ -170,6 +171,11 @@ TEST_F(CoordinatorMetricsTest, CountsJobsWorkersAndRpcs) {
   EXPECT_EQ(Sample(text, "dtrain_coordinator_jobs{state=\"running\"}"), 1);
   EXPECT_EQ(Sample(text, "dtrain_coordinator_workers{state=\"busy\"}"), 1);
   EXPECT_EQ(Sample(text, "dtrain_coordinator_workers{state=\"idle\"}"), 0);
+  // `dtrain checkpoint`: the job awaits one until it ends (nothing is sealed here).
+  CheckpointJobRequest ask;
+  ask.set_job_id(id);
+  ASSERT_TRUE(stub_->CheckpointJob(Ctx().get(), ask, &job).ok());
+  EXPECT_EQ(Sample(Scrape(), "dtrain_coordinator_jobs_awaiting_checkpoint"), 1);
 
   ReportProgressRequest outcome;
   outcome.set_worker_id("w1");
@@ -186,6 +192,9 @@ TEST_F(CoordinatorMetricsTest, CountsJobsWorkersAndRpcs) {
   ASSERT_TRUE(WaitFor([&] {
     return Sample(Scrape(), "dtrain_coordinator_rpcs_total{method=\"WatchJob\",code=\"OK\"}") == 1;
   }));
+  text = Scrape();
+  ASSERT_TRUE(WaitFor(
+      [&] { return Sample(Scrape(), "dtrain_coordinator_jobs_awaiting_checkpoint") == 0; }));
   text = Scrape();
   EXPECT_EQ(Sample(text, "dtrain_coordinator_jobs_submitted_total"), 1);
   EXPECT_EQ(Sample(text, "dtrain_coordinator_jobs{state=\"succeeded\"}"), 1);

@@ -504,6 +504,7 @@ void JobManager::PublishCheckpointsWanted() {
   for (const auto& [n, job] : jobs_) {
     if (job.WaitsForNextSeal()) wanted[job.id] = job.sealed_step;
   }
+  if (options_.metrics != nullptr) options_.metrics->SetJobsAwaitingCheckpoint(wanted.size());
   absl::MutexLock lock(&wanted_mu_);
   checkpoints_wanted_ = std::move(wanted);
 }
