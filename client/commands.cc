@@ -725,7 +725,14 @@ int CheckpointNow(const Invocation& inv, CoordinatorStub& stub, Output& output) 
                << "); waiting for its seal" << std::endl;
   }
   absl::Time last_said = start;
+  const int64_t skipped_before = job->checkpoint().last_skipped_step();
   while (job->checkpoint().last_sealed_step() <= before) {
+    if (job->checkpoint().last_skipped_step() > std::max(before, skipped_before)) {
+      return Fail(absl::ResourceExhaustedError(absl::StrCat(
+                      *id, ": the checkpoint of step ", job->checkpoint().last_skipped_step(),
+                      " was skipped, training went on: ", job->checkpoint().last_skip_reason())),
+                  inv, output);
+    }
     if (IsFinalState(job->state())) {
       return Fail(
           absl::FailedPreconditionError(absl::StrCat(*id, " ended ", JobState_Name(job->state()),

@@ -105,6 +105,26 @@ class FakeCoordinator final : public Coordinator::Service {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + request->job_id());
     }
     *job = MakeJob("job-000001", RUNNING);
+    if (checkpoint_asked) {  // the next poll after `dtrain checkpoint`: sealed, or skipped
+      if (skip_checkpoint) {
+        job->mutable_checkpoint()->set_last_skipped_step(5);
+        job->mutable_checkpoint()->set_last_skip_reason("rank 0: no space left on /ck");
+      } else {
+        job->mutable_checkpoint()->set_last_sealed_step(7);
+        job->mutable_checkpoint()->set_dir("/ck/job-000001");
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CheckpointJob(grpc::ServerContext*, const CheckpointJobRequest* request,
+                             Job* job) override {
+    if (request->job_id() != "job-000001") {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          request->job_id() + " is SUCCEEDED: only a running job is asked");
+    }
+    *job = MakeJob("job-000001", RUNNING);
+    checkpoint_asked = true;
     return grpc::Status::OK;
   }
 
@@ -254,6 +274,8 @@ class FakeCoordinator final : public Coordinator::Service {
   std::vector<int64_t> watch_after_steps ABSL_GUARDED_BY(mu);
   std::atomic<int> watch_calls{0};
   std::atomic<int> last_limit{-1};
+  std::atomic<bool> checkpoint_asked{false};
+  std::atomic<bool> skip_checkpoint{false};
   std::function<void()> on_gone;
 };
 
@@ -400,6 +422,23 @@ TEST_F(CommandsTest, CertsInitWritesTheFilesAndRefusesASecondCa) {
   EXPECT_EQ(Run({"certs", "issue", dir, "dave"}), 2);  // no --role
   EXPECT_EQ(Run({"certs", "issue", dir, "dave", "--role=root"}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("unknown role 'root'"));
+}
+
+// `dtrain checkpoint JOB`: asks, follows the job until a later step is sealed; a step skipped
+// (a full disk) ends it with the reason; a job not running is refused.
+TEST_F(CommandsTest, CheckpointWaitsForTheSealOrSaysWhyNot) {
+  EXPECT_EQ(Run({"checkpoint", "job-000001"}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str().substr(0, out_.str().find('\n')),
+            "job-000001: checkpoint asked for (last sealed: none); waiting for its seal");
+  EXPECT_THAT(out_.str(), HasSubstr("job-000001: step 7 sealed in "));
+  EXPECT_THAT(out_.str(), HasSubstr("(/ck/job-000001; dtrain checkpoints lists it)\n"));
+  fake_.checkpoint_asked = false;
+  fake_.skip_checkpoint = true;
+  EXPECT_EQ(Run({"checkpoint", "job-000001"}), kExitOtherError);
+  EXPECT_THAT(err_.str(), HasSubstr("job-000001: the checkpoint of step 5 was skipped, training "
+                                    "went on: rank 0: no space left on /ck"));
+  EXPECT_EQ(Run({"checkpoint", "job-000002"}), kExitOtherError);
+  EXPECT_THAT(err_.str(), HasSubstr("job-000002 is SUCCEEDED"));
 }
 
 TEST_F(CommandsTest, StatusPrintsTheJob) {

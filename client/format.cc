@@ -364,7 +364,8 @@ std::string StageCutText(const Job& job) {
 
 namespace {
 
-// The "checkpoint:" and "sealed:" lines of JobDetail; none for a job that keeps no checkpoints.
+// The "checkpoint:", "skipped:" (a step newer than every sealed one that was not written) and
+// "sealed:" lines of JobDetail; none for a job that keeps no checkpoints.
 void CheckpointLines(const Job& job, absl::Time now,
                      const std::function<void(absl::string_view, const std::string&)>& line) {
   const CheckpointStatus& c = job.checkpoint();
@@ -384,6 +385,9 @@ void CheckpointLines(const Job& job, absl::Time now,
                                           static_cast<double>(c.dir_bytes()) / (1 << 20))
                         : ""));
   const int64_t latest = job.has_latest() ? job.latest().step() : 0;
+  if (c.last_skipped_step() > c.last_sealed_step()) {  // newer than every seal: still so
+    line("skipped", absl::StrCat("step ", c.last_skipped_step(), ": ", c.last_skip_reason()));
+  }
   if (c.last_sealed_step() <= 0) {
     line("sealed", latest > 0 ? absl::StrCat("none yet; a resume would redo all ", latest, " steps")
                               : "none yet");

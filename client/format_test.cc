@@ -342,6 +342,16 @@ TEST(JobDetail, ShowsTimesCheckpointRedoAndOutputHost) {
   EXPECT_NE(detail.find("sealed:    step 30; a resume would redo 10 steps after it\n"),
             std::string::npos)
       << detail;
+  EXPECT_EQ(detail.find("skipped:"), std::string::npos) << detail;
+  // A step newer than every sealed one that every rank skipped (a full disk) is named.
+  job.mutable_checkpoint()->set_last_skipped_step(35);
+  job.mutable_checkpoint()->set_last_skip_reason("rank 1: no space left on /srv/ckpt");
+  EXPECT_NE(JobDetail(job, now).find("skipped:   step 35: rank 1: no space left on /srv/ckpt\n"),
+            std::string::npos)
+      << JobDetail(job, now);
+  job.mutable_checkpoint()->set_last_skipped_step(25);  // sealed since: nothing to say
+  EXPECT_EQ(JobDetail(job, now).find("skipped:"), std::string::npos);
+  job.mutable_checkpoint()->clear_last_skipped_step();
   EXPECT_NE(detail.find("output:    /srv/ckpt/job-000003/model.safetensors on hostA\n"),
             std::string::npos)
       << detail;

@@ -210,6 +210,23 @@ TEST(CheckpointJob, ARunningJobIsAskedUntilAStepAfterItsLastSealedOneIsSealed) {
   h.m().RunSchedulerPass();
   EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 0);
   EXPECT_EQ(h.Get("job-000001").state(), RUNNING);  // a checkpoint, not a restart
+
+  // Asked again, and every rank skips the step (a full disk): the ask is answered, and the
+  // job's checkpoint status says which step and why (what `dtrain checkpoint` ends on).
+  ASSERT_TRUE(h.m().CheckpointJob("job-000001", "alice").ok());
+  ReportProgressRequest skipped;
+  skipped.set_worker_id("w1");
+  skipped.set_session_id("s-w1");
+  skipped.set_job_id("job-000001");
+  skipped.mutable_checkpoint_skipped()->set_step(15);
+  skipped.mutable_checkpoint_skipped()->set_reason("rank 1: no space left on /c");
+  ASSERT_TRUE(h.m().ReportProgress(skipped).ok());
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 0);
+  const Job job = h.Get("job-000001");
+  EXPECT_EQ(job.checkpoint().last_skipped_step(), 15);
+  EXPECT_EQ(job.checkpoint().last_skip_reason(), "rank 1: no space left on /c");
+  EXPECT_EQ(job.checkpoint().last_sealed_step(), 13);
 }
 
 TEST(Priority, AJobsPriorityChangesWhileItHasNotEnded) {

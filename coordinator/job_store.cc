@@ -640,6 +640,17 @@ absl::Status JobStore::SetLocation(absl::string_view job_id, const std::string& 
   });
 }
 
+absl::Status JobStore::SetCheckpointSkipped(absl::string_view job_id, int64_t step,
+                                            const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  return Transaction([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(CheckpointStatus status, CheckpointStatusLocked(job_id));
+    status.set_last_skipped_step(step);
+    status.set_last_skip_reason(reason);
+    return WriteCheckpointStatusLocked(job_id, status);
+  });
+}
+
 absl::Status JobStore::SetRecoveries(absl::string_view job_id,
                                      absl::Span<const Recovery> recoveries) {
   RecoveryList list;

@@ -136,6 +136,9 @@ class JobStore {
   absl::Status SetLocation(absl::string_view job_id, const std::string& dir,
                            const std::string& host, int64_t interval_steps,
                            int64_t resumed_from_step);
+  // A checkpoint step every rank skipped (Job.checkpoint.last_skipped_step, last_skip_reason).
+  absl::Status SetCheckpointSkipped(absl::string_view job_id, int64_t step,
+                                    const std::string& reason);
   // Replaces the job's spec (a change of JobSpec.priority). NotFound for an unknown job.
   absl::Status SetSpec(absl::string_view job_id, const JobSpec& spec);
   // Replaces the job's recoveries (Job.recoveries). NotFound for an unknown job.

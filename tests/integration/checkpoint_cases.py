@@ -199,6 +199,11 @@ def case_checkpoint_disk_full(args):
             rc, out, err = c.cli("logs", job_id, timeout=30)
             skips = [l for l in out.splitlines() if "skipped:" in l and "training goes on" in l]
             expect(skips, "the job's log should say a checkpoint was skipped:\n%s" % out)
+            # The coordinator knows it as a fact too (what `dtrain checkpoint` ends on).
+            skipped = done.get("checkpoint", {})
+            expect(int(skipped.get("last_skipped_step", 0)) > 0 and
+                   skipped.get("last_skip_reason"),
+                   "the job's checkpoint status names no skipped step: %s" % skipped)
             counted = job_metric(c, "worker-w1", "dtrain_worker_checkpoints_skipped_total", job_id)
             expect(counted == len(skips), "dtrain_worker_checkpoints_skipped_total is %s, the "
                    "log has %d skips" % (counted, len(skips)))

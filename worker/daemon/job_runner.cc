@@ -394,6 +394,12 @@ void JobRunner::OnCheckpoint(const CheckpointWritten& c) {
     if (options_.metrics != nullptr) options_.metrics->OnCheckpointSkipped();
     callbacks_.event(absl::StrCat("checkpoint at step ", c.step, " skipped: ", c.skip_reason,
                                   "; training goes on"));
+    if (callbacks_.checkpoint_skipped) {
+      CheckpointSkipped skipped;
+      skipped.set_step(c.step);
+      skipped.set_reason(c.skip_reason);
+      callbacks_.checkpoint_skipped(skipped);
+    }
     return;
   }
   if (!c.sealed) return;

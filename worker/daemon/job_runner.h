@@ -137,6 +137,8 @@ class JobRunner {
     std::function<void(const JobLocation&)> location;
     // Rank 0 only; may be empty. After every step it sealed (a complete checkpoint).
     std::function<void(const CheckpointSealed&)> checkpoint;
+    // Rank 0: a checkpoint step every rank skipped (a full disk), after its event. May be empty.
+    std::function<void(const CheckpointSkipped&)> checkpoint_skipped;
     // Rank 0 only; may be empty. The last step waits for disk space, or the wait ended.
     std::function<void(const CheckpointWait&)> checkpoint_wait;
   };

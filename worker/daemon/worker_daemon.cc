@@ -500,6 +500,11 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
     *r.mutable_checkpoint() = sealed;
     Report(raw, std::move(r));
   };
+  callbacks.checkpoint_skipped = [this, raw](const CheckpointSkipped& skipped) {
+    ReportProgressRequest r;
+    *r.mutable_checkpoint_skipped() = skipped;
+    Report(raw, std::move(r));
+  };
   callbacks.checkpoint_wait = [this, raw](const CheckpointWait& wait) {
     ReportProgressRequest r;
     *r.mutable_checkpoint_wait() = wait;
