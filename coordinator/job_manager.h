@@ -367,6 +367,8 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OnCheckpoint(ActiveJob& job, const CheckpointSealed& sealed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status OnCheckpointSkipped(ActiveJob& job, const CheckpointSkipped& skipped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OnLocation(ActiveJob& job, const JobLocation& at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OnOutcome(ActiveJob& job, const Reporter& from, const ReportProgressRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -73,18 +73,9 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
     case ReportProgressRequest::kLocation:
       RETURN_IF_ERROR(OnLocation(*job, request.location()));
       break;
-    case ReportProgressRequest::kCheckpointSkipped: {
-      const CheckpointSkipped& skipped = request.checkpoint_skipped();
-      RETURN_IF_ERROR(store_->SetCheckpointSkipped(id, skipped.step(), skipped.reason()));
-      // A `dtrain checkpoint` is answered, without a seal: it says why. (A plan waiting for a
-      // seal keeps waiting, for the next interval's.)
-      if (job->planned.checkpoint_after.has_value() &&
-          skipped.step() > *job->planned.checkpoint_after) {
-        job->planned.checkpoint_after.reset();
-      }
-      to_notify_.push_back(id);
+    case ReportProgressRequest::kCheckpointSkipped:
+      RETURN_IF_ERROR(OnCheckpointSkipped(*job, request.checkpoint_skipped()));
       break;
-    }
     case ReportProgressRequest::kCheckpointWait:
       if (request.checkpoint_wait().ended()) {
         job->space_wait.reset();
@@ -164,6 +155,17 @@ absl::Status JobManager::OnCheckpoint(ActiveJob& job, const CheckpointSealed& ch
   MaybeRebalanceAt(job, sealed.step());
   MaybeMoveOffDrained(job);
   Reconcile(id).IgnoreError();  // logged; the pass decides again
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::OnCheckpointSkipped(ActiveJob& job, const CheckpointSkipped& skipped) {
+  RETURN_IF_ERROR(store_->SetCheckpointSkipped(job.id, skipped.step(), skipped.reason()));
+  // A `dtrain checkpoint` is answered, without a seal: it says why. (A plan waiting for a seal
+  // keeps waiting, for the next interval's.)
+  if (job.planned.checkpoint_after.has_value() && skipped.step() > *job.planned.checkpoint_after) {
+    job.planned.checkpoint_after.reset();
+  }
+  to_notify_.push_back(job.id);
   return absl::OkStatus();
 }
 
