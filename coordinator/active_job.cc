@@ -26,6 +26,12 @@ bool ActiveJob::WaitsForNextSeal() const {
           planned.pending_cut.has_value() || planned.checkpoint_after.has_value());
 }
 
+void ActiveJob::AnswerCheckpointAsk(int64_t step) {
+  if (planned.checkpoint_after.has_value() && step > *planned.checkpoint_after) {
+    planned.checkpoint_after.reset();
+  }
+}
+
 Recovery* ActiveJob::OpenRecovery() {
   if (recoveries.empty() || recoveries.back().done()) return nullptr;
   return &recoveries.back();

@@ -147,6 +147,8 @@ struct ActiveJob {
   // a rebalance): its workers are asked for one at once (HeartbeatResponse.checkpoint_requests)
   // rather than left to reach the next multiple of its interval.
   bool WaitsForNextSeal() const;
+  // A checkpoint step sealed or skipped: it answers a CheckpointJob ask for a step before it.
+  void AnswerCheckpointAsk(int64_t step);
   // The recovery in progress, or nullptr.
   Recovery* OpenRecovery();
   const Recovery* OpenRecovery() const;

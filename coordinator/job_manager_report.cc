@@ -144,9 +144,7 @@ absl::Status JobManager::OnCheckpoint(ActiveJob& job, const CheckpointSealed& ch
   sealed.set_dir_bytes(checkpoint.dir_bytes());
   RETURN_IF_ERROR(store_->AddCheckpoint(job.id, sealed, checkpoint.kept_steps()));
   job.sealed_step = std::max(job.sealed_step, sealed.step());
-  if (job.planned.checkpoint_after.has_value() && sealed.step() > *job.planned.checkpoint_after) {
-    job.planned.checkpoint_after.reset();  // CheckpointJob's answered
-  }
+  job.AnswerCheckpointAsk(sealed.step());
   to_notify_.push_back(job.id);
   // The policies a sealed checkpoint wakes; the first to propose a restart has it.
   const std::string id = job.id;
@@ -162,9 +160,7 @@ absl::Status JobManager::OnCheckpointSkipped(ActiveJob& job, const CheckpointSki
   RETURN_IF_ERROR(store_->SetCheckpointSkipped(job.id, skipped.step(), skipped.reason()));
   // A `dtrain checkpoint` is answered, without a seal: it says why. (A plan waiting for a seal
   // keeps waiting, for the next interval's.)
-  if (job.planned.checkpoint_after.has_value() && skipped.step() > *job.planned.checkpoint_after) {
-    job.planned.checkpoint_after.reset();
-  }
+  job.AnswerCheckpointAsk(skipped.step());
   to_notify_.push_back(job.id);
   return absl::OkStatus();
 }

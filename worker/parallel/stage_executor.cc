@@ -242,7 +242,9 @@ absl::Status StageExecutor::BackwardInput(int64_t step, const Action& a, StepTim
 absl::Status StageExecutor::SendInputGradient(int64_t step, const Action& a) {
   const int k = ModelChunk(a.chunk);
   if (k == 0) return absl::OkStatus();  // the embedding's gradient goes nowhere
-  InFlight& f = in_flight_.at({a.chunk, a.micro_batch});
+  auto it = in_flight_.find({a.chunk, a.micro_batch});
+  if (it == in_flight_.end()) return absl::InternalError("input gradient of no forward");
+  InFlight& f = it->second;
   const std::vector<int64_t> shape = {b_, T_, chunks_[a.chunk]->config().n_embd};
   ASSIGN_OR_RETURN(f.gradient_host,
                    staging_->ToHost(f.acts->input_grad(), int64_t{b_} * T_ * shape[2]));
