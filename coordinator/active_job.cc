@@ -26,6 +26,11 @@ bool ActiveJob::WaitsForNextSeal() const {
           planned.pending_cut.has_value() || planned.checkpoint_after.has_value());
 }
 
+bool ActiveJob::MovesAtNextSeal() const {
+  return state == RUNNING && OpenRecovery() == nullptr && !pending_end.has_value() &&
+         !cancel.has_value() && last_step < spec.steps();
+}
+
 void ActiveJob::AnswerCheckpointAsk(int64_t step) {
   if (planned.checkpoint_after.has_value() && step > *planned.checkpoint_after) {
     planned.checkpoint_after.reset();

@@ -147,6 +147,12 @@ struct ActiveJob {
   // a rebalance): its workers are asked for one at once (HeartbeatResponse.checkpoint_requests)
   // rather than left to reach the next multiple of its interval.
   bool WaitsForNextSeal() const;
+  // Whether a plan that needs this job's workers (a preemption, a drained worker, a re-cut) can
+  // wait for the checkpoint its ranks are asked for, instead of restarting it now from its
+  // latest sealed one: it runs and has steps left to train. Every run has a checkpoint
+  // directory (CheckpointSpec.dir, or the worker's data root for one worker), so a job whose
+  // interval_steps is 0 seals when asked too. The one rule every such plan calls.
+  bool MovesAtNextSeal() const;
   // A checkpoint step sealed or skipped: it answers a CheckpointJob ask for a step before it.
   void AnswerCheckpointAsk(int64_t step);
   // The recovery in progress, or nullptr.

@@ -90,8 +90,9 @@ ABSL_FLAG(int32_t, max_user_priority, 0,
 ABSL_FLAG(absl::Duration, preempt_after, absl::ZeroDuration(),
           "a queued job that has waited this long for workers preempts running jobs of a lower "
           "priority, each at its next sealed checkpoint: they yield their workers, wait in the "
-          "queue and resume from that checkpoint (no step lost, no restart counted); jobs "
-          "without checkpoints are never preempted; 0: never");
+          "queue and resume from that checkpoint (no step lost, no restart counted); a "
+          "checkpoint every rank skips (a full disk) lets the preemption go ahead from the "
+          "latest sealed one; 0: never");
 ABSL_FLAG(absl::Duration, ended_job_retention, absl::ZeroDuration(),
           "delete ended jobs this long after they ended: their records and their directory "
           "(checkpoints, final weights), as `dtrain delete --files` does, except one whose "

@@ -367,6 +367,10 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OnCheckpoint(ActiveJob& job, const CheckpointSealed& sealed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank skipped a checkpoint step (a full disk) that a plan may wait for: a preemption
+  // and a drained worker go ahead now from the latest sealed checkpoint, a re-cut is dropped.
+  void GoAheadWithoutSeal(ActiveJob& job, const CheckpointSkipped& skipped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OnCheckpointSkipped(ActiveJob& job, const CheckpointSkipped& skipped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OnLocation(ActiveJob& job, const JobLocation& at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -446,6 +450,16 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Restarts `job` without the drained `worker_id` now: a maintenance Recovery.
   void MoveOffDrained(ActiveJob& job, const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker registered (`result`), attached to `running` ("" none): a drain saved before this
+  // coordinator started applies again to its session (its job moves off it at its next sealed
+  // checkpoint), or is forgotten for a new session.
+  void RestoreDrain(const std::string& worker_id, const WorkerRegistry::RegisterResult& result,
+                    const std::string& running) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `worker_id`, running a rank of `job`, was drained: the job moves off it at its next sealed
+  // checkpoint, or at once (`now`, or a job that cannot wait for one). True when at once. `job`
+  // may be gone after a true return.
+  bool PlanMoveOffDrained(ActiveJob& job, const std::string& worker_id, bool now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A checkpoint of `job` was sealed: it moves off the worker drained meanwhile, if any.
   void MaybeMoveOffDrained(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

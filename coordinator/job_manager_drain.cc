@@ -15,6 +15,10 @@ namespace dtrain::coordinator {
 absl::StatusOr<DrainWorkerResponse> JobManager::DrainLocked(const DrainWorkerRequest& request) {
   const std::string& worker_id = request.worker_id();
   if (worker_id.empty()) return absl::InvalidArgumentError("worker_id is empty");
+  // Saved first (a drain outlives a coordinator restart), then applied. The session cannot
+  // change in between: registrations take the jobs' lock too.
+  ASSIGN_OR_RETURN(const std::string session, registry_.DrainableSession(worker_id));
+  RETURN_IF_ERROR(store_->SetDrained(worker_id, session, request.drain(), NowMs()));
   ASSIGN_OR_RETURN(const std::string held, registry_.SetDraining(worker_id, request.drain()));
   Log(absl::StrCat("worker ", worker_id, request.drain() ? " drained" : " undrained",
                    held.empty() ? "" : absl::StrCat(" (it runs ", held, ")")));
@@ -23,21 +27,24 @@ absl::StatusOr<DrainWorkerResponse> JobManager::DrainLocked(const DrainWorkerReq
   ActiveJob* job = held.empty() || !request.drain() ? nullptr : FindActive(held);
   if (job != nullptr && job->rank_of.contains(worker_id) && job->state != RECOVERING) {
     response.set_job_id(job->id);
-    const bool at_seal = !request.now() && job->state == RUNNING &&
-                         job->spec.checkpoint().interval_steps() > 0 &&
-                         job->last_step < job->spec.steps();
-    if (at_seal) {
-      job->planned.drain_at_seal = worker_id;
-      Event(job->id, absl::StrCat("worker ", worker_id,
-                                  " drained: the job moves off it at its next sealed checkpoint"));
-    } else {
-      MoveOffDrained(*job, worker_id);
-      Reconcile(job->id).IgnoreError();  // logged; the pass decides again
-      response.set_moved_now(true);
-    }
+    response.set_moved_now(PlanMoveOffDrained(*job, worker_id, request.now()));
   }
   ASSIGN_OR_RETURN(*response.mutable_worker(), registry_.Get(worker_id));
   return response;
+}
+
+bool JobManager::PlanMoveOffDrained(ActiveJob& job, const std::string& worker_id, bool now) {
+  if (!job.rank_of.contains(worker_id) || job.state == RECOVERING) return false;
+  if (!now && job.MovesAtNextSeal()) {
+    job.planned.drain_at_seal = worker_id;
+    Event(job.id, absl::StrCat("worker ", worker_id,
+                               " drained: the job moves off it at its next sealed checkpoint"));
+    return false;
+  }
+  const std::string id = job.id;
+  MoveOffDrained(job, worker_id);
+  Reconcile(id).IgnoreError();  // logged; the pass decides again
+  return true;
 }
 
 void JobManager::MoveOffDrained(ActiveJob& job, const std::string& worker_id) {

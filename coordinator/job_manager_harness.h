@@ -123,6 +123,17 @@ class Harness {
     for (int64_t k : kept) r.mutable_checkpoint()->add_kept_steps(k);
     return m().ReportProgress(r);
   }
+  // w1 reports that every rank skipped the checkpoint of `step` (CheckpointSkipped).
+  absl::StatusOr<ReportProgressResponse> Skipped(const std::string& job, int64_t step,
+                                                 const std::string& reason) {
+    ReportProgressRequest r;
+    r.set_worker_id("w1");
+    r.set_session_id("s-w1");
+    r.set_job_id(job);
+    r.mutable_checkpoint_skipped()->set_step(step);
+    r.mutable_checkpoint_skipped()->set_reason(reason);
+    return m().ReportProgress(r);
+  }
   // A rank's failure with its kind and the peers it blames.
   absl::StatusOr<ReportProgressResponse> Failure(const std::string& id, const std::string& job,
                                                  FailureKind kind, const std::string& error,

@@ -100,12 +100,10 @@ JobManager::Preemption JobManager::PreemptionsOf(const ActiveJob& waiter,
 std::vector<PreemptionCandidate> JobManager::PreemptionCandidates(const ActiveJob& waiter) {
   std::vector<PreemptionCandidate> candidates;
   for (auto& [n, job] : jobs_) {
-    // Running on workers the waiter can use, checkpointing (it resumes where it stopped), not
-    // about to end or restart, and yielding to nobody already.
-    if (job.state != RUNNING || job.OpenRecovery() != nullptr || job.planned.restart.has_value() ||
-        !job.planned.yield_to.empty() || job.pending_end.has_value() || job.cancel.has_value() ||
-        job.spec.checkpoint().interval_steps() <= 0 || job.last_step >= job.spec.steps() ||
-        !WorkersServe(job.spec.device(), waiter.spec.device())) {
+    // Running on workers the waiter can use, able to seal a checkpoint when asked (it resumes
+    // where it stopped), not about to restart, and yielding to nobody already.
+    if (!job.MovesAtNextSeal() || job.planned.restart.has_value() ||
+        !job.planned.yield_to.empty() || !WorkersServe(job.spec.device(), waiter.spec.device())) {
       continue;
     }
     candidates.push_back(PreemptionCandidate{
@@ -172,7 +170,9 @@ void JobManager::MaybeYield(ActiveJob& job, int64_t step) {
   Recovery yield;
   yield.set_preempted_by(to);
   yield.set_cause(absl::StrCat("preempted by ", to, " (priority ", waiter->spec.priority(),
-                               "): yielding its workers at the checkpoint of step ", step,
+                               "): yielding its workers at ",
+                               step > 0 ? absl::StrCat("the checkpoint of step ", step)
+                                        : std::string("the start (no checkpoint sealed)"),
                                "; it resumes from it when workers are free again"));
   const std::string why = yield.cause();
   ProposeRestart(job, std::move(yield), why);

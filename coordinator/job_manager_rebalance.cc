@@ -52,16 +52,15 @@ absl::StatusOr<RebalanceDecision> JobManager::RebalanceLocked(
   }
   job.planned.pending_cut = d.to;
   job.planned.pending_cut_summary = d.summary;
-  const int64_t interval = job.spec.checkpoint().interval_steps();
-  if (interval > 0 && job.last_step + interval < job.spec.steps()) {
-    // The next sealed checkpoint is the cheapest restart: no step is trained twice.
+  if (job.MovesAtNextSeal()) {
+    // The checkpoint its ranks are asked for (within a step or two) is the cheapest restart:
+    // no step is trained twice.
     Event(job.id, absl::StrCat("rebalance (", why, "): ", d.summary,
-                               "; restarting on the new cut at the next sealed checkpoint "
-                               "(checkpoint.interval_steps=",
-                               interval, ")"));
+                               "; restarting on the new cut at the checkpoint its ranks are "
+                               "asked for now"));
     return d;
   }
-  // No checkpoint comes before the end: restart now from the latest sealed one (or the start).
+  // It cannot wait for a seal: restart now from the latest sealed one (or the start).
   Event(job.id, absl::StrCat("rebalance (", why, "): ", d.summary,
                              "; restarting on the new cut now, from the latest sealed checkpoint"));
   MaybeRebalanceAt(job, job.last_step);

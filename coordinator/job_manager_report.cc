@@ -158,11 +158,38 @@ absl::Status JobManager::OnCheckpoint(ActiveJob& job, const CheckpointSealed& ch
 
 absl::Status JobManager::OnCheckpointSkipped(ActiveJob& job, const CheckpointSkipped& skipped) {
   RETURN_IF_ERROR(store_->SetCheckpointSkipped(job.id, skipped.step(), skipped.reason()));
-  // A `dtrain checkpoint` is answered, without a seal: it says why. (A plan waiting for a seal
-  // keeps waiting, for the next interval's.)
+  // A `dtrain checkpoint` is answered, without a seal: it says why.
   job.AnswerCheckpointAsk(skipped.step());
   to_notify_.push_back(job.id);
+  const std::string id = job.id;
+  GoAheadWithoutSeal(job, skipped);
+  Reconcile(id).IgnoreError();  // logged; the pass decides again
   return absl::OkStatus();
+}
+
+// The checkpoint asked for will not come (asking again would skip again, at every step, while
+// the disk stays full). Waiting for the next interval's is no answer either: with interval 0
+// there is none. So the plans that need the job's workers go ahead now and the steps since its
+// latest sealed checkpoint are trained again; a re-cut, which only speeds the job up, is not
+// worth those steps and is dropped.
+void JobManager::GoAheadWithoutSeal(ActiveJob& job, const CheckpointSkipped& skipped) {
+  if (!job.WaitsForNextSeal()) return;
+  const std::string skip = absl::StrCat("the checkpoint of step ", skipped.step(), " was skipped (",
+                                        skipped.reason(), ")");
+  if (job.planned.pending_cut.has_value()) {
+    job.planned.pending_cut.reset();
+    Event(job.id, absl::StrCat("rebalance dropped: ", skip,
+                               "; a later straggler window or `dtrain rebalance` decides again"));
+  }
+  if (job.planned.yield_to.empty() && job.planned.drain_at_seal.empty()) return;
+  Event(job.id,
+        absl::StrCat(skip, ": ", job.planned.yield_to.empty() ? "the drain" : "the preemption",
+                     " goes ahead now, from ",
+                     job.sealed_step > 0 ? absl::StrCat("the checkpoint of step ", job.sealed_step)
+                                         : std::string("the start (none sealed)"),
+                     "; steps ", job.sealed_step + 1, "-", job.last_step, " are trained again"));
+  MaybeYield(job, job.sealed_step);  // first, as at a seal
+  MaybeMoveOffDrained(job);
 }
 
 absl::Status JobManager::OnLocation(ActiveJob& job, const JobLocation& at) {

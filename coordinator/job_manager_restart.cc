@@ -27,8 +27,13 @@ absl::Status JobManager::Recover() {
     (job.state == QUEUED ? queued : resumed)++;
     jobs_.emplace(JobNumber(job.id), std::move(job));
   }
+  ASSIGN_OR_RETURN(auto drained, store_->DrainedWorkers());  // worker id -> session drained
   Log(absl::StrCat("store ", store_->path(), ": ", queued, " queued and ", resumed,
-                   " placed or running jobs to resume"));
+                   " placed or running jobs to resume",
+                   drained.empty() ? ""
+                                   : absl::StrCat("; ", Plural(drained.size(), "drained worker"),
+                                                  " drained again when its session registers")));
+  registry_.RestoreDrains(std::move(drained));
   return absl::OkStatus();
 }
 
@@ -151,6 +156,21 @@ void JobManager::RecordReturning(const std::string& worker_id, const RegisterWor
   }
 }
 
+void JobManager::RestoreDrain(const std::string& worker_id,
+                              const WorkerRegistry::RegisterResult& result,
+                              const std::string& running) {
+  if (result.drain_ended) {
+    // A new process: back from maintenance.
+    const absl::Status forgotten = store_->SetDrained(worker_id, "", false, NowMs());
+    if (!forgotten.ok()) Log(absl::StrCat("worker ", worker_id, ": ", forgotten.ToString()));
+  }
+  if (!result.drain_restored) return;
+  Log(absl::StrCat("worker ", worker_id,
+                   " is still drained (its session was drained before this coordinator started)"));
+  ActiveJob* job = running.empty() ? nullptr : FindActive(running);
+  if (job != nullptr) PlanMoveOffDrained(*job, worker_id, /*now=*/false);
+}
+
 absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
     const RegisterWorkerRequest& request) {
   const std::string& worker_id = request.worker_id();
@@ -164,6 +184,7 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
       WorkerRegistry::RegisterResult result,
       registry_.Register(request, now, match.attach, match.resend ? &*match.resend : nullptr));
   if (result.replaced.has_value()) HandleFault(*result.replaced);
+  RestoreDrain(worker_id, result, match.attach);
   Log(absl::StrCat("worker ", worker_id, result.new_session ? " registered" : " re-registered",
                    " (session ", request.session_id(), ", ", request.address(), ", host \"",
                    request.host_label(), "\", ", request.device().kind(), " ",

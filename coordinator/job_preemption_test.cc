@@ -162,25 +162,59 @@ TEST(Preemption, APreemptedJobStillWaitsItsTurnAfterACoordinatorRestart) {
   EXPECT_THAT(preempted.reason(), HasSubstr("preempted by job-000002"));
 }
 
-TEST(Preemption, NoJobOfTheSamePriorityOrWithoutCheckpointsIsPreempted) {
+TEST(Preemption, NoJobOfTheSamePriorityIsPreempted) {
   Harness h(TempDb("preempt-none"), Tune);
-  for (const char* w : {"w1", "w2", "w3", "w4"}) {
-    ASSERT_TRUE(h.Register(w, absl::StrCat("s-", w)).ok());
-  }
-  ASSERT_TRUE(h.Submit(Spec("same", 5)).ok());                            // job-000001
-  ASSERT_TRUE(h.Submit(Spec("no-checkpoints", 0, /*interval=*/0)).ok());  // job-000002
-  h.m().RunSchedulerPass();
-  for (const char* w : {"w1", "w2", "w3", "w4"}) h.Beat(w, absl::StrCat("s-", w));
-  EXPECT_EQ(h.Get("job-000001").state(), PLACING);
-  EXPECT_EQ(h.Get("job-000002").state(), PLACING);
-  ASSERT_TRUE(h.Submit(Spec("urgent", 5)).ok());  // job-000003
+  h.RunOn(2, Spec("same", 5));
+  ASSERT_TRUE(h.Submit(Spec("urgent", 5)).ok());  // job-000002
   h.Advance(absl::Minutes(5));
   h.m().RunSchedulerPass();
-  // job-000001's priority is not below the urgent job's; job-000002 keeps no checkpoints (it
-  // would lose all its steps).
-  EXPECT_THAT(Events(h, "job-000003"), Not(HasSubstr("preempting")));
-  EXPECT_THAT(h.Get("job-000003").reason(), Not(HasSubstr("preempt")));
-  EXPECT_THAT(h.Get("job-000003").reason(), Not(HasSubstr("preempted")));
+  EXPECT_THAT(Events(h, "job-000002"), Not(HasSubstr("preempting")));
+  EXPECT_THAT(h.Get("job-000002").reason(), Not(HasSubstr("preempt")));
+  EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 0);
+}
+
+// interval_steps 0 (a checkpoint only at the end) does not shelter a job: its ranks seal the
+// checkpoint they are asked for like any other's, and it resumes from it.
+TEST(Preemption, AJobWithoutPeriodicCheckpointsYieldsAtTheOneItIsAskedFor) {
+  Harness h(TempDb("preempt-interval-0"), Tune);
+  h.RunOn(2, Spec("end-only", 0, /*interval=*/0));
+  ASSERT_TRUE(h.Step("w2", "s-w2", "job-000001", 7, 4.0).ok());
+  ASSERT_TRUE(h.Submit(Spec("urgent", 5)).ok());
+  h.Advance(absl::Seconds(31));
+  h.m().RunSchedulerPass();
+  EXPECT_THAT(Events(h, "job-000001"), HasSubstr("preempted by job-000002"));
+  h.m().RunSchedulerPass();
+  const HeartbeatResponse beat = h.Beat("w1", "s-w1", "job-000001");
+  ASSERT_EQ(beat.checkpoint_requests_size(), 1);
+  EXPECT_EQ(beat.checkpoint_requests(0).after_step(), 0);
+  ASSERT_TRUE(h.Sealed("job-000001", 8, "/c/job-000001/step_00000008").ok());
+  const Job preempted = h.Get("job-000001");
+  ASSERT_EQ(preempted.state(), RECOVERING) << preempted.reason();
+  EXPECT_THAT(preempted.reason(), HasSubstr("yielding its workers at the checkpoint of step 8"));
+}
+
+// Every rank skipped the checkpoint asked for (a full disk): asking again would skip again, so
+// the preemption goes ahead from the latest sealed checkpoint instead of holding the waiting
+// job until the next interval, and says which steps are trained again.
+TEST(Preemption, ACheckpointSkippedWhileYieldingYieldsNowFromTheLatestSealedOne) {
+  Harness h(TempDb("preempt-skipped"), Tune);
+  h.RunOn(2, Spec("long", 0));
+  ASSERT_TRUE(h.Sealed("job-000001", 10, "/c/job-000001/step_00000010").ok());
+  ASSERT_TRUE(h.Step("w2", "s-w2", "job-000001", 14, 4.0).ok());
+  ASSERT_TRUE(h.Submit(Spec("urgent", 5)).ok());
+  h.Advance(absl::Seconds(31));
+  h.m().RunSchedulerPass();
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  ASSERT_TRUE(h.Step("w2", "s-w2", "job-000001", 15, 4.0).ok());
+  ASSERT_TRUE(h.Skipped("job-000001", 15, "rank 1: no space left on /c").ok());
+  const Job preempted = h.Get("job-000001");
+  ASSERT_EQ(preempted.state(), RECOVERING) << preempted.reason();
+  EXPECT_THAT(preempted.reason(), HasSubstr("yielding its workers at the checkpoint of step 10"));
+  EXPECT_EQ(preempted.recoveries(0).preempted_by(), "job-000002");
+  EXPECT_THAT(Events(h, "job-000001"),
+              HasSubstr("the checkpoint of step 15 was skipped (rank 1: no space left on /c): the "
+                        "preemption goes ahead now, from the checkpoint of step 10; steps 11-15 "
+                        "are trained again"));
 }
 
 // `dtrain checkpoint JOB`: a running job's workers are asked for a checkpoint after its last
@@ -214,13 +248,7 @@ TEST(CheckpointJob, ARunningJobIsAskedUntilAStepAfterItsLastSealedOneIsSealed) {
   // Asked again, and every rank skips the step (a full disk): the ask is answered, and the
   // job's checkpoint status says which step and why (what `dtrain checkpoint` ends on).
   ASSERT_TRUE(h.m().CheckpointJob("job-000001", "alice").ok());
-  ReportProgressRequest skipped;
-  skipped.set_worker_id("w1");
-  skipped.set_session_id("s-w1");
-  skipped.set_job_id("job-000001");
-  skipped.mutable_checkpoint_skipped()->set_step(15);
-  skipped.mutable_checkpoint_skipped()->set_reason("rank 1: no space left on /c");
-  ASSERT_TRUE(h.m().ReportProgress(skipped).ok());
+  ASSERT_TRUE(h.Skipped("job-000001", 15, "rank 1: no space left on /c").ok());
   h.m().RunSchedulerPass();
   EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 0);
   const Job job = h.Get("job-000001");

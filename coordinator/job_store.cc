@@ -28,7 +28,7 @@
 namespace dtrain::coordinator {
 namespace {
 
-constexpr int kSchemaVersion = 8;
+constexpr int kSchemaVersion = 9;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -76,6 +76,8 @@ CREATE TABLE IF NOT EXISTS dir_removals (
   job_id TEXT PRIMARY KEY, uid TEXT NOT NULL, dir TEXT NOT NULL, host TEXT NOT NULL,
   worker_id TEXT NOT NULL, requested_ms INTEGER NOT NULL, spec_dir TEXT NOT NULL DEFAULT '')
   WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS drained_workers (
+  worker_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, time_ms INTEGER NOT NULL) WITHOUT ROWID;
 )sql";
 
 // Version 1 -> 2: job times, uid, output host, checkpoint status; log columns on events.
@@ -138,6 +140,11 @@ UPDATE meta SET value = 7 WHERE key = 'schema_version';
 // of the jobs already there again (FillSummariesLocked).
 constexpr const char* kMigrateFrom7 = R"sql(
 UPDATE meta SET value = 8 WHERE key = 'schema_version';
+)sql";
+
+// Version 8 -> 9: the drained workers, by session (kSchema creates the drained_workers table).
+constexpr const char* kMigrateFrom8 = R"sql(
+UPDATE meta SET value = 9 WHERE key = 'schema_version';
 )sql";
 
 constexpr const char* kJobColumns =
@@ -451,6 +458,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
           RETURN_IF_ERROR(store->Exec(kMigrateFrom7));
           RETURN_IF_ERROR(store->FillSummariesLocked());
         }
+        if (version >= 1 && version <= 8) RETURN_IF_ERROR(store->Exec(kMigrateFrom8));
       }
     }
     RETURN_IF_ERROR(store->Exec(kSchema));
@@ -1100,6 +1108,29 @@ absl::Status JobStore::DirRemovalDone(absl::string_view job_id) {
   absl::MutexLock lock(&mu_);
   Statement s(db_, path_, "DELETE FROM dir_removals WHERE job_id = ?");
   return s.Bind(1, job_id).Run();
+}
+
+absl::Status JobStore::SetDrained(absl::string_view worker_id, absl::string_view session_id,
+                                  bool drained, int64_t time_ms) {
+  absl::MutexLock lock(&mu_);
+  if (!drained) {
+    Statement s(db_, path_, "DELETE FROM drained_workers WHERE worker_id = ?");
+    return s.Bind(1, worker_id).Run();
+  }
+  Statement s(db_, path_, "INSERT OR REPLACE INTO drained_workers VALUES (?, ?, ?)");
+  return s.Bind(1, worker_id).Bind(2, session_id).Bind(3, time_ms).Run();
+}
+
+absl::StatusOr<absl::flat_hash_map<std::string, std::string>> JobStore::DrainedWorkers() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, path_, "SELECT worker_id, session_id FROM drained_workers");
+  absl::flat_hash_map<std::string, std::string> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out[s.Text(0)] = s.Text(1);
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<std::string>> JobStore::EndedBefore(int64_t before_ms, int limit) {

@@ -1,6 +1,6 @@
 // JobStore: the coordinator's durable state in one SQLite file (Debian's libsqlite3).
 //
-// Tables (schema version 6; a file of versions 1 to 5 is migrated in place when opened):
+// Tables (schema version 9; a file of versions 1 to 8 is migrated in place when opened):
 //   meta          (key, value)                      schema_version
 //   jobs          (seq, id, spec, state, reason, submitted_ms, placement, latest, output, uid,
 //                  started_ms, ended_ms, output_host, checkpoint, resumed_from_step,
@@ -17,6 +17,7 @@
 //   dir_removals  (job_id, uid, dir, host, worker_id, requested_ms, spec_dir)
 //                                                               PRIMARY KEY job_id
 //                 deleted jobs whose directory no worker has reported removing yet
+//   drained_workers (worker_id, session_id, time_ms)           PRIMARY KEY worker_id
 // job_specs.spec, placement, latest, checkpoint and recoveries are serialized protos (JobSpec,
 // Placement, StepMetrics, CheckpointStatus, RecoveryList); summary is the JobSpec a listing shows
 // (name, steps, device, layout), so a listing never reads the specs (up to --max_spec_bytes each).
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -189,6 +191,13 @@ class JobStore {
   absl::StatusOr<std::vector<PendingDirRemoval>> PendingDirRemovals();
   // A worker reported what it did with the job's directory: the removal is forgotten.
   absl::Status DirRemovalDone(absl::string_view job_id);
+  // Drained workers (DrainWorker), by the session that was drained: a drain outlives a
+  // coordinator restart (that session, registering again, is drained again) but not the
+  // worker's own (a new session is back from maintenance). `drained` false forgets the worker.
+  absl::Status SetDrained(absl::string_view worker_id, absl::string_view session_id, bool drained,
+                          int64_t time_ms);
+  // Worker id -> the session drained.
+  absl::StatusOr<absl::flat_hash_map<std::string, std::string>> DrainedWorkers();
   // Ids of jobs that ended before `before_ms` (ended_ms), the earliest first, at most `limit`.
   absl::StatusOr<std::vector<std::string>> EndedBefore(int64_t before_ms, int limit);
 

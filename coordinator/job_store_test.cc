@@ -383,6 +383,41 @@ TEST(JobStore, AListingShowsThePriorityAsSetAndAfterAMigration) {
   EXPECT_EQ((*store)->ListJobs(10)->jobs.at(0).spec().priority(), 9);
 }
 
+TEST(JobStore, DrainedWorkersAreKeptBySessionAndAfterAMigration) {
+  const std::string path = TempDb("drained");
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->SetDrained("w1", "s1", true, 100).ok());
+    ASSERT_TRUE((*store)->SetDrained("w2", "s2", true, 100).ok());
+    ASSERT_TRUE((*store)->SetDrained("w2", "s2b", true, 200).ok());  // drained again, a new session
+    ASSERT_TRUE((*store)->SetDrained("w3", "s3", true, 100).ok());
+    ASSERT_TRUE((*store)->SetDrained("w3", "", false, 300).ok());
+  }
+  {  // What a version-8 coordinator wrote: no drained workers table.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "DROP TABLE drained_workers", nullptr, nullptr, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = 8 WHERE key = 'schema_version'", nullptr,
+                           nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_TRUE((*store)->DrainedWorkers()->empty());
+    ASSERT_TRUE((*store)->SetDrained("w1", "s1", true, 100).ok());
+    ASSERT_TRUE((*store)->SetDrained("w2", "s2b", true, 200).ok());
+  }
+  auto store = JobStore::Open(path);  // reopened: both kept
+  ASSERT_TRUE(store.ok()) << store.status();
+  const absl::flat_hash_map<std::string, std::string> drained = *(*store)->DrainedWorkers();
+  EXPECT_EQ(drained.size(), 2u);
+  EXPECT_EQ(drained.at("w1"), "s1");
+  EXPECT_EQ(drained.at("w2"), "s2b");
+}
+
 TEST(JobStore, DeletingAnEndedJobTakesEveryRowAndKeepsItsRemoval) {
   const std::string path = TempDb("delete");
   {

@@ -63,7 +63,11 @@ TEST(RebalanceJob, ASlowMiddleStageLosesLayersAtTheNextSealedCheckpoint) {
   EXPECT_EQ(d->to[1], 1);
   EXPECT_THAT(Events(h), HasSubstr("rebalance (test): stage 1 (w2) measured 2.0x slower per "
                                    "layer: cut 2,2,2 -> "));
-  EXPECT_THAT(Events(h), HasSubstr("at the next sealed checkpoint (checkpoint.interval_steps=10)"));
+  EXPECT_THAT(Events(h), HasSubstr("; restarting on the new cut at the checkpoint its ranks are "
+                                   "asked for now"));
+  // Asked at once, not left to reach step 10 by the interval.
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Beat("w1", "s-w1", kJob).checkpoint_requests_size(), 1);
   EXPECT_EQ(h.Get(kJob).state(), RUNNING);  // until the checkpoint
   // A second request while one is pending is refused.
   EXPECT_EQ(h.m().RebalanceJob(kJob, {0.2, 0.4, 0.2}, "test").status().code(),
@@ -113,8 +117,11 @@ TEST(RebalanceJob, ASlowMiddleStageLosesLayersAtTheNextSealedCheckpoint) {
   EXPECT_THAT(Events(h), HasSubstr("rebalance (again): not re-cut: "));
 }
 
-TEST(RebalanceJob, WithoutACheckpointToComeItRestartsAtOnce) {
-  Harness h(TempDb("rebalance-now"));
+// interval_steps 0: the ranks seal the checkpoint they are asked for, so the re-cut costs no
+// step either. And a checkpoint every rank skips (a full disk) drops the re-cut rather than
+// train steps again for a speed-up.
+TEST(RebalanceJob, WithoutPeriodicCheckpointsItWaitsForTheOneItAsksFor) {
+  Harness h(TempDb("rebalance-interval-0"));
   std::string spec = kPp3Spec;
   spec.replace(spec.find(R"(, "interval_steps": 10)"),
                std::string(R"(, "interval_steps": 10)").size(), R"(, "interval_steps": 0)");
@@ -122,12 +129,25 @@ TEST(RebalanceJob, WithoutACheckpointToComeItRestartsAtOnce) {
   ASSERT_TRUE(h.Step("w3", "s-w3", kJob, 7, 4.0).ok());
   absl::StatusOr<RebalanceDecision> d = h.m().RebalanceJob(kJob, {0.2, 0.4, 0.2}, "test");
   ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_TRUE(d->move);
+  EXPECT_EQ(h.Get(kJob).state(), RUNNING);
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Beat("w2", "s-w2", kJob).checkpoint_requests_size(), 1);
+
+  ASSERT_TRUE(h.Skipped(kJob, 8, "rank 0: no space left on /c").ok());
+  EXPECT_EQ(h.Get(kJob).state(), RUNNING);
+  EXPECT_THAT(Events(h), HasSubstr("rebalance dropped: the checkpoint of step 8 was skipped (rank "
+                                   "0: no space left on /c); a later straggler window or `dtrain "
+                                   "rebalance` decides again"));
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Beat("w2", "s-w2", kJob).checkpoint_requests_size(), 0);
+
+  // Asked again, it seals: the new cut begins there.
+  ASSERT_TRUE(h.m().RebalanceJob(kJob, {0.2, 0.4, 0.2}, "test").ok());
+  ASSERT_TRUE(Sealed(h, 9).ok());
   const Job job = h.Get(kJob);
-  EXPECT_EQ(job.state(), RECOVERING);
-  ASSERT_EQ(job.recoveries_size(), 1);
-  EXPECT_EQ(job.recoveries(0).rebalance_to_size(), 3);
-  EXPECT_THAT(Events(h), HasSubstr("restarting on the new cut now, from the latest sealed "
-                                   "checkpoint"));
+  ASSERT_EQ(job.state(), RECOVERING);
+  EXPECT_THAT(job.reason(), HasSubstr("at step 9"));
 }
 
 TEST(RebalanceJob, OnlyARunningJobIsRebalanced) {

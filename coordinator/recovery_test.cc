@@ -521,6 +521,69 @@ TEST(Recovery, ADrainedWorkersJobMovesOffItAtTheNextSealedCheckpoint) {
   }
 }
 
+// A drain outlives a coordinator restart (an operator's maintenance does not end because the
+// coordinator was upgraded): the same session registering again is still drained, its job
+// still moves off it at the next sealed checkpoint; a new session of the worker is back.
+TEST(Recovery, ADrainOutlivesACoordinatorRestartNotTheWorkersOwn) {
+  Harness h(TempDb("recover-drain-restart"));
+  h.RunOn(2, Pp2Spec(R"("max_restarts": 0)"));
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());
+  DrainWorkerRequest drain;
+  drain.set_drain(true);
+  for (const char* w : {"w2", "w3"}) {
+    drain.set_worker_id(w);
+    ASSERT_TRUE(h.m().DrainWorker(drain).ok()) << w;
+  }
+  h.Open();  // the coordinator restarts
+  EXPECT_THAT(h.Log(), HasSubstr("2 drained workers drained again when its session registers"));
+  for (const char* w : {"w1", "w2"}) {
+    ASSERT_TRUE(h.Register(w, absl::StrCat("s-", w), "job-000001").ok()) << w;
+  }
+  ASSERT_TRUE(h.Register("w3", "s-w3-new").ok());  // restarted meanwhile: back
+  EXPECT_THAT(h.Log(), HasSubstr("worker w2 is still drained (its session was drained before this "
+                                 "coordinator started)"));
+  std::map<std::string, WorkerInfo> workers;
+  const ListWorkersResponse listed = h.m().ListWorkers();
+  for (const WorkerInfo& w : listed.workers()) workers[w.worker_id()] = w;
+  EXPECT_TRUE(workers["w2"].draining());
+  EXPECT_FALSE(workers["w3"].draining());
+  EXPECT_FALSE(workers["w1"].draining());
+  h.m().RunSchedulerPass();
+  // Its job is asked for a checkpoint and moves off it there.
+  EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 1);
+  ReportProgressRequest sealed;
+  sealed.set_worker_id("w1");
+  sealed.set_session_id("s-w1");
+  sealed.set_job_id("job-000001");
+  sealed.mutable_checkpoint()->set_step(3);
+  sealed.mutable_checkpoint()->set_path("/c/job-000001/step_00000003");
+  ASSERT_TRUE(h.m().ReportProgress(sealed).ok());
+  const Job job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), RECOVERING) << job.reason();
+  EXPECT_THAT(job.reason(), HasSubstr("worker w2 drained"));
+  // And again after another restart: w3's drain was forgotten, w2's kept.
+  h.Open();
+  EXPECT_THAT(h.Log(), HasSubstr("1 drained worker drained again when its session registers"));
+}
+
+// The checkpoint a drain waits for is skipped by every rank (a full disk): the job moves off
+// the drained worker now, from its latest sealed checkpoint, instead of at the next interval's.
+TEST(Recovery, ADrainWhoseCheckpointIsSkippedMovesTheJobNow) {
+  Harness h(TempDb("recover-drain-skipped"));
+  h.RunOn(2, Pp2Spec(R"("max_restarts": 0)"));
+  ASSERT_TRUE(h.Step("w2", "s-w2", "job-000001", 4, 4.0).ok());
+  DrainWorkerRequest drain;
+  drain.set_worker_id("w2");
+  drain.set_drain(true);
+  ASSERT_TRUE(h.m().DrainWorker(drain).ok());
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  ASSERT_TRUE(h.Skipped("job-000001", 5, "rank 0: no space left on /c").ok());
+  const Job job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), RECOVERING) << job.reason();
+  EXPECT_THAT(job.reason(), HasSubstr("worker w2 drained"));
+  EXPECT_TRUE(job.recoveries(0).maintenance());
+}
+
 TEST(Recovery, DrainNowMovesTheJobAtOnceAndUndrainReturnsTheWorker) {
   Harness h(TempDb("recover-drain-now"));
   h.RunOn(2, Pp2Spec(R"("max_restarts": 0)"));

@@ -127,6 +127,21 @@ std::optional<absl::Duration> WorkerRegistry::TakePause() {
   return std::exchange(paused_, std::nullopt);
 }
 
+void WorkerRegistry::DrainOfNewSessionLocked(const RegisterWorkerRequest& request, Record& r,
+                                             RegisterResult& result) {
+  // A new process is back from maintenance; the same session after a coordinator restart is
+  // still drained.
+  result.drain_ended = r.draining;
+  r.draining = false;
+  if (auto d = restored_drains_.find(request.worker_id()); d != restored_drains_.end()) {
+    r.draining = d->second == request.session_id();
+    result.drain_restored = r.draining;
+    result.drain_ended = !r.draining;
+    restored_drains_.erase(d);
+  }
+  r.info.set_draining(r.draining);
+}
+
 absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
     const RegisterWorkerRequest& request, absl::Time now, const std::string& attach_job,
     const Delivery* assign) {
@@ -168,8 +183,7 @@ absl::StatusOr<WorkerRegistry::RegisterResult> WorkerRegistry::Register(
     }
     SetJob(r, "");
     r.finished_job.clear();
-    r.draining = false;  // a new process: back from maintenance
-    r.info.set_draining(false);
+    DrainOfNewSessionLocked(request, r, result);
     r.session_id = request.session_id();
     r.info.set_registered_unix_ms(absl::ToUnixMillis(now));
   }
@@ -615,6 +629,23 @@ absl::StatusOr<std::string> WorkerRegistry::SetDraining(const std::string& worke
   r.draining = draining;
   r.info.set_draining(draining);
   return r.cancel_requested ? std::string() : r.info.job_id();
+}
+
+absl::StatusOr<std::string> WorkerRegistry::DrainableSession(const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("no worker ", worker_id));
+  if (it->second.lost) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker_id, " is LOST: there is nothing to drain"));
+  }
+  return it->second.session_id;
+}
+
+void WorkerRegistry::RestoreDrains(
+    absl::flat_hash_map<std::string, std::string> session_by_worker) {
+  absl::MutexLock lock(&mu_);
+  restored_drains_ = std::move(session_by_worker);
 }
 
 absl::StatusOr<WorkerInfo> WorkerRegistry::Get(const std::string& worker_id) const {

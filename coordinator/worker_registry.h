@@ -119,6 +119,11 @@ class WorkerRegistry {
     // The id's previous session had expired (or was superseded) while holding a job: its rank
     // is lost.
     std::optional<WorkerFault> replaced;
+    // A new session of a drained worker: a drain restored after a coordinator restart (the
+    // same session as drained: RestoreDrains), or one ended (a new process, back from
+    // maintenance), whose record the caller forgets.
+    bool drain_restored = false;
+    bool drain_ended = false;
   };
   // Registers `request`'s session. InvalidArgument for an empty worker_id or session_id;
   // AlreadyExists when another session holds the id and its lease has not run out, unless the
@@ -175,6 +180,13 @@ class WorkerRegistry {
   // listed DRAINED once idle; a new session undrains it. Returns the job it holds ("" when
   // none). NotFound for an unknown id; FailedPrecondition for a LOST one.
   absl::StatusOr<std::string> SetDraining(const std::string& worker_id, bool draining);
+  // The session a drain of the worker applies to (what the store keeps, before SetDraining).
+  // NotFound for an unknown id; FailedPrecondition for a LOST one.
+  absl::StatusOr<std::string> DrainableSession(const std::string& worker_id) const;
+  // The drains saved before a coordinator restart, by worker id: the session that was drained.
+  // A worker registering again with that session is drained again (drain_restored); with
+  // another, the drain has ended (drain_ended).
+  void RestoreDrains(absl::flat_hash_map<std::string, std::string> session_by_worker);
   // The worker as List shows it. NotFound for an unknown id.
   absl::StatusOr<WorkerInfo> Get(const std::string& worker_id) const;
 
@@ -258,6 +270,9 @@ class WorkerRegistry {
   static int64_t MemoryOf(const Record& r,
                           const absl::flat_hash_map<std::string, HostShare>& hosts);
   static void SetJob(Record& r, const std::string& job_id);
+  // A new session of `r` registers: its drain ends, or one RestoreDrains kept applies again.
+  void DrainOfNewSessionLocked(const RegisterWorkerRequest& request, Record& r,
+                               RegisterResult& result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `info` (r.info, or WithShare's) with its listed state (DRAINED for a drained idle worker).
   static WorkerInfo Listed(const Record& r, WorkerInfo info);
   static WorkerState ListedState(const Record& r);
@@ -275,6 +290,8 @@ class WorkerRegistry {
   HeartbeatPace pace_ ABSL_GUARDED_BY(mu_);
   double max_rate_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no pacing, no interval in the answers
   absl::flat_hash_map<std::string, Record> workers_ ABSL_GUARDED_BY(mu_);
+  // RestoreDrains' drains whose worker has not registered since.
+  absl::flat_hash_map<std::string, std::string> restored_drains_ ABSL_GUARDED_BY(mu_);
   // Sweep scans every worker only after this (a lower bound of WatchLocked's times, made exact
   // by each scan); live_ counts the workers not LOST, for the pace.
   absl::Time next_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
