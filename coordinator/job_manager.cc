@@ -502,7 +502,11 @@ absl::StatusOr<HeartbeatResponse> JobManager::Heartbeat(const HeartbeatRequest& 
 void JobManager::PublishCheckpointsWanted() {
   absl::flat_hash_map<std::string, int64_t> wanted;
   for (const auto& [n, job] : jobs_) {
-    if (job.WaitsForNextSeal()) wanted[job.id] = job.sealed_step;
+    // A shrunk job that could grow back is asked too: it grows back at that seal (MaybeGrowBack)
+    // rather than at the next multiple of its interval, or never with interval 0.
+    if (job.WaitsForNextSeal() || (job.state == RUNNING && IdleToGrowBack(job).has_value())) {
+      wanted[job.id] = job.sealed_step;
+    }
   }
   if (options_.metrics != nullptr) options_.metrics->SetJobsAwaitingCheckpoint(wanted.size());
   absl::MutexLock lock(&wanted_mu_);

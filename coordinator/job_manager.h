@@ -333,6 +333,10 @@ class JobManager {
   // A job "shrink" put on fewer workers goes back to its submitted layout at the checkpoint of
   // `sealed_step` when enough workers are idle again (a Recovery with grow set).
   void MaybeGrowBack(ActiveJob& job, int64_t sealed_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The idle workers a shrunk `job` could grow back with at a seal now (enough to run its
+  // submitted layout with its own), or nullopt: not shrunk, not able to wait for a seal, or too
+  // few idle. O(1) unless it is shrunk and enough workers are idle.
+  std::optional<int64_t> IdleToGrowBack(const ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One scheduler step of a RECOVERING job: its view of the cluster, decided and applied: wait
   // for the old ranks to stop, then place it on `idle` (which loses the workers it takes),
   // shrink it, wait, or fail it.

@@ -171,16 +171,15 @@ void JobManager::ProposeRestart(ActiveJob& job, Recovery recovery, const std::st
   job.planned.restart = ActiveJob::PlannedRestart{std::move(recovery), why};
 }
 
-void JobManager::MaybeGrowBack(ActiveJob& job, int64_t sealed_step) {
-  if (job.state != RUNNING || job.OpenRecovery() != nullptr || job.planned.restart.has_value() ||
-      plan::PlannedWorkerLossPolicy(job.spec) != WORKER_LOSS_SHRINK ||
-      sealed_step >= job.spec.steps()) {
-    return;  // (the last step's checkpoint: nothing left to train)
+std::optional<int64_t> JobManager::IdleToGrowBack(const ActiveJob& job) {
+  if (!job.MovesAtNextSeal() || job.planned.restart.has_value() ||
+      plan::PlannedWorkerLossPolicy(job.spec) != WORKER_LOSS_SHRINK) {
+    return std::nullopt;
   }
   const int64_t full = plan::WorkersNeeded(job.spec.parallel());
   const int64_t running_on = static_cast<int64_t>(job.ranks.size());
-  if (running_on >= full) return;
-  // Rare (a shrunk job's checkpoint): one scan of the idle workers.
+  if (running_on >= full || running_on + registry_.Counts().idle < full) return std::nullopt;
+  // Rare (a shrunk job, and idle workers): one scan of the idle workers.
   const absl::flat_hash_set<std::string> excluded = WorkersFailedTwice(job.recoveries);
   int64_t idle = 0;
   for (const WorkerInfo& w : registry_.IdleWorkers()) {
@@ -190,13 +189,20 @@ void JobManager::MaybeGrowBack(ActiveJob& job, int64_t sealed_step) {
       ++idle;
     }
   }
-  if (running_on + idle < full) return;
+  if (running_on + idle < full) return std::nullopt;
+  return idle;
+}
+
+void JobManager::MaybeGrowBack(ActiveJob& job, int64_t sealed_step) {
+  if (sealed_step >= job.spec.steps()) return;  // the last step's: nothing left to train
+  const std::optional<int64_t> idle = IdleToGrowBack(job);
+  if (!idle.has_value()) return;
   const ParallelLayout& p = job.spec.parallel();
   Recovery grow;
   grow.set_grow(true);
   grow.set_cause(absl::StrFormat(
       "growing back to dp=%d pp=%d tp=%d at the checkpoint of step %d: %s idle again", p.dp(),
-      p.pp(), p.tp(), sealed_step, Plural(idle, "worker")));
+      p.pp(), p.tp(), sealed_step, Plural(*idle, "worker")));
   const std::string why = grow.cause();
   ProposeRestart(job, std::move(grow), why);
 }

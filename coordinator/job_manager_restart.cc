@@ -1,11 +1,13 @@
 // JobManager across restarts and pauses: the active jobs loaded from the store, the workers
 // that register again (re-attached, sent their assignment again, or failing the job they came
 // back without), and a pause of the coordinator's own process.
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/job_paths.h"
 #include "common/run_record.h"
 #include "common/status_macros.h"
@@ -28,11 +30,16 @@ absl::Status JobManager::Recover() {
     jobs_.emplace(JobNumber(job.id), std::move(job));
   }
   ASSIGN_OR_RETURN(auto drained, store_->DrainedWorkers());  // worker id -> session drained
+  std::vector<std::string> names;
+  for (const auto& [worker_id, session] : drained) names.push_back(worker_id);
+  std::sort(names.begin(), names.end());
   Log(absl::StrCat("store ", store_->path(), ": ", queued, " queued and ", resumed,
-                   " placed or running jobs to resume",
-                   drained.empty() ? ""
-                                   : absl::StrCat("; ", Plural(drained.size(), "drained worker"),
-                                                  " drained again when its session registers")));
+                   " placed or running jobs to resume"));
+  if (!names.empty()) {
+    Log(absl::StrCat(Plural(names.size(), "worker"), " drained before this restart (",
+                     absl::StrJoin(names, ", "),
+                     "): each is drained again when the same session registers"));
+  }
   registry_.RestoreDrains(std::move(drained));
   return absl::OkStatus();
 }

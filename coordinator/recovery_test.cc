@@ -219,7 +219,12 @@ TEST(Recovery, AShrunkJobGrowsBackAtACheckpointWhenWorkersReturn) {
   h.Beat("w1", "s-w1", "job-000001");
   ASSERT_EQ(h.Get("job-000001").state(), RUNNING);  // as dp=1 on w1
   ASSERT_TRUE(h.Step("w1", "s-w1", "job-000001", 11, 4.0).ok());
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 0);  // none idle
   ASSERT_TRUE(h.Register("w3", "s-w3").ok());  // a worker comes (back)
+  h.m().RunSchedulerPass();
+  // Its rank is asked for a checkpoint at once: it grows back there, not at its next interval.
+  EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 1);
   ReportProgressRequest sealed;
   sealed.set_worker_id("w1");
   sealed.set_session_id("s-w1");
@@ -535,7 +540,9 @@ TEST(Recovery, ADrainOutlivesACoordinatorRestartNotTheWorkersOwn) {
     ASSERT_TRUE(h.m().DrainWorker(drain).ok()) << w;
   }
   h.Open();  // the coordinator restarts
-  EXPECT_THAT(h.Log(), HasSubstr("2 drained workers drained again when its session registers"));
+  EXPECT_THAT(h.Log(),
+              HasSubstr("2 workers drained before this restart (w2, w3): each is drained again "
+                        "when the same session registers"));
   for (const char* w : {"w1", "w2"}) {
     ASSERT_TRUE(h.Register(w, absl::StrCat("s-", w), "job-000001").ok()) << w;
   }
@@ -563,7 +570,7 @@ TEST(Recovery, ADrainOutlivesACoordinatorRestartNotTheWorkersOwn) {
   EXPECT_THAT(job.reason(), HasSubstr("worker w2 drained"));
   // And again after another restart: w3's drain was forgotten, w2's kept.
   h.Open();
-  EXPECT_THAT(h.Log(), HasSubstr("1 drained worker drained again when its session registers"));
+  EXPECT_THAT(h.Log(), HasSubstr("1 worker drained before this restart (w2)"));
 }
 
 // The checkpoint a drain waits for is skipped by every rank (a full disk): the job moves off
