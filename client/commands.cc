@@ -712,6 +712,31 @@ int Rebalance(const Invocation& inv, CoordinatorStub& stub, Output& output) {
 //   job-000007: checkpoint asked for (last sealed: step 20); waiting for its seal
 //   job-000007: step 23 sealed in 1.6s (/ck/job-000007; dtrain checkpoints lists it)
 constexpr absl::Duration kCheckpointWait = absl::Minutes(10);
+
+// The coordinator went away while `dtrain checkpoint` waited (a restart, which does not keep
+// the ask): polls every second for up to --reconnect_for and, once it answers, asks again if no
+// step after `before` is sealed yet. What the poll returns then, or the last failure.
+absl::StatusOr<Job> AskAgainOnceBack(const Invocation& inv, CoordinatorStub& stub,
+                                     const std::string& id, int64_t before, const absl::Status& why,
+                                     Output& output) {
+  output.err << "dtrain: lost " << inv.coordinator << " (" << why.message()
+             << "); reconnecting for up to " << absl::FormatDuration(inv.reconnect_for)
+             << std::endl;
+  const absl::Time give_up = absl::Now() + inv.reconnect_for;
+  absl::StatusOr<Job> job = why;
+  while (absl::Now() < give_up) {
+    absl::SleepFor(absl::Seconds(1));
+    job = stub.GetJob(id);
+    if (job.ok() || ExitCodeFor(job.status()) != kExitUnreachable) break;
+  }
+  if (!job.ok() || job->checkpoint().last_sealed_step() > before || job->state() != RUNNING) {
+    return job;
+  }
+  output.err << "dtrain: reconnected to " << inv.coordinator << "; asking " << id
+             << " for its checkpoint again" << std::endl;
+  return stub.CheckpointJob(id);
+}
+
 int CheckpointNow(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
   if (!id.ok()) return Fail(id.status(), inv, output);
@@ -748,6 +773,9 @@ int CheckpointNow(const Invocation& inv, CoordinatorStub& stub, Output& output) 
     }
     absl::SleepFor(absl::Milliseconds(500));
     job = stub.GetJob(*id);
+    if (!job.ok() && ExitCodeFor(job.status()) == kExitUnreachable) {
+      job = AskAgainOnceBack(inv, stub, *id, before, job.status(), output);
+    }
     if (!job.ok()) return Fail(job.status(), inv, output);
     // Long steps or a slow disk: say where it is every 10 s (a skipped checkpoint, a full disk,
     // is in its log).

@@ -104,6 +104,11 @@ class FakeCoordinator final : public Coordinator::Service {
     if (request->job_id() != "job-000001") {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + request->job_id());
     }
+    if (checkpoint_asked && restart_after_ask) {  // the coordinator restarts: the ask is lost
+      restart_after_ask = false;
+      checkpoint_asked = false;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "failed to connect to all addresses");
+    }
     *job = MakeJob("job-000001", RUNNING);
     if (checkpoint_asked) {  // the next poll after `dtrain checkpoint`: sealed, or skipped
       if (skip_checkpoint) {
@@ -125,6 +130,7 @@ class FakeCoordinator final : public Coordinator::Service {
     }
     *job = MakeJob("job-000001", RUNNING);
     checkpoint_asked = true;
+    ++checkpoint_asks;
     return grpc::Status::OK;
   }
 
@@ -276,6 +282,8 @@ class FakeCoordinator final : public Coordinator::Service {
   std::atomic<int> last_limit{-1};
   std::atomic<bool> checkpoint_asked{false};
   std::atomic<bool> skip_checkpoint{false};
+  std::atomic<bool> restart_after_ask{false};
+  std::atomic<int> checkpoint_asks{0};
   std::function<void()> on_gone;
 };
 
@@ -439,6 +447,19 @@ TEST_F(CommandsTest, CheckpointWaitsForTheSealOrSaysWhyNot) {
                                     "went on: rank 0: no space left on /ck"));
   EXPECT_EQ(Run({"checkpoint", "job-000002"}), kExitOtherError);
   EXPECT_THAT(err_.str(), HasSubstr("job-000002 is SUCCEEDED"));
+}
+
+// The coordinator restarts while `dtrain checkpoint` waits, and with it the ask is gone: once
+// it answers again, the job is asked again, and the wait ends on the seal.
+TEST_F(CommandsTest, CheckpointAsksAgainAfterTheCoordinatorCameBack) {
+  fake_.restart_after_ask = true;
+  EXPECT_EQ(Run({"checkpoint", "job-000001"}), kExitOk) << err_.str();
+  EXPECT_EQ(fake_.checkpoint_asks, 2);
+  EXPECT_THAT(err_.str(),
+              HasSubstr("(GetJob: failed to connect to all addresses); reconnecting for "
+                        "up to 1m"));
+  EXPECT_THAT(err_.str(), HasSubstr("; asking job-000001 for its checkpoint again"));
+  EXPECT_THAT(out_.str(), HasSubstr("job-000001: step 7 sealed in "));
 }
 
 TEST_F(CommandsTest, StatusPrintsTheJob) {
