@@ -152,12 +152,17 @@ def restart_case(args, sig, name):
     """A coordinator stopped with `sig` and started again on the same --db and port keeps every
     job: a queued job stays QUEUED, the running one keeps training on its worker, re-attaches
     and SUCCEEDS, a `watch` across the restart reconnects and misses no step, and the history
-    of both survives a second restart."""
+    of both survives a second restart. A worker drained before the restart (w2, idle) is
+    DRAINED after it, its session registering again, and takes no job."""
     with Cluster(args.binaries, name) as c:
         c.write_corpus()
         c.start_coordinator()
         c.start_worker("w1")
-        c.wait_workers({"w1": "IDLE"})
+        c.start_worker("w2")
+        c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
+        rc, out, err = c.cli("workers", "drain", "w2")
+        expect(rc == 0, "drain of w2 exited %d: %s%s" % (rc, out, err))
+        c.wait_workers({"w2": "DRAINED"}, timeout=10)
         steps = 600
         running_id = c.submit(c.write_spec("running.json", long_spec(steps=steps, name="running")))
         # dp=2 needs two workers; there is one: it queues.
@@ -189,6 +194,7 @@ def restart_case(args, sig, name):
             time.sleep(2)  # the worker keeps training meanwhile
             c.start_coordinator()
 
+            c.wait_workers({"w1": "BUSY", "w2": "DRAINED"}, timeout=30)
             after_q = c.job(queued_id)
             expect(after_q["state"] == "QUEUED", "queued job after restart: %s" % after_q["state"])
             expect(after_q["spec"] == queued["spec"], "queued job's spec changed over the restart")
