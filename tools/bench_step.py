@@ -105,8 +105,10 @@ def main():
     ap.add_argument("--dtrain_local", default=os.path.join(ROOT, "bazel-bin/worker/dtrain-local"))
     ap.add_argument("--torch_python", default="/usr/bin/python3")
     ap.add_argument("--gpt_reference", default=GPT_REF, help="the PyTorch side's script")
-    ap.add_argument("--omp_wait_policy", default="PASSIVE", choices=["PASSIVE", "ACTIVE"],
-                    help="OMP_WAIT_POLICY of both sides (see the docstring)")
+    ap.add_argument("--omp_wait_policy", default="PASSIVE",
+                    choices=["PASSIVE", "ACTIVE", "DEFAULT"],
+                    help="OMP_WAIT_POLICY of both sides (see the docstring); DEFAULT: unset, "
+                    "libgomp's bounded spin before sleeping")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--steps", type=int, default=30, help="measured steps")
     ap.add_argument("--warmup", type=int, default=5, help="unmeasured first steps")
@@ -154,7 +156,10 @@ def main():
                        MKL_NUM_THREADS=str(n))
             # Both sides at their best on a shared machine (docstring): idle OpenMP workers
             # sleep instead of spinning on the cores the other threads need.
-            env["OMP_WAIT_POLICY"] = args.omp_wait_policy
+            if args.omp_wait_policy == "DEFAULT":
+                env.pop("OMP_WAIT_POLICY", None)
+            else:
+                env["OMP_WAIT_POLICY"] = args.omp_wait_policy
             row = {"threads": n}
             runs = {"dtrain": [], "torch": []}
             for rep in range(args.repeats):
