@@ -826,6 +826,9 @@ absl::StatusOr<ForgetWorkerResponse> JobManager::ForgetWorker(const std::string&
   ASSIGN_OR_RETURN(const WorkerInfo info, registry_.Get(worker_id));
   RETURN_IF_ERROR(registry_.Forget(worker_id));
   Log(absl::StrCat("worker ", worker_id, " forgotten"));
+  // A drain saved for it goes too: the next session of the id is a worker like any other.
+  const absl::Status undrained = store_->SetDrained(worker_id, "", false, NowMs());
+  if (!undrained.ok()) Log(absl::StrCat("worker ", worker_id, ": ", undrained.ToString()));
   ForgetWorkerResponse response;
   const std::string& host = info.host_label();
   if (host.empty() || registry_.AnyWorkerOnHost(host)) return response;

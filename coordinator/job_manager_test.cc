@@ -619,6 +619,11 @@ TEST(JobManager, AWorkerRunningAJobThisDatabaseNeverHadIsToldToStopAndTheLogSays
 TEST(JobManager, ForgetRemovesOnlyLostWorkers) {
   Harness h(TempDb("forget"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  DrainWorkerRequest drain;
+  drain.set_worker_id("w1");
+  drain.set_drain(true);
+  ASSERT_TRUE(h.m().DrainWorker(drain).ok());
+  ASSERT_EQ(h.m().store().DrainedWorkers()->size(), 1u);
   EXPECT_EQ(h.m().ForgetWorker("w1").status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(h.m().ForgetWorker("nobody").status().code(), absl::StatusCode::kNotFound);
   h.Advance(kLease + absl::Milliseconds(1));
@@ -626,6 +631,7 @@ TEST(JobManager, ForgetRemovesOnlyLostWorkers) {
   ASSERT_EQ(h.m().ListWorkers().workers(0).state(), LOST);
   EXPECT_TRUE(h.m().ForgetWorker("w1").ok());
   EXPECT_EQ(h.m().ListWorkers().workers_size(), 0);
+  EXPECT_TRUE(h.m().store().DrainedWorkers()->empty());  // its drain is forgotten with it
 }
 
 TEST(JobManager, ACudaJobIsNeverPlacedOnCpuWorkersAndSaysWhatItWaitsFor) {
