@@ -187,7 +187,8 @@ void JobManager::GoAheadWithoutSeal(ActiveJob& job, const CheckpointSkipped& ski
                      " goes ahead now, from ",
                      job.sealed_step > 0 ? absl::StrCat("the checkpoint of step ", job.sealed_step)
                                          : std::string("the start (none sealed)"),
-                     "; steps ", job.sealed_step + 1, "-", job.last_step, " are trained again"));
+                     "; steps ", job.sealed_step + 1, "-", std::max(job.last_step, skipped.step()),
+                     " are trained again"));
   MaybeYield(job, job.sealed_step);  // first, as at a seal
   MaybeMoveOffDrained(job);
 }
