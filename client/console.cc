@@ -102,6 +102,7 @@ struct Permissions {
   bool cancel = false;  // CancelJob
   bool submit = false;  // SubmitJob: resubmit
   bool remove = false;  // DeleteJob
+  bool drain = false;   // DrainWorker: drain and undrain from the workers page
   std::string name;     // the certificate's CN: Job.owner of the jobs it submits
 };
 
@@ -199,6 +200,18 @@ class Console {
                           OnOwnThread([&] { return stub_.SetJobPriority(job_id, *priority); }));
       }
       id = rest;
+      if (absl::ConsumePrefix(&id, "workers/") && !id.empty()) {
+        // `dtrain workers drain ID [--now]` (?now=1), `dtrain workers undrain ID`.
+        DrainWorkerRequest drain;
+        drain.set_drain(absl::ConsumeSuffix(&id, "/drain"));
+        if (!drain.drain() && !absl::ConsumeSuffix(&id, "/undrain")) {
+          return SendError(connection, absl::NotFoundError(absl::StrCat("no POST ", path)));
+        }
+        drain.set_worker_id(std::string(id));
+        drain.set_now(QueryValue(request->query_string, "now") == "1");
+        return SendResult(connection, OnOwnThread([&] { return stub_.DrainWorker(drain); }));
+      }
+      id = rest;
       if (absl::ConsumePrefix(&id, "jobs/") && absl::ConsumeSuffix(&id, "/resubmit") &&
           !id.empty()) {
         const std::string job_id(id);
@@ -214,6 +227,7 @@ class Console {
       (*body.mutable_fields())["may_cancel"].set_bool_value(may_.cancel);
       (*body.mutable_fields())["may_submit"].set_bool_value(may_.submit);
       (*body.mutable_fields())["may_delete"].set_bool_value(may_.remove);
+      (*body.mutable_fields())["may_drain"].set_bool_value(may_.drain);
       (*body.mutable_fields())["name"].set_string_value(may_.name);
       (*body.mutable_fields())["coordinator"].set_string_value(stub_.address());
       return SendJson(connection, 200, ToJsonLine(body));
@@ -374,6 +388,7 @@ absl::StatusOr<Permissions> AskPermissions(CoordinatorStub& stub) {
     may.cancel = may.cancel || method == "CancelJob";
     may.submit = may.submit || method == "SubmitJob";
     may.remove = may.remove || method == "DeleteJob";
+    may.drain = may.drain || method == "DrainWorker";
   }
   return may;
 }

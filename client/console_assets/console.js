@@ -65,6 +65,7 @@ async function loadWhoami() {
   whoami = await api("whoami");
   $("whoami").textContent = "as " + whoami.identity + " · coordinator " + whoami.coordinator;
   document.body.dataset.mayCancel = whoami.may_cancel ? "1" : "0";
+  document.body.dataset.mayDrain = whoami.may_drain ? "1" : "0";
 }
 
 // --- jobs ---------------------------------------------------------------------------------
@@ -164,14 +165,43 @@ async function workersPage() {
           el("td", {}, (w.allowed_roots || []).join(", ")),
           el("td", {}, w.job_id ? el("a", {href: "/job.html?id=" + encodeURIComponent(w.job_id)}, w.job_id) : ""),
           el("td", {class: "num"}, age(w.last_heartbeat_unix_ms)),
-          el("td", {}, w.address))));
+          el("td", {}, w.address),
+          el("td", {class: "actions"}, ...drainButtons(w)))));
       showError(null);
       document.body.dataset.ready = "1";
     } catch (e) { showError(e); }
   };
+  workersRefresh = refresh;
   await loadWhoami();
+  $("workers-actions").hidden = !whoami.may_drain;
   await refresh();
   setInterval(refresh, 2000);
+}
+
+let workersRefresh = null;
+
+// `dtrain workers drain ID` / `undrain ID` (admins: whoami.may_drain). A drained worker takes no
+// new job; the job it runs moves off it at its next sealed checkpoint, asked for at once.
+function drainButtons(w) {
+  if (!whoami || !whoami.may_drain || w.state === "LOST") return [];
+  const id = encodeURIComponent(w.worker_id);
+  if (w.draining || w.state === "DRAINED") {
+    return [el("button", {class: "undrain", onclick: () => drainWorker(id, "undrain", "")}, "Undrain")];
+  }
+  return [el("button", {class: "drain", onclick: () => drainWorker(id, "drain", "")}, "Drain")];
+}
+
+async function drainWorker(id, action, query) {
+  if (action === "drain" &&
+      !confirm("Drain " + decodeURIComponent(id) + "? It takes no new job; its job moves off it at its next checkpoint.")) {
+    return;
+  }
+  try {
+    await api("workers/" + id + "/" + action + query,
+              {method: "POST", headers: {"X-Dtrain-Console": "1"}});
+    showError(null);
+    if (workersRefresh) await workersRefresh();
+  } catch (e) { showError(e); }
 }
 
 // --- one job ------------------------------------------------------------------------------

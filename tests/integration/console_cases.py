@@ -63,13 +63,14 @@ def refused_to_start(c, what, args, want, cert="admin"):
 def case_console(args):
     """dtrain console on a TLS cluster, in headless chromium: the jobs page lists the jobs; a
     finished pp=2 job's page draws loss and tokens/s curves with one point per step and a
-    placement grid of dp x pp x tp cells; the workers page lists every worker; an admin sees a
+    placement grid of dp x pp x tp cells; the workers page lists every worker, and an admin drains
+    an idle one from it (DRAINED at the coordinator) and undrains it; an admin sees a
     cancel button on a running job and gets its diagnosis, plan and the Gantt chart of its newest
     step (both ranks' F and B, arrows from stage to stage) at a click, and sets its priority
     from the page (the coordinator keeps it; the jobs page's column shows it) and has it
     checkpoint now (a step sealed within seconds); both jobs' loss
     curves overlay on the compare page; a viewer sees no cancel button, and the viewer's console passes on the
-    coordinator's refusal of a cancel, a resubmit and a priority (403 PERMISSION_DENIED; the job
+    coordinator's refusal of a cancel, a resubmit, a priority and a drain (403 PERMISSION_DENIED; the job
     keeps running), and a priority that is no number is refused (400); the admin's page shows the job's log at a click and offers resubmit. A POST
     without the console's header and a request with a foreign Host are refused; without
     credentials, or on a non-loopback address without --listen_public, it does not start; with
@@ -190,6 +191,15 @@ def case_console(args):
                              "[...document.querySelectorAll('#workers tbody tr')].map("
                              "r => r.dataset.id)", 20, "three workers")
             expect(sorted(workers) == ["w1", "w2", "w3"], "workers page: %s" % workers)
+            # The idle one drained and undrained from the page (an admin's buttons).
+            idle = b.wait("(r => r && r.dataset.id)(document.querySelector("
+                          "'#workers tbody tr[data-state=\"IDLE\"]'))", 20, "an idle worker")
+            row = "document.querySelector('#workers tbody tr[data-id=\"%s\"]')" % idle
+            b.eval("window.confirm = () => true; %s.querySelector('button.drain').click()" % row)
+            b.wait("%s.dataset.state === 'DRAINED'" % row, 20, "%s DRAINED" % idle)
+            expect(c.workers_by_id()[idle]["state"] == "DRAINED", "the coordinator's %s" % idle)
+            b.eval("%s.querySelector('button.undrain').click()" % row)
+            b.wait("%s.dataset.state === 'IDLE'" % row, 20, "%s IDLE again" % idle)
 
             # The jobs page's priority column.
             b.open(base + "/")
@@ -224,6 +234,12 @@ def case_console(args):
                                   {"X-Dtrain-Console": "1"})
         expect(status == 403 and "may not call SetJobPriority" in body,
                "viewer priority through the console: %d %s" % (status, body))
+        status, _, body = request(viewer, "/api/workers/w1/drain", "POST", {"X-Dtrain-Console": "1"})
+        expect(status == 403 and "may not call DrainWorker" in body,
+               "viewer drain through the console: %d %s" % (status, body))
+        status, _, body = request(admin, "/api/workers/w1/repaint", "POST", {"X-Dtrain-Console": "1"})
+        expect(status == 404 and "no POST /api/workers/w1/repaint" in body,
+               "an unknown worker action: %d %s" % (status, body))
         status, _, body = request(admin, "/api/jobs/%s/priority?value=high" % running, "POST",
                                   {"X-Dtrain-Console": "1"})
         expect(status == 400 and "priority 'high' is not a whole number" in body,
