@@ -77,8 +77,12 @@ class DataConnection {
 
   // Writes or reads exactly `n` bytes. `check` is called every 100 ms while the socket blocks
   // (a non-OK result ends the wait with it). Read: OutOfRange for the peer's close_notify
-  // before the first byte (it left cleanly), Unavailable for a connection that broke.
-  absl::Status Write(const void* data, size_t n, const std::function<absl::Status()>& check);
+  // before the first byte (it left cleanly), Unavailable for a connection that broke. Write's
+  // records wait in a write buffer and leave in large send(2) calls; the buffer is flushed
+  // before Write returns unless `more` (another Write follows at once: a frame's header before
+  // its payload).
+  absl::Status Write(const void* data, size_t n, const std::function<absl::Status()>& check,
+                     bool more = false);
   absl::Status Read(void* data, size_t n, const std::function<absl::Status()>& check);
   // Sends close_notify and waits for the peer's by `deadline` (false if it did not come).
   bool Close(absl::Time deadline);
@@ -88,6 +92,8 @@ class DataConnection {
   void Abort();
 
  private:
+  absl::Status Flush(const std::function<absl::Status()>& check);
+
   const int fd_;
   SSL* const ssl_;
 };
