@@ -38,9 +38,8 @@ constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
 constexpr int64_t kMinPartBytes = 64 << 10;
 constexpr uint32_t kMaxHeaderBytes = 64 << 10;
 constexpr uint64_t kMaxPayloadBytes = 64 << 20;
-constexpr size_t kReadBufferBytes = 256 << 10;
-// Encrypted records are written through a buffer of this size (AttachSocket).
-constexpr int kWriteBufferBytes = 256 << 10;
+// Encrypted records are read and written through buffers of this size (AttachSocket).
+constexpr int kSocketBufferBytes = 256 << 10;
 // Frames a connection's reader may hold, read but not yet its turn.
 constexpr int kReadAheadFrames = 2;
 
@@ -92,27 +91,29 @@ void RestrictToPskTls13(SSL_CTX* ctx) {
   SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
   SSL_CTX_set_num_tickets(ctx, 0);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  // Read several records per recv(2) instead of a header and a body each.
-  SSL_CTX_set_read_ahead(ctx, 1);
-  SSL_CTX_set_default_read_buffer_len(ctx, kReadBufferBytes);
+  // No read-ahead: OpenSSL 3.0 moves the bytes it read ahead to the front of its buffer before
+  // each record (ssl3_read_n's payload alignment), so a 256 KiB read-ahead copied every byte
+  // about eight times. The socket's buffer BIO (AttachSocket) reads as much per recv(2).
 }
 
-// The socket under `ssl`: read directly (read-ahead already fills kReadBufferBytes per
-// recv(2)), written through a BIO_f_buffer of kWriteBufferBytes, so that a frame's 16 KiB
-// records leave in a few large send(2) calls instead of one each (DataConnection::Write flushes
-// it). The socket stays the caller's to close (BIO_NOCLOSE). False when OpenSSL cannot make the
-// BIOs.
+// The socket under `ssl`, through a BIO_f_buffer of kSocketBufferBytes each way: a frame's
+// 16 KiB records leave in a few large send(2) calls instead of one each (DataConnection::Write
+// flushes it at the end of a frame), and arrive in large recv(2) calls from which OpenSSL takes
+// each record's header and body. A connection is written by one thread at a time and read by
+// one (never both at once), as an SSL requires anyway. The socket stays the caller's to close
+// (BIO_NOCLOSE). False when OpenSSL cannot make the BIOs.
 bool AttachSocket(SSL* ssl, int fd) {
   BIO* socket = BIO_new_socket(fd, BIO_NOCLOSE);
   BIO* buffer = BIO_new(BIO_f_buffer());
   if (socket == nullptr || buffer == nullptr ||
-      BIO_set_write_buffer_size(buffer, kWriteBufferBytes) <= 0 || BIO_up_ref(socket) != 1) {
+      BIO_set_read_buffer_size(buffer, kSocketBufferBytes) <= 0 ||
+      BIO_set_write_buffer_size(buffer, kSocketBufferBytes) <= 0) {
     BIO_free(buffer);
     BIO_free(socket);
     return false;
   }
-  BIO_push(buffer, socket);  // the write chain holds one reference, the read side the other
-  SSL_set_bio(ssl, socket, buffer);
+  BIO_push(buffer, socket);
+  SSL_set_bio(ssl, buffer, buffer);  // one reference for both; SSL_free frees the chain
   return true;
 }
 
