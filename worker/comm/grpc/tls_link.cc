@@ -321,18 +321,20 @@ absl::Status DataConnection::Read(void* data, size_t n,
 }
 
 bool DataConnection::Close(absl::Time deadline) {
-  ERR_clear_error();
-  if (SSL_shutdown(ssl_) < 0) return false;
-  char byte;
-  const absl::Status answered = Read(&byte, 1, [deadline] {
+  const auto until_deadline = [deadline] {
     return absl::Now() < deadline ? absl::OkStatus() : absl::DeadlineExceededError("");
-  });
-  return absl::IsOutOfRange(answered);
+  };
+  ERR_clear_error();
+  // The close_notify may wait in the write buffer when the socket was full.
+  if (SSL_shutdown(ssl_) < 0 || !Flush(until_deadline).ok()) return false;
+  char byte;
+  return absl::IsOutOfRange(Read(&byte, 1, until_deadline));
 }
 
 void DataConnection::AnswerClose() {
   ERR_clear_error();
   SSL_shutdown(ssl_);
+  BIO_flush(SSL_get_wbio(ssl_));  // best effort, as OpenSSL's own after an alert
 }
 
 void DataConnection::Abort() { ::shutdown(fd_, SHUT_RDWR); }
