@@ -59,6 +59,9 @@ struct ActiveJob {
     RecoveryPhase phase = RecoveryPhase::kNone;
     std::vector<std::string> stopping;
     absl::Time phase_start = absl::InfinitePast();
+    // The submitted layout did not fit the idle workers (their memory): this recovery resumes
+    // on the layout the job ran on instead of waiting for it.
+    bool submitted_layout_refused = false;
   };
   // Since when the run has made no step (RUNNING entered, or the last step), whether that stall
   // was diagnosed, and the diagnosis (Options::diagnose_stall_after). The one diagnosis of a run
@@ -142,6 +145,9 @@ struct ActiveJob {
   DiagnosisState diagnosis;
   StragglerState stragglers;
   Planned planned;
+  // The workers (own and idle, sorted ids joined by ",") a shrunk job could not grow back onto:
+  // no grow back is asked for again until they change (JobManager::IdleToGrowBack).
+  std::string grow_refused_on;
 
   // A plan waits for this running job's next sealed checkpoint (a preemption's yield, a drain,
   // a rebalance): its workers are asked for one at once (HeartbeatResponse.checkpoint_requests)

@@ -245,6 +245,7 @@ class JobManager {
     JobSpec shrunk;  // the smaller layout "shrink" would take (kPlaceShrunk)
     std::string shrink_note;
     absl::flat_hash_set<std::string> excluded;  // workers that failed the job twice
+    std::string deferred_because;               // the last placement's error (PlaceRecovery)
   };
 
   class JobsLock;  // mu_, plus the notifications it defers until unlock
@@ -329,6 +330,12 @@ class JobManager {
   // Records a planned restart a policy proposes, unless one is proposed already; the caller
   // reconciles (the decision begins it), never while iterating jobs_.
   void ProposeRestart(ActiveJob& job, Recovery recovery, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A recovery of a shrunk job could not place its submitted layout (`placing`: the workers'
+  // memory): it resumes on the layout it ran on, and no grow back is asked for again until the
+  // idle workers change (ActiveJob::grow_refused_on). False when that does not apply (not shrunk,
+  // or already refused: the placement waits as before).
+  bool RefuseSubmittedLayout(ActiveJob& job, const Placing& placing)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A job "shrink" put on fewer workers goes back to its submitted layout at the checkpoint of
   // `sealed_step` when enough workers are idle again (a Recovery with grow set).

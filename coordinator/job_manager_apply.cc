@@ -215,6 +215,7 @@ absl::Status JobManager::BeginRecovery(ActiveJob& job, Recovery recovery, const 
   job.planned = ActiveJob::Planned();
   job.planned.checkpoint_after = checkpoint_after;
   job.recovery.phase = RecoveryPhase::kStop;
+  job.recovery.submitted_layout_refused = false;
   job.recovery.stopping = std::move(stopping);
   job.recovery.phase_start = Now();
   Wake();

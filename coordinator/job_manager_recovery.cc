@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_manager_internal.h"
 #include "coordinator/recovery.h"
@@ -181,15 +182,22 @@ std::optional<int64_t> JobManager::IdleToGrowBack(const ActiveJob& job) {
   if (running_on >= full || running_on + registry_.Counts().idle < full) return std::nullopt;
   // Rare (a shrunk job, and idle workers): one scan of the idle workers.
   const absl::flat_hash_set<std::string> excluded = WorkersFailedTwice(job.recoveries);
+  std::vector<std::string> ids;  // its own workers and the idle ones it would grow onto
+  for (const auto& [worker_id, rank] : job.rank_of) ids.push_back(worker_id);
   int64_t idle = 0;
   for (const WorkerInfo& w : registry_.IdleWorkers()) {
     // (A rank of this run that already finished is idle too, and counted as running.)
     if (DeviceFits(job.spec.device(), w.device().kind()) && !excluded.contains(w.worker_id()) &&
         !job.rank_of.contains(w.worker_id())) {
       ++idle;
+      ids.push_back(w.worker_id());
     }
   }
   if (running_on + idle < full) return std::nullopt;
+  std::sort(ids.begin(), ids.end());
+  if (!job.grow_refused_on.empty() && absl::StrJoin(ids, ",") == job.grow_refused_on) {
+    return std::nullopt;  // its submitted layout did not fit these workers
+  }
   return idle;
 }
 
@@ -225,6 +233,8 @@ void JobManager::AdvanceRecovery(ActiveJob& job, std::vector<plan::Candidate>* i
       case Action::kPlace:
       case Action::kPlaceShrunk:
         if (PlaceRecovery(job, d.action == Action::kPlaceShrunk, placing)) return;
+        // A shrunk job whose submitted layout does not fit resumes on the one it ran on.
+        if (d.action == Action::kPlace && RefuseSubmittedLayout(job, placing)) continue;
         deferred = true;
         continue;
       case Action::kWait:
@@ -269,9 +279,11 @@ ClusterView JobManager::RecoveryView(ActiveJob& job, Placing* placing) {
   }
   // The submitted layout when the workers are there (after a shrink too), else the current one.
   const int64_t usable = static_cast<int64_t>(placing->candidates.size());
-  placing->spec =
-      KeepCut(r, job.run_spec,
-              usable >= plan::WorkersNeeded(job.spec.parallel()) ? job.spec : job.run_spec);
+  placing->spec = KeepCut(
+      r, job.run_spec,
+      usable >= plan::WorkersNeeded(job.spec.parallel()) && !job.recovery.submitted_layout_refused
+          ? job.spec
+          : job.run_spec);
   view.usable_idle = static_cast<int>(usable);
   view.needed = static_cast<int>(plan::WorkersNeeded(placing->spec.parallel()));
   if (!r.preempted_by().empty()) {  // back in the queue, in effect: no shrinking
@@ -307,6 +319,26 @@ void JobManager::EndStopPhase(ActiveJob& job) {
                                                 Plural(stopping, "rank"), r->stop_ms() / 1e3));
 }
 
+bool JobManager::RefuseSubmittedLayout(ActiveJob& job, const Placing& placing) {
+  const int64_t submitted = plan::WorkersNeeded(job.spec.parallel());
+  if (job.recovery.submitted_layout_refused ||
+      plan::WorkersNeeded(placing.spec.parallel()) != submitted ||
+      plan::WorkersNeeded(job.run_spec.parallel()) >= submitted) {
+    return false;  // not the submitted layout of a shrunk job
+  }
+  job.recovery.submitted_layout_refused = true;
+  std::vector<std::string> ids;
+  for (const plan::Candidate& c : placing.candidates) ids.push_back(c.worker->worker_id());
+  std::sort(ids.begin(), ids.end());
+  job.grow_refused_on = absl::StrJoin(ids, ",");
+  const ParallelLayout& p = job.run_spec.parallel();
+  Event(job.id, absl::StrFormat("the submitted layout does not fit the %d usable idle workers "
+                                "(%s): resuming on the layout it ran on, dp=%d pp=%d tp=%d; it "
+                                "grows back when other workers are idle",
+                                ids.size(), placing.deferred_because, p.dp(), p.pp(), p.tp()));
+  return true;
+}
+
 bool JobManager::PlaceRecovery(ActiveJob& job, bool shrunk, Placing& placing) {
   const JobSpec spec = shrunk ? placing.shrunk : placing.spec;
   absl::Status status = Place(job, spec, placing.candidates, placing.idle, placing.counts);
@@ -316,6 +348,7 @@ bool JobManager::PlaceRecovery(ActiveJob& job, bool shrunk, Placing& placing) {
   }
   if (!status.ok()) {
     Log(absl::StrCat(job.id, ": recovery placement deferred: ", status.ToString()));
+    placing.deferred_because = std::string(status.message());
     return false;
   }
   Recovery* r = job.OpenRecovery();

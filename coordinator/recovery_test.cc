@@ -205,8 +205,9 @@ TEST(Recovery, ShrinkContinuesOnFewerReplicasWithTheSameBatch) {
                                    "2 micro-batches per replica)"));
 }
 
-TEST(Recovery, AShrunkJobGrowsBackAtACheckpointWhenWorkersReturn) {
-  Harness h(TempDb("recover-grow"));
+// A dp=2 job on w1, w2 loses w2 and shrinks onto w1 (dp=1), which trains step 11 there: its
+// recovery is done.
+void ShrinkOntoW1(Harness& h) {
   h.RunOn(2, Pp2Spec(R"("max_restarts": 1)", R"("dp": 2)"));
   ASSERT_TRUE(h.Failure("w1", "job-000001", FAILURE_PEER, "all-reduce broke", {"w2"}).ok());
   h.Advance(absl::Seconds(3));
@@ -219,6 +220,11 @@ TEST(Recovery, AShrunkJobGrowsBackAtACheckpointWhenWorkersReturn) {
   h.Beat("w1", "s-w1", "job-000001");
   ASSERT_EQ(h.Get("job-000001").state(), RUNNING);  // as dp=1 on w1
   ASSERT_TRUE(h.Step("w1", "s-w1", "job-000001", 11, 4.0).ok());
+}
+
+TEST(Recovery, AShrunkJobGrowsBackAtACheckpointWhenWorkersReturn) {
+  Harness h(TempDb("recover-grow"));
+  ShrinkOntoW1(h);
   h.m().RunSchedulerPass();
   EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 0);  // none idle
   ASSERT_TRUE(h.Register("w3", "s-w3").ok());  // a worker comes (back)
@@ -252,6 +258,44 @@ TEST(Recovery, AShrunkJobGrowsBackAtACheckpointWhenWorkersReturn) {
   const std::vector<Recovery> recoveries(job.recoveries().begin(), job.recoveries().end());
   EXPECT_EQ(FailureCount(recoveries), 1);
   EXPECT_THAT(ReasonNamingEveryFailure("x", recoveries), Not(HasSubstr("growing back")));
+}
+
+// A shrunk job whose submitted layout does not fit the idle workers (one too small for a rank)
+// resumes on the layout it ran on instead of waiting for it until wait_for fails the job, and
+// is not asked to grow back onto the same workers again; another idle worker asks again.
+TEST(Recovery, AGrowBackThatDoesNotFitResumesOnTheLayoutItRanOn) {
+  Harness h(TempDb("recover-grow-small"));
+  ShrinkOntoW1(h);
+  RegisterWorkerRequest small;  // idle, but 1 KiB: no rank of the job fits
+  small.set_worker_id("w3");
+  small.set_session_id("s-w3");
+  small.set_address("w3:7071");
+  small.set_host_label("host");
+  small.mutable_device()->set_kind("cpu");
+  small.mutable_device()->set_memory_bytes(1024);
+  ASSERT_TRUE(h.m().RegisterWorker(small).ok());
+  h.m().RunSchedulerPass();
+  ASSERT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 1);
+  ASSERT_TRUE(h.Sealed("job-000001", 20, "/c/job-000001/step_00000020").ok());
+  ASSERT_EQ(h.Get("job-000001").state(), RECOVERING);  // growing back
+  h.Beat("w1", "s-w1");                                // its run stopped
+  h.Beat("w3", "s-w3");
+  h.m().RunSchedulerPass();
+  Job job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), PLACING) << job.reason();
+  EXPECT_EQ(job.placement().ranks_size(), 1);
+  EXPECT_THAT(Events(h),
+              HasSubstr("the submitted layout does not fit the 2 usable idle workers ("));
+  EXPECT_THAT(Events(h), HasSubstr("): resuming on the layout it ran on, dp=1 pp=1 tp=1"));
+  h.Beat("w1", "s-w1");  // its assignment
+  h.Beat("w1", "s-w1", "job-000001");
+  ASSERT_EQ(h.Get("job-000001").state(), RUNNING);
+  ASSERT_TRUE(h.Step("w1", "s-w1", "job-000001", 21, 4.0).ok());
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 0);  // not again
+  ASSERT_TRUE(h.Register("w4", "s-w4").ok());  // a worker that may fit
+  h.m().RunSchedulerPass();
+  EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 1);
 }
 
 TEST(Recovery, WaitGivesUpAfterWaitFor) {
