@@ -356,6 +356,10 @@ bool JobManager::PlaceRecovery(ActiveJob& job, bool shrunk, Placing& placing) {
   *r->mutable_layout() = spec.parallel();
   for (const ActiveJob::Rank& rank : job.ranks) r->add_workers(rank.worker_id);
   job.run_spec = spec;
+  // On its submitted layout again: a later shrink may try any workers to grow back onto.
+  if (plan::WorkersNeeded(spec.parallel()) == plan::WorkersNeeded(job.spec.parallel())) {
+    job.grow_refused_on.clear();
+  }
   job.recovery.phase = RecoveryPhase::kLoad;
   SaveRecoveries(job);
   Event(job.id, absl::StrFormat("recovery %d: placed on %s (dp=%d pp=%d tp=%d)%s; resuming from "

@@ -296,6 +296,12 @@ TEST(Recovery, AGrowBackThatDoesNotFitResumesOnTheLayoutItRanOn) {
   ASSERT_TRUE(h.Register("w4", "s-w4").ok());  // a worker that may fit
   h.m().RunSchedulerPass();
   EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 1);
+  ASSERT_TRUE(h.Sealed("job-000001", 22, "/c/job-000001/step_00000022").ok());
+  for (const char* w : {"w1", "w3", "w4"}) h.Beat(w, absl::StrCat("s-", w));
+  h.m().RunSchedulerPass();
+  job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), PLACING) << job.reason();
+  EXPECT_EQ(job.placement().ranks_size(), 2);  // dp=2 again, on w1 and w4
 }
 
 TEST(Recovery, WaitGivesUpAfterWaitFor) {
