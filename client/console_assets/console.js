@@ -186,18 +186,18 @@ function drainButtons(w) {
   if (!whoami || !whoami.may_drain || w.state === "LOST") return [];
   const id = encodeURIComponent(w.worker_id);
   if (w.draining || w.state === "DRAINED") {
-    return [el("button", {class: "undrain", onclick: () => drainWorker(id, "undrain", "")}, "Undrain")];
+    return [el("button", {class: "undrain", onclick: () => drainWorker(id, "undrain")}, "Undrain")];
   }
-  return [el("button", {class: "drain", onclick: () => drainWorker(id, "drain", "")}, "Drain")];
+  return [el("button", {class: "drain", onclick: () => drainWorker(id, "drain")}, "Drain")];
 }
 
-async function drainWorker(id, action, query) {
+async function drainWorker(id, action) {
   if (action === "drain" &&
       !confirm("Drain " + decodeURIComponent(id) + "? It takes no new job; its job moves off it at its next checkpoint.")) {
     return;
   }
   try {
-    await api("workers/" + id + "/" + action + query,
+    await api("workers/" + id + "/" + action,
               {method: "POST", headers: {"X-Dtrain-Console": "1"}});
     showError(null);
     if (workersRefresh) await workersRefresh();
