@@ -714,11 +714,10 @@ int Rebalance(const Invocation& inv, CoordinatorStub& stub, Output& output) {
 constexpr absl::Duration kCheckpointWait = absl::Minutes(10);
 
 // The coordinator went away while `dtrain checkpoint` waited (a restart, which does not keep
-// the ask): polls every second for up to --reconnect_for and, once it answers, asks again if no
-// step after `before` is sealed yet. What the poll returns then, or the last failure.
-absl::StatusOr<Job> AskAgainOnceBack(const Invocation& inv, CoordinatorStub& stub,
-                                     const std::string& id, int64_t before, const absl::Status& why,
-                                     Output& output) {
+// the ask): polls every second for up to --reconnect_for. What the poll returns then, or the
+// last failure; the caller asks again once the job runs (`*ask_again`).
+absl::StatusOr<Job> Reconnect(const Invocation& inv, CoordinatorStub& stub, const std::string& id,
+                              const absl::Status& why, bool* ask_again, Output& output) {
   output.err << "dtrain: lost " << inv.coordinator << " (" << why.message()
              << "); reconnecting for up to " << absl::FormatDuration(inv.reconnect_for)
              << std::endl;
@@ -729,12 +728,8 @@ absl::StatusOr<Job> AskAgainOnceBack(const Invocation& inv, CoordinatorStub& stu
     job = stub.GetJob(id);
     if (job.ok() || ExitCodeFor(job.status()) != kExitUnreachable) break;
   }
-  if (!job.ok() || job->checkpoint().last_sealed_step() > before || job->state() != RUNNING) {
-    return job;
-  }
-  output.err << "dtrain: reconnected to " << inv.coordinator << "; asking " << id
-             << " for its checkpoint again" << std::endl;
-  return stub.CheckpointJob(id);
+  *ask_again = job.ok();
+  return job;
 }
 
 int CheckpointNow(const Invocation& inv, CoordinatorStub& stub, Output& output) {
@@ -750,6 +745,7 @@ int CheckpointNow(const Invocation& inv, CoordinatorStub& stub, Output& output) 
                << "); waiting for its seal" << std::endl;
   }
   absl::Time last_said = start;
+  bool ask_again = false;  // the coordinator restarted: ask again once the job runs
   const int64_t skipped_before = job->checkpoint().last_skipped_step();
   while (job->checkpoint().last_sealed_step() <= before) {
     if (job->checkpoint().last_skipped_step() > std::max(before, skipped_before)) {
@@ -774,7 +770,14 @@ int CheckpointNow(const Invocation& inv, CoordinatorStub& stub, Output& output) 
     absl::SleepFor(absl::Milliseconds(500));
     job = stub.GetJob(*id);
     if (!job.ok() && ExitCodeFor(job.status()) == kExitUnreachable) {
-      job = AskAgainOnceBack(inv, stub, *id, before, job.status(), output);
+      job = Reconnect(inv, stub, *id, job.status(), &ask_again, output);
+    }
+    if (job.ok() && ask_again && job->state() == RUNNING &&
+        job->checkpoint().last_sealed_step() <= before) {  // back, and running: ask again
+      output.err << "dtrain: reconnected to " << inv.coordinator << "; asking " << *id
+                 << " for its checkpoint again" << std::endl;
+      ask_again = false;
+      job = stub.CheckpointJob(*id);
     }
     if (!job.ok()) return Fail(job.status(), inv, output);
     // Long steps or a slow disk: say where it is every 10 s (a skipped checkpoint, a full disk,

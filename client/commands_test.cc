@@ -109,6 +109,11 @@ class FakeCoordinator final : public Coordinator::Service {
       checkpoint_asked = false;
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "failed to connect to all addresses");
     }
+    if (recovering_polls > 0) {  // back, but the job is not running yet
+      --recovering_polls;
+      *job = MakeJob("job-000001", RECOVERING);
+      return grpc::Status::OK;
+    }
     *job = MakeJob("job-000001", RUNNING);
     if (checkpoint_asked) {  // the next poll after `dtrain checkpoint`: sealed, or skipped
       if (skip_checkpoint) {
@@ -283,6 +288,7 @@ class FakeCoordinator final : public Coordinator::Service {
   std::atomic<bool> checkpoint_asked{false};
   std::atomic<bool> skip_checkpoint{false};
   std::atomic<bool> restart_after_ask{false};
+  std::atomic<int> recovering_polls{0};
   std::atomic<int> checkpoint_asks{0};
   std::function<void()> on_gone;
 };
@@ -450,9 +456,11 @@ TEST_F(CommandsTest, CheckpointWaitsForTheSealOrSaysWhyNot) {
 }
 
 // The coordinator restarts while `dtrain checkpoint` waits, and with it the ask is gone: once
-// it answers again, the job is asked again, and the wait ends on the seal.
+// it answers again and the job runs again (it is RECOVERING for two polls here), the job is
+// asked again, and the wait ends on the seal.
 TEST_F(CommandsTest, CheckpointAsksAgainAfterTheCoordinatorCameBack) {
   fake_.restart_after_ask = true;
+  fake_.recovering_polls = 2;
   EXPECT_EQ(Run({"checkpoint", "job-000001"}), kExitOk) << err_.str();
   EXPECT_EQ(fake_.checkpoint_asks, 2);
   EXPECT_THAT(err_.str(),
