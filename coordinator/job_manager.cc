@@ -504,7 +504,7 @@ void JobManager::PublishCheckpointsWanted() {
   for (const auto& [n, job] : jobs_) {
     // A shrunk job that could grow back is asked too: it grows back at that seal (MaybeGrowBack)
     // rather than at the next multiple of its interval, or never with interval 0.
-    if (job.WaitsForNextSeal() || (job.state == RUNNING && IdleToGrowBack(job).has_value())) {
+    if (job.WaitsForNextSeal() || IdleToGrowBack(job).has_value()) {
       wanted[job.id] = job.sealed_step;
     }
   }

@@ -341,8 +341,9 @@ class JobManager {
   // `sealed_step` when enough workers are idle again (a Recovery with grow set).
   void MaybeGrowBack(ActiveJob& job, int64_t sealed_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The idle workers a shrunk `job` could grow back with at a seal now (enough to run its
-  // submitted layout with its own), or nullopt: not shrunk, not able to wait for a seal, or too
-  // few idle. O(1) unless it is shrunk and enough workers are idle.
+  // submitted layout with its own), or nullopt: not shrunk, not able to wait for a seal, too few
+  // idle, or the same workers its submitted layout did not fit (grow_refused_on). O(1) unless
+  // it is shrunk (then a count of the workers and a scan of the idle ones, every pass).
   std::optional<int64_t> IdleToGrowBack(const ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One scheduler step of a RECOVERING job: its view of the cluster, decided and applied: wait
   // for the old ranks to stop, then place it on `idle` (which loses the workers it takes),

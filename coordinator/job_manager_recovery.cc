@@ -17,6 +17,16 @@
 #include "plan/spec_enums.h"
 
 namespace dtrain::coordinator {
+namespace {
+
+// An idle worker a recovery of `job` may be placed on, and a grow back counts: its device fits
+// the job's and it is not `excluded` (failed the job twice, or slow for a straggler replace).
+bool UsableFor(const ActiveJob& job, const WorkerInfo& w,
+               const absl::flat_hash_set<std::string>& excluded) {
+  return DeviceFits(job.spec.device(), w.device().kind()) && !excluded.contains(w.worker_id());
+}
+
+}  // namespace
 
 void JobManager::HandleFault(const WorkerFault& fault) {
   std::string reason;
@@ -187,8 +197,7 @@ std::optional<int64_t> JobManager::IdleToGrowBack(const ActiveJob& job) {
   int64_t idle = 0;
   for (const WorkerInfo& w : registry_.IdleWorkers()) {
     // (A rank of this run that already finished is idle too, and counted as running.)
-    if (DeviceFits(job.spec.device(), w.device().kind()) && !excluded.contains(w.worker_id()) &&
-        !job.rank_of.contains(w.worker_id())) {
+    if (UsableFor(job, w, excluded) && !job.rank_of.contains(w.worker_id())) {
       ++idle;
       ids.push_back(w.worker_id());
     }
@@ -272,8 +281,7 @@ ClusterView JobManager::RecoveryView(ActiveJob& job, Placing* placing) {
                                                   : NotSparesForReplace(job.recoveries);
   placing->candidates.clear();
   for (const plan::Candidate& w : *placing->idle) {
-    if (DeviceFits(job.spec.device(), w.worker->device().kind()) &&
-        !placing->excluded.contains(w.worker->worker_id())) {
+    if (UsableFor(job, *w.worker, placing->excluded)) {
       placing->candidates.push_back(w);
     }
   }

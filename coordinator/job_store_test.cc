@@ -348,6 +348,18 @@ INSERT INTO events VALUES ('job-000001', 1, 'an old event', 8);
 
 // A listing shows each job's priority: from its summary, which a change of the spec rewrites
 // (SetSpec) and which opening a version-7 database fills for the jobs already there.
+// Makes the database at `path` look as an older coordinator left it: `sql` (if any), then its
+// schema version set to `version`.
+void SetSchemaVersion(const std::string& path, int version, const std::string& sql = "") {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  if (!sql.empty()) ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  const std::string update =
+      absl::StrCat("UPDATE meta SET value = ", version, " WHERE key = 'schema_version'");
+  ASSERT_EQ(sqlite3_exec(db, update.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+}
+
 TEST(JobStore, AListingShowsThePriorityAsSetAndAfterAMigration) {
   const std::string path = TempDb("priority");
   {
@@ -373,10 +385,8 @@ TEST(JobStore, AListingShowsThePriorityAsSetAndAfterAMigration) {
     sqlite3_bind_blob(update, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
     ASSERT_EQ(sqlite3_step(update), SQLITE_DONE);
     sqlite3_finalize(update);
-    ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = 7 WHERE key = 'schema_version'", nullptr,
-                           nullptr, nullptr),
-              SQLITE_OK);
     sqlite3_close(db);
+    SetSchemaVersion(path, 7);
   }
   auto store = JobStore::Open(path);
   ASSERT_TRUE(store.ok()) << store.status();
@@ -394,15 +404,8 @@ TEST(JobStore, DrainedWorkersAreKeptBySessionAndAfterAMigration) {
     ASSERT_TRUE((*store)->SetDrained("w3", "s3", true, 100).ok());
     ASSERT_TRUE((*store)->SetDrained("w3", "", false, 300).ok());
   }
-  {  // What a version-8 coordinator wrote: no drained workers table.
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "DROP TABLE drained_workers", nullptr, nullptr, nullptr), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = 8 WHERE key = 'schema_version'", nullptr,
-                           nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-  }
+  // What a version-8 coordinator wrote: no drained workers table.
+  SetSchemaVersion(path, 8, "DROP TABLE drained_workers");
   {
     auto store = JobStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();

@@ -608,13 +608,7 @@ TEST(Recovery, ADrainOutlivesACoordinatorRestartNotTheWorkersOwn) {
   h.m().RunSchedulerPass();
   // Its job is asked for a checkpoint and moves off it there.
   EXPECT_EQ(h.Beat("w1", "s-w1", "job-000001").checkpoint_requests_size(), 1);
-  ReportProgressRequest sealed;
-  sealed.set_worker_id("w1");
-  sealed.set_session_id("s-w1");
-  sealed.set_job_id("job-000001");
-  sealed.mutable_checkpoint()->set_step(3);
-  sealed.mutable_checkpoint()->set_path("/c/job-000001/step_00000003");
-  ASSERT_TRUE(h.m().ReportProgress(sealed).ok());
+  ASSERT_TRUE(h.Sealed("job-000001", 3, "/c/job-000001/step_00000003").ok());
   const Job job = h.Get("job-000001");
   ASSERT_EQ(job.state(), RECOVERING) << job.reason();
   EXPECT_THAT(job.reason(), HasSubstr("worker w2 drained"));
