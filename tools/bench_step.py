@@ -24,7 +24,8 @@ torch.set_num_threads(N) bounds PyTorch's OpenMP pool but not OpenBLAS's own pth
 (Debian's torch calls OpenBLAS, which starts one thread per core unless OPENBLAS_NUM_THREADS is
 set before it loads), so a script that only calls torch.set_num_threads(1) runs its GEMMs, ~75%
 of the step, on every core. gpt_reference.py and this tool set the variables first.
-With more than one thread both sides run with OMP_WAIT_POLICY=PASSIVE (--omp_wait_policy):
+With more than one thread both sides run with OMP_WAIT_POLICY=PASSIVE (--omp_wait_policy, or
+--dtrain_omp_wait_policy and --torch_omp_wait_policy for one side):
 with libgomp's default, idle OpenMP workers spin after every parallel region, PyTorch's on the
 core OpenBLAS's pthread needs for its GEMMs, and dtrain-local's on the core another process
 holds (measured at 2 threads under load: PyTorch 2.6x, dtrain-local 1.75x faster with PASSIVE).
@@ -105,10 +106,14 @@ def main():
     ap.add_argument("--dtrain_local", default=os.path.join(ROOT, "bazel-bin/worker/dtrain-local"))
     ap.add_argument("--torch_python", default="/usr/bin/python3")
     ap.add_argument("--gpt_reference", default=GPT_REF, help="the PyTorch side's script")
-    ap.add_argument("--omp_wait_policy", default="PASSIVE",
-                    choices=["PASSIVE", "ACTIVE", "DEFAULT"],
-                    help="OMP_WAIT_POLICY of both sides (see the docstring); DEFAULT: unset, "
-                    "libgomp's bounded spin before sleeping")
+    policies = ["PASSIVE", "ACTIVE", "DEFAULT"]
+    ap.add_argument("--dtrain_omp_wait_policy", default="PASSIVE", choices=policies,
+                    help="OMP_WAIT_POLICY of dtrain-local (see the docstring): PASSIVE, as "
+                    "deploy/ runs every worker; DEFAULT: unset, libgomp's bounded spin")
+    ap.add_argument("--torch_omp_wait_policy", default="PASSIVE", choices=policies,
+                    help="OMP_WAIT_POLICY of PyTorch: PASSIVE, its best (see the docstring)")
+    ap.add_argument("--omp_wait_policy", choices=policies,
+                    help="sets both of the above")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--steps", type=int, default=30, help="measured steps")
     ap.add_argument("--warmup", type=int, default=5, help="unmeasured first steps")
@@ -127,6 +132,8 @@ def main():
     ap.add_argument("--smoke", action="store_true",
                     help="CI check that it runs: tiny config, 1 thread, 2+1 steps, 2 rounds")
     args = ap.parse_args()
+    if args.omp_wait_policy:
+        args.dtrain_omp_wait_policy = args.torch_omp_wait_policy = args.omp_wait_policy
     gpt_ref = os.path.abspath(args.gpt_reference)
     if args.smoke:
         args.threads, args.steps, args.warmup, args.repeats = "1", 2, 1, 2
@@ -154,12 +161,14 @@ def main():
         for n in threads:
             env = dict(os.environ, OMP_NUM_THREADS=str(n), OPENBLAS_NUM_THREADS=str(n),
                        MKL_NUM_THREADS=str(n))
-            # Both sides at their best on a shared machine (docstring): idle OpenMP workers
-            # sleep instead of spinning on the cores the other threads need.
-            if args.omp_wait_policy == "DEFAULT":
-                env.pop("OMP_WAIT_POLICY", None)
-            else:
-                env["OMP_WAIT_POLICY"] = args.omp_wait_policy
+            side_env = {}
+            for side in ("dtrain", "torch"):
+                side_env[side] = dict(env)
+                policy = getattr(args, f"{side}_omp_wait_policy")
+                if policy == "DEFAULT":
+                    side_env[side].pop("OMP_WAIT_POLICY", None)
+                else:
+                    side_env[side]["OMP_WAIT_POLICY"] = policy
             row = {"threads": n}
             runs = {"dtrain": [], "torch": []}
             for rep in range(args.repeats):
@@ -173,7 +182,7 @@ def main():
                     else:
                         cmd = ([args.torch_python, gpt_ref, "train"] + cfg_flags + common +
                                [f"--threads={n}"])
-                    runs[side].append(run_logged(cmd + [f"--log_json={log}"], env, log,
+                    runs[side].append(run_logged(cmd + [f"--log_json={log}"], side_env[side], log,
                                                  "dtrain-local" if side == "dtrain" else
                                                  "gpt_reference (torch)", args.timeout))
             for side, rs in runs.items():
@@ -191,7 +200,7 @@ def main():
                        if side == "dtrain" else
                        [args.torch_python, gpt_ref, "train"] + cfg_flags + short +
                        [f"--threads={n}"])
-                _, _, cpu_short, _ = run_logged(cmd + [f"--log_json={log}"], env, log,
+                _, _, cpu_short, _ = run_logged(cmd + [f"--log_json={log}"], side_env[side], log,
                                              f"{side} (warm-up only)", args.timeout)
                 per_step = (statistics.mean(c for _, _, c, _ in rs) - cpu_short) / args.steps
                 row[side]["tokens_per_cpu_s"] = (args.batch * args.seq / per_step
@@ -233,7 +242,8 @@ def main():
         "bench": "bench_step", "config": cfg, "batch": args.batch, "seq": args.seq,
         "warmup_steps": args.warmup, "measured_steps": args.steps, "repeats": args.repeats,
         "cpu_count": os.cpu_count(), "loadavg_1min": round(load[0], 2),
-        "omp_wait_policy": args.omp_wait_policy, "results": [
+        "omp_wait_policy": {"dtrain": args.dtrain_omp_wait_policy,
+                            "torch": args.torch_omp_wait_policy}, "results": [
             {"threads": r["threads"],
              "dtrain_tokens_per_s": r.get("dtrain", {}).get("median"),
              "torch_tokens_per_s": r.get("torch", {}).get("median"),
