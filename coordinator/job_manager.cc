@@ -84,6 +84,18 @@ JobManager::Options Normalized(JobManager::Options o) {
   return o;
 }
 
+// A running job's reason while the coordinator's database refuses writes: its steps arrive but
+// cannot be recorded, which is no stall of the job.
+std::string UnrecordedReason(const JobStore::WriteFailure& failing, int64_t last_step,
+                             absl::Time now) {
+  return absl::StrCat(
+      "steps not recorded ",
+      last_step > 0 ? absl::StrCat("after step ", last_step) : std::string("since the start"),
+      ": the coordinator cannot write its database for ",
+      absl::FormatDuration(absl::Trunc(now - failing.since, absl::Seconds(1))), " (", failing.error,
+      "); the workers train on and deliver their reports once it can");
+}
+
 }  // namespace
 
 JobManager::JobManager(std::unique_ptr<JobStore> store, Options options)
@@ -669,14 +681,18 @@ void JobManager::AddLiveState(Job* job,
     if (it != positions->end()) job->set_queue_position(it->second);
   }
   if (job->state() != RUNNING) return;
-  // A last step waiting for disk space, or a run that made no step for longer than two
-  // heartbeats, says so instead of its start's "all N workers running" (a partition between
-  // workers shows no other way until a timeout). Nothing is stored: the history keeps its
-  // transitions.
+  // A last step waiting for disk space, steps that the database cannot record, or a run that
+  // made no step for longer than two heartbeats says so instead of its start's "all N workers
+  // running" (a partition between workers shows no other way until a timeout). Nothing is
+  // stored: the history keeps its transitions.
   const absl::Duration quiet = Now() - active->diagnosis.progress_at;
   if (active->space_wait.has_value()) {
     job->set_reason(SpaceWaitReason(job->id(), *active->space_wait));
-  } else if (quiet > 2 * options_.heartbeat_interval) {
+  } else if (quiet <= 2 * options_.heartbeat_interval) {
+    return;
+  } else if (std::optional<JobStore::WriteFailure> failing = store_->FailingWrites()) {
+    job->set_reason(UnrecordedReason(*failing, active->last_step, Now()));
+  } else {
     job->set_reason(absl::StrFormat(
         "stalled? no step for %.1fs %s (its workers heartbeat every %s; `dtrain diagnose %s` "
         "shows where each rank waits)",
@@ -767,7 +783,17 @@ absl::StatusOr<Job> JobManager::CancelJob(const std::string& job_id, const std::
   const std::string who = by.empty() ? "" : absl::StrCat(" by ", by);
   job->cancel = reason.empty() ? absl::StrCat("cancelled", by.empty() ? " by user" : who)
                                : absl::StrCat("cancelled", who, ": ", reason);
-  RETURN_IF_ERROR(Reconcile(job_id));  // CANCELLED now, before the answer
+  absl::Status ended = Reconcile(job_id);  // CANCELLED now, before the answer
+  const ActiveJob* still = FindActive(job_id);
+  if (!ended.ok() && still != nullptr && still->pending_end.has_value()) {
+    // The database refused the end: the cancel stands, retried at every pass (kRetryEnd).
+    return absl::Status(
+        ended.code(),
+        absl::StrCat(job_id, " is cancelled but its end cannot be recorded yet (", ended.message(),
+                     "): the coordinator records it, and stops its workers, once its database "
+                     "can be written"));
+  }
+  RETURN_IF_ERROR(ended);
   return store_->GetJob(job_id, /*with_history=*/true);
 }
 

@@ -108,9 +108,13 @@ absl::Status JobManager::EndJob(const std::string& job_id, JobState state,
   absl::Status status = store_->UpdateState(job_id, state, reason, NowMs(), nullptr, output);
   // FailedPrecondition: the store already has it final; memory catches up below.
   if (!status.ok() && status.code() != absl::StatusCode::kFailedPrecondition) {
-    job.pending_end = {state, reason};
-    Log(absl::StrCat(job_id, ": cannot record ", JobState_Name(state),
-                     " (will retry): ", status.ToString()));
+    // Retried at every pass (kRetryEnd) while the database refuses: said once, not each time.
+    const std::pair<JobState, std::string> end = {state, reason};
+    if (job.pending_end != end) {
+      Log(absl::StrCat(job_id, ": cannot record ", JobState_Name(state),
+                       " (retried until it can): ", status.ToString()));
+    }
+    job.pending_end = end;
     return status;
   }
   Log(absl::StrCat(job_id, ": ", JobState_Name(job.state), " -> ", JobState_Name(state), ": ",

@@ -20,6 +20,7 @@ void JobManager::DiagnoseStalledJobs() {
   {
     JobsLock lock(this);
     const absl::Time now = Now();
+    const bool unrecorded = store_->FailingWrites().has_value();
     for (auto& [n, job] : jobs_) {
       ActiveJob::DiagnosisState& d = job.diagnosis;
       if (job.state != RUNNING || d.stall_diagnosed || job.ranks.size() < 2 ||
@@ -27,9 +28,10 @@ void JobManager::DiagnoseStalledJobs() {
         continue;
       }
       // A last step waiting for disk space is not a stall: rank 0 said why (CheckpointWait).
+      // Nor are steps that the database refuses to record (the ranks' reports wait).
       const bool stalled = options_.diagnose_stall_after > absl::ZeroDuration() &&
                            now - d.progress_at >= options_.diagnose_stall_after &&
-                           !job.space_wait.has_value();
+                           !job.space_wait.has_value() && !unrecorded;
       if (!d.timeout_due && !stalled) continue;
       d.stall_diagnosed = true;
       if (d.timeout_due) {

@@ -498,11 +498,36 @@ absl::Status JobStore::Error(absl::string_view what) {
 
 template <typename F>
 absl::Status JobStore::Transaction(F body) {
-  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  absl::Status status = body();
-  if (status.ok()) status = Exec("COMMIT");
+  absl::Status status = Exec("BEGIN IMMEDIATE");
+  if (!status.ok()) {
+    NoteWrite(status);
+    return status;
+  }
+  status = body();
+  if (!status.ok()) {  // what it asked was refused (or a read failed): not the commit's health
+    Exec("ROLLBACK").IgnoreError();
+    return status;
+  }
+  status = Exec("COMMIT");
   if (!status.ok()) Exec("ROLLBACK").IgnoreError();
+  NoteWrite(status);
   return status;
+}
+
+void JobStore::NoteWrite(const absl::Status& status) {
+  absl::MutexLock lock(&health_mu_);
+  if (status.ok()) {
+    failing_.reset();
+  } else if (failing_.has_value()) {
+    failing_->error = std::string(status.message());
+  } else {
+    failing_ = WriteFailure{absl::Now(), std::string(status.message())};
+  }
+}
+
+std::optional<JobStore::WriteFailure> JobStore::FailingWrites() const {
+  absl::MutexLock lock(&health_mu_);
+  return failing_;
 }
 
 absl::Status JobStore::CheckJobExists(absl::string_view job_id) {

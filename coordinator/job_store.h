@@ -46,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "coordinator/job_transitions.h"  // IsFinal
 #include "proto/job.pb.h"
@@ -113,6 +114,16 @@ class JobStore {
   JobStore& operator=(const JobStore&) = delete;
 
   const std::string& path() const { return path_; }
+
+  // Writes failing now: since the first failed transaction after the last one committed, and
+  // the latest failure ("coordinator db /var/lib/dtrain/db: COMMIT: database or disk is
+  // full"). Unset while writes succeed. Only the database's own refusals count (BEGIN, COMMIT),
+  // not a write refused for what it asked (an unknown job, a final state).
+  struct WriteFailure {
+    absl::Time since;
+    std::string error;
+  };
+  std::optional<WriteFailure> FailingWrites() const;
 
   // Stores a new QUEUED job with its first history entry. Ids are "job-000001", "job-000002", ...
   // from SQLite's AUTOINCREMENT counter, so they grow across restarts and are never reused.
@@ -231,7 +242,12 @@ class JobStore {
   template <typename F>
   absl::Status Transaction(F body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Records whether a transaction's BEGIN or COMMIT worked (FailingWrites).
+  void NoteWrite(const absl::Status& status);
+
   const std::string path_;
+  mutable absl::Mutex health_mu_;  // guards failing_ alone: FailingWrites never waits on a write
+  std::optional<WriteFailure> failing_ ABSL_GUARDED_BY(health_mu_);
   absl::Mutex mu_;
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   const int lock_fd_;  // holds the flock on <path>.lock

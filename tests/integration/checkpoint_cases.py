@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 import urllib.request
 
 from harness import Cluster, expect, job_metric, losses, small_job_spec
@@ -334,8 +335,10 @@ def case_coordinator_db_disk_full(args):
     trains (mounted by the test; skipped with a message when mounting is not permitted): its
     writes fail ("database or disk is full"), dtrain_coordinator_db_errors_total{kind="full"}
     counts them (the CoordinatorDatabaseFailing alert's series) and the worker keeps training
-    and retrying its reports. Once the test deletes the ballast, the job SUCCEEDS with every
-    step recorded, none lost or doubled."""
+    and retrying its reports; the job's status names the database, not a stall. The job ends on
+    its worker while the disk is full and stays RUNNING (its outcome waits in the worker's
+    queue, however long: no retry period drops it). Once the test deletes the ballast, the job
+    SUCCEEDS with every step recorded, none lost or doubled."""
     with Cluster(args.binaries, "coordinator_db_disk_full") as c, \
             small_tmpfs(c, "2m", "coordinator_db_disk_full") as small:
         if small is not None:
@@ -365,6 +368,19 @@ def case_coordinator_db_disk_full(args):
                                    "dtrain_coordinator_db_errors_total{kind=\"full\"}")
             expect(c.workers["w1"].alive() and c.coordinator.alive(),
                    "a full database disk should stop neither daemon")
+            # Its status says why no step arrives: the database, not a stalled job.
+            job = c.wait_until(lambda: (lambda j: j if "steps not recorded" in
+                                        j.get("reason", "") else None)(c.job(job_id)),
+                               30, "the job's reason naming the database's refusals")
+            expect("cannot write its database" in job["reason"] and
+                   "database or disk is full" in job["reason"],
+                   "the reason should name the full database: %s" % job["reason"])
+            c.wait_until(lambda: "job %s succeeded" % job_id in c.workers["w1"].log_text(), 60,
+                         "the job's end on its worker while the database is full")
+            time.sleep(3 * c.heartbeat_s)
+            job = c.job(job_id)
+            expect(job["state"] == "RUNNING", "a job whose end cannot be recorded yet should stay "
+                   "RUNNING: %s: %s" % (job["state"], job.get("reason")))
             os.remove(ballast)  # an operator frees space
             done = c.wait_state(job_id, FINAL, 180)
             expect(done["state"] == "SUCCEEDED", "after space was freed: %s: %s"

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/utf8.h"
 
 namespace dtrain::worker {
@@ -36,7 +35,6 @@ void ReportQueue::Push(ReportProgressRequest request) {
   Pending r;
   r.seq = next_seq_++;
   r.request = std::move(request);
-  r.created = absl::Now();
   reports_.push_back(std::move(r));
   if (!pending_warning_.first.empty()) {
     const auto [job_id, text] = std::move(pending_warning_);
@@ -75,18 +73,6 @@ void ReportQueue::DropJob(const std::string& job_id) {
   reports_.erase(std::remove_if(reports_.begin(), reports_.end(),
                                 [&](const Pending& r) { return r.request.job_id() == job_id; }),
                  reports_.end());
-}
-
-void ReportQueue::ExpireOutcomes(absl::Time now) {
-  for (auto it = reports_.begin(); it != reports_.end();) {
-    if (it->request.has_outcome() && now - it->created > options_.outcome_retry_for) {
-      Log(absl::StrCat("giving up delivering the outcome of job ", it->request.job_id(), " after ",
-                       absl::FormatDuration(options_.outcome_retry_for)));
-      it = reports_.erase(it);
-    } else {
-      ++it;
-    }
-  }
 }
 
 bool ReportQueue::HasJob(const std::string& job_id) const {

@@ -7,10 +7,12 @@
 // an outcome is dropped, and the first drop and every 1000th after it queue a LOG_WARNING line
 // of the dropped report's job ("report buffer full (10000): dropping the oldest; 1 dropped so
 // far") right after the report that caused it, so the queue stays within one report of its
-// bound. Outcomes are never dropped for room: each is kept until delivered or until it is
-// `outcome_retry_for` old (ExpireOutcomes).
+// bound. Outcomes are never dropped for room nor for age: each is kept until delivered (the
+// coordinator may refuse reports for as long as its database cannot be written, and a job that
+// ended meanwhile must still end there) or until the daemon drops the job's reports (DropJob:
+// the coordinator says the job is no longer this worker's).
 //
-//   ReportQueue queue({10000, absl::Minutes(5)}, [](const std::string& line) { Log(line); });
+//   ReportQueue queue({10000}, [](const std::string& line) { Log(line); });
 //   queue.Push(step_report);
 //   if (const ReportQueue::Pending* next = queue.front()) { send next->request ... }
 //   queue.PopIf(seq);  // once delivered
@@ -29,7 +31,6 @@
 #include <string>
 #include <utility>
 
-#include "absl/time/time.h"
 #include "proto/coordinator.pb.h"
 
 namespace dtrain::worker {
@@ -38,12 +39,10 @@ class ReportQueue {
  public:
   struct Options {
     int64_t max_reports = 10000;  // at least 1
-    absl::Duration outcome_retry_for = absl::Minutes(5);
   };
   struct Pending {
     uint64_t seq = 0;               // increasing in order of Push
     ReportProgressRequest request;  // job_id and one report; worker and session set when sent
-    absl::Time created;
   };
 
   // `log` receives the queue's own stderr lines (warnings, outcomes given up); may be empty.
@@ -65,8 +64,6 @@ class ReportQueue {
   void ReplaceFrontIf(uint64_t seq, ReportProgressRequest request);
   // Removes every report of `job_id`.
   void DropJob(const std::string& job_id);
-  // Removes the outcomes queued more than outcome_retry_for before `now`, logging each.
-  void ExpireOutcomes(absl::Time now);
 
   bool HasJob(const std::string& job_id) const;
   bool empty() const { return reports_.empty(); }

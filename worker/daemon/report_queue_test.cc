@@ -44,7 +44,7 @@ std::vector<std::string> Contents(ReportQueue& q) {
 }
 
 TEST(ReportQueue, ReportsComeOutInTheOrderTheyWereQueued) {
-  ReportQueue q({100, absl::Minutes(5)}, nullptr);
+  ReportQueue q({100}, nullptr);
   EXPECT_TRUE(q.empty());
   EXPECT_EQ(q.front(), nullptr);
   q.Push(Step("job-000001", 1));
@@ -56,7 +56,7 @@ TEST(ReportQueue, ReportsComeOutInTheOrderTheyWereQueued) {
 }
 
 TEST(ReportQueue, PopIfLeavesAFrontThatIsNoLongerTheOneSent) {
-  ReportQueue q({100, absl::Minutes(5)}, nullptr);
+  ReportQueue q({100}, nullptr);
   q.Push(Step("job-000001", 1));
   const uint64_t sent = q.front()->seq;
   q.DropJob("job-000001");  // e.g. cancelled while the report was on its way
@@ -68,7 +68,7 @@ TEST(ReportQueue, PopIfLeavesAFrontThatIsNoLongerTheOneSent) {
 
 TEST(ReportQueue, AFullQueueDropsTheOldestStepAndWarnsOnceInTheJobsLog) {
   std::vector<std::string> logged;
-  ReportQueue q({3, absl::Minutes(5)}, [&](const std::string& line) { logged.push_back(line); });
+  ReportQueue q({3}, [&](const std::string& line) { logged.push_back(line); });
   for (int step = 1; step <= 3; ++step) q.Push(Step("job-000001", step));
   q.Push(Step("job-000001", 4));  // drops s1, then queues the warning after s4
   ASSERT_EQ(logged.size(), 1u);
@@ -82,7 +82,7 @@ TEST(ReportQueue, AFullQueueDropsTheOldestStepAndWarnsOnceInTheJobsLog) {
 
 TEST(ReportQueue, AWarningIsALogLineOfItsJob) {
   std::vector<std::string> logged;
-  ReportQueue q({100, absl::Minutes(5)}, [&](const std::string& line) { logged.push_back(line); });
+  ReportQueue q({100}, [&](const std::string& line) { logged.push_back(line); });
   q.Warn("job-000007", "stopping: worker stopped by SIGTERM");
   EXPECT_THAT(logged, ElementsAre("warning: stopping: worker stopped by SIGTERM"));
   ASSERT_NE(q.front(), nullptr);
@@ -92,7 +92,7 @@ TEST(ReportQueue, AWarningIsALogLineOfItsJob) {
 }
 
 TEST(ReportQueue, OutcomesAreNeverDroppedForRoom) {
-  ReportQueue q({2, absl::Minutes(5)}, nullptr);
+  ReportQueue q({2}, nullptr);
   q.PushOutcome("job-000001", Failed("first"));
   q.PushOutcome("job-000002", Failed("second"));
   q.PushOutcome("job-000003", Failed("third"));  // outcomes may exceed the bound
@@ -101,21 +101,8 @@ TEST(ReportQueue, OutcomesAreNeverDroppedForRoom) {
   EXPECT_THAT(Contents(q), ElementsAre("outcome", "outcome", "outcome", "s1"));
 }
 
-TEST(ReportQueue, OutcomesExpireAfterTheRetryPeriodAndStepsDoNot) {
-  std::vector<std::string> logged;
-  ReportQueue q({100, absl::Minutes(5)}, [&](const std::string& line) { logged.push_back(line); });
-  q.Push(Step("job-000001", 1));
-  q.PushOutcome("job-000001", Failed("boom"));
-  q.ExpireOutcomes(absl::Now() + absl::Minutes(4));
-  EXPECT_EQ(q.size(), 2);
-  EXPECT_TRUE(logged.empty());
-  q.ExpireOutcomes(absl::Now() + absl::Minutes(6));
-  EXPECT_THAT(logged, ElementsAre(HasSubstr("giving up delivering the outcome of job job-000001")));
-  EXPECT_THAT(Contents(q), ElementsAre("s1"));
-}
-
 TEST(ReportQueue, DropJobRemovesOnlyThatJobsReports) {
-  ReportQueue q({100, absl::Minutes(5)}, nullptr);
+  ReportQueue q({100}, nullptr);
   q.Push(Step("job-000001", 1));
   q.Push(Step("job-000002", 1));
   q.PushOutcome("job-000001", Failed("refused"));
@@ -129,7 +116,7 @@ TEST(ReportQueue, DropJobRemovesOnlyThatJobsReports) {
 // Every report is built here: text quoted from files and peers that is not UTF-8 is escaped, so
 // the report parses at the coordinator (protobuf is the oracle).
 TEST(ReportQueue, EveryReportIsBuiltWithValidUtf8) {
-  ReportQueue q({100, absl::Minutes(5)}, nullptr);
+  ReportQueue q({100}, nullptr);
   ReportProgressRequest event;
   event.set_job_id("job-000001");
   event.set_event("checkpoint sealed at step 4: /ckpt/caf\xe9/step_00000004");
@@ -153,7 +140,7 @@ TEST(ReportQueue, EveryReportIsBuiltWithValidUtf8) {
 }
 
 TEST(ReportQueue, ReplaceFrontIfReplacesOnlyThatReportAndKeepsItValid) {
-  ReportQueue q({100, absl::Minutes(5)}, nullptr);
+  ReportQueue q({100}, nullptr);
   q.PushOutcome("job-000001", Failed("long"));
   const uint64_t seq = q.front()->seq;
   ReportProgressRequest shorter;

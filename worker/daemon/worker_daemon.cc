@@ -74,7 +74,7 @@ WorkerDaemon::WorkerDaemon(WorkerOptions options, CoordinatorClient* client,
       client_(client),
       backend_(backend),
       session_id_(options_.session_id.empty() ? NewSessionId() : options_.session_id),
-      reports_({options_.max_buffered_reports, options_.outcome_retry_for},
+      reports_({options_.max_buffered_reports},
                [id = options_.worker_id](const std::string& line) { LogLine(id, line); }) {
   absl::MutexLock lock(&mu_);
   previous_run_ = options_.previous_run;
@@ -196,7 +196,6 @@ absl::Status WorkerDaemon::Run() {
     absl::Duration interval;
     {
       absl::MutexLock lock(&mu_);
-      reports_.ExpireOutcomes(absl::Now());
       if (CanExitLocked()) break;
       registered = registered_;
       leaving = leaving_;

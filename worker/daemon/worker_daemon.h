@@ -19,7 +19,7 @@
 // Reports (one per step, events, the outcome) go out in order from a ReportQueue
 // (report_queue.h). While the coordinator cannot be reached they are kept: steps and events up
 // to `max_buffered_reports` (the oldest are dropped beyond that, with a log line), the outcome
-// until delivered or `outcome_retry_for` has passed.
+// until delivered, however long the coordinator cannot take it.
 // Every string of a report is valid UTF-8 (ReportQueue). An INTERNAL answer is never a refusal:
 // the report is kept and retried like an outage; answered INTERNAL 3 times, an outcome is sent
 // again with its error text in ASCII (once), any other report is dropped with a log line.
@@ -112,7 +112,6 @@ struct WorkerOptions {
   absl::Duration id_conflict_wait = absl::Seconds(15);
   int log_every = 10;  // log a progress line every N steps (0: never)
   int64_t max_buffered_reports = 10000;
-  absl::Duration outcome_retry_for = absl::Minutes(5);
   absl::Duration max_backoff = absl::Seconds(2);
   absl::Duration shutdown_grace = absl::Seconds(10);
   absl::Duration deregister_timeout = absl::Seconds(2);
