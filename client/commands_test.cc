@@ -747,6 +747,15 @@ TEST_F(CommandsTest, SubmitEmptyFileOrDirectoryExits2SayingSo) {
   EXPECT_THAT(err_.str(), HasSubstr("standard input: file is empty"));
 }
 
+TEST_F(CommandsTest, SubmitStopsReadingASpecLargerThan16MiB) {
+  std::istringstream in(std::string((16 << 20) + 1, ' '));
+  EXPECT_EQ(Run({"submit", "-"}, false, &in), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("standard input is larger than 16 MiB: not a job spec"));
+  // A device that never ends is cut off, not read until memory runs out.
+  EXPECT_EQ(Run({"plan", "/dev/zero"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("/dev/zero is larger than 16 MiB"));
+}
+
 // plan reads the spec with the coordinator's own parser, so this is submit's wording too.
 TEST_F(CommandsTest, MalformedSpecNamesLineAndColumn) {
   const std::string path = ::testing::TempDir() + "/malformed.json";

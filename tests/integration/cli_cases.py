@@ -161,8 +161,8 @@ def case_cli_interrupt(args):
 
 def case_cli_spec_errors(args):
     """Spec file errors say what is wrong and where: an empty file, a directory, standard input
-    with nothing, and malformed JSON by line and column (exit 2 each); `help` lists every
-    command."""
+    with nothing, a stream that never ends (/dev/zero: cut off at 16 MiB), and malformed JSON by
+    line and column (exit 2 each); `help` lists every command."""
     with Cluster(args.binaries, "cli_spec_errors") as c:
         c.start_coordinator()
         empty = c.write_spec("empty.json", "\n")
@@ -172,6 +172,9 @@ def case_cli_spec_errors(args):
         expect(rc == 2 and "is a directory" in err, "directory: exit %d: %s" % (rc, err))
         rc, out, err = run_cli_stdin(c, ["submit", "-"], "")
         expect(rc == 2 and "standard input: file is empty" in err, "stdin: %d: %s" % (rc, err))
+        rc, out, err = c.cli("submit", "/dev/zero", timeout=30)  # was read until memory ran out
+        expect(rc == 2 and "/dev/zero is larger than 16 MiB" in err,
+               "/dev/zero: exit %d: %s" % (rc, err))
         text = json.dumps(small_spec(3), indent=2).replace('"steps": 3,', '"steps": 3')
         line = next(i for i, l in enumerate(text.splitlines(), 1) if '"steps": 3' in l) + 1
         bad = c.write_spec("malformed.json", text)
