@@ -27,18 +27,30 @@ std::string DirectoryOf(const std::string& path) {
 
 }  // namespace
 
+absl::Status RequireRegularFile(int fd, const std::string& path, struct stat* st) {
+  if (fstat(fd, st) != 0) return ErrnoError(errno, "cannot stat", path);
+  if (!S_ISREG(st->st_mode)) {
+    const char* kind = S_ISDIR(st->st_mode)                           ? "a directory"
+                       : S_ISFIFO(st->st_mode)                        ? "a FIFO"
+                       : S_ISSOCK(st->st_mode)                        ? "a socket"
+                       : S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ? "a device"
+                                                                      : "not a file";
+    return absl::InvalidArgumentError(absl::StrCat(path, " is ", kind, ", not a regular file"));
+  }
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return ErrnoError(errno, "cannot set blocking reads on", path);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open(path.c_str(), kOpenToInspect);
   if (fd < 0) return ErrnoError(errno, "cannot open", path);
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
+  if (absl::Status regular = RequireRegularFile(fd, path, &st); !regular.ok()) {
     close(fd);
-    return ErrnoError(err, "cannot stat", path);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+    return regular;
   }
   std::string bytes(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;

@@ -15,6 +15,9 @@
 #ifndef DTRAIN_COMMON_FILES_H_
 #define DTRAIN_COMMON_FILES_H_
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -26,8 +29,21 @@
 namespace dtrain {
 
 // Reads the whole of `path` (a regular file) into a string. InvalidArgument naming the path
-// for a directory or other non-regular file.
+// for a directory or other non-regular file (a FIFO is refused at once, not waited on).
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Opening to read a path that may name something other than a regular file (a path a job or a
+// checkpoint names): open(2) of a FIFO with no writer would wait forever and a device would be
+// read forever, so the file is opened with kOpenToInspect (O_NONBLOCK: a FIFO opens at once)
+// and then RequireRegularFile checks it is a regular file and makes reads blocking again.
+//
+//   const int fd = open(path.c_str(), kOpenToInspect);
+//   ...
+//   if (absl::Status s = RequireRegularFile(fd, path, &st); !s.ok()) { close(fd); return s; }
+inline constexpr int kOpenToInspect = O_RDONLY | O_NONBLOCK | O_CLOEXEC;
+// fstat of `fd` into *st; InvalidArgument "<path> is a FIFO, not a regular file" (a directory,
+// a device, a socket) unless it is one; then O_NONBLOCK is cleared. The caller closes `fd`.
+absl::Status RequireRegularFile(int fd, const std::string& path, struct stat* st);
 
 // The bytes of the regular files under directory `dir`, recursively (symlinks not followed);
 // what vanishes while it counts is skipped. 0 for a missing directory.

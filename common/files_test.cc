@@ -2,6 +2,7 @@
 // temp file is left behind, and every error names the path with its errno's code.
 #include "common/files.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -97,7 +98,31 @@ TEST(ReadFileToString, DirectoryIsInvalidArgument) {
   const std::string dir = TempDir();
   const absl::Status s = ReadFileToString(dir).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr(dir + " is not a regular file"));
+  EXPECT_THAT(s.message(), HasSubstr(dir + " is a directory, not a regular file"));
+}
+
+// A FIFO with no writer would block open(2) forever (a job's dataset named one and its worker
+// stayed busy with the cancelled job until kill -9): refused at once.
+TEST(ReadFileToString, AFifoIsRefusedAtOnceNotWaitedOn) {
+  const std::string fifo = TempDir() + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const absl::Status s = ReadFileToString(fifo).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), fifo + " is a FIFO, not a regular file");
+  EXPECT_THAT(ReadFileToString("/dev/null").status().message(),
+              HasSubstr("/dev/null is a device, not a regular file"));
+}
+
+TEST(RequireRegularFile, LeavesARegularFileBlocking) {
+  const std::string path = TempDir() + "/plain";
+  ASSERT_TRUE(WriteFileAtomically(path, "bytes").ok());
+  const int fd = open(path.c_str(), kOpenToInspect);
+  ASSERT_GE(fd, 0);
+  struct stat st;
+  EXPECT_TRUE(RequireRegularFile(fd, path, &st).ok());
+  EXPECT_EQ(st.st_size, 5);
+  EXPECT_EQ(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+  close(fd);
 }
 
 }  // namespace

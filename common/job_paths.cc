@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/files.h"
 
 namespace dtrain {
 namespace {
@@ -126,13 +127,18 @@ absl::Status MakeDirectories(const std::string& dir) {
 
 absl::StatusOr<JobClaim> ReadJobClaim(const std::string& dir) {
   const std::string claim_path = absl::StrCat(dir, "/", kJobClaimFileName);
-  const int fd = open(claim_path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open(claim_path.c_str(), kOpenToInspect);
   if (fd < 0) {
     if (errno == ENOENT) {
       return absl::NotFoundError(
           absl::StrCat("job directory ", dir, " has no ", kJobClaimFileName));
     }
     return ErrnoError(errno, absl::StrCat("cannot read ", claim_path));
+  }
+  struct stat st;
+  if (absl::Status regular = RequireRegularFile(fd, claim_path, &st); !regular.ok()) {
+    close(fd);
+    return regular;
   }
   std::string text;
   char buf[4096];

@@ -53,7 +53,8 @@ def case_paths_confined(args):
     submit naming the path and the worker's roots ("../" climbing out too, even before any worker
     registered); a symlink inside a root that points outside (as the dataset's folder, as
     checkpoint.dir) fails the job FAILED naming the path and where it resolves, before anything
-    is read or written, and is not retried. The folder outside holds the same files after; the
+    is read or written, and is not retried; a FIFO as the dataset fails the job at once (not
+    waited on) and leaves its worker IDLE. The folder outside holds the same files after; the
     workers declare their roots (`dtrain workers --json`); a job inside them still succeeds."""
     outside = os.path.realpath(tempfile.mkdtemp(prefix="dtrain-outside-"))
     try:
@@ -97,6 +98,14 @@ def case_paths_confined(args):
                 "resolves to %s" % ckpt_outside)
             expect(not os.path.exists(os.path.join(c.tmp, "data-w1", "jobs", ckpt_id)),
                    "%s wrote in the worker's data root" % ckpt_id)
+
+            # A FIFO as the dataset is refused at once: open(2) of a FIFO with no writer waits
+            # forever, and its worker stayed busy with the job, cancelled or not, until kill -9.
+            fifo = os.path.join(c.workdir, "corpus.fifo")
+            os.mkfifo(fifo)
+            failed_naming(c, "fifo.json", dict(base, dataset=fifo),
+                          "corpus.fifo is a FIFO, not a regular file")
+            c.wait_workers({"w1": "IDLE"})
 
             # Inside the roots it trains, through a symlink that stays inside too.
             os.makedirs(os.path.join(c.tmp, "shared"))

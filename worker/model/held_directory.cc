@@ -12,6 +12,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/files.h"
 #include "common/job_paths.h"
 #include "common/status_macros.h"
 
@@ -143,7 +144,7 @@ absl::StatusOr<int> HeldDirectory::OpenFile(absl::string_view name, int64_t max_
                                             int64_t* size) const {
   RETURN_IF_ERROR(CheckName(name));
   const std::string path = PathOf(name);
-  const int fd = openat(fd_->fd, std::string(name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = openat(fd_->fd, std::string(name).c_str(), kOpenToInspect | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ELOOP) {
       return absl::InvalidArgumentError(
@@ -152,14 +153,9 @@ absl::StatusOr<int> HeldDirectory::OpenFile(absl::string_view name, int64_t max_
     return ErrnoError(errno, "cannot open", path);
   }
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
+  if (absl::Status regular = RequireRegularFile(fd, path, &st); !regular.ok()) {
     close(fd);
-    return ErrnoError(err, "cannot stat", path);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+    return regular;
   }
   if (max_bytes >= 0 && st.st_size > max_bytes) {
     close(fd);

@@ -113,6 +113,16 @@ TEST(HeldDirectory, RefusesAFileLargerThanAllowedBeforeReading) {
   EXPECT_THAT(read.status().message(), HasSubstr("big holds 4294967296 bytes"));
 }
 
+TEST(HeldDirectory, RefusesAFifoWithoutWaitingForAWriter) {
+  const std::string dir = FreshDir("held-fifo");
+  ASSERT_EQ(mkfifo((dir + "/manifest.json").c_str(), 0600), 0);
+  absl::StatusOr<HeldDirectory> held = HeldDirectory::Open(dir);
+  ASSERT_TRUE(held.ok());
+  absl::StatusOr<std::string> read = held->ReadFile("manifest.json", 1 << 20);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(read.status().message(), HasSubstr("manifest.json is a FIFO, not a regular file"));
+}
+
 TEST(HeldDirectory, ASwapForASymlinkAfterOpeningDoesNotRedirectWrites) {
   const std::string parent = FreshDir("held-swap");
   const std::string outside = FreshDir("held-swap-outside");
