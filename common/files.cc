@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,6 +69,36 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   close(fd);
   bytes.resize(done);
   return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<const MappedFile>> MappedFile::Open(const std::string& path) {
+  const int fd = open(path.c_str(), kOpenToInspect);
+  if (fd < 0) return ErrnoError(errno, "cannot open", path);
+  struct stat st;
+  if (absl::Status regular = RequireRegularFile(fd, path, &st); !regular.ok()) {
+    close(fd);
+    return regular;
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* data = nullptr;
+  if (size > 0) {
+    data = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (data == MAP_FAILED) {
+      const int err = errno;
+      close(fd);
+      return ErrnoError(err, "cannot map", path);
+    }
+  }
+  close(fd);  // the mapping keeps the file
+  return std::unique_ptr<const MappedFile>(new MappedFile(static_cast<const char*>(data), size));
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) munmap(const_cast<char*>(data_), size_);
+}
+
+void MappedFile::Advise(int advice) const {
+  if (data_ != nullptr) madvise(const_cast<char*>(data_), size_, advice);
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {

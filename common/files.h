@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -44,6 +45,31 @@ inline constexpr int kOpenToInspect = O_RDONLY | O_NONBLOCK | O_CLOEXEC;
 // fstat of `fd` into *st; InvalidArgument "<path> is a FIFO, not a regular file" (a directory,
 // a device, a socket) unless it is one; then O_NONBLOCK is cleared. The caller closes `fd`.
 absl::Status RequireRegularFile(int fd, const std::string& path, struct stat* st);
+
+// A regular file mapped read-only (mmap, MAP_PRIVATE): its bytes are the page cache's, shared
+// by every process that maps it and dropped by the kernel under pressure, so a dataset larger
+// than memory can be read and the workers on one host hold one copy. The file must not be
+// truncated while mapped (reading past its new end is SIGBUS): datasets are written once.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<const MappedFile> f, MappedFile::Open("tokens.bin"));
+//   f->bytes();  // absl::string_view of the whole file
+class MappedFile {
+ public:
+  // Errors as ReadFileToString: NotFound, InvalidArgument for what is not a regular file.
+  static absl::StatusOr<std::unique_ptr<const MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  absl::string_view bytes() const { return {data_, size_}; }
+  // Tells the kernel how the mapping will be read (MADV_SEQUENTIAL, MADV_RANDOM); a hint.
+  void Advise(int advice) const;
+
+ private:
+  MappedFile(const char* data, size_t size) : data_(data), size_(size) {}
+  const char* const data_;  // null for an empty file
+  const size_t size_;
+};
 
 // The bytes of the regular files under directory `dir`, recursively (symlinks not followed);
 // what vanishes while it counts is skipped. 0 for a missing directory.

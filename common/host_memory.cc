@@ -135,9 +135,13 @@ absl::StatusOr<HostMemory> ReadHostMemory(const std::string& root_in) {
 }
 
 absl::StatusOr<int64_t> ResidentBytes() {
-  const int64_t rss = KilobyteField(Slurp("/proc/self/status"), "VmRSS");
-  if (rss < 0) return absl::FailedPreconditionError("cannot read VmRSS from /proc/self/status");
-  return rss;
+  const std::string status = Slurp("/proc/self/status");
+  const int64_t anon = KilobyteField(status, "RssAnon");
+  const int64_t shmem = KilobyteField(status, "RssShmem");
+  if (anon < 0 || shmem < 0) {
+    return absl::FailedPreconditionError("cannot read RssAnon and RssShmem from /proc/self/status");
+  }
+  return anon + shmem;
 }
 
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {

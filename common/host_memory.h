@@ -42,7 +42,10 @@ struct OomKillCount {
 };
 OomKillCount ReadOomKillCount(const std::string& root = "/");
 
-// This process's resident memory (VmRSS of /proc/self/status) in bytes.
+// This process's resident memory that the kernel cannot drop, in bytes: RssAnon + RssShmem of
+// /proc/self/status, i.e. VmRSS without RssFile. A mapped dataset's pages (MappedFile) and the
+// binaries' own are file pages, reclaimed under pressure and shared with other processes, so a
+// budget check counting them would fail a job over a cache.
 absl::StatusOr<int64_t> ResidentBytes();
 
 // "3GiB", "512MiB", "2G", "1.5GiB", "4096" (bytes): powers of 1024 for K/M/G/T with or without

@@ -1,4 +1,6 @@
-// A token stream for training, read whole into memory, and its batching order (the order of
+// A token stream for training, mapped from its file (common/files.h MappedFile: the page
+// cache's copy, shared by the workers of a host, larger than memory if need be), and its
+// batching order (the order of
 // llm.c's unshuffled single-process DataLoader; docs/DATA_FORMATS.md states it precisely).
 //
 //   ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Open("fineweb_train_000001.bin", 50257));
@@ -20,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/files.h"
 
 namespace dtrain {
 namespace model {
@@ -58,11 +61,13 @@ class TokenDataset {
  private:
   TokenDataset() = default;
   int32_t Token(int64_t i) const;  // i in [0, num_tokens)
+  // The position of the first token >= limit; num_tokens() when there is none.
+  int64_t FirstTokenAtLeast(int limit) const;
 
   std::string path_;
-  std::shared_ptr<const std::string> bytes_;  // the whole file; copies share it
-  int64_t first_token_offset_ = 0;            // byte offset of token 0 in bytes_
-  int token_bytes_ = 1;                       // 2 for .bin (uint16), 1 for text
+  std::shared_ptr<const MappedFile> file_;  // the whole file; copies share it
+  int64_t first_token_offset_ = 0;          // byte offset of token 0 in the file
+  int token_bytes_ = 1;                     // 2 for .bin (uint16), 1 for text
   int64_t num_tokens_ = 0;
 };
 

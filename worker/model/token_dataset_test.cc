@@ -1,5 +1,7 @@
 #include "worker/model/token_dataset.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -7,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/host_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -252,6 +256,39 @@ TEST(TokenDataset, CopiesShareTheTokens) {
   ASSERT_TRUE(copy->GetBatch(0, 1, 7, absl::MakeSpan(in), absl::MakeSpan(tg)).ok());
   EXPECT_THAT(in, ElementsAreArray({5, 6, 7, 8, 9, 10, 11}));
   EXPECT_THAT(tg, ElementsAreArray({6, 7, 8, 9, 10, 11, 12}));
+}
+
+// The file is mapped, not copied: a 256 MiB token file (sparse: every token 0) opens without the
+// process holding 256 MiB it cannot drop (common/host_memory.h ResidentBytes: file pages are not
+// counted), and a bad token at its very end is still found and named.
+TEST(TokenDataset, ALargeFileIsMappedNotCopiedAndCheckedToItsEnd) {
+  const int64_t count = int64_t{1} << 27;
+  const std::string path = WriteBin("large.bin", {});
+  {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(0);
+    const int32_t header[3] = {20240520, 1, static_cast<int32_t>(count)};
+    f.write(reinterpret_cast<const char*>(header), sizeof(header));
+  }
+  ASSERT_EQ(truncate(path.c_str(), 1024 + 2 * count), 0);
+  const absl::StatusOr<int64_t> before = ResidentBytes();
+  ASSERT_TRUE(before.ok()) << before.status();
+  absl::StatusOr<TokenDataset> data = TokenDataset::Open(path, 256);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->num_tokens(), count);
+  const absl::StatusOr<int64_t> after = ResidentBytes();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_LT(*after - *before, int64_t{64} << 20) << "the dataset was copied into memory";
+
+  {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(1024 + 2 * (count - 1));
+    const uint16_t last = 300;
+    f.write(reinterpret_cast<const char*>(&last), sizeof(last));
+  }
+  EXPECT_THAT(
+      TokenDataset::Open(path, 256).status().message(),
+      HasSubstr(absl::StrCat("token 300 at position ", count - 1, " is >= vocab_size 256")));
 }
 
 }  // namespace
