@@ -504,8 +504,15 @@ absl::Status JobStore::Transaction(F body) {
     return status;
   }
   status = body();
-  if (!status.ok()) {  // what it asked was refused (or a read failed): not the commit's health
+  if (!status.ok()) {
     Exec("ROLLBACK").IgnoreError();
+    // A full disk can refuse an INSERT before the COMMIT (the WAL cannot grow), a lock or I/O
+    // error any statement (SqliteError's codes); NotFound, FailedPrecondition and the like are
+    // what the write asked being refused, not the database's health.
+    if (absl::IsResourceExhausted(status) || absl::IsUnavailable(status) ||
+        absl::IsInternal(status)) {
+      NoteWrite(status);
+    }
     return status;
   }
   status = Exec("COMMIT");

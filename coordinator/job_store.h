@@ -117,8 +117,8 @@ class JobStore {
 
   // Writes failing now: since the first failed transaction after the last one committed, and
   // the latest failure ("coordinator db /var/lib/dtrain/db: COMMIT: database or disk is
-  // full"). Unset while writes succeed. Only the database's own refusals count (BEGIN, COMMIT),
-  // not a write refused for what it asked (an unknown job, a final state).
+  // full"). Unset while writes succeed. Only the database's own refusals count (full, locked,
+  // an I/O error), not a write refused for what it asked (an unknown job, a final state).
   struct WriteFailure {
     absl::Time since;
     std::string error;
