@@ -24,11 +24,14 @@ torch.set_num_threads(N) bounds PyTorch's OpenMP pool but not OpenBLAS's own pth
 (Debian's torch calls OpenBLAS, which starts one thread per core unless OPENBLAS_NUM_THREADS is
 set before it loads), so a script that only calls torch.set_num_threads(1) runs its GEMMs, ~75%
 of the step, on every core. gpt_reference.py and this tool set the variables first.
-With more than one thread both sides run with OMP_WAIT_POLICY=PASSIVE (--omp_wait_policy, or
---dtrain_omp_wait_policy and --torch_omp_wait_policy for one side):
-with libgomp's default, idle OpenMP workers spin after every parallel region, PyTorch's on the
-core OpenBLAS's pthread needs for its GEMMs, and dtrain-local's on the core another process
-holds (measured at 2 threads under load: PyTorch 2.6x, dtrain-local 1.75x faster with PASSIVE).
+With more than one thread each side's idle OpenMP threads wait as they do at their best
+(--dtrain_omp_wait_policy, --torch_omp_wait_policy; --omp_wait_policy sets both): PyTorch with
+OMP_WAIT_POLICY=PASSIVE, since with libgomp's default its OpenMP workers spin after every
+parallel region on the core OpenBLAS's pthread needs for its GEMMs (2.6x slower at 2 threads
+under load, 3x idle); dtrain-local with GOMP_SPINCOUNT=2000, as deploy/ runs every worker: it
+has one thread pool (OpenBLAS runs single-threaded inside its OpenMP splits), so a short spin
+catches the next region without taking a core from its own GEMMs, and gives way to other
+processes about as well as PASSIVE (docs/PERFORMANCE.md, "OpenMP's wait").
 
 --smoke: a tiny config and 2 steps on 1 thread, to check in CI that the benchmark runs end to
 end and prints its JSON (no timing is asserted).
@@ -106,12 +109,13 @@ def main():
     ap.add_argument("--dtrain_local", default=os.path.join(ROOT, "bazel-bin/worker/dtrain-local"))
     ap.add_argument("--torch_python", default="/usr/bin/python3")
     ap.add_argument("--gpt_reference", default=GPT_REF, help="the PyTorch side's script")
-    policies = ["PASSIVE", "ACTIVE", "DEFAULT"]
-    ap.add_argument("--dtrain_omp_wait_policy", default="PASSIVE", choices=policies,
-                    help="OMP_WAIT_POLICY of dtrain-local (see the docstring): PASSIVE, as "
-                    "deploy/ runs every worker; DEFAULT: unset, libgomp's bounded spin")
+    policies = ["PASSIVE", "ACTIVE", "DEFAULT", "SHORT_SPIN"]
+    ap.add_argument("--dtrain_omp_wait_policy", default="SHORT_SPIN", choices=policies,
+                    help="how dtrain-local's idle OpenMP threads wait (see the docstring): "
+                    "SHORT_SPIN, GOMP_SPINCOUNT=2000, as deploy/ runs every worker; PASSIVE and "
+                    "ACTIVE: OMP_WAIT_POLICY; DEFAULT: neither set, libgomp's long spin")
     ap.add_argument("--torch_omp_wait_policy", default="PASSIVE", choices=policies,
-                    help="OMP_WAIT_POLICY of PyTorch: PASSIVE, its best (see the docstring)")
+                    help="how PyTorch's idle OpenMP threads wait: PASSIVE, its best (see the docstring)")
     ap.add_argument("--omp_wait_policy", choices=policies,
                     help="sets both of the above")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
@@ -165,9 +169,11 @@ def main():
             for side in ("dtrain", "torch"):
                 side_env[side] = dict(env)
                 policy = getattr(args, f"{side}_omp_wait_policy")
-                if policy == "DEFAULT":
-                    side_env[side].pop("OMP_WAIT_POLICY", None)
-                else:
+                side_env[side].pop("OMP_WAIT_POLICY", None)
+                side_env[side].pop("GOMP_SPINCOUNT", None)
+                if policy == "SHORT_SPIN":
+                    side_env[side]["GOMP_SPINCOUNT"] = "2000"
+                elif policy != "DEFAULT":
                     side_env[side]["OMP_WAIT_POLICY"] = policy
             row = {"threads": n}
             runs = {"dtrain": [], "torch": []}
