@@ -45,14 +45,21 @@ absl::Status RequireRegularFile(int fd, const std::string& path, struct stat* st
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  int fd = open(path.c_str(), kOpenToInspect);
+absl::StatusOr<int> OpenRegularFile(const std::string& path, struct stat* st) {
+  const int fd = open(path.c_str(), kOpenToInspect);
   if (fd < 0) return ErrnoError(errno, "cannot open", path);
-  struct stat st;
-  if (absl::Status regular = RequireRegularFile(fd, path, &st); !regular.ok()) {
+  if (absl::Status regular = RequireRegularFile(fd, path, st); !regular.ok()) {
     close(fd);
     return regular;
   }
+  return fd;
+}
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  struct stat st;
+  absl::StatusOr<int> opened = OpenRegularFile(path, &st);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   std::string bytes(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
   while (done < bytes.size()) {
@@ -72,13 +79,10 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
 }
 
 absl::StatusOr<std::unique_ptr<const MappedFile>> MappedFile::Open(const std::string& path) {
-  const int fd = open(path.c_str(), kOpenToInspect);
-  if (fd < 0) return ErrnoError(errno, "cannot open", path);
   struct stat st;
-  if (absl::Status regular = RequireRegularFile(fd, path, &st); !regular.ok()) {
-    close(fd);
-    return regular;
-  }
+  absl::StatusOr<int> opened = OpenRegularFile(path, &st);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   const size_t size = static_cast<size_t>(st.st_size);
   void* data = nullptr;
   if (size > 0) {

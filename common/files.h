@@ -37,14 +37,15 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // checkpoint names): open(2) of a FIFO with no writer would wait forever and a device would be
 // read forever, so the file is opened with kOpenToInspect (O_NONBLOCK: a FIFO opens at once)
 // and then RequireRegularFile checks it is a regular file and makes reads blocking again.
-//
-//   const int fd = open(path.c_str(), kOpenToInspect);
-//   ...
-//   if (absl::Status s = RequireRegularFile(fd, path, &st); !s.ok()) { close(fd); return s; }
+// OpenRegularFile does both for a path; openat(2) callers (HeldDirectory) use the two parts.
 inline constexpr int kOpenToInspect = O_RDONLY | O_NONBLOCK | O_CLOEXEC;
 // fstat of `fd` into *st; InvalidArgument "<path> is a FIFO, not a regular file" (a directory,
 // a device, a socket) unless it is one; then O_NONBLOCK is cleared. The caller closes `fd`.
 absl::Status RequireRegularFile(int fd, const std::string& path, struct stat* st);
+// A descriptor of regular file `path` open for reading (blocking), its fstat in *st; the caller
+// closes it. "cannot open <path>: ..." with errno's code (NotFound for ENOENT), or
+// RequireRegularFile's InvalidArgument.
+absl::StatusOr<int> OpenRegularFile(const std::string& path, struct stat* st);
 
 // A regular file mapped read-only (mmap, MAP_PRIVATE): its bytes are the page cache's, shared
 // by every process that maps it and dropped by the kernel under pressure, so a dataset larger

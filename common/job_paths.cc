@@ -127,19 +127,13 @@ absl::Status MakeDirectories(const std::string& dir) {
 
 absl::StatusOr<JobClaim> ReadJobClaim(const std::string& dir) {
   const std::string claim_path = absl::StrCat(dir, "/", kJobClaimFileName);
-  const int fd = open(claim_path.c_str(), kOpenToInspect);
-  if (fd < 0) {
-    if (errno == ENOENT) {
-      return absl::NotFoundError(
-          absl::StrCat("job directory ", dir, " has no ", kJobClaimFileName));
-    }
-    return ErrnoError(errno, absl::StrCat("cannot read ", claim_path));
-  }
   struct stat st;
-  if (absl::Status regular = RequireRegularFile(fd, claim_path, &st); !regular.ok()) {
-    close(fd);
-    return regular;
+  absl::StatusOr<int> opened = OpenRegularFile(claim_path, &st);
+  if (absl::IsNotFound(opened.status())) {
+    return absl::NotFoundError(absl::StrCat("job directory ", dir, " has no ", kJobClaimFileName));
   }
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   std::string text;
   char buf[4096];
   while (true) {

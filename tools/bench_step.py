@@ -115,7 +115,8 @@ def main():
                     "SHORT_SPIN, GOMP_SPINCOUNT=2000, as deploy/ runs every worker; PASSIVE and "
                     "ACTIVE: OMP_WAIT_POLICY; DEFAULT: neither set, libgomp's long spin")
     ap.add_argument("--torch_omp_wait_policy", default="PASSIVE", choices=policies,
-                    help="how PyTorch's idle OpenMP threads wait: PASSIVE, its best (see the docstring)")
+                    help="how PyTorch's idle OpenMP threads wait: PASSIVE, its best (see the "
+                    "docstring)")
     ap.add_argument("--omp_wait_policy", choices=policies,
                     help="sets both of the above")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")

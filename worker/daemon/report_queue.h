@@ -45,7 +45,7 @@ class ReportQueue {
     ReportProgressRequest request;  // job_id and one report; worker and session set when sent
   };
 
-  // `log` receives the queue's own stderr lines (warnings, outcomes given up); may be empty.
+  // `log` receives the queue's own stderr lines (its warnings); may be empty.
   ReportQueue(Options options, std::function<void(const std::string&)> log);
 
   // Queues a report of request.job_id() (see the top for the bound).
