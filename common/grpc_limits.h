@@ -13,6 +13,10 @@ namespace dtrain {
 // (ListJobs of 1,000 jobs, an assignment of 1,024 ranks) are a fraction of it.
 inline constexpr int kMaxCoordinatorMessageBytes = 4 << 20;
 
+// Most steps one progress report carries (ReportProgressRequest.steps, a StepRun): about 60 KiB
+// of StepMetrics. The worker sends runs up to it; the coordinator refuses a longer one.
+inline constexpr int kMaxStepRun = 1024;
+
 }  // namespace dtrain
 
 #endif  // DTRAIN_COMMON_GRPC_LIMITS_H_

@@ -375,9 +375,15 @@ class JobManager {
     std::string who;  // "worker w2 (dp0 pp1 tp0)"
     LineSource source;
   };
-  absl::Status OnStep(ActiveJob& job, const Reporter& from, StepMetrics step)
+  // Records what one report carries (the reporter checked and its job active).
+  absl::Status ApplyReport(ActiveJob& job, const Reporter& from,
+                           const ReportProgressRequest& request, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status OnCheckpoint(ActiveJob& job, const CheckpointSealed& sealed)
+  // Steps of the job in increasing order (one report's), recorded in one transaction.
+  absl::Status OnSteps(ActiveJob& job, const Reporter& from, std::vector<StepMetrics> steps)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `sealed_ms`: when the worker sealed it (its report's time).
+  absl::Status OnCheckpoint(ActiveJob& job, const CheckpointSealed& sealed, int64_t sealed_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every rank skipped a checkpoint step (a full disk) that a plan may wait for: a preemption
   // and a drained worker go ahead now from the latest sealed checkpoint, a re-cut is dropped.

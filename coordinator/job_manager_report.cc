@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_limits.h"
 #include "common/status_macros.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_manager_internal.h"
@@ -14,6 +16,25 @@
 #include "plan/ranks.h"
 
 namespace dtrain::coordinator {
+namespace {
+
+// A StepRun as ReportProgressRequest.steps defines it (proto/coordinator.proto).
+absl::Status CheckStepRun(const StepRun& run) {
+  if (run.steps().empty() || run.steps_size() > kMaxStepRun) {
+    return absl::InvalidArgumentError(absl::StrCat("a step run carries ", run.steps_size(),
+                                                   " steps; 1 to ", kMaxStepRun, " are allowed"));
+  }
+  for (int i = 1; i < run.steps_size(); ++i) {
+    if (run.steps(i).step() <= run.steps(i - 1).step()) {
+      return absl::InvalidArgumentError(absl::StrCat("a step run goes from step ",
+                                                     run.steps(i - 1).step(), " to step ",
+                                                     run.steps(i).step(), ": not increasing"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
     const ReportProgressRequest& request) {
@@ -46,50 +67,66 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
                       absl::StrCat("worker ", request.worker_id(), " (",
                                    plan::RankLabel(job->assignment->placement().ranks(rank)), ")"),
                       {rank, request.worker_id(), LOG_INFO}};
+  RETURN_IF_ERROR(ApplyReport(*job, from, request, now));
+  return response;
+}
+
+absl::Status JobManager::ApplyReport(ActiveJob& job, const Reporter& from,
+                                     const ReportProgressRequest& request, absl::Time now) {
+  const std::string id = job.id;  // a copy: an outcome may end the job
+  // When it happened, however late it arrives (a worker before ReportProgressRequest's time:
+  // when it arrived).
+  const int64_t report_ms =
+      request.time_unix_ms() > 0 ? request.time_unix_ms() : absl::ToUnixMillis(now);
   switch (request.report_case()) {
     case ReportProgressRequest::kStep:
-      RETURN_IF_ERROR(OnStep(*job, from, request.step()));
+      RETURN_IF_ERROR(OnSteps(job, from, {request.step()}));
+      break;
+    case ReportProgressRequest::kSteps:
+      RETURN_IF_ERROR(CheckStepRun(request.steps()));
+      RETURN_IF_ERROR(
+          OnSteps(job, from, {request.steps().steps().begin(), request.steps().steps().end()}));
       break;
     case ReportProgressRequest::kEvent:
       RETURN_IF_ERROR(store_
                           ->AppendEvent(id, absl::StrCat(from.who, ": ", request.event()),
-                                        absl::ToUnixMillis(now), from.source)
+                                        report_ms, from.source)
                           .status());
       to_notify_.push_back(id);
       break;
     case ReportProgressRequest::kLog: {
       LineSource line = from.source;
       line.severity = request.log().severity();
-      RETURN_IF_ERROR(store_
-                          ->AppendEvent(id, absl::StrCat(from.who, ": ", request.log().text()),
-                                        absl::ToUnixMillis(now), line)
-                          .status());
+      RETURN_IF_ERROR(
+          store_
+              ->AppendEvent(id, absl::StrCat(from.who, ": ", request.log().text()), report_ms, line)
+              .status());
       to_notify_.push_back(id);
       break;
     }
     case ReportProgressRequest::kCheckpoint:
-      RETURN_IF_ERROR(OnCheckpoint(*job, request.checkpoint()));
+      RETURN_IF_ERROR(OnCheckpoint(job, request.checkpoint(), report_ms));
       break;
     case ReportProgressRequest::kLocation:
-      RETURN_IF_ERROR(OnLocation(*job, request.location()));
+      RETURN_IF_ERROR(OnLocation(job, request.location()));
       break;
     case ReportProgressRequest::kCheckpointSkipped:
-      RETURN_IF_ERROR(OnCheckpointSkipped(*job, request.checkpoint_skipped()));
+      RETURN_IF_ERROR(OnCheckpointSkipped(job, request.checkpoint_skipped()));
       break;
     case ReportProgressRequest::kCheckpointWait:
       if (request.checkpoint_wait().ended()) {
-        job->space_wait.reset();
+        job.space_wait.reset();
       } else {
-        job->space_wait = request.checkpoint_wait();
+        job.space_wait = request.checkpoint_wait();
       }
       break;
     case ReportProgressRequest::kOutcome:
-      RETURN_IF_ERROR(OnOutcome(*job, from, request));
+      RETURN_IF_ERROR(OnOutcome(job, from, request));
       break;
     case ReportProgressRequest::REPORT_NOT_SET:
       return absl::InvalidArgumentError("report carries none of step, event, outcome");
   }
-  return response;
+  return absl::OkStatus();
 }
 
 void JobManager::MarkAcked(ActiveJob& job, const std::string& worker_id) {
@@ -101,15 +138,19 @@ void JobManager::MarkAcked(ActiveJob& job, const std::string& worker_id) {
   if (!status.ok()) Log(absl::StrCat(id, ": ", status.ToString()));
 }
 
-absl::Status JobManager::OnStep(ActiveJob& job, const Reporter& from, StepMetrics step) {
+absl::Status JobManager::OnSteps(ActiveJob& job, const Reporter& from,
+                                 std::vector<StepMetrics> steps) {
   if (from.rank != job.reporting_rank) return absl::OkStatus();  // one rank speaks for the job
   const absl::Time now = Now();
-  if (step.time_unix_ms() == 0) step.set_time_unix_ms(absl::ToUnixMillis(now));
+  for (StepMetrics& step : steps) {
+    if (step.time_unix_ms() == 0) step.set_time_unix_ms(absl::ToUnixMillis(now));
+  }
+  const StepMetrics& step = steps.front();
   Recovery* r = job.OpenRecovery();
   // The first step of a recovery's run replaces the old run's rows from it on: the steps
   // after it are redone, and watchers are sent them again (coordinator_service.cc).
-  RETURN_IF_ERROR(store_->AppendMetrics(job.id, step, /*drop_later=*/r != nullptr));
-  job.last_step = std::max(job.last_step, step.step());
+  RETURN_IF_ERROR(store_->AppendMetrics(job.id, steps, /*drop_later=*/r != nullptr));
+  job.last_step = std::max(job.last_step, steps.back().step());
   job.diagnosis.progress_at = now;
   job.diagnosis.stall_diagnosed = false;
   job.diagnosis.summary.clear();
@@ -124,7 +165,7 @@ absl::Status JobManager::OnStep(ActiveJob& job, const Reporter& from, StepMetric
     r->set_first_step_ms(EndPhase(job));
     r->set_done(true);
     job.recovery.phase = RecoveryPhase::kNone;
-    job.last_step = step.step();
+    job.last_step = steps.back().step();
     SaveRecoveries(job);
     const int64_t total =
         r->detect_ms() + r->stop_ms() + r->place_ms() + r->load_ms() + r->first_step_ms();
@@ -136,11 +177,12 @@ absl::Status JobManager::OnStep(ActiveJob& job, const Reporter& from, StepMetric
   return absl::OkStatus();
 }
 
-absl::Status JobManager::OnCheckpoint(ActiveJob& job, const CheckpointSealed& checkpoint) {
+absl::Status JobManager::OnCheckpoint(ActiveJob& job, const CheckpointSealed& checkpoint,
+                                      int64_t sealed_ms) {
   CheckpointInfo sealed;
   sealed.set_step(checkpoint.step());
   sealed.set_path(checkpoint.path());
-  sealed.set_time_unix_ms(NowMs());
+  sealed.set_time_unix_ms(sealed_ms);
   sealed.set_dir_bytes(checkpoint.dir_bytes());
   RETURN_IF_ERROR(store_->AddCheckpoint(job.id, sealed, checkpoint.kept_steps()));
   job.sealed_step = std::max(job.sealed_step, sealed.step());

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/grpc_limits.h"
 #include "coordinator/job_manager_harness.h"
 #include "coordinator/test_util.h"
 #include "gmock/gmock.h"
@@ -889,6 +890,61 @@ TEST(JobManager, ReportsAreChecked) {
   ASSERT_TRUE(h.m().ReportProgress(event).ok());
   EXPECT_EQ(h.m().store().EventsFor("job-000001")->back().text,
             "worker w1 (dp0 pp0 tp0): loaded 1000 tokens");
+}
+
+// A worker catching up after an outage sends its steps in runs (StepRun): recorded whole, in one
+// report; a run that breaks the format's rules is refused naming the rule. Events and seals keep
+// the time the worker made them, not the time they arrived.
+TEST(JobManager, AStepRunIsRecordedWholeAndLateReportsKeepTheWorkersTime) {
+  Harness h(TempDb("step_run"));
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  h.StartOn("w1", "job-000001");
+  ReportProgressRequest run;
+  run.set_worker_id("w1");
+  run.set_session_id("s-w1");
+  run.set_job_id("job-000001");
+  for (int i = 1; i <= kMaxStepRun; ++i) {
+    StepMetrics* m = run.mutable_steps()->add_steps();
+    m->set_step(2 * i);  // thinned by the worker's queue
+    m->set_loss(10.0 / i);
+  }
+  ASSERT_TRUE(h.m().ReportProgress(run).ok());
+  absl::StatusOr<std::vector<StepMetrics>> stored =
+      h.m().store().MetricsAfter("job-000001", 0, 1 << 20);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), static_cast<size_t>(kMaxStepRun));
+  EXPECT_EQ(stored->front().step(), 2);
+  EXPECT_EQ(stored->back().step(), 2 * kMaxStepRun);
+  EXPECT_EQ(h.Get("job-000001").latest().step(), 2 * kMaxStepRun);
+
+  ReportProgressRequest longer = run;
+  longer.mutable_steps()->add_steps()->set_step(2 * kMaxStepRun + 1);
+  EXPECT_THAT(h.m().ReportProgress(longer).status().message(),
+              HasSubstr("a step run carries 1025 steps; 1 to 1024 are allowed"));
+  ReportProgressRequest backwards = run;
+  backwards.mutable_steps()->mutable_steps(3)->set_step(1);
+  EXPECT_THAT(h.m().ReportProgress(backwards).status().message(),
+              HasSubstr("a step run goes from step 6 to step 1: not increasing"));
+  ReportProgressRequest empty = run;
+  empty.mutable_steps()->clear_steps();
+  EXPECT_EQ(h.m().ReportProgress(empty).status().code(), absl::StatusCode::kInvalidArgument);
+
+  const int64_t made_ms = 1600000000000;  // long before the harness's clock
+  ReportProgressRequest event = run;
+  event.set_event("checkpoint sealed at step 100");
+  event.set_time_unix_ms(made_ms);
+  ASSERT_TRUE(h.m().ReportProgress(event).ok());
+  EXPECT_EQ(h.m().store().EventsFor("job-000001")->back().time_unix_ms, made_ms);
+  ReportProgressRequest sealed = run;
+  sealed.mutable_checkpoint()->set_step(100);
+  sealed.mutable_checkpoint()->set_path("/c/job-000001/step_00000100");
+  sealed.set_time_unix_ms(made_ms);
+  ASSERT_TRUE(h.m().ReportProgress(sealed).ok());
+  absl::StatusOr<std::vector<CheckpointInfo>> seals = h.m().store().Checkpoints("job-000001");
+  ASSERT_TRUE(seals.ok());
+  ASSERT_EQ(seals->size(), 1u);
+  EXPECT_EQ(seals->front().time_unix_ms(), made_ms);
 }
 
 TEST(JobManager, UnacceptedAssignmentFailsAfterTheLease) {

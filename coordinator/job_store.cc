@@ -249,6 +249,12 @@ class Statement {
     return SqliteError(rc, path_, sqlite3_sql(stmt_), sqlite3_errmsg(db_));
   }
   absl::Status Run() { return Step().status(); }
+  // Ready to run again with new bindings (a statement run once per row of a batch).
+  Statement& Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    return *this;
+  }
 
   int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
   double Double(int col) { return sqlite3_column_double(stmt_, col); }
@@ -787,31 +793,36 @@ absl::Status JobStore::SetOutput(absl::string_view job_id, absl::string_view out
   return s.Bind(1, output).Bind(2, job_id).Run();
 }
 
-absl::Status JobStore::AppendMetrics(absl::string_view job_id, const StepMetrics& step,
+absl::Status JobStore::AppendMetrics(absl::string_view job_id, absl::Span<const StepMetrics> steps,
                                      bool drop_later) {
+  if (steps.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
     Statement latest(db_, path_, "UPDATE jobs SET latest = ? WHERE id = ?");
-    RETURN_IF_ERROR(latest.BindBlob(1, step.SerializeAsString()).Bind(2, job_id).Run());
+    RETURN_IF_ERROR(latest.BindBlob(1, steps.back().SerializeAsString()).Bind(2, job_id).Run());
     if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job ", job_id));
     if (drop_later) {
       Statement drop(db_, path_, "DELETE FROM metrics WHERE job_id = ? AND step > ?");
-      RETURN_IF_ERROR(drop.Bind(1, job_id).Bind(2, step.step()).Run());
+      RETURN_IF_ERROR(drop.Bind(1, job_id).Bind(2, steps.front().step()).Run());
     }
     Statement insert(db_, path_, "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
-    insert.Bind(1, job_id)
-        .Bind(2, step.step())
-        .Bind(3, step.loss())
-        .Bind(4, step.grad_norm())
-        .Bind(5, step.learning_rate())
-        .Bind(6, step.tokens_per_s())
-        .Bind(7, step.time_unix_ms());
-    if (step.has_val_loss()) {
-      insert.Bind(8, step.val_loss());
-    } else {
-      insert.BindNull(8);
+    for (const StepMetrics& step : steps) {
+      insert.Reset()
+          .Bind(1, job_id)
+          .Bind(2, step.step())
+          .Bind(3, step.loss())
+          .Bind(4, step.grad_norm())
+          .Bind(5, step.learning_rate())
+          .Bind(6, step.tokens_per_s())
+          .Bind(7, step.time_unix_ms());
+      if (step.has_val_loss()) {
+        insert.Bind(8, step.val_loss());
+      } else {
+        insert.BindNull(8);
+      }
+      RETURN_IF_ERROR(insert.Run());
     }
-    return insert.Run();
+    return absl::OkStatus();
   });
 }
 

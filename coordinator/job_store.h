@@ -165,11 +165,16 @@ class JobStore {
   // Sealed steps, oldest first. NotFound for an unknown job.
   absl::StatusOr<std::vector<CheckpointInfo>> Checkpoints(absl::string_view job_id);
 
-  // Records a step (a step reported again replaces the earlier row) and makes it the job's
-  // `latest`; with `drop_later`, the rows of later steps go in the same transaction (the first
-  // step of a recovery's run, which redoes them). NotFound for an unknown job.
-  absl::Status AppendMetrics(absl::string_view job_id, const StepMetrics& step,
+  // Records steps in increasing order in one transaction (a step reported again replaces the
+  // earlier row) and makes the last the job's `latest`; with `drop_later`, the rows of steps
+  // after the first go first, in the same transaction (the first step of a recovery's run,
+  // which redoes them). NotFound for an unknown job.
+  absl::Status AppendMetrics(absl::string_view job_id, absl::Span<const StepMetrics> steps,
                              bool drop_later = false);
+  absl::Status AppendMetrics(absl::string_view job_id, const StepMetrics& step,
+                             bool drop_later = false) {
+    return AppendMetrics(job_id, absl::MakeConstSpan(&step, 1), drop_later);
+  }
   // Appends a line to the job's log (an event); returns its seq. NotFound for an unknown job.
   absl::StatusOr<int64_t> AppendEvent(absl::string_view job_id, absl::string_view text,
                                       int64_t now_ms, const LineSource& source = {});

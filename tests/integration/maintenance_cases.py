@@ -14,7 +14,7 @@ import subprocess
 import time
 import urllib.request
 
-from harness import Cluster, TestFailure, expect, losses
+from harness import Cluster, TestFailure, expect, losses, small_job_spec
 from recovery_cases import FINAL, STEP_DELAY, compare, recovery_spec, run_reference, start
 
 
@@ -84,6 +84,59 @@ def case_coordinator_pause(args):
         print("coordinator frozen %.1fs (lease %gs): no worker lost, no restart; the job that "
               "finished meanwhile SUCCEEDED %.1fs after SIGCONT; `dtrain --timeout=3s` answered "
               "in %.1fs" % (frozen_for, c.lease_s, time.monotonic() - paused_at, took))
+
+
+def case_coordinator_outage_keeps_the_curve(args):
+    """kill -9 of the coordinator for 6 s while a fast job trains (about 100 steps/s) on a worker
+    that buffers at most 64 reports, then a restart on the same database: the job SUCCEEDS with
+    its whole loss curve (the outage's steps thinned evenly: no gap wider than 32 steps, the
+    steps before and after it whole), every checkpoint sealed during the outage recorded, each
+    at the time the worker sealed it (not when it arrived), and the job's log says the buffer
+    was full."""
+    with Cluster(args.binaries, "coordinator_outage_keeps_the_curve") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_worker("w1", extra=["--test_only_step_delay=10ms", "--max_buffered_reports=64"])
+        c.wait_workers({"w1": "IDLE"})
+        steps = 1500
+        spec = small_job_spec(os.path.join(c.tmp, "ckpt"), steps, 100, name="outage",
+                              model={"vocab_size": 256, "context": 16, "n_layer": 1,
+                                     "n_head": 1, "n_embd": 8},
+                              batch_size=1, seq_len=16)
+        job_id = c.submit(c.write_spec("outage.json", spec))
+        c.wait_step(job_id, 50, 60)
+        c.coordinator.signal(signal.SIGKILL)
+        c.coordinator.wait(10)
+        down_ms = int(time.time() * 1000)
+        time.sleep(6)
+        up_ms = int(time.time() * 1000)
+        c.start_coordinator()
+        done = c.wait_state(job_id, FINAL, 120)
+        expect(done["state"] == "SUCCEEDED", "after the outage: %s: %s"
+               % (done["state"], done.get("reason")))
+        recorded = sorted(losses(c, job_id))
+        gaps = [b - a for a, b in zip(recorded, recorded[1:])]
+        expect(recorded[0] == 1 and recorded[-1] == steps and max(gaps) <= 32,
+               "the curve: steps %d..%d, %d recorded, widest gap %d"
+               % (recorded[0], recorded[-1], len(recorded), max(gaps)))
+        expect(max(gaps) >= 2, "no step was thinned: the outage did not fill the buffer "
+               "(%d steps recorded)" % len(recorded))
+        rc, out, err = c.cli("--json", "logs", job_id, timeout=30)
+        sealed = {}
+        for line in out.splitlines():
+            e = json.loads(line)
+            m = re.search(r"checkpoint sealed at step (\d+):", e["text"])
+            if m:
+                sealed[int(m.group(1))] = int(e["time_unix_ms"])
+        expect(sorted(sealed) == list(range(100, steps + 1, 100)),
+               "seals recorded: %s" % sorted(sealed))
+        during = [s for s, t in sealed.items() if down_ms <= t <= up_ms]
+        expect(during, "no seal is recorded at a time inside the outage (%d..%d): %s"
+               % (down_ms, up_ms, sealed))
+        expect("report buffer full (64)" in out, "the log does not say the buffer was full")
+        print("coordinator down 6 s: %d of %d steps recorded, widest gap %d; %d seals, %d of "
+              "them at their time inside the outage" % (len(recorded), steps, max(gaps),
+                                                        len(sealed), len(during)))
 
 
 def case_finished_at_last_seal(args):

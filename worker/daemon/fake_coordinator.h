@@ -124,6 +124,11 @@ class FakeCoordinator final : public Coordinator::Service {
       --internal_answers_left_;
       return grpc::Status(grpc::StatusCode::INTERNAL, "");
     }
+    if (request->has_steps() && refuse_step_runs_) {
+      ++step_runs_refused_;
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "report carries none of step, event, outcome");
+    }
     if (request->job_id() == reject_job_) {
       ++rejected_;
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job is not assigned to you");
@@ -197,6 +202,12 @@ class FakeCoordinator final : public Coordinator::Service {
     absl::MutexLock lock(&mu_);
     internal_answers_left_ = n;
   }
+  // Answers a report of several steps (StepRun) as a coordinator before that format does:
+  // INVALID_ARGUMENT, no report set.
+  void RefuseStepRuns() {
+    absl::MutexLock lock(&mu_);
+    refuse_step_runs_ = true;
+  }
   // Answers every registration with `status` (e.g. ALREADY_EXISTS); OK: accept again.
   void RefuseRegistrations(grpc::Status status) {
     absl::MutexLock lock(&mu_);
@@ -244,12 +255,18 @@ class FakeCoordinator final : public Coordinator::Service {
   const std::vector<ReportProgressRequest>& reports_locked() const { return reports_; }
   const std::vector<JobDirRemoved>& dirs_removed_locked() const { return dirs_removed_; }
   int64_t cancel_sent_at_locked() const { return cancel_sent_at_; }
+  int step_runs_refused() const {
+    absl::MutexLock lock(&mu_);
+    return step_runs_refused_;
+  }
 
  private:
   mutable absl::Mutex mu_;
   std::vector<RegisterWorkerRequest> registrations_ ABSL_GUARDED_BY(mu_);
   std::vector<HeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
   std::vector<ReportProgressRequest> reports_ ABSL_GUARDED_BY(mu_);
+  bool refuse_step_runs_ ABSL_GUARDED_BY(mu_) = false;
+  int step_runs_refused_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> deregistered_sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<Deregistration> deregistrations_ ABSL_GUARDED_BY(mu_);
@@ -309,6 +326,7 @@ inline std::vector<int64_t> StepsOf(const std::vector<ReportProgressRequest>& re
   std::vector<int64_t> steps;
   for (const auto& r : reports) {
     if (r.has_step()) steps.push_back(r.step().step());
+    for (const StepMetrics& m : r.steps().steps()) steps.push_back(m.step());
   }
   return steps;
 }

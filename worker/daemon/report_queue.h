@@ -1,21 +1,33 @@
 // ReportQueue: the worker's progress reports (ReportProgressRequest: steps, events, log lines,
 // location, sealed checkpoints, outcomes) waiting to be delivered to the coordinator, oldest
-// first. The daemon sends the front, pops it once the coordinator accepted it, and keeps the
-// rest while the coordinator cannot be reached.
+// first. The daemon sends the front (with the steps right after it, as one StepRun), pops it
+// once the coordinator accepted it, and keeps the rest while the coordinator cannot be reached.
 //
-// Bounds: steps and other reports up to `max_reports`; beyond that the oldest one that is not
-// an outcome is dropped, and the first drop and every 1000th after it queue a LOG_WARNING line
-// of the dropped report's job ("report buffer full (10000): dropping the oldest; 1 dropped so
-// far") right after the report that caused it, so the queue stays within one report of its
-// bound. Outcomes are never dropped for room nor for age: each is kept until delivered (the
-// coordinator may refuse reports for as long as its database cannot be written, and a job that
-// ended meanwhile must still end there) or until the daemon drops the job's reports (DropJob:
-// the coordinator says the job is no longer this worker's).
+// Bounds: `max_reports`. A report that would go beyond makes room from the steps first: the
+// queue keeps only the steps that are multiples of a stride, doubled each time it is full (1,
+// 2, 4, ...: the first thinning drops every other step), and from then on a new step replaces
+// the job's newest one when that one is not a multiple; so a long outage leaves the coordinator
+// the whole curve at a lower, even resolution rather than only its last `max_reports` steps.
+// Kept whatever the stride: the newest step of each job (its latest), and every step with a
+// validation loss. The stride goes back to 1 once the queue has drained to a quarter of its
+// bound. Only when no step can go is the oldest event or log line dropped, and only when none is
+// left the oldest report that is not an outcome (a queue full of seals). Every thinning, and
+// the first single drop and every 1000th after it, queue a LOG_WARNING line of the job ("report
+// buffer full (10000): ...") right after the report that caused it. Outcomes are never dropped
+// for room nor for age: each is kept until delivered (the coordinator may refuse reports for as
+// long as its database cannot be written, and a job that ended meanwhile must still end there)
+// or until the daemon drops the job's reports (DropJob: the coordinator says the job is no
+// longer this worker's).
+//
+// Every report is stamped with the time it was queued (time_unix_ms), so that an event or a
+// seal delivered after an outage is recorded at the time it happened.
 //
 //   ReportQueue queue({10000}, [](const std::string& line) { Log(line); });
 //   queue.Push(step_report);
-//   if (const ReportQueue::Pending* next = queue.front()) { send next->request ... }
-//   queue.PopIf(seq);  // once delivered
+//   if (std::optional<ReportQueue::Batch> next = queue.Next(kMaxStepRun)) {
+//     send next->request ...
+//     queue.PopThrough(next->last_seq);  // once delivered
+//   }
 //
 // Every report is built here (Push, Warn, PushOutcome, ReplaceFrontIf): each string field is
 // made valid UTF-8 (common/utf8.h: invalid bytes written as \xNN), so that text quoted from
@@ -28,6 +40,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -54,8 +67,20 @@ class ReportQueue {
   void Warn(const std::string& job_id, const std::string& text);
   void PushOutcome(const std::string& job_id, const JobOutcome& outcome);
 
+  // What to send next: the oldest report, numbered last_seq; when it is a step and max_steps >
+  // 1, with the steps of the same job queued right after it in increasing order, at most
+  // max_steps in all, as one StepRun (last_seq then the last one's number). nullopt when empty.
+  struct Batch {
+    uint64_t last_seq = 0;
+    int reports = 0;  // queued reports it carries
+    ReportProgressRequest request;
+  };
+  std::optional<Batch> Next(int max_steps) const;
   // The oldest report; null when empty.
   const Pending* front() const { return reports_.empty() ? nullptr : &reports_.front(); }
+  // Removes the oldest reports numbered up to `seq` (what a Batch carried, less what was
+  // dropped meanwhile).
+  void PopThrough(uint64_t seq);
   // Removes the oldest report if it is still the one numbered `seq` (it may have been dropped
   // while it was being sent).
   void PopIf(uint64_t seq);
@@ -72,14 +97,27 @@ class ReportQueue {
 
  private:
   void Log(const std::string& line) const;
+  // Whether a step stays in the queue at this stride (see the top).
+  static bool Kept(const StepMetrics& step, int64_t stride);
+  // Drops the newest report when it is a step of next's job that the stride does not keep.
+  void ReplaceUnkeptTail(const ReportProgressRequest& next);
+  // Makes room for one report (see the top); queues nothing itself.
+  void MakeRoom();
+  // Doubles the stride until some step goes; returns how many went (0: no step can).
+  int64_t ThinSteps();
+  // After reports left the queue: back to every step once it drained.
+  void AfterRemoval();
 
   const Options options_;
   const std::function<void(const std::string&)> log_;
   std::deque<Pending> reports_;
   uint64_t next_seq_ = 0;
-  int64_t dropped_ = 0;
+  int64_t stride_ = 1;        // the steps kept are the multiples of it (see the top)
+  int64_t dropped_ = 0;       // reports dropped for room, all kinds
+  int64_t single_drops_ = 0;  // of which dropped one at a time (not thinned)
   // (job id, text) of a "buffer full" warning to queue after the report that caused it.
   std::pair<std::string, std::string> pending_warning_;
+  bool pushing_warning_ = false;  // the room a warning takes is not warned about again
 };
 
 }  // namespace dtrain::worker

@@ -1,5 +1,7 @@
 #include "worker/daemon/report_queue.h"
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,10 @@ std::vector<std::string> Contents(ReportQueue& q) {
       out.push_back("s" + std::to_string(r.step().step()));
     } else if (r.has_outcome()) {
       out.push_back("outcome");
+    } else if (r.has_checkpoint()) {
+      out.push_back("sealed" + std::to_string(r.checkpoint().step()));
+    } else if (r.has_event()) {
+      out.push_back("event:" + r.event());
     } else {
       out.push_back("log:" + r.log().text());
     }
@@ -66,18 +72,128 @@ TEST(ReportQueue, PopIfLeavesAFrontThatIsNoLongerTheOneSent) {
   EXPECT_EQ(q.front()->request.job_id(), "job-000002");
 }
 
-TEST(ReportQueue, AFullQueueDropsTheOldestStepAndWarnsOnceInTheJobsLog) {
+ReportProgressRequest Sealed(const std::string& job_id, int64_t step) {
+  ReportProgressRequest r;
+  r.set_job_id(job_id);
+  r.mutable_checkpoint()->set_step(step);
+  return r;
+}
+
+ReportProgressRequest Event(const std::string& job_id, const std::string& text) {
+  ReportProgressRequest r;
+  r.set_job_id(job_id);
+  r.set_event(text);
+  return r;
+}
+
+TEST(ReportQueue, AFullQueueKeepsEveryOtherStepTheNewestAndEvaluationsAndWarnsInTheJobsLog) {
+  std::vector<std::string> logged;
+  ReportQueue q({10}, [&](const std::string& line) { logged.push_back(line); });
+  for (int step = 1; step <= 10; ++step) {
+    ReportProgressRequest r = Step("job-000001", step);
+    if (step == 3) r.mutable_step()->set_val_loss(2.5);
+    q.Push(r);
+  }
+  q.Push(Step("job-000001", 11));  // thins 1, 5, 7 and 9 (3 has a validation loss)
+  const std::string warning =
+      "report buffer full (10): the coordinator has not taken reports for a while; keeping "
+      "every 2nd step waiting (4 reports dropped so far)";
+  EXPECT_THAT(logged, ElementsAre("warning: " + warning));
+  EXPECT_EQ(q.dropped(), 4);
+  q.Push(Step("job-000001", 12));  // replaces 11, not a multiple of 2
+  q.Push(Step("job-000001", 13));  // kept as the newest, until the next
+  EXPECT_EQ(q.dropped(), 5);
+  EXPECT_THAT(Contents(q),
+              ElementsAre("s2", "s3", "s4", "s6", "s8", "s10", "log:" + warning, "s12", "s13"));
+  // Drained: every step is kept again.
+  q.Push(Step("job-000001", 14));
+  q.Push(Step("job-000001", 15));
+  EXPECT_THAT(Contents(q), ElementsAre("s14", "s15"));
+}
+
+// A long outage: the queue keeps the whole span of steps at an even resolution, the newest step,
+// and every seal.
+TEST(ReportQueue, ALongOutageKeepsTheWholeCurveThinnedAndEverySeal) {
+  ReportQueue q({100}, nullptr);
+  for (int step = 1; step <= 10000; ++step) {
+    q.Push(Step("job-000001", step));
+    if (step % 1000 == 0) q.Push(Sealed("job-000001", step));
+  }
+  EXPECT_LE(q.size(), 101);
+  std::vector<int64_t> steps;
+  std::vector<int64_t> seals;
+  while (const ReportQueue::Pending* p = q.front()) {
+    if (p->request.has_step()) steps.push_back(p->request.step().step());
+    if (p->request.has_checkpoint()) seals.push_back(p->request.checkpoint().step());
+    q.PopIf(p->seq);
+  }
+  EXPECT_THAT(seals, ElementsAre(1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000));
+  ASSERT_GE(steps.size(), 40u);
+  EXPECT_EQ(steps.back(), 10000);
+  // Evenly spread from the start to the end: no gap wider than the final stride.
+  const int64_t stride = steps[1] - steps[0];
+  EXPECT_LE(steps.front(), stride);
+  for (size_t i = 1; i + 1 < steps.size(); ++i) EXPECT_EQ(steps[i] - steps[i - 1], stride) << i;
+  EXPECT_LE(steps.back() - steps[steps.size() - 2], stride);
+}
+
+TEST(ReportQueue, WithoutStepsToThinTheOldestLineGoesNotASeal) {
   std::vector<std::string> logged;
   ReportQueue q({3}, [&](const std::string& line) { logged.push_back(line); });
-  for (int step = 1; step <= 3; ++step) q.Push(Step("job-000001", step));
-  q.Push(Step("job-000001", 4));  // drops s1, then queues the warning after s4
+  q.Push(Sealed("job-000001", 10));
+  q.Push(Event("job-000001", "e1"));
+  q.Push(Event("job-000001", "e2"));
+  q.Push(Event("job-000001", "e3"));  // drops e1, then the warning drops e2
   ASSERT_EQ(logged.size(), 1u);
-  EXPECT_EQ(logged[0], "warning: report buffer full (3): dropping the oldest; 1 dropped so far");
-  // The warning itself took the room of s2, and only the first drop of 1000 is announced.
+  EXPECT_EQ(logged[0],
+            "warning: report buffer full (3): dropping the oldest line; 1 reports dropped so far");
   EXPECT_EQ(q.dropped(), 2);
-  EXPECT_THAT(Contents(q), ElementsAre("s3", "s4",
-                                       "log:report buffer full (3): dropping the oldest; 1 "
-                                       "dropped so far"));
+  EXPECT_THAT(Contents(q),
+              ElementsAre("sealed10", "event:e3",
+                          "log:report buffer full (3): dropping the oldest line; 1 reports "
+                          "dropped so far"));
+}
+
+TEST(ReportQueue, NextSendsARunOfOneJobsIncreasingStepsAsOneReport) {
+  ReportQueue q({100}, nullptr);
+  for (int step = 1; step <= 5; ++step) q.Push(Step("job-000001", step));
+  q.Push(Event("job-000001", "e"));
+  q.Push(Step("job-000001", 6));
+  q.Push(Step("job-000001", 3));  // a new run redoing steps: not in the same StepRun
+  q.Push(Step("job-000002", 1));
+  auto steps_of = [](const ReportQueue::Batch& b) {
+    std::vector<int64_t> steps;
+    if (b.request.has_step()) steps.push_back(b.request.step().step());
+    for (const StepMetrics& m : b.request.steps().steps()) steps.push_back(m.step());
+    return steps;
+  };
+  std::vector<std::vector<int64_t>> sent;
+  while (std::optional<ReportQueue::Batch> b = q.Next(3)) {
+    sent.push_back(steps_of(*b));
+    EXPECT_EQ(b->reports, b->request.has_steps() ? b->request.steps().steps_size() : 1);
+    EXPECT_NE(b->request.time_unix_ms(), 0);  // stamped when queued
+    q.PopThrough(b->last_seq);
+  }
+  using V = std::vector<int64_t>;
+  EXPECT_THAT(sent, ElementsAre(V{1, 2, 3}, V{4, 5}, V{}, V{6}, V{3}, V{1}));
+  // One at a time when asked (a coordinator that takes no runs).
+  q.Push(Step("job-000001", 7));
+  q.Push(Step("job-000001", 8));
+  std::optional<ReportQueue::Batch> single = q.Next(1);
+  ASSERT_TRUE(single.has_value());
+  EXPECT_TRUE(single->request.has_step());
+  EXPECT_EQ(single->reports, 1);
+}
+
+TEST(ReportQueue, PopThroughLeavesWhatWasQueuedAfterTheBatch) {
+  ReportQueue q({100}, nullptr);
+  q.Push(Step("job-000001", 1));
+  q.Push(Step("job-000001", 2));
+  std::optional<ReportQueue::Batch> b = q.Next(10);
+  ASSERT_TRUE(b.has_value());
+  q.Push(Step("job-000001", 3));  // queued while the batch was on its way
+  q.PopThrough(b->last_seq);
+  EXPECT_THAT(Contents(q), ElementsAre("s3"));
 }
 
 TEST(ReportQueue, AWarningIsALogLineOfItsJob) {

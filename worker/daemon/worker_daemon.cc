@@ -342,6 +342,7 @@ absl::Status WorkerDaemon::Register() {
   registered_ = true;
   previous_run_.reset();  // delivered
   ++epoch_;
+  step_run_ = kMaxStepRun;  // perhaps another coordinator
   const int64_t ms =
       response->heartbeat_interval_ms() > 0 ? response->heartbeat_interval_ms() : 1000;
   heartbeat_interval_ = absl::Milliseconds(std::clamp<int64_t>(ms, 10, 60000));
@@ -678,12 +679,15 @@ void WorkerDaemon::SendReports(absl::Time until) {
     ReportProgressRequest request;
     uint64_t seq;
     int64_t epoch;
+    bool run;
     {
       absl::MutexLock lock(&mu_);
       const absl::Time now = absl::Now();
       if (!registered_ || reports_.empty() || now >= until || now < reports_retry_at_) return;
-      request = reports_.front()->request;
-      seq = reports_.front()->seq;
+      std::optional<ReportQueue::Batch> next = reports_.Next(step_run_);
+      request = std::move(next->request);
+      seq = next->last_seq;
+      run = next->reports > 1;
       epoch = epoch_;
     }
     request.set_worker_id(options_.worker_id);
@@ -691,8 +695,19 @@ void WorkerDaemon::SendReports(absl::Time until) {
     absl::StatusOr<ReportProgressResponse> response = client_->ReportProgress(request);
 
     absl::MutexLock lock(&mu_);
+    if (!response.ok() && run &&
+        (absl::IsInvalidArgument(response.status()) || absl::IsInternal(response.status()))) {
+      // An older coordinator (no StepRun) or a step it cannot take: one by one from now on,
+      // so that only a bad step itself is dropped.
+      step_run_ = 1;
+      LogLine(options_.worker_id,
+              absl::StrCat("coordinator refused ", request.steps().steps_size(), " steps of job ",
+                           request.job_id(), " sent at once (", response.status().message(),
+                           "); sending steps one by one"));
+      continue;
+    }
     if (response.ok()) {
-      reports_.PopIf(seq);
+      reports_.PopThrough(seq);
       if (job_ != nullptr && job_->id == request.job_id()) {
         job_->refusals = 0;
         job_->refused_in_epoch = -1;

@@ -56,6 +56,33 @@ class WorkerDaemonTest : public ::testing::Test {
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
   }
 
+  // Runs a 12-step job until its step `down_at` was delivered, shuts the coordinator down and
+  // lets the job finish (its later steps and its outcome wait in the worker's queue), then
+  // serves restarted_ on the same port until the outcome arrives there.
+  void FinishWhileCoordinatorDown(const std::string& job_id, int64_t down_at) {
+    fake_.Assign(TinyJob(job_id, WriteText(job_id + ".txt", 2000), 12));
+    StartWorker([this, down_at](int64_t step) {
+      if (step == down_at) {
+        reached_.Notify();
+        release_.WaitForNotification();  // the coordinator is down
+      }
+      if (step == 12) finished_.Notify();
+    });
+    ASSERT_TRUE(reached_.WaitForNotificationWithTimeout(kWait));
+    ASSERT_TRUE(fake_.WaitUntil([down_at](FakeCoordinator& f) {
+      return static_cast<int64_t>(StepsOf(f.reports_locked()).size()) >= down_at - 1;
+    }));
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    server_.reset();
+    release_.Notify();
+    ASSERT_TRUE(finished_.WaitForNotificationWithTimeout(kWait));
+    absl::SleepFor(absl::Milliseconds(300));  // the outcome is queued; heartbeats keep failing
+    int port = port_;
+    server_ = StartServer(&restarted_, &port);
+    ASSERT_EQ(port, port_);
+    ASSERT_TRUE(restarted_.WaitUntil(HasOutcome));
+  }
+
   // Gates between a test and the training thread's after_step hook. Members, so they outlive
   // the hook (TearDown stops the daemon before the fixture is destroyed).
   absl::Notification reached_, release_, finished_;
@@ -158,33 +185,8 @@ TEST_F(WorkerDaemonTest, CancelInAHeartbeatStopsTheJobWithinAStep) {
 }
 
 TEST_F(WorkerDaemonTest, CoordinatorRestartReattachesTheJobAndDeliversBufferedSteps) {
-  const std::string data = WriteText("restart.txt", 2000);
-  fake_.Assign(TinyJob("job-000003", data, 12));
-  absl::Notification& at_step_4 = reached_;
-  absl::Notification& coordinator_down = release_;
-  absl::Notification& finished = finished_;
-  StartWorker([&](int64_t step) {
-    if (step == 4) {
-      at_step_4.Notify();
-      coordinator_down.WaitForNotification();
-    }
-    if (step == 12) finished.Notify();
-  });
-  ASSERT_TRUE(at_step_4.WaitForNotificationWithTimeout(kWait));
-  ASSERT_TRUE(
-      fake_.WaitUntil([](FakeCoordinator& f) { return StepsOf(f.reports_locked()).size() >= 3; }));
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
-  server_.reset();
-  coordinator_down.Notify();
-  ASSERT_TRUE(finished.WaitForNotificationWithTimeout(kWait));
-  absl::SleepFor(absl::Milliseconds(300));  // the outcome is queued; heartbeats keep failing
-
+  FinishWhileCoordinatorDown("job-000003", 4);
   FakeCoordinator& restarted = restarted_;
-  int port = port_;
-  server_ = StartServer(&restarted, &port);
-  ASSERT_EQ(port, port_);
-  ASSERT_TRUE(restarted.WaitUntil(HasOutcome));
-
   bool reattached = false;
   for (const auto& r : restarted.registrations()) {
     if (r.running_job_id() == "job-000003") {
@@ -202,7 +204,27 @@ TEST_F(WorkerDaemonTest, CoordinatorRestartReattachesTheJobAndDeliversBufferedSt
   std::set<int64_t> all(before.begin(), before.end());
   all.insert(after.begin(), after.end());
   EXPECT_EQ(std::vector<int64_t>(all.begin(), all.end()), Range(1, 12));
+  // The steps buffered meanwhile went in runs, not one call each.
+  int step_reports = 0;
+  for (const auto& r : restarted.reports()) step_reports += r.has_step() || r.has_steps();
+  EXPECT_LT(step_reports, static_cast<int>(after.size())) << after.size() << " steps";
   EXPECT_TRUE(OutcomeOf(restarted.reports()).succeeded());
+}
+
+// A coordinator from before StepRun refuses a run as a report it cannot read: the worker sends
+// the same steps one by one, and every step arrives.
+TEST_F(WorkerDaemonTest, ACoordinatorThatTakesNoStepRunsGetsEveryStepOneByOne) {
+  restarted_.RefuseStepRuns();
+  FinishWhileCoordinatorDown("job-000005", 2);
+  EXPECT_GE(restarted_.step_runs_refused(), 1);
+  std::vector<int64_t> before = StepsOf(fake_.reports());
+  const std::vector<int64_t> after = StepsOf(restarted_.reports());
+  EXPECT_EQ(std::set<int64_t>(after.begin(), after.end()).size(), after.size()) << "a step twice";
+  std::set<int64_t> all(before.begin(), before.end());
+  all.insert(after.begin(), after.end());
+  EXPECT_EQ(std::vector<int64_t>(all.begin(), all.end()), Range(1, 12));
+  for (const auto& r : restarted_.reports()) EXPECT_FALSE(r.has_steps());
+  EXPECT_TRUE(OutcomeOf(restarted_.reports()).succeeded());
 }
 
 TEST_F(WorkerDaemonTest, MissingDatasetFailsWithTheOutcomeNamingThePath) {

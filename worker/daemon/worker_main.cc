@@ -122,6 +122,10 @@ ABSL_FLAG(std::string, memory, "",
           "rank grows past it fails with \"out of memory budget: ...\"");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "deadline of every coordinator RPC");
 ABSL_FLAG(int, log_every, 10, "log a progress line every N steps (0: never)");
+ABSL_FLAG(int64_t, max_buffered_reports, 10000,
+          "progress reports (steps, events, seals) kept while the coordinator cannot take them; "
+          "beyond it the steps waiting are thinned evenly (every 2nd, 4th, ...), the outcome is "
+          "always kept");
 // The default port is taken when several workers share a host: each then needs its own; a
 // worker that cannot bind the default runs without metrics and says so, while any other
 // address must work.
@@ -236,6 +240,11 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   RETURN_IF_ERROR(Annotate(precision.status(), "--matmul_precision"));
   options.data_root = absl::GetFlag(FLAGS_data_root);
   options.log_every = absl::GetFlag(FLAGS_log_every);
+  options.max_buffered_reports = absl::GetFlag(FLAGS_max_buffered_reports);
+  if (options.max_buffered_reports < 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_buffered_reports=", options.max_buffered_reports, " must be at least 16"));
+  }
   RETURN_IF_ERROR(ApplyTestOnlyFaultFlags(options));
   RETURN_IF_ERROR(Annotate(MakeDirectories(options.data_root), "--data_root"));
   // Held while this process lives: the next process of this worker on this host proves this
