@@ -1,5 +1,6 @@
 // dtrain console: the pages' code. Everything comes from the console's own /api (console.h);
-// charts are Debian's dygraphs, embedded beside this file. Proto JSON: field names as in
+// charts are Debian's dygraphs, embedded beside this file; curve.js (loaded first on every page)
+// decides which steps of a curve they draw. Proto JSON: field names as in
 // proto/*.proto, 64-bit integers as strings, enums by name.
 "use strict";
 
@@ -206,7 +207,8 @@ async function drainWorker(id, action) {
 
 // --- one job ------------------------------------------------------------------------------
 
-const steps = new Map();  // step -> [loss, tokens/s, val_loss or null]
+const steps = new StepSeries();  // step -> [loss, tokens/s, val_loss or null] (curve.js)
+const views = {};  // chart id -> the step range zoomed into, or null
 let job = null;
 let workersById = {};
 let charts = {};
@@ -235,29 +237,47 @@ function annotations(series) {
   return marks.sort((a, b) => a.x - b.x);
 }
 
+// A chart's width in buckets of decimation (curve.js): two steps a pixel at most.
+function bucketsOf(node) { return Math.max(200, node.clientWidth || 800); }
+
 function drawCharts() {
-  const xs = [...steps.keys()].sort((a, b) => a - b);
+  const xs = steps.steps();
   // The loss chart gains a val_loss series (JobSpec.eval) once an evaluation has reported.
   const evaluated = xs.filter(x => steps.get(x)[2] !== null);
   for (const [id, label, index] of [["loss-chart", "loss", 0], ["tps-chart", "tokens/s", 1]]) {
     const withVal = index === 0 && evaluated.length > 0;
-    const data = xs.map(x => withVal ? [x, steps.get(x)[0], steps.get(x)[2]] : [x, steps.get(x)[index]]);
-    const labels = withVal ? ["step", label, "val_loss"] : ["step", label];
     const node = $(id);
-    if (data.length === 0) { node.textContent = "no steps yet"; continue; }
+    if (xs.length === 0) { node.textContent = "no steps yet"; continue; }
+    const value = x => steps.get(x)[index];
+    const marks = annotations(label);
+    // Every evaluation and every marked step is drawn too (a mark needs its row).
+    const shown = new Set(stepsToDraw(xs, value, views[id], bucketsOf(node)));
+    if (withVal) {
+      for (const x of stepsToDraw(evaluated, x => steps.get(x)[2], views[id], bucketsOf(node))) shown.add(x);
+    }
+    for (const m of marks) shown.add(m.x);
+    const drawn = [...shown].sort((a, b) => a - b);
+    const data = drawn.map(x => withVal ? [x, steps.get(x)[0], steps.get(x)[2]] : [x, steps.get(x)[index]]);
+    const labels = withVal ? ["step", label, "val_loss"] : ["step", label];
     if (!charts[id]) {
       node.textContent = "";
       charts[id] = new Dygraph(node, data, {labels, xlabel: "step", ylabel: label,
                                             drawPoints: data.length < 200, strokeWidth: 1.5,
                                             connectSeparatedPoints: true,
-                                            animatedZooms: false, legend: "follow"});
+                                            animatedZooms: false, legend: "follow",
+                                            // Zoomed in: drawn again from every step in the window.
+                                            zoomCallback: (lo, hi) => {
+                                              views[id] = charts[id].isZoomed("x") ? [lo, hi] : null;
+                                              scheduleDraw();
+                                            }});
     } else {
       charts[id].updateOptions({file: data, labels, drawPoints: data.length < 200});
     }
     if (index === 0) node.dataset.valPoints = evaluated.length;
-    charts[id].setAnnotations(annotations(label));
-    node.dataset.points = charts[id].numRows();
-    node.dataset.marks = annotations(label).length;
+    charts[id].setAnnotations(marks);
+    node.dataset.points = xs.length;  // steps held
+    node.dataset.drawn = charts[id].numRows();
+    node.dataset.marks = marks.length;
   }
 }
 
@@ -622,22 +642,33 @@ async function comparePage() {
     $("compared").textContent = "Check jobs on the jobs page, then follow its compare link.";
     return;
   }
-  const losses = ids.map(() => new Map());  // per job: step -> loss
+  const losses = ids.map(() => new StepSeries());  // per job: step -> loss (curve.js)
   const node = $("compare-chart");
   let chart = null;
+  let view = null;  // the step range zoomed into
   let ended = 0;
   const draw = () => {
-    const xs = [...new Set(losses.flatMap(m => [...m.keys()]))].sort((a, b) => a - b);
+    // Each job's curve decimated on its own (curve.js), the union drawn.
+    const shown = new Set();
+    for (const m of losses) {
+      for (const x of stepsToDraw(m.steps(), x => m.get(x), view, bucketsOf(node))) shown.add(x);
+    }
+    const xs = [...shown].sort((a, b) => a - b);
     if (xs.length === 0) return;
     const data = xs.map(x => [x, ...losses.map(m => m.has(x) ? m.get(x) : null)]);
     if (!chart) {
       chart = new Dygraph(node, data, {labels: ["step", ...ids], xlabel: "step", ylabel: "loss",
-                                       connectSeparatedPoints: true, legend: "always", strokeWidth: 1.5});
+                                       connectSeparatedPoints: true, legend: "always", strokeWidth: 1.5,
+                                       zoomCallback: (lo, hi) => {
+                                         view = chart.isZoomed("x") ? [lo, hi] : null;
+                                         scheduleCompareDraw();
+                                       }});
     } else {
       chart.updateOptions({file: data});
     }
     node.dataset.series = chart.getLabels().length - 1;
     node.dataset.points = JSON.stringify(losses.map(m => m.size));
+    node.dataset.drawn = chart.numRows();
   };
   let pending = false;
   const scheduleCompareDraw = () => {

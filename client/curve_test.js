@@ -1,0 +1,81 @@
+#!/usr/bin/env node
+// The console's curve decimation (console_assets/curve.js) under node: what a long job's chart
+// draws. Run by //client:curve_test.
+"use strict";
+
+const assert = require("assert");
+const {StepSeries, searchSorted, decimate, stepsToDraw} = require("./console_assets/curve.js");
+
+const tests = {
+  "a short curve is drawn whole": () => {
+    const xs = [1, 2, 3, 5, 8];
+    assert.deepStrictEqual(decimate(xs, x => x, 1, 8, 100), xs);
+    assert.deepStrictEqual(decimate(xs, x => x, 2, 5, 100), [2, 3, 5]);
+    assert.deepStrictEqual(decimate(xs, x => x, 4, 4, 100), []);
+  },
+
+  "a million steps: at most two a bucket, the ends, and a one-step spike and dip": () => {
+    const xs = Array.from({length: 1000000}, (_, i) => i + 1);
+    const loss = x => x === 123457 ? 100 : x === 765432 ? -5 : 3 + Math.sin(x / 1000);
+    const drawn = decimate(xs, loss, 1, 1000000, 1000);
+    assert.ok(drawn.length <= 2 * 1000 + 2, "drawn " + drawn.length);
+    assert.ok(drawn.length >= 1000, "drawn " + drawn.length);
+    assert.strictEqual(drawn[0], 1);
+    assert.strictEqual(drawn[drawn.length - 1], 1000000);
+    assert.ok(drawn.includes(123457), "the spike is drawn");
+    assert.ok(drawn.includes(765432), "the dip is drawn");
+    for (let i = 1; i < drawn.length; i++) assert.ok(drawn[i] > drawn[i - 1], "increasing at " + i);
+  },
+
+  "steps thinned by a worker's queue (every 16th) are decimated the same way": () => {
+    const xs = Array.from({length: 50000}, (_, i) => 16 * (i + 1));
+    const drawn = decimate(xs, x => (x % 4096 === 0 ? 9 : 1), xs[0], xs[xs.length - 1], 100);
+    assert.ok(drawn.length <= 202);
+    assert.ok(drawn.filter(x => x % 4096 === 0).length >= 99, "every bucket's peak is drawn");
+  },
+
+  "zoomed: the window at full resolution, the whole range coarsely around it": () => {
+    const xs = Array.from({length: 100000}, (_, i) => i + 1);
+    const drawn = stepsToDraw(xs, x => x % 7, [5000.5, 5100.2], 200);
+    for (let x = 5001; x <= 5100; x++) assert.ok(drawn.includes(x), "step " + x + " in the window");
+    assert.strictEqual(drawn[0], 1);
+    assert.strictEqual(drawn[drawn.length - 1], 100000);
+    assert.ok(drawn.length <= 4 * 200 + 4 + 100, "drawn " + drawn.length);
+    assert.deepStrictEqual(stepsToDraw([], x => x, null, 10), []);
+  },
+
+  "NaN is drawn only where a bucket has nothing else": () => {
+    const xs = Array.from({length: 1000}, (_, i) => i + 1);
+    const drawn = decimate(xs, x => (x === 1 || x > 990 ? NaN : x), 1, 1000, 10);
+    assert.ok(drawn.includes(1) && drawn.includes(1000), "the ends");
+    // Bucket 0 (steps 1-100) starts with a NaN: its real extremes 2 and 100 are drawn; the last
+    // bucket's NaN steps 991-999 are not.
+    assert.ok(drawn.includes(2) && drawn.includes(100), "bucket 0: " + drawn.slice(0, 4));
+    assert.ok(drawn.includes(990) && !drawn.includes(995), "the last bucket: " + drawn.slice(-4));
+  },
+
+  "a series keeps its steps sorted as they stream in, replacing a step reported again": () => {
+    const s = new StepSeries();
+    for (const x of [1, 2, 3]) s.set(x, [x]);
+    s.set(2, [20]);  // a recovery's run redid step 2
+    s.set(0.5, [0]);
+    assert.strictEqual(s.size, 4);
+    assert.deepStrictEqual(s.steps(), [0.5, 1, 2, 3]);
+    assert.deepStrictEqual(s.get(2), [20]);
+    assert.ok(s.has(3) && !s.has(4));
+    assert.strictEqual(searchSorted([1, 2, 2, 3], 2, true), 1);
+    assert.strictEqual(searchSorted([1, 2, 2, 3], 2, false), 3);
+  },
+};
+
+let failed = 0;
+for (const [name, test] of Object.entries(tests)) {
+  try {
+    test();
+    console.log("ok   " + name);
+  } catch (e) {
+    failed++;
+    console.log("FAIL " + name + ": " + e.message);
+  }
+}
+process.exit(failed === 0 ? 0 : 1);
