@@ -375,6 +375,9 @@ class JobManager {
     std::string who;  // "worker w2 (dp0 pp1 tp0)"
     LineSource source;
   };
+  // ReportProgress before its database errors are made retryable.
+  absl::StatusOr<ReportProgressResponse> RecordReport(const ReportProgressRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Records what one report carries (the reporter checked and its job active).
   absl::Status ApplyReport(ActiveJob& job, const Reporter& from,
                            const ReportProgressRequest& request, absl::Time now)

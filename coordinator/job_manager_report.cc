@@ -38,6 +38,20 @@ absl::Status CheckStepRun(const StepRun& run) {
 
 absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
     const ReportProgressRequest& request) {
+  absl::StatusOr<ReportProgressResponse> recorded = RecordReport(request);
+  // What the database could not record is the coordinator's fault, not the report's: its worker
+  // keeps it and sends it again (UNAVAILABLE). A read-only or damaged database would otherwise
+  // answer FAILED_PRECONDITION or DATA_LOSS, which a worker reads as "this job is not yours"
+  // and, asked three times, stops training it.
+  if (!recorded.ok() && IsDatabaseError(recorded.status()) &&
+      !absl::IsResourceExhausted(recorded.status())) {
+    return absl::UnavailableError(recorded.status().message());
+  }
+  return recorded;
+}
+
+absl::StatusOr<ReportProgressResponse> JobManager::RecordReport(
+    const ReportProgressRequest& request) {
   if (request.worker_id().empty() || request.job_id().empty()) {
     return absl::InvalidArgumentError("worker_id and job_id must not be empty");
   }

@@ -947,6 +947,31 @@ TEST(JobManager, AStepRunIsRecordedWholeAndLateReportsKeepTheWorkersTime) {
   EXPECT_EQ(seals->front().time_unix_ms(), made_ms);
 }
 
+// A database that turns read-only under a running job (SQLITE_READONLY; here SQLite's
+// query_only) is the coordinator's fault: the report is answered UNAVAILABLE, which its worker
+// keeps and retries, never FAILED_PRECONDITION, which it would read as "this job is not yours";
+// the store counts it as failing writes (the job's status names the database); the report is
+// recorded once the database can be written again.
+TEST(JobManager, AReportTheDatabaseCannotWriteIsRetriedNotRefused) {
+  Harness h(TempDb("readonly"));
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  h.StartOn("w1", "job-000001");
+  ASSERT_TRUE(h.Step("w1", "s-w1", "job-000001", 1, 5.0).ok());
+  ASSERT_TRUE(h.m().store().SetQueryOnlyForTesting(true).ok());
+  absl::StatusOr<ReportProgressResponse> refused = h.Step("w1", "s-w1", "job-000001", 2, 4.0);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("readonly database"));
+  EXPECT_TRUE(h.m().store().FailingWrites().has_value());
+  // What a report asks is still answered as before: an unknown job is NOT_FOUND.
+  EXPECT_EQ(h.Step("w1", "s-w1", "job-000404", 2, 4.0).status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(h.m().store().SetQueryOnlyForTesting(false).ok());
+  ASSERT_TRUE(h.Step("w1", "s-w1", "job-000001", 2, 4.0).ok());
+  EXPECT_EQ(h.Get("job-000001").latest().step(), 2);
+  EXPECT_FALSE(h.m().store().FailingWrites().has_value());
+}
+
 TEST(JobManager, UnacceptedAssignmentFailsAfterTheLease) {
   Harness h(TempDb("unaccepted"));
   ASSERT_TRUE(h.Register("w1", "s-w1").ok());

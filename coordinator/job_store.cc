@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -186,10 +187,9 @@ void LogDatabaseError(absl::string_view text) {
   log.since_last = 0;
 }
 
-absl::Status SqliteError(int code, absl::string_view path, absl::string_view what,
-                         absl::string_view message) {
-  const std::string text = absl::StrCat("coordinator db ", path, ": ", what, ": ", message);
-  LogDatabaseError(text);
+constexpr char kDatabaseErrorPayload[] = "dtrain.coordinator/database-error";
+
+absl::Status SqliteStatus(int code, const std::string& text) {
   switch (code & 0xff) {
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT:
@@ -212,6 +212,15 @@ absl::Status SqliteError(int code, absl::string_view path, absl::string_view wha
       errors_other.fetch_add(1, std::memory_order_relaxed);
       return absl::InternalError(text);
   }
+}
+
+absl::Status SqliteError(int code, absl::string_view path, absl::string_view what,
+                         absl::string_view message) {
+  const std::string text = absl::StrCat("coordinator db ", path, ": ", what, ": ", message);
+  LogDatabaseError(text);
+  absl::Status status = SqliteStatus(code, text);
+  status.SetPayload(kDatabaseErrorPayload, absl::Cord("sqlite"));  // IsDatabaseError
+  return status;
 }
 
 // A prepared statement, finalized on destruction. Errors carry the database path.
@@ -512,13 +521,10 @@ absl::Status JobStore::Transaction(F body) {
   status = body();
   if (!status.ok()) {
     Exec("ROLLBACK").IgnoreError();
-    // A full disk can refuse an INSERT before the COMMIT (the WAL cannot grow), a lock or I/O
-    // error any statement (SqliteError's codes); NotFound, FailedPrecondition and the like are
+    // A full disk can refuse an INSERT before the COMMIT (the WAL cannot grow), a read-only or
+    // damaged database, a lock or an I/O error any statement; an unknown job or a final state is
     // what the write asked being refused, not the database's health.
-    if (absl::IsResourceExhausted(status) || absl::IsUnavailable(status) ||
-        absl::IsInternal(status)) {
-      NoteWrite(status);
-    }
+    if (IsDatabaseError(status)) NoteWrite(status);
     return status;
   }
   status = Exec("COMMIT");
@@ -536,6 +542,11 @@ void JobStore::NoteWrite(const absl::Status& status) {
   } else {
     failing_ = WriteFailure{absl::Now(), std::string(status.message())};
   }
+}
+
+absl::Status JobStore::SetQueryOnlyForTesting(bool on) {
+  absl::MutexLock lock(&mu_);
+  return Exec(on ? "PRAGMA query_only = ON" : "PRAGMA query_only = OFF");
 }
 
 std::optional<JobStore::WriteFailure> JobStore::FailingWrites() const {
@@ -1085,6 +1096,10 @@ void SetDatabaseErrorLog(std::function<void(absl::string_view)> sink) {
   ErrorLog& log = TheErrorLog();
   absl::MutexLock lock(&log.mu);
   log.sink = std::move(sink);
+}
+
+bool IsDatabaseError(const absl::Status& status) {
+  return status.GetPayload(kDatabaseErrorPayload).has_value();
 }
 
 std::map<std::string, int64_t> DatabaseErrorCounts() {

@@ -124,6 +124,9 @@ class JobStore {
     std::string error;
   };
   std::optional<WriteFailure> FailingWrites() const;
+  // Test-only: every write from now on fails as on a database that turned read-only
+  // (SQLITE_READONLY, SQLite's query_only), or works again.
+  absl::Status SetQueryOnlyForTesting(bool on);
 
   // Stores a new QUEUED job with its first history entry. Ids are "job-000001", "job-000002", ...
   // from SQLite's AUTOINCREMENT counter, so they grow across restarts and are never reused.
@@ -262,6 +265,11 @@ class JobStore {
 // "full" (SQLITE_FULL: its disk), "corrupt", "busy" (locked), "other". For
 // dtrain_coordinator_db_errors_total.
 std::map<std::string, int64_t> DatabaseErrorCounts();
+// Whether `status` is the database's own refusal (full, locked, read-only, damaged, an I/O
+// error: SQLite's code mapped as the errors above say), not the store's answer about what was
+// asked (NotFound "no job X", a final state). Marked with a payload where it is made, not read
+// from the text.
+bool IsDatabaseError(const absl::Status& status);
 // Where database errors are logged (the coordinator's log): the first one, then at most a line a
 // minute, with the count since the last. Unset: not logged (they are still counted).
 void SetDatabaseErrorLog(std::function<void(absl::string_view)> sink);
