@@ -129,6 +129,11 @@ class FakeCoordinator final : public Coordinator::Service {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "report carries none of step, event, outcome");
     }
+    if (answers_left_ > 0) {
+      --answers_left_;
+      ++answered_;
+      return answer_;
+    }
     if (request->job_id() == reject_job_) {
       ++rejected_;
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job is not assigned to you");
@@ -208,6 +213,17 @@ class FakeCoordinator final : public Coordinator::Service {
     absl::MutexLock lock(&mu_);
     refuse_step_runs_ = true;
   }
+  // Answers the next `n` reports with `status` (e.g. DATA_LOSS: a coordinator whose database
+  // is damaged), recording none of them.
+  void AnswerReportsWith(grpc::Status status, int n) {
+    absl::MutexLock lock(&mu_);
+    answer_ = std::move(status);
+    answers_left_ = n;
+  }
+  int answered() const {
+    absl::MutexLock lock(&mu_);
+    return answered_;
+  }
   // Answers every registration with `status` (e.g. ALREADY_EXISTS); OK: accept again.
   void RefuseRegistrations(grpc::Status status) {
     absl::MutexLock lock(&mu_);
@@ -283,6 +299,9 @@ class FakeCoordinator final : public Coordinator::Service {
   std::string cancel_in_reports_ ABSL_GUARDED_BY(mu_);
   std::string reject_job_ ABSL_GUARDED_BY(mu_);
   int internal_answers_left_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::Status answer_ ABSL_GUARDED_BY(mu_);
+  int answers_left_ ABSL_GUARDED_BY(mu_) = 0;
+  int answered_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::Status refuse_registrations_ ABSL_GUARDED_BY(mu_);
   grpc::Status refuse_deregistrations_ ABSL_GUARDED_BY(mu_);
   int rejected_ ABSL_GUARDED_BY(mu_) = 0;

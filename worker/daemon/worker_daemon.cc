@@ -38,19 +38,21 @@ constexpr int kInternalAnswersBeforeShortening = 3;
 constexpr char kShortened[] =
     " [shortened to ASCII: the coordinator answered INTERNAL to the full report]";
 
-// Failures worth retrying as they are: the coordinator is down, slow or restarting.
+// A report answered so is kept and sent again later: the coordinator is down, slow, restarting
+// or in trouble (its database damaged: DATA_LOSS), or answered what this worker does not expect
+// (PERMISSION_DENIED, UNIMPLEMENTED...). Only NOT_FOUND and FAILED_PRECONDITION say that it does
+// not know this session or job (a refusal, SendReports), and INVALID_ARGUMENT and OUT_OF_RANGE
+// that the report itself is bad; guessing a refusal from anything else would stop a job the
+// coordinator still counts on.
 bool IsTransient(const absl::Status& s) {
   switch (s.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kUnknown:
-    case absl::StatusCode::kCancelled:
-      return true;
-    default:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
       return false;
+    default:
+      return true;
   }
 }
 
@@ -762,7 +764,7 @@ void WorkerDaemon::SendReports(absl::Time until) {
                  absl::StrCat("dropping a report the coordinator refuses: ", s.message()));
       continue;
     }
-    // NOT_FOUND / FAILED_PRECONDITION / ...: this session or this job is unknown to it.
+    // NOT_FOUND / FAILED_PRECONDITION: this session or this job is unknown to it.
     if (deregistered_) {
       LogLine(options_.worker_id,
               absl::StrCat("coordinator refuses reports of job ", request.job_id(),

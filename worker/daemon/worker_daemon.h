@@ -27,6 +27,8 @@
 // Every string of a report is valid UTF-8 (ReportQueue). An INTERNAL answer is never a refusal:
 // the report is kept and retried like an outage; answered INTERNAL 3 times, an outcome is sent
 // again with its error text in ASCII (once), any other report is dropped with a log line.
+// An answer that is neither a refusal nor a bad report (INVALID_ARGUMENT, OUT_OF_RANGE: dropped
+// with a log line) keeps the report for later, as an outage: DATA_LOSS, PERMISSION_DENIED...
 // A report the coordinator refuses (NOT_FOUND / FAILED_PRECONDITION) makes the worker register
 // again (its session may be unknown after a restart). Refused in 3 registrations in a row with
 // no report accepted in between, the job is no longer this worker's: it is stopped and its

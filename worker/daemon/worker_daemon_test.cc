@@ -545,6 +545,24 @@ TEST_F(WorkerDaemonTest, AJobTheCoordinatorKeepsRefusingIsStopped) {
   EXPECT_TRUE(fake_.reports().empty());
 }
 
+// Only NOT_FOUND and FAILED_PRECONDITION say the coordinator does not know this session or job.
+// Any other answer it does not expect (DATA_LOSS from a damaged database, PERMISSION_DENIED) is
+// the coordinator's trouble: the reports are kept and sent again, the job trains on, and the
+// worker neither registers again nor stops it.
+TEST_F(WorkerDaemonTest, AnAnswerThatIsNoRefusalKeepsTheReportsAndTheJob) {
+  fake_.AnswerReportsWith(
+      grpc::Status(grpc::StatusCode::DATA_LOSS,
+                   "coordinator db /var/lib/dtrain/db: database disk image is malformed"),
+      3);
+  fake_.Assign(TinyJob("job-000012", WriteText("damaged.txt", 2000), 8));
+  StartWorker();
+  ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
+  EXPECT_EQ(fake_.answered(), 3);
+  EXPECT_EQ(StepsOf(fake_.reports()), Range(1, 8));
+  EXPECT_TRUE(OutcomeOf(fake_.reports()).succeeded());
+  EXPECT_EQ(fake_.registrations().size(), 1u);
+}
+
 TEST(Backoff, DoublesUpToTheCapWithJitter) {
   Backoff b(absl::Milliseconds(100), absl::Milliseconds(1000));
   const int64_t expected[] = {100, 200, 400, 800, 1000, 1000};
