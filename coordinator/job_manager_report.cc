@@ -40,11 +40,10 @@ absl::StatusOr<ReportProgressResponse> JobManager::ReportProgress(
     const ReportProgressRequest& request) {
   absl::StatusOr<ReportProgressResponse> recorded = RecordReport(request);
   // What the database could not record is the coordinator's fault, not the report's: its worker
-  // keeps it and sends it again (UNAVAILABLE). A read-only or damaged database would otherwise
-  // answer FAILED_PRECONDITION or DATA_LOSS, which a worker reads as "this job is not yours"
-  // and, asked three times, stops training it.
-  if (!recorded.ok() && IsDatabaseError(recorded.status()) &&
-      !absl::IsResourceExhausted(recorded.status())) {
+  // keeps it and sends it again (UNAVAILABLE). A read-only database would otherwise answer
+  // FAILED_PRECONDITION, which a worker reads as "this job is not yours" and, asked three
+  // times, stops training it.
+  if (!recorded.ok() && IsDatabaseError(recorded.status())) {
     return absl::UnavailableError(recorded.status().message());
   }
   return recorded;

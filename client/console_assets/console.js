@@ -208,6 +208,7 @@ async function drainWorker(id, action) {
 // --- one job ------------------------------------------------------------------------------
 
 const steps = new StepSeries();  // step -> [loss, tokens/s, val_loss or null] (curve.js)
+const evaluated = new StepSeries();  // step -> val_loss, the steps with an evaluation
 const views = {};  // chart id -> the step range zoomed into, or null
 let job = null;
 let workersById = {};
@@ -243,17 +244,17 @@ function bucketsOf(node) { return Math.max(200, node.clientWidth || 800); }
 function drawCharts() {
   const xs = steps.steps();
   // The loss chart gains a val_loss series (JobSpec.eval) once an evaluation has reported.
-  const evaluated = xs.filter(x => steps.get(x)[2] !== null);
+  const evals = evaluated.steps();
   for (const [id, label, index] of [["loss-chart", "loss", 0], ["tps-chart", "tokens/s", 1]]) {
-    const withVal = index === 0 && evaluated.length > 0;
+    const withVal = index === 0 && evals.length > 0;
     const node = $(id);
     if (xs.length === 0) { node.textContent = "no steps yet"; continue; }
     const value = x => steps.get(x)[index];
     const marks = annotations(label);
-    // Every evaluation and every marked step is drawn too (a mark needs its row).
+    // The evaluations (decimated the same way) and every marked step too (a mark needs its row).
     const shown = new Set(stepsToDraw(xs, value, views[id], bucketsOf(node)));
     if (withVal) {
-      for (const x of stepsToDraw(evaluated, x => steps.get(x)[2], views[id], bucketsOf(node))) shown.add(x);
+      for (const x of stepsToDraw(evals, x => evaluated.get(x), views[id], bucketsOf(node))) shown.add(x);
     }
     for (const m of marks) shown.add(m.x);
     const drawn = [...shown].sort((a, b) => a - b);
@@ -273,7 +274,7 @@ function drawCharts() {
     } else {
       charts[id].updateOptions({file: data, labels, drawPoints: data.length < 200});
     }
-    if (index === 0) node.dataset.valPoints = evaluated.length;
+    if (index === 0) node.dataset.valPoints = evals.length;
     charts[id].setAnnotations(marks);
     node.dataset.points = xs.length;  // steps held
     node.dataset.drawn = charts[id].numRows();
@@ -588,6 +589,7 @@ async function jobPage() {
   stream.addEventListener("steps", (message) => {
     for (const u of JSON.parse(message.data)) {
       steps.set(u.step, [u.loss, u.tokens_per_s, u.val_loss === undefined ? null : u.val_loss]);
+      if (u.val_loss !== undefined) evaluated.set(u.step, u.val_loss);
     }
     scheduleDraw();
   });

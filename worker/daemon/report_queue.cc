@@ -172,11 +172,6 @@ void ReportQueue::PopThrough(uint64_t seq) {
   AfterRemoval();
 }
 
-void ReportQueue::PopIf(uint64_t seq) {
-  if (!reports_.empty() && reports_.front().seq == seq) reports_.pop_front();
-  AfterRemoval();
-}
-
 void ReportQueue::AfterRemoval() {
   // The coordinator takes reports again: new steps are kept whole.
   if (size() <= options_.max_reports / 4) stride_ = 1;

@@ -78,12 +78,9 @@ class ReportQueue {
   std::optional<Batch> Next(int max_steps) const;
   // The oldest report; null when empty.
   const Pending* front() const { return reports_.empty() ? nullptr : &reports_.front(); }
-  // Removes the oldest reports numbered up to `seq` (what a Batch carried, less what was
-  // dropped meanwhile).
+  // Removes the oldest reports numbered up to `seq`: what a Batch carried, less what was
+  // dropped while it was being sent (a report queued since, numbered above, stays).
   void PopThrough(uint64_t seq);
-  // Removes the oldest report if it is still the one numbered `seq` (it may have been dropped
-  // while it was being sent).
-  void PopIf(uint64_t seq);
   // Replaces the oldest report if it is still the one numbered `seq` (a shorter form of a report
   // the coordinator could not take).
   void ReplaceFrontIf(uint64_t seq, ReportProgressRequest request);

@@ -44,7 +44,7 @@ std::vector<std::string> Contents(ReportQueue& q) {
     } else {
       out.push_back("log:" + r.log().text());
     }
-    q.PopIf(p->seq);
+    q.PopThrough(p->seq);
   }
   return out;
 }
@@ -61,13 +61,13 @@ TEST(ReportQueue, ReportsComeOutInTheOrderTheyWereQueued) {
   EXPECT_TRUE(q.empty());
 }
 
-TEST(ReportQueue, PopIfLeavesAFrontThatIsNoLongerTheOneSent) {
+TEST(ReportQueue, PopThroughLeavesAFrontThatIsNoLongerTheOneSent) {
   ReportQueue q({100}, nullptr);
   q.Push(Step("job-000001", 1));
   const uint64_t sent = q.front()->seq;
   q.DropJob("job-000001");  // e.g. cancelled while the report was on its way
   q.Push(Step("job-000002", 1));
-  q.PopIf(sent);
+  q.PopThrough(sent);
   ASSERT_NE(q.front(), nullptr);
   EXPECT_EQ(q.front()->request.job_id(), "job-000002");
 }
@@ -125,7 +125,7 @@ TEST(ReportQueue, ALongOutageKeepsTheWholeCurveThinnedAndEverySeal) {
   while (const ReportQueue::Pending* p = q.front()) {
     if (p->request.has_step()) steps.push_back(p->request.step().step());
     if (p->request.has_checkpoint()) seals.push_back(p->request.checkpoint().step());
-    q.PopIf(p->seq);
+    q.PopThrough(p->seq);
   }
   EXPECT_THAT(seals, ElementsAre(1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000));
   ASSERT_GE(steps.size(), 40u);
@@ -248,7 +248,7 @@ TEST(ReportQueue, EveryReportIsBuiltWithValidUtf8) {
     texts.push_back(parsed.has_outcome() ? parsed.outcome().error()
                     : parsed.has_log()   ? parsed.log().text()
                                          : parsed.event());
-    q.PopIf(p->seq);
+    q.PopThrough(p->seq);
   }
   EXPECT_THAT(texts,
               ElementsAre("checkpoint sealed at step 4: /ckpt/caf\\xe9/step_00000004",

@@ -18,8 +18,9 @@
 
 namespace dtrain::worker {
 
-// Sets `options`' test-only faults (after_step, test_only, test_only_linger_after_job) from the --test_only_* flags of this
-// binary; does nothing in dtrain-worker. InvalidArgument naming a malformed flag.
+// Sets `options`' test-only faults (after_step, test_only, test_only_linger_after_job) from the
+// --test_only_* flags of this binary; does nothing in dtrain-worker. InvalidArgument naming a
+// malformed flag.
 absl::Status ApplyTestOnlyFaultFlags(WorkerOptions& options);
 
 }  // namespace dtrain::worker

@@ -344,7 +344,6 @@ absl::Status WorkerDaemon::Register() {
   registered_ = true;
   previous_run_.reset();  // delivered
   ++epoch_;
-  step_run_ = kMaxStepRun;  // perhaps another coordinator
   const int64_t ms =
       response->heartbeat_interval_ms() > 0 ? response->heartbeat_interval_ms() : 1000;
   heartbeat_interval_ = absl::Milliseconds(std::clamp<int64_t>(ms, 10, 60000));
@@ -686,7 +685,11 @@ void WorkerDaemon::SendReports(absl::Time until) {
       absl::MutexLock lock(&mu_);
       const absl::Time now = absl::Now();
       if (!registered_ || reports_.empty() || now >= until || now < reports_retry_at_) return;
-      std::optional<ReportQueue::Batch> next = reports_.Next(step_run_);
+      if (singles_through_.has_value() && reports_.front()->seq > *singles_through_) {
+        singles_through_.reset();
+      }
+      std::optional<ReportQueue::Batch> next =
+          reports_.Next(singles_through_.has_value() ? 1 : kMaxStepRun);
       request = std::move(next->request);
       seq = next->last_seq;
       run = next->reports > 1;
@@ -699,9 +702,9 @@ void WorkerDaemon::SendReports(absl::Time until) {
     absl::MutexLock lock(&mu_);
     if (!response.ok() && run &&
         (absl::IsInvalidArgument(response.status()) || absl::IsInternal(response.status()))) {
-      // An older coordinator (no StepRun) or a step it cannot take: one by one from now on,
-      // so that only a bad step itself is dropped.
-      step_run_ = 1;
+      // An older coordinator (no StepRun) or a step it cannot take: these steps one by one,
+      // so that only a bad step itself is dropped; the steps after them in a run again.
+      singles_through_ = seq;
       LogLine(options_.worker_id,
               absl::StrCat("coordinator refused ", request.steps().steps_size(), " steps of job ",
                            request.job_id(), " sent at once (", response.status().message(),
@@ -744,7 +747,7 @@ void WorkerDaemon::SendReports(absl::Time until) {
                                request.job_id(), " (", why, "); sending it shortened to ASCII"));
           reports_.ReplaceFrontIf(seq, std::move(shorter));
         } else {
-          reports_.PopIf(seq);
+          reports_.PopThrough(seq);
           WarnLocked(request.job_id(),
                      absl::StrCat("dropping a report the coordinator cannot take (", why, ")"));
         }
@@ -759,7 +762,7 @@ void WorkerDaemon::SendReports(absl::Time until) {
       return;
     }
     if (absl::IsInvalidArgument(s) || absl::IsOutOfRange(s)) {
-      reports_.PopIf(seq);
+      reports_.PopThrough(seq);
       WarnLocked(request.job_id(),
                  absl::StrCat("dropping a report the coordinator refuses: ", s.message()));
       continue;

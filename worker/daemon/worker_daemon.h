@@ -20,9 +20,9 @@
 // (report_queue.h), the steps waiting in runs of up to kMaxStepRun per call (StepRun), so a
 // worker catches up after an outage in a few calls and a fast job's every step is recorded. A
 // coordinator that answers a run with INVALID_ARGUMENT or INTERNAL (one before StepRun, or a
-// run it cannot take) is sent steps one by one until the worker registers again, so a single
-// bad step is dropped alone. While the coordinator cannot be reached reports are kept: up to
-// `max_buffered_reports`, the steps thinned evenly beyond that (with a log line), the outcome
+// run it cannot take) is sent those steps one by one, so a single bad step is dropped alone;
+// the steps after them go in a run again. While the coordinator cannot be reached reports are kept:
+// up to `max_buffered_reports`, the steps thinned evenly beyond that (with a log line), the outcome
 // until delivered, however long the coordinator cannot take it.
 // Every string of a report is valid UTF-8 (ReportQueue). An INTERNAL answer is never a refusal:
 // the report is kept and retried like an outage; answered INTERNAL 3 times, an outcome is sent
@@ -236,8 +236,9 @@ class WorkerDaemon {
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // successful registrations so far
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   absl::Time reports_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // Most steps per report: kMaxStepRun, 1 after a run was refused (until the next registration).
-  int step_run_ ABSL_GUARDED_BY(mu_) = kMaxStepRun;
+  // The reports up to this one go one at a time (a run of them was refused); unset: steps go
+  // in runs of up to kMaxStepRun.
+  std::optional<uint64_t> singles_through_ ABSL_GUARDED_BY(mu_);
   // INTERNAL answers in a row to the report numbered internal_seq_ (SendReports).
   uint64_t internal_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int internal_answers_ ABSL_GUARDED_BY(mu_) = 0;
