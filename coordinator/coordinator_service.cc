@@ -116,7 +116,8 @@ absl::StatusOr<T> Stripped(absl::StatusOr<T> result) {
 // CANCELLED when the client goes away, UNAVAILABLE at Shutdown().
 //
 // Lifetime: gRPC holds one reference until OnDone; a parked notifier callback holds another, so
-// a callback racing OnDone never touches a deleted reactor.
+// a callback racing OnDone never touches a deleted reactor. Every StartWrite and the one Finish
+// are issued under mu_, so no write follows Finish (nor gRPC's OnDone, which follows Finish).
 template <typename T>
 class FollowReactor : public grpc::ServerWriteReactor<T> {
  public:
@@ -193,14 +194,17 @@ class FollowReactor : public grpc::ServerWriteReactor<T> {
           --refs_;  // something changed meanwhile (or shutdown): look again
         }
       }
-      if (finish.has_value()) {
-        if (finished_) return;
+      // Under the lock, so that a Finish from another thread (OnCancel) can never come between
+      // the decision to write and the write: a write issued after Finish, from a notifier
+      // callback, could reach gRPC's stream after OnDone destroyed it. gRPC runs none of this
+      // reactor's reactions inline (OnWriteDone, OnCancel and OnDone go to its executor), so
+      // holding mu_ here cannot deadlock.
+      if (write) this->StartWrite(&current_);
+      if (finish.has_value() && !finished_) {
         finished_ = true;
+        this->Finish(*finish);
       }
     }
-    // Outside the lock: gRPC may run reactions inline.
-    if (write) this->StartWrite(&current_);
-    if (finish.has_value()) this->Finish(*finish);
   }
 
   void OnNotified() {
@@ -213,11 +217,9 @@ class FollowReactor : public grpc::ServerWriteReactor<T> {
   }
 
   void FinishOnce(const grpc::Status& status) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (finished_) return;
-      finished_ = true;
-    }
+    absl::MutexLock lock(&mu_);  // see Pump
+    if (finished_) return;
+    finished_ = true;
     this->Finish(status);
   }
 

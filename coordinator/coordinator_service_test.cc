@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -469,6 +470,54 @@ TEST(CoordinatorService, WatchEndsAtTheClientsDeadline) {
   cancelled.Cancel();
   EXPECT_EQ(cancelled.Join().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_EQ(c.StateOf(job->id()), QUEUED);  // the service is unharmed
+}
+
+// Watches cancelled at every moment while a job reports steps as fast as it can: a step's
+// notification and a cancel race on every stream, and the service survives each one (a write
+// issued after the cancel's Finish once reached gRPC's freed stream: "pure virtual method called").
+TEST(CoordinatorService, WatchesCancelledWhileStepsArriveEndCleanly) {
+  Coordinator c(TempDb("svc-watch-race"));
+  FakeWorker w1(&c.stub(), "w1");
+  ASSERT_TRUE(w1.Register().ok());
+  absl::StatusOr<Job> job = c.Submit(kSpec);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(w1.TakeAssignment(), job->id());
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> latest{0};
+  std::thread steps([&] {
+    for (int64_t step = 1; !stop.load(); ++step) {
+      if (!w1.Step(step, 1.0).ok()) break;
+      latest = step;
+    }
+  });
+  std::vector<std::thread> watchers;
+  int ended = 0;
+  absl::Mutex mu;
+  for (int t = 0; t < 4; ++t) {
+    watchers.emplace_back([&, t] {
+      for (int i = 0; i < 250; ++i) {
+        auto context = Ctx(absl::Seconds(10));
+        WatchJobRequest request;
+        request.set_job_id(job->id());
+        request.set_after_step(latest.load());  // caught up: parked until the next step
+        auto reader = c.stub().WatchJob(context.get(), request);
+        JobUpdate update;
+        while (reader->Read(&update) && !update.has_step()) {
+        }
+        context->TryCancel();  // while the next step's notification may be on its way
+        while (reader->Read(&update)) {
+        }
+        reader->Finish();
+        absl::MutexLock lock(&mu);
+        ++ended;
+      }
+    });
+  }
+  for (std::thread& t : watchers) t.join();
+  stop = true;
+  steps.join();
+  EXPECT_EQ(ended, 1000);
+  EXPECT_EQ(c.StateOf(job->id()), RUNNING);  // the service is unharmed
 }
 
 TEST(CoordinatorService, TooManyWatchesFromOneClientAreResourceExhausted) {

@@ -28,21 +28,17 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   // This rank leaves cleanly: GOODBYE to the peer (after the HELLO_ACK, if that is still being
   // written), then the end of the stream. Nothing more is read from it.
   void Leave() {
-    bool write;
-    {
-      absl::MutexLock lock(&mu_);
-      if (finish_called_ || leaving_) return;
-      leaving_ = true;
-      // No HELLO yet: nothing to say goodbye to. The HELLO_ACK being written: the GOODBYE
-      // follows it (OnWriteDone).
-      write = !writing_ && inbox_ != nullptr;
-      if (write) said_goodbye_ = writing_ = true;
-      if (writing_ && !write) return;
-    }
-    if (write) {
+    absl::MutexLock lock(&mu_);
+    if (finish_called_ || leaving_) return;
+    leaving_ = true;
+    // No HELLO yet: nothing to say goodbye to. The HELLO_ACK being written: the GOODBYE
+    // follows it (OnWriteDone).
+    if (writing_) return;
+    if (inbox_ != nullptr) {
+      said_goodbye_ = writing_ = true;
       StartWrite(&goodbye_);
     } else {
-      FinishOnce(grpc::Status::OK);
+      FinishLocked(grpc::Status::OK);
     }
   }
 
@@ -73,20 +69,14 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   }
 
   void OnWriteDone(bool ok) override {
-    bool goodbye = false, finish = false;
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      if (leaving_ && !said_goodbye_ && ok) {
-        said_goodbye_ = goodbye = writing_ = true;
-      } else if (leaving_) {
-        finish = true;
-      }
-    }
-    if (goodbye) {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!leaving_ || finish_called_) return;
+    if (!said_goodbye_ && ok) {
+      said_goodbye_ = writing_ = true;
       StartWrite(&goodbye_);
-    } else if (finish) {
-      FinishOnce(grpc::Status::OK);
+    } else {
+      FinishLocked(grpc::Status::OK);
     }
   }
 
@@ -114,12 +104,10 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
       PeerFrameHeader goodbye;
       goodbye.set_type(GOODBYE);
       goodbye_ = EncodeFrame(goodbye, grpc::Slice());
-      {
-        absl::MutexLock lock(&mu_);
-        inbox_ = *inbox;
-        writing_ = true;
-        // Leaving already: the GOODBYE follows the ACK (OnWriteDone).
-      }
+      absl::MutexLock lock(&mu_);
+      inbox_ = *inbox;
+      writing_ = true;
+      // Leaving already: the GOODBYE follows the ACK (OnWriteDone).
       StartWrite(&ack_);
       return absl::OkStatus();
     }
@@ -135,11 +123,17 @@ class IncomingStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   }
 
   void FinishOnce(const grpc::Status& status) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (finish_called_) return;
-      finish_called_ = true;
-    }
+    absl::MutexLock lock(&mu_);
+    FinishLocked(status);
+  }
+
+  // Every StartWrite and the one Finish are issued under mu_, so that no write follows Finish:
+  // Leave runs on a thread of ours, and a write it issued after a reaction's Finish could reach
+  // gRPC's stream after OnDone freed it. gRPC runs none of this reactor's reactions inline, so
+  // holding mu_ across these calls cannot deadlock.
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finish_called_) return;
+    finish_called_ = true;
     Finish(status);
   }
 
