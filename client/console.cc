@@ -1,7 +1,9 @@
 #include "client/console.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -88,6 +91,18 @@ std::string QueryValue(const char* query, const char* name) {
   char value[256];
   const int n = mg_get_var(query, std::strlen(query), name, value, sizeof(value));
   return n > 0 ? std::string(value, n) : "";
+}
+
+// A step number in a query string: 0 when absent; INVALID_ARGUMENT naming it when it is not a
+// number of 0 or more.
+absl::StatusOr<int64_t> StepQuery(const char* query, const char* name) {
+  const std::string text = QueryValue(query, name);
+  int64_t value = 0;
+  if (!text.empty() && (!absl::SimpleAtoi(text, &value) || value < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "=", text, ": not a step number (0 or more)"));
+  }
+  return value;
 }
 
 std::string CookieValue(const char* cookies, const char* name) {
@@ -240,7 +255,31 @@ class Console {
     }
     absl::string_view id = rest;
     if (absl::ConsumePrefix(&id, "jobs/") && !id.empty()) {
-      if (absl::ConsumeSuffix(&id, "/watch")) return Watch(connection, std::string(id));
+      if (absl::ConsumeSuffix(&id, "/watch")) {
+        // ?after_step=N: the steps after N only (the page loaded the older ones with /steps).
+        absl::StatusOr<int64_t> after = StepQuery(request->query_string, "after_step");
+        if (!after.ok()) return SendError(connection, after.status());
+        return Watch(connection, std::string(id), *after);
+      }
+      if (absl::ConsumeSuffix(&id, "/steps")) {
+        // GetJobSteps: ?after_step=&until_step=&max_steps= (each optional).
+        absl::StatusOr<int64_t> after = StepQuery(request->query_string, "after_step");
+        absl::StatusOr<int64_t> until = StepQuery(request->query_string, "until_step");
+        absl::StatusOr<int64_t> max = StepQuery(request->query_string, "max_steps");
+        for (const absl::StatusOr<int64_t>* v : {&after, &until, &max}) {
+          if (!v->ok()) return SendError(connection, v->status());
+        }
+        GetJobStepsRequest steps;
+        steps.set_job_id(std::string(id));
+        steps.set_after_step(*after);
+        steps.set_until_step(*until);
+        // Above the cap: the coordinator's answer names it.
+        steps.set_max_steps(
+            static_cast<int32_t>(std::min<int64_t>(*max, std::numeric_limits<int32_t>::max())));
+        absl::StatusOr<std::string> json = OnOwnThread([&] { return StepsJson(steps); });
+        if (!json.ok()) return SendError(connection, json.status());
+        return SendJson(connection, 200, *json);
+      }
       if (absl::ConsumeSuffix(&id, "/diagnose")) {
         const std::string job_id(id);
         return SendResult(connection, OnOwnThread([&] { return stub_.Diagnose(job_id); }));
@@ -288,6 +327,22 @@ class Console {
     return stub_.SubmitJob(request);
   }
 
+  // GetJobSteps as {"recorded": N, "steps": [the watch stream's step lines...]}.
+  absl::StatusOr<std::string> StepsJson(const GetJobStepsRequest& request) {
+    absl::StatusOr<GetJobStepsResponse> answer = stub_.GetJobSteps(request);
+    if (!answer.ok()) return answer.status();
+    std::vector<std::string> lines;
+    lines.reserve(answer->steps_size());
+    JobUpdate update;
+    update.mutable_job()->set_id(request.job_id());
+    for (StepMetrics& m : *answer->mutable_steps()) {
+      update.mutable_step()->Swap(&m);
+      lines.push_back(WatchJsonLine(update));
+    }
+    return absl::StrCat("{\"recorded\":", answer->recorded(), ",\"steps\":[",
+                        absl::StrJoin(lines, ","), "]}");
+  }
+
   // The job's log without following it: {"entries": [LogEntry...]}.
   absl::StatusOr<std::string> LogsJson(const std::string& job_id) {
     std::vector<std::string> entries;
@@ -314,9 +369,9 @@ class Console {
   // Server-sent events: `data: <dtrain --json watch line>` per update but steps, which come as
   // `event: steps` with an array of such lines; `event: end` or `event: failed` (data: the
   // error) last.
-  int Watch(mg_connection* connection, const std::string& job_id) {
+  int Watch(mg_connection* connection, const std::string& job_id, int64_t after_step) {
     auto queue = std::make_shared<EventQueue>();
-    std::thread watcher([this, queue, job_id] {
+    std::thread watcher([this, queue, job_id, after_step] {
       WatchCallbacks callbacks;
       callbacks.on_update = [&](const JobUpdate& update) {
         absl::MutexLock lock(&queue->mu);
@@ -326,7 +381,7 @@ class Console {
         absl::MutexLock lock(&queue->mu);
         return !queue->closed;
       };
-      const absl::Status status = stub_.WatchJob(job_id, 0, callbacks);
+      const absl::Status status = stub_.WatchJob(job_id, after_step, callbacks);
       absl::MutexLock lock(&queue->mu);
       queue->last = status.ok() ? "event: end\ndata: {}\n\n"
                                 : absl::StrCat("event: failed\ndata: ", ErrorJson(status), "\n\n");

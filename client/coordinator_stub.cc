@@ -136,6 +136,11 @@ absl::StatusOr<ListCheckpointsResponse> CoordinatorStub::ListCheckpoints(
   return Unary(&Coordinator::Stub::ListCheckpoints, request, "ListCheckpoints");
 }
 
+absl::StatusOr<GetJobStepsResponse> CoordinatorStub::GetJobSteps(
+    const GetJobStepsRequest& request) {
+  return Unary(&Coordinator::Stub::GetJobSteps, request, "GetJobSteps");
+}
+
 absl::StatusOr<JobDiagnosis> CoordinatorStub::Diagnose(const std::string& job_id) {
   DiagnoseJobRequest request;
   request.set_job_id(job_id);

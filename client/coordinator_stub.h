@@ -77,6 +77,7 @@ class CoordinatorStub {
   absl::StatusOr<ForgetWorkerResponse> ForgetWorker(const std::string& worker_id);
   absl::StatusOr<DrainWorkerResponse> DrainWorker(const DrainWorkerRequest& request);
   absl::StatusOr<ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
+  absl::StatusOr<GetJobStepsResponse> GetJobSteps(const GetJobStepsRequest& request);
   absl::StatusOr<JobDiagnosis> Diagnose(const std::string& job_id);
   absl::StatusOr<JobTrace> TraceJob(const std::string& job_id, std::optional<int64_t> step);
   absl::StatusOr<RebalanceJobResponse> RebalanceJob(const std::string& job_id);

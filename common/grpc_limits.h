@@ -17,6 +17,11 @@ inline constexpr int kMaxCoordinatorMessageBytes = 4 << 20;
 // of StepMetrics. The worker sends runs up to it; the coordinator refuses a longer one.
 inline constexpr int kMaxStepRun = 1024;
 
+// Most steps one GetJobSteps answer carries when asked (GetJobStepsRequest.max_steps), and how
+// many when not: about 1.2 MiB and 120 KiB of StepMetrics.
+inline constexpr int kMaxThinnedSteps = 20000;
+inline constexpr int kDefaultThinnedSteps = 2000;
+
 }  // namespace dtrain
 
 #endif  // DTRAIN_COMMON_GRPC_LIMITS_H_

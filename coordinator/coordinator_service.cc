@@ -19,6 +19,7 @@
 #include "common/tls.h"
 #include "coordinator/request_bounds.h"
 #include "coordinator/roles.h"
+#include "coordinator/step_thinning.h"
 #include "coordinator/trace_job.h"
 
 namespace dtrain::coordinator {
@@ -103,6 +104,8 @@ absl::StatusOr<T> Stripped(absl::StatusOr<T> result) {
     StripSecrets(*result);
   } else if constexpr (std::is_same_v<T, ListJobsResponse>) {
     for (Job& job : *result->mutable_jobs()) StripSecrets(job);
+  } else if constexpr (std::is_same_v<T, GetJobStepsResponse>) {
+    // steps only: no Job in it
   } else {
     StripSecrets(*result->mutable_job());  // SubmitJobResponse
   }
@@ -595,6 +598,22 @@ grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(grpc::CallbackServ
     return Reply<ListCheckpointsResponse>(context, s, response);
   }
   return Reply(context, manager_->ListCheckpoints(request->job_id()), response);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetJobSteps(grpc::CallbackServerContext* context,
+                                                          const GetJobStepsRequest* request,
+                                                          GetJobStepsResponse* response) {
+  if (absl::Status s = Allowed(manager_, context, "GetJobSteps", *request); !s.ok()) {
+    return Reply<GetJobStepsResponse>(context, s, response);
+  }
+  // Off gRPC's threads: a month-long job's range is read in batches of thousands of steps.
+  return OffThread<GetJobStepsResponse>(
+      context, response, [this, request](absl::Time deadline, Answer<GetJobStepsResponse> answer) {
+        answer(absl::Now() >= deadline
+                   ? absl::DeadlineExceededError(
+                         "the client's deadline passed before its steps were read")
+                   : ReadJobSteps(manager_->store(), *request));
+      });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,

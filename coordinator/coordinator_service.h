@@ -73,6 +73,9 @@ class CoordinatorService final : public Coordinator::CallbackService {
                                       DeleteJobResponse* response) override;
   grpc::ServerWriteReactor<JobUpdate>* WatchJob(grpc::CallbackServerContext* context,
                                                 const WatchJobRequest* request) override;
+  grpc::ServerUnaryReactor* GetJobSteps(grpc::CallbackServerContext* context,
+                                        const GetJobStepsRequest* request,
+                                        GetJobStepsResponse* response) override;
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
                                         const ListWorkersRequest* request,
                                         ListWorkersResponse* response) override;

@@ -520,6 +520,55 @@ TEST(CoordinatorService, WatchesCancelledWhileStepsArriveEndCleanly) {
   EXPECT_EQ(c.StateOf(job->id()), RUNNING);  // the service is unharmed
 }
 
+// A long job's curve in one answer: GetJobSteps thins 5,000 steps to about 400 (its rule has
+// its own tests, step_thinning_test.cc), and a window of them comes whole.
+TEST(CoordinatorService, GetJobStepsThinsALongHistoryAndGivesAWindowWhole) {
+  Coordinator c(TempDb("svc-steps"));
+  FakeWorker w1(&c.stub(), "w1");
+  ASSERT_TRUE(w1.Register().ok());
+  absl::StatusOr<Job> job = c.Submit(kSpec);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(w1.TakeAssignment(), job->id());
+  for (int64_t first = 1; first <= 5000; first += kMaxStepRun) {
+    ReportProgressRequest run;
+    for (int64_t step = first; step < first + kMaxStepRun && step <= 5000; ++step) {
+      StepMetrics* m = run.mutable_steps()->add_steps();
+      m->set_step(step);
+      m->set_loss(step == 4321 ? 50 : 2);
+      m->set_tokens_per_s(1000);
+    }
+    ReportProgressResponse response;
+    ASSERT_TRUE(w1.Report(run, &response).ok());
+  }
+  auto ask = [&](const std::string& id, int64_t after, int64_t until, int max,
+                 GetJobStepsResponse* response) {
+    GetJobStepsRequest request;
+    request.set_job_id(id);
+    request.set_after_step(after);
+    request.set_until_step(until);
+    request.set_max_steps(max);
+    return c.stub().GetJobSteps(Ctx().get(), request, response);
+  };
+  GetJobStepsResponse thinned;
+  ASSERT_TRUE(ask(job->id(), 0, 0, 400, &thinned).ok());
+  EXPECT_EQ(thinned.recorded(), 5000);
+  EXPECT_LE(thinned.steps_size(), 402);
+  EXPECT_EQ(thinned.steps(0).step(), 1);
+  EXPECT_EQ(thinned.steps(thinned.steps_size() - 1).step(), 5000);
+  EXPECT_TRUE(std::any_of(thinned.steps().begin(), thinned.steps().end(),
+                          [](const StepMetrics& m) { return m.step() == 4321 && m.loss() == 50; }));
+  GetJobStepsResponse window;
+  ASSERT_TRUE(ask(job->id(), 4000, 4300, 400, &window).ok());
+  EXPECT_EQ(window.recorded(), 300);
+  ASSERT_EQ(window.steps_size(), 300);
+  EXPECT_EQ(window.steps(0).step(), 4001);
+  GetJobStepsResponse none;
+  EXPECT_EQ(ask("job-999999", 0, 0, 0, &none).error_code(), grpc::StatusCode::NOT_FOUND);
+  const grpc::Status too_many = ask(job->id(), 0, 0, kMaxThinnedSteps + 1, &none);
+  EXPECT_EQ(too_many.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_many.error_message(), HasSubstr("max_steps 20001 is outside"));
+}
+
 TEST(CoordinatorService, TooManyWatchesFromOneClientAreResourceExhausted) {
   Coordinator c(TempDb("svc-watch-cap"));
   absl::StatusOr<Job> job = c.Submit(kSpec);  // stays QUEUED: no worker

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -1044,15 +1045,36 @@ absl::StatusOr<std::vector<StepMetrics>> JobStore::MetricsAfter(absl::string_vie
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
     StepMetrics& m = steps.emplace_back();
+    // SQLite stores a NaN as NULL: a diverged step reads back NaN, not 0.
+    auto value = [&s](int column) {
+      return s.IsNull(column) ? std::numeric_limits<double>::quiet_NaN() : s.Double(column);
+    };
     m.set_step(s.Int(0));
-    m.set_loss(s.Double(1));
-    m.set_grad_norm(s.Double(2));
-    m.set_learning_rate(s.Double(3));
-    m.set_tokens_per_s(s.Double(4));
+    m.set_loss(value(1));
+    m.set_grad_norm(value(2));
+    m.set_learning_rate(value(3));
+    m.set_tokens_per_s(value(4));
     m.set_time_unix_ms(s.Int(5));
     if (!s.IsNull(6)) m.set_val_loss(s.Double(6));
   }
   return steps;
+}
+
+absl::StatusOr<MetricsExtent> JobStore::MetricsExtentOf(absl::string_view job_id,
+                                                        int64_t after_step, int64_t until_step) {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, path_,
+              "SELECT COUNT(*), MIN(step), MAX(step) FROM metrics "
+              "WHERE job_id = ? AND step > ? AND step <= ?");
+  s.Bind(1, job_id).Bind(2, after_step).Bind(3, until_step);
+  MetricsExtent extent;
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (row && s.Int(0) > 0) {
+    extent.count = s.Int(0);
+    extent.first = s.Int(1);
+    extent.last = s.Int(2);
+  }
+  return extent;
 }
 
 absl::StatusOr<std::vector<HistoryEntry>> JobStore::HistoryAfter(absl::string_view job_id,

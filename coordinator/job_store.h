@@ -98,6 +98,12 @@ struct JobPage {
   int64_t next_before_seq = 0;  // > 0 when older jobs match: pass it as before_seq
 };
 
+// A range of a job's recorded steps (JobStore::MetricsExtentOf).
+struct MetricsExtent {
+  int64_t count = 0;
+  int64_t first = 0, last = 0;  // when count > 0
+};
+
 class JobStore {
  public:
   // Opens or creates the database at `path`, holding an exclusive lock on `<path>.lock` (flock:
@@ -223,6 +229,9 @@ class JobStore {
   // Steps with step > after_step in step order, at most `limit`.
   absl::StatusOr<std::vector<StepMetrics>> MetricsAfter(absl::string_view job_id,
                                                         int64_t after_step, int limit = 1000);
+  // How many steps are recorded in (after_step, until_step], and the first and last of them.
+  absl::StatusOr<MetricsExtent> MetricsExtentOf(absl::string_view job_id, int64_t after_step,
+                                                int64_t until_step);
   // History entries with seq > after_seq, in order.
   absl::StatusOr<std::vector<HistoryEntry>> HistoryAfter(absl::string_view job_id,
                                                          int64_t after_seq);

@@ -37,6 +37,7 @@ const std::vector<Rule>& Table() {
       {"GetJob", {kRoleViewer, kRoleAdmin, kRoleUser}},
       {"ListJobs", {kRoleViewer, kRoleAdmin, kRoleUser}},
       {"WatchJob", {kRoleViewer, kRoleAdmin, kRoleUser}},
+      {"GetJobSteps", {kRoleViewer, kRoleAdmin, kRoleUser}},
       {"ListWorkers", {kRoleViewer, kRoleAdmin, kRoleUser}},
       {"JobLogs", {kRoleViewer, kRoleAdmin, kRoleUser}},
       {"ListCheckpoints", {kRoleViewer, kRoleAdmin, kRoleUser}},

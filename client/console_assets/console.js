@@ -205,11 +205,64 @@ async function drainWorker(id, action) {
   } catch (e) { showError(e); }
 }
 
+// --- a job's steps -------------------------------------------------------------------------
+
+// A job's history of steps for its charts. The coordinator thins a long one (GetJobSteps: about
+// HISTORY_STEPS of its steps, each bucket's lowest and highest loss and tokens/s, the evaluated
+// steps, both ends), so a job of millions of steps loads in one answer; a zoom into that part
+// asks for the window again, whole when it holds at most HISTORY_STEPS steps. The steps after
+// the history come on the watch stream, every one (after_step: the history's last).
+const HISTORY_STEPS = 4000;
+
+class History {
+  // hold(u): keep a step line (the watch stream's form); redraw(): draw again soon.
+  constructor(id, hold, redraw) {
+    this.id = id;
+    this.hold = hold;
+    this.redraw = redraw;
+    this.thinnedThrough = 0;  // the history up to this step came thinned
+    this.asked = new Set();   // windows fetched again
+  }
+  // Loads the history; its last step (0: none yet), after which the watch stream goes on.
+  async load() {
+    const r = await this.fetch(0, 0);
+    const last = r.steps.length ? r.steps[r.steps.length - 1].step : 0;
+    if (r.recorded > r.steps.length) this.thinnedThrough = last;
+    return last;
+  }
+  // A chart zoomed to `view` ([lo, hi] or null): its window of the thinned part, once.
+  async zoom(view) {
+    if (!view || view[0] > this.thinnedThrough) return;
+    const after = Math.max(0, Math.floor(view[0]) - 1);
+    const until = Math.max(after + 1, Math.min(Math.ceil(view[1]), this.thinnedThrough));
+    const key = after + ":" + until;
+    if (this.asked.has(key)) return;
+    this.asked.add(key);
+    try {
+      const r = await this.fetch(after, until);
+      this.zoomed = {window: [after, until], steps: r.steps.length};
+      this.redraw();
+    } catch (e) { showError(e); }
+  }
+  async fetch(after, until) {
+    const r = await api("jobs/" + encodeURIComponent(this.id) + "/steps?after_step=" + after +
+                        "&until_step=" + until + "&max_steps=" + HISTORY_STEPS);
+    for (const u of r.steps) this.hold(u);
+    return r;
+  }
+  // What the page shows of it (for tests): the thinned part, the last window fetched again.
+  describe(node) {
+    node.dataset.thinnedThrough = this.thinnedThrough;
+    if (this.zoomed) node.dataset.zoomFetched = JSON.stringify(this.zoomed.window.concat([this.zoomed.steps]));
+  }
+}
+
 // --- one job ------------------------------------------------------------------------------
 
 const steps = new StepSeries();  // step -> [loss, tokens/s, val_loss or null] (curve.js)
 const evaluated = new StepSeries();  // step -> val_loss, the steps with an evaluation
 const views = {};  // chart id -> the step range zoomed into, or null
+let history = null;  // the job's History
 let job = null;
 let workersById = {};
 let charts = {};
@@ -269,6 +322,7 @@ function drawCharts() {
                                             // Zoomed in: drawn again from every step in the window.
                                             zoomCallback: (lo, hi) => {
                                               views[id] = charts[id].isZoomed("x") ? [lo, hi] : null;
+                                              if (history) history.zoom(views[id]);
                                               scheduleDraw();
                                             }});
     } else {
@@ -277,6 +331,7 @@ function drawCharts() {
     if (index === 0) node.dataset.valPoints = evals.length;
     charts[id].setAnnotations(marks);
     node.dataset.points = xs.length;  // steps held
+    if (history) history.describe(node);
     node.dataset.drawn = charts[id].numRows();
     node.dataset.marks = marks.length;
   }
@@ -578,8 +633,14 @@ async function refreshJob(id) {
 async function jobPage() {
   const id = new URLSearchParams(location.search).get("id");
   $("set-priority").onclick = setPriority;
-  // The stream first: the job's history is the longest part to load.
-  const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch");
+  const holdStep = (u) => {
+    steps.set(u.step, [u.loss, u.tokens_per_s, u.val_loss === undefined ? null : u.val_loss]);
+    if (u.val_loss !== undefined) evaluated.set(u.step, u.val_loss);
+  };
+  history = new History(id, holdStep, scheduleDraw);
+  let last = 0;
+  try { last = await history.load(); } catch (e) { showError(e); }  // the stream says it too
+  const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch?after_step=" + last);
   let refreshPending = false;
   const refreshSoon = () => {
     if (refreshPending || !job) return;
@@ -587,10 +648,7 @@ async function jobPage() {
     setTimeout(async () => { refreshPending = false; await refreshJob(id); }, 300);
   };
   stream.addEventListener("steps", (message) => {
-    for (const u of JSON.parse(message.data)) {
-      steps.set(u.step, [u.loss, u.tokens_per_s, u.val_loss === undefined ? null : u.val_loss]);
-      if (u.val_loss !== undefined) evaluated.set(u.step, u.val_loss);
-    }
+    for (const u of JSON.parse(message.data)) holdStep(u);
     scheduleDraw();
   });
   stream.onmessage = (message) => {
@@ -663,6 +721,7 @@ async function comparePage() {
                                        connectSeparatedPoints: true, legend: "always", strokeWidth: 1.5,
                                        zoomCallback: (lo, hi) => {
                                          view = chart.isZoomed("x") ? [lo, hi] : null;
+                                         for (const h of histories) h.zoom(view);
                                          scheduleCompareDraw();
                                        }});
     } else {
@@ -679,8 +738,12 @@ async function comparePage() {
     setTimeout(() => { pending = false; draw(); }, 200);
   };
   $("compared").textContent = ids.join(" · ");
-  ids.forEach((id, i) => {
-    const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch");
+  const histories = ids.map((id, i) => new History(id, u => losses[i].set(u.step, u.loss),
+                                                   scheduleCompareDraw));
+  ids.forEach(async (id, i) => {
+    let last = 0;
+    try { last = await histories[i].load(); } catch (e) { showError(e); }  // the stream says it too
+    const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch?after_step=" + last);
     stream.addEventListener("steps", (message) => {
       for (const u of JSON.parse(message.data)) losses[i].set(u.step, u.loss);
       scheduleCompareDraw();

@@ -60,6 +60,10 @@ def refused_to_start(c, what, args, want, cert="admin"):
     print("%s -> exit 2: %s" % (what, err.strip().splitlines()[0]))
 
 
+# The steps of a job's history the console asks for at most (console.js HISTORY_STEPS).
+HISTORY_STEPS = 4000
+
+
 def case_console(args):
     """dtrain console on a TLS cluster, in headless chromium: the jobs page lists the jobs; a
     finished pp=2 job's page draws loss and tokens/s curves with one point per step and a
@@ -135,10 +139,32 @@ def case_console(args):
                   % (points, len(cells), entries))
 
             # A running job, as an admin: the cancel button is there.
+            c.wait_step(running, HISTORY_STEPS + 500, 120)
             b.open("%s/job.html?id=%s" % (base, running))
             b.wait("document.body.dataset.state === 'RUNNING' && "
                    "Number(document.getElementById('loss-chart').dataset.points) > 0", 20,
                    "the running job's curve")
+            # Over HISTORY_STEPS steps recorded: the history came thinned (GetJobSteps), the
+            # steps after it on the stream; a zoom into the thinned part fetches its window
+            # again, whole.
+            thinned = b.wait("Number(document.getElementById('loss-chart').dataset."
+                             "thinnedThrough)", 20, "a thinned history")
+            held = b.eval("steps.steps().filter(x => x <= %d).length" % thinned)
+            expect(held < thinned, "held %d steps of a history thinned through step %d"
+                   % (held, thinned))
+            lo, hi = thinned // 2, thinned // 2 + 500
+            b.eval("(c => { c.updateOptions({dateWindow: [%d, %d]}); "
+                   "c.getOption('zoomCallback')(%d, %d); })(charts['loss-chart'])"
+                   % (lo, hi, lo, hi))
+            fetched = json.loads(b.wait("document.getElementById('loss-chart').dataset."
+                                        "zoomFetched", 20, "the zoomed window fetched again"))
+            whole = b.eval("Array.from({length: %d}, (_, k) => %d + k).every(x => steps.has(x))"
+                           % (hi - lo + 1, lo))
+            expect(fetched == [lo - 1, hi, hi - lo + 1] and whole,
+                   "zoom to steps %d-%d of a history thinned through %d: fetched %s, every step "
+                   "held: %s" % (lo, hi, thinned, fetched, whole))
+            print("running job: history thinned through step %d to %d steps; a zoom to %d-%d "
+                  "fetched %d steps" % (thinned, held, lo, hi, fetched[2]))
             expect(b.eval("!!document.getElementById('cancel')"),
                    "the admin sees no cancel button on a running job")
             # Its priority from the page (`dtrain priority`): kept by the coordinator, and the
