@@ -4,7 +4,8 @@
 "use strict";
 
 const assert = require("assert");
-const {StepSeries, searchSorted, decimate, stepsToDraw} = require("./console_assets/curve.js");
+const {StepSeries, searchSorted, decimate, stepsToDraw, compactSeries} =
+    require("./console_assets/curve.js");
 
 const tests = {
   "a short curve is drawn whole": () => {
@@ -65,6 +66,36 @@ const tests = {
     assert.ok(s.has(3) && !s.has(4));
     assert.strictEqual(searchSorted([1, 2, 2, 3], 2, true), 1);
     assert.strictEqual(searchSorted([1, 2, 2, 3], 2, false), 3);
+  },
+
+  "a series keeps only the steps asked for, in order": () => {
+    const s = new StepSeries();
+    for (const x of [3, 1, 2, 5, 4]) s.set(x, [x * 10]);
+    s.retain(x => x % 2 === 1);
+    assert.deepStrictEqual(s.steps(), [1, 3, 5]);
+    assert.strictEqual(s.size, 3);
+    assert.ok(!s.has(2) && s.get(5)[0] === 50);
+    s.set(4, [40]);
+    assert.deepStrictEqual(s.steps(), [1, 3, 4, 5]);
+  },
+
+  "a page open for long keeps what its charts draw, the pinned steps and the newest": () => {
+    const s = new StepSeries();
+    const loss = x => (x === 12345 ? 50 : 2 + Math.sin(x / 100));
+    const tps = x => (x === 23456 ? 1 : 1000);
+    let through = 0;
+    for (let x = 1; x <= 100000; x++) {
+      s.set(x, [loss(x), tps(x)]);
+      const t = compactSeries(s, [x => s.get(x)[0], x => s.get(x)[1]], 1000, 16000,
+                              x => (x >= 50000 && x <= 50300) || x % 10000 === 0);
+      if (t) through = t;
+    }
+    assert.ok(s.size <= 16000 * 2, "held " + s.size);
+    assert.ok(through > 90000 - 16000 * 2, "thinned through " + through);
+    for (const x of [1, 12345, 23456, 30000, 50000, 50150, 50300, 100000]) {
+      assert.ok(s.has(x), "step " + x + " kept");
+    }
+    assert.deepStrictEqual(compactSeries(s, [x => s.get(x)[0]], 1000, 16000, x => false), 0);
   },
 };
 

@@ -16,8 +16,8 @@ TEST(Utf8, EmptyIsValid) {
 }
 
 TEST(Utf8, ValidTextIsKeptByteForByte) {
-  for (const std::string s : {"plain ascii"s, "caf\xc3\xa9"s, "\xe2\x82\xac 5"s,
-                              "\xf0\x9f\x98\x80"s, "nul \0 inside"s, "\xf4\x8f\xbf\xbf"s}) {
+  for (const std::string& s : {"plain ascii"s, "caf\xc3\xa9"s, "\xe2\x82\xac 5"s,
+                               "\xf0\x9f\x98\x80"s, "nul \0 inside"s, "\xf4\x8f\xbf\xbf"s}) {
     EXPECT_TRUE(IsValidUtf8(s)) << s;
     EXPECT_EQ(EscapeInvalidUtf8(s), s);
   }

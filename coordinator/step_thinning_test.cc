@@ -108,8 +108,12 @@ TEST(StepThinning, ALongRunKeepsItsEnvelopeSpikesAndEvaluations) {
   for (size_t i = 1; i < steps.size(); ++i) EXPECT_LE(steps[i] - steps[i - 1], 800) << steps[i];
   // Each kept step is the recorded one, whole.
   for (const StepMetrics& m : r->steps()) {
-    if (m.step() == 10000) EXPECT_DOUBLE_EQ(m.val_loss(), 3.5);
-    if (m.step() == 123457) EXPECT_DOUBLE_EQ(m.loss(), 40);
+    if (m.step() == 10000) {
+      EXPECT_DOUBLE_EQ(m.val_loss(), 3.5);
+    }
+    if (m.step() == 123457) {
+      EXPECT_DOUBLE_EQ(m.loss(), 40);
+    }
   }
 }
 

@@ -538,7 +538,9 @@ TEST(WorkerRegistry, CpuWorkersOfOneHostOfferNoMoreThanTheHostTogether) {
   // Freed: the equal shares again.
   reg.CancelJob("job-1", {"a"});
   for (const WorkerInfo& w : reg.IdleWorkers()) {
-    if (w.host_id() == "host-1") EXPECT_EQ(w.device().memory_bytes(), 23 * kGiB / 5);
+    if (w.host_id() == "host-1") {
+      EXPECT_EQ(w.device().memory_bytes(), 23 * kGiB / 5);
+    }
   }
 }
 
@@ -597,7 +599,9 @@ TEST(WorkerRegistry, IdleCandidatesAreTheIdleWorkersSharedNotCopied) {
   x.set_address("x:7072");
   ASSERT_TRUE(reg.Register(x, kT0).ok());  // the same session again, at a new address
   for (const plan::Candidate& c : reg.IdleCandidates()) {
-    if (c.worker->worker_id() == "x") EXPECT_EQ(c.worker->address(), "x:7072");
+    if (c.worker->worker_id() == "x") {
+      EXPECT_EQ(c.worker->address(), "x:7072");
+    }
   }
   EXPECT_EQ(first["x"]->address(), "x:7071");  // what the earlier pass read stays as it was
 }

@@ -213,6 +213,9 @@ async function drainWorker(id, action) {
 // asks for the window again, whole when it holds at most HISTORY_STEPS steps. The steps after
 // the history come on the watch stream, every one (after_step: the history's last).
 const HISTORY_STEPS = 4000;
+// Steps a page holds before it thins them again (curve.js compactSeries): a page left open on a
+// running job for a month stays at a few MB.
+const HELD_STEPS_MAX = 4 * HISTORY_STEPS;
 
 class History {
   // hold(u): keep a step line (the watch stream's form); redraw(): draw again soon.
@@ -229,6 +232,12 @@ class History {
     const last = r.steps.length ? r.steps[r.steps.length - 1].step : 0;
     if (r.recorded > r.steps.length) this.thinnedThrough = last;
     return last;
+  }
+  // The page thinned the steps it held through `step` (compactSeries): a zoom there asks again.
+  thinned(step) {
+    if (!step) return;
+    this.thinnedThrough = Math.max(this.thinnedThrough, step);
+    this.asked.clear();
   }
   // A chart zoomed to `view` ([lo, hi] or null): its window of the thinned part, once.
   async zoom(view) {
@@ -289,6 +298,16 @@ function annotations(series) {
   }
   // dygraphs wants them in x order.
   return marks.sort((a, b) => a.x - b.x);
+}
+
+// The steps a page keeps when it thins what it holds: evaluated, marked (annotations), and
+// inside a chart's zoomed window.
+function pinnedSteps() {
+  const marked = new Set([...sealedSteps,
+                          ...((job && job.recoveries) || []).map(r => num(r.last_step)),
+                          ...((job && job.stragglers) || []).map(t => num(t.window_end_step))]);
+  const windows = Object.values(views).filter(v => v);
+  return x => evaluated.has(x) || marked.has(x) || windows.some(v => x >= v[0] && x <= v[1]);
 }
 
 // A chart's width in buckets of decimation (curve.js): two steps a pixel at most.
@@ -649,6 +668,8 @@ async function jobPage() {
   };
   stream.addEventListener("steps", (message) => {
     for (const u of JSON.parse(message.data)) holdStep(u);
+    history.thinned(compactSeries(steps, [x => steps.get(x)[0], x => steps.get(x)[1]],
+                                  HISTORY_STEPS / 4, HELD_STEPS_MAX, pinnedSteps()));
     scheduleDraw();
   });
   stream.onmessage = (message) => {
@@ -746,6 +767,8 @@ async function comparePage() {
     const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch?after_step=" + last);
     stream.addEventListener("steps", (message) => {
       for (const u of JSON.parse(message.data)) losses[i].set(u.step, u.loss);
+      histories[i].thinned(compactSeries(losses[i], [x => losses[i].get(x)], HISTORY_STEPS / 4,
+                                         HELD_STEPS_MAX, x => view && x >= view[0] && x <= view[1]));
       scheduleCompareDraw();
     });
     const done = () => {

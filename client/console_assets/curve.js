@@ -24,6 +24,13 @@ class StepSeries {
   has(step) { return this.values.has(step); }
   get(step) { return this.values.get(step); }
   get size() { return this.xs.length; }
+  // Keeps only the steps for which keep(step) is true.
+  retain(keep) {
+    const values = new Map();
+    this.xs = this.steps().filter(keep);
+    for (const x of this.xs) values.set(x, this.values.get(x));
+    this.values = values;
+  }
   steps() {
     if (!this.sorted) {
       this.xs.sort((a, b) => a - b);
@@ -92,4 +99,27 @@ function stepsToDraw(xs, value, view, buckets) {
   return [...merged].sort((a, b) => a - b);
 }
 
-if (typeof module !== "undefined") module.exports = {StepSeries, searchSorted, decimate, stepsToDraw};
+// A page left open on a running job holds every step its stream brings: a month at a step a
+// second is millions. Once `series` holds more than its bound (`max` at first), it keeps only what
+// its charts draw of the whole range (decimate of each of `values` over `buckets`), the steps
+// `pinned(x)` says (evaluated, marked, inside a zoomed window) and the newest; the bound then
+// becomes twice what is left (at least `max`), so a large pinned part does not make every new
+// step compact again. Returns the newest step, through which the series is now thinned (a zoom
+// there fetches its window again: console.js History), or 0 when under the bound.
+function compactSeries(series, values, buckets, max, pinned) {
+  if (series.size <= (series.compactAt || max)) return 0;
+  const xs = series.steps();
+  const newest = xs[xs.length - 1];
+  const keep = new Set([newest]);
+  for (const value of values) {
+    for (const x of decimate(xs, value, xs[0], newest, buckets)) keep.add(x);
+  }
+  for (const x of xs) if (pinned(x)) keep.add(x);
+  series.retain(x => keep.has(x));
+  series.compactAt = Math.max(max, 2 * series.size);
+  return newest;
+}
+
+if (typeof module !== "undefined") {
+  module.exports = {StepSeries, searchSorted, decimate, stepsToDraw, compactSeries};
+}

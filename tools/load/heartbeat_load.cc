@@ -6,8 +6,8 @@
 //   heartbeat_load --coordinator_binary=bazel-bin/coordinator/dtrain-coordinator --workers=1000
 //   heartbeat_load --coordinator=127.0.0.1:7070 --workers=100 --layouts=6x4x4
 //   heartbeat_load --coordinator_binary=... --workers=1000 --tls_dir=certs   # mutual TLS
-//   heartbeat_load --coordinator_binary=... --workers=50000 --connections=500 --interval=5s \
-//       --lease=50s --layouts=64x16x4                 # 50,000 workers, a 4,096-rank job
+//   heartbeat_load --coordinator_binary=... --workers=50000 --connections=500 --interval=5s
+//       --lease=50s --layouts=64x16x4                 # (one line) 50,000 workers, 4,096 ranks
 //
 // With --tls_dir (a `dtrain certs init` directory) every call is mutual TLS, as in a secure
 // deployment: the coordinator this tool starts presents DIR/coordinator.pem, the simulated
