@@ -130,7 +130,9 @@ class Watcher {
       EndProgressLine();
       output_.err << "dtrain: reconnected to " << inv_.coordinator << "\n";
     };
-    const absl::Status status = stub.WatchJob(job_id, /*after_step=*/0, callbacks);
+    absl::StatusOr<int64_t> after_step = ReplayAfter(stub, job_id);
+    if (!after_step.ok()) return Fail(WithNewestJobHint(stub, after_step.status()), inv_, output_);
+    const absl::Status status = stub.WatchJob(job_id, *after_step, callbacks);
     EndProgressLine();
     if (!status.ok()) return Fail(WithNewestJobHint(stub, status), inv_, output_);
     if (!inv_.json) output_.out << SummaryLine(job_, first_loss_) << "\n";
@@ -139,6 +141,28 @@ class Watcher {
   }
 
  private:
+  // Past this many steps a watch that would only redraw one progress line (a terminal) or print
+  // none (--quiet) starts at the newest step instead of replaying them all: a month-long job's
+  // 3,000,000 steps took 27-39 s to replay before anything live showed.
+  static constexpr int64_t kReplayedSteps = 10000;
+
+  // The step after which the watch replays steps: 0 (all of them) for a log (a pipe, --json),
+  // else just before the newest step of a long history, with its first step's loss (the summary
+  // line's "loss a -> b") from GetJobSteps.
+  absl::StatusOr<int64_t> ReplayAfter(CoordinatorStub& stub, const std::string& job_id) {
+    if (inv_.json || !(inv_.quiet || output_.tty)) return 0;
+    ASSIGN_OR_RETURN(Job job, stub.GetJob(job_id));
+    const int64_t newest = job.latest().step();
+    if (newest <= kReplayedSteps) return 0;
+    GetJobStepsRequest first;  // the first step a run of this job trained
+    first.set_job_id(job_id);
+    first.set_until_step(job.resumed_from_step() + 1);
+    first.set_max_steps(1);
+    ASSIGN_OR_RETURN(GetJobStepsResponse steps, stub.GetJobSteps(first));
+    if (steps.steps_size() > 0) first_loss_ = steps.steps(0).loss();
+    return newest - 1;
+  }
+
   void OnUpdate(const JobUpdate& u) {
     job_ = u.job();
     if (u.has_step() && !first_loss_.has_value()) first_loss_ = u.step().loss();

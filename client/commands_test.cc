@@ -34,6 +34,10 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// A job of a long history (20,000 steps recorded): a terminal or --quiet watch starts at its
+// newest step.
+constexpr char kLongJob[] = "job-000012";
+
 Job MakeJob(const std::string& id, JobState state) {
   Job job;
   job.set_id(id);
@@ -91,6 +95,12 @@ class FakeCoordinator final : public Coordinator::Service {
   }
 
   grpc::Status GetJob(grpc::ServerContext*, const GetJobRequest* request, Job* job) override {
+    if (request->job_id() == kLongJob) {  // running at step 20,000 of 30,000
+      *job = MakeJob(kLongJob, RUNNING);
+      job->mutable_spec()->set_steps(30000);
+      *job->mutable_latest() = StepUpdate(*job, 20000, 1.5).step();
+      return grpc::Status::OK;
+    }
     if (request->job_id() == "job-000002") {
       *job = MakeJob("job-000002", SUCCEEDED);
       for (auto [state, ms] : {std::pair{QUEUED, 1000}, {RUNNING, 3000}, {SUCCEEDED, 9000}}) {
@@ -193,6 +203,18 @@ class FakeCoordinator final : public Coordinator::Service {
       watch_after_steps.push_back(request->after_step());
     }
     const std::string& id = request->job_id();
+    if (id == kLongJob) {  // steps after after_step up to 20,000, then it ends
+      Job job = MakeJob(id, RUNNING);
+      job.mutable_spec()->set_steps(30000);
+      writer->Write(StateUpdate(job, RUNNING, 2));
+      for (int64_t step = request->after_step() + 1; step <= 20000; ++step) {
+        writer->Write(StepUpdate(job, step, step == 1 ? 9.0 : 1.5));
+      }
+      job.set_state(CANCELLED);
+      *job.mutable_latest() = StepUpdate(job, 20000, 1.5).step();
+      writer->Write(StateUpdate(job, CANCELLED, 3));
+      return grpc::Status::OK;
+    }
     if (id == "job-000010") {  // one step, then the coordinator goes away for good
       writer->Write(StepUpdate(MakeJob(id, RUNNING), 1, 4.0));
       if (on_gone) on_gone();
@@ -220,6 +242,15 @@ class FakeCoordinator final : public Coordinator::Service {
     done.set_output("/tmp/jobs/" + id + "/model.safetensors");
     JobUpdate last = StateUpdate(done, SUCCEEDED, 3);
     writer->Write(last);
+    return grpc::Status::OK;
+  }
+
+  // The first step of kLongJob (the only range asked of it).
+  grpc::Status GetJobSteps(grpc::ServerContext*, const GetJobStepsRequest* request,
+                           GetJobStepsResponse* response) override {
+    if (request->job_id() != kLongJob) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no");
+    *response->add_steps() = StepUpdate(MakeJob(kLongJob, RUNNING), 1, 9.0).step();
+    response->set_recorded(1);
     return grpc::Status::OK;
   }
 
@@ -647,6 +678,22 @@ TEST_F(CommandsTest, WatchReconnectsAfterTheLastStepSeen) {
             "job-000009 SUCCEEDED: 3/3 steps, loss 4.0000 -> 2.0000, output "
             "/tmp/jobs/job-000009/model.safetensors\n");
   EXPECT_THAT(err_.str(), HasSubstr("reconnecting"));
+}
+
+// A long history is replayed to a log (a pipe), not to a terminal's one progress line nor to
+// --quiet: those start at the newest step, the summary's first loss from GetJobSteps.
+TEST_F(CommandsTest, WatchOfALongHistoryStartsAtItsNewestStepUnlessItIsALog) {
+  EXPECT_EQ(Run({"watch", kLongJob, "--quiet"}), 5);  // CANCELLED
+  EXPECT_THAT(out_.str(), HasSubstr("loss 9.0000 -> 1.5000"));
+  out_.str("");
+  EXPECT_EQ(Run({"watch", kLongJob}, /*tty=*/true), 5);
+  EXPECT_THAT(out_.str(), HasSubstr("\rjob-000012 RUNNING step 20000/30000 loss 1.5000"));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("step 19999/")));
+  out_.str("");
+  EXPECT_EQ(Run({"watch", kLongJob, "--every=10000"}), 5);  // piped: every step replayed
+  EXPECT_THAT(out_.str(), HasSubstr("step 10000/30000"));
+  absl::MutexLock lock(&fake_.mu);
+  EXPECT_EQ(fake_.watch_after_steps, (std::vector<int64_t>{19999, 19999, 0}));
 }
 
 TEST_F(CommandsTest, WatchGivesUpAfterReconnectFor) {
