@@ -76,11 +76,16 @@ absl::StatusOr<ReportProgressResponse> JobManager::RecordReport(
   if (first) MarkAcked(*job, request.worker_id());
   job = FindActive(id);
   if (job == nullptr) return response;  // (an ack cannot end a job; defensive)
+  // A copy of a report recorded already (its answer was lost): answered, not recorded again.
+  if (registry_.ReportRecorded(request.worker_id(), request.session_id(), request.report_seq())) {
+    return response;
+  }
   const Reporter from{rank,
                       absl::StrCat("worker ", request.worker_id(), " (",
                                    plan::RankLabel(job->assignment->placement().ranks(rank)), ")"),
                       {rank, request.worker_id(), LOG_INFO}};
   RETURN_IF_ERROR(ApplyReport(*job, from, request, now));
+  registry_.NoteReportRecorded(request.worker_id(), request.session_id(), request.report_seq());
   return response;
 }
 

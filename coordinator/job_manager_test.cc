@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -945,6 +946,46 @@ TEST(JobManager, AStepRunIsRecordedWholeAndLateReportsKeepTheWorkersTime) {
   ASSERT_TRUE(seals.ok());
   ASSERT_EQ(seals->size(), 1u);
   EXPECT_EQ(seals->front().time_unix_ms(), made_ms);
+}
+
+// A report whose answer was lost is sent again by its worker: numbered (report_seq), the copy is
+// answered OK and recorded once; a refused report's number is not taken, and unnumbered reports
+// (workers before the field) are always recorded. (Sessions: worker_registry_test.)
+TEST(JobManager, AReportSentAgainAfterALostAnswerIsRecordedOnce) {
+  Harness h(TempDb("report_seq"));
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  h.StartOn("w1", "job-000001");
+  auto event = [](const std::string& session, uint64_t seq, const std::string& text) {
+    ReportProgressRequest r;
+    r.set_worker_id("w1");
+    r.set_session_id(session);
+    r.set_job_id("job-000001");
+    r.set_report_seq(seq);
+    r.set_event(text);
+    return r;
+  };
+  auto lines = [&h](const std::string& text) {
+    absl::StatusOr<std::vector<JobEvent>> events = h.m().store().EventsFor("job-000001");
+    int n = 0;
+    for (const JobEvent& e : *events) n += absl::StrContains(e.text, text);
+    return n;
+  };
+  ASSERT_TRUE(h.m().ReportProgress(event("s-w1", 7, "sealed 100")).ok());
+  ASSERT_TRUE(h.m().ReportProgress(event("s-w1", 7, "sealed 100")).ok());  // the copy
+  EXPECT_EQ(lines("sealed 100"), 1);
+  // A refused report (not recorded) keeps its number free; below the highest is a copy.
+  ReportProgressRequest refused = event("s-w1", 8, "");
+  refused.clear_event();
+  EXPECT_FALSE(h.m().ReportProgress(refused).ok());
+  ASSERT_TRUE(h.m().ReportProgress(event("s-w1", 8, "sealed 200")).ok());
+  ASSERT_TRUE(h.m().ReportProgress(event("s-w1", 3, "an old copy")).ok());
+  EXPECT_EQ(lines("sealed 200"), 1);
+  EXPECT_EQ(lines("an old copy"), 0);
+  // Unnumbered: every one recorded.
+  ASSERT_TRUE(h.m().ReportProgress(event("s-w1", 0, "unnumbered")).ok());
+  ASSERT_TRUE(h.m().ReportProgress(event("s-w1", 0, "unnumbered")).ok());
+  EXPECT_EQ(lines("unnumbered"), 2);
 }
 
 // A database that turns read-only under a running job (SQLITE_READONLY; here SQLite's

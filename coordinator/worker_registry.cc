@@ -324,6 +324,26 @@ absl::StatusOr<bool> WorkerRegistry::Report(const std::string& worker_id,
   return true;
 }
 
+bool WorkerRegistry::ReportRecorded(const std::string& worker_id, const std::string& session_id,
+                                    uint64_t seq) const {
+  absl::MutexLock lock(&mu_);
+  auto it = recorded_reports_.find(worker_id);
+  return seq != 0 && it != recorded_reports_.end() && it->second.first == session_id &&
+         seq <= it->second.second;
+}
+
+void WorkerRegistry::NoteReportRecorded(const std::string& worker_id, const std::string& session_id,
+                                        uint64_t seq) {
+  if (seq == 0) return;
+  absl::MutexLock lock(&mu_);
+  auto& [session, highest] = recorded_reports_[worker_id];
+  if (session != session_id) {  // a new process of the worker: its numbers start again
+    session = session_id;
+    highest = 0;
+  }
+  highest = std::max(highest, seq);
+}
+
 absl::Status WorkerRegistry::Assign(std::shared_ptr<const JobAssignment> job, absl::Time now) {
   const Placement& placement = job->placement();
   absl::MutexLock lock(&mu_);
@@ -404,6 +424,7 @@ absl::Status WorkerRegistry::Forget(const std::string& worker_id) {
         "deregisters itself)"));
   }
   workers_.erase(it);
+  recorded_reports_.erase(worker_id);
   return absl::OkStatus();
 }
 

@@ -151,6 +151,14 @@ class WorkerRegistry {
   // not the worker's live one or the worker no longer holds the job.
   absl::StatusOr<bool> Report(const std::string& worker_id, const std::string& session_id,
                               const std::string& job_id, absl::Time now);
+  // Whether (worker, session) had its report numbered `seq` (ReportProgressRequest.report_seq)
+  // recorded already: a copy sent again after a lost answer. 0 is never recorded. Kept per
+  // worker for its newest session, across a lapsed lease and a registration again.
+  bool ReportRecorded(const std::string& worker_id, const std::string& session_id,
+                      uint64_t seq) const;
+  // Notes that the report numbered `seq` of (worker, session) was recorded.
+  void NoteReportRecorded(const std::string& worker_id, const std::string& session_id,
+                          uint64_t seq);
 
   // Reserves the worker of every rank of `job`'s placement, all or none: FailedPrecondition
   // (nothing changed) unless each is live and idle. The assignment is held: no heartbeat
@@ -290,6 +298,9 @@ class WorkerRegistry {
   HeartbeatPace pace_ ABSL_GUARDED_BY(mu_);
   double max_rate_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no pacing, no interval in the answers
   absl::flat_hash_map<std::string, Record> workers_ ABSL_GUARDED_BY(mu_);
+  // Worker id -> its newest session and the highest report number recorded from it.
+  absl::flat_hash_map<std::string, std::pair<std::string, uint64_t>> recorded_reports_
+      ABSL_GUARDED_BY(mu_);
   // RestoreDrains' drains whose worker has not registered since.
   absl::flat_hash_map<std::string, std::string> restored_drains_ ABSL_GUARDED_BY(mu_);
   // Sweep scans every worker only after this (a lower bound of WatchLocked's times, made exact

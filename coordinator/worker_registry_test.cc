@@ -651,5 +651,25 @@ TEST(WorkerRegistry, CountWithRoomCountsLiveAcceptedWorkersWithEnoughMemory) {
   EXPECT_EQ(reg.CountWithRoom(kGiB, cpu), 0);
 }
 
+// ReportProgressRequest.report_seq: per worker, for its newest session only; 0 never recorded;
+// forgetting the worker forgets its numbers.
+TEST(WorkerRegistry, RecordedReportNumbersArePerSession) {
+  WorkerRegistry reg(kLease);
+  EXPECT_FALSE(reg.ReportRecorded("w1", "s1", 1));
+  reg.NoteReportRecorded("w1", "s1", 5);
+  EXPECT_TRUE(reg.ReportRecorded("w1", "s1", 5));
+  EXPECT_TRUE(reg.ReportRecorded("w1", "s1", 2));
+  EXPECT_FALSE(reg.ReportRecorded("w1", "s1", 6));
+  EXPECT_FALSE(reg.ReportRecorded("w1", "s1", 0));
+  EXPECT_FALSE(reg.ReportRecorded("w2", "s1", 5));
+  reg.NoteReportRecorded("w1", "s1", 3);  // never lowers
+  EXPECT_TRUE(reg.ReportRecorded("w1", "s1", 5));
+  // A new process of w1 numbers from 1 again; its old session's numbers are gone.
+  reg.NoteReportRecorded("w1", "s2", 1);
+  EXPECT_TRUE(reg.ReportRecorded("w1", "s2", 1));
+  EXPECT_FALSE(reg.ReportRecorded("w1", "s2", 2));
+  EXPECT_FALSE(reg.ReportRecorded("w1", "s1", 5));
+}
+
 }  // namespace
 }  // namespace dtrain::coordinator

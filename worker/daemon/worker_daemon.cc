@@ -697,6 +697,7 @@ void WorkerDaemon::SendReports(absl::Time until) {
     }
     request.set_worker_id(options_.worker_id);
     request.set_session_id(session_id_);
+    request.set_report_seq(seq);  // a copy sent again after a lost answer is recorded once
     absl::StatusOr<ReportProgressResponse> response = client_->ReportProgress(request);
 
     absl::MutexLock lock(&mu_);
