@@ -141,6 +141,10 @@ class FakeCoordinator final : public Coordinator::Service {
     reports_.push_back(*request);
     if (heartbeats_at_first_report_ < 0) heartbeats_at_first_report_ = heartbeats_.size();
     response->set_cancelled(request->job_id() == cancel_in_reports_);
+    if (answers_to_lose_ > 0) {  // recorded, but the worker never hears so
+      --answers_to_lose_;
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+    }
     return grpc::Status::OK;
   }
 
@@ -220,6 +224,12 @@ class FakeCoordinator final : public Coordinator::Service {
     answer_ = std::move(status);
     answers_left_ = n;
   }
+  // Records the next `n` reports but answers each DEADLINE_EXCEEDED, as if the answer were lost
+  // on the way: the worker sends them again (reports() then holds the copies too).
+  void LoseAnswers(int n) {
+    absl::MutexLock lock(&mu_);
+    answers_to_lose_ = n;
+  }
   int answered() const {
     absl::MutexLock lock(&mu_);
     return answered_;
@@ -281,6 +291,7 @@ class FakeCoordinator final : public Coordinator::Service {
   std::vector<RegisterWorkerRequest> registrations_ ABSL_GUARDED_BY(mu_);
   std::vector<HeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
   std::vector<ReportProgressRequest> reports_ ABSL_GUARDED_BY(mu_);
+  int answers_to_lose_ ABSL_GUARDED_BY(mu_) = 0;
   bool refuse_step_runs_ ABSL_GUARDED_BY(mu_) = false;
   int step_runs_refused_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> sessions_ ABSL_GUARDED_BY(mu_);

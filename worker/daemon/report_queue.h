@@ -54,7 +54,7 @@ class ReportQueue {
     int64_t max_reports = 10000;  // at least 1
   };
   struct Pending {
-    uint64_t seq = 0;               // increasing in order of Push
+    uint64_t seq = 0;               // increasing in order of Push, from 1
     ReportProgressRequest request;  // job_id and one report; worker and session set when sent
   };
 
@@ -108,7 +108,7 @@ class ReportQueue {
   const Options options_;
   const std::function<void(const std::string&)> log_;
   std::deque<Pending> reports_;
-  uint64_t next_seq_ = 0;
+  uint64_t next_seq_ = 1;     // 0 is no number (ReportProgressRequest.report_seq)
   int64_t stride_ = 1;        // the steps kept are the multiples of it (see the top)
   int64_t dropped_ = 0;       // reports dropped for room, all kinds
   int64_t single_drops_ = 0;  // of which dropped one at a time (not thinned)

@@ -563,6 +563,35 @@ TEST_F(WorkerDaemonTest, AnAnswerThatIsNoRefusalKeepsTheReportsAndTheJob) {
   EXPECT_EQ(fake_.registrations().size(), 1u);
 }
 
+// Answers lost after the coordinator recorded the reports: each is sent again under the number it
+// had (ReportProgressRequest.report_seq), by which the coordinator knows the copy; the numbers
+// of different reports increase.
+TEST_F(WorkerDaemonTest, AReportSentAgainAfterALostAnswerKeepsItsNumber) {
+  fake_.LoseAnswers(3);
+  fake_.Assign(TinyJob("job-000013", WriteText("lost.txt", 2000), 8));
+  StartWorker();
+  ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
+  const std::vector<ReportProgressRequest> reports = fake_.reports();
+  std::map<uint64_t, std::string> by_seq;  // number -> the report's content
+  uint64_t highest = 0;
+  int copies = 0;
+  for (const ReportProgressRequest& r : reports) {
+    ReportProgressRequest content = r;
+    content.clear_time_unix_ms();
+    ASSERT_GT(r.report_seq(), 0u);
+    auto [it, fresh] = by_seq.emplace(r.report_seq(), content.SerializeAsString());
+    if (!fresh) {
+      ++copies;
+      EXPECT_EQ(it->second, content.SerializeAsString()) << "report " << r.report_seq();
+      continue;
+    }
+    EXPECT_GT(r.report_seq(), highest);
+    highest = r.report_seq();
+  }
+  EXPECT_EQ(copies, 3);
+  EXPECT_TRUE(OutcomeOf(reports).succeeded());
+}
+
 TEST(Backoff, DoublesUpToTheCapWithJitter) {
   Backoff b(absl::Milliseconds(100), absl::Milliseconds(1000));
   const int64_t expected[] = {100, 200, 400, 800, 1000, 1000};
