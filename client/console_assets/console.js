@@ -300,8 +300,8 @@ function annotations(series) {
   return marks.sort((a, b) => a.x - b.x);
 }
 
-// The steps a page keeps when it thins what it holds: evaluated, marked (annotations), and
-// inside a chart's zoomed window.
+// The test of the steps a page keeps when it thins what it holds (curve.js compactSeries calls
+// this only then): evaluated, marked (annotations), and inside a chart's zoomed window.
 function pinnedSteps() {
   const marked = new Set([...sealedSteps,
                           ...((job && job.recoveries) || []).map(r => num(r.last_step)),
@@ -669,7 +669,7 @@ async function jobPage() {
   stream.addEventListener("steps", (message) => {
     for (const u of JSON.parse(message.data)) holdStep(u);
     history.thinned(compactSeries(steps, [x => steps.get(x)[0], x => steps.get(x)[1]],
-                                  HISTORY_STEPS / 4, HELD_STEPS_MAX, pinnedSteps()));
+                                  HISTORY_STEPS / 4, HELD_STEPS_MAX, pinnedSteps));
     scheduleDraw();
   });
   stream.onmessage = (message) => {
@@ -767,8 +767,9 @@ async function comparePage() {
     const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch?after_step=" + last);
     stream.addEventListener("steps", (message) => {
       for (const u of JSON.parse(message.data)) losses[i].set(u.step, u.loss);
+      const inView = () => x => view && x >= view[0] && x <= view[1];
       histories[i].thinned(compactSeries(losses[i], [x => losses[i].get(x)], HISTORY_STEPS / 4,
-                                         HELD_STEPS_MAX, x => view && x >= view[0] && x <= view[1]));
+                                         HELD_STEPS_MAX, inView));
       scheduleCompareDraw();
     });
     const done = () => {

@@ -102,7 +102,8 @@ function stepsToDraw(xs, value, view, buckets) {
 // A page left open on a running job holds every step its stream brings: a month at a step a
 // second is millions. Once `series` holds more than its bound (`max` at first), it keeps only what
 // its charts draw of the whole range (decimate of each of `values` over `buckets`), the steps
-// `pinned(x)` says (evaluated, marked, inside a zoomed window) and the newest; the bound then
+// for which the test `pinned()` gives is true (evaluated, marked, inside a zoomed window: asked
+// for only when the series is thinned, not at every step) and the newest; the bound then
 // becomes twice what is left (at least `max`), so a large pinned part does not make every new
 // step compact again. Returns the newest step, through which the series is now thinned (a zoom
 // there fetches its window again: console.js History), or 0 when under the bound.
@@ -114,7 +115,8 @@ function compactSeries(series, values, buckets, max, pinned) {
   for (const value of values) {
     for (const x of decimate(xs, value, xs[0], newest, buckets)) keep.add(x);
   }
-  for (const x of xs) if (pinned(x)) keep.add(x);
+  const isPinned = pinned();
+  for (const x of xs) if (isPinned(x)) keep.add(x);
   series.retain(x => keep.has(x));
   series.compactAt = Math.max(max, 2 * series.size);
   return newest;
