@@ -4,6 +4,8 @@
 //   <checkpoint.dir>/<job id>/          when the spec names checkpoint.dir
 //   <data_root>/jobs/<job id>/          otherwise (one-worker jobs: the final weights only)
 //     job.json              the claim: {"job_id": ..., "job_uid": ...}, written first by rank 0
+//     run                   which run writes it now: "attempt 1 run 5f0c3a1b9e2d"
+//                           (worker/model/run_claim.h), replaced by each run's rank 0
 //     step_00000040/        one sealed or unsealed checkpoint step
 //     latest                "step_00000040\n": the newest sealed step
 //     model.safetensors     the final weights

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -149,11 +150,17 @@ absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
   if (!options_.checkpoint_dir.empty()) {
     // Steps this run redoes past a damaged checkpoint are written again; what killed writers
     // left is removed.
+    // The run claims the directory first: one frozen past its recovery touches nothing of it.
+    std::random_device random;
+    const model::RunClaim claim{options_.attempt,
+                                parallel::RunTokenText((uint64_t{random()} << 32) | random())};
     ASSIGN_OR_RETURN(const std::string removed,
-                     parallel::PrepareJobDirectory(options_.checkpoint_dir, damaged_steps_));
+                     parallel::PrepareJobDirectory(options_.checkpoint_dir, damaged_steps_, claim));
     if (!removed.empty() && callbacks.warning) callbacks.warning(removed);
     parallel::CheckpointWriterOptions w;
     w.dir = options_.checkpoint_dir;
+    w.run_token = claim.token;
+    w.run_attempt = claim.attempt;
     w.background = options_.background_checkpoints;
     w.keep_last = options_.keep_last;
     w.keep_every = options_.keep_every;

@@ -142,7 +142,7 @@ TEST(LocalTrainer, StepsNotBeyondTheCheckpointAreRefusedBeforeAnythingIsTouched)
 TEST(LocalTrainer, ASealedStepIsNeverOverwritten) {
   const std::string data = WriteText("sealed.txt", 3000);
   const TrainingRun first = CheckpointedRun(data, "sealed_ckpt");
-  const auto before = dtrain::testing::SnapshotFiles(first.checkpoint_dir);
+  auto before = dtrain::testing::SnapshotFiles(first.checkpoint_dir);
   TrainingRun second = Tiny(data);  // another job into the same directory
   second.seed = 99;
   second.checkpoint_dir = first.checkpoint_dir;
@@ -151,7 +151,14 @@ TEST(LocalTrainer, ASealedStepIsNeverOverwritten) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
   EXPECT_THAT(result.status().message(), HasSubstr("will not overwrite " + first.checkpoint_dir +
                                                    "/step_00000003: it is a sealed checkpoint"));
-  EXPECT_EQ(dtrain::testing::SnapshotFiles(first.checkpoint_dir), before);
+  // Every step and `latest` as they were; only the claim (DIR/run) names the second run now.
+  auto after = dtrain::testing::SnapshotFiles(first.checkpoint_dir);
+  const std::string claim = first.checkpoint_dir + "/run";
+  EXPECT_THAT(after[claim], ::testing::StartsWith("attempt 0 run "));
+  EXPECT_NE(after[claim], before[claim]);
+  before.erase(claim);
+  after.erase(claim);
+  EXPECT_EQ(after, before);
 }
 
 TEST(LocalTrainer, ReportsEveryStepItWritesAndNeverOneItOnlyLoaded) {

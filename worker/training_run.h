@@ -48,6 +48,10 @@ struct TrainingRun {
   // Checkpoints are written while training goes on; false: training waits for each (the
   // synchronous writes of earlier versions, for measurements).
   bool background_checkpoints = true;
+  // The run's number within its job (JobAssignment.attempt: 0 its first run, N the run after
+  // its N-th recovery): rank 0 claims checkpoint_dir with it (model/run_claim.h), so that a run
+  // frozen past its recovery writes nothing when it wakes.
+  int attempt = 0;
   std::string save_path;        // final weights as GPT-2 safetensors
   std::string dump_grads_path;  // gradients of the first step run, before clipping (one worker)
   // Validation (JobSpec.eval): the mean loss over batches 0 .. eval_batches-1 of eval_data_path

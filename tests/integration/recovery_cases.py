@@ -1,6 +1,7 @@
 """Jobs that recover from a lost worker with no user action (fault_tolerance in proto/job.proto):
-kill -9, SIGSTOP, too many failures, a coordinator restart in the middle of a recovery, and the
-time from kill -9 to the first new step of the Quick start job (docs/PERFORMANCE.md).
+kill -9, SIGSTOP (and a run frozen mid-checkpoint, woken after its job ended), too many
+failures, a coordinator restart in the middle of a recovery, and the time from kill -9 to the
+first new step of the Quick start job (docs/PERFORMANCE.md).
 
 Workers run with --test_only_step_delay so that a fault lands at a known point of a run (after a
 sealed checkpoint, before the end) whatever the machine's speed.
@@ -352,6 +353,55 @@ def case_recovery_sigstop(args):
         worst = compare(losses(c, job_id), want, 0.0, "recovered from SIGSTOP")
         print("SIGSTOP %s: recovery began %.1fs later (%s); %s; losses equal (worst %.2g)"
               % (hung, detected, r["cause"].splitlines()[0], phases(r), worst))
+
+
+def case_recovery_frozen_seal(args):
+    """A worker frozen in the middle of a checkpoint and woken after its job was recovered and
+    finished elsewhere writes nothing: pp=2 with a spare, rank 0 of the first run stops itself
+    (SIGSTOP, --test_only_stop_before_seal=20) just before sealing step 20; the job recovers on
+    the spare from step 10 and SUCCEEDS; then SIGCONT: the old run's seal is refused (the new
+    run claimed the directory, DIR/run), so `latest` still names the last step and no manifest
+    changes."""
+    with Cluster(args.binaries, "recovery_frozen_seal") as c:
+        ids = ["w1", "w2", "w3"]
+        start(c, ids, extra=["--comm_timeout=5s", "--test_only_stop_before_seal=20"])
+        ckpt = os.path.join(c.tmp, "ckpt")
+        job_id = c.submit(c.write_spec("frozen.json", recovery_spec(ckpt, parallel={"pp": 2})))
+        job = wait_sealed(c, job_id, 10)
+        frozen = job["placement"]["ranks"][0]["worker_id"]
+        done = c.wait_state(job_id, FINAL, 150)
+        expect(done["state"] == "SUCCEEDED", "after the freeze: %s: %s"
+               % (done["state"], done.get("reason")))
+        r = one_recovery(done)
+        expect(frozen not in r.get("workers", []), "placed on the frozen %s: %s" % (frozen, r))
+        expect(sorted(losses(c, job_id)) == list(range(1, 31)), "steps %s"
+               % sorted(losses(c, job_id)))
+        job_dir = os.path.join(ckpt, job_id)
+
+        def snapshot():
+            files = {}
+            for root, _, names in os.walk(job_dir):
+                for n in names:
+                    if n in ("latest", "run", "manifest.json"):
+                        path = os.path.join(root, n)
+                        with open(path, "rb") as f:
+                            files[os.path.relpath(path, job_dir)] = f.read()
+            return files
+
+        before = snapshot()
+        expect(before.get("latest") == b"step_00000030\n", "latest: %r" % before.get("latest"))
+        expect(before.get("run", b"").startswith(b"attempt 1 run "), "run: %r" % before.get("run"))
+        t0 = time.monotonic()
+        c.workers[frozen].signal(signal.SIGCONT)
+        # Woken, it finds its seal refused, its session gone, and registers again: IDLE once its
+        # old run (and the writer's thread) ended.
+        c.wait_workers({frozen: "IDLE"}, 60)
+        after = snapshot()
+        expect(after == before, "the woken run changed the job directory: %s" % sorted(
+            k for k in set(before) | set(after) if before.get(k) != after.get(k)))
+        print("%s frozen before sealing step 20, recovered (%s), SIGCONT after the end: IDLE "
+              "in %.1fs, latest still step_00000030, no manifest changed"
+              % (frozen, phases(r), time.monotonic() - t0))
 
 
 def case_recovery_limit(args):

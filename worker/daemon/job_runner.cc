@@ -194,6 +194,7 @@ absl::StatusOr<std::string> JobRunner::Train() {
   RETURN_IF_ERROR(CheckAllowedPaths(spec, job_dir_, options_));
   // The spec as the coordinator planned it (every default set; rank_plan: this rank's part).
   ASSIGN_OR_RETURN(plan_, TrainingRunOf(spec, job_dir_));
+  plan_.attempt = assignment_.attempt();
   if (assignment_.attempt() > 0) {
     // A recovery's run: from the job's own newest intact sealed step when there is one (every
     // rank resolves the same directory, after the previous run's ranks stopped; a missing or

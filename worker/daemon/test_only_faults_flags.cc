@@ -27,6 +27,11 @@ ABSL_FLAG(std::string, test_only_forward_delay, "",
           "step STEP sleeps DURATION once its input arrived (a rank stuck in compute, for "
           "`dtrain diagnose`); empty: off");
 
+ABSL_FLAG(int64_t, test_only_stop_before_seal, 0,
+          "test-only: in multi-worker jobs, rank 0 of the job's first run stops its own process "
+          "(SIGSTOP) just before it seals checkpoint step N (a worker frozen in the middle of a "
+          "checkpoint, for the tests of a frozen run); 0: off");
+
 namespace dtrain::worker {
 
 absl::Status ApplyTestOnlyFaultFlags(WorkerOptions& options) {
@@ -35,6 +40,7 @@ absl::Status ApplyTestOnlyFaultFlags(WorkerOptions& options) {
     options.after_step = [delay](int64_t) { absl::SleepFor(delay); };
   }
   options.test_only.skip_collective_seq = absl::GetFlag(FLAGS_test_only_skip_collective);
+  options.test_only.stop_before_seal_step = absl::GetFlag(FLAGS_test_only_stop_before_seal);
   options.test_only_linger_after_job = absl::GetFlag(FLAGS_test_only_linger_after_job);
   if (const std::string delay = absl::GetFlag(FLAGS_test_only_forward_delay); !delay.empty()) {
     const std::vector<std::string> parts = absl::StrSplit(delay, absl::MaxSplits(':', 1));

@@ -62,6 +62,15 @@ std::string RankEntriesFileName(int rank) {
   return absl::StrFormat("rank-%05d.entries.json", rank);
 }
 
+std::string RunTokenText(uint64_t bits) {
+  return absl::StrFormat("%012x", bits & ((uint64_t{1} << 48) - 1));
+}
+
+absl::Status CheckpointWriter::StillClaimed(absl::string_view where) const {
+  if (!options_.run_attempt.has_value()) return absl::OkStatus();
+  return Annotate(model::CheckRunClaim(*dir_, {*options_.run_attempt, options_.run_token}), where);
+}
+
 CheckpointWriter::CheckpointWriter(CheckpointWriterOptions options)
     : options_(std::move(options)), dir_(model::HeldDirectory::Create(options_.dir)) {}
 
@@ -145,6 +154,8 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
                                                           std::vector<PendingFile> files) {
   const absl::Time start = absl::Now();
   const std::string where = absl::StrCat("checkpoint step ", step, ", rank ", options_.rank);
+  // A run replaced while it was frozen writes nothing into its successor's directory.
+  RETURN_IF_ERROR(StillClaimed(where));
   auto skipped = [&](const std::string& reason) -> absl::StatusOr<CheckpointWritten> {
     CheckpointWritten w{step, dir_->PathOf(StepDirName(step)), false, 0, blocked_seconds_};
     w.skipped = true;
@@ -152,6 +163,7 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
     // No partial step is left behind (with several ranks: only rank 0, once every rank has
     // published, so that nobody writes into it afterwards).
     if (options_.world_size == 1 || options_.rank == 0) {
+      RETURN_IF_ERROR(StillClaimed(where));
       RETURN_IF_ERROR(Annotate(dir_->Remove(StepDirName(step)), where));
     }
     return w;
@@ -227,6 +239,8 @@ absl::StatusOr<CheckpointWritten> CheckpointWriter::Write(int64_t step,
     if (!options_.seal) {
       return absl::InternalError(absl::StrCat(where, ": rank 0's writer has no seal function"));
     }
+    if (options_.test_only_before_seal) options_.test_only_before_seal(step);
+    RETURN_IF_ERROR(StillClaimed(absl::StrCat(where, ": not sealed")));
     RETURN_IF_ERROR(Annotate(options_.seal(*dir_, step, std::move(all.files)),
                              absl::StrCat(where, ": cannot seal ", step_dir->path())));
     written.sealed = true;
@@ -409,9 +423,11 @@ absl::Status SetAsideDamagedSteps(const std::string& dir, const std::vector<std:
 }
 
 absl::StatusOr<std::string> PrepareJobDirectory(const std::string& dir,
-                                                const std::vector<std::string>& damaged) {
-  RETURN_IF_ERROR(SetAsideDamagedSteps(dir, damaged));
+                                                const std::vector<std::string>& damaged,
+                                                const model::RunClaim& run) {
   ASSIGN_OR_RETURN(const model::HeldDirectory job, model::HeldDirectory::Create(dir));
+  RETURN_IF_ERROR(model::ClaimRun(job, run));
+  RETURN_IF_ERROR(SetAsideDamagedSteps(dir, damaged));
   return model::RemoveOrphans(job);
 }
 

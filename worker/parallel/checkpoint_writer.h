@@ -44,6 +44,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,7 @@
 #include "absl/time/time.h"
 #include "proto/checkpoint.pb.h"
 #include "worker/model/held_directory.h"
+#include "worker/model/run_claim.h"
 #include "worker/parallel/manifest.h"
 #include "worker/training_run.h"
 
@@ -91,7 +93,19 @@ struct CheckpointWriterOptions {
   // false: Submit returns only once the step is written (and sealed, on rank 0): the
   // synchronous checkpoints of earlier versions, kept to measure against.
   bool background = true;
+  // The run's number within its job (model::RunClaim.attempt), whose claim on `dir` with
+  // run_token PrepareJobDirectory made. Set: every rank checks the claim before it writes a
+  // step, rank 0 again before it seals, removes or prunes one, and a run whose claim was
+  // replaced (it was frozen past its recovery) writes nothing more: the step fails Aborted
+  // naming both runs (model/run_claim.h). Unset: no claim (tools, tests).
+  std::optional<int64_t> run_attempt;
+  // Test-only (dtrain-worker-testing's --test_only_stop_before_seal): rank 0 calls it with the
+  // step just before it checks the claim and seals.
+  std::function<void(int64_t step)> test_only_before_seal;
 };
+
+// "5f0c3a1b9e2d": the run token of 48 random bits, as every rank of a run writes it.
+std::string RunTokenText(uint64_t bits);
 
 // "rank-00003.entries.json": where rank `rank` publishes its entries inside the step directory.
 std::string RankEntriesFileName(int rank);
@@ -138,6 +152,8 @@ class CheckpointWriter {
     std::string skipped;  // "rank 1: <why>; rank 3: <why>" for the ranks that skip the step
   };
   absl::StatusOr<RankEntries> AwaitEntries(int64_t step, const model::HeldDirectory& step_dir);
+  // OK while this run holds the directory's claim (or keeps none: options.run_attempt unset).
+  absl::Status StillClaimed(absl::string_view where) const;
   void Join();  // joins the thread of the step in flight, if any
 
   const CheckpointWriterOptions options_;
@@ -171,12 +187,14 @@ absl::Status VerifySealedStep(const std::string& step_dir);
 // Call on one rank (rank 0), before any rank can reach those steps.
 absl::Status SetAsideDamagedSteps(const std::string& dir, const std::vector<std::string>& damaged);
 
-// What rank 0 does to job directory `dir` before a run writes its first step: sets `damaged`
+// What rank 0 does to job directory `dir` before a run writes its first step: claims it for
+// `run` (model::ClaimRun: Aborted, touching nothing, when a later run holds it), sets `damaged`
 // aside (SetAsideDamagedSteps), then removes what writers killed or cancelled earlier left
 // (model::RemoveOrphans: temporary files, unsealed steps; never a sealed step). Returns a
 // sentence for the job's log when something was removed, else "".
 absl::StatusOr<std::string> PrepareJobDirectory(const std::string& dir,
-                                                const std::vector<std::string>& damaged);
+                                                const std::vector<std::string>& damaged,
+                                                const model::RunClaim& run);
 
 }  // namespace dtrain::parallel
 

@@ -202,6 +202,53 @@ TEST(CheckpointWriter, AnEarlierRunsEntriesAreNotTakenForThisRuns) {
   EXPECT_THAT(sealer.sealed, IsEmpty());
 }
 
+// A run frozen in the middle of a checkpoint (SIGSTOP, a paused VM) and woken after its job was
+// recovered elsewhere: the new run claimed the directory meanwhile, so the old one seals
+// nothing, moves no `latest` and writes no later step; the new run writes the step itself.
+TEST(CheckpointWriter, ARunReplacedWhileFrozenWritesNothingMore) {
+  const std::string dir = FreshDir("replaced");
+  Sealer sealer{dir};
+  const model::RunClaim old_run{0, "run-0"}, new_run{1, "run-1"};
+  ASSERT_TRUE(PrepareJobDirectory(dir, {}, old_run).ok());
+  CheckpointWriterOptions o = Options(dir, 0, 1, &sealer);
+  o.run_token = old_run.token;
+  o.run_attempt = old_run.attempt;
+  o.test_only_before_seal = [&](int64_t step) {  // frozen here while the job is recovered
+    if (step == 20) {
+      ASSERT_TRUE(PrepareJobDirectory(dir, {}, new_run).ok());
+    }
+  };
+  CheckpointWriter old_writer(o);
+  ASSERT_TRUE(old_writer.Submit(10, FilesOf(0, 10), 0.0).ok());
+  ASSERT_TRUE(old_writer.Finish().ok());
+  ASSERT_TRUE(old_writer.Submit(20, FilesOf(0, 20), 0.0).ok());
+  const absl::Status refused = old_writer.Finish().status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("checkpoint step 20, rank 0: not sealed: job directory " + dir +
+                        " is written by another run (attempt 1, run run-1), not by this one "
+                        "(attempt 0, run run-0)"));
+  EXPECT_THAT(sealer.sealed, SizeIs(1));
+  EXPECT_EQ(Latest(dir), "step_00000010\n");
+  // Nothing later either: a writer of the old run refuses before it writes a file.
+  o.test_only_before_seal = nullptr;
+  CheckpointWriter old_again(o);
+  ASSERT_TRUE(old_again.Submit(30, FilesOf(0, 30), 0.0).ok());
+  EXPECT_EQ(old_again.Finish().status().code(), absl::StatusCode::kAborted);
+  struct stat st;
+  EXPECT_NE(stat(StepDir(dir, 30).c_str(), &st), 0);
+  // The new run writes step 20 over the old run's unsealed files, and seals it.
+  CheckpointWriterOptions n = Options(dir, 0, 1, &sealer);
+  n.run_token = new_run.token;
+  n.run_attempt = new_run.attempt;
+  CheckpointWriter new_writer(n);
+  ASSERT_TRUE(new_writer.Submit(20, FilesOf(0, 20), 0.0).ok());
+  ASSERT_TRUE(new_writer.Finish().ok());
+  EXPECT_EQ(Latest(dir), "step_00000020\n");
+  // And the old run, once more at its start, cannot take the directory back.
+  EXPECT_EQ(PrepareJobDirectory(dir, {}, old_run).status().code(), absl::StatusCode::kAborted);
+}
+
 TEST(CheckpointWriter, SealTimeoutLeavesThePreviousStepLatest) {
   const std::string dir = FreshDir("timeout");
   Sealer sealer{dir};
@@ -635,7 +682,7 @@ TEST(PrepareJobDirectory, RemovesOrphansNeverASealedStep) {
   ASSERT_TRUE(MakeDirectories(StepDir(dir, 40)).ok());
   ASSERT_TRUE(WriteFileAtomically(StepDir(dir, 40) + "/model-r0.safetensors.tmp.4242", "x").ok());
   ASSERT_TRUE(WriteFileAtomically(dir + "/latest.tmp.4242", "x").ok());
-  absl::StatusOr<std::string> said = PrepareJobDirectory(dir, {});
+  absl::StatusOr<std::string> said = PrepareJobDirectory(dir, {}, {0, "aaaa00000001"});
   ASSERT_TRUE(said.ok()) << said.status();
   EXPECT_EQ(*said, absl::StrCat("removed 1 unsealed step (step_00000040) and 2 temporary files "
                                 "(latest.tmp.4242, step_00000020/model-r0.safetensors.tmp.4242) "
@@ -643,7 +690,7 @@ TEST(PrepareJobDirectory, RemovesOrphansNeverASealedStep) {
                                 dir, " by an earlier run that did not finish them"));
   for (int64_t step : {10, 20, 30}) EXPECT_TRUE(VerifySealedStep(StepDir(dir, step)).ok());
   EXPECT_EQ(access(StepDir(dir, 40).c_str(), F_OK), -1);
-  EXPECT_EQ(*PrepareJobDirectory(dir, {}), "");
+  EXPECT_EQ(*PrepareJobDirectory(dir, {}, {0, "aaaa00000001"}), "");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <optional>
 #include <random>
 #include <utility>
@@ -565,16 +566,25 @@ absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
   // Every rank has resolved its checkpoint (Create) before the all-reduce returns, and none can
   // write a step before rank 0 trains it: the damaged steps it will redo go aside first.
   // What killed writers of an earlier run left is removed at the same point.
+  // The run claims the directory first: one frozen past its recovery touches nothing of it.
+  const model::RunClaim claim{run.attempt, RunTokenText(token)};
   if (options_.plan.rank() == 0) {
     ASSIGN_OR_RETURN(const std::string removed,
-                     PrepareJobDirectory(run.checkpoint_dir, damaged_steps_));
+                     PrepareJobDirectory(run.checkpoint_dir, damaged_steps_, claim));
     if (!removed.empty() && callbacks.warning) callbacks.warning(removed);
   }
   CheckpointWriterOptions w;
   w.dir = run.checkpoint_dir;
   w.rank = options_.plan.rank();
   w.world_size = transport_->size();
-  w.run_token = absl::StrFormat("%012x", token);
+  w.run_token = claim.token;
+  w.run_attempt = claim.attempt;
+  if (const int64_t stop_at = options_.test_only.stop_before_seal_step;
+      stop_at > 0 && run.attempt == 0) {
+    w.test_only_before_seal = [stop_at](int64_t step) {
+      if (step == stop_at) raise(SIGSTOP);
+    };
+  }
   // A rank whose files take longer than any wait on a peer is as stuck as a silent peer.
   w.seal_timeout = options_.comm_timeout;
   if (options_.plan.rank() == 0) {

@@ -49,8 +49,9 @@ struct ChunkRange {
   int num_layers = 0;
 };
 
-// Test-only fault injection (dtrain-worker's --test_only_skip_collective and
-// --test_only_forward_delay), for the tests of `dtrain diagnose`; every field off by default.
+// Test-only fault injection (dtrain-worker-testing's --test_only_skip_collective,
+// --test_only_forward_delay and --test_only_stop_before_seal), for the tests of `dtrain
+// diagnose` and of a frozen run; every field off by default.
 struct TestOnlyFaults {
   // This rank's tensor-parallel group (its data-parallel one when tp=1) skips this sequence
   // number (comm::CollectiveOptions::test_only_skip_seq): a mismatched collective. -1: off.
@@ -59,6 +60,11 @@ struct TestOnlyFaults {
   // a rank stuck in compute (StageExecutor::SetTestOnlyForwardDelay). 0: off.
   int64_t forward_delay_step = 0;
   absl::Duration forward_delay = absl::ZeroDuration();
+  // In the job's first run (attempt 0) only, rank 0 stops its own process (SIGSTOP) just before
+  // it seals this step: a worker frozen in the middle of a checkpoint, which the test resumes
+  // (SIGCONT) after the job was recovered elsewhere (CheckpointWriterOptions
+  // .test_only_before_seal). 0: off.
+  int64_t stop_before_seal_step = 0;
 };
 
 struct ParallelTrainingOptions {

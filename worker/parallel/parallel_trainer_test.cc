@@ -623,10 +623,13 @@ TEST(ParallelTrainer, ReportsTheStepsItWritesSealedOnRankZeroAndNeverALoadedOne)
 
 // Every file of `dir` but the ranks' entries (they hold each run's token), keyed by its path
 // inside `dir`.
+// The files of the steps and `latest`: not the rank entries or the run's claim (DIR/run), whose
+// run token is new for each run.
 std::map<std::string, std::string> StepFiles(const std::string& dir) {
   std::map<std::string, std::string> files;
   for (const auto& [path, bytes] : dtrain::testing::SnapshotFiles(dir)) {
-    if (!absl::EndsWith(path, ".entries.json")) files[path.substr(dir.size())] = bytes;
+    if (absl::EndsWith(path, ".entries.json") || path == dir + "/run") continue;
+    files[path.substr(dir.size())] = bytes;
   }
   return files;
 }
