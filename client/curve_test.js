@@ -4,7 +4,7 @@
 "use strict";
 
 const assert = require("assert");
-const {StepSeries, searchSorted, decimate, stepsToDraw, compactSeries} =
+const {StepSeries, searchSorted, decimate, stepsToDraw, compactSeries, smooth, clampSmoothing} =
     require("./console_assets/curve.js");
 
 const tests = {
@@ -97,6 +97,50 @@ const tests = {
     }
     assert.deepStrictEqual(compactSeries(s, [x => s.get(x)[0]], 1000, 16000, () => x => false),
                            0);
+  },
+
+  "smoothing: TensorBoard's debiased moving average, by its closed form": () => {
+    const close = (a, b) => assert.ok(Math.abs(a - b) < 1e-12, a + " != " + b);
+    // v = 2, 4, 8 with weight 0.5: m = 1, 2.5, 5.25 over 1 - 0.5^n = 0.5, 0.75, 0.875.
+    const v = new Map([[1, 2], [2, 4], [3, 8]]);
+    const s = smooth([1, 2, 3], x => v.get(x), 0.5);
+    close(s.get(1), 2);
+    close(s.get(2), 10 / 3);
+    close(s.get(3), 6);
+    // A constant curve stays itself at any weight; weight 0 is the curve itself.
+    const flat = smooth([10, 20, 30, 40], () => 3.25, 0.99);
+    for (const x of [10, 20, 30, 40]) close(flat.get(x), 3.25);
+    const raw = smooth([1, 2, 3], x => v.get(x), 0);
+    for (const x of [1, 2, 3]) close(raw.get(x), v.get(x));
+    // A NaN is its own value and leaves the average alone: 2, NaN, 4 as 2, 4.
+    const gap = new Map([[1, 2], [2, NaN], [3, 4]]);
+    const g = smooth([1, 2, 3], x => gap.get(x), 0.5);
+    close(g.get(1), 2);
+    assert.ok(Number.isNaN(g.get(2)));
+    close(g.get(3), 10 / 3);
+  },
+
+  "smoothing: a noisy loss's trend is closer to the truth than the loss": () => {
+    // Loss 5 * exp(-x / 3000) plus uniform noise of +-0.5 (RMS 0.29). At 0.9 an average of
+    // independent noise keeps sqrt((1 - 0.9) / (1 + 0.9)) = 0.23 of its RMS, plus a lag of
+    // about 9 steps on the slope: the trend's RMS error is under a third of the loss's.
+    let seed = 7;
+    const noise = () => ((seed = (seed * 16807) % 2147483647) / 2147483647 - 0.5);
+    const xs = Array.from({length: 10000}, (_, i) => i + 1);
+    const truth = x => 5 * Math.exp(-x / 3000);
+    const loss = new Map(xs.map(x => [x, truth(x) + noise()]));
+    const s = smooth(xs, x => loss.get(x), 0.9);
+    const rms = (f) => Math.sqrt(xs.reduce((sum, x) => sum + (f(x) - truth(x)) ** 2, 0) / xs.length);
+    const raw = rms(x => loss.get(x)), trend = rms(x => s.get(x));
+    assert.ok(raw > 0.27 && raw < 0.31, "raw RMS " + raw);
+    assert.ok(trend < raw / 3, "trend RMS " + trend + ", raw " + raw);
+  },
+
+  "smoothing weights are clamped to [0, 0.99]; garbage is the default 0.6": () => {
+    assert.strictEqual(clampSmoothing("0.3"), 0.3);
+    assert.strictEqual(clampSmoothing(1), 0.99);
+    assert.strictEqual(clampSmoothing(-2), 0);
+    assert.strictEqual(clampSmoothing("x"), 0.6);
   },
 };
 

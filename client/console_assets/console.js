@@ -313,6 +313,34 @@ function pinnedSteps() {
 // A chart's width in buckets of decimation (curve.js): two steps a pixel at most.
 function bucketsOf(node) { return Math.max(200, node.clientWidth || 800); }
 
+// A page's smoothing slider (#smoothing, its value shown in #smoothing-value): the weight its
+// loss curves are smoothed with (curve.js smooth), kept by the browser for every page and visit.
+// Returns the weight's getter; onChange redraws.
+function smoothingControl(onChange) {
+  const input = $("smoothing");
+  let stored = null;
+  try { stored = localStorage.getItem(SMOOTHING_KEY); } catch (e) { /* storage refused */ }
+  let weight = clampSmoothing(stored === null ? 0.6 : stored);
+  const show = () => {
+    input.value = weight;
+    $("smoothing-value").textContent = weight.toFixed(2);
+    document.body.dataset.smoothing = weight;
+  };
+  show();
+  input.oninput = () => {
+    weight = clampSmoothing(input.value);
+    try { localStorage.setItem(SMOOTHING_KEY, String(weight)); } catch (e) { /* storage refused */ }
+    show();
+    onChange();
+  };
+  return () => weight;
+}
+let smoothingWeight = () => 0;  // the job page's (smoothingControl)
+
+// The loss chart's series: the loss (faded when smoothed), its smoothed trend, val_loss.
+const LOSS_COLOR = "rgb(31, 119, 180)", FADED_LOSS_COLOR = "rgba(31, 119, 180, 0.3)";
+const VAL_LOSS_COLOR = "rgb(214, 39, 40)";
+
 function drawCharts() {
   const xs = steps.steps();
   // The loss chart gains a val_loss series (JobSpec.eval) once an evaluation has reported.
@@ -330,11 +358,21 @@ function drawCharts() {
     }
     for (const m of marks) shown.add(m.x);
     const drawn = [...shown].sort((a, b) => a - b);
-    const data = drawn.map(x => withVal ? [x, steps.get(x)[0], steps.get(x)[2]] : [x, steps.get(x)[index]]);
-    const labels = withVal ? ["step", label, "val_loss"] : ["step", label];
+    // The loss's trend, from every step the page holds (not only those drawn).
+    const weight = index === 0 ? smoothingWeight() : 0;
+    const trend = weight > 0 ? smooth(xs, value, weight) : null;
+    const trendLabel = label + " (smoothed " + weight.toFixed(2) + ")";
+    const data = drawn.map(x => [x, steps.get(x)[index], ...(trend ? [trend.get(x)] : []),
+                                 ...(withVal ? [steps.get(x)[2]] : [])]);
+    const labels = ["step", label, ...(trend ? [trendLabel] : []), ...(withVal ? ["val_loss"] : [])];
+    const look = index !== 0 ? {} : {
+      colors: [trend ? FADED_LOSS_COLOR : LOSS_COLOR, ...(trend ? [LOSS_COLOR] : []),
+               ...(withVal ? [VAL_LOSS_COLOR] : [])],
+      series: trend ? {[trendLabel]: {strokeWidth: 2, drawPoints: false}} : {},
+    };
     if (!charts[id]) {
       node.textContent = "";
-      charts[id] = new Dygraph(node, data, {labels, xlabel: "step", ylabel: label,
+      charts[id] = new Dygraph(node, data, {labels, ...look, xlabel: "step", ylabel: label,
                                             drawPoints: data.length < 200, strokeWidth: 1.5,
                                             connectSeparatedPoints: true,
                                             animatedZooms: false, legend: "follow",
@@ -345,9 +383,10 @@ function drawCharts() {
                                               scheduleDraw();
                                             }});
     } else {
-      charts[id].updateOptions({file: data, labels, drawPoints: data.length < 200});
+      charts[id].updateOptions({file: data, labels, ...look, drawPoints: data.length < 200});
     }
     if (index === 0) node.dataset.valPoints = evals.length;
+    node.dataset.series = labels.slice(1).join(",");
     charts[id].setAnnotations(marks);
     node.dataset.points = xs.length;  // steps held
     if (history) history.describe(node);
@@ -657,6 +696,7 @@ async function jobPage() {
     if (u.val_loss !== undefined) evaluated.set(u.step, u.val_loss);
   };
   history = new History(id, holdStep, scheduleDraw);
+  smoothingWeight = smoothingControl(scheduleDraw);
   let last = 0;
   try { last = await history.load(); } catch (e) { showError(e); }  // the stream says it too
   const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch?after_step=" + last);
@@ -729,14 +769,17 @@ async function comparePage() {
   let view = null;  // the step range zoomed into
   let ended = 0;
   const draw = () => {
-    // Each job's curve decimated on its own (curve.js), the union drawn.
+    // Each job's curve decimated on its own (curve.js), the union drawn; smoothed (each job's
+    // trend from every step held of it) unless the slider is at 0.
     const shown = new Set();
     for (const m of losses) {
       for (const x of stepsToDraw(m.steps(), x => m.get(x), view, bucketsOf(node))) shown.add(x);
     }
     const xs = [...shown].sort((a, b) => a - b);
     if (xs.length === 0) return;
-    const data = xs.map(x => [x, ...losses.map(m => m.has(x) ? m.get(x) : null)]);
+    const weight = weightOf();
+    const curves = losses.map(m => weight > 0 ? smooth(m.steps(), x => m.get(x), weight) : m.values);
+    const data = xs.map(x => [x, ...curves.map(c => c.has(x) ? c.get(x) : null)]);
     if (!chart) {
       chart = new Dygraph(node, data, {labels: ["step", ...ids], xlabel: "step", ylabel: "loss",
                                        connectSeparatedPoints: true, legend: "always", strokeWidth: 1.5,
@@ -749,6 +792,7 @@ async function comparePage() {
       chart.updateOptions({file: data});
     }
     node.dataset.series = chart.getLabels().length - 1;
+    node.dataset.smoothing = weight;
     node.dataset.points = JSON.stringify(losses.map(m => m.size));
     node.dataset.drawn = chart.numRows();
   };
@@ -758,6 +802,7 @@ async function comparePage() {
     pending = true;
     setTimeout(() => { pending = false; draw(); }, 200);
   };
+  const weightOf = smoothingControl(() => scheduleCompareDraw());
   $("compared").textContent = ids.join(" · ");
   const histories = ids.map((id, i) => new History(id, u => losses[i].set(u.step, u.loss),
                                                    scheduleCompareDraw));

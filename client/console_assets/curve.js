@@ -122,6 +122,39 @@ function compactSeries(series, values, buckets, max, pinned) {
   return newest;
 }
 
+// A noisy curve's trend, as TensorBoard smooths a scalar: an exponential moving average over the
+// points in step order with `weight` in [0, 1) (0: the values themselves), debiased so that
+// the first points are not pulled toward zero:
+//   m_i = weight * m_(i-1) + (1 - weight) * v_i,  m_0 = 0;  s_i = m_i / (1 - weight^n_i)
+// with n_i the finite values so far. A value that is not finite is its own smoothed value and
+// leaves the average alone. Per point, as TensorBoard's: where a page holds a thinned part of a
+// long history (fewer points a step), a point there stands for more steps. Returns step ->
+// smoothed value for each of `xs` (increasing).
+function smooth(xs, value, weight) {
+  const out = new Map();
+  let m = 0, n = 0;
+  for (const x of xs) {
+    const v = value(x);
+    if (!Number.isFinite(v)) {
+      out.set(x, v);
+      continue;
+    }
+    m = weight * m + (1 - weight) * v;
+    n++;
+    out.set(x, m / (1 - Math.pow(weight, n)));
+  }
+  return out;
+}
+
+// The smoothing weight a user chose (TensorBoard's default 0.6 until then), kept by the browser
+// for every page of the console; clamped to [0, 0.99].
+const SMOOTHING_KEY = "dtrain.smoothing";
+function clampSmoothing(w) {
+  const x = Number(w);
+  return Number.isFinite(x) ? Math.min(0.99, Math.max(0, x)) : 0.6;
+}
+
 if (typeof module !== "undefined") {
-  module.exports = {StepSeries, searchSorted, decimate, stepsToDraw, compactSeries};
+  module.exports = {StepSeries, searchSorted, decimate, stepsToDraw, compactSeries, smooth,
+                    clampSmoothing};
 }

@@ -14,7 +14,7 @@ import socket
 
 from browser import Browser
 from eval_cases import write_validation_text
-from harness import Cluster, TestFailure, expect, free_port, small_job_spec
+from harness import Cluster, TestFailure, expect, free_port, losses, small_job_spec
 
 CURVE_STEPS = 30
 
@@ -62,6 +62,39 @@ def refused_to_start(c, what, args, want, cert="admin"):
 
 # The steps of a job's history the console asks for at most (console.js HISTORY_STEPS).
 HISTORY_STEPS = 4000
+
+
+def smoothed(values, weight):
+    """TensorBoard's debiased exponential moving average (console_assets/curve.js smooth)."""
+    out, m = [], 0.0
+    for n, v in enumerate(values, 1):
+        m = weight * m + (1 - weight) * v
+        out.append(m / (1 - weight ** n))
+    return out
+
+
+def check_smoothing(b, loss):
+    """The open job page's loss chart: smoothed at TensorBoard's 0.6 by default, beside the loss
+    and val_loss, every drawn step's trend the closed form's over the job's recorded losses; the
+    slider at 0 draws the loss alone (and is put back)."""
+    steps = sorted(loss)
+    want = dict(zip(steps, smoothed([loss[s] for s in steps], 0.6)))
+    series = b.eval("document.getElementById('loss-chart').dataset.series")
+    expect(series == "loss,loss (smoothed 0.60),val_loss", "loss chart series: %r" % series)
+    drawn = b.eval("(c => Array.from({length: c.numRows()}, (_, r) => [c.getValue(r, 0), "
+                   "c.getValue(r, 2)]))(charts['loss-chart'])")
+    worst = max(abs(v - want[int(x)]) / want[int(x)] for x, v in drawn)
+    expect(len(drawn) == len(steps) and worst < 1e-5,
+           "smoothed loss: %d rows drawn of %d steps, worst relative difference %.3g"
+           % (len(drawn), len(steps), worst))
+    b.eval("(i => { i.value = '0'; i.oninput(); })(document.getElementById('smoothing'))")
+    b.wait("document.getElementById('loss-chart').dataset.series === 'loss,val_loss'", 10,
+           "the loss alone with the slider at 0")
+    b.eval("(i => { i.value = '0.6'; i.oninput(); })(document.getElementById('smoothing'))")
+    b.wait("document.getElementById('loss-chart').dataset.series.includes('smoothed 0.60')", 10,
+           "the trend back at 0.6")
+    print("loss smoothed at 0.6: %d steps, worst relative difference from the closed form %.2g"
+          % (len(drawn), worst))
 
 
 def case_console(args):
@@ -128,6 +161,7 @@ def case_console(args):
                            "e => [e.dataset.dp, e.dataset.pp, e.dataset.tp, e.dataset.worker])")
             expect(sorted(x[:3] for x in cells) == [["0", "0", "0"], ["0", "1", "0"]],
                    "grid of a dp=1 x pp=2 x tp=1 job: %s" % cells)
+            check_smoothing(b, losses(c, curve))
             b.screenshot(os.path.join(c.logs, "job.png"))
             # Its log at a click; an admin may resubmit it.
             b.eval("document.getElementById('logs-button').click()")
@@ -210,6 +244,8 @@ def case_console(args):
                    "%d points of %s and some of %s" % (CURVE_STEPS, curve, running))
             expect(b.eval("document.getElementById('compare-chart').dataset.series") == "2",
                    "the compare chart does not have two series: %s" % compared)
+            expect(b.eval("document.getElementById('compare-chart').dataset.smoothing") == "0.6",
+                   "the compared curves are not smoothed at the slider's 0.6")
 
             # Workers: every one, with its state.
             b.open(base + "/workers.html")
