@@ -337,6 +337,23 @@ function smoothingControl(onChange) {
 }
 let smoothingWeight = () => 0;  // the job page's (smoothingControl)
 
+// A page's `log scale` box (#log-scale): the loss on a logarithmic axis, kept like the
+// smoothing. Returns its getter; onChange redraws.
+const LOG_SCALE_KEY = "dtrain.logscale";
+function logScaleControl(onChange) {
+  const box = $("log-scale");
+  try { box.checked = localStorage.getItem(LOG_SCALE_KEY) === "1"; } catch (e) { /* refused */ }
+  const show = () => { document.body.dataset.logscale = box.checked ? "1" : "0"; };
+  show();
+  box.onchange = () => {
+    try { localStorage.setItem(LOG_SCALE_KEY, box.checked ? "1" : "0"); } catch (e) { /* refused */ }
+    show();
+    onChange();
+  };
+  return () => box.checked;
+}
+let logScale = () => false;  // the job page's (logScaleControl)
+
 // The loss chart's series: the loss (faded when smoothed), its smoothed trend, val_loss.
 const LOSS_COLOR = "rgb(31, 119, 180)", FADED_LOSS_COLOR = "rgba(31, 119, 180, 0.3)";
 const VAL_LOSS_COLOR = "rgb(214, 39, 40)";
@@ -369,6 +386,7 @@ function drawCharts() {
       colors: [trend ? FADED_LOSS_COLOR : LOSS_COLOR, ...(trend ? [LOSS_COLOR] : []),
                ...(withVal ? [VAL_LOSS_COLOR] : [])],
       series: trend ? {[trendLabel]: {strokeWidth: 2, drawPoints: false}} : {},
+      logscale: logScale(),
     };
     if (!charts[id]) {
       node.textContent = "";
@@ -697,6 +715,7 @@ async function jobPage() {
   };
   history = new History(id, holdStep, scheduleDraw);
   smoothingWeight = smoothingControl(scheduleDraw);
+  logScale = logScaleControl(scheduleDraw);
   let last = 0;
   try { last = await history.load(); } catch (e) { showError(e); }  // the stream says it too
   const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch?after_step=" + last);
@@ -782,6 +801,7 @@ async function comparePage() {
     const data = xs.map(x => [x, ...curves.map(c => c.has(x) ? c.get(x) : null)]);
     if (!chart) {
       chart = new Dygraph(node, data, {labels: ["step", ...ids], xlabel: "step", ylabel: "loss",
+                                       logscale: logScaleOf(),
                                        connectSeparatedPoints: true, legend: "always", strokeWidth: 1.5,
                                        zoomCallback: (lo, hi) => {
                                          view = chart.isZoomed("x") ? [lo, hi] : null;
@@ -789,7 +809,7 @@ async function comparePage() {
                                          scheduleCompareDraw();
                                        }});
     } else {
-      chart.updateOptions({file: data});
+      chart.updateOptions({file: data, logscale: logScaleOf()});
     }
     node.dataset.series = chart.getLabels().length - 1;
     node.dataset.smoothing = weight;
@@ -803,6 +823,7 @@ async function comparePage() {
     setTimeout(() => { pending = false; draw(); }, 200);
   };
   const weightOf = smoothingControl(() => scheduleCompareDraw());
+  const logScaleOf = logScaleControl(() => scheduleCompareDraw());
   $("compared").textContent = ids.join(" · ");
   const histories = ids.map((id, i) => new History(id, u => losses[i].set(u.step, u.loss),
                                                    scheduleCompareDraw));

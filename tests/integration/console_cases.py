@@ -76,7 +76,8 @@ def smoothed(values, weight):
 def check_smoothing(b, loss):
     """The open job page's loss chart: smoothed at TensorBoard's 0.6 by default, beside the loss
     and val_loss, every drawn step's trend the closed form's over the job's recorded losses; the
-    slider at 0 draws the loss alone (and is put back)."""
+    slider at 0 draws the loss alone, the log scale box makes its axis logarithmic (both put
+    back)."""
     steps = sorted(loss)
     want = dict(zip(steps, smoothed([loss[s] for s in steps], 0.6)))
     series = b.eval("document.getElementById('loss-chart').dataset.series")
@@ -93,6 +94,11 @@ def check_smoothing(b, loss):
     b.eval("(i => { i.value = '0.6'; i.oninput(); })(document.getElementById('smoothing'))")
     b.wait("document.getElementById('loss-chart').dataset.series.includes('smoothed 0.60')", 10,
            "the trend back at 0.6")
+    # The log scale box: the loss chart's axis follows it (and it is put back).
+    b.eval("(x => { x.checked = true; x.onchange(); })(document.getElementById('log-scale'))")
+    b.wait("charts['loss-chart'].getOption('logscale') === true", 10, "a log-scale loss axis")
+    b.eval("(x => { x.checked = false; x.onchange(); })(document.getElementById('log-scale'))")
+    b.wait("!charts['loss-chart'].getOption('logscale')", 10, "a linear loss axis again")
     print("loss smoothed at 0.6: %d steps, worst relative difference from the closed form %.2g"
           % (len(drawn), worst))
 
