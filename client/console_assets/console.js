@@ -160,7 +160,7 @@ async function workersPage() {
       $("workers").tBodies[0].replaceChildren(...workers.map(w => el("tr",
           {"data-id": w.worker_id, "data-state": w.state},
           el("td", {}, w.worker_id),
-          el("td", {class: "state " + w.state}, w.state + (w.draining ? " (draining)" : "")),
+          el("td", {class: "state " + w.state}, w.state + (w.draining && w.state === "BUSY" ? " (draining)" : "")),
           el("td", {}, (w.device && w.device.name) || ""),
           el("td", {class: "num"}, bytes(w.device && w.device.memory_bytes)),
           el("td", {}, (w.allowed_roots || []).join(", ")),
