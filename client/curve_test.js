@@ -136,11 +136,13 @@ const tests = {
     assert.ok(trend < raw / 3, "trend RMS " + trend + ", raw " + raw);
   },
 
-  "smoothing weights are clamped to [0, 0.99]; garbage is the default 0.6": () => {
+  "smoothing weights are clamped to [0, 0.99]; nothing or garbage is the default 0.6": () => {
     assert.strictEqual(clampSmoothing("0.3"), 0.3);
     assert.strictEqual(clampSmoothing(1), 0.99);
     assert.strictEqual(clampSmoothing(-2), 0);
     assert.strictEqual(clampSmoothing("x"), 0.6);
+    assert.strictEqual(clampSmoothing(null), 0.6);  // nothing kept yet
+    assert.strictEqual(clampSmoothing("0"), 0);
   },
 };
 

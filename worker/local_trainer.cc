@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -151,9 +150,8 @@ absl::Status LocalTrainer::Run(const TrainingCallbacks& callbacks) {
     // Steps this run redoes past a damaged checkpoint are written again; what killed writers
     // left is removed.
     // The run claims the directory first: one frozen past its recovery touches nothing of it.
-    std::random_device random;
     const model::RunClaim claim{options_.attempt,
-                                parallel::RunTokenText((uint64_t{random()} << 32) | random())};
+                                parallel::RunTokenText(parallel::NewRunTokenBits())};
     ASSIGN_OR_RETURN(const std::string removed,
                      parallel::PrepareJobDirectory(options_.checkpoint_dir, damaged_steps_, claim));
     if (!removed.empty() && callbacks.warning) callbacks.warning(removed);

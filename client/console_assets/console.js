@@ -313,46 +313,44 @@ function pinnedSteps() {
 // A chart's width in buckets of decimation (curve.js): two steps a pixel at most.
 function bucketsOf(node) { return Math.max(200, node.clientWidth || 800); }
 
-// A page's smoothing slider (#smoothing, its value shown in #smoothing-value): the weight its
-// loss curves are smoothed with (curve.js smooth), kept by the browser for every page and visit.
-// Returns the weight's getter; onChange redraws.
-function smoothingControl(onChange) {
-  const input = $("smoothing");
-  let stored = null;
-  try { stored = localStorage.getItem(SMOOTHING_KEY); } catch (e) { /* storage refused */ }
-  let weight = clampSmoothing(stored === null ? 0.6 : stored);
+// The curve settings the browser keeps for every page and visit (localStorage; null when it has
+// none or refuses).
+const SMOOTHING_KEY = "dtrain.smoothing", LOG_SCALE_KEY = "dtrain.logscale";
+function keptSetting(key) {
+  try { return localStorage.getItem(key); } catch (e) { return null; }
+}
+function keepSetting(key, value) {
+  try { localStorage.setItem(key, value); } catch (e) { /* storage refused: this page only */ }
+}
+
+// A page's curve controls: the smoothing slider (#smoothing, its value in #smoothing-value; the
+// weight of curve.js smooth for its loss curves) and the `log scale` box (#log-scale), each
+// kept (keepSetting). Returns the getters; onChange redraws.
+function curveControls(onChange) {
+  const input = $("smoothing"), box = $("log-scale");
+  let weight = clampSmoothing(keptSetting(SMOOTHING_KEY));
+  box.checked = keptSetting(LOG_SCALE_KEY) === "1";
   const show = () => {
     input.value = weight;
     $("smoothing-value").textContent = weight.toFixed(2);
     document.body.dataset.smoothing = weight;
+    document.body.dataset.logscale = box.checked ? "1" : "0";
   };
   show();
   input.oninput = () => {
     weight = clampSmoothing(input.value);
-    try { localStorage.setItem(SMOOTHING_KEY, String(weight)); } catch (e) { /* storage refused */ }
+    keepSetting(SMOOTHING_KEY, String(weight));
     show();
     onChange();
   };
-  return () => weight;
-}
-let smoothingWeight = () => 0;  // the job page's (smoothingControl)
-
-// A page's `log scale` box (#log-scale): the loss on a logarithmic axis, kept like the
-// smoothing. Returns its getter; onChange redraws.
-const LOG_SCALE_KEY = "dtrain.logscale";
-function logScaleControl(onChange) {
-  const box = $("log-scale");
-  try { box.checked = localStorage.getItem(LOG_SCALE_KEY) === "1"; } catch (e) { /* refused */ }
-  const show = () => { document.body.dataset.logscale = box.checked ? "1" : "0"; };
-  show();
   box.onchange = () => {
-    try { localStorage.setItem(LOG_SCALE_KEY, box.checked ? "1" : "0"); } catch (e) { /* refused */ }
+    keepSetting(LOG_SCALE_KEY, box.checked ? "1" : "0");
     show();
     onChange();
   };
-  return () => box.checked;
+  return {weight: () => weight, logScale: () => box.checked};
 }
-let logScale = () => false;  // the job page's (logScaleControl)
+let lossControls = {weight: () => 0, logScale: () => false};  // the job page's (curveControls)
 
 // The loss chart's series: the loss (faded when smoothed), its smoothed trend, val_loss.
 const LOSS_COLOR = "rgb(31, 119, 180)", FADED_LOSS_COLOR = "rgba(31, 119, 180, 0.3)";
@@ -376,7 +374,7 @@ function drawCharts() {
     for (const m of marks) shown.add(m.x);
     const drawn = [...shown].sort((a, b) => a - b);
     // The loss's trend, from every step the page holds (not only those drawn).
-    const weight = index === 0 ? smoothingWeight() : 0;
+    const weight = index === 0 ? lossControls.weight() : 0;
     const trend = weight > 0 ? smooth(xs, value, weight) : null;
     const trendLabel = label + " (smoothed " + weight.toFixed(2) + ")";
     const data = drawn.map(x => [x, steps.get(x)[index], ...(trend ? [trend.get(x)] : []),
@@ -386,7 +384,7 @@ function drawCharts() {
       colors: [trend ? FADED_LOSS_COLOR : LOSS_COLOR, ...(trend ? [LOSS_COLOR] : []),
                ...(withVal ? [VAL_LOSS_COLOR] : [])],
       series: trend ? {[trendLabel]: {strokeWidth: 2, drawPoints: false}} : {},
-      logscale: logScale(),
+      logscale: lossControls.logScale(),
     };
     if (!charts[id]) {
       node.textContent = "";
@@ -714,8 +712,7 @@ async function jobPage() {
     if (u.val_loss !== undefined) evaluated.set(u.step, u.val_loss);
   };
   history = new History(id, holdStep, scheduleDraw);
-  smoothingWeight = smoothingControl(scheduleDraw);
-  logScale = logScaleControl(scheduleDraw);
+  lossControls = curveControls(scheduleDraw);
   let last = 0;
   try { last = await history.load(); } catch (e) { showError(e); }  // the stream says it too
   const stream = new EventSource("/api/jobs/" + encodeURIComponent(id) + "/watch?after_step=" + last);
@@ -796,12 +793,12 @@ async function comparePage() {
     }
     const xs = [...shown].sort((a, b) => a - b);
     if (xs.length === 0) return;
-    const weight = weightOf();
-    const curves = losses.map(m => weight > 0 ? smooth(m.steps(), x => m.get(x), weight) : m.values);
+    const weight = controls.weight();
+    const curves = losses.map(m => weight > 0 ? smooth(m.steps(), x => m.get(x), weight) : m);
     const data = xs.map(x => [x, ...curves.map(c => c.has(x) ? c.get(x) : null)]);
     if (!chart) {
       chart = new Dygraph(node, data, {labels: ["step", ...ids], xlabel: "step", ylabel: "loss",
-                                       logscale: logScaleOf(),
+                                       logscale: controls.logScale(),
                                        connectSeparatedPoints: true, legend: "always", strokeWidth: 1.5,
                                        zoomCallback: (lo, hi) => {
                                          view = chart.isZoomed("x") ? [lo, hi] : null;
@@ -809,7 +806,7 @@ async function comparePage() {
                                          scheduleCompareDraw();
                                        }});
     } else {
-      chart.updateOptions({file: data, logscale: logScaleOf()});
+      chart.updateOptions({file: data, logscale: controls.logScale()});
     }
     node.dataset.series = chart.getLabels().length - 1;
     node.dataset.smoothing = weight;
@@ -822,8 +819,7 @@ async function comparePage() {
     pending = true;
     setTimeout(() => { pending = false; draw(); }, 200);
   };
-  const weightOf = smoothingControl(() => scheduleCompareDraw());
-  const logScaleOf = logScaleControl(() => scheduleCompareDraw());
+  const controls = curveControls(scheduleCompareDraw);
   $("compared").textContent = ids.join(" · ");
   const histories = ids.map((id, i) => new History(id, u => losses[i].set(u.step, u.loss),
                                                    scheduleCompareDraw));

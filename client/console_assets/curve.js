@@ -146,12 +146,12 @@ function smooth(xs, value, weight) {
   return out;
 }
 
-// The smoothing weight a user chose (TensorBoard's default 0.6 until then), kept by the browser
-// for every page of the console; clamped to [0, 0.99].
-const SMOOTHING_KEY = "dtrain.smoothing";
+// A smoothing weight as a page reads it (a slider's value, or what the browser kept: null when
+// nothing): clamped to [0, 0.99]; TensorBoard's default, 0.6, for nothing or garbage.
+const DEFAULT_SMOOTHING = 0.6;
 function clampSmoothing(w) {
-  const x = Number(w);
-  return Number.isFinite(x) ? Math.min(0.99, Math.max(0, x)) : 0.6;
+  const x = w === null || w === "" ? NaN : Number(w);
+  return Number.isFinite(x) ? Math.min(0.99, Math.max(0, x)) : DEFAULT_SMOOTHING;
 }
 
 if (typeof module !== "undefined") {

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include <algorithm>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -60,6 +61,11 @@ absl::Status FromJson(const std::string& json, google::protobuf::Message* messag
 
 std::string RankEntriesFileName(int rank) {
   return absl::StrFormat("rank-%05d.entries.json", rank);
+}
+
+uint64_t NewRunTokenBits() {
+  std::random_device random;
+  return ((uint64_t{random()} << 32) | random()) & ((uint64_t{1} << 48) - 1);
 }
 
 std::string RunTokenText(uint64_t bits) {

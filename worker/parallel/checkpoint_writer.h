@@ -104,7 +104,9 @@ struct CheckpointWriterOptions {
   std::function<void(int64_t step)> test_only_before_seal;
 };
 
-// "5f0c3a1b9e2d": the run token of 48 random bits, as every rank of a run writes it.
+// A new run's token: 48 random bits (rank 0 draws them; ParallelTrainer then agrees on them
+// with the other ranks), and their text "5f0c3a1b9e2d", as every rank of the run writes it.
+uint64_t NewRunTokenBits();
 std::string RunTokenText(uint64_t bits);
 
 // "rank-00003.entries.json": where rank `rank` publishes its entries inside the step directory.

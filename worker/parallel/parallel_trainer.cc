@@ -4,7 +4,6 @@
 #include <cmath>
 #include <csignal>
 #include <optional>
-#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -554,8 +553,7 @@ absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
   // parts (exact in a float sum).
   std::vector<float> parts(3, 0.0f);
   if (options_.plan.rank() == 0) {
-    std::random_device random;
-    const uint64_t bits = (uint64_t{random()} << 32) | random();
+    const uint64_t bits = NewRunTokenBits();
     for (int i = 0; i < 3; ++i) parts[i] = static_cast<float>((bits >> (16 * i)) & 0xffff);
   }
   RETURN_IF_ERROR(Timed("all_reduce", 3, [&] {
