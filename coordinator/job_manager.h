@@ -528,7 +528,7 @@ class JobManager {
   // Begins the rebalance decided for `job`, if any, at the checkpoint of `step`.
   void MaybeRebalanceAt(ActiveJob& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // --- the scheduler's pass (job_manager.cc) ---
+  // --- the scheduler's pass (job_manager_schedule.cc) ---
   ActiveJob* FindActive(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // resume_from = a job id -> that job's latest sealed step (absolute), noted in `notes`.
   absl::Status ResolveResumeFrom(JobSpec* spec, std::vector<std::string>* notes);

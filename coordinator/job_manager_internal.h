@@ -67,6 +67,9 @@ inline std::string WorkerList(const std::vector<std::string>& ids) {
                       ids.size() - kShown, " more");
 }
 
+// The reason of a job submitted while idle workers can run it: the next pass places it.
+inline constexpr absl::string_view kPlacingNow = "queued; placing it now";
+
 // "1 worker", "3 workers".
 inline std::string Plural(int64_t n, absl::string_view word) {
   return absl::StrCat(n, " ", word, n == 1 ? "" : "s");

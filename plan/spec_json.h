@@ -37,7 +37,7 @@ absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json);
 // THE error of a spec that breaks rules: InvalidArgument "invalid job spec: <problem>; <problem>;
 // ..." (`problems` not empty). Every check of a spec (reading, MakeJobPlan, CheckJobLimits,
 // CheckSpecPaths, the coordinator's submit) builds its refusal here, so the CLI can strip the
-// prefix once (client/commands.cc) and list the problems.
+// prefix once (client/commands_offline.cc) and list the problems.
 absl::Status InvalidSpec(absl::Span<const std::string> problems);
 absl::Status InvalidSpec(absl::string_view problem);
 

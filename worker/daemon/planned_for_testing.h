@@ -1,7 +1,7 @@
-// What the coordinator adds to an assignment it sends (coordinator/job_manager.cc Place and
-// coordinator/rank_assignment.h): the planned spec (plan/job_plan.h MakeJobPlan) and the rank's
-// RankPlan (plan/rank_plan.h). For the tests that make assignments by hand; the worker daemon
-// itself never plans.
+// What the coordinator adds to an assignment it sends (coordinator/job_manager_schedule.cc
+// Place and coordinator/rank_assignment.h): the planned spec (plan/job_plan.h MakeJobPlan) and
+// the rank's RankPlan (plan/rank_plan.h). For the tests that make assignments by hand; the worker
+// daemon itself never plans.
 #ifndef DTRAIN_WORKER_DAEMON_PLANNED_FOR_TESTING_H_
 #define DTRAIN_WORKER_DAEMON_PLANNED_FOR_TESTING_H_
 
