@@ -96,6 +96,11 @@ absl::Status JobManager::ApplyReport(ActiveJob& job, const Reporter& from,
   // when it arrived).
   const int64_t report_ms =
       request.time_unix_ms() > 0 ? request.time_unix_ms() : absl::ToUnixMillis(now);
+  // A log line is the report a copy would record twice, however long after (steps and seals are
+  // rows keyed by their step, replaced by a copy): its number is kept with it, in the same
+  // transaction, so that a copy sent after a coordinator restart is known (Recover).
+  const ReportMark mark{request.worker_id(), request.session_id(), request.report_seq()};
+  const ReportMark* numbered = request.report_seq() > 0 ? &mark : nullptr;
   switch (request.report_case()) {
     case ReportProgressRequest::kStep:
       RETURN_IF_ERROR(OnSteps(job, from, {request.step()}));
@@ -108,17 +113,17 @@ absl::Status JobManager::ApplyReport(ActiveJob& job, const Reporter& from,
     case ReportProgressRequest::kEvent:
       RETURN_IF_ERROR(store_
                           ->AppendEvent(id, absl::StrCat(from.who, ": ", request.event()),
-                                        report_ms, from.source)
+                                        report_ms, from.source, numbered)
                           .status());
       to_notify_.push_back(id);
       break;
     case ReportProgressRequest::kLog: {
       LineSource line = from.source;
       line.severity = request.log().severity();
-      RETURN_IF_ERROR(
-          store_
-              ->AppendEvent(id, absl::StrCat(from.who, ": ", request.log().text()), report_ms, line)
-              .status());
+      RETURN_IF_ERROR(store_
+                          ->AppendEvent(id, absl::StrCat(from.who, ": ", request.log().text()),
+                                        report_ms, line, numbered)
+                          .status());
       to_notify_.push_back(id);
       break;
     }

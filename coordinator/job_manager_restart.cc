@@ -41,6 +41,12 @@ absl::Status JobManager::Recover() {
                      "): each is drained again when the same session registers"));
   }
   registry_.RestoreDrains(std::move(drained));
+  // The report numbers recorded before the restart: a worker sends again what it was not
+  // answered, and a line recorded then is not recorded twice.
+  ASSIGN_OR_RETURN(std::vector<ReportMark> marks, store_->ReportMarks());
+  for (const ReportMark& mark : marks) {
+    registry_.NoteReportRecorded(mark.worker_id, mark.session_id, mark.seq);
+  }
   return absl::OkStatus();
 }
 

@@ -948,6 +948,24 @@ TEST(JobManager, AStepRunIsRecordedWholeAndLateReportsKeepTheWorkersTime) {
   EXPECT_EQ(seals->front().time_unix_ms(), made_ms);
 }
 
+// A report of w1 about job-000001, numbered `seq` in `session`; what it carries is the caller's.
+ReportProgressRequest NumberedReport(const std::string& session, uint64_t seq) {
+  ReportProgressRequest r;
+  r.set_worker_id("w1");
+  r.set_session_id(session);
+  r.set_job_id("job-000001");
+  r.set_report_seq(seq);
+  return r;
+}
+
+// How many lines of job-000001's log contain `text`.
+int LinesWith(Harness& h, const std::string& text) {
+  absl::StatusOr<std::vector<JobEvent>> events = h.m().store().EventsFor("job-000001");
+  int n = 0;
+  for (const JobEvent& e : *events) n += absl::StrContains(e.text, text);
+  return n;
+}
+
 // A report whose answer was lost is sent again by its worker: numbered (report_seq), the copy is
 // answered OK and recorded once; a refused report's number is not taken, and unnumbered reports
 // (workers before the field) are always recorded. (Sessions: worker_registry_test.)
@@ -957,20 +975,11 @@ TEST(JobManager, AReportSentAgainAfterALostAnswerIsRecordedOnce) {
   ASSERT_TRUE(h.Submit().ok());
   h.StartOn("w1", "job-000001");
   auto event = [](const std::string& session, uint64_t seq, const std::string& text) {
-    ReportProgressRequest r;
-    r.set_worker_id("w1");
-    r.set_session_id(session);
-    r.set_job_id("job-000001");
-    r.set_report_seq(seq);
+    ReportProgressRequest r = NumberedReport(session, seq);
     r.set_event(text);
     return r;
   };
-  auto lines = [&h](const std::string& text) {
-    absl::StatusOr<std::vector<JobEvent>> events = h.m().store().EventsFor("job-000001");
-    int n = 0;
-    for (const JobEvent& e : *events) n += absl::StrContains(e.text, text);
-    return n;
-  };
+  auto lines = [&h](const std::string& text) { return LinesWith(h, text); };
   ASSERT_TRUE(h.m().ReportProgress(event("s-w1", 7, "sealed 100")).ok());
   ASSERT_TRUE(h.m().ReportProgress(event("s-w1", 7, "sealed 100")).ok());  // the copy
   EXPECT_EQ(lines("sealed 100"), 1);
@@ -986,6 +995,30 @@ TEST(JobManager, AReportSentAgainAfterALostAnswerIsRecordedOnce) {
   ASSERT_TRUE(h.m().ReportProgress(event("s-w1", 0, "unnumbered")).ok());
   ASSERT_TRUE(h.m().ReportProgress(event("s-w1", 0, "unnumbered")).ok());
   EXPECT_EQ(lines("unnumbered"), 2);
+}
+
+// The answer to a report can be lost with the coordinator itself (killed right after it recorded
+// the line): the worker sends the report again to the restarted coordinator, under the same
+// session and number, and the line is recorded once; the next report is recorded.
+TEST(JobManager, ALineSentAgainAfterACoordinatorRestartIsRecordedOnce) {
+  const std::string db = TempDb("report_seq_restart");
+  Harness h(db);
+  ASSERT_TRUE(h.Register("w1", "s-w1").ok());
+  ASSERT_TRUE(h.Submit().ok());
+  h.StartOn("w1", "job-000001");
+  auto line = [](uint64_t seq, const std::string& text) {
+    ReportProgressRequest r = NumberedReport("s-w1", seq);
+    r.mutable_log()->set_text(text);
+    return r;
+  };
+  auto count = [&h](const std::string& text) { return LinesWith(h, text); };
+  ASSERT_TRUE(h.m().ReportProgress(line(4, "loaded shard 3")).ok());
+  h.Open();  // the coordinator restarts before its answer reached the worker
+  ASSERT_TRUE(h.Register("w1", "s-w1", "job-000001").ok());
+  ASSERT_TRUE(h.m().ReportProgress(line(4, "loaded shard 3")).ok());  // the copy
+  EXPECT_EQ(count("loaded shard 3"), 1);
+  ASSERT_TRUE(h.m().ReportProgress(line(5, "loaded shard 4")).ok());
+  EXPECT_EQ(count("loaded shard 4"), 1);
 }
 
 // A database that turns read-only under a running job (SQLITE_READONLY; here SQLite's

@@ -354,7 +354,8 @@ absl::Status JobStore::AppendMetrics(absl::string_view job_id, absl::Span<const 
 }
 
 absl::StatusOr<int64_t> JobStore::AppendEvent(absl::string_view job_id, absl::string_view text,
-                                              int64_t now_ms, const LineSource& source) {
+                                              int64_t now_ms, const LineSource& source,
+                                              const ReportMark* mark) {
   absl::MutexLock lock(&mu_);
   int64_t seq = 0;
   RETURN_IF_ERROR(Transaction([&]() -> absl::Status {
@@ -372,6 +373,7 @@ absl::StatusOr<int64_t> JobStore::AppendEvent(absl::string_view job_id, absl::st
                                    .Step());
     if (row) seq = insert.Int(0);
     RETURN_IF_ERROR(insert.Run());  // finish the statement before COMMIT
+    if (mark != nullptr) RETURN_IF_ERROR(KeepReportMarkLocked(*mark));
     if (source.rank < 0) return absl::OkStatus();
     // The ranks' lines are bounded per job: drop the oldest beyond kMaxRankLinesPerJob.
     Statement trim(db_, path_,
@@ -413,6 +415,18 @@ absl::Status JobStore::DeleteJob(absl::string_view job_id, const PendingDirRemov
         .Bind(7, removal->spec_dir)
         .Run();
   });
+}
+
+absl::Status JobStore::KeepReportMarkLocked(const ReportMark& mark) {
+  // A new session's numbers start again (WorkerRegistry::NoteReportRecorded keeps the same).
+  Statement s(db_, path_,
+              "INSERT INTO report_marks VALUES (?1, ?2, ?3) ON CONFLICT (worker_id) DO UPDATE SET "
+              "seq = CASE WHEN session_id = excluded.session_id THEN MAX(seq, excluded.seq) "
+              "ELSE excluded.seq END, session_id = excluded.session_id");
+  return s.Bind(1, mark.worker_id)
+      .Bind(2, mark.session_id)
+      .Bind(3, static_cast<int64_t>(mark.seq))
+      .Run();
 }
 
 absl::Status JobStore::DirRemovalDone(absl::string_view job_id) {

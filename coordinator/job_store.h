@@ -1,6 +1,6 @@
 // JobStore: the coordinator's durable state in one SQLite file (Debian's libsqlite3).
 //
-// Tables (schema version 9; a file of versions 1 to 8 is migrated in place when opened):
+// Tables (schema version 10; a file of versions 1 to 9 is migrated in place when opened):
 //   meta          (key, value)                      schema_version
 //   jobs          (seq, id, spec, state, reason, submitted_ms, placement, latest, output, uid,
 //                  started_ms, ended_ms, output_host, checkpoint, resumed_from_step,
@@ -18,6 +18,9 @@
 //                                                               PRIMARY KEY job_id
 //                 deleted jobs whose directory no worker has reported removing yet
 //   drained_workers (worker_id, session_id, time_ms)           PRIMARY KEY worker_id
+//   report_marks  (worker_id, session_id, seq)                 PRIMARY KEY worker_id
+//                 the highest numbered report (ReportProgressRequest.report_seq) whose log line
+//                 was recorded, per worker for its newest session (ReportMark)
 // job_specs.spec, placement, latest, checkpoint and recoveries are serialized protos (JobSpec,
 // Placement, StepMetrics, CheckpointStatus, RecoveryList); summary is the JobSpec a listing shows
 // (name, steps, device, layout), so a listing never reads the specs (up to --max_spec_bytes each).
@@ -60,6 +63,16 @@ struct LineSource {
   int rank = -1;          // -1: the coordinator
   std::string worker_id;  // the rank's worker
   LogSeverity severity = LOG_INFO;
+};
+
+// The number of a worker's report (ReportProgressRequest.report_seq) of `session_id`, its
+// process: recorded with the log line the report carried, in the same transaction, so that a
+// copy of the report sent again after the coordinator restarted (the answer to the first was
+// lost with it) is known as recorded.
+struct ReportMark {
+  std::string worker_id;
+  std::string session_id;
+  uint64_t seq = 0;  // > 0
 };
 
 // An event line of a job, numbered from 1 per job.
@@ -185,8 +198,11 @@ class JobStore {
     return AppendMetrics(job_id, absl::MakeConstSpan(&step, 1), drop_later);
   }
   // Appends a line to the job's log (an event); returns its seq. NotFound for an unknown job.
+  // With `mark`, the worker's report number is kept with it (ReportMarks): the highest of its
+  // session, or this one where the session is new.
   absl::StatusOr<int64_t> AppendEvent(absl::string_view job_id, absl::string_view text,
-                                      int64_t now_ms, const LineSource& source = {});
+                                      int64_t now_ms, const LineSource& source = {},
+                                      const ReportMark* mark = nullptr);
   // Log lines with seq > after_seq in order, at most `limit`; with `rank`, only that rank's.
   // NotFound for an unknown job.
   absl::StatusOr<std::vector<LogEntry>> LogsAfter(absl::string_view job_id, int64_t after_seq,
@@ -223,6 +239,8 @@ class JobStore {
                           int64_t time_ms);
   // Worker id -> the session drained.
   absl::StatusOr<absl::flat_hash_map<std::string, std::string>> DrainedWorkers();
+  // Every worker's mark kept by AppendEvent (one per worker id: its newest session's).
+  absl::StatusOr<std::vector<ReportMark>> ReportMarks();
   // Ids of jobs that ended before `before_ms` (ended_ms), the earliest first, at most `limit`.
   absl::StatusOr<std::vector<std::string>> EndedBefore(int64_t before_ms, int limit);
 
@@ -251,6 +269,8 @@ class JobStore {
   absl::Status CheckJobExists(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Schema 3 -> 4: name and summary of every job from its spec.
   absl::Status FillSummariesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AppendEvent's mark, inside its transaction.
+  absl::Status KeepReportMarkLocked(const ReportMark& mark) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<CheckpointStatus> CheckpointStatusLocked(absl::string_view job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteCheckpointStatusLocked(absl::string_view job_id, const CheckpointStatus& status)

@@ -21,7 +21,7 @@
 namespace dtrain::coordinator {
 namespace {
 
-constexpr int kSchemaVersion = 9;
+constexpr int kSchemaVersion = 10;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -71,6 +71,8 @@ CREATE TABLE IF NOT EXISTS dir_removals (
   WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS drained_workers (
   worker_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, time_ms INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS report_marks (
+  worker_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID;
 )sql";
 
 // Version 1 -> 2: job times, uid, output host, checkpoint status; log columns on events.
@@ -138,6 +140,12 @@ UPDATE meta SET value = 8 WHERE key = 'schema_version';
 // Version 8 -> 9: the drained workers, by session (kSchema creates the drained_workers table).
 constexpr const char* kMigrateFrom8 = R"sql(
 UPDATE meta SET value = 9 WHERE key = 'schema_version';
+)sql";
+
+// Version 9 -> 10: the workers' report numbers kept with their log lines (kSchema creates the
+// report_marks table).
+constexpr const char* kMigrateFrom9 = R"sql(
+UPDATE meta SET value = 10 WHERE key = 'schema_version';
 )sql";
 
 // Takes the exclusive lock on `<path>.lock` and writes `owner` into it; returns its fd.
@@ -273,6 +281,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
           RETURN_IF_ERROR(store->FillSummariesLocked());
         }
         if (version >= 1 && version <= 8) RETURN_IF_ERROR(store->Exec(kMigrateFrom8));
+        if (version >= 1 && version <= 9) RETURN_IF_ERROR(store->Exec(kMigrateFrom9));
       }
     }
     RETURN_IF_ERROR(store->Exec(kSchema));

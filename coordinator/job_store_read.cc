@@ -305,6 +305,18 @@ absl::StatusOr<absl::flat_hash_map<std::string, std::string>> JobStore::DrainedW
   return out;
 }
 
+absl::StatusOr<std::vector<ReportMark>> JobStore::ReportMarks() {
+  absl::MutexLock lock(&mu_);
+  Statement s(db_, path_, "SELECT worker_id, session_id, seq FROM report_marks");
+  std::vector<ReportMark> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({s.Text(0), s.Text(1), static_cast<uint64_t>(s.Int(2))});
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<std::string>> JobStore::EndedBefore(int64_t before_ms, int limit) {
   absl::MutexLock lock(&mu_);
   Statement s(db_, path_,

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -419,6 +420,47 @@ TEST(JobStore, DrainedWorkersAreKeptBySessionAndAfterAMigration) {
   EXPECT_EQ(drained.size(), 2u);
   EXPECT_EQ(drained.at("w1"), "s1");
   EXPECT_EQ(drained.at("w2"), "s2b");
+}
+
+// A report's number kept with its line (ReportMark): the highest of the worker's session, reset by
+// a new session, kept across a reopen; a version-9 database gains the table.
+TEST(JobStore, ReportNumbersAreKeptWithTheirLinesPerSession) {
+  const std::string path = TempDb("report_marks");
+  auto marks_of = [](JobStore& s) {
+    absl::flat_hash_map<std::string, std::pair<std::string, uint64_t>> out;
+    const std::vector<ReportMark> marks = *s.ReportMarks();
+    for (const ReportMark& m : marks) out[m.worker_id] = {m.session_id, m.seq};
+    return out;
+  };
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->CreateJob(Spec("a"), "queued", 100).ok());
+  }
+  SetSchemaVersion(path, 9, "DROP TABLE report_marks");  // what a version-9 coordinator left
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobStore& s = **store;
+    EXPECT_TRUE(s.ReportMarks()->empty());
+    const ReportMark m5{"w1", "s1", 5}, m3{"w1", "s1", 3}, other{"w2", "t1", 9};
+    ASSERT_TRUE(s.AppendEvent("job-000001", "five", 1, {0, "w1"}, &m5).ok());
+    ASSERT_TRUE(s.AppendEvent("job-000001", "three", 2, {0, "w1"}, &m3).ok());  // not lower
+    ASSERT_TRUE(s.AppendEvent("job-000001", "w2's", 3, {1, "w2"}, &other).ok());
+    ASSERT_TRUE(s.AppendEvent("job-000001", "unnumbered", 4).ok());
+    EXPECT_EQ(marks_of(s)["w1"], std::make_pair(std::string("s1"), uint64_t{5}));
+    const ReportMark restarted{"w1", "s2", 1};  // the worker's process restarted
+    ASSERT_TRUE(s.AppendEvent("job-000001", "again", 5, {0, "w1"}, &restarted).ok());
+    // A line refused (an unknown job) keeps no number.
+    const ReportMark refused{"w2", "t1", 10};
+    EXPECT_FALSE(s.AppendEvent("job-000404", "nowhere", 6, {1, "w2"}, &refused).ok());
+  }
+  auto store = JobStore::Open(path);  // reopened: kept
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto marks = marks_of(**store);
+  EXPECT_EQ(marks.size(), 2u);
+  EXPECT_EQ(marks["w1"], std::make_pair(std::string("s2"), uint64_t{1}));
+  EXPECT_EQ(marks["w2"], std::make_pair(std::string("t1"), uint64_t{9}));
 }
 
 TEST(JobStore, DeletingAnEndedJobTakesEveryRowAndKeepsItsRemoval) {
