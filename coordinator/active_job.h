@@ -58,6 +58,11 @@ struct ActiveJob {
   struct RecoveryState {
     RecoveryPhase phase = RecoveryPhase::kNone;
     std::vector<std::string> stopping;
+    // The stopped run's ranks (worker id -> rank) and its reporting rank, until the new run's
+    // first step: the steps it trained before its stop reached it are recorded meanwhile
+    // (JobManager::RecordStoppedRunSteps).
+    absl::flat_hash_map<std::string, int> stopped_rank_of;
+    int stopped_reporting_rank = -1;
     absl::Time phase_start = absl::InfinitePast();
     // The submitted layout did not fit the idle workers (their memory): this recovery resumes
     // on the layout the job ran on instead of waiting for it.

@@ -378,6 +378,11 @@ class JobManager {
   // ReportProgress before its database errors are made retryable.
   absl::StatusOr<ReportProgressResponse> RecordReport(const ReportProgressRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A step report of the run a recovery stopped (RecoveryState::stopped_rank_of), trained
+  // before its stop reached it: its steps are recorded while the recovery waits for the new
+  // run's first step. False for any other report (refused as before).
+  absl::StatusOr<bool> RecordStoppedRunSteps(ActiveJob& job, const ReportProgressRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records what one report carries (the reporter checked and its job active).
   absl::Status ApplyReport(ActiveJob& job, const Reporter& from,
                            const ReportProgressRequest& request, absl::Time now)

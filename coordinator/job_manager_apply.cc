@@ -207,6 +207,8 @@ absl::Status JobManager::BeginRecovery(ActiveJob& job, Recovery recovery, const 
   if (options_.metrics != nullptr) options_.metrics->JobRecoveryStarted(kind);
   job.recoveries = std::move(recoveries);
   registry_.CancelJob(job.id, workers);
+  job.recovery.stopped_rank_of = std::move(job.rank_of);
+  job.recovery.stopped_reporting_rank = job.reporting_rank;
   job.ranks.clear();
   job.rank_of.clear();
   job.acked = job.succeeded = 0;

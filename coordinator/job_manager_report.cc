@@ -66,6 +66,8 @@ absl::StatusOr<ReportProgressResponse> JobManager::RecordReport(
   }
   auto rank_it = job->rank_of.find(request.worker_id());
   if (rank_it == job->rank_of.end()) {
+    ASSIGN_OR_RETURN(const bool recorded, RecordStoppedRunSteps(*job, request));
+    if (recorded) return response;
     return absl::FailedPreconditionError(
         absl::StrCat(job->id, " has no rank on worker ", request.worker_id()));
   }
@@ -87,6 +89,40 @@ absl::StatusOr<ReportProgressResponse> JobManager::RecordReport(
   RETURN_IF_ERROR(ApplyReport(*job, from, request, now));
   registry_.NoteReportRecorded(request.worker_id(), request.session_id(), request.report_seq());
   return response;
+}
+
+// The run a recovery stops trains on until the stop reaches it (its next heartbeat), and may
+// seal a step there that the new run resumes from: without the steps it reported meanwhile the
+// job's curve would miss them. They are recorded as the stopped run's (no recovery
+// bookkeeping) until the new run's first step, which replaces the rows from its own first step
+// on; its other reports are refused as before (the log and the seals are the current run's).
+absl::StatusOr<bool> JobManager::RecordStoppedRunSteps(ActiveJob& job,
+                                                       const ReportProgressRequest& request) {
+  auto rank = job.recovery.stopped_rank_of.find(request.worker_id());
+  if (rank == job.recovery.stopped_rank_of.end() || job.OpenRecovery() == nullptr) return false;
+  std::vector<StepMetrics> steps;
+  if (request.has_step()) {
+    steps.push_back(request.step());
+  } else if (request.has_steps()) {
+    RETURN_IF_ERROR(CheckStepRun(request.steps()));
+    steps.assign(request.steps().steps().begin(), request.steps().steps().end());
+  } else {
+    return false;
+  }
+  if (rank->second != job.recovery.stopped_reporting_rank ||
+      registry_.ReportRecorded(request.worker_id(), request.session_id(), request.report_seq())) {
+    return true;  // one rank speaks for the job; a copy
+  }
+  const int64_t now_ms = NowMs();
+  for (StepMetrics& step : steps) {
+    if (step.time_unix_ms() == 0) step.set_time_unix_ms(now_ms);
+  }
+  RETURN_IF_ERROR(store_->AppendMetrics(job.id, steps, /*drop_later=*/false));
+  registry_.NoteReportRecorded(request.worker_id(), request.session_id(), request.report_seq());
+  job.last_step = std::max(job.last_step, steps.back().step());
+  NoteOldRunStep(job, steps.back().step());
+  to_notify_.push_back(job.id);
+  return true;
 }
 
 absl::Status JobManager::ApplyReport(ActiveJob& job, const Reporter& from,
@@ -188,6 +224,7 @@ absl::Status JobManager::OnSteps(ActiveJob& job, const Reporter& from,
     r->set_first_step_ms(EndPhase(job));
     r->set_done(true);
     job.recovery.phase = RecoveryPhase::kNone;
+    job.recovery.stopped_rank_of.clear();
     job.last_step = steps.back().step();
     SaveRecoveries(job);
     const int64_t total =

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <sqlite3.h>
@@ -258,6 +259,63 @@ TEST(Recovery, AShrunkJobGrowsBackAtACheckpointWhenWorkersReturn) {
   const std::vector<Recovery> recoveries(job.recoveries().begin(), job.recoveries().end());
   EXPECT_EQ(FailureCount(recoveries), 1);
   EXPECT_THAT(ReasonNamingEveryFailure("x", recoveries), Not(HasSubstr("growing back")));
+}
+
+// The run a recovery stops trains on until the stop reaches it, and may seal a step there that
+// the new run resumes from: the steps it reports meanwhile are recorded (without closing the
+// recovery) until the new run's first step, which replaces the rows from its own first on.
+TEST(Recovery, TheStoppedRunsLastStepsAreKeptUntilTheNewRunsFirst) {
+  Harness h(TempDb("recover-stopped-steps"));
+  ShrinkOntoW1(h);
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());
+  h.m().RunSchedulerPass();
+  ReportProgressRequest sealed;
+  sealed.set_worker_id("w1");
+  sealed.set_session_id("s-w1");
+  sealed.set_job_id("job-000001");
+  sealed.mutable_checkpoint()->set_step(20);
+  sealed.mutable_checkpoint()->set_path("/c/job-000001/step_00000020");
+  ASSERT_TRUE(h.m().ReportProgress(sealed).ok());
+  ASSERT_EQ(h.Get("job-000001").state(), RECOVERING);  // growing back at step 20
+  // w1 has not heard the stop yet: it reports steps 21 and 22.
+  ReportProgressRequest run;
+  run.set_worker_id("w1");
+  run.set_session_id("s-w1");
+  run.set_job_id("job-000001");
+  for (int64_t step : {21, 22}) {
+    StepMetrics* m = run.mutable_steps()->add_steps();
+    m->set_step(step);
+    m->set_loss(3.0);
+  }
+  ASSERT_TRUE(h.m().ReportProgress(run).ok());
+  Job job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), RECOVERING);
+  EXPECT_FALSE(job.recoveries(1).done());
+  EXPECT_EQ(job.recoveries(1).last_step(), 22);
+  auto steps = [&h] {
+    std::vector<std::pair<int64_t, double>> out;
+    const std::vector<StepMetrics> recorded = *h.m().store().MetricsAfter("job-000001", 0);
+    for (const StepMetrics& m : recorded) out.push_back({m.step(), m.loss()});
+    return out;
+  };
+  EXPECT_EQ(steps().back(), std::make_pair(int64_t{22}, 3.0));
+  // Its other reports are not the job's any more.
+  ReportProgressRequest line = sealed;
+  line.set_event("late");
+  EXPECT_EQ(h.m().ReportProgress(line).status().code(), absl::StatusCode::kFailedPrecondition);
+  // The new run (dp=2 on w1 and w3) resumes from step 20, the seal the plan named.
+  h.Beat("w1", "s-w1");  // its run stopped
+  h.m().RunSchedulerPass();
+  job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), PLACING);
+  h.StartOn("w1", "job-000001");
+  h.StartOn("w3", "job-000001");
+  const std::string reporting = job.placement().ranks(0).worker_id();
+  ASSERT_TRUE(h.Step(reporting, "s-" + reporting, "job-000001", 21, 2.5).ok());
+  job = h.Get("job-000001");
+  EXPECT_TRUE(job.recoveries(1).done());
+  // Resumed before the step the stopped run reached: its rows from there on are the new run's.
+  EXPECT_EQ(steps().back(), std::make_pair(int64_t{21}, 2.5));
 }
 
 // A shrunk job whose submitted layout does not fit the idle workers (one too small for a rank)
