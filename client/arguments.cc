@@ -322,7 +322,8 @@ const std::vector<CommandInfo>& Commands() {
       {"console", "", 0, 0, "", true,
        "a web console of the cluster and its jobs on a local address (--listen), acting with "
        "this certificate and its role, like `kubectl proxy`: jobs, loss and tokens/s curves, "
-       "placement, workers, live; a non-loopback --listen needs --listen_public and a token"},
+       "placement, workers, live, text sampled from a job's newest checkpoint (dtrain-sample "
+       "run here, --device); a non-loopback --listen needs --listen_public and a token"},
       {"version", "", 0, 0, "", false, "the version of dtrain and the commit it was built from"},
       {"help", "[COMMAND]", 0, 1, "", false, "this text, or one command's arguments and flags"},
   };
@@ -632,7 +633,7 @@ const std::vector<FlagInfo>& Flags() {
        kDefaultGpt2TokenizerDir,
        "",
        FlagBound::kNotEmpty,
-       {"data", "sample"},
+       {"data", "sample", "console"},
        "GPT-2's encoder.json and vocab.bpe (tools/setup.sh fetches them there)"},
       {"prompt", &I::prompt, "TEXT", "", "", FlagBound::kAny, {"sample"}, "the text to continue"},
       {"tokens",
@@ -666,7 +667,7 @@ const std::vector<FlagInfo>& Flags() {
        "auto",
        "",
        FlagBound::kNotEmpty,
-       {"sample"},
+       {"sample", "console"},
        "cpu, cuda, cuda:N or auto"},
       {"n_head",
        &I::n_head,

@@ -129,24 +129,20 @@ int ExportMetrics(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   return kExitOk;
 }
 
-// `sample JOB`: dtrain-sample on the job's checkpoint directory (its newest sealed step), or,
-// without one, on its final weights (`output`, with the spec's head count).
+// `sample JOB`: dtrain-sample on what the job has to sample from (SampleSourceOf).
 int SampleJob(const Invocation& inv, CoordinatorStub& stub, Output& output) {
   absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
   if (!id.ok()) return Fail(id.status(), inv, output);
   absl::StatusOr<Job> job = stub.GetJob(*id);
   if (!job.ok()) return Fail(job.status(), inv, output);
-  if (job->checkpoint().last_sealed_step() > 0 && !job->checkpoint().dir().empty()) {
-    return RunSampler(job->checkpoint().dir(), inv, output.err);
+  absl::StatusOr<SampleSource> source = SampleSourceOf(*job);
+  if (!source.ok()) {
+    output.err << "dtrain: " << source.status().message() << "\n";
+    return kExitUsage;
   }
-  if (!job->output().empty()) {
-    Invocation with_heads = inv;
-    if (with_heads.n_head == 0) with_heads.n_head = job->spec().model().n_head();
-    return RunSampler(job->output(), with_heads, output.err);
-  }
-  output.err << "dtrain: " << *id << " has no sealed checkpoint and no final weights yet to "
-             << "sample from\n";
-  return kExitUsage;
+  Invocation with_heads = inv;
+  if (with_heads.n_head == 0) with_heads.n_head = source->n_head;
+  return RunSampler(source->path, with_heads, output.err);
 }
 
 int ShowStatus(const Invocation& inv, CoordinatorStub& stub, Output& output) {

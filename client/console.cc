@@ -22,10 +22,12 @@
 #include "client/console_http.h"
 #include "client/format.h"
 #include "client/plan.h"
+#include "client/sample.h"
 #include "client/trace.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
 #include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "plan/job_plan.h"
 
 namespace dtrain {
@@ -36,6 +38,8 @@ constexpr char kTokenCookie[] = "dtrain_console_token";
 constexpr char kPostHeader[] = "X-Dtrain-Console";
 // A comment line on an idle event stream this often, so a browser that has gone is noticed.
 constexpr absl::Duration kStreamPing = absl::Seconds(10);
+// How long a sample asked from the page may take before dtrain-sample is stopped.
+constexpr absl::Duration kSampleTimeout = absl::Minutes(2);
 
 // civetweb's threads have 100 KiB stacks (Debian builds it with USE_STACK_SIZE=102400; see
 // common/metrics/http_exporter.cc), too small for a gRPC call: every call to the coordinator
@@ -133,9 +137,10 @@ struct EventQueue {
 
 class Console {
  public:
-  Console(CoordinatorStub& stub, ListenAddress listen, std::string token, std::string identity,
-          Permissions may)
+  Console(CoordinatorStub& stub, const Invocation& inv, ListenAddress listen, std::string token,
+          std::string identity, Permissions may)
       : stub_(stub),
+        inv_(inv),
         listen_(std::move(listen)),
         token_(std::move(token)),
         identity_(std::move(identity)),
@@ -225,6 +230,10 @@ class Console {
         drain.set_worker_id(std::string(id));
         drain.set_now(QueryValue(request->query_string, "now") == "1");
         return SendResult(connection, OnOwnThread([&] { return stub_.DrainWorker(drain); }));
+      }
+      id = rest;
+      if (absl::ConsumePrefix(&id, "jobs/") && absl::ConsumeSuffix(&id, "/sample") && !id.empty()) {
+        return Sample(connection, std::string(id), request);
       }
       id = rest;
       if (absl::ConsumePrefix(&id, "jobs/") && absl::ConsumeSuffix(&id, "/resubmit") &&
@@ -417,11 +426,69 @@ class Console {
     return 200;
   }
 
+  // `dtrain sample JOB` from the page: dtrain-sample run here, on what the job has to sample
+  // from (SampleSourceOf; this machine must read it, as for the CLI), with the page's
+  // parameters (ParseSampleParameters). Its JSON (prompt_tokens, tokens, text) and "source".
+  // One at a time: another while one runs is 429.
+  int Sample(mg_connection* connection, const std::string& job_id, const mg_request_info* request) {
+    std::string prompt;
+    if (request->content_length > static_cast<int64_t>(kMaxSamplePromptBytes)) {
+      prompt.resize(request->content_length);  // refused below, unread
+    } else {
+      char buffer[4096];
+      int n = 0;
+      while (prompt.size() <= kMaxSamplePromptBytes &&
+             (n = mg_read(connection, buffer, sizeof(buffer))) > 0) {
+        prompt.append(buffer, n);
+      }
+    }
+    SampleParameters defaults;
+    defaults.tokens = inv_.sample_tokens;
+    defaults.temperature = inv_.temperature;
+    defaults.top_k = inv_.top_k;
+    defaults.seed = inv_.seed;
+    absl::StatusOr<SampleParameters> asked = ParseSampleParameters(
+        [&](const char* name) { return QueryValue(request->query_string, name); },
+        std::move(prompt), defaults);
+    if (!asked.ok()) return SendError(connection, asked.status());
+    if (!sampling_.TryLock()) {
+      return SendError(connection,
+                       absl::ResourceExhaustedError(
+                           "a sample is being drawn already; ask again when it is done"));
+    }
+    absl::StatusOr<std::string> json = OnOwnThread([&] { return SampleJson(job_id, *asked); });
+    sampling_.Unlock();
+    if (!json.ok()) return SendError(connection, json.status());
+    return SendJson(connection, 200, *json);
+  }
+
+  absl::StatusOr<std::string> SampleJson(const std::string& job_id, const SampleParameters& asked) {
+    ASSIGN_OR_RETURN(Job job, stub_.GetJob(job_id));
+    ASSIGN_OR_RETURN(SampleSource source, SampleSourceOf(job));
+    Invocation inv = inv_;
+    inv.prompt = asked.prompt;
+    inv.sample_tokens = asked.tokens;
+    inv.temperature = asked.temperature;
+    inv.top_k = asked.top_k;
+    inv.seed = asked.seed;
+    inv.n_head = source.n_head;
+    ASSIGN_OR_RETURN(std::string line, CaptureSample(source.path, inv, kSampleTimeout));
+    google::protobuf::Struct body;
+    if (!google::protobuf::util::JsonStringToMessage(line, &body).ok()) {
+      return absl::InternalError(
+          absl::StrCat("dtrain-sample printed no JSON: ", line.substr(0, 200)));
+    }
+    (*body.mutable_fields())["source"].set_string_value(source.what);
+    return ToJsonLine(body);
+  }
+
   CoordinatorStub& stub_;
+  const Invocation inv_;  // dtrain-sample's settings: --device, --tokenizer_dir, the defaults
   const ListenAddress listen_;
   const std::string token_;  // empty: loopback, no token
   const std::string identity_;
   const Permissions may_;
+  absl::Mutex sampling_;  // held while a sample is drawn
 };
 
 // Who the console acts as: the certificate's subject, or "insecure".
@@ -478,7 +545,7 @@ int RunConsole(const Invocation& inv, CoordinatorStub& stub, Output& output) {
                << may.status().message() << "\n";
     return ExitCodeFor(may.status());
   }
-  auto console = std::make_unique<Console>(stub, *listen, token, identity, *may);
+  auto console = std::make_unique<Console>(stub, inv, *listen, token, identity, *may);
 
   mg_init_library(0);
   mg_callbacks callbacks{};

@@ -3,12 +3,18 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace dtrain {
 namespace client {
@@ -71,6 +77,8 @@ int HttpStatusFor(const absl::Status& status) {
       return 404;
     case absl::StatusCode::kFailedPrecondition:
       return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
     case absl::StatusCode::kUnavailable:
       return 502;
     case absl::StatusCode::kDeadlineExceeded:
@@ -98,6 +106,8 @@ const char* ReasonPhrase(int http_status) {
       return "Method Not Allowed";
     case 409:
       return "Conflict";
+    case 429:
+      return "Too Many Requests";
     case 502:
       return "Bad Gateway";
     case 504:
@@ -108,6 +118,41 @@ const char* ReasonPhrase(int http_status) {
 }
 
 // "text/html; charset=utf-8" for the asset's extension.
+absl::StatusOr<SampleParameters> ParseSampleParameters(
+    const std::function<std::string(const char* name)>& query, std::string prompt,
+    const SampleParameters& defaults) {
+  SampleParameters p = defaults;
+  if (prompt.size() > kMaxSamplePromptBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt is ", prompt.size(), " bytes; at most ", kMaxSamplePromptBytes));
+  }
+  p.prompt = std::move(prompt);
+  auto whole = [&](const char* name, int64_t low, int64_t high, auto* out) -> absl::Status {
+    const std::string text = query(name);
+    if (text.empty()) return absl::OkStatus();
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(text, &value) || value < low || value > high) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "=", text, ": a whole number from ", low, " to ", high, " is wanted"));
+    }
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(value);
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(whole("tokens", 1, kMaxSampleTokens, &p.tokens));
+  RETURN_IF_ERROR(whole("top_k", 0, 1 << 20, &p.top_k));
+  RETURN_IF_ERROR(whole("seed", 0, std::numeric_limits<int64_t>::max(), &p.seed));
+  const std::string temperature = query("temperature");
+  if (!temperature.empty()) {
+    double t = 0;
+    if (!absl::SimpleAtod(temperature, &t) || !std::isfinite(t) || t < 0 || t > 100) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("temperature=", temperature, ": a number from 0 (greedy) to 100 is wanted"));
+    }
+    p.temperature = temperature;
+  }
+  return p;
+}
+
 const char* ContentTypeOf(absl::string_view path) {
   if (absl::EndsWith(path, ".html")) return "text/html; charset=utf-8";
   if (absl::EndsWith(path, ".js")) return "text/javascript; charset=utf-8";

@@ -8,6 +8,8 @@
 #ifndef DTRAIN_CLIENT_CONSOLE_HTTP_H_
 #define DTRAIN_CLIENT_CONSOLE_HTTP_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,9 +38,29 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view listen, bool 
 bool HostAllowed(const ListenAddress& listen, const char* host);
 
 // The HTTP status for a coordinator call's status: 200 OK, 400 INVALID_ARGUMENT, 403
-// PERMISSION_DENIED / UNAUTHENTICATED, 404 NOT_FOUND, 409 FAILED_PRECONDITION, 502 UNAVAILABLE,
-// 504 DEADLINE_EXCEEDED, 500 otherwise.
+// PERMISSION_DENIED / UNAUTHENTICATED, 404 NOT_FOUND, 409 FAILED_PRECONDITION, 429
+// RESOURCE_EXHAUSTED, 502 UNAVAILABLE, 504 DEADLINE_EXCEEDED, 500 otherwise.
 int HttpStatusFor(const absl::Status& status);
+
+// What the job page asks dtrain-sample for (POST /api/jobs/ID/sample): the prompt is the
+// request's body, the rest its query (?tokens=&temperature=&top_k=&seed=, each optional: the
+// defaults given, `dtrain sample`'s).
+struct SampleParameters {
+  std::string prompt;
+  int tokens = 64;
+  std::string temperature = "1";  // as typed; dtrain-sample parses it
+  int top_k = 0;
+  int64_t seed = 1337;
+};
+inline constexpr int kMaxSampleTokens = 1024;  // the page's bound (and the context's)
+inline constexpr size_t kMaxSamplePromptBytes = 4096;
+
+// THE rule for a sample asked from the page: `query(name)` is a query parameter ("" when
+// absent). INVALID_ARGUMENT naming the parameter: tokens 1..kMaxSampleTokens, temperature a
+// number from 0 to 100, top_k and seed whole numbers >= 0; a prompt over kMaxSamplePromptBytes.
+absl::StatusOr<SampleParameters> ParseSampleParameters(
+    const std::function<std::string(const char* name)>& query, std::string prompt,
+    const SampleParameters& defaults);
 
 // "OK", "Forbidden", ... for the statuses the console sends.
 const char* ReasonPhrase(int http_status);

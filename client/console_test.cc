@@ -3,7 +3,12 @@
 #include "client/console_http.h"
 
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "client/console_assets.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -52,9 +57,56 @@ TEST(HttpStatusFor, CoordinatorCodes) {
   EXPECT_EQ(HttpStatusFor(absl::NotFoundError("")), 404);
   EXPECT_EQ(HttpStatusFor(absl::InvalidArgumentError("")), 400);
   EXPECT_EQ(HttpStatusFor(absl::FailedPreconditionError("ended")), 409);
+  EXPECT_EQ(HttpStatusFor(absl::ResourceExhaustedError("a sample is being drawn")), 429);
   EXPECT_EQ(HttpStatusFor(absl::UnavailableError("")), 502);
   EXPECT_EQ(HttpStatusFor(absl::DeadlineExceededError("")), 504);
   EXPECT_EQ(HttpStatusFor(absl::InternalError("")), 500);
+}
+
+// A sample asked from the page: absent parameters keep the defaults; each out of its range is
+// refused naming it; a prompt over the bound too.
+TEST(ParseSampleParameters, DefaultsBoundsAndTheParameterNamed) {
+  absl::flat_hash_map<std::string, std::string> query;
+  auto get = [&query](const char* name) {
+    auto it = query.find(name);
+    return it == query.end() ? std::string() : it->second;
+  };
+  SampleParameters defaults;
+  defaults.tokens = 32;
+  absl::StatusOr<SampleParameters> p = ParseSampleParameters(get, "The ", defaults);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->prompt, "The ");
+  EXPECT_EQ(p->tokens, 32);
+  EXPECT_EQ(p->temperature, "1");
+  EXPECT_EQ(p->seed, 1337);
+  query = {{"tokens", "12"}, {"temperature", "0.8"}, {"top_k", "40"}, {"seed", "7"}};
+  p = ParseSampleParameters(get, "", defaults);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->tokens, 12);
+  EXPECT_EQ(p->temperature, "0.8");
+  EXPECT_EQ(p->top_k, 40);
+  EXPECT_EQ(p->seed, 7);
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{{"tokens", "0"},
+                                                        {"tokens", "1025"},
+                                                        {"tokens", "ten"},
+                                                        {"top_k", "-1"},
+                                                        {"seed", "-3"},
+                                                        {"temperature", "-0.5"},
+                                                        {"temperature", "nan"},
+                                                        {"temperature", "inf"},
+                                                        {"temperature", "warm"},
+                                                        {"temperature", "101"}}) {
+    query = {{name, value}};
+    p = ParseSampleParameters(get, "", defaults);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << name << "=" << value;
+    EXPECT_THAT(p.status().message(), HasSubstr(absl::StrCat(name, "=", value, ": ")));
+  }
+  query.clear();
+  p = ParseSampleParameters(get, std::string(kMaxSamplePromptBytes + 1, 'x'), defaults);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), HasSubstr("the prompt is 4097 bytes; at most 4096"));
+  EXPECT_TRUE(ParseSampleParameters(get, std::string(kMaxSamplePromptBytes, 'x'), defaults).ok());
 }
 
 TEST(HostAllowed, LoopbackOnlyItsOwnNames) {

@@ -645,6 +645,27 @@ async function showPlan() {
   $("plan").hidden = false;
 }
 
+// `dtrain sample JOB`: text from the job's newest checkpoint, drawn by the console's machine.
+async function sampleJob() {
+  const query = new URLSearchParams({
+    tokens: $("sample-tokens").value, temperature: $("sample-temperature").value,
+    top_k: $("sample-top-k").value, seed: $("sample-seed").value});
+  $("sample-button").disabled = true;
+  $("sample-source").textContent = "sampling…";
+  try {
+    const s = await api("jobs/" + encodeURIComponent(job.id) + "/sample?" + query,
+                        {method: "POST", body: $("sample-prompt").value,
+                         headers: {"X-Dtrain-Console": "1", "Content-Type": "text/plain; charset=utf-8"}});
+    $("sample-source").textContent = (s.tokens || []).length + " tokens from " + s.source;
+    $("sample-text").textContent = s.text;
+    $("sample-text").hidden = false;
+  } catch (e) {
+    $("sample-source").textContent = (e.code ? e.code + ": " : "") + e.message;
+    $("sample-text").hidden = true;
+  }
+  $("sample-button").disabled = false;
+}
+
 // `dtrain checkpoint JOB`: its ranks checkpoint their next step; the checkpoints' marks (C) and
 // the events show the seal.
 async function checkpointNow() {
@@ -758,6 +779,7 @@ async function jobPage() {
   document.title = "dtrain console: " + job.id;
   $("diagnose-button").onclick = diagnose;
   $("plan-button").onclick = showPlan;
+  $("sample-button").onclick = sampleJob;
   $("trace-button").onclick = traceStep;
   $("logs-button").onclick = showLogs;
   $("show-collectives").onchange = (e) => $("gantt").classList.toggle("show-collectives", e.target.checked);

@@ -114,10 +114,13 @@ def case_console(args):
     checkpoint now (a step sealed within seconds); both jobs' loss
     curves overlay on the compare page; a viewer sees no cancel button, and the viewer's console passes on the
     coordinator's refusal of a cancel, a resubmit, a priority and a drain (403 PERMISSION_DENIED; the job
-    keeps running), and a priority that is no number is refused (400); the admin's page shows the job's log at a click and offers resubmit. A POST
+    keeps running), and a priority that is no number is refused (400); the admin's page shows the job's log at a click and offers resubmit; the finished
+    job's page samples text from its newest checkpoint at a click, the text `dtrain sample JOB`
+    prints with the same settings (a sample out of bounds is refused naming the parameter). A POST
     without the console's header and a request with a foreign Host are refused; without
     credentials, or on a non-loopback address without --listen_public, it does not start; with
     --listen_public every request needs the printed token."""
+    os.environ["DTRAIN_SAMPLE"] = args.sample  # the console runs it for the job page's samples
     with Cluster(args.binaries, "console", tls=True) as c:
         refused_to_start(c, "no credentials", ["console", "--listen=127.0.0.1:PORT"], "--tls_ca",
                          cert=None)
@@ -136,7 +139,7 @@ def case_console(args):
             ckpt, 100000, name="long", parallel={"pp": 2})))
         c.wait_step(running, 1, 60)
 
-        _, admin = start_console(c, "admin", "admin")
+        _, admin = start_console(c, "admin", "admin", extra=["--device=cpu"])
         _, viewer = start_console(c, "viewer", "viewer")
         base = "http://127.0.0.1:%d" % admin
         with Browser(c.tmp) as b:
@@ -177,6 +180,23 @@ def case_console(args):
                    "the admin sees no resubmit button")
             print("curve job: %s points per curve, %d grid cells, %d log lines"
                   % (points, len(cells), entries))
+            # Text from its newest checkpoint at a click: what `dtrain sample JOB` prints with
+            # the same settings.
+            _, want, _ = c.cli("sample", curve, "--prompt=The ", "--tokens=12", "--temperature=0.8",
+                               "--top_k=20", "--seed=7", "--device=cpu", "--json", check=True)
+            want = json.loads(want)
+            b.eval("(set => { set('sample-prompt', 'The '); set('sample-tokens', '12'); "
+                   "set('sample-temperature', '0.8'); set('sample-top-k', '20'); "
+                   "set('sample-seed', '7'); document.getElementById('sample-button').click(); })"
+                   "((id, v) => { document.getElementById(id).value = v; })")
+            text = b.wait("(t => !t.hidden && t.textContent)(document.getElementById("
+                          "'sample-text'))", 60, "the sample drawn from the page")
+            source = b.eval("document.getElementById('sample-source').textContent")
+            expect(text == want["text"] and text.startswith("The "),
+                   "the page's sample %r, dtrain sample's %r" % (text, want["text"]))
+            expect(source.startswith("12 tokens from ") and curve in source,
+                   "the sample's source line: %r" % source)
+            print("sample from the page: %r (%s)" % (text, source))
 
             # A running job, as an admin: the cancel button is there.
             c.wait_step(running, HISTORY_STEPS + 500, 120)
@@ -313,6 +333,10 @@ def case_console(args):
         expect(status == 400 and "priority 'high' is not a whole number" in body,
                "a priority that is no number through the console: %d %s" % (status, body))
         expect(c.job(running)["spec"].get("priority") == 3, "the priority changed after refusals")
+        status, _, body = request(admin, "/api/jobs/%s/sample?tokens=0" % curve, "POST",
+                                  {"X-Dtrain-Console": "1"})
+        expect(status == 400 and "tokens=0: a whole number from 1 to 1024" in body,
+               "a sample of 0 tokens through the console: %d %s" % (status, body))
         # Browser-side guards: a POST without the header (a cross-site form), a rebound Host.
         status, _, body = request(admin, path, "POST")
         expect(status == 403 and "X-Dtrain-Console" in body,
