@@ -111,10 +111,13 @@ def case_tls(args):
             expect(r.returncode == 0, "%s: %s" % (" ".join(argv), r.stderr.decode()))
         c.write_corpus()
         c.start_coordinator()  # waits for `dtrain workers` with the admin certificate
-        c.start_worker("w1")
+        # Steps of at least 50 ms: the job runs through the probes of its ports below (150 steps
+        # of this model take under a second on an idle machine, and its ports close with it).
+        slow = "--test_only_step_delay=50ms"
+        c.start_worker("w1", [slow])
         data_port = free_port()
         # As if on another host; its data connections' listener on a fixed port (--data_port).
-        c.start_worker("w2", ["--shared_memory=false", "--data_port=%d" % data_port])
+        c.start_worker("w2", ["--shared_memory=false", "--data_port=%d" % data_port, slow])
         c.wait_workers({"w1": "IDLE", "w2": "IDLE"})
         for process, gauge in (("coordinator", "dtrain_coordinator_tls_enabled"),
                                ("worker-w1", "dtrain_worker_tls_enabled")):
