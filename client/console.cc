@@ -431,16 +431,13 @@ class Console {
   // parameters (ParseSampleParameters). Its JSON (prompt_tokens, tokens, text) and "source".
   // One at a time: another while one runs is 429.
   int Sample(mg_connection* connection, const std::string& job_id, const mg_request_info* request) {
+    // Read up to just past the bound, whatever Content-Length claims: a longer one is refused.
     std::string prompt;
-    if (request->content_length > static_cast<int64_t>(kMaxSamplePromptBytes)) {
-      prompt.resize(request->content_length);  // refused below, unread
-    } else {
-      char buffer[4096];
-      int n = 0;
-      while (prompt.size() <= kMaxSamplePromptBytes &&
-             (n = mg_read(connection, buffer, sizeof(buffer))) > 0) {
-        prompt.append(buffer, n);
-      }
+    char buffer[4096];
+    int n = 0;
+    while (prompt.size() <= kMaxSamplePromptBytes &&
+           (n = mg_read(connection, buffer, sizeof(buffer))) > 0) {
+      prompt.append(buffer, n);
     }
     SampleParameters defaults;
     defaults.tokens = inv_.sample_tokens;

@@ -124,7 +124,7 @@ absl::StatusOr<SampleParameters> ParseSampleParameters(
   SampleParameters p = defaults;
   if (prompt.size() > kMaxSamplePromptBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the prompt is ", prompt.size(), " bytes; at most ", kMaxSamplePromptBytes));
+        absl::StrCat("the prompt is longer than ", kMaxSamplePromptBytes, " bytes"));
   }
   p.prompt = std::move(prompt);
   auto whole = [&](const char* name, int64_t low, int64_t high, auto* out) -> absl::Status {

@@ -105,7 +105,7 @@ TEST(ParseSampleParameters, DefaultsBoundsAndTheParameterNamed) {
   query.clear();
   p = ParseSampleParameters(get, std::string(kMaxSamplePromptBytes + 1, 'x'), defaults);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(p.status().message(), HasSubstr("the prompt is 4097 bytes; at most 4096"));
+  EXPECT_THAT(p.status().message(), HasSubstr("the prompt is longer than 4096 bytes"));
   EXPECT_TRUE(ParseSampleParameters(get, std::string(kMaxSamplePromptBytes, 'x'), defaults).ok());
 }
 
