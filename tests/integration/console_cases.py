@@ -19,13 +19,13 @@ from harness import Cluster, TestFailure, expect, free_port, losses, small_job_s
 CURVE_STEPS = 30
 
 
-def request(port, path, method="GET", headers=None, host=None):
+def request(port, path, method="GET", headers=None, host=None, body=None):
     """(status, headers, body text) of one request to 127.0.0.1:port, redirects not followed."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         all_headers = {"Host": host or "127.0.0.1:%d" % port}
         all_headers.update(headers or {})
-        conn.request(method, path, headers=all_headers)
+        conn.request(method, path, body=body, headers=all_headers)
         r = conn.getresponse()
         return r.status, dict(r.getheaders()), r.read().decode(errors="replace")
     finally:
@@ -116,7 +116,7 @@ def case_console(args):
     coordinator's refusal of a cancel, a resubmit, a priority and a drain (403 PERMISSION_DENIED; the job
     keeps running), and a priority that is no number is refused (400); the admin's page shows the job's log at a click and offers resubmit; the finished
     job's page samples text from its newest checkpoint at a click, the text `dtrain sample JOB`
-    prints with the same settings (a sample out of bounds is refused naming the parameter). A POST
+    prints with the same settings (a sample out of bounds, or a prompt over 4 KiB, is refused naming it). A POST
     without the console's header and a request with a foreign Host are refused; without
     credentials, or on a non-loopback address without --listen_public, it does not start; with
     --listen_public every request needs the printed token."""
@@ -337,6 +337,10 @@ def case_console(args):
                                   {"X-Dtrain-Console": "1"})
         expect(status == 400 and "tokens=0: a whole number from 1 to 1024" in body,
                "a sample of 0 tokens through the console: %d %s" % (status, body))
+        status, _, body = request(admin, "/api/jobs/%s/sample" % curve, "POST",
+                                  {"X-Dtrain-Console": "1"}, body="x" * 5000)
+        expect(status == 400 and "the prompt is longer than 4096 bytes" in body,
+               "a 5000-byte prompt through the console: %d %s" % (status, body))
         # Browser-side guards: a POST without the header (a cross-site form), a rebound Host.
         status, _, body = request(admin, path, "POST")
         expect(status == 403 and "X-Dtrain-Console" in body,
