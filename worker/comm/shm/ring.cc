@@ -238,6 +238,7 @@ absl::StatusOr<bool> ShmRing::Peek(Record* record, absl::Time deadline,
       CpuRelax();
       continue;
     }
+    const uint32_t wakes = wakes_.load();
     const uint32_t seen = c.data_seq.load();
     c.consumer_sleeping.store(1);
     // After `seen`: a give_up set before WakeConsumer's bump is seen here, or the futex sees
@@ -253,7 +254,10 @@ absl::StatusOr<bool> ShmRing::Peek(Record* record, absl::Time deadline,
     }
     FutexWait(&c.data_seq, seen, deadline - now);
     c.consumer_sleeping.store(0);
-    if (c.head.load(std::memory_order_acquire) == tail) return false;  // woken, or timed out
+    // Woken by Wake or WakeConsumer with nothing to read: the caller looks at its conditions.
+    // Any other return (a record, the deadline, a signal, or the late FUTEX_WAKE of a record
+    // already taken, which a loaded machine delivers into the next wait) goes round again.
+    if (wakes_.load() != wakes && c.head.load(std::memory_order_acquire) == tail) return false;
   }
 }
 
@@ -266,11 +270,13 @@ void ShmRing::Release() {
 }
 
 void ShmRing::WakeConsumer() {
+  wakes_.fetch_add(1);
   control_->data_seq.fetch_add(1);
   if (control_->consumer_sleeping.load()) FutexWakeAll(&control_->data_seq);
 }
 
 void ShmRing::Wake() {
+  wakes_.fetch_add(1);
   control_->data_seq.fetch_add(1);
   FutexWakeAll(&control_->data_seq);
   control_->space_seq.fetch_add(1);

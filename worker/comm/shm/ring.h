@@ -30,6 +30,7 @@
 #ifndef DTRAIN_WORKER_COMM_SHM_RING_H_
 #define DTRAIN_WORKER_COMM_SHM_RING_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -117,6 +118,9 @@ class ShmRing {
   std::byte* data_;
   int64_t capacity_;
   uint64_t peeked_bytes_ = 0;  // consumer: size of the record Peek returned (0: none)
+  // Wake and WakeConsumer calls on this side: a sleeping Peek returns only when they bumped it,
+  // not whenever its futex returns.
+  std::atomic<uint32_t> wakes_{0};
 };
 
 }  // namespace dtrain::comm
