@@ -4,16 +4,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <initializer_list>
 #include <map>
+#include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -49,32 +50,42 @@ class StagingCpuBackend final : public Backend {
     }
     copier_.join();
     absl::MutexLock lock(&mu_);
-    for (auto& [base, a] : allocations_) munmap(reinterpret_cast<void*>(base), a.mapped);
+    for (auto& [base, a] : allocations_) Unmap(base, a);
     for (auto& [base, size] : pinned_) std::free(reinterpret_cast<void*>(base));
   }
 
   const DeviceInfo& info() const override { return info_; }
 
-  // ---- Memory: one mmap per allocation, PROT_NONE outside the backend's calls --------------
+  // ---- Memory: each allocation mapped twice, PROT_NONE where the caller sees it ------------
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     const size_t mapped = std::max(page_, (bytes + page_ - 1) / page_ * page_);
-    void* ptr =
-        mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (ptr == MAP_FAILED) {
+    // The backend's view: shared, so that mremap can map the same pages a second time.
+    void* work = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (work == MAP_FAILED) {
       return absl::ResourceExhaustedError(
           absl::StrCat("Allocate: mmap of ", bytes, " bytes failed: ", std::strerror(errno)));
     }
+    void* device = mremap(work, 0, mapped, MREMAP_MAYMOVE);  // old size 0: a second mapping
+    if (device == MAP_FAILED || mprotect(device, mapped, PROT_NONE) != 0) {
+      const std::string why = std::strerror(errno);
+      if (device != MAP_FAILED) munmap(device, mapped);
+      munmap(work, mapped);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("Allocate: the device view of ", bytes, " bytes failed: ", why));
+    }
     absl::MutexLock lock(&mu_);
-    allocations_[reinterpret_cast<uintptr_t>(ptr)] = {bytes, mapped, 0};
+    allocations_[reinterpret_cast<uintptr_t>(device)] = {bytes, mapped,
+                                                         static_cast<std::byte*>(work)};
     in_use_ += static_cast<int64_t>(mapped);
-    return ptr;
+    return device;
   }
   void Free(void* ptr) override {
     if (ptr == nullptr) return;
     absl::MutexLock lock(&mu_);
     auto it = allocations_.find(reinterpret_cast<uintptr_t>(ptr));
     if (it == allocations_.end()) return;
-    munmap(ptr, it->second.mapped);
+    Unmap(it->first, it->second);
     in_use_ -= static_cast<int64_t>(it->second.mapped);
     allocations_.erase(it);
   }
@@ -84,20 +95,20 @@ class StagingCpuBackend final : public Backend {
   }
   absl::Status CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
     RETURN_IF_ERROR(NotDevice("CopyToDevice", "host_src", host_src));
-    ASSIGN_OR_RETURN(Window w, Open("CopyToDevice", {dst}));
+    RETURN_IF_ERROR(ToViews("CopyToDevice", dst));
     return cpu_->CopyToDevice(dst, host_src, bytes);
   }
   absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) override {
     RETURN_IF_ERROR(NotDevice("CopyToHost", "host_dst", host_dst));
-    ASSIGN_OR_RETURN(Window w, Open("CopyToHost", {src}));
+    RETURN_IF_ERROR(ToViews("CopyToHost", src));
     return cpu_->CopyToHost(host_dst, src, bytes);
   }
   absl::Status CopyOnDevice(void* dst, const void* src, size_t bytes) override {
-    ASSIGN_OR_RETURN(Window w, Open("CopyOnDevice", {dst, src}));
+    RETURN_IF_ERROR(ToViews("CopyOnDevice", dst, src));
     return cpu_->CopyOnDevice(dst, src, bytes);
   }
   absl::Status Zero(void* dst, size_t bytes) override {
-    ASSIGN_OR_RETURN(Window w, Open("Zero", {dst}));
+    RETURN_IF_ERROR(ToViews("Zero", dst));
     return cpu_->Zero(dst, bytes);
   }
   absl::Status Synchronize() override {
@@ -166,9 +177,10 @@ class StagingCpuBackend final : public Backend {
     RETURN_IF_ERROR(CheckPinned("CopyToHostAsync", pinned_dst, bytes));
     RETURN_IF_ERROR(CheckDevice("CopyToHostAsync", src));
     Enqueue([this, pinned_dst, src, bytes] {
-      absl::StatusOr<Window> w = Open("CopyToHostAsync", {src});
-      if (w.ok()) std::memcpy(pinned_dst, src, bytes);
-      SetCopyError(w.status());
+      const void* from = src;
+      absl::Status s = ToViews("CopyToHostAsync", from);
+      if (s.ok()) std::memcpy(pinned_dst, from, bytes);
+      SetCopyError(s);
     });
     return absl::OkStatus();
   }
@@ -177,9 +189,10 @@ class StagingCpuBackend final : public Backend {
     RETURN_IF_ERROR(CheckPinned("CopyToDeviceAsync", pinned_src, bytes));
     RETURN_IF_ERROR(CheckDevice("CopyToDeviceAsync", dst));
     Enqueue([this, dst, pinned_src, bytes] {
-      absl::StatusOr<Window> w = Open("CopyToDeviceAsync", {dst});
-      if (w.ok()) std::memcpy(dst, pinned_src, bytes);
-      SetCopyError(w.status());
+      void* to = dst;
+      absl::Status s = ToViews("CopyToDeviceAsync", to);
+      if (s.ok()) std::memcpy(to, pinned_src, bytes);
+      SetCopyError(s);
     });
     return absl::OkStatus();
   }
@@ -187,118 +200,101 @@ class StagingCpuBackend final : public Backend {
   // ---- Ops: the CPU backend's, inside a window on their pointer arguments -------------------
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     int lda, const float* b, int ldb, float beta, float* c, int ldc) override {
-    ASSIGN_OR_RETURN(Window w, Open("Gemm", {a, b, c}));
+    RETURN_IF_ERROR(ToViews("Gemm", a, b, c));
     return cpu_->Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
                                 const float* wpe, int B, int T, int C) override {
-    ASSIGN_OR_RETURN(Window w, Open("EmbeddingForward", {out, tokens, wte, wpe}));
+    RETURN_IF_ERROR(ToViews("EmbeddingForward", out, tokens, wte, wpe));
     return cpu_->EmbeddingForward(out, tokens, wte, wpe, B, T, C);
   }
   absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                                  int B, int T, int C) override {
-    ASSIGN_OR_RETURN(Window w, Open("EmbeddingBackward", {dwte, dwpe, dout, tokens}));
+    RETURN_IF_ERROR(ToViews("EmbeddingBackward", dwte, dwpe, dout, tokens));
     return cpu_->EmbeddingBackward(dwte, dwpe, dout, tokens, B, T, C);
   }
   absl::Status LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
                                 const float* weight, const float* bias, int N, int C) override {
-    ASSIGN_OR_RETURN(Window w, Open("LayerNormForward", {out, mean, rstd, inp, weight, bias}));
+    RETURN_IF_ERROR(ToViews("LayerNormForward", out, mean, rstd, inp, weight, bias));
     return cpu_->LayerNormForward(out, mean, rstd, inp, weight, bias, N, C);
   }
   absl::Status LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean,
                                  const float* rstd, int N, int C) override {
-    ASSIGN_OR_RETURN(
-        Window w, Open("LayerNormBackward", {dinp, dweight, dbias, dout, inp, weight, mean, rstd}));
+    RETURN_IF_ERROR(
+        ToViews("LayerNormBackward", dinp, dweight, dbias, dout, inp, weight, mean, rstd));
     return cpu_->LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
   absl::Status MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
                              int N, int C, int OC) override {
-    ASSIGN_OR_RETURN(Window w, Open("MatmulForward", {out, inp, weight, bias}));
+    RETURN_IF_ERROR(ToViews("MatmulForward", out, inp, weight, bias));
     return cpu_->MatmulForward(out, inp, weight, bias, N, C, OC);
   }
   absl::Status MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N,
                                    int C, int OC, bool accumulate) override {
-    ASSIGN_OR_RETURN(Window w, Open("MatmulBackwardInput", {dinp, dout, weight}));
+    RETURN_IF_ERROR(ToViews("MatmulBackwardInput", dinp, dout, weight));
     return cpu_->MatmulBackwardInput(dinp, dout, weight, N, C, OC, accumulate);
   }
   absl::Status MatmulBackwardWeight(float* dweight, float* dbias, const float* dout,
                                     const float* inp, int N, int C, int OC) override {
-    ASSIGN_OR_RETURN(Window w, Open("MatmulBackwardWeight", {dweight, dbias, dout, inp}));
+    RETURN_IF_ERROR(ToViews("MatmulBackwardWeight", dweight, dbias, dout, inp));
     return cpu_->MatmulBackwardWeight(dweight, dbias, dout, inp, N, C, OC);
   }
   absl::Status GeluForward(float* out, const float* inp, int64_t n) override {
-    ASSIGN_OR_RETURN(Window w, Open("GeluForward", {out, inp}));
+    RETURN_IF_ERROR(ToViews("GeluForward", out, inp));
     return cpu_->GeluForward(out, inp, n);
   }
   absl::Status GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
-    ASSIGN_OR_RETURN(Window w, Open("GeluBackward", {dinp, inp, dout}));
+    RETURN_IF_ERROR(ToViews("GeluBackward", dinp, inp, dout));
     return cpu_->GeluBackward(dinp, inp, dout, n);
   }
   absl::Status AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
                                 int NH) override {
-    ASSIGN_OR_RETURN(Window w, Open("AttentionForward", {out, att, qkv}));
+    RETURN_IF_ERROR(ToViews("AttentionForward", out, att, qkv));
     return cpu_->AttentionForward(out, att, qkv, B, T, C, NH);
   }
   absl::Status AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                  const float* att, int B, int T, int C, int NH) override {
-    ASSIGN_OR_RETURN(Window w, Open("AttentionBackward", {dqkv, scratch, dout, qkv, att}));
+    RETURN_IF_ERROR(ToViews("AttentionBackward", dqkv, scratch, dout, qkv, att));
     return cpu_->AttentionBackward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
   }
   absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
-    ASSIGN_OR_RETURN(Window w, Open("ResidualForward", {out, a, b}));
+    RETURN_IF_ERROR(ToViews("ResidualForward", out, a, b));
     return cpu_->ResidualForward(out, a, b, n);
   }
   absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t n) override {
-    ASSIGN_OR_RETURN(Window w, Open("ResidualBackward", {da, db, dout}));
+    RETURN_IF_ERROR(ToViews("ResidualBackward", da, db, dout));
     return cpu_->ResidualBackward(da, db, dout, n);
   }
   absl::Status CrossEntropyForward(float* losses, float* probs, const float* logits,
                                    const int32_t* targets, int N, int V) override {
-    ASSIGN_OR_RETURN(Window w, Open("CrossEntropyForward", {losses, probs, logits, targets}));
+    RETURN_IF_ERROR(ToViews("CrossEntropyForward", losses, probs, logits, targets));
     return cpu_->CrossEntropyForward(losses, probs, logits, targets, N, V);
   }
   absl::Status CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
                                     float dloss, int N, int V) override {
-    ASSIGN_OR_RETURN(Window w, Open("CrossEntropyBackward", {dlogits, probs, targets}));
+    RETURN_IF_ERROR(ToViews("CrossEntropyBackward", dlogits, probs, targets));
     return cpu_->CrossEntropyBackward(dlogits, probs, targets, dloss, N, V);
   }
   absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t n,
                            const AdamWParams& p) override {
-    ASSIGN_OR_RETURN(Window w, Open("AdamWUpdate", {params, grads, m, v}));
+    RETURN_IF_ERROR(ToViews("AdamWUpdate", params, grads, m, v));
     return cpu_->AdamWUpdate(params, grads, m, v, n, p);
   }
   absl::StatusOr<double> SquaredNorm(const float* x, int64_t n) override {
-    ASSIGN_OR_RETURN(Window w, Open("SquaredNorm", {x}));
+    RETURN_IF_ERROR(ToViews("SquaredNorm", x));
     return cpu_->SquaredNorm(x, n);
   }
   absl::Status Scale(float* x, float s, int64_t n) override {
-    ASSIGN_OR_RETURN(Window w, Open("Scale", {x}));
+    RETURN_IF_ERROR(ToViews("Scale", x));
     return cpu_->Scale(x, s, n);
   }
 
  private:
   struct Allocation {
-    size_t bytes = 0;   // as asked
-    size_t mapped = 0;  // whole pages, at least one
-    int open = 0;       // windows open on it now
-  };
-
-  // The allocations an op may touch, readable and writable until destroyed.
-  class Window {
-   public:
-    Window(StagingCpuBackend* backend, std::vector<uintptr_t> bases)
-        : backend_(backend), bases_(std::move(bases)) {}
-    Window(Window&& other) noexcept
-        : backend_(std::exchange(other.backend_, nullptr)), bases_(std::move(other.bases_)) {}
-    Window& operator=(Window&&) = delete;
-    ~Window() {
-      if (backend_ != nullptr) backend_->Close(bases_);
-    }
-
-   private:
-    StagingCpuBackend* backend_;
-    std::vector<uintptr_t> bases_;
+    size_t bytes = 0;           // as asked
+    size_t mapped = 0;          // whole pages, at least one
+    std::byte* work = nullptr;  // the backend's view of the same pages, readable and writable
   };
 
   // The allocation holding `p` (its one-past-the-end counts: an empty range at the end).
@@ -311,41 +307,35 @@ class StagingCpuBackend final : public Backend {
     return it;
   }
 
-  absl::StatusOr<Window> Open(absl::string_view op, std::initializer_list<const void*> pointers) {
-    std::vector<uintptr_t> bases;
+  // Rebinds each device pointer an op takes to the same byte of the backend's view (null stays
+  // null: optional arguments such as bias; the op checks the rest). InvalidArgument naming the
+  // op for a pointer in no allocation.
+  template <typename... T>
+  absl::Status ToViews(absl::string_view op, T*&... pointers) {
     absl::MutexLock lock(&mu_);
-    for (const void* p : pointers) {
-      if (p == nullptr) continue;  // optional arguments (bias, dbias); the op checks the rest
-      auto it = Find(p);
-      if (it == allocations_.end()) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: pointer %p is not device memory of this backend (--device=cpu-staging: host "
-            "memory passed where device memory is expected)",
-            op, p));
-      }
-      if (std::find(bases.begin(), bases.end(), it->first) != bases.end()) continue;
-      if (it->second.open++ == 0 && mprotect(reinterpret_cast<void*>(it->first), it->second.mapped,
-                                             PROT_READ | PROT_WRITE) != 0) {
-        --it->second.open;
-        CloseLocked(bases);
-        return absl::InternalError(absl::StrCat(op, ": mprotect: ", std::strerror(errno)));
-      }
-      bases.push_back(it->first);
-    }
-    return Window(this, std::move(bases));
+    absl::Status status;
+    ((pointers = ViewLocked(op, pointers, status)), ...);
+    return status;
   }
-  void Close(const std::vector<uintptr_t>& bases) {
-    absl::MutexLock lock(&mu_);
-    CloseLocked(bases);
-  }
-  void CloseLocked(const std::vector<uintptr_t>& bases) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (uintptr_t base : bases) {
-      auto it = allocations_.find(base);
-      if (it == allocations_.end()) continue;  // freed inside the window: nothing to protect
-      if (--it->second.open == 0) {
-        mprotect(reinterpret_cast<void*>(base), it->second.mapped, PROT_NONE);
-      }
+  template <typename T>
+  T* ViewLocked(absl::string_view op, T* p, absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (p == nullptr) return nullptr;
+    auto it = Find(p);
+    if (it == allocations_.end()) {
+      status.Update(absl::InvalidArgumentError(absl::StrFormat(
+          "%s: pointer %p is not device memory of this backend (--device=cpu-staging: host "
+          "memory passed where device memory is expected)",
+          op, p)));
+      return nullptr;
     }
+    using Byte = std::conditional_t<std::is_const_v<T>, const std::byte, std::byte>;
+    const uintptr_t offset = reinterpret_cast<uintptr_t>(p) - it->first;
+    return reinterpret_cast<T*>(static_cast<Byte*>(it->second.work) + offset);
+  }
+  static void Unmap(uintptr_t device, const Allocation& a) {
+    munmap(reinterpret_cast<void*>(device), a.mapped);
+    munmap(a.work, a.mapped);
   }
 
   absl::Status CheckDevice(absl::string_view op, const void* p) {

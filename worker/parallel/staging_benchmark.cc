@@ -3,7 +3,7 @@
 // 128 tokens, 1F1B) with its 4 ranks as threads over the in-process transport (one CPU thread
 // each), on --device=cpu (no copies: the transport reads device memory) and on cpu-staging
 // (every send, receive and collective copied through pinned buffers on a copy thread, device
-// memory behind mprotect), the latter with the default 1 MiB staging chunk and with 16 KiB chunks
+// memory PROT_NONE to all but the backend's ops), the latter with the default 1 MiB staging chunk and with 16 KiB chunks
 // (the tp all-reduces of 192 KiB then run in 12 chunks, so copies overlap collectives).
 // The configurations take turns over --repeats rounds; each reports its median. Numbers and the
 // command are in docs/PERFORMANCE.md ("Staging").
