@@ -16,8 +16,16 @@
 # (deploy/docker/make-base-image.sh); starts dockerd when none answers (and leaves it running).
 # Traffic: loopback and the containers' bridge network, plus apt inside the image builds.
 #
-# Under Bazel (tags local: it needs the real workspace as the build context, and the docker
-# socket) the workspace is the real path of this script. Standalone: tests/deploy/compose_test.sh.
+# How the dtrain image is made: by default as a user makes it, the binaries compiled by Bazel
+# inside docker (deploy/docker/Dockerfile's build stage: 10 to 20 minutes on a fresh 2-core
+# machine); with COMPOSE_TEST_BINARIES=DIR from the binaries in DIR (dtrain-coordinator,
+# dtrain-worker, dtrain, dtrain-export, built without CUDA: `bazel build --define=cuda=off`),
+# the Dockerfile's DTRAIN_BINARIES=prebuilt. tools/test.sh does the latter with the build it
+# has just tested; the image's runtime stage (packages, user, volumes, the ldd check) is the same.
+#
+# Under Bazel (`bazel test //tests/deploy:compose_test`, tagged manual: the build inside docker;
+# tags local: it needs the real workspace as the build context, and the docker socket) the
+# workspace is the real path of this script. Standalone: tests/deploy/compose_test.sh.
 # Environment: COMPOSE_TEST_KEEP=1 leaves the stack up (to look at it; tear it down with the
 # printed command); DOCKER, DOCKER_COMPOSE choose the clients.
 set -euo pipefail
@@ -68,9 +76,26 @@ base_s=$((SECONDS - t))
 
 tag=compose-test
 t=$SECONDS
-say "building dtrain:$tag (Bazel inside docker; cached layers and Bazel cache make reruns fast)"
-docker build --progress=plain -f "$root/deploy/docker/Dockerfile" -t "dtrain:$tag" "$root" \
+if [ -n "${COMPOSE_TEST_BINARIES:-}" ]; then
+  # The image of binaries built already (tools/test.sh: this build's, without CUDA): a context
+  # of just them and the healthcheck script, DTRAIN_BINARIES=prebuilt.
+  context=$(mktemp -d /tmp/compose_test_context.XXXXXX)
+  mkdir -p "$context/prebuilt" "$context/deploy/docker"
+  for b in dtrain-coordinator dtrain-worker dtrain dtrain-export; do
+    [ -x "$COMPOSE_TEST_BINARIES/$b" ] || fail "COMPOSE_TEST_BINARIES=$COMPOSE_TEST_BINARIES has no $b"
+    cp "$COMPOSE_TEST_BINARIES/$b" "$context/prebuilt/$b"
+  done
+  cp "$root/deploy/docker/dtrain-healthcheck" "$context/deploy/docker/"
+  build_from=(--build-arg DTRAIN_BINARIES=prebuilt "$context")
+  say "building dtrain:$tag from the binaries in $COMPOSE_TEST_BINARIES (DTRAIN_BINARIES=prebuilt)"
+else
+  context=""
+  build_from=("$root")
+  say "building dtrain:$tag (Bazel inside docker; cached layers and Bazel cache make reruns fast)"
+fi
+docker build --progress=plain -f "$root/deploy/docker/Dockerfile" -t "dtrain:$tag" "${build_from[@]}" \
   >"$outputs/build-dtrain.log" 2>&1 || { tail -n 60 "$outputs/build-dtrain.log" >&2; fail "image build"; }
+[ -z "$context" ] || rm -rf "$context"
 dtrain_s=$((SECONDS - t))
 t=$SECONDS
 docker build --progress=plain -f "$root/deploy/prometheus/Dockerfile" -t "dtrain-prometheus:$tag" \

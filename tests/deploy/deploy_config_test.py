@@ -14,6 +14,8 @@
 - deploy/jobs/*.json: container paths, and `dtrain plan` accepts each.
 - Every flag that compose, Kubernetes and systemd pass to dtrain-coordinator and dtrain-worker
   is one the binary has (its --helpfull), so a renamed flag fails here, not at a deployment.
+- The image's build stage installs tools/setup.sh's build packages (CI builds the image from
+  binaries it made, so nothing else would see the two lists drift apart).
 - TLS everywhere: no file starts a daemon or the CLI with --insecure; every daemon gets
   --tls_ca/--tls_cert/--tls_key naming its own role's files (coordinator.pem, worker.pem), inside
   a read-only mount of that role's certificates: compose's volume tls-ROLE, which the one-shot
@@ -548,6 +550,36 @@ class JobSpecsTest(unittest.TestCase):
                 self.assertEqual(r.returncode, 0, f"dtrain plan {path}: {r.stdout}{r.stderr}")
 
 
+# tools/setup.sh's packages that building the image's binaries does not need: tests,
+# benchmarks, fuzzing, docker, the browser. libssl-dev comes with libgrpc++-dev.
+NOT_FOR_THE_BUILD = {
+    "libgtest-dev", "libgmock-dev", "libbenchmark-dev", "nodejs", "libssl-dev", "python3-torch",
+    "python3-numpy", "iperf3", "prometheus", "clang", "libclang-rt-14-dev", "docker.io",
+    "docker-compose", "debootstrap", "python3-yaml", "iptables", "iproute2", "util-linux",
+    "chromium", "fonts-dejavu-core",
+}
+
+
+class ImageBuildStageTest(unittest.TestCase):
+    """tools/test.sh makes the CI image from binaries it built (DTRAIN_BINARIES=prebuilt), so the
+    Dockerfile's build stage runs only by hand (`bazel test //tests/deploy:compose_test`): its
+    package list must not drift from tools/setup.sh's, which every build here uses."""
+
+    def test_build_stage_installs_setups_build_packages(self):
+        if not ARGS.setup:
+            self.skipTest("no --setup")
+        with open(ARGS.setup) as f:
+            listed = re.search(r"^PACKAGES=\((.*?)^\)", f.read(), re.S | re.M).group(1)
+        setup = set(re.sub(r"#[^\n]*", "", listed).split())
+        self.assertFalse(NOT_FOR_THE_BUILD - setup, "names that tools/setup.sh no longer has")
+        dockerfile = read("docker", "Dockerfile")
+        stage = dockerfile[dockerfile.index(" AS build"):dockerfile.index(" AS prebuilt")]
+        install = re.search(r"apt-get install -y --no-install-recommends(.*?)&&", stage, re.S)
+        image = set(install.group(1).replace("\\", " ").split())
+        self.assertEqual(image, setup - NOT_FOR_THE_BUILD,
+                         "deploy/docker/Dockerfile's build stage against tools/setup.sh")
+
+
 def main():
     global ARGS, DEPLOY
     parser = argparse.ArgumentParser()
@@ -555,6 +587,7 @@ def main():
     parser.add_argument("--cli", default="", help="the dtrain CLI, for `dtrain plan`")
     parser.add_argument("--coordinator", default="", help="the dtrain-coordinator binary")
     parser.add_argument("--worker", default="", help="the dtrain-worker binary")
+    parser.add_argument("--setup", default="", help="tools/setup.sh, for its package list")
     ARGS, rest = parser.parse_known_args()
     DEPLOY = os.path.abspath(ARGS.deploy)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
