@@ -28,8 +28,9 @@ bash tools/setup.sh || exit 1
 # cpu-staging twins): minutes of instrumented arithmetic over the same trainer code that
 # worker/daemon's tests run under ASan in every layout (parallel_job_test); the normal build
 # runs them all.
+# Nor the CUDA backend's test: --config=asan builds without CUDA (.bazelrc).
 ASAN_TESTS=(-- //plan/... //common/... //worker/... //coordinator/... //client/... //kernels/...
-            -//kernels/tests:ops_test -//worker/parallel:parallel_trainer_staging_test
+            -//kernels/tests:ops_test -//kernels/cuda/... -//worker/parallel:parallel_trainer_staging_test
             -//worker/parallel:sharded_checkpoint_reshard_staging_test
             -//worker/parallel:parallel_trainer_test
             -//worker/parallel:sharded_checkpoint_reshard_test)
@@ -121,9 +122,12 @@ fi
 rm -rf "$image_dir"
 phase_done compose
 if [[ ${DTRAIN_SANITIZERS:-1} != 0 ]]; then
-  run_bazel --config=asan --keep_going "${ASAN_TESTS[@]}"
+  # --build_tests_only: the tests and what they need, not every binary and benchmark the
+  # patterns name (those are built, and their smoke tests run, in the normal build).
+  run_bazel --config=asan --keep_going --build_tests_only "${ASAN_TESTS[@]}"
   phase_done asan
-  run_bazel --config=tsan --keep_going --test_filter="$TSAN_FILTER" "${TSAN_TESTS[@]}"
+  run_bazel --config=tsan --keep_going --build_tests_only --test_filter="$TSAN_FILTER" \
+    "${TSAN_TESTS[@]}"
   phase_done tsan
 fi
 if [[ ${FUZZ_SECONDS:-20} != 0 ]]; then
