@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -76,9 +77,14 @@ TEST(ShmRing, StaleRingsOfDeadCreatorsAreSwept) {
   if (child == 0) _exit(0);
   ASSERT_GT(child, 0);
   ASSERT_EQ(waitpid(child, nullptr, 0), child);  // a pid that is gone
+  // A folder of this test's own: every process that creates a segment sweeps /dev/shm (a test
+  // running beside this one removed its dead segment before it looked).
+  std::string folder =
+      std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/shm.XXXXXX";
+  ASSERT_NE(mkdtemp(folder.data()), nullptr);
   const std::string hex(32, 'a');
-  const std::string dead = "/dev/shm/dtrain-" + std::to_string(child) + "-" + hex;
-  const std::string live = "/dev/shm/dtrain-" + std::to_string(getpid()) + "-" + hex;
+  const std::string dead = folder + "/dtrain-" + std::to_string(child) + "-" + hex;
+  const std::string live = folder + "/dtrain-" + std::to_string(getpid()) + "-" + hex;
   for (const std::string& path : {dead, live}) {
     const int fd = open(path.c_str(), O_CREAT | O_WRONLY, 0600);
     ASSERT_GE(fd, 0) << path;
@@ -87,12 +93,13 @@ TEST(ShmRing, StaleRingsOfDeadCreatorsAreSwept) {
     close(fd);
   }
   struct stat st;
-  EXPECT_EQ(SweepStaleSegments(absl::Hours(2)), 0);  // not old enough
+  EXPECT_EQ(SweepStaleSegments(absl::Hours(2), folder), 0);  // not old enough
   EXPECT_EQ(stat(dead.c_str(), &st), 0);
-  EXPECT_GE(SweepStaleSegments(absl::Minutes(5)), 1);
+  EXPECT_EQ(SweepStaleSegments(absl::Minutes(5), folder), 1);
   EXPECT_NE(stat(dead.c_str(), &st), 0);  // gone
   EXPECT_EQ(stat(live.c_str(), &st), 0);  // its creator runs
   unlink(live.c_str());
+  rmdir(folder.c_str());
 }
 
 TEST(ShmRing, RejectsABadCapacityAndARecordOverHalfTheRing) {

@@ -26,8 +26,8 @@ std::string Errno(absl::string_view what) { return absl::StrCat(what, ": ", stre
 
 }  // namespace
 
-int SweepStaleSegments(absl::Duration min_age) {
-  DIR* dir = opendir("/dev/shm");
+int SweepStaleSegments(absl::Duration min_age, const std::string& folder) {
+  DIR* dir = opendir(folder.c_str());
   if (dir == nullptr) return 0;
   int removed = 0;
   const int64_t now = absl::ToUnixSeconds(absl::Now());
@@ -41,13 +41,13 @@ int SweepStaleSegments(absl::Duration min_age) {
       continue;
     }
     struct stat st;
-    const std::string path = absl::StrCat("/dev/shm/", e->d_name);
+    const std::string path = absl::StrCat(folder, "/", e->d_name);
     if (stat(path.c_str(), &st) != 0 || st.st_uid != geteuid() ||
         now - st.st_mtime < absl::ToInt64Seconds(min_age)) {
       continue;
     }
     if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // its creator may still be running
-    if (shm_unlink(absl::StrCat("/", e->d_name).c_str()) == 0) ++removed;
+    if (unlink(path.c_str()) == 0) ++removed;           // shm_unlink, for /dev/shm
   }
   closedir(dir);
   return removed;

@@ -36,8 +36,10 @@ namespace dtrain::comm {
 // this uid, at least `min_age` old (longer than any handshake), whose creator's pid is gone (in a
 // shared /dev/shm with another pid namespace a pid may look gone while its process runs: min_age
 // keeps such a segment safe during its handshake). ShmSegment::Create calls it. Returns how many
-// it removed.
-int SweepStaleSegments(absl::Duration min_age = absl::Minutes(5));
+// it removed. `dir` is /dev/shm but in tests, which sweep a folder of their own: every process
+// that creates a segment sweeps /dev/shm, so a test's planted files there are not its alone.
+int SweepStaleSegments(absl::Duration min_age = absl::Minutes(5),
+                       const std::string& dir = "/dev/shm");
 
 // The names (without the leading slash) of the segments in /dev/shm that process `pid` created
 // and that are still there: what a test asserts empty once a job is over.
