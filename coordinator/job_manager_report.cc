@@ -64,10 +64,21 @@ absl::StatusOr<ReportProgressResponse> JobManager::RecordReport(
     response.set_cancelled(true);
     return response;
   }
+  // The run the report comes from, where the worker says (ReportProgressRequest.attempt): one a
+  // recovery replaced is never taken for the current one, even from a worker in both.
+  const int current_run = static_cast<int>(job->recoveries.size());
+  if (request.has_attempt() && (request.attempt() > current_run || request.attempt() < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("a report of run ", request.attempt(), " of ",
+                                                   job->id, ", whose current run is ",
+                                                   current_run));
+  }
+  const bool earlier_run = request.has_attempt() && request.attempt() < current_run;
   auto rank_it = job->rank_of.find(request.worker_id());
-  if (rank_it == job->rank_of.end()) {
+  if (rank_it == job->rank_of.end() || earlier_run) {
     ASSIGN_OR_RETURN(const bool recorded, RecordStoppedRunSteps(*job, request));
-    if (recorded) return response;
+    // A worker of the current run too: its earlier run's other reports are dropped, answered
+    // OK, since a refusal would count against the run it trains now.
+    if (recorded || rank_it != job->rank_of.end()) return response;
     return absl::FailedPreconditionError(
         absl::StrCat(job->id, " has no rank on worker ", request.worker_id()));
   }
@@ -95,7 +106,8 @@ absl::StatusOr<ReportProgressResponse> JobManager::RecordReport(
 // seal a step there that the new run resumes from: without the steps it reported meanwhile the
 // job's curve would miss them. They are recorded as the stopped run's (no recovery
 // bookkeeping) until the new run's first step, which replaces the rows from its own first step
-// on; its other reports are refused as before (the log and the seals are the current run's).
+// on; its other reports are not recorded (the log and the seals are the current run's). A
+// worker that has a rank in the new run too is told apart by the report's attempt.
 absl::StatusOr<bool> JobManager::RecordStoppedRunSteps(ActiveJob& job,
                                                        const ReportProgressRequest& request) {
   auto rank = job.recovery.stopped_rank_of.find(request.worker_id());

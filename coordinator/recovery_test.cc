@@ -318,6 +318,75 @@ TEST(Recovery, TheStoppedRunsLastStepsAreKeptUntilTheNewRunsFirst) {
   EXPECT_EQ(steps().back(), std::make_pair(int64_t{21}, 2.5));
 }
 
+// A worker with a rank in the stopped run and in the new one (w1 here) may deliver the stopped
+// run's reports late, after the new run is placed (its queue held them while the coordinator
+// was away): the report's attempt tells them apart. The stopped run's steps count as its own
+// while the recovery is open; its other reports, and its steps after that, are answered OK and
+// not recorded; they never end the recovery nor touch the new run.
+TEST(Recovery, ALateReportOfTheStoppedRunIsNeverTakenForTheNewRunsFromAWorkerInBoth) {
+  Harness h(TempDb("recover-late-attempt"));
+  ShrinkOntoW1(h);
+  ASSERT_TRUE(h.Register("w3", "s-w3").ok());
+  h.m().RunSchedulerPass();
+  ASSERT_TRUE(h.Sealed("job-000001", 20, "/c/job-000001/step_00000020").ok());
+  ASSERT_EQ(h.Get("job-000001").state(), RECOVERING);  // growing back at step 20
+  h.Beat("w1", "s-w1");                                // its run stopped
+  h.m().RunSchedulerPass();
+  Job job = h.Get("job-000001");
+  ASSERT_EQ(job.state(), PLACING);
+  ASSERT_EQ(job.recoveries_size(), 2);  // the new run is run 2; w1's stopped one was run 1
+  h.StartOn("w1", "job-000001");
+  h.StartOn("w3", "job-000001");
+  const JobState placed = h.Get("job-000001").state();
+  auto late = [](int attempt) {
+    ReportProgressRequest r;
+    r.set_worker_id("w1");
+    r.set_session_id("s-w1");
+    r.set_job_id("job-000001");
+    r.set_attempt(attempt);
+    return r;
+  };
+  auto steps = [&h] {
+    std::vector<std::pair<int64_t, double>> out;
+    const std::vector<StepMetrics> recorded = *h.m().store().MetricsAfter("job-000001", 0);
+    for (const StepMetrics& m : recorded) out.push_back({m.step(), m.loss()});
+    return out;
+  };
+  ReportProgressRequest step = late(1);
+  step.mutable_step()->set_step(21);
+  step.mutable_step()->set_loss(3.0);
+  ASSERT_TRUE(h.m().ReportProgress(step).ok());
+  job = h.Get("job-000001");
+  EXPECT_FALSE(job.recoveries(1).done()) << "the stopped run's step taken for the new run's";
+  EXPECT_EQ(steps().back(), std::make_pair(int64_t{21}, 3.0));
+  ReportProgressRequest line = late(1);
+  line.set_event("a line of the stopped run");
+  EXPECT_TRUE(h.m().ReportProgress(line).ok());
+  ReportProgressRequest outcome = late(1);
+  outcome.mutable_outcome()->set_error("rank 1 (w2) is gone");
+  EXPECT_TRUE(h.m().ReportProgress(outcome).ok());
+  EXPECT_EQ(h.Get("job-000001").state(), placed);
+  EXPECT_THAT(Events(h), Not(HasSubstr("a line of the stopped run")));
+  ReportProgressRequest ahead = late(3);
+  ahead.set_event("from a run not made yet");
+  EXPECT_EQ(h.m().ReportProgress(ahead).status().code(), absl::StatusCode::kInvalidArgument);
+  // The new run's first step (its reports carry run 2) ends the recovery; a step of the stopped
+  // run after it is not recorded.
+  const std::string reporting = job.placement().ranks(0).worker_id();
+  ReportProgressRequest first = late(2);
+  first.set_worker_id(reporting);
+  first.set_session_id("s-" + reporting);
+  first.mutable_step()->set_step(21);
+  first.mutable_step()->set_loss(2.5);
+  ASSERT_TRUE(h.m().ReportProgress(first).ok());
+  job = h.Get("job-000001");
+  EXPECT_EQ(job.state(), RUNNING);
+  EXPECT_TRUE(job.recoveries(1).done());
+  step.mutable_step()->set_step(22);
+  ASSERT_TRUE(h.m().ReportProgress(step).ok());
+  EXPECT_EQ(steps().back(), std::make_pair(int64_t{21}, 2.5));
+}
+
 // A shrunk job whose submitted layout does not fit the idle workers (one too small for a rank)
 // resumes on the layout it ran on instead of waiting for it until wait_for fails the job, and
 // is not asked to grow back onto the same workers again; another idle worker asks again.

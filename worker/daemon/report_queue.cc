@@ -49,6 +49,12 @@ void ReportQueue::Push(ReportProgressRequest request) {
   }
 }
 
+// One run of one job: a StepRun holds no other, and a step replaces only its own run's.
+bool ReportQueue::SameRun(const ReportProgressRequest& a, const ReportProgressRequest& b) {
+  return a.job_id() == b.job_id() && a.has_attempt() == b.has_attempt() &&
+         a.attempt() == b.attempt();
+}
+
 bool ReportQueue::Kept(const StepMetrics& step, int64_t stride) {
   return step.step() % stride == 0 || step.has_val_loss();
 }
@@ -59,7 +65,7 @@ void ReportQueue::ReplaceUnkeptTail(const ReportProgressRequest& next) {
                              [](const Pending& r) { return r.request.has_step(); });
   if (newest == reports_.rend()) return;
   const ReportProgressRequest& tail = newest->request;
-  if (tail.job_id() == next.job_id() && !Kept(tail.step(), stride_)) {
+  if (SameRun(tail, next) && !Kept(tail.step(), stride_)) {
     reports_.erase(std::next(newest).base());
     ++dropped_;
   }
@@ -153,7 +159,7 @@ std::optional<ReportQueue::Batch> ReportQueue::Next(int max_steps) const {
   size_t n = 1;
   while (n < reports_.size() && n < static_cast<size_t>(max_steps)) {
     const ReportProgressRequest& next = reports_[n].request;
-    if (!next.has_step() || next.job_id() != first.job_id() ||
+    if (!next.has_step() || !SameRun(next, first) ||
         next.step().step() <= reports_[n - 1].request.step().step()) {
       break;
     }

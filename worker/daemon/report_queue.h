@@ -96,6 +96,7 @@ class ReportQueue {
   void Log(const std::string& line) const;
   // Whether a step stays in the queue at this stride (see the top).
   static bool Kept(const StepMetrics& step, int64_t stride);
+  static bool SameRun(const ReportProgressRequest& a, const ReportProgressRequest& b);
   // Drops the newest report when it is a step of next's job that the stride does not keep.
   void ReplaceUnkeptTail(const ReportProgressRequest& next);
   // Makes room for one report (see the top); queues nothing itself.

@@ -185,6 +185,27 @@ TEST(ReportQueue, NextSendsARunOfOneJobsIncreasingStepsAsOneReport) {
   EXPECT_EQ(single->reports, 1);
 }
 
+// A new run of the job that resumes right after the old one's last step (its steps go on
+// increasing) still starts a report of its own: a StepRun carries one run's attempt.
+TEST(ReportQueue, ARunOfStepsNeverSpansTwoRunsOfTheJob) {
+  ReportQueue q({100}, nullptr);
+  auto step = [](int64_t n, int attempt) {
+    ReportProgressRequest r = Step("job-000001", n);
+    r.set_attempt(attempt);
+    return r;
+  };
+  q.Push(step(1, 0));
+  q.Push(step(2, 0));
+  q.Push(step(3, 1));
+  q.Push(step(4, 1));
+  std::vector<std::pair<int, int>> sent;  // (attempt, steps)
+  while (std::optional<ReportQueue::Batch> b = q.Next(10)) {
+    sent.push_back({b->request.attempt(), b->reports});
+    q.PopThrough(b->last_seq);
+  }
+  EXPECT_THAT(sent, ElementsAre(std::make_pair(0, 2), std::make_pair(1, 2)));
+}
+
 TEST(ReportQueue, PopThroughLeavesWhatWasQueuedAfterTheBatch) {
   ReportQueue q({100}, nullptr);
   q.Push(Step("job-000001", 1));

@@ -427,6 +427,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
     outcome.set_error(why);
     ReportProgressRequest r;
     r.set_job_id(id);
+    r.set_attempt(assignment.attempt());
     *r.mutable_outcome() = outcome;
     EnqueueLocked(std::move(r));
     return;
@@ -439,6 +440,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
                       std::max(1, spec.parallel().pp()), std::max(1, spec.parallel().tp())));
   auto job = std::make_unique<ActiveJob>();
   job->id = id;
+  job->attempt = assignment.attempt();
   job->total_steps = spec.steps();
   JobRunnerOptions runner_options;
   runner_options.worker_id = options_.worker_id;
@@ -482,6 +484,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
     if (!report || raw->cancelled_by_coordinator) return;
     ReportProgressRequest r;
     r.set_job_id(raw->id);
+    r.set_attempt(raw->attempt);
     *r.mutable_step() = m;
     EnqueueLocked(std::move(r));
   };
@@ -530,6 +533,7 @@ void WorkerDaemon::Report(ActiveJob* job, ReportProgressRequest request) {
   absl::MutexLock lock(&mu_);
   if (job->cancelled_by_coordinator) return;
   request.set_job_id(job->id);
+  request.set_attempt(job->attempt);
   EnqueueLocked(std::move(request));
 }
 
@@ -555,6 +559,7 @@ void WorkerDaemon::RunJob(ActiveJob* job) {
               : absl::StrCat("job ", job->id, " failed: ", outcome.error()));
   ReportProgressRequest r;
   r.set_job_id(job->id);
+  r.set_attempt(job->attempt);
   *r.mutable_outcome() = outcome;
   EnqueueLocked(std::move(r));
 }

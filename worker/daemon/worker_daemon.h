@@ -173,6 +173,7 @@ class WorkerDaemon {
  private:
   struct ActiveJob {
     std::string id;
+    int attempt = 0;  // JobAssignment.attempt: every report of this run carries it
     int64_t total_steps = 0;
     std::unique_ptr<JobRunner> runner;
     std::thread thread;

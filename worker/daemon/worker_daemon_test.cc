@@ -121,7 +121,9 @@ TEST_F(WorkerDaemonTest, RegistrationCarriesIdentityAndDeviceInfo) {
 
 TEST_F(WorkerDaemonTest, AssignmentReportsStepsInOrderThenSuccessWithTheWeights) {
   const std::string data = WriteText("success.txt", 2000);
-  fake_.Assign(TinyJob("job-000001", data, 8));
+  JobAssignment assignment = TinyJob("job-000001", data, 8);
+  assignment.set_attempt(2);  // the job's third run: every report says so
+  fake_.Assign(assignment);
   StartWorker();
   ASSERT_TRUE(fake_.WaitUntil(HasOutcome));
   const std::vector<ReportProgressRequest> reports = fake_.reports();
@@ -130,6 +132,8 @@ TEST_F(WorkerDaemonTest, AssignmentReportsStepsInOrderThenSuccessWithTheWeights)
     EXPECT_EQ(r.worker_id(), "w1");
     EXPECT_EQ(r.session_id(), daemon_->session_id());
     EXPECT_EQ(r.job_id(), "job-000001");
+    EXPECT_TRUE(r.has_attempt());
+    EXPECT_EQ(r.attempt(), 2);
     if (r.has_step()) {
       EXPECT_GT(r.step().loss(), 0);
       EXPECT_GT(r.step().grad_norm(), 0);
