@@ -95,7 +95,24 @@ if [[ ${1:-} == --quick ]]; then
 fi
 
 phase_done setup
-run_bazel //... "$@"
+# With the sanitizers on, the unit tests of ASAN_TESTS run in the ASan build only: each is
+# compiled, linked and run once, not once more at -O2 (docs/TESTING.md: what that saved a cold
+# run). The normal build still builds every target (binaries, benchmarks, the CUDA backend) and
+# runs every other test.
+main_tests=(-- //...)
+if [[ ${DTRAIN_SANITIZERS:-1} != 0 ]]; then
+  asan_expr=""
+  for p in "${ASAN_TESTS[@]:1}"; do
+    if [[ $p == -* ]]; then asan_expr+=" - ${p#-}"; else asan_expr+="${asan_expr:+ + }$p"; fi
+  done
+  mapfile -t asan_only < <(bazel query "tests($asan_expr)" 2>/dev/null)
+  if ((${#asan_only[@]} == 0)); then
+    echo "test.sh: bazel query of ASAN_TESTS found no tests; running every test in both builds"
+  else
+    main_tests=(-- //... "${asan_only[@]/#/-}")
+  fi
+fi
+run_bazel "$@" "${main_tests[@]}"
 phase_done "bazel test //..."
 # The GPU check's rehearsal (tools/gpu_bundle_test.sh) from a bundle of the build just tested:
 # the check that runs when a GPU is lent must keep working where there is none.
