@@ -483,10 +483,8 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
     }
     if (!report || raw->cancelled_by_coordinator) return;
     ReportProgressRequest r;
-    r.set_job_id(raw->id);
-    r.set_attempt(raw->attempt);
     *r.mutable_step() = m;
-    EnqueueLocked(std::move(r));
+    EnqueueOfLocked(*raw, std::move(r));
   };
   callbacks.event = [this, raw](const std::string& event) {
     LogLine(options_.worker_id, absl::StrCat("job ", raw->id, ": ", event));
@@ -532,9 +530,7 @@ void WorkerDaemon::StartJobLocked(const JobAssignment& assignment) {
 void WorkerDaemon::Report(ActiveJob* job, ReportProgressRequest request) {
   absl::MutexLock lock(&mu_);
   if (job->cancelled_by_coordinator) return;
-  request.set_job_id(job->id);
-  request.set_attempt(job->attempt);
-  EnqueueLocked(std::move(request));
+  EnqueueOfLocked(*job, std::move(request));
 }
 
 void WorkerDaemon::RunJob(ActiveJob* job) {
@@ -558,10 +554,8 @@ void WorkerDaemon::RunJob(ActiveJob* job) {
                      : absl::StrCat("job ", job->id, " succeeded: weights at ", outcome.output()))
               : absl::StrCat("job ", job->id, " failed: ", outcome.error()));
   ReportProgressRequest r;
-  r.set_job_id(job->id);
-  r.set_attempt(job->attempt);
   *r.mutable_outcome() = outcome;
-  EnqueueLocked(std::move(r));
+  EnqueueOfLocked(*job, std::move(r));
 }
 
 bool WorkerDaemon::ReapJob() {
@@ -663,6 +657,12 @@ void WorkerDaemon::CancelByCoordinatorLocked(const std::string& job_id, const st
   } else {
     DropReportsLocked(job_id);
   }
+}
+
+void WorkerDaemon::EnqueueOfLocked(const ActiveJob& job, ReportProgressRequest request) {
+  request.set_job_id(job.id);
+  request.set_attempt(job.attempt);
+  EnqueueLocked(std::move(request));
 }
 
 void WorkerDaemon::EnqueueLocked(ReportProgressRequest request) {

@@ -204,6 +204,9 @@ class WorkerDaemon {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The report queue's Push, Warn and DropJob, waking the control thread.
   void EnqueueLocked(ReportProgressRequest request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EnqueueLocked of a report of `job`'s run: every such report carries its job id and attempt.
+  void EnqueueOfLocked(const ActiveJob& job, ReportProgressRequest request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WarnLocked(const std::string& job_id, const std::string& text)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropReportsLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
