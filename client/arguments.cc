@@ -312,9 +312,9 @@ const std::vector<CommandInfo>& Commands() {
        "events.out.tfevents.* into its directory as it trains)"},
       {"sample", "CHECKPOINT|JOB", 1, 1,
        "a checkpoint (safetensors file or checkpoint directory) or a job", true,
-       "text from a model, on this machine's device (dtrain-sample, beside dtrain or on PATH): "
-       "a CHECKPOINT path that exists needs no coordinator; a JOB samples its newest sealed "
-       "checkpoint (its directory must be readable here); --temperature=0 is greedy"},
+       "text from a model: a JOB's newest sealed checkpoint, drawn by a worker of the host that "
+       "holds it (wherever this runs); a CHECKPOINT path that exists, on this machine's --device "
+       "(dtrain-sample, beside dtrain or on PATH; no coordinator); --temperature=0 is greedy"},
       {"data", "prepare IN.txt OUT.bin", 3, 3, "prepare, a text file and an output file", false,
        "without a coordinator: `data prepare IN.txt OUT.bin` tokenizes a UTF-8 text file "
        "(--tokenizer=gpt2: GPT-2's byte-pair encoding, vocab 50257; byte: vocab 256) into an "
@@ -322,8 +322,8 @@ const std::vector<CommandInfo>& Commands() {
       {"console", "", 0, 0, "", true,
        "a web console of the cluster and its jobs on a local address (--listen), acting with "
        "this certificate and its role, like `kubectl proxy`: jobs, loss and tokens/s curves, "
-       "placement, workers, live, text sampled from a job's newest checkpoint (dtrain-sample "
-       "run here, --device); a non-loopback --listen needs --listen_public and a token"},
+       "placement, workers, live, text sampled from a job's newest checkpoint (by a worker of its "
+       "host); a non-loopback --listen needs --listen_public and a token"},
       {"version", "", 0, 0, "", false, "the version of dtrain and the commit it was built from"},
       {"help", "[COMMAND]", 0, 1, "", false, "this text, or one command's arguments and flags"},
   };
@@ -633,8 +633,9 @@ const std::vector<FlagInfo>& Flags() {
        kDefaultGpt2TokenizerDir,
        "",
        FlagBound::kNotEmpty,
-       {"data", "sample", "console"},
-       "GPT-2's encoder.json and vocab.bpe (tools/setup.sh fetches them there)"},
+       {"data", "sample"},
+       "GPT-2's encoder.json and vocab.bpe (tools/setup.sh fetches them there; sample: of a "
+       "CHECKPOINT path)"},
       {"prompt", &I::prompt, "TEXT", "", "", FlagBound::kAny, {"sample"}, "the text to continue"},
       {"tokens",
        &I::sample_tokens,
@@ -667,8 +668,8 @@ const std::vector<FlagInfo>& Flags() {
        "auto",
        "",
        FlagBound::kNotEmpty,
-       {"sample", "console"},
-       "cpu, cuda, cuda:N or auto"},
+       {"sample"},
+       "cpu, cuda, cuda:N or auto (of a CHECKPOINT path; a JOB's worker draws on its CPU)"},
       {"n_head",
        &I::n_head,
        "N",

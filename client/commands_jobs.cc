@@ -129,20 +129,28 @@ int ExportMetrics(const Invocation& inv, CoordinatorStub& stub, Output& output) 
   return kExitOk;
 }
 
-// `sample JOB`: dtrain-sample on what the job has to sample from (SampleSourceOf).
+// `sample JOB`: the coordinator's SampleJob, drawn by a worker that can read the job's files.
+// The text on stdout as dtrain-sample prints it (--json: SampleJobResponse's fields), what it
+// was drawn from and by whom on stderr.
 int SampleJob(const Invocation& inv, CoordinatorStub& stub, Output& output) {
-  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
-  if (!id.ok()) return Fail(id.status(), inv, output);
-  absl::StatusOr<Job> job = stub.GetJob(*id);
-  if (!job.ok()) return Fail(job.status(), inv, output);
-  absl::StatusOr<SampleSource> source = SampleSourceOf(*job);
-  if (!source.ok()) {
-    output.err << "dtrain: " << source.status().message() << "\n";
+  absl::StatusOr<SampleParameters> parameters = SampleParametersOf(inv);
+  if (!parameters.ok()) {
+    output.err << "dtrain: " << parameters.status().message() << "\n";
     return kExitUsage;
   }
-  Invocation with_heads = inv;
-  if (with_heads.n_head == 0) with_heads.n_head = source->n_head;
-  return RunSampler(source->path, with_heads, output.err);
+  absl::StatusOr<std::string> id = ResolveJobId(stub, inv.args[0]);
+  if (!id.ok()) return Fail(id.status(), inv, output);
+  absl::StatusOr<SampleJobResponse> sample = stub.SampleJob(*id, *parameters, kSampleWait);
+  if (absl::IsDeadlineExceeded(sample.status())) {
+    // The coordinator's own answer (the worker was too slow) as much as a silent coordinator.
+    output.err << "dtrain: DEADLINE_EXCEEDED: " << sample.status().message() << "\n";
+    return kExitOtherError;
+  }
+  if (!sample.ok()) return Fail(sample.status(), inv, output);
+  output.out << (inv.json ? ToJsonLine(*sample) : sample->text()) << "\n";
+  output.err << "(" << *id << ": " << sample->source() << ", drawn by worker "
+             << sample->worker_id() << ")\n";
+  return kExitOk;
 }
 
 int ShowStatus(const Invocation& inv, CoordinatorStub& stub, Output& output) {

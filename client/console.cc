@@ -29,6 +29,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "plan/job_plan.h"
+#include "plan/job_sample.h"
 
 namespace dtrain {
 namespace client {
@@ -38,8 +39,6 @@ constexpr char kTokenCookie[] = "dtrain_console_token";
 constexpr char kPostHeader[] = "X-Dtrain-Console";
 // A comment line on an idle event stream this often, so a browser that has gone is noticed.
 constexpr absl::Duration kStreamPing = absl::Seconds(10);
-// How long a sample asked from the page may take before dtrain-sample is stopped.
-constexpr absl::Duration kSampleTimeout = absl::Minutes(2);
 
 // civetweb's threads have 100 KiB stacks (Debian builds it with USE_STACK_SIZE=102400; see
 // common/metrics/http_exporter.cc), too small for a gRPC call: every call to the coordinator
@@ -426,61 +425,39 @@ class Console {
     return 200;
   }
 
-  // `dtrain sample JOB` from the page: dtrain-sample run here, on what the job has to sample
-  // from (SampleSourceOf; this machine must read it, as for the CLI), with the page's
-  // parameters (ParseSampleParameters). Its JSON (prompt_tokens, tokens, text) and "source".
-  // One at a time: another while one runs is 429.
+  // `dtrain sample JOB` from the page: the coordinator's SampleJob (a worker that can read the
+  // job's files draws it), with the page's parameters (ParseSampleParameters, the console's
+  // flags as defaults). SampleJobResponse as JSON: prompt_tokens, tokens, text, source,
+  // worker_id. One at a time: another while one runs is 429.
   int Sample(mg_connection* connection, const std::string& job_id, const mg_request_info* request) {
     // Read up to just past the bound, whatever Content-Length claims: a longer one is refused.
     std::string prompt;
     char buffer[4096];
     int n = 0;
-    while (prompt.size() <= kMaxSamplePromptBytes &&
+    while (prompt.size() <= plan::kMaxSamplePromptBytes &&
            (n = mg_read(connection, buffer, sizeof(buffer))) > 0) {
       prompt.append(buffer, n);
     }
-    SampleParameters defaults;
-    defaults.tokens = inv_.sample_tokens;
-    defaults.temperature = inv_.temperature;
-    defaults.top_k = inv_.top_k;
-    defaults.seed = inv_.seed;
+    absl::StatusOr<SampleParameters> defaults = SampleParametersOf(inv_);
+    if (!defaults.ok()) return SendError(connection, defaults.status());
     absl::StatusOr<SampleParameters> asked = ParseSampleParameters(
         [&](const char* name) { return QueryValue(request->query_string, name); },
-        std::move(prompt), defaults);
+        std::move(prompt), *defaults);
     if (!asked.ok()) return SendError(connection, asked.status());
     if (!sampling_.TryLock()) {
       return SendError(connection,
                        absl::ResourceExhaustedError(
                            "a sample is being drawn already; ask again when it is done"));
     }
-    absl::StatusOr<std::string> json = OnOwnThread([&] { return SampleJson(job_id, *asked); });
+    absl::StatusOr<SampleJobResponse> sample =
+        OnOwnThread([&] { return stub_.SampleJob(job_id, *asked, kSampleWait); });
     sampling_.Unlock();
-    if (!json.ok()) return SendError(connection, json.status());
-    return SendJson(connection, 200, *json);
-  }
-
-  absl::StatusOr<std::string> SampleJson(const std::string& job_id, const SampleParameters& asked) {
-    ASSIGN_OR_RETURN(Job job, stub_.GetJob(job_id));
-    ASSIGN_OR_RETURN(SampleSource source, SampleSourceOf(job));
-    Invocation inv = inv_;
-    inv.prompt = asked.prompt;
-    inv.sample_tokens = asked.tokens;
-    inv.temperature = asked.temperature;
-    inv.top_k = asked.top_k;
-    inv.seed = asked.seed;
-    inv.n_head = source.n_head;
-    ASSIGN_OR_RETURN(std::string line, CaptureSample(source.path, inv, kSampleTimeout));
-    google::protobuf::Struct body;
-    if (!google::protobuf::util::JsonStringToMessage(line, &body).ok()) {
-      return absl::InternalError(
-          absl::StrCat("dtrain-sample printed no JSON: ", line.substr(0, 200)));
-    }
-    (*body.mutable_fields())["source"].set_string_value(source.what);
-    return ToJsonLine(body);
+    if (!sample.ok()) return SendError(connection, sample.status());
+    return SendJson(connection, 200, ToJsonLine(*sample));
   }
 
   CoordinatorStub& stub_;
-  const Invocation inv_;  // dtrain-sample's settings: --device, --tokenizer_dir, the defaults
+  const Invocation inv_;  // the sample flags: the page's defaults
   const ListenAddress listen_;
   const std::string token_;  // empty: loopback, no token
   const std::string identity_;

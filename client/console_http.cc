@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "plan/job_sample.h"
 
 namespace dtrain {
 namespace client {
@@ -122,12 +123,14 @@ absl::StatusOr<SampleParameters> ParseSampleParameters(
     const std::function<std::string(const char* name)>& query, std::string prompt,
     const SampleParameters& defaults) {
   SampleParameters p = defaults;
-  if (prompt.size() > kMaxSamplePromptBytes) {
+  if (prompt.size() > plan::kMaxSamplePromptBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the prompt is longer than ", kMaxSamplePromptBytes, " bytes"));
+        absl::StrCat("the prompt is longer than ", plan::kMaxSamplePromptBytes, " bytes"));
   }
-  p.prompt = std::move(prompt);
-  auto whole = [&](const char* name, int64_t low, int64_t high, auto* out) -> absl::Status {
+  p.set_prompt(std::move(prompt));
+  // Syntax here, the bounds in plan::CheckSampleParameters; each error names what was typed.
+  auto whole = [&](const char* name, int64_t low, int64_t high,
+                   const std::function<void(int64_t)>& set) -> absl::Status {
     const std::string text = query(name);
     if (text.empty()) return absl::OkStatus();
     int64_t value = 0;
@@ -135,21 +138,24 @@ absl::StatusOr<SampleParameters> ParseSampleParameters(
       return absl::InvalidArgumentError(
           absl::StrCat(name, "=", text, ": a whole number from ", low, " to ", high, " is wanted"));
     }
-    *out = static_cast<std::remove_pointer_t<decltype(out)>>(value);
+    set(value);
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(whole("tokens", 1, kMaxSampleTokens, &p.tokens));
-  RETURN_IF_ERROR(whole("top_k", 0, 1 << 20, &p.top_k));
-  RETURN_IF_ERROR(whole("seed", 0, std::numeric_limits<int64_t>::max(), &p.seed));
+  RETURN_IF_ERROR(whole("tokens", 1, plan::kMaxSampleTokens, [&](int64_t v) { p.set_tokens(v); }));
+  RETURN_IF_ERROR(whole("top_k", 0, plan::kMaxSampleTopK, [&](int64_t v) { p.set_top_k(v); }));
+  RETURN_IF_ERROR(
+      whole("seed", 0, std::numeric_limits<int64_t>::max(), [&](int64_t v) { p.set_seed(v); }));
   const std::string temperature = query("temperature");
   if (!temperature.empty()) {
     double t = 0;
-    if (!absl::SimpleAtod(temperature, &t) || !std::isfinite(t) || t < 0 || t > 100) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("temperature=", temperature, ": a number from 0 (greedy) to 100 is wanted"));
+    if (!absl::SimpleAtod(temperature, &t)) {
+      return absl::InvalidArgumentError(absl::StrCat("temperature=", temperature,
+                                                     ": a number from 0 (greedy) to ",
+                                                     plan::kMaxSampleTemperature, " is wanted"));
     }
-    p.temperature = temperature;
+    p.set_temperature(t);
   }
+  RETURN_IF_ERROR(plan::CheckSampleParameters(p));
   return p;
 }
 

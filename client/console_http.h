@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "proto/coordinator.pb.h"
 
 namespace dtrain {
 namespace client {
@@ -42,22 +43,11 @@ bool HostAllowed(const ListenAddress& listen, const char* host);
 // RESOURCE_EXHAUSTED, 502 UNAVAILABLE, 504 DEADLINE_EXCEEDED, 500 otherwise.
 int HttpStatusFor(const absl::Status& status);
 
-// What the job page asks dtrain-sample for (POST /api/jobs/ID/sample): the prompt is the
-// request's body, the rest its query (?tokens=&temperature=&top_k=&seed=, each optional: the
-// defaults given, `dtrain sample`'s).
-struct SampleParameters {
-  std::string prompt;
-  int tokens = 64;
-  std::string temperature = "1";  // as typed; dtrain-sample parses it
-  int top_k = 0;
-  int64_t seed = 1337;
-};
-inline constexpr int kMaxSampleTokens = 1024;  // the page's bound (and the context's)
-inline constexpr size_t kMaxSamplePromptBytes = 4096;
-
-// THE rule for a sample asked from the page: `query(name)` is a query parameter ("" when
-// absent). INVALID_ARGUMENT naming the parameter: tokens 1..kMaxSampleTokens, temperature a
-// number from 0 to 100, top_k and seed whole numbers >= 0; a prompt over kMaxSamplePromptBytes.
+// What the job page asks for a sample (POST /api/jobs/ID/sample): the prompt is the request's
+// body, the rest its query (?tokens=&temperature=&top_k=&seed=, each optional: `defaults`,
+// `dtrain sample`'s). `query(name)` is a query parameter ("" when absent). INVALID_ARGUMENT
+// naming the parameter as typed: tokens, top_k and seed not whole numbers, temperature not a
+// number, or any of them outside plan/job_sample.h's bounds (THE bounds, the coordinator's).
 absl::StatusOr<SampleParameters> ParseSampleParameters(
     const std::function<std::string(const char* name)>& query, std::string prompt,
     const SampleParameters& defaults);

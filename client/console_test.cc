@@ -12,6 +12,7 @@
 #include "client/console_assets.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/job_sample.h"
 
 namespace dtrain::client {
 namespace {
@@ -72,20 +73,22 @@ TEST(ParseSampleParameters, DefaultsBoundsAndTheParameterNamed) {
     return it == query.end() ? std::string() : it->second;
   };
   SampleParameters defaults;
-  defaults.tokens = 32;
+  defaults.set_tokens(32);
+  defaults.set_temperature(1);
+  defaults.set_seed(1337);
   absl::StatusOr<SampleParameters> p = ParseSampleParameters(get, "The ", defaults);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->prompt, "The ");
-  EXPECT_EQ(p->tokens, 32);
-  EXPECT_EQ(p->temperature, "1");
-  EXPECT_EQ(p->seed, 1337);
+  EXPECT_EQ(p->prompt(), "The ");
+  EXPECT_EQ(p->tokens(), 32);
+  EXPECT_EQ(p->temperature(), 1);
+  EXPECT_EQ(p->seed(), 1337);
   query = {{"tokens", "12"}, {"temperature", "0.8"}, {"top_k", "40"}, {"seed", "7"}};
   p = ParseSampleParameters(get, "", defaults);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->tokens, 12);
-  EXPECT_EQ(p->temperature, "0.8");
-  EXPECT_EQ(p->top_k, 40);
-  EXPECT_EQ(p->seed, 7);
+  EXPECT_EQ(p->tokens(), 12);
+  EXPECT_EQ(p->temperature(), 0.8);
+  EXPECT_EQ(p->top_k(), 40);
+  EXPECT_EQ(p->seed(), 7);
   for (const auto& [name, value] :
        std::vector<std::pair<std::string, std::string>>{{"tokens", "0"},
                                                         {"tokens", "1025"},
@@ -103,10 +106,11 @@ TEST(ParseSampleParameters, DefaultsBoundsAndTheParameterNamed) {
     EXPECT_THAT(p.status().message(), HasSubstr(absl::StrCat(name, "=", value, ": ")));
   }
   query.clear();
-  p = ParseSampleParameters(get, std::string(kMaxSamplePromptBytes + 1, 'x'), defaults);
+  p = ParseSampleParameters(get, std::string(plan::kMaxSamplePromptBytes + 1, 'x'), defaults);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(p.status().message(), HasSubstr("the prompt is longer than 4096 bytes"));
-  EXPECT_TRUE(ParseSampleParameters(get, std::string(kMaxSamplePromptBytes, 'x'), defaults).ok());
+  EXPECT_TRUE(
+      ParseSampleParameters(get, std::string(plan::kMaxSamplePromptBytes, 'x'), defaults).ok());
 }
 
 TEST(HostAllowed, LoopbackOnlyItsOwnNames) {

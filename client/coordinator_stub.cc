@@ -114,6 +114,19 @@ absl::StatusOr<DeleteJobResponse> CoordinatorStub::DeleteJob(const std::string& 
   return Unary(&Coordinator::Stub::DeleteJob, request, "DeleteJob");
 }
 
+absl::StatusOr<SampleJobResponse> CoordinatorStub::SampleJob(const std::string& job_id,
+                                                             const SampleParameters& parameters,
+                                                             absl::Duration wait) {
+  SampleJobRequest request;
+  request.set_job_id(job_id);
+  *request.mutable_parameters() = parameters;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + std::max(wait, options_.timeout)));
+  SampleJobResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub_->SampleJob(&context, request, &response), "SampleJob"));
+  return response;
+}
+
 absl::StatusOr<ListWorkersResponse> CoordinatorStub::ListWorkers() {
   return Unary(&Coordinator::Stub::ListWorkers, ListWorkersRequest(), "ListWorkers");
 }

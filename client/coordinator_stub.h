@@ -73,6 +73,10 @@ class CoordinatorStub {
   absl::StatusOr<ListJobsResponse> ListJobs(const ListJobsRequest& request);
   absl::StatusOr<Job> CancelJob(const std::string& job_id, const std::string& reason);
   absl::StatusOr<DeleteJobResponse> DeleteJob(const std::string& job_id, bool files);
+  // Its deadline is `wait` (a sample takes longer than other calls), or --timeout if longer.
+  absl::StatusOr<SampleJobResponse> SampleJob(const std::string& job_id,
+                                              const SampleParameters& parameters,
+                                              absl::Duration wait);
   absl::StatusOr<ListWorkersResponse> ListWorkers();
   absl::StatusOr<ForgetWorkerResponse> ForgetWorker(const std::string& worker_id);
   absl::StatusOr<DrainWorkerResponse> DrainWorker(const DrainWorkerRequest& request);

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -29,72 +30,49 @@ std::string Sampler(const std::string& name, const std::string& body) {
 
 Invocation Asked() {
   Invocation inv;
-  inv.prompt = "The ";
-  inv.sample_tokens = 12;
-  inv.temperature = "0";
+  inv.prompt = "To be";
+  inv.sample_tokens = 5;
+  inv.temperature = "0.5";
+  inv.top_k = 3;
+  inv.seed = 9;
+  inv.device = "cpu";
   return inv;
 }
 
-TEST(CaptureSample, ReturnsTheJsonLineAndPassesTheFlags) {
-  // Prints its own arguments back as the "text".
-  Sampler("echo", R"(printf '{"text": "%s"}\n' "$*")");
-  absl::StatusOr<std::string> line = CaptureSample("/ck/job-000003", Asked(), absl::Seconds(10));
-  ASSERT_TRUE(line.ok()) << line.status();
-  EXPECT_THAT(*line, HasSubstr("/ck/job-000003 --prompt=The  --tokens=12 --temperature=0"));
-  EXPECT_THAT(*line, HasSubstr("--json"));  // whatever the invocation said
-}
-
-TEST(CaptureSample, ARefusalIsInvalidArgumentInTheSamplersWords) {
-  Sampler("refuses",
-          "echo 'loading' >&2; echo 'dtrain-sample: error: the prompt is 40 tokens' >&2;"
-          " exit 2");
-  absl::StatusOr<std::string> line = CaptureSample("/ck", Asked(), absl::Seconds(10));
-  EXPECT_EQ(line.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(line.status().message(), HasSubstr("the prompt is 40 tokens"));
-  Sampler("fails", "echo 'out of memory' >&2; exit 1");
-  line = CaptureSample("/ck", Asked(), absl::Seconds(10));
-  EXPECT_EQ(line.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(line.status().message(), HasSubstr("out of memory (exit 1)"));
-}
-
-TEST(CaptureSample, ASamplerPastItsDeadlineIsKilled) {
-  const std::string pid_file = absl::StrCat(std::getenv("TEST_TMPDIR"), "/hung.pid");
-  Sampler("hangs", absl::StrCat("echo $$ > ", pid_file, "; exec sleep 600"));
-  const absl::Time start = absl::Now();
-  absl::StatusOr<std::string> line = CaptureSample("/ck", Asked(), absl::Milliseconds(500));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
-  EXPECT_EQ(line.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(line.status().message(), HasSubstr("did not finish in 500ms"));
-  int pid = 0;
-  std::ifstream(pid_file) >> pid;
-  ASSERT_GT(pid, 0);
-  EXPECT_NE(kill(pid, 0), 0) << "the sampler " << pid << " still runs";
-}
-
-TEST(CaptureSample, AMissingSamplerSaysWhereItWasLookedFor) {
+// A CHECKPOINT path: dtrain-sample runs with the flags, and its exit code is the command's.
+TEST(RunSampler, PassesTheFlagsAndItsExitCode) {
+  const std::string args = absl::StrCat(std::getenv("TEST_TMPDIR"), "/args");
+  Sampler("exit3.sh", absl::StrCat("echo \"$@\" > ", args, "; exit 3"));
+  std::ostringstream err;
+  EXPECT_EQ(RunSampler("/ck/job-000003", Asked(), err), 3);
+  std::ifstream in(args);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_THAT(line, HasSubstr("/ck/job-000003 --prompt=To be --tokens=5 --temperature=0.5 "
+                              "--top_k=3 --seed=9 --device=cpu"));
   setenv(kSampleBinaryEnv, "/nonexistent/dtrain-sample", 1);
-  absl::StatusOr<std::string> line = CaptureSample("/ck", Asked(), absl::Seconds(10));
-  EXPECT_EQ(line.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(line.status().message(), HasSubstr("$DTRAIN_SAMPLE"));
+  EXPECT_EQ(RunSampler("/ck", Asked(), err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("cannot run /nonexistent/dtrain-sample"));
 }
 
-TEST(SampleSourceOf, TheNewestCheckpointElseTheFinalWeights) {
-  Job job;
-  job.set_id("job-000003");
-  EXPECT_EQ(SampleSourceOf(job).status().code(), absl::StatusCode::kFailedPrecondition);
-  job.set_output("/out/job-000003.safetensors");
-  job.mutable_spec()->mutable_model()->set_n_head(4);
-  absl::StatusOr<SampleSource> source = SampleSourceOf(job);
-  ASSERT_TRUE(source.ok());
-  EXPECT_EQ(source->path, "/out/job-000003.safetensors");
-  EXPECT_EQ(source->n_head, 4);
-  job.mutable_checkpoint()->set_dir("/ck/job-000003");
-  job.mutable_checkpoint()->set_last_sealed_step(40);
-  source = SampleSourceOf(job);
-  ASSERT_TRUE(source.ok());
-  EXPECT_EQ(source->path, "/ck/job-000003");
-  EXPECT_EQ(source->n_head, 0);
-  EXPECT_EQ(source->what, "checkpoint /ck/job-000003 (step 40)");
+// `dtrain sample JOB`'s flags as SampleJob takes them, refused with the bounds' own words.
+TEST(SampleParametersOf, TheFlagsAsSampleJobTakesThem) {
+  Invocation inv = Asked();
+  absl::StatusOr<SampleParameters> p = SampleParametersOf(inv);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->prompt(), "To be");
+  EXPECT_EQ(p->tokens(), 5);
+  EXPECT_EQ(p->temperature(), 0.5);
+  EXPECT_EQ(p->top_k(), 3);
+  EXPECT_EQ(p->seed(), 9u);
+  inv.temperature = "warm";
+  EXPECT_THAT(SampleParametersOf(inv).status().message(), HasSubstr("--temperature=warm"));
+  inv.temperature = "101";
+  EXPECT_THAT(SampleParametersOf(inv).status().message(), HasSubstr("temperature=101: "));
+  inv = Asked();
+  inv.sample_tokens = 1025;
+  EXPECT_EQ(SampleParametersOf(inv).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(SampleParametersOf(inv).status().message(), HasSubstr("tokens=1025: "));
 }
 
 }  // namespace

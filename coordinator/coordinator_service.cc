@@ -428,6 +428,7 @@ void CoordinatorService::Shutdown() {
   manager_->notifier().Shutdown();
   submits_.Stop();
   manager_->EndDeleteWaits();  // a DeleteJob waiting for a worker answers "pending" now
+  manager_->EndSampleWaits();  // a SampleJob waiting for a worker answers UNAVAILABLE now
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(grpc::CallbackServerContext* context,
@@ -545,6 +546,25 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
       context, response, [this, request](absl::Time deadline, Answer<DeleteJobResponse> answer) {
         manager_->DeleteJob(*request, deadline, std::move(answer));
       });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::SampleJob(grpc::CallbackServerContext* context,
+                                                        const SampleJobRequest* request,
+                                                        SampleJobResponse* response) {
+  if (absl::Status s =
+          CallerOnJob(manager_, context, "SampleJob", *request, request->job_id()).status();
+      !s.ok()) {
+    return Reply<SampleJobResponse>(context, s, response);
+  }
+  // The worker's answer is waited for without a thread: the heartbeat that brings it, or a
+  // scheduler pass (the deadline, a lost worker), answers the call.
+  auto* reactor = context->DefaultReactor();
+  manager_->SampleJob(*request, absl::FromChrono(context->deadline()),
+                      [reactor, response](absl::StatusOr<SampleJobResponse> answer) {
+                        if (answer.ok()) *response = *std::move(answer);
+                        reactor->Finish(ToGrpcStatus(answer.status()));
+                      });
+  return reactor;
 }
 
 grpc::ServerWriteReactor<JobUpdate>* CoordinatorService::WatchJob(

@@ -71,6 +71,9 @@ class CoordinatorService final : public Coordinator::CallbackService {
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
                                       const DeleteJobRequest* request,
                                       DeleteJobResponse* response) override;
+  grpc::ServerUnaryReactor* SampleJob(grpc::CallbackServerContext* context,
+                                      const SampleJobRequest* request,
+                                      SampleJobResponse* response) override;
   grpc::ServerWriteReactor<JobUpdate>* WatchJob(grpc::CallbackServerContext* context,
                                                 const WatchJobRequest* request) override;
   grpc::ServerUnaryReactor* GetJobSteps(grpc::CallbackServerContext* context,

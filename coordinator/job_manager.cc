@@ -206,6 +206,14 @@ absl::StatusOr<HeartbeatResponse> JobManager::Heartbeat(const HeartbeatRequest& 
   if (request.dirs_removed_size() > 0 || !removals_.empty()) {
     TakeDirRemovals(request, &result.response);
   }
+  for (const SampleDrawn& drawn : request.samples_drawn()) {
+    samples_.Answer(request.worker_id(), drawn);
+  }
+  if (!samples_.empty() && !result.response.register_again()) {
+    for (SampleAsk& ask : samples_.ForWorker(request.worker_id())) {
+      *result.response.add_samples() = std::move(ask);
+    }
+  }
   return std::move(result.response);
 }
 

@@ -69,6 +69,7 @@
 #include "coordinator/policy/preemption.h"
 #include "coordinator/policy/rebalance.h"
 #include "coordinator/policy/stragglers.h"
+#include "coordinator/sample_asks.h"
 #include "coordinator/worker_registry.h"
 #include "plan/job_plan.h"
 #include "plan/placement.h"
@@ -211,6 +212,14 @@ class JobManager {
   // The same, waiting for `done` (tests).
   absl::StatusOr<DeleteJobResponse> DeleteJob(const DeleteJobRequest& request,
                                               absl::Time deadline = absl::InfiniteFuture());
+  // Text from a job's model, drawn by a live worker of the host that holds it (proto/
+  // coordinator.proto SampleJob; job_manager_sample.cc). Calls `done` once that worker answered,
+  // or at `deadline` (at most 10 minutes from now; checked by the scheduler's passes), or when
+  // the worker is lost: no thread waits meanwhile.
+  void SampleJob(const SampleJobRequest& request, absl::Time deadline,
+                 std::function<void(absl::StatusOr<SampleJobResponse>)> done);
+  // Every SampleJob waiting for a worker is answered now (UNAVAILABLE): the server is stopping.
+  void EndSampleWaits() { samples_.EndAll("the coordinator is shutting down"); }
   ListWorkersResponse ListWorkers();
   absl::Status DeregisterWorker(const DeregisterWorkerRequest& request);
   absl::StatusOr<ForgetWorkerResponse> ForgetWorker(const std::string& worker_id);
@@ -603,6 +612,7 @@ class JobManager {
   std::vector<std::string> to_forget_ ABSL_GUARDED_BY(mu_);  // ended jobs
   absl::Time retention_swept_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   DirRemovals removals_{absl::Seconds(10)};
+  SampleAsks samples_;
 
   // The running jobs whose next sealed checkpoint a plan waits for (ActiveJob::WaitsForNextSeal),
   // by id, with their last sealed step: published by each scheduler pass, read by Heartbeat

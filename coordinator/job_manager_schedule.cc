@@ -47,6 +47,7 @@ void JobManager::RunSchedulerPass() {
   SweepLocked(Now());
   DeleteExpiredLocked(Now());
   removals_.ExpireWaiters(absl::Now());  // DeleteJob's calls that waited long enough
+  samples_.Expire(absl::Now(), [this](const std::string& id) { return registry_.IsLive(id); });
   // A removal whose worker is gone goes to another live worker on its host.
   removals_.Reassign(
       Now(), [this](const std::string& id) { return registry_.IsLive(id); },

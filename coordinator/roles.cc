@@ -43,6 +43,9 @@ const std::vector<Rule>& Table() {
       {"ListCheckpoints", {kRoleViewer, kRoleAdmin, kRoleUser}},
       {"Diagnose", {kRoleViewer, kRoleAdmin, kRoleUser}},
       {"TraceJob", {kRoleViewer, kRoleAdmin, kRoleUser}},
+      // Reads the model as Diagnose reads the ranks: a worker's CPU for a while, two at a time
+      // per worker at most (sample_asks.h).
+      {"SampleJob", {kRoleViewer, kRoleAdmin, kRoleUser}},
       {"Access", {kRoleViewer, kRoleAdmin, kRoleUser, kRoleWorker}},
   };
   return *table;

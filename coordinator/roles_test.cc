@@ -16,9 +16,9 @@ const std::vector<std::string> kWorkerRpcs = {"RegisterWorker", "Heartbeat", "Re
                                               "DeregisterWorker"};
 const std::vector<std::string> kAdminRpcs = {"SubmitJob",   "CancelJob",      "ForgetWorker",
                                              "DrainWorker", "SetJobPriority", "CheckpointJob"};
-const std::vector<std::string> kViewerRpcs = {"GetJob",          "ListJobs",    "WatchJob",
-                                              "GetJobSteps",     "ListWorkers", "JobLogs",
-                                              "ListCheckpoints", "Diagnose",    "TraceJob"};
+const std::vector<std::string> kViewerRpcs = {
+    "GetJob",  "ListJobs",        "WatchJob", "GetJobSteps", "ListWorkers",
+    "JobLogs", "ListCheckpoints", "Diagnose", "TraceJob",    "SampleJob"};
 
 PeerIdentity Who(const std::string& name, const std::string& role) { return {name, role}; }
 
@@ -142,9 +142,10 @@ TEST(Roles, AccessListsWhatTheTableAllowsOnAJob) {
   const AccessResponse alice = AccessOf(Who("alice", "user"), &bobs);
   EXPECT_EQ(alice.name(), "alice");
   EXPECT_EQ(alice.role(), "user");
-  EXPECT_THAT(alice.methods(), ElementsAre("SubmitJob", "GetJob", "ListJobs", "WatchJob",
-                                           "GetJobSteps", "ListWorkers", "JobLogs",
-                                           "ListCheckpoints", "Diagnose", "TraceJob", "Access"));
+  EXPECT_THAT(
+      alice.methods(),
+      ElementsAre("SubmitJob", "GetJob", "ListJobs", "WatchJob", "GetJobSteps", "ListWorkers",
+                  "JobLogs", "ListCheckpoints", "Diagnose", "TraceJob", "SampleJob", "Access"));
   // CancelJob, DeleteJob, RebalanceJob, SetJobPriority, CheckpointJob
   EXPECT_EQ(alice.refused().size(), 5u);
   EXPECT_THAT(alice.refused().at("CancelJob"), ::testing::HasSubstr("submitted by bob"));

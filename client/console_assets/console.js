@@ -645,7 +645,7 @@ async function showPlan() {
   $("plan").hidden = false;
 }
 
-// `dtrain sample JOB`: text from the job's newest checkpoint, drawn by the console's machine.
+// `dtrain sample JOB`: text from the job's newest checkpoint, drawn by a worker of its host.
 async function sampleJob() {
   const query = new URLSearchParams({
     tokens: $("sample-tokens").value, temperature: $("sample-temperature").value,

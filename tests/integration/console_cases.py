@@ -120,7 +120,6 @@ def case_console(args):
     without the console's header and a request with a foreign Host are refused; without
     credentials, or on a non-loopback address without --listen_public, it does not start; with
     --listen_public every request needs the printed token."""
-    os.environ["DTRAIN_SAMPLE"] = args.sample  # the console runs it for the job page's samples
     with Cluster(args.binaries, "console", tls=True) as c:
         refused_to_start(c, "no credentials", ["console", "--listen=127.0.0.1:PORT"], "--tls_ca",
                          cert=None)
@@ -139,7 +138,7 @@ def case_console(args):
             ckpt, 100000, name="long", parallel={"pp": 2})))
         c.wait_step(running, 1, 60)
 
-        _, admin = start_console(c, "admin", "admin", extra=["--device=cpu"])
+        _, admin = start_console(c, "admin", "admin")
         _, viewer = start_console(c, "viewer", "viewer")
         base = "http://127.0.0.1:%d" % admin
         with Browser(c.tmp) as b:

@@ -178,10 +178,10 @@ def case_metrics_export(args):
 
 
 def case_sample_job(args):
-    """`dtrain sample JOB` (dtrain-sample on the job's newest sealed checkpoint, found through
-    the coordinator) prints what `dtrain sample DIR` of that directory prints, greedy; an unknown
-    job is 4."""
-    os.environ["DTRAIN_SAMPLE"] = args.sample
+    """`dtrain sample JOB` is drawn by a worker of the job's host (the coordinator's SampleJob; no
+    dtrain-sample where the CLI runs) and equals `dtrain sample DIR` of the job's newest sealed
+    checkpoint, greedy; with the job's worker stopped, another worker of the host draws it; with
+    none left, the refusal names the host; an unknown job is 4."""
     with Cluster(args.binaries, "sample_job") as c:
         c.write_corpus()
         c.start_coordinator()
@@ -192,12 +192,32 @@ def case_sample_job(args):
         rc, out, err = c.cli("submit", spec, "--watch", timeout=300)
         expect(rc == 0, "submit --watch exited %d: %s" % (rc, err))
         job_id = out.split()[1]
-        flags = ["--prompt=The ", "--tokens=12", "--temperature=0", "--json", "--device=cpu"]
+        flags = ["--prompt=The ", "--tokens=12", "--temperature=0", "--json"]
+        os.environ["DTRAIN_SAMPLE"] = "/nonexistent/dtrain-sample"  # nothing drawn here
         rc, by_job, err = c.cli("sample", job_id, *flags, check=True)
-        rc, by_dir, err = c.cli("sample", os.path.join(ckpt, job_id), *flags, check=True)
-        got = json.loads(by_job)
-        expect(got == json.loads(by_dir), "by job %r, by directory %r" % (by_job, by_dir))
+        os.environ["DTRAIN_SAMPLE"] = args.sample
+        rc, by_dir, _ = c.cli("sample", os.path.join(ckpt, job_id), "--device=cpu", *flags,
+                              check=True)
+        got, want = json.loads(by_job), json.loads(by_dir)
+        drawn = {k: got[k] for k in ("prompt_tokens", "tokens", "text")}
+        expect(drawn == want, "by job %r, by directory %r" % (by_job, by_dir))
+        expect(got["worker_id"] == "w1" and got["source"].startswith("checkpoint " + ckpt),
+               "drawn by %r from %r" % (got["worker_id"], got["source"]))
         expect(len(got["tokens"]) == 12 and got["text"].startswith("The "), "sample: %r" % got)
+        expect("drawn by worker w1" in err, "stderr: %r" % err)
+        expect("drawing a sample of %s" % job_id in c.workers["w1"].log_text(),
+               "w1's log does not say it drew the sample")
+        # Rank 0's worker gone: another live worker of the host (testhost) draws it.
+        c.start_worker("w2")
+        c.wait_workers({"w2": "IDLE"})
+        c.workers["w1"].stop()
+        rc, again, err = c.cli("sample", job_id, *flags, check=True)
+        expect(json.loads(again)["worker_id"] == "w2", "after w1 stopped: %r" % again)
+        expect(json.loads(again)["text"] == got["text"], "w2 drew %r" % again)
+        c.workers["w2"].stop()
+        rc, out, err = c.cli("sample", job_id, *flags)
+        expect(rc != 0 and "no live worker can read" in err and "testhost" in err,
+               "no worker left: exit %d: %s" % (rc, err))
         rc, out, err = c.cli("sample", "job-000099", *flags)
         expect(rc == 4, "unknown job: exit %d (want 4): %s" % (rc, err))
         print("sample_job: %s -> %r" % (job_id, got["text"]))

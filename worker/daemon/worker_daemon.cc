@@ -70,6 +70,29 @@ std::string NewSessionId() {
   return absl::StrFormat("%016x", id);
 }
 
+namespace {
+
+// options.sample_setup, refusing a sample that would take the worker past its memory budget
+// (the memory watch would fail its job for it).
+SampleSetup SampleSetupOf(const WorkerOptions& options) {
+  SampleSetup setup = options.sample_setup;
+  if (options.memory_bytes <= 0 || options.resident_bytes == nullptr) return setup;
+  setup.admit = [budget = options.memory_bytes,
+                 resident = options.resident_bytes](const model::GptConfig& config) {
+    const int64_t need = SampleMemoryBytes(config);
+    absl::StatusOr<int64_t> in_use = resident();
+    if (!in_use.ok() || *in_use + need <= budget) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("drawing it takes about ", plan::FormatBytes(need), " beside the ",
+                     plan::FormatBytes(*in_use), " this worker holds, past its memory budget of ",
+                     plan::FormatBytes(budget),
+                     ": ask again when it is idle, or sample the files where they are"));
+  };
+  return setup;
+}
+
+}  // namespace
+
 WorkerDaemon::WorkerDaemon(WorkerOptions options, CoordinatorClient* client,
                            kernels::Backend* backend)
     : options_(std::move(options)),
@@ -77,7 +100,12 @@ WorkerDaemon::WorkerDaemon(WorkerOptions options, CoordinatorClient* client,
       backend_(backend),
       session_id_(options_.session_id.empty() ? NewSessionId() : options_.session_id),
       reports_({options_.max_buffered_reports},
-               [id = options_.worker_id](const std::string& line) { LogLine(id, line); }) {
+               [id = options_.worker_id](const std::string& line) { LogLine(id, line); }),
+      samples_(options_.allowed_roots, SampleSetupOf(options_), [this] {
+        absl::MutexLock lock(&mu_);
+        heartbeat_now_ = true;
+        wake_ = true;
+      }) {
   absl::MutexLock lock(&mu_);
   previous_run_ = options_.previous_run;
 }
@@ -101,6 +129,7 @@ void WorkerDaemon::Stop(const std::string& reason) {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
+    samples_.Stop();
     stop_reason_ = reason;
     drain_deadline_ = absl::Now() + options_.shutdown_grace;
     wake_ = true;
@@ -202,6 +231,8 @@ absl::Status WorkerDaemon::Run() {
       registered = registered_;
       leaving = leaving_;
       interval = heartbeat_interval_;
+      if (heartbeat_now_) next_heartbeat = absl::Now();
+      heartbeat_now_ = false;
     }
     if (leaving) {
       // Deregistered (or deregistering): no registration or heartbeat any more, only the
@@ -375,8 +406,16 @@ absl::Status WorkerDaemon::Heartbeat(bool* started_job) {
     }
     for (const JobDirRemoved& answer : removals_answered_) *request.add_dirs_removed() = answer;
   }
+  for (SampleDrawn& drawn : samples_.Answers()) *request.add_samples_drawn() = std::move(drawn);
   absl::StatusOr<HeartbeatResponse> response = client_->Heartbeat(request);
   if (!response.ok()) return response.status();
+  samples_.Delivered(request.samples_drawn_size());
+  for (const SampleAsk& ask : response->samples()) {
+    LogLine(options_.worker_id,
+            absl::StrCat("drawing a sample of ", ask.job_id(), " from ", ask.path(), " (",
+                         ask.parameters().tokens(), " tokens)"));
+    samples_.Queue(ask);
+  }
   absl::MutexLock lock(&mu_);
   // Delivered (answers found meanwhile come after them, for the next heartbeat).
   removals_answered_.erase(removals_answered_.begin(),

