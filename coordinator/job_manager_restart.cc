@@ -197,6 +197,7 @@ absl::StatusOr<RegisterWorkerResponse> JobManager::RegisterWorker(
       WorkerRegistry::RegisterResult result,
       registry_.Register(request, now, match.attach, match.resend ? &*match.resend : nullptr));
   if (result.replaced.has_value()) HandleFault(*result.replaced);
+  if (result.new_session) samples_.EndSent(worker_id);
   RestoreDrain(worker_id, result, match.attach);
   Log(absl::StrCat("worker ", worker_id, result.new_session ? " registered" : " re-registered",
                    " (session ", request.session_id(), ", ", request.address(), ", host \"",

@@ -88,6 +88,16 @@ void SampleAsks::Expire(absl::Time now, absl::FunctionRef<bool(const std::string
         });
 }
 
+void SampleAsks::EndSent(const std::string& worker_id) {
+  if (empty()) return;
+  EndIf([&](const Open& open) { return open.sent && open.worker_id == worker_id; },
+        [&](const Open& open) -> absl::StatusOr<SampleDrawn> {
+          return absl::UnavailableError(absl::StrCat("worker ", worker_id,
+                                                     " restarted before it drew the sample of ",
+                                                     open.ask.job_id(), "; ask again"));
+        });
+}
+
 void SampleAsks::EndAll(const std::string& why) {
   EndIf([](const Open&) { return true; },
         [&](const Open&) -> absl::StatusOr<SampleDrawn> { return absl::UnavailableError(why); });

@@ -53,6 +53,9 @@ class SampleAsks {
   // Ends the asks past their deadline and those whose worker `is_live` says is gone.
   // `is_live` is called without the lock held.
   void Expire(absl::Time now, absl::FunctionRef<bool(const std::string&)> is_live);
+  // Ends the asks sent to `worker_id` (Unavailable naming it): a new session of the worker
+  // registered, so the process that had them is gone. Those not sent yet go to the new one.
+  void EndSent(const std::string& worker_id);
   // Ends every ask (Unavailable: the coordinator is stopping).
   void EndAll(const std::string& why);
 

@@ -86,6 +86,16 @@ TEST(SampleAsks, AnAskEndsAtItsDeadlineOrWhenItsWorkerIsLost) {
   EXPECT_EQ(lost.result->status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(lost.result->status().message(), HasSubstr("worker w2 was lost"));
   EXPECT_FALSE(waiting.result.has_value());
+  Heard restarted, unsent;
+  ASSERT_TRUE(
+      asks.Ask("w4", AskOf("job-000004"), kT0 + absl::Minutes(5), restarted.Callback()).ok());
+  asks.ForWorker("w4");
+  ASSERT_TRUE(asks.Ask("w4", AskOf("job-000005"), kT0 + absl::Minutes(5), unsent.Callback()).ok());
+  asks.EndSent("w4");  // a new session: the sent one is gone with its process
+  ASSERT_TRUE(restarted.result.has_value());
+  EXPECT_THAT(restarted.result->status().message(), HasSubstr("worker w4 restarted"));
+  EXPECT_FALSE(unsent.result.has_value());
+  EXPECT_THAT(asks.ForWorker("w4"), SizeIs(1));  // the new session gets it
   asks.EndAll("the coordinator is shutting down");
   ASSERT_TRUE(waiting.result.has_value());
   EXPECT_EQ(waiting.result->status().code(), absl::StatusCode::kUnavailable);
