@@ -4,8 +4,8 @@
 # mutual TLS on every gRPC channel), submits deploy/examples/quickstart-pp2-tp2.json (two
 # pipeline stages of two tensor-parallel ranks: activations, gradients and all-reduces flow
 # between the four worker processes over gRPC) with the dtrain CLI and the admin certificate,
-# watches it to the end, shows that the loss fell, a worker's Prometheus metrics and where the
-# weights are, and stops the services again (also on Ctrl-C or an error). QUICKSTART_SPEC=FILE
+# watches it to the end, shows that the loss fell, a worker's Prometheus metrics, where the
+# weights are and text sampled from them (`dtrain sample JOB`), and stops the services again (also on Ctrl-C or an error). QUICKSTART_SPEC=FILE
 # runs another spec.
 #
 # Everything goes to runs/quickstart/ (emptied first, but for tls/): tls/ (`dtrain certs init`:
@@ -116,5 +116,7 @@ say "a worker's Prometheus metrics (http://127.0.0.1:$((port + 11))/metrics), a 
   printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null |
   grep -E '^dtrain_worker_(steps_total|loss|sent_bytes_total)' | head -n 6 || true
 say "weights (GPT-2 safetensors, loadable by PyTorch): ${output#"$root/"}"
+say "text from the trained model (dtrain sample $job: drawn by a worker from its newest checkpoint):"
+dtrain sample "$job" --prompt="The " --tokens=80 --temperature=0.8 --top_k=20 || true
 say "service logs in runs/quickstart/logs/; to keep the services running and submit jobs" \
   "yourself, see \"Running the services yourself\" in README.md"

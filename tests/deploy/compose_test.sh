@@ -208,6 +208,13 @@ output=$(cli --json status "$job" | sed -nE 's/.*"output":"([^"]*)".*/\1/p')
 [ -n "$output" ] || fail "no output path in dtrain status $job"
 compose exec -T worker1 test -s "$output" || fail "$output is not in the shared checkpoint volume"
 say "weights at $output (checkpoints volume, seen from worker1)"
+# Text from the job's model, asked from the cli container: a worker with the checkpoints volume
+# draws it (SampleJob); the image has no dtrain-sample.
+sample=$(cli --json sample "$job" --prompt="The " --tokens=16 --temperature=0) ||
+  fail "dtrain sample $job: $sample"
+echo "$sample" | grep -q '"text":"The ' && echo "$sample" | grep -q '"worker_id":"[^"]' ||
+  fail "dtrain sample $job printed $sample"
+say "dtrain sample $job: ${sample:0:160}"
 
 # --- Prometheus -------------------------------------------------------------------------------
 # Series of the job stay on the workers after it ends (until their next job); last_over_time
