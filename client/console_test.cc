@@ -160,7 +160,7 @@ TEST(RandomToken, ThirtyTwoHexDigitsNeverTheSame) {
 TEST(ConsoleAssets, PagesAndDygraphsAreEmbedded) {
   for (const char* path :
        {"/index.html", "/job.html", "/workers.html", "/compare.html", "/console.js", "/curve.js",
-        "/console.css", "/dygraph.min.js", "/dygraph.min.css", "/d3.min.js"}) {
+        "/job_actions.js", "/console.css", "/dygraph.min.js", "/dygraph.min.css", "/d3.min.js"}) {
     const ConsoleAsset* asset = FindConsoleAsset(path);
     ASSERT_NE(asset, nullptr) << path;
     EXPECT_GT(asset->body.size(), 100u) << path;
