@@ -126,6 +126,16 @@ absl::Status CoordinatorMetrics::AddDeletionFamilies() {
                           "Deleted jobs' directories that no worker has answered for yet (no "
                           "live worker on their host); computed at scrape time."));
   removals_pending_ = &pending->Add({});
+  ASSIGN_OR_RETURN(samples_,
+                   registry_->AddCounter("dtrain_coordinator_samples_total",
+                                         "SampleJob calls (dtrain sample JOB, the console) by "
+                                         "result: drawn, refused (bad parameters, nothing to "
+                                         "sample, no worker there, a worker's refusal), timeout, "
+                                         "lost (the worker went or restarted), failed.",
+                                         {"result"}));
+  for (const char* result : {"drawn", "refused", "timeout", "lost", "failed"}) {
+    samples_->Add({{"result", result}});
+  }
   return absl::OkStatus();
 }
 
@@ -352,6 +362,32 @@ void CoordinatorMetrics::DirRemoved(DirRemovalState state, int64_t bytes) {
                                                         : "failed";
   dirs_removed_->Add({{"result", result}}).Increment();
   if (state == DIR_REMOVED) bytes_removed_->Increment(static_cast<double>(bytes));
+}
+
+void CoordinatorMetrics::SampleEnded(const absl::Status& status) {
+  const char* result = "failed";
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      result = "drawn";
+      break;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kResourceExhausted:
+      result = "refused";
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      result = "timeout";
+      break;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:
+      result = "lost";
+      break;
+    default:
+      break;
+  }
+  samples_->Add({{"result", result}}).Increment();
 }
 
 void CoordinatorMetrics::JobPlaced(absl::Duration queue_wait) {

@@ -76,6 +76,8 @@ class CoordinatorMetrics {
   void JobDeleted();
   // A worker reported on a deleted job's directory (`bytes` freed when DIR_REMOVED).
   void DirRemoved(DirRemovalState state, int64_t bytes);
+  // A SampleJob call ended with `status` (SampleResultOf names its result label).
+  void SampleEnded(const absl::Status& status);
   void JobPlaced(absl::Duration queue_wait);  // submitted -> PLACING
   void PlacementComputed(absl::Duration elapsed);
   // A job entered RECOVERING; `kind` one of coordinator/recovery.h kRecoveryKinds.
@@ -126,6 +128,7 @@ class CoordinatorMetrics {
   metrics::Family<metrics::Counter>* dirs_removed_ = nullptr;  // by result
   metrics::Counter* bytes_removed_ = nullptr;
   metrics::Gauge* removals_pending_ = nullptr;
+  metrics::Family<metrics::Counter>* samples_ = nullptr;  // by result
   metrics::Histogram* queue_wait_ = nullptr;
   metrics::Histogram* placement_ = nullptr;
   metrics::Family<metrics::Counter>* recoveries_ = nullptr;  // by kind

@@ -25,7 +25,13 @@ absl::Status StatusOfDrawn(const SampleDrawn& drawn) {
 }  // namespace
 
 void JobManager::SampleJob(const SampleJobRequest& request, absl::Time deadline,
-                           std::function<void(absl::StatusOr<SampleJobResponse>)> done) {
+                           std::function<void(absl::StatusOr<SampleJobResponse>)> answer) {
+  // Every end is counted (dtrain_coordinator_samples_total), whichever path it takes.
+  auto done = [metrics = options_.metrics,
+               answer = std::move(answer)](absl::StatusOr<SampleJobResponse> result) {
+    if (metrics != nullptr) metrics->SampleEnded(result.status());
+    answer(std::move(result));
+  };
   if (request.job_id().empty()) return done(absl::InvalidArgumentError("job_id is empty"));
   if (absl::Status bounds = plan::CheckSampleParameters(request.parameters()); !bounds.ok()) {
     return done(bounds);

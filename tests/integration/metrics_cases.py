@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import struct
+import urllib.request
 
 from harness import Cluster, TestFailure, expect, small_job_spec
 
@@ -181,7 +182,7 @@ def case_sample_job(args):
     """`dtrain sample JOB` is drawn by a worker of the job's host (the coordinator's SampleJob; no
     dtrain-sample where the CLI runs) and equals `dtrain sample DIR` of the job's newest sealed
     checkpoint, greedy; with the job's worker stopped, another worker of the host draws it; with
-    none left, the refusal names the host; an unknown job is 4."""
+    none left, the refusal names the host; an unknown job is 4; the coordinator counts them."""
     with Cluster(args.binaries, "sample_job") as c:
         c.write_corpus()
         c.start_coordinator()
@@ -220,4 +221,11 @@ def case_sample_job(args):
                "no worker left: exit %d: %s" % (rc, err))
         rc, out, err = c.cli("sample", "job-000099", *flags)
         expect(rc == 4, "unknown job: exit %d (want 4): %s" % (rc, err))
+        url = "http://127.0.0.1:%d/metrics" % c.metrics_ports["coordinator"]
+        with urllib.request.urlopen(url, timeout=10) as r:
+            counted = {line.split('"')[1]: float(line.rsplit(" ", 1)[1])
+                       for line in r.read().decode().splitlines()
+                       if line.startswith("dtrain_coordinator_samples_total{")}
+        expect(counted.get("drawn") == 2 and counted.get("refused") == 2,  # no worker; unknown
+               "dtrain_coordinator_samples_total: %r" % counted)
         print("sample_job: %s -> %r" % (job_id, got["text"]))
