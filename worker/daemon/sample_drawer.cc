@@ -10,70 +10,14 @@ namespace dtrain::worker {
 
 SampleDrawer::SampleDrawer(std::vector<std::string> roots, SampleSetup setup,
                            std::function<void()> answered)
-    : roots_(std::move(roots)), setup_(std::move(setup)), answered_(std::move(answered)) {}
-
-SampleDrawer::~SampleDrawer() {
-  Stop();
-  std::thread thread;
-  {
-    absl::MutexLock lock(&mu_);
-    thread = std::move(thread_);
-  }
-  if (thread.joinable()) thread.join();
-}
-
-void SampleDrawer::Queue(const SampleAsk& ask) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_ || !open_.insert(ask.ask_id()).second) return;
-  queued_.push_back(ask);
-  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
-}
-
-std::vector<SampleDrawn> SampleDrawer::Answers() const {
-  absl::MutexLock lock(&mu_);
-  return answers_;
-}
-
-void SampleDrawer::Delivered(size_t n) {
-  absl::MutexLock lock(&mu_);
-  n = std::min(n, answers_.size());
-  for (size_t i = 0; i < n; ++i) open_.erase(answers_[i].ask_id());
-  answers_.erase(answers_.begin(), answers_.begin() + n);
-}
-
-void SampleDrawer::Stop() {
-  absl::MutexLock lock(&mu_);
-  stopping_ = true;
-  queued_.clear();
-}
-
-void SampleDrawer::Loop() {
-  while (true) {
-    SampleAsk ask;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](SampleDrawer* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
-            return d->stopping_ || !d->queued_.empty();
-          },
-          this));
-      if (stopping_) return;
-      ask = std::move(queued_.front());
-      queued_.pop_front();
-    }
-    SampleSetup setup = setup_;
-    setup.give_up = [this] {
-      absl::MutexLock lock(&mu_);
-      return stopping_;
-    };
-    SampleDrawn drawn = Draw(ask, roots_, std::move(setup));
-    {
-      absl::MutexLock lock(&mu_);
-      answers_.push_back(std::move(drawn));
-    }
-    if (answered_ != nullptr) answered_();
-  }
-}
+    : work_([](const SampleAsk& ask) { return ask.ask_id(); },
+            [roots = std::move(roots), setup = std::move(setup)](
+                const SampleAsk& ask, const std::function<bool()>& stopping) {
+              SampleSetup with_stop = setup;
+              with_stop.give_up = stopping;
+              return Draw(ask, roots, std::move(with_stop));
+            },
+            std::move(answered)) {}
 
 SampleDrawn SampleDrawer::Draw(const SampleAsk& ask, const std::vector<std::string>& roots,
                                SampleSetup setup) {

@@ -101,11 +101,11 @@ WorkerDaemon::WorkerDaemon(WorkerOptions options, CoordinatorClient* client,
       session_id_(options_.session_id.empty() ? NewSessionId() : options_.session_id),
       reports_({options_.max_buffered_reports},
                [id = options_.worker_id](const std::string& line) { LogLine(id, line); }),
-      samples_(options_.allowed_roots, SampleSetupOf(options_), [this] {
-        absl::MutexLock lock(&mu_);
-        heartbeat_now_ = true;
-        wake_ = true;
-      }) {
+      removals_(
+          [](const JobDirRemoval& r) { return r.job_id(); },
+          [this](const JobDirRemoval& r, const std::function<bool()>&) { return RemoveDir(r); },
+          [this] { HeartbeatSoon(); }),
+      samples_(options_.allowed_roots, SampleSetupOf(options_), [this] { HeartbeatSoon(); }) {
   absl::MutexLock lock(&mu_);
   previous_run_ = options_.previous_run;
 }
@@ -113,14 +113,12 @@ WorkerDaemon::WorkerDaemon(WorkerOptions options, CoordinatorClient* client,
 WorkerDaemon::~WorkerDaemon() {
   Stop("worker daemon shut down");
   std::thread thread;
-  std::thread removal;
   {
     absl::MutexLock lock(&mu_);
     if (job_ != nullptr) thread = std::move(job_->thread);
-    removal = std::move(removal_thread_);
   }
   if (thread.joinable()) thread.join();
-  if (removal.joinable()) removal.join();  // stops once its removal in progress is done
+  // (removals_ and samples_ wait for their work in progress as they go.)
 }
 
 void WorkerDaemon::Stop(const std::string& reason) {
@@ -129,6 +127,7 @@ void WorkerDaemon::Stop(const std::string& reason) {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
+    removals_.Stop();
     samples_.Stop();
     stop_reason_ = reason;
     drain_deadline_ = absl::Now() + options_.shutdown_grace;
@@ -404,12 +403,14 @@ absl::Status WorkerDaemon::Heartbeat(bool* started_job) {
       // (Lost with the heartbeat if it fails: the scores wait for the next full window.)
       for (RankTiming& t : job_->runner->TakeTimings()) *request.add_timings() = std::move(t);
     }
-    for (const JobDirRemoved& answer : removals_answered_) *request.add_dirs_removed() = answer;
   }
+  for (JobDirRemoved& answer : removals_.Answers()) *request.add_dirs_removed() = std::move(answer);
   for (SampleDrawn& drawn : samples_.Answers()) *request.add_samples_drawn() = std::move(drawn);
   absl::StatusOr<HeartbeatResponse> response = client_->Heartbeat(request);
   if (!response.ok()) return response.status();
+  removals_.Delivered(request.dirs_removed_size());
   samples_.Delivered(request.samples_drawn_size());
+  for (const JobDirRemoval& removal : response->remove_dirs()) removals_.Queue(removal);
   for (const SampleAsk& ask : response->samples()) {
     LogLine(options_.worker_id,
             absl::StrCat("drawing a sample of ", ask.job_id(), " from ", ask.path(), " (",
@@ -417,9 +418,6 @@ absl::Status WorkerDaemon::Heartbeat(bool* started_job) {
     samples_.Queue(ask);
   }
   absl::MutexLock lock(&mu_);
-  // Delivered (answers found meanwhile come after them, for the next heartbeat).
-  removals_answered_.erase(removals_answered_.begin(),
-                           removals_answered_.begin() + request.dirs_removed_size());
   if (response->register_again()) {
     LogLine(options_.worker_id, "the coordinator does not know this session; registering again");
     registered_ = false;
@@ -444,7 +442,6 @@ absl::Status WorkerDaemon::Heartbeat(bool* started_job) {
       job_->runner->RequestCheckpoint(wanted.after_step());
     }
   }
-  if (response->remove_dirs_size() > 0) QueueRemovalsLocked(*response);
   if (!response->assignment().job_id().empty()) {
     const std::string before = job_ != nullptr ? job_->id : "";
     StartJobLocked(response->assignment());
@@ -639,47 +636,22 @@ void WorkerDaemon::WatchMemory() {
   }
 }
 
-void WorkerDaemon::QueueRemovalsLocked(const HeartbeatResponse& response) {
-  if (stopping_) return;  // asked again of a live worker later
-  for (const JobDirRemoval& removal : response.remove_dirs()) {
-    if (removals_open_.count(removal.job_id()) > 0) continue;  // queued or running
-    const bool answered =
-        std::any_of(removals_answered_.begin(), removals_answered_.end(),
-                    [&](const JobDirRemoved& a) { return a.job_id() == removal.job_id(); });
-    if (answered) continue;  // the answer goes with the next heartbeat
-    removals_open_.insert(removal.job_id());
-    removals_queued_.push_back(removal);
+JobDirRemoved WorkerDaemon::RemoveDir(JobDirRemoval removal) const {
+  if (removal.dir().empty()) {
+    // The job ended before its rank 0 reported where its directory is: where it would be here.
+    removal.set_dir(AbsolutePath(
+        JobDirectory(removal.spec_checkpoint_dir(), removal.job_id(), options_.data_root)));
   }
-  if (!removals_queued_.empty() && !removal_thread_.joinable()) {
-    removal_thread_ = std::thread([this] { RemoveDirs(); });
-  }
+  JobDirRemoved answer =
+      RemoveJobDirectory(removal, options_.allowed_roots, options_.worker_id, options_.host_label);
+  LogLine(options_.worker_id, DescribeJobDirRemoved(answer));
+  return answer;
 }
 
-void WorkerDaemon::RemoveDirs() {
-  while (true) {
-    JobDirRemoval removal;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !removals_queued_.empty();
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (stopping_) return;
-      removal = std::move(removals_queued_.front());
-      removals_queued_.pop_front();
-    }
-    if (removal.dir().empty()) {
-      // The job ended before its rank 0 reported where its directory is: where it would be here.
-      removal.set_dir(AbsolutePath(
-          JobDirectory(removal.spec_checkpoint_dir(), removal.job_id(), options_.data_root)));
-    }
-    JobDirRemoved answer = RemoveJobDirectory(removal, options_.allowed_roots, options_.worker_id,
-                                              options_.host_label);
-    LogLine(options_.worker_id, DescribeJobDirRemoved(answer));
-    absl::MutexLock lock(&mu_);
-    removals_open_.erase(removal.job_id());
-    removals_answered_.push_back(std::move(answer));
-  }
+void WorkerDaemon::HeartbeatSoon() {
+  absl::MutexLock lock(&mu_);
+  heartbeat_now_ = true;
+  wake_ = true;
 }
 
 void WorkerDaemon::CancelByCoordinatorLocked(const std::string& job_id, const std::string& why) {

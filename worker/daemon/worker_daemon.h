@@ -47,13 +47,14 @@
 // daemon as before: it registers again if need be to deliver the outcome, which says why.
 //
 // Directories of deleted jobs (HeartbeatResponse.remove_dirs, `dtrain delete JOB --files`) are
-// removed one at a time by a third thread, started at the first (job_dir_removal.h says which
+// removed one at a time by a third thread (asked_work.h; job_dir_removal.h says which
 // directories it removes and which it refuses), so that removing gigabytes never delays a
 // heartbeat. Each outcome is one log line, and its JobDirRemoved goes in every heartbeat until
-// one returns OK (HeartbeatRequest.dirs_removed). A removal asked again while it is queued,
-// running or its answer undelivered (the coordinator sends it again every few heartbeats) is
-// not run twice; asked again after its answer was delivered, it is answered again (DIR_ABSENT).
-// Stop() drops the removals not started; the one running finishes (the destructor waits for it).
+// one returns OK (HeartbeatRequest.dirs_removed), the first at once. A removal asked again while
+// it is queued, running or its answer undelivered (the coordinator sends it again every few
+// heartbeats) is not run twice; asked again after its answer was delivered, it is answered again
+// (DIR_ABSENT). Stop() drops the removals not started; the one running finishes (the destructor
+// waits for it).
 //
 // Samples of a job's model (HeartbeatResponse.samples, `dtrain sample JOB`) are drawn one at a
 // time by a fourth thread (sample_drawer.h: on the CPU, from paths inside the allowed roots
@@ -86,6 +87,7 @@
 #include "common/tls.h"
 #include "kernels/backend.h"
 #include "proto/coordinator.pb.h"
+#include "worker/daemon/asked_work.h"
 #include "worker/daemon/coordinator_client.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/report_queue.h"
@@ -223,11 +225,11 @@ class WorkerDaemon {
   void WaitFor(absl::Duration d, bool wake_on_reports);
   // The memory watch thread (WorkerOptions.resident_bytes): returns once Run returns.
   void WatchMemory();
-  // Queues the response's remove_dirs not already queued, running or answered (undelivered),
-  // starting removal_thread_ at the first.
-  void QueueRemovalsLocked(const HeartbeatResponse& response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // removal_thread_: removes the queued directories one by one until Stop().
-  void RemoveDirs();
+  // What the removal thread does with one: the directory resolved when the job ended before
+  // its rank 0 reported it, removed when the rules allow (job_dir_removal.h), one log line.
+  JobDirRemoved RemoveDir(JobDirRemoval removal) const;
+  // A SampleDrawer's or the removals' answer is ready: heartbeat now.
+  void HeartbeatSoon();
 
   const WorkerOptions options_;
   CoordinatorClient* const client_;
@@ -257,15 +259,11 @@ class WorkerDaemon {
   int internal_answers_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<ActiveJob> job_ ABSL_GUARDED_BY(mu_);
   ReportQueue reports_ ABSL_GUARDED_BY(mu_);
-  // Directory removals (see the top): queued, not started; the job ids queued or running;
-  // the answers not yet delivered by a heartbeat, oldest first.
-  std::deque<JobDirRemoval> removals_queued_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> removals_open_ ABSL_GUARDED_BY(mu_);
-  std::vector<JobDirRemoved> removals_answered_ ABSL_GUARDED_BY(mu_);
-  std::thread removal_thread_ ABSL_GUARDED_BY(mu_);  // joined by the destructor
-  // A sample's answer is ready: heartbeat now rather than at the interval.
+  // An answer of removals_ or samples_ is ready: heartbeat now rather than at the interval.
   bool heartbeat_now_ ABSL_GUARDED_BY(mu_) = false;
-  // Last, so destroyed first (its thread calls back into mu_).
+  // Last, so destroyed first (their threads call back into mu_): directory removals (see the
+  // top; by job id) and samples.
+  AskedWork<JobDirRemoval, JobDirRemoved> removals_;
   SampleDrawer samples_;
 };
 
