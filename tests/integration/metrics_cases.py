@@ -206,6 +206,10 @@ def case_sample_job(args):
                "drawn by %r from %r" % (got["worker_id"], got["source"]))
         expect(len(got["tokens"]) == 12 and got["text"].startswith("The "), "sample: %r" % got)
         expect("drawn by worker w1" in err, "stderr: %r" % err)
+        # A prompt of bytes that are not UTF-8 (Latin-1 "été"): a byte-level model takes them.
+        rc, latin, err = c.cli("sample", job_id, "--prompt=\udce9t\udce9", "--tokens=4",
+                               "--temperature=0", "--json", check=True)
+        expect(json.loads(latin)["prompt_tokens"] == [0xE9, 0x74, 0xE9], "Latin-1: %r" % latin)
         expect("drawing a sample of %s" % job_id in c.workers["w1"].log_text(),
                "w1's log does not say it drew the sample")
         # Rank 0's worker gone: another live worker of the host (testhost) draws it.
@@ -226,6 +230,6 @@ def case_sample_job(args):
             counted = {line.split('"')[1]: float(line.rsplit(" ", 1)[1])
                        for line in r.read().decode().splitlines()
                        if line.startswith("dtrain_coordinator_samples_total{")}
-        expect(counted.get("drawn") == 2 and counted.get("refused") == 2,  # no worker; unknown
+        expect(counted.get("drawn") == 3 and counted.get("refused") == 2,  # no worker; unknown
                "dtrain_coordinator_samples_total: %r" % counted)
         print("sample_job: %s -> %r" % (job_id, got["text"]))
