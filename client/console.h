@@ -28,13 +28,13 @@
 //                                the DeleteJobResponse
 //   POST /api/jobs/ID/resubmit   SubmitJob of its spec (?resume=1: resume_from it), as `dtrain
 //                                resubmit`; the SubmitJobResponse
-//   POST /api/jobs/ID/sample     `dtrain sample JOB`: dtrain-sample run by this process on the
-//                                job's newest sealed checkpoint (else its final weights), which
-//                                this machine must read; the prompt is the body (at most 4 KiB),
+//   POST /api/jobs/ID/sample     `dtrain sample JOB`: SampleJob, drawn by a worker of the host
+//                                holding the job's newest sealed checkpoint (else its final
+//                                weights); the prompt is the body (at most 4 KiB),
 //                                ?tokens=&temperature=&top_k=&seed= (console_http.h
 //                                ParseSampleParameters); {"prompt_tokens", "tokens", "text",
-//                                "source"}; one at a time (429 while one is drawn), 2 minutes
-//                                at most
+//                                "source", "worker_id"}; one at a time (429 while one is drawn),
+//                                2 minutes at most
 // Errors are {"code": "PERMISSION_DENIED", "error": "CancelJob: certificate ..."} with the HTTP
 // status HttpStatusFor gives.
 //
