@@ -70,9 +70,9 @@ CoordinatorStub::CoordinatorStub(std::string address, const StubOptions& options
       channel_(std::move(channel)),
       stub_(Coordinator::NewStub(channel_)) {}
 
-std::unique_ptr<grpc::ClientContext> CoordinatorStub::UnaryContext() const {
+std::unique_ptr<grpc::ClientContext> CoordinatorStub::UnaryContext(absl::Duration timeout) const {
   auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
+  context->set_deadline(absl::ToChronoTime(absl::Now() + std::max(timeout, options_.timeout)));
   return context;
 }
 
@@ -120,11 +120,7 @@ absl::StatusOr<SampleJobResponse> CoordinatorStub::SampleJob(const std::string& 
   SampleJobRequest request;
   request.set_job_id(job_id);
   *request.mutable_parameters() = parameters;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + std::max(wait, options_.timeout)));
-  SampleJobResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub_->SampleJob(&context, request, &response), "SampleJob"));
-  return response;
+  return Unary(&Coordinator::Stub::SampleJob, request, "SampleJob", wait);
 }
 
 absl::StatusOr<ListWorkersResponse> CoordinatorStub::ListWorkers() {

@@ -108,16 +108,16 @@ class CoordinatorStub {
  private:
   CoordinatorStub(std::string address, const StubOptions& options,
                   std::shared_ptr<grpc::Channel> channel);
-  // A context whose deadline is now + options_.timeout.
-  std::unique_ptr<grpc::ClientContext> UnaryContext() const;
-  // One unary call of `method` with the --timeout deadline; a failure as FromGrpc words it.
+  // A context whose deadline is now + `timeout`, or + options_.timeout if that is longer.
+  std::unique_ptr<grpc::ClientContext> UnaryContext(absl::Duration timeout) const;
+  // One unary call of `method` with the --timeout deadline (or `timeout`, if longer); a failure
+  // as FromGrpc words it.
   template <typename Request, typename Response>
-  absl::StatusOr<Response> Unary(grpc::Status (Coordinator::Stub::*method)(grpc::ClientContext*,
-                                                                           const Request&,
-                                                                           Response*),
-                                 const Request& request, const char* rpc) {
+  absl::StatusOr<Response> Unary(
+      grpc::Status (Coordinator::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+      const Request& request, const char* rpc, absl::Duration timeout = absl::ZeroDuration()) {
     Response response;
-    auto context = UnaryContext();
+    auto context = UnaryContext(timeout);
     absl::Status status = FromGrpc((stub_.get()->*method)(context.get(), request, &response), rpc);
     if (!status.ok()) return status;
     return response;

@@ -57,8 +57,9 @@ bool SampleAsks::Answer(const std::string& worker_id, const SampleDrawn& drawn) 
   bool found = false;
   EndIf(
       [&](const Open& open) {
-        found = found || (open.ask.ask_id() == drawn.ask_id() && open.worker_id == worker_id);
-        return open.ask.ask_id() == drawn.ask_id() && open.worker_id == worker_id;
+        const bool asked = open.ask.ask_id() == drawn.ask_id() && open.worker_id == worker_id;
+        found = found || asked;
+        return asked;
       },
       [&](const Open&) { return drawn; });
   return found;
