@@ -81,6 +81,14 @@ class FakeCoordinator final : public Coordinator::Service {
                          HeartbeatResponse* response) override {
     absl::MutexLock lock(&mu_);
     heartbeats_.push_back(*request);
+    if (hold_next_heartbeat_) {
+      hold_next_heartbeat_ = false;
+      heartbeat_held_ = true;
+      auto deregistered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !deregistrations_.empty();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&deregistered), absl::Seconds(10));
+    }
     if (request->dirs_removed_size() > 0 && heartbeats_with_answers_to_fail_ > 0) {
       --heartbeats_with_answers_to_fail_;
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "answers lost on the way");
@@ -157,6 +165,13 @@ class FakeCoordinator final : public Coordinator::Service {
     deregistered_sessions_.insert(request->session_id());
     return grpc::Status::OK;
   }
+  // The next heartbeat waits (up to 10 s) for a deregistration before it is answered: a
+  // heartbeat in flight while the worker leaves. heartbeat_held_locked() says it is waiting.
+  void HoldNextHeartbeatUntilDeregistered() {
+    absl::MutexLock lock(&mu_);
+    hold_next_heartbeat_ = true;
+  }
+  bool heartbeat_held_locked() const { return heartbeat_held_; }
   // Answers every deregistration with `status` (e.g. UNIMPLEMENTED: an older coordinator).
   void RefuseDeregistrations(grpc::Status status) {
     absl::MutexLock lock(&mu_);
@@ -296,6 +311,8 @@ class FakeCoordinator final : public Coordinator::Service {
   int step_runs_refused_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> deregistered_sessions_ ABSL_GUARDED_BY(mu_);
+  bool hold_next_heartbeat_ ABSL_GUARDED_BY(mu_) = false;
+  bool heartbeat_held_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Deregistration> deregistrations_ ABSL_GUARDED_BY(mu_);
   std::vector<JobAssignment> assignments_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> cancel_ ABSL_GUARDED_BY(mu_);

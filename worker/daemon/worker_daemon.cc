@@ -306,7 +306,7 @@ absl::Status WorkerDaemon::Run() {
       {
         absl::MutexLock lock(&mu_);
         interval = heartbeat_interval_;
-        if (!s.ok()) registered_ = false;
+        if (!s.ok() && !leaving_) registered_ = false;
         registered = registered_;
       }
       next_heartbeat = absl::Now() + interval;
@@ -419,6 +419,10 @@ absl::Status WorkerDaemon::Heartbeat(bool* started_job) {
   }
   absl::MutexLock lock(&mu_);
   if (response->register_again()) {
+    // A heartbeat in flight while Stop deregistered this session: the coordinator is right not
+    // to know it, and a leaving worker only sends its job's last reports (which the coordinator
+    // still takes from that session), so it must not turn to registering again.
+    if (leaving_) return absl::OkStatus();
     LogLine(options_.worker_id, "the coordinator does not know this session; registering again");
     registered_ = false;
     return absl::OkStatus();

@@ -351,6 +351,30 @@ TEST_F(WorkerDaemonTest, ACoordinatorThatCannotDeregisterStillGetsTheStoppedOutc
   daemon_.reset();
 }
 
+// The answer to a heartbeat in flight when Stop deregisters is register_again (the session is
+// gone): the leaving worker still delivers its job's outcome, not registering again.
+TEST_F(WorkerDaemonTest, AHeartbeatInFlightWhileLeavingDoesNotHoldBackTheOutcome) {
+  fake_.Assign(TinyJob("job-000013", WriteText("stop_mid_heartbeat.txt", 2000), 100000));
+  StartWorker([this](int64_t step) {
+    if (step != 2) return;
+    fake_.HoldNextHeartbeatUntilDeregistered();
+    ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return f.heartbeat_held_locked(); }));
+    daemon_->Stop("worker stopped by SIGTERM");
+  });
+  const absl::Time start = absl::Now();
+  thread_.join();
+  EXPECT_TRUE(run_status_.ok()) << run_status_;
+  const std::vector<ReportProgressRequest> reports = fake_.reports();
+  ASSERT_FALSE(reports.empty());
+  ASSERT_TRUE(reports.back().has_outcome());
+  EXPECT_EQ(reports.back().outcome().error(), "worker stopped by SIGTERM after step 2");
+  EXPECT_EQ(fake_.deregistrations().size(), 1u);
+  EXPECT_EQ(fake_.registrations().size(), 1u);
+  // Not held until the shutdown grace (2 s) ran out with the outcome undelivered.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  daemon_.reset();
+}
+
 TEST_F(WorkerDaemonTest, AnIdleWorkerDeregistersOnStop) {
   StartWorker();
   ASSERT_TRUE(fake_.WaitUntil([](FakeCoordinator& f) { return !f.heartbeats_locked().empty(); }));
