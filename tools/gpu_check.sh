@@ -8,14 +8,16 @@
 #                  against one worker (the integration case multi_worker_staging with
 #                  DTRAIN_CASE_WORKER_DEVICE; dp's buckets through the shared buffers);
 #   4. throughput: tokens/s and MFU of a GPT-2 124M-shaped model (L=12, C=768, NH=12, V=50257,
-#                  T=1024) in fp32, tf32 and bf16, dtrain-local beside PyTorch in the same run.
+#                  T=1024) in fp32, tf32 and bf16, dtrain-local beside PyTorch in the same run;
+#   5. profile:    where that step's time goes in tf32 and bf16 (dtrain-local --op_profile:
+#                  milliseconds per step by op and shape; the tables are in profile.log).
 # Without a GPU it prints one line and exits 0. Each step's outcome is one line "gpu_check: ...";
 # the exit code is the number of failed steps.
 #
-#   ./gpu_check.sh [--skip=ops,local,multi,throughput] [--rehearse]
+#   ./gpu_check.sh [--skip=ops,local,multi,throughput,profile] [--rehearse]
 #
 # --rehearse, on a machine without a GPU: the same steps with --device=cpu-staging where they say
-# cuda (throughput skipped), so the bundle, its launcher and the harness's flags are checked
+# cuda (throughput and profile skipped), so the bundle, its launcher and the harness's flags are checked
 # where the project is built (tools/gpu_bundle_test.sh runs it).
 #
 # Run on one NVIDIA H100 on 2026-11-27: every step passed (docs/PERFORMANCE.md "On a GPU").
@@ -35,7 +37,7 @@ worker_device=cuda:0
 if ((rehearse)); then
   device=cpu-staging
   worker_device=cpu-staging
-  skip="$skip,throughput"
+  skip="$skip,throughput,profile"
   gpu="none (rehearsal on $device)"
 elif ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "gpu_check: no NVIDIA GPU on this machine (nvidia-smi lists none): nothing to check"
@@ -95,8 +97,21 @@ throughput() {  # GPT-2 124M shape: dtrain-local and PyTorch, fp32 / tf32 / bf16
     --gpu "$gpu"
 }
 
+profile() {  # the same shape, each op timed (synchronized after each), tf32 and bf16
+  for precision in tf32 bf16; do
+    echo "== $precision"
+    timeout 120 "$here/run" dtrain-local --device=cuda --matmul_precision=$precision \
+      --data="$work/corpus.txt" --vocab_size=50257 --context=1024 --n_layer=12 --n_head=12 \
+      --n_embd=768 --batch=4 --seq=1024 --steps=4 --op_profile 2>&1 || return 1
+  done > "$work/profile_tables.log"
+  cat "$work/profile_tables.log"
+  awk '/^== / { p = $2 } /\(every op\)/ { printf "RESULT %s profiled %s ms/step\n", p, $1 }' \
+    "$work/profile_tables.log"
+}
+
 step ops timeout 180 "$here/run" ops_test
 step local local_losses
 step multi multi_worker
 step throughput throughput
+step profile profile
 exit "$failed"

@@ -143,6 +143,16 @@ def main():
         print("ok   good run: exit 0, weights saved")
         os.remove(save)
 
+    # --op_profile: the table after the run, steps 2-3 (the first left out), the ops by shape.
+    rc, err = run(binary, TINY + [f"--data={text}", "--steps=3", "--op_profile"])
+    wanted = ["op profile over 2 steps", "MatmulForward N=16 C=16 OC=48", "AttentionBackward",
+              "AdamWUpdate", "100.0%", "(every op)"]
+    missing = [w for w in wanted if w not in err]
+    if rc != 0 or missing:
+        failures.append(f"--op_profile: exit {rc}, missing {missing}:\n{err[-1500:]}")
+    else:
+        print("ok   --op_profile: the table after the run")
+
     expect_error(binary, "unknown flag", TINY + ["--stepz=3"], ["stepz"])
     expect_error(binary, "heads not dividing width",
                  TINY + ["--n_head=3", f"--data={text}", "--steps=1"], ["n_head=3", "n_embd=16"])

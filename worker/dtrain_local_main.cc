@@ -37,6 +37,7 @@
 #include "common/status_macros.h"
 #include "common/version.h"
 #include "kernels/backend.h"
+#include "kernels/op_timing_backend.h"
 #include "plan/job_plan.h"
 #include "plan/ranks.h"
 #include "worker/local_trainer.h"
@@ -76,6 +77,9 @@ ABSL_FLAG(std::string, eval_data, "",
           "--eval_every steps and the last; with --steps=0, of the starting weights, once");
 ABSL_FLAG(int64_t, eval_every, 0, "evaluate every N steps (0: only with --steps=0)");
 ABSL_FLAG(int, eval_batches, 1, "validation batches (B x T each) per evaluation");
+ABSL_FLAG(bool, op_profile, false,
+          "time every backend op (synchronizing after each: a profiled step is slower) and print "
+          "milliseconds per step by op and shape after the run, the first step left out");
 ABSL_FLAG(std::string, log_json, "", "one JSON line per step to this file, or - for stdout");
 ABSL_FLAG(std::string, spec, "",
           "run this job spec (JSON, as for `dtrain submit`) with the service's names and defaults");
@@ -224,6 +228,12 @@ absl::Status Main() {
   RETURN_IF_ERROR(Annotate(precision.status(), "--matmul_precision"));
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
                    kernels::CreateBackend(device, absl::GetFlag(FLAGS_threads), *precision));
+  kernels::OpTimingBackend* timing = nullptr;
+  if (absl::GetFlag(FLAGS_op_profile)) {
+    auto timed = std::make_unique<kernels::OpTimingBackend>(std::move(backend));
+    timing = timed.get();
+    backend = std::move(timed);
+  }
   ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(backend.get(), options));
   std::fprintf(stderr, "dtrain-local: %s, %lld parameters, device %s, matmul %s\n",
                options.model.DebugString().c_str(),
@@ -257,7 +267,16 @@ absl::Status Main() {
     if (json != nullptr && json != stdout) std::fclose(json);
     return val_loss.status();
   }
+  int64_t profiled_steps = 0;
   absl::Status status = trainer->Run({[&](const TrainStepMetrics& m) {
+    if (timing != nullptr) {
+      // The first step's one-time costs (cuBLAS's heuristics, first touches) are left out.
+      if (m.step == trainer->start_step() + 1 && m.step < m.total_steps) {
+        timing->Reset();
+      } else {
+        ++profiled_steps;
+      }
+    }
     const std::string val =
         m.val_loss.has_value() ? absl::StrFormat("  val_loss %.6f", *m.val_loss) : std::string();
     std::fprintf(stderr, "step %5lld/%lld  loss %.6f  grad_norm %.4f  lr %.3e  %.0f tok/s%s%s\n",
@@ -278,6 +297,11 @@ absl::Status Main() {
   }});
   if (json != nullptr && json != stdout) std::fclose(json);
   RETURN_IF_ERROR(status);
+  if (timing != nullptr) {
+    std::fprintf(stderr, "dtrain-local: op profile over %lld steps (each op synchronized):\n%s",
+                 static_cast<long long>(profiled_steps),
+                 kernels::OpProfileTable(timing->Times(), profiled_steps).c_str());
+  }
   if (!options.save_path.empty()) {
     std::fprintf(stderr, "dtrain-local: weights saved to %s\n", options.save_path.c_str());
   }
