@@ -86,7 +86,7 @@ class CudaBackend final : public Backend {
                                  const float* rstd, int N, int C) override {
     RETURN_IF_ERROR(Activate());
     return cuda::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
-                                   stream_);
+                                   &scratch_, stream_);
   }
 
   absl::Status MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
@@ -157,17 +157,19 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // Two growable device buffers for GEMM operands converted to bf16 (MatmulPrecision::kBf16).
-  class Bf16Scratch final : public cuda::DeviceScratch {
+  // Growable device buffers: GEMM operands converted to bf16 (MatmulPrecision::kBf16, slots 0
+  // and 1) and the partial column sums of bias and LayerNorm gradients (slot 2).
+  class Scratch final : public cuda::DeviceScratch {
    public:
-    explicit Bf16Scratch(CudaBackend* backend) : backend_(backend) {}
+    explicit Scratch(CudaBackend* backend) : backend_(backend) {}
     absl::StatusOr<void*> Get(int slot, size_t bytes) override;
     void Release();
 
    private:
     CudaBackend* backend_;
-    void* buffers_[2] = {nullptr, nullptr};
-    size_t sizes_[2] = {0, 0};
+    static constexpr int kSlots = 3;
+    void* buffers_[kSlots] = {nullptr, nullptr, nullptr};
+    size_t sizes_[kSlots] = {0, 0, 0};
   };
 
   // Makes this backend's GPU current on the calling thread.
@@ -189,7 +191,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // staging copies (CopyToHostAsync, CopyToDeviceAsync)
   cublasHandle_t cublas_ = nullptr;
-  Bf16Scratch scratch_;
+  Scratch scratch_;
   // SquaredNorm: [0] the result, [1, 1 + kSquaredNormScratchDoubles) the partial sums.
   double* norm_scratch_ = nullptr;
 };
@@ -266,9 +268,10 @@ void CudaBackend::RawFree(void* ptr) {
   if (error != cudaSuccess) (void)cudaGetLastError();
 }
 
-absl::StatusOr<void*> CudaBackend::Bf16Scratch::Get(int slot, size_t bytes) {
-  if (slot < 0 || slot > 1) {
-    return absl::InvalidArgumentError(absl::StrCat("bf16 scratch slot ", slot, " not in [0, 2)"));
+absl::StatusOr<void*> CudaBackend::Scratch::Get(int slot, size_t bytes) {
+  if (slot < 0 || slot >= kSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scratch slot ", slot, " not in [0, ", kSlots, ")"));
   }
   if (sizes_[slot] >= bytes) return buffers_[slot];
   // Stream-ordered: ops already enqueued that read the old buffer run before it is freed.
@@ -280,8 +283,8 @@ absl::StatusOr<void*> CudaBackend::Bf16Scratch::Get(int slot, size_t bytes) {
   return buffers_[slot];
 }
 
-void CudaBackend::Bf16Scratch::Release() {
-  for (int slot = 0; slot < 2; ++slot) {
+void CudaBackend::Scratch::Release() {
+  for (int slot = 0; slot < kSlots; ++slot) {
     backend_->RawFree(buffers_[slot]);
     buffers_[slot] = nullptr;
     sizes_[slot] = 0;

@@ -102,7 +102,8 @@ TEST(CudaLaunchers, RejectBadArgumentsWithInvalidArgumentNamingOpAndArgument) {
       {"EmbeddingForward", "tokens", cuda::EmbeddingForward(p, nullptr, p, p, 1, 2, 4, 0)},
       {"EmbeddingBackward", "B", cuda::EmbeddingBackward(p, p, p, tokens, -1, 2, 4, 0)},
       {"LayerNormForward", "C", cuda::LayerNormForward(p, p, p, p, p, p, 2, 0, 0)},
-      {"LayerNormBackward", "rstd", cuda::LayerNormBackward(p, p, p, p, p, p, p, nullptr, 2, 4, 0)},
+      {"LayerNormBackward", "rstd",
+       cuda::LayerNormBackward(p, p, p, p, p, p, p, nullptr, 2, 4, nullptr, 0)},
       {"MatmulForward", "OC", cuda::MatmulForward(gemm, p, p, p, p, 2, 4, -1)},
       {"MatmulBackwardInput", "weight",
        cuda::MatmulBackwardInput(gemm, p, p, nullptr, 2, 4, 4, true)},
@@ -138,7 +139,7 @@ TEST(CudaLaunchers, EmptyWorkReturnsBeforeTouchingTheGpu) {
   EXPECT_TRUE(cuda::ResidualBackward(p, p, p, 0, 0).ok());
   EXPECT_TRUE(cuda::Gemm(gemm, true, false, 0, 3, 5, 1, p, 1, p, 3, 0, p, 3).ok());
   EXPECT_TRUE(cuda::EmbeddingBackward(p, p, p, tokens, 0, 4, 8, 0).ok());
-  EXPECT_TRUE(cuda::LayerNormBackward(p, p, p, p, p, p, p, p, 0, 4, 0).ok());
+  EXPECT_TRUE(cuda::LayerNormBackward(p, p, p, p, p, p, p, p, 0, 4, nullptr, 0).ok());
   EXPECT_TRUE(cuda::AttentionForward(gemm, p, p, p, 2, 0, 8, 2).ok());
   EXPECT_TRUE(cuda::CrossEntropyForward(p, p, p, tokens, 0, 4, 0).ok());
   EXPECT_TRUE(cuda::AdamWUpdate(p, p, p, p, 0, AdamWParams(), 0).ok());

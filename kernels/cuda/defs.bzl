@@ -38,6 +38,7 @@ def cuda_backend_targets():
         name = "cuda_kernels",
         srcs = [op + ".cu" for op in _OPS],
         hdrs = [op + ".cuh" for op in _OPS] + [
+            "column_sums.cuh",
             "cuda_check.h",
             "reduce.cuh",
         ],

@@ -2,7 +2,9 @@
 
 #include <cstdint>
 
+#include "common/status_macros.h"
 #include "kernels/common/arg_check.h"
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/reduce.cuh"
 
@@ -12,7 +14,6 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kRowBlock = 256;  // 8 warps: 8 rows per block
 constexpr int kRowsPerBlock = kRowBlock / kWarpSize;
-constexpr int kColumnRows = 16;  // column-sum blocks: (32 columns, 16 row lanes)
 
 // One warp per row.
 __global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, const float* inp,
@@ -70,36 +71,20 @@ __global__ void LayerNormBackwardInputKernel(float* dinp, const float* dout, con
   }
 }
 
-// dweight, dbias: block (32, kColumnRows) owns 32 columns; row lane y sums rows y, y+16, ...,
-// then row 0 of the block adds the 16 partial sums in order. Deterministic.
-__global__ void LayerNormBackwardParamsKernel(float* dweight, float* dbias, const float* dout,
-                                              const float* inp, const float* mean,
-                                              const float* rstd, int N, int C) {
-  __shared__ float dw_part[kColumnRows][kWarpSize];
-  __shared__ float db_part[kColumnRows][kWarpSize];
-  const int c = blockIdx.x * kWarpSize + threadIdx.x;
-  float dw = 0.0f;
-  float db = 0.0f;
-  if (c < C) {
-    for (int n = threadIdx.y; n < N; n += kColumnRows) {
-      const int64_t i = static_cast<int64_t>(n) * C + c;
-      const float d = dout[i];
-      db += d;
-      dw += d * ((inp[i] - mean[n]) * rstd[n]);
-    }
+// dweight += dout * norm, dbias += dout, summed over rows (AddColumnSums).
+struct LayerNormParamTerms {
+  const float* dout;
+  const float* inp;
+  const float* mean;
+  const float* rstd;
+  int C;
+  __device__ void operator()(int n, int c, float* acc) const {
+    const int64_t i = static_cast<int64_t>(n) * C + c;
+    const float d = dout[i];
+    acc[0] += d * ((inp[i] - mean[n]) * rstd[n]);
+    acc[1] += d;
   }
-  dw_part[threadIdx.y][threadIdx.x] = dw;
-  db_part[threadIdx.y][threadIdx.x] = db;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int y = 1; y < kColumnRows; ++y) {
-      dw += dw_part[y][threadIdx.x];
-      db += db_part[y][threadIdx.x];
-    }
-    dweight[c] += dw;
-    dbias[c] += db;
-  }
-}
+};
 
 }  // namespace
 
@@ -119,7 +104,8 @@ absl::Status LayerNormForward(float* out, float* mean, float* rstd, const float*
 
 absl::Status LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* mean,
-                               const float* rstd, int N, int C, cudaStream_t stream) {
+                               const float* rstd, int N, int C, DeviceScratch* scratch,
+                               cudaStream_t stream) {
   ArgCheck check("LayerNormBackward");
   check.NotNull("dinp", dinp).NotNull("dweight", dweight).NotNull("dbias", dbias);
   check.NotNull("dout", dout).NotNull("inp", inp).NotNull("weight", weight);
@@ -127,10 +113,8 @@ absl::Status LayerNormBackward(float* dinp, float* dweight, float* dbias, const 
   check.NonNegative("N", N).Positive("C", C);
   if (!check.ok() || N == 0) return check.status();
   // Parameter gradients first: they read dout and inp only.
-  const dim3 column_block(kWarpSize, kColumnRows);
-  LayerNormBackwardParamsKernel<<<CeilDiv(C, kWarpSize), column_block, 0, stream>>>(
-      dweight, dbias, dout, inp, mean, rstd, N, C);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  RETURN_IF_ERROR(AddColumnSums<2>({dweight, dbias}, N, C,
+                                   LayerNormParamTerms{dout, inp, mean, rstd, C}, scratch, stream));
   LayerNormBackwardInputKernel<<<CeilDiv(N, kRowsPerBlock), kRowBlock, 0, stream>>>(
       dinp, dout, inp, weight, mean, rstd, N, C);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());

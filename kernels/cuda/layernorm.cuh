@@ -8,6 +8,8 @@
 
 namespace dtrain::kernels::cuda {
 
+class DeviceScratch;  // matmul.cuh
+
 // out (N,C) = (inp - mean) * rstd * weight + bias; saves mean (N) and rstd (N). The variance
 // is the biased one, computed in a second pass over the row (sum of squared deviations).
 absl::Status LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
@@ -16,10 +18,12 @@ absl::Status LayerNormForward(float* out, float* mean, float* rstd, const float*
 
 // dinp (N,C) += dnorm-chain; dweight (C) += sum_n dout * norm; dbias (C) += sum_n dout, with
 // norm = (inp - mean) * rstd. Deterministic: dweight/dbias are column sums in a fixed order
-// (one block per 32 columns), no atomics. dinp must not alias dout or inp.
+// (column_sums.cuh: partial sums per chunk of rows in `scratch`), no atomics. dinp must not
+// alias dout or inp.
 absl::Status LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* mean,
-                               const float* rstd, int N, int C, cudaStream_t stream);
+                               const float* rstd, int N, int C, DeviceScratch* scratch,
+                               cudaStream_t stream);
 
 }  // namespace dtrain::kernels::cuda
 

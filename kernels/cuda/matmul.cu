@@ -7,6 +7,7 @@
 
 #include "common/status_macros.h"
 #include "kernels/common/arg_check.h"
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/reduce.cuh"
 
@@ -14,7 +15,6 @@ namespace dtrain::kernels::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr int kColumnRows = 16;  // column-sum blocks: (32 columns, 16 row lanes)
 
 __global__ void FloatToBf16Kernel(__nv_bfloat16* out, const float* inp, int64_t n) {
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -35,24 +35,14 @@ __global__ void AddBiasKernel(float* out, const float* bias, int64_t N, int OC) 
   if (i < N * OC) out[i] += bias[i % OC];
 }
 
-// dbias (OC) += sum_n dout (N,OC). Block (32, kColumnRows) owns 32 columns; row lane y sums
-// rows y, y+16, ..., then row lane 0 adds the partial sums in order. Deterministic.
-__global__ void ColumnSumKernel(float* dbias, const float* dout, int N, int OC) {
-  __shared__ float part[kColumnRows][kWarpSize];
-  const int c = blockIdx.x * kWarpSize + threadIdx.x;
-  float sum = 0.0f;
-  if (c < OC) {
-    for (int n = threadIdx.y; n < N; n += kColumnRows) {
-      sum += dout[static_cast<int64_t>(n) * OC + c];
-    }
+// dbias (OC) += sum_n dout (N,OC) (AddColumnSums).
+struct BiasTerms {
+  const float* dout;
+  int OC;
+  __device__ void operator()(int n, int c, float* acc) const {
+    acc[0] += dout[static_cast<int64_t>(n) * OC + c];
   }
-  part[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < OC) {
-    for (int y = 1; y < kColumnRows; ++y) sum += part[y][threadIdx.x];
-    dbias[c] += sum;
-  }
-}
+};
 
 // Elements spanned by a row-major (rows, cols) matrix with row stride ld.
 int64_t StoredElements(int rows, int cols, int ld) {
@@ -170,10 +160,7 @@ absl::Status MatmulBackwardWeight(const GemmContext& ctx, float* dweight, float*
   // dweight (C,OC) += (inp (N,C))^T @ dout (N,OC).
   RETURN_IF_ERROR(Gemm(ctx, true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC));
   if (dbias == nullptr || N == 0) return absl::OkStatus();
-  const dim3 block(kWarpSize, kColumnRows);
-  ColumnSumKernel<<<CeilDiv(OC, kWarpSize), block, 0, ctx.stream>>>(dbias, dout, N, OC);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  return AddColumnSums<1>({dbias}, N, OC, BiasTerms{dout, OC}, ctx.scratch, ctx.stream);
 }
 
 }  // namespace dtrain::kernels::cuda

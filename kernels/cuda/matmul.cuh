@@ -28,7 +28,8 @@ namespace dtrain::kernels::cuda {
 class DeviceScratch {
  public:
   virtual ~DeviceScratch() = default;
-  // At least `bytes` of device memory for `slot` (0 or 1).
+  // At least `bytes` of device memory for `slot`: 0 and 1 hold bf16 GEMM operands, 2 the partial
+  // sums of column_sums.cuh.
   virtual absl::StatusOr<void*> Get(int slot, size_t bytes) = 0;
 };
 
