@@ -20,7 +20,7 @@
 # cuda (throughput and profile skipped), so the bundle, its launcher and the harness's flags are checked
 # where the project is built (tools/gpu_bundle_test.sh runs it).
 #
-# Run on one NVIDIA H100 on 2026-11-27: every step passed (docs/PERFORMANCE.md "On a GPU").
+# Run on an NVIDIA H100 and H200s (2026-11-27, 2026-11-29): every step passed (docs/PERFORMANCE.md "On a GPU").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 skip=""
