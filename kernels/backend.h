@@ -77,6 +77,17 @@ class Backend {
 
   virtual const DeviceInfo& info() const = 0;
 
+  // The GEMM inputs of the ops enqueued from now on: a job's choice (JobSpec.matmul_precision),
+  // set before its first op, never while another thread's ops are in flight. A backend that
+  // computes in fp32 only (the CPU's) refuses anything else, InvalidArgument naming both.
+  virtual absl::Status SetMatmulPrecision(MatmulPrecision precision) {
+    if (precision == MatmulPrecision::kFp32) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        std::string("matmul precision ") + (precision == MatmulPrecision::kTf32 ? "tf32" : "bf16") +
+        " needs a CUDA device; the backend of " + info().name + " computes in fp32");
+  }
+  virtual MatmulPrecision matmul_precision() const { return MatmulPrecision::kFp32; }
+
   // ---- Memory and stream -------------------------------------------------------------------
   // Returns zero-filled device memory of `bytes` (0 bytes gives a valid unique pointer).
   virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;

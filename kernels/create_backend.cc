@@ -41,16 +41,16 @@ constexpr char kAutoChoseTheCpu[] = " (--device=auto found no CUDA GPU)";
 constexpr char kAutoChoseTheCpu[] = " (--device=auto: this dtrain build has no CUDA backend)";
 #endif
 
-// The CPU backend computes every GEMM in fp32: asking it for less is an error rather than a
-// setting silently ignored. `why` says how the CPU was chosen, when not by name.
-absl::StatusOr<std::unique_ptr<Backend>> CreateCpu(int cpu_threads, MatmulPrecision precision,
-                                                   absl::string_view why = "") {
-  if (precision != MatmulPrecision::kFp32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--matmul_precision=", MatmulPrecisionName(precision),
-                     " needs a CUDA device; the CPU backend computes in fp32", why));
-  }
-  return CreateCpuBackend(cpu_threads);
+// The CPU backends compute every GEMM in fp32: asking them for less is an error rather than a
+// setting silently ignored (Backend::SetMatmulPrecision says so). `why` says how the CPU was
+// chosen, when not by name.
+absl::StatusOr<std::unique_ptr<Backend>> WithPrecision(
+    absl::StatusOr<std::unique_ptr<Backend>> backend, MatmulPrecision precision,
+    absl::string_view why = "") {
+  if (!backend.ok()) return backend;
+  absl::Status s = (*backend)->SetMatmulPrecision(precision);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(s.message(), why));
+  return backend;
 }
 
 }  // namespace
@@ -78,18 +78,13 @@ absl::string_view MatmulPrecisionName(MatmulPrecision precision) {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view device, int cpu_threads,
                                                        MatmulPrecision precision) {
-  if (device == "cpu") return CreateCpu(cpu_threads, precision);
+  if (device == "cpu") return WithPrecision(CreateCpuBackend(cpu_threads), precision);
   if (device == "cpu-staging") {
-    if (precision != MatmulPrecision::kFp32) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--matmul_precision=", MatmulPrecisionName(precision),
-                       " needs a CUDA device; the cpu-staging backend computes in fp32"));
-    }
-    return CreateStagingCpuBackend(cpu_threads);
+    return WithPrecision(CreateStagingCpuBackend(cpu_threads), precision);
   }
   if (device == "auto") {
     if (CudaDevicePresent()) return CreateCuda(0, precision);
-    return CreateCpu(cpu_threads, precision, kAutoChoseTheCpu);
+    return WithPrecision(CreateCpuBackend(cpu_threads), precision, kAutoChoseTheCpu);
   }
   if (device == "cuda") return CreateCuda(0, precision);
   if (absl::StartsWith(device, "cuda:")) {

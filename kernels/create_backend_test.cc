@@ -77,14 +77,25 @@ TEST(CreateBackend, CpuAcceptsFp32) {
   EXPECT_EQ((*b)->info().kind, DeviceKind::kCpu);
 }
 
-// The CPU backend computes in fp32: reduced precisions are refused, not silently ignored.
+// The CPU backends compute in fp32: reduced precisions are refused, not silently ignored, at
+// creation and when a job asks for one (SetMatmulPrecision).
 TEST(CreateBackend, CpuRejectsReducedPrecision) {
   for (MatmulPrecision p : {MatmulPrecision::kTf32, MatmulPrecision::kBf16}) {
     auto b = CreateBackend("cpu", 1, p);
     EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << b.status();
     EXPECT_THAT(b.status().message(),
-                HasSubstr(absl::StrCat("--matmul_precision=", MatmulPrecisionName(p),
-                                       " needs a CUDA device; the CPU backend computes in fp32")));
+                HasSubstr(absl::StrCat("matmul precision ", MatmulPrecisionName(p),
+                                       " needs a CUDA device; the backend of cpu (1 thread) "
+                                       "computes in fp32")));
+    for (const char* device : {"cpu", "cpu-staging"}) {
+      std::unique_ptr<Backend> backend = CreateBackend(device, 1).value();
+      const absl::Status s = backend->SetMatmulPrecision(p);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("matmul precision ", MatmulPrecisionName(p),
+                                                      " needs a CUDA device")));
+      EXPECT_TRUE(backend->SetMatmulPrecision(MatmulPrecision::kFp32).ok());
+      EXPECT_EQ(backend->matmul_precision(), MatmulPrecision::kFp32);
+    }
   }
 }
 
@@ -96,7 +107,7 @@ TEST(CreateBackend, AutoWithoutAGpuRejectsReducedPrecision) {
     GTEST_SKIP() << "a GPU is present: " << (*b)->info().name;
   }
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << b.status();
-  EXPECT_THAT(b.status().message(), HasSubstr("--matmul_precision=tf32 needs a CUDA device"));
+  EXPECT_THAT(b.status().message(), HasSubstr("matmul precision tf32 needs a CUDA device"));
   EXPECT_THAT(b.status().message(), HasSubstr("--device=auto"));
 }
 

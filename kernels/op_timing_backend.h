@@ -48,6 +48,10 @@ class OpTimingBackend final : public Backend {
   void Reset();
 
   const DeviceInfo& info() const override { return inner_->info(); }
+  absl::Status SetMatmulPrecision(MatmulPrecision precision) override {
+    return inner_->SetMatmulPrecision(precision);
+  }
+  MatmulPrecision matmul_precision() const override { return inner_->matmul_precision(); }
   absl::StatusOr<void*> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
   void Free(void* ptr) override { inner_->Free(ptr); }
   absl::StatusOr<int64_t> MemoryInUse() override { return inner_->MemoryInUse(); }

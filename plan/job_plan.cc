@@ -159,6 +159,27 @@ void CheckStragglers(StragglerSpec* s, Problems* problems) {
   }
 }
 
+// matmul_precision: "" -> "fp32"; tf32 and bf16 only on CUDA (the CPU backend computes in fp32):
+// refused with device "cpu", and device "auto" becomes "cuda" (placed on CUDA workers only).
+void CheckMatmulPrecision(JobSpec& spec, Problems* problems) {
+  if (spec.matmul_precision().empty()) spec.set_matmul_precision("fp32");
+  const std::optional<MatmulPrecision> precision = ParseMatmulPrecision(spec.matmul_precision());
+  if (!precision.has_value()) {
+    problems->push_back(absl::StrCat("matmul_precision=\"", spec.matmul_precision(),
+                                     "\" is not one of fp32, tf32, bf16"));
+    return;
+  }
+  if (*precision == MATMUL_FP32) return;
+  if (spec.device() == "cpu") {
+    problems->push_back(absl::StrCat(
+        "matmul_precision=\"", spec.matmul_precision(),
+        "\" needs device \"cuda\" (tensor cores); the CPU computes in fp32: use device "
+        "\"cuda\" or matmul_precision \"fp32\""));
+  } else if (spec.device() == "auto") {
+    spec.set_device("cuda");
+  }
+}
+
 // eval.*, when the section is given: a dataset other than the training one, every_steps in
 // [1, steps], batches 0 -> 1 (at most kMaxEvalBatches), early_stopping's patience >= 1 and
 // min_delta >= 0.
@@ -366,6 +387,7 @@ int64_t CheckAndDefault(JobSpec& spec, Problems* problems) {
     problems->push_back(
         absl::StrCat("device=\"", spec.device(), "\" is not one of cpu, cuda, auto"));
   }
+  CheckMatmulPrecision(spec, problems);
   PlanCheckpoint(workers, spec.mutable_checkpoint(), problems);
   if (spec.seed() == 0) spec.set_seed(kDefaultSeed);
   CheckFaultTolerance(spec.mutable_fault_tolerance(), problems);
@@ -545,6 +567,7 @@ absl::StatusOr<JobPlan> PlanChecked(JobSpec spec, Problems problems) {
   plan.set_device(PlannedDevice(plan.spec()));
   plan.set_on_worker_loss(PlannedWorkerLossPolicy(plan.spec()));
   plan.set_straggler_policy(PlannedStragglerPolicy(plan.spec()));
+  plan.set_matmul_precision(PlannedMatmulPrecision(plan.spec()));
   RETURN_IF_ERROR(CutStages(plan));
   absl::StatusOr<pipeline::SimResult> sim = SimulatePlan(plan);
   if (!sim.ok()) {

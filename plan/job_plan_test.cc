@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "plan/rank_plan.h"
 #include "plan/ranks.h"
 #include "plan/spec_json.h"
 
@@ -154,6 +155,38 @@ TEST(MakeJobPlan, TheSpecsChoicesAreTypedInThePlan) {
   spec.set_device("cuda:0");                               // a worker's --device, never a job's
   EXPECT_THAT(MakeJobPlan(spec).status().message(),
               HasSubstr("device=\"cuda:0\" is not one of cpu, cuda, auto"));
+}
+
+TEST(MakeJobPlan, MatmulPrecisionIsTheJobsAndNeedsCudaBelowFp32) {
+  absl::StatusOr<JobPlan> plan = ParseJobPlanJson(kTinySpec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->spec().matmul_precision(), "fp32");  // the default, written in the plan
+  EXPECT_EQ(plan->matmul_precision(), MATMUL_FP32);
+  EXPECT_EQ(plan->device(), DEVICE_AUTO);
+
+  JobSpec spec = plan->spec();
+  spec.set_matmul_precision("bf16");  // with device "auto": planned for CUDA workers only
+  plan = MakeJobPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->matmul_precision(), MATMUL_BF16);
+  EXPECT_EQ(plan->device(), DEVICE_CUDA);
+  EXPECT_EQ(plan->spec().device(), "cuda");
+  EXPECT_EQ(RankPlanOf(*plan, 0).matmul_precision(), MATMUL_BF16);
+
+  spec.set_matmul_precision("tf32");
+  spec.set_device("cpu");
+  EXPECT_THAT(MakeJobPlan(spec).status().message(),
+              HasSubstr("matmul_precision=\"tf32\" needs device \"cuda\" (tensor cores); the "
+                        "CPU computes in fp32"));
+  spec.set_device("auto");
+  spec.set_matmul_precision("fp16");
+  EXPECT_THAT(MakeJobPlan(spec).status().message(),
+              HasSubstr("matmul_precision=\"fp16\" is not one of fp32, tf32, bf16"));
+  spec.set_matmul_precision("fp32");
+  spec.set_device("cpu");
+  plan = MakeJobPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->matmul_precision(), MATMUL_FP32);
 }
 
 TEST(MakeJobPlan, KeepsExplicitZerosOfOptionalOptimizerFields) {

@@ -13,6 +13,7 @@ RankPlan RankPlanOf(const JobPlan& plan, int rank) {
   r.set_micro_batches(plan.micro_batches());
   r.set_micro_batch_size(plan.spec().micro_batch_size());
   r.set_device(plan.device());
+  r.set_matmul_precision(plan.matmul_precision());
   const int stage = RankCoordinates(plan.spec().parallel(), rank).pp_rank();
   if (stage >= 0 && stage < plan.stages_size()) {
     *r.mutable_chunks() = plan.stages(stage).chunks();

@@ -15,6 +15,8 @@ constexpr Names<PipelineSchedule> kSchedules = {{SCHEDULE_GPIPE, "gpipe"},
                                                 {SCHEDULE_ZB_H1, "zb-h1"}};
 constexpr Names<JobDevice> kDevices = {
     {DEVICE_AUTO, "auto"}, {DEVICE_CPU, "cpu"}, {DEVICE_CUDA, "cuda"}};
+constexpr Names<MatmulPrecision> kPrecisions = {
+    {MATMUL_FP32, "fp32"}, {MATMUL_TF32, "tf32"}, {MATMUL_BF16, "bf16"}};
 constexpr Names<WorkerLossPolicy> kWorkerLoss = {{WORKER_LOSS_WAIT, "wait"},
                                                  {WORKER_LOSS_SHRINK, "shrink"}};
 constexpr Names<StragglerPolicy> kStragglers = {{STRAGGLERS_REPORT, "report"},
@@ -64,6 +66,11 @@ bool DeviceFits(JobDevice job, JobDevice worker) {
   return job != DEVICE_CPU && job != DEVICE_CUDA ? true : job == worker;
 }
 
+std::optional<MatmulPrecision> ParseMatmulPrecision(absl::string_view text) {
+  return Parse(kPrecisions, text);
+}
+std::string MatmulPrecisionText(MatmulPrecision precision) { return Text(kPrecisions, precision); }
+
 std::optional<WorkerLossPolicy> ParseWorkerLossPolicy(absl::string_view text) {
   return Parse(kWorkerLoss, text);
 }
@@ -83,6 +90,10 @@ WorkerLossPolicy PlannedWorkerLossPolicy(const JobSpec& planned) {
 }
 StragglerPolicy PlannedStragglerPolicy(const JobSpec& planned) {
   return ParseStragglerPolicy(planned.stragglers().policy()).value_or(STRAGGLERS_REPORT);
+}
+
+MatmulPrecision PlannedMatmulPrecision(const JobSpec& planned) {
+  return ParseMatmulPrecision(planned.matmul_precision()).value_or(MATMUL_FP32);
 }
 
 }  // namespace dtrain::plan

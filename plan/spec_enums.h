@@ -37,6 +37,10 @@ std::string DeviceText(JobDevice device);
 // for `job`: DEVICE_AUTO (and UNSPECIFIED) runs anywhere.
 bool DeviceFits(JobDevice job, JobDevice worker);
 
+// matmul_precision: "fp32", "tf32", "bf16".
+std::optional<MatmulPrecision> ParseMatmulPrecision(absl::string_view text);
+std::string MatmulPrecisionText(MatmulPrecision precision);
+
 // fault_tolerance.on_worker_loss: "wait", "shrink".
 std::optional<WorkerLossPolicy> ParseWorkerLossPolicy(absl::string_view text);
 // stragglers.policy: "report", "replace", "rebalance".
@@ -47,6 +51,7 @@ PipelineSchedule PlannedSchedule(const JobSpec& planned);
 JobDevice PlannedDevice(const JobSpec& planned);
 WorkerLossPolicy PlannedWorkerLossPolicy(const JobSpec& planned);
 StragglerPolicy PlannedStragglerPolicy(const JobSpec& planned);
+MatmulPrecision PlannedMatmulPrecision(const JobSpec& planned);
 
 }  // namespace dtrain::plan
 

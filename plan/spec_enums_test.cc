@@ -62,5 +62,15 @@ TEST(SpecEnums, APlannedSpecsUnparsedFieldReadsAsThePlansDefault) {
   EXPECT_EQ(PlannedStragglerPolicy(spec), STRAGGLERS_REBALANCE);
 }
 
+TEST(SpecEnums, MatmulPrecisionTextAndDefault) {
+  EXPECT_EQ(ParseMatmulPrecision("fp32"), MATMUL_FP32);
+  EXPECT_EQ(ParseMatmulPrecision("tf32"), MATMUL_TF32);
+  EXPECT_EQ(ParseMatmulPrecision("bf16"), MATMUL_BF16);
+  EXPECT_FALSE(ParseMatmulPrecision("BF16").has_value());
+  EXPECT_EQ(MatmulPrecisionText(MATMUL_BF16), "bf16");
+  JobSpec stored;  // a spec a coordinator stored before the field: fp32, as it trained
+  EXPECT_EQ(PlannedMatmulPrecision(stored), MATMUL_FP32);
+}
+
 }  // namespace
 }  // namespace dtrain::plan

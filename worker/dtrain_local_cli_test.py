@@ -153,6 +153,17 @@ def main():
     else:
         print("ok   --op_profile: the table after the run")
 
+    # A spec's matmul_precision below fp32 needs CUDA: refused with device cpu when planned.
+    spec = os.path.join(tmp, "bf16.json")
+    with open(spec, "w") as f:
+        json.dump({"model": {"vocab_size": 256, "context": 16, "n_layer": 1, "n_head": 2,
+                             "n_embd": 16},
+                   "dataset": text, "steps": 2, "batch_size": 2, "seq_len": 8, "device": "cpu",
+                   "matmul_precision": "bf16", "checkpoint": {"dir": os.path.join(tmp, "bf16")}},
+                  f)
+    expect_error(binary, "bf16 spec on the cpu", [f"--spec={spec}"],
+                 ['matmul_precision="bf16" needs device "cuda"'])
+
     expect_error(binary, "unknown flag", TINY + ["--stepz=3"], ["stepz"])
     expect_error(binary, "heads not dividing width",
                  TINY + ["--n_head=3", f"--data={text}", "--steps=1"], ["n_head=3", "n_embd=16"])
@@ -193,7 +204,7 @@ def main():
                      [init, "wte.weight"])
     expect_error(binary, "bf16 on the CPU",
                  TINY + ["--matmul_precision=bf16", f"--data={text}", "--steps=1"],
-                 ["--matmul_precision=bf16 needs a CUDA device"])
+                 ["matmul precision bf16 needs a CUDA device"])
     expect_error(binary, "unknown precision",
                  TINY + ["--matmul_precision=fp8", f"--data={text}", "--steps=1"],
                  ["--matmul_precision", "\"fp8\""])

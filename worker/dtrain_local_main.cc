@@ -66,7 +66,8 @@ ABSL_FLAG(uint64_t, seed, 1337, "seed of the GPT-2 init");
 ABSL_FLAG(std::string, device, "auto", "cpu, cuda, cuda:N, auto or cpu-staging (tests)");
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
 ABSL_FLAG(std::string, matmul_precision, "fp32",
-          "GEMM inputs: fp32, tf32 or bf16 (tf32 and bf16 need a CUDA device; fp32 accumulation)");
+          "GEMM inputs: fp32, tf32 or bf16 (tf32 and bf16 need a CUDA device; fp32 accumulation); "
+          "with --spec, overrides its matmul_precision");
 ABSL_FLAG(std::string, save, "", "write the final weights here (GPT-2 safetensors)");
 ABSL_FLAG(std::string, dump_grads, "", "write the first step's gradients here (safetensors)");
 ABSL_FLAG(std::string, checkpoint_dir, "", "write training state (weights + AdamW) here");
@@ -132,7 +133,8 @@ bool Given(absl::string_view flag) { return absl::flags_internal::WasPresentOnCo
 constexpr char kLocalUid[] = "dtrain-local";
 
 // --spec: the options a worker would train the spec with, in the run's own job directory.
-absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string* device) {
+absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string* device,
+                                            kernels::MatmulPrecision* precision) {
   std::vector<std::string> refused;
   for (const char* flag : {"vocab_size",
                            "context",
@@ -185,6 +187,7 @@ absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string
   o.dump_grads_path = absl::GetFlag(FLAGS_dump_grads);
   *device =
       Given("device") || spec->device().empty() ? absl::GetFlag(FLAGS_device) : spec->device();
+  *precision = worker::MatmulPrecisionOf(planned->matmul_precision());
 
   // The job directory is this run's alone: an earlier run's files are never overwritten.
   std::vector<std::string> earlier;
@@ -214,20 +217,24 @@ absl::StatusOr<TrainingRun> OptionsFromSpec(const std::string& path, std::string
 
 absl::Status Main() {
   std::string device = absl::GetFlag(FLAGS_device);
+  kernels::MatmulPrecision precision = kernels::MatmulPrecision::kFp32;
   TrainingRun options;
   if (absl::GetFlag(FLAGS_spec).empty()) {
     options = OptionsFromFlags();
   } else {
-    ASSIGN_OR_RETURN(options, OptionsFromSpec(absl::GetFlag(FLAGS_spec), &device));
+    ASSIGN_OR_RETURN(options, OptionsFromSpec(absl::GetFlag(FLAGS_spec), &device, &precision));
+  }
+  if (Given("matmul_precision")) {
+    absl::StatusOr<kernels::MatmulPrecision> flag =
+        kernels::ParseMatmulPrecision(absl::GetFlag(FLAGS_matmul_precision));
+    RETURN_IF_ERROR(Annotate(flag.status(), "--matmul_precision"));
+    precision = *flag;
   }
   if (options.steps > 0 && options.data_path.empty()) {
     return absl::InvalidArgumentError("--data is required to train (--steps > 0)");
   }
-  absl::StatusOr<kernels::MatmulPrecision> precision =
-      kernels::ParseMatmulPrecision(absl::GetFlag(FLAGS_matmul_precision));
-  RETURN_IF_ERROR(Annotate(precision.status(), "--matmul_precision"));
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
-                   kernels::CreateBackend(device, absl::GetFlag(FLAGS_threads), *precision));
+                   kernels::CreateBackend(device, absl::GetFlag(FLAGS_threads), precision));
   kernels::OpTimingBackend* timing = nullptr;
   if (absl::GetFlag(FLAGS_op_profile)) {
     auto timed = std::make_unique<kernels::OpTimingBackend>(std::move(backend));
@@ -238,7 +245,7 @@ absl::Status Main() {
   std::fprintf(stderr, "dtrain-local: %s, %lld parameters, device %s, matmul %s\n",
                options.model.DebugString().c_str(),
                static_cast<long long>(options.model.num_parameters()), backend->info().name.c_str(),
-               std::string(kernels::MatmulPrecisionName(*precision)).c_str());
+               std::string(kernels::MatmulPrecisionName(precision)).c_str());
   if (!trainer->resumed_from().empty()) {
     std::fprintf(stderr, "dtrain-local: resumed from %s at step %lld\n",
                  trainer->resumed_from().c_str(), static_cast<long long>(trainer->start_step()));

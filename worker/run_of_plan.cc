@@ -56,4 +56,15 @@ absl::StatusOr<TrainingRun> TrainingRunOf(const JobSpec& spec, const std::string
   return plan;
 }
 
+kernels::MatmulPrecision MatmulPrecisionOf(MatmulPrecision planned) {
+  switch (planned) {
+    case MATMUL_TF32:
+      return kernels::MatmulPrecision::kTf32;
+    case MATMUL_BF16:
+      return kernels::MatmulPrecision::kBf16;
+    default:
+      return kernels::MatmulPrecision::kFp32;
+  }
+}
+
 }  // namespace dtrain::worker

@@ -9,7 +9,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "kernels/backend.h"
 #include "proto/job.pb.h"
+#include "proto/plan.pb.h"
 #include "worker/training_run.h"
 
 namespace dtrain::worker {
@@ -25,6 +27,10 @@ absl::StatusOr<std::string> JobDir(const std::string& job_id, const JobSpec& spe
 // (relative paths resolve from the process's working directory; worker/daemon/job_runner.h says
 // what a worker writes where). InvalidArgument when the model config cannot be built.
 absl::StatusOr<TrainingRun> TrainingRunOf(const JobSpec& planned, const std::string& job_dir);
+
+// The backend's precision of a planned MatmulPrecision (UNSPECIFIED, from a coordinator before
+// the field: fp32).
+kernels::MatmulPrecision MatmulPrecisionOf(MatmulPrecision planned);
 
 }  // namespace dtrain::worker
 

@@ -37,6 +37,11 @@ class CudaBackend final : public Backend {
   // Creates the stream, the cuBLAS handle and the fixed scratch; fills info_.
   absl::Status Init();
 
+  absl::Status SetMatmulPrecision(MatmulPrecision precision) override {
+    precision_ = precision;
+    return absl::OkStatus();
+  }
+  MatmulPrecision matmul_precision() const override { return precision_; }
   const DeviceInfo& info() const override { return info_; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override;
@@ -186,7 +191,7 @@ class CudaBackend final : public Backend {
   cuda::GemmContext gemm() { return cuda::GemmContext{cublas_, stream_, precision_, &scratch_}; }
 
   DeviceInfo info_;
-  const MatmulPrecision precision_;
+  MatmulPrecision precision_;
   bool stream_ordered_alloc_ = false;  // cudaMallocAsync/cudaFreeAsync (memory pools)
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // staging copies (CopyToHostAsync, CopyToDeviceAsync)

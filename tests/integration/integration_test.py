@@ -605,7 +605,7 @@ def case_multi_worker_staging(args):
     goes through the staging a GPU worker uses, and the dp gradient buckets through the buffers
     the dp group shares (copied there, all-reduced in place, copied back): each job SUCCEEDS with
     one worker's losses (1e-5 relative) and weights, and no worker crashed (a dereference of device
-    memory outside the backend is a SIGSEGV).
+    memory outside the backend is a SIGSEGV). Then a bf16 job (expect_bf16_job).
     DTRAIN_CASE_WORKER_DEVICE=cuda:0 runs it on one GPU shared by the workers (tools/gpu_check.sh)."""
     device = os.environ.get("DTRAIN_CASE_WORKER_DEVICE", "cpu-staging")
     with Cluster(args.binaries, "multi_worker_staging") as c:
@@ -637,8 +637,39 @@ def case_multi_worker_staging(args):
                        % rank0[-2000:])
             print("%s on %s: %.1fs, worst loss rel diff %.2g, worst weight diff %.2g (%s)"
                   % (name, device, elapsed, worst_loss, worst[0], worst[1]))
+        expect_bf16_job(c, device, ref_steps)
         for wid, p in c.workers.items():
             expect(p.alive(), "worker %s died" % wid)
+
+
+def expect_bf16_job(c, device, ref_steps):
+    """A job's "matmul_precision": "bf16". On CUDA workers, dp=2 x pp=2 trains with it on every
+    rank (the job's event says so) to about the fp32 losses (2e-2 relative) but not to the same
+    bits; on CPU workers the job is planned for CUDA workers and waits for them."""
+    spec = tiny_parallel_spec(os.path.join(c.tmp, "ckpt-bf16"), name="bf16",
+                              parallel={"dp": 2, "pp": 2}, micro_batch_size=2,
+                              matmul_precision="bf16")
+    if not device.startswith("cuda"):
+        job_id = c.submit(c.write_spec("bf16.json", spec))
+        time.sleep(2)
+        job = c.job(job_id)
+        expect(job["state"] == "QUEUED" and job["spec"]["device"] == "cuda",
+               "bf16 job on cpu workers: %s, device %s: %s"
+               % (job["state"], job["spec"]["device"], job.get("reason")))
+        rc, _, err = c.cli("cancel", job_id)
+        expect(rc == 0, "cancel of the bf16 job exited %d: %s" % (rc, err))
+        print("bf16 on %s: planned for cuda, QUEUED (%s)" % (device, job.get("reason")))
+        return
+    job_id, done = run_to_end(c, c.write_spec("bf16.json", spec))
+    rc, updates, steps = watched_steps(c, job_id)
+    expect(rc == 0 and sorted(steps) == list(range(1, 11)), "bf16 steps %s" % sorted(steps))
+    rels = [abs(steps[s][0] - ref_steps[s][0]) / abs(ref_steps[s][0]) for s in range(1, 11)]
+    expect(max(rels) <= 2e-2, "bf16 losses %s vs fp32 %s" % (steps, ref_steps))
+    expect(max(rels) > 1e-7, "bf16 losses equal the fp32 ones: was bf16 used?")
+    events = [u["text"] for u in updates if u["type"] == "event"]
+    expect(any(", matmul bf16" in e for e in events),
+           "no event says the job trains with bf16: %s" % events)
+    print("bf16 dp2-pp2 on %s: losses within %.2g of fp32 (relative)" % (device, max(rels)))
 
 
 def case_multi_worker_faults(args):

@@ -23,6 +23,7 @@
 #include "worker/model/checkpoint_dir.h"
 #include "worker/parallel/checkpoint_export.h"
 #include "worker/parallel/checkpoint_writer.h"
+#include "worker/run_of_plan.h"
 
 namespace dtrain::worker {
 namespace {
@@ -190,6 +191,11 @@ absl::StatusOr<std::string> JobRunner::Train() {
   }
   RETURN_IF_ERROR(CheckAssignmentFormat(assignment_));
   RETURN_IF_ERROR(CheckDevice(assignment_.rank_plan().device(), backend_->info()));
+  // The job's GEMM precision, on this worker's backend for the job's run (the CPU refuses tf32
+  // and bf16, naming them; the coordinator plans such jobs for CUDA workers only).
+  RETURN_IF_ERROR(Annotate(
+      backend_->SetMatmulPrecision(MatmulPrecisionOf(assignment_.rank_plan().matmul_precision())),
+      absl::StrCat("worker ", options_.worker_id)));
   ASSIGN_OR_RETURN(job_dir_, JobDir(job_id(), spec, options_.data_root));
   RETURN_IF_ERROR(CheckAllowedPaths(spec, job_dir_, options_));
   // The spec as the coordinator planned it (every default set; rank_plan: this rank's part).
@@ -369,8 +375,12 @@ void JobRunner::AnnounceTraining(const std::string& on, const std::string& detai
   callbacks_.event(absl::StrCat("loaded dataset ", plan_.data_path, " (",
                                 DatasetTokens(plan_.data_path), " tokens)"));
   callbacks_.event(absl::StrFormat(
-      "training %s (%d parameters) on %s: %d steps of %d x %d tokens%s", plan_.model.DebugString(),
-      plan_.model.num_parameters(), on, plan_.steps, plan_.batch, plan_.seq, detail));
+      "training %s (%d parameters) on %s%s: %d steps of %d x %d tokens%s",
+      plan_.model.DebugString(), plan_.model.num_parameters(), on,
+      backend_->matmul_precision() == kernels::MatmulPrecision::kFp32
+          ? ""
+          : absl::StrCat(", matmul ", kernels::MatmulPrecisionName(backend_->matmul_precision())),
+      plan_.steps, plan_.batch, plan_.seq, detail));
 }
 
 void JobRunner::OnStarted(int64_t start_step, const std::string& resumed_from) {

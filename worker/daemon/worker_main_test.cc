@@ -150,6 +150,12 @@ TEST(DtrainWorker, DataPortOutOfRangeExitsOneNamingTheFlag) {
                 "--data_port=70000 must be a port, 0 to 65535");
 }
 
+TEST(DtrainWorker, MatmulPrecisionIsAJobsChoiceAndTheFlagSaysSo) {
+  ExpectRefused("precision_flag", "--matmul_precision=bf16",
+                "--matmul_precision=bf16: the GEMM precision is a job's choice, not a worker's: "
+                "set \"matmul_precision\": \"bf16\" in the job spec");
+}
+
 TEST(DtrainWorker, AdvertiseAddressNeedsAPort) {
   ExpectRefused("bad_address", "--advertise_address=10.0.0.1",
                 "--advertise_address=10.0.0.1 must be host:port");
