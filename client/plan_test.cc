@@ -66,6 +66,15 @@ TEST(Plan, OneWorkerIsOneRankOnW0) {
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("layout: dp=1 pp=1 tp=1 (1 rank), schedule"));
   EXPECT_THAT(r.out, HasSubstr("workers: 1 hypothetical (w0) on 1 host\n"));
+  EXPECT_THAT(r.out, HasSubstr("\ndevice: auto, matmul fp32\n"));
+}
+
+TEST(Plan, ABf16JobIsPlannedForCuda) {
+  std::string json = SpecJson(R"({"pp": 1})");
+  json.insert(json.size() - 1, R"(, "matmul_precision": "bf16")");
+  const CliRun r = Dtrain({"plan", WriteSpec("bf16.json", json)});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\ndevice: cuda, matmul bf16\n"));
 }
 
 TEST(Plan, OneFOneBReportHasLayoutRanksStagesTimelineAndBubble) {
