@@ -605,7 +605,8 @@ def case_multi_worker_staging(args):
     goes through the staging a GPU worker uses, and the dp gradient buckets through the buffers
     the dp group shares (copied there, all-reduced in place, copied back): each job SUCCEEDS with
     one worker's losses (1e-5 relative) and weights, and no worker crashed (a dereference of device
-    memory outside the backend is a SIGSEGV). Then a bf16 job (expect_bf16_job).
+    memory outside the backend is a SIGSEGV). Then `dtrain sample` of the last job, drawn by one
+    of its workers, and a bf16 job (expect_bf16_job).
     DTRAIN_CASE_WORKER_DEVICE=cuda:0 runs it on one GPU shared by the workers (tools/gpu_check.sh)."""
     device = os.environ.get("DTRAIN_CASE_WORKER_DEVICE", "cpu-staging")
     with Cluster(args.binaries, "multi_worker_staging") as c:
@@ -637,6 +638,16 @@ def case_multi_worker_staging(args):
                        % rank0[-2000:])
             print("%s on %s: %.1fs, worst loss rel diff %.2g, worst weight diff %.2g (%s)"
                   % (name, device, elapsed, worst_loss, worst[0], worst[1]))
+        # `dtrain sample` of the last job: one of its workers draws it (on its CPU, whatever
+        # its device) from the job's final weights.
+        rc, out, err = c.cli("sample", job_id, "--prompt=The ", "--tokens=8", "--temperature=0",
+                             "--json")
+        expect(rc == 0, "sample exited %d: %s" % (rc, err))
+        drawn = json.loads(out) if rc == 0 else {}
+        workers = [r["worker_id"] for r in done["placement"]["ranks"]]
+        expect(len(drawn.get("tokens", [])) == 8 and drawn.get("worker_id") in workers,
+               "sample of %s: %r" % (job_id, drawn))
+        print("sample of the %s job: drawn by %s" % (name, drawn.get("worker_id")))
         expect_bf16_job(c, device, ref_steps)
         for wid, p in c.workers.items():
             expect(p.alive(), "worker %s died" % wid)
