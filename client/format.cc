@@ -18,6 +18,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/wrappers.pb.h"
 #include "plan/ranks.h"
+#include "plan/spec_enums.h"
 
 namespace dtrain {
 namespace client {
@@ -474,6 +475,13 @@ std::string JobDetail(const Job& job, absl::Time now) {
                              " layers, ", m.n_head(), " heads, width ", m.n_embd()));
   line("layout", CurrentLayoutText(job));
   if (const std::string cut = StageCutText(job); !cut.empty()) line("cut", cut);
+  // Shown when the job asks for particular hardware or precision (not "auto" with fp32).
+  const JobDevice device = plan::PlannedDevice(spec);
+  const MatmulPrecision precision = plan::PlannedMatmulPrecision(spec);
+  if (device != DEVICE_AUTO || precision != MATMUL_FP32) {
+    line("device",
+         absl::StrCat(plan::DeviceText(device), ", matmul ", plan::MatmulPrecisionText(precision)));
+  }
   line("dataset", spec.dataset());
   if (spec.priority() != 0) line("priority", absl::StrCat(spec.priority()));
   if (job.has_latest() && job.latest().step() > 0) {

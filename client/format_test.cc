@@ -361,6 +361,21 @@ TEST(JobDetail, ShowsTimesCheckpointRedoAndOutputHost) {
       << JobDetail(job, now);
 }
 
+TEST(JobDetail, DeviceLineWhenTheJobAsksForHardwareOrPrecision) {
+  Job job;
+  job.set_id("job-000001");
+  job.mutable_spec()->set_device("auto");
+  job.mutable_spec()->set_matmul_precision("fp32");
+  EXPECT_EQ(JobDetail(job, absl::Now()).find("device:"), std::string::npos);
+  job.mutable_spec()->set_device("cuda");
+  job.mutable_spec()->set_matmul_precision("bf16");
+  EXPECT_NE(JobDetail(job, absl::Now()).find("device:    cuda, matmul bf16\n"), std::string::npos)
+      << JobDetail(job, absl::Now());
+  job.mutable_spec()->set_device("cpu");
+  job.mutable_spec()->clear_matmul_precision();  // a job stored before the field: fp32
+  EXPECT_NE(JobDetail(job, absl::Now()).find("device:    cpu, matmul fp32\n"), std::string::npos);
+}
+
 TEST(JobDetail, StragglersLineSlowestFirst) {
   Job job = RunningJob();
   job.mutable_spec()->mutable_stragglers()->set_threshold(1.5);
