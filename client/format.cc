@@ -333,6 +333,11 @@ std::string LayoutString(const ParallelLayout& layout) {
   return absl::StrCat("dp=", dp, " pp=", pp, " tp=", tp);
 }
 
+std::string DeviceAndPrecisionText(const JobSpec& spec) {
+  return absl::StrCat(plan::DeviceText(plan::PlannedDevice(spec)), ", matmul ",
+                      plan::MatmulPrecisionText(plan::PlannedMatmulPrecision(spec)));
+}
+
 std::string CurrentLayoutText(const Job& job) {
   const plan::CurrentLayout current = JobCurrentLayout(job);
   const int64_t workers = plan::WorkersNeeded(current.layout);
@@ -476,11 +481,9 @@ std::string JobDetail(const Job& job, absl::Time now) {
   line("layout", CurrentLayoutText(job));
   if (const std::string cut = StageCutText(job); !cut.empty()) line("cut", cut);
   // Shown when the job asks for particular hardware or precision (not "auto" with fp32).
-  const JobDevice device = plan::PlannedDevice(spec);
-  const MatmulPrecision precision = plan::PlannedMatmulPrecision(spec);
-  if (device != DEVICE_AUTO || precision != MATMUL_FP32) {
-    line("device",
-         absl::StrCat(plan::DeviceText(device), ", matmul ", plan::MatmulPrecisionText(precision)));
+  if (plan::PlannedDevice(spec) != DEVICE_AUTO ||
+      plan::PlannedMatmulPrecision(spec) != MATMUL_FP32) {
+    line("device", DeviceAndPrecisionText(spec));
   }
   line("dataset", spec.dataset());
   if (spec.priority() != 0) line("priority", absl::StrCat(spec.priority()));

@@ -155,6 +155,8 @@ std::string KeepsRunningNote(const std::string& job_id, const std::string& coord
 
 // "dp=2 pp=1 tp=2"; the defaults (0 means 1) applied.
 std::string LayoutString(const ParallelLayout& layout);
+// A planned spec's device and matmul precision: "cuda, matmul bf16" (`dtrain plan`, `status`).
+std::string DeviceAndPrecisionText(const JobSpec& spec);
 
 // The layout the job runs on now (plan::JobCurrentLayout), for `dtrain status`:
 //   "dp=2 pp=2 tp=1 (4 workers)", or after a recovery changed it

@@ -181,8 +181,7 @@ std::string PlanText(const Plan& plan, const std::string& path) {
   if (v > 1) absl::StrAppend(&out, " with ", v, " virtual stages");
   absl::StrAppend(&out, ", ", sched.micro_batches, " micro-batches of ", spec.micro_batch_size(),
                   " sequences per replica per step\n");
-  absl::StrAppend(&out, "device: ", plan::DeviceText(plan::PlannedDevice(spec)), ", matmul ",
-                  plan::MatmulPrecisionText(plan::PlannedMatmulPrecision(spec)), "\n");
+  absl::StrAppend(&out, "device: ", DeviceAndPrecisionText(spec), "\n");
   const FaultTolerance& ft = spec.fault_tolerance();
   absl::StrAppend(&out, "on a failure: ",
                   ft.max_restarts() == 0

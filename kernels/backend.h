@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 namespace dtrain::kernels {
@@ -43,11 +44,21 @@ struct DeviceInfo {
 // refuses the others for it.
 enum class MatmulPrecision { kFp32, kTf32, kBf16 };
 
-// "fp32", "tf32" or "bf16" (the --matmul_precision flag of dtrain-local and dtrain-worker);
-// InvalidArgument naming the value otherwise.
+// "fp32", "tf32" or "bf16" (dtrain-local's --matmul_precision); InvalidArgument naming the
+// value otherwise.
 absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(absl::string_view name);
-// The inverse: "fp32", "tf32" or "bf16".
-absl::string_view MatmulPrecisionName(MatmulPrecision precision);
+// The inverse: "fp32", "tf32" or "bf16". Inline: Backend's own messages use it.
+inline absl::string_view MatmulPrecisionName(MatmulPrecision precision) {
+  switch (precision) {
+    case MatmulPrecision::kTf32:
+      return "tf32";
+    case MatmulPrecision::kBf16:
+      return "bf16";
+    case MatmulPrecision::kFp32:
+      break;
+  }
+  return "fp32";
+}
 
 // Hyper-parameters of one AdamW step (PyTorch's torch.optim.AdamW semantics, decoupled decay).
 struct AdamWParams {
@@ -83,8 +94,8 @@ class Backend {
   virtual absl::Status SetMatmulPrecision(MatmulPrecision precision) {
     if (precision == MatmulPrecision::kFp32) return absl::OkStatus();
     return absl::InvalidArgumentError(
-        std::string("matmul precision ") + (precision == MatmulPrecision::kTf32 ? "tf32" : "bf16") +
-        " needs a CUDA device; the backend of " + info().name + " computes in fp32");
+        absl::StrCat("matmul precision ", MatmulPrecisionName(precision),
+                     " needs a CUDA device; the backend of ", info().name, " computes in fp32"));
   }
   virtual MatmulPrecision matmul_precision() const { return MatmulPrecision::kFp32; }
 

@@ -14,12 +14,11 @@
 namespace dtrain::kernels {
 namespace {
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(int ordinal, MatmulPrecision precision) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(int ordinal) {
 #ifdef DTRAIN_WITH_CUDA
-  return CreateCudaBackend(ordinal, precision);
+  return CreateCudaBackend(ordinal);
 #else
   (void)ordinal;
-  (void)precision;
   return absl::FailedPreconditionError(
       "--device=cuda: this dtrain build has no CUDA backend (no CUDA toolkit at build time); "
       "use --device=cpu or rebuild where /usr/local/cuda exists");
@@ -41,9 +40,9 @@ constexpr char kAutoChoseTheCpu[] = " (--device=auto found no CUDA GPU)";
 constexpr char kAutoChoseTheCpu[] = " (--device=auto: this dtrain build has no CUDA backend)";
 #endif
 
-// The CPU backends compute every GEMM in fp32: asking them for less is an error rather than a
-// setting silently ignored (Backend::SetMatmulPrecision says so). `why` says how the CPU was
-// chosen, when not by name.
+// `backend` computing in `precision` (Backend::SetMatmulPrecision: the CPU backends compute every
+// GEMM in fp32, and asking them for less is an error rather than a setting silently ignored).
+// `why` says how the CPU was chosen, when not by name.
 absl::StatusOr<std::unique_ptr<Backend>> WithPrecision(
     absl::StatusOr<std::unique_ptr<Backend>> backend, MatmulPrecision precision,
     absl::string_view why = "") {
@@ -64,18 +63,6 @@ absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(absl::string_view name) {
       absl::StrCat("unknown matmul precision \"", name, "\": expected fp32, tf32 or bf16"));
 }
 
-absl::string_view MatmulPrecisionName(MatmulPrecision precision) {
-  switch (precision) {
-    case MatmulPrecision::kTf32:
-      return "tf32";
-    case MatmulPrecision::kBf16:
-      return "bf16";
-    case MatmulPrecision::kFp32:
-      break;
-  }
-  return "fp32";
-}
-
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view device, int cpu_threads,
                                                        MatmulPrecision precision) {
   if (device == "cpu") return WithPrecision(CreateCpuBackend(cpu_threads), precision);
@@ -83,17 +70,17 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view device,
     return WithPrecision(CreateStagingCpuBackend(cpu_threads), precision);
   }
   if (device == "auto") {
-    if (CudaDevicePresent()) return CreateCuda(0, precision);
+    if (CudaDevicePresent()) return WithPrecision(CreateCuda(0), precision);
     return WithPrecision(CreateCpuBackend(cpu_threads), precision, kAutoChoseTheCpu);
   }
-  if (device == "cuda") return CreateCuda(0, precision);
+  if (device == "cuda") return WithPrecision(CreateCuda(0), precision);
   if (absl::StartsWith(device, "cuda:")) {
     int ordinal = -1;
     if (!absl::SimpleAtoi(device.substr(5), &ordinal) || ordinal < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("device \"", device, "\": expected cuda:N with N a GPU index >= 0"));
     }
-    return CreateCuda(ordinal, precision);
+    return WithPrecision(CreateCuda(ordinal), precision);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown device \"", device, "\": expected cpu, cpu-staging, cuda, cuda:N or auto"));

@@ -26,7 +26,7 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int ordinal, MatmulPrecision precision) : precision_(precision), scratch_(this) {
+  explicit CudaBackend(int ordinal) : scratch_(this) {
     info_.kind = DeviceKind::kCuda;
     info_.ordinal = ordinal;
   }
@@ -191,7 +191,7 @@ class CudaBackend final : public Backend {
   cuda::GemmContext gemm() { return cuda::GemmContext{cublas_, stream_, precision_, &scratch_}; }
 
   DeviceInfo info_;
-  MatmulPrecision precision_;
+  MatmulPrecision precision_ = MatmulPrecision::kFp32;  // SetMatmulPrecision
   bool stream_ordered_alloc_ = false;  // cudaMallocAsync/cudaFreeAsync (memory pools)
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // staging copies (CopyToHostAsync, CopyToDeviceAsync)
@@ -458,7 +458,7 @@ int CudaDeviceCount() {
   return count;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int ordinal, MatmulPrecision precision) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int ordinal) {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess || count == 0) {
@@ -475,7 +475,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int ordinal, MatmulPr
                      count == 1 ? " CUDA GPU (ordinal 0)"
                                 : absl::StrCat(" CUDA GPUs (ordinals 0..", count - 1, ")")));
   }
-  auto backend = std::make_unique<CudaBackend>(ordinal, precision);
+  auto backend = std::make_unique<CudaBackend>(ordinal);
   RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<Backend>(std::move(backend));
 }

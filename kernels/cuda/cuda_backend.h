@@ -2,7 +2,8 @@
 // it. Ops are the launchers of the .cuh files in this folder, enqueued on the stream in call
 // order; only CopyToHost, SquaredNorm and Synchronize wait for the GPU.
 //
-//   ASSIGN_OR_RETURN(std::unique_ptr<Backend> gpu, CreateCudaBackend(0, MatmulPrecision::kTf32));
+//   ASSIGN_OR_RETURN(std::unique_ptr<Backend> gpu, CreateCudaBackend(0));
+//   RETURN_IF_ERROR(gpu->SetMatmulPrecision(MatmulPrecision::kTf32));  // fp32 until then
 //
 // Memory: Allocate is stream-ordered (cudaMallocAsync + cudaMemsetAsync on the backend's stream,
 // where the GPU supports memory pools; cudaMalloc + cudaMemset otherwise), so a buffer may be
@@ -33,12 +34,11 @@ namespace dtrain::kernels {
 // error. Never aborts.
 int CudaDeviceCount();
 
-// A backend on GPU `ordinal`, running GEMMs in `precision` (see MatmulPrecision).
+// A backend on GPU `ordinal`, its GEMMs in fp32 until SetMatmulPrecision says otherwise.
 // Errors: FailedPrecondition "no CUDA GPU found: cudaGetDeviceCount returned ..." when there is
 // no usable GPU; InvalidArgument when ordinal is outside [0, count), naming the count; Internal
 // or ResourceExhausted when creating the stream, the cuBLAS handle or scratch memory fails.
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
-    int ordinal, MatmulPrecision precision = MatmulPrecision::kFp32);
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int ordinal);
 
 }  // namespace dtrain::kernels
 
