@@ -2,14 +2,11 @@
 
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/job_paths.h"
 #include "common/status_macros.h"
 #include "plan/ranks.h"
 #include "plan/spec_enums.h"
@@ -27,18 +24,12 @@
 #include "worker/parallel/checkpoint_writer.h"
 #include "worker/parallel/device_staging.h"
 #include "worker/parallel/gradient_sync.h"
-#include "worker/parallel/seal_watch.h"
+#include "worker/parallel/parallel_trainer_parts.h"
 #include "worker/parallel/sharded_checkpoint.h"
 #include "worker/parallel/stage_executor.h"
 
 namespace dtrain::parallel {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Group id of "every rank of the job" (groups.cc uses kinds 1-3 in the top byte).
 constexpr int32_t kWorldGroupId = 4 << 24;
@@ -69,60 +60,6 @@ absl::Status AllReducePrecise(comm::Group& group, std::vector<double>& values) {
 }
 
 }  // namespace
-
-// Host memory the backend's asynchronous copies may use (Backend::RegisterPinned) for as long as
-// this lives; destroyed before the memory is unmapped.
-class PinnedRegistration {
- public:
-  static absl::StatusOr<std::unique_ptr<PinnedRegistration>> Create(kernels::Backend* backend,
-                                                                    absl::Span<float> memory) {
-    const size_t bytes = memory.size() * sizeof(float);
-    if (absl::Status s = backend->RegisterPinned(memory.data(), bytes); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("registering the dp group's shared gradient "
-                                                 "buffers (",
-                                                 bytes,
-                                                 " bytes) for the device's "
-                                                 "copies: ",
-                                                 s.message()));
-    }
-    return std::unique_ptr<PinnedRegistration>(new PinnedRegistration(backend, memory.data()));
-  }
-  ~PinnedRegistration() { backend_->UnregisterPinned(ptr_); }
-
- private:
-  PinnedRegistration(kernels::Backend* backend, void* ptr) : backend_(backend), ptr_(ptr) {}
-  kernels::Backend* const backend_;
-  void* const ptr_;
-};
-
-struct ParallelTrainer::Chunk {
-  std::unique_ptr<model::GptStage> stage;
-  std::unique_ptr<model::AdamW> optimizer;
-};
-
-// Everything a step needs besides the chunks: groups, links, the executor and the sync thread.
-class ParallelTrainer::StepRunner {
- public:
-  RankAssignment coord;  // this rank's dp_rank, pp_rank, tp_rank
-  std::optional<comm::Group> tp, dp, tied, world;
-  std::optional<comm::HierarchicalAllReduce> dp_sum;  // over dp: by host, or the flat ring
-  // Over dp when its ranks share a host (and the backend's memory is host memory): buffers they
-  // all map, which hold the chunks' gradients, so dp buckets are all-reduced in place.
-  std::unique_ptr<comm::SharedAllReduce> dp_shared;
-  // dp_shared's buffer as the host side of the backend's copies, where the backend stages.
-  std::unique_ptr<PinnedRegistration> dp_shared_pinned;
-  std::unique_ptr<DeviceStaging> staging;  // first: the others hold its buffers
-  std::unique_ptr<comm::StageLinks> links;
-  std::unique_ptr<StageExecutor> executor;
-  std::unique_ptr<GradientSync> sync;
-  std::unique_ptr<model::TokenDataset> data;
-  std::unique_ptr<model::TokenDataset> eval_data;  // with eval_every, where data is
-  pipeline::ScheduleSpec schedule;
-  std::vector<pipeline::Action> actions;
-  std::vector<pipeline::Action> forwards;  // the F actions of `actions`, in order
-  int micro_batch_rows = 0;
-  double tp_seconds = 0;  // time inside tp all-reduces (part of the layers' compute calls)
-};
 
 ParallelTrainer::~ParallelTrainer() = default;
 
@@ -264,11 +201,11 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(
     StepRunner* runner = &r;
     auto observe = options.on_collective;
     tp_hook = [sum, runner, observe](float* data, int64_t n) {
-      const auto start = Clock::now();
+      const auto start = TrainerClock::now();
       absl::Status s = runner->staging->OnHost(data, n, /*chunked=*/true, [&](absl::Span<float> h) {
         return sum(h.data(), static_cast<int64_t>(h.size()));
       });
-      const double seconds = Since(start);
+      const double seconds = SecondsSince(start);
       runner->tp_seconds += seconds;
       if (observe) observe("all_reduce", n * int64_t{sizeof(float)}, seconds);
       return s;
@@ -371,10 +308,10 @@ ShardIdentity ParallelTrainer::Identity() const {
 
 absl::Status ParallelTrainer::Timed(const char* op, int64_t floats,
                                     const std::function<absl::Status()>& collective) {
-  const auto start = Clock::now();
+  const auto start = TrainerClock::now();
   absl::Status s = collective();
   if (s.ok() && options_.on_collective) {
-    options_.on_collective(op, floats * int64_t{sizeof(float)}, Since(start));
+    options_.on_collective(op, floats * int64_t{sizeof(float)}, SecondsSince(start));
   }
   return s;
 }
@@ -405,7 +342,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step, bool c
   StepRunner& r = *runner_;
   const TrainingRun& run = options_.run;
   const int B = run.batch, T = run.seq, b = r.micro_batch_rows;
-  const auto start = Clock::now();
+  const auto start = TrainerClock::now();
   r.tp_seconds = 0;
   std::vector<int32_t> inputs, targets;
   if (r.data != nullptr) {
@@ -438,7 +375,7 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step, bool c
   stats_.backward_input_seconds = times.backward_input;
   stats_.backward_weight_seconds = times.backward_weight;
 
-  const auto comm_start = Clock::now();
+  const auto comm_start = TrainerClock::now();
   RETURN_IF_ERROR(r.sync->Finish());
   stats_.dp_reduce_seconds = r.sync->reduce_seconds();
   stats_.dp_overlap_seconds = r.sync->overlap_seconds();
@@ -498,11 +435,11 @@ absl::StatusOr<TrainStepMetrics> ParallelTrainer::TrainStep(int64_t step, bool c
   stats_.staging_wait_seconds = staged.wait_seconds;
   stats_.staging_overlapped_seconds = staged.overlapped_seconds;
   stats_.staged_bytes = staged.bytes_to_host + staged.bytes_to_device;
-  metrics.step_seconds = Since(start);
+  metrics.step_seconds = SecondsSince(start);
   metrics.tokens_per_s = static_cast<double>(B) * T / metrics.step_seconds;
   metrics.compute_seconds = std::max(0.0, times.compute - r.tp_seconds);
   metrics.bubble_seconds = times.wait;
-  metrics.communication_seconds = r.tp_seconds + times.send + Since(comm_start);
+  metrics.communication_seconds = r.tp_seconds + times.send + SecondsSince(comm_start);
   return metrics;
 }
 
@@ -547,83 +484,6 @@ absl::StatusOr<double> ParallelTrainer::Evaluate(int64_t step) {
   return mean[0];
 }
 
-absl::Status ParallelTrainer::StartWriter(const TrainingCallbacks& callbacks) {
-  const TrainingRun& run = options_.run;
-  // The run's token: rank 0 draws 48 random bits and the others add zeros, as three 16-bit
-  // parts (exact in a float sum).
-  std::vector<float> parts(3, 0.0f);
-  if (options_.plan.rank() == 0) {
-    const uint64_t bits = NewRunTokenBits();
-    for (int i = 0; i < 3; ++i) parts[i] = static_cast<float>((bits >> (16 * i)) & 0xffff);
-  }
-  RETURN_IF_ERROR(Timed("all_reduce", 3, [&] {
-    return comm::AllReduce(*runner_->world, absl::MakeSpan(parts), comm::ReduceOp::kSum);
-  }));
-  uint64_t token = 0;
-  for (int i = 0; i < 3; ++i) token |= static_cast<uint64_t>(parts[i]) << (16 * i);
-  // Every rank has resolved its checkpoint (Create) before the all-reduce returns, and none can
-  // write a step before rank 0 trains it: the damaged steps it will redo go aside first.
-  // What killed writers of an earlier run left is removed at the same point.
-  // The run claims the directory first: one frozen past its recovery touches nothing of it.
-  const model::RunClaim claim{run.attempt, RunTokenText(token)};
-  if (options_.plan.rank() == 0) {
-    ASSIGN_OR_RETURN(const std::string removed,
-                     PrepareJobDirectory(run.checkpoint_dir, damaged_steps_, claim));
-    if (!removed.empty() && callbacks.warning) callbacks.warning(removed);
-  }
-  CheckpointWriterOptions w;
-  w.dir = run.checkpoint_dir;
-  w.rank = options_.plan.rank();
-  w.world_size = transport_->size();
-  w.run_token = claim.token;
-  w.run_attempt = claim.attempt;
-  if (const int64_t stop_at = options_.test_only.stop_before_seal_step;
-      stop_at > 0 && run.attempt == 0) {
-    w.test_only_before_seal = [stop_at](int64_t step) {
-      if (step == stop_at) raise(SIGSTOP);
-    };
-  }
-  // A rank whose files take longer than any wait on a peer is as stuck as a silent peer.
-  w.seal_timeout = options_.comm_timeout;
-  if (options_.plan.rank() == 0) {
-    std::vector<int> others;
-    for (int r = 1; r < transport_->size(); ++r) others.push_back(r);
-    w.peers_failed = [transport = transport_, others] {
-      return comm::WatchPeers(*transport, others);
-    };
-    w.peer_left = [transport = transport_, others = std::move(others)] {
-      return FirstPeerLeft(*transport, others);  // seal_watch.h
-    };
-  }
-  w.background = run.background_checkpoints;
-  w.keep_last = run.keep_last;
-  w.keep_every = run.keep_every;
-  w.seal = [config = run.model, layout = Identity().layout(), batch = run.batch, seq = run.seq](
-               const model::HeldDirectory& dir, int64_t step, std::vector<ShardFileEntry> entries) {
-    return SealStep(dir, step, config, layout, DataPositionAfter(step, batch, seq),
-                    std::move(entries));
-  };
-  writer_ = std::make_unique<CheckpointWriter>(std::move(w));
-  return absl::OkStatus();
-}
-
-absl::Status ParallelTrainer::StartCheckpoint(int64_t step, bool keep) {
-  const auto start = Clock::now();
-  std::vector<model::GptStage*> stages;
-  std::vector<model::AdamW*> optimizers;
-  for (Chunk& c : chunks_) {
-    stages.push_back(c.stage.get());
-    optimizers.push_back(c.optimizer.get());
-  }
-  // The state as of this step boundary, in host memory; the writer takes it from here.
-  comm::FlightScope recorded(transport_->recorder(),
-                             comm::FlightRecord::Checkpoint(step, "snapshot"));
-  absl::StatusOr<std::vector<PendingFile>> files =
-      SnapshotShard(step, Identity(), stages, optimizers);
-  if (!files.ok()) return recorded.Finish(files.status());
-  return recorded.Finish(writer_->Submit(step, *std::move(files), Since(start), keep));
-}
-
 absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
   if (!resume_note_.empty() && callbacks.warning) callbacks.warning(resume_note_);
   // Shared buffers were possible but could not be had (a /dev/shm too small, or not shared):
@@ -642,75 +502,6 @@ absl::Status ParallelTrainer::Run(const TrainingCallbacks& callbacks) {
     comm::AbortJob(*transport_, status);
   }
   return status;
-}
-
-absl::Status ParallelTrainer::AwaitFinalCheckpoint(const TrainingCallbacks& callbacks,
-                                                   const CheckpointHooks& checkpoints,
-                                                   std::string* final_skipped) {
-  const int64_t last = options_.run.steps;
-  std::vector<int> others;
-  for (int r = 0; r < transport_->size(); ++r) {
-    if (r != options_.plan.rank()) others.push_back(r);
-  }
-  FinalCheckpointHooks hooks;
-  hooks.agree = [this](float value) -> absl::StatusOr<float> {
-    std::vector<float> sum = {value};
-    RETURN_IF_ERROR(comm::AllReduce(*runner_->world, absl::MakeSpan(sum), comm::ReduceOp::kSum));
-    return sum[0];
-  };
-  hooks.peers_ok = [this, &others] { return comm::WatchPeers(*transport_, others); };
-  hooks.write_again = [&]() -> absl::StatusOr<std::string> {
-    writer_->AllowRewriteOfLastStep();
-    RETURN_IF_ERROR(StartCheckpoint(last, /*keep=*/false));
-    final_skipped->clear();
-    ASSIGN_OR_RETURN(std::vector<CheckpointWritten> done, checkpoints.finished(true));
-    for (const CheckpointWritten& c : done) {
-      // A skip again is this wait's business (its log lines), not one more skipped step.
-      if (!c.skipped && callbacks.checkpoint) callbacks.checkpoint(c);
-    }
-    return *final_skipped;
-  };
-  hooks.warning = callbacks.warning;
-  hooks.note = callbacks.note;
-  hooks.space_wait = callbacks.space_wait;
-  std::optional<comm::FlightScope> waiting;
-  hooks.waiting = [&](bool on) {
-    if (on) {
-      waiting.emplace(transport_->recorder(),
-                      comm::FlightRecord::Checkpoint(last, "waiting for disk space"));
-    } else if (waiting.has_value()) {
-      waiting->Finish(absl::OkStatus());
-      waiting.reset();
-    }
-  };
-  std::string rank0_skipped = options_.plan.rank() == 0 ? *final_skipped : "";
-  RETURN_IF_ERROR(parallel::AwaitFinalCheckpoint(
-      options_.final_checkpoint_retry, hooks, options_.plan.rank() == 0,
-      absl::StrCat("the checkpoint of step ", last, ", the last,"), options_.run.checkpoint_dir,
-      &rank0_skipped));
-  if (options_.plan.rank() == 0) *final_skipped = rank0_skipped;
-  return absl::OkStatus();
-}
-
-absl::Status ParallelTrainer::ExportWeights(const std::string& step_dir,
-                                            const TrainingCallbacks& callbacks) {
-  const std::string& out = options_.run.save_path;
-  // "" when written; why not when the disk is full; other errors end the run.
-  auto export_once = [&]() -> absl::StatusOr<std::string> {
-    const absl::Status exported = ExportSafetensors(step_dir, out).status();
-    if (absl::IsResourceExhausted(exported)) return std::string(exported.message());
-    RETURN_IF_ERROR(exported);
-    return std::string();
-  };
-  FinalCheckpointHooks hooks;
-  hooks.warning = callbacks.warning;
-  hooks.note = callbacks.note;
-  hooks.space_wait = callbacks.space_wait;
-  const std::atomic<bool>* stop = options_.stop;
-  return WriteWaitingForSpace(
-      options_.final_checkpoint_retry, std::move(hooks), out,
-      absl::StrCat("the weights file of step ", options_.run.steps, " (", out, ")"), export_once,
-      [stop] { return stop != nullptr && stop->load(); });
 }
 
 absl::Status ParallelTrainer::RunSteps(const TrainingCallbacks& callbacks) {

@@ -17,6 +17,7 @@
 #include "worker/comm/grpc/outgoing_stream.h"
 #include "worker/comm/grpc/peer_service.h"
 #include "worker/comm/grpc/rank_diagnosis.h"
+#include "worker/comm/grpc/send_ops.h"
 #include "worker/comm/grpc/shm_link.h"
 #include "worker/comm/grpc/tls_link.h"
 #include "worker/comm/inbox.h"
@@ -25,8 +26,6 @@ namespace dtrain::comm {
 namespace {
 
 constexpr int64_t kMaxFrameBytes = (4 << 20) - (64 << 10);
-// How long a send that gave up waits for gRPC to let go of its buffer.
-constexpr absl::Duration kReleaseGrace = absl::Seconds(10);
 // How long opening them may take before the stream carries the data instead (a data port a
 // firewall drops must not take the whole connect deadline).
 constexpr absl::Duration kDataConnectTimeout = absl::Seconds(5);
@@ -54,104 +53,6 @@ grpc::ChannelArguments ChannelArgs(const GrpcTransportOptions& o) {
   SetPeerChannelArguments(o.tls, &args);  // peers are dialled by IP, verified by worker name
   return args;
 }
-
-// A send in flight: waits for GrpcSendState, cancels the stream when the deadline passes.
-class GrpcSendOp : public SendOp {
- public:
-  GrpcSendOp(std::shared_ptr<GrpcSendState> state, OutgoingStream* stream, std::string what,
-             absl::Time deadline)
-      : state_(std::move(state)), stream_(stream), what_(std::move(what)), deadline_(deadline) {}
-  ~GrpcSendOp() override {
-    if (!waited_) Wait(deadline_).IgnoreError();
-  }
-
-  bool Done() override {
-    absl::MutexLock lock(&state_->mu);
-    return state_->Done();
-  }
-
-  absl::Status Wait(absl::Time deadline) override {
-    waited_ = true;
-    GrpcSendState& s = *state_;
-    auto done = [&s]() ABSL_SHARED_LOCKS_REQUIRED(s.mu) { return s.Done(); };
-    {
-      absl::MutexLock lock(&s.mu);
-      if (s.mu.AwaitWithDeadline(absl::Condition(&done), deadline)) {
-        return s.status.ok() ? s.status : Annotate(s.status, what_);
-      }
-    }
-    // The peer takes nothing (stuck, or the network is): give up on it, which also makes gRPC
-    // let go of our buffer.
-    stream_->Cancel();
-    absl::MutexLock lock(&s.mu);
-    if (!s.mu.AwaitWithTimeout(absl::Condition(&done), kReleaseGrace)) {
-      return absl::InternalError(
-          absl::StrCat(what_, ": gRPC still holds the buffer after cancelling the stream"));
-    }
-    return absl::DeadlineExceededError(
-        absl::StrCat(what_, ": not written by the deadline; the stream to the peer was cancelled"));
-  }
-
- private:
-  std::shared_ptr<GrpcSendState> state_;
-  OutgoingStream* stream_;
-  const std::string what_;
-  const absl::Time deadline_;
-  bool waited_ = false;
-};
-
-// A send through a link of the transport's own (the shared-memory ring, the data connections):
-// waits for its ShmSender or TlsSender; cancels the stream (which ends the peer, as over gRPC)
-// when the deadline passes. `link` names it in errors.
-class LinkSendOp : public SendOp {
- public:
-  LinkSendOp(std::shared_ptr<LinkSendState> state, OutgoingStream* stream, std::string what,
-             const char* link, absl::Time deadline)
-      : state_(std::move(state)),
-        stream_(stream),
-        what_(std::move(what)),
-        link_(link),
-        deadline_(deadline) {}
-  ~LinkSendOp() override {
-    if (!waited_) Wait(deadline_).IgnoreError();
-  }
-
-  bool Done() override {
-    absl::MutexLock lock(&state_->mu);
-    return state_->done;
-  }
-
-  absl::Status Wait(absl::Time deadline) override {
-    waited_ = true;
-    LinkSendState& s = *state_;
-    auto done = [&s]() ABSL_SHARED_LOCKS_REQUIRED(s.mu) { return s.done; };
-    {
-      absl::MutexLock lock(&s.mu);
-      if (s.mu.AwaitWithDeadline(absl::Condition(&done), deadline)) {
-        return s.status.ok() ? s.status : Annotate(s.status, what_);
-      }
-    }
-    // The peer takes nothing: give up on it, as over gRPC.
-    s.cancelled.store(true);
-    stream_->Cancel();
-    absl::MutexLock lock(&s.mu);
-    if (!s.mu.AwaitWithTimeout(absl::Condition(&done), kReleaseGrace)) {
-      return absl::InternalError(absl::StrCat(what_, ": the writer of ", link_,
-                                              " still holds the buffer after cancelling"));
-    }
-    return absl::DeadlineExceededError(
-        absl::StrCat(what_, ": not taken from ", link_,
-                     " by the deadline; the stream to the peer was cancelled"));
-  }
-
- private:
-  std::shared_ptr<LinkSendState> state_;
-  OutgoingStream* stream_;
-  const std::string what_;
-  const char* link_;
-  const absl::Time deadline_;
-  bool waited_ = false;
-};
 
 void TuneMalloc() {
   static std::once_flag once;
@@ -636,12 +537,12 @@ absl::StatusOr<SendHandle> GrpcTransport::StartSend(int peer, const MessageKey& 
     tls = peers_[peer]->tls_out.get();
   }
   if (shm != nullptr) {
-    return SendHandle(std::make_unique<LinkSendOp>(shm->Enqueue(key, meta, data, ""), *stream, what,
-                                                   "the shared-memory ring", deadline));
+    return SendHandle(MakeLinkSendOp(shm->Enqueue(key, meta, data, ""), *stream, what,
+                                     "the shared-memory ring", deadline));
   }
   if (tls != nullptr) {
-    return SendHandle(std::make_unique<LinkSendOp>(tls->Enqueue(key, meta, data, ""), *stream, what,
-                                                   "the data connections", deadline));
+    return SendHandle(MakeLinkSendOp(tls->Enqueue(key, meta, data, ""), *stream, what,
+                                     "the data connections", deadline));
   }
 
   const int64_t frame_bytes = options_.frame_bytes;
@@ -661,7 +562,7 @@ absl::StatusOr<SendHandle> GrpcTransport::StartSend(int peer, const MessageKey& 
   }
   absl::Status queued = (*stream)->Enqueue(std::move(buffers), state);
   if (!queued.ok()) return Annotate(queued, what);
-  return SendHandle(std::make_unique<GrpcSendOp>(std::move(state), *stream, what, deadline));
+  return SendHandle(MakeGrpcSendOp(std::move(state), *stream, what, deadline));
 }
 
 absl::Status GrpcTransport::Recv(int peer, const MessageKey& key, const TensorMeta& expected,
