@@ -268,20 +268,29 @@ std::string PlanText(const Plan& plan, const std::string& path) {
                   "\nmemory per rank (fp32; the same for every rank of a stage; the "
                   "coordinator places no rank on a worker with less device memory):\n");
   rows.clear();
+  // A column for the CUDA backend's scratch only where a rank may run on CUDA.
+  const bool scratch = plan.job.device() != DEVICE_CPU;
   for (const StagePlan& stage : plan.job.stages()) {
     const RankMemory& m = stage.memory();
     rows.push_back({absl::StrCat(stage.stage()), Bytes(m.parameters()), Bytes(m.gradients()),
-                    Bytes(m.optimizer()), Bytes(m.activations()), Bytes(m.communication()),
-                    Bytes(m.total())});
+                    Bytes(m.optimizer()), Bytes(m.activations()), Bytes(m.communication())});
+    if (scratch) rows.back().push_back(Bytes(m.device_scratch()));
+    rows.back().push_back(Bytes(m.total()));
   }
-  absl::StrAppend(&out, FormatTable({"STAGE", "PARAMETERS", "GRADIENTS", "OPTIMIZER", "ACTIVATIONS",
-                                     "COMMUNICATION", "TOTAL"},
-                                    rows));
+  std::vector<std::string> header = {"STAGE",     "PARAMETERS",  "GRADIENTS",
+                                     "OPTIMIZER", "ACTIVATIONS", "COMMUNICATION"};
+  if (scratch) header.push_back("CUDA SCRATCH");
+  header.push_back("TOTAL");
+  absl::StrAppend(&out, FormatTable(header, rows));
   absl::StrAppend(
       &out, "(optimizer: AdamW m and v", plan.spec.parallel().zero1() ? ", 1/dp each (zero1)" : "",
       "; activations at the schedule's peak; communication: pipeline messages",
       plan.spec.parallel().dp() > 1 && !plan.spec.parallel().zero1() ? " and two gradient buckets"
                                                                      : "",
+      scratch ? (plan.job.matmul_precision() == MATMUL_BF16
+                     ? "; CUDA scratch: partial column sums and bf16 copies of GEMM operands"
+                     : "; CUDA scratch: partial column sums")
+              : "",
       ")\n");
   // One worker's trainer runs the whole batch at once (plan/memory.h).
   const int64_t sequences = plan.job.ranks() == 1 ? spec.batch_size() : spec.micro_batch_size();

@@ -23,6 +23,7 @@ namespace {
 using pipeline::Action;
 using pipeline::ActionType;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // 8 layers of width 64, 16 sequences of 32 tokens per step in micro-batches of 2.
 std::string SpecJson(const std::string& parallel, int micro_batch_size = 2) {
@@ -69,12 +70,31 @@ TEST(Plan, OneWorkerIsOneRankOnW0) {
   EXPECT_THAT(r.out, HasSubstr("\ndevice: auto, matmul fp32\n"));
 }
 
-TEST(Plan, ABf16JobIsPlannedForCuda) {
+// `dtrain plan` of a one-worker spec with `field` (a JSON member) added, written as `name`.
+CliRun PlanOfOneWorkerWith(const std::string& name, const std::string& field) {
   std::string json = SpecJson(R"({"pp": 1})");
-  json.insert(json.size() - 1, R"(, "matmul_precision": "bf16")");
-  const CliRun r = Dtrain({"plan", WriteSpec("bf16.json", json)});
+  json.insert(json.size() - 1, absl::StrCat(", ", field));
+  return Dtrain({"plan", WriteSpec(name, json)});
+}
+
+TEST(Plan, ABf16JobIsPlannedForCuda) {
+  const CliRun r = PlanOfOneWorkerWith("bf16.json", R"("matmul_precision": "bf16")");
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\ndevice: cuda, matmul bf16\n"));
+  // Its CUDA scratch holds bf16 copies of the largest left and right GEMM operands (N=16*32
+  // rows by 4C=256 or V=256 columns: 128 Ki elements, 2 bytes each) and the partial column sums
+  // (8 chunks of 64 rows x 4C floats): 512 + 8 KiB.
+  EXPECT_THAT(r.out, HasSubstr("CUDA SCRATCH  TOTAL\n0      "));
+  EXPECT_THAT(r.out, HasSubstr("  520.0 KiB     "));
+  EXPECT_THAT(r.out, HasSubstr("CUDA scratch: partial column sums and bf16 copies of GEMM "
+                               "operands)"));
+}
+
+TEST(Plan, ACpuJobHasNoCudaScratch) {
+  const CliRun r = PlanOfOneWorkerWith("cpu.json", R"("device": "cpu")");
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("COMMUNICATION  TOTAL\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr("CUDA")));
 }
 
 TEST(Plan, OneFOneBReportHasLayoutRanksStagesTimelineAndBubble) {
@@ -86,11 +106,14 @@ TEST(Plan, OneFOneBReportHasLayoutRanksStagesTimelineAndBubble) {
   EXPECT_THAT(r.out, HasSubstr("workers: 4 hypothetical (w0..w3) on 1 host\n"));
   EXPECT_THAT(r.out, HasSubstr("RANK  DP  PP  TP  WORKER  HOST  LAYERS  MEMORY\n"
                                "0     0   0   0   w0      h0    0-1     6.0 MiB\n"));
-  // Each rank's memory, every term (plan/memory.h): stage 0 keeps 4 micro-batches alive.
+  // Each rank's memory, every term (plan/memory.h): stage 0 keeps 4 micro-batches alive; with
+  // device "auto" a rank may run on CUDA, whose backend keeps partial column sums (b=2 T=32:
+  // 1 chunk of 64 rows x 2C=128 floats).
   EXPECT_THAT(r.out, HasSubstr("STAGE  PARAMETERS  GRADIENTS  OPTIMIZER  ACTIVATIONS  "
-                               "COMMUNICATION  TOTAL\n"
+                               "COMMUNICATION  CUDA SCRATCH  TOTAL\n"
                                "0      462.5 KiB   462.5 KiB  925.0 KiB  4.1 MiB      128.0 KiB"
-                               "      6.0 MiB\n"));
+                               "      1.0 KiB       6.0 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("; CUDA scratch: partial column sums)\n"));
   EXPECT_THAT(r.out, HasSubstr("STAGE  LAYERS  COST\n0      0-1     2.00\n"));
   EXPECT_THAT(r.out, HasSubstr("stage 0 |F0-"));
   EXPECT_THAT(r.out, HasSubstr("stage 3 |...."));  // the last stage waits for three forwards

@@ -142,8 +142,10 @@ absl::Status OpTimingBackend::MatmulBackwardWeight(float* dweight, float* dbias,
                                                    const float* inp, int N, int C, int OC) {
   const absl::Time start = absl::Now();
   absl::Status s = inner_->MatmulBackwardWeight(dweight, dbias, dout, inp, N, C, OC);
-  return Timed(start, absl::StrCat("MatmulBackwardWeight N=", N, " C=", C, " OC=", OC),
-               std::move(s));
+  return Timed(
+      start,
+      absl::StrCat("MatmulBackwardWeight N=", N, " C=", C, " OC=", OC, dbias ? "" : " no bias"),
+      std::move(s));
 }
 
 absl::Status OpTimingBackend::GeluForward(float* out, const float* inp, int64_t n) {

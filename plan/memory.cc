@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <limits>
 
+#include "common/device_scratch.h"
 #include "plan/ranks.h"
+#include "plan/spec_enums.h"
 
 namespace dtrain::plan {
 namespace {
@@ -46,6 +48,33 @@ int64_t ChunkActivations(const ModelConfig& model, int tp, int num_layers, bool 
   return n;
 }
 
+int64_t CudaScratchBytes(const ModelConfig& model, int tp, int num_layers, bool has_head,
+                         int64_t rows, int64_t seq_len, bool bf16) {
+  const int64_t C = model.n_embd(), Cl = C / std::max(1, tp), V = model.vocab_size();
+  const int64_t N = rows * seq_len;
+  // Column sums: LayerNorm's dweight and dbias (2 x C columns), the biases of qkv (3Cl), the
+  // projections (C) and fc (4Cl); the head chunk's ln_f alone when it has no layers.
+  int64_t widest = 0, left = 0, right = 0;
+  if (num_layers > 0) {
+    widest = std::max(2 * C, 4 * Cl);
+    // Every layer GEMM's left operand is an (N, C), (N, Cl), (N, 3Cl) or (N, 4Cl) input or
+    // output gradient; its right one a weight, at most (C, 4Cl), or one of those (the weight
+    // gradients' dout).
+    left = N * std::max(C, 4 * Cl);
+    right = std::max(C * 4 * Cl, N * std::max(C, 4 * Cl));
+  }
+  if (has_head) {
+    widest = std::max(widest, 2 * C);  // ln_f
+    // logits = lnf (N,C) @ wte^T; dlnf = dlogits (N,V) @ wte (V,C); dwte += dlogits^T @ lnf.
+    left = std::max(left, N * V);
+    right = std::max({right, V * C, N * C});
+  }
+  const int64_t chunks = (N + kColumnSumChunkRows - 1) / kColumnSumChunkRows;
+  int64_t bytes = static_cast<int64_t>(kFloatBytes) * chunks * widest;
+  if (bf16) bytes += kBf16OperandBytes * (left + right);
+  return bytes;
+}
+
 RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<LayerRange>& chunks,
                               const std::vector<int>& peak_live) {
   const ParallelLayout& layout = spec.parallel();
@@ -56,7 +85,11 @@ RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<
   const double boundary =
       kFloatBytes * static_cast<double>(rows) * spec.seq_len() * spec.model().n_embd();
   const int v = static_cast<int>(chunks.size());
+  // The scratch buffers belong to the rank's backend, which all its chunks share: the largest.
+  const JobDevice device = PlannedDevice(spec);
+  const bool bf16 = PlannedMatmulPrecision(spec) == MATMUL_BF16;
   double params = 0, acts = 0, comm = 0;
+  int64_t scratch = 0;
   for (int j = 0; j < v; ++j) {
     const bool first = stage == 0 && j == 0, last = stage == pp - 1 && j == v - 1;
     params +=
@@ -66,6 +99,10 @@ RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<
             static_cast<double>(ChunkActivations(spec.model(), tp, chunks[j].num_layers(), last,
                                                  rows, spec.seq_len()));
     if (pp > 1) comm += 2 * boundary * live;
+    if (device != DEVICE_CPU) {
+      scratch = std::max(scratch, CudaScratchBytes(spec.model(), tp, chunks[j].num_layers(), last,
+                                                   rows, spec.seq_len(), bf16));
+    }
   }
   if (dp > 1 && !layout.zero1()) comm += 2.0 * layout.bucket_bytes();
   RankMemory m;
@@ -75,8 +112,9 @@ RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<
   m.set_optimizer(Saturate(layout.zero1() ? moments / dp : moments));
   m.set_activations(Saturate(acts));
   m.set_communication(Saturate(comm));
-  m.set_total(
-      Saturate(2 * kFloatBytes * params + (layout.zero1() ? moments / dp : moments) + acts + comm));
+  m.set_device_scratch(scratch);
+  m.set_total(Saturate(2 * kFloatBytes * params + (layout.zero1() ? moments / dp : moments) + acts +
+                       comm + static_cast<double>(scratch)));
   return m;
 }
 

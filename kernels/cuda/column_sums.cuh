@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "common/status_macros.h"
+#include "common/device_scratch.h"
 #include "kernels/common/arg_check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/matmul.cuh"
@@ -24,7 +25,7 @@
 
 namespace dtrain::kernels::cuda {
 
-constexpr int kColumnSumChunkRows = 64;
+constexpr int kColumnSumChunkRows = dtrain::kColumnSumChunkRows;  // plan/memory.cc counts it
 constexpr int kColumnSumRowLanes = 16;  // pass 1 blocks: (32 columns, 16 row lanes)
 constexpr int kColumnSumScratchSlot = 2;
 

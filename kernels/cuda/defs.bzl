@@ -43,6 +43,7 @@ def cuda_backend_targets():
             "reduce.cuh",
         ],
         nvcc_deps = [
+            "//common:device_scratch.h",
             "//common:status_macros.h",
             "//kernels:backend.h",
             "//kernels:common/arg_check.h",
@@ -51,6 +52,7 @@ def cuda_backend_targets():
         deps = [
             ":cuda_check",
             "//bazel/system:absl",
+            "//common:device_scratch",
             "//common:status_macros",
             "//kernels:backend_interface",
             "//kernels:elementwise",

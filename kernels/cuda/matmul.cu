@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/device_scratch.h"
 #include "common/status_macros.h"
 #include "kernels/common/arg_check.h"
 #include "kernels/cuda/column_sums.cuh"
@@ -58,6 +59,7 @@ absl::StatusOr<const __nv_bfloat16*> ToBf16(const GemmContext& ctx, int slot, co
   if (CeilDiv(n, kBlock) > 2147483647) {
     return absl::InvalidArgumentError("Gemm: operand too large for one bf16 conversion launch");
   }
+  static_assert(sizeof(__nv_bfloat16) == kBf16OperandBytes, "plan/memory.cc counts these bytes");
   ASSIGN_OR_RETURN(void* buffer, ctx.scratch->Get(slot, n * sizeof(__nv_bfloat16)));
   auto* out = static_cast<__nv_bfloat16*>(buffer);
   FloatToBf16Kernel<<<CeilDiv(n, kBlock), kBlock, 0, ctx.stream>>>(out, x, n);
