@@ -27,7 +27,7 @@ cc_library(
     linkopts = [
         "-L{p}/lib64",
         "-Wl,-rpath,{p}/lib64",
-        "-lcublas",
+        # Not -lcublas: kernels/cuda/cublas_library.h opens it when a CUDA backend is made.
         "-lcudart",
     ],
 )

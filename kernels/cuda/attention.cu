@@ -58,7 +58,7 @@ absl::Status BatchedGemm(const GemmContext& ctx, cublasOperation_t op_a, cublasO
                          int64_t stride_a, const float* b, int ldb, int64_t stride_b, float* c,
                          int ldc, int64_t stride_c, int batch) {
   const float beta = 0.0f;
-  CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+  CUBLAS_RETURN_IF_ERROR(ctx.cublas->GemmStridedBatchedEx(
       ctx.handle, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, stride_a, b, CUDA_R_32F, ldb,
       stride_b, &beta, c, CUDA_R_32F, ldc, stride_c, batch, Fp32InputComputeType(ctx.precision),
       CUBLAS_GEMM_DEFAULT));

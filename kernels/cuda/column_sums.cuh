@@ -16,8 +16,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "common/status_macros.h"
 #include "common/device_scratch.h"
+#include "common/status_macros.h"
 #include "kernels/common/arg_check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/matmul.cuh"

@@ -188,13 +188,16 @@ class CudaBackend final : public Backend {
   cudaStream_t StreamOf(Stream stream) const {
     return stream == Stream::kCopy ? copy_stream_ : stream_;
   }
-  cuda::GemmContext gemm() { return cuda::GemmContext{cublas_, stream_, precision_, &scratch_}; }
+  cuda::GemmContext gemm() {
+    return cuda::GemmContext{cublas_api_, cublas_, stream_, precision_, &scratch_};
+  }
 
   DeviceInfo info_;
   MatmulPrecision precision_ = MatmulPrecision::kFp32;  // SetMatmulPrecision
   bool stream_ordered_alloc_ = false;  // cudaMallocAsync/cudaFreeAsync (memory pools)
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // staging copies (CopyToHostAsync, CopyToDeviceAsync)
+  const cuda::CublasLibrary* cublas_api_ = nullptr;  // loaded by Init
   cublasHandle_t cublas_ = nullptr;
   Scratch scratch_;
   // SquaredNorm: [0] the result, [1, 1 + kSquaredNormScratchDoubles) the partial sums.
@@ -224,8 +227,9 @@ absl::Status CudaBackend::Init() {
 
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-  CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
-  CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+  ASSIGN_OR_RETURN(cublas_api_, cuda::LoadCublas());
+  CUBLAS_RETURN_IF_ERROR(cublas_api_->Create(&cublas_));
+  CUBLAS_RETURN_IF_ERROR(cublas_api_->SetStream(cublas_, stream_));
   ASSIGN_OR_RETURN(void* norm,
                    RawAllocate((1 + cuda::kSquaredNormScratchDoubles) * sizeof(double)));
   norm_scratch_ = static_cast<double*>(norm);
@@ -244,7 +248,7 @@ CudaBackend::~CudaBackend() {
     if (cudaStreamSynchronize(copy_stream_) != cudaSuccess) (void)cudaGetLastError();
     if (cudaStreamDestroy(copy_stream_) != cudaSuccess) (void)cudaGetLastError();
   }
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cublas_ != nullptr) cublas_api_->Destroy(cublas_);
   if (stream_ != nullptr && cudaStreamDestroy(stream_) != cudaSuccess) {
     (void)cudaGetLastError();
   }

@@ -5,7 +5,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <fstream>
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -13,6 +15,7 @@
 #include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.cuh"
@@ -52,8 +55,34 @@ TEST(CudaCheck, CudaErrorNamesTheExpressionAndTheError) {
   EXPECT_THAT(status.message(), HasSubstr("cuda_backend_test.cc"));
 }
 
-TEST(CudaCheck, CublasErrorNamesTheExpressionAndTheError) {
-  const absl::Status status = FailingCublasCall();
+// Whether a library whose file name contains `name` is mapped into this process.
+bool Mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find(name) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// cuBLAS is not loaded when the process starts (cublas_library.h: about 0.5 s of CPU in every
+// process that linked it), but by the first LoadCublas; errors before that give the status's
+// number, after it its name and description. Runs without a GPU: loading the library needs none.
+TEST(CublasLibrary, LoadedOnFirstUseNotAtStartAndItsErrorsNamed) {
+  ASSERT_EQ(cuda::LoadedCublas(), nullptr) << "a test before this one loaded cuBLAS";
+  EXPECT_FALSE(Mapped("/libcublas.so")) << "libcublas was loaded when the process started";
+  EXPECT_FALSE(Mapped("/libcublasLt.so"));
+  absl::Status status = FailingCublasCall();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(status.message(), HasSubstr("CUBLAS_STATUS_INVALID_VALUE failed: cuBLAS status 7 ["));
+
+  absl::StatusOr<const cuda::CublasLibrary*> cublas = cuda::LoadCublas();
+  ASSERT_TRUE(cublas.ok()) << cublas.status();
+  EXPECT_TRUE(Mapped(absl::StrCat("/", cuda::CublasLibraryName())));
+  EXPECT_EQ(cuda::LoadedCublas(), *cublas);
+  EXPECT_EQ(*cuda::LoadCublas(), *cublas);  // once
+  EXPECT_STREQ((*cublas)->GetStatusName(CUBLAS_STATUS_SUCCESS), "CUBLAS_STATUS_SUCCESS");
+  status = FailingCublasCall();
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(status.message(), HasSubstr("CUBLAS_STATUS_INVALID_VALUE failed"));
   EXPECT_THAT(status.message(), HasSubstr("CUBLAS_STATUS_INVALID_VALUE ("));

@@ -1,7 +1,7 @@
 // CUDA and cuBLAS errors as absl::Status, and the grid arithmetic every launcher uses.
 //
 //   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
-//   CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, stream));
+//   CUBLAS_RETURN_IF_ERROR(cublas->SetStream(handle, stream));
 //   GeluForwardKernel<<<CeilDiv(n, kBlock), kBlock, 0, stream>>>(out, inp, n);
 //   CUDA_RETURN_IF_ERROR(cudaGetLastError());  // the launch error, if any
 //
@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/cuda/cublas_library.h"
 
 namespace dtrain::kernels::cuda {
 
@@ -34,10 +35,16 @@ inline absl::Status CudaErrorToStatus(cudaError_t error, absl::string_view expr,
   return absl::InternalError(message);
 }
 
+// The status's name and description come from the loaded library (cublas_library.h); before it
+// is loaded, its number.
 inline absl::Status CublasErrorToStatus(cublasStatus_t error, absl::string_view expr,
                                         absl::string_view file, int line) {
-  std::string message = absl::StrCat(expr, " failed: ", cublasGetStatusName(error), " (",
-                                     cublasGetStatusString(error), ") [", file, ":", line, "]");
+  const CublasLibrary* cublas = LoadedCublas();
+  std::string message =
+      cublas == nullptr ? absl::StrCat(expr, " failed: cuBLAS status ", static_cast<int>(error),
+                                       " [", file, ":", line, "]")
+                        : absl::StrCat(expr, " failed: ", cublas->GetStatusName(error), " (",
+                                       cublas->GetStatusString(error), ") [", file, ":", line, "]");
   if (error == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
   return absl::InternalError(message);
 }

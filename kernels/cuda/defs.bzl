@@ -23,11 +23,24 @@ def cuda_backend_targets():
     if not CUDA_AVAILABLE:
         return
 
+    # cuBLAS through dlopen when the first backend is made (cublas_library.h says why).
+    native.cc_library(
+        name = "cublas_library",
+        srcs = ["cublas_library.cc"],
+        hdrs = ["cublas_library.h"],
+        linkopts = ["-ldl"],
+        deps = [
+            "//bazel/system:absl",
+            "@local_cuda//:cuda_runtime",
+        ],
+    )
+
     # Host-compiled code (cuda_backend.cc) and nvcc-compiled code (.cu) share these headers.
     native.cc_library(
         name = "cuda_check",
         hdrs = ["cuda_check.h"],
         deps = [
+            ":cublas_library",
             "//bazel/system:absl",
             "//kernels:arg_check",
             "@local_cuda//:cuda_runtime",
@@ -39,6 +52,7 @@ def cuda_backend_targets():
         srcs = [op + ".cu" for op in _OPS],
         hdrs = [op + ".cuh" for op in _OPS] + [
             "column_sums.cuh",
+            "cublas_library.h",
             "cuda_check.h",
             "reduce.cuh",
         ],

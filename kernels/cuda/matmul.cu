@@ -120,14 +120,14 @@ absl::Status Gemm(const GemmContext& ctx, bool trans_a, bool trans_b, int m, int
                      ToBf16(ctx, 0, a, StoredElements(trans_a ? k : m, trans_a ? m : k, lda)));
     ASSIGN_OR_RETURN(const __nv_bfloat16* b16,
                      ToBf16(ctx, 1, b, StoredElements(trans_b ? n : k, trans_b ? k : n, ldb)));
-    CUBLAS_RETURN_IF_ERROR(cublasGemmEx(ctx.handle, op_b, op_a, n, m, k, &alpha, b16, CUDA_R_16BF,
-                                        ldb, a16, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_RETURN_IF_ERROR(ctx.cublas->GemmEx(
+        ctx.handle, op_b, op_a, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda,
+        &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return absl::OkStatus();
   }
-  CUBLAS_RETURN_IF_ERROR(cublasGemmEx(ctx.handle, op_b, op_a, n, m, k, &alpha, b, CUDA_R_32F, ldb,
-                                      a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc,
-                                      Fp32InputComputeType(ctx.precision), CUBLAS_GEMM_DEFAULT));
+  CUBLAS_RETURN_IF_ERROR(ctx.cublas->GemmEx(
+      ctx.handle, op_b, op_a, n, m, k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, c,
+      CUDA_R_32F, ldc, Fp32InputComputeType(ctx.precision), CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
 

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/cublas_library.h"
 
 namespace dtrain::kernels::cuda {
 
@@ -36,6 +37,7 @@ class DeviceScratch {
 // What every GEMM needs: a cuBLAS handle bound to `stream`, the precision, and (for kBf16) the
 // scratch that holds the bf16 copies of the inputs.
 struct GemmContext {
+  const CublasLibrary* cublas = nullptr;  // loaded (cublas_library.h)
   cublasHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
   MatmulPrecision precision = MatmulPrecision::kFp32;

@@ -200,18 +200,18 @@ def case_memory_budget(args):
     with Cluster(args.binaries, "memory_budget") as c:
         c.write_corpus()
         c.start_coordinator()
-        # The process alone holds about 100 MiB that the kernel cannot drop (RssAnon; 170 MiB
-        # resident with its binaries' file pages, which the budget does not count); the job's
-        # estimate (a few MiB, without the process itself: plan/memory.h) fits in 60 MiB, so it
-        # is placed and then fails.
-        c.start_idle_workers(["w1"], extra=["--memory=60MiB"])
+        # The process alone holds a few MiB that the kernel cannot drop (RssAnon 3.5 MiB idle;
+        # its binaries' file pages, which the budget does not count, are 20 MiB), more once a
+        # job's threads and buffers are in use; the job's estimate (1.1 MiB, without the
+        # process itself: plan/memory.h) fits in 2 MiB, so it is placed and then fails.
+        c.start_idle_workers(["w1"], extra=["--memory=2MiB"])
         spec = spec_needing(0, steps=100000,
                             model={"vocab_size": 256, "context": 32, "n_layer": 1, "n_head": 1,
                                    "n_embd": 64})
         job = c.submit(c.write_spec("job.json", spec))
         j = c.wait_state(job, {"FAILED"}, 60)
         expect("out of memory budget: worker w1 holds" in j.get("reason", "")
-               and "above its 60.0 MiB" in j.get("reason", ""),
+               and "above its 2.0 MiB" in j.get("reason", ""),
                "the job's reason does not say out of memory budget: %r" % j.get("reason"))
         c.wait_workers({"w1": "IDLE"})
         expect(c.workers["w1"].alive(), "the worker died")
