@@ -1,6 +1,7 @@
 #include "plan/memory.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -48,32 +49,42 @@ int64_t ChunkActivations(const ModelConfig& model, int tp, int num_layers, bool 
   return n;
 }
 
-int64_t CudaScratchBytes(const ModelConfig& model, int tp, int num_layers, bool has_head,
-                         int64_t rows, int64_t seq_len, bool bf16) {
-  const int64_t C = model.n_embd(), Cl = C / std::max(1, tp), V = model.vocab_size();
-  const int64_t N = rows * seq_len;
+namespace {
+
+// What the CUDA backend's scratch must hold for one chunk's step, per buffer (memory.h,
+// EstimateRankMemory): bytes of partial column sums, elements of the largest left and right
+// GEMM operands. Doubles, as the rest: a hostile (capped) spec cannot overflow them.
+struct CudaScratch {
+  double column_sums = 0, left = 0, right = 0;
+};
+
+CudaScratch CudaScratchOfChunk(const ModelConfig& model, int tp, int num_layers, bool has_head,
+                               double rows, double seq_len) {
+  const double C = model.n_embd(), Cl = C / std::max(1, tp), V = model.vocab_size();
+  const double N = rows * seq_len;
   // Column sums: LayerNorm's dweight and dbias (2 x C columns), the biases of qkv (3Cl), the
   // projections (C) and fc (4Cl); the head chunk's ln_f alone when it has no layers.
-  int64_t widest = 0, left = 0, right = 0;
+  double widest = 0;
+  CudaScratch s;
   if (num_layers > 0) {
     widest = std::max(2 * C, 4 * Cl);
     // Every layer GEMM's left operand is an (N, C), (N, Cl), (N, 3Cl) or (N, 4Cl) input or
     // output gradient; its right one a weight, at most (C, 4Cl), or one of those (the weight
     // gradients' dout).
-    left = N * std::max(C, 4 * Cl);
-    right = std::max(C * 4 * Cl, N * std::max(C, 4 * Cl));
+    s.left = N * std::max(C, 4 * Cl);
+    s.right = std::max(C * 4 * Cl, N * std::max(C, 4 * Cl));
   }
   if (has_head) {
     widest = std::max(widest, 2 * C);  // ln_f
     // logits = lnf (N,C) @ wte^T; dlnf = dlogits (N,V) @ wte (V,C); dwte += dlogits^T @ lnf.
-    left = std::max(left, N * V);
-    right = std::max({right, V * C, N * C});
+    s.left = std::max(s.left, N * V);
+    s.right = std::max({s.right, V * C, N * C});
   }
-  const int64_t chunks = (N + kColumnSumChunkRows - 1) / kColumnSumChunkRows;
-  int64_t bytes = static_cast<int64_t>(kFloatBytes) * chunks * widest;
-  if (bf16) bytes += kBf16OperandBytes * (left + right);
-  return bytes;
+  s.column_sums = kFloatBytes * std::ceil(N / kColumnSumChunkRows) * widest;
+  return s;
 }
+
+}  // namespace
 
 RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<LayerRange>& chunks,
                               const std::vector<int>& peak_live) {
@@ -89,7 +100,7 @@ RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<
   const JobDevice device = PlannedDevice(spec);
   const bool bf16 = PlannedMatmulPrecision(spec) == MATMUL_BF16;
   double params = 0, acts = 0, comm = 0;
-  int64_t scratch = 0;
+  CudaScratch scratch;  // each buffer grows to the largest request of any chunk
   for (int j = 0; j < v; ++j) {
     const bool first = stage == 0 && j == 0, last = stage == pp - 1 && j == v - 1;
     params +=
@@ -100,8 +111,11 @@ RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<
                                                  rows, spec.seq_len()));
     if (pp > 1) comm += 2 * boundary * live;
     if (device != DEVICE_CPU) {
-      scratch = std::max(scratch, CudaScratchBytes(spec.model(), tp, chunks[j].num_layers(), last,
-                                                   rows, spec.seq_len(), bf16));
+      const CudaScratch c = CudaScratchOfChunk(spec.model(), tp, chunks[j].num_layers(), last,
+                                               static_cast<double>(rows), spec.seq_len());
+      scratch.column_sums = std::max(scratch.column_sums, c.column_sums);
+      scratch.left = std::max(scratch.left, c.left);
+      scratch.right = std::max(scratch.right, c.right);
     }
   }
   if (dp > 1 && !layout.zero1()) comm += 2.0 * layout.bucket_bytes();
@@ -112,9 +126,11 @@ RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<
   m.set_optimizer(Saturate(layout.zero1() ? moments / dp : moments));
   m.set_activations(Saturate(acts));
   m.set_communication(Saturate(comm));
-  m.set_device_scratch(scratch);
+  const double scratch_bytes =
+      scratch.column_sums + (bf16 ? kBf16OperandBytes * (scratch.left + scratch.right) : 0);
+  m.set_device_scratch(Saturate(scratch_bytes));
   m.set_total(Saturate(2 * kFloatBytes * params + (layout.zero1() ? moments / dp : moments) + acts +
-                       comm + static_cast<double>(scratch)));
+                       comm + scratch_bytes));
   return m;
 }
 

@@ -16,8 +16,14 @@
 //               times the most micro-batches the schedule keeps alive in that chunk at once
 //   communication  a received activation and gradient (N*C each) per live micro-batch of a
 //               chunk with a pipeline neighbour, and two gradient buckets when dp > 1
-//   device scratch  on a rank that may run on CUDA (device cuda or auto), the buffers the CUDA
-//               backend keeps (CudaScratchBytes); none with device cpu
+//   device scratch  on a rank that may run on CUDA (device cuda or auto; none with cpu), what
+//               the CUDA backend's scratch buffers grow to (kernels/cuda/cuda_backend.cc,
+//               Scratch), each to the largest request of the rank's chunks: partial column sums
+//               of bias and LayerNorm gradients (4 bytes x ceil(N / kColumnSumChunkRows) x the
+//               widest set of columns), and with matmul_precision bf16 the bf16 copies of a GEMM's
+//               left and right operands (2 bytes x the largest of each; the head's (N, V) logits
+//               gradient is the largest left one). Checked against the GEMMs of a real step in
+//               worker/memory_estimate_test.cc
 // The test against the measured peak is worker/parallel/memory_estimate_test.cc.
 #ifndef DTRAIN_PLAN_MEMORY_H_
 #define DTRAIN_PLAN_MEMORY_H_
@@ -38,16 +44,6 @@ int64_t ChunkParameters(const ModelConfig& model, int tp, int num_layers, bool h
 // chunk on one tp rank (GptStage::NewActivations).
 int64_t ChunkActivations(const ModelConfig& model, int tp, int num_layers, bool has_head,
                          int64_t rows, int64_t seq_len);
-
-// Bytes of the CUDA backend's scratch (kernels/cuda/cuda_backend.cc, Scratch) after one chunk
-// ran a step on micro-batches of `rows` sequences: its buffers keep the largest request. The
-// partial column sums of bias and LayerNorm gradients (4 bytes x ceil(N / kColumnSumChunkRows)
-// x the widest set of columns, N = rows * seq_len), and with `bf16` (matmul_precision) the bf16
-// copies of a GEMM's left and right operands (2 bytes x the largest of each). The largest left
-// operand of a chunk with the head is its (N, V) logits gradient: 2 bytes x N x V more than
-// fp32 needs. Checked against the GEMMs a real step runs in worker/memory_estimate_test.cc.
-int64_t CudaScratchBytes(const ModelConfig& model, int tp, int num_layers, bool has_head,
-                         int64_t rows, int64_t seq_len, bool bf16);
 
 // The memory of each rank of pipeline stage `stage` of a validated, defaulted spec whose stage
 // holds `chunks` (in virtual-stage order) and keeps at most `peak_live[j]` micro-batches alive
