@@ -388,16 +388,21 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorTo
 absl::StatusOr<std::string> SafetensorsBytes(const std::string& name,
                                              absl::Span<const TensorToWrite> tensors,
                                              const std::map<std::string, std::string>& metadata,
-                                             DType dtype) {
-  ASSIGN_OR_RETURN(const std::string header, Header(name, tensors, metadata, dtype));
-  std::string bytes;
+                                             CopyTensorData copy) {
+  ASSIGN_OR_RETURN(const std::string header, Header(name, tensors, metadata, DType::kF32));
+  const uint64_t header_len = header.size();
   int64_t size = 8 + header.size();
-  for (const TensorToWrite& t : tensors) size += t.data.size() * DTypeSize(dtype);
-  bytes.reserve(size);
-  RETURN_IF_ERROR(AppendFile(header, tensors, dtype, [&](absl::string_view part) {
-    bytes.append(part.data(), part.size());
-    return absl::OkStatus();
-  }));
+  for (const TensorToWrite& t : tensors) size += t.data.size() * sizeof(float);
+  std::string bytes(size, '\0');
+  char* out = bytes.data();
+  std::memcpy(out, &header_len, 8);
+  std::memcpy(out + 8, header.data(), header.size());
+  out += 8 + header.size();
+  for (const TensorToWrite& t : tensors) {  // laid out in the given order (Header's offsets)
+    const size_t n = t.data.size() * sizeof(float);
+    if (n > 0) RETURN_IF_ERROR(copy(out, t.data.data(), n));
+    out += n;
+  }
   return bytes;
 }
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -106,12 +107,19 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorTo
                               const std::map<std::string, std::string>& metadata,
                               DType dtype = DType::kF32);
 
-// The bytes WriteSafetensors would write, in memory (a checkpoint snapshot, written later by
-// another thread). `name` names the file in errors.
+// Copies `bytes` of tensor data from `src` to the host buffer `dst` (memcpy, or a device's
+// Backend::CopyToHost when `src` is device memory).
+using CopyTensorData = absl::FunctionRef<absl::Status(void* dst, const float* src, size_t bytes)>;
+
+// The bytes WriteSafetensors would write for fp32 `tensors`, in memory (a checkpoint snapshot,
+// written later by another thread), made in one pass: the file is sized once and `copy` puts
+// each tensor's data straight into its place, so each `data` may point into device memory (the
+// span's size is all that is read here) and the result is the only host copy of the state.
+// `name` names the file in errors.
 absl::StatusOr<std::string> SafetensorsBytes(const std::string& name,
                                              absl::Span<const TensorToWrite> tensors,
                                              const std::map<std::string, std::string>& metadata,
-                                             DType dtype = DType::kF32);
+                                             CopyTensorData copy);
 
 // Element conversions used by the reader and writer, exposed for kernels and tests.
 float Bf16ToFloat(uint16_t bits);   // exact: the upper 16 bits of an fp32

@@ -154,6 +154,42 @@ TEST(Safetensors, WriterProducesExactBytesWithSortedKeysAndSpacePadding) {
   EXPECT_EQ(ReadRaw(path), MakeFile(header, FloatBytes({1.0f, 2.0f, -0.5f})));
 }
 
+TEST(Safetensors, InMemoryBytesAreTheWrittenFileWithEachTensorCopiedOnceInPlace) {
+  const std::string path = TempPath("in_memory.safetensors");
+  const std::vector<float> a = {2.0f, -0.5f}, b = {1.0f}, empty;
+  const std::vector<TensorToWrite> tensors = {{"b", {1}, b}, {"a", {2}, a}, {"e", {0}, empty}};
+  ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}}).ok());
+  std::vector<std::pair<const float*, size_t>> copies;  // what was read, from where
+  absl::StatusOr<std::string> bytes = SafetensorsBytes("in_memory", tensors, {{"format", "pt"}},
+                                                       [&](void* dst, const float* src, size_t n) {
+                                                         copies.push_back({src, n});
+                                                         std::memcpy(dst, src, n);
+                                                         return absl::OkStatus();
+                                                       });
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, ReadRaw(path));
+  // One copy per non-empty tensor, from the tensor's own memory (a device's, in a snapshot).
+  EXPECT_THAT(copies, ElementsAre(std::pair<const float*, size_t>{b.data(), 4},
+                                  std::pair<const float*, size_t>{a.data(), 8}));
+
+  // A failed copy (a device error) is the result, with no bytes.
+  absl::StatusOr<std::string> failed = SafetensorsBytes(
+      "in_memory", tensors, {},
+      [](void*, const float*, size_t) { return absl::InternalError("device copy failed"); });
+  EXPECT_EQ(failed.status(), absl::InternalError("device copy failed"));
+  // The header is checked before anything is copied.
+  const std::vector<float> three = {1, 2, 3};
+  int calls = 0;
+  absl::StatusOr<std::string> bad =
+      SafetensorsBytes("in_memory", {{"x", {2}, three}}, {}, [&](void*, const float*, size_t) {
+        ++calls;
+        return absl::OkStatus();
+      });
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("in_memory"));
+  EXPECT_EQ(calls, 0);
+}
+
 TEST(Safetensors, Bf16WriteRoundsToNearestEven) {
   const std::string path = TempPath("roundtrip_bf16.safetensors");
   // Hand-computed: bf16 keeps the top 16 bits of the fp32; the low 16 decide the rounding.

@@ -93,22 +93,21 @@ TensorShard LocalPiece(const ParameterTensor& t, const model::TensorParallelSpec
   return {t.name, t.global_shape, model::ShardBoxes(t, tp), begin, end};
 }
 
+// The file of `tensors`, whose data is in `backend`'s memory, copied from there once.
 absl::StatusOr<PendingFile> Pending(const ShardFile& f, int64_t step,
-                                    absl::Span<const model::TensorToWrite> tensors) {
+                                    absl::Span<const model::TensorToWrite> tensors,
+                                    kernels::Backend* backend) {
   PendingFile out;
   out.name = f.FileName();
-  ASSIGN_OR_RETURN(out.bytes, model::SafetensorsBytes(out.name, tensors, ShardMetadata(f, step)));
+  ASSIGN_OR_RETURN(out.bytes,
+                   model::SafetensorsBytes(out.name, tensors, ShardMetadata(f, step),
+                                           [backend](void* dst, const float* src, size_t bytes) {
+                                             return backend->CopyToHost(dst, src, bytes);
+                                           }));
   out.entry = ToEntry(f, ChecksumKind::kXxh3_64);
   out.entry.clear_bytes();  // the writer's to fill from what it writes
   out.entry.clear_xxh3_64();
   return out;
-}
-
-absl::StatusOr<std::vector<float>> ToHost(kernels::Backend* backend, const float* device,
-                                          int64_t n) {
-  std::vector<float> host(n);
-  if (n > 0) RETURN_IF_ERROR(backend->CopyToHost(host.data(), device, n * sizeof(float)));
-  return host;
 }
 
 absl::Status ToDevice(kernels::Backend* backend, float* device, const std::vector<float>& host) {
@@ -180,16 +179,14 @@ absl::StatusOr<std::vector<PendingFile>> SnapshotShard(int64_t step, const Shard
     const ParameterLayout& layout = stage.layout();
     if (id.dp_rank == 0) {
       ShardFile f = ChunkFile(ShardFileKind::kModel, id, static_cast<int>(j), stage.stage());
-      ASSIGN_OR_RETURN(std::vector<float> host,
-                       ToHost(stage.backend(), stage.params(), layout.total_size()));
-      std::vector<model::TensorToWrite> tensors;
+      std::vector<model::TensorToWrite> tensors;  // spans of device memory
       for (const ParameterTensor& t : layout.tensors()) {
         if (!StoresTensor(t, stage.stage(), id)) continue;
         f.tensors.push_back(LocalPiece(t, tp, 0, t.local_size()));
         tensors.push_back({t.name, StoredShape(f.tensors.back()),
-                           absl::MakeConstSpan(host.data() + t.offset, t.local_size())});
+                           absl::MakeConstSpan(stage.params() + t.offset, t.local_size())});
       }
-      ASSIGN_OR_RETURN(PendingFile file, Pending(f, step, tensors));
+      ASSIGN_OR_RETURN(PendingFile file, Pending(f, step, tensors, stage.backend()));
       files.push_back(std::move(file));
     }
     if (!id.zero1 && id.dp_rank != 0) continue;
@@ -198,10 +195,8 @@ absl::StatusOr<std::vector<PendingFile>> SnapshotShard(int64_t step, const Shard
     const int64_t lo = opt.range_begin(), hi = opt.range_end();
     ShardFile f = ChunkFile(ShardFileKind::kOptimizer, id, static_cast<int>(j), stage.stage());
     f.adam_step = opt.step();
-    ASSIGN_OR_RETURN(std::vector<float> m, ToHost(stage.backend(), opt.exp_avg().data(), hi - lo));
-    ASSIGN_OR_RETURN(std::vector<float> v,
-                     ToHost(stage.backend(), opt.exp_avg_sq().data(), hi - lo));
-    std::vector<std::string> names;  // TensorToWrite holds a copy; kept for the order only
+    const float* m = opt.exp_avg().data();  // device memory, [lo, hi) of the chunk's buffer
+    const float* v = opt.exp_avg_sq().data();
     std::vector<model::TensorToWrite> tensors;
     for (const ParameterTensor& t : layout.tensors()) {
       const int64_t begin = std::max(lo, t.offset);
@@ -210,11 +205,11 @@ absl::StatusOr<std::vector<PendingFile>> SnapshotShard(int64_t step, const Shard
       f.tensors.push_back(LocalPiece(t, tp, begin - t.offset, end - t.offset));
       const std::vector<int64_t> shape = StoredShape(f.tensors.back());
       tensors.push_back(
-          {"exp_avg." + t.name, shape, absl::MakeConstSpan(m.data() + (begin - lo), end - begin)});
-      tensors.push_back({"exp_avg_sq." + t.name, shape,
-                         absl::MakeConstSpan(v.data() + (begin - lo), end - begin)});
+          {"exp_avg." + t.name, shape, absl::MakeConstSpan(m + (begin - lo), end - begin)});
+      tensors.push_back(
+          {"exp_avg_sq." + t.name, shape, absl::MakeConstSpan(v + (begin - lo), end - begin)});
     }
-    ASSIGN_OR_RETURN(PendingFile file, Pending(f, step, tensors));
+    ASSIGN_OR_RETURN(PendingFile file, Pending(f, step, tensors, stage.backend()));
     files.push_back(std::move(file));
   }
   return files;
