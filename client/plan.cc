@@ -275,11 +275,13 @@ std::string PlanText(const Plan& plan, const std::string& path) {
     rows.push_back({absl::StrCat(stage.stage()), Bytes(m.parameters()), Bytes(m.gradients()),
                     Bytes(m.optimizer()), Bytes(m.activations()), Bytes(m.communication())});
     if (scratch) rows.back().push_back(Bytes(m.device_scratch()));
+    rows.back().push_back(Bytes(m.checkpoint_snapshot()));
     rows.back().push_back(Bytes(m.total()));
   }
   std::vector<std::string> header = {"STAGE",     "PARAMETERS",  "GRADIENTS",
                                      "OPTIMIZER", "ACTIVATIONS", "COMMUNICATION"};
   if (scratch) header.push_back("CUDA SCRATCH");
+  header.push_back("CHECKPOINT");
   header.push_back("TOTAL");
   absl::StrAppend(&out, FormatTable(header, rows));
   absl::StrAppend(
@@ -291,6 +293,8 @@ std::string PlanText(const Plan& plan, const std::string& path) {
                      ? "; CUDA scratch: partial column sums and bf16 copies of GEMM operands"
                      : "; CUDA scratch: partial column sums")
               : "",
+      "; checkpoint: its files in host memory from the snapshot until written",
+      plan.job.device() == DEVICE_CUDA ? ", not in the total (host memory on a GPU worker)" : "",
       ")\n");
   // One worker's trainer runs the whole batch at once (plan/memory.h).
   const int64_t sequences = plan.job.ranks() == 1 ? spec.batch_size() : spec.micro_batch_size();

@@ -84,17 +84,25 @@ TEST(Plan, ABf16JobIsPlannedForCuda) {
   // Its CUDA scratch holds bf16 copies of the largest left and right GEMM operands (N=16*32
   // rows by 4C=256 or V=256 columns: 128 Ki elements, 2 bytes each) and the partial column sums
   // (8 chunks of 64 rows x 4C floats): 512 + 8 KiB.
-  EXPECT_THAT(r.out, HasSubstr("CUDA SCRATCH  TOTAL\n0      "));
+  EXPECT_THAT(r.out, HasSubstr("CUDA SCRATCH  CHECKPOINT  TOTAL\n0      "));
   EXPECT_THAT(r.out, HasSubstr("  520.0 KiB     "));
+  // A checkpoint's files (the 1.6 MiB of parameters and their m and v) are host memory on a
+  // GPU worker: shown, not in the device's total.
+  EXPECT_THAT(r.out, HasSubstr("  520.0 KiB     4.8 MiB     36.6 MiB\n"));
   EXPECT_THAT(r.out, HasSubstr("CUDA scratch: partial column sums and bf16 copies of GEMM "
-                               "operands)"));
+                               "operands; checkpoint: its files in host memory from the snapshot "
+                               "until written, not in the total (host memory on a GPU worker))"));
 }
 
 TEST(Plan, ACpuJobHasNoCudaScratch) {
   const CliRun r = PlanOfOneWorkerWith("cpu.json", R"("device": "cpu")");
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("COMMUNICATION  TOTAL\n"));
+  EXPECT_THAT(r.out, HasSubstr("COMMUNICATION  CHECKPOINT  TOTAL\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("CUDA")));
+  // On a CPU worker a checkpoint's snapshot is in the memory the rank is placed against.
+  EXPECT_THAT(r.out, HasSubstr("  4.8 MiB     40.9 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("checkpoint: its files in host memory from the snapshot until "
+                               "written)\n"));
 }
 
 TEST(Plan, OneFOneBReportHasLayoutRanksStagesTimelineAndBubble) {
@@ -105,15 +113,16 @@ TEST(Plan, OneFOneBReportHasLayoutRanksStagesTimelineAndBubble) {
                                "of 2 sequences per replica per step"));
   EXPECT_THAT(r.out, HasSubstr("workers: 4 hypothetical (w0..w3) on 1 host\n"));
   EXPECT_THAT(r.out, HasSubstr("RANK  DP  PP  TP  WORKER  HOST  LAYERS  MEMORY\n"
-                               "0     0   0   0   w0      h0    0-1     6.0 MiB\n"));
+                               "0     0   0   0   w0      h0    0-1     7.4 MiB\n"));
   // Each rank's memory, every term (plan/memory.h): stage 0 keeps 4 micro-batches alive; with
   // device "auto" a rank may run on CUDA, whose backend keeps partial column sums (b=2 T=32:
-  // 1 chunk of 64 rows x 2C=128 floats).
+  // 1 chunk of 64 rows x 2C=128 floats), or on a CPU, where a checkpoint's files (its
+  // parameters, m and v) count.
   EXPECT_THAT(r.out, HasSubstr("STAGE  PARAMETERS  GRADIENTS  OPTIMIZER  ACTIVATIONS  "
-                               "COMMUNICATION  CUDA SCRATCH  TOTAL\n"
+                               "COMMUNICATION  CUDA SCRATCH  CHECKPOINT  TOTAL\n"
                                "0      462.5 KiB   462.5 KiB  925.0 KiB  4.1 MiB      128.0 KiB"
-                               "      1.0 KiB       6.0 MiB\n"));
-  EXPECT_THAT(r.out, HasSubstr("; CUDA scratch: partial column sums)\n"));
+                               "      1.0 KiB       1.4 MiB     7.4 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("; CUDA scratch: partial column sums; checkpoint: "));
   EXPECT_THAT(r.out, HasSubstr("STAGE  LAYERS  COST\n0      0-1     2.00\n"));
   EXPECT_THAT(r.out, HasSubstr("stage 0 |F0-"));
   EXPECT_THAT(r.out, HasSubstr("stage 3 |...."));  // the last stage waits for three forwards
@@ -176,7 +185,7 @@ TEST(Plan, ZeroBubbleAndInterleavedTimelinesUseTheirLetters) {
                                                     R"( "virtual_stages": 2})"))});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("with 2 virtual stages"));
-  EXPECT_THAT(r.out, HasSubstr("0     0   0   0   w0      h0    0-1,4-5  9.6 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("0     0   0   0   w0      h0    0-1,4-5  12.1 MiB\n"));
   EXPECT_THAT(r.out, HasSubstr("digits: micro-batch.chunk"));
   EXPECT_THAT(r.out, HasSubstr("stage 1 |..F0F1F0B0.1F1B1.1"));  // chunks when they fit
 }

@@ -563,8 +563,11 @@ TEST(MakeJobPlan, MemoryAddsUpAndShrinksWithTensorParallelismAndZero1) {
   ASSERT_TRUE(dp2.ok()) << dp2.status();
   const RankMemory& m = dp2->stages(0).memory();
   EXPECT_EQ(m.total(), m.parameters() + m.gradients() + m.optimizer() + m.activations() +
-                           m.communication() + m.device_scratch());
+                           m.communication() + m.device_scratch() + m.checkpoint_snapshot());
   EXPECT_GT(m.device_scratch(), 0);  // device "auto": it may run on CUDA
+  // ... or on a CPU, where a checkpoint's snapshot (rank 0's model and optimizer files) is in
+  // the same memory.
+  EXPECT_EQ(m.checkpoint_snapshot(), m.parameters() + m.optimizer());
   EXPECT_EQ(m.gradients(), m.parameters());
   EXPECT_EQ(m.optimizer(), 2 * m.parameters());
   EXPECT_EQ(m.communication(), 2 * (25 << 20));  // two gradient buckets

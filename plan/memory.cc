@@ -100,11 +100,16 @@ RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<
   const JobDevice device = PlannedDevice(spec);
   const bool bf16 = PlannedMatmulPrecision(spec) == MATMUL_BF16;
   double params = 0, acts = 0, comm = 0;
+  double stored = 0;    // the parameters its checkpoint files hold: not the head's tied wte copy
   CudaScratch scratch;  // each buffer grows to the largest request of any chunk
   for (int j = 0; j < v; ++j) {
     const bool first = stage == 0 && j == 0, last = stage == pp - 1 && j == v - 1;
-    params +=
+    const double chunk_params =
         static_cast<double>(ChunkParameters(spec.model(), tp, chunks[j].num_layers(), first, last));
+    params += chunk_params;
+    stored += chunk_params - (last && !first ? static_cast<double>(spec.model().vocab_size()) *
+                                                   spec.model().n_embd()
+                                             : 0);
     const int live = one_worker ? 1 : std::max(1, peak_live[j]);
     acts += kFloatBytes * live *
             static_cast<double>(ChunkActivations(spec.model(), tp, chunks[j].num_layers(), last,
@@ -129,8 +134,16 @@ RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<
   const double scratch_bytes =
       scratch.column_sums + (bf16 ? kBf16OperandBytes * (scratch.left + scratch.right) : 0);
   m.set_device_scratch(Saturate(scratch_bytes));
+  // A checkpoint's snapshot (parallel/sharded_checkpoint.h SnapshotShard): the files of the rank
+  // that stores the most (dp rank 0 and tp rank 0: the model files and, without zero1, every
+  // moment; with zero1 each rank's 1/dp segment of the moments, tied copy included, a bound).
+  const double snapshot =
+      kFloatBytes * stored + (layout.zero1() ? moments / dp : 2 * kFloatBytes * stored);
+  m.set_checkpoint_snapshot(Saturate(snapshot));
+  // On a CPU the snapshot's host memory is the rank's device memory (and "auto" may be a CPU).
+  const double host_snapshot = device == DEVICE_CUDA ? 0 : snapshot;
   m.set_total(Saturate(2 * kFloatBytes * params + (layout.zero1() ? moments / dp : moments) + acts +
-                       comm + scratch_bytes));
+                       comm + scratch_bytes + host_snapshot));
   return m;
 }
 

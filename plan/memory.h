@@ -1,5 +1,6 @@
 // What one rank of a job holds on its device, estimated from the plan before launch, so the
 // coordinator never places a rank on a worker it cannot fit. fp32 everywhere (4 bytes).
+// What the process itself holds (its code, OpenBLAS's and gRPC's buffers) is not counted.
 //
 // Counted from what the trainers allocate (worker/model/parameter_layout.cc,
 // GptStage::NewActivations, AdamW, worker/parallel/gradient_sync.h), with C = n_embd,
@@ -24,6 +25,13 @@
 //               left and right operands (2 bytes x the largest of each; the head's (N, V) logits
 //               gradient is the largest left one). Checked against the GEMMs of a real step in
 //               worker/memory_estimate_test.cc
+//   checkpoint snapshot  host memory: the rank's shard files from the snapshot at a checkpoint
+//               step until the background writer has written them (SnapshotShard copies the
+//               device state into them once): the parameters it stores (not the head's tied
+//               copy of wte) and their AdamW m and v (zero1: the optimizer's 1/dp share), as
+//               held by dp rank 0 / tp rank 0, which store the most. In the total where the rank
+//               may run on a CPU (device cpu or auto), whose device memory is host memory.
+//               Checked against SnapshotShard's files in parallel/sharded_checkpoint_test.cc
 // The test against the measured peak is worker/parallel/memory_estimate_test.cc.
 #ifndef DTRAIN_PLAN_MEMORY_H_
 #define DTRAIN_PLAN_MEMORY_H_

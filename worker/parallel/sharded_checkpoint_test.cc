@@ -28,6 +28,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "plan/memory.h"
+#include "proto/job.pb.h"
+#include "proto/plan.pb.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/init.h"
 #include "worker/parallel/manifest.h"
@@ -340,6 +343,72 @@ TEST_F(ShardedCheckpointTest, AnotherModelIsRefusedNamingWhatDiffers) {
   EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
   EXPECT_THAT(step.status().message(),
               HasSubstr("checkpoint has n_embd=32 but the job has n_embd=64"));
+}
+
+// The plan's estimate of a checkpoint's host memory (plan/memory.h checkpoint_snapshot) against
+// the files SnapshotShard really makes: per stage, the rank that stores the most. The estimate
+// leaves out the files' headers (a few KiB; this model's tensors are small, so they weigh here)
+// and bounds a zero1 rank's moments by its optimizer's share, tied copy included.
+TEST_F(ShardedCheckpointTest, SnapshotIsWhatThePlanCountsForACheckpoint) {
+  for (const JobLayout& l :
+       {JobLayout{1, 1, 1, 1, false}, JobLayout{2, 2, 1, 1, false}, JobLayout{1, 2, 2, 1, false},
+        JobLayout{2, 2, 2, 1, true}, JobLayout{1, 2, 1, 2, false}}) {
+    SCOPED_TRACE(l.Name());
+    std::vector<Rank> job = BuildJob(be_.get(), kTiny, l, false);
+    JobSpec spec;
+    spec.mutable_model()->set_vocab_size(kTiny.vocab_size);
+    spec.mutable_model()->set_context(kTiny.context);
+    spec.mutable_model()->set_n_layer(kTiny.n_layer);
+    spec.mutable_model()->set_n_head(kTiny.n_head);
+    spec.mutable_model()->set_n_embd(kTiny.n_embd);
+    spec.set_device("cpu");
+    spec.mutable_parallel()->set_dp(l.dp);
+    spec.mutable_parallel()->set_pp(l.pp);
+    spec.mutable_parallel()->set_tp(l.tp);
+    spec.mutable_parallel()->set_zero1(l.zero1);
+    for (int p = 0; p < l.pp; ++p) {
+      std::vector<LayerRange> chunks(l.v);  // BuildJob's: chunk j is model chunk j * pp + p
+      for (int j = 0; j < l.v; ++j) {
+        chunks[j].set_first_layer((j * l.pp + p) * kTiny.n_layer / (l.pp * l.v));
+        chunks[j].set_num_layers(kTiny.n_layer / (l.pp * l.v));
+      }
+      const RankMemory estimate =
+          plan::EstimateRankMemory(spec, p, chunks, std::vector<int>(l.v, 1));
+      int64_t most = 0, headers = 0;
+      for (const Rank& r : job) {
+        if (r.id.pp_rank != p) continue;
+        absl::StatusOr<std::vector<PendingFile>> files =
+            SnapshotShard(3, r.id, r.chunks(), r.optimizers());
+        ASSERT_TRUE(files.ok()) << files.status();
+        int64_t bytes = 0, header = 0;
+        for (const PendingFile& f : *files) {
+          uint64_t header_len = 0;
+          std::memcpy(&header_len, f.bytes.data(), 8);
+          bytes += f.bytes.size();
+          header += 8 + header_len;
+        }
+        if (bytes > most) most = bytes, headers = header;
+      }
+      std::printf("%s stage %d: snapshot %lld bytes (%lld of headers), estimate %lld\n",
+                  l.Name().c_str(), p, static_cast<long long>(most),
+                  static_cast<long long>(headers),
+                  static_cast<long long>(estimate.checkpoint_snapshot()));
+      if (l.zero1) {  // a bound: the share of the optimizer, with the moments of the tied copy
+        EXPECT_GE(estimate.checkpoint_snapshot(), most - headers);
+        EXPECT_LE(estimate.checkpoint_snapshot(), (most - headers) * 11 / 10);
+      } else {
+        EXPECT_EQ(estimate.checkpoint_snapshot(), most - headers);
+      }
+      // A CPU rank's total counts it; the same job on CUDA does not (host memory there).
+      spec.set_device("cuda");
+      const RankMemory on_cuda =
+          plan::EstimateRankMemory(spec, p, chunks, std::vector<int>(l.v, 1));
+      spec.set_device("cpu");
+      EXPECT_EQ(on_cuda.checkpoint_snapshot(), estimate.checkpoint_snapshot());
+      EXPECT_EQ(estimate.total() - estimate.checkpoint_snapshot(),
+                on_cuda.total() - on_cuda.device_scratch());
+    }
+  }
 }
 
 // SealStep takes the entries of every rank (as the background writer hands them over) and
