@@ -286,7 +286,10 @@ void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time
     }
   } else if (r.acked) {
     if (!r.dropped_since.has_value()) r.dropped_since = now;
-  } else if (r.pending.has_value() && !r.held) {
+  } else if (r.pending.has_value() && !r.held && running.empty()) {
+    // Only to a worker that runs nothing: one still in another job (told above to stop it: a
+    // run it kept while paused past its lease, or a finished job's last reports) would refuse
+    // this one. It goes out once the worker reports that job gone.
     *delivery = std::move(r.pending);
     r.pending.reset();
     r.delivered_at = now;

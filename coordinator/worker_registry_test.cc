@@ -341,6 +341,29 @@ TEST(WorkerRegistry, AnEarlierRunOfAJobPlacedAgainIsStoppedBeforeTheNewAssignmen
   EXPECT_EQ(reg.Heartbeat(Beat("w1", "s1", "job-000001"), kT0)->acked_job, "job-000001");
 }
 
+// w1 was paused past its lease while running job-000001 (which went on elsewhere), came back
+// with a new session still running it, and was placed in job-000002 at once: job-000002's
+// assignment waits until w1 has stopped job-000001, which it would otherwise refuse for.
+TEST(WorkerRegistry, AnAssignmentWaitsUntilTheWorkerHasStoppedAnotherJob) {
+  WorkerRegistry reg(kLease);
+  RegisterWorkerRequest back = Reg("w1", "s2");
+  back.set_running_job_id("job-000001");
+  back.set_running_step(377);
+  ASSERT_TRUE(reg.Register(back, kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000002", {"w1"}), kT0).ok());
+  auto hb = reg.Heartbeat(Beat("w1", "s2", "job-000001"), kT0);
+  EXPECT_THAT(hb->response.cancel_job_ids(), ElementsAre("job-000001"));
+  EXPECT_FALSE(hb->response.has_assignment());
+  hb = reg.Heartbeat(Beat("w1", "s2", "job-000001"), kT0 + absl::Seconds(1));  // still stopping
+  EXPECT_THAT(hb->response.cancel_job_ids(), ElementsAre("job-000001"));
+  EXPECT_FALSE(hb->response.has_assignment());
+  hb = reg.Heartbeat(Beat("w1", "s2"), kT0 + absl::Seconds(2));  // stopped
+  EXPECT_TRUE(hb->response.cancel_job_ids().empty());
+  EXPECT_EQ(hb->response.assignment().job_id(), "job-000002");
+  EXPECT_EQ(reg.Heartbeat(Beat("w1", "s2", "job-000002"), kT0 + absl::Seconds(3))->acked_job,
+            "job-000002");
+}
+
 TEST(WorkerRegistry, StuckAssignmentsAreFaults) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());

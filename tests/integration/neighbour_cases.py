@@ -6,6 +6,7 @@ real coordinator, workers and CLI (harness.Cluster).
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,47 @@ def case_bad_job_then_good_job(args):
                    % (i, good_id, g["state"], bad_id, g.get("reason")))
             c.wait_workers({w: "IDLE" for w in ids})
         print("8 bad/good rounds in %.1fs" % (time.monotonic() - t0))
+
+
+def case_paused_worker_back_in_a_new_job(args):
+    """A worker paused (SIGSTOP) past its lease in a pp=2 job comes back (SIGCONT) still running
+    that job, which went on without it, and is placed at once in a job queued meanwhile: the new
+    job's assignment waits until the worker has stopped the old run (kept 1 s longer here,
+    --test_only_linger_after_job, to hold the window open), and the new job SUCCEEDS on it.
+    Before, the worker was handed the new job while it still ran the old one, refused it
+    ("worker w1 is still running job job-000001"), and the new job FAILED."""
+    with Cluster(args.binaries, "paused_worker_back_in_a_new_job") as c:
+        c.write_corpus()
+        c.start_coordinator()
+        c.start_idle_workers(["w1", "w2"], extra=["--test_only_linger_after_job=1s"])
+        # Long enough to hold w2 through the whole case once it goes on alone.
+        old = c.submit(c.write_spec("old.json", small_job_spec(
+            os.path.join(c.tmp, "ckpt"), 100000, 10, name="old", parallel={"pp": 2})))
+        j = c.wait_step(old, 12, 60)
+        paused = j["placement"]["ranks"][0]["worker_id"]
+        c.workers[paused].signal(signal.SIGSTOP)
+        try:
+            c.wait_job(old, lambda j: j.get("state") == "RUNNING" and j.get("recoveries")
+                       and paused not in {r["worker_id"] for r in j["placement"]["ranks"]},
+                       60, "the old job running again without %s" % paused)
+            new = c.submit(c.write_spec("new.json", small_job_spec(
+                os.path.join(c.tmp, "ckpt"), 20, name="new")))
+            c.wait_job(new, lambda j: j.get("state") == "QUEUED", 10, "the new job queued")
+        finally:
+            c.workers[paused].signal(signal.SIGCONT)
+        t0 = time.monotonic()
+        done = c.wait_state(new, FINAL, 60)
+        expect(done["state"] == "SUCCEEDED",
+               "the new job %s ended %s after %s came back: %s"
+               % (new, done["state"], paused, done.get("reason")))
+        ran_on = [r["worker_id"] for r in done["placement"]["ranks"]]
+        expect(ran_on == [paused], "the new job ran on %s, not on %s" % (ran_on, paused))
+        log = c.workers[paused].log_text()
+        expect("refusing job" not in log, "%s refused a job:\n%s" % (paused, log[-2000:]))
+        c.cli("cancel", old)
+        c.wait_state(old, FINAL, 60)
+        print("%s paused past its lease, back: the new job waited for the old run to stop, "
+              "then SUCCEEDED on it %.1fs after SIGCONT" % (paused, time.monotonic() - t0))
 
 
 def case_report_not_utf8(args):
