@@ -166,6 +166,13 @@ done
 up_s=$((SECONDS - t))
 say "all ${#services[@]} services healthy after ${up_s}s"
 
+# Every long-running service's log is bounded (x-logging: a month left alone must not fill the
+# host's disk with Docker's unbounded default).
+for s in "${services[@]}"; do
+  logs=$(docker inspect -f '{{.HostConfig.LogConfig.Type}} {{index .HostConfig.LogConfig.Config "max-size"}} {{index .HostConfig.LogConfig.Config "max-file"}}' "$(compose ps -q "$s")")
+  [ "$logs" = "json-file 20m 5" ] || fail "$s's log is not rotated (20m x 5): $logs"
+done
+
 cli() { compose run --rm -T cli "$@"; }
 idle=0
 for _ in $(seq 1 30); do
