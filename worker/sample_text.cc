@@ -128,7 +128,9 @@ absl::StatusOr<SampleText> DrawSample(const std::string& checkpoint, const Sampl
     out.prompt_tokens.assign(asked.prompt.begin(), asked.prompt.end());
     for (int32_t& t : out.prompt_tokens) t &= 0xFF;
     if (out.prompt_tokens.empty()) {
-      return absl::InvalidArgumentError("a byte-level model needs a prompt");
+      return absl::InvalidArgumentError(
+          "a byte-level model (vocab_size 256) has no start token: give it text to continue "
+          "with --prompt=TEXT");
     }
   } else {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -212,6 +212,10 @@ def case_sample_job(args):
         expect(json.loads(latin)["prompt_tokens"] == [0xE9, 0x74, 0xE9], "Latin-1: %r" % latin)
         expect("drawing a sample of %s" % job_id in c.workers["w1"].log_text(),
                "w1's log does not say it drew the sample")
+        # No prompt: a byte-level model has no start token, and the error says what to give.
+        rc, _, err = c.cli("sample", job_id, "--tokens=4")
+        expect(rc == 2 and "has no start token" in err and "--prompt=TEXT" in err,
+               "sample without a prompt: exit %d, %r" % (rc, err))
         # Rank 0's worker gone: another live worker of the host (testhost) draws it.
         c.start_worker("w2")
         c.wait_workers({"w2": "IDLE"})
@@ -230,6 +234,7 @@ def case_sample_job(args):
             counted = {line.split('"')[1]: float(line.rsplit(" ", 1)[1])
                        for line in r.read().decode().splitlines()
                        if line.startswith("dtrain_coordinator_samples_total{")}
-        expect(counted.get("drawn") == 3 and counted.get("refused") == 2,  # no worker; unknown
+        # Refused: no prompt (by the worker), no worker, an unknown job.
+        expect(counted.get("drawn") == 3 and counted.get("refused") == 3,
                "dtrain_coordinator_samples_total: %r" % counted)
         print("sample_job: %s -> %r" % (job_id, got["text"]))
