@@ -33,6 +33,7 @@ void WorkerRegistry::SetJob(Record& r, const std::string& job_id) {
   r.held = false;
   r.delivered_at = absl::InfinitePast();
   r.dropped_since.reset();
+  r.withheld_since.reset();
   r.reserved = 0;
 }
 
@@ -107,6 +108,7 @@ void WorkerRegistry::NoticePauseLocked(absl::Time now) {
     // that judge them start again now.
     r.deadline = std::max(r.deadline, now + r.lease);
     if (r.dropped_since.has_value()) r.dropped_since = now;
+    if (r.withheld_since.has_value()) r.withheld_since = now;
     if (!r.acked && r.delivered_at != absl::InfinitePast()) r.delivered_at = now;
     WatchLocked(r);
   }
@@ -118,6 +120,9 @@ void WorkerRegistry::WatchLocked(const Record& r) {
   if (!r.info.job_id().empty() && !r.cancel_requested && !r.finishing_since.has_value()) {
     if (r.acked && r.dropped_since.has_value()) at = std::min(at, *r.dropped_since + r.lease);
     if (!r.acked && !r.pending.has_value()) at = std::min(at, r.delivered_at + r.lease);
+    if (r.pending.has_value() && r.withheld_since.has_value()) {
+      at = std::min(at, *r.withheld_since + r.lease);
+    }
   }
   next_check_ = std::min(next_check_, at);
 }
@@ -286,13 +291,18 @@ void WorkerRegistry::HeartbeatLocked(const HeartbeatRequest& request, absl::Time
     }
   } else if (r.acked) {
     if (!r.dropped_since.has_value()) r.dropped_since = now;
-  } else if (r.pending.has_value() && !r.held && running.empty()) {
-    // Only to a worker that runs nothing: one still in another job (told above to stop it: a
-    // run it kept while paused past its lease, or a finished job's last reports) would refuse
-    // this one. It goes out once the worker reports that job gone.
-    *delivery = std::move(r.pending);
-    r.pending.reset();
-    r.delivered_at = now;
+  } else if (r.pending.has_value() && !r.held) {
+    if (running.empty()) {
+      *delivery = std::move(r.pending);
+      r.pending.reset();
+      r.withheld_since.reset();
+      r.delivered_at = now;
+    } else if (!r.withheld_since.has_value()) {
+      // Only to a worker that runs nothing: one still in another job (told above to stop it: a
+      // run it kept while paused past its lease, or a finished job's last reports) would refuse
+      // this one. It goes out once the worker reports that job gone, within a lease (Sweep).
+      r.withheld_since = now;
+    }
   }
   WatchLocked(r);
 }
@@ -460,7 +470,9 @@ std::vector<WorkerFault> WorkerRegistry::Sweep(absl::Time now) {
       if (r.acked && r.dropped_since.has_value() && now - *r.dropped_since > r.lease) {
         faults.push_back(WorkerFault{WorkerFault::kDropped, id, r.info.job_id(), {}});
         SetJob(r, "");
-      } else if (!r.acked && !r.pending.has_value() && now - r.delivered_at > r.lease) {
+      } else if ((!r.acked && !r.pending.has_value() && now - r.delivered_at > r.lease) ||
+                 (r.pending.has_value() && r.withheld_since.has_value() &&
+                  now - *r.withheld_since > r.lease)) {
         faults.push_back(WorkerFault{WorkerFault::kNotAccepted, id, r.info.job_id(), {}});
         r.cancel_requested = true;  // in case it starts late
       }

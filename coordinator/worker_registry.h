@@ -55,7 +55,8 @@ struct WorkerFault {
     kLost,         // no heartbeat for the lease; the worker is now LOST
     kDropped,      // it acknowledged the job, then reported not running it for a whole lease
                    // without an outcome
-    kNotAccepted,  // it got the assignment but did not acknowledge it within the lease
+    kNotAccepted,  // it got the assignment but did not acknowledge it within the lease, or
+                   // did not stop another job within a lease so as to be given it
   };
   Kind kind = kLost;
   std::string worker_id;
@@ -261,6 +262,9 @@ class WorkerRegistry {
     bool held = false;  // `pending` waits for Publish: no heartbeat delivers it yet
     absl::Time delivered_at = absl::InfinitePast();
     std::optional<absl::Time> dropped_since;
+    // `pending` is withheld because the worker still names another job (told to stop it):
+    // since when. A lease of it is a fault, like an assignment delivered and not accepted.
+    std::optional<absl::Time> withheld_since;
     std::string finished_job;  // last job it finished; no cancels for it while it winds down
     // What it last said it runs (running_job_id, running_step), whatever it holds.
     std::string running_job;

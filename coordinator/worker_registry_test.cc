@@ -364,6 +364,31 @@ TEST(WorkerRegistry, AnAssignmentWaitsUntilTheWorkerHasStoppedAnotherJob) {
             "job-000002");
 }
 
+// The same, but w1 never stops job-000001 (a run stuck where a cancel cannot reach it): a lease
+// after the assignment was first withheld, it is a fault of job-000002 (not accepted), as for an
+// assignment delivered and never acknowledged, and job-000002 is never delivered to it.
+TEST(WorkerRegistry, AWorkerThatDoesNotStopAnotherJobWithinALeaseIsAFault) {
+  WorkerRegistry reg(kLease);
+  RegisterWorkerRequest back = Reg("w1", "s2");
+  back.set_running_job_id("job-000001");
+  ASSERT_TRUE(reg.Register(back, kT0).ok());
+  ASSERT_TRUE(Placed(reg, Job("job-000002", {"w1"}), kT0).ok());
+  for (int s = 0; s <= 5; ++s) {
+    auto hb = reg.Heartbeat(Beat("w1", "s2", "job-000001"), kT0 + absl::Seconds(s));
+    EXPECT_FALSE(hb->response.has_assignment());
+    EXPECT_THAT(hb->response.cancel_job_ids(), ElementsAre("job-000001"));
+  }
+  EXPECT_THAT(reg.Sweep(kT0 + absl::Seconds(5)), IsEmpty());  // a lease (5 s) not yet over
+  std::vector<WorkerFault> faults = reg.Sweep(kT0 + absl::Seconds(5) + absl::Milliseconds(1));
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults[0].kind, WorkerFault::kNotAccepted);
+  EXPECT_EQ(faults[0].job_id, "job-000002");
+  // It is no longer job-000002's; once it stops job-000001 it is idle, and gets nothing.
+  auto hb = reg.Heartbeat(Beat("w1", "s2"), kT0 + absl::Seconds(6));
+  EXPECT_FALSE(hb->response.has_assignment());
+  EXPECT_EQ(reg.List()[0].state(), IDLE);
+}
+
 TEST(WorkerRegistry, StuckAssignmentsAreFaults) {
   WorkerRegistry reg(kLease);
   ASSERT_TRUE(reg.Register(Reg("w1", "s1"), kT0).ok());
