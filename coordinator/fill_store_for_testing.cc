@@ -3,7 +3,7 @@
 // named --name whose specs carry --spec_bytes of dataset path each. Ended (SUCCEEDED), so a
 // coordinator started on the file schedules nothing.
 //
-//   fill_store_for_testing --db=/tmp/c.db --jobs=1000 --spec_bytes=1048576 --name=hay \
+//   fill_store_for_testing --db=/tmp/c.db --jobs=1000 --spec_bytes=1048576 --name=hay
 //       --first_name=needle
 #include <cstdio>
 #include <string>

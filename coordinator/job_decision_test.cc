@@ -244,7 +244,9 @@ TEST(JobDecision, TableOfStateAndObservationToAction) {
     const Decision d = Decide(job, cluster, kT0 + row.since, kLimits);
     EXPECT_EQ(ActionName(d.action), ActionName(row.action)) << row.name;
     EXPECT_EQ(JobState_Name(d.to), JobState_Name(row.to)) << row.name;
-    if (d.to != row.state) EXPECT_TRUE(IsAllowedTransition(row.state, d.to)) << row.name;
+    if (d.to != row.state) {
+      EXPECT_TRUE(IsAllowedTransition(row.state, d.to)) << row.name;
+    }
   }
 }
 

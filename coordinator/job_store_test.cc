@@ -354,7 +354,9 @@ INSERT INTO events VALUES ('job-000001', 1, 'an old event', 8);
 void SetSchemaVersion(const std::string& path, int version, const std::string& sql = "") {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  if (!sql.empty()) ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  if (!sql.empty()) {
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  }
   const std::string update =
       absl::StrCat("UPDATE meta SET value = ", version, " WHERE key = 'schema_version'");
   ASSERT_EQ(sqlite3_exec(db, update.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);

@@ -196,11 +196,11 @@ class JsonParser {
           out->push_back('\t');
           break;
         case 'u': {
-          uint32_t cp;
+          uint32_t cp = 0;
           RETURN_IF_ERROR(ParseHex4(&cp));
           if (cp >= 0xDC00 && cp <= 0xDFFF) return Error("unpaired low surrogate in \\u escape");
           if (cp >= 0xD800 && cp <= 0xDBFF) {
-            uint32_t low;
+            uint32_t low = 0;
             if (!ConsumeWord("\\u")) return Error("unpaired high surrogate in \\u escape");
             RETURN_IF_ERROR(ParseHex4(&low));
             if (low < 0xDC00 || low > 0xDFFF) return Error("unpaired high surrogate in \\u escape");

@@ -223,7 +223,9 @@ TEST_P(EquivalenceTest, TrainsToTheSingleWorkerNumbers) {
         << "rank " << r << ": " << pipeline::CheckExecutedTrace(spec, stage, execution, res.trace);
     // Peak live activations: GPipe holds all m; 1F1B p - s on stage s.
     const int v = c.v;
-    if (c.schedule == ScheduleKind::kGpipe) EXPECT_EQ(res.peak_live, m) << "rank " << r;
+    if (c.schedule == ScheduleKind::kGpipe) {
+      EXPECT_EQ(res.peak_live, m) << "rank " << r;
+    }
     if (c.schedule == ScheduleKind::kOneFOneB) {
       EXPECT_EQ(res.peak_live, std::min(m, c.pp - stage)) << "rank " << r;
     }

@@ -116,16 +116,10 @@ absl::Status ToDevice(kernels::Backend* backend, float* device, const std::vecto
 }
 
 template <typename T>
-std::string Show(T value) {
-  return absl::StrCat(value);
-}
-std::string Show(bool value) { return value ? "true" : "false"; }
-
-template <typename T>
 absl::Status SameValue(absl::string_view field, T checkpoint, T job) {
   if (checkpoint == job) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat("checkpoint has ", field, "=", Show(checkpoint),
-                                                    " but the job has ", field, "=", Show(job)));
+  return absl::FailedPreconditionError(absl::StrCat("checkpoint has ", field, "=", checkpoint,
+                                                    " but the job has ", field, "=", job));
 }
 
 absl::Status CheckCompatible(const Manifest& m, const model::GptConfig& c,

@@ -157,7 +157,9 @@ TEST_P(ReshardTest, ResumesOnEveryLayoutWithTheLossesOfTheRunThatGoesOn) {
     const std::string what = absl::StrCat(from.Name(), " -> ", to.Name());
     const double diff = ExpectSameLosses(resumed, whole, what);
     // The same layout continues bit for bit.
-    if (to.Name() == from.Name()) EXPECT_EQ(diff, 0.0) << what;
+    if (to.Name() == from.Name()) {
+      EXPECT_EQ(diff, 0.0) << what;
+    }
     worst = std::max(worst, diff);
   }
   std::printf("%s step %d resumed on %zu layouts: worst relative loss difference %.2g\n",
