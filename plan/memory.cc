@@ -20,6 +20,12 @@ int64_t Saturate(double bytes) {
   return bytes >= kMax ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
 }
 
+// The head's own copy of the tied wte (V*C) on a chunk that has the head but not the
+// embedding: held and trained, never stored in a checkpoint (the embedding's rank stores wte).
+int64_t TiedHeadCopy(const ModelConfig& model, bool has_embedding, bool has_head) {
+  return has_head && !has_embedding ? int64_t{model.vocab_size()} * model.n_embd() : 0;
+}
+
 }  // namespace
 
 int64_t ChunkParameters(const ModelConfig& model, int tp, int num_layers, bool has_embedding,
@@ -30,8 +36,8 @@ int64_t ChunkParameters(const ModelConfig& model, int tp, int num_layers, bool h
   const int64_t per_layer = 6 * C + 7 * Cl + 12 * C * Cl;
   int64_t n = int64_t{num_layers} * per_layer;
   if (has_embedding) n += V * C + int64_t{model.context()} * C;
-  if (has_head) n += 2 * C + (has_embedding ? 0 : V * C);
-  return n;
+  if (has_head) n += 2 * C;
+  return n + TiedHeadCopy(model, has_embedding, has_head);
 }
 
 int64_t ChunkActivations(const ModelConfig& model, int tp, int num_layers, bool has_head,
@@ -107,9 +113,7 @@ RankMemory EstimateRankMemory(const JobSpec& spec, int stage, const std::vector<
     const double chunk_params =
         static_cast<double>(ChunkParameters(spec.model(), tp, chunks[j].num_layers(), first, last));
     params += chunk_params;
-    stored += chunk_params - (last && !first ? static_cast<double>(spec.model().vocab_size()) *
-                                                   spec.model().n_embd()
-                                             : 0);
+    stored += chunk_params - static_cast<double>(TiedHeadCopy(spec.model(), first, last));
     const int live = one_worker ? 1 : std::max(1, peak_live[j]);
     acts += kFloatBytes * live *
             static_cast<double>(ChunkActivations(spec.model(), tp, chunks[j].num_layers(), last,

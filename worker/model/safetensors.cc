@@ -390,14 +390,16 @@ absl::StatusOr<std::string> SafetensorsBytes(const std::string& name,
                                              const std::map<std::string, std::string>& metadata,
                                              CopyTensorData copy) {
   ASSIGN_OR_RETURN(const std::string header, Header(name, tensors, metadata, DType::kF32));
-  const uint64_t header_len = header.size();
   int64_t size = 8 + header.size();
   for (const TensorToWrite& t : tensors) size += t.data.size() * sizeof(float);
   std::string bytes(size, '\0');
   char* out = bytes.data();
-  std::memcpy(out, &header_len, 8);
-  std::memcpy(out + 8, header.data(), header.size());
-  out += 8 + header.size();
+  // The file's head (its length and header) as WriteSafetensors writes it, then the data.
+  RETURN_IF_ERROR(AppendFile(header, {}, DType::kF32, [&](absl::string_view part) {
+    std::memcpy(out, part.data(), part.size());
+    out += part.size();
+    return absl::OkStatus();
+  }));
   for (const TensorToWrite& t : tensors) {  // laid out in the given order (Header's offsets)
     const size_t n = t.data.size() * sizeof(float);
     if (n > 0) RETURN_IF_ERROR(copy(out, t.data.data(), n));
